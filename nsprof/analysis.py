@@ -1,0 +1,116 @@
+"""Per-config statistics over the tidy table, and side-by-side comparison of two reports.
+
+Each step takes a DataFrame and returns a new one; nothing here reads files or prints.
+"""
+
+from __future__ import annotations
+
+NO_RANGE = "(no range)"
+SUMMARY_COLUMNS = [
+    "source", "group", "kernel", "count", "median_ns", "min_ns", "mean_ns", "std_ns", "cv",
+    "median_cycles", "median_clock_hz", "clock_control", "cache_control",
+]
+
+
+def add_group(frame):
+    """A `group` column: `cfg<id>.<mode>` for nsprof's ranges (reps pooled), else the range."""
+    import pandas as pd
+
+    frame = frame.copy()
+    has_cfg = frame["config_id"].notna()
+    group = frame["range"].astype("string").fillna(NO_RANGE)
+    cfg = "cfg" + frame["config_id"].astype("string") + "." + frame["mode"].astype("string")
+    group = group.where(~has_cfg, cfg)
+    frame["group"] = pd.Series(group, index=frame.index, dtype="string")
+    return frame
+
+
+def summarize(frame):
+    """One row per source × group × kernel: count, median, min, mean, std, CV, cycles, clock."""
+    import pandas as pd
+
+    grouped = add_group(frame)
+    keys = ["source", "group", "kernel"]
+    grouped["kernel"] = grouped["kernel"].fillna("?")
+    agg = grouped.groupby(keys, sort=False, dropna=False).agg(
+        count=("duration_ns", "size"),
+        median_ns=("duration_ns", "median"),
+        min_ns=("duration_ns", "min"),
+        mean_ns=("duration_ns", "mean"),
+        std_ns=("duration_ns", "std"),
+        median_cycles=("cycles", "median"),
+        median_clock_hz=("clock_hz", "median"),
+        clock_control=("clock_control", "first"),
+        cache_control=("cache_control", "first"),
+    ).reset_index()
+    agg["cv"] = agg["std_ns"] / agg["mean_ns"]
+    agg["count"] = agg["count"].astype("int64")
+    return pd.DataFrame(agg[SUMMARY_COLUMNS])
+
+
+def compare(frame_a, frame_b):
+    """Medians of two reports side by side, joined on group × kernel, with b/a ratios."""
+    a = summarize(frame_a)[["group", "kernel", "count", "median_ns", "median_cycles"]]
+    b = summarize(frame_b)[["group", "kernel", "count", "median_ns", "median_cycles"]]
+    joined = a.merge(b, on=["group", "kernel"], how="outer", suffixes=("_a", "_b"), sort=False)
+    joined["ratio"] = joined["median_ns_b"] / joined["median_ns_a"]
+    joined["cycles_ratio"] = joined["median_cycles_b"] / joined["median_cycles_a"]
+    return joined
+
+
+def _us(value) -> str:
+    import math
+
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value / 1e3:,.3f}"
+
+
+def _num(value, fmt: str) -> str:
+    import math
+
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, fmt)
+
+
+def render_table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
+    """A plain fixed-width table (no colour, safe to pipe)."""
+    right = right if right is not None else set(range(1, len(headers)))
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    out = [line(headers), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def _short(text: str, width: int = 48) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_summary(summary) -> str:
+    headers = ["source", "range", "kernel", "n", "median µs", "min µs", "mean µs", "std µs",
+               "cv %", "cycles", "clock GHz"]
+    rows = []
+    for rec in summary.itertuples(index=False):
+        rows.append([
+            rec.source, _short(str(rec.group), 32), _short(str(rec.kernel)), str(rec.count),
+            _us(rec.median_ns), _us(rec.min_ns), _us(rec.mean_ns), _us(rec.std_ns),
+            _num(rec.cv * 100 if rec.cv == rec.cv else float("nan"), ".1f"),
+            _num(rec.median_cycles, ",.0f"),
+            _num(rec.median_clock_hz / 1e9 if rec.median_clock_hz == rec.median_clock_hz else float("nan"), ".3f"),
+        ])
+    return render_table(headers, rows, right=set(range(3, len(headers))))
+
+
+def format_compare(joined, name_a: str, name_b: str) -> str:
+    headers = ["range", "kernel", f"A µs ({_short(name_a, 20)})", f"B µs ({_short(name_b, 20)})",
+               "B/A", "cycles B/A"]
+    rows = []
+    for rec in joined.itertuples(index=False):
+        rows.append([
+            _short(str(rec.group), 32), _short(str(rec.kernel)), _us(rec.median_ns_a),
+            _us(rec.median_ns_b), _num(rec.ratio, ".3f"), _num(rec.cycles_ratio, ".3f"),
+        ])
+    return render_table(headers, rows, right=set(range(2, len(headers))))

@@ -1,0 +1,94 @@
+"""Finding ncu and nsys.
+
+Order: an explicit environment variable (NSPROF_NCU / NSPROF_NSYS), then PATH, then the
+usual install folders. On some images nsys ships only inside Nsight Compute
+(``/opt/nvidia/nsight-compute/<ver>/host/target-linux-x64/nsys``) with its importer
+``QdstrmImporter`` in a sibling ``host/linux-desktop-*`` folder.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from nsprof.errors import ToolNotFound
+
+_NCU_GLOBS = (
+    "/usr/local/cuda/bin/ncu",
+    "/usr/local/cuda-*/bin/ncu",
+    "/opt/nvidia/nsight-compute/*/ncu",
+)
+_NSYS_GLOBS = (
+    "/usr/local/cuda/bin/nsys",
+    "/usr/local/cuda-*/bin/nsys",
+    "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/opt/nvidia/nsight-systems-cli/*/bin/nsys",
+    "/usr/lib/nsight-systems/bin/nsys",
+    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+)
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    path: Path
+    found_by: str  # "env", "PATH" or "install folder"
+
+
+def _version_key(path: str) -> tuple:
+    # Newest install first: compare the numeric parts of the path.
+    parts = []
+    for chunk in Path(path).parts:
+        digits = [int(p) for p in chunk.replace("-", ".").split(".") if p.isdigit()]
+        parts.extend(digits)
+    return tuple(parts)
+
+
+def _search(name: str, env_var: str, patterns: tuple[str, ...]) -> Tool | None:
+    explicit = os.environ.get(env_var)
+    if explicit:
+        path = Path(explicit)
+        if path.is_file() and os.access(path, os.X_OK):
+            return Tool(name, path, "env")
+        raise ToolNotFound(f"{env_var}={explicit} is not an executable file")
+    on_path = shutil.which(name)
+    if on_path:
+        return Tool(name, Path(on_path), "PATH")
+    for pattern in patterns:
+        hits = sorted(glob.glob(pattern), key=_version_key, reverse=True)
+        for hit in hits:
+            if os.access(hit, os.X_OK):
+                return Tool(name, Path(hit), "install folder")
+    return None
+
+
+def find_ncu(required: bool = True) -> Tool | None:
+    tool = _search("ncu", "NSPROF_NCU", _NCU_GLOBS)
+    if tool is None and required:
+        raise ToolNotFound(
+            "ncu (Nsight Compute) not found: put it on PATH or set NSPROF_NCU=/path/to/ncu"
+        )
+    return tool
+
+
+def find_nsys(required: bool = True) -> Tool | None:
+    tool = _search("nsys", "NSPROF_NSYS", _NSYS_GLOBS)
+    if tool is None and required:
+        raise ToolNotFound(
+            "nsys (Nsight Systems) not found: put it on PATH or set NSPROF_NSYS=/path/to/nsys"
+        )
+    return tool
+
+
+def find_qdstrm_importer(nsys: Path) -> Path | None:
+    """QdstrmImporter turns a .qdstrm into a .nsys-rep; it lives beside or near nsys."""
+    target_dir = nsys.resolve().parent
+    candidates = [target_dir / "QdstrmImporter"]
+    candidates += [Path(p) for p in sorted(glob.glob(str(target_dir.parent / "*" / "QdstrmImporter")))]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None

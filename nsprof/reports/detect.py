@@ -1,0 +1,74 @@
+"""Which kind of report a file is (by content, not by name), and one entry point for all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nsprof.errors import ReportError
+
+SQLITE_MAGIC = b"SQLite format 3\0"
+NCU_REP_MAGIC = b"NVR\0"
+NSYS_REP_MAGIC = b"NVIDIA Tegra Profiler Report"
+KINDS = ("ncu-csv", "ncu-rep", "nsys-sqlite", "nsys-rep")
+
+
+def sniff_kind(path) -> str:
+    """One of KINDS, or ReportError with one line saying what the file is not."""
+    path = Path(path)
+    if not path.exists():
+        raise ReportError(f"{path}: no such file")
+    if path.is_dir():
+        raise ReportError(f"{path}: is a folder, not a report file")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot read ({exc.strerror})") from None
+    if not head.strip():
+        raise ReportError(f"{path.name}: empty file")
+    if head.startswith(SQLITE_MAGIC):
+        return "nsys-sqlite"
+    if head.startswith(NCU_REP_MAGIC):
+        return "ncu-rep"
+    if head.startswith(NSYS_REP_MAGIC):
+        return "nsys-rep"
+    if path.suffix == ".qdstrm":
+        raise ReportError(
+            f"{path.name}: an unfinished nsys capture (.qdstrm); run nsys's QdstrmImporter "
+            "on it to make a .nsys-rep (nsprof doctor shows where it is)"
+        )
+    if b"\0" not in head and b'"ID","' in head or head.lstrip(b"\xef\xbb\xbf").startswith(b"==PROF=="):
+        return "ncu-csv"
+    if path.suffix == ".xz":
+        raise ReportError(f"{path.name}: compressed; decompress it first (xz -dk {path.name})")
+    raise ReportError(
+        f"{path.name}: not a report nsprof reads (ncu CSV, .ncu-rep, nsys .sqlite or .nsys-rep)"
+    )
+
+
+def read_report(path, *, domain: str | None = None, **labels):
+    """Read any supported report into the tidy table (see nsprof.schema).
+
+    `domain` restricts NVTX attribution to one domain; `labels` (clock_control,
+    cache_control) label ncu rows whose settings the file itself does not record.
+    """
+    kind = sniff_kind(path)
+    if kind == "ncu-csv":
+        from nsprof.reports.ncu_csv import read_ncu_csv
+
+        frame = read_ncu_csv(path, domain=domain, **labels)
+    elif kind == "ncu-rep":
+        from nsprof.reports.ncu_rep import read_ncu_rep
+
+        frame = read_ncu_rep(path, domain=domain, **labels)
+    elif kind == "nsys-sqlite":
+        from nsprof.reports.nsys import read_nsys_sqlite
+
+        frame = read_nsys_sqlite(path, domain=domain, **labels)
+    else:
+        from nsprof.reports.nsys import read_nsys_rep
+
+        frame = read_nsys_rep(path, domain=domain, **labels)
+    frame.attrs["report"] = str(path)
+    frame.attrs["kind"] = kind
+    return frame

@@ -1,0 +1,262 @@
+"""`ncu --csv` output (`--page raw` and `--page details`) -> the tidy table.
+
+raw:     one header row, one units row, then one row per profiled workload.
+details: long format, one row per (workload, section, metric) with unit and value.
+Numbers carry the locale's thousands separators ("5,537.04" or "5.537,04"); the decimal
+mark is detected once per file from the values themselves.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+from nsprof.errors import ReportError
+from nsprof.reports.names import short_kernel_name
+from nsprof.reports.nvtx_cells import parse_csv_cells, thread_id
+from nsprof.schema import make_frame
+
+PUSH_POP_PREFIX = "thread Domain:Push/Pop_Range"
+START_END_PREFIX = "Id:Domain:Start/Stop_Range"
+
+# Metric names, most specific first; the details page of ncu's default sections uses the
+# human-readable names.
+DURATION_METRICS = ("gpu__time_duration.sum", "gpu__time_duration.avg", "Duration")
+CYCLES_METRICS = ("gpc__cycles_elapsed.max", "Elapsed Cycles")
+CLOCK_METRICS = ("gpc__cycles_elapsed.avg.per_second", "SM Frequency", "sm__cycles_elapsed.avg.per_second")
+
+_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6,
+            "s": 1e9, "second": 1e9}
+_CYCLES = {"cycle": 1.0, "kcycle": 1e3, "mcycle": 1e6, "gcycle": 1e9}
+_FREQ_HZ = {"hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9, "cycle/second": 1.0,
+            "cycle/usecond": 1e6, "cycle/nsecond": 1e9, "cycle/msecond": 1e3}
+_SCALES = {"duration": _TIME_NS, "cycles": _CYCLES, "clock": _FREQ_HZ}
+
+
+def _scale(kind: str, unit: str, path: Path) -> float:
+    unit = (unit or "").strip().lower()
+    table = _SCALES[kind]
+    if unit == "" and kind == "cycles":
+        return 1.0
+    if unit not in table:
+        raise ReportError(f"{path.name}: unknown unit {unit!r} for the {kind} metric")
+    return table[unit]
+
+
+def detect_decimal_mark(values) -> str:
+    """'.' or ',' — which mark separates decimals in these number strings."""
+    votes = {".": 0, ",": 0}
+    for value in values:
+        text = value.strip().lstrip("-+")
+        dots, commas = text.count("."), text.count(",")
+        if dots and commas:
+            votes["." if text.rfind(".") > text.rfind(",") else ","] += 1
+        elif dots > 1:
+            votes[","] += 1
+        elif commas > 1:
+            votes["."] += 1
+        elif dots == 1 and len(text) - text.find(".") - 1 != 3:
+            votes["."] += 1
+        elif commas == 1 and len(text) - text.find(",") - 1 != 3:
+            votes[","] += 1
+    return "," if votes[","] > votes["."] else "."
+
+
+def to_numbers(series, decimal: str):
+    """Locale number strings -> float64 (NaN for empty or 'n/a')."""
+    import pandas as pd
+
+    thousands = "," if decimal == "." else "."
+    text = series.astype("string").str.strip().str.replace(thousands, "", regex=False)
+    if decimal == ",":
+        text = text.str.replace(",", ".", regex=False)
+    return pd.to_numeric(text, errors="coerce").astype("float64")
+
+
+def _read_text(path: Path) -> str:
+    if not path.exists():
+        raise ReportError(f"{path}: no such file")
+    if path.is_dir():
+        raise ReportError(f"{path}: is a folder, not a report file")
+    data = path.read_bytes()
+    if not data.strip():
+        raise ReportError(f"{path.name}: empty file")
+    if b"\0" in data[:4096]:
+        raise ReportError(f"{path.name}: binary data, not an ncu CSV export")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        # ncu writes UTF-8; a re-saved file may be Latin-1. Names may garble, numbers won't.
+        return data.decode("latin-1")
+
+
+_HEADER_RE = re.compile(r'^"ID","', re.M)
+
+
+def read_ncu_csv(path, *, domain: str | None = None, clock_control: str | None = None,
+                 cache_control: str | None = None, decimal: str | None = None):
+    """Parse an `ncu --csv --page raw|details` export into the tidy table."""
+    import pandas as pd
+
+    path = Path(path)
+    text = _read_text(path)
+    match = _HEADER_RE.search(text)
+    if not match:
+        raise ReportError(f'{path.name}: not an ncu CSV export (no "ID" header row)')
+    body = text[match.start():]  # ncu may print ==PROF== or program lines before the table
+    warnings = []
+    if not body.endswith("\n") and "\n" in body:
+        # ncu ends every row with a newline: a cut-off last row is dropped, the rest kept.
+        body = body[: body.rfind("\n") + 1]
+        warnings.append("the file ends in the middle of a row (truncated?); that row was dropped")
+    try:
+        columns = list(pd.read_csv(io.StringIO(body), nrows=0).columns)
+    except (pd.errors.ParserError, ValueError) as exc:
+        raise ReportError(f"{path.name}: unreadable CSV header ({exc})") from None
+    if "Metric Name" in columns and "Metric Value" in columns:
+        frame = _details(body, columns, path, domain, decimal)
+    elif "Kernel Name" in columns:
+        frame = _raw(body, columns, path, domain, decimal)
+    else:
+        raise ReportError(f"{path.name}: CSV is not an ncu raw or details page (no 'Kernel Name' column)")
+    frame["clock_control"] = clock_control
+    frame["cache_control"] = cache_control
+    result = make_frame(frame.to_dict("list"))
+    if result.empty:
+        raise ReportError(f"{path.name}: ncu CSV holds no profiled kernels")
+    result.attrs["warnings"] = warnings
+    return result
+
+
+def _read_columns(body: str, usecols: list[str], path: Path, skiprows=None):
+    import pandas as pd
+
+    try:
+        return pd.read_csv(io.StringIO(body), usecols=usecols, dtype=str, keep_default_na=False,
+                           skiprows=skiprows, engine="c")
+    except (pd.errors.ParserError, ValueError, UnicodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ReportError(f"{path.name}: malformed ncu CSV ({first})") from None
+
+
+def _nvtx_columns(columns: list[str]) -> tuple[str | None, str | None]:
+    push_pop = next((c for c in columns if c.startswith(PUSH_POP_PREFIX)), None)
+    start_end = next((c for c in columns if c.startswith(START_END_PREFIX)), None)
+    return push_pop, start_end
+
+
+def _pick(columns, names) -> str | None:
+    return next((n for n in names if n in columns), None)
+
+
+def _identity(data, push_pop: str | None, start_end: str | None, domain: str | None) -> dict:
+    """Columns shared by both pages: ids, kernel, NVTX attribution."""
+    import pandas as pd
+
+    n = len(data)
+    pp = data[push_pop] if push_pop else pd.Series([""] * n)
+    se = data[start_end] if start_end else pd.Series([""] * n)
+    cache: dict[tuple[str, str], tuple] = {}
+    ranges, domains, paths, tids = [], [], [], []
+    for pp_cell, se_cell in zip(pp.tolist(), se.tolist()):
+        key = (pp_cell, se_cell)
+        hit = cache.get(key)
+        if hit is None:
+            state = parse_csv_cells(pp_cell, se_cell)
+            name, dom = state.innermost(domain)
+            hit = cache[key] = (name, dom, state.path(), thread_id(pp_cell))
+        ranges.append(hit[0])
+        domains.append(hit[1])
+        paths.append(hit[2])
+        tids.append(hit[3])
+    kernel = data["Kernel Name"]
+    return {
+        "source": ["ncu"] * n,
+        "range": ranges,
+        "domain": domains,
+        "nvtx_path": paths,
+        "tid": tids,
+        "kernel": [short_kernel_name(k) for k in kernel.tolist()],
+        "workload": ["graph" if k == "graph" else "kernel" for k in kernel.tolist()],
+        "launch_id": pd.to_numeric(data["ID"], errors="coerce").astype("Int64").tolist(),
+        "pid": _ints(data, "Process ID", n),
+        "device": _ints(data, "Device", n),
+        "stream": _ints(data, "Stream", n),
+    }
+
+
+def _ints(data, column: str, n: int) -> list:
+    import pandas as pd
+
+    if column not in data:
+        return [pd.NA] * n
+    cleaned = data[column].astype("string").str.replace(r"[,.\s]", "", regex=True)
+    return pd.to_numeric(cleaned, errors="coerce").astype("Int64").tolist()
+
+
+def _raw(body: str, columns: list[str], path: Path, domain, decimal):
+    import pandas as pd
+
+    duration = _pick(columns, DURATION_METRICS)
+    if duration is None:
+        raise ReportError(
+            f"{path.name}: ncu CSV has no gpu__time_duration column; profile with "
+            "--metrics gpu__time_duration.sum (nsprof's drivers do)"
+        )
+    cycles, clock = _pick(columns, CYCLES_METRICS), _pick(columns, CLOCK_METRICS)
+    push_pop, start_end = _nvtx_columns(columns)
+    wanted = ["ID", "Kernel Name", duration, cycles, clock, push_pop, start_end,
+              "Process ID", "Device", "Stream"]
+    usecols = [c for c in dict.fromkeys(wanted) if c and c in columns]
+    data = _read_columns(body, usecols, path)
+    if data.empty:
+        raise ReportError(f"{path.name}: ncu CSV holds no profiled kernels")
+    units = data.iloc[0]
+    if str(units["ID"]).strip() == "":  # the units row
+        data = data.iloc[1:].reset_index(drop=True)
+    else:
+        units = pd.Series({c: "" for c in data.columns})
+    data = data[data["ID"].str.strip().str.fullmatch(r"\d+", na=False)].reset_index(drop=True)
+    if data.empty:
+        raise ReportError(f"{path.name}: ncu CSV holds no profiled kernels")
+    metric_cols = [c for c in (duration, cycles, clock) if c]
+    mark = decimal or detect_decimal_mark(pd.concat([data[c] for c in metric_cols]).tolist()[:5000])
+    out = _identity(data, push_pop, start_end, domain)
+    out["duration_ns"] = (to_numbers(data[duration], mark) * _scale("duration", units[duration], path)).tolist()
+    for key, column, kind in (("cycles", cycles, "cycles"), ("clock_hz", clock, "clock")):
+        if column:
+            out[key] = (to_numbers(data[column], mark) * _scale(kind, units[column], path)).tolist()
+    return pd.DataFrame(out)
+
+
+def _details(body: str, columns: list[str], path: Path, domain, decimal):
+    import pandas as pd
+
+    push_pop, start_end = _nvtx_columns(columns)
+    usecols = [c for c in ["ID", "Kernel Name", push_pop, start_end, "Process ID", "Device",
+                           "Stream", "Metric Name", "Metric Unit", "Metric Value"] if c]
+    usecols = [c for c in usecols if c in columns]
+    data = _read_columns(body, usecols, path)
+    data = data[data["ID"].str.strip().str.fullmatch(r"\d+", na=False)]
+    names = set(data["Metric Name"].unique())
+    duration = _pick(names, DURATION_METRICS)
+    if duration is None:
+        raise ReportError(
+            f"{path.name}: ncu details CSV has no duration metric; profile with "
+            "--metrics gpu__time_duration.sum or --section SpeedOfLight"
+        )
+    cycles, clock = _pick(names, CYCLES_METRICS), _pick(names, CLOCK_METRICS)
+    mark = decimal or detect_decimal_mark(data["Metric Value"].tolist()[:5000])
+    first = data.drop_duplicates("ID").reset_index(drop=True)
+    out = pd.DataFrame(_identity(first, push_pop, start_end, domain))
+    for key, metric, kind in (("duration_ns", duration, "duration"), ("cycles", cycles, "cycles"),
+                              ("clock_hz", clock, "clock")):
+        if metric is None:
+            continue
+        rows = data[data["Metric Name"] == metric].drop_duplicates("ID")
+        scale = rows["Metric Unit"].map(lambda u: _scale(kind, u, path))
+        values = (to_numbers(rows["Metric Value"], mark) * scale.astype("float64")).tolist()
+        by_id = dict(zip(pd.to_numeric(rows["ID"]).tolist(), values))
+        out[key] = [by_id.get(i) for i in out["launch_id"].tolist()]
+    return out

@@ -1,0 +1,130 @@
+"""Capture the real Nsight reports that nsprof's tests read (run on a GPU machine).
+
+    source .device/setup.sh && python3 scripts/capture_fixtures.py OUTDIR [--tar FILE]
+
+Runs scripts/fixture_workload.py (two TileLang seed-GEMM configs and a two-kernel torch op,
+direct launches and CUDA-graph replays, each inside an NVTX range) under:
+  1. ncu, --graph-profiling node  -> fixture_node.ncu-rep, plus its raw and details CSV
+  2. ncu, --graph-profiling graph -> fixture_graph.ncu-rep, plus its raw CSV
+  3. nsys, --cuda-graph-trace=node -> fixture.nsys-rep and its SQLite export
+and writes capture.json with the commands, tool versions, GPU and date. The CSV exports
+are made from the .ncu-rep with `ncu --import`, once in the default locale and once in
+de_DE (if that locale exists) to get the other thousands separator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from nsprof.drivers.tools import find_ncu, find_nsys, find_qdstrm_importer  # noqa: E402
+
+WORKLOAD = Path(__file__).resolve().parent / "fixture_workload.py"
+METRICS = "gpu__time_duration.sum,gpc__cycles_elapsed.max,gpc__cycles_elapsed.avg.per_second"
+
+
+def run(cmd: list[str], log: Path, env: dict | None = None) -> int:
+    print("$", " ".join(cmd), flush=True)
+    with open(log, "w") as handle:
+        proc = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
+    print(f"  -> exit {proc.returncode}, log {log.name}", flush=True)
+    return proc.returncode
+
+
+def tool_version(path: Path) -> str:
+    out = subprocess.run([str(path), "--version"], capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("outdir", type=Path)
+    parser.add_argument("--tar", type=Path, help="also pack OUTDIR into this .tar.gz")
+    args = parser.parse_args()
+    out: Path = args.outdir
+    out.mkdir(parents=True, exist_ok=True)
+    ncu = find_ncu().path
+    nsys = find_nsys().path
+    python = sys.executable
+    commands: dict[str, list[str]] = {}
+
+    common = [str(ncu), "--nvtx", "--nvtx-include", "nsprof@nsprof/", "--nvtx-include", "startend",
+              "--metrics", METRICS, "--clock-control", "base", "--cache-control", "all", "-f"]
+    for mode in ("node", "graph"):
+        rep = out / f"fixture_{mode}.ncu-rep"
+        cmd = common + ["--graph-profiling", mode, "-o", str(rep.with_suffix("")), python, str(WORKLOAD)]
+        commands[f"ncu_{mode}"] = cmd
+        run(cmd, out / f"ncu_{mode}.log")
+        pages = ("raw", "details") if mode == "node" else ("raw",)
+        for page in pages:
+            csv_cmd = [str(ncu), "--import", str(rep), "--csv", "--page", page]
+            commands[f"csv_{mode}_{page}"] = csv_cmd
+            with open(out / f"fixture_{mode}_{page}.csv", "w") as handle:
+                subprocess.run(csv_cmd, stdout=handle, stderr=subprocess.STDOUT)
+    locales = subprocess.run(["locale", "-a"], capture_output=True, text=True).stdout.split()
+    de = next((loc for loc in locales if loc.lower().startswith("de_de")), None)
+    if de:
+        env = dict(os.environ, LC_ALL=de, LANG=de)
+        with open(out / "fixture_node_raw_de.csv", "w") as handle:
+            subprocess.run(commands["csv_node_raw"], stdout=handle, stderr=subprocess.STDOUT, env=env)
+    print("locales:", locales[:20])
+
+    nsys_base = out / "fixture"
+    cmd = [str(nsys), "profile", "-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none",
+           "--cuda-graph-trace=node", "-f", "true", "-o", str(nsys_base), python, str(WORKLOAD)]
+    commands["nsys"] = cmd
+    run(cmd, out / "nsys.log")
+    rep = nsys_base.with_suffix(".nsys-rep")
+    qdstrm = nsys_base.with_suffix(".qdstrm")
+    if not rep.exists() and qdstrm.exists():
+        importer = find_qdstrm_importer(nsys)
+        print("no .nsys-rep; importer:", importer)
+        if importer:
+            commands["import"] = [str(importer), "-i", str(qdstrm)]
+            run(commands["import"], out / "import.log")
+    if rep.exists():
+        commands["export"] = [str(nsys), "export", "--type", "sqlite", "-f", "true",
+                              "-o", str(nsys_base.with_suffix(".sqlite")), str(rep)]
+        run(commands["export"], out / "export.log")
+    if qdstrm.exists() and rep.exists():
+        qdstrm.unlink()
+
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem",
+         "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    import torch
+
+    info = {
+        "captured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": smi,
+        "ncu": {"path": str(ncu), "version": tool_version(ncu)},
+        "nsys": {"path": str(nsys), "version": tool_version(nsys)},
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "commands": {k: [Path(c).name if c.startswith("/") else c for c in v] for k, v in commands.items()},
+    }
+    try:
+        import tilelang
+
+        info["tilelang"] = tilelang.__version__
+    except ImportError as exc:
+        info["tilelang"] = f"not importable: {exc}"
+    (out / "capture.json").write_text(json.dumps(info, indent=2) + "\n")
+    for f in sorted(out.iterdir()):
+        print(f"{f.stat().st_size:>10}  {f.name}")
+    if args.tar:
+        with tarfile.open(args.tar, "w:gz") as tar:
+            tar.add(out, arcname=out.name)
+    shutil.rmtree(out / "__pycache__", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

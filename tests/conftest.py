@@ -1,0 +1,43 @@
+"""Shared fixtures, and the one place that decides whether GPU tests run."""
+
+from __future__ import annotations
+
+import functools
+import lzma
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@functools.cache
+def gpu_available() -> bool:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return False
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def ncu_rep_dir(tmp_path_factory) -> Path:
+    """The .ncu-rep fixtures, decompressed (they are stored xz-compressed: 10 MB -> 0.2 MB)."""
+    out = tmp_path_factory.mktemp("ncu_rep")
+    for packed in FIXTURES.glob("*.ncu-rep.xz"):
+        (out / packed.name[: -len(".xz")]).write_bytes(lzma.decompress(packed.read_bytes()))
+    return out

@@ -1,0 +1,200 @@
+"""ncu CSV parsing, checked against an independent read of the real fixtures (csv module)."""
+
+from __future__ import annotations
+
+import csv
+import re
+
+import pytest
+
+from nsprof.errors import ReportError
+from nsprof.reports.ncu_csv import detect_decimal_mark, read_ncu_csv
+from nsprof.reports.nvtx_cells import parse_csv_cells
+
+from conftest import FIXTURES
+
+RAW = FIXTURES / "fixture_node_raw.csv"
+DETAILS = FIXTURES / "fixture_node_details.csv"
+GRAPH_RAW = FIXTURES / "fixture_graph_raw.csv"
+PP_COL = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+SE_COL = "Id:Domain:Start/Stop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+
+
+def independent_raw(path):
+    """Rows of a raw page by the csv module: (id, innermost range, kernel, ns, cycles, hz)."""
+    with open(path, newline="") as handle:
+        rows = list(csv.reader(handle))
+    header, units = rows[0], rows[1]
+    col = {name: i for i, name in enumerate(header)}
+    assert units[col["gpu__time_duration.sum"]] == "us"
+    assert units[col["gpc__cycles_elapsed.avg.per_second"]].lower() == "ghz"
+    out = []
+    for row in rows[2:]:
+        # The last quoted entry of the push/pop cell is the innermost range of the last
+        # domain listed; its second ':'-field is the range name (no ':' in these names).
+        entries = re.findall(r'"([^"]+)"', row[col[PP_COL]].replace('""', '"'))
+        se = re.findall(r'"([^"]+)"', row[col[SE_COL]].replace('""', '"'))
+        out.append({
+            "id": int(row[col["ID"]]),
+            "entries": [e.split(":")[:2] for e in entries],
+            "start_end": [e.split(":")[2] for e in se],
+            "kernel": row[col["Kernel Name"]],
+            "ns": float(row[col["gpu__time_duration.sum"]]) * 1e3,
+            "cycles": float(row[col["gpc__cycles_elapsed.max"]]),
+            "hz": float(row[col["gpc__cycles_elapsed.avg.per_second"]]) * 1e9,
+        })
+    return out
+
+
+def test_raw_page_values_match_an_independent_read():
+    frame = read_ncu_csv(RAW)
+    expected = independent_raw(RAW)
+    assert len(frame) == len(expected) == 27
+    assert frame["launch_id"].tolist() == [e["id"] for e in expected]
+    assert frame["duration_ns"].tolist() == pytest.approx([e["ns"] for e in expected])
+    assert frame["cycles"].tolist() == pytest.approx([e["cycles"] for e in expected])
+    assert frame["clock_hz"].tolist() == pytest.approx([e["hz"] for e in expected])
+    assert set(frame["source"]) == {"ncu"}
+    assert set(frame["workload"]) == {"kernel"}
+
+
+def test_raw_page_ranges_configs_modes_reps():
+    frame = read_ncu_csv(RAW)
+    expected = independent_raw(RAW)
+    for row, exp in zip(frame.itertuples(), expected):
+        nsprof_entries = [name for dom, name in exp["entries"] if dom == "nsprof"]
+        if len(nsprof_entries) == 2:  # outer "nsprof" + cfg range
+            cfg, mode, rep = re.match(r"cfg(\d)\.(\w+)\.r(\d)", nsprof_entries[1]).groups()
+            assert row.range == nsprof_entries[1]
+            assert (row.config_id, row.mode, row.rep) == (int(cfg), mode, int(rep))
+            assert row.domain == "nsprof"
+    # the default-domain push/pop range inside the outer nsprof range is the innermost
+    torch_rows = frame[frame["range"] == "torch_push"]
+    assert len(torch_rows) == 1 and torch_rows["domain"].iloc[0] == "<default domain>"
+    assert torch_rows["kernel"].iloc[0] == "gemm_kernel"
+    # the start/end range holds the two kernels of one mm_relu call
+    start_end = frame[frame["range"] == "startend"]
+    assert start_end["kernel"].tolist() == ["nvjet_sm90_hsh_64x24_64x16_2x4_h_bz_NNT",
+                                           "vectorized_elementwise_kernel"]
+    # every configured range shows up 3 times per kernel it launches
+    counts = frame.dropna(subset=["config_id"]).groupby(["config_id", "mode"]).size()
+    assert counts.to_dict() == {(0, "direct"): 3, (0, "graph"): 3, (1, "direct"): 3,
+                                (1, "graph"): 3, (2, "direct"): 6, (2, "graph"): 6}
+
+
+def test_details_page_agrees_with_raw_page_to_its_rounding():
+    raw = read_ncu_csv(RAW)
+    details = read_ncu_csv(DETAILS)
+    assert details["launch_id"].tolist() == raw["launch_id"].tolist()
+    assert details["range"].tolist() == raw["range"].tolist()
+    assert details["kernel"].tolist() == raw["kernel"].tolist()
+    # details rounds to 3 significant digits ("5.66" us, "1.37" GHz); cycles are exact
+    assert details["duration_ns"].tolist() == pytest.approx(raw["duration_ns"].tolist(), rel=2e-3)
+    assert details["cycles"].tolist() == raw["cycles"].tolist()
+    assert details["clock_hz"].tolist() == pytest.approx(raw["clock_hz"].tolist(), rel=5e-3)
+
+
+def test_graph_profiling_rows_are_graph_workloads():
+    frame = read_ncu_csv(GRAPH_RAW)
+    graph = frame[frame["workload"] == "graph"]
+    assert len(graph) == 9  # 3 configs x 3 graph reps, one workload per replay
+    assert set(graph["kernel"]) == {"graph"}
+    assert set(graph["mode"]) == {"graph"}
+    assert (frame[frame["workload"] == "kernel"]["mode"].dropna() == "direct").all()
+
+
+def to_german(path, out):
+    """The same CSV in de_DE number format: swap the '.' and ',' marks in numeric cells."""
+    with open(path, newline="") as handle:
+        rows = list(csv.reader(handle))
+    number = re.compile(r"^-?[\d,]*\.?\d+$")
+    for row in rows[2:]:
+        for i, cell in enumerate(row):
+            if number.match(cell) and ("," in cell or "." in cell):
+                row[i] = cell.replace(",", "\0").replace(".", ",").replace("\0", ".")
+    with open(out, "w", newline="") as handle:
+        csv.writer(handle, quoting=csv.QUOTE_ALL).writerows(rows)
+    return out
+
+
+def test_german_thousands_separators(tmp_path):
+    german = to_german(RAW, tmp_path / "de.csv")
+    assert "5,664000" in german.read_text()
+    frame = read_ncu_csv(german)
+    expected = independent_raw(RAW)
+    assert frame["duration_ns"].tolist() == pytest.approx([e["ns"] for e in expected])
+    assert frame["clock_hz"].tolist() == pytest.approx([e["hz"] for e in expected])
+
+
+def test_thousands_separators_in_metric_values(tmp_path):
+    # Force values >= 1000 with separators, as ncu prints them in other reports.
+    text = RAW.read_text().replace('"7785.000000"', '"7,785.000000"')
+    path = tmp_path / "sep.csv"
+    path.write_text(text)
+    frame = read_ncu_csv(path)
+    assert frame["cycles"].iloc[0] == 7785.0
+
+
+@pytest.mark.parametrize(
+    ("values", "mark"),
+    [(["5,537.04"], "."), (["27.595.520"], ","), (["5,66", "1,37"], ","), (["1,980,000"], "."),
+     (["5.66", "7,785"], "."), (["5.537,04"], ",")],
+)
+def test_decimal_mark_detection(values, mark):
+    assert detect_decimal_mark(values) == mark
+
+
+def test_nvtx_cell_with_colon_in_registered_name():
+    state = parse_csv_cells('7  "dom:a:b:none:none:RGB:0xff:REGISTERED:a:b" ', "")
+    assert state.push_pop == {"dom": ["a:b"]}
+    assert state.innermost() == ("a:b", "dom")
+
+
+def test_domain_filter_picks_that_domains_innermost():
+    frame = read_ncu_csv(RAW, domain="nsprof")
+    row = frame[frame["launch_id"] == 24].iloc[0]  # torch_push inside nsprof's outer range
+    assert row["range"] == "nsprof" and row["domain"] == "nsprof"
+    assert frame[frame["launch_id"] == 25]["range"].isna().all()  # start/end in default domain
+
+
+def test_leading_profiler_lines_are_skipped(tmp_path):
+    path = tmp_path / "with_prof.csv"
+    path.write_text("==PROF== Connected to process 1\nprogram output\n" + RAW.read_text())
+    assert len(read_ncu_csv(path)) == 27
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "empty file"),
+        (b"   \n", "empty file"),
+        (b"a,b,c\n1,2,3\n", "not an ncu CSV"),
+        (b'"ID","Foo"\n"0","1"\n', "not an ncu raw or details page"),
+        (b"\x00\x01\x02binary", "binary data"),
+    ],
+)
+def test_bad_csv_inputs_raise_one_line(tmp_path, content, message):
+    path = tmp_path / "bad.csv"
+    path.write_bytes(content)
+    with pytest.raises(ReportError) as info:
+        read_ncu_csv(path)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_csv_without_duration_metric(tmp_path):
+    path = tmp_path / "nodur.csv"
+    path.write_text(RAW.read_text().replace("gpu__time_duration", "gpu__time_other"))
+    with pytest.raises(ReportError, match="no gpu__time_duration column"):
+        read_ncu_csv(path)
+
+
+def test_truncated_csv_keeps_complete_rows(tmp_path):
+    text = RAW.read_text()
+    lines = text.splitlines(keepends=True)
+    path = tmp_path / "trunc.csv"
+    path.write_text("".join(lines[:12]) + lines[12][: len(lines[12]) // 2])
+    frame = read_ncu_csv(path)
+    # A cut-off last row is either dropped or kept with the fields it has; 10 whole rows stay.
+    assert len(frame) >= 10
+    assert frame["duration_ns"].iloc[:10].notna().all()

@@ -1,0 +1,113 @@
+""".ncu-rep parsing, checked against a direct ncu_report read of the real fixtures."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsprof.errors import ReportError
+from nsprof.reports import read_report
+from nsprof.reports.ncu_csv import read_ncu_csv
+from nsprof.reports.ncu_rep import read_ncu_rep
+
+from conftest import FIXTURES
+
+ncu_report = pytest.importorskip("ncu_report")
+
+
+def direct_read(path):
+    """(name, workload_type, ns, cycles, hz, nsprof-domain stack) per action, straight from ncu_report."""
+    context = ncu_report.load_report(str(path))
+    out = []
+    for r in range(context.num_ranges()):
+        rng = context.range_by_idx(r)
+        for a in range(rng.num_actions()):
+            action = rng.action_by_idx(a)
+            state = action.nvtx_state()
+            stacks = {state.domain_by_id(d).name(): list(state.domain_by_id(d).push_pop_ranges())
+                      for d in state.domains()}
+            out.append((action.name(), action.workload_type(),
+                        action.metric_by_name("gpu__time_duration.sum").as_double(),
+                        action.metric_by_name("gpc__cycles_elapsed.max").as_double(),
+                        action.metric_by_name("gpc__cycles_elapsed.avg.per_second").as_double(),
+                        stacks.get("nsprof", [])))
+    return out
+
+
+def test_node_report_matches_direct_read(ncu_rep_dir):
+    path = ncu_rep_dir / "fixture_node.ncu-rep"
+    frame = read_ncu_rep(path)
+    expected = direct_read(path)
+    assert len(frame) == len(expected) == 27
+    assert frame["kernel"].tolist() == [e[0] for e in expected]
+    assert frame["duration_ns"].tolist() == [e[2] for e in expected]
+    assert frame["cycles"].tolist() == [e[3] for e in expected]
+    assert frame["clock_hz"].tolist() == [e[4] for e in expected]
+    for row, exp in zip(frame.itertuples(), expected):
+        if len(exp[5]) == 2:
+            assert row.range == exp[5][1]
+    assert set(frame["workload"]) == {"kernel"}
+
+
+def test_node_report_agrees_with_its_csv_export(ncu_rep_dir):
+    rep = read_ncu_rep(ncu_rep_dir / "fixture_node.ncu-rep")
+    csv = read_ncu_csv(FIXTURES / "fixture_node_raw.csv")
+    assert rep["range"].tolist() == csv["range"].tolist()
+    assert rep["kernel"].tolist() == csv["kernel"].tolist()
+    assert rep["duration_ns"].tolist() == pytest.approx(csv["duration_ns"].tolist())
+    assert rep["cycles"].tolist() == csv["cycles"].tolist()
+
+
+def test_graph_report_has_graph_workloads(ncu_rep_dir):
+    path = ncu_rep_dir / "fixture_graph.ncu-rep"
+    frame = read_ncu_rep(path)
+    expected = direct_read(path)
+    graph_types = [e for e in expected if e[1] == ncu_report.IAction.WorkloadType_GRAPH]
+    assert len(graph_types) == 9
+    graph = frame[frame["workload"] == "graph"]
+    assert len(graph) == 9
+    assert graph["range"].tolist() == [e[5][-1] for e in graph_types]
+    assert graph["duration_ns"].tolist() == [e[2] for e in graph_types]
+    assert set(graph["mode"]) == {"graph"}
+
+
+def test_start_end_and_default_domain_ranges(ncu_rep_dir):
+    frame = read_ncu_rep(ncu_rep_dir / "fixture_node.ncu-rep")
+    assert frame[frame["range"] == "torch_push"]["domain"].tolist() == ["<default domain>"]
+    assert frame[frame["range"] == "startend"]["kernel"].tolist() == [
+        "nvjet_sm90_hsh_64x24_64x16_2x4_h_bz_NNT", "vectorized_elementwise_kernel"]
+
+
+def test_read_report_sniffs_ncu_rep(ncu_rep_dir):
+    frame = read_report(ncu_rep_dir / "fixture_node.ncu-rep", clock_control="base")
+    assert frame.attrs["kind"] == "ncu-rep"
+    assert set(frame["clock_control"]) == {"base"}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "empty file"),
+        (b"NVR\0" + bytes(range(256)) * 20, "holds no results"),
+        (b"garbage that is not a report" * 10, "bad magic"),
+    ],
+)
+def test_bad_ncu_rep_inputs(tmp_path, content, message):
+    path = tmp_path / "bad.ncu-rep"
+    path.write_bytes(content)
+    with pytest.raises(ReportError, match=message) as info:
+        read_ncu_rep(path)
+    assert "\n" not in str(info.value)
+
+
+def test_truncated_ncu_rep_keeps_what_it_can_or_says_so(ncu_rep_dir, tmp_path):
+    data = (ncu_rep_dir / "fixture_node.ncu-rep").read_bytes()
+    for size in (100_000, len(data) // 2):
+        path = tmp_path / f"cut{size}.ncu-rep"
+        path.write_bytes(data[:size])
+        try:
+            frame = read_ncu_rep(path)
+        except ReportError as exc:
+            assert "no results" in str(exc) or "no profiled kernels" in str(exc)
+        else:
+            assert 0 < len(frame) < 27
+            assert frame["duration_ns"].notna().all()
