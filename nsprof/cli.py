@@ -87,6 +87,8 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
     frames = []
     for path in files:
         frame = read_report(path, domain=domain)
+        for warning in frame.attrs.get("warnings", []):
+            click.echo(f"nsprof: warning: {path}: {warning}", err=True)
         frame.insert(0, "file", str(path))
         frames.append(frame)
     tidy = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]

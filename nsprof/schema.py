@@ -31,6 +31,7 @@ COLUMN_DTYPES: dict[str, str] = {
     "device": "Int64",
     "stream": "Int64",
     "nvtx_path": "string",  # every open range: "domain@outer/inner;domain2@..."
+    "error": "string",  # a failed config is a row too: duration <NA>, the reason here
 }
 COLUMNS: list[str] = list(COLUMN_DTYPES)
 

@@ -1,0 +1,131 @@
+"""The command line, driven through real child processes (exit codes and stderr as users see them)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES
+
+RAW = FIXTURES / "fixture_node_raw.csv"
+
+
+def nsprof(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "nsprof", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_help_for_every_command():
+    from nsprof.cli import cli
+
+    top = nsprof("--help")
+    assert top.returncode == 0 and "analyze" in top.stdout
+    for name in cli.commands:
+        result = nsprof(name, "--help")
+        assert result.returncode == 0, name
+        assert "Usage:" in result.stdout and len(result.stdout.splitlines()) > 4
+
+
+def test_analyze_prints_summary_per_config():
+    result = nsprof("analyze", RAW)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    cfg0 = next(line for line in lines if line.startswith("ncu") and "cfg0.direct" in line)
+    # independent: median of cfg0.direct.r* durations in the raw CSV (in µs, 3 decimals)
+    with open(RAW, newline="") as handle:
+        rows = list(csv.DictReader(handle))[1:]
+    values = sorted(float(r["gpu__time_duration.sum"]) for r in rows
+                    if "cfg0.direct.r" in r["thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"])
+    assert len(values) == 3
+    assert f"{values[1]:.3f}" in cfg0.split()
+    assert "clock control not recorded" in result.stdout
+
+
+def test_analyze_json_rows():
+    result = nsprof("analyze", RAW, "--json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert len(rows) == 27
+    assert rows[0]["range"] == "cfg0.direct.r0" and rows[0]["config_id"] == 0
+    assert rows[0]["duration_ns"] == pytest.approx(5664.0)
+    assert rows[-1]["config_id"] is None and rows[-1]["range"] == "startend"
+    from nsprof.schema import COLUMNS
+
+    assert list(rows[0]) == ["file", *COLUMNS]
+
+
+def test_analyze_csv_export(tmp_path):
+    out = tmp_path / "rows.csv"
+    result = nsprof("analyze", RAW, "--csv", out)
+    assert result.returncode == 0, result.stderr
+    with open(out, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 27 and float(rows[0]["cycles"]) == 7785.0
+
+
+def test_compare_two_reports(tmp_path):
+    result = nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_node_details.csv")
+    assert result.returncode == 0, result.stderr
+    cfg0 = next(line for line in result.stdout.splitlines() if line.startswith("cfg0.direct"))
+    # independent: medians of cfg0.direct durations in each file, by the csv module
+    pp = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+    with open(RAW, newline="") as handle:
+        raw = sorted(float(r["gpu__time_duration.sum"]) for r in list(csv.DictReader(handle))[1:]
+                     if "cfg0.direct.r" in r[pp])
+    with open(FIXTURES / "fixture_node_details.csv", newline="") as handle:
+        det = sorted(float(r["Metric Value"]) for r in csv.DictReader(handle)
+                     if "cfg0.direct.r" in r[pp] and r["Metric Name"] == "gpu__time_duration.sum")
+    assert cfg0.split()[2:5] == [f"{raw[1]:.3f}", f"{det[1]:.3f}", f"{det[1] / raw[1]:.3f}"]
+
+
+def test_compare_needs_two_files():
+    result = nsprof("analyze", "--compare", RAW)
+    assert result.returncode == 2
+    assert "exactly two" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: None, "no such file"),
+        (lambda p: p.write_bytes(b""), "empty file"),
+        (lambda p: p.write_text("name,value\nx,1\n"), "not a report nsprof reads"),
+        (lambda p: p.write_bytes(b"SQLite format 3\0" + b"\0" * 100), ""),
+        (lambda p: p.mkdir(), "is a folder"),
+    ],
+)
+def test_bad_inputs_give_one_line_and_exit_2(tmp_path, make, message):
+    path = tmp_path / "input.dat"
+    make(path)
+    result = nsprof("analyze", path)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    err = result.stderr.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("nsprof: error:"), err
+    assert "Traceback" not in result.stderr
+    assert message in err
+
+
+def test_parquet_without_pyarrow_is_a_clear_error(tmp_path):
+    pytest.importorskip("pandas")
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        result = nsprof("analyze", RAW, "--parquet", tmp_path / "x.parquet")
+        assert result.returncode == 2 and "pyarrow" in result.stderr
+    else:
+        result = nsprof("analyze", RAW, "--parquet", tmp_path / "x.parquet")
+        assert result.returncode == 0 and (tmp_path / "x.parquet").stat().st_size > 0
+
+
+def test_import_is_light():
+    code = ("import sys, nsprof, nsprof.cli, nsprof.schema, nsprof.drivers.tools; "
+            "heavy = [m for m in ('torch', 'tilelang', 'cupti', 'subprocess', 'pandas', 'ncu_report', 'triton') "
+            "if m in sys.modules]; print(','.join(heavy))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""
