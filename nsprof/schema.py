@@ -68,9 +68,12 @@ def make_frame(rows: list[dict] | dict[str, list]):
     import pandas as pd
 
     frame = pd.DataFrame(rows)
-    for column in COLUMNS:
+    for column, dtype in COLUMN_DTYPES.items():
         if column not in frame.columns:
-            frame[column] = pd.NA
+            empty = float("nan") if dtype == "float64" else pd.NA
+            frame[column] = pd.Series([empty] * len(frame), index=frame.index, dtype=dtype)
+        elif dtype == "float64" and frame[column].dtype == object:
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
     frame = frame[COLUMNS]
     if len(frame):
         parsed = frame["range"].map(lambda n: parse_range_name(n if isinstance(n, str) else None))

@@ -1,0 +1,21 @@
+"""No profiler: the worker runs bare. For dry runs and for testing the session logic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nsprof.drivers.base import ProfileSettings, worker_command
+
+
+class PlainDriver:
+    name = "none"
+    suffix = ""
+
+    def build_command(self, settings: ProfileSettings, job_file: Path, report_base: Path) -> list[str]:
+        return worker_command(settings, job_file)
+
+    def finish(self, report_base: Path, log: Path) -> Path | None:
+        return None
+
+    def read(self, report: Path, settings: ProfileSettings):
+        raise NotImplementedError("the plain driver writes no report")

@@ -1,0 +1,216 @@
+"""One profiling session: all configs in one profiled worker process, restarted after faults.
+
+The parent writes a job file, starts the profiler (which starts the worker), and follows
+the worker's status file: it counts progress, kills a config that runs past its timeout,
+and when the worker dies (illegal address, abort, out of memory, timeout) records that
+config as failed with the reason and starts a new worker at the next config. Each worker
+run writes its own report part; every part is read, so nothing measured is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nsprof.drivers.base import ProfileSettings
+from nsprof.errors import NsprofError, ToolFailed
+from nsprof.worker import START_MARKER, Job
+
+POLL_S = 0.1
+GRACE_S = 60.0  # after killing a worker, how long the profiler gets to write its report
+
+# Log lines that name why a worker died, most specific first.
+_REASON_MARKERS = ("ERR_NVGPUCTRPERM", "illegal memory access", "an illegal", "out of memory",
+                   "CUDA error", "Error", "error", "Killed", "Aborted", "Segmentation fault")
+
+
+@dataclass
+class RunStatus:
+    """What one worker run's status file says."""
+
+    pid: int | None = None
+    started: list[int] = field(default_factory=list)
+    done: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+    ended: bool = False
+
+    @property
+    def current(self) -> int | None:
+        if self.started and self.started[-1] not in self.done and self.started[-1] not in self.failed:
+            return self.started[-1]
+        return None
+
+
+def parse_status(text: str) -> RunStatus:
+    status = RunStatus()
+    for line in text.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "pid" and rest.strip().isdigit():
+            status.pid = int(rest)
+        elif word == "start":
+            status.started.append(int(rest))
+        elif word == "done":
+            status.done.append(int(rest))
+        elif word == "fail":
+            cfg, _, reason = rest.partition(" ")
+            try:
+                status.failed[int(cfg)] = json.loads(reason)
+            except json.JSONDecodeError:
+                status.failed[int(cfg)] = reason
+        elif word == "end":
+            status.ended = True
+    return status
+
+
+PERMISSION_FIX = ("profiling counters are not permitted for this user (ERR_NVGPUCTRPERM): run as root, "
+                  "or load the driver with NVreg_RestrictProfilingToAdminUsers=0 "
+                  "(https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
+
+
+def failure_reason(log: Path, returncode: int | None) -> str:
+    """One line saying why a worker died, from its log after the last config-start marker."""
+    lines = []
+    if log.exists():
+        text = log.read_text(errors="replace")
+        text = text[text.rfind(START_MARKER) + 1:] if START_MARKER in text else text
+        lines = [ln.strip() for ln in text.splitlines()[1:] if ln.strip()]
+    if any("ERR_NVGPUCTRPERM" in line for line in lines):
+        return PERMISSION_FIX
+    for marker in _REASON_MARKERS:
+        for line in reversed(lines[-200:]):
+            if marker in line and not line.startswith("==PROF=="):
+                return line[:300]
+    if returncode is not None and returncode < 0:
+        return f"worker killed by signal {signal.Signals(-returncode).name}"
+    return f"worker exited with status {returncode}" + (f": {lines[-1][:200]}" if lines else "")
+
+
+def make_driver(settings: ProfileSettings):
+    if settings.backend == "ncu":
+        from nsprof.drivers.ncu import NcuDriver
+        from nsprof.drivers.tools import find_ncu
+
+        return NcuDriver(find_ncu().path)
+    if settings.backend == "nsys":
+        from nsprof.drivers.nsys import NsysDriver
+        from nsprof.drivers.tools import find_nsys
+
+        return NsysDriver(find_nsys().path)
+    from nsprof.drivers.none import PlainDriver
+
+    return PlainDriver()
+
+
+@dataclass
+class SessionResult:
+    frame: object  # the tidy DataFrame: measurements plus one row per failed config
+    reports: list[Path]
+    failures: dict[int, str]
+    work_dir: Path
+    wall_s: float
+
+
+def _kill(pid: int | None) -> None:
+    if pid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def run_session(target: str, n_configs: int, settings: ProfileSettings,
+                config_ids: list[int] | None = None,
+                on_progress: Callable[[str, int, str], None] | None = None) -> SessionResult:
+    """Measure `config_ids` (default: all) of `target` under settings.backend."""
+    import subprocess
+
+    import pandas as pd
+
+    from nsprof.schema import make_frame
+
+    driver = make_driver(settings)
+    work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-"))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    remaining = list(config_ids if config_ids is not None else range(n_configs))
+    reports: list[Path] = []
+    failures: dict[int, str] = {}
+    frames = []
+    started_at = time.monotonic()
+    notify = on_progress or (lambda event, cfg, detail: None)
+    for part in range(settings.max_restarts + 1):
+        if not remaining:
+            break
+        base = work_dir / f"part{part}"
+        status_file = base.with_suffix(".status")
+        status_file.write_text("")
+        log = base.with_suffix(".log")
+        job = Job(target=target, config_ids=remaining, status=str(status_file),
+                  modes=list(settings.modes), reps=settings.reps, warmup=settings.warmup)
+        job_file = job.write(base.with_suffix(".job.json"))
+        command = driver.build_command(settings, job_file, base)
+        with open(log, "w") as log_handle:
+            proc = subprocess.Popen(command, stdout=log_handle, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            seen = RunStatus()
+            current_since = time.monotonic()
+            timed_out: int | None = None
+            while True:
+                returncode = proc.poll()
+                status = parse_status(status_file.read_text(errors="replace"))
+                for cfg in status.done[len(seen.done):]:
+                    notify("done", cfg, "")
+                for cfg in status.failed:
+                    if cfg not in seen.failed:
+                        notify("fail", cfg, status.failed[cfg])
+                if status.current != seen.current:
+                    current_since = time.monotonic()
+                seen = status
+                if returncode is not None:
+                    break
+                if status.current is not None and time.monotonic() - current_since > settings.timeout_s:
+                    timed_out = status.current
+                    _kill(status.pid)  # the worker only: the profiler stays to write its report
+                    try:
+                        proc.wait(timeout=GRACE_S)
+                    except subprocess.TimeoutExpired:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        proc.wait()
+                    continue
+                time.sleep(POLL_S)
+        status = parse_status(status_file.read_text(errors="replace"))
+        failures.update(status.failed)
+        crashed = status.current
+        if crashed is not None:
+            reason = (f"timeout: still running after {settings.timeout_s:g} s" if crashed == timed_out
+                      else failure_reason(log, returncode))
+            failures[crashed] = reason
+            notify("fail", crashed, reason)
+        report = None
+        try:
+            report = driver.finish(base, log)
+        except NsprofError:
+            if status.done:
+                raise
+        if report is not None:
+            reports.append(report)
+            measured = driver.read(report, settings)
+            frames.append(measured[measured["config_id"].isin(status.done)])
+        elif status.done and settings.backend != "none":
+            raise ToolFailed(f"{settings.backend} wrote no report: {failure_reason(log, returncode)} (log: {log})")
+        progressed = set(status.done) | set(status.failed) | ({crashed} if crashed is not None else set())
+        if not progressed:
+            raise ToolFailed(f"the profiled worker measured nothing: {failure_reason(log, returncode)} (log: {log})")
+        remaining = [c for c in remaining if c not in progressed]
+    failure_rows = [{"source": settings.backend, "config_id": cfg, "error": reason, **settings.labels}
+                    for cfg, reason in sorted(failures.items())]
+    if failure_rows:
+        frames.append(make_frame(failure_rows))
+    frame = pd.concat(frames, ignore_index=True) if frames else make_frame([])
+    return SessionResult(frame=frame, reports=reports, failures=failures, work_dir=work_dir,
+                         wall_s=time.monotonic() - started_at)

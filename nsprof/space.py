@@ -1,0 +1,107 @@
+"""Config spaces and targets: what nsprof measures.
+
+A target is named `path/to/file.py:attr` (or `package.module:attr`). The attribute is a
+`Space`, or a function with no arguments returning one. A Space lists candidate configs
+and knows how to turn one config into a zero-argument launch callable; the callable makes
+no allocations of its own (inputs are made in `build`, with random data, never zeros).
+
+    space = nsprof.Space(
+        name="seed_gemm",
+        configs=[{"block_N": 32, "block_K": 128}, ...],
+        build=lambda cfg: make_launch(cfg),       # -> callable launching the kernel(s)
+        compile=lambda cfg: compile_kernel(cfg),  # optional; run in parallel before measuring
+    )
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nsprof.errors import NsprofError
+
+
+class TargetError(NsprofError):
+    """The target could not be found, loaded or built."""
+
+
+@dataclass
+class Space:
+    configs: list[dict[str, Any]]
+    build: Callable[[dict[str, Any]], Callable[[], Any]]
+    name: str = "space"
+    compile: Callable[[dict[str, Any]], Any] | None = None
+    # "cuda": launches are asynchronous on the current CUDA stream (torch); "cpu": plain
+    # Python calls (used by nsprof's own tests of the worker's fault handling).
+    device: str = "cuda"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.configs:
+            raise TargetError(f"space {self.name!r} has no configs")
+        if self.device not in ("cuda", "cpu"):
+            raise TargetError(f"space {self.name!r}: device must be 'cuda' or 'cpu'")
+
+    def label(self, config_id: int) -> str:
+        """A short readable name for one config: k=v pairs."""
+        config = self.configs[config_id]
+        return ",".join(f"{k}={v}" for k, v in config.items()) if isinstance(config, dict) else str(config)
+
+
+def split_target(spec: str) -> tuple[str, str]:
+    where, sep, attr = spec.rpartition(":")
+    if not sep or not where or not attr:
+        raise TargetError(f"target {spec!r} must look like path/to/file.py:space or module:space")
+    return where, attr
+
+
+def load_target(spec: str) -> Space:
+    """Import the target's module and return its Space."""
+    where, attr = split_target(spec)
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        path = Path(where)
+        if not path.is_file():
+            raise TargetError(f"target file {where} does not exist")
+        module_name = "nsprof_target_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+        spec_obj = importlib.util.spec_from_file_location(module_name, path)
+        if spec_obj is None or spec_obj.loader is None:
+            raise TargetError(f"cannot import {where}")
+        module = importlib.util.module_from_spec(spec_obj)
+        sys.modules[module_name] = module
+        sys.path.insert(0, str(path.resolve().parent))
+        try:
+            spec_obj.loader.exec_module(module)
+        except Exception as exc:
+            raise TargetError(f"importing {where} failed: {type(exc).__name__}: {exc}") from exc
+    else:
+        try:
+            module = importlib.import_module(where)
+        except Exception as exc:
+            raise TargetError(f"importing {where} failed: {type(exc).__name__}: {exc}") from exc
+    if not hasattr(module, attr):
+        raise TargetError(f"{where} has no attribute {attr!r}")
+    obj = getattr(module, attr)
+    if callable(obj) and not isinstance(obj, Space):
+        obj = obj()
+    if not isinstance(obj, Space):
+        raise TargetError(f"{spec} is a {type(obj).__name__}, not an nsprof.Space")
+    return obj
+
+
+def target_fingerprint(spec: str) -> str:
+    """Hash of the target's source file (for result stores); module targets hash their name."""
+    where, attr = split_target(spec)
+    path = Path(where)
+    data = path.read_bytes() if path.is_file() else where.encode()
+    return hashlib.sha256(data + b"\0" + attr.encode()).hexdigest()[:16]
+
+
+def configs_json(space: Space) -> str:
+    return json.dumps(space.configs, default=str)

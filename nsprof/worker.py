@@ -1,0 +1,157 @@
+"""The program the profilers launch: `python -m nsprof.worker JOB.json`.
+
+It loads the target, builds every config before measuring anything, warms each config up
+outside all NVTX ranges (ncu does not replay kernels there), then, per config × mode ×
+rep, opens an NVTX range `cfg<id>.<mode>.r<rep>` in the "nsprof" domain (nested in an
+outer range "nsprof") around the launch and a synchronize. Mode "direct" is the plain
+call; mode "graph" replays a CUDA graph captured once from that call after warm-up.
+
+Progress goes to the job's status file, one flushed line per event, so the parent can
+draw a progress bar, enforce per-config timeouts and restart after a crash:
+    pid <pid> | fail <cfg> <json reason> | start <cfg> | done <cfg> | end
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from nsprof.schema import NSPROF_DOMAIN, range_name
+
+EXIT_CONTEXT_LOST = 3
+START_MARKER = "==NSPROF== start config"  # in the log, so a crash's reason is read after it
+
+
+@dataclass
+class Job:
+    target: str
+    config_ids: list[int]
+    status: str
+    modes: list[str] = field(default_factory=lambda: ["direct", "graph"])
+    reps: int = 5
+    warmup: int = 3
+
+    def write(self, path: Path) -> Path:
+        path.write_text(json.dumps(asdict(self), indent=1))
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> Job:
+        return cls(**json.loads(Path(path).read_text()))
+
+
+class Status:
+    def __init__(self, path: str) -> None:
+        self._handle = open(path, "a", buffering=1, encoding="utf-8")
+
+    def write(self, *parts) -> None:
+        self._handle.write(" ".join(str(p) for p in parts) + "\n")
+        self._handle.flush()
+
+
+class Device:
+    """What the worker needs from the device: synchronize, capture a graph, range marks."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        import nvtx
+
+        self._nvtx = nvtx
+        if kind == "cuda":
+            import torch
+
+            self._torch = torch
+
+    def push(self, name: str) -> None:
+        self._nvtx.push_range(name, domain=NSPROF_DOMAIN)
+
+    def pop(self) -> None:
+        self._nvtx.pop_range(domain=NSPROF_DOMAIN)
+
+    def sync(self) -> None:
+        if self.kind == "cuda":
+            self._torch.cuda.synchronize()
+
+    def capture(self, launch):
+        if self.kind != "cuda":
+            raise RuntimeError("graph mode needs a CUDA device")
+        torch = self._torch
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            launch()
+        graph.replay()
+        torch.cuda.synchronize()
+        return graph.replay
+
+    def healthy(self) -> bool:
+        try:
+            self.sync()
+        except Exception:  # the CUDA context is gone (illegal address, ...): report, don't raise
+            return False
+        return True
+
+
+def _reason(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return " ".join(text.split())[:400]
+
+
+def run(job: Job) -> int:
+    from nsprof.space import load_target
+
+    status = Status(job.status)
+    status.write("pid", os.getpid())
+    space = load_target(job.target)
+    device = Device(space.device)
+    launches = {}
+    for config_id in job.config_ids:
+        try:
+            launches[config_id] = space.build(space.configs[config_id])
+        except Exception as exc:
+            status.write("fail", config_id, json.dumps("build failed: " + _reason(exc)))
+            if not device.healthy():
+                return EXIT_CONTEXT_LOST
+    device.push(NSPROF_DOMAIN)
+    for config_id, launch in launches.items():
+        status.write("start", config_id)
+        print(START_MARKER, config_id, file=sys.stderr, flush=True)
+        try:
+            for _ in range(job.warmup):
+                launch()
+            device.sync()
+            replay = device.capture(launch) if "graph" in job.modes else None
+            for mode in job.modes:
+                call = launch if mode == "direct" else replay
+                for rep in range(job.reps):
+                    device.push(range_name(config_id, mode, rep))
+                    try:
+                        call()
+                        device.sync()
+                    finally:
+                        device.pop()
+        except Exception as exc:
+            status.write("fail", config_id, json.dumps(_reason(exc)))
+            traceback.print_exc()
+            if not device.healthy():
+                return EXIT_CONTEXT_LOST
+            continue
+        status.write("done", config_id)
+    device.pop()
+    status.write("end")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m nsprof.worker JOB.json", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(run(Job.read(Path(argv[0]))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""A CPU-only config space whose configs fail in every way a worker can fail.
+
+Used through real child processes to test nsprof's session logic (restart, timeout,
+failures recorded with reasons, nothing else lost) on machines without a GPU.
+"""
+
+import os
+import sys
+import time
+
+import nsprof.space
+
+
+def build(config):
+    kind = config["kind"]
+    if kind == "build_error":
+        raise ValueError("no such tile size")
+
+    def launch():
+        if kind == "crash":
+            sys.stderr.write("CUDA error: an illegal memory access was encountered (simulated)\n")
+            sys.stderr.flush()
+            os._exit(1)
+        if kind == "abort":
+            os.abort()
+        if kind == "hang":
+            time.sleep(3600)
+        if kind == "raise":
+            raise RuntimeError("shape mismatch (simulated)")
+
+    return launch
+
+
+space = nsprof.space.Space(
+    name="faulty",
+    configs=[{"kind": k} for k in ["ok", "crash", "ok", "hang", "ok", "raise", "build_error", "abort", "ok"]],
+    build=build,
+    device="cpu",
+)

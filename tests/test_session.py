@@ -1,0 +1,67 @@
+"""The session's fault handling, through real worker processes (no profiler, no GPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nsprof.drivers.base import ProfileSettings
+from nsprof.errors import NsprofError, ToolFailed
+from nsprof.session import parse_status, run_session
+from nsprof.worker import Job
+
+from conftest import FIXTURES
+
+TARGET = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":space"
+
+
+def test_faults_are_recorded_and_every_other_config_runs(tmp_path):
+    events = []
+    settings = ProfileSettings(backend="none", modes=("direct",), reps=2, warmup=1, timeout_s=3,
+                               work_dir=tmp_path)
+    result = run_session(TARGET, 9, settings, on_progress=lambda e, c, d: events.append((e, c)))
+    assert set(result.failures) == {1, 3, 5, 6, 7}
+    assert "illegal memory access" in result.failures[1]
+    assert result.failures[3].startswith("timeout")
+    assert "shape mismatch" in result.failures[5]
+    assert result.failures[6].startswith("build failed") and "no such tile size" in result.failures[6]
+    assert "SIGABRT" in result.failures[7]
+    done = sorted(c for e, c in events if e == "done")
+    assert done == [0, 2, 4, 8]
+    # three restarts: after the crash (1), the timeout (3) and the abort (7)
+    parts = sorted(p.name for p in tmp_path.glob("part*.status"))
+    assert len(parts) == 4
+    # failures are rows of the table, with their reason
+    failed_rows = result.frame[result.frame["error"].notna()]
+    assert sorted(failed_rows["config_id"].tolist()) == [1, 3, 5, 6, 7]
+    assert failed_rows["duration_ns"].isna().all()
+
+
+def test_a_worker_that_cannot_load_its_target_is_one_error(tmp_path):
+    settings = ProfileSettings(backend="none", modes=("direct",), work_dir=tmp_path, timeout_s=5)
+    with pytest.raises(ToolFailed, match="measured nothing"):
+        run_session(str(tmp_path / "missing.py") + ":space", 1, settings)
+
+
+def test_status_parsing():
+    status = parse_status('pid 12\nfail 4 "build failed: x"\nstart 0\ndone 0\nstart 1\n')
+    assert status.pid == 12 and status.done == [0] and status.failed == {4: "build failed: x"}
+    assert status.current == 1
+
+
+def test_job_round_trip(tmp_path):
+    job = Job(target="t.py:space", config_ids=[3, 5], status="s", modes=["graph"], reps=2)
+    path = job.write(tmp_path / "job.json")
+    assert Job.read(path) == job
+    assert json.loads(path.read_text())["config_ids"] == [3, 5]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"backend": "perf"}, {"reps": 0}, {"modes": ()}, {"modes": ("fast",)}, {"clock_control": "boost"},
+     {"timeout_s": 0}],
+)
+def test_settings_are_validated(kwargs):
+    with pytest.raises(NsprofError):
+        ProfileSettings(**kwargs)
