@@ -112,6 +112,119 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
         click.echo("")
 
 
+def _mode_tuple(mode: str) -> tuple[str, ...]:
+    return ("direct", "graph") if mode == "both" else (mode,)
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--backend", type=click.Choice(["ncu", "nsys"]), default="ncu", show_default=True,
+              help="Ground-truth tool.")
+@click.option("--mode", type=click.Choice(["direct", "graph", "both"]), default="both", show_default=True,
+              help="Plain launches, replays of a captured CUDA graph, or both.")
+@click.option("--reps", type=click.IntRange(1), default=5, show_default=True, help="Measurements per config and mode.")
+@click.option("--warmup", type=click.IntRange(0), default=3, show_default=True, help="Unmeasured calls per config first.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True,
+              help="Seconds one config may run before it is killed and recorded as failed.")
+@click.option("--clock-control", type=click.Choice(["base", "none"]), default="base", show_default=True,
+              help="ncu: lock clocks to base (default) or leave them free.")
+@click.option("--cache-control", type=click.Choice(["all", "none"]), default="all", show_default=True,
+              help="ncu: flush caches before each replay (all) or not.")
+@click.option("--graph-profiling", type=click.Choice(["node", "graph"]), default="node", show_default=True,
+              help="ncu: profile graph kernel nodes one by one, or whole graphs (not per-kernel!).")
+@click.option("--configs", "config_list", default=None, help="Only these config ids, e.g. 0,3,5.")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Keep reports and logs here (default: a temporary folder, named at the end).")
+@click.option("--json", "as_json", is_flag=True, help="Print the tidy rows as a JSON array.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the tidy rows to a CSV file.")
+def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache_control, graph_profiling,
+            config_list, work_dir, as_json, csv_path) -> None:
+    """Measure every config of TARGET (file.py:space) under ncu or nsys.
+
+    All configs run in one profiled child process, each inside its own NVTX ranges; a
+    config that crashes or hangs is recorded as failed and the rest are still measured.
+    Prints per config and mode the median, min and spread over reps of the summed kernel
+    durations, with cycles and clock.
+    """
+    from nsprof.analysis import render_table
+    from nsprof.drivers.base import ProfileSettings
+    from nsprof.profile import config_summary
+    from nsprof.profile import profile as run_profile
+
+    if backend == "ncu" and clock_control == "none":
+        click.echo("nsprof: warning: --clock-control none: on the H200 µs kernels measured 35-80x too long "
+                   "this way (DESIGN.md); rows are labelled clock_control=none", err=True)
+    if backend == "ncu" and graph_profiling == "graph":
+        click.echo("nsprof: warning: --graph-profiling graph gives whole-graph workloads, not kernel "
+                   "durations", err=True)
+    ids = None
+    if config_list:
+        try:
+            ids = [int(x) for x in config_list.split(",") if x.strip()]
+        except ValueError:
+            raise click.BadParameter("--configs takes integers separated by commas") from None
+    settings = ProfileSettings(backend=backend, modes=_mode_tuple(mode), reps=reps, warmup=warmup,
+                               timeout_s=timeout_s, clock_control=clock_control, cache_control=cache_control,
+                               graph_profiling=graph_profiling, work_dir=work_dir)
+    from nsprof.session import make_driver
+    from nsprof.space import load_target
+
+    make_driver(settings)  # a missing tool is one line before any work starts
+    n = len(ids) if ids is not None else len(load_target(target).configs)
+    failures = []
+    with click.progressbar(length=n, label=f"{backend}", file=sys.stderr, show_pos=True,
+                           show_eta=True) as bar:
+        def progress(event, config_id, detail):
+            bar.update(1)
+            if event == "fail":
+                failures.append((config_id, detail))
+
+        frame = run_profile(target, settings, config_ids=ids, on_progress=progress)
+    for config_id, detail in failures:
+        click.echo(f"nsprof: config {config_id} failed: {detail}", err=True)
+    _write_exports(frame, csv_path, None)
+    if as_json:
+        click.echo(frame.to_json(orient="records", force_ascii=False))
+        return
+    summary = config_summary(frame, frame.attrs["configs"])
+    headers = ["id", "config", "mode", "median µs", "min µs", "spread %", "reps", "kernels", "cycles",
+               "clock GHz", "error"]
+    rows = []
+    for r in summary.itertuples():
+        ok = r.error is None or r.error != r.error
+        rows.append([str(r.config_id), r.config[:40], r.mode or "-",
+                     f"{r.median_ns / 1e3:.3f}" if ok else "-", f"{r.min_ns / 1e3:.3f}" if ok else "-",
+                     f"{r.spread * 100:.1f}" if ok else "-", str(r.reps), str(r.kernels),
+                     f"{r.median_cycles:,.0f}" if ok and r.median_cycles == r.median_cycles else "-",
+                     f"{r.median_clock_hz / 1e9:.3f}" if ok and r.median_clock_hz == r.median_clock_hz else "-",
+                     "" if ok else str(r.error)[:60]])
+    labels = settings.labels
+    click.echo(f"{target}: {backend}, clock control {labels['clock_control']}, cache control "
+               f"{labels['cache_control']}, {frame.attrs['wall_s']:.1f} s wall; reports in {frame.attrs['work_dir']}")
+    click.echo(render_table(headers, rows, right={0, 3, 4, 5, 6, 7, 8, 9}))
+    measured = summary[summary["error"].isna()]
+    if len(measured):
+        best = measured.loc[measured["median_ns"].idxmin()]
+        click.echo(f"best: config {best.config_id} ({best.config}) {best['mode']} "
+                   f"{best.median_ns / 1e3:.3f} µs median")
+
+
+@cli.command()
+@click.option("--no-run", is_flag=True, help="Only look for the GPU and tools; run no kernel.")
+def doctor(no_run) -> None:
+    """Check the GPU, ncu, nsys and counter permissions, and run a tiny kernel under each tool.
+
+    Exit status 0 when at least one ground-truth tool works here, 1 when none does.
+    """
+    from nsprof.doctor import run_doctor
+
+    checks, available = run_doctor(run_kernels=not no_run)
+    for check in checks:
+        mark = "ok  " if check.ok else "FAIL"
+        click.echo(f"[{mark}] {check.name:<9} {check.detail}")
+    sys.exit(0 if available else 1)
+
+
 def main() -> None:
     try:
         cli.main(prog_name="nsprof", standalone_mode=False)

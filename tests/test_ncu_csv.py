@@ -6,12 +6,11 @@ import csv
 import re
 
 import pytest
+from conftest import FIXTURES
 
 from nsprof.errors import ReportError
 from nsprof.reports.ncu_csv import detect_decimal_mark, read_ncu_csv
 from nsprof.reports.nvtx_cells import parse_csv_cells
-
-from conftest import FIXTURES
 
 RAW = FIXTURES / "fixture_node_raw.csv"
 DETAILS = FIXTURES / "fixture_node_details.csv"

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from conftest import FIXTURES
 
 from nsprof.errors import ReportError
 from nsprof.reports import read_report
 from nsprof.reports.ncu_csv import read_ncu_csv
 from nsprof.reports.ncu_rep import read_ncu_rep
-
-from conftest import FIXTURES
 
 ncu_report = pytest.importorskip("ncu_report")
 

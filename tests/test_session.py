@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import FIXTURES
 
 from nsprof.drivers.base import ProfileSettings
 from nsprof.errors import NsprofError, ToolFailed
 from nsprof.session import parse_status, run_session
 from nsprof.worker import Job
-
-from conftest import FIXTURES
 
 TARGET = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":space"
 

@@ -255,7 +255,7 @@ def _details(body: str, columns: list[str], path: Path, domain, decimal):
         if metric is None:
             continue
         rows = data[data["Metric Name"] == metric].drop_duplicates("ID")
-        scale = rows["Metric Unit"].map(lambda u: _scale(kind, u, path))
+        scale = rows["Metric Unit"].map(lambda u, kind=kind: _scale(kind, u, path))
         values = (to_numbers(rows["Metric Value"], mark) * scale.astype("float64")).tolist()
         by_id = dict(zip(pd.to_numeric(rows["ID"]).tolist(), values))
         out[key] = [by_id.get(i) for i in out["launch_id"].tolist()]

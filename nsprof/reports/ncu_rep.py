@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from nsprof.errors import ReportError
-from nsprof.reports.nvtx_cells import NvtxState
 from nsprof.reports.ncu_csv import CLOCK_METRICS, CYCLES_METRICS, DURATION_METRICS
+from nsprof.reports.nvtx_cells import NvtxState
 from nsprof.schema import make_frame
 
 NCU_REP_MAGIC = b"NVR\0"

@@ -1,0 +1,112 @@
+"""`nsprof profile`: every config of a target under ncu or nsys, as one tidy table.
+
+    frame = nsprof.profile("examples/gemm_tilelang.py:space", ProfileSettings(backend="nsys"))
+    nsprof.profile.config_summary(frame)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from nsprof.drivers.base import ProfileSettings
+from nsprof.session import run_session
+
+
+def precompile(space, jobs: int | None = None) -> dict[int, str]:
+    """Run the space's compile step for every config in parallel; {config_id: error} for failures."""
+    if space.compile is None:
+        return {}
+    jobs = jobs or min(8, os.cpu_count() or 1)
+
+    def one(config_id: int):
+        try:
+            space.compile(space.configs[config_id])
+        except Exception as exc:  # a config that does not compile is a result, not a crash
+            return config_id, f"compile failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        return config_id, None
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(one, range(len(space.configs))))
+    return {cfg: err for cfg, err in results if err}
+
+
+def profile(target: str, settings: ProfileSettings | None = None, *, config_ids: list[int] | None = None,
+            on_progress: Callable[[str, int, str], None] | None = None, jobs: int | None = None):
+    """Measure every config (or `config_ids`) of `target`; returns the tidy DataFrame.
+
+    Rows: one per kernel execution inside nsprof's ranges, plus one per failed config
+    (duration NaN, `error` set). attrs: target, backend, configs, reports, wall_s, failures.
+    """
+    import pandas as pd
+
+    from nsprof.schema import make_frame
+    from nsprof.space import load_target
+
+    settings = settings or ProfileSettings()
+    space = load_target(target)
+    wanted = list(range(len(space.configs))) if config_ids is None else list(config_ids)
+    compile_failures = {c: e for c, e in precompile(space, jobs).items() if c in wanted}
+    for cfg, reason in compile_failures.items():
+        if on_progress:
+            on_progress("fail", cfg, reason)
+    to_run = [c for c in wanted if c not in compile_failures]
+    frames = []
+    result = None
+    if to_run:
+        result = run_session(target, len(space.configs), settings, config_ids=to_run, on_progress=on_progress)
+        frames.append(result.frame)
+    if compile_failures:
+        frames.append(make_frame([{"source": settings.backend, "config_id": c, "error": e, **settings.labels}
+                                  for c, e in sorted(compile_failures.items())]))
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    frame.attrs.update({
+        "target": target,
+        "backend": settings.backend,
+        "configs": space.configs,
+        "reports": [str(p) for p in (result.reports if result else [])],
+        "work_dir": str(result.work_dir) if result else None,
+        "wall_s": result.wall_s if result else 0.0,
+        "failures": {**(result.failures if result else {}), **compile_failures},
+    })
+    return frame
+
+
+def config_summary(frame, configs: list | None = None):
+    """One row per config × mode: per-rep durations summed over the rep's kernels, then
+    median, min, max, spread ((max-min)/median), reps, kernels per rep, cycles, clock."""
+    import pandas as pd
+
+    measured = frame[frame["error"].isna() & frame["config_id"].notna()]
+    per_rep = measured.groupby(["config_id", "mode", "rep"], sort=True).agg(
+        duration_ns=("duration_ns", "sum"), cycles=("cycles", "sum"), clock_hz=("clock_hz", "median"),
+        kernels=("duration_ns", "size"))
+    rows = []
+    for (config_id, mode), group in per_rep.groupby(level=["config_id", "mode"], sort=True):
+        median = float(group["duration_ns"].median())
+        rows.append({
+            "config_id": int(config_id), "mode": mode, "reps": len(group),
+            "kernels": int(group["kernels"].median()),
+            "median_ns": median, "min_ns": float(group["duration_ns"].min()),
+            "max_ns": float(group["duration_ns"].max()),
+            "spread": float((group["duration_ns"].max() - group["duration_ns"].min()) / median) if median else float("nan"),
+            "median_cycles": float(group["cycles"].median()), "median_clock_hz": float(group["clock_hz"].median()),
+            "error": None,
+        })
+    for rec in frame[frame["error"].notna()].itertuples():
+        rows.append({"config_id": int(rec.config_id), "mode": None, "reps": 0, "kernels": 0,
+                     "median_ns": float("nan"), "min_ns": float("nan"), "max_ns": float("nan"),
+                     "spread": float("nan"), "median_cycles": float("nan"),
+                     "median_clock_hz": float("nan"), "error": rec.error})
+    summary = pd.DataFrame(rows, columns=["config_id", "mode", "reps", "kernels", "median_ns", "min_ns",
+                                          "max_ns", "spread", "median_cycles", "median_clock_hz", "error"])
+    if configs is not None:
+        summary.insert(1, "config", [_label(configs[c]) for c in summary["config_id"]])
+    return summary.sort_values(["config_id", "mode"], na_position="last").reset_index(drop=True)
+
+
+def _label(config) -> str:
+    if isinstance(config, dict):
+        return ",".join(f"{k}={v}" for k, v in config.items())
+    return str(config)
