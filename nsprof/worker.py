@@ -2,8 +2,8 @@
 
 It loads the target, builds every config before measuring anything, warms each config up
 outside all NVTX ranges (ncu does not replay kernels there), then, per config × mode ×
-rep, opens an NVTX range `cfg<id>.<mode>.r<rep>` in the "nsprof" domain (nested in an
-outer range "nsprof") around the launch and a synchronize. Mode "direct" is the plain
+rep, opens an NVTX range `cfg<id>.<mode>.r<rep>` in the "nsprof" domain (nested in a
+range "nsprof", the one ncu's filter names) around the launch and a synchronize. Mode "direct" is the plain
 call; mode "graph" replays a CUDA graph captured once from that call after warm-up.
 
 Progress goes to the job's status file, one flushed line per event, so the parent can
@@ -115,7 +115,6 @@ def run(job: Job) -> int:
             status.write("fail", config_id, json.dumps("build failed: " + _reason(exc)))
             if not device.healthy():
                 return EXIT_CONTEXT_LOST
-    device.push(NSPROF_DOMAIN)
     for config_id, launch in launches.items():
         status.write("start", config_id)
         print(START_MARKER, config_id, file=sys.stderr, flush=True)
@@ -127,11 +126,15 @@ def run(job: Job) -> int:
             for mode in job.modes:
                 call = launch if mode == "direct" else replay
                 for rep in range(job.reps):
+                    # The outer range opens per rep, so warm-up and capture stay outside
+                    # every range and ncu (--nvtx-include nsprof@nsprof/) skips them.
+                    device.push(NSPROF_DOMAIN)
                     device.push(range_name(config_id, mode, rep))
                     try:
                         call()
                         device.sync()
                     finally:
+                        device.pop()
                         device.pop()
         except Exception as exc:
             status.write("fail", config_id, json.dumps(_reason(exc)))
@@ -140,7 +143,6 @@ def run(job: Job) -> int:
                 return EXIT_CONTEXT_LOST
             continue
         status.write("done", config_id)
-    device.pop()
     status.write("end")
     return 0
 
