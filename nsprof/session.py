@@ -126,7 +126,8 @@ def _kill(pid: int | None) -> None:
 
 def run_session(target: str, n_configs: int, settings: ProfileSettings,
                 config_ids: list[int] | None = None,
-                on_progress: Callable[[str, int, str], None] | None = None) -> SessionResult:
+                on_progress: Callable[[str, int, str], None] | None = None,
+                job_extra: dict | None = None) -> SessionResult:
     """Measure `config_ids` (default: all) of `target` under settings.backend."""
     import subprocess
 
@@ -151,7 +152,7 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings,
         status_file.write_text("")
         log = base.with_suffix(".log")
         job = Job(target=target, config_ids=remaining, status=str(status_file),
-                  modes=list(settings.modes), reps=settings.reps, warmup=settings.warmup)
+                  modes=list(settings.modes), reps=settings.reps, warmup=settings.warmup, **(job_extra or {}))
         job_file = job.write(base.with_suffix(".job.json"))
         command = driver.build_command(settings, job_file, base)
         with open(log, "w") as log_handle:

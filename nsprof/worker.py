@@ -34,6 +34,12 @@ class Job:
     modes: list[str] = field(default_factory=lambda: ["direct", "graph"])
     reps: int = 5
     warmup: int = 3
+    # task "ranges": launches inside NVTX ranges for a profiler; task "timers": fast
+    # in-process timers, one JSON line per config × method appended to `results`.
+    task: str = "ranges"
+    timers: list[str] = field(default_factory=list)
+    timer_reps: int = 100
+    results: str = ""
 
     def write(self, path: Path) -> Path:
         path.write_text(json.dumps(asdict(self), indent=1))
@@ -115,6 +121,8 @@ def run(job: Job) -> int:
             status.write("fail", config_id, json.dumps("build failed: " + _reason(exc)))
             if not device.healthy():
                 return EXIT_CONTEXT_LOST
+    if job.task == "timers":
+        return _run_timers(job, launches, device, status)
     for config_id, launch in launches.items():
         status.write("start", config_id)
         print(START_MARKER, config_id, file=sys.stderr, flush=True)
@@ -143,6 +151,37 @@ def run(job: Job) -> int:
                 return EXIT_CONTEXT_LOST
             continue
         status.write("done", config_id)
+    status.write("end")
+    return 0
+
+
+def _run_timers(job: Job, launches: dict, device: Device, status: Status) -> int:
+    from nsprof.timers.specs import run_method
+
+    with open(job.results, "a", encoding="utf-8") as results:
+        for config_id, launch in launches.items():
+            status.write("start", config_id)
+            print(START_MARKER, config_id, file=sys.stderr, flush=True)
+            errors = []
+            for method in job.timers:
+                try:
+                    measured = run_method(method, launch, job.timer_reps)
+                except Exception as exc:
+                    errors.append(f"{method}: {_reason(exc)}")
+                    results.write(json.dumps({"config_id": config_id, "method": method,
+                                              "error": _reason(exc)}) + "\n")
+                    results.flush()
+                    traceback.print_exc()
+                    if not device.healthy():
+                        status.write("fail", config_id, json.dumps("; ".join(errors)))
+                        return EXIT_CONTEXT_LOST
+                    continue
+                results.write(json.dumps({"config_id": config_id, "method": method, **measured}) + "\n")
+                results.flush()
+            if errors and len(errors) == len(job.timers):
+                status.write("fail", config_id, json.dumps("; ".join(errors)))
+            else:
+                status.write("done", config_id)
     status.write("end")
     return 0
 

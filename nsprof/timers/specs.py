@@ -1,0 +1,64 @@
+"""Named fast-timer methods for `nsprof validate`: nsprof's own and the tuners' own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+# name -> (nsprof timer, L2 state)
+OWN = {
+    "event": ("event", "warm"),
+    "event_cold": ("event", "cold"),
+    "cupti": ("cupti", "warm"),
+    "cupti_cold": ("cupti", "cold"),
+    "graph_warm": ("graph", "warm"),
+    "graph_cold": ("graph", "cold"),
+}
+FAMILIES = {"event": ["event", "event_cold"], "cupti": ["cupti", "cupti_cold"],
+            "graph": ["graph_warm", "graph_cold"]}
+EXTERNAL = ("tilelang_event", "tilelang_cupti", "tilelang_cudagraph", "triton_do_bench", "triton_cudagraph")
+
+
+def expand(names: list[str]) -> list[str]:
+    """`event,cupti,graph` -> every variant of each family; exact names pass through."""
+    out: list[str] = []
+    for name in names:
+        for item in FAMILIES.get(name, [name]):
+            if item not in OWN and item not in EXTERNAL:
+                raise ValueError(f"unknown timer {item!r}")
+            if item not in out:
+                out.append(item)
+    return out
+
+
+def available_external() -> list[str]:
+    import importlib.util
+
+    found = []
+    if importlib.util.find_spec("tilelang") is not None:
+        found += ["tilelang_event", "tilelang_cupti", "tilelang_cudagraph"]
+    if importlib.util.find_spec("triton") is not None:
+        found += ["triton_do_bench", "triton_cudagraph"]
+    return found
+
+
+def run_method(name: str, fn: Callable[[], object], reps: int) -> dict:
+    """Measure `fn` with one named method; returns {median_ns, samples_ns?, conditions}."""
+    if name in OWN:
+        from nsprof.timers.base import measure
+
+        timer, l2 = OWN[name]
+        result = measure(fn, timer=timer, reps=reps, l2=l2)
+        return {"median_ns": result.median_ns, "min_ns": result.min_ns, "conditions": result.conditions}
+    if name.startswith("tilelang_"):
+        from tilelang.profiler.bench import do_bench
+
+        backend = name.split("_", 1)[1]
+        ms = do_bench(fn, backend=backend, return_mode="median")
+        return {"median_ns": float(ms) * 1e6, "conditions": {"tool": f"tilelang do_bench backend={backend}"}}
+    import triton.testing
+
+    if name == "triton_do_bench":
+        ms = triton.testing.do_bench(fn, return_mode="median")
+    else:
+        ms = triton.testing.do_bench_cudagraph(fn, return_mode="median")
+    return {"median_ns": float(ms) * 1e6, "conditions": {"tool": f"triton.testing.{name[7:]}"}}
