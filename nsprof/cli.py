@@ -209,6 +209,102 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
                    f"{best.median_ns / 1e3:.3f} µs median")
 
 
+class _StageBars:
+    """One progress bar per stage of a long command, on stderr."""
+
+    def __init__(self) -> None:
+        self._bar = None
+
+    def __call__(self, name: str, length: int):
+        self.close()
+        self._bar = click.progressbar(length=length, label=f"{name:<12}", file=sys.stderr, show_pos=True)
+        self._bar.__enter__()
+        bar = self._bar
+        return lambda event, config_id, detail: bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+
+
+def _split(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--timers", default="event,cupti,graph", show_default=True,
+              help="Fast timers: families event, cupti, graph (warm and cold L2 each) or exact names "
+                   "(event, event_cold, cupti, cupti_cold, graph_warm, graph_cold).")
+@click.option("--external/--no-external", default=True, show_default=True,
+              help="Also TileLang's and Triton's own timers, where installed.")
+@click.option("--truth", default="ncu,nsys", show_default=True, help="Ground truths: ncu, nsys.")
+@click.option("--mode", default="direct,graph", show_default=True, help="Ground-truth modes: direct, graph.")
+@click.option("--reps", type=click.IntRange(1), default=5, show_default=True, help="Ground-truth reps per config.")
+@click.option("--timer-reps", type=click.IntRange(1), default=100, show_default=True, help="Samples per fast timer.")
+@click.option("--repeat/--no-repeat", default=True, show_default=True,
+              help="Run each ground truth twice to measure its own repeatability (the noise floor).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True)
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write the agreement plot (png/svg/pdf).")
+@click.option("--json", "as_json", is_flag=True, help="Print everything as one JSON object.")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, timeout_s, plot_path, as_json,
+             work_dir) -> None:
+    """Check fast timers against ncu and nsys over TARGET's configs (file.py:space).
+
+    For every timer against every ground truth: median ratio (bias), Kendall τ and
+    Spearman ρ over configs, whether it picks the same best config, and regret (how much
+    slower, by ground truth, its pick is). Ends with a verdict: which fast timer tracks
+    which ground truth on this kernel.
+    """
+    from nsprof import agreement as agree
+    from nsprof.timers.specs import expand
+    from nsprof.validate import ValidateSettings
+    from nsprof.validate import validate as run_validate
+
+    try:
+        expand(list(_split(timers)))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--timers") from None
+    truths = _split(truth)
+    modes = _split(mode)
+    if not truths or any(t not in ("ncu", "nsys") for t in truths):
+        raise click.BadParameter("choose from ncu, nsys", param_hint="--truth")
+    if not modes or any(m not in ("direct", "graph") for m in modes):
+        raise click.BadParameter("choose from direct, graph", param_hint="--mode")
+    if plot_path:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise CliError("--plot needs matplotlib: pip install 'nsprof[plot]'") from None
+    from nsprof.drivers.base import ProfileSettings
+    from nsprof.session import make_driver
+
+    for backend in truths:
+        make_driver(ProfileSettings(backend=backend))  # a missing tool is one line, before any work
+    settings = ValidateSettings(timers=_split(timers), external=external, truths=truths, modes=modes, reps=reps,
+                                timer_reps=timer_reps, repeat_truth=repeat, timeout_s=timeout_s, work_dir=work_dir)
+    bars = _StageBars()
+    try:
+        result = run_validate(target, settings, on_stage=bars)
+    finally:
+        bars.close()
+    for (method, config_id), reason in sorted(result.failures.items(), key=str):
+        click.echo(f"nsprof: {method} failed on config {config_id}: {reason}", err=True)
+    if plot_path:
+        agree.plot(result.per_config, result.agreement, result.timers, result.truths, plot_path)
+        click.echo(f"wrote {plot_path}", err=True)
+    if as_json:
+        click.echo(agree.to_json(result.agreement, result.per_config, result.floors, result.verdict))
+        return
+    click.echo(agree.format_per_config(result.per_config, result.configs))
+    click.echo("")
+    click.echo(agree.format_agreement(result.agreement, result.floors))
+    click.echo("")
+    click.echo(result.verdict)
+
+
 @cli.command()
 @click.option("--no-run", is_flag=True, help="Only look for the GPU and tools; run no kernel.")
 def doctor(no_run) -> None:
