@@ -293,7 +293,8 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
     for (method, config_id), reason in sorted(result.failures.items(), key=str):
         click.echo(f"nsprof: {method} failed on config {config_id}: {reason}", err=True)
     if plot_path:
-        agree.plot(result.per_config, result.agreement, result.timers, result.truths, plot_path)
+        agree.plot(result.per_config, result.agreement, result.timers, result.truths, plot_path,
+                   floors=result.floors)
         click.echo(f"wrote {plot_path}", err=True)
     if as_json:
         click.echo(agree.to_json(result.agreement, result.per_config, result.floors, result.verdict))

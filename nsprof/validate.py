@@ -109,7 +109,7 @@ def validate(target: str, settings: ValidateSettings | None = None,
     per_config = pd.DataFrame(rows, columns=["config_id", "method", "value_ns"])
     timers = [m for m in names if m in set(per_config["method"])]
     table = agree.agreement(per_config, timers, truths)
-    floors = None
+    floors = agree.mode_floor(per_config, truths)  # direct vs graph of one tool, when not repeated
     if repeat_rows:
         first = per_config[per_config["method"].isin(truths)]
         floors = agree.noise_floor(first, pd.DataFrame(repeat_rows, columns=["config_id", "method", "value_ns"]))
