@@ -248,9 +248,10 @@ def _split(value: str) -> tuple[str, ...]:
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True)
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write the agreement plot (png/svg/pdf).")
 @click.option("--json", "as_json", is_flag=True, help="Print everything as one JSON object.")
+@click.option("--save", "save_path", type=click.Path(dir_okay=False), help="Also write that JSON object to a file.")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, timeout_s, plot_path, as_json,
-             work_dir) -> None:
+             save_path, work_dir) -> None:
     """Check fast timers against ncu and nsys over TARGET's configs (file.py:space).
 
     For every timer against every ground truth: median ratio (bias), Kendall τ and
@@ -296,8 +297,12 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
         agree.plot(result.per_config, result.agreement, result.timers, result.truths, plot_path,
                    floors=result.floors)
         click.echo(f"wrote {plot_path}", err=True)
+    document = agree.to_json(result.agreement, result.per_config, result.floors, result.verdict)
+    if save_path:
+        Path(save_path).write_text(document + "\n")
+        click.echo(f"wrote {save_path}", err=True)
     if as_json:
-        click.echo(agree.to_json(result.agreement, result.per_config, result.floors, result.verdict))
+        click.echo(document)
         return
     click.echo(agree.format_per_config(result.per_config, result.configs))
     click.echo("")
