@@ -10,28 +10,28 @@ import re
 
 # name -> pandas dtype. Nullable dtypes so that "not known" stays distinct from zero.
 COLUMN_DTYPES: dict[str, str] = {
-    "source": "string",  # ncu | nsys | event | cupti | graph
-    "range": "string",  # innermost NVTX range name holding the launch, or <NA>
-    "domain": "string",  # NVTX domain of `range` ("<default domain>" for the default one)
+    "source": "string[python]",  # ncu | nsys | event | cupti | graph
+    "range": "string[python]",  # innermost NVTX range name holding the launch, or <NA>
+    "domain": "string[python]",  # NVTX domain of `range` ("<default domain>" for the default one)
     "config_id": "Int64",  # from nsprof's own range names (cfg<id>.<mode>.r<rep>), else <NA>
-    "mode": "string",  # direct | graph | <NA> when the report cannot tell
+    "mode": "string[python]",  # direct | graph | <NA> when the report cannot tell
     "rep": "Int64",
-    "kernel": "string",  # function name (short/demangled-base); "graph" for a graph workload
+    "kernel": "string[python]",  # function name (short/demangled-base); "graph" for a graph workload
     "duration_ns": "float64",
     "cycles": "float64",  # ncu gpc__cycles_elapsed.max
     "clock_hz": "float64",  # ncu gpc__cycles_elapsed.avg.per_second
     "graph_node": "Int64",  # nsys graphNodeId: the kernel ran as a node of a CUDA graph
-    "workload": "string",  # kernel | graph (ncu --graph-profiling graph)
-    "clock_control": "string",  # ncu --clock-control (base | none), "none" for nsys
-    "cache_control": "string",  # ncu --cache-control (all | none), "none" for nsys
+    "workload": "string[python]",  # kernel | graph (ncu --graph-profiling graph)
+    "clock_control": "string[python]",  # ncu --clock-control (base | none), "none" for nsys
+    "cache_control": "string[python]",  # ncu --cache-control (all | none), "none" for nsys
     "start_ns": "Int64",  # nsys GPU start timestamp; <NA> for ncu
     "launch_id": "Int64",  # ncu result ID / nsys correlationId
     "pid": "Int64",
     "tid": "Int64",  # launching thread (nsys globalTid) or ncu's thread id
     "device": "Int64",
     "stream": "Int64",
-    "nvtx_path": "string",  # every open range: "domain@outer/inner;domain2@..."
-    "error": "string",  # a failed config is a row too: duration <NA>, the reason here
+    "nvtx_path": "string[python]",  # every open range: "domain@outer/inner;domain2@..."
+    "error": "string[python]",  # a failed config is a row too: duration <NA>, the reason here
 }
 COLUMNS: list[str] = list(COLUMN_DTYPES)
 

@@ -19,14 +19,41 @@ NCU_REP_MAGIC = b"NVR\0"
 _WORKLOAD_GRAPH = 3  # IAction.WorkloadType_GRAPH in ncu_report
 
 
+def _ncu_python_dirs() -> list[Path]:
+    """`extras/python` folders of installed Nsight Compute versions (they ship ncu_report)."""
+    import glob
+
+    from nsprof.drivers.tools import find_ncu
+
+    dirs: list[Path] = []
+    ncu = find_ncu(required=False)
+    if ncu is not None:
+        real = ncu.path.resolve()
+        dirs.append(real.parent / "extras" / "python")
+        dirs += [Path(p) for p in sorted(glob.glob(str(real.parent.parent / "nsight-compute*" / "extras" / "python")),
+                                          reverse=True)]
+    for pattern in ("/usr/local/cuda*/nsight-compute*/extras/python", "/opt/nvidia/nsight-compute/*/extras/python"):
+        dirs += [Path(p) for p in sorted(glob.glob(pattern), reverse=True)]
+    return [d for d in dict.fromkeys(dirs) if (d / "ncu_report.py").is_file()]
+
+
 def _load_module():
+    """NVIDIA's ncu_report: the `ncu-report` wheel, else the copy inside an ncu install."""
+    import importlib
+    import sys
+
     try:
-        import ncu_report
+        return importlib.import_module("ncu_report")
     except ImportError:
-        raise ReportError(
-            "reading .ncu-rep needs NVIDIA's ncu_report module: pip install ncu-report"
-        ) from None
-    return ncu_report
+        pass
+    for folder in _ncu_python_dirs():
+        sys.path.append(str(folder))
+        try:
+            return importlib.import_module("ncu_report")
+        except ImportError:
+            sys.path.remove(str(folder))
+    raise ReportError("reading .ncu-rep needs NVIDIA's ncu_report module: pip install ncu-report "
+                      "(or install Nsight Compute, whose extras/python folder has it)")
 
 
 def _metric(action, names) -> float | None:
