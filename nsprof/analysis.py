@@ -114,3 +114,31 @@ def format_compare(joined, name_a: str, name_b: str) -> str:
             _us(rec.median_ns_b), _num(rec.ratio, ".3f"), _num(rec.cycles_ratio, ".3f"),
         ])
     return render_table(headers, rows, right=set(range(2, len(headers))))
+
+
+def _text(value, width: int = 60) -> str:
+    """A cell for any value: missing (None/NaN/NA) -> '-'."""
+    import pandas as pd
+
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return "-"
+    return str(value)[:width]
+
+
+def format_config_summary(summary) -> str:
+    """The per-config table of `nsprof profile` (from nsprof.profile.config_summary), then the best."""
+    headers = ["id", "config", "mode", "median µs", "min µs", "spread %", "reps", "kernels", "cycles",
+               "clock GHz", "error"]
+    rows = []
+    for r in summary.itertuples():
+        rows.append([str(r.config_id), _text(getattr(r, "config", ""), 40), _text(r.mode), _us(r.median_ns),
+                     _us(r.min_ns), _num(r.spread * 100, ".1f"), str(r.reps), str(r.kernels),
+                     _num(r.median_cycles, ",.0f"), _num(r.median_clock_hz / 1e9, ".3f"), _text(r.error, 60)])
+    table = render_table(headers, rows, right={0, 3, 4, 5, 6, 7, 8, 9})
+    measured = summary[summary["error"].isna() & summary["median_ns"].notna()]
+    if len(measured):
+        best = measured.loc[measured["median_ns"].idxmin()]
+        label = f" ({best['config']})" if "config" in summary else ""
+        table += (f"\nbest: config {best['config_id']}{label} {best['mode']}, "
+                  f"{best['median_ns'] / 1e3:.3f} µs median")
+    return table

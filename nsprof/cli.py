@@ -146,7 +146,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     Prints per config and mode the median, min and spread over reps of the summed kernel
     durations, with cycles and clock.
     """
-    from nsprof.analysis import render_table
+    from nsprof.analysis import format_config_summary
     from nsprof.drivers.base import ProfileSettings
     from nsprof.profile import config_summary
     from nsprof.profile import profile as run_profile
@@ -187,26 +187,10 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
         click.echo(frame.to_json(orient="records", force_ascii=False))
         return
     summary = config_summary(frame, frame.attrs["configs"])
-    headers = ["id", "config", "mode", "median µs", "min µs", "spread %", "reps", "kernels", "cycles",
-               "clock GHz", "error"]
-    rows = []
-    for r in summary.itertuples():
-        ok = r.error is None or r.error != r.error
-        rows.append([str(r.config_id), r.config[:40], r.mode or "-",
-                     f"{r.median_ns / 1e3:.3f}" if ok else "-", f"{r.min_ns / 1e3:.3f}" if ok else "-",
-                     f"{r.spread * 100:.1f}" if ok else "-", str(r.reps), str(r.kernels),
-                     f"{r.median_cycles:,.0f}" if ok and r.median_cycles == r.median_cycles else "-",
-                     f"{r.median_clock_hz / 1e9:.3f}" if ok and r.median_clock_hz == r.median_clock_hz else "-",
-                     "" if ok else str(r.error)[:60]])
     labels = settings.labels
     click.echo(f"{target}: {backend}, clock control {labels['clock_control']}, cache control "
                f"{labels['cache_control']}, {frame.attrs['wall_s']:.1f} s wall; reports in {frame.attrs['work_dir']}")
-    click.echo(render_table(headers, rows, right={0, 3, 4, 5, 6, 7, 8, 9}))
-    measured = summary[summary["error"].isna()]
-    if len(measured):
-        best = measured.loc[measured["median_ns"].idxmin()]
-        click.echo(f"best: config {best.config_id} ({best.config}) {best['mode']} "
-                   f"{best.median_ns / 1e3:.3f} µs median")
+    click.echo(format_config_summary(summary))
 
 
 class _StageBars:

@@ -79,9 +79,11 @@ def config_summary(frame, configs: list | None = None):
     import pandas as pd
 
     measured = frame[frame["error"].isna() & frame["config_id"].notna()]
-    per_rep = measured.groupby(["config_id", "mode", "rep"], sort=True).agg(
-        duration_ns=("duration_ns", "sum"), cycles=("cycles", "sum"), clock_hz=("clock_hz", "median"),
-        kernels=("duration_ns", "size"))
+    grouped = measured.groupby(["config_id", "mode", "rep"], sort=True)
+    per_rep = grouped.agg(clock_hz=("clock_hz", "median"), kernels=("duration_ns", "size"))
+    # min_count=1: a rep without cycles (nsys) stays NaN instead of summing to 0
+    per_rep["duration_ns"] = grouped["duration_ns"].sum(min_count=1)
+    per_rep["cycles"] = grouped["cycles"].sum(min_count=1)
     rows = []
     for (config_id, mode), group in per_rep.groupby(level=["config_id", "mode"], sort=True):
         median = float(group["duration_ns"].median())

@@ -77,12 +77,7 @@ def make_frame(rows: list[dict] | dict[str, list]):
     frame = frame[COLUMNS]
     if len(frame):
         parsed = frame["range"].map(lambda n: parse_range_name(n if isinstance(n, str) else None))
-        has = parsed.notna()
-        if has.any():
-            cfg = parsed[has].map(lambda p: p[0])
-            mode = parsed[has].map(lambda p: p[1])
-            rep = parsed[has].map(lambda p: p[2])
-            frame.loc[has & frame["config_id"].isna(), "config_id"] = cfg
-            frame.loc[has & frame["mode"].isna(), "mode"] = mode
-            frame.loc[has & frame["rep"].isna(), "rep"] = rep
+        for position, column in enumerate(("config_id", "mode", "rep")):
+            from_name = parsed.map(lambda p, i=position: p[i] if p else None)
+            frame[column] = frame[column].astype(object).where(frame[column].notna(), from_name)
     return frame.astype(COLUMN_DTYPES)
