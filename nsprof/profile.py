@@ -6,7 +6,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,11 +17,37 @@ from nsprof.drivers.base import ProfileSettings
 from nsprof.session import run_session
 
 
-def precompile(space, jobs: int | None = None) -> dict[int, str]:
-    """Run the space's compile step for every config in parallel; {config_id: error} for failures."""
+@contextlib.contextmanager
+def output_to(path: str):
+    """Send this process's stdout/stderr file descriptors to `path` (compilers print a lot)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def precompile(space, jobs: int | None = None, log: str | None = None) -> dict[int, str]:
+    """Run the space's compile step for every config in parallel; {config_id: error} for failures.
+
+    The compilers' own output goes to `log` (default: a temporary file), not the terminal.
+    """
     if space.compile is None:
         return {}
     jobs = jobs or min(8, os.cpu_count() or 1)
+    if log is None:
+        handle, log = tempfile.mkstemp(prefix="nsprof-compile-", suffix=".log")
+        os.close(handle)
 
     def one(config_id: int):
         try:
@@ -27,7 +56,7 @@ def precompile(space, jobs: int | None = None) -> dict[int, str]:
             return config_id, f"compile failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
         return config_id, None
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    with output_to(log), ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(one, range(len(space.configs))))
     return {cfg: err for cfg, err in results if err}
 

@@ -76,8 +76,9 @@ def make_frame(rows: list[dict] | dict[str, list]):
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
     frame = frame[COLUMNS]
     if len(frame):
-        parsed = frame["range"].map(lambda n: parse_range_name(n if isinstance(n, str) else None))
+        names = frame["range"]
+        parsed = names.map({n: parse_range_name(n) for n in names.dropna().unique() if isinstance(n, str)})
         for position, column in enumerate(("config_id", "mode", "rep")):
-            from_name = parsed.map(lambda p, i=position: p[i] if p else None)
+            from_name = parsed.map(lambda p, i=position: p[i] if isinstance(p, tuple) else None)
             frame[column] = frame[column].astype(object).where(frame[column].notna(), from_name)
     return frame.astype(COLUMN_DTYPES)

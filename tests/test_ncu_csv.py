@@ -45,7 +45,11 @@ def independent_raw(path):
     return out
 
 
-def test_raw_page_values_match_an_independent_read():
+@pytest.mark.parametrize("engine", ["c", "pyarrow"])
+def test_raw_page_values_match_an_independent_read(engine, monkeypatch):
+    if engine == "pyarrow":
+        pytest.importorskip("pyarrow")
+    monkeypatch.setenv("NSPROF_CSV_ENGINE", engine)
     frame = read_ncu_csv(RAW)
     expected = independent_raw(RAW)
     assert len(frame) == len(expected) == 27
@@ -114,6 +118,14 @@ def to_german(path, out):
     with open(out, "w", newline="") as handle:
         csv.writer(handle, quoting=csv.QUOTE_ALL).writerows(rows)
     return out
+
+
+def test_latin1_bytes_do_not_break_parsing(tmp_path):
+    text = RAW.read_bytes().replace(b'"python3.12"', b'"python3.12\xe9"')  # not valid UTF-8
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(text)
+    frame = read_ncu_csv(path)
+    assert len(frame) == 27 and frame["duration_ns"].notna().all()
 
 
 def test_german_thousands_separators(tmp_path):

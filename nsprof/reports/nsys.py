@@ -12,14 +12,16 @@ column is looked up with ``PRAGMA table_info`` and read as NA when absent):
 - ``CUPTI_ACTIVITY_KIND_RUNTIME``: the CPU-side API call (``cuLaunchKernel``,
   ``cudaGraphLaunch``, ...) with the same ``correlationId``: its ``start`` is the launch time
   and ``globalTid`` the launching thread. All kernel nodes of one graph launch share it.
+  The table also holds every other API call (memcpy, sync, ...); only launch calls are read.
 - ``NVTX_EVENTS``: eventType 59 = push/pop range (per thread and domain, properly nested),
   60 = start/end range (any thread of the process, may overlap), 75 = domain create (its
-  ``text`` names ``domainId``). ``text`` is NULL for registered strings; then ``textId``
-  points into ``StringIds``. An ``end`` of NULL means the range was never closed.
+  ``text`` names ``domainId`` within the creating process; 0 is the default domain).
+  ``text`` is NULL for registered strings (the Python ``nvtx`` package registers them);
+  then ``textId`` points into ``StringIds``. An ``end`` of NULL: the range never closed.
 - ``META_DATA_EXPORT``: export schema and nsys versions, kept in ``frame.attrs``.
 
-nsys serialises ids as ``globalPid = hw << 48 | pid << 24`` and
-``globalTid = globalPid | tid``, so ``pid = (globalPid >> 24) & 0xFFFFFF`` and
+nsys serialises ids as ``globalPid = high bits | pid << 24`` (the fixture has 1 << 48 up
+there) and ``globalTid = globalPid | tid``, so ``pid = (globalPid >> 24) & 0xFFFFFF`` and
 ``tid = globalTid & 0xFFFFFF`` (checked against the PROCESSES table of the fixture).
 
 A kernel's NVTX range is the innermost range (latest start) whose CPU span
@@ -31,7 +33,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
@@ -109,7 +111,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     # Read-only through a URI: as_uri() percent-encodes spaces, quotes, '?', '#' and
     # non-ASCII characters, so any file name works, and the report is never written to.
     uri = path.resolve().as_uri() + "?mode=ro"
-    return sqlite3.connect(uri, uri=True, check_same_thread=False)
+    return sqlite3.connect(uri, uri=True)
 
 
 def _table_columns(conn: sqlite3.Connection, table: str) -> set[str]:
@@ -131,33 +133,62 @@ def _parse_ints(text: str | None, label: str) -> np.ndarray:
     return values
 
 
-def _read_int_columns(
-    path: Path, table: str, exprs: Sequence[str], where: str = ""
-) -> list[np.ndarray]:
-    """Integer expressions over `table` as int64 arrays, in rowid order; NULL -> _NULL.
-
-    Why not cursor.fetchall(): sqlite3 builds a tuple and a Python int per value, ~2.5 s for
-    1M rows x 8 columns here. One group_concat text per column, parsed by numpy, is several
-    times faster, and sqlite3 releases the GIL while SQLite aggregates, so reads run in
-    parallel threads. Each thread opens its own connection.
-    """
+def _int_columns_sql(table: str, exprs: Sequence[str], where: str) -> str:
     aggregates = ", ".join(f"group_concat(IFNULL({expr}, {_NULL_SQL}))" for expr in exprs)
     # NOT INDEXED: a covering index could otherwise change the scan order between two reads
     # of one table whose columns must line up row by row.
-    sql = (
+    return (
         f'SELECT {aggregates} FROM "{table}" NOT INDEXED'
         f" WHERE rowid BETWEEN ? AND ?{' AND (' + where + ')' if where else ''}"
     )
-    parts: list[list[np.ndarray]] = [[] for _ in exprs]
+
+
+def _rowid_chunks(conn: sqlite3.Connection, table: str) -> list[tuple[int, int]]:
+    first = conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
+    last = conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
+    if first is None:
+        return []
+    return [(low, low + _CHUNK_ROWS - 1) for low in range(first, last + 1, _CHUNK_ROWS)]
+
+
+def _read_chunk(
+    path: Path, table: str, exprs: Sequence[str], where: str, rows: tuple[int, int]
+) -> list[np.ndarray]:
+    """Integer expressions over one rowid range of `table`, as int64 arrays; NULL -> _NULL.
+
+    Why not cursor.fetchall(): sqlite3 builds a tuple and a Python int per value, ~2.5 s for
+    1M rows x 8 columns here. One group_concat text per column, parsed by numpy, is several
+    times faster, and sqlite3 releases the GIL while SQLite aggregates, so chunks can be read
+    in parallel threads, each on its own connection.
+    """
     with closing(_connect(path)) as conn:
-        first = conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
-        last = conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
-        if first is not None:
-            for low in range(first, last + 1, _CHUNK_ROWS):
-                row = conn.execute(sql, (low, low + _CHUNK_ROWS - 1)).fetchone()
-                for part, text, expr in zip(parts, row, exprs):
-                    part.append(_parse_ints(text, f"{path.name}: {table}.{expr}"))
-    return [np.concatenate(part) if part else np.empty(0, np.int64) for part in parts]
+        texts = conn.execute(_int_columns_sql(table, exprs, where), rows).fetchone()
+    return [_parse_ints(text, f"{path.name}: {table}.{expr}") for text, expr in zip(texts, exprs)]
+
+
+def _concat(chunks: list[list[np.ndarray]], width: int) -> list[np.ndarray]:
+    if not chunks:
+        return [np.empty(0, np.int64) for _ in range(width)]
+    return [np.concatenate(column) for column in zip(*chunks)]
+
+
+def _read_int_columns(
+    path: Path, table: str, exprs: Sequence[str], where: str = ""
+) -> list[np.ndarray]:
+    """Integer expressions over `table` (rows in rowid order), read chunk by chunk here."""
+    with closing(_connect(path)) as conn:
+        chunks = _rowid_chunks(conn, table)
+    return _concat([_read_chunk(path, table, exprs, where, rows) for rows in chunks], len(exprs))
+
+
+def _submit_int_columns(
+    pool: ThreadPoolExecutor, path: Path, table: str, exprs: Sequence[str], where: str = ""
+) -> Callable[[], list[np.ndarray]]:
+    """Like _read_int_columns, one pool task per chunk; call the result to wait for it."""
+    with closing(_connect(path)) as conn:
+        chunks = _rowid_chunks(conn, table)
+    futures = [pool.submit(_read_chunk, path, table, exprs, where, rows) for rows in chunks]
+    return lambda: _concat([future.result() for future in futures], len(exprs))
 
 
 def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -230,8 +261,8 @@ def _read_nvtx_ranges(path: Path, strings: dict[int, str]) -> NvtxRanges | None:
             else {}
         )
         domain_rows = conn.execute(
-            f"SELECT {column('domainId')}, {column('text')}, {column('textId')}"
-            f" FROM {NVTX_TABLE} WHERE eventType = ?",
+            f"SELECT {column('domainId')}, {column('text')}, {column('textId')},"
+            f" {column('globalTid')} FROM {NVTX_TABLE} WHERE eventType = ?",
             (NVTX_DOMAIN_CREATE,),
         ).fetchall()
     rowid, start, end, kind, thread, domain_id, text_id = _read_int_columns(
@@ -249,14 +280,31 @@ def _read_nvtx_ranges(path: Path, strings: dict[int, str]) -> NvtxRanges | None:
         where=f"eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END})",
     )
 
-    # Domain names: id 0 is the default domain; others are named by their create event.
-    id_to_name: dict[int, str] = {0: DEFAULT_DOMAIN}
-    for dom_id, text, dom_text_id in domain_rows:
+    # Domain names: id 0 is the default domain; others are named by their create event in
+    # the same process (ids are handles of one process; several processes may reuse them).
+    by_process: dict[tuple[int | None, int], str] = {}
+    by_id: dict[int, str] = {}
+    for dom_id, text, dom_text_id, creator in domain_rows:
         name = text if text is not None else strings.get(dom_text_id)
         if dom_id is not None and name is not None:
-            id_to_name[int(dom_id)] = name
-    unique_ids, domain_code = _distinct(domain_id)
-    domain_names = [id_to_name.get(int(i), f"<domain {int(i)}>") for i in unique_ids]
+            by_process[(None if creator is None else creator >> _ID_BITS, dom_id)] = name
+            by_id.setdefault(dom_id, name)
+    process = np.where(thread != _NULL, thread >> _ID_BITS, _NULL)
+    if len(process) and process.min() == process.max():  # one process: the usual case
+        ids, domain_code = _distinct(domain_id)
+        pairs = [(int(process[0]), int(i)) for i in ids]
+    else:
+        unique_pairs, domain_code = np.unique(
+            np.stack([process, domain_id], axis=1), axis=0, return_inverse=True
+        )
+        domain_code = domain_code.reshape(-1)
+        pairs = [(int(p), int(i)) for p, i in unique_pairs]
+    domain_names = [
+        DEFAULT_DOMAIN
+        if dom_id == 0
+        else by_process.get((proc, dom_id)) or by_id.get(dom_id) or f"<domain {dom_id}>"
+        for proc, dom_id in pairs
+    ]
 
     # Range names: the explicit text, else the registered string behind textId. Kept as
     # codes into a list of distinct names too, so that each name is parsed only once.
@@ -385,8 +433,12 @@ def attribute_nvtx(
         # that of two ranges with one start the outer one comes first.
         chosen = chosen[
             np.lexsort(
-                (-ranges.end_ns[chosen], ranges.start_ns[chosen], ranges.domain[chosen],
-                 range_key[chosen])
+                (
+                    -ranges.end_ns[chosen],
+                    ranges.start_ns[chosen],
+                    ranges.domain[chosen],
+                    range_key[chosen],
+                )
             )
         ]
         key, dom = range_key[chosen], ranges.domain[chosen]
@@ -426,10 +478,10 @@ def attribute_nvtx(
                     current = _last_reaching(levels, np.where(current >= 0, current - 1, -1), t)
             for depth, layer in enumerate(layers):
                 held = layer >= 0
-                slot = slots.setdefault(
-                    (push_pop, group_domain, depth), np.full(n, -1, dtype=np.int64)
-                )
-                slot[launches[held]] = members[layer[held]]
+                slot_key = (push_pop, group_domain, depth)
+                if slot_key not in slots:  # shared by the groups of every thread/process
+                    slots[slot_key] = np.full(n, -1, dtype=np.int64)
+                slots[slot_key][launches[held]] = members[layer[held]]
             if group_domain not in wanted or not layers:
                 continue
             held = layers[0] >= 0
@@ -443,7 +495,7 @@ def attribute_nvtx(
 
 
 def _range_paths(parent: np.ndarray, ranges: NvtxRanges) -> np.ndarray:
-    """"domain@outer/.../name" for every range, following push/pop parents."""
+    """The path string of every range: domain@outer/.../name, following push/pop parents."""
     chain = ranges.name.copy()
     # depth[i] = number of ancestors; chains are built shallow to deep, one step per level.
     depth = np.zeros(len(ranges), dtype=np.int64)
@@ -534,7 +586,7 @@ def _match_launches(
             corr = _distinct(np.concatenate([k_corr, r_corr]))[1].astype(np.int64)
             span = int(corr.max()) + 1
             k_key = codes[: len(k_corr)] * span + corr[: len(k_corr)]
-            r_key = codes[len(k_corr):] * span + corr[len(k_corr):]
+            r_key = codes[len(k_corr) :] * span + corr[len(k_corr) :]
     low = min(int(k_key.min()), int(r_key.min()))
     high = max(int(k_key.max()), int(r_key.max()))
     rows = np.arange(len(r_key), dtype=np.int64)
@@ -667,6 +719,8 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
         else ""
     )
     runtime_exprs = ["correlationId", "globalTid", "start"]
+    # deviceId and a CUPTI streamId (uint32) travel as one value: one text column less.
+    placement = f"({kernel_column('deviceId')} << 32) | {kernel_column('streamId')}"
 
     # Independent reads in parallel threads (sqlite3 drops the GIL while SQLite works); the
     # small NVTX and runtime reads go first so that attributing launches to ranges overlaps
@@ -674,22 +728,32 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
     empty = np.empty(0, np.int64)
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         nvtx = pool.submit(_read_nvtx_ranges, path, strings)
-        runtime = pool.submit(
-            _read_int_columns, path, RUNTIME_TABLE, runtime_exprs, launch_filter
-        ) if has_runtime else None
-        timing = pool.submit(
-            _read_int_columns, path, KERNEL_TABLE,
-            ["start", "end", kernel_column("correlationId"), name_column],
+        runtime = (
+            _submit_int_columns(pool, path, RUNTIME_TABLE, runtime_exprs, launch_filter)
+            if has_runtime
+            else lambda: [empty, empty, empty]
         )
-        placement = pool.submit(
-            _read_int_columns, path, KERNEL_TABLE,
-            [kernel_column(c) for c in ("deviceId", "streamId", "globalPid", "graphNodeId")],
+        kernels = _submit_int_columns(
+            pool,
+            path,
+            KERNEL_TABLE,
+            [
+                "start",
+                "end",
+                kernel_column("correlationId"),
+                name_column,
+                placement,
+                kernel_column("globalPid"),
+                kernel_column("graphNodeId"),
+            ],
         )
         ranges = nvtx.result()
-        rt_corr, rt_thread, rt_start = runtime.result() if runtime else (empty, empty, empty)
+        rt_corr, rt_thread, rt_start = runtime()
         rt_inner, rt_path = _attribute(rt_start, rt_thread, ranges, domain)
-        start_ns, end_ns, corr, name_id = timing.result()
-        device, stream, global_pid, graph_node = placement.result()
+        start_ns, end_ns, corr, name_id, packed, global_pid, graph_node = kernels()
+    # deviceId and streamId came packed in one value (NA both when either is NULL).
+    device = np.where(packed != _NULL, packed >> 32, _NULL)
+    stream = np.where(packed != _NULL, packed & 0xFFFFFFFF, _NULL)
 
     # Rows in GPU start order (stable: table order among equal starts).
     if len(start_ns) > 1 and (start_ns[1:] < start_ns[:-1]).any():

@@ -37,10 +37,10 @@ def _cupti():
 
 
 def _start(cupti) -> _Collector:
-    if "collector" not in _STATE:
-        collector = _Collector()
-        cupti.activity_register_callbacks(collector.requested, collector.completed)
-        _STATE["collector"] = collector
+    collector = _STATE.setdefault("collector", _Collector())
+    # Register every time: another CUPTI client in the process (torch.profiler, which
+    # TileLang's cupti backend uses) replaces the callbacks, and ours would then get nothing.
+    cupti.activity_register_callbacks(collector.requested, collector.completed)
     kinds = [cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.RUNTIME, cupti.ActivityKind.DRIVER]
     for kind in kinds:
         cupti.activity_enable(kind)
@@ -93,5 +93,6 @@ def time_cupti(fn, reps: int, l2: str) -> tuple[list[float], dict]:
         kernel_counts.append(len(durations))
         samples.append(float(sum(durations)) if durations else float("nan"))
     if not any(kernel_counts):
-        raise NsprofError("the cupti timer saw no kernel launched by the call")
+        raise NsprofError("the cupti timer saw no kernel launched by the call (is another CUPTI client, "
+                          "such as torch.profiler, active?)")
     return samples, {"launch": "direct", "kernels_per_call": max(set(kernel_counts), key=kernel_counts.count)}

@@ -1,0 +1,268 @@
+"""Parse benchmark (not a test): how long the report parsers take on large reports.
+
+(a) An nsys SQLite export with 1,000,000 kernels and 100,000 NVTX ranges, made by
+    replicating the rows of tests/fixtures/fixture.sqlite with SQL, timed through
+    nsprof.reports.nsys.read_nsys_sqlite (parse + NVTX attribution).
+(b) A 100,000-row ncu raw CSV made from tests/fixtures/fixture_node_raw.csv, timed through
+    nsprof.reports.ncu_csv.read_ncu_csv (skipped while that module does not exist).
+
+Each figure is the best of 3 wall-clock runs, each run in a fresh child process so that its
+peak RSS (ru_maxrss) belongs to that parse alone. Results go to
+benchmarks/results/bench_parse.json.
+
+    python scripts/bench_parse.py [--kernels N] [--ranges N] [--csv-rows N] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import platform
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
+RESULTS = REPO / "benchmarks" / "results" / "bench_parse.json"
+GOAL_NSYS_S = 3.0
+GOAL_NCU_CSV_S = 2.0
+
+NVTX_RANGE_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange
+
+# Runs in a child process: one parse, then its wall time and peak RSS as JSON on stdout.
+_CHILD = r"""
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+kind, path = sys.argv[2], sys.argv[3]
+if kind == "nsys":
+    from nsprof.reports.nsys import read_nsys_sqlite as read
+else:
+    from nsprof.reports.ncu_csv import read_ncu_csv as read
+import pandas  # imported before the clock starts: library start-up is not parse time
+try:
+    import pyarrow.csv  # the ncu CSV reader's engine when installed; also start-up, not parsing
+except ImportError:
+    pass
+t0 = time.perf_counter()
+frame = read(path)
+wall_s = time.perf_counter() - t0
+attributed = int(frame["range"].notna().sum())
+rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+print(json.dumps({"wall_s": wall_s, "rows": len(frame), "attributed": attributed,
+                  "peak_rss_mib": rss_mib}))
+"""
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')]
+
+
+def _select_list(columns: list[str], shifted: dict[str, str]) -> str:
+    # Every column copied as is, except those given an expression (time or id offsets).
+    return ", ".join(shifted.get(name, f'"{name}"') for name in columns)
+
+
+def build_nsys_db(out: Path, n_kernels: int, n_ranges: int) -> dict:
+    """Replicate the fixture's kernels, their runtime rows and its NVTX ranges.
+
+    Copy i of the kernels is shifted in time onto copy (i mod range_copies) of the ranges, so
+    every kernel keeps its place inside (or outside) the replicated ranges; its runtime row
+    gets the same shift and a new correlationId. Copies of ranges never overlap each other,
+    so push/pop ranges stay properly nested.
+    """
+    shutil.copyfile(FIXTURES / "fixture.sqlite", out)
+    conn = sqlite3.connect(out)
+    kernel_t, runtime_t = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"
+    nvtx_t = "NVTX_EVENTS"
+    types = ",".join(map(str, NVTX_RANGE_TYPES))
+    k0 = conn.execute(f"SELECT count(*) FROM {kernel_t}").fetchone()[0]
+    r0 = conn.execute(f"SELECT count(*) FROM {nvtx_t} WHERE eventType IN ({types})").fetchone()[0]
+    lo_ns, hi_ns = conn.execute(
+        f"""SELECT min(t0), max(t1) FROM (
+              SELECT min(start) t0, max(end) t1 FROM {kernel_t}
+              UNION ALL SELECT min(start), max(end) FROM {runtime_t}
+              UNION ALL SELECT min(start), max(coalesce(end, start)) FROM {nvtx_t})"""
+    ).fetchone()
+    span_ns = hi_ns - lo_ns + 1_000_000
+    corr_span = (
+        1
+        + conn.execute(
+            f"SELECT max(c) FROM (SELECT max(correlationId) c FROM {kernel_t}"
+            f" UNION ALL SELECT max(correlationId) FROM {runtime_t})"
+        ).fetchone()[0]
+    )
+    kernel_copies = math.ceil(n_kernels / k0)
+    range_copies = math.ceil(n_ranges / r0)
+    conn.execute("CREATE TEMP TABLE copies (i INTEGER PRIMARY KEY)")
+    conn.executemany(
+        "INSERT INTO copies VALUES (?)",
+        ((i,) for i in range(1, max(kernel_copies, range_copies))),
+    )
+    shift = f"((c.i % {range_copies}) * {span_ns})"
+    time_shift = {"start": f"start + {shift}", "end": f"end + {shift}"}
+    corr_shift = {"correlationId": f"correlationId + c.i * {corr_span}"}
+
+    kernel_cols = _columns(conn, kernel_t)
+    conn.execute(
+        f"INSERT INTO {kernel_t} ({_select_list(kernel_cols, {})})"
+        f" SELECT {_select_list(kernel_cols, time_shift | corr_shift)}"
+        f" FROM (SELECT * FROM {kernel_t}) AS k, copies AS c WHERE c.i < {kernel_copies}"
+        f" ORDER BY c.i, k.rowid LIMIT {n_kernels - k0}"
+    )
+    runtime_cols = _columns(conn, runtime_t)
+    conn.execute(
+        f"INSERT INTO {runtime_t} ({_select_list(runtime_cols, {})})"
+        f" SELECT {_select_list(runtime_cols, time_shift | corr_shift)}"
+        f" FROM (SELECT * FROM {runtime_t} WHERE correlationId IN"
+        f"   (SELECT correlationId FROM {kernel_t} WHERE correlationId < {corr_span})) AS r,"
+        f" copies AS c WHERE c.i < {kernel_copies}"
+    )
+    nvtx_cols = _columns(conn, nvtx_t)
+    conn.execute(
+        f"INSERT INTO {nvtx_t} ({_select_list(nvtx_cols, {})})"
+        f" SELECT {_select_list(nvtx_cols, time_shift)}"
+        f" FROM (SELECT * FROM {nvtx_t} WHERE eventType IN ({types})) AS n,"
+        f" copies AS c WHERE c.i < {range_copies}"
+        f" ORDER BY c.i, n.rowid LIMIT {n_ranges - r0}"
+    )
+    conn.commit()
+    counts = {
+        "kernels": conn.execute(f"SELECT count(*) FROM {kernel_t}").fetchone()[0],
+        "nvtx_ranges": conn.execute(
+            f"SELECT count(*) FROM {nvtx_t} WHERE eventType IN ({types})"
+        ).fetchone()[0],
+        "runtime_rows": conn.execute(f"SELECT count(*) FROM {runtime_t}").fetchone()[0],
+    }
+    conn.close()
+    counts["file_mib"] = round(out.stat().st_size / 2**20, 1)
+    return counts
+
+
+def build_ncu_csv(out: Path, n_rows: int) -> dict:
+    """Header and units rows of the fixture, then its data rows repeated to n_rows."""
+    with open(FIXTURES / "fixture_node_raw.csv", newline="", encoding="utf-8") as src:
+        rows = list(csv.reader(src))
+    header, units, data = rows[0], rows[1], rows[2:]
+    id_col = header.index("ID") if "ID" in header else None
+    with open(out, "w", newline="", encoding="utf-8") as dst:
+        writer = csv.writer(dst, quoting=csv.QUOTE_ALL, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerow(units)
+        for index in range(n_rows):
+            row = list(data[index % len(data)])
+            if id_col is not None:
+                row[id_col] = str(index)  # ncu numbers results 0..n-1
+            writer.writerow(row)
+    return {"rows": n_rows, "file_mib": round(out.stat().st_size / 2**20, 1)}
+
+
+def time_parse(kind: str, path: Path, runs: int = 3) -> dict:
+    """Best-of-`runs` wall time and the peak RSS of the best run, each in a fresh process."""
+    results = []
+    for _ in range(runs):
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(REPO), kind, str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+            raise RuntimeError(f"{kind} parse failed: {tail}")
+        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    best = min(results, key=lambda r: r["wall_s"])
+    best["all_wall_s"] = [round(r["wall_s"], 3) for r in results]
+    return best
+
+
+def _nproc() -> int | None:
+    # Like nproc(1): the CPUs this process may run on, not all of the machine's.
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def _ncu_csv_available() -> bool:
+    return (REPO / "nsprof" / "reports" / "ncu_csv.py").is_file()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", type=int, default=1_000_000)
+    parser.add_argument("--ranges", type=int, default=100_000)
+    parser.add_argument("--csv-rows", type=int, default=100_000)
+    parser.add_argument("--keep", type=Path, help="build the inputs here and keep them")
+    args = parser.parse_args()
+
+    work = args.keep or Path(tempfile.mkdtemp(prefix="nsprof-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, dict] = {}
+    try:
+        db = work / "bench_nsys.sqlite"
+        print(f"building {db} ...", flush=True)
+        built = build_nsys_db(db, args.kernels, args.ranges)
+        figures["nsys_sqlite"] = built | time_parse("nsys", db)
+        figures["nsys_sqlite"]["goal_s"] = GOAL_NSYS_S
+        figures["nsys_sqlite"]["pass"] = figures["nsys_sqlite"]["wall_s"] <= GOAL_NSYS_S
+
+        if _ncu_csv_available():
+            csv_path = work / "bench_ncu_raw.csv"
+            print(f"building {csv_path} ...", flush=True)
+            built = build_ncu_csv(csv_path, args.csv_rows)
+            figures["ncu_csv"] = built | time_parse("ncu_csv", csv_path)
+            figures["ncu_csv"]["goal_s"] = GOAL_NCU_CSV_S
+            figures["ncu_csv"]["pass"] = figures["ncu_csv"]["wall_s"] <= GOAL_NCU_CSV_S
+        else:
+            print("nsprof/reports/ncu_csv.py not found: ncu CSV part skipped")
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+    import pandas
+
+    report = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": platform.processor() or platform.machine(),
+        "cpu_model": _cpu_model(),
+        "nproc": _nproc(),
+        "python": platform.python_version(),
+        "pandas": pandas.__version__,
+        "figures": figures,
+        "goals_s": {"nsys_sqlite": GOAL_NSYS_S, "ncu_csv": GOAL_NCU_CSV_S},
+        "pass": all(f["pass"] for f in figures.values()),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+
+    print(f"\n{'input':<12} {'rows':>10} {'MiB':>7} {'best s':>8} {'goal s':>7} {'RSS MiB':>8}  ok")
+    for name, fig in figures.items():
+        rows = fig.get("kernels", fig.get("rows"))
+        verdict = "pass" if fig["pass"] else "FAIL"
+        print(
+            f"{name:<12} {rows:>10,} {fig['file_mib']:>7} {fig['wall_s']:>8.2f}"
+            f" {fig['goal_s']:>7.1f} {fig['peak_rss_mib']:>8.0f}  {verdict}"
+        )
+    print(f"wrote {RESULTS.relative_to(REPO)}")
+    return 0 if report["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

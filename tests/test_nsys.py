@@ -1,0 +1,730 @@
+"""nsys SQLite parsing, checked against independent reads of the files (plain sqlite3).
+
+The real fixture (tests/fixtures/fixture.sqlite) is an nsys 2025.3 export of a run of
+scripts/fixture_workload.py on an H200. Expected values come from direct SQL in this file
+(a simple quadratic join for NVTX attribution), never from the parser's own output.
+Attribution edge cases use small hand-built databases with hand-worked answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import FIXTURES
+
+from nsprof.drivers.tools import find_nsys
+from nsprof.errors import ReportError, ToolNotFound
+from nsprof.reports.nsys import export_nsys_rep, read_nsys_rep, read_nsys_sqlite
+from nsprof.schema import COLUMN_DTYPES, COLUMNS, DEFAULT_DOMAIN
+
+FIXTURE = FIXTURES / "fixture.sqlite"
+NSYS_REP = FIXTURES / "fixture.nsys-rep"
+CFG_RE = re.compile(r"cfg(\d+)\.(direct|graph)\.r(\d+)")
+INT64_MAX = 2**63 - 1
+
+
+def connect_ro(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+
+
+def na_to_none(values) -> list:
+    return [None if pd.isna(v) else v for v in values]
+
+
+# --- an independent read of the fixture -------------------------------------------------------
+
+
+def expected_fixture_rows(path: Path = FIXTURE, domain: str | None = None) -> list[dict]:
+    """Every kernel with its launch and NVTX ranges, by direct (quadratic) SQL."""
+    con = connect_ro(path)
+    domains = {0: DEFAULT_DOMAIN}
+    domains.update(con.execute("SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = 75"))
+    kernels = con.execute(
+        """SELECT k.start, k.end, k.correlationId, k.graphNodeId, k.deviceId, k.streamId,
+                  k.globalPid, s.value, r.start, r.globalTid
+           FROM CUPTI_ACTIVITY_KIND_KERNEL k
+           JOIN StringIds s ON s.id = k.shortName
+           LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
+           ORDER BY k.start, k.rowid"""
+    ).fetchall()
+    rows = []
+    for start, end, corr, node, dev, stream, gpid, name, launch, gtid in kernels:
+        holding = []
+        if launch is not None:
+            # Push/pop ranges of the launching thread, start/end ranges of its process,
+            # whose [start, end] holds the launch call's start; outer first.
+            holding = con.execute(
+                """SELECT COALESCE(n.text, s.value), n.domainId FROM NVTX_EVENTS n
+                   LEFT JOIN StringIds s ON s.id = n.textId
+                   WHERE n.start <= :t AND (n.end IS NULL OR n.end >= :t)
+                     AND ((n.eventType = 59 AND n.globalTid = :tid)
+                          OR (n.eventType = 60 AND n.globalTid >> 24 = :tid >> 24))
+                   ORDER BY n.start, COALESCE(n.end, 9223372036854775807) DESC""",
+                {"t": launch, "tid": gtid},
+            ).fetchall()
+        named = [(text, domains[dom]) for text, dom in holding]
+        eligible = [r for r in named if domain in (None, r[1])]
+        inner = eligible[-1] if eligible else (None, None)
+        groups: dict[str, list[str]] = {}
+        for text, dom in named:
+            groups.setdefault(dom, []).append(text)
+        match = CFG_RE.fullmatch(inner[0] or "")
+        rows.append(
+            {
+                "start_ns": start,
+                "duration_ns": float(end - start),
+                "launch_id": corr,
+                "graph_node": node,
+                "device": dev,
+                "stream": stream,
+                "pid": (gpid >> 24) & 0xFFFFFF,
+                "tid": None if gtid is None else gtid & 0xFFFFFF,
+                "kernel": name,
+                "range": inner[0],
+                "domain": inner[1],
+                "nvtx_path": ";".join(f"{d}@{'/'.join(n)}" for d, n in groups.items()) or None,
+                "config_id": int(match[1]) if match else None,
+                "rep": int(match[3]) if match else None,
+            }
+        )
+    con.close()
+    return rows
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    return read_nsys_sqlite(FIXTURE)
+
+
+@pytest.fixture(scope="module")
+def expected() -> list[dict]:
+    return expected_fixture_rows()
+
+
+def test_schema_columns_and_dtypes(frame):
+    assert list(frame.columns) == COLUMNS
+    wanted = {column: pd.api.types.pandas_dtype(dtype) for column, dtype in COLUMN_DTYPES.items()}
+    assert frame.dtypes.to_dict() == wanted
+    assert set(frame["source"]) == {"nsys"}
+    assert set(frame["workload"]) == {"kernel"}
+    assert set(frame["clock_control"]) == {"none"}
+    assert set(frame["cache_control"]) == {"none"}
+    assert frame["cycles"].isna().all() and frame["clock_hz"].isna().all()
+
+
+def test_row_count_matches_the_kernel_table(frame):
+    con = connect_ro(FIXTURE)
+    (count,) = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    assert len(frame) == count == 65
+
+
+def test_kernel_values_match_an_independent_read(frame, expected):
+    for column in (
+        "start_ns",
+        "launch_id",
+        "graph_node",
+        "device",
+        "stream",
+        "pid",
+        "tid",
+        "kernel",
+    ):
+        assert na_to_none(frame[column]) == [e[column] for e in expected], column
+    assert frame["duration_ns"].tolist() == [e["duration_ns"] for e in expected]
+
+
+def test_attribution_matches_a_quadratic_sql_join(frame, expected):
+    for column in ("range", "domain", "nvtx_path", "config_id", "rep"):
+        assert na_to_none(frame[column]) == [e[column] for e in expected], column
+
+
+def test_fixture_workload_structure(frame):
+    """What scripts/fixture_workload.py launched, range by range."""
+    in_cfg = frame[frame["range"].str.startswith("cfg", na=False)]
+    per_range = in_cfg.groupby("range")["kernel"].apply(list).to_dict()
+    assert len(per_range) == 3 * 2 * 3
+    for name, kernels in per_range.items():
+        config = int(CFG_RE.fullmatch(name)[1])
+        if config < 2:
+            assert kernels == ["gemm_kernel"], name
+        else:  # torch.relu(x @ w): a matmul, then the relu
+            assert kernels[0].startswith("nvjet") and len(kernels) == 2, name
+            assert kernels[1] == "vectorized_elementwise_kernel", name
+    assert set(in_cfg["domain"]) == {"nsprof"}
+    assert (in_cfg["nvtx_path"] == "nsprof@nsprof/" + in_cfg["range"]).all()
+
+    torch_push = frame[frame["range"] == "torch_push"]
+    assert torch_push["kernel"].tolist() == ["gemm_kernel"]
+    assert torch_push["domain"].tolist() == [DEFAULT_DOMAIN]
+    # Innermost inside the nsprof outer range, which the path still shows.
+    assert torch_push["nvtx_path"].tolist() == ["nsprof@nsprof;<default domain>@torch_push"]
+
+    startend = frame[frame["range"] == "startend"]
+    assert len(startend) == 2 and startend["domain"].eq(DEFAULT_DOMAIN).all()
+    assert startend["nvtx_path"].eq("<default domain>@startend").all()
+
+    # Warm-up, capture and the correctness check ran outside every range.
+    outside = frame[frame["range"].isna()]
+    assert len(outside) == 65 - 24 - 1 - 2
+    assert outside["nvtx_path"].isna().all()
+    assert (outside["start_ns"] < in_cfg["start_ns"].min()).all()
+
+
+def test_graph_replays_have_graph_nodes(frame):
+    con = connect_ro(FIXTURE)
+    nodes = {
+        corr: node
+        for corr, node in con.execute(
+            "SELECT correlationId, graphNodeId FROM CUPTI_ACTIVITY_KIND_KERNEL"
+        )
+    }
+    graph = frame[frame["range"].str.contains(".graph.", regex=False, na=False)]
+    direct = frame[frame["range"].str.contains(".direct.", regex=False, na=False)]
+    assert len(graph) == 12 and len(direct) == 12
+    assert graph["graph_node"].notna().all() and (graph["mode"] == "graph").all()
+    assert direct["graph_node"].isna().all() and (direct["mode"] == "direct").all()
+    # Both kernels of one cfg2 replay come from one cudaGraphLaunch (one correlationId),
+    # as two different nodes.
+    cfg2 = graph[graph["config_id"] == 2]
+    assert cfg2.groupby("launch_id")["graph_node"].nunique().eq(2).all()
+    # mode follows graphNodeId for every kernel, in ranges or not.
+    expected_mode = ["graph" if nodes[c] is not None else "direct" for c in frame["launch_id"]]
+    assert frame["mode"].tolist() == expected_mode
+
+
+def test_config_mode_rep_filled_from_range_names(frame):
+    named = frame[frame["range"].str.startswith("cfg", na=False)]
+    parsed = [CFG_RE.fullmatch(name).groups() for name in named["range"]]
+    assert named["config_id"].tolist() == [int(p[0]) for p in parsed]
+    assert named["mode"].tolist() == [p[1] for p in parsed]
+    assert named["rep"].tolist() == [int(p[2]) for p in parsed]
+    assert sorted(set(zip(named["config_id"], named["mode"], named["rep"]))) == [
+        (c, m, r) for c in range(3) for m in ("direct", "graph") for r in range(3)
+    ]
+
+
+def test_registered_strings_are_resolved(frame):
+    con = connect_ro(FIXTURE)
+    registered = {
+        value
+        for (value,) in con.execute(
+            """SELECT s.value FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId
+               WHERE n.eventType = 59 AND n.text IS NULL"""
+        )
+    }
+    # The Python nvtx package registers its strings: the nsprof ranges have no text.
+    assert len(registered) == 19 and "nsprof" in registered
+    named = set(frame["range"].dropna())
+    assert {r for r in registered if r != "nsprof"} <= named
+
+
+def test_domain_filter(expected):
+    filtered = read_nsys_sqlite(FIXTURE, domain="nsprof")
+    independent = expected_fixture_rows(domain="nsprof")
+    for column in ("range", "domain", "nvtx_path", "config_id", "rep"):
+        assert na_to_none(filtered[column]) == [e[column] for e in independent], column
+    # The torch_push kernel falls back to the enclosing nsprof range; startend has none.
+    pushed = filtered["nvtx_path"] == "nsprof@nsprof;<default domain>@torch_push"
+    assert filtered.loc[pushed, "range"].tolist() == ["nsprof"]
+    assert filtered.loc[filtered["nvtx_path"] == "<default domain>@startend", "range"].isna().all()
+    assert set(filtered["domain"].dropna()) == {"nsprof"}
+    # nvtx_path lists every range whatever the filter.
+    assert na_to_none(filtered["nvtx_path"]) == [e["nvtx_path"] for e in expected]
+
+
+def test_default_domain_filter():
+    frame = read_nsys_sqlite(FIXTURE, domain=DEFAULT_DOMAIN)
+    assert set(frame["range"].dropna()) == {"torch_push", "startend"}
+
+
+def test_labels_and_export_metadata(frame):
+    con = connect_ro(FIXTURE)
+    meta = dict(con.execute("SELECT name, value FROM META_DATA_EXPORT"))
+    assert frame.attrs["nsys_schema_version"] == meta["EXPORT_SCHEMA_VERSION"] == "3.20.3"
+    assert frame.attrs["nsys_version"] == meta["EXPORT_PRODUCT_VERSION"]
+    labelled = read_nsys_sqlite(FIXTURE, clock_control="base", cache_control="all")
+    assert set(labelled["clock_control"]) == {"base"}
+    assert set(labelled["cache_control"]) == {"all"}
+
+
+def test_pid_tid_encoding_matches_the_processes_table(frame):
+    """globalPid = hw << 48 | pid << 24; the launching thread here is the main thread."""
+    con = connect_ro(FIXTURE)
+    pids = dict(con.execute("SELECT globalPid, pid FROM PROCESSES"))
+    (gpid,) = con.execute("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    assert set(frame["pid"]) == {pids[gpid]}
+    assert set(frame["tid"]) == {pids[gpid]}  # main thread: tid == pid on Linux
+
+
+def test_file_is_not_modified_and_odd_paths_work(tmp_path):
+    odd = tmp_path / "my report ü 'quoted' #1?.sqlite"
+    shutil.copyfile(FIXTURE, odd)
+    before = (odd.stat().st_mtime_ns, hashlib.sha256(odd.read_bytes()).hexdigest())
+    fixture_before = (FIXTURE.stat().st_mtime_ns, hashlib.sha256(FIXTURE.read_bytes()).digest())
+    frame = read_nsys_sqlite(odd)
+    assert len(frame) == 65
+    assert (odd.stat().st_mtime_ns, hashlib.sha256(odd.read_bytes()).hexdigest()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [odd.name]  # no journal or WAL
+    read_nsys_sqlite(FIXTURE)
+    after = (FIXTURE.stat().st_mtime_ns, hashlib.sha256(FIXTURE.read_bytes()).digest())
+    assert after == fixture_before
+
+
+def test_read_only_file_works(tmp_path):
+    copy = tmp_path / "ro.sqlite"
+    shutil.copyfile(FIXTURE, copy)
+    copy.chmod(0o444)
+    try:
+        assert len(read_nsys_sqlite(str(copy))) == 65
+    finally:
+        copy.chmod(0o644)
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+
+def assert_one_line_error(path: Path, *needles: str) -> str:
+    with pytest.raises(ReportError) as info:
+        read_nsys_sqlite(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(path.name) or message.startswith(str(path)), message
+    for needle in needles:
+        assert needle in message, message
+    return message
+
+
+def make_db(path: Path, statements: list[str]) -> Path:
+    con = sqlite3.connect(path)
+    for statement in statements:
+        con.execute(statement)
+    con.commit()
+    con.close()
+    return path
+
+
+def test_missing_file(tmp_path):
+    assert_one_line_error(tmp_path / "nope.sqlite", "no such file")
+
+
+def test_empty_file(tmp_path):
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    assert_one_line_error(empty, "empty")
+
+
+def test_text_file(tmp_path):
+    text = tmp_path / "notes.sqlite"
+    text.write_text("this is not a database\n" * 10)
+    assert_one_line_error(text, "not an SQLite file")
+
+
+def test_nsys_rep_given_instead_of_its_export():
+    assert_one_line_error(NSYS_REP, "nsys-rep", "nsys export")
+
+
+@pytest.mark.parametrize("keep", [50, 100, 4096, 100_000])
+def test_truncated_copy_of_the_fixture(tmp_path, keep):
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes(FIXTURE.read_bytes()[:keep])
+    assert_one_line_error(cut, "truncated")
+
+
+def test_truncated_copy_without_a_valid_size_header(tmp_path):
+    # When the header's page count is not valid (an old writer), SQLite itself must notice.
+    data = bytearray(FIXTURE.read_bytes()[: FIXTURE.stat().st_size // 2])
+    data[92:96] = (int.from_bytes(data[24:28], "big") + 1).to_bytes(4, "big")
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes(bytes(data))
+    assert_one_line_error(cut, "unreadable SQLite database")
+
+
+def test_corrupt_pages(tmp_path):
+    data = bytearray(FIXTURE.read_bytes())
+    data[4096:] = b"\xa5" * (len(data) - 4096)  # every page after the first is garbage
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(bytes(data))
+    assert_one_line_error(bad, "unreadable SQLite database")
+
+
+def test_database_without_a_kernel_table(tmp_path):
+    db = make_db(tmp_path / "nokernels.sqlite", ["CREATE TABLE StringIds (id INTEGER, value TEXT)"])
+    assert_one_line_error(db, "no CUDA kernel table", "-t cuda", "launch kernels")
+
+
+def test_kernel_table_without_rows(tmp_path):
+    db = make_db(
+        tmp_path / "zero.sqlite",
+        ["CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, shortName INTEGER)"],
+    )
+    assert_one_line_error(db, "no rows")
+
+
+def test_fixture_kernel_table_emptied(tmp_path):
+    copy = tmp_path / "emptied.sqlite"
+    shutil.copyfile(FIXTURE, copy)
+    make_db(copy, ["DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL"])
+    assert_one_line_error(copy, "no rows")
+
+
+# --- hand-built databases: attribution edge cases ------------------------------------------
+
+HW = 1 << 48
+P, Q = 100, 200  # two processes
+GP, GQ = HW | P << 24, HW | Q << 24  # globalPid
+T1, T2, T3 = GP | P, GP | 102, GQ | Q  # globalTid: P's main thread, P's second, Q's main
+MYDOM, REGDOM = 7, 9
+
+SCHEMA = [
+    # The columns nsys writes, minus graphNodeId (missing optional column) and many others.
+    """CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
+       deviceId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER,
+       globalPid INTEGER, demangledName INTEGER, shortName INTEGER NOT NULL)""",
+    """CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL,
+       eventClass INTEGER, globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL)""",
+    """CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL,
+       rangeId INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER,
+       domainId INTEGER)""",
+    "CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL)",
+]
+STRINGS = {
+    1: "cudaLaunchKernel_v7000",
+    2: "cudaGraphLaunch_v10000",
+    3: "cuWeirdCall",  # a launching call without "Launch" in its name
+    10: "B",  # a registered range name
+    11: "regdom",  # a registered domain name
+    20: "kern_a",
+}
+# (start, end, eventType, text, globalTid, textId, domainId)
+NVTX = [
+    # push/pop on T1, default domain: A > B > C, then an unclosed U > V
+    (100, 1000, 59, "A", T1, None, 0),
+    (200, 500, 59, None, T1, 10, 0),  # B: registered string (text NULL)
+    (300, 400, 59, "C", T1, None, 0),
+    (2000, None, 59, "U", T1, None, 0),  # never popped
+    (2100, 2200, 59, "V", T1, None, 0),
+    # push/pop on T1 in other domains, nested in time inside A / U
+    (600, 700, 59, "D", T1, None, MYDOM),
+    (5000, 5100, 59, "R", T1, None, REGDOM),
+    # push/pop on T2 only
+    (0, 10_000, 59, "X", T2, None, 0),
+    # start/end ranges of process P (started on T2); S1 and S2 overlap, S3 is in both
+    (3000, 3600, 60, "S1", T2, None, 0),
+    (3300, 4000, 60, "S2", T2, None, MYDOM),
+    (3400, 3500, 60, "S3", T2, None, 0),
+    # a start/end range of process Q, and a push/pop range in Q's own domain 7 (domain ids
+    # belong to a process: Q's 7 is not P's "mydom")
+    (0, 10_000, 60, "Q1", T3, None, 0),
+    (3000, 4000, 59, "QR", T3, None, MYDOM),
+    # not ranges: domain creation (one named by text, one by a registered string), a mark
+    (1, None, 75, "mydom", T1, None, MYDOM),
+    (2, None, 75, None, T1, 11, REGDOM),
+    (3, None, 75, "qdom", T3, None, MYDOM),
+    (150, 150, 34, "a mark", T1, None, 0),
+]
+D = DEFAULT_DOMAIN
+# kernel: (correlationId, launch time, launching thread, API name id, kernel globalPid,
+#          expected range, expected domain, expected nvtx_path)
+LAUNCHES = [
+    (1, 50, T1, 1, GP, None, None, None),
+    (2, 150, T1, 1, GP, "A", D, f"{D}@A"),
+    (3, 350, T1, 1, GP, "C", D, f"{D}@A/B/C"),
+    (4, 450, T1, 1, GP, "B", D, f"{D}@A/B"),  # C has ended: walk up to B
+    (5, 300, T1, 1, GP, "C", D, f"{D}@A/B/C"),  # at C's start: closed interval
+    (6, 400, T1, 1, GP, "C", D, f"{D}@A/B/C"),  # at C's end
+    (19, 401, T1, 1, GP, "B", D, f"{D}@A/B"),  # 1 ns after C's end
+    (7, 650, T1, 1, GP, "D", "mydom", f"{D}@A;mydom@D"),
+    (8, 800, T1, 1, GP, "A", D, f"{D}@A"),
+    (9, 2150, T1, 1, GP, "V", D, f"{D}@U/V"),
+    (10, 2500, T1, 1, GP, "U", D, f"{D}@U"),  # unclosed U holds everything after it
+    (11, 3100, T1, 1, GP, "S1", D, f"{D}@U/S1"),  # start/end range from another thread
+    (12, 3450, T1, 1, GP, "S3", D, f"{D}@U/S1/S3;mydom@S2"),
+    (13, 3700, T1, 1, GP, "S2", "mydom", f"{D}@U;mydom@S2"),  # S3, S1 ended; S2 holds
+    (14, 5050, T1, 2, GP, "R", "regdom", f"{D}@U;regdom@R"),
+    (15, 150, T2, 1, GP, "X", D, f"{D}@X"),  # T1's A does not count on T2
+    (16, 3450, T3, 1, GQ, "QR", "qdom", f"{D}@Q1;qdom@QR"),  # none of P's ranges count
+    (17, 150, T1, 3, GP, "A", D, f"{D}@A"),  # matched through the full runtime table
+    (18, None, None, None, GP, None, None, None),  # no runtime row at all
+]
+
+
+def build_edge_db(path: Path) -> Path:
+    con = sqlite3.connect(path)
+    for statement in SCHEMA:
+        con.execute(statement)
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", STRINGS.items())
+    con.executemany(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, textId, domainId)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        NVTX,
+    )
+    for position, (corr, launch, thread, name_id, gpid, *_) in enumerate(LAUNCHES):
+        gpu_start = 1_000_000 + 1000 * position  # rows come back in this (GPU start) order
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, ?, ?, ?, 20, 20)",
+            (gpu_start, gpu_start + 10 * corr, 7 + corr % 2, corr, gpid),
+        )
+        if launch is not None:
+            con.execute(
+                "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, ?)",
+                (launch, launch + 5, thread, corr, name_id),
+            )
+    # Unrelated API calls around the launches (not kernel launches).
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (90, 95, 0, ?, 999, 3)", (T1,))
+    con.commit()
+    con.close()
+    return path
+
+
+@pytest.fixture()
+def edge_db(tmp_path) -> Path:
+    return build_edge_db(tmp_path / "edges.sqlite")
+
+
+def test_edge_cases_innermost_and_paths(edge_db):
+    frame = read_nsys_sqlite(edge_db)
+    assert frame["launch_id"].tolist() == [launch[0] for launch in LAUNCHES]
+    assert na_to_none(frame["range"]) == [launch[5] for launch in LAUNCHES]
+    assert na_to_none(frame["domain"]) == [launch[6] for launch in LAUNCHES]
+    assert na_to_none(frame["nvtx_path"]) == [launch[7] for launch in LAUNCHES]
+
+
+def test_edge_cases_missing_optional_columns(edge_db):
+    frame = read_nsys_sqlite(edge_db)
+    assert list(frame.columns) == COLUMNS
+    assert frame["graph_node"].isna().all()  # no graphNodeId column
+    assert set(frame["mode"]) == {"direct"}
+    assert set(frame["kernel"]) == {"kern_a"}
+    assert frame["duration_ns"].tolist() == [10.0 * launch[0] for launch in LAUNCHES]
+    assert frame["stream"].tolist() == [7 + launch[0] % 2 for launch in LAUNCHES]
+    assert frame.attrs["nsys_schema_version"] is None  # no META_DATA_EXPORT table
+
+
+def test_edge_cases_pid_and_tid(edge_db):
+    frame = read_nsys_sqlite(edge_db)
+    tids = {T1: P, T2: 102, T3: Q}
+    assert na_to_none(frame["tid"]) == [tids.get(launch[2]) for launch in LAUNCHES]
+    assert frame["pid"].tolist() == [P if launch[4] == GP else Q for launch in LAUNCHES]
+
+
+@pytest.mark.parametrize(
+    ("domain", "expected"),
+    [
+        # kernel 12 (t=3450): U, S1, S3 (default) and S2 (mydom) hold it
+        ("mydom", {7: "D", 12: "S2", 13: "S2", 3: None, 14: None, 16: None}),
+        (DEFAULT_DOMAIN, {7: "A", 12: "S3", 13: "U", 14: "U", 3: "C", 16: "Q1"}),
+        ("qdom", {16: "QR", 7: None}),
+        ("regdom", {14: "R", 7: None, 12: None}),
+        ("no such domain", {2: None, 12: None}),
+    ],
+)
+def test_edge_cases_domain_filter(edge_db, domain, expected):
+    frame = read_nsys_sqlite(edge_db, domain=domain).set_index("launch_id")
+    for corr, name in expected.items():
+        got = frame.loc[corr, "range"]
+        assert (None if pd.isna(got) else got) == name, (domain, corr)
+    everything = read_nsys_sqlite(edge_db).set_index("launch_id")
+    assert frame["nvtx_path"].equals(everything["nvtx_path"])
+
+
+def test_graph_launch_shares_its_launch_between_nodes(tmp_path):
+    db = tmp_path / "graph.sqlite"
+    make_db(
+        db,
+        [
+            """CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER,
+               deviceId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER,
+               shortName INTEGER, graphNodeId INTEGER)""",
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER,"
+            " globalTid INTEGER, correlationId INTEGER, nameId INTEGER)",
+            "CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER,"
+            " text TEXT, globalTid INTEGER, domainId INTEGER)",
+            "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)",
+            "INSERT INTO StringIds VALUES (1, 'cudaGraphLaunch_v10000'), (2, 'k1'), (3, 'k2')",
+            f"INSERT INTO NVTX_EVENTS VALUES (10, 100, 59, 'cfg4.graph.r2', {T1}, 0)",
+            f"INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (50, 60, {T1}, 5, 1)",
+            f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (200, 230, 0, 7, 5, {GP}, 2, 41)",
+            f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (231, 250, 0, 7, 5, {GP}, 3, 42)",
+        ],
+    )
+    frame = read_nsys_sqlite(db)
+    assert frame["kernel"].tolist() == ["k1", "k2"]
+    assert frame["graph_node"].tolist() == [41, 42]
+    assert frame["range"].tolist() == ["cfg4.graph.r2"] * 2
+    assert frame[["config_id", "mode", "rep"]].values.tolist() == [[4, "graph", 2]] * 2
+
+
+def test_no_runtime_or_nvtx_tables(tmp_path):
+    db = make_db(
+        tmp_path / "bare.sqlite",
+        [
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER,"
+            " demangledName INTEGER)",
+            "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)",
+            "INSERT INTO StringIds VALUES (1, 'void ns::my_kernel<4, float>(float*, int)')",
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10, 25, 1), (30, 31, 99)",
+        ],
+    )
+    frame = read_nsys_sqlite(db)
+    assert frame["duration_ns"].tolist() == [15.0, 1.0]
+    # shortName missing: the base name of demangledName; an unknown string id is NA.
+    assert na_to_none(frame["kernel"]) == ["my_kernel", None]
+    for column in ("range", "domain", "nvtx_path", "tid", "pid", "launch_id", "stream"):
+        assert frame[column].isna().all(), column
+
+
+# --- random nested ranges against brute force ----------------------------------------------
+
+
+def random_trace(seed: int):
+    """Random properly nested push/pop ranges per (thread, domain), overlapping start/end
+    ranges, and launches, with distinct timestamps."""
+    rng = random.Random(seed)
+    threads = [T1, T2, GQ | 301]
+    clock = 0
+    stacks: dict[tuple[int, int], list[int]] = {}
+    ranges: list[list] = []  # [start, end, type, name, thread, domain]
+    launches = []
+    for _ in range(600):
+        clock += rng.randint(1, 5)
+        thread, dom = rng.choice(threads), rng.choice([0, MYDOM])
+        stack = stacks.setdefault((thread, dom), [])
+        action = rng.random()
+        if action < 0.3:
+            ranges.append([clock, None, 59, f"p{len(ranges)}", thread, dom])
+            stack.append(len(ranges) - 1)
+        elif action < 0.6 and stack:
+            ranges[stack.pop()][1] = clock
+        elif action < 0.7:
+            end = clock + rng.randint(1, 200) if rng.random() < 0.9 else None
+            ranges.append([clock, end, 60, f"s{len(ranges)}", thread, rng.choice([0, MYDOM])])
+        else:
+            launches.append((clock, thread))
+    for row in ranges:  # start/end ends may collide with later timestamps: make them odd
+        if row[1] is not None and row[2] == 60:
+            row[1] = row[1] * 10 + 7
+        elif row[1] is not None:
+            row[1] *= 10
+        row[0] *= 10
+    launches = [(t * 10, thread) for t, thread in launches]
+    return ranges, launches
+
+
+def brute_force(ranges, launches, domain_names):
+    out = []
+    for t, thread in launches:
+        holding = [
+            r
+            for r in ranges
+            if r[0] <= t <= (INT64_MAX if r[1] is None else r[1])
+            and ((r[2] == 59 and r[4] == thread) or (r[2] == 60 and r[4] >> 24 == thread >> 24))
+        ]
+        holding.sort(key=lambda r: (r[0], -(INT64_MAX if r[1] is None else r[1])))
+        groups: dict[str, list[str]] = {}
+        for r in holding:
+            groups.setdefault(domain_names[r[5]], []).append(r[3])
+        out.append(
+            (
+                holding[-1][3] if holding else None,
+                ";".join(f"{d}@{'/'.join(n)}" for d, n in groups.items()) or None,
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_traces_match_brute_force(tmp_path, seed):
+    ranges, launches = random_trace(seed)
+    db = tmp_path / f"random{seed}.sqlite"
+    con = sqlite3.connect(db)
+    for statement in SCHEMA:
+        con.execute(statement)
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", STRINGS.items())
+    con.execute(
+        "INSERT INTO NVTX_EVENTS (start, eventType, text, domainId) VALUES (0, 75, 'mydom', ?)",
+        (MYDOM,),
+    )
+    con.executemany(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        ranges,
+    )
+    for corr, (t, thread) in enumerate(launches):
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 7, ?, ?, 20, 20)",
+            (corr * 100, corr * 100 + 50, corr, thread & ~0xFFFFFF),
+        )
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 1)",
+            (t, t + 1, thread, corr),
+        )
+    con.commit()
+    con.close()
+    frame = read_nsys_sqlite(db)
+    expected = brute_force(ranges, launches, {0: DEFAULT_DOMAIN, MYDOM: "mydom"})
+    assert list(zip(na_to_none(frame["range"]), na_to_none(frame["nvtx_path"]))) == expected
+
+
+# --- .nsys-rep export ----------------------------------------------------------------------
+
+
+def fake_nsys(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "bin" / "nsys"
+    script.parent.mkdir()
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    return script
+
+
+def test_export_runs_nsys_and_reads_the_result(tmp_path, monkeypatch):
+    # A stand-in nsys that records its argv and "exports" the fixture's SQLite.
+    nsys = fake_nsys(
+        tmp_path,
+        'printf "%s\\n" "$@" > "$(dirname "$0")/argv.txt"\n'
+        'prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
+        f'cp "{FIXTURE}" "$out"\n',
+    )
+    monkeypatch.setenv("NSPROF_NSYS", str(nsys))
+    report = tmp_path / "run 1.nsys-rep"
+    shutil.copyfile(NSYS_REP, report)
+    out = export_nsys_rep(report)
+    assert out == tmp_path / "run 1.sqlite"
+    argv = (nsys.parent / "argv.txt").read_text().splitlines()
+    assert argv == ["export", "--type", "sqlite", "-f", "true", "-o", str(out), str(report)]
+    frame = read_nsys_rep(report, out_dir=tmp_path / "exports", domain="nsprof")
+    assert (tmp_path / "exports" / "run 1.sqlite").is_file()
+    assert len(frame) == 65 and set(frame["domain"].dropna()) == {"nsprof"}
+
+
+def test_export_failure_names_the_nsys_message(tmp_path, monkeypatch):
+    nsys = fake_nsys(tmp_path, 'echo "Processing..." >&2\necho "ERROR: bad report" >&2\nexit 1\n')
+    monkeypatch.setenv("NSPROF_NSYS", str(nsys))
+    with pytest.raises(ReportError) as info:
+        export_nsys_rep(NSYS_REP, out_dir=tmp_path)
+    assert str(info.value) == "fixture.nsys-rep: nsys export failed: ERROR: bad report"
+
+
+def test_export_without_nsys(monkeypatch, tmp_path):
+    monkeypatch.setenv("NSPROF_NSYS", str(tmp_path / "no-nsys"))
+    with pytest.raises(ToolNotFound):
+        export_nsys_rep(NSYS_REP, out_dir=tmp_path)
+
+
+def test_export_of_a_missing_report(tmp_path):
+    with pytest.raises(ReportError, match="no such file"):
+        export_nsys_rep(tmp_path / "missing.nsys-rep")
+
+
+@pytest.mark.skipif(find_nsys(required=False) is None, reason="nsys is not installed here")
+def test_real_nsys_export_matches_the_fixture_export(tmp_path):
+    frame = read_nsys_rep(NSYS_REP, out_dir=tmp_path)
+    reference = read_nsys_sqlite(FIXTURE)
+    for column in ("kernel", "duration_ns", "range", "domain", "nvtx_path", "graph_node"):
+        assert na_to_none(frame[column]) == na_to_none(reference[column]), column
