@@ -67,7 +67,7 @@ def run_truth(target: str, backend: str, settings: ValidateSettings, work_dir: P
                     on_progress=on_progress)
     summary = config_summary(frame)
     rows = [{"config_id": int(r.config_id), "method": f"{backend}:{r.mode}", "value_ns": r.median_ns}
-            for r in summary.itertuples() if r.mode is not None]
+            for r in summary.itertuples() if isinstance(r.mode, str)]
     failures = {(backend, int(c)): reason for c, reason in frame.attrs["failures"].items()}
     return rows, failures
 

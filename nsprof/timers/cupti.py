@@ -78,9 +78,15 @@ def time_cupti(fn, reps: int, l2: str) -> tuple[list[float], dict]:
         raise NsprofError(f"CUPTI failed: {exc}") from None
     with collector.lock:
         records, collector.records = collector.records, []
-    api, kernels = [], {}
+    api, kernels, seen = [], {}, set()
     for record in records:
         if record.kind == cupti.ActivityKind.CONCURRENT_KERNEL:
+            key = (record.correlation_id, record.start, record.end)
+            if key in seen:
+                # Seen on the H200 after torch.profiler (TileLang's cupti backend) had run in the
+                # same process: every kernel record arrived twice, doubling the sums.
+                continue
+            seen.add(key)
             kernels.setdefault(record.correlation_id, []).append(record.end - record.start)
         elif record.kind in (cupti.ActivityKind.RUNTIME, cupti.ActivityKind.DRIVER):
             api.append((record.start, record.correlation_id))
