@@ -43,14 +43,40 @@ class ValidateResult:
     failures: dict = field(default_factory=dict)  # (method, config_id) -> reason
 
 
+def timer_groups(names: list[str]) -> list[list[str]]:
+    """Timers that must not share a process: CUPTI clients (ours, torch.profiler behind
+    TileLang's cupti backend) stay attached and slow every later launch (seen on the H200:
+    event timings doubled and CUPTI kernel durations doubled after torch.profiler ran)."""
+    from nsprof.timers.specs import EXTERNAL
+
+    plain = [n for n in names if n not in EXTERNAL and not n.startswith("cupti")]
+    own_cupti = [n for n in names if n.startswith("cupti")]
+    external = [n for n in names if n in EXTERNAL]
+    return [group for group in (plain, own_cupti, external) if group]
+
+
 def run_timers(target: str, n_configs: int, names: list[str], settings: ValidateSettings, work_dir: Path,
                on_progress=None) -> tuple[list[dict], dict]:
+    """Every timer group in its own worker process; rows and failures of all of them."""
+    rows: list[dict] = []
+    failures: dict = {}
+    for index, group in enumerate(timer_groups(names)):
+        group_rows, group_failures = _run_timer_group(target, n_configs, group, settings,
+                                                      work_dir / f"timers{index}", on_progress)
+        rows += group_rows
+        failures.update(group_failures)
+    return rows, failures
+
+
+def _run_timer_group(target: str, n_configs: int, names: list[str], settings: ValidateSettings,
+                     work_dir: Path, on_progress=None) -> tuple[list[dict], dict]:
     from nsprof.session import run_session
 
+    work_dir.mkdir(parents=True, exist_ok=True)
     results = work_dir / "timers.jsonl"
     results.write_text("")
     profile_settings = ProfileSettings(backend="none", modes=("direct",), reps=1, warmup=3,
-                                       timeout_s=settings.timeout_s, work_dir=work_dir / "timers")
+                                       timeout_s=settings.timeout_s, work_dir=work_dir)
     session = run_session(target, n_configs, profile_settings, on_progress=on_progress,
                           job_extra={"task": "timers", "timers": names, "timer_reps": settings.timer_reps,
                                      "results": str(results)})
@@ -90,7 +116,8 @@ def validate(target: str, settings: ValidateSettings | None = None,
     work_dir.mkdir(parents=True, exist_ok=True)
     names = expand(list(settings.timers)) + (available_external() if settings.external else [])
     stage = on_stage or (lambda name, count: None)
-    timer_rows, failures = run_timers(target, n, names, settings, work_dir, stage("timers", n))
+    timer_rows, failures = run_timers(target, n, names, settings, work_dir,
+                                      stage("timers", n * len(timer_groups(names))))
     rows = [{"config_id": r["config_id"], "method": r["method"], "value_ns": r.get("median_ns", float("nan"))}
             for r in timer_rows]
     for r in timer_rows:
