@@ -183,6 +183,14 @@ def time_parse(kind: str, path: Path, runs: int = 3) -> dict:
     return best
 
 
+def _csv_engine() -> str | None:
+    try:
+        from nsprof.reports.ncu_csv import csv_engine
+    except ImportError:
+        return None
+    return csv_engine()
+
+
 def _nproc() -> int | None:
     # Like nproc(1): the CPUs this process may run on, not all of the machine's.
     if hasattr(os, "sched_getaffinity"):
@@ -245,6 +253,7 @@ def main() -> int:
         "nproc": _nproc(),
         "python": platform.python_version(),
         "pandas": pandas.__version__,
+        "ncu_csv_engine": _csv_engine(),
         "figures": figures,
         "goals_s": {"nsys_sqlite": GOAL_NSYS_S, "ncu_csv": GOAL_NCU_CSV_S},
         "pass": all(f["pass"] for f in figures.values()),
