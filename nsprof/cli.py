@@ -296,6 +296,53 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
 
 
 @cli.command()
+@click.argument("target")
+@click.option("--backend", type=click.Choice(["ncu", "nsys", "graph", "graph_cold", "cupti", "cupti_cold", "event",
+                                              "event_cold"]), default="ncu", show_default=True,
+              help="Ground truth (ncu, nsys) or a fast in-process timer to rank by.")
+@click.option("--mode", type=click.Choice(["direct", "graph"]), default="graph", show_default=True,
+              help="Ground truth of plain launches or of CUDA-graph kernel nodes.")
+@click.option("--stat", type=click.Choice(["median", "min"]), default="median", show_default=True)
+@click.option("--reps", type=click.IntRange(1), default=5, show_default=True, help="Ground-truth reps per config.")
+@click.option("--prescreen", type=click.Choice(["graph", "graph_cold", "cupti", "cupti_cold", "event", "event_cold"]),
+              default=None, help="Rank all configs with this fast timer first; measure only the best --top.")
+@click.option("--top", "top", type=click.IntRange(1), default=4, show_default=True,
+              help="How many prescreened configs go to ground truth.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True)
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print the ranked table as JSON.")
+def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir, as_json) -> None:
+    """Rank every config of TARGET (file.py:space) by ground truth and name the best.
+
+    Prints the ranked table (duration, spread, cycles, clock, distance from the best) and
+    how the numbers were taken. With --prescreen, a fast timer ranks all configs and only
+    the best --top go to the ground truth.
+    """
+    import json as json_module
+
+    from nsprof.drivers.base import ProfileSettings
+    from nsprof.session import make_driver
+    from nsprof.tune import GROUND_TRUTHS, TuneSettings, format_ranked
+    from nsprof.tune import tune as run_tune
+
+    if backend in GROUND_TRUTHS:
+        make_driver(ProfileSettings(backend=backend))
+    settings = TuneSettings(backend=backend, mode=mode, stat=stat, reps=reps, prescreen=prescreen,
+                            prescreen_top=top, timeout_s=timeout_s, work_dir=work_dir)
+    bars = _StageBars()
+    try:
+        result = run_tune(target, settings, on_stage=bars)
+    finally:
+        bars.close()
+    if as_json:
+        document = {"label": result.label, "best_config_id": result.best_config_id, "best_config": result.best_config,
+                    "notes": result.notes, "ranked": json_module.loads(result.table.to_json(orient="records"))}
+        click.echo(json_module.dumps(document, default=str))
+        return
+    click.echo(format_ranked(result))
+
+
+@cli.command()
 @click.option("--no-run", is_flag=True, help="Only look for the GPU and tools; run no kernel.")
 def doctor(no_run) -> None:
     """Check the GPU, ncu, nsys and counter permissions, and run a tiny kernel under each tool.

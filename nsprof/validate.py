@@ -69,7 +69,7 @@ def run_timers(target: str, n_configs: int, names: list[str], settings: Validate
 
 
 def _run_timer_group(target: str, n_configs: int, names: list[str], settings: ValidateSettings,
-                     work_dir: Path, on_progress=None) -> tuple[list[dict], dict]:
+                     work_dir: Path, on_progress=None, config_ids: list[int] | None = None) -> tuple[list[dict], dict]:
     from nsprof.session import run_session
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -77,7 +77,7 @@ def _run_timer_group(target: str, n_configs: int, names: list[str], settings: Va
     results.write_text("")
     profile_settings = ProfileSettings(backend="none", modes=("direct",), reps=1, warmup=3,
                                        timeout_s=settings.timeout_s, work_dir=work_dir)
-    session = run_session(target, n_configs, profile_settings, on_progress=on_progress,
+    session = run_session(target, n_configs, profile_settings, config_ids=config_ids, on_progress=on_progress,
                           job_extra={"task": "timers", "timers": names, "timer_reps": settings.timer_reps,
                                      "results": str(results)})
     rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]

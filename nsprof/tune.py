@@ -1,0 +1,196 @@
+"""`nsprof tune`: rank every config of a target by ground truth (or a fast timer).
+
+    ranked = tune("examples/gemm_tilelang.py:space", TuneSettings(backend="ncu", mode="graph"))
+    ranked.best_config, ranked.table
+
+Ground truths (ncu, nsys) run through nsprof.profile; fast timers (graph, cupti, event and
+their variants) through the timer worker. `prescreen` ranks all configs with a fast timer
+first and sends only the best `prescreen_top` to the ground truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nsprof.errors import NsprofError
+
+GROUND_TRUTHS = ("ncu", "nsys")
+# --backend names of the fast timers -> nsprof timer method names
+TIMER_BACKENDS = {"graph": "graph_warm", "graph_cold": "graph_cold", "cupti": "cupti", "cupti_cold": "cupti_cold",
+                  "event": "event", "event_cold": "event_cold"}
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    backend: str = "ncu"
+    mode: str = "graph"  # direct | graph (ground truths only; fast timers have their own launch path)
+    stat: str = "median"  # median | min
+    reps: int = 5
+    timer_reps: int = 100
+    prescreen: str | None = None  # a fast timer backend name
+    prescreen_top: int = 4
+    timeout_s: float = 120.0
+    work_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend not in GROUND_TRUTHS and self.backend not in TIMER_BACKENDS:
+            raise NsprofError(f"unknown backend {self.backend!r}: choose from "
+                              f"{', '.join(GROUND_TRUTHS + tuple(TIMER_BACKENDS))}")
+        if self.mode not in ("direct", "graph"):
+            raise NsprofError("mode must be direct or graph")
+        if self.stat not in ("median", "min"):
+            raise NsprofError("stat must be median or min")
+        if self.prescreen is not None and self.prescreen not in TIMER_BACKENDS:
+            raise NsprofError(f"--prescreen takes a fast timer: {', '.join(TIMER_BACKENDS)}")
+        if self.prescreen_top < 1:
+            raise NsprofError("--top must be at least 1")
+
+
+@dataclass
+class TuneResult:
+    table: object  # ranked DataFrame: rank, config_id, config, value_ns, spread, cycles, clock, vs_best
+    configs: list
+    backend: str
+    label: str  # how the numbers were taken, in words
+    prescreen: object | None = None  # the prescreen's ranked table, when used
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best_config_id(self) -> int | None:
+        measured = self.table[self.table["error"].isna()]
+        return None if measured.empty else int(measured.iloc[0]["config_id"])
+
+    @property
+    def best_config(self):
+        best = self.best_config_id
+        return None if best is None else self.configs[best]
+
+
+def rank(per_config, stat: str = "median"):
+    """Sort measured configs by `stat` (ties: lower config id); failures last. Adds rank and vs_best."""
+    import pandas as pd
+
+    value = "median_ns" if stat == "median" else "min_ns"
+    table = per_config.copy()
+    table["value_ns"] = table[value]
+    ok = table["error"].isna() & table["value_ns"].notna()
+    measured = table[ok].sort_values(["value_ns", "config_id"], kind="stable")
+    failed = table[~ok].sort_values("config_id", kind="stable")
+    best = measured["value_ns"].iloc[0] if len(measured) else float("nan")
+    measured = measured.assign(rank=range(1, len(measured) + 1), vs_best=measured["value_ns"] / best - 1)
+    failed = failed.assign(rank=pd.NA, vs_best=float("nan"))
+    out = pd.concat([measured, failed], ignore_index=True)
+    out["rank"] = out["rank"].astype("Int64")
+    return out
+
+
+def _truth_table(target: str, settings: TuneSettings, config_ids, on_progress):
+    from nsprof.drivers.base import ProfileSettings
+    from nsprof.profile import config_summary, profile
+
+    frame = profile(target, ProfileSettings(backend=settings.backend, modes=(settings.mode,), reps=settings.reps,
+                                            timeout_s=settings.timeout_s, work_dir=settings.work_dir),
+                    config_ids=config_ids, on_progress=on_progress)
+    summary = config_summary(frame)
+    summary = summary[summary["mode"].isna() | (summary["mode"] == settings.mode)]
+    return summary, frame
+
+
+def _timer_table(target: str, n: int, name: str, settings: TuneSettings, config_ids, on_progress):
+    import tempfile
+
+    import pandas as pd
+
+    from nsprof.validate import ValidateSettings, _run_timer_group
+
+    work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-tune-"))
+    rows, failures = _run_timer_group(target, n, [name], ValidateSettings(timer_reps=settings.timer_reps,
+                                                                          timeout_s=settings.timeout_s),
+                                      work_dir / f"timer-{name}", on_progress, config_ids=config_ids)
+    records = []
+    for row in rows:
+        records.append({"config_id": row["config_id"], "mode": None, "reps": settings.timer_reps, "kernels": None,
+                        "median_ns": row.get("median_ns", float("nan")), "min_ns": row.get("min_ns", float("nan")),
+                        "max_ns": float("nan"), "spread": float("nan"), "median_cycles": float("nan"),
+                        "median_clock_hz": (row.get("conditions") or {}).get("sm_clock_mhz_after"),
+                        "error": row.get("error")})
+    for (_, config_id), reason in failures.items():
+        records.append({"config_id": config_id, "error": reason, "median_ns": float("nan"), "min_ns": float("nan")})
+    table = pd.DataFrame(records)
+    if "median_clock_hz" in table:
+        table["median_clock_hz"] = pd.to_numeric(table["median_clock_hz"], errors="coerce") * 1e6  # MHz -> Hz
+    return table
+
+
+def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[int] | None = None,
+         on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None) -> TuneResult:
+    from nsprof.profile import precompile
+    from nsprof.space import load_target
+
+    settings = settings or TuneSettings()
+    space = load_target(target)
+    n = len(space.configs)
+    wanted = list(range(n)) if config_ids is None else list(config_ids)
+    stage = on_stage or (lambda name, count: None)
+    precompile(space)
+    notes: list[str] = []
+    prescreen_table = None
+    if settings.prescreen:
+        name = TIMER_BACKENDS[settings.prescreen]
+        prescreen_table = rank(_timer_table(target, n, name, settings, wanted, stage(settings.prescreen, len(wanted))),
+                               settings.stat)
+        measured = prescreen_table[prescreen_table["error"].isna()]
+        wanted = [int(c) for c in measured["config_id"].head(settings.prescreen_top)]
+        if not wanted:
+            raise NsprofError(f"the prescreen timer {settings.prescreen} measured no config")
+    if settings.backend in GROUND_TRUTHS:
+        summary, _ = _truth_table(target, settings, wanted, stage(settings.backend, len(wanted)))
+        label = (f"{settings.backend}, mode {settings.mode}, {settings.stat} of {settings.reps} reps"
+                 + (", clocks locked to base, caches flushed" if settings.backend == "ncu" else
+                    ", CUPTI kernel trace at the run's own clocks"))
+    else:
+        name = TIMER_BACKENDS[settings.backend]
+        summary = _timer_table(target, n, name, settings, wanted, stage(settings.backend, len(wanted)))
+        label = f"fast timer {name}, {settings.stat} of {settings.timer_reps} samples"
+    table = rank(summary, settings.stat)
+    table.insert(2, "config", [_label(space.configs[int(c)]) for c in table["config_id"]])
+    if prescreen_table is not None:
+        prescreen_table.insert(2, "config", [_label(space.configs[int(c)]) for c in prescreen_table["config_id"]])
+        result = TuneResult(table, space.configs, settings.backend, label, prescreen_table, notes)
+        best = result.best_config_id
+        if best is not None:
+            order = [int(c) for c in prescreen_table[prescreen_table["error"].isna()]["config_id"]]
+            position = order.index(best) + 1
+            notes.append(f"the ground-truth winner was #{position} of the prescreen's top {len(wanted)}")
+            if position == len(wanted):
+                notes.append("it was the last one sent to ground truth: a better config may lie outside the "
+                             "prescreened set; raise --top")
+        return result
+    return TuneResult(table, space.configs, settings.backend, label, None, notes)
+
+
+def _label(config) -> str:
+    if isinstance(config, dict):
+        return ",".join(f"{k}={v}" for k, v in config.items())
+    return str(config)
+
+
+def format_ranked(result: TuneResult) -> str:
+    from nsprof.analysis import _num, _text, _us, render_table
+
+    headers = ["rank", "id", "config", "µs", "spread %", "cycles", "clock GHz", "vs best", "error"]
+    rows = []
+    for r in result.table.itertuples():
+        rows.append([_text(r.rank), str(r.config_id), _text(r.config, 44), _us(r.value_ns),
+                     _num(getattr(r, "spread", float("nan")) * 100, ".1f"),
+                     _num(getattr(r, "median_cycles", float("nan")), ",.0f"),
+                     _num(getattr(r, "median_clock_hz", float("nan")) / 1e9, ".3f"),
+                     "-" if r.vs_best != r.vs_best else f"+{r.vs_best * 100:.1f}%", _text(r.error, 50)])
+    lines = [f"ranked by {result.label}", render_table(headers, rows, right={0, 1, 3, 4, 5, 6, 7})]
+    best = result.best_config_id
+    if best is not None:
+        lines.append(f"best: config {best} ({_label(result.configs[best])})")
+    lines += [f"note: {note}" for note in result.notes]
+    return "\n".join(lines)
