@@ -1,0 +1,1 @@
+"""Hooks into the autotuners people already use (Triton, TileLang)."""
