@@ -1,0 +1,56 @@
+"""A GPU config space with one config per fault a real kernel can have (for the `gpu` tests).
+
+cfg0, cfg4: a healthy elementwise add. cfg1: a Triton kernel that stores far out of bounds
+(illegal address: the CUDA context is lost). cfg2: a Triton kernel that spins forever on a
+flag nobody sets (timeout). cfg3: asks for more device memory than exists (out of memory).
+"""
+
+import nsprof.space
+
+
+def _kernels():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def oob_store(ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK) + (1 << 36)  # 64 G elements past the buffer
+        tl.store(ptr + offsets, tl.zeros((BLOCK,), dtype=tl.float32))
+
+    @triton.jit
+    def spin(flag_ptr, out_ptr):
+        value = tl.load(flag_ptr, volatile=True)
+        while value == 0:
+            value = tl.load(flag_ptr, volatile=True)
+        tl.store(out_ptr, value)
+
+    return oob_store, spin
+
+
+def build(config):
+    import torch
+
+    kind = config["kind"]
+    x = torch.randn(1 << 20, device="cuda")
+    y = torch.randn(1 << 20, device="cuda")
+    out = torch.empty_like(x)
+    if kind == "ok":
+        return lambda: torch.add(x, y, out=out)
+    oob_store, spin = _kernels()
+    if kind == "illegal_address":
+        return lambda: oob_store[(1,)](out, out.numel(), BLOCK=128)
+    if kind == "hang":
+        flag = torch.zeros(1, dtype=torch.int32, device="cuda")
+        result = torch.empty(1, dtype=torch.int32, device="cuda")
+        return lambda: spin[(1,)](flag, result)
+    if kind == "oom":
+        total = torch.cuda.get_device_properties(0).total_memory
+        return lambda: torch.empty(2 * total, dtype=torch.uint8, device="cuda")
+    raise ValueError(kind)
+
+
+space = nsprof.space.Space(
+    name="faulty_gpu",
+    configs=[{"kind": k} for k in ["ok", "illegal_address", "hang", "oom", "ok"]],
+    build=build,
+)
