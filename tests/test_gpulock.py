@@ -1,0 +1,166 @@
+"""The one-profiler-per-GPU lock, between real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from nsprof.errors import NsprofError
+from nsprof.gpulock import GpuBusy, gpu_lock, lock_path, physical_device
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Run as a script named "nsprof" so that the holder's command line reads like the real one.
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from nsprof.gpulock import gpu_lock
+    hold_s = float(sys.argv[-1])
+    with gpu_lock(0):
+        print("locked", flush=True)
+        time.sleep(hold_s)
+""")
+
+
+@pytest.fixture(autouse=True)
+def lock_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return tmp_path / "locks"
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """Start a process that takes GPU 0's lock and keeps it for hold_s; killed at teardown."""
+    script = tmp_path / "nsprof"
+    script.write_text(HOLDER)
+    started: list[subprocess.Popen] = []
+
+    def start(hold_s: float = 120.0) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        child = subprocess.Popen([sys.executable, str(script), "tune", "x.py:space", str(hold_s)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        started.append(child)
+        assert child.stdout.readline() == "locked\n", child.stderr.read()
+        return child
+
+    yield start
+    for child in started:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        child.stdout.close()
+        child.stderr.close()
+
+
+def test_second_acquirer_fails_fast_naming_the_holder(holder):
+    child = holder()
+    began = time.monotonic()
+    with pytest.raises(GpuBusy) as caught:
+        with gpu_lock(0):
+            pytest.fail("took a lock another process holds")
+    assert time.monotonic() - began < 1.0
+    message = str(caught.value)
+    pattern = (rf"GPU 0 is being profiled by another nsprof \(pid {child.pid}, started \d\d:\d\d:\d\d: "
+               r"nsprof tune x\.py:space 120\.0\); wait for it or pass --wait")
+    assert re.fullmatch(pattern, message), message
+    assert isinstance(caught.value, NsprofError)
+    assert caught.value.holder["pid"] == child.pid and caught.value.device == 0
+    with gpu_lock(1) as path:  # other GPUs are free
+        assert path.name == "nsprof-gpu1.lock"
+
+
+def test_wait_takes_the_lock_once_the_holder_lets_go(holder, capfd):
+    child = holder(hold_s=1.0)
+    began = time.monotonic()
+    with gpu_lock(0, wait=True, timeout_s=60) as path:
+        waited_s = time.monotonic() - began
+        record = json.loads(path.read_text())
+        assert record["pid"] == os.getpid()
+    assert child.wait(timeout=30) == 0
+    assert 0.3 < waited_s < 30
+    assert capfd.readouterr() == ("", "")  # waiting is silent
+    assert lock_path(0).read_text() == ""  # released: nobody named
+
+
+def test_wait_without_timeout_blocks_until_release(holder):
+    holder(hold_s=0.5)
+    began = time.monotonic()
+    with gpu_lock(0, wait=True):
+        assert time.monotonic() - began > 0.2
+
+
+def test_wait_gives_up_after_its_timeout(holder):
+    child = holder()
+    began = time.monotonic()
+    with pytest.raises(GpuBusy, match=rf"pid {child.pid}.*still busy after 0\.3 s"):
+        with gpu_lock(0, wait=True, timeout_s=0.3):
+            pytest.fail("took a lock another process holds")
+    assert 0.3 <= time.monotonic() - began < 5
+
+
+def test_a_sigkilled_holder_frees_the_gpu(holder):
+    child = holder()
+    with pytest.raises(GpuBusy):
+        with gpu_lock(0):
+            pass
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    assert json.loads(lock_path(0).read_text())["pid"] == child.pid  # its record is still there...
+    with gpu_lock(0) as path:  # ...but the lock died with it
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+
+
+PROBE = "from nsprof.gpulock import gpu_lock\nwith gpu_lock(0):\n    print('free')\n"
+
+
+def probe() -> str:
+    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return result.stdout.strip() or result.stderr.strip().splitlines()[-1]
+
+
+def test_lock_is_released_when_the_body_raises():
+    with pytest.raises(RuntimeError):
+        with gpu_lock(0):
+            assert "GPU 0 is being profiled" in probe()
+            raise RuntimeError("kernel crashed")
+    assert probe() == "free"
+
+
+def test_the_same_process_cannot_lock_a_gpu_twice():
+    with gpu_lock(0):
+        with pytest.raises(GpuBusy, match="already locked by this process"):
+            with gpu_lock(0, wait=True):  # would otherwise wait on itself forever
+                pass
+    with gpu_lock(0):
+        pass
+
+
+def test_lock_file_location(lock_dir, monkeypatch):
+    assert lock_path(3) == lock_dir / "nsprof-gpu3.lock"
+    with gpu_lock(3):
+        assert (lock_dir / "nsprof-gpu3.lock").exists()
+    monkeypatch.delenv("NSPROF_LOCK_DIR")
+    import tempfile
+
+    assert lock_path(0) == Path(tempfile.gettempdir()) / "nsprof-gpu0.lock"
+
+
+def test_cuda_visible_devices_maps_to_the_physical_gpu(lock_dir, monkeypatch):
+    assert physical_device(0, {"CUDA_VISIBLE_DEVICES": "2,3"}) == 2
+    assert physical_device(1, {"CUDA_VISIBLE_DEVICES": " 2, 3 "}) == 3
+    assert physical_device(1, {}) == 1
+    assert physical_device(0, {"CUDA_VISIBLE_DEVICES": "GPU-8f6c1a2b"}) == 0  # UUIDs: as given
+    assert physical_device(5, {"CUDA_VISIBLE_DEVICES": "2,3"}) == 5
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    with gpu_lock(0) as path:
+        assert path == lock_dir / "nsprof-gpu2.lock"

@@ -1,0 +1,496 @@
+"""The results store: round trips of real rows, resume, concurrent writers, crashes and interrupts."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsprof.drivers.base import ProfileSettings
+from nsprof.errors import NsprofError
+from nsprof.profile import config_summary
+from nsprof.schema import COLUMN_DTYPES, make_frame
+from nsprof.store import (
+    GROUP_FIELDS,
+    KEY_FIELDS,
+    MEASUREMENT_COLUMNS,
+    MeasurementKey,
+    ResultStore,
+    StoreError,
+    config_json,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures"
+GROUP = {"fingerprint": "0123456789abcdef", "gpu": "NVIDIA H200", "backend": "ncu", "mode": "direct",
+         "clock_control": "base", "cache_control": "all", "tool_version": "2025.3.1"}
+
+
+def key_for(config_id: int, **changes: str) -> MeasurementKey:
+    group = {**GROUP, **changes}
+    config = {"block_N": 32 * (config_id + 1)}
+    return MeasurementKey(**group, config_id=config_id, config_json=config_json(config))
+
+
+def rows(config_id: int, count: int = 3, base_ns: float = 1000.0) -> list[dict]:
+    return [{"config_id": config_id, "mode": "direct", "rep": rep, "kernel": "gemm_kernel",
+             "duration_ns": base_ns + rep, "cycles": 1.5 * (base_ns + rep), "clock_hz": 1.98e9}
+            for rep in range(count)]
+
+
+def failure(config_id: int, reason: str = "compile failed: boom") -> list[dict]:
+    return [{"config_id": config_id, "error": reason}]
+
+
+def child_env() -> dict[str, str]:
+    paths = [str(ROOT), os.environ.get("PYTHONPATH")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+
+
+@pytest.fixture
+def store(tmp_path):
+    with ResultStore(tmp_path / "results.sqlite") as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def profile_rows():
+    """Real rows: 32 configs measured under ncu on an H200, both modes, 9 of them failures."""
+    return make_frame(pd.read_csv(FIXTURES / "profile_ncu.csv"))
+
+
+def test_real_rows_round_trip_with_their_values(store, profile_rows):
+    run_id = store.start_run(target="examples/gemm_tilelang.py:space", **GROUP)
+    expected = []
+    for config_id in sorted(profile_rows["config_id"].unique()):
+        for mode in ("direct", "graph"):
+            of_config = profile_rows[profile_rows["config_id"] == config_id]
+            # a failed config has one row without a mode; it is a result under either mode
+            part = of_config[(of_config["mode"] == mode).fillna(False) | of_config["mode"].isna()]
+            if not len(part):
+                continue
+            assert store.add(run_id, key_for(int(config_id), mode=mode), part) == len(part)
+            expected.append(part.assign(mode=mode))
+    expected = pd.concat(expected, ignore_index=True).astype(COLUMN_DTYPES)
+
+    stored = store.frame()
+    assert list(stored.columns) == list(MEASUREMENT_COLUMNS)
+    assert len(stored) == len(expected) == 239 + 9  # the 9 failures stored under both modes
+    for column in ("config_id", "mode", "rep", "kernel", "duration_ns", "cycles", "clock_hz", "graph_node",
+                   "error", "clock_control", "cache_control"):
+        assert stored[column].dtype == pd.api.types.pandas_dtype(COLUMN_DTYPES[column]), column
+        pd.testing.assert_series_equal(stored[column], expected[column], check_names=False)
+    assert (stored["run_id"] == run_id).all()
+    assert set(stored["fingerprint"]) == {GROUP["fingerprint"]}
+    assert json.loads(stored.loc[0, "config_json"]) == {"block_N": 32 * (int(stored.loc[0, "config_id"]) + 1)}
+    failed = stored[stored["error"].notna()]
+    assert failed["duration_ns"].isna().all() and failed["error"].str.contains("failed:").all()
+    assert sorted(failed["config_id"].unique()) == [0, 1, 2, 3, 4, 5, 6, 7, 31]
+    # the tidy helpers work on what comes back
+    pd.testing.assert_frame_equal(config_summary(stored[stored["mode"] == "graph"]),
+                                  config_summary(expected[expected["mode"] == "graph"]))
+
+    # plain SQL values only
+    raw = sqlite3.connect(store.path)
+    kinds = {row for row in raw.execute(
+        "SELECT DISTINCT typeof(config_id), typeof(rep), typeof(duration_ns), typeof(cycles), "
+        "typeof(clock_hz), typeof(kernel), typeof(error), typeof(config_json) FROM measurements")}
+    raw.close()
+    assert {kind for row in kinds for kind in row} <= {"integer", "real", "text", "null"}
+
+
+def test_frame_filters(store):
+    run_id = store.start_run()
+    for config_id in range(4):
+        store.add(run_id, key_for(config_id), rows(config_id))
+    store.add(run_id, key_for(4), failure(4))
+    store.add(run_id, key_for(0, backend="nsys", clock_control="none", cache_control="none"),
+              [{"rep": 0, "kernel": "k", "duration_ns": 5.0}])
+
+    assert sorted(store.frame(config_id=[1, 3])["config_id"].unique()) == [1, 3]
+    assert set(store.frame(backend="nsys")["duration_ns"]) == {5.0}
+    assert len(store.frame(error=None)) == 4 * 3 + 1
+    assert list(store.frame(config_id=4)["error"]) == ["compile failed: boom"]
+    assert store.frame(config_id=[]).empty
+    assert list(store.frame(config_id=99).columns) == list(MEASUREMENT_COLUMNS)
+    with pytest.raises(ValueError, match="cannot filter on"):
+        store.frame(colour="red")
+
+
+def test_runs_record_labels_settings_and_finish(store):
+    settings = ProfileSettings(backend="ncu", reps=7, work_dir=Path("/tmp/w"))
+    finished = store.start_run(target="t.py:space", gpu_uuid="GPU-1234", settings=settings, **GROUP)
+    crashed = store.start_run(target="t.py:space", settings={"reps": 3})
+    store.finish_run(finished, "ok")
+
+    runs = store.runs()
+    assert list(runs["id"]) == [finished, crashed]
+    first, second = runs.iloc[0], runs.iloc[1]
+    assert first["status"] == "ok" and not pd.isna(first["finished_at"])
+    assert first["gpu"] == "NVIDIA H200" and first["gpu_uuid"] == "GPU-1234"
+    assert first["tool_version"] == "2025.3.1"
+    assert json.loads(first["settings_json"])["reps"] == 7
+    assert json.loads(first["settings_json"])["work_dir"] == "/tmp/w"
+    assert first["nsprof_version"] and first["started_at"] <= first["finished_at"]
+    # a run that never finished (crashed, or still running) says so
+    assert second["status"] == "running" and pd.isna(second["finished_at"])
+
+    with pytest.raises(ValueError, match="unknown run labels"):
+        store.start_run(targte="typo")
+    with pytest.raises(ValueError, match="no run 999"):
+        store.finish_run(999)
+
+
+def test_missing_lists_what_resume_must_measure(store):
+    first = store.start_run()
+    store.add(first, key_for(0), rows(0))
+    store.add(first, key_for(1), rows(1))
+    store.add(first, key_for(2), failure(2))  # failed only
+    store.add(first, key_for(3, tool_version="2024.1"), rows(3))  # measured by another ncu
+    store.add(first, key_for(4), failure(4))
+    second = store.start_run()
+    store.add(second, key_for(4), rows(4))  # failed once, then measured
+    # 5: never measured
+
+    assert store.missing(GROUP, range(6)) == [3, 5]
+    assert store.missing(GROUP, list(range(6)), retry_failed=True) == [2, 3, 5]
+    assert store.missing(GROUP, [5, 3, 0]) == [5, 3]  # the caller's order
+    assert store.missing({**GROUP, "gpu": "NVIDIA A100"}, [0, 1]) == [0, 1]
+    assert store.missing(key_for(3, tool_version="2024.1").without_config(), [3]) == []
+
+    with pytest.raises(ValueError, match="lacks"):
+        store.missing({k: v for k, v in GROUP.items() if k != "tool_version"}, [0])
+    with pytest.raises(ValueError, match="unexpected"):
+        store.missing({**GROUP, "config_json": "{}"}, [0])
+
+
+def test_add_refuses_rows_that_do_not_fit_the_key_and_writes_none_of_them(store):
+    run_id = store.start_run()
+    bad_config = rows(1) + [{**rows(2)[0]}]
+    with pytest.raises(ValueError, match="config_id=2"):
+        store.add(run_id, key_for(1), bad_config)
+    with pytest.raises(ValueError, match="mode='graph'"):
+        store.add(run_id, key_for(1), [{**row, "mode": "graph"} for row in rows(1)])
+    with pytest.raises(ValueError, match="duration_ns or an error"):
+        store.add(run_id, key_for(1), rows(1) + [{"rep": 9, "kernel": "k"}])
+    with pytest.raises(ValueError, match="duration_ns or an error"):
+        store.add(run_id, key_for(1), [{"duration_ns": 3.0, "error": "both"}])
+    with pytest.raises(ValueError, match="no rows"):
+        store.add(run_id, key_for(1), [])
+    with pytest.raises(ValueError, match="no run 42"):
+        store.add(42, key_for(1), rows(1))
+    with pytest.raises(TypeError):
+        store.add(run_id, key_for(1), rows(1)[0])
+    assert store.frame().empty
+    assert store.add(run_id, key_for(1), rows(1)) == 3
+
+
+def test_measurement_key():
+    import numpy as np
+
+    key = MeasurementKey(**GROUP, config_id=np.int64(3), config_json=config_json({"b": 1, "a": [1, 2]}))
+    assert type(key.config_id) is int and key.config_json == '{"a":[1,2],"b":1}'
+    assert key.without_config() == GROUP and tuple(GROUP) == GROUP_FIELDS
+    assert [f for f in KEY_FIELDS if f not in GROUP_FIELDS] == ["config_id", "config_json"]
+    with pytest.raises(AttributeError):
+        key.gpu = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError, match="gpu"):
+        MeasurementKey(**{**GROUP, "gpu": None}, config_id=0, config_json="{}")
+    with pytest.raises(TypeError, match="config_id"):
+        MeasurementKey(**GROUP, config_id="0", config_json="{}")
+
+
+def test_ctrl_c_inside_add_rolls_the_config_back(store):
+    run_id = store.start_run()
+    store.add(run_id, key_for(0), rows(0))
+
+    def interrupted_rows():
+        yield from rows(1, count=50)
+        signal.raise_signal(signal.SIGINT)  # a real Ctrl-C, arriving after 50 rows went in
+        yield from rows(1, count=50)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store.add(run_id, key_for(1), interrupted_rows())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+    assert store.frame(config_id=1).empty
+    assert store.missing(GROUP, [0, 1]) == [1]
+    assert len(store.frame(config_id=0)) == 3
+    # nothing is left locked: another connection writes at once
+    with ResultStore(store.path, busy_timeout_s=0.5) as other:
+        other.add(run_id, key_for(1), rows(1))
+    assert store.missing(GROUP, [0, 1]) == []
+
+
+CRASHING_WRITER = textwrap.dedent("""
+    import sys, time
+    from nsprof.store import MeasurementKey, ResultStore
+    group = dict(fingerprint="0123456789abcdef", gpu="NVIDIA H200", backend="ncu", mode="direct",
+                 clock_control="base", cache_control="all", tool_version="2025.3.1")
+    store = ResultStore(sys.argv[1])
+    run_id = store.start_run(target="t.py:space")
+
+    def rows(config_id, count):
+        for rep in range(count):
+            yield {"config_id": config_id, "rep": rep, "kernel": "k", "duration_ns": 100.0 + rep}
+
+    for config_id in range(3):
+        store.add(run_id, MeasurementKey(**group, config_id=config_id, config_json="{}"), rows(config_id, 5))
+
+    def half_written():
+        # enough rows that SQLite spills uncommitted pages into the WAL before the kill
+        yield from rows(3, 50_000)
+        print("mid-write", flush=True)
+        time.sleep(120)
+        yield from rows(3, 10)
+
+    store.add(run_id, MeasurementKey(**group, config_id=3, config_json="{}"), half_written())
+""")
+
+
+def test_sigkill_mid_write_leaves_whole_configs_only(tmp_path):
+    path = tmp_path / "results.sqlite"
+    child = subprocess.Popen([sys.executable, "-c", CRASHING_WRITER, str(path)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=child_env())
+    try:
+        line = child.stdout.readline()
+        assert line == "mid-write\n", child.stderr.read()
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stdout.close()
+        child.stderr.close()
+
+    with ResultStore(path) as store:
+        assert store.frame(config_id=3).empty
+        assert store.missing(GROUP, range(5)) == [3, 4]
+        for config_id in range(3):
+            assert list(store.frame(config_id=config_id)["duration_ns"]) == [100.0 + rep for rep in range(5)]
+        run = store.runs().iloc[0]
+        assert run["status"] == "running" and pd.isna(run["finished_at"])
+        # and it takes writes again
+        store.add(int(run["id"]), key_for(3), rows(3))
+        assert store.missing(GROUP, range(5)) == [4]
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    raw.close()
+
+
+CONCURRENT_WRITER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from nsprof.store import MeasurementKey, ResultStore
+    path, gpu, go = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    while not go.exists():  # start together, so that both create the new store at once too
+        time.sleep(0.001)
+    group = dict(fingerprint="f", gpu=gpu, backend="ncu", mode="direct", clock_control="base",
+                 cache_control="all", tool_version="v")
+    with ResultStore(path) as store:
+        run_id = store.start_run(gpu=gpu)
+        for config_id in store.missing(group, range(200)):
+            rows = [{"rep": rep, "kernel": "k", "duration_ns": float(config_id * 10 + rep)}
+                    for rep in range(8)]
+            store.add(run_id, MeasurementKey(**group, config_id=config_id, config_json="{}"), rows)
+            store.frame(config_id=config_id, gpu=gpu)  # readers interleave with the other's writes
+        store.finish_run(run_id, "ok")
+""")
+
+
+def test_two_processes_write_one_store_at_once(tmp_path):
+    path = tmp_path / "new" / "results.sqlite"
+    go = tmp_path / "go"
+    writers = [subprocess.Popen([sys.executable, "-c", CONCURRENT_WRITER, str(path), gpu, str(go)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+               for gpu in ("gpu-a", "gpu-b")]
+    time.sleep(0.5)  # let both interpreters start and wait at the line
+    go.touch()
+    for writer in writers:
+        out, err = writer.communicate(timeout=300)
+        assert writer.returncode == 0, err
+        assert err == ""  # no "database is locked", no warnings
+
+    with ResultStore(path) as store:
+        frame = store.frame()
+        assert len(frame) == 2 * 200 * 8
+        for gpu in ("gpu-a", "gpu-b"):
+            group = {**GROUP, "gpu": gpu, "fingerprint": "f", "tool_version": "v"}
+            assert store.missing(group, range(200)) == []
+            mine = frame[frame["gpu"] == gpu]
+            assert mine["run_id"].nunique() == 1
+            expected = sorted(float(c * 10 + r) for c in range(200) for r in range(8))
+            assert sorted(mine["duration_ns"]) == expected
+        assert list(store.runs()["status"]) == ["ok", "ok"]
+
+
+OPENER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from nsprof.store import MeasurementKey, ResultStore
+    while not Path(sys.argv[2]).exists():
+        time.sleep(0.0005)
+    with ResultStore(sys.argv[1]) as store:
+        run_id = store.start_run()
+        key = MeasurementKey("f", int(sys.argv[3]), "{}", "g", "ncu", "direct", "base", "all", "v")
+        store.add(run_id, key, [{"rep": 0, "kernel": "k", "duration_ns": 1.0}])
+""")
+
+
+def test_many_processes_create_one_new_store_together(tmp_path):
+    # Switching a new file to WAL takes a lock SQLite does not wait for: openers must retry.
+    for round_ in range(2):
+        path, go = tmp_path / f"r{round_}" / "results.sqlite", tmp_path / f"go{round_}"
+        openers = [subprocess.Popen([sys.executable, "-c", OPENER, str(path), str(go), str(i)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env=child_env())
+                   for i in range(6)]
+        time.sleep(0.8)
+        go.touch()
+        for opener in openers:
+            _, err = opener.communicate(timeout=120)
+            assert opener.returncode == 0 and err == "", err
+        with ResultStore(path) as store:
+            assert sorted(store.frame()["config_id"]) == list(range(6))
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "results.sqlite"
+    ResultStore(path).close()
+    raw = sqlite3.connect(path)
+    with raw:
+        raw.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    raw.close()
+    with pytest.raises(NsprofError, match="schema version 7, written by a newer nsprof") as caught:
+        ResultStore(path)
+    assert isinstance(caught.value, StoreError)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("content", [b"this is not a database\n" * 300,
+                                     b"SQLite format 3\x00" + b"\xff" * 4000])
+def test_garbage_file_gives_one_line_and_is_left_alone(tmp_path, content):
+    path = tmp_path / "results.sqlite"
+    path.write_bytes(content)
+    with pytest.raises(NsprofError) as caught:
+        ResultStore(path)
+    message = str(caught.value)
+    assert str(path) in message and "\n" not in message
+    assert path.read_bytes() == content
+
+
+def test_another_programs_sqlite_is_not_taken_over(tmp_path):
+    path = tmp_path / "other.sqlite"
+    raw = sqlite3.connect(path)
+    with raw:
+        raw.execute("CREATE TABLE notes (text TEXT)")
+    raw.close()
+    with pytest.raises(StoreError, match="not an nsprof results store"):
+        ResultStore(path)
+
+
+def test_damaged_pages_give_one_line_when_read(tmp_path):
+    path = tmp_path / "results.sqlite"
+    with ResultStore(path) as store:
+        run_id = store.start_run()
+        for config_id in range(200):
+            store.add(run_id, key_for(config_id), rows(config_id, count=20))
+    data = bytearray(path.read_bytes())
+    page = 4096
+    assert len(data) > 20 * page
+    data[10 * page: len(data) - 2 * page] = os.urandom(len(data) - 12 * page)
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreError) as caught:  # at opening or at the first read, never a raw sqlite3 error
+        with ResultStore(path) as store:
+            store.frame()
+            store.missing(GROUP, range(200))
+    assert "\n" not in str(caught.value)
+
+
+def test_default_location_and_journal(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with ResultStore() as store:
+        assert store.path == tmp_path / ".nsprof" / "results.sqlite"
+        store.start_run()
+    raw = sqlite3.connect(tmp_path / ".nsprof" / "results.sqlite")
+    assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    raw.close()
+
+
+def test_closed_store_says_so(tmp_path):
+    store = ResultStore(tmp_path / "r.sqlite")
+    store.close()
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.start_run()
+
+
+def test_export_by_suffix(store, tmp_path):
+    run_id = store.start_run()
+    store.add(run_id, key_for(0), rows(0))
+    store.add(run_id, key_for(1), failure(1, "crashed: SIGSEGV, \"quoted\", ünïcode"))
+
+    assert store.export(tmp_path / "all.csv") == 4
+    from_csv = pd.read_csv(tmp_path / "all.csv")
+    assert list(from_csv.columns) == list(MEASUREMENT_COLUMNS)
+    assert list(from_csv["duration_ns"][:3]) == [1000.0, 1001.0, 1002.0]
+    assert from_csv["error"].iloc[3] == "crashed: SIGSEGV, \"quoted\", ünïcode"
+
+    assert store.export(tmp_path / "ok.json", error=None) == 3
+    records = json.loads((tmp_path / "ok.json").read_text(encoding="utf-8"))
+    assert [r["rep"] for r in records] == [0, 1, 2] and records[0]["gpu"] == "NVIDIA H200"
+
+    pytest.importorskip("pyarrow")
+    assert store.export(tmp_path / "all.parquet") == 4
+    back = pd.read_parquet(tmp_path / "all.parquet")
+    assert list(back["config_id"]) == [0, 0, 0, 1] and math.isnan(back["duration_ns"].iloc[3])
+
+    with pytest.raises(StoreError, match=r"\.csv, \.json or \.parquet"):
+        store.export(tmp_path / "all.xlsx")
+
+
+def test_importing_the_store_stays_light():
+    code = ("import sys, nsprof.store, nsprof.gpulock; "
+            "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env=child_env())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.fixed_dictionaries({
+    "rep": st.integers(0, 2**62), "kernel": st.text(max_size=40), "duration_ns": finite,
+    "cycles": st.one_of(st.none(), finite), "clock_hz": st.one_of(st.none(), finite),
+    "graph_node": st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+}), min_size=1, max_size=20))
+def test_any_rows_come_back_exactly(tmp_path_factory, generated):
+    path = tmp_path_factory.getbasetemp() / "hypothesis.sqlite"
+    with ResultStore(path) as store:
+        run_id = store.start_run()
+        config_id = int(store.frame()["config_id"].max()) + 1 if len(store.frame()) else 0
+        store.add(run_id, key_for(config_id), generated)
+        back = store.frame(config_id=config_id).to_dict("records")
+    assert len(back) == len(generated)
+    for written, read in zip(generated, back):
+        for name, value in written.items():
+            assert (pd.isna(read[name]) if value is None else read[name] == value), (name, value, read[name])
