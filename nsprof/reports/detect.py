@@ -39,6 +39,10 @@ def sniff_kind(path) -> str:
         )
     if b"\0" not in head and b'"ID","' in head or head.lstrip(b"\xef\xbb\xbf").startswith(b"==PROF=="):
         return "ncu-csv"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 text (PowerShell's `>` writes it)
+        text = head[: len(head) // 2 * 2].decode("utf-16", errors="replace")
+        if '"ID","' in text or text.lstrip("\ufeff").startswith("==PROF=="):
+            return "ncu-csv"
     if path.suffix == ".xz":
         raise ReportError(f"{path.name}: compressed; decompress it first (xz -dk {path.name})")
     raise ReportError(

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from nsprof.errors import ReportError
+from nsprof.reports.checks import blank_impossible, one_line
 from nsprof.reports.names import short_kernel_name
 from nsprof.reports.nvtx_cells import parse_csv_cells, thread_id
 from nsprof.schema import make_frame
@@ -39,6 +40,9 @@ def _scale(kind: str, unit: str, path: Path) -> float:
     table = _SCALES[kind]
     if unit == "" and kind == "cycles":
         return 1.0
+    if not unit and kind != "cycles":
+        raise ReportError(f"{path.name}: no unit for the {kind} metric; is the units row under the "
+                          "header missing or moved?")
     if unit not in table:
         raise ReportError(f"{path.name}: unknown unit {unit!r} for the {kind} metric")
     return table[unit]
@@ -80,6 +84,9 @@ def _read_bytes(path: Path) -> bytes:
     if path.is_dir():
         raise ReportError(f"{path}: is a folder, not a report file")
     data = path.read_bytes()
+    if data.startswith(UTF16_BOMS):
+        # PowerShell's `>` writes ncu's output as UTF-16; the parser below reads UTF-8.
+        data = data.decode("utf-16", errors="replace").encode("utf-8")
     if not data[:4096].strip() and not data.strip():
         raise ReportError(f"{path.name}: empty file")
     if b"\0" in data[:4096]:
@@ -88,6 +95,11 @@ def _read_bytes(path: Path) -> bytes:
 
 
 _HEADER_RE = re.compile(rb'^(?:\xef\xbb\xbf)?"ID","', re.M)
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+# IDs beyond int64 cannot be ncu's (it numbers results from 0); they are not rows.
+_ID_PATTERN = r"[0-9]{1,18}"
+_SMALL_INT_PATTERN = r"[0-9]{1,15}"
+_DETAILS_COLUMNS = ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value")
 
 
 def read_ncu_csv(path, *, domain: str | None = None, clock_control: str | None = None,
@@ -108,8 +120,14 @@ def read_ncu_csv(path, *, domain: str | None = None, clock_control: str | None =
         body = body[: body.rfind(b"\n") + 1]
         warnings.append("the file ends in the middle of a row (truncated?); that row was dropped")
     first_line = body[: body.find(b"\n")] if b"\n" in body else body
-    columns = next(csv.reader([first_line.decode("utf-8-sig", errors="replace")]))
-    if "Metric Name" in columns and "Metric Value" in columns:
+    try:
+        columns = next(csv.reader([first_line.decode("utf-8-sig", errors="replace")]))
+    except csv.Error as exc:  # e.g. a bare carriage return inside the header row
+        raise ReportError(f"{path.name}: malformed ncu CSV header ({one_line(exc, 120)})") from None
+    if "Metric Name" in columns:
+        missing = [c for c in _DETAILS_COLUMNS if c not in columns]
+        if missing:
+            raise ReportError(f"{path.name}: ncu details CSV without column(s) {', '.join(missing)}")
         frame = _details(body, columns, path, domain, decimal)
     elif "Kernel Name" in columns:
         frame = _raw(body, columns, path, domain, decimal)
@@ -120,7 +138,7 @@ def read_ncu_csv(path, *, domain: str | None = None, clock_control: str | None =
     result = make_frame(frame)
     if result.empty:
         raise ReportError(f"{path.name}: ncu CSV holds no profiled kernels")
-    result.attrs["warnings"] = warnings
+    result.attrs["warnings"] = warnings + blank_impossible(result)
     return result
 
 
@@ -209,6 +227,9 @@ def _ints(data, column: str, n: int) -> list:
     if column not in data:
         return [pd.NA] * n
     cleaned = data[column].astype("string").str.replace(r"[,.\s]", "", regex=True)
+    # Up to 15 digits: exact through float64 (to_numeric's type once a value is missing) and
+    # far beyond any pid, device or stream; a longer run of digits is damage, not an id.
+    cleaned = cleaned.where(cleaned.str.fullmatch(_SMALL_INT_PATTERN, na=False))
     return pd.to_numeric(cleaned, errors="coerce").astype("Int64").tolist()
 
 
@@ -234,7 +255,7 @@ def _raw(body: bytes, columns: list[str], path: Path, domain, decimal):
         data = data.iloc[1:].reset_index(drop=True)
     else:
         units = pd.Series({c: "" for c in data.columns})
-    data = data[data["ID"].str.strip().str.fullmatch(r"\d+", na=False)].reset_index(drop=True)
+    data = data[data["ID"].str.strip().str.fullmatch(_ID_PATTERN, na=False)].reset_index(drop=True)
     if data.empty:
         raise ReportError(f"{path.name}: ncu CSV holds no profiled kernels")
     metric_cols = [c for c in (duration, cycles, clock) if c]
@@ -255,7 +276,7 @@ def _details(body: bytes, columns: list[str], path: Path, domain, decimal):
                            "Stream", "Metric Name", "Metric Unit", "Metric Value"] if c]
     usecols = [c for c in usecols if c in columns]
     data = _read_columns(body, usecols, path)
-    data = data[data["ID"].str.strip().str.fullmatch(r"\d+", na=False)]
+    data = data[data["ID"].str.strip().str.fullmatch(_ID_PATTERN, na=False)]
     names = set(data["Metric Name"].unique())
     duration = _pick(names, DURATION_METRICS)
     if duration is None:

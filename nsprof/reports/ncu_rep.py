@@ -4,19 +4,31 @@ Reads kernel workloads and whole-graph workloads (`--graph-profiling graph`, wor
 GRAPH), their NVTX state (push/pop stacks and start/end ranges per domain), duration,
 cycles and clock. ncu_report loads a garbage file silently with zero ranges, so the magic
 bytes and the result count are checked here.
+
+ncu_report is native code that a corrupt report can crash (fuzzing found inserted bytes
+that fail a protobuf CHECK and abort the interpreter), so the report is loaded in a child
+process (_ncu_rep_child.py) with a time limit and, when asked, a memory limit; a crash
+there is a ReportError here.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from nsprof.errors import ReportError
+from nsprof.errors import ReportError, ToolNotFound
+from nsprof.reports.checks import blank_impossible, one_line
 from nsprof.reports.ncu_csv import CLOCK_METRICS, CYCLES_METRICS, DURATION_METRICS
 from nsprof.reports.nvtx_cells import NvtxState
 from nsprof.schema import make_frame
 
 NCU_REP_MAGIC = b"NVR\0"
 _WORKLOAD_GRAPH = 3  # IAction.WorkloadType_GRAPH in ncu_report
+_INT_METRICS = ("launch__process_id", "launch__device_id", "launch__stream_id")
+_METRICS = (*DURATION_METRICS, *CYCLES_METRICS, *CLOCK_METRICS, *_INT_METRICS)
+# Loading a 10 MB report takes well under a second; the limit only catches a loader that
+# never returns, so it stays far above any real report's load time.
+LOAD_TIMEOUT_S = 600.0
 
 
 def _ncu_python_dirs() -> list[Path]:
@@ -26,7 +38,10 @@ def _ncu_python_dirs() -> list[Path]:
     from nsprof.drivers.tools import find_ncu
 
     dirs: list[Path] = []
-    ncu = find_ncu(required=False)
+    try:
+        ncu = find_ncu(required=False)
+    except ToolNotFound:  # a bad NSPROF_NCU matters where ncu runs; the globs below may still hit
+        ncu = None
     if ncu is not None:
         real = ncu.path.resolve()
         dirs.append(real.parent / "extras" / "python")
@@ -37,114 +52,154 @@ def _ncu_python_dirs() -> list[Path]:
     return [d for d in dict.fromkeys(dirs) if (d / "ncu_report.py").is_file()]
 
 
-def _load_module():
-    """NVIDIA's ncu_report: the `ncu-report` wheel, else the copy inside an ncu install."""
-    import importlib
-    import sys
+def ncu_report_folder() -> str:
+    """The folder to put on sys.path for `import ncu_report`: the wheel's, else an ncu install's.
 
-    try:
-        return importlib.import_module("ncu_report")
-    except ImportError:
-        pass
-    for folder in _ncu_python_dirs():
-        sys.path.append(str(folder))
-        try:
-            return importlib.import_module("ncu_report")
-        except ImportError:
-            sys.path.remove(str(folder))
+    Found without importing ncu_report here (find_spec only locates it).
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("ncu_report")
+    if spec is not None and spec.origin:
+        origin = Path(spec.origin)
+        return str(origin.parent.parent if origin.name == "__init__.py" else origin.parent)
+    folders = _ncu_python_dirs()
+    if folders:
+        return str(folders[0])
     raise ReportError("reading .ncu-rep needs NVIDIA's ncu_report module: pip install ncu-report "
                       "(or install Nsight Compute, whose extras/python folder has it)")
 
 
-def _metric(action, names) -> float | None:
-    for name in names:
-        metric = action.metric_by_name(name)
-        if metric is not None:
-            return float(metric.as_double())
-    return None
+def _crash_detail(stderr: str) -> str:
+    """The line of the loader's stderr that says why it died (absl 'Check failed', ...)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for marker in ("Check failed", "terminate called", "what():", "Error", "error"):
+        for line in lines:
+            if marker in line:
+                return one_line(line[line.find(marker):], 160)
+    return one_line(lines[-1], 160) if lines else ""
 
 
-def _nvtx_state(action) -> NvtxState:
-    state = NvtxState()
-    nvtx = action.nvtx_state()
-    if nvtx is None:
-        return state
-    for domain_id in nvtx.domains():
-        info = nvtx.domain_by_id(domain_id)
-        name = info.name()
-        push_pop = list(info.push_pop_ranges())
-        start_end = list(info.start_end_ranges())
-        if push_pop:
-            state.push_pop[name] = push_pop
-        if start_end:
-            state.start_end[name] = start_end
-    return state
+def load_actions(path: Path, *, timeout_s: float | None = None,
+                 max_memory_bytes: int | None = None) -> tuple[int, list[dict]]:
+    """(number of ranges, one dict per result) of an .ncu-rep, read by ncu_report in a child process.
+
+    Each dict: name, workload_type, metrics {name: value} (those of _METRICS present),
+    push_pop and start_end {domain: [range names]}. ReportError when the loader fails,
+    crashes, runs past timeout_s (default LOAD_TIMEOUT_S) or past max_memory_bytes.
+    """
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    folder = ncu_report_folder()
+    timeout_s = LOAD_TIMEOUT_S if timeout_s is None else timeout_s
+    # -S: no site initialisation (the folder holding ncu_report is passed explicitly).
+    argv = [sys.executable, "-S", str(Path(__file__).with_name("_ncu_rep_child.py")), str(path), folder,
+            str(max_memory_bytes or 0), json.dumps(list(_METRICS))]
+    try:
+        proc = subprocess.run(argv, capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise ReportError(f"{path.name}: ncu_report did not finish reading it within {timeout_s:g} s "
+                          "(corrupt report?)") from None
+    except OSError as exc:
+        raise ReportError(f"{path.name}: cannot start a process to read it ({exc.strerror})") from None
+    stderr = proc.stderr.decode("utf-8", "replace")
+    if proc.returncode != 0:
+        if proc.returncode < 0:
+            try:
+                how = f"killed by {signal.Signals(-proc.returncode).name}"
+            except ValueError:
+                how = f"killed by signal {-proc.returncode}"
+        else:
+            how = f"exit status {proc.returncode}"
+        detail = _crash_detail(stderr)
+        raise ReportError(f"{path.name}: NVIDIA's ncu_report crashed reading it ({how}"
+                          f"{': ' + detail if detail else ''}); the report is corrupt or truncated")
+    try:
+        output = json.loads(proc.stdout)
+    except ValueError:
+        raise ReportError(f"{path.name}: the ncu_report reader gave no result "
+                          f"({_crash_detail(stderr) or 'no output'})") from None
+    if "error" in output:
+        raise ReportError(f"{path.name}: {one_line(output['error'])}")
+    return output["ranges"], output["actions"]
+
+
+def _first(metrics: dict, names) -> float | None:
+    return next((metrics[name] for name in names if name in metrics), None)
+
+
+def _int_value(value: float | None) -> int | None:
+    # A corrupt report can hold NaN or 1e300 where an id belongs; the table's ints are int64.
+    if value is None or not math.isfinite(value) or abs(value) >= 2**63:
+        return None
+    return int(value)
 
 
 def read_ncu_rep(path, *, domain: str | None = None, clock_control: str | None = None,
-                 cache_control: str | None = None):
-    """Parse an `.ncu-rep` into the tidy table (one row per kernel or graph workload)."""
+                 cache_control: str | None = None, timeout_s: float | None = None,
+                 max_memory_bytes: int | None = None):
+    """Parse an `.ncu-rep` into the tidy table (one row per kernel or graph workload).
+
+    timeout_s / max_memory_bytes bound the child process that runs NVIDIA's loader
+    (default: LOAD_TIMEOUT_S, no memory limit).
+    """
     path = Path(path)
     if not path.exists():
         raise ReportError(f"{path}: no such file")
-    with open(path, "rb") as handle:
-        head = handle.read(len(NCU_REP_MAGIC))
+    if path.is_dir():
+        raise ReportError(f"{path}: is a folder, not a report file")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(NCU_REP_MAGIC))
+    except OSError as exc:
+        raise ReportError(f"{path.name}: cannot read ({exc.strerror})") from None
     if not head:
         raise ReportError(f"{path.name}: empty file")
     if head != NCU_REP_MAGIC:
         raise ReportError(f"{path.name}: not an Nsight Compute report (bad magic bytes)")
-    ncu_report = _load_module()
-    try:
-        context = ncu_report.load_report(str(path))
-    except Exception as exc:  # the SWIG layer raises bare RuntimeError/Exception types
-        raise ReportError(f"{path.name}: ncu_report could not load it ({exc})") from None
-    if context is None or context.num_ranges() == 0:
+    n_ranges, actions = load_actions(path, timeout_s=timeout_s, max_memory_bytes=max_memory_bytes)
+    if n_ranges == 0:
         raise ReportError(f"{path.name}: the report holds no results (truncated or corrupt?)")
     rows = []
-    for range_index in range(context.num_ranges()):
-        report_range = context.range_by_idx(range_index)
-        for action_index in range(report_range.num_actions()):
-            action = report_range.action_by_idx(action_index)
-            state = _nvtx_state(action)
-            name, dom = state.innermost(domain)
-            is_graph = action.workload_type() == _WORKLOAD_GRAPH
-            pid = _metric(action, ("launch__process_id",))
-            rows.append({
-                "source": "ncu",
-                "range": name,
-                "domain": dom,
-                "nvtx_path": state.path(),
-                "kernel": action.name(),
-                "workload": "graph" if is_graph else "kernel",
-                "mode": "graph" if is_graph else None,
-                "duration_ns": _metric(action, DURATION_METRICS),
-                "cycles": _metric(action, CYCLES_METRICS),
-                "clock_hz": _metric(action, CLOCK_METRICS),
-                "launch_id": len(rows),
-                "pid": None if pid is None else int(pid),
-                "device": _int_metric(action, "launch__device_id"),
-                "stream": _int_metric(action, "launch__stream_id"),
-                "clock_control": clock_control,
-                "cache_control": cache_control,
-            })
+    for action in actions:
+        state = NvtxState(push_pop=action["push_pop"], start_end=action["start_end"])
+        name, dom = state.innermost(domain)
+        is_graph = action["workload_type"] == _WORKLOAD_GRAPH
+        metrics = action["metrics"]
+        rows.append({
+            "source": "ncu",
+            "range": name,
+            "domain": dom,
+            "nvtx_path": state.path(),
+            "kernel": action["name"],
+            "workload": "graph" if is_graph else "kernel",
+            "mode": "graph" if is_graph else None,
+            "duration_ns": _first(metrics, DURATION_METRICS),
+            "cycles": _first(metrics, CYCLES_METRICS),
+            "clock_hz": _first(metrics, CLOCK_METRICS),
+            "launch_id": len(rows),
+            "pid": _int_value(metrics.get("launch__process_id")),
+            "device": _int_value(metrics.get("launch__device_id")),
+            "stream": _int_value(metrics.get("launch__stream_id")),
+            "clock_control": clock_control,
+            "cache_control": cache_control,
+        })
     if not rows:
         raise ReportError(f"{path.name}: the report holds no profiled kernels")
     frame = make_frame(rows)
-    missing = frame["duration_ns"].isna()
-    if missing.all():
+    if frame["duration_ns"].isna().all():
         raise ReportError(
             f"{path.name}: no gpu__time_duration metric in the report; profile with "
             "--metrics gpu__time_duration.sum (nsprof's drivers do)"
         )
-    warnings = []
+    warnings = blank_impossible(frame)
+    missing = frame["duration_ns"].isna()
     if missing.any():
         # A truncated report can end with a result whose metrics were never written.
         frame = frame[~missing].reset_index(drop=True)
         warnings.append(f"{int(missing.sum())} result(s) without a duration were skipped (truncated report?)")
     frame.attrs["warnings"] = warnings
     return frame
-
-
-def _int_metric(action, name: str) -> int | None:
-    value = _metric(action, (name,))
-    return None if value is None else int(value)

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nsprof.errors import ReportError
+from nsprof.reports.checks import blank_impossible, one_line
 from nsprof.schema import COLUMN_DTYPES, COLUMNS, DEFAULT_DOMAIN, parse_range_name
 
 if TYPE_CHECKING:
@@ -111,7 +112,24 @@ def _connect(path: Path) -> sqlite3.Connection:
     # Read-only through a URI: as_uri() percent-encodes spaces, quotes, '?', '#' and
     # non-ASCII characters, so any file name works, and the report is never written to.
     uri = path.resolve().as_uri() + "?mode=ro"
-    return sqlite3.connect(uri, uri=True)
+    conn = sqlite3.connect(uri, uri=True)
+    # A corrupt file can hold invalid UTF-8 anywhere (even in table names); decoding with
+    # replacement keeps that a readable value instead of a UnicodeDecodeError.
+    conn.text_factory = _decode_text
+    return conn
+
+
+def _decode_text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def _as_text(value: object) -> str | None:
+    """A TEXT cell as str (NULL stays None): SQLite lets any column hold a blob or a number."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
 
 
 def _table_columns(conn: sqlite3.Connection, table: str) -> set[str]:
@@ -250,13 +268,14 @@ def _read_nvtx_ranges(path: Path, strings: dict[int, str]) -> NvtxRanges | None:
 
         # Unregistered strings are few (registered ones have text NULL): plain fetch.
         texts = (
-            dict(
-                conn.execute(
+            {
+                rowid: _as_text(text)
+                for rowid, text in conn.execute(
                     f"SELECT rowid, text FROM {NVTX_TABLE} WHERE eventType IN (?, ?)"
                     " AND text IS NOT NULL",
                     (NVTX_PUSH_POP, NVTX_START_END),
                 )
-            )
+            }
             if "text" in columns
             else {}
         )
@@ -285,9 +304,10 @@ def _read_nvtx_ranges(path: Path, strings: dict[int, str]) -> NvtxRanges | None:
     by_process: dict[tuple[int | None, int], str] = {}
     by_id: dict[int, str] = {}
     for dom_id, text, dom_text_id, creator in domain_rows:
-        name = text if text is not None else strings.get(dom_text_id)
-        if dom_id is not None and name is not None:
-            by_process[(None if creator is None else creator >> _ID_BITS, dom_id)] = name
+        name = _as_text(text) if text is not None else strings.get(dom_text_id)
+        if isinstance(dom_id, int) and name is not None:
+            process_of = creator >> _ID_BITS if isinstance(creator, int) else None
+            by_process[(process_of, dom_id)] = name
             by_id.setdefault(dom_id, name)
     process = np.where(thread != _NULL, thread >> _ID_BITS, _NULL)
     if len(process) and process.min() == process.max():  # one process: the usual case
@@ -672,9 +692,19 @@ def read_nsys_sqlite(
     _check_sqlite_file(path)
     try:
         return _read(path, domain, clock_control or "none", cache_control or "none")
-    except sqlite3.DatabaseError as exc:  # "file is not a database", "malformed", ...
+    except sqlite3.Error as exc:  # "file is not a database", "malformed", ...
+        # one_line: SQLite quotes whole multi-line table definitions in some messages.
         raise ReportError(
-            f"{path.name}: unreadable SQLite database ({exc}); is the file truncated or corrupt?"
+            f"{path.name}: unreadable SQLite database ({one_line(exc, 200)}); is the file truncated"
+            " or corrupt?"
+        ) from None
+    except UnicodeDecodeError as exc:
+        # Python decodes SQLite's own error messages strictly; a damaged schema quoted in one
+        # of them fails that decoding. exc.object is the message's bytes.
+        message = bytes(exc.object).decode("utf-8", "replace")
+        raise ReportError(
+            f"{path.name}: unreadable SQLite database ({one_line(message, 200)}); is the file"
+            " truncated or corrupt?"
         ) from None
 
 
@@ -694,12 +724,14 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
                 f"{path.name}: the CUDA kernel table has no rows; did a kernel run while nsys"
                 " traced CUDA?"
             )
-        meta: dict[str, str] = {}
+        meta: dict[str, str | None] = {}
         if META_TABLE in tables and {"name", "value"} <= _table_columns(conn, META_TABLE):
-            meta = dict(conn.execute(f"SELECT name, value FROM {META_TABLE}"))
+            meta = {name: _as_text(value) for name, value in conn.execute(f"SELECT name, value FROM {META_TABLE}")}
         strings: dict[int, str] = {}
-        if STRINGS_TABLE in tables:
-            strings = dict(conn.execute(f"SELECT id, value FROM {STRINGS_TABLE}"))
+        strings_columns = _table_columns(conn, STRINGS_TABLE) if STRINGS_TABLE in tables else set()
+        if {"id", "value"} <= strings_columns:
+            rows = conn.execute(f"SELECT id, value FROM {STRINGS_TABLE} WHERE value IS NOT NULL")
+            strings = {string_id: _as_text(value) for string_id, value in rows}
         runtime_columns = _table_columns(conn, RUNTIME_TABLE) if RUNTIME_TABLE in tables else set()
 
     def kernel_column(name: str) -> str:
@@ -715,7 +747,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
     # launch row are matched against the whole table afterwards.
     launch_filter = (
         f"nameId IN (SELECT id FROM {STRINGS_TABLE} WHERE value GLOB '*Launch*')"
-        if "nameId" in runtime_columns and STRINGS_TABLE in tables
+        if "nameId" in runtime_columns and {"id", "value"} <= strings_columns
         else ""
     )
     runtime_exprs = ["correlationId", "globalTid", "start"]
@@ -775,7 +807,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
     nvtx_path = np.empty(n, dtype=object)
     nvtx_path[launched] = rt_path[runtime_row[launched]]
     unmatched = np.flatnonzero(~launched & (corr != _NULL))
-    if launch_filter and len(unmatched):
+    if has_runtime and launch_filter and len(unmatched):
         # A kernel launched by a call without "Launch" in its name: use the whole table.
         all_corr, all_thread, all_start = _read_int_columns(path, RUNTIME_TABLE, runtime_exprs)
         rows = _match_launches(
@@ -819,6 +851,9 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
         config_id[held] = np.array([p[0] if p else _NULL for p in parsed], np.int64)[code]
         rep[held] = np.array([p[2] if p else _NULL for p in parsed], np.int64)[code]
 
+    # A kernel without start or end (NULL in a damaged export) has no duration.
+    duration_ns = (end_ns - start_ns).astype(np.float64)
+    duration_ns[(start_ns == _NULL) | (end_ns == _NULL)] = np.nan
     # mode: how the kernel ran; a graph node id means it ran as a node of a replayed graph.
     mode = np.array(["direct", "graph"], dtype=object)[(graph_node != _NULL).view(np.int8)]
     frame = _build_frame(
@@ -830,7 +865,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
             "mode": _string_array(mode),
             "rep": _int_array(rep),
             "kernel": _string_array(kernel_names, name_missing),
-            "duration_ns": (end_ns - start_ns).astype(np.float64),
+            "duration_ns": duration_ns,
             "cycles": np.full(n, np.nan),
             "clock_hz": np.full(n, np.nan),
             "graph_node": _int_array(graph_node),
@@ -847,6 +882,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
         },
         n,
     )
+    frame.attrs["warnings"] = blank_impossible(frame, ("duration_ns",))
     frame.attrs["nsys_schema_version"] = meta.get("EXPORT_SCHEMA_VERSION")
     frame.attrs["nsys_version"] = meta.get("EXPORT_PRODUCT_VERSION")
     return frame
