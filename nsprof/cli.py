@@ -310,8 +310,14 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
               help="How many prescreened configs go to ground truth.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True)
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Results store (default .nsprof/results.sqlite).")
+@click.option("--no-store", is_flag=True, help="Keep no results store.")
+@click.option("--resume", is_flag=True, help="Measure only configs the store has no result for (same key).")
+@click.option("--wait", is_flag=True, help="Wait for another nsprof profiling this GPU instead of failing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranked table as JSON.")
-def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir, as_json) -> None:
+def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir, store_path, no_store, resume, wait,
+         as_json) -> None:
     """Rank every config of TARGET (file.py:space) by ground truth and name the best.
 
     Prints the ranked table (duration, spread, cycles, clock, distance from the best) and
@@ -327,8 +333,11 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
 
     if backend in GROUND_TRUTHS:
         make_driver(ProfileSettings(backend=backend))
+    if no_store and resume:
+        raise click.UsageError("--resume needs the results store (drop --no-store)")
     settings = TuneSettings(backend=backend, mode=mode, stat=stat, reps=reps, prescreen=prescreen,
-                            prescreen_top=top, timeout_s=timeout_s, work_dir=work_dir)
+                            prescreen_top=top, timeout_s=timeout_s, work_dir=work_dir, store=store_path,
+                            use_store=not no_store, resume=resume, wait=wait)
     bars = _StageBars()
     try:
         result = run_tune(target, settings, on_stage=bars)
@@ -340,6 +349,33 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
         click.echo(json_module.dumps(document, default=str))
         return
     click.echo(format_ranked(result))
+
+
+@cli.command()
+@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Results store (default .nsprof/results.sqlite).")
+@click.option("--export", "export_path", type=click.Path(dir_okay=False), default=None,
+              help="Write every stored measurement to a .csv, .json or .parquet file.")
+def results(store_path, export_path) -> None:
+    """List the runs in the results store, or export its measurements."""
+    from nsprof.analysis import _text, render_table
+    from nsprof.store import DEFAULT_PATH, ResultStore
+
+    path = store_path or DEFAULT_PATH
+    if not Path(path).exists():
+        raise CliError(f"no results store at {path} (nsprof tune writes one)")
+    with ResultStore(path) as store:
+        if export_path:
+            count = store.export(export_path)
+            click.echo(f"wrote {count} measurements to {export_path}")
+            return
+        runs = store.runs()
+        counts = store.frame().groupby("run_id").size() if len(runs) else {}
+    rows = [[str(r.id), _text(r.started_at, 19), _text(r.target, 40), _text(r.backend), _text(r.mode),
+             _text(r.gpu, 20), str(int(counts.get(r.id, 0))) if len(runs) else "0", _text(r.status)]
+            for r in runs.itertuples()]
+    click.echo(render_table(["run", "started", "target", "backend", "mode", "gpu", "rows", "status"], rows,
+                            right={0, 6}))
 
 
 @cli.command()

@@ -33,6 +33,10 @@ class TuneSettings:
     prescreen_top: int = 4
     timeout_s: float = 120.0
     work_dir: Path | None = None
+    store: Path | None = None  # results store; None: .nsprof/results.sqlite
+    use_store: bool = True
+    resume: bool = False  # measure only configs the store has no result for under the same key
+    wait: bool = False  # wait for another nsprof profiling this GPU instead of failing
 
     def __post_init__(self) -> None:
         if self.backend not in GROUND_TRUTHS and self.backend not in TIMER_BACKENDS:
@@ -86,47 +90,98 @@ def rank(per_config, stat: str = "median"):
     return out
 
 
-def _truth_table(target: str, settings: TuneSettings, config_ids, on_progress):
-    from nsprof.drivers.base import ProfileSettings
-    from nsprof.profile import config_summary, profile
+def key_labels(backend: str, mode: str) -> dict[str, str]:
+    """The conditions a measurement is taken under (results-store key fields)."""
+    if backend == "ncu":
+        return {"mode": mode, "clock_control": "base", "cache_control": "all"}
+    if backend == "nsys":
+        return {"mode": mode, "clock_control": "none", "cache_control": "none"}
+    name = TIMER_BACKENDS[backend]
+    return {"mode": "graph" if name.startswith("graph") else "direct", "clock_control": "none",
+            "cache_control": "all" if name.endswith("cold") else "none"}
 
-    frame = profile(target, ProfileSettings(backend=settings.backend, modes=(settings.mode,), reps=settings.reps,
-                                            timeout_s=settings.timeout_s, work_dir=settings.work_dir),
-                    config_ids=config_ids, on_progress=on_progress)
-    summary = config_summary(frame)
-    summary = summary[summary["mode"].isna() | (summary["mode"] == settings.mode)]
-    return summary, frame
 
+def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, config_ids: list[int], on_progress):
+    """Tidy rows for `config_ids` under `backend`: kernels for ground truths; for a fast timer one
+    row per config holding the timer's statistic as rep 0. Failed configs are rows with an error."""
+    if backend in GROUND_TRUTHS:
+        from nsprof.drivers.base import ProfileSettings
+        from nsprof.profile import profile
 
-def _timer_table(target: str, n: int, name: str, settings: TuneSettings, config_ids, on_progress):
+        return profile(target, ProfileSettings(backend=backend, modes=(settings.mode,), reps=settings.reps,
+                                               timeout_s=settings.timeout_s, work_dir=settings.work_dir),
+                       config_ids=config_ids, on_progress=on_progress)
     import tempfile
 
-    import pandas as pd
-
+    from nsprof.schema import make_frame
     from nsprof.validate import ValidateSettings, _run_timer_group
 
+    name = TIMER_BACKENDS[backend]
     work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-tune-"))
     rows, failures = _run_timer_group(target, n, [name], ValidateSettings(timer_reps=settings.timer_reps,
                                                                           timeout_s=settings.timeout_s),
                                       work_dir / f"timer-{name}", on_progress, config_ids=config_ids)
+    labels = key_labels(backend, settings.mode)
+    value = "median_ns" if settings.stat == "median" else "min_ns"
     records = []
     for row in rows:
-        records.append({"config_id": row["config_id"], "mode": None, "reps": settings.timer_reps, "kernels": None,
-                        "median_ns": row.get("median_ns", float("nan")), "min_ns": row.get("min_ns", float("nan")),
-                        "max_ns": float("nan"), "spread": float("nan"), "median_cycles": float("nan"),
-                        "median_clock_hz": (row.get("conditions") or {}).get("sm_clock_mhz_after"),
-                        "error": row.get("error")})
+        if row.get("error"):
+            records.append({"config_id": row["config_id"], "error": row["error"], "source": name, **labels})
+            continue
+        clock_mhz = (row.get("conditions") or {}).get("sm_clock_mhz_after")
+        records.append({"config_id": row["config_id"], "rep": 0, "kernel": name, "source": name,
+                        "duration_ns": row.get(value), "clock_hz": None if clock_mhz is None else clock_mhz * 1e6,
+                        **labels})
     for (_, config_id), reason in failures.items():
-        records.append({"config_id": config_id, "error": reason, "median_ns": float("nan"), "min_ns": float("nan")})
-    table = pd.DataFrame(records)
-    if "median_clock_hz" in table:
-        table["median_clock_hz"] = pd.to_numeric(table["median_clock_hz"], errors="coerce") * 1e6  # MHz -> Hz
-    return table
+        records.append({"config_id": config_id, "error": reason, "source": name, **labels})
+    return make_frame(records)
+
+
+def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wanted: list[int], on_progress,
+                    notes: list[str]):
+    """measure_rows through the results store: resume, one transaction per config, GPU lock."""
+    from nsprof.doctor import gpu_name
+    from nsprof.gpulock import gpu_lock
+    from nsprof.space import target_fingerprint
+    from nsprof.store import MeasurementKey, ResultStore, config_json
+
+    tool_version = ""
+    if backend in GROUND_TRUTHS:
+        from nsprof.drivers import tools
+
+        tool = tools.find_ncu() if backend == "ncu" else tools.find_nsys()
+        tool_version = tools.tool_version(tool.path)
+    group = {"fingerprint": target_fingerprint(target), "gpu": gpu_name(), "backend": backend,
+             "tool_version": tool_version, **key_labels(backend, settings.mode)}
+    with ResultStore(settings.store) as store:
+        todo = store.missing(group, wanted) if settings.resume else list(wanted)
+        if settings.resume:
+            notes.append(f"resumed: {len(wanted) - len(todo)} of {len(wanted)} configs came from the results store")
+        if todo:
+            run_id = store.start_run(target=target, settings=settings, **group)
+            status = "failed"
+            try:
+                with gpu_lock(0, wait=settings.wait):
+                    rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress)
+                for config_id, config_rows in rows.groupby("config_id", sort=True):
+                    key = MeasurementKey(config_id=int(config_id), config_json=config_json(space.configs[int(config_id)]),
+                                         **group)
+                    store.add(run_id, key, config_rows)
+                status = "ok"
+            except KeyboardInterrupt:
+                status = "interrupted"
+                raise
+            finally:
+                store.finish_run(run_id, status)
+        stored = store.frame(**group, config_id=wanted)
+    # Resumed runs can hold a config twice: keep each config's latest run.
+    latest = stored.groupby("config_id")["run_id"].transform("max")
+    return stored[stored["run_id"] == latest]
 
 
 def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[int] | None = None,
          on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None) -> TuneResult:
-    from nsprof.profile import precompile
+    from nsprof.profile import config_summary, precompile
     from nsprof.space import load_target
 
     settings = settings or TuneSettings()
@@ -138,37 +193,35 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     notes: list[str] = []
     prescreen_table = None
     if settings.prescreen:
-        name = TIMER_BACKENDS[settings.prescreen]
-        prescreen_table = rank(_timer_table(target, n, name, settings, wanted, stage(settings.prescreen, len(wanted))),
-                               settings.stat)
-        measured = prescreen_table[prescreen_table["error"].isna()]
-        wanted = [int(c) for c in measured["config_id"].head(settings.prescreen_top)]
+        rows = measure_rows(target, n, settings.prescreen, settings, wanted, stage(settings.prescreen, len(wanted)))
+        prescreen_table = rank(config_summary(rows), settings.stat)
+        prescreen_table.insert(2, "config", [_label(space.configs[int(c)]) for c in prescreen_table["config_id"]])
+        wanted = [int(c) for c in prescreen_table[prescreen_table["error"].isna()]["config_id"].head(settings.prescreen_top)]
         if not wanted:
             raise NsprofError(f"the prescreen timer {settings.prescreen} measured no config")
+    progress = stage(settings.backend, len(wanted))
+    if settings.use_store:
+        rows = _measure_stored(target, space, settings.backend, settings, wanted, progress, notes)
+    else:
+        rows = measure_rows(target, n, settings.backend, settings, wanted, progress)
+    summary = config_summary(rows)
     if settings.backend in GROUND_TRUTHS:
-        summary, _ = _truth_table(target, settings, wanted, stage(settings.backend, len(wanted)))
         label = (f"{settings.backend}, mode {settings.mode}, {settings.stat} of {settings.reps} reps"
                  + (", clocks locked to base, caches flushed" if settings.backend == "ncu" else
                     ", CUPTI kernel trace at the run's own clocks"))
     else:
-        name = TIMER_BACKENDS[settings.backend]
-        summary = _timer_table(target, n, name, settings, wanted, stage(settings.backend, len(wanted)))
-        label = f"fast timer {name}, {settings.stat} of {settings.timer_reps} samples"
+        label = f"fast timer {TIMER_BACKENDS[settings.backend]}, {settings.stat} of {settings.timer_reps} samples"
     table = rank(summary, settings.stat)
     table.insert(2, "config", [_label(space.configs[int(c)]) for c in table["config_id"]])
-    if prescreen_table is not None:
-        prescreen_table.insert(2, "config", [_label(space.configs[int(c)]) for c in prescreen_table["config_id"]])
-        result = TuneResult(table, space.configs, settings.backend, label, prescreen_table, notes)
-        best = result.best_config_id
-        if best is not None:
-            order = [int(c) for c in prescreen_table[prescreen_table["error"].isna()]["config_id"]]
-            position = order.index(best) + 1
-            notes.append(f"the ground-truth winner was #{position} of the prescreen's top {len(wanted)}")
-            if position == len(wanted):
-                notes.append("it was the last one sent to ground truth: a better config may lie outside the "
-                             "prescreened set; raise --top")
-        return result
-    return TuneResult(table, space.configs, settings.backend, label, None, notes)
+    result = TuneResult(table, space.configs, settings.backend, label, prescreen_table, notes)
+    best = result.best_config_id
+    if prescreen_table is not None and best is not None:
+        position = wanted.index(best) + 1
+        notes.append(f"the ground-truth winner was #{position} of the prescreen's top {len(wanted)}")
+        if position == len(wanted):
+            notes.append("it was the last one sent to ground truth: a better config may lie outside the "
+                         "prescreened set; raise --top")
+    return result
 
 
 def _label(config) -> str:

@@ -73,3 +73,49 @@ def test_format_names_best_and_label():
 def test_settings_are_validated(kwargs):
     with pytest.raises(NsprofError):
         TuneSettings(**kwargs)
+
+
+def fixture_rows(config_ids, mode="graph"):
+    frame = make_frame(pd.read_csv(FIXTURES / "profile_ncu.csv").to_dict("list"))
+    keep = frame["config_id"].isin(config_ids) & (frame["mode"].isna() | (frame["mode"] == mode))
+    return frame[keep].reset_index(drop=True)
+
+
+@pytest.fixture
+def gemm_target():
+    return str(FIXTURES.parents[1] / "examples" / "gemm_tilelang.py") + ":space"
+
+
+def test_tune_through_the_store_resumes_only_missing_configs(tmp_path, monkeypatch, gemm_target):
+    from nsprof import tune as tune_module
+
+    measured_calls = []
+
+    def fake_measure(target, n, backend, settings, config_ids, on_progress):
+        measured_calls.append(list(config_ids))
+        return fixture_rows(config_ids)
+
+    monkeypatch.setattr(tune_module, "measure_rows", fake_measure)
+    monkeypatch.setattr("nsprof.drivers.tools.find_ncu", lambda required=True: type("T", (), {"path": "ncu"})())
+    monkeypatch.setattr("nsprof.drivers.tools.tool_version", lambda path: "Version 2025.3.1.0")
+    monkeypatch.setattr("nsprof.profile.precompile", lambda space, jobs=None, log=None: {})
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+    store = tmp_path / "results.sqlite"
+    settings = TuneSettings(backend="ncu", mode="graph", store=store)
+    first = tune_module.tune(gemm_target, settings, config_ids=list(range(0, 20)))
+    assert measured_calls == [list(range(0, 20))]
+    resumed = tune_module.tune(gemm_target, TuneSettings(backend="ncu", mode="graph", store=store, resume=True))
+    assert measured_calls[1] == list(range(20, 32))  # only what the store lacked
+    assert "resumed: 20 of 32 configs came from the results store" in resumed.notes
+    order, medians = independent_order("profile_ncu.csv", "graph")
+    measured = resumed.table[resumed.table["error"].isna()]
+    assert measured["config_id"].tolist() == order
+    assert measured["value_ns"].tolist() == pytest.approx([medians[c] for c in order])
+    failed = resumed.table[resumed.table["error"].notna()]
+    assert sorted(failed["config_id"]) == list(range(8)) + [31]
+    assert first.best_config_id == min((c for c in order if c < 20), key=lambda c: (medians[c], c))
+    from nsprof.store import ResultStore
+
+    with ResultStore(store) as results:
+        runs = results.runs()
+    assert list(runs["status"]) == ["ok", "ok"] and set(runs["backend"]) == {"ncu"}

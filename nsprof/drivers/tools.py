@@ -92,3 +92,15 @@ def find_qdstrm_importer(nsys: Path) -> Path | None:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate
     return None
+
+
+def tool_version(path: Path) -> str:
+    """The last line of `TOOL --version` ("" if it cannot be run): a results-store key field."""
+    import subprocess
+
+    try:
+        out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = (out.stdout or out.stderr).strip().splitlines()
+    return lines[-1].strip() if lines else ""
