@@ -247,11 +247,13 @@ def _structure_edit(data: bytes, edit) -> bytes:
     return b"\n".join(lines)
 
 
+NO_NUL = st.characters(blacklist_characters="\0")
 CELL_VALUES = st.one_of(
     st.sampled_from(["", "n/a", "-5.664", "inf", "-inf", "nan", "1e308", "1e400", "99999999999999999999999",
                      "-1", "5,664.5", "5.664,5", "1.2.3", "0x10", "\u0665\u0660", "\u00b2", "us", "msecond",
-                     '"', '""', "\\", "\0"]),
-    st.text(max_size=30),
+                     '"', '""', "\\", "\x85", "\u2028"]),
+    # No NUL: one in the first 4 KB makes the file "binary data" at once (byte edits add them).
+    st.text(NO_NUL, max_size=30),
 )
 STRUCTURE_EDIT = st.one_of(
     st.tuples(st.just("swap"), st.integers(0, 5), st.integers(0, 60)),
@@ -288,25 +290,32 @@ NCU_HEADERS = ["ID", "Kernel Name", "gpu__time_duration.sum", "gpc__cycles_elaps
 
 
 @fuzz_settings("ncu_csv_other_tools")
-@given(header=st.lists(st.one_of(st.sampled_from(NCU_HEADERS), st.text(max_size=12)), min_size=1, max_size=8),
+@given(header=st.lists(st.one_of(st.sampled_from(NCU_HEADERS), st.text(NO_NUL, max_size=12)), min_size=1,
+                       max_size=8),
        units=st.one_of(st.none(), st.lists(st.sampled_from(["", "ns", "us", "msecond", "cycle", "Ghz", "furlong"]),
                                            max_size=10)),
        rows=st.lists(st.lists(CELL_VALUES, min_size=0, max_size=9), max_size=8),
        quoting=st.sampled_from([csv.QUOTE_ALL, csv.QUOTE_MINIMAL]),
-       ncu_like=st.sampled_from(["no", "id", "kernel"]))
-def test_ncu_csv_survives_other_tools_csv(work, header, units, rows, quoting, ncu_like):
+       ncu_like=st.sampled_from(["no", "id", "kernel"]),
+       duration_unit=st.sampled_from(["us", "ns", "msecond", "usecond", "", "furlong"]))
+def test_ncu_csv_survives_other_tools_csv(work, header, units, rows, quoting, ncu_like, duration_unit):
     """CSV written by anything else: random headers (often with ncu's column names) and cells;
     some pass for an ncu raw page (ID, Kernel Name, duration, a units row, numeric IDs)."""
     if ncu_like == "id":  # past the "ID" header check, deeper into the parser
         header = ["ID", *header]
-    elif ncu_like == "kernel":
+    elif ncu_like == "kernel":  # rectangular and quoted like ncu's own output
         header = ["ID", "Kernel Name", "gpu__time_duration.sum", *header]
-        rows = [[str(i), *row] for i, row in enumerate(rows)]
+        width = len(header)
+        rows = [([str(i), *row] + [""] * width)[:width] for i, row in enumerate(rows)]
+        units = None if units is None else (["", "", duration_unit, *units] + [""] * width)[:width]
+        quoting = csv.QUOTE_ALL
+    elif units is not None:
+        units = ["", "", *units]
     buffer = io.StringIO()
     writer = csv.writer(buffer, quoting=quoting)
     writer.writerow(header)
     if units is not None:
-        writer.writerow(["", "", *units])
+        writer.writerow(units)
     writer.writerows(rows)
     path = work / "other.csv"
     path.write_bytes(buffer.getvalue().encode("utf-8", "surrogatepass"))
