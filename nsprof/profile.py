@@ -40,11 +40,13 @@ def output_to(path: str):
 def precompile(space, jobs: int | None = None, log: str | None = None) -> dict[int, str]:
     """Run the space's compile step for every config in parallel; {config_id: error} for failures.
 
-    The compilers' own output goes to `log` (default: a temporary file), not the terminal.
+    The compilers' own output goes to `log` (default: a temporary file, removed when every
+    config compiled), not the terminal.
     """
     if space.compile is None:
         return {}
     jobs = jobs or min(8, os.cpu_count() or 1)
+    temporary_log = log is None
     if log is None:
         handle, log = tempfile.mkstemp(prefix="nsprof-compile-", suffix=".log")
         os.close(handle)
@@ -58,7 +60,10 @@ def precompile(space, jobs: int | None = None, log: str | None = None) -> dict[i
 
     with output_to(log), ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(one, range(len(space.configs))))
-    return {cfg: err for cfg, err in results if err}
+    failures = {cfg: err for cfg, err in results if err}
+    if temporary_log and not failures:
+        os.remove(log)  # nothing to look into; the output of failed compiles stays
+    return failures
 
 
 def profile(target: str, settings: ProfileSettings | None = None, *, config_ids: list[int] | None = None,
@@ -95,7 +100,8 @@ def profile(target: str, settings: ProfileSettings | None = None, *, config_ids:
         "backend": settings.backend,
         "configs": space.configs,
         "reports": [str(p) for p in (result.reports if result else [])],
-        "work_dir": str(result.work_dir) if result else None,
+        # None: nothing kept (a clean run's temporary folder is removed, see run_session)
+        "work_dir": str(result.work_dir) if result and result.work_dir else None,
         "wall_s": result.wall_s if result else 0.0,
         "failures": {**(result.failures if result else {}), **compile_failures},
     })

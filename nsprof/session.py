@@ -110,9 +110,11 @@ def make_driver(settings: ProfileSettings):
 @dataclass
 class SessionResult:
     frame: object  # the tidy DataFrame: measurements plus one row per failed config
-    reports: list[Path]
+    reports: list[Path]  # empty when the temporary work dir was removed
     failures: dict[int, str]
-    work_dir: Path
+    # Reports and logs. None: a temporary folder that was removed after a clean run (no
+    # failures); a folder the user named, or any folder of a run with failures, is kept.
+    work_dir: Path | None
     wall_s: float
 
 
@@ -128,16 +130,44 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings,
                 config_ids: list[int] | None = None,
                 on_progress: Callable[[str, int, str], None] | None = None,
                 job_extra: dict | None = None) -> SessionResult:
-    """Measure `config_ids` (default: all) of `target` under settings.backend."""
+    """Measure `config_ids` (default: all) of `target` under settings.backend.
+
+    Without settings.work_dir the reports and logs go to a temporary folder, removed after
+    a clean run (every config measured) and kept, named in SessionResult.work_dir or in the
+    exception's message, when anything failed.
+    """
+    driver = make_driver(settings)
+    temporary = settings.work_dir is None
+    work_dir = Path(tempfile.mkdtemp(prefix="nsprof-")) if temporary else Path(settings.work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        result = _run_parts(target, n_configs, settings, config_ids, on_progress, job_extra, driver, work_dir)
+    except NsprofError as exc:
+        # The logs explain the failure: keep them and say where they are.
+        if temporary and str(work_dir) not in str(exc):
+            raise type(exc)(f"{exc} (reports and logs kept in {work_dir})") from exc
+        raise
+    if temporary and not result.failures:
+        import shutil
+
+        try:
+            shutil.rmtree(work_dir)
+        except OSError:
+            return result  # not all of it could go: the result still names the folder
+        result.work_dir, result.reports = None, []
+    return result
+
+
+def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_ids: list[int] | None,
+               on_progress: Callable[[str, int, str], None] | None, job_extra: dict | None, driver,
+               work_dir: Path) -> SessionResult:
+    """The session proper: worker runs ("parts") until every config is measured or failed."""
     import subprocess
 
     import pandas as pd
 
     from nsprof.schema import make_frame
 
-    driver = make_driver(settings)
-    work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-"))
-    work_dir.mkdir(parents=True, exist_ok=True)
     remaining = list(config_ids if config_ids is not None else range(n_configs))
     reports: list[Path] = []
     failures: dict[int, str] = {}
