@@ -91,6 +91,49 @@ def failure_reason(log: Path, returncode: int | None) -> str:
     return f"worker exited with status {returncode}" + (f": {lines[-1][:200]}" if lines else "")
 
 
+# How the tools and the kernel say that the disk is full.
+_DISK_FULL = ("No space left on device", "Disk quota exceeded", "ENOSPC")
+
+
+def _log_lines(log: Path) -> list[str]:
+    if not log.exists():
+        return []
+    return [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+
+
+def disk_full(log: Path) -> str | None:
+    """A one-line message when the profiler's log says the disk filled up, else None."""
+    line = next((ln for ln in _log_lines(log) if any(marker in ln for marker in _DISK_FULL)), None)
+    if line is None:
+        return None
+    return (f"the disk holding {log.parent} is full ({line[:200]}); free space there or pass --work-dir "
+            "on another disk")
+
+
+def tool_failure_reason(log: Path, returncode: int | None) -> str:
+    """One line saying why the profiler wrote no report (or started nothing).
+
+    Unlike a worker's crash, the profiler's own errors (counter permission, a full disk,
+    ncu's ==ERROR== lines) can come anywhere in the log, before the first config started.
+    """
+    lines = _log_lines(log)
+    if any("ERR_NVGPUCTRPERM" in line for line in lines):
+        return PERMISSION_FIX
+    full = disk_full(log)
+    if full:
+        return full
+    errors = [line for line in lines if line.startswith("==ERROR==")]
+    if errors:
+        return errors[-1][:300]
+    return failure_reason(log, returncode)
+
+
+def _explained(exc: NsprofError, log: Path) -> NsprofError:
+    """A full disk explains a missing or truncated report better than the parser can."""
+    full = disk_full(log)
+    return ToolFailed(f"{full} (log: {log})") if full else exc
+
+
 def make_driver(settings: ProfileSettings):
     if settings.backend == "ncu":
         from nsprof.drivers.ncu import NcuDriver
@@ -225,18 +268,23 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
         report = None
         try:
             report = driver.finish(base, log)
-        except NsprofError:
+        except NsprofError as exc:
             if status.done:
-                raise
+                raise _explained(exc, log) from None
         if report is not None:
             reports.append(report)
-            measured = driver.read(report, settings)
+            try:
+                measured = driver.read(report, settings)
+            except NsprofError as exc:
+                raise _explained(exc, log) from None
             frames.append(measured[measured["config_id"].isin(status.done)])
         elif status.done and settings.backend != "none":
-            raise ToolFailed(f"{settings.backend} wrote no report: {failure_reason(log, returncode)} (log: {log})")
+            raise ToolFailed(f"{settings.backend} wrote no report: {tool_failure_reason(log, returncode)} "
+                             f"(log: {log})")
         progressed = set(status.done) | set(status.failed) | ({crashed} if crashed is not None else set())
         if not progressed:
-            raise ToolFailed(f"the profiled worker measured nothing: {failure_reason(log, returncode)} (log: {log})")
+            raise ToolFailed(f"the profiled worker measured nothing: {tool_failure_reason(log, returncode)} "
+                             f"(log: {log})")
         remaining = [c for c in remaining if c not in progressed]
     failure_rows = [{"source": settings.backend, "config_id": cfg, "error": reason, **settings.labels}
                     for cfg, reason in sorted(failures.items())]
