@@ -671,6 +671,23 @@ def test_regression_ncu_rep_undecodable_names(work, ncu_report, offset, payload)
     assert check_outcome(_read_ncu_rep, path, "regression") == "table"
 
 
+def test_ncu_rep_loader_time_limit(ncu_report, ncu_rep_dir):
+    from nsprof.reports.ncu_rep import read_ncu_rep
+
+    with pytest.raises(ReportError, match=r"did not finish reading it within 0.01 s"):
+        read_ncu_rep(ncu_rep_dir / "fixture_node.ncu-rep", timeout_s=0.01)
+
+
+def test_ncu_rep_loader_memory_limit_is_named(ncu_report, ncu_rep_dir):
+    # Far too little memory: whichever way ncu_report fails, the message says the limit.
+    from nsprof.reports.ncu_rep import read_ncu_rep
+
+    with pytest.raises(ReportError, match=r"more than its 20 MiB memory limit") as info:
+        read_ncu_rep(ncu_rep_dir / "fixture_node.ncu-rep", max_memory_bytes=20 << 20)
+    assert "\n" not in str(info.value)
+    assert len(read_ncu_rep(ncu_rep_dir / "fixture_node.ncu-rep", **NCU_REP_LIMITS)) == 27
+
+
 # --- through the command line, as users see it ---------------------------------------------
 
 

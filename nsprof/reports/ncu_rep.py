@@ -116,15 +116,23 @@ def load_actions(path: Path, *, timeout_s: float | None = None,
             how = f"exit status {proc.returncode}"
         detail = _crash_detail(stderr)
         raise ReportError(f"{path.name}: NVIDIA's ncu_report crashed reading it ({how}"
-                          f"{': ' + detail if detail else ''}); the report is corrupt or truncated")
+                          f"{': ' + detail if detail else ''}); the report is corrupt or truncated"
+                          f"{_limit_note(max_memory_bytes)}")
     try:
         output = json.loads(proc.stdout)
     except ValueError:
         raise ReportError(f"{path.name}: the ncu_report reader gave no result "
                           f"({_crash_detail(stderr) or 'no output'})") from None
     if "error" in output:
-        raise ReportError(f"{path.name}: {one_line(output['error'])}")
+        raise ReportError(f"{path.name}: {one_line(output['error'])}{_limit_note(max_memory_bytes)}")
     return output["ranges"], output["actions"]
+
+
+def _limit_note(max_memory_bytes: int | None) -> str:
+    # Under a memory limit ncu_report fails in odd ways (std::bad_alloc, or zero results).
+    if not max_memory_bytes:
+        return ""
+    return f", or the loader needed more than its {max_memory_bytes / 2**20:.0f} MiB memory limit"
 
 
 def _first(metrics: dict, names) -> float | None:
@@ -162,7 +170,8 @@ def read_ncu_rep(path, *, domain: str | None = None, clock_control: str | None =
         raise ReportError(f"{path.name}: not an Nsight Compute report (bad magic bytes)")
     n_ranges, actions = load_actions(path, timeout_s=timeout_s, max_memory_bytes=max_memory_bytes)
     if n_ranges == 0:
-        raise ReportError(f"{path.name}: the report holds no results (truncated or corrupt?)")
+        raise ReportError(f"{path.name}: the report holds no results (truncated or corrupt"
+                          f"{_limit_note(max_memory_bytes)}?)")
     rows = []
     for action in actions:
         state = NvtxState(push_pop=action["push_pop"], start_end=action["start_end"])
