@@ -75,10 +75,16 @@ def make_frame(rows: list[dict] | dict[str, list]):
         elif dtype == "float64" and frame[column].dtype == object:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
     frame = frame[COLUMNS]
-    if len(frame):
-        names = frame["range"]
-        parsed = names.map({n: parse_range_name(n) for n in names.dropna().unique() if isinstance(n, str)})
+    if len(frame) and frame["range"].notna().any():
+        # Parse each distinct range name once; reports repeat names many times.
+        parsed = {n: parse_range_name(n) for n in frame["range"].dropna().unique() if isinstance(n, str)}
+        parsed = {n: p for n, p in parsed.items() if p}
         for position, column in enumerate(("config_id", "mode", "rep")):
-            from_name = parsed.map(lambda p, i=position: p[i] if isinstance(p, tuple) else None)
-            frame[column] = frame[column].astype(object).where(frame[column].notna(), from_name)
+            if not parsed:
+                break
+            from_name = frame["range"].map({n: p[position] for n, p in parsed.items()})
+            if frame[column].isna().all():
+                frame[column] = from_name
+            else:
+                frame[column] = frame[column].astype(object).where(frame[column].notna(), from_name)
     return frame.astype(COLUMN_DTYPES)

@@ -71,6 +71,11 @@ def to_numbers(series, decimal: str):
     """Locale number strings -> float64 (NaN for empty or 'n/a')."""
     import pandas as pd
 
+    if decimal == ".":
+        # Fast path: ncu's raw page writes metric values without separators ("5.664000").
+        direct = pd.to_numeric(series, errors="coerce")
+        if not (direct.isna() & series.astype("string").str.strip().ne("")).any():
+            return direct.astype("float64")
     thousands = "," if decimal == "." else "."
     text = series.astype("string").str.strip().str.replace(thousands, "", regex=False)
     if decimal == ",":
@@ -208,9 +213,9 @@ def _identity(data, push_pop: str | None, start_end: str | None, domain: str | N
         "domain": domains,
         "nvtx_path": paths,
         "tid": tids,
-        "kernel": kernel.map(_short_names(kernel)).tolist(),
+        "kernel": kernel.map(_short_names(kernel)),
         "workload": ["graph" if k == "graph" else "kernel" for k in kernel.tolist()],
-        "launch_id": pd.to_numeric(data["ID"], errors="coerce").astype("Int64").tolist(),
+        "launch_id": pd.to_numeric(data["ID"], errors="coerce").astype("Int64"),
         "pid": _ints(data, "Process ID", n),
         "device": _ints(data, "Device", n),
         "stream": _ints(data, "Stream", n),
@@ -221,16 +226,19 @@ def _short_names(kernel) -> dict:
     return {name: short_kernel_name(name) for name in kernel.unique()}
 
 
-def _ints(data, column: str, n: int) -> list:
+def _ints(data, column: str, n: int):
     import pandas as pd
 
     if column not in data:
         return [pd.NA] * n
-    cleaned = data[column].astype("string").str.replace(r"[,.\s]", "", regex=True)
-    # Up to 15 digits: exact through float64 (to_numeric's type once a value is missing) and
-    # far beyond any pid, device or stream; a longer run of digits is damage, not an id.
-    cleaned = cleaned.where(cleaned.str.fullmatch(_SMALL_INT_PATTERN, na=False))
-    return pd.to_numeric(cleaned, errors="coerce").astype("Int64").tolist()
+    # Few distinct values (pids, devices, streams): clean each once.
+    values = data[column]
+    mapping = {}
+    for raw in values.unique():
+        digits = re.sub(r"[,.\s]", "", str(raw))
+        # A long run of digits (or a non-ASCII digit) is damage, not a pid/device/stream.
+        mapping[raw] = int(digits) if re.fullmatch(_SMALL_INT_PATTERN, digits) else pd.NA
+    return values.map(mapping).astype("Int64")
 
 
 def _raw(body: bytes, columns: list[str], path: Path, domain, decimal):
@@ -261,10 +269,10 @@ def _raw(body: bytes, columns: list[str], path: Path, domain, decimal):
     metric_cols = [c for c in (duration, cycles, clock) if c]
     mark = decimal or detect_decimal_mark(pd.concat([data[c] for c in metric_cols]).tolist()[:5000])
     out = _identity(data, push_pop, start_end, domain)
-    out["duration_ns"] = (to_numbers(data[duration], mark) * _scale("duration", units[duration], path)).tolist()
+    out["duration_ns"] = to_numbers(data[duration], mark) * _scale("duration", units[duration], path)
     for key, column, kind in (("cycles", cycles, "cycles"), ("clock_hz", clock, "clock")):
         if column:
-            out[key] = (to_numbers(data[column], mark) * _scale(kind, units[column], path)).tolist()
+            out[key] = to_numbers(data[column], mark) * _scale(kind, units[column], path)
     return pd.DataFrame(out)
 
 
