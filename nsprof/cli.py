@@ -189,7 +189,9 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     summary = config_summary(frame, frame.attrs["configs"])
     labels = settings.labels
     click.echo(f"{target}: {backend}, clock control {labels['clock_control']}, cache control "
-               f"{labels['cache_control']}, {frame.attrs['wall_s']:.1f} s wall; reports in {frame.attrs['work_dir']}")
+               f"{labels['cache_control']}, {frame.attrs['wall_s']:.1f} s wall; "
+               + (f"reports kept in {frame.attrs['work_dir']}" if frame.attrs.get("work_dir")
+                  else "temporary reports removed (pass --work-dir to keep them)"))
     click.echo(format_config_summary(summary))
 
 
