@@ -175,7 +175,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     with click.progressbar(length=n, label=f"{backend}", file=sys.stderr, show_pos=True,
                            show_eta=True) as bar:
         def progress(event, config_id, detail):
-            bar.update(1)
+            bar.update(-1 if event == "retry" else 1)  # a retried config was counted as done
             if event == "fail":
                 failures.append((config_id, detail))
 
@@ -206,7 +206,7 @@ class _StageBars:
         self._bar = click.progressbar(length=length, label=f"{name:<12}", file=sys.stderr, show_pos=True)
         self._bar.__enter__()
         bar = self._bar
-        return lambda event, config_id, detail: bar.update(1)
+        return lambda event, config_id, detail: bar.update(-1 if event == "retry" else 1)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -20,9 +20,11 @@ from pathlib import Path
 
 from nsprof.drivers.base import ProfileSettings
 from nsprof.errors import NsprofError, ToolFailed
+from nsprof.reports.checks import one_line
 from nsprof.worker import START_MARKER, Job
 
 POLL_S = 0.1
+MAX_LOST_RETRIES = 2  # a config measured but lost with a crashed run's report is measured again
 GRACE_S = 60.0  # after killing a worker, how long the profiler gets to write its report
 
 # Log lines that name why a worker died, most specific first.
@@ -215,6 +217,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
     reports: list[Path] = []
     failures: dict[int, str] = {}
     frames = []
+    retries: dict[int, int] = {}
     started_at = time.monotonic()
     notify = on_progress or (lambda event, cfg, detail: None)
     for part in range(settings.max_restarts + 1):
@@ -265,27 +268,52 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                       else failure_reason(log, returncode))
             failures[crashed] = reason
             notify("fail", crashed, reason)
-        report = None
+        abnormal = crashed is not None
+        report, measured, lost_reason = None, None, ""
         try:
             report = driver.finish(base, log)
         except NsprofError as exc:
-            if status.done:
+            if status.done and not abnormal:
                 raise _explained(exc, log) from None
+            lost_reason = str(exc)
         if report is not None:
-            reports.append(report)
             try:
                 measured = driver.read(report, settings)
             except NsprofError as exc:
-                raise _explained(exc, log) from None
-            frames.append(measured[measured["config_id"].isin(status.done)])
-        elif status.done and settings.backend != "none":
+                if not abnormal:
+                    raise _explained(exc, log) from None
+                # A profiler whose target was killed may write a report without its kernels
+                # (nsys: CUPTI buffers are flushed at a clean exit only).
+                lost_reason = str(exc)
+            else:
+                reports.append(report)
+                frames.append(measured[measured["config_id"].isin(status.done)])
+        elif status.done and not abnormal and settings.backend != "none":
             raise ToolFailed(f"{settings.backend} wrote no report: {tool_failure_reason(log, returncode)} "
                              f"(log: {log})")
-        progressed = set(status.done) | set(status.failed) | ({crashed} if crashed is not None else set())
-        if not progressed:
+        lost = []
+        if settings.backend != "none" and status.done:
+            have = set() if measured is None else set(measured["config_id"].dropna().astype(int))
+            lost = [c for c in status.done if c not in have]
+        requeued = []
+        for config_id in lost:
+            # Measured but not in the report: measure again once, then call it a failure.
+            retries[config_id] = retries.get(config_id, 0) + 1
+            if retries[config_id] > MAX_LOST_RETRIES:
+                failures[config_id] = (f"measured {MAX_LOST_RETRIES + 1} times, but {settings.backend}'s report lost it each time"
+                                       + (f" ({one_line(lost_reason, 120)})" if lost_reason else ""))
+            else:
+                requeued.append(config_id)
+        for config_id in requeued:
+            notify("retry", config_id, "its report was lost with the crashed run; measuring again")
+        progressed = (set(status.done) - set(requeued)) | set(status.failed) | (
+            {crashed} if crashed is not None else set())
+        if not progressed and not requeued:
             raise ToolFailed(f"the profiled worker measured nothing: {tool_failure_reason(log, returncode)} "
                              f"(log: {log})")
-        remaining = [c for c in remaining if c not in progressed]
+        # Lost configs go last, after the configs that have not run yet: a config that crashes
+        # the worker again then cannot take them down with it a second time.
+        remaining = [c for c in remaining if c not in progressed and c not in requeued] + requeued
     failure_rows = [{"source": settings.backend, "config_id": cfg, "error": reason, **settings.labels}
                     for cfg, reason in sorted(failures.items())]
     if failure_rows:

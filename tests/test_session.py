@@ -64,3 +64,45 @@ def test_job_round_trip(tmp_path):
 def test_settings_are_validated(kwargs):
     with pytest.raises(NsprofError):
         ProfileSettings(**kwargs)
+
+
+class _LossyDriver:
+    """A stand-in profiler whose report loses every kernel when the worker did not exit cleanly,
+    as nsys does when its target is killed (CUPTI buffers are flushed at a clean exit only)."""
+
+    name = "lossy"
+
+    def build_command(self, settings, job_file, report_base):
+        from nsprof.drivers.base import worker_command
+
+        return worker_command(settings, job_file)
+
+    def finish(self, report_base, log):
+        status = parse_status(report_base.with_suffix(".status").read_text())
+        report = report_base.with_suffix(".lossy.json")
+        report.write_text(json.dumps(status.done if status.ended else []))
+        return report
+
+    def read(self, report, settings):
+        from nsprof.errors import ReportError
+        from nsprof.schema import make_frame
+
+        done = json.loads(report.read_text())
+        if not done:
+            raise ReportError(f"{report.name}: no CUDA kernel table")
+        return make_frame([{"source": "lossy", "config_id": c, "mode": "direct", "rep": 0, "duration_ns": 1000.0 + c}
+                           for c in done])
+
+
+def test_configs_lost_with_a_crashed_runs_report_are_measured_again(tmp_path, monkeypatch):
+    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: _LossyDriver())
+    events = []
+    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=3, work_dir=tmp_path)
+    result = run_session(TARGET, 9, settings, on_progress=lambda e, c, d: events.append((e, c)))
+    assert set(result.failures) == {1, 3, 5, 6, 7}
+    measured = result.frame[result.frame["error"].isna()]
+    assert sorted(measured["config_id"]) == [0, 2, 4, 8]  # nothing measured is lost
+    assert measured.set_index("config_id")["duration_ns"].to_dict() == {0: 1000.0, 2: 1002.0, 4: 1004.0,
+                                                                       8: 1008.0}
+    retried = [c for e, c in events if e == "retry"]
+    assert retried == [0, 2, 4]  # lost with the runs that config 1, 3 and 7 crashed

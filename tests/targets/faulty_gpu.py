@@ -13,9 +13,9 @@ def _kernels():
     import triton.language as tl
 
     @triton.jit
-    def oob_store(ptr, n, BLOCK: tl.constexpr):
-        offsets = tl.arange(0, BLOCK) + (1 << 36)  # 64 G elements past the buffer
-        tl.store(ptr + offsets, tl.zeros((BLOCK,), dtype=tl.float32))
+    def oob_store(ptr, far, BLOCK: tl.constexpr):
+        # `far` is a runtime int64 argument: a constant this large does not fit Triton's int32.
+        tl.store(ptr + far + tl.arange(0, BLOCK), tl.zeros((BLOCK,), dtype=tl.float32))
 
     @triton.jit
     def spin(flag_ptr, out_ptr):
@@ -38,7 +38,7 @@ def build(config):
         return lambda: torch.add(x, y, out=out)
     oob_store, spin = _kernels()
     if kind == "illegal_address":
-        return lambda: oob_store[(1,)](out, out.numel(), BLOCK=128)
+        return lambda: oob_store[(1,)](out, 1 << 36, BLOCK=128)  # 64 G elements past the buffer
     if kind == "hang":
         flag = torch.zeros(1, dtype=torch.int32, device="cuda")
         result = torch.empty(1, dtype=torch.int32, device="cuda")
