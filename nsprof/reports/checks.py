@@ -33,3 +33,25 @@ def blank_impossible(frame, columns: tuple[str, ...] = MEASURED) -> list[str]:
             warnings.append(f"{int(bad.sum())} {column} value(s) negative or infinite (corrupt report?); "
                             "left empty")
     return warnings
+
+
+def read_head(path, size: int, *, empty_hint: str = ""):
+    """The first `size` bytes of a report file, or a one-line ReportError for the ways a path
+    is not a readable, non-empty file (missing, a folder, unreadable, empty)."""
+    from pathlib import Path
+
+    from nsprof.errors import ReportError
+
+    path = Path(path)
+    if not path.exists():
+        raise ReportError(f"{path}: no such file")
+    if path.is_dir():
+        raise ReportError(f"{path}: is a folder, not a report file")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(size)
+    except OSError as exc:
+        raise ReportError(f"{path.name}: cannot read ({exc.strerror})") from None
+    if not head.strip():
+        raise ReportError(f"{path.name}: empty file{empty_hint}")
+    return head

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nsprof.errors import ReportError
+from nsprof.reports.checks import read_head
 
 SQLITE_MAGIC = b"SQLite format 3\0"
 NCU_REP_MAGIC = b"NVR\0"
@@ -15,17 +16,7 @@ KINDS = ("ncu-csv", "ncu-rep", "nsys-sqlite", "nsys-rep")
 def sniff_kind(path) -> str:
     """One of KINDS, or ReportError with one line saying what the file is not."""
     path = Path(path)
-    if not path.exists():
-        raise ReportError(f"{path}: no such file")
-    if path.is_dir():
-        raise ReportError(f"{path}: is a folder, not a report file")
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(4096)
-    except OSError as exc:
-        raise ReportError(f"{path}: cannot read ({exc.strerror})") from None
-    if not head.strip():
-        raise ReportError(f"{path.name}: empty file")
+    head = read_head(path, 4096)
     if head.startswith(SQLITE_MAGIC):
         return "nsys-sqlite"
     if head.startswith(NCU_REP_MAGIC):

@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 from nsprof.errors import ReportError, ToolNotFound
-from nsprof.reports.checks import blank_impossible, one_line
+from nsprof.reports.checks import blank_impossible, one_line, read_head
 from nsprof.reports.ncu_csv import CLOCK_METRICS, CYCLES_METRICS, DURATION_METRICS
 from nsprof.reports.nvtx_cells import NvtxState
 from nsprof.schema import make_frame
@@ -155,17 +155,7 @@ def read_ncu_rep(path, *, domain: str | None = None, clock_control: str | None =
     (default: LOAD_TIMEOUT_S, no memory limit).
     """
     path = Path(path)
-    if not path.exists():
-        raise ReportError(f"{path}: no such file")
-    if path.is_dir():
-        raise ReportError(f"{path}: is a folder, not a report file")
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(len(NCU_REP_MAGIC))
-    except OSError as exc:
-        raise ReportError(f"{path.name}: cannot read ({exc.strerror})") from None
-    if not head:
-        raise ReportError(f"{path.name}: empty file")
+    head = read_head(path, len(NCU_REP_MAGIC))
     if head != NCU_REP_MAGIC:
         raise ReportError(f"{path.name}: not an Nsight Compute report (bad magic bytes)")
     n_ranges, actions = load_actions(path, timeout_s=timeout_s, max_memory_bytes=max_memory_bytes)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nsprof.errors import ReportError
-from nsprof.reports.checks import blank_impossible, one_line
+from nsprof.reports.checks import blank_impossible, one_line, read_head
 from nsprof.schema import COLUMN_DTYPES, COLUMNS, DEFAULT_DOMAIN, parse_range_name
 
 if TYPE_CHECKING:
@@ -74,18 +74,8 @@ _CHUNK_ROWS = 1 << 18
 
 def _check_sqlite_file(path: Path) -> None:
     """One-line ReportErrors for the usual ways a file is not a usable SQLite database."""
-    if not path.exists():
-        raise ReportError(f"{path}: no such file")
-    if not path.is_file():
-        raise ReportError(f"{path.name}: not a file")
+    header = read_head(path, 100, empty_hint="; did the nsys export finish?")
     size = path.stat().st_size
-    if size == 0:
-        raise ReportError(f"{path.name}: empty file (0 bytes); did the nsys export finish?")
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(100)
-    except OSError as exc:
-        raise ReportError(f"{path.name}: cannot read ({exc.strerror})") from None
     if not header.startswith(_SQLITE_MAGIC):
         if header.startswith(b"NVIDIA Tegra Profiler Report"):
             raise ReportError(
