@@ -1,0 +1,67 @@
+"""A memory-bound Triton softmax as an nsprof config space (8192 x 2048 fp16 rows).
+
+The second kernel of `nsprof validate`'s goals: 17-36 µs per call on an H200, many
+configs within 1% of each other (DESIGN.md), so even the ground truths' own repeatability
+is lower than for the seed GEMM.
+
+    nsprof validate examples/softmax_triton.py:space
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from nsprof.space import Space
+
+ROWS, COLS = 8192, 2048
+
+
+def _kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def softmax_kernel(out_ptr, in_ptr, n_rows, n_cols, ROWS_PER_PROGRAM: tl.constexpr, BLOCK: tl.constexpr):
+        start = tl.program_id(0) * ROWS_PER_PROGRAM
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        for r in range(ROWS_PER_PROGRAM):
+            row = start + r
+            valid = mask & (row < n_rows)
+            x = tl.load(in_ptr + row * n_cols + cols, mask=valid, other=-float("inf")).to(tl.float32)
+            x = x - tl.max(x, axis=0)
+            e = tl.exp(x)
+            y = e / tl.sum(e, axis=0)
+            tl.store(out_ptr + row * n_cols + cols, y.to(tl.float16), mask=valid)
+
+    return softmax_kernel
+
+
+def build(config: dict):
+    import torch
+    import triton
+
+    kernel = _kernel()
+    x = torch.randn(ROWS, COLS, device="cuda", dtype=torch.float16)
+    y = torch.empty_like(x)
+    rows_per_program = config["rows_per_program"]
+    grid = (triton.cdiv(ROWS, rows_per_program),)
+
+    def launch():
+        kernel[grid](y, x, ROWS, COLS, ROWS_PER_PROGRAM=rows_per_program, BLOCK=COLS,
+                     num_warps=config["num_warps"], num_stages=config["num_stages"])
+
+    launch()
+    torch.cuda.synchronize()
+    error = ((y.float() - torch.softmax(x.float(), dim=1)).abs().max()).item()
+    if not error < 1e-2:
+        raise ValueError(f"wrong result: max abs error {error:.3g}")
+    return launch
+
+
+CONFIGS = [
+    {"rows_per_program": r, "num_warps": w, "num_stages": s}
+    for r, w, s in itertools.product((1, 2, 4, 8, 16), (4, 8, 16), (1, 2))
+]
+
+space = Space(name="softmax_triton", configs=CONFIGS, build=build)
