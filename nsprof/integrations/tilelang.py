@@ -1,0 +1,105 @@
+"""TileLang: measure an `@tilelang.autotune` kernel's configs with nsprof, and hand the winner
+back so that the user's own autotuned call returns it without benchmarking again.
+
+In a target file (for `nsprof tune`):
+
+    from my_kernels import matmul               # @tilelang.autotune(configs=...) @tilelang.jit
+    from nsprof.integrations.tilelang import autotune_space
+    space = autotune_space(matmul, 1, 1024, 1024)  # the call's own arguments
+
+After tuning, in a process on the GPU:
+
+    from nsprof.integrations.tilelang import feed_back
+    feed_back(matmul, (1, 1024, 1024), latencies_ms)   # {config index: ms}; writes TileLang's cache
+
+Feed-back runs TileLang's own AutoTuner once with its benchmark step replaced by nsprof's
+numbers (looked up by the compiled kernel's source), so TileLang picks nsprof's best config
+and stores it in its autotuner cache under its usual key: later calls of `matmul(1, 1024,
+1024)`, in this or another process, load it and benchmark nothing. It relies on
+`AutoTuner._benchmark_target` of TileLang 0.1.15 and says so when that is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from nsprof.errors import NsprofError
+from nsprof.space import Space
+
+
+def _configs(autotuned, args: tuple, kwargs: dict) -> list[dict[str, Any]]:
+    configs = getattr(autotuned, "configs", None)
+    if callable(configs):
+        configs = configs(*args, **kwargs)
+    if not configs:
+        raise NsprofError("the autotuned kernel has no configs (is it decorated with @tilelang.autotune?)")
+    return [dict(c) for c in configs]
+
+
+def _compile(autotuned, args: tuple, kwargs: dict, config: Mapping[str, Any]):
+    # The same path TileLang's tuner takes for one config (AutoTuneImpl eager jit_compile).
+    return autotuned.jit_impl.compile(*args, **{**kwargs, **config})
+
+
+def autotune_space(autotuned, *args, **kwargs) -> Space:
+    """An nsprof Space over an `@tilelang.autotune` kernel's configs, for these call arguments.
+
+    Inputs come from TileLang's own supply (random tensors of the kernel's parameter shapes).
+    """
+    configs = _configs(autotuned, args, kwargs)
+
+    def compile_config(config):
+        return _compile(autotuned, args, kwargs, config)
+
+    def build(config):
+        kernel = compile_config(config)
+        inputs = kernel.get_profiler()._get_inputs(with_output=True)
+        return lambda: kernel(*inputs)
+
+    name = getattr(getattr(autotuned, "jit_impl", None), "func", None)
+    return Space(name=getattr(name, "__name__", "tilelang_autotune"), configs=configs, build=build,
+                 compile=compile_config, meta={"tilelang_autotune": True})
+
+
+@contextlib.contextmanager
+def _benchmark_replaced(latency_by_source: Mapping[str, float]):
+    from tilelang.autotuner.tuner import AutoTuner
+
+    original = getattr(AutoTuner, "_benchmark_target", None)
+    if original is None:
+        raise NsprofError("this TileLang has no AutoTuner._benchmark_target; nsprof's feed-back supports "
+                          "TileLang 0.1.15")
+
+    def nsprof_latency(self, jit_kernel, *unused_args, **unused_kwargs):
+        latency = latency_by_source.get(jit_kernel.get_kernel_source())
+        if latency is None:
+            raise RuntimeError("nsprof has no measurement for this config")
+        return latency, None
+
+    AutoTuner._benchmark_target = nsprof_latency
+    try:
+        yield
+    finally:
+        AutoTuner._benchmark_target = original
+
+
+def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs: dict | None = None):
+    """Make TileLang's autotuner choose by nsprof's latencies (config index -> ms) and cache it.
+
+    Returns the config TileLang stored. Configs without a latency are left to fail inside
+    TileLang's tuner, which skips them.
+    """
+    kwargs = dict(kwargs or {})
+    configs = _configs(autotuned, args, kwargs)
+    if not latencies_ms:
+        raise NsprofError("no measured config to feed back")
+    by_source = {}
+    for index, latency in latencies_ms.items():
+        source = _compile(autotuned, args, kwargs, configs[index]).get_kernel_source()
+        by_source[source] = float(latency)
+    with _benchmark_replaced(by_source):
+        autotuned.compile(*args, **kwargs)
+    entries = list(getattr(autotuned, "_tuner_cache", {}).values())  # (kernel, config) per call key
+    return entries[-1][1] if entries else None
