@@ -163,6 +163,48 @@ class SessionResult:
     wall_s: float
 
 
+def _kill_group(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _follow(proc, status_file: Path, settings: ProfileSettings, notify) -> tuple[int, int | None]:
+    """Follow one worker run until it ends: progress events, and the per-config timeout.
+
+    Returns (exit status, config killed for running past its timeout or None).
+    """
+    import subprocess
+
+    seen = RunStatus()
+    current_since = time.monotonic()
+    timed_out: int | None = None
+    while True:
+        returncode = proc.poll()
+        status = parse_status(status_file.read_text(errors="replace"))
+        for cfg in status.done[len(seen.done):]:
+            notify("done", cfg, "")
+        for cfg in status.failed:
+            if cfg not in seen.failed:
+                notify("fail", cfg, status.failed[cfg])
+        if status.current != seen.current:
+            current_since = time.monotonic()
+        seen = status
+        if returncode is not None:
+            return returncode, timed_out
+        if status.current is not None and time.monotonic() - current_since > settings.timeout_s:
+            timed_out = status.current
+            _kill(status.pid)  # the worker only: the profiler stays to write its report
+            try:
+                proc.wait(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+            continue
+        time.sleep(POLL_S)
+
+
 def _kill(pid: int | None) -> None:
     if pid:
         try:
@@ -171,7 +213,27 @@ def _kill(pid: int | None) -> None:
             pass
 
 
-def run_session(target: str, n_configs: int, settings: ProfileSettings,
+def run_session(target: str, n_configs: int, settings: ProfileSettings, config_ids: list[int] | None = None,
+                on_progress: Callable[[str, int, str], None] | None = None,
+                job_extra: dict | None = None) -> SessionResult:
+    """Measure `config_ids` (default: all) of `target` under settings.backend.
+
+    ncu and nsys sessions hold the GPU lock (nsprof.gpulock): two nsprof runs never profile
+    the same GPU at once.
+    """
+    import contextlib
+
+    if settings.backend in ("ncu", "nsys"):
+        from nsprof.gpulock import gpu_lock
+
+        lock = gpu_lock(0, wait=settings.wait_gpu)
+    else:
+        lock = contextlib.nullcontext()
+    with lock:
+        return _run_session(target, n_configs, settings, config_ids, on_progress, job_extra)
+
+
+def _run_session(target: str, n_configs: int, settings: ProfileSettings,
                 config_ids: list[int] | None = None,
                 on_progress: Callable[[str, int, str], None] | None = None,
                 job_extra: dict | None = None) -> SessionResult:
@@ -234,32 +296,13 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
         with open(log, "w") as log_handle:
             proc = subprocess.Popen(command, stdout=log_handle, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
-            seen = RunStatus()
-            current_since = time.monotonic()
-            timed_out: int | None = None
-            while True:
-                returncode = proc.poll()
-                status = parse_status(status_file.read_text(errors="replace"))
-                for cfg in status.done[len(seen.done):]:
-                    notify("done", cfg, "")
-                for cfg in status.failed:
-                    if cfg not in seen.failed:
-                        notify("fail", cfg, status.failed[cfg])
-                if status.current != seen.current:
-                    current_since = time.monotonic()
-                seen = status
-                if returncode is not None:
-                    break
-                if status.current is not None and time.monotonic() - current_since > settings.timeout_s:
-                    timed_out = status.current
-                    _kill(status.pid)  # the worker only: the profiler stays to write its report
-                    try:
-                        proc.wait(timeout=GRACE_S)
-                    except subprocess.TimeoutExpired:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                        proc.wait()
-                    continue
-                time.sleep(POLL_S)
+            try:
+                returncode, timed_out = _follow(proc, status_file, settings, notify)
+            except BaseException:
+                # Ctrl-C (or an error here): the profiler and worker run in their own process
+                # session, so they would outlive nsprof and keep the GPU unless killed.
+                _kill_group(proc)
+                raise
         status = parse_status(status_file.read_text(errors="replace"))
         failures.update(status.failed)
         crashed = status.current
@@ -314,6 +357,10 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
         # Lost configs go last, after the configs that have not run yet: a config that crashes
         # the worker again then cannot take them down with it a second time.
         remaining = [c for c in remaining if c not in progressed and c not in requeued] + requeued
+    for config_id in remaining:  # the restart budget ran out before these ran
+        failures[config_id] = (f"not run: the worker was restarted {settings.max_restarts} times "
+                               "(raise ProfileSettings.max_restarts)")
+        notify("fail", config_id, failures[config_id])
     failure_rows = [{"source": settings.backend, "config_id": cfg, "error": reason, **settings.labels}
                     for cfg, reason in sorted(failures.items())]
     if failure_rows:

@@ -109,7 +109,8 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
         from nsprof.profile import profile
 
         return profile(target, ProfileSettings(backend=backend, modes=(settings.mode,), reps=settings.reps,
-                                               timeout_s=settings.timeout_s, work_dir=settings.work_dir),
+                                               timeout_s=settings.timeout_s, work_dir=settings.work_dir,
+                                               wait_gpu=settings.wait),
                        config_ids=config_ids, on_progress=on_progress)
     import tempfile
 
@@ -141,7 +142,6 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
                     notes: list[str]):
     """measure_rows through the results store: resume, one transaction per config, GPU lock."""
     from nsprof.doctor import gpu_name
-    from nsprof.gpulock import gpu_lock
     from nsprof.space import target_fingerprint
     from nsprof.store import MeasurementKey, ResultStore, config_json
 
@@ -161,8 +161,8 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
             run_id = store.start_run(target=target, settings=settings, **group)
             status = "failed"
             try:
-                with gpu_lock(0, wait=settings.wait):
-                    rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress)
+                # ncu/nsys sessions take the GPU lock themselves (nsprof.session)
+                rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress)
                 for config_id, config_rows in rows.groupby("config_id", sort=True):
                     key = MeasurementKey(config_id=int(config_id), config_json=config_json(space.configs[int(config_id)]),
                                          **group)

@@ -106,6 +106,27 @@ def _reason(exc: BaseException) -> str:
     return " ".join(text.split())[:400]
 
 
+def _configs(job: Job, space, device: Device, status: Status):
+    """(config_id, launch) for each config of the job, built just before it is measured.
+
+    Building inside the config's start/done window means a build that crashes the process or
+    hangs is charged to that config (and timed out) like a crashing launch; compilation itself
+    was done by the parent, so a build here loads from the compiler's cache.
+    """
+    for config_id in job.config_ids:
+        status.write("start", config_id)
+        print(START_MARKER, config_id, file=sys.stderr, flush=True)
+        try:
+            launch = space.build(space.configs[config_id])
+        except Exception as exc:
+            status.write("fail", config_id, json.dumps("build failed: " + _reason(exc)))
+            traceback.print_exc()
+            if not device.healthy():
+                return
+            continue
+        yield config_id, launch
+
+
 def run(job: Job) -> int:
     from nsprof.space import load_target
 
@@ -113,19 +134,9 @@ def run(job: Job) -> int:
     status.write("pid", os.getpid())
     space = load_target(job.target)
     device = Device(space.device)
-    launches = {}
-    for config_id in job.config_ids:
-        try:
-            launches[config_id] = space.build(space.configs[config_id])
-        except Exception as exc:
-            status.write("fail", config_id, json.dumps("build failed: " + _reason(exc)))
-            if not device.healthy():
-                return EXIT_CONTEXT_LOST
     if job.task == "timers":
-        return _run_timers(job, launches, device, status)
-    for config_id, launch in launches.items():
-        status.write("start", config_id)
-        print(START_MARKER, config_id, file=sys.stderr, flush=True)
+        return _run_timers(job, space, device, status)
+    for config_id, launch in _configs(job, space, device, status):
         try:
             for _ in range(job.warmup):
                 launch()
@@ -150,18 +161,21 @@ def run(job: Job) -> int:
             if not device.healthy():
                 return EXIT_CONTEXT_LOST
             continue
+        finally:
+            # Drop this config's inputs and graph before the next one is built.
+            launch = replay = None  # noqa: F841
         status.write("done", config_id)
+    if not device.healthy():
+        return EXIT_CONTEXT_LOST
     status.write("end")
     return 0
 
 
-def _run_timers(job: Job, launches: dict, device: Device, status: Status) -> int:
+def _run_timers(job: Job, space, device: Device, status: Status) -> int:
     from nsprof.timers.specs import run_method
 
     with open(job.results, "a", encoding="utf-8") as results:
-        for config_id, launch in launches.items():
-            status.write("start", config_id)
-            print(START_MARKER, config_id, file=sys.stderr, flush=True)
+        for config_id, launch in _configs(job, space, device, status):
             errors = []
             for method in job.timers:
                 try:
@@ -182,6 +196,8 @@ def _run_timers(job: Job, launches: dict, device: Device, status: Status) -> int
                 status.write("fail", config_id, json.dumps("; ".join(errors)))
             else:
                 status.write("done", config_id)
+    if not device.healthy():
+        return EXIT_CONTEXT_LOST
     status.write("end")
     return 0
 

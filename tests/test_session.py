@@ -106,3 +106,49 @@ def test_configs_lost_with_a_crashed_runs_report_are_measured_again(tmp_path, mo
                                                                        8: 1008.0}
     retried = [c for e, c in events if e == "retry"]
     assert retried == [0, 2, 4]  # lost with the runs that config 1, 3 and 7 crashed
+
+
+def test_a_build_that_crashes_or_hangs_is_that_configs_failure(tmp_path):
+    target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":build_faults"
+    settings = ProfileSettings(backend="none", modes=("direct",), reps=1, warmup=0, timeout_s=3, work_dir=tmp_path)
+    result = run_session(target, 5, settings)
+    assert "SIGABRT" in result.failures[1]
+    assert result.failures[3].startswith("timeout")
+    assert set(result.failures) == {1, 3}
+
+
+def test_configs_left_when_restarts_run_out_are_failed_rows(tmp_path):
+    settings = ProfileSettings(backend="none", modes=("direct",), reps=1, warmup=0, timeout_s=2, work_dir=tmp_path,
+                               max_restarts=1)
+    result = run_session(TARGET, 9, settings)
+    assert set(result.failures) == set(range(9)) - {0, 2}  # 0, 2 ran; 1 crashed; the one restart hung on 3
+    assert result.failures[4].startswith("not run: the worker was restarted 1 times")
+    rows = result.frame[result.frame["error"].notna()]
+    assert sorted(rows["config_id"]) == sorted(result.failures)
+
+
+def test_ctrl_c_kills_the_worker(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys; from nsprof.drivers.base import ProfileSettings; from nsprof.session import run_session; "
+            f"run_session({TARGET!r}, 9, ProfileSettings(backend='none', modes=('direct',), reps=1, warmup=0, "
+            f"timeout_s=600, work_dir={str(tmp_path)!r}), config_ids=[3])")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
+    status_file = tmp_path / "part0.status"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "start 3" not in (status_file.read_text() if status_file.exists() else ""):
+        time.sleep(0.1)
+    worker_pid = parse_status(status_file.read_text()).pid
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    time.sleep(0.5)
+    try:
+        os.kill(worker_pid, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive, "the worker outlived nsprof after Ctrl-C"

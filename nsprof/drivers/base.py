@@ -29,6 +29,7 @@ class ProfileSettings:
     python: str = field(default=sys.executable)
     work_dir: Path | None = None  # reports and logs; a temporary folder when None
     max_restarts: int = 50
+    wait_gpu: bool = False  # wait for another nsprof profiling this GPU instead of failing at once
 
     def __post_init__(self) -> None:
         checks = [

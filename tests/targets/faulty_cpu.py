@@ -15,6 +15,10 @@ def build(config):
     kind = config["kind"]
     if kind == "build_error":
         raise ValueError("no such tile size")
+    if kind == "build_abort":
+        os.abort()
+    if kind == "build_hang":
+        time.sleep(3600)
 
     def launch():
         if kind == "crash":
@@ -34,6 +38,14 @@ def build(config):
 space = nsprof.space.Space(
     name="faulty",
     configs=[{"kind": k} for k in ["ok", "crash", "ok", "hang", "ok", "raise", "build_error", "abort", "ok"]],
+    build=build,
+    device="cpu",
+)
+
+# Faults while building a config (loading a kernel, allocating inputs), not launching it.
+build_faults = nsprof.space.Space(
+    name="faulty_build",
+    configs=[{"kind": k} for k in ["ok", "build_abort", "ok", "build_hang", "ok"]],
     build=build,
     device="cpu",
 )
