@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from nsprof.errors import NsprofError
+from nsprof.space import config_label
 
 if TYPE_CHECKING:
     import numpy as np
@@ -402,11 +403,6 @@ def format_agreement(df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float
     return render_table(headers, rows, right=set(range(2, len(headers))))
 
 
-def _label(config: Any) -> str:
-    # the same k=v form as Space.label, so ids read the same in every nsprof table
-    if isinstance(config, dict):
-        return ",".join(f"{k}={v}" for k, v in config.items())
-    return str(config)
 
 
 def format_per_config(
@@ -422,7 +418,7 @@ def format_per_config(
         row = [str(cid)]
         if configs is not None:
             i = int(cid)
-            row.append(_label(configs[i]) if 0 <= i < len(configs) else "?")
+            row.append(config_label(configs[i]) if 0 <= i < len(configs) else "?")
         row += [_num(None if _is_nan(v) else v / 1e3, ",.3f") for v in values]
         rows.append(row)
     first_number = 2 if configs is not None else 1

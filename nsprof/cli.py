@@ -170,7 +170,15 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     from nsprof.space import load_target
 
     make_driver(settings)  # a missing tool is one line before any work starts
-    n = len(ids) if ids is not None else len(load_target(target).configs)
+    n_configs = len(load_target(target).configs)
+    if ids is not None:
+        from nsprof.profile import check_config_ids
+
+        try:
+            ids = check_config_ids(ids, n_configs)
+        except NsprofError as exc:
+            raise click.BadParameter(str(exc), param_hint="--configs") from None
+    n = len(ids) if ids is not None else n_configs
     failures = []
     with click.progressbar(length=n, label=f"{backend}", file=sys.stderr, show_pos=True,
                            show_eta=True) as bar:
@@ -398,17 +406,19 @@ def doctor(no_run) -> None:
 
 def main() -> None:
     try:
-        cli.main(prog_name="nsprof", standalone_mode=False)
+        code = cli.main(prog_name="nsprof", standalone_mode=False)
     except NsprofError as exc:
         click.echo(f"nsprof: error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
     except click.exceptions.Abort:
         click.echo("nsprof: aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        hint = f" (nsprof {exc.ctx.info_name} --help)" if exc.ctx is not None and exc.ctx.parent else ""
+        click.echo(f"nsprof: error: {exc.format_message()}{hint}", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)
@@ -421,3 +431,4 @@ def main() -> None:
         click.echo(f"nsprof: internal error: {type(exc).__name__}: {exc} "
                    "(set NSPROF_DEBUG=1 for the traceback)", err=True)
         sys.exit(EXIT_ERROR)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from nsprof.drivers.base import ProfileSettings
 from nsprof.session import run_session
+from nsprof.space import config_label
 
 
 @contextlib.contextmanager
@@ -37,7 +38,21 @@ def output_to(path: str):
                 os.close(fd)
 
 
-def precompile(space, jobs: int | None = None, log: str | None = None) -> dict[int, str]:
+def check_config_ids(config_ids, n_configs: int) -> list[int]:
+    """The ids as a list, or an NsprofError naming the first that is not a config of the space."""
+    from nsprof.errors import NsprofError
+
+    ids = list(config_ids)
+    if not ids:
+        raise NsprofError("no config ids given")
+    for config_id in ids:
+        if not isinstance(config_id, int) or not 0 <= config_id < n_configs:
+            raise NsprofError(f"config id {config_id!r} is not in the space (0 to {n_configs - 1})")
+    return ids
+
+
+def precompile(space, jobs: int | None = None, log: str | None = None,
+               config_ids: list[int] | None = None) -> dict[int, str]:
     """Run the space's compile step for every config in parallel; {config_id: error} for failures.
 
     The compilers' own output goes to `log` (default: a temporary file, removed when every
@@ -59,7 +74,7 @@ def precompile(space, jobs: int | None = None, log: str | None = None) -> dict[i
         return config_id, None
 
     with output_to(log), ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(pool.map(one, range(len(space.configs))))
+        results = list(pool.map(one, range(len(space.configs)) if config_ids is None else config_ids))
     failures = {cfg: err for cfg, err in results if err}
     if temporary_log and not failures:
         os.remove(log)  # nothing to look into; the output of failed compiles stays
@@ -80,8 +95,9 @@ def profile(target: str, settings: ProfileSettings | None = None, *, config_ids:
 
     settings = settings or ProfileSettings()
     space = load_target(target)
-    wanted = list(range(len(space.configs))) if config_ids is None else list(config_ids)
-    compile_failures = {c: e for c, e in precompile(space, jobs).items() if c in wanted}
+    wanted = list(range(len(space.configs))) if config_ids is None else check_config_ids(config_ids,
+                                                                                         len(space.configs))
+    compile_failures = precompile(space, jobs, config_ids=wanted)
     for cfg, reason in compile_failures.items():
         if on_progress:
             on_progress("fail", cfg, reason)
@@ -139,11 +155,7 @@ def config_summary(frame, configs: list | None = None):
     summary = pd.DataFrame(rows, columns=["config_id", "mode", "reps", "kernels", "median_ns", "min_ns",
                                           "max_ns", "spread", "median_cycles", "median_clock_hz", "error"])
     if configs is not None:
-        summary.insert(1, "config", [_label(configs[c]) for c in summary["config_id"]])
+        summary.insert(1, "config", [config_label(configs[c]) for c in summary["config_id"]])
     return summary.sort_values(["config_id", "mode"], na_position="last").reset_index(drop=True)
 
 
-def _label(config) -> str:
-    if isinstance(config, dict):
-        return ",".join(f"{k}={v}" for k, v in config.items())
-    return str(config)

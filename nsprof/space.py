@@ -51,8 +51,14 @@ class Space:
 
     def label(self, config_id: int) -> str:
         """A short readable name for one config: k=v pairs."""
-        config = self.configs[config_id]
-        return ",".join(f"{k}={v}" for k, v in config.items()) if isinstance(config, dict) else str(config)
+        return config_label(self.configs[config_id])
+
+
+def config_label(config: Any) -> str:
+    """`k=v,k=v` for a dict config (the form every nsprof table shows), str() otherwise."""
+    if isinstance(config, dict):
+        return ",".join(f"{k}={v}" for k, v in config.items())
+    return str(config)
 
 
 def split_target(spec: str) -> tuple[str, str]:

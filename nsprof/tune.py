@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsprof.errors import NsprofError
+from nsprof.space import config_label
 
 GROUND_TRUTHS = ("ncu", "nsys")
 # --backend names of the fast timers -> nsprof timer method names
@@ -133,8 +134,10 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
         records.append({"config_id": row["config_id"], "rep": 0, "kernel": name, "source": name,
                         "duration_ns": row.get(value), "clock_hz": None if clock_mhz is None else clock_mhz * 1e6,
                         **labels})
+    have = {r["config_id"] for r in records}
     for (_, config_id), reason in failures.items():
-        records.append({"config_id": config_id, "error": reason, "source": name, **labels})
+        if config_id not in have:  # a config whose every method failed has its rows already
+            records.append({"config_id": config_id, "error": reason, "source": name, **labels})
     return make_frame(records)
 
 
@@ -151,7 +154,9 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
 
         tool = tools.find_ncu() if backend == "ncu" else tools.find_nsys()
         tool_version = tools.tool_version(tool.path)
-    group = {"fingerprint": target_fingerprint(target), "gpu": gpu_name(), "backend": backend,
+    # A fast timer's row holds the statistic asked for, so that is part of what it measured.
+    stored_backend = backend if backend in GROUND_TRUTHS else f"{backend}:{settings.stat}"
+    group = {"fingerprint": target_fingerprint(target), "gpu": gpu_name(), "backend": stored_backend,
              "tool_version": tool_version, **key_labels(backend, settings.mode)}
     with ResultStore(settings.store) as store:
         todo = store.missing(group, wanted) if settings.resume else list(wanted)
@@ -195,7 +200,7 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     if settings.prescreen:
         rows = measure_rows(target, n, settings.prescreen, settings, wanted, stage(settings.prescreen, len(wanted)))
         prescreen_table = rank(config_summary(rows), settings.stat)
-        prescreen_table.insert(2, "config", [_label(space.configs[int(c)]) for c in prescreen_table["config_id"]])
+        prescreen_table.insert(2, "config", [config_label(space.configs[int(c)]) for c in prescreen_table["config_id"]])
         wanted = [int(c) for c in prescreen_table[prescreen_table["error"].isna()]["config_id"].head(settings.prescreen_top)]
         if not wanted:
             raise NsprofError(f"the prescreen timer {settings.prescreen} measured no config")
@@ -212,7 +217,7 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     else:
         label = f"fast timer {TIMER_BACKENDS[settings.backend]}, {settings.stat} of {settings.timer_reps} samples"
     table = rank(summary, settings.stat)
-    table.insert(2, "config", [_label(space.configs[int(c)]) for c in table["config_id"]])
+    table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
     result = TuneResult(table, space.configs, settings.backend, label, prescreen_table, notes)
     best = result.best_config_id
     if prescreen_table is not None and best is not None:
@@ -224,10 +229,6 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     return result
 
 
-def _label(config) -> str:
-    if isinstance(config, dict):
-        return ",".join(f"{k}={v}" for k, v in config.items())
-    return str(config)
 
 
 def format_ranked(result: TuneResult) -> str:
@@ -244,6 +245,6 @@ def format_ranked(result: TuneResult) -> str:
     lines = [f"ranked by {result.label}", render_table(headers, rows, right={0, 1, 3, 4, 5, 6, 7})]
     best = result.best_config_id
     if best is not None:
-        lines.append(f"best: config {best} ({_label(result.configs[best])})")
+        lines.append(f"best: config {best} ({config_label(result.configs[best])})")
     lines += [f"note: {note}" for note in result.notes]
     return "\n".join(lines)

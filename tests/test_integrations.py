@@ -41,3 +41,9 @@ def test_return_modes(fake_measure, mode, expected_ms):
 def test_unknown_timer():
     with pytest.raises(ValueError):
         triton_hook.do_bench(timer="ncu")
+
+
+def test_nan_samples_are_left_out():
+    result = TimerResult("cupti", [float("nan"), 3000.0, 3100.0, float("nan"), 2900.0])
+    assert result.median_ns == 3000.0 and result.min_ns == 2900.0
+    assert result.as_dict()["invalid_samples"] == 2

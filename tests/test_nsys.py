@@ -728,3 +728,25 @@ def test_real_nsys_export_matches_the_fixture_export(tmp_path):
     reference = read_nsys_sqlite(FIXTURE)
     for column in ("kernel", "duration_ns", "range", "domain", "nvtx_path", "graph_node"):
         assert na_to_none(frame[column]) == na_to_none(reference[column]), column
+
+
+def test_mode_comes_from_nsprofs_range_name_not_the_graph_node(tmp_path):
+    # A "direct" measurement whose call replays a graph inside (torch.compile reduce-overhead)
+    # still belongs to the direct mode, as in the ncu parsers.
+    import shutil
+    import sqlite3
+
+    from nsprof.reports.nsys import read_nsys_sqlite
+
+    path = tmp_path / "graph_inside_direct.sqlite"
+    shutil.copy(FIXTURE, path)
+    with sqlite3.connect(path) as conn:
+        correlation = conn.execute(
+            "SELECT k.correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+            "ON r.correlationId = k.correlationId JOIN NVTX_EVENTS n ON n.eventType = 59 "
+            "AND r.start BETWEEN n.start AND n.end AND r.globalTid = n.globalTid "
+            "JOIN StringIds s ON s.id = n.textId WHERE s.value = 'cfg0.direct.r0'").fetchone()[0]
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphNodeId = 1 WHERE correlationId = ?", (correlation,))
+    frame = read_nsys_sqlite(path, domain="nsprof")
+    row = frame[frame["range"] == "cfg0.direct.r0"].iloc[0]
+    assert row["graph_node"] == 1 and row["mode"] == "direct"

@@ -28,7 +28,7 @@ def do_bench(timer: str = "cupti", *, l2: str = "warm", reps: int = 50, warmup: 
         from nsprof.timers import measure
 
         result = measure(kernel_call, timer=timer, reps=reps, warmup=warmup, l2=l2)
-        samples_ms = sorted(s / 1e6 for s in result.samples_ns)
+        samples_ms = sorted(s / 1e6 for s in result.valid_ns)
         if quantiles:
             return [quantile(samples_ms, q) for q in quantiles]
         if return_mode == "min":

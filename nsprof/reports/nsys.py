@@ -831,6 +831,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
     range_domain = np.empty(n, dtype=object)
     config_id = np.full(n, _NULL, dtype=np.int64)
     rep = np.full(n, _NULL, dtype=np.int64)
+    named_mode = np.full(n, None, dtype=object)
     if held.any():
         index = inner[held]
         range_name[held] = ranges.name[index]
@@ -840,12 +841,17 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
         code = ranges.name_code[index]
         config_id[held] = np.array([p[0] if p else _NULL for p in parsed], np.int64)[code]
         rep[held] = np.array([p[2] if p else _NULL for p in parsed], np.int64)[code]
+        named_mode[held] = np.array([p[1] if p else None for p in parsed], dtype=object)[code]
 
     # A kernel without start or end (NULL in a damaged export) has no duration.
     duration_ns = (end_ns - start_ns).astype(np.float64)
     duration_ns[(start_ns == _NULL) | (end_ns == _NULL)] = np.nan
-    # mode: how the kernel ran; a graph node id means it ran as a node of a replayed graph.
+    # mode: what nsprof's range says was measured (as the ncu parsers do); elsewhere how the
+    # kernel ran: a graph node id means it ran as a node of a replayed graph. (A "direct" call
+    # may replay a graph inside, e.g. torch.compile's reduce-overhead: the range wins.)
     mode = np.array(["direct", "graph"], dtype=object)[(graph_node != _NULL).view(np.int8)]
+    has_name = named_mode != None  # noqa: E711 - elementwise on an object array
+    mode[has_name] = named_mode[has_name]
     frame = _build_frame(
         {
             "source": _constant_strings("nsys", n),

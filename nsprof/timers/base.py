@@ -19,16 +19,24 @@ class TimerResult:
     conditions: dict = field(default_factory=dict)  # l2, launch, clock before/after, calls
 
     @property
+    def valid_ns(self) -> list[float]:
+        """The samples that measured something (a CUPTI window can see no kernel: NaN)."""
+        return [s for s in self.samples_ns if s == s]
+
+    @property
     def median_ns(self) -> float:
-        return float(statistics.median(self.samples_ns)) if self.samples_ns else float("nan")
+        valid = self.valid_ns
+        return float(statistics.median(valid)) if valid else float("nan")
 
     @property
     def min_ns(self) -> float:
-        return float(min(self.samples_ns)) if self.samples_ns else float("nan")
+        valid = self.valid_ns
+        return float(min(valid)) if valid else float("nan")
 
     def as_dict(self) -> dict:
         return {"timer": self.timer, "median_ns": self.median_ns, "min_ns": self.min_ns,
-                "samples_ns": self.samples_ns, "conditions": self.conditions}
+                "samples_ns": self.samples_ns, "invalid_samples": len(self.samples_ns) - len(self.valid_ns),
+                "conditions": self.conditions}
 
 
 class Flusher:
