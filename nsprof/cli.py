@@ -84,6 +84,8 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
 
     if compare and len(files) != 2:
         raise click.UsageError("--compare takes exactly two report files")
+    if compare and as_json:
+        raise click.UsageError("--compare prints a table; use --json without it for the rows")
     frames = []
     for path in files:
         frame = read_report(path, domain=domain)
@@ -239,11 +241,13 @@ def _split(value: str) -> tuple[str, ...]:
 @click.option("--timer-reps", type=click.IntRange(1), default=100, show_default=True, help="Samples per fast timer.")
 @click.option("--repeat/--no-repeat", default=True, show_default=True,
               help="Run each ground truth twice to measure its own repeatability (the noise floor).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True,
+              help="Seconds one config may run before it is killed and recorded as failed.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write the agreement plot (png/svg/pdf).")
 @click.option("--json", "as_json", is_flag=True, help="Print everything as one JSON object.")
 @click.option("--save", "save_path", type=click.Path(dir_okay=False), help="Also write that JSON object to a file.")
-@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Keep reports and logs here (default: a temporary folder).")
 def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, timeout_s, plot_path, as_json,
              save_path, work_dir) -> None:
     """Check fast timers against ncu and nsys over TARGET's configs (file.py:space).
@@ -312,14 +316,17 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
               help="Ground truth (ncu, nsys) or a fast in-process timer to rank by.")
 @click.option("--mode", type=click.Choice(["direct", "graph"]), default="graph", show_default=True,
               help="Ground truth of plain launches or of CUDA-graph kernel nodes.")
-@click.option("--stat", type=click.Choice(["median", "min"]), default="median", show_default=True)
+@click.option("--stat", type=click.Choice(["median", "min"]), default="median", show_default=True,
+              help="Rank by the median or the minimum over reps.")
 @click.option("--reps", type=click.IntRange(1), default=5, show_default=True, help="Ground-truth reps per config.")
 @click.option("--prescreen", type=click.Choice(["graph", "graph_cold", "cupti", "cupti_cold", "event", "event_cold"]),
               default=None, help="Rank all configs with this fast timer first; measure only the best --top.")
 @click.option("--top", "top", type=click.IntRange(1), default=4, show_default=True,
               help="How many prescreened configs go to ground truth.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True)
-@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True,
+              help="Seconds one config may run before it is killed and recorded as failed.")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Keep reports and logs here (default: a temporary folder).")
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Results store (default .nsprof/results.sqlite).")
 @click.option("--no-store", is_flag=True, help="Keep no results store.")

@@ -1,7 +1,10 @@
 """`nsprof profile`: every config of a target under ncu or nsys, as one tidy table.
 
-    frame = nsprof.profile("examples/gemm_tilelang.py:space", ProfileSettings(backend="nsys"))
-    nsprof.profile.config_summary(frame)
+    from nsprof.drivers.base import ProfileSettings
+    from nsprof.profile import config_summary, profile
+
+    frame = profile("examples/gemm_tilelang.py:space", ProfileSettings(backend="nsys"))
+    config_summary(frame)
 """
 
 from __future__ import annotations

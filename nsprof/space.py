@@ -5,7 +5,9 @@ A target is named `path/to/file.py:attr` (or `package.module:attr`). The attribu
 and knows how to turn one config into a zero-argument launch callable; the callable makes
 no allocations of its own (inputs are made in `build`, with random data, never zeros).
 
-    space = nsprof.Space(
+    from nsprof.space import Space
+
+    space = Space(
         name="seed_gemm",
         configs=[{"block_N": 32, "block_K": 128}, ...],
         build=lambda cfg: make_launch(cfg),       # -> callable launching the kernel(s)
