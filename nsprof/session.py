@@ -303,6 +303,9 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                 # session, so they would outlive nsprof and keep the GPU unless killed.
                 _kill_group(proc)
                 raise
+            # A profiler that died (killed, crashed) can leave its worker running: stop
+            # whatever is left of the group before reading the status, so nothing writes to it.
+            _kill_group(proc)
         status = parse_status(status_file.read_text(errors="replace"))
         failures.update(status.failed)
         crashed = status.current

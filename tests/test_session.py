@@ -128,7 +128,6 @@ def test_configs_left_when_restarts_run_out_are_failed_rows(tmp_path):
 
 
 def test_ctrl_c_kills_the_worker(tmp_path):
-    import os
     import signal
     import subprocess
     import sys
@@ -146,9 +145,48 @@ def test_ctrl_c_kills_the_worker(tmp_path):
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
     time.sleep(0.5)
+    assert not _running(worker_pid), "the worker outlived nsprof after Ctrl-C"
+
+
+class _DyingProfiler(_LossyDriver):
+    """A stand-in profiler that is itself SIGKILLed once the worker starts config `die_at`,
+    leaving its worker running (as when someone kills ncu or nsys mid-way)."""
+
+    def __init__(self, die_at: int) -> None:
+        self.die_at = die_at
+        self.runs = 0
+
+    def build_command(self, settings, job_file, report_base):
+        from nsprof.drivers.base import worker_command
+
+        self.runs += 1
+        if self.runs > 1:
+            return worker_command(settings, job_file)
+        status = report_base.with_suffix(".status")
+        script = ('status="$1"; shift; "$@" & '
+                  f'while ! grep -q "^start {self.die_at}$" "$status" 2>/dev/null; do sleep 0.05; done; kill -9 $$')
+        return ["sh", "-c", script, "sh", str(status), *worker_command(settings, job_file)]
+
+
+def test_a_killed_profiler_costs_only_the_config_it_was_on(tmp_path, monkeypatch):
+    driver = _DyingProfiler(die_at=2)
+    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
+    target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
+    result = run_session(target, 4, settings)
+    assert set(result.failures) == {2} and "SIGKILL" in result.failures[2]
+    measured = result.frame[result.frame["error"].isna()]
+    assert sorted(measured["config_id"]) == [0, 1, 3]  # 0 and 1 were lost with the report, measured again
+    first_worker = parse_status((tmp_path / "part0.status").read_text()).pid
+    assert not _running(first_worker), "the killed profiler's worker was left running"
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan killed here waits for PID 1 to reap it)."""
+    from pathlib import Path
+
     try:
-        os.kill(worker_pid, 0)
-        alive = True
-    except ProcessLookupError:
-        alive = False
-    assert not alive, "the worker outlived nsprof after Ctrl-C"
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"

@@ -31,6 +31,8 @@ def build(config):
             time.sleep(3600)
         if kind == "raise":
             raise RuntimeError("shape mismatch (simulated)")
+        if kind == "slow":
+            time.sleep(1.0)
 
     return launch
 
@@ -46,6 +48,14 @@ space = nsprof.space.Space(
 build_faults = nsprof.space.Space(
     name="faulty_build",
     configs=[{"kind": k} for k in ["ok", "build_abort", "ok", "build_hang", "ok"]],
+    build=build,
+    device="cpu",
+)
+
+# A slow config among healthy ones: long enough to kill the profiler while it runs.
+slow = nsprof.space.Space(
+    name="slow",
+    configs=[{"kind": k} for k in ["ok", "ok", "slow", "ok"]],
     build=build,
     device="cpu",
 )
