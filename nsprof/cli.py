@@ -332,9 +332,11 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
 @click.option("--no-store", is_flag=True, help="Keep no results store.")
 @click.option("--resume", is_flag=True, help="Measure only configs the store has no result for (same key).")
 @click.option("--wait", is_flag=True, help="Wait for another nsprof profiling this GPU instead of failing.")
+@click.option("--feed-back/--no-feed-back", default=True, show_default=True,
+              help="Hand the ranking to the target's own autotuner (TileLang's cache) when it can take it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranked table as JSON.")
 def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir, store_path, no_store, resume, wait,
-         as_json) -> None:
+         feed_back, as_json) -> None:
     """Rank every config of TARGET (file.py:space) by ground truth and name the best.
 
     Prints the ranked table (duration, spread, cycles, clock, distance from the best) and
@@ -354,7 +356,7 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
         raise click.UsageError("--resume needs the results store (drop --no-store)")
     settings = TuneSettings(backend=backend, mode=mode, stat=stat, reps=reps, prescreen=prescreen,
                             prescreen_top=top, timeout_s=timeout_s, work_dir=work_dir, store=store_path,
-                            use_store=not no_store, resume=resume, wait=wait)
+                            use_store=not no_store, resume=resume, wait=wait, feed_back=feed_back)
     bars = _StageBars()
     try:
         result = run_tune(target, settings, on_stage=bars)

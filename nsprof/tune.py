@@ -38,6 +38,7 @@ class TuneSettings:
     use_store: bool = True
     resume: bool = False  # measure only configs the store has no result for under the same key
     wait: bool = False  # wait for another nsprof profiling this GPU instead of failing
+    feed_back: bool = True  # hand the ranking to the target's tuner when its Space can take it
 
     def __post_init__(self) -> None:
         if self.backend not in GROUND_TRUTHS and self.backend not in TIMER_BACKENDS:
@@ -220,6 +221,12 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
     result = TuneResult(table, space.configs, settings.backend, label, prescreen_table, notes)
     best = result.best_config_id
+    hand_back = space.meta.get("feed_back")
+    if settings.feed_back and hand_back is not None and best is not None:
+        measured = table[table["error"].isna() & table["value_ns"].notna()]
+        latencies_ms = {int(c): float(v) / 1e6 for c, v in zip(measured["config_id"], measured["value_ns"])}
+        stored = hand_back(latencies_ms)
+        notes.append(f"handed to {space.meta.get('feed_back_to', 'the tuner')}: {stored}")
     if prescreen_table is not None and best is not None:
         position = wanted.index(best) + 1
         notes.append(f"the ground-truth winner was #{position} of the prescreen's top {len(wanted)}")

@@ -1,0 +1,40 @@
+"""End to end on a GPU (marker `gpu`): nsprof tune -> the user's own autotuned call runs nsprof's winner."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[1]
+
+CHECK = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from tilelang.autotuner.tuner import AutoTuner
+def refuse(*args, **kwargs):
+    raise SystemExit("TileLang benchmarked again")
+AutoTuner._benchmark_target = refuse   # a cache hit never benchmarks
+from autotune_tilelang import matmul
+kernel = matmul.compile(1, 1024, 1024)
+print(json.dumps(next(iter(matmul._tuner_cache.values()))[1]))
+"""
+
+
+def test_tilelang_autotune_returns_nsprofs_winner(tmp_path):
+    pytest.importorskip("tilelang")
+    tune = subprocess.run([sys.executable, "-m", "nsprof", "tune", "examples/autotune_tilelang.py:space",
+                           "--backend", "ncu", "--mode", "graph", "--store", str(tmp_path / "r.sqlite"), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert tune.returncode == 0, tune.stderr[-2000:]
+    document = json.loads(tune.stdout)
+    assert any("handed to TileLang" in note for note in document["notes"]), document["notes"]
+    check = subprocess.run([sys.executable, "-c", CHECK, str(ROOT / "examples")], capture_output=True, text=True,
+                           cwd=ROOT, timeout=600)
+    assert check.returncode == 0, check.stderr[-2000:]
+    chosen = json.loads(check.stdout.strip().splitlines()[-1])
+    assert {k: chosen[k] for k in document["best_config"]} == document["best_config"]
