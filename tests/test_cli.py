@@ -128,3 +128,12 @@ def test_import_is_light():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
+
+
+def test_compare_flags_rows_an_order_of_magnitude_apart():
+    # the graph-profiling run of the same workload measured every kernel 30-74x longer
+    result = nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_graph_raw.csv")
+    assert result.returncode == 0, result.stderr
+    assert "differ more than 10x" in result.stdout
+    plain = nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_node_details.csv")
+    assert "differ more than 10x" not in plain.stdout
