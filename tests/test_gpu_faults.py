@@ -27,3 +27,78 @@ def test_faults_are_recorded_and_the_rest_measured(backend, tmp_path):
     assert (measured["reps"] == 3).all()
     print(f"FAULTS {backend}: injected 3, configs measured {sorted(set(measured['config_id']))}, "
           f"reasons {failures}")
+
+
+@pytest.mark.parametrize("backend", ["ncu", "nsys"])
+def test_faults_leave_the_store_consistent_and_resume_measures_nothing_twice(backend, tmp_path):
+    pytest.importorskip("triton")
+    from nsprof.store import ResultStore
+    from nsprof.tune import TuneSettings, tune
+
+    store = tmp_path / "results.sqlite"
+    settings = TuneSettings(backend=backend, mode="direct", reps=3, timeout_s=20, store=store, work_dir=tmp_path)
+    first = tune(TARGET, settings)
+    assert first.best_config_id in (0, 4)
+    again = tune(TARGET, TuneSettings(backend=backend, mode="direct", reps=3, timeout_s=20, store=store,
+                                      work_dir=tmp_path, resume=True))
+    assert "resumed: 5 of 5 configs came from the results store" in again.notes
+    with ResultStore(store) as results:
+        runs = results.runs()
+        rows = results.frame()
+    assert list(runs["status"]) == ["ok"]  # the resume had nothing left to measure
+    assert sorted(rows[rows["error"].notna()]["config_id"].unique()) == [1, 2, 3]
+    assert sorted(rows[rows["error"].isna()]["config_id"].unique()) == [0, 4]
+
+
+def _profiler_pids(work_dir, tool: str) -> list[int]:
+    from pathlib import Path
+
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and Path(argv[0].decode(errors="replace")).name == tool and any(
+                str(work_dir).encode() in a for a in argv):
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.parametrize("backend", ["ncu", "nsys"])
+def test_a_profiler_killed_mid_way_costs_one_config(backend, tmp_path):
+    """SIGKILL the ncu/nsys process while config 2 of [ok, ok, ok, ok] runs: nothing else lost."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from nsprof.space import Space  # noqa: F401 - the target below is the healthy half of faulty_gpu
+
+    target = str(FIXTURES.parent / "targets" / "faulty_gpu.py") + ":healthy"
+    killed = []
+
+    def killer():
+        status = tmp_path / "part0.status"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if status.exists() and "start 2" in status.read_text():
+                for pid in _profiler_pids(tmp_path, backend):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    frame = profile(target, ProfileSettings(backend=backend, reps=20, warmup=1, timeout_s=60, work_dir=tmp_path))
+    thread.join(timeout=5)
+    assert killed, "the profiler was never seen"
+    failures = frame.attrs["failures"]
+    assert set(failures) <= {2}, failures
+    summary = config_summary(frame)
+    measured = set(summary[summary["error"].isna()]["config_id"])
+    assert measured | set(failures) == {0, 1, 2, 3}
+    print(f"PROFILER KILLED {backend}: configs measured {sorted(measured)}, failed {failures}")

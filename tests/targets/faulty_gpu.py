@@ -54,3 +54,6 @@ space = nsprof.space.Space(
     configs=[{"kind": k} for k in ["ok", "illegal_address", "hang", "oom", "ok"]],
     build=build,
 )
+
+# Four healthy configs: the profiler-killed test needs nothing else to go wrong.
+healthy = nsprof.space.Space(name="healthy_gpu", configs=[{"kind": "ok"}] * 4, build=build)
