@@ -75,8 +75,6 @@ def test_a_profiler_killed_mid_way_costs_one_config(backend, tmp_path):
     import threading
     import time
 
-    from nsprof.space import Space  # noqa: F401 - the target below is the healthy half of faulty_gpu
-
     target = str(FIXTURES.parent / "targets" / "faulty_gpu.py") + ":healthy"
     killed = []
 
