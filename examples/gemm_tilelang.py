@@ -18,7 +18,9 @@ BLOCK_M = 16
 THREADS = 128
 
 
-def make_kernel(block_N: int, block_K: int, num_stages: int):
+def make_kernel(block_N: int, block_K: int, num_stages: int, *, shape=(M, N, K), block_M: int = BLOCK_M):
+    """The TileLang GEMM kernel (fp16 in, fp32 accumulate) for one config; also used by
+    examples/gemm4096_tilelang.py with another shape."""
     import tilelang
     import tilelang.language as T
 
@@ -43,17 +45,20 @@ def make_kernel(block_N: int, block_K: int, num_stages: int):
 
         return gemm
 
-    return matmul(M, N, K, BLOCK_M, block_N, block_K, num_stages)
+    return matmul(*shape, block_M, block_N, block_K, num_stages)
 
 
 def compile_config(config: dict):
     return make_kernel(config["block_N"], config["block_K"], config["num_stages"])
 
 
-def build(config: dict):
+def build(config: dict, *, shape=(M, N, K), kernel=None):
+    """Compile (from TileLang's cache), make random inputs, check the result, return the launch."""
     import torch
 
-    kernel = compile_config(config)
+    M, N, K = shape
+    if kernel is None:
+        kernel = compile_config(config)
     a = torch.randn(M, K, device="cuda", dtype=torch.float16)
     b = torch.randn(K, N, device="cuda", dtype=torch.float16)
     c = torch.empty(M, N, device="cuda", dtype=torch.float16)
