@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from nsprof.errors import ReportError
-from nsprof.reports.checks import blank_impossible, one_line
+from nsprof.reports.checks import blank_impossible, one_line, read_head
 from nsprof.reports.names import short_kernel_name
 from nsprof.reports.nvtx_cells import parse_csv_cells, thread_id
 from nsprof.schema import make_frame
@@ -84,10 +84,7 @@ def to_numbers(series, decimal: str):
 
 
 def _read_bytes(path: Path) -> bytes:
-    if not path.exists():
-        raise ReportError(f"{path}: no such file")
-    if path.is_dir():
-        raise ReportError(f"{path}: is a folder, not a report file")
+    read_head(path, 4096)  # missing, folder, unreadable, empty: the checks every parser shares
     data = path.read_bytes()
     if data.startswith(UTF16_BOMS):
         # PowerShell's `>` writes ncu's output as UTF-16; the parser below reads UTF-8.
