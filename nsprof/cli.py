@@ -5,6 +5,7 @@ Library errors (nsprof.errors.NsprofError) become one line on stderr and exit st
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -196,7 +197,8 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
             if event == "fail":
                 failures.append((config_id, detail))
 
-        frame = run_profile(target, settings, config_ids=ids, on_progress=progress)
+        with _results_only_on_stdout():
+            frame = run_profile(target, settings, config_ids=ids, on_progress=progress)
     for config_id, detail in failures:
         click.echo(f"nsprof: config {config_id} failed: {detail}", err=True)
     _write_exports(frame, csv_path, None)
@@ -210,6 +212,22 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
                + (f"reports kept in {frame.attrs['work_dir']}" if frame.attrs.get("work_dir")
                   else "temporary reports removed (pass --work-dir to keep them)"))
     click.echo(format_config_summary(summary))
+
+
+@contextlib.contextmanager
+def _results_only_on_stdout():
+    """While user code runs (targets, TileLang, Triton), send its prints and log lines,
+    Python's and C's alike, to stderr, so that stdout carries nsprof's results alone
+    (`--json` stays parseable)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 class _StageBars:
@@ -293,7 +311,8 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
                                 timer_reps=timer_reps, repeat_truth=repeat, timeout_s=timeout_s, work_dir=work_dir)
     bars = _StageBars()
     try:
-        result = run_validate(target, settings, on_stage=bars)
+        with _results_only_on_stdout():
+            result = run_validate(target, settings, on_stage=bars)
     finally:
         bars.close()
     for (method, config_id), reason in sorted(result.failures.items(), key=str):
@@ -366,7 +385,8 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
                             use_store=not no_store, resume=resume, wait=wait, feed_back=feed_back)
     bars = _StageBars()
     try:
-        result = run_tune(target, settings, on_stage=bars)
+        with _results_only_on_stdout():
+            result = run_tune(target, settings, on_stage=bars)
     finally:
         bars.close()
     if as_json:

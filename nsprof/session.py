@@ -314,7 +314,9 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                       else failure_reason(log, returncode))
             failures[crashed] = reason
             notify("fail", crashed, reason)
-        abnormal = crashed is not None
+        # A worker that did not reach its end (crashed, timed out, lost its CUDA context,
+        # killed with its profiler) may take its report, or the report's kernels, with it.
+        abnormal = crashed is not None or not status.ended or (returncode is not None and returncode < 0)
         report, measured, lost_reason = None, None, ""
         try:
             report = driver.finish(base, log)

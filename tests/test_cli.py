@@ -137,3 +137,16 @@ def test_compare_flags_rows_an_order_of_magnitude_apart():
     assert "differ more than 10x" in result.stdout
     plain = nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_node_details.csv")
     assert "differ more than 10x" not in plain.stdout
+
+
+def test_user_code_output_goes_to_stderr_so_json_on_stdout_stays_clean():
+    # TileLang logs to stdout; a --json result must still parse. Python- and C-level writes alike.
+    code = ("import os\nfrom nsprof.cli import _results_only_on_stdout\n"
+            "with _results_only_on_stdout():\n"
+            "    print('python noise')\n"
+            "    os.write(1, b'c noise\\n')\n"
+            "print('{\"result\": 1}')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == '{"result": 1}\n'
+    assert "python noise" in result.stderr and "c noise" in result.stderr

@@ -190,3 +190,35 @@ def _running(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+class _ContextLostProfiler(_LossyDriver):
+    """Its first run stands in for a worker whose CUDA context was lost: config 0 done, config 1
+    recorded as failed, then an exit without the status file's `end` (as the real worker
+    does after an illegal address). The report of such a run has no kernels (nsys)."""
+
+    runs = 0
+
+    def build_command(self, settings, job_file, report_base):
+        from nsprof.drivers.base import worker_command
+
+        self.runs += 1
+        if self.runs > 1:
+            return worker_command(settings, job_file)
+        status = report_base.with_suffix(".status")
+        script = ('printf \'start 0\\ndone 0\\nstart 1\\nfail 1 "CUDA error: an illegal memory access"\\n\' '
+                  '>> "$1"; exit 3')
+        return ["sh", "-c", script, "sh", str(status)]
+
+
+def test_a_run_that_lost_its_context_after_a_recorded_failure_loses_nothing(tmp_path, monkeypatch):
+    driver = _ContextLostProfiler()
+    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    events = []
+    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
+    target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
+    result = run_session(target, 4, settings, on_progress=lambda e, c, d: events.append((e, c)))
+    assert result.failures == {1: "CUDA error: an illegal memory access"}
+    measured = result.frame[result.frame["error"].isna()]
+    assert sorted(measured["config_id"]) == [0, 2, 3]  # 0 was lost with the first report, measured again
+    assert [c for e, c in events if e == "retry"] == [0]
