@@ -1,5 +1,11 @@
 """A memory-bound Triton softmax as an nsprof config space (8192 x 2048 fp16 rows).
 
+`space` measures the kernel at each config directly; `tuned_space` is the same space as a
+user's `@triton.autotune` kernel, for `nsprof tune`, which also feeds its winner back to
+Triton's autotuner (see examples/matmul_triton.py):
+
+    nsprof tune examples/softmax_triton.py:tuned_space --backend nsys --mode graph
+
 The second kernel of `nsprof validate`'s goals: 17-36 µs per call on an H200, many
 configs within 1% of each other (DESIGN.md), so even the ground truths' own repeatability
 is lower than for the seed GEMM.
@@ -9,6 +15,7 @@ is lower than for the seed GEMM.
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 from nsprof.space import Space
@@ -16,6 +23,7 @@ from nsprof.space import Space
 ROWS, COLS = 8192, 2048
 
 
+@functools.cache
 def _kernel():
     import triton
     import triton.language as tl
@@ -65,3 +73,48 @@ CONFIGS = [
 ]
 
 space = Space(name="softmax_triton", configs=CONFIGS, build=build)
+
+
+@functools.cache
+def autotuned():
+    """The kernel as a user's `@triton.autotune` kernel over the same configs."""
+    import triton
+
+    configs = [triton.Config({"ROWS_PER_PROGRAM": c["rows_per_program"]}, num_warps=c["num_warps"],
+                             num_stages=c["num_stages"]) for c in CONFIGS]
+    return triton.autotune(configs=configs, key=["n_rows", "n_cols"], cache_results=True)(_kernel())
+
+
+def _grid(meta):
+    return ((meta["n_rows"] + meta["ROWS_PER_PROGRAM"] - 1) // meta["ROWS_PER_PROGRAM"],)
+
+
+def softmax(x):
+    """The user's call: Triton's autotuner picks (or loads from its cache) the config."""
+    import torch
+
+    y = torch.empty_like(x)
+    autotuned()[_grid](y, x, x.shape[0], x.shape[1], BLOCK=x.shape[1])
+    return y
+
+
+def _inputs():
+    import torch
+
+    x = torch.randn(ROWS, COLS, device="cuda", dtype=torch.float16)
+    return (torch.empty_like(x), x, ROWS, COLS), {"BLOCK": COLS}
+
+
+def _check(args, kwargs):
+    import torch
+
+    y, x = args[:2]
+    error = ((y.float() - torch.softmax(x.float(), dim=1)).abs().max()).item()
+    if not error < 1e-2:
+        raise ValueError(f"wrong result: max abs error {error:.3g}")
+
+
+def tuned_space():
+    from nsprof.integrations.triton import autotune_space
+
+    return autotune_space(autotuned(), _inputs, _grid, check=_check, name="softmax_triton_autotune")

@@ -391,10 +391,15 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
         bars.close()
     if as_json:
         document = {"label": result.label, "best_config_id": result.best_config_id, "best_config": result.best_config,
-                    "notes": result.notes, "ranked": json_module.loads(result.table.to_json(orient="records"))}
+                    "notes": result.notes, "tuner_pick": result.tuner_pick, "errors": result.errors,
+                    "ranked": json_module.loads(result.table.to_json(orient="records"))}
         click.echo(json_module.dumps(document, default=str))
-        return
-    click.echo(format_ranked(result))
+    else:
+        click.echo(format_ranked(result))
+    for error in result.errors:
+        click.echo(f"nsprof: {error}", err=True)
+    if result.errors:
+        sys.exit(1)
 
 
 @cli.command()

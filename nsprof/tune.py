@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsprof.errors import NsprofError
+from nsprof.reports.checks import one_line
 from nsprof.space import config_label
 
 GROUND_TRUTHS = ("ncu", "nsys")
@@ -62,6 +63,11 @@ class TuneResult:
     label: str  # how the numbers were taken, in words
     prescreen: object | None = None  # the prescreen's ranked table, when used
     notes: list[str] = field(default_factory=list)
+    # What the target's own autotuner picks with its own timer, when the Space can say (Triton).
+    tuner_pick: dict | None = None
+    # Steps after the ranking that failed (the tuner's own pick, the feed-back): the ranking
+    # stands, and the command exits non-zero after printing it.
+    errors: list[str] = field(default_factory=list)
 
     @property
     def best_config_id(self) -> int | None:
@@ -221,12 +227,27 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
     result = TuneResult(table, space.configs, settings.backend, label, prescreen_table, notes)
     best = result.best_config_id
+    own_pick = space.meta.get("tuner_pick")
+    if own_pick is not None and best is not None:
+        # Before the feed-back below, which makes the tuner pick nsprof's winner.
+        try:
+            result.tuner_pick = own_pick()
+        except Exception as exc:  # the user's tuner failed: the ranking still stands
+            result.errors.append(f"the target's own autotuner failed: {one_line(f'{type(exc).__name__}: {exc}', 300)}")
+        else:
+            notes.append(describe_pick(result.tuner_pick, table))
     hand_back = space.meta.get("feed_back")
     if settings.feed_back and hand_back is not None and best is not None:
         measured = table[table["error"].isna() & table["value_ns"].notna()]
         latencies_ms = {int(c): float(v) / 1e6 for c, v in zip(measured["config_id"], measured["value_ns"])}
-        stored = hand_back(latencies_ms)
-        notes.append(f"handed to {space.meta.get('feed_back_to', 'the tuner')}: {stored}")
+        to = space.meta.get("feed_back_to", "the tuner")
+        try:
+            stored = hand_back(latencies_ms)
+        except Exception as exc:
+            result.errors.append(f"feeding the ranking back to {to} failed: "
+                                 f"{one_line(f'{type(exc).__name__}: {exc}', 300)}")
+        else:
+            notes.append(f"handed to {to}: {stored}")
     if prescreen_table is not None and best is not None:
         position = wanted.index(best) + 1
         notes.append(f"the ground-truth winner was #{position} of the prescreen's top {len(wanted)}")
@@ -236,6 +257,20 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     return result
 
 
+
+
+def describe_pick(pick: dict, table) -> str:
+    """One line: the tuner's own choice, and where the ground truth ranks it."""
+    head = f"{pick['tuner']} ({pick['timer']}) picks config {pick['config_id']} ({config_label(pick['config'])})"
+    import pandas as pd
+
+    row = table[table["config_id"] == pick["config_id"]]
+    if pick["config_id"] is None or row.empty or pd.isna(row.iloc[0]["rank"]):
+        return head + "; the ground truth has no measurement of it"
+    rank, vs_best = int(row.iloc[0]["rank"]), float(row.iloc[0]["vs_best"])
+    if rank == 1:
+        return head + ": the ground truth's best too"
+    return head + f": ground truth ranks it #{rank}, {vs_best * 100:+.1f}% vs the best"
 
 
 def format_ranked(result: TuneResult) -> str:

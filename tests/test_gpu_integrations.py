@@ -38,3 +38,42 @@ def test_tilelang_autotune_returns_nsprofs_winner(tmp_path):
     assert check.returncode == 0, check.stderr[-2000:]
     chosen = json.loads(check.stdout.strip().splitlines()[-1])
     assert {k: chosen[k] for k in document["best_config"]} == document["best_config"]
+
+
+CHECK_TRITON = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from triton.runtime.autotuner import Autotuner
+def refuse(*args, **kwargs):
+    raise SystemExit("Triton benchmarked again")
+Autotuner._bench = refuse   # a cache hit never benchmarks
+import torch
+from matmul_triton import matmul, matmul_kernel, M, N, K
+from nsprof.integrations.triton import config_dict
+a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+c = matmul(a, b)
+torch.cuda.synchronize()
+error = ((c.float() - a.float() @ b.float()).norm() / (a.float() @ b.float()).norm()).item()
+assert error < 1e-2, error
+print(json.dumps(config_dict(matmul_kernel.best_config)))
+"""
+
+
+def test_triton_autotune_returns_nsprofs_winner(tmp_path):
+    pytest.importorskip("triton")
+    tune = subprocess.run([sys.executable, "-m", "nsprof", "tune", "examples/matmul_triton.py:space",
+                           "--backend", "ncu", "--mode", "graph", "--store", str(tmp_path / "r.sqlite"), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert tune.returncode == 0, tune.stderr[-2000:]
+    document = json.loads(tune.stdout)
+    assert any("handed to Triton's autotuner" in note for note in document["notes"]), document["notes"]
+    pick = document["tuner_pick"]
+    assert pick["config_id"] in range(18) and "do_bench" in pick["timer"], pick
+    print("TRITON PICK:", json.dumps(pick["config"]), "nsprof best:", json.dumps(document["best_config"]),
+          [n for n in document["notes"] if "picks config" in n])
+    check = subprocess.run([sys.executable, "-c", CHECK_TRITON, str(ROOT / "examples")], capture_output=True,
+                           text=True, cwd=ROOT, timeout=600)
+    assert check.returncode == 0, check.stderr[-2000:]
+    chosen = json.loads(check.stdout.strip().splitlines()[-1])
+    assert chosen == document["best_config"]

@@ -47,3 +47,53 @@ def test_nan_samples_are_left_out():
     result = TimerResult("cupti", [float("nan"), 3000.0, 3100.0, float("nan"), 2900.0])
     assert result.median_ns == 3000.0 and result.min_ns == 2900.0
     assert result.as_dict()["invalid_samples"] == 2
+
+
+class _Config:
+    """What nsprof reads of a triton.Config."""
+
+    def __init__(self, kwargs, num_warps=4, num_stages=3, num_ctas=1, maxnreg=None):
+        self.kwargs, self.num_warps, self.num_stages = kwargs, num_warps, num_stages
+        self.num_ctas, self.maxnreg, self.pre_hook = num_ctas, maxnreg, None
+
+
+class _JitFunction:
+    def __init__(self):
+        self.launches = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append((grid, args, kwargs))
+
+
+class _Autotuner:
+    def __init__(self, configs):
+        self.configs, self.fn = configs, _JitFunction()
+
+
+def test_autotune_space_launches_the_jit_function_with_each_configs_meta_parameters():
+    tuned = _Autotuner([_Config({"BLOCK": 64}, num_warps=4, num_stages=2),
+                        _Config({"BLOCK": 128}, num_warps=8, num_stages=3, maxnreg=128)])
+    inputs = []
+
+    def make_inputs():
+        inputs.append(object())
+        return (inputs[-1], 1024), {"eps": 1e-5}
+
+    checked = []
+    space = triton_hook.autotune_space(tuned, make_inputs, (16,), check=lambda a, k: checked.append(a[0]))
+    assert space.configs == [{"BLOCK": 64, "num_warps": 4, "num_ctas": 1, "num_stages": 2},
+                             {"BLOCK": 128, "num_warps": 8, "num_ctas": 1, "num_stages": 3, "maxnreg": 128}]
+    launch = space.build(space.configs[1])
+    assert checked == [inputs[0]]  # the output is checked after the first launch
+    launch()
+    expected = ((16,), (inputs[0], 1024), {"eps": 1e-5, "BLOCK": 128, "num_warps": 8, "num_ctas": 1,
+                                          "num_stages": 3, "maxnreg": 128})
+    assert tuned.fn.launches == [expected, expected]
+    assert set(space.meta) == {"feed_back", "feed_back_to", "tuner_pick"}
+
+
+def test_autotune_space_refuses_what_is_not_an_autotuned_kernel():
+    from nsprof.errors import NsprofError
+
+    with pytest.raises(NsprofError, match="not a @triton.autotune kernel"):
+        triton_hook.autotune_space(object(), lambda: ((), {}), (1,))

@@ -10,7 +10,24 @@ from nsprof.reports import read_report
 from nsprof.reports.ncu_csv import read_ncu_csv
 from nsprof.reports.ncu_rep import read_ncu_rep
 
-ncu_report = pytest.importorskip("ncu_report")
+
+
+def _import_ncu_report():
+    """ncu_report from the wheel, or from an Nsight Compute install as nsprof finds it."""
+    import sys
+
+    from nsprof.reports.ncu_rep import ncu_report_folder
+
+    try:
+        folder = ncu_report_folder()
+    except ReportError as exc:
+        pytest.skip(str(exc), allow_module_level=True)
+    if folder not in sys.path:
+        sys.path.append(folder)
+    return pytest.importorskip("ncu_report")
+
+
+ncu_report = _import_ncu_report()
 
 
 def direct_read(path):

@@ -119,3 +119,48 @@ def test_tune_through_the_store_resumes_only_missing_configs(tmp_path, monkeypat
     with ResultStore(store) as results:
         runs = results.runs()
     assert list(runs["status"]) == ["ok", "ok"] and set(runs["backend"]) == {"ncu"}
+
+
+def _tuner_space(pick_id, calls, fail_feed_back=False):
+    from nsprof.space import Space
+
+    def tuner_pick():
+        calls.append("pick")
+        return {"tuner": "Triton's autotuner", "timer": "Triton's do_bench (CUDA events)", "config_id": pick_id,
+                "config": {"i": pick_id}, "timings_ms": {}}
+
+    def feed_back(latencies_ms):
+        calls.append(("feed_back", dict(latencies_ms)))
+        if fail_feed_back:
+            raise RuntimeError("cache directory is read-only")
+        return "stored"
+
+    return Space(name="tuned", configs=[{"i": i} for i in range(32)], build=lambda config: (lambda: None),
+                 meta={"tuner_pick": tuner_pick, "feed_back": feed_back, "feed_back_to": "Triton's autotuner"})
+
+
+@pytest.mark.parametrize("fail_feed_back", [False, True])
+def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatch, fail_feed_back):
+    from nsprof import tune as tune_module
+
+    order, medians = independent_order("profile_ncu.csv", "graph")
+    pick = order[2]  # the tuner's own timer chose the third-best config
+    calls = []
+    monkeypatch.setattr("nsprof.space.load_target", lambda target: _tuner_space(pick, calls, fail_feed_back))
+    monkeypatch.setattr(tune_module, "measure_rows", lambda target, n, backend, settings, ids, progress:
+                        fixture_rows(ids))
+    monkeypatch.setattr("nsprof.profile.precompile", lambda space, jobs=None, log=None: {})
+    result = tune_module.tune("tuned.py:space", TuneSettings(backend="ncu", mode="graph", use_store=False))
+    assert calls[0] == "pick"  # measured before the feed-back makes the tuner pick nsprof's winner
+    fed = calls[1][1]
+    assert sorted(fed) == sorted(order)
+    assert fed == pytest.approx({c: medians[c] / 1e6 for c in order})  # ms
+    expected_pct = (medians[pick] / medians[order[0]] - 1) * 100
+    assert f"picks config {pick} (i={pick}): ground truth ranks it #3, {expected_pct:+.1f}% vs the best" in \
+        " ".join(result.notes)
+    assert result.tuner_pick["config_id"] == pick
+    if fail_feed_back:
+        assert result.errors == ["feeding the ranking back to Triton's autotuner failed: "
+                                 "RuntimeError: cache directory is read-only"]
+    else:
+        assert result.errors == [] and "handed to Triton's autotuner: stored" in result.notes

@@ -1,7 +1,6 @@
-"""Triton: nsprof's in-process timers as Triton's autotuner benchmark function.
+"""Triton: nsprof's timers and ground truth for `@triton.autotune` kernels.
 
-    import triton
-    from nsprof.integrations.triton import do_bench
+In-process timers as Triton's benchmark function:
 
     @triton.autotune(configs=[...], key=["N"], do_bench=do_bench(timer="cupti"))
     @triton.jit
@@ -9,11 +8,38 @@
 
 Triton's Autotuner calls `do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8))` and expects
 milliseconds: a float, or one value per quantile.
+
+Ground truth over an autotuned kernel's configs (for `nsprof tune`), in a target file:
+
+    from my_kernels import matmul                 # @triton.autotune(configs=..., key=[...], cache_results=True)
+    from nsprof.integrations.triton import autotune_space
+    space = autotune_space(matmul, make_inputs, grid)   # make_inputs() -> (args, kwargs)
+
+`nsprof tune` then measures each config (the kernel's own `triton.jit` function launched
+with that config's meta-parameters), reports the config Triton's own autotuner picks with
+its own timer beside the ground-truth ranking, and feeds the ranking back: Triton's
+autotuner runs once with its benchmark step answered by nsprof's numbers, so it picks
+nsprof's best and writes it to Triton's autotuning disk cache under its usual key. Later
+calls of the kernel, in any process, load that choice and benchmark nothing, provided the
+kernel has `cache_results=True` or `TRITON_CACHE_AUTOTUNING=1` is set (Triton's own switch
+for its disk cache). Configs with a `pre_hook`, and the autotuner's `reset_to_zero` and
+`restore_value` hooks, are not run by nsprof's measurement (they would add kernels of their
+own to each measured range); Triton does not cache choices for configs with a `pre_hook`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from nsprof.errors import NsprofError
+from nsprof.space import Space
+
+# Triton.Config fields that are launch options rather than the kernel's constexpr arguments.
+_OPTION_FIELDS = ("num_warps", "num_ctas", "num_stages", "maxnreg")
 
 
 def do_bench(timer: str = "cupti", *, l2: str = "warm", reps: int = 50, warmup: int = 5) -> Callable:
@@ -51,3 +77,164 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
     low = int(position)
     high = min(low + 1, len(sorted_values) - 1)
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+def config_dict(config) -> dict[str, Any]:
+    """A triton.Config as the flat dict nsprof tables show: its kwargs, then its launch options."""
+    flat = dict(config.kwargs)
+    for name in _OPTION_FIELDS:
+        value = getattr(config, name, None)
+        if value is not None:
+            flat[name] = value
+    return flat
+
+
+def _autotuner_configs(autotuned) -> list:
+    configs = getattr(autotuned, "configs", None)
+    if not configs or not hasattr(autotuned, "fn"):
+        raise NsprofError("not a @triton.autotune kernel: it has no configs (decorate it with "
+                          "@triton.autotune(configs=[...], key=[...]))")
+    return list(configs)
+
+
+def autotune_space(autotuned, make_inputs: Callable[[], tuple[tuple, dict]], grid, *,
+                   check: Callable[[tuple, dict], None] | None = None, name: str | None = None) -> Space:
+    """An nsprof Space over an `@triton.autotune` kernel's configs.
+
+    make_inputs() returns (args, kwargs) for one call of the kernel, with fresh random tensors
+    on the GPU; grid is what `kernel[grid]` takes (a tuple, or a function of the meta-parameters).
+    check(args, kwargs), if given, runs after the first launch and raises when the output is wrong.
+    """
+    configs = _autotuner_configs(autotuned)
+    flat = [config_dict(c) for c in configs]
+
+    def build(config: dict):
+        args, kwargs = make_inputs()
+        fn = autotuned.fn  # the jit function (or its heuristics wrapper), without the autotuner
+
+        def launch():
+            fn[grid](*args, **kwargs, **config)
+
+        launch()
+        if check is not None:
+            check(args, kwargs)
+        return launch
+
+    def hand_back(latencies_ms: Mapping[int, float]) -> str:
+        return feed_back(autotuned, make_inputs, grid, latencies_ms)
+
+    def tuner_pick() -> dict[str, Any]:
+        return triton_pick(autotuned, make_inputs, grid)
+
+    base = getattr(autotuned, "base_fn", None) or getattr(autotuned, "fn", None)
+    return Space(name=name or getattr(base, "__name__", "triton_autotune"), configs=flat, build=build,
+                 meta={"feed_back": hand_back, "feed_back_to": "Triton's autotuner", "tuner_pick": tuner_pick})
+
+
+def _index_of(configs: list, config) -> int | None:
+    wanted = config_dict(config)
+    return next((i for i, c in enumerate(configs) if config_dict(c) == wanted), None)
+
+
+def triton_pick(autotuned, make_inputs, grid) -> dict[str, Any]:
+    """Run Triton's own autotuner (its own benchmark function) and say what it picks.
+
+    Its disk cache is bypassed and its in-memory choice forgotten afterwards, so the pick is
+    Triton's measurement of now, and nothing of it stays behind.
+    """
+    import torch
+
+    configs = _autotuner_configs(autotuned)
+    args, kwargs = make_inputs()
+    saved = autotuned.cache_results
+    autotuned.cache_results = False
+    autotuned.cache.clear()
+    try:
+        autotuned[grid](*args, **kwargs)
+        torch.cuda.synchronize()
+    finally:
+        autotuned.cache_results = saved
+    best = autotuned.best_config
+    timings = getattr(autotuned, "configs_timings", None) or {}
+    autotuned.cache.clear()
+    bench = getattr(autotuned, "_do_bench", None)
+    timer = getattr(bench, "nsprof_timer", None)
+    return {
+        "tuner": "Triton's autotuner",
+        "timer": f"nsprof {timer}" if timer else ("Triton's do_bench (CUDA events)" if bench is None
+                                                  else getattr(bench, "__name__", "a custom do_bench")),
+        "config_id": _index_of(configs, best),
+        "config": config_dict(best),
+        "timings_ms": {str(_index_of(configs, c)): _first(t) for c, t in timings.items()},
+    }
+
+
+def _first(timing) -> float:
+    if isinstance(timing, (list, tuple)):
+        return float(timing[0]) if timing else float("nan")
+    return float(timing)
+
+
+@contextlib.contextmanager
+def _fresh_autotune_cache_files():
+    """Triton's disk cache, except that an autotuning result already there is not read
+    (so the tuner benchmarks, through nsprof's numbers, and writes its choice over it)."""
+    import triton.runtime.autotuner as autotuner_module
+
+    original = autotuner_module.get_cache_manager
+
+    class _WriteOnly:
+        def __init__(self, manager) -> None:
+            self._manager = manager
+
+        def get_file(self, filename):
+            return None if filename.endswith(".autotune.json") else self._manager.get_file(filename)
+
+        def __getattr__(self, name):
+            return getattr(self._manager, name)
+
+    autotuner_module.get_cache_manager = lambda key: _WriteOnly(original(key))
+    try:
+        yield
+    finally:
+        autotuner_module.get_cache_manager = original
+
+
+def feed_back(autotuned, make_inputs, grid, latencies_ms: Mapping[int, float]) -> str:
+    """Make Triton's autotuner choose by nsprof's latencies (config index -> ms) and cache it.
+
+    Returns a one-line account of what Triton stored. Configs without a latency (failed or
+    not measured) get an infinite time, as Triton gives configs that fail to compile.
+    """
+    import torch
+
+    configs = _autotuner_configs(autotuned)
+    if not latencies_ms:
+        raise NsprofError("no measured config to feed back")
+    if not hasattr(autotuned, "check_disk_cache") or not hasattr(autotuned, "_bench"):
+        raise NsprofError("this Triton's autotuner has no _bench/check_disk_cache; nsprof's feed-back "
+                          "supports Triton 3.2 to 3.6")
+    by_config = {json.dumps(config_dict(configs[i]), sort_keys=True): float(ms) for i, ms in latencies_ms.items()}
+
+    def nsprof_bench(*args, config, **meta):
+        ms = by_config.get(json.dumps(config_dict(config), sort_keys=True), math.inf)
+        return [ms, ms, ms]
+
+    args, kwargs = make_inputs()
+    persistent = not any(getattr(c, "pre_hook", None) for c in configs)
+    saved = autotuned.cache_results
+    autotuned._bench = nsprof_bench  # this object only; the class is untouched
+    autotuned.cache_results = persistent
+    autotuned.cache.clear()
+    try:
+        with _fresh_autotune_cache_files():
+            autotuned[grid](*args, **kwargs)
+        torch.cuda.synchronize()
+    finally:
+        del autotuned._bench
+        autotuned.cache_results = saved
+    chosen = config_dict(autotuned.best_config)
+    if not persistent:
+        return f"{chosen} (this process only: Triton caches no choice for configs with a pre_hook)"
+    where = "" if saved else "; set cache_results=True or TRITON_CACHE_AUTOTUNING=1 for other processes to use it"
+    return f"{chosen} (written to Triton's autotuning cache{where})"
