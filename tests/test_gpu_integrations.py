@@ -77,3 +77,36 @@ def test_triton_autotune_returns_nsprofs_winner(tmp_path):
     assert check.returncode == 0, check.stderr[-2000:]
     chosen = json.loads(check.stdout.strip().splitlines()[-1])
     assert chosen == document["best_config"]
+
+
+CHECK_SOFTMAX = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from triton.runtime.autotuner import Autotuner
+def refuse(*args, **kwargs):
+    raise SystemExit("Triton benchmarked again")
+Autotuner._bench = refuse   # a cache hit never benchmarks
+import torch
+from softmax_triton import softmax, autotuned, ROWS, COLS
+from nsprof.integrations.triton import config_dict
+x = torch.randn(ROWS, COLS, device="cuda", dtype=torch.float16)
+y = softmax(x)
+torch.cuda.synchronize()
+assert (y.float() - torch.softmax(x.float(), dim=1)).abs().max().item() < 1e-2
+print(json.dumps(config_dict(autotuned().best_config)))
+"""
+
+
+def test_triton_softmax_autotune_returns_nsprofs_winner_under_nsys(tmp_path):
+    pytest.importorskip("triton")
+    tune = subprocess.run([sys.executable, "-m", "nsprof", "tune", "examples/softmax_triton.py:tuned_space",
+                           "--backend", "nsys", "--mode", "graph", "--no-store", "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert tune.returncode == 0, tune.stderr[-2000:]
+    document = json.loads(tune.stdout)
+    assert any("handed to Triton's autotuner" in note for note in document["notes"]), document["notes"]
+    print("SOFTMAX:", [n for n in document["notes"] if "picks config" in n], "nsprof best:", document["best_config"])
+    check = subprocess.run([sys.executable, "-c", CHECK_SOFTMAX, str(ROOT / "examples")], capture_output=True,
+                           text=True, cwd=ROOT, timeout=600)
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert json.loads(check.stdout.strip().splitlines()[-1]) == document["best_config"]

@@ -11,7 +11,6 @@ from nsprof.reports.ncu_csv import read_ncu_csv
 from nsprof.reports.ncu_rep import read_ncu_rep
 
 
-
 def _import_ncu_report():
     """ncu_report from the wheel, or from an Nsight Compute install as nsprof finds it."""
     import sys
