@@ -102,8 +102,10 @@ class Device:
 
 
 def _reason(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return " ".join(text.split())[:400]
+    """One line: the exception's type and the first line of its message (torch appends
+    paragraphs of debugging advice after the CUDA error itself)."""
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return " ".join(f"{type(exc).__name__}: {first}".split())[:300]
 
 
 def _configs(job: Job, space, device: Device, status: Status):
