@@ -163,6 +163,16 @@ class SessionResult:
     wall_s: float
 
 
+def _complete_configs(measured, done: list[int], settings: ProfileSettings) -> set[int]:
+    """The configs of `done` whose every (mode, rep) range is in the report."""
+    rows = measured[measured["config_id"].isin(done)]
+    expected = len(settings.modes) * settings.reps
+    if rows.empty:
+        return set()
+    ranges = rows.drop_duplicates(["config_id", "mode", "rep"]).groupby("config_id").size()
+    return {int(c) for c, count in ranges.items() if count >= expected}
+
+
 def _kill_group(proc) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -335,13 +345,16 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                 lost_reason = str(exc)
             else:
                 reports.append(report)
-                frames.append(measured[measured["config_id"].isin(status.done)])
+                complete = _complete_configs(measured, status.done, settings)
+                frames.append(measured[measured["config_id"].isin(complete)])
         elif status.done and not abnormal and settings.backend != "none":
             raise ToolFailed(f"{settings.backend} wrote no report: {tool_failure_reason(log, returncode)} "
                              f"(log: {log})")
         lost = []
         if settings.backend != "none" and status.done:
-            have = set() if measured is None else set(measured["config_id"].dropna().astype(int))
+            # Lost: not in the report, or only partly (a profiler killed mid-write, as ncu's
+            # report streams to disk): its partial rows were not kept above.
+            have = set() if measured is None else complete
             lost = [c for c in status.done if c not in have]
         requeued = []
         for config_id in lost:

@@ -222,3 +222,41 @@ def test_a_run_that_lost_its_context_after_a_recorded_failure_loses_nothing(tmp_
     measured = result.frame[result.frame["error"].isna()]
     assert sorted(measured["config_id"]) == [0, 2, 3]  # 0 was lost with the first report, measured again
     assert [c for e, c in events if e == "retry"] == [0]
+
+
+class _PartialReportProfiler(_DyingProfiler):
+    """Killed at config 2, like _DyingProfiler, but leaves a report cut off mid-write (ncu's
+    report streams to disk): the last config it finished has only its first rep in it."""
+
+    def finish(self, report_base, log):
+        status = parse_status(report_base.with_suffix(".status").read_text())
+        reps = {c: [0, 1] for c in status.done}
+        if self.runs == 1 and status.done:
+            reps[status.done[-1]] = [0]
+        report = report_base.with_suffix(".partial.json")
+        report.write_text(json.dumps(reps))
+        return report
+
+    def read(self, report, settings):
+        from nsprof.schema import make_frame
+
+        reps = json.loads(report.read_text())
+        return make_frame([{"source": "partial", "config_id": int(c), "mode": "direct", "rep": r,
+                            "duration_ns": 1000.0 + int(c)} for c, rs in reps.items() for r in rs])
+
+
+def test_a_config_only_partly_in_a_cut_off_report_is_measured_again_whole(tmp_path, monkeypatch):
+    driver = _PartialReportProfiler(die_at=2)
+    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    events = []
+    settings = ProfileSettings(backend="ncu", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path)
+    target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
+    result = run_session(target, 4, settings, on_progress=lambda e, c, d: events.append((e, c)))
+    first = parse_status((tmp_path / "part0.status").read_text())
+    cut = first.done[-1]
+    assert [c for e, c in events if e == "retry"] == [cut]
+    measured = result.frame[result.frame["error"].isna()]
+    reps = measured.groupby("config_id")["rep"].apply(sorted).to_dict()
+    victims = set(result.failures)  # the config the profiler died on, if the kill caught it running
+    assert victims <= {2}
+    assert reps == {c: [0, 1] for c in range(4) if c not in victims}  # every kept config whole, none twice
