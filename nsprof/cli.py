@@ -359,7 +359,7 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
 @click.option("--resume", is_flag=True, help="Measure only configs the store has no result for (same key).")
 @click.option("--wait", is_flag=True, help="Wait for another nsprof profiling this GPU instead of failing.")
 @click.option("--feed-back/--no-feed-back", default=True, show_default=True,
-              help="Hand the ranking to the target's own autotuner (TileLang's cache) when it can take it.")
+              help="Hand the ranking to the target's own autotuner (TileLang's or Triton's cache) when it can take it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranked table as JSON.")
 def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir, store_path, no_store, resume, wait,
          feed_back, as_json) -> None:
