@@ -180,7 +180,8 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     from nsprof.space import load_target
 
     make_driver(settings)  # a missing tool is one line before any work starts
-    n_configs = len(load_target(target).configs)
+    with _results_only_on_stdout():  # the target's import may print
+        n_configs = len(load_target(target).configs)
     if ids is not None:
         from nsprof.profile import check_config_ids
 
@@ -226,8 +227,19 @@ def _results_only_on_stdout():
         yield
     finally:
         sys.stdout.flush()
+        _flush_c_stdout()  # C code's buffered printf output belongs to the redirect too
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def _flush_c_stdout() -> None:
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+    except OSError:  # no C library to load by that name (Windows): nothing buffered to flush
+        return
+    libc.fflush(None)
 
 
 class _StageBars:
@@ -360,9 +372,11 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
 @click.option("--wait", is_flag=True, help="Wait for another nsprof profiling this GPU instead of failing.")
 @click.option("--feed-back/--no-feed-back", default=True, show_default=True,
               help="Hand the ranking to the target's own autotuner (TileLang's or Triton's cache) when it can take it.")
+@click.option("--tuner-pick/--no-tuner-pick", default=True, show_default=True,
+              help="Also run the target's own autotuner with its own timer (Triton) and say what it picks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranked table as JSON.")
 def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir, store_path, no_store, resume, wait,
-         feed_back, as_json) -> None:
+         feed_back, tuner_pick, as_json) -> None:
     """Rank every config of TARGET (file.py:space) by ground truth and name the best.
 
     Prints the ranked table (duration, spread, cycles, clock, distance from the best) and
@@ -382,7 +396,8 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
         raise click.UsageError("--resume needs the results store (drop --no-store)")
     settings = TuneSettings(backend=backend, mode=mode, stat=stat, reps=reps, prescreen=prescreen,
                             prescreen_top=top, timeout_s=timeout_s, work_dir=work_dir, store=store_path,
-                            use_store=not no_store, resume=resume, wait=wait, feed_back=feed_back)
+                            use_store=not no_store, resume=resume, wait=wait, feed_back=feed_back,
+                            tuner_pick=tuner_pick)
     bars = _StageBars()
     try:
         with _results_only_on_stdout():

@@ -166,7 +166,7 @@ class SessionResult:
 def _complete_configs(measured, done: list[int], settings: ProfileSettings) -> set[int]:
     """The configs of `done` whose every (mode, rep) range is in the report."""
     rows = measured[measured["config_id"].isin(done)]
-    expected = len(settings.modes) * settings.reps
+    expected = len(set(settings.modes)) * settings.reps
     if rows.empty:
         return set()
     ranges = rows.drop_duplicates(["config_id", "mode", "rep"]).groupby("config_id").size()
@@ -345,7 +345,10 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                 lost_reason = str(exc)
             else:
                 reports.append(report)
-                complete = _complete_configs(measured, status.done, settings)
+                # After a clean run every config in the report is kept as it is; after an
+                # abnormal one only configs with every (mode, rep) range (a report can be cut off).
+                complete = (_complete_configs(measured, status.done, settings) if abnormal else
+                            set(measured["config_id"].dropna().astype(int)) & set(status.done))
                 frames.append(measured[measured["config_id"].isin(complete)])
         elif status.done and not abnormal and settings.backend != "none":
             raise ToolFailed(f"{settings.backend} wrote no report: {tool_failure_reason(log, returncode)} "

@@ -10,6 +10,7 @@ first and sends only the best `prescreen_top` to the ground truth.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ class TuneSettings:
     resume: bool = False  # measure only configs the store has no result for under the same key
     wait: bool = False  # wait for another nsprof profiling this GPU instead of failing
     feed_back: bool = True  # hand the ranking to the target's tuner when its Space can take it
+    tuner_pick: bool = True  # say what the target's own tuner picks with its own timer, when it can say
 
     def __post_init__(self) -> None:
         if self.backend not in GROUND_TRUTHS and self.backend not in TIMER_BACKENDS:
@@ -227,11 +229,10 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
     result = TuneResult(table, space.configs, settings.backend, label, prescreen_table, notes)
     best = result.best_config_id
-    own_pick = space.meta.get("tuner_pick")
-    if own_pick is not None and best is not None:
+    if settings.tuner_pick and space.meta.get("tuner_pick") is not None and best is not None:
         # Before the feed-back below, which makes the tuner pick nsprof's winner.
         try:
-            result.tuner_pick = own_pick()
+            result.tuner_pick = tuner_pick_in_child(target, settings, n)
         except Exception as exc:  # the user's tuner failed: the ranking still stands
             result.errors.append(f"the target's own autotuner failed: {one_line(f'{type(exc).__name__}: {exc}', 300)}")
         else:
@@ -257,6 +258,42 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     return result
 
 
+
+
+PICK_MARKER = "NSPROF_TUNER_PICK "
+
+_PICK_CHILD = (
+    "import json, sys\n"
+    "from nsprof.space import load_target\n"
+    "pick = load_target(sys.argv[1]).meta['tuner_pick']()\n"
+    f"print({PICK_MARKER!r} + json.dumps(pick, default=str), flush=True)\n"
+)
+
+
+def tuner_pick_in_child(target: str, settings: TuneSettings, n_configs: int) -> dict:
+    """Run the target's own autotuner (its Space's meta["tuner_pick"]) in a child process.
+
+    Its own benchmark loop runs user kernels: a child keeps a hang (timeout: the per-config
+    timeout times the number of configs) or a lost CUDA context out of nsprof's process, and
+    the GPU lock keeps other nsprof runs off the GPU while it measures.
+    """
+    import subprocess
+    import sys
+
+    from nsprof.gpulock import gpu_lock
+
+    timeout = settings.timeout_s * max(1, n_configs)
+    with gpu_lock(0, wait=settings.wait):
+        try:
+            done = subprocess.run([sys.executable, "-c", _PICK_CHILD, target], capture_output=True, text=True,
+                                  stdin=subprocess.DEVNULL, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise NsprofError(f"it ran past {timeout:g} s (--timeout times the number of configs)") from None
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(PICK_MARKER):
+            return json.loads(line[len(PICK_MARKER):])
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    raise NsprofError(f"its process exited with status {done.returncode}" + (f": {lines[-1]}" if lines else ""))
 
 
 def describe_pick(pick: dict, table) -> str:

@@ -260,3 +260,16 @@ def test_a_config_only_partly_in_a_cut_off_report_is_measured_again_whole(tmp_pa
     victims = set(result.failures)  # the config the profiler died on, if the kill caught it running
     assert victims <= {2}
     assert reps == {c: [0, 1] for c in range(4) if c not in victims}  # every kept config whole, none twice
+
+
+def test_after_a_clean_run_a_config_missing_a_rep_keeps_what_was_measured(tmp_path, monkeypatch):
+    # _LossyDriver's report has rep 0 only; 2 reps were asked for. The run itself was clean, so
+    # nothing was cut off: keep the rows (the summary's rep count shows it), measure nothing twice.
+    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: _LossyDriver())
+    events = []
+    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path)
+    target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
+    result = run_session(target, 4, settings, on_progress=lambda e, c, d: events.append((e, c)))
+    assert result.failures == {}
+    assert sorted(result.frame["config_id"]) == [0, 1, 2, 3]
+    assert not [e for e, _ in events if e == "retry"]

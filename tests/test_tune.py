@@ -146,7 +146,10 @@ def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatc
     order, medians = independent_order("profile_ncu.csv", "graph")
     pick = order[2]  # the tuner's own timer chose the third-best config
     calls = []
-    monkeypatch.setattr("nsprof.space.load_target", lambda target: _tuner_space(pick, calls, fail_feed_back))
+    space = _tuner_space(pick, calls, fail_feed_back)
+    monkeypatch.setattr("nsprof.space.load_target", lambda target: space)
+    # The pick runs in a child process (tested below with a real one); here, in this process.
+    monkeypatch.setattr(tune_module, "tuner_pick_in_child", lambda target, settings, n: space.meta["tuner_pick"]())
     monkeypatch.setattr(tune_module, "measure_rows", lambda target, n, backend, settings, ids, progress:
                         fixture_rows(ids))
     monkeypatch.setattr("nsprof.profile.precompile", lambda space, jobs=None, log=None: {})
@@ -164,3 +167,45 @@ def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatc
                                  "RuntimeError: cache directory is read-only"]
     else:
         assert result.errors == [] and "handed to Triton's autotuner: stored" in result.notes
+
+
+PICK_TARGET = """
+import os, sys, time
+from nsprof.space import Space
+
+def pick():
+    print("tuner chatter on stdout")
+    kind = os.environ["PICK_KIND"]
+    if kind == "hang":
+        time.sleep(3600)
+    if kind == "crash":
+        sys.stderr.write("CUDA error: an illegal memory access was encountered\\n")
+        os._exit(1)
+    return {"tuner": "t", "timer": "own", "config_id": 1, "config": {"i": 1}, "timings_ms": {"0": 2.0, "1": 1.0}}
+
+space = Space(name="p", configs=[{"i": 0}, {"i": 1}], build=lambda c: (lambda: None), device="cpu",
+              meta={"tuner_pick": pick})
+"""
+
+
+@pytest.mark.parametrize("kind", ["ok", "hang", "crash"])
+def test_the_tuners_own_pick_runs_in_a_child_process(tmp_path, monkeypatch, kind):
+    from nsprof.tune import tuner_pick_in_child
+
+    target = tmp_path / "pick_target.py"
+    target.write_text(PICK_TARGET)
+    monkeypatch.setenv("PICK_KIND", kind)
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+    settings = TuneSettings(backend="ncu", timeout_s=1.5)
+    if kind == "ok":
+        pick = tuner_pick_in_child(f"{target}:space", settings, 2)
+        assert pick == {"tuner": "t", "timer": "own", "config_id": 1, "config": {"i": 1},
+                        "timings_ms": {"0": 2.0, "1": 1.0}}
+        return
+    with pytest.raises(NsprofError) as info:
+        tuner_pick_in_child(f"{target}:space", settings, 2)
+    if kind == "hang":
+        assert str(info.value) == "it ran past 3 s (--timeout times the number of configs)"
+    else:
+        assert str(info.value) == ("its process exited with status 1: CUDA error: an illegal memory access "
+                                   "was encountered")

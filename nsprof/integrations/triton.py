@@ -17,14 +17,24 @@ Ground truth over an autotuned kernel's configs (for `nsprof tune`), in a target
 
 `nsprof tune` then measures each config (the kernel's own `triton.jit` function launched
 with that config's meta-parameters), reports the config Triton's own autotuner picks with
-its own timer beside the ground-truth ranking, and feeds the ranking back: Triton's
+its own timer beside the ground-truth ranking (in a child process of its own), and feeds
+the ranking back: Triton's
 autotuner runs once with its benchmark step answered by nsprof's numbers, so it picks
 nsprof's best and writes it to Triton's autotuning disk cache under its usual key. Later
 calls of the kernel, in any process, load that choice and benchmark nothing, provided the
 kernel has `cache_results=True` or `TRITON_CACHE_AUTOTUNING=1` is set (Triton's own switch
-for its disk cache). Configs with a `pre_hook`, and the autotuner's `reset_to_zero` and
-`restore_value` hooks, are not run by nsprof's measurement (they would add kernels of their
-own to each measured range); Triton does not cache choices for configs with a `pre_hook`.
+for its disk cache).
+
+Limits, each checked or said where it applies:
+- A config's `pre_hook` runs once when the config is built, before its first launch, not
+  around each measured launch (it would add its own kernels to the measured range); the
+  autotuner's `reset_to_zero` and `restore_value` are not run. Triton caches no choice for
+  configs with a `pre_hook`, so their feed-back lasts for nsprof's process only.
+- `prune_configs_by` may leave nsprof's best out of what Triton benchmarks: the feed-back
+  then fails with that reason instead of storing another config.
+- `make_inputs` must pass arguments the way the user's call does (positional or keyword):
+  Triton's cache key lists the tensors' dtypes in argument order.
+- Pass the autotuner itself: a `@triton.heuristics` wrapped around it is not looked through.
 """
 
 from __future__ import annotations
@@ -107,10 +117,14 @@ def autotune_space(autotuned, make_inputs: Callable[[], tuple[tuple, dict]], gri
     """
     configs = _autotuner_configs(autotuned)
     flat = [config_dict(c) for c in configs]
+    by_key = {json.dumps(c, sort_keys=True, default=str): original for c, original in zip(flat, configs)}
 
     def build(config: dict):
         args, kwargs = make_inputs()
         fn = autotuned.fn  # the jit function (or its heuristics wrapper), without the autotuner
+        hook = getattr(by_key.get(json.dumps(config, sort_keys=True, default=str)), "pre_hook", None)
+        if hook is not None:  # once, outside every measured range
+            hook({**dict(zip(getattr(autotuned, "arg_names", ()), args)), **kwargs, **config})
 
         def launch():
             fn[grid](*args, **kwargs, **config)
@@ -146,17 +160,18 @@ def triton_pick(autotuned, make_inputs, grid) -> dict[str, Any]:
 
     configs = _autotuner_configs(autotuned)
     args, kwargs = make_inputs()
-    saved = autotuned.cache_results
+    saved, saved_cache = autotuned.cache_results, dict(autotuned.cache)
     autotuned.cache_results = False
     autotuned.cache.clear()
     try:
         autotuned[grid](*args, **kwargs)
         torch.cuda.synchronize()
+        best = autotuned.best_config
+        timings = getattr(autotuned, "configs_timings", None) or {}
     finally:
         autotuned.cache_results = saved
-    best = autotuned.best_config
-    timings = getattr(autotuned, "configs_timings", None) or {}
-    autotuned.cache.clear()
+        autotuned.cache.clear()
+        autotuned.cache.update(saved_cache)
     bench = getattr(autotuned, "_do_bench", None)
     timer = getattr(bench, "nsprof_timer", None)
     return {
@@ -211,6 +226,9 @@ def feed_back(autotuned, make_inputs, grid, latencies_ms: Mapping[int, float]) -
     configs = _autotuner_configs(autotuned)
     if not latencies_ms:
         raise NsprofError("no measured config to feed back")
+    if len(configs) == 1:
+        return "nothing to feed back: with one config Triton's autotuner runs it without tuning"
+    best = config_dict(configs[min(latencies_ms, key=lambda i: (latencies_ms[i], i))])
     if not hasattr(autotuned, "check_disk_cache") or not hasattr(autotuned, "_bench"):
         raise NsprofError("this Triton's autotuner has no _bench/check_disk_cache; nsprof's feed-back "
                           "supports Triton 3.2 to 3.6")
@@ -234,6 +252,9 @@ def feed_back(autotuned, make_inputs, grid, latencies_ms: Mapping[int, float]) -
         del autotuned._bench
         autotuned.cache_results = saved
     chosen = config_dict(autotuned.best_config)
+    if chosen != best:
+        raise NsprofError(f"Triton's autotuner chose {chosen}, not nsprof's best {best}: its "
+                          "prune_configs_by left nsprof's best out of what it benchmarks, or changed the configs")
     if not persistent:
         return f"{chosen} (this process only: Triton caches no choice for configs with a pre_hook)"
     where = "" if saved else "; set cache_results=True or TRITON_CACHE_AUTOTUNING=1 for other processes to use it"
