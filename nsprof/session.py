@@ -346,8 +346,11 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
             else:
                 reports.append(report)
                 # After a clean run every config in the report is kept as it is; after an
-                # abnormal one only configs with every (mode, rep) range (a report can be cut off).
-                complete = (_complete_configs(measured, status.done, settings) if abnormal else
+                # abnormal one, or a profiler that did not exit 0 (a killed ncu under a wrapper
+                # script exits 137 while its orphaned worker may still reach its end), only
+                # configs with every (mode, rep) range: a report can be cut off mid-write.
+                cut_off = abnormal or (returncode is not None and returncode != 0)
+                complete = (_complete_configs(measured, status.done, settings) if cut_off else
                             set(measured["config_id"].dropna().astype(int)) & set(status.done))
                 frames.append(measured[measured["config_id"].isin(complete)])
         elif status.done and not abnormal and settings.backend != "none":
