@@ -345,13 +345,14 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                 lost_reason = str(exc)
             else:
                 reports.append(report)
-                # After a clean run every config in the report is kept as it is; after an
-                # abnormal one, or a profiler that did not exit 0 (a killed ncu under a wrapper
-                # script exits 137 while its orphaned worker may still reach its end), only
-                # configs with every (mode, rep) range: a report can be cut off mid-write.
-                cut_off = abnormal or (returncode is not None and returncode != 0)
-                complete = (_complete_configs(measured, status.done, settings) if cut_off else
-                            set(measured["config_id"].dropna().astype(int)) & set(status.done))
+                # Only configs with every (mode, rep) range in the report count as measured: a
+                # report can be cut off mid-write (ncu's streams to disk) when the profiler is
+                # killed, even after its orphaned worker reached its end. A partial config is
+                # measured again whole.
+                complete = _complete_configs(measured, status.done, settings)
+                partial = (set(measured["config_id"].dropna().astype(int)) & set(status.done)) - complete
+                if partial and not lost_reason:
+                    lost_reason = "the report held only some of its reps"
                 frames.append(measured[measured["config_id"].isin(complete)])
         elif status.done and not abnormal and settings.backend != "none":
             raise ToolFailed(f"{settings.backend} wrote no report: {tool_failure_reason(log, returncode)} "
