@@ -20,7 +20,7 @@ from nsprof.errors import ReportError, ToolNotFound
 from nsprof.reports.checks import blank_impossible, one_line, read_head
 from nsprof.reports.ncu_csv import CLOCK_METRICS, CYCLES_METRICS, DURATION_METRICS
 from nsprof.reports.nvtx_cells import NvtxState
-from nsprof.schema import make_frame
+from nsprof.schema import make_frame, parse_range_name
 
 NCU_REP_MAGIC = b"NVR\0"
 _WORKLOAD_GRAPH = 3  # IAction.WorkloadType_GRAPH in ncu_report
@@ -175,7 +175,9 @@ def read_ncu_rep(path, *, domain: str | None = None, clock_control: str | None =
             "nvtx_path": state.path(),
             "kernel": action["name"],
             "workload": "graph" if is_graph else "kernel",
-            "mode": "graph" if is_graph else None,
+            # nsprof's range name says the mode (a direct-mode launch may replay a graph);
+            # outside nsprof's ranges a whole-graph workload is graph mode.
+            "mode": None if parse_range_name(name) else ("graph" if is_graph else None),
             "duration_ns": _first(metrics, DURATION_METRICS),
             "cycles": _first(metrics, CYCLES_METRICS),
             "clock_hz": _first(metrics, CLOCK_METRICS),
