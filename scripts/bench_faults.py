@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import platform
-import signal
 import sys
 import tempfile
 import threading
@@ -27,6 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from targets.faulty_gpu import kill_profiler_at  # noqa: E402
 
 from nsprof.drivers.base import ProfileSettings  # noqa: E402
 from nsprof.profile import profile  # noqa: E402
@@ -36,40 +37,13 @@ REPS = 3
 MODES = ("direct", "graph")
 
 
-def profiler_pids(work_dir: Path, tool: str) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and Path(argv[0].decode(errors="replace")).name == tool and any(
-                str(work_dir).encode() in a for a in argv):
-            pids.append(int(proc.name))
-    return pids
-
-
-def kill_at(work_dir: Path, tool: str, config_id: int, killed: list[int]) -> None:
-    status = work_dir / "part0.status"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if status.exists() and f"start {config_id}" in status.read_text():
-            for pid in profiler_pids(work_dir, tool):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            return
-        time.sleep(0.05)
-
-
 def one(backend: str, space: str, faulty: set[int], kill: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="nsprof-bench-faults-") as work:
         work_dir = Path(work)
         killed: list[int] = []
         thread = None
         if kill:
-            thread = threading.Thread(target=kill_at, args=(work_dir, backend, 2, killed), daemon=True)
+            thread = threading.Thread(target=kill_profiler_at, args=(work_dir, backend, 2, killed), daemon=True)
             thread.start()
         start = time.perf_counter()
         frame = profile(f"{TARGETS}:{space}", ProfileSettings(backend=backend, modes=MODES, reps=REPS, warmup=1,

@@ -50,46 +50,16 @@ def test_faults_leave_the_store_consistent_and_resume_measures_nothing_twice(bac
     assert sorted(rows[rows["error"].isna()]["config_id"].unique()) == [0, 4]
 
 
-def _profiler_pids(work_dir, tool: str) -> list[int]:
-    from pathlib import Path
-
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and Path(argv[0].decode(errors="replace")).name == tool and any(
-                str(work_dir).encode() in a for a in argv):
-            pids.append(int(proc.name))
-    return pids
-
-
 @pytest.mark.parametrize("backend", ["ncu", "nsys"])
 def test_a_profiler_killed_mid_way_costs_one_config(backend, tmp_path):
     """SIGKILL the ncu/nsys process while config 2 of [ok, ok, ok, ok] runs: nothing else lost."""
-    import os
-    import signal
     import threading
-    import time
+
+    from targets.faulty_gpu import kill_profiler_at
 
     target = str(FIXTURES.parent / "targets" / "faulty_gpu.py") + ":healthy"
     killed = []
-
-    def killer():
-        status = tmp_path / "part0.status"
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if status.exists() and "start 2" in status.read_text():
-                for pid in _profiler_pids(tmp_path, backend):
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                return
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=killer, daemon=True)
+    thread = threading.Thread(target=kill_profiler_at, args=(tmp_path, backend, 2, killed), daemon=True)
     thread.start()
     frame = profile(target, ProfileSettings(backend=backend, reps=20, warmup=1, timeout_s=60, work_dir=tmp_path))
     thread.join(timeout=5)

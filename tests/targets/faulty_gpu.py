@@ -57,3 +57,42 @@ space = nsprof.space.Space(
 
 # Four healthy configs: the profiler-killed test needs nothing else to go wrong.
 healthy = nsprof.space.Space(name="healthy_gpu", configs=[{"kind": "ok"}] * 4, build=build)
+
+
+# Fault injection from outside: kill the profiler process of a running session.
+
+
+def profiler_pids(work_dir, tool: str) -> list[int]:
+    """PIDs of `tool` (ncu, nsys) processes whose command line names `work_dir`."""
+    from pathlib import Path
+
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and Path(argv[0].decode(errors="replace")).name == tool and any(
+                str(work_dir).encode() in a for a in argv):
+            pids.append(int(proc.name))
+    return pids
+
+
+def kill_profiler_at(work_dir, tool: str, config_id: int, killed: list[int]) -> None:
+    """SIGKILL the session's profiler once its first worker starts `config_id` (for a thread)."""
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    status = Path(work_dir) / "part0.status"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if status.exists() and f"start {config_id}" in status.read_text():
+            for pid in profiler_pids(work_dir, tool):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            return
+        time.sleep(0.05)
