@@ -34,6 +34,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def own_gpu_lock_folder(tmp_path, monkeypatch):
+    """Every test gets its own GPU-lock folder: a real nsprof (or another test run) holding the
+    machine-wide lock must never make a test wait or fail, and no test may take that lock."""
+    folder = tmp_path / "gpu-locks"
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(folder))
+    return folder
+
+
 @pytest.fixture(scope="session")
 def ncu_rep_dir(tmp_path_factory) -> Path:
     """The .ncu-rep fixtures, decompressed (they are stored xz-compressed: 10 MB -> 0.2 MB)."""

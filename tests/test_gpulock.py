@@ -164,3 +164,4 @@ def test_cuda_visible_devices_maps_to_the_physical_gpu(lock_dir, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     with gpu_lock(0) as path:
         assert path == lock_dir / "nsprof-gpu2.lock"
+
