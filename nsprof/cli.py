@@ -147,8 +147,9 @@ def _mode_tuple(mode: str) -> tuple[str, ...]:
               help="Keep reports and logs here (default: a temporary folder, named at the end).")
 @click.option("--json", "as_json", is_flag=True, help="Print the tidy rows as a JSON array.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the tidy rows to a CSV file.")
+@click.option("--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing.")
 def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache_control, graph_profiling,
-            config_list, work_dir, as_json, csv_path) -> None:
+            config_list, work_dir, as_json, csv_path, wait) -> None:
     """Measure every config of TARGET (file.py:space) under ncu or nsys.
 
     All configs run in one profiled child process, each inside its own NVTX ranges; a
@@ -158,7 +159,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     """
     from nsprof.analysis import format_config_summary
     from nsprof.drivers.base import ProfileSettings
-    from nsprof.profile import config_summary
+    from nsprof.profile import check_measured, config_summary
     from nsprof.profile import profile as run_profile
 
     if backend == "ncu" and clock_control == "none":
@@ -175,7 +176,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
             raise click.BadParameter("--configs takes integers separated by commas") from None
     settings = ProfileSettings(backend=backend, modes=_mode_tuple(mode), reps=reps, warmup=warmup,
                                timeout_s=timeout_s, clock_control=clock_control, cache_control=cache_control,
-                               graph_profiling=graph_profiling, work_dir=work_dir)
+                               graph_profiling=graph_profiling, work_dir=work_dir, wait_gpu=wait)
     from nsprof.session import make_driver
     from nsprof.space import load_target
 
@@ -205,6 +206,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     _write_exports(frame, csv_path, None)
     if as_json:
         click.echo(frame.to_json(orient="records", force_ascii=False))
+        check_measured(frame)
         return
     summary = config_summary(frame, frame.attrs["configs"])
     labels = settings.labels
@@ -213,6 +215,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
                + (f"reports kept in {frame.attrs['work_dir']}" if frame.attrs.get("work_dir")
                   else "temporary reports removed (pass --work-dir to keep them)"))
     click.echo(format_config_summary(summary))
+    check_measured(frame)  # every config failed: the table above says why, and the exit status too
 
 
 @contextlib.contextmanager
@@ -285,8 +288,9 @@ def _split(value: str) -> tuple[str, ...]:
 @click.option("--save", "save_path", type=click.Path(dir_okay=False), help="Also write that JSON object to a file.")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep reports and logs here (default: a temporary folder).")
+@click.option("--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing.")
 def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, timeout_s, plot_path, as_json,
-             save_path, work_dir) -> None:
+             save_path, work_dir, wait) -> None:
     """Check fast timers against ncu and nsys over TARGET's configs (file.py:space).
 
     For every timer against every ground truth: median ratio (bias), Kendall τ and
@@ -320,7 +324,8 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
     for backend in truths:
         make_driver(ProfileSettings(backend=backend))  # a missing tool is one line, before any work
     settings = ValidateSettings(timers=_split(timers), external=external, truths=truths, modes=modes, reps=reps,
-                                timer_reps=timer_reps, repeat_truth=repeat, timeout_s=timeout_s, work_dir=work_dir)
+                                timer_reps=timer_reps, repeat_truth=repeat, timeout_s=timeout_s, work_dir=work_dir,
+                                wait=wait)
     bars = _StageBars()
     try:
         with _results_only_on_stdout():
@@ -369,14 +374,17 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
               help="Results store (default .nsprof/results.sqlite).")
 @click.option("--no-store", is_flag=True, help="Keep no results store.")
 @click.option("--resume", is_flag=True, help="Measure only configs the store has no result for (same key).")
-@click.option("--wait", is_flag=True, help="Wait for another nsprof profiling this GPU instead of failing.")
+@click.option("--retry-failed", is_flag=True,
+              help="With --resume, measure failed configs again too (failures that say nothing about the "
+                   "config, such as a timeout shorter than today's, are retried anyway).")
+@click.option("--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing.")
 @click.option("--feed-back/--no-feed-back", default=True, show_default=True,
               help="Hand the ranking to the target's own autotuner (TileLang's or Triton's cache) when it can take it.")
 @click.option("--tuner-pick/--no-tuner-pick", default=True, show_default=True,
               help="Also run the target's own autotuner with its own timer (Triton) and say what it picks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranked table as JSON.")
-def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir, store_path, no_store, resume, wait,
-         feed_back, tuner_pick, as_json) -> None:
+def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir, store_path, no_store, resume,
+         retry_failed, wait, feed_back, tuner_pick, as_json) -> None:
     """Rank every config of TARGET (file.py:space) by ground truth and name the best.
 
     Prints the ranked table (duration, spread, cycles, clock, distance from the best) and
@@ -394,9 +402,12 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
         make_driver(ProfileSettings(backend=backend))
     if no_store and resume:
         raise click.UsageError("--resume needs the results store (drop --no-store)")
+    if retry_failed and not resume:
+        raise click.UsageError("--retry-failed goes with --resume")
     settings = TuneSettings(backend=backend, mode=mode, stat=stat, reps=reps, prescreen=prescreen,
                             prescreen_top=top, timeout_s=timeout_s, work_dir=work_dir, store=store_path,
-                            use_store=not no_store, resume=resume, wait=wait, feed_back=feed_back,
+                            use_store=not no_store, resume=resume, retry_failed=retry_failed, wait=wait,
+                            feed_back=feed_back,
                             tuner_pick=tuner_pick)
     bars = _StageBars()
     try:
