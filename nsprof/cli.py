@@ -122,6 +122,15 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
         click.echo("")
 
 
+def _config_ids(config_list: str | None) -> list[int] | None:
+    if not config_list:
+        return None
+    try:
+        return [int(x) for x in config_list.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter("--configs takes integers separated by commas", param_hint="--configs") from None
+
+
 def _mode_tuple(mode: str) -> tuple[str, ...]:
     return ("direct", "graph") if mode == "both" else (mode,)
 
@@ -168,12 +177,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     if backend == "ncu" and graph_profiling == "graph":
         click.echo("nsprof: warning: --graph-profiling graph gives whole-graph workloads, not kernel "
                    "durations", err=True)
-    ids = None
-    if config_list:
-        try:
-            ids = [int(x) for x in config_list.split(",") if x.strip()]
-        except ValueError:
-            raise click.BadParameter("--configs takes integers separated by commas") from None
+    ids = _config_ids(config_list)
     settings = ProfileSettings(backend=backend, modes=_mode_tuple(mode), reps=reps, warmup=warmup,
                                timeout_s=timeout_s, clock_control=clock_control, cache_control=cache_control,
                                graph_profiling=graph_profiling, work_dir=work_dir, wait_gpu=wait)
@@ -382,9 +386,10 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
               help="Hand the ranking to the target's own autotuner (TileLang's or Triton's cache) when it can take it.")
 @click.option("--tuner-pick/--no-tuner-pick", default=True, show_default=True,
               help="Also run the target's own autotuner with its own timer (Triton) and say what it picks.")
+@click.option("--configs", "config_list", default=None, help="Only these config ids, e.g. 0,3,5.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranked table as JSON.")
 def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir, store_path, no_store, resume,
-         retry_failed, wait, feed_back, tuner_pick, as_json) -> None:
+         retry_failed, wait, feed_back, tuner_pick, config_list, as_json) -> None:
     """Rank every config of TARGET (file.py:space) by ground truth and name the best.
 
     Prints the ranked table (duration, spread, cycles, clock, distance from the best) and
@@ -412,7 +417,7 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
     bars = _StageBars()
     try:
         with _results_only_on_stdout():
-            result = run_tune(target, settings, on_stage=bars)
+            result = run_tune(target, settings, config_ids=_config_ids(config_list), on_stage=bars)
     finally:
         bars.close()
     if as_json:

@@ -221,15 +221,15 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
 
 def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[int] | None = None,
          on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None) -> TuneResult:
-    from nsprof.profile import check_measured, config_summary, precompile
+    from nsprof.profile import check_config_ids, check_measured, config_summary, precompile
     from nsprof.space import load_target
 
     settings = settings or TuneSettings()
     space = load_target(target)
     n = len(space.configs)
-    wanted = list(range(n)) if config_ids is None else list(config_ids)
+    wanted = list(range(n)) if config_ids is None else check_config_ids(config_ids, n)
     stage = on_stage or (lambda name, count: None)
-    precompile(space)
+    precompile(space, config_ids=wanted)
     notes: list[str] = []
     prescreen_table = None
     if settings.prescreen:
