@@ -683,24 +683,91 @@ def fake_nsys(tmp_path: Path, body: str) -> Path:
     return script
 
 
-def test_export_runs_nsys_and_reads_the_result(tmp_path, monkeypatch):
-    # A stand-in nsys that records its argv and "exports" the fixture's SQLite.
+def nsys_exporting(tmp_path, monkeypatch, source=FIXTURE):
+    """A stand-in nsys that records its argv and "exports" `source` to -o's path."""
     nsys = fake_nsys(
         tmp_path,
         'printf "%s\\n" "$@" > "$(dirname "$0")/argv.txt"\n'
         'prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
-        f'cp "{FIXTURE}" "$out"\n',
+        f'cp "{source}" "$out"\n',
     )
     monkeypatch.setenv("NSPROF_NSYS", str(nsys))
+    return nsys
+
+
+def test_export_runs_nsys_and_reads_the_result(tmp_path, monkeypatch):
+    nsys = nsys_exporting(tmp_path, monkeypatch)
     report = tmp_path / "run 1.nsys-rep"
     shutil.copyfile(NSYS_REP, report)
     out = export_nsys_rep(report)
-    assert out == tmp_path / "run 1.sqlite"
-    argv = (nsys.parent / "argv.txt").read_text().splitlines()
-    assert argv == ["export", "--type", "sqlite", "-f", "true", "-o", str(out), str(report)]
+    try:
+        # nsprof's own fresh folder, never beside the report
+        assert out.name == "run 1.sqlite" and out.parent != tmp_path
+        assert out.parent.name.startswith("nsprof-nsys-")
+        argv = (nsys.parent / "argv.txt").read_text().splitlines()
+        assert argv == ["export", "--type", "sqlite", "-f", "true", "-o", str(out), str(report)]
+    finally:
+        shutil.rmtree(out.parent)
+    assert not (tmp_path / "run 1.sqlite").exists()
     frame = read_nsys_rep(report, out_dir=tmp_path / "exports", domain="nsprof")
-    assert (tmp_path / "exports" / "run 1.sqlite").is_file()
+    assert sorted(p.name for p in (tmp_path / "exports").iterdir()) == ["run 1.sqlite"]
     assert len(frame) == 65 and set(frame["domain"].dropna()) == {"nsprof"}
+
+
+def test_export_leaves_files_beside_the_report_alone(tmp_path, monkeypatch):
+    # `<stem>.sqlite` beside the report is a symbolic link to a file of the user's: nsys's
+    # `-f true` there would have followed it and overwritten the file.
+    nsys_exporting(tmp_path, monkeypatch)
+    report = tmp_path / "run.nsys-rep"
+    shutil.copyfile(NSYS_REP, report)
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    (tmp_path / "run.sqlite").symlink_to(victim)
+    frame = read_nsys_rep(report)
+    assert len(frame) == 65
+    assert victim.read_text() == "keep me" and (tmp_path / "run.sqlite").is_symlink()
+    # the temporary export folder is gone after the read
+    assert not any(Path(tempfile_dir()).glob("nsprof-nsys-*/run.sqlite"))
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()
+
+
+def test_export_that_writes_nothing_never_reads_an_older_file(tmp_path, monkeypatch):
+    nsys = fake_nsys(tmp_path, "exit 0\n")
+    monkeypatch.setenv("NSPROF_NSYS", str(nsys))
+    report = tmp_path / "run.nsys-rep"
+    shutil.copyfile(NSYS_REP, report)
+    shutil.copyfile(FIXTURE, tmp_path / "run.sqlite")  # an old export beside the report
+    (tmp_path / "exports").mkdir()
+    shutil.copyfile(FIXTURE, tmp_path / "exports" / "run.sqlite")  # and one in out_dir
+    for out_dir in (None, tmp_path / "exports"):
+        with pytest.raises(ReportError, match="exited 0 but wrote no SQLite file") as info:
+            read_nsys_rep(report, out_dir=out_dir)
+        assert str(report) in str(info.value)
+
+
+def test_export_that_never_returns_is_killed(tmp_path, monkeypatch):
+    import time
+
+    # The stand-in starts a child that would outlive it: the whole group must go.
+    nsys = fake_nsys(tmp_path, f'sleep 300 &\necho $! > "{tmp_path}/child.pid"\nwait\n')
+    monkeypatch.setenv("NSPROF_NSYS", str(nsys))
+    began = time.monotonic()
+    with pytest.raises(ReportError, match="did not finish within 1 s") as info:
+        export_nsys_rep(NSYS_REP, timeout_s=1)
+    assert time.monotonic() - began < 60  # generous: the point is that it returns at all
+    assert str(NSYS_REP) in str(info.value)
+    child = int((tmp_path / "child.pid").read_text())
+    for _ in range(100):  # the killed child is reaped by init shortly
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the export's child process still runs")
 
 
 def test_export_failure_names_the_nsys_message(tmp_path, monkeypatch):
@@ -708,7 +775,7 @@ def test_export_failure_names_the_nsys_message(tmp_path, monkeypatch):
     monkeypatch.setenv("NSPROF_NSYS", str(nsys))
     with pytest.raises(ReportError) as info:
         export_nsys_rep(NSYS_REP, out_dir=tmp_path)
-    assert str(info.value) == "fixture.nsys-rep: nsys export failed: ERROR: bad report"
+    assert str(info.value) == f"{NSYS_REP}: nsys export failed: ERROR: bad report"
 
 
 def test_export_without_nsys(monkeypatch, tmp_path):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import struct
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nsprof.errors import ReportError
-from nsprof.reports.checks import blank_impossible, one_line, read_head
+from nsprof.reports.checks import blank_impossible, one_line, read_head, stat_report
 from nsprof.schema import COLUMN_DTYPES, COLUMNS, DEFAULT_DOMAIN, parse_range_name
 
 if TYPE_CHECKING:
@@ -884,43 +885,89 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
     return frame
 
 
-def export_nsys_rep(path: str | os.PathLike, *, out_dir: str | os.PathLike | None = None) -> Path:
-    """Run `nsys export --type sqlite` on an .nsys-rep; return the SQLite file's path.
+# An export of a large report takes minutes; one that never returns must not hang nsprof.
+EXPORT_TIMEOUT_S = 900.0
 
-    The export goes into out_dir when given, else beside the report when that folder is
-    writable, else into a new temporary folder. An existing export is overwritten.
+
+def export_nsys_rep(
+    path: str | os.PathLike,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    timeout_s: float = EXPORT_TIMEOUT_S,
+) -> Path:
+    """Run `nsys export --type sqlite` on an .nsys-rep; return the new SQLite file's path.
+
+    nsys writes into a fresh folder of nsprof's own, never beside the user's report (where
+    `-f true` would overwrite, through symbolic links, whatever has that name): with out_dir,
+    the export then moves to out_dir/<stem>.sqlite (replacing a file, never a link's target);
+    without, it stays in the fresh temporary folder, which the caller removes. An nsys that
+    runs past timeout_s is killed; one that exits 0 without writing is an error, never a
+    reason to read an older file.
     """
+    import shutil
+    import signal
     import subprocess
     import tempfile
 
     from nsprof.drivers.tools import find_nsys
 
+    shown = os.fspath(path)
     report = Path(path)
-    if not report.is_file():
-        raise ReportError(f"{report}: no such file")
+    if not stat.S_ISREG(stat_report(report).st_mode):
+        raise ReportError(f"{shown}: not a regular file")
     nsys = find_nsys()
     if out_dir is not None:
-        folder = Path(out_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-    elif os.access(report.resolve().parent, os.W_OK):
-        folder = report.resolve().parent
-    else:
-        folder = Path(tempfile.mkdtemp(prefix="nsprof-nsys-"))
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=".nsprof-export-" if out_dir else "nsprof-nsys-", dir=out_dir))
     out = folder / f"{report.stem}.sqlite"
     argv = [str(nsys.path), "export", "--type", "sqlite", "-f", "true", "-o", str(out), str(report)]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    except OSError as exc:
-        raise ReportError(f"{report.name}: cannot run {nsys.path}: {exc.strerror}") from None
-    if proc.returncode != 0 or not out.is_file():
-        lines = (proc.stderr or proc.stdout or "").strip().splitlines()
-        reason = lines[-1].strip() if lines else f"exit status {proc.returncode}"
-        raise ReportError(f"{report.name}: nsys export failed: {reason}")
-    return out
+        try:
+            # Own session: on a timeout the whole process group goes (nsys starts helpers).
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, errors="replace",
+                                    start_new_session=True)
+        except OSError as exc:
+            raise ReportError(f"{shown}: cannot run {nsys.path}: {exc.strerror}") from None
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise ReportError(
+                f"{shown}: nsys export did not finish within {timeout_s:g} s; killed it"
+            ) from None
+        if proc.returncode != 0:
+            lines = (stderr or stdout or "").strip().splitlines()
+            reason = lines[-1].strip() if lines else f"exit status {proc.returncode}"
+            raise ReportError(f"{shown}: nsys export failed: {reason}")
+        if out.is_symlink() or not out.is_file():
+            raise ReportError(f"{shown}: nsys export exited 0 but wrote no SQLite file ({nsys.path})")
+        if out_dir is None:
+            return out
+        final = Path(out_dir) / out.name
+        os.replace(out, final)
+        folder.rmdir()
+        return final
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def read_nsys_rep(
     path: str | os.PathLike, *, out_dir: str | os.PathLike | None = None, **kwargs
 ) -> pd.DataFrame:
-    """Export an .nsys-rep to SQLite (export_nsys_rep), then read_nsys_sqlite(**kwargs)."""
-    return read_nsys_sqlite(export_nsys_rep(path, out_dir=out_dir), **kwargs)
+    """Export an .nsys-rep to SQLite (export_nsys_rep), then read_nsys_sqlite(**kwargs).
+
+    Without out_dir the export goes to a temporary folder, removed after the read.
+    """
+    import shutil
+
+    export = export_nsys_rep(path, out_dir=out_dir)
+    try:
+        return read_nsys_sqlite(export, **kwargs)
+    except ReportError as exc:  # name the user's report, not a temporary file
+        raise ReportError(str(exc).replace(str(export), f"{os.fspath(path)} (its SQLite export)")) from None
+    finally:
+        if out_dir is None:
+            shutil.rmtree(export.parent, ignore_errors=True)
