@@ -817,3 +817,39 @@ def test_mode_comes_from_nsprofs_range_name_not_the_graph_node(tmp_path):
     frame = read_nsys_sqlite(path, domain="nsprof")
     row = frame[frame["range"] == "cfg0.direct.r0"].iloc[0]
     assert row["graph_node"] == 1 and row["mode"] == "direct"
+
+
+# --- messages ----------------------------------------------------------------------------------
+
+
+def test_a_locked_rollback_journal_database_names_the_lock(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    import nsprof.reports.nsys as nsys_module
+
+    path = tmp_path / "sub" / "locked.sqlite"
+    path.parent.mkdir()
+    shutil.copyfile(FIXTURE, path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # rollback journal
+    # A real writer process holds the exclusive lock until its stdin closes.
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sqlite3, sys\n"
+         f"conn = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+         "conn.execute('BEGIN EXCLUSIVE')\n"
+         "print('locked', flush=True)\n"
+         "sys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        monkeypatch.setattr(nsys_module, "_BUSY_TIMEOUT_S", 0.2, raising=False)
+        with pytest.raises(ReportError) as info:
+            read_nsys_sqlite(path)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    message = str(info.value)
+    assert message.startswith(f"{path}:") and "locked by another process" in message
+    assert "corrupt" not in message

@@ -80,12 +80,12 @@ def _check_sqlite_file(path: Path) -> None:
     if not header.startswith(_SQLITE_MAGIC):
         if header.startswith(b"NVIDIA Tegra Profiler Report"):
             raise ReportError(
-                f"{path.name}: an .nsys-rep report, not its SQLite export; use read_nsys_rep"
+                f"{path}: an .nsys-rep report, not its SQLite export; use read_nsys_rep"
                 " or `nsys export --type sqlite`"
             )
-        raise ReportError(f"{path.name}: not an SQLite file (no 'SQLite format 3' header)")
+        raise ReportError(f"{path}: not an SQLite file (no 'SQLite format 3' header)")
     if len(header) < 100:
-        raise ReportError(f"{path.name}: truncated SQLite file ({size} bytes, header cut)")
+        raise ReportError(f"{path}: truncated SQLite file ({size} bytes, header cut)")
     # The header records the database size in pages; that count is valid when the change
     # counter (offset 24) equals "version-valid-for" (offset 92). A shorter file lost its tail.
     (page_size,) = struct.unpack(">H", header[16:18])
@@ -94,16 +94,28 @@ def _check_sqlite_file(path: Path) -> None:
     (valid_for,) = struct.unpack(">I", header[92:96])
     if change_counter == valid_for and pages and size < pages * page_size:
         raise ReportError(
-            f"{path.name}: truncated SQLite file ({size} of {pages * page_size} bytes);"
+            f"{path}: truncated SQLite file ({size} of {pages * page_size} bytes);"
             " copy or export it again"
         )
+
+
+# How long a read waits for another process's write lock before it says so.
+_BUSY_TIMEOUT_S = 5.0
+
+
+def _is_lock_error(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (constants from 3.11 on)
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
 
 
 def _connect(path: Path) -> sqlite3.Connection:
     # Read-only through a URI: as_uri() percent-encodes spaces, quotes, '?', '#' and
     # non-ASCII characters, so any file name works, and the report is never written to.
     uri = path.resolve().as_uri() + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True)
+    conn = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S)
     # A corrupt file can hold invalid UTF-8 anywhere (even in table names); decoding with
     # replacement keeps that a readable value instead of a UnicodeDecodeError.
     conn.text_factory = _decode_text
@@ -172,7 +184,7 @@ def _read_chunk(
     """
     with closing(_connect(path)) as conn:
         texts = conn.execute(_int_columns_sql(table, exprs, where), rows).fetchone()
-    return [_parse_ints(text, f"{path.name}: {table}.{expr}") for text, expr in zip(texts, exprs)]
+    return [_parse_ints(text, f"{path}: {table}.{expr}") for text, expr in zip(texts, exprs)]
 
 
 def _concat(chunks: list[list[np.ndarray]], width: int) -> list[np.ndarray]:
@@ -683,10 +695,21 @@ def read_nsys_sqlite(
     _check_sqlite_file(path)
     try:
         return _read(path, domain, clock_control or "none", cache_control or "none")
+    except sqlite3.OperationalError as exc:
+        if _is_lock_error(exc):
+            raise ReportError(
+                f"{path}: the database is locked by another process that is writing to it"
+                f" ({one_line(exc, 100)} after {_BUSY_TIMEOUT_S:g} s; a rollback-journal database"
+                " admits no reader meanwhile): wait for the writer to finish, or copy the file"
+            ) from None
+        raise ReportError(
+            f"{path}: unreadable SQLite database ({one_line(exc, 200)}); is the file truncated"
+            " or corrupt?"
+        ) from None
     except sqlite3.Error as exc:  # "file is not a database", "malformed", ...
         # one_line: SQLite quotes whole multi-line table definitions in some messages.
         raise ReportError(
-            f"{path.name}: unreadable SQLite database ({one_line(exc, 200)}); is the file truncated"
+            f"{path}: unreadable SQLite database ({one_line(exc, 200)}); is the file truncated"
             " or corrupt?"
         ) from None
     except UnicodeDecodeError as exc:
@@ -694,7 +717,7 @@ def read_nsys_sqlite(
         # of them fails that decoding. exc.object is the message's bytes.
         message = bytes(exc.object).decode("utf-8", "replace")
         raise ReportError(
-            f"{path.name}: unreadable SQLite database ({one_line(message, 200)}); is the file"
+            f"{path}: unreadable SQLite database ({one_line(message, 200)}); is the file"
             " truncated or corrupt?"
         ) from None
 
@@ -704,15 +727,15 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if KERNEL_TABLE not in tables:
             raise ReportError(
-                f"{path.name}: no CUDA kernel table ({KERNEL_TABLE}); was nsys run with"
+                f"{path}: no CUDA kernel table ({KERNEL_TABLE}); was nsys run with"
                 " `-t cuda` and did the program launch kernels?"
             )
         kernel_columns = _table_columns(conn, KERNEL_TABLE)
         if not {"start", "end"} <= kernel_columns:
-            raise ReportError(f"{path.name}: {KERNEL_TABLE} has no start/end columns")
+            raise ReportError(f"{path}: {KERNEL_TABLE} has no start/end columns")
         if conn.execute(f"SELECT 1 FROM {KERNEL_TABLE} LIMIT 1").fetchone() is None:
             raise ReportError(
-                f"{path.name}: the CUDA kernel table has no rows; did a kernel run while nsys"
+                f"{path}: the CUDA kernel table has no rows; did a kernel run while nsys"
                 " traced CUDA?"
             )
         meta: dict[str, str | None] = {}
