@@ -853,3 +853,55 @@ def test_a_locked_rollback_journal_database_names_the_lock(tmp_path, monkeypatch
     message = str(info.value)
     assert message.startswith(f"{path}:") and "locked by another process" in message
     assert "corrupt" not in message
+
+
+# --- silent gaps: what a report lacks is said in one line --------------------------------------
+
+
+def _cli(*args):
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "nsprof", "analyze", *map(str, args)], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+@pytest.mark.parametrize(
+    ("sql", "fragments"),
+    [
+        ("DROP TABLE NVTX_EVENTS", ["NVTX_EVENTS", "(no range)"]),
+        ("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME", ["CUPTI_ACTIVITY_KIND_RUNTIME", "(no range)"]),
+        ("DROP TABLE StringIds", ["StringIds", "'?'"]),
+    ],
+)
+def test_a_missing_table_is_one_warning_line(tmp_path, sql, fragments):
+    path = tmp_path / "gap.sqlite"
+    shutil.copyfile(FIXTURE, path)
+    with sqlite3.connect(path) as conn:
+        conn.execute(sql)
+    result = _cli(path)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("nsprof: warning:")]
+    assert len(warnings) == 1, result.stderr
+    assert warnings[0].startswith(f"nsprof: warning: {path}: ")
+    for fragment in fragments:
+        assert fragment in warnings[0], (fragment, warnings[0])
+
+
+def test_the_intact_fixture_gives_no_warning():
+    result = _cli(FIXTURE, "--domain", "nsprof")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_an_unknown_domain_is_one_warning_line():
+    con = connect_ro(FIXTURE)
+    domains = {DEFAULT_DOMAIN, *(text for (text,) in con.execute("SELECT text FROM NVTX_EVENTS WHERE eventType = 75"))}
+    result = _cli(FIXTURE, "--domain", "nsprf")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"nsprof: warning: {FIXTURE}: "), result.stderr
+    assert "'nsprf'" in lines[0] and "(no range)" in lines[0]
+    assert all(name in lines[0] for name in domains), (domains, lines[0])

@@ -722,6 +722,40 @@ def read_nsys_sqlite(
         ) from None
 
 
+def _gaps(
+    tables: set[str],
+    strings_columns: set[str],
+    runtime_columns: set[str],
+    has_runtime: bool,
+    nvtx_columns: set[str],
+) -> list[str]:
+    """One line per table the export lacks (or lacks the columns of), and what that costs."""
+    gaps = []
+
+    def lacks(table: str, columns: set[str], needed: set[str]) -> str:
+        if table not in tables:
+            return f"no {table} table"
+        return f"{table} lacks column(s) {', '.join(sorted(needed - columns))}"
+
+    if not {"start", "eventType"} <= nvtx_columns:
+        gaps.append(
+            f"{lacks(NVTX_TABLE, nvtx_columns, {'start', 'eventType'})} (nsys run without -t nvtx?):"
+            " no kernel can be given an NVTX range; every kernel is '(no range)'"
+        )
+    if not has_runtime:
+        gaps.append(
+            f"{lacks(RUNTIME_TABLE, runtime_columns, {'correlationId', 'globalTid', 'start'})}"
+            " (nsys run without -t cuda?): kernels cannot be tied to the calls that launched"
+            " them, so every kernel is '(no range)' and its thread is unknown"
+        )
+    if not {"id", "value"} <= strings_columns:
+        gaps.append(
+            f"{lacks(STRINGS_TABLE, strings_columns, {'id', 'value'})}: kernel names are unknown"
+            " (shown as '?') and NVTX ranges named by registered strings have no name"
+        )
+    return gaps
+
+
 def _read(path: Path, domain: str | None, clock_control: str, cache_control: str):
     with closing(_connect(path)) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -747,6 +781,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
             rows = conn.execute(f"SELECT id, value FROM {STRINGS_TABLE} WHERE value IS NOT NULL")
             strings = {string_id: _as_text(value) for string_id, value in rows}
         runtime_columns = _table_columns(conn, RUNTIME_TABLE) if RUNTIME_TABLE in tables else set()
+        nvtx_columns = _table_columns(conn, NVTX_TABLE) if NVTX_TABLE in tables else set()
 
     def kernel_column(name: str) -> str:
         return name if name in kernel_columns else "NULL"
@@ -756,6 +791,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
     name_column = "shortName" if short else kernel_column("demangledName")
     has_pid = "globalPid" in kernel_columns
     has_runtime = {"correlationId", "globalTid", "start"} <= runtime_columns
+    gaps = _gaps(tables, strings_columns, runtime_columns, has_runtime, nvtx_columns)
     # Only launch calls (cudaLaunchKernel*, cuLaunchKernel*, cudaGraphLaunch, ...) can own a
     # kernel; the runtime table also holds every memcpy, sync, event... Kernels that find no
     # launch row are matched against the whole table afterwards.
@@ -902,7 +938,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
         },
         n,
     )
-    frame.attrs["warnings"] = blank_impossible(frame, ("duration_ns",))
+    frame.attrs["warnings"] = gaps + blank_impossible(frame, ("duration_ns",))
     frame.attrs["nsys_schema_version"] = meta.get("EXPORT_SCHEMA_VERSION")
     frame.attrs["nsys_version"] = meta.get("EXPORT_PRODUCT_VERSION")
     return frame
