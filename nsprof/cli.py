@@ -85,6 +85,14 @@ def _echo_json_rows(frame) -> None:
     out.flush()
 
 
+def _shares_short_names(summary) -> bool:
+    """Whether the summary table had to number kernels apart (see analysis.kernel_labels)."""
+    from nsprof.analysis import kernel_labels
+
+    plain = kernel_labels(summary, by=("source", "group", "kernel_full"))  # never numbered
+    return kernel_labels(summary) != plain
+
+
 def _describe(frame) -> str:
     kind = frame.attrs.get("kind", "?")
     notes = [f"{len(frame)} rows", kind]
@@ -152,7 +160,11 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
         return
     for path, frame in zip(files, frames):
         click.echo(f"{path}  ({_describe(frame)})")
-        click.echo(format_summary(summarize(frame)))
+        summary = summarize(frame)
+        click.echo(format_summary(summary))
+        if _shares_short_names(summary):
+            click.echo("note: kernels marked #1, #2, ... share a short name (or differ only past the column "
+                       "width); each is its own row by full name, listed by --json or --csv as kernel_full")
         if frame["workload"].eq("graph").any():
             click.echo("note: 'graph' rows are whole-graph workloads (ncu --graph-profiling graph): "
                        "not per-kernel durations; for µs kernels they were measured far above the "

@@ -905,3 +905,49 @@ def test_an_unknown_domain_is_one_warning_line():
     assert len(lines) == 1 and lines[0].startswith(f"nsprof: warning: {FIXTURE}: "), result.stderr
     assert "'nsprf'" in lines[0] and "(no range)" in lines[0]
     assert all(name in lines[0] for name in domains), (domains, lines[0])
+
+
+# --- kernels keyed by the full name, shown by the short one ------------------------------------
+
+
+def expected_kernels_by_full_name(path: Path = FIXTURE) -> dict[str, tuple[str, list[int]]]:
+    """full (demangled) name -> (short name, durations in ns), by plain SQL."""
+    con = connect_ro(path)
+    out: dict[str, tuple[str, list[int]]] = {}
+    for full, short, duration in con.execute(
+        "SELECT d.value, s.value, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k"
+        " JOIN StringIds d ON d.id = k.demangledName JOIN StringIds s ON s.id = k.shortName"
+    ):
+        out.setdefault(full, (short, []))[1].append(duration)
+    return out
+
+
+def test_rows_carry_the_full_name_and_the_short_one():
+    import statistics
+
+    from nsprof.analysis import summarize
+
+    expected = expected_kernels_by_full_name()
+    shorts = [short for short, _ in expected.values()]
+    assert shorts.count("vectorized_elementwise_kernel") == 5  # the fixture's pooled case
+    frame = read_nsys_sqlite(FIXTURE)
+    assert frame.columns.tolist() == COLUMNS and frame["kernel_full"].dtype == pd.api.types.pandas_dtype(COLUMN_DTYPES["kernel_full"])
+    assert dict(zip(frame["kernel_full"], frame["kernel"])) == {full: s for full, (s, _) in expected.items()}
+    # one summary row per full name (all kernels in one group), with that kernel's own median
+    summary = summarize(frame.assign(range=pd.NA, config_id=pd.NA))
+    assert len(summary) == len(expected)
+    for row in summary.itertuples():
+        short, durations = expected[row.kernel_full]
+        assert (row.kernel, row.count) == (short, len(durations))
+        assert row.median_ns == statistics.median(durations)
+
+
+def test_an_export_without_demangled_names_keys_by_what_it_has(tmp_path):
+    path = tmp_path / "old.sqlite"
+    shutil.copyfile(FIXTURE, path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN demangledName")
+        mangled = dict(conn.execute("SELECT k.rowid, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k"
+                                    " JOIN StringIds s ON s.id = k.mangledName"))
+    frame = read_nsys_sqlite(path)
+    assert sorted(frame["kernel_full"]) == sorted(mangled.values())

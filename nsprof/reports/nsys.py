@@ -787,8 +787,14 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
         return name if name in kernel_columns else "NULL"
 
     # shortName is the base name; older exports may only have demangledName.
+    # Rows are keyed by the full name (template arguments tell apart e.g. the dozen torch
+    # kernels that share the short name vectorized_elementwise_kernel); the short name is
+    # for display. Older exports may lack either column.
     short = "shortName" in kernel_columns
-    name_column = "shortName" if short else kernel_column("demangledName")
+    full_column = next(
+        (c for c in ("demangledName", "mangledName", "shortName") if c in kernel_columns), "NULL"
+    )
+    name_column = "shortName" if short else full_column
     has_pid = "globalPid" in kernel_columns
     has_runtime = {"correlationId", "globalTid", "start"} <= runtime_columns
     gaps = _gaps(tables, strings_columns, runtime_columns, has_runtime, nvtx_columns)
@@ -824,6 +830,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
                 "end",
                 kernel_column("correlationId"),
                 name_column,
+                full_column,
                 placement,
                 kernel_column("globalPid"),
                 kernel_column("graphNodeId"),
@@ -832,7 +839,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
         ranges = nvtx.result()
         rt_corr, rt_thread, rt_start = runtime()
         rt_inner, rt_path = _attribute(rt_start, rt_thread, ranges, domain)
-        start_ns, end_ns, corr, name_id, packed, global_pid, graph_node = kernels()
+        start_ns, end_ns, corr, name_id, full_id, packed, global_pid, graph_node = kernels()
     # deviceId and streamId came packed in one value (NA both when either is NULL).
     device = np.where(packed != _NULL, packed >> 32, _NULL)
     stream = np.where(packed != _NULL, packed & 0xFFFFFFFF, _NULL)
@@ -840,7 +847,9 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
     # Rows in GPU start order (stable: table order among equal starts).
     if len(start_ns) > 1 and (start_ns[1:] < start_ns[:-1]).any():
         order = np.argsort(start_ns, kind="stable")
-        start_ns, end_ns, corr, name_id = (a[order] for a in (start_ns, end_ns, corr, name_id))
+        start_ns, end_ns, corr, name_id, full_id = (
+            a[order] for a in (start_ns, end_ns, corr, name_id, full_id)
+        )
         device, stream, global_pid, graph_node = (
             a[order] for a in (device, stream, global_pid, graph_node)
         )
@@ -879,6 +888,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
     tid = np.where(thread_known, launch_thread & _ID_MASK, _NULL)
 
     kernel_names, name_missing = _lookup_strings(name_id, strings)
+    full_names, full_missing = _lookup_strings(full_id, strings)
     if not short and not name_missing.all():
         from nsprof.reports.names import short_kernel_name
 
@@ -921,6 +931,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
             "mode": _string_array(mode),
             "rep": _int_array(rep),
             "kernel": _string_array(kernel_names, name_missing),
+            "kernel_full": _string_array(full_names, full_missing),
             "duration_ns": duration_ns,
             "cycles": np.full(n, np.nan),
             "clock_hz": np.full(n, np.nan),
