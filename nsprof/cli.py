@@ -523,7 +523,7 @@ def main() -> None:
     try:
         code = cli.main(prog_name="nsprof", standalone_mode=False)
         sys.stdout.flush()  # inside the try: a closed pipe shows on the last flush too
-    except SystemExit as exc:
+    except SystemExit:
         # click answers a closed pipe (EPIPE) itself with exit status 1, after wrapping
         # stdout in its PacifyFlushWrapper; that wrapper is how the case is recognised.
         if isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
