@@ -117,6 +117,10 @@ def _describe(frame) -> str:
 def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
     """Read ncu CSV, .ncu-rep, nsys .sqlite or .nsys-rep reports and summarise them.
 
+    FILES may be FIFOs or pipes (`<(...)`, /dev/stdin) and `-` for standard input: each is
+    read once into a temporary copy (NSPROF_MAX_STREAM_BYTES bounds it, NSPROF_STREAM_WAIT_S
+    bounds the wait for data).
+
     Prints one table per report: per NVTX range (nsprof's own per-config ranges pool
     their reps) and kernel, the count, median, min, mean, std and coefficient of
     variation of the kernel duration, median cycles and clock.

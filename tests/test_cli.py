@@ -212,3 +212,15 @@ def test_names_that_differ_past_the_display_width_never_print_as_one_row(tmp_pat
         assert len(labels) == 2 and len(set(labels)) == 2, result.stdout
         if kernel_cell == 2:
             assert sum(int(row[3]) for row in rows) == expected
+
+
+def test_json_rows_are_written_in_chunks_with_the_same_text(monkeypatch, capsys):
+    import nsprof.cli as cli_module
+    from nsprof.reports import read_report
+
+    frame = read_report(FIXTURES / "fixture.sqlite")
+    monkeypatch.setattr(cli_module, "_JSON_CHUNK_ROWS", 7)  # 65 rows: 10 chunks
+    cli_module._echo_json_rows(frame)
+    assert json.loads(capsys.readouterr().out) == json.loads(frame.to_json(orient="records", force_ascii=False))
+    cli_module._echo_json_rows(frame.iloc[:0])
+    assert json.loads(capsys.readouterr().out) == []
