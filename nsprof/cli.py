@@ -49,6 +49,50 @@ def _write_exports(frame, csv_path: str | None, parquet_path: str | None) -> Non
         click.echo(f"wrote {len(frame)} rows to {parquet_path}", err=True)
 
 
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name one file: through symbolic and hard links when both exist."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet): compare where they would be
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _refuse_overwriting_inputs(files, outputs: dict[str, str | None]) -> None:
+    for option, out in outputs.items():
+        if not out:
+            continue
+        for path in files:
+            if os.fspath(path) != "-" and _same_file(out, path):
+                raise CliError(f"{option} {out} would overwrite the input report {path}; choose another file")
+
+
+# Rows per JSON chunk: --json on a 1M-kernel report writes ~0.5 GB; one to_json string of it
+# (plus its encoded copy) tripled the peak memory.
+_JSON_CHUNK_ROWS = 20_000
+
+
+def _echo_json_rows(frame) -> None:
+    """The rows as one JSON array on stdout, written chunk by chunk (same text as to_json)."""
+    out = sys.stdout
+    if len(frame) == 0:
+        out.write("[]\n")
+        return
+    out.write("[")
+    for begin in range(0, len(frame), _JSON_CHUNK_ROWS):
+        chunk = frame.iloc[begin : begin + _JSON_CHUNK_ROWS].to_json(orient="records", force_ascii=False)
+        out.write(("," if begin else "") + chunk[1:-1])
+    out.write("]\n")
+    out.flush()
+
+
+def _shares_short_names(summary) -> bool:
+    """Whether the summary table had to number kernels apart (see analysis.kernel_labels)."""
+    from nsprof.analysis import kernel_labels
+
+    plain = kernel_labels(summary, by=("source", "group", "kernel_full"))  # never numbered
+    return kernel_labels(summary) != plain
+
+
 def _describe(frame) -> str:
     kind = frame.attrs.get("kind", "?")
     notes = [f"{len(frame)} rows", kind]
@@ -73,6 +117,10 @@ def _describe(frame) -> str:
 def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
     """Read ncu CSV, .ncu-rep, nsys .sqlite or .nsys-rep reports and summarise them.
 
+    FILES may be FIFOs or pipes (`<(...)`, /dev/stdin) and `-` for standard input: each is
+    read once into a temporary copy (NSPROF_MAX_STREAM_BYTES bounds it, NSPROF_STREAM_WAIT_S
+    bounds the wait for data).
+
     Prints one table per report: per NVTX range (nsprof's own per-config ranges pool
     their reps) and kernel, the count, median, min, mean, std and coefficient of
     variation of the kernel duration, median cycles and clock.
@@ -82,22 +130,24 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
     from nsprof.analysis import compare as compare_frames
     from nsprof.analysis import format_compare, format_summary, summarize
     from nsprof.reports import read_report
+    from nsprof.reports.inputs import shown_name
 
     if compare and len(files) != 2:
         raise click.UsageError("--compare takes exactly two report files")
     if compare and as_json:
         raise click.UsageError("--compare prints a table; use --json without it for the rows")
+    _refuse_overwriting_inputs(files, {"--csv": csv_path, "--parquet": parquet_path})
     frames = []
     for path in files:
         frame = read_report(path, domain=domain)
         for warning in frame.attrs.get("warnings", []):
-            click.echo(f"nsprof: warning: {path}: {warning}", err=True)
+            click.echo(f"nsprof: warning: {shown_name(path)}: {warning}", err=True)
         frame.insert(0, "file", str(path))
         frames.append(frame)
     tidy = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     _write_exports(tidy, csv_path, parquet_path)
     if as_json:
-        click.echo(tidy.to_json(orient="records", force_ascii=False))
+        _echo_json_rows(tidy)
         return
     if compare:
         a, b = frames
@@ -114,7 +164,11 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
         return
     for path, frame in zip(files, frames):
         click.echo(f"{path}  ({_describe(frame)})")
-        click.echo(format_summary(summarize(frame)))
+        summary = summarize(frame)
+        click.echo(format_summary(summary))
+        if _shares_short_names(summary):
+            click.echo("note: kernels marked #1, #2, ... share a short name (or differ only past the column "
+                       "width); each is its own row by full name, listed by --json or --csv as kernel_full")
         if frame["workload"].eq("graph").any():
             click.echo("note: 'graph' rows are whole-graph workloads (ncu --graph-profiling graph): "
                        "not per-kernel durations; for µs kernels they were measured far above the "
@@ -476,9 +530,25 @@ def doctor(no_run) -> None:
     sys.exit(0 if available else 1)
 
 
+def _exit_for_closed_stdout() -> None:
+    """The reader of stdout went away (`nsprof analyze ... | head -1`): that is not an error.
+    As the Python docs advise, point stdout at devnull so that the flush at exit cannot fail
+    again (which would print "Exception ignored" and exit 120), then exit 0."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(0)
+
+
 def main() -> None:
     try:
         code = cli.main(prog_name="nsprof", standalone_mode=False)
+        sys.stdout.flush()  # inside the try: a closed pipe shows on the last flush too
+    except SystemExit:
+        # click answers a closed pipe (EPIPE) itself with exit status 1, after wrapping
+        # stdout in its PacifyFlushWrapper; that wrapper is how the case is recognised.
+        if isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
+            _exit_for_closed_stdout()
+        raise
     except NsprofError as exc:
         click.echo(f"nsprof: error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
@@ -493,7 +563,7 @@ def main() -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except BrokenPipeError:
-        sys.exit(0)
+        _exit_for_closed_stdout()
     except OSError as exc:
         click.echo(f"nsprof: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
         sys.exit(EXIT_ERROR)
