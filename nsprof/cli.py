@@ -461,6 +461,11 @@ def doctor(no_run) -> None:
 
 
 def main() -> None:
+    from nsprof.session import interrupt_on_termination
+
+    # timeout, Slurm and systemd stop nsprof with SIGTERM, a closed terminal with SIGHUP: act as
+    # on Ctrl-C (children stopped, what was measured kept), not die leaving the children running.
+    interrupt_on_termination()
     try:
         code = cli.main(prog_name="nsprof", standalone_mode=False)
     except NsprofError as exc:
