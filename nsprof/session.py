@@ -299,7 +299,7 @@ def _phase(status: RunStatus) -> str:
 
 
 _PHASE_WORDS = {"start": "while starting", "between": "between two configs", "exit": "at exit (after its last config)",
-                "report": "writing its report after the worker exited"}
+                "report": "while the profiler wrote its report (the worker had exited)"}
 
 
 def _end_run(proc, pid: int | None, kill_worker: bool = True) -> None:
@@ -613,6 +613,9 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                 if end.stalled == "exit":
                     lost_reason = (f"the worker hung at exit and was killed after {settings.phase_bound_s:g} s; "
                                    "nsys keeps kernels only at a clean exit")
+                elif end.stalled == "report":
+                    lost_reason = (f"{settings.backend} was still writing its report {settings.phase_bound_s:g} s "
+                                   "after the worker's last status line")
                 try:
                     report = driver.finish(base, log)
                 except NsprofError as exc:

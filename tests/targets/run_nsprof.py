@@ -2,7 +2,7 @@
 
 SPEC (JSON): "driver": null (backend none) or StatusReportDriver's keyword arguments;
 then either "argv" (run the `nsprof` command line with that driver) or "target",
-"n_configs", "settings" (ProfileSettings keywords) and "rows" (a file: one JSON line per
+"n_configs", "settings" (ProfileSettings keywords), optionally "config_ids", and "rows" (a file: one JSON line per
 on_rows call, then an "interrupted" line if the interrupt reached this caller).
 """
 
@@ -33,7 +33,8 @@ if __name__ == "__main__":
 
     settings = ProfileSettings(**spec["settings"])
     try:
-        nsprof.session.run_session(spec["target"], spec["n_configs"], settings, on_rows=on_rows)
+        nsprof.session.run_session(spec["target"], spec["n_configs"], settings, config_ids=spec.get("config_ids"),
+                                   on_rows=on_rows)
     except KeyboardInterrupt:
         rows.write('"interrupted"\n')
         sys.exit(130)
