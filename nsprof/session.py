@@ -267,6 +267,21 @@ def _kill(pid: int | None) -> None:
             pass
 
 
+def _kill_left_worker(status_file: Path, job_file: Path) -> None:
+    """Kill this run's worker if it outlived its profiler outside the profiler's process group
+    (a profiler may start its target in a group of its own). Only a process whose command line
+    names this run's job file is killed: the pid may belong to another process by now."""
+    pid = parse_status(status_file.read_text(errors="replace")).pid
+    if not _alive(pid):
+        return
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return
+    if os.fsencode(str(job_file)) in command:
+        _kill(pid)
+
+
 def _note(log_handle, text: str) -> None:
     """A line of nsprof's own in the part's log, where the user looks for what happened."""
     try:
@@ -594,6 +609,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                     # A profiler that died (killed, crashed) can leave its worker running: stop
                     # whatever is left of the group before reading the status, so nothing writes to it.
                     _kill_group(proc)
+                    _kill_left_worker(status_file, job_file)
                 status = parse_status(status_file.read_text(errors="replace"))
                 if device is None and status.device is not None:
                     device = status.device

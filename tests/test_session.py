@@ -181,6 +181,33 @@ def test_a_killed_profiler_costs_only_the_config_it_was_on(tmp_path, monkeypatch
     assert not _running(first_worker), "the killed profiler's worker was left running"
 
 
+class _DyingProfilerOwnGroup(_DyingProfiler):
+    """Like _DyingProfiler, but it starts its worker in a process group (and session) of its own,
+    out of reach of nsprof's kill of the profiler's group."""
+
+    def build_command(self, settings, job_file, report_base):
+        command = super().build_command(settings, job_file, report_base)
+        if command[0] == "sh":
+            command[2] = command[2].replace('"$@" &', 'setsid "$@" &')
+        return command
+
+
+def test_a_killed_profilers_worker_in_a_group_of_its_own_is_not_left_running(tmp_path, monkeypatch):
+    driver = _DyingProfilerOwnGroup(die_at=2)
+    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
+    left_running = []
+
+    def on_rows(frame):  # part 0 is over: its worker must be gone before the next one starts
+        if not (tmp_path / "part1.status").exists():
+            left_running.append(_running(parse_status((tmp_path / "part0.status").read_text()).pid))
+
+    # config 2 sleeps for an hour: left running, the first worker would measure beside the next
+    result = run_session(str(FIXTURES.parent / "targets" / "phases.py") + ":hanging", 4, settings, on_rows=on_rows)
+    assert left_running == [False], "the killed profiler's worker was left running"
+    assert set(result.failures) == {2}
+
+
 def _running(pid: int) -> bool:
     """Alive and not a zombie (an orphan killed here waits for PID 1 to reap it)."""
     from pathlib import Path
@@ -279,21 +306,21 @@ def test_a_config_whose_reps_never_all_reach_the_report_fails_with_that_reason(t
 PHASES = str(FIXTURES.parent / "targets" / "phases.py")
 
 
-def _standin(**kwargs):
-    import sys
-
-    sys.path.insert(0, str(FIXTURES.parent / "targets"))
+def _standin(monkeypatch, **kwargs):
+    """A StatusReportDriver (tests/targets/standin.py) standing in for the profiler of this test."""
+    monkeypatch.syspath_prepend(str(FIXTURES.parent / "targets"))
     from standin import StatusReportDriver
 
-    return StatusReportDriver(**kwargs)
+    driver = StatusReportDriver(**kwargs)
+    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    return driver
 
 
 @pytest.mark.parametrize("profiled", [False, True], ids=["bare", "profiled"])
 def test_a_worker_that_hangs_while_starting_is_one_clear_error(tmp_path, monkeypatch, profiled):
     monkeypatch.setenv("NSPROF_TEST_HANG", "start")  # the target's import sleeps for an hour
     if profiled:
-        driver = _standin(profiler_flags=[])
-        monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+        _standin(monkeypatch, profiler_flags=[])
     settings = ProfileSettings(backend="ncu" if profiled else "none", modes=("direct",), reps=1, warmup=0,
                                timeout_s=2, phase_timeout_s=3, work_dir=tmp_path)
     with pytest.raises(ToolFailed) as caught:
@@ -308,8 +335,7 @@ def test_a_worker_that_hangs_while_starting_is_one_clear_error(tmp_path, monkeyp
 def test_a_worker_that_hangs_at_exit_loses_nothing(tmp_path, monkeypatch, profiled):
     monkeypatch.setenv("NSPROF_TEST_HANG", "exit")  # an atexit handler sleeps for an hour
     if profiled:
-        driver = _standin(profiler_flags=[])
-        monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+        _standin(monkeypatch, profiler_flags=[])
     settings = ProfileSettings(backend="ncu" if profiled else "none", modes=("direct",), reps=2, warmup=0,
                                timeout_s=2, phase_timeout_s=3, work_dir=tmp_path)
     result = run_session(PHASES + ":healthy", 4, settings)
@@ -327,8 +353,7 @@ def test_a_restart_that_fails_to_start_keeps_what_earlier_parts_measured(tmp_pat
     monkeypatch.setenv("NSPROF_TEST_POISON", str(tmp_path / "poison"))
     if how == "hangs":
         monkeypatch.setenv("NSPROF_TEST_POISON_HANG", "1")
-    driver = _standin()
-    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    _standin(monkeypatch)
     settings = ProfileSettings(backend="ncu", modes=("direct",), reps=2, warmup=0, timeout_s=5, phase_timeout_s=3,
                                work_dir=tmp_path / "work")
     result = run_session(PHASES + ":restart", 6, settings)
@@ -406,8 +431,7 @@ def test_complete_configs_needs_every_rep_to_have_its_kernels():
 def test_on_rows_gets_each_parts_configs_as_soon_as_its_report_is_read(tmp_path, monkeypatch):
     import pandas as pd
 
-    driver = _standin()
-    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    _standin(monkeypatch)
     calls = []
 
     def on_rows(frame):
@@ -427,8 +451,7 @@ def test_on_rows_gets_each_parts_configs_as_soon_as_its_report_is_read(tmp_path,
 def test_ctrl_c_hands_over_the_interrupted_parts_whole_configs_then_raises(tmp_path, monkeypatch):
     import pandas as pd
 
-    driver = _standin(lossy=True)  # nsys-like: kernels reach the report only at a clean worker exit
-    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    _standin(monkeypatch, lossy=True)  # nsys-like: kernels reach the report only at a clean worker exit
     calls = []
 
     def ctrl_c(event, config_id, detail):
