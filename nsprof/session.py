@@ -233,14 +233,11 @@ def _alive(pid: int | None) -> bool:
     """Running and not a zombie (a worker that exited waits for its profiler to reap it)."""
     if not pid:
         return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        if Path("/proc/self/stat").exists():
+    if Path("/proc/self/stat").exists():
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
             return False
-    except (OSError, IndexError):
-        pass
-    else:
         return state not in ("Z", "X")
     try:  # no /proc here: a zombie counts as alive
         os.kill(pid, 0)
@@ -467,9 +464,10 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
     the tidy rows (nsprof.schema.make_frame) of every config that became final in it: the
     measurements of whole configs, and a row with `error` set for each config that failed;
     configs left unrun at the end come in a last call. Every row of SessionResult.frame comes
-    through on_rows exactly once, in no other order guarantee. On KeyboardInterrupt the
-    interrupted part's whole configs (and failures) are handed over before the interrupt
-    goes on; an unfinished config is neither.
+    through on_rows exactly once. On KeyboardInterrupt the interrupted part's whole configs
+    (and the failures it recorded) are handed over before the interrupt goes on; the config it
+    was measuring is neither measured nor failed. An exception raised by on_rows goes through
+    (the children are stopped first).
     """
     import contextlib
 
@@ -553,6 +551,97 @@ def _salvage(driver, settings: ProfileSettings, base: Path, log: Path, hand_over
         hand_over(pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0])
 
 
+def _run_worker(command: list[str], log: Path, status_file: Path, job_file: Path, settings: ProfileSettings,
+                notify, pipe: _DeathPipe) -> _RunEnd:
+    """Start the profiler (which starts the worker) and follow it to its end; nothing of it is
+    left running on return, nor when an interrupt or an error goes through."""
+    with open(log, "w") as log_handle:
+        proc = None
+        try:
+            proc = _launch(command, log_handle, pipe)
+            end = _follow(proc, status_file, settings, notify, log_handle)
+        except KeyboardInterrupt:
+            if proc is not None:
+                try:
+                    _stop_cleanly(proc, status_file)
+                except BaseException:
+                    _kill_group(proc)  # interrupted again: stop waiting
+                    raise
+            raise
+        except BaseException:
+            # An error here: the profiler and worker run in their own process session, so they
+            # would outlive nsprof and keep the GPU unless killed.
+            if proc is not None:
+                _kill_group(proc)
+            raise
+        # A profiler that died (killed, crashed) can leave its worker running: stop whatever is
+        # left of the group before reading the status, so nothing writes to it.
+        _kill_group(proc)
+        _kill_left_worker(status_file, job_file)
+    return end
+
+
+@dataclass
+class _Part:
+    """What one worker run leaves for the session."""
+
+    status: RunStatus
+    kept: object | None = None  # the rows of its whole configs
+    failures: dict[int, str] = field(default_factory=dict)  # configs that failed in it, for good
+    lost: dict[int, str] = field(default_factory=dict)  # done, but not whole in the report: why
+    report: Path | None = None
+
+
+def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _RunEnd) -> _Part:
+    """The status and report of one finished worker run: what it measured whole, what failed."""
+    status = parse_status(base.with_suffix(".status").read_text(errors="replace"))
+    part = _Part(status=status, failures=dict(status.failed))
+    crashed = status.current
+    if crashed is not None:
+        part.failures[crashed] = (f"timeout: still running after {settings.timeout_s:g} s" if crashed == end.timed_out
+                                  else failure_reason(log, end.returncode))
+    # A worker that did not reach its end (crashed, timed out, lost its CUDA context, killed
+    # with its profiler or for hanging) may take its report, or the report's kernels, with it.
+    abnormal = crashed is not None or not status.ended or end.stalled is not None or end.returncode < 0
+    lost_reason = ""
+    if end.stalled == "exit":
+        lost_reason = (f"the worker hung at exit and was killed after {settings.phase_bound_s:g} s; "
+                       "nsys keeps kernels only at a clean exit")
+    elif end.stalled == "report":
+        lost_reason = (f"{settings.backend} was still writing its report {settings.phase_bound_s:g} s "
+                       "after the worker's last status line")
+    measured, incomplete, complete = None, {}, set()
+    try:
+        part.report = driver.finish(base, log)
+    except NsprofError as exc:
+        if status.done and not abnormal:
+            raise _explained(exc, log) from None
+        lost_reason = lost_reason or str(exc)
+    if part.report is not None:
+        try:
+            measured = driver.read(part.report, settings)
+        except NsprofError as exc:
+            if not abnormal:
+                raise _explained(exc, log) from None
+            # A profiler whose target was killed may write a report without its kernels (nsys:
+            # CUPTI buffers are flushed at a clean exit only).
+            part.report = None
+            lost_reason = lost_reason or str(exc)
+        else:
+            # Only whole configs count as measured: a report can be cut off mid-write (ncu's
+            # streams to disk) when the profiler is killed, even after its orphaned worker
+            # reached its end. A partial config is measured again whole.
+            incomplete = _incomplete(measured, status.done, settings)
+            complete = _complete_configs(measured, status.done, settings)
+            part.kept = measured[measured["config_id"].isin(complete)]
+    elif status.done and not abnormal and settings.backend != "none":
+        raise ToolFailed(f"{settings.backend} wrote no report: {tool_failure_reason(log, end.returncode)} "
+                         f"(log: {log})")
+    if settings.backend != "none":
+        part.lost = {c: incomplete.get(c) or lost_reason for c in status.done if c not in complete}
+    return part
+
+
 def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_ids: list[int] | None,
                on_progress: Callable[[str, int, str], None] | None, job_extra: dict | None, driver,
                work_dir: Path, on_rows: Callable[[object], None] | None = None) -> SessionResult:
@@ -571,12 +660,22 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
     started_at = time.monotonic()
     notify = on_progress or (lambda event, cfg, detail: None)
     hand_over = on_rows or (lambda frame: None)
+
+    def settle(new_failures: dict[int, str], kept=None) -> None:
+        """Record what became final, and hand it over at once."""
+        failures.update(new_failures)
+        new = [f for f in (kept, _failure_frame(new_failures, settings) if new_failures else None)
+               if f is not None and len(f)]
+        frames.extend(new)
+        if new:
+            hand_over(pd.concat(new, ignore_index=True) if len(new) > 1 else new[0])
+
     pipe = _DeathPipe()
     try:
-        for part in range(settings.max_restarts + 1):
+        for part_number in range(settings.max_restarts + 1):
             if not remaining:
                 break
-            base = work_dir / f"part{part}"
+            base = work_dir / f"part{part_number}"
             status_file = base.with_suffix(".status")
             status_file.write_text("")
             log = base.with_suffix(".log")
@@ -585,113 +684,37 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                       **(job_extra or {}))
             job_file = job.write(base.with_suffix(".job.json"))
             command = driver.build_command(settings, job_file, base)
-            handed_over = False
+            settled = False
             try:
-                with open(log, "w") as log_handle:
-                    proc = None
-                    try:
-                        proc = _launch(command, log_handle, pipe)
-                        end = _follow(proc, status_file, settings, notify, log_handle)
-                    except KeyboardInterrupt:
-                        if proc is not None:
-                            try:
-                                _stop_cleanly(proc, status_file)
-                            except BaseException:
-                                _kill_group(proc)  # interrupted again: stop waiting
-                                raise
-                        raise
-                    except BaseException:
-                        # An error here: the profiler and worker run in their own process
-                        # session, so they would outlive nsprof and keep the GPU unless killed.
-                        if proc is not None:
-                            _kill_group(proc)
-                        raise
-                    # A profiler that died (killed, crashed) can leave its worker running: stop
-                    # whatever is left of the group before reading the status, so nothing writes to it.
-                    _kill_group(proc)
-                    _kill_left_worker(status_file, job_file)
-                status = parse_status(status_file.read_text(errors="replace"))
-                if device is None and status.device is not None:
-                    device = status.device
-                part_failures = dict(status.failed)
-                crashed = status.current
-                if crashed is not None:
-                    reason = (f"timeout: still running after {settings.timeout_s:g} s" if crashed == end.timed_out
-                              else failure_reason(log, end.returncode))
-                    part_failures[crashed] = reason
-                    notify("fail", crashed, reason)
-                # A worker that did not reach its end (crashed, timed out, lost its CUDA context,
-                # killed with its profiler or for hanging) may take its report, or the report's
-                # kernels, with it.
-                abnormal = (crashed is not None or not status.ended or end.stalled is not None
-                            or end.returncode < 0)
-                report, measured, lost_reason, incomplete, complete = None, None, "", {}, set()
-                if end.stalled == "exit":
-                    lost_reason = (f"the worker hung at exit and was killed after {settings.phase_bound_s:g} s; "
-                                   "nsys keeps kernels only at a clean exit")
-                elif end.stalled == "report":
-                    lost_reason = (f"{settings.backend} was still writing its report {settings.phase_bound_s:g} s "
-                                   "after the worker's last status line")
-                try:
-                    report = driver.finish(base, log)
-                except NsprofError as exc:
-                    if status.done and not abnormal:
-                        raise _explained(exc, log) from None
-                    lost_reason = lost_reason or str(exc)
-                if report is not None:
-                    try:
-                        measured = driver.read(report, settings)
-                    except NsprofError as exc:
-                        if not abnormal:
-                            raise _explained(exc, log) from None
-                        # A profiler whose target was killed may write a report without its kernels
-                        # (nsys: CUPTI buffers are flushed at a clean exit only).
-                        lost_reason = lost_reason or str(exc)
-                    else:
-                        reports.append(report)
-                        # Only whole configs count as measured: a report can be cut off mid-write
-                        # (ncu's streams to disk) when the profiler is killed, even after its
-                        # orphaned worker reached its end. A partial config is measured again whole.
-                        incomplete = _incomplete(measured, status.done, settings)
-                        complete = _complete_configs(measured, status.done, settings)
-                elif status.done and not abnormal and settings.backend != "none":
-                    raise ToolFailed(f"{settings.backend} wrote no report: {tool_failure_reason(log, end.returncode)} "
-                                     f"(log: {log})")
-                lost = []
-                if settings.backend != "none" and status.done:
-                    # Lost: not in the report, or only partly: its partial rows are not kept.
-                    lost = [c for c in status.done if c not in complete]
+                end = _run_worker(command, log, status_file, job_file, settings, notify, pipe)
+                part = _read_part(driver, settings, base, log, end)
+                status = part.status
+                device = device or status.device
+                if status.current is not None:
+                    notify("fail", status.current, part.failures[status.current])
+                if part.report is not None:
+                    reports.append(part.report)
                 requeued = []
-                for config_id in lost:
+                for config_id, why in part.lost.items():
                     # Measured but not (whole) in the report: measure again, then call it a failure.
                     retries[config_id] = retries.get(config_id, 0) + 1
-                    why = incomplete.get(config_id) or lost_reason
                     if retries[config_id] > MAX_LOST_RETRIES:
-                        part_failures[config_id] = (
+                        part.failures[config_id] = (
                             f"measured {MAX_LOST_RETRIES + 1} times, but {settings.backend}'s report lost it each time"
                             + (f" ({one_line(why, 120)})" if why else ""))
                     else:
                         requeued.append(config_id)
                 for config_id in requeued:
                     notify("retry", config_id, "its report was lost with the crashed run; measuring again")
-                kept = measured[measured["config_id"].isin(complete)] if measured is not None else None
-                if settings.backend == "none":
-                    measured_any = measured_any or bool(status.done)
-                elif kept is not None and len(kept):
+                if settings.backend == "none" and status.done or part.kept is not None and len(part.kept):
                     measured_any = True
-                part_frames = [f for f in (kept, _failure_frame(part_failures, settings) if part_failures else None)
-                               if f is not None and len(f)]
-                frames += part_frames
-                failures.update(part_failures)
-                handed_over = True
-                if part_frames:
-                    hand_over(pd.concat(part_frames, ignore_index=True) if len(part_frames) > 1 else part_frames[0])
+                settled = True
+                settle(part.failures, part.kept)
             except KeyboardInterrupt:
-                if not handed_over:
+                if not settled:
                     _salvage(driver, settings, base, log, hand_over)
                 raise
-            progressed = (set(status.done) - set(requeued)) | set(status.failed) | (
-                {crashed} if crashed is not None else set())
+            progressed = (set(status.done) - set(requeued)) | set(part.failures)
             if not progressed and not requeued:
                 # The worker never reached a config: it could not start (or hung while starting).
                 reason = _start_failure(status, end, settings, log)
@@ -701,9 +724,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                 not_run = {c: f"not run: the worker failed to start: {reason}" for c in remaining}
                 for config_id, why in not_run.items():
                     notify("fail", config_id, why)
-                failures.update(not_run)
-                frames.append(_failure_frame(not_run, settings))
-                hand_over(frames[-1])
+                settle(not_run)
                 remaining = []
                 break
             # Lost configs go last, after the configs that have not run yet: a config that crashes
@@ -716,9 +737,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                        "(raise ProfileSettings.max_restarts)") for c in remaining}
         for config_id, why in not_run.items():
             notify("fail", config_id, why)
-        failures.update(not_run)
-        frames.append(_failure_frame(not_run, settings))
-        hand_over(frames[-1])
+        settle(not_run)
     frame = pd.concat(frames, ignore_index=True) if frames else make_frame([])
     return SessionResult(frame=frame, reports=reports, failures=failures, work_dir=work_dir,
                          wall_s=time.monotonic() - started_at, device=device)
