@@ -246,15 +246,17 @@ def run(job: Job) -> int:
     status = Status(job.status)
     status.write("pid", os.getpid())
     status.write("watch", json.dumps(watch_parent(job)))
-    previous = signal.signal(signal.SIGTERM, _request_stop)
+    signal.signal(signal.SIGTERM, _request_stop)
     try:
         return _run(job, status)
     except _Stopped:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         status.write("stopped")
         return EXIT_STOPPED
     finally:
-        # From here on the worker only exits: a second SIGTERM ends it at once.
-        signal.signal(signal.SIGTERM, previous)
+        # From here on the worker only exits. A SIGTERM now would cut that short and cost nsys
+        # the kernels it flushes at exit; nsprof kills a worker that takes too long to exit.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _run(job: Job, status: Status) -> int:

@@ -490,3 +490,24 @@ def test_the_status_protocol_reads_what_the_worker_writes(tmp_path):
     parsed = parse_status(path.read_text())
     assert parsed.pid == 12 and parsed.done == [0] and parsed.stopped and not parsed.ended
     assert parsed.device == {"uuid": "GPU-5f2b3c1e-0000-1111-2222-333344445555", "name": "NVIDIA H200", "index": 0}
+
+
+def test_ctrl_c_while_the_worker_exits_lets_it_exit_cleanly(tmp_path, monkeypatch):
+    # nsys-like stand-in behind a profiler process: a worker killed by a signal, even after its
+    # last config, loses every kernel of its run. Ctrl-C while it exits must let it finish.
+    import pandas as pd
+
+    monkeypatch.setenv("NSPROF_TEST_SLOW_EXIT", "2")
+    _standin(monkeypatch, lossy=True, profiler_flags=[])
+    calls = []
+
+    def ctrl_c(event, config_id, detail):
+        if event == "done" and config_id == 3:
+            raise KeyboardInterrupt
+
+    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run_session(PHASES + ":healthy", 4, settings, on_progress=ctrl_c, on_rows=calls.append)
+    assert int((tmp_path / "part0.exit").read_text()) >= 0, "the worker was killed by a signal"
+    rows = pd.concat(calls)
+    assert sorted(set(rows["config_id"])) == [0, 1, 2, 3]

@@ -7,6 +7,8 @@ the worker's status, as the real tools do.
     does not pass them through; nsprof must not rely on its pipe alone).
 --outlive-parent: clear the parent-death signal nsprof set and ignore SIGTERM/SIGHUP, as a
     profiler might; it then ends only when its worker does (the worker must notice nsprof's death).
+--exit-file PATH: write the worker's exit status there (negative: killed by that signal), for a
+    stand-in report that, like nsys's, keeps kernels only when the worker exited by itself.
 """
 
 import os
@@ -40,4 +42,7 @@ if __name__ == "__main__":
             break
         except KeyboardInterrupt:
             continue
+    if "--exit-file" in flags:
+        with open(flags[flags.index("--exit-file") + 1], "w") as handle:
+            handle.write(str(code))
     sys.exit(code if code >= 0 else 128 - code)

@@ -5,6 +5,7 @@ What happens is chosen by the environment, so that only the worker (not the test
 which never imports this file) is affected:
     NSPROF_TEST_HANG=start   sleep for an hour while being imported
     NSPROF_TEST_HANG=exit    sleep for an hour in an atexit handler
+    NSPROF_TEST_SLOW_EXIT=S  sleep S seconds in an atexit handler (a slow but healthy exit)
     NSPROF_TEST_POISON=PATH  fail to import (or hang, with NSPROF_TEST_POISON_HANG=1) while PATH
                              exists; config kind "poison" creates PATH and crashes the worker
 """
@@ -22,6 +23,8 @@ if os.environ.get("NSPROF_TEST_HANG") == "start":
     time.sleep(3600)
 if os.environ.get("NSPROF_TEST_HANG") == "exit":
     atexit.register(time.sleep, 3600)
+if os.environ.get("NSPROF_TEST_SLOW_EXIT"):
+    atexit.register(time.sleep, float(os.environ["NSPROF_TEST_SLOW_EXIT"]))
 if _POISON and Path(_POISON).exists():
     if os.environ.get("NSPROF_TEST_POISON_HANG") == "1":
         time.sleep(3600)

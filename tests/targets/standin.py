@@ -3,8 +3,9 @@ status file, run through real child processes (no GPU, no Nsight tools).
 
 A report holds `kernels` kernel rows per (config, mode, rep) of every config the worker
 finished. `lossy=True` behaves like nsys: the report holds nothing unless the worker exited
-cleanly (its status file ends with `end` or `stopped`), since CUPTI buffers are flushed only at
-a clean exit. Without it the report is like ncu's, written as the kernels run.
+cleanly, since CUPTI buffers are flushed only then: by itself, not by a signal (read from the
+stand-in profiler's exit file), and with `end` or `stopped` last in its status file. Without
+it the report is like ncu's, written as the kernels run.
 """
 
 from __future__ import annotations
@@ -34,11 +35,16 @@ class StatusReportDriver:
         command = worker_command(settings, job_file)
         if self.profiler_flags is None:
             return command
-        return [sys.executable, str(FAKE_PROFILER), *self.profiler_flags, "--", *command]
+        exit_file = report_base.with_suffix(".exit")
+        return [sys.executable, str(FAKE_PROFILER), *self.profiler_flags, "--exit-file", str(exit_file), "--",
+                *command]
 
     def finish(self, report_base, log):
         status = parse_status(report_base.with_suffix(".status").read_text())
+        exit_file = report_base.with_suffix(".exit")
         clean = status.ended or status.stopped
+        if self.profiler_flags is not None:
+            clean = clean and exit_file.exists() and int(exit_file.read_text() or -1) >= 0
         done = status.done if clean or not self.lossy else []
         report = report_base.with_suffix(self.suffix)
         report.write_text(json.dumps(done))
