@@ -540,6 +540,11 @@ def _exit_for_closed_stdout() -> None:
 
 
 def main() -> None:
+    from nsprof.session import interrupt_on_termination
+
+    # timeout, Slurm and systemd stop nsprof with SIGTERM, a closed terminal with SIGHUP: act as
+    # on Ctrl-C (children stopped, what was measured kept), not die leaving the children running.
+    interrupt_on_termination()
     try:
         code = cli.main(prog_name="nsprof", standalone_mode=False)
         sys.stdout.flush()  # inside the try: a closed pipe shows on the last flush too

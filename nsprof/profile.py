@@ -98,11 +98,17 @@ def precompile(space, jobs: int | None = None, log: str | None = None,
 
 
 def profile(target: str, settings: ProfileSettings | None = None, *, config_ids: list[int] | None = None,
-            on_progress: Callable[[str, int, str], None] | None = None, jobs: int | None = None):
+            on_progress: Callable[[str, int, str], None] | None = None, jobs: int | None = None,
+            on_rows: Callable[[object], None] | None = None):
     """Measure every config (or `config_ids`) of `target`; returns the tidy DataFrame.
 
     Rows: one per kernel execution inside nsprof's ranges, plus one per failed config
-    (duration NaN, `error` set). attrs: target, backend, configs, reports, wall_s, failures.
+    (duration NaN, `error` set). attrs: target, backend, configs, reports, wall_s, failures,
+    device (what the worker measured on: {"uuid", "name", ...}).
+
+    on_rows(frame) gets the rows of configs as they become final (see run_session): first the
+    configs that failed to compile, then each worker run's whole configs and failures. On
+    Ctrl-C it has had every whole config measured before the KeyboardInterrupt goes on.
     """
     import pandas as pd
 
@@ -119,13 +125,19 @@ def profile(target: str, settings: ProfileSettings | None = None, *, config_ids:
             on_progress("fail", cfg, reason)
     to_run = [c for c in wanted if c not in compile_failures]
     frames = []
+    compile_frame = None
+    if compile_failures:
+        compile_frame = make_frame([{"source": settings.backend, "config_id": c, "error": e, **settings.labels}
+                                    for c, e in sorted(compile_failures.items())])
+        if on_rows:
+            on_rows(compile_frame)
     result = None
     if to_run:
-        result = run_session(target, len(space.configs), settings, config_ids=to_run, on_progress=on_progress)
+        result = run_session(target, len(space.configs), settings, config_ids=to_run, on_progress=on_progress,
+                             on_rows=on_rows)
         frames.append(result.frame)
-    if compile_failures:
-        frames.append(make_frame([{"source": settings.backend, "config_id": c, "error": e, **settings.labels}
-                                  for c, e in sorted(compile_failures.items())]))
+    if compile_frame is not None:
+        frames.append(compile_frame)
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     frame.attrs.update({
         "target": target,
@@ -136,6 +148,7 @@ def profile(target: str, settings: ProfileSettings | None = None, *, config_ids:
         "work_dir": str(result.work_dir) if result and result.work_dir else None,
         "wall_s": result.wall_s if result else 0.0,
         "failures": {**(result.failures if result else {}), **compile_failures},
+        "device": result.device if result else None,
     })
     return frame
 

@@ -5,6 +5,14 @@ the worker's status file: it counts progress, kills a config that runs past its 
 and when the worker dies (illegal address, abort, out of memory, timeout) records that
 config as failed with the reason and starts a new worker at the next config. Each worker
 run writes its own report part; every part is read, so nothing measured is lost.
+
+Every phase of a worker run is bounded: a config's window by settings.timeout_s, and the
+rest (starting, between configs, exiting) by settings.phase_bound_s without a status line.
+No child outlives nsprof: the profiler gets SIGKILL when nsprof dies (Linux's parent-death
+signal), and the worker ends when nsprof's pipe closes (see nsprof.worker). On Ctrl-C (and
+SIGTERM/SIGHUP, which interrupt_on_termination turns into Ctrl-C) the worker is asked to stop
+cleanly, the interrupted part's report is read, and its whole configs are handed to on_rows
+before the KeyboardInterrupt goes on.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,6 +35,8 @@ from nsprof.worker import START_MARKER, Job
 POLL_S = 0.1
 MAX_LOST_RETRIES = 2  # a config measured but lost with a crashed run's report is measured again
 GRACE_S = 60.0  # after killing a worker, how long the profiler gets to write its report
+STOP_GRACE_S = 15.0  # after asking a worker to stop (nsprof interrupted), how long before it is killed
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 # Log lines that name why a worker died, most specific first.
 _REASON_MARKERS = ("ERR_NVGPUCTRPERM", "illegal memory access", "an illegal", "out of memory",
@@ -41,6 +52,10 @@ class RunStatus:
     done: list[int] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
     ended: bool = False
+    stopped: bool = False  # stopped early, cleanly, because nsprof asked (it was interrupted)
+    device: dict | None = None  # {"uuid", "name", ...} of the device the worker measured on
+    watch: dict | None = None  # how the worker watches for nsprof's death (nsprof.worker.watch_parent)
+    abort: str | None = None  # why the worker could not start (target import, CUDA init)
 
     @property
     def current(self) -> int | None:
@@ -49,24 +64,40 @@ class RunStatus:
         return None
 
 
+def _json_or_text(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
 def parse_status(text: str) -> RunStatus:
+    """Read a worker's status file (the protocol is in nsprof.worker's docstring)."""
     status = RunStatus()
-    for line in text.splitlines():
+    lines = text.split("\n")
+    for line in lines[:-1]:  # the last piece has no newline yet: still being written
         word, _, rest = line.partition(" ")
-        if word == "pid" and rest.strip().isdigit():
-            status.pid = int(rest)
-        elif word == "start":
-            status.started.append(int(rest))
-        elif word == "done":
-            status.done.append(int(rest))
-        elif word == "fail":
-            cfg, _, reason = rest.partition(" ")
-            try:
-                status.failed[int(cfg)] = json.loads(reason)
-            except json.JSONDecodeError:
-                status.failed[int(cfg)] = reason
-        elif word == "end":
-            status.ended = True
+        try:
+            if word == "pid" and rest.strip().isdigit():
+                status.pid = int(rest)
+            elif word == "start":
+                status.started.append(int(rest))
+            elif word == "done":
+                status.done.append(int(rest))
+            elif word == "fail":
+                cfg, _, reason = rest.partition(" ")
+                status.failed[int(cfg)] = _json_or_text(reason)
+            elif word == "end":
+                status.ended = True
+            elif word == "stopped":
+                status.stopped = True
+            elif word in ("device", "watch"):
+                value = _json_or_text(rest)
+                setattr(status, word, value if isinstance(value, dict) else None)
+            elif word == "abort":
+                status.abort = str(_json_or_text(rest))
+        except ValueError:
+            continue  # not a line this protocol writes
     return status
 
 
@@ -161,58 +192,68 @@ class SessionResult:
     # failures); a folder the user named, or any folder of a run with failures, is kept.
     work_dir: Path | None
     wall_s: float
+    # The device the (first) worker measured on, as it said after CUDA init: {"uuid", "name", ...}.
+    device: dict | None = None
+
+
+def _incomplete(measured, done: list[int], settings: ProfileSettings) -> dict[int, str]:
+    """For each config of `done` with rows in the report that is not whole there: why not.
+
+    Whole means every (mode, rep) range is there and every rep of a mode has as many kernels
+    as that mode's other reps: a report cut off mid-write (a profiler killed, ncu streaming its
+    report to disk) can lose a rep's last kernels without losing its range. (With one rep per
+    mode there is nothing to compare a rep with; modes are not compared with each other, since
+    a whole-graph workload is one row per rep.)
+    """
+    rows = measured[measured["config_id"].isin(done)]
+    if rows.empty:
+        return {}
+    expected = len(set(settings.modes)) * settings.reps
+    per_rep = rows.groupby(["config_id", "mode", "rep"], dropna=False).size()
+    reasons = {}
+    for config_id, counts in per_rep.groupby(level="config_id"):
+        if len(counts) < expected:
+            reasons[int(config_id)] = "the report held only some of its reps"
+            continue
+        for mode, mode_counts in counts.groupby(level="mode", dropna=False):
+            if mode_counts.nunique() > 1:
+                per = ", ".join(str(int(n)) for n in mode_counts)
+                reasons[int(config_id)] = f"its {mode} reps held different numbers of kernels ({per})"
+                break
+    return reasons
 
 
 def _complete_configs(measured, done: list[int], settings: ProfileSettings) -> set[int]:
-    """The configs of `done` whose every (mode, rep) range is in the report."""
-    rows = measured[measured["config_id"].isin(done)]
-    expected = len(set(settings.modes)) * settings.reps
-    if rows.empty:
-        return set()
-    ranges = rows.drop_duplicates(["config_id", "mode", "rep"]).groupby("config_id").size()
-    return {int(c) for c, count in ranges.items() if count >= expected}
+    """The configs of `done` that are whole in the report (see _incomplete)."""
+    present = set(measured[measured["config_id"].isin(done)]["config_id"].dropna().astype(int))
+    return present - set(_incomplete(measured, done, settings))
+
+
+def _alive(pid: int | None) -> bool:
+    """Running and not a zombie (a worker that exited waits for its profiler to reap it)."""
+    if not pid:
+        return False
+    if Path("/proc/self/stat").exists():
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state not in ("Z", "X")
+    try:  # no /proc here: a zombie counts as alive
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _kill_group(proc) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
-
-
-def _follow(proc, status_file: Path, settings: ProfileSettings, notify) -> tuple[int, int | None]:
-    """Follow one worker run until it ends: progress events, and the per-config timeout.
-
-    Returns (exit status, config killed for running past its timeout or None).
-    """
-    import subprocess
-
-    seen = RunStatus()
-    current_since = time.monotonic()
-    timed_out: int | None = None
-    while True:
-        returncode = proc.poll()
-        status = parse_status(status_file.read_text(errors="replace"))
-        for cfg in status.done[len(seen.done):]:
-            notify("done", cfg, "")
-        for cfg in status.failed:
-            if cfg not in seen.failed:
-                notify("fail", cfg, status.failed[cfg])
-        if status.current != seen.current:
-            current_since = time.monotonic()
-        seen = status
-        if returncode is not None:
-            return returncode, timed_out
-        if status.current is not None and time.monotonic() - current_since > settings.timeout_s:
-            timed_out = status.current
-            _kill(status.pid)  # the worker only: the profiler stays to write its report
-            try:
-                proc.wait(timeout=GRACE_S)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-            continue
-        time.sleep(POLL_S)
 
 
 def _kill(pid: int | None) -> None:
@@ -223,24 +264,223 @@ def _kill(pid: int | None) -> None:
             pass
 
 
+def _kill_left_worker(status_file: Path, job_file: Path) -> None:
+    """Kill this run's worker if it outlived its profiler outside the profiler's process group
+    (a profiler may start its target in a group of its own). Only a process whose command line
+    names this run's job file is killed: the pid may belong to another process by now."""
+    pid = parse_status(status_file.read_text(errors="replace")).pid
+    if not _alive(pid):
+        return
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return
+    if os.fsencode(str(job_file)) in command:
+        _kill(pid)
+
+
+def _note(log_handle, text: str) -> None:
+    """A line of nsprof's own in the part's log, where the user looks for what happened."""
+    try:
+        log_handle.write(f"==NSPROF== {text}\n")
+        log_handle.flush()
+    except (OSError, ValueError):
+        pass
+
+
+@dataclass
+class _RunEnd:
+    """How one worker run ended."""
+
+    returncode: int
+    timed_out: int | None = None  # the config killed for running past settings.timeout_s
+    stalled: str | None = None  # the phase that went past settings.phase_bound_s (see _phase)
+
+
+def _phase(status: RunStatus) -> str:
+    """What a worker is doing while no config is current."""
+    if status.pid is None:
+        return "start"  # the profiler, or Python, has not started it yet
+    if not _alive(status.pid):
+        return "report"  # the worker is gone; the profiler is still writing its report
+    if status.ended or status.stopped:
+        return "exit"
+    if not status.started:
+        return "start"
+    return "between"
+
+
+_PHASE_WORDS = {"start": "while starting", "between": "between two configs", "exit": "at exit (after its last config)",
+                "report": "while the profiler wrote its report (the worker had exited)"}
+
+
+def _end_run(proc, pid: int | None, kill_worker: bool = True) -> None:
+    """Kill a worker that went past a bound; the profiler gets GRACE_S to write its report."""
+    import subprocess
+
+    if pid is None:
+        _kill_group(proc)  # nothing ran: nothing to write
+        return
+    if kill_worker:
+        _kill(pid)  # the worker only: the profiler stays to write its report
+    try:
+        proc.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+
+
+def _follow(proc, status_file: Path, settings: ProfileSettings, notify, log_handle) -> _RunEnd:
+    """Follow one worker run until it ends: progress events, and the bound on every phase.
+
+    A config may run settings.timeout_s from its start line; outside a config (starting,
+    between configs, exiting) the worker may go settings.phase_bound_s without a new line.
+    """
+    seen = RunStatus()
+    seen_size = -1
+    current_since = last_line_at = time.monotonic()
+    timed_out: int | None = None
+    stalled: str | None = None
+    while True:
+        returncode = proc.poll()
+        text = status_file.read_text(errors="replace")
+        status = parse_status(text)
+        for cfg in status.done[len(seen.done):]:
+            notify("done", cfg, "")
+        for cfg in status.failed:
+            if cfg not in seen.failed:
+                notify("fail", cfg, status.failed[cfg])
+        now = time.monotonic()
+        if status.current != seen.current:
+            current_since = now
+        if len(text) != seen_size:
+            seen_size, last_line_at = len(text), now
+        seen = status
+        if returncode is not None:
+            return _RunEnd(returncode, timed_out, stalled)
+        if timed_out is None and stalled is None:
+            if status.current is not None and now - current_since > settings.timeout_s:
+                timed_out = status.current
+                _end_run(proc, status.pid)
+                continue
+            if status.current is None and now - last_line_at > settings.phase_bound_s:
+                stalled = _phase(status)
+                _note(log_handle, f"no progress for {settings.phase_bound_s:g} s {_PHASE_WORDS[stalled]}: "
+                                  "nsprof stopped the run")
+                # A worker already gone ("report") is not killed: its pid may be another's by now.
+                _end_run(proc, status.pid, kill_worker=stalled != "report")
+                continue
+        time.sleep(POLL_S)
+
+
+def _stop_cleanly(proc, status_file: Path) -> None:
+    """nsprof was interrupted: ask the worker to stop (it exits cleanly, so that nsys still
+    flushes what it measured), kill it after STOP_GRACE_S, give the profiler GRACE_S for its
+    report, then kill whatever is left of the process group."""
+    import subprocess
+
+    pid = parse_status(status_file.read_text(errors="replace")).pid
+    if pid is None:
+        _kill_group(proc)  # the worker has not started: nothing measured in this part
+        return
+    if _alive(pid):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + STOP_GRACE_S
+        while _alive(pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(POLL_S / 2)
+        _kill(pid if _alive(pid) else None)
+    try:
+        proc.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    _kill_group(proc)
+
+
+def _dies_with_nsprof():
+    """A preexec_fn giving the profiler (or bare worker) SIGKILL when this nsprof thread dies,
+    even by SIGKILL (Linux's parent-death signal); None where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    kill = int(signal.SIGKILL)
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != parent:  # nsprof died before the signal was armed
+            os._exit(1)
+
+    return arm
+
+
+class _DeathPipe:
+    """A pipe whose write end only this nsprof process holds (os.pipe's ends are not inherited):
+    once nsprof is gone, however it died, the worker holding the read end sees EOF."""
+
+    def __init__(self) -> None:
+        self.read_fd, self._write_fd = os.pipe()
+        self.inode = os.fstat(self.read_fd).st_ino
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self._write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def interrupt_on_termination() -> None:
+    """Make SIGTERM and SIGHUP act like Ctrl-C (a KeyboardInterrupt in the main thread).
+
+    `timeout`, Slurm, systemd and a closed terminal send these to nsprof's own process only:
+    as a KeyboardInterrupt they stop the session's children and keep what was measured. A
+    signal that is ignored already (nohup) stays ignored. Call it from the main thread.
+    """
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) != signal.SIG_IGN:
+            signal.signal(signum, interrupt)
+
+
 def run_session(target: str, n_configs: int, settings: ProfileSettings, config_ids: list[int] | None = None,
                 on_progress: Callable[[str, int, str], None] | None = None,
-                job_extra: dict | None = None) -> SessionResult:
+                job_extra: dict | None = None,
+                on_rows: Callable[[object], None] | None = None) -> SessionResult:
     """Measure `config_ids` (default: all) of `target` under settings.backend.
 
     Every session holds the GPU lock (nsprof.gpulock), the fast timers' too: two nsprof runs
-    never measure on the same GPU at once.
+    never measure on the same GPU at once. The profiler and worker inherit the lock's
+    descriptor, so it stays held while either lives.
+
+    on_rows(frame) is called once per worker run ("part"), as soon as its report is read, with
+    the tidy rows (nsprof.schema.make_frame) of every config that became final in it: the
+    measurements of whole configs, and a row with `error` set for each config that failed;
+    configs left unrun at the end come in a last call. Every row of SessionResult.frame comes
+    through on_rows exactly once. On KeyboardInterrupt the interrupted part's whole configs
+    (and the failures it recorded) are handed over before the interrupt goes on; the config it
+    was measuring is neither measured nor failed. An exception raised by on_rows goes through
+    (the children are stopped first).
     """
     from nsprof.gpulock import gpu_lock
 
     with gpu_lock(0, wait=settings.wait_gpu):
-        return _run_session(target, n_configs, settings, config_ids, on_progress, job_extra)
+        return _run_session(target, n_configs, settings, config_ids, on_progress, job_extra, on_rows)
 
 
 def _run_session(target: str, n_configs: int, settings: ProfileSettings,
                 config_ids: list[int] | None = None,
                 on_progress: Callable[[str, int, str], None] | None = None,
-                job_extra: dict | None = None) -> SessionResult:
+                job_extra: dict | None = None,
+                on_rows: Callable[[object], None] | None = None) -> SessionResult:
     """Measure `config_ids` (default: all) of `target` under settings.backend.
 
     Without settings.work_dir the reports and logs go to a temporary folder, removed after
@@ -252,7 +492,8 @@ def _run_session(target: str, n_configs: int, settings: ProfileSettings,
     work_dir = Path(tempfile.mkdtemp(prefix="nsprof-")) if temporary else Path(settings.work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     try:
-        result = _run_parts(target, n_configs, settings, config_ids, on_progress, job_extra, driver, work_dir)
+        result = _run_parts(target, n_configs, settings, config_ids, on_progress, job_extra, driver, work_dir,
+                            on_rows)
     except NsprofError as exc:
         # The logs explain the failure: keep them and say where they are.
         if temporary and str(work_dir) not in str(exc):
@@ -269,12 +510,141 @@ def _run_session(target: str, n_configs: int, settings: ProfileSettings,
     return result
 
 
-def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_ids: list[int] | None,
-               on_progress: Callable[[str, int, str], None] | None, job_extra: dict | None, driver,
-               work_dir: Path) -> SessionResult:
-    """The session proper: worker runs ("parts") until every config is measured or failed."""
+def _failure_frame(failures: dict[int, str], settings: ProfileSettings):
+    from nsprof.schema import make_frame
+
+    return make_frame([{"source": settings.backend, "config_id": cfg, "error": reason, **settings.labels}
+                       for cfg, reason in sorted(failures.items())])
+
+
+def _launch(command: list[str], log_handle, pipe: _DeathPipe):
     import subprocess
 
+    from nsprof.gpulock import held_fds
+
+    # Its own process session, so that the whole tree (profiler, worker, their helpers) can be
+    # killed as one group and a terminal's Ctrl-C reaches only nsprof, which stops it cleanly.
+    # The GPU lock's descriptor goes along: the lock is held while any of them lives.
+    return subprocess.Popen(command, stdout=log_handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, pass_fds=(pipe.read_fd, *held_fds()),
+                            preexec_fn=_dies_with_nsprof())
+
+
+def _salvage(driver, settings: ProfileSettings, base: Path, log: Path, hand_over) -> None:
+    """After an interrupt: hand over what the interrupted part finished (whole configs only,
+    and the failures it recorded). A report that cannot be read loses only this part."""
+    status = parse_status(base.with_suffix(".status").read_text(errors="replace"))
+    frames = [_failure_frame(status.failed, settings)] if status.failed else []
+    try:
+        report = driver.finish(base, log)
+        if report is not None:
+            measured = driver.read(report, settings)
+            complete = _complete_configs(measured, status.done, settings) - set(status.failed)
+            frames.insert(0, measured[measured["config_id"].isin(complete)])
+    except NsprofError:
+        pass
+    frames = [frame for frame in frames if len(frame)]
+    if frames:
+        import pandas as pd
+
+        hand_over(pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0])
+
+
+def _run_worker(command: list[str], log: Path, status_file: Path, job_file: Path, settings: ProfileSettings,
+                notify, pipe: _DeathPipe) -> _RunEnd:
+    """Start the profiler (which starts the worker) and follow it to its end; nothing of it is
+    left running on return, nor when an interrupt or an error goes through."""
+    with open(log, "w") as log_handle:
+        proc = None
+        try:
+            proc = _launch(command, log_handle, pipe)
+            end = _follow(proc, status_file, settings, notify, log_handle)
+        except KeyboardInterrupt:
+            if proc is not None:
+                try:
+                    _stop_cleanly(proc, status_file)
+                except BaseException:
+                    _kill_group(proc)  # interrupted again: stop waiting
+                    raise
+            raise
+        except BaseException:
+            # An error here: the profiler and worker run in their own process session, so they
+            # would outlive nsprof and keep the GPU unless killed.
+            if proc is not None:
+                _kill_group(proc)
+            raise
+        # A profiler that died (killed, crashed) can leave its worker running: stop whatever is
+        # left of the group before reading the status, so nothing writes to it.
+        _kill_group(proc)
+        _kill_left_worker(status_file, job_file)
+    return end
+
+
+@dataclass
+class _Part:
+    """What one worker run leaves for the session."""
+
+    status: RunStatus
+    kept: object | None = None  # the rows of its whole configs
+    failures: dict[int, str] = field(default_factory=dict)  # configs that failed in it, for good
+    lost: dict[int, str] = field(default_factory=dict)  # done, but not whole in the report: why
+    report: Path | None = None
+
+
+def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _RunEnd) -> _Part:
+    """The status and report of one finished worker run: what it measured whole, what failed."""
+    status = parse_status(base.with_suffix(".status").read_text(errors="replace"))
+    part = _Part(status=status, failures=dict(status.failed))
+    crashed = status.current
+    if crashed is not None:
+        part.failures[crashed] = (f"timeout: still running after {settings.timeout_s:g} s" if crashed == end.timed_out
+                                  else failure_reason(log, end.returncode))
+    # A worker that did not reach its end (crashed, timed out, lost its CUDA context, killed
+    # with its profiler or for hanging) may take its report, or the report's kernels, with it.
+    abnormal = crashed is not None or not status.ended or end.stalled is not None or end.returncode < 0
+    lost_reason = ""
+    if end.stalled == "exit":
+        lost_reason = (f"the worker hung at exit and was killed after {settings.phase_bound_s:g} s; "
+                       "nsys keeps kernels only at a clean exit")
+    elif end.stalled == "report":
+        lost_reason = (f"{settings.backend} was still writing its report {settings.phase_bound_s:g} s "
+                       "after the worker's last status line")
+    measured, incomplete, complete = None, {}, set()
+    try:
+        part.report = driver.finish(base, log)
+    except NsprofError as exc:
+        if status.done and not abnormal:
+            raise _explained(exc, log) from None
+        lost_reason = lost_reason or str(exc)
+    if part.report is not None:
+        try:
+            measured = driver.read(part.report, settings)
+        except NsprofError as exc:
+            if not abnormal:
+                raise _explained(exc, log) from None
+            # A profiler whose target was killed may write a report without its kernels (nsys:
+            # CUPTI buffers are flushed at a clean exit only).
+            part.report = None
+            lost_reason = lost_reason or str(exc)
+        else:
+            # Only whole configs count as measured: a report can be cut off mid-write (ncu's
+            # streams to disk) when the profiler is killed, even after its orphaned worker
+            # reached its end. A partial config is measured again whole.
+            incomplete = _incomplete(measured, status.done, settings)
+            complete = _complete_configs(measured, status.done, settings)
+            part.kept = measured[measured["config_id"].isin(complete)]
+    elif status.done and not abnormal and settings.backend != "none":
+        raise ToolFailed(f"{settings.backend} wrote no report: {tool_failure_reason(log, end.returncode)} "
+                         f"(log: {log})")
+    if settings.backend != "none":
+        part.lost = {c: incomplete.get(c) or lost_reason for c in status.done if c not in complete}
+    return part
+
+
+def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_ids: list[int] | None,
+               on_progress: Callable[[str, int, str], None] | None, job_extra: dict | None, driver,
+               work_dir: Path, on_rows: Callable[[object], None] | None = None) -> SessionResult:
+    """The session proper: worker runs ("parts") until every config is measured or failed."""
     import pandas as pd
 
     from nsprof.schema import make_frame
@@ -284,106 +654,101 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
     failures: dict[int, str] = {}
     frames = []
     retries: dict[int, int] = {}
+    measured_any = False  # did any part keep a measurement (or, with no profiler, finish a config)?
+    device: dict | None = None
     started_at = time.monotonic()
     notify = on_progress or (lambda event, cfg, detail: None)
-    for part in range(settings.max_restarts + 1):
-        if not remaining:
-            break
-        base = work_dir / f"part{part}"
-        status_file = base.with_suffix(".status")
-        status_file.write_text("")
-        log = base.with_suffix(".log")
-        job = Job(target=target, config_ids=remaining, status=str(status_file),
-                  modes=list(settings.modes), reps=settings.reps, warmup=settings.warmup, **(job_extra or {}))
-        job_file = job.write(base.with_suffix(".job.json"))
-        command = driver.build_command(settings, job_file, base)
-        with open(log, "w") as log_handle:
-            proc = subprocess.Popen(command, stdout=log_handle, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+    hand_over = on_rows or (lambda frame: None)
+
+    def settle(new_failures: dict[int, str], kept=None) -> None:
+        """Record what became final, and hand it over at once."""
+        failures.update(new_failures)
+        new = [f for f in (kept, _failure_frame(new_failures, settings) if new_failures else None)
+               if f is not None and len(f)]
+        frames.extend(new)
+        if new:
+            hand_over(pd.concat(new, ignore_index=True) if len(new) > 1 else new[0])
+
+    pipe = _DeathPipe()
+    try:
+        for part_number in range(settings.max_restarts + 1):
+            if not remaining:
+                break
+            base = work_dir / f"part{part_number}"
+            status_file = base.with_suffix(".status")
+            status_file.write_text("")
+            log = base.with_suffix(".log")
+            job = Job(target=target, config_ids=remaining, status=str(status_file), modes=list(settings.modes),
+                      reps=settings.reps, warmup=settings.warmup, watch_fd=pipe.read_fd, watch_inode=pipe.inode,
+                      **(job_extra or {}))
+            job_file = job.write(base.with_suffix(".job.json"))
+            command = driver.build_command(settings, job_file, base)
+            settled = False
             try:
-                returncode, timed_out = _follow(proc, status_file, settings, notify)
-            except BaseException:
-                # Ctrl-C (or an error here): the profiler and worker run in their own process
-                # session, so they would outlive nsprof and keep the GPU unless killed.
-                _kill_group(proc)
+                end = _run_worker(command, log, status_file, job_file, settings, notify, pipe)
+                part = _read_part(driver, settings, base, log, end)
+                status = part.status
+                device = device or status.device
+                if status.current is not None:
+                    notify("fail", status.current, part.failures[status.current])
+                if part.report is not None:
+                    reports.append(part.report)
+                requeued = []
+                for config_id, why in part.lost.items():
+                    # Measured but not (whole) in the report: measure again, then call it a failure.
+                    retries[config_id] = retries.get(config_id, 0) + 1
+                    if retries[config_id] > MAX_LOST_RETRIES:
+                        part.failures[config_id] = (
+                            f"measured {MAX_LOST_RETRIES + 1} times, but {settings.backend}'s report lost it each time"
+                            + (f" ({one_line(why, 120)})" if why else ""))
+                    else:
+                        requeued.append(config_id)
+                for config_id in requeued:
+                    notify("retry", config_id, "its report was lost with the crashed run; measuring again")
+                if settings.backend == "none" and status.done or part.kept is not None and len(part.kept):
+                    measured_any = True
+                settled = True
+                settle(part.failures, part.kept)
+            except KeyboardInterrupt:
+                if not settled:
+                    _salvage(driver, settings, base, log, hand_over)
                 raise
-            # A profiler that died (killed, crashed) can leave its worker running: stop
-            # whatever is left of the group before reading the status, so nothing writes to it.
-            _kill_group(proc)
-        status = parse_status(status_file.read_text(errors="replace"))
-        failures.update(status.failed)
-        crashed = status.current
-        if crashed is not None:
-            reason = (f"timeout: still running after {settings.timeout_s:g} s" if crashed == timed_out
-                      else failure_reason(log, returncode))
-            failures[crashed] = reason
-            notify("fail", crashed, reason)
-        # A worker that did not reach its end (crashed, timed out, lost its CUDA context,
-        # killed with its profiler) may take its report, or the report's kernels, with it.
-        abnormal = crashed is not None or not status.ended or (returncode is not None and returncode < 0)
-        report, measured, lost_reason = None, None, ""
-        try:
-            report = driver.finish(base, log)
-        except NsprofError as exc:
-            if status.done and not abnormal:
-                raise _explained(exc, log) from None
-            lost_reason = str(exc)
-        if report is not None:
-            try:
-                measured = driver.read(report, settings)
-            except NsprofError as exc:
-                if not abnormal:
-                    raise _explained(exc, log) from None
-                # A profiler whose target was killed may write a report without its kernels
-                # (nsys: CUPTI buffers are flushed at a clean exit only).
-                lost_reason = str(exc)
-            else:
-                reports.append(report)
-                # Only configs with every (mode, rep) range in the report count as measured: a
-                # report can be cut off mid-write (ncu's streams to disk) when the profiler is
-                # killed, even after its orphaned worker reached its end. A partial config is
-                # measured again whole.
-                complete = _complete_configs(measured, status.done, settings)
-                partial = (set(measured["config_id"].dropna().astype(int)) & set(status.done)) - complete
-                if partial and not lost_reason:
-                    lost_reason = "the report held only some of its reps"
-                frames.append(measured[measured["config_id"].isin(complete)])
-        elif status.done and not abnormal and settings.backend != "none":
-            raise ToolFailed(f"{settings.backend} wrote no report: {tool_failure_reason(log, returncode)} "
-                             f"(log: {log})")
-        lost = []
-        if settings.backend != "none" and status.done:
-            # Lost: not in the report, or only partly (a profiler killed mid-write, as ncu's
-            # report streams to disk): its partial rows were not kept above.
-            have = set() if measured is None else complete
-            lost = [c for c in status.done if c not in have]
-        requeued = []
-        for config_id in lost:
-            # Measured but not in the report: measure again once, then call it a failure.
-            retries[config_id] = retries.get(config_id, 0) + 1
-            if retries[config_id] > MAX_LOST_RETRIES:
-                failures[config_id] = (f"measured {MAX_LOST_RETRIES + 1} times, but {settings.backend}'s report lost it each time"
-                                       + (f" ({one_line(lost_reason, 120)})" if lost_reason else ""))
-            else:
-                requeued.append(config_id)
-        for config_id in requeued:
-            notify("retry", config_id, "its report was lost with the crashed run; measuring again")
-        progressed = (set(status.done) - set(requeued)) | set(status.failed) | (
-            {crashed} if crashed is not None else set())
-        if not progressed and not requeued:
-            raise ToolFailed(f"the profiled worker measured nothing: {tool_failure_reason(log, returncode)} "
-                             f"(log: {log})")
-        # Lost configs go last, after the configs that have not run yet: a config that crashes
-        # the worker again then cannot take them down with it a second time.
-        remaining = [c for c in remaining if c not in progressed and c not in requeued] + requeued
-    for config_id in remaining:  # the restart budget ran out before these ran
-        failures[config_id] = (f"not run: the worker was restarted {settings.max_restarts} times "
-                               "(raise ProfileSettings.max_restarts)")
-        notify("fail", config_id, failures[config_id])
-    failure_rows = [{"source": settings.backend, "config_id": cfg, "error": reason, **settings.labels}
-                    for cfg, reason in sorted(failures.items())]
-    if failure_rows:
-        frames.append(make_frame(failure_rows))
+            progressed = (set(status.done) - set(requeued)) | set(part.failures)
+            if not progressed and not requeued:
+                # The worker never reached a config: it could not start (or hung while starting).
+                reason = _start_failure(status, end, settings, log)
+                if not measured_any:
+                    raise ToolFailed(f"the profiled worker measured nothing: {reason} (log: {log})")
+                # Keep what the earlier parts measured; nothing is known against the configs left.
+                not_run = {c: f"not run: the worker failed to start: {reason}" for c in remaining}
+                for config_id, why in not_run.items():
+                    notify("fail", config_id, why)
+                settle(not_run)
+                remaining = []
+                break
+            # Lost configs go last, after the configs that have not run yet: a config that crashes
+            # the worker again then cannot take them down with it a second time.
+            remaining = [c for c in remaining if c not in progressed and c not in requeued] + requeued
+    finally:
+        pipe.close()
+    if remaining:  # the restart budget ran out before these ran
+        not_run = {c: (f"not run: the worker was restarted {settings.max_restarts} times "
+                       "(raise ProfileSettings.max_restarts)") for c in remaining}
+        for config_id, why in not_run.items():
+            notify("fail", config_id, why)
+        settle(not_run)
     frame = pd.concat(frames, ignore_index=True) if frames else make_frame([])
     return SessionResult(frame=frame, reports=reports, failures=failures, work_dir=work_dir,
-                         wall_s=time.monotonic() - started_at)
+                         wall_s=time.monotonic() - started_at, device=device)
+
+
+def _start_failure(status: RunStatus, end: _RunEnd, settings: ProfileSettings, log: Path) -> str:
+    """One line saying why a worker reached no config."""
+    if status.abort:
+        return status.abort
+    if end.stalled == "start":
+        doing = ("before it ran (the profiler's or Python's start-up)" if status.pid is None
+                 else "loading the target or initialising CUDA" if status.device is None
+                 else "before its first config")
+        return f"the worker did not start within {settings.phase_bound_s:g} s (it hung {doing})"
+    return tool_failure_reason(log, end.returncode)

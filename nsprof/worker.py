@@ -8,14 +8,30 @@ call; mode "graph" replays a CUDA graph captured once from that call after warm-
 
 Progress goes to the job's status file, one flushed line per event, so the parent can
 draw a progress bar, enforce per-config timeouts and restart after a crash:
-    pid <pid> | fail <cfg> <json reason> | start <cfg> | done <cfg> | end
+    pid <pid>                  first, before anything else
+    watch <json>               how it watches for nsprof's death: {"pipe": bool, "parent": pid, ...}
+    device <json>              after CUDA init: {"uuid": "GPU-...", "name": ..., "index": n};
+                               {"uuid": "", "name": "cpu"} for a cpu space
+    abort <json reason>        the target could not be loaded (or CUDA not initialised)
+    start <cfg> | done <cfg> | fail <cfg> <json reason>
+    stopped                    nsprof asked it to stop (SIGTERM): it stopped early and cleanly
+    end                        every config ran
+nsprof.session.parse_status reads exactly these.
+
+The worker ends by itself when nsprof dies, however it died (SIGKILL included): nsprof holds
+the only write end of a pipe whose read end the worker inherits (through the profiler: ncu and
+nsys pass inherited descriptors on), and EOF on it means nsprof is gone. Where that pipe did
+not arrive, it watches its parent process (the profiler) instead. SIGTERM from nsprof (on
+Ctrl-C) stops it at once but cleanly, so that nsys still flushes the kernels measured so far.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +39,8 @@ from pathlib import Path
 from nsprof.schema import NSPROF_DOMAIN, range_name
 
 EXIT_CONTEXT_LOST = 3
+EXIT_STOPPED = 4  # nsprof asked it to stop (it was interrupted); it stopped cleanly
+EXIT_PARENT_GONE = 5  # nsprof died (or, where its pipe did not arrive, the profiler did)
 START_MARKER = "==NSPROF== start config"  # in the log, so a crash's reason is read after it
 
 
@@ -40,6 +58,11 @@ class Job:
     timers: list[str] = field(default_factory=list)
     timer_reps: int = 100
     results: str = ""
+    # nsprof's death pipe: the read end's descriptor number and the pipe's inode, so that a
+    # descriptor the profiler did not pass on (and that now names something else) is not taken
+    # for it. -1: nothing to watch (the worker run by hand).
+    watch_fd: int = -1
+    watch_inode: int = 0
 
     def write(self, path: Path) -> Path:
         path.write_text(json.dumps(asdict(self), indent=1))
@@ -57,6 +80,83 @@ class Status:
     def write(self, *parts) -> None:
         self._handle.write(" ".join(str(p) for p in parts) + "\n")
         self._handle.flush()
+
+    def device(self, info: dict) -> None:
+        self.write("device", json.dumps(info))
+
+
+class _Stopped(BaseException):
+    """nsprof asked the worker to stop. A BaseException, so that no config's `except Exception`
+    records it as that config's failure."""
+
+
+def _request_stop(signum, frame) -> None:
+    # Raised wherever the worker is: the current config is dropped anyway (only whole configs
+    # count), and a clean exit keeps the configs already done (nsys flushes them at exit).
+    raise _Stopped
+
+
+def _inherited_pipe(fd: int, inode: int) -> bool:
+    if fd < 0:
+        return False
+    import stat
+
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return False
+    return stat.S_ISFIFO(info.st_mode) and info.st_ino == inode
+
+
+def _process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _parent_gone(why: str) -> None:
+    print(f"==NSPROF== worker exits: {why}", file=sys.stderr, flush=True)
+    os._exit(EXIT_PARENT_GONE)
+
+
+def _watch(fd: int | None, parent: int) -> None:
+    import select
+    import time
+
+    while True:
+        if fd is not None:
+            # nsprof never writes to the pipe: readable means EOF, its last holder is gone.
+            readable, _, _ = select.select([fd], [], [], 1.0)
+            if readable:
+                try:
+                    data = os.read(fd, 1)
+                except OSError:
+                    data = b""
+                if not data:
+                    _parent_gone("nsprof is gone (its pipe closed)")
+        else:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                _parent_gone(f"its parent (pid {parent}) is gone")
+
+
+def watch_parent(job: Job) -> dict:
+    """Start the thread that ends this worker once nsprof is gone; what it watches, for the status.
+
+    The parent-process fallback is armed only where the pipe did not arrive: a profiler that
+    started the worker through a short-lived helper would otherwise stop every run at once.
+    """
+    parent = os.getppid()
+    pipe = _inherited_pipe(job.watch_fd, job.watch_inode)
+    info = {"pipe": pipe, "parent": parent, "parent_name": _process_name(parent)}
+    if job.watch_fd < 0:
+        return info
+    if pipe:
+        os.set_inheritable(job.watch_fd, False)  # the target's own subprocesses need not hold it
+    threading.Thread(target=_watch, args=(job.watch_fd if pipe else None, parent), daemon=True,
+                     name="nsprof-parent-watch").start()
+    return info
 
 
 class Device:
@@ -92,6 +192,19 @@ class Device:
         graph.replay()
         torch.cuda.synchronize()
         return graph.replay
+
+    def describe(self) -> dict:
+        """The device this worker measures on (initialises CUDA): its UUID as nvidia-smi and
+        CUDA_VISIBLE_DEVICES write it ("GPU-..."), name and index among the visible devices."""
+        if self.kind != "cuda":
+            return {"uuid": "", "name": "cpu"}
+        torch = self._torch
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        uuid = str(getattr(props, "uuid", "") or "")
+        if uuid and not uuid.startswith(("GPU-", "MIG-")):
+            uuid = "GPU-" + uuid
+        return {"uuid": uuid, "name": props.name, "index": index}
 
     def healthy(self) -> bool:
         try:
@@ -130,12 +243,32 @@ def _configs(job: Job, space, device: Device, status: Status):
 
 
 def run(job: Job) -> int:
-    from nsprof.space import load_target
-
     status = Status(job.status)
     status.write("pid", os.getpid())
-    space = load_target(job.target)
-    device = Device(space.device)
+    status.write("watch", json.dumps(watch_parent(job)))
+    signal.signal(signal.SIGTERM, _request_stop)
+    try:
+        return _run(job, status)
+    except _Stopped:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        status.write("stopped")
+        return EXIT_STOPPED
+    finally:
+        # From here on the worker only exits. A SIGTERM now would cut that short and cost nsys
+        # the kernels it flushes at exit; nsprof kills a worker that takes too long to exit.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _run(job: Job, status: Status) -> int:
+    from nsprof.space import load_target
+
+    try:
+        space = load_target(job.target)
+        device = Device(space.device)
+        status.device(device.describe())
+    except Exception as exc:
+        status.write("abort", json.dumps(_reason(exc)))
+        raise
     if job.task == "timers":
         return _run_timers(job, space, device, status)
     for config_id, launch in _configs(job, space, device, status):

@@ -181,6 +181,33 @@ def test_a_killed_profiler_costs_only_the_config_it_was_on(tmp_path, monkeypatch
     assert not _running(first_worker), "the killed profiler's worker was left running"
 
 
+class _DyingProfilerOwnGroup(_DyingProfiler):
+    """Like _DyingProfiler, but it starts its worker in a process group (and session) of its own,
+    out of reach of nsprof's kill of the profiler's group."""
+
+    def build_command(self, settings, job_file, report_base):
+        command = super().build_command(settings, job_file, report_base)
+        if command[0] == "sh":
+            command[2] = command[2].replace('"$@" &', 'setsid "$@" &')
+        return command
+
+
+def test_a_killed_profilers_worker_in_a_group_of_its_own_is_not_left_running(tmp_path, monkeypatch):
+    driver = _DyingProfilerOwnGroup(die_at=2)
+    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
+    left_running = []
+
+    def on_rows(frame):  # part 0 is over: its worker must be gone before the next one starts
+        if not (tmp_path / "part1.status").exists():
+            left_running.append(_running(parse_status((tmp_path / "part0.status").read_text()).pid))
+
+    # config 2 sleeps for an hour: left running, the first worker would measure beside the next
+    result = run_session(str(FIXTURES.parent / "targets" / "phases.py") + ":hanging", 4, settings, on_rows=on_rows)
+    assert left_running == [False], "the killed profiler's worker was left running"
+    assert set(result.failures) == {2}
+
+
 def _running(pid: int) -> bool:
     """Alive and not a zombie (an orphan killed here waits for PID 1 to reap it)."""
     from pathlib import Path
@@ -272,3 +299,215 @@ def test_a_config_whose_reps_never_all_reach_the_report_fails_with_that_reason(t
     assert set(result.failures) == {0, 1, 2, 3}
     assert result.failures[0] == ("measured 3 times, but nsys's report lost it each time "
                                   "(the report held only some of its reps)")
+
+
+# --- Issue 10: hangs outside a config's window, failed restarts, cut-off reps, hooks ---------------
+
+PHASES = str(FIXTURES.parent / "targets" / "phases.py")
+
+
+def _standin(monkeypatch, **kwargs):
+    """A StatusReportDriver (tests/targets/standin.py) standing in for the profiler of this test."""
+    monkeypatch.syspath_prepend(str(FIXTURES.parent / "targets"))
+    from standin import StatusReportDriver
+
+    driver = StatusReportDriver(**kwargs)
+    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    return driver
+
+
+@pytest.mark.parametrize("profiled", [False, True], ids=["bare", "profiled"])
+def test_a_worker_that_hangs_while_starting_is_one_clear_error(tmp_path, monkeypatch, profiled):
+    monkeypatch.setenv("NSPROF_TEST_HANG", "start")  # the target's import sleeps for an hour
+    if profiled:
+        _standin(monkeypatch, profiler_flags=[])
+    settings = ProfileSettings(backend="ncu" if profiled else "none", modes=("direct",), reps=1, warmup=0,
+                               timeout_s=2, phase_timeout_s=3, work_dir=tmp_path)
+    with pytest.raises(ToolFailed) as caught:
+        run_session(PHASES + ":healthy", 4, settings)
+    message = str(caught.value)
+    assert "measured nothing" in message and "did not start within 3 s" in message, message
+    assert "\n" not in message
+    assert not _running(parse_status((tmp_path / "part0.status").read_text()).pid)
+
+
+@pytest.mark.parametrize("profiled", [False, True], ids=["bare", "profiled"])
+def test_a_worker_that_hangs_at_exit_loses_nothing(tmp_path, monkeypatch, profiled):
+    monkeypatch.setenv("NSPROF_TEST_HANG", "exit")  # an atexit handler sleeps for an hour
+    if profiled:
+        _standin(monkeypatch, profiler_flags=[])
+    settings = ProfileSettings(backend="ncu" if profiled else "none", modes=("direct",), reps=2, warmup=0,
+                               timeout_s=2, phase_timeout_s=3, work_dir=tmp_path)
+    result = run_session(PHASES + ":healthy", 4, settings)
+    assert result.failures == {}
+    assert len(list(tmp_path.glob("part*.status"))) == 1  # nothing to measure again
+    if profiled:
+        measured = result.frame[result.frame["error"].isna()]
+        assert measured.groupby("config_id").size().to_dict() == {c: 4 for c in range(4)}  # 2 reps x 2 kernels
+    assert not _running(parse_status((tmp_path / "part0.status").read_text()).pid)
+
+
+@pytest.mark.parametrize("how", ["fails", "hangs"])
+def test_a_restart_that_fails_to_start_keeps_what_earlier_parts_measured(tmp_path, monkeypatch, how):
+    # Configs 0-2 measured, config 3 crashes the worker, and the next worker cannot start.
+    monkeypatch.setenv("NSPROF_TEST_POISON", str(tmp_path / "poison"))
+    if how == "hangs":
+        monkeypatch.setenv("NSPROF_TEST_POISON_HANG", "1")
+    _standin(monkeypatch)
+    settings = ProfileSettings(backend="ncu", modes=("direct",), reps=2, warmup=0, timeout_s=5, phase_timeout_s=3,
+                               work_dir=tmp_path / "work")
+    result = run_session(PHASES + ":restart", 6, settings)
+    measured = result.frame[result.frame["error"].isna()]
+    assert sorted(set(measured["config_id"])) == [0, 1, 2]
+    assert set(result.failures) == {3, 4, 5}
+    assert "illegal memory access" in result.failures[3]
+    for config_id in (4, 5):
+        reason = result.failures[config_id]
+        assert reason.startswith("not run: the worker failed to start: "), reason
+        assert ("cuInit failed" if how == "fails" else "did not start within 3 s") in reason, reason
+    rows = result.frame[result.frame["error"].notna()]
+    assert sorted(rows["config_id"]) == [3, 4, 5]
+
+
+class _CutKernelProfiler(_DyingProfiler):
+    """Killed at config 2 like _DyingProfiler. Each rep launches two kernels; the report is cut
+    off between the two kernels of the last finished config's last rep."""
+
+    def finish(self, report_base, log):
+        status = parse_status(report_base.with_suffix(".status").read_text())
+        kernels = {c: [2, 2] for c in status.done}
+        if self.runs == 1 and status.done:
+            kernels[status.done[-1]] = [2, 1]
+        report = report_base.with_suffix(".cut.json")
+        report.write_text(json.dumps(kernels))
+        return report
+
+    def read(self, report, settings):
+        from nsprof.schema import make_frame
+
+        kernels = json.loads(report.read_text())
+        return make_frame([{"source": "cut", "config_id": int(c), "mode": "direct", "rep": rep, "kernel": f"k{k}",
+                            "duration_ns": 1000.0} for c, counts in kernels.items()
+                           for rep, count in enumerate(counts) for k in range(count)])
+
+
+def test_a_rep_with_a_missing_kernel_is_not_a_measurement(tmp_path, monkeypatch):
+    driver = _CutKernelProfiler(die_at=2)
+    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    events = []
+    settings = ProfileSettings(backend="ncu", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path)
+    target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
+    result = run_session(target, 4, settings, on_progress=lambda e, c, d: events.append((e, c)))
+    cut = parse_status((tmp_path / "part0.status").read_text()).done[-1]
+    assert [c for e, c in events if e == "retry"] == [cut]
+    measured = result.frame[result.frame["error"].isna()]
+    kernels = measured.groupby(["config_id", "rep"]).size()
+    assert (kernels == 2).all(), kernels  # the cut rep was measured again whole, never kept short
+    assert set(measured["config_id"]) == set(range(4)) - set(result.failures)
+
+
+def test_complete_configs_needs_every_rep_to_have_its_kernels():
+    from nsprof.schema import make_frame
+    from nsprof.session import _complete_configs
+
+    settings = ProfileSettings(backend="ncu", modes=("direct", "graph"), reps=3)
+    rows = []
+    for config_id in range(4):
+        for mode in ("direct", "graph"):
+            for rep in range(3):
+                count = 2
+                if config_id == 1 and mode == "graph" and rep == 2:
+                    count = 1  # cut off between the two kernels of the last rep
+                if config_id == 3 and mode == "graph":
+                    count = 1  # a whole-graph workload: one row per rep, the same in every rep
+                rows += [{"config_id": config_id, "mode": mode, "rep": rep, "kernel": f"k{k}", "duration_ns": 1.0}
+                         for k in range(count)]
+    frame = make_frame(rows)
+    frame = frame[~((frame["config_id"] == 2) & (frame["rep"] == 2) & (frame["mode"] == "graph"))]  # a missing rep
+    assert _complete_configs(frame, [0, 1, 2, 3], settings) == {0, 3}
+    assert _complete_configs(frame, [1, 3], settings) == {3}
+
+
+def test_on_rows_gets_each_parts_configs_as_soon_as_its_report_is_read(tmp_path, monkeypatch):
+    import pandas as pd
+
+    _standin(monkeypatch)
+    calls = []
+
+    def on_rows(frame):
+        calls.append((len(list(tmp_path.glob("part*.status"))), frame.copy()))
+
+    settings = ProfileSettings(backend="ncu", modes=("direct",), reps=2, warmup=0, timeout_s=3, work_dir=tmp_path)
+    result = run_session(TARGET, 9, settings, on_rows=on_rows)
+    # part 0: config 0 measured, 1 crashed; part 1: 2, 3 timed out; part 2: 4, 5, 6, 7; part 3: 8
+    assert [(parts, sorted(set(frame["config_id"]))) for parts, frame in calls] == [
+        (1, [0, 1]), (2, [2, 3]), (3, [4, 5, 6, 7]), (4, [8])]
+    # every row of the result went through on_rows exactly once, failures included
+    order = ["config_id", "rep", "kernel"]
+    combined = pd.concat([frame for _, frame in calls]).sort_values(order).reset_index(drop=True)
+    pd.testing.assert_frame_equal(combined, result.frame.sort_values(order).reset_index(drop=True))
+
+
+def test_ctrl_c_hands_over_the_interrupted_parts_whole_configs_then_raises(tmp_path, monkeypatch):
+    import pandas as pd
+
+    _standin(monkeypatch, lossy=True)  # nsys-like: kernels reach the report only at a clean worker exit
+    calls = []
+
+    def ctrl_c(event, config_id, detail):
+        if event == "done" and config_id == 1:
+            raise KeyboardInterrupt
+
+    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run_session(PHASES + ":interruptible", 10, settings, on_progress=ctrl_c, on_rows=calls.append)
+    status = parse_status((tmp_path / "part0.status").read_text())
+    assert status.stopped and {0, 1} <= set(status.done)
+    rows = pd.concat(calls)
+    assert sorted(set(rows["config_id"])) == sorted(status.done) and rows["error"].isna().all()
+    assert (rows.groupby("config_id").size() == 4).all()  # whole: 2 reps x 2 kernels
+    assert not _running(status.pid)
+
+
+def test_the_worker_reports_its_device(tmp_path):
+    settings = ProfileSettings(backend="none", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
+    result = run_session(PHASES + ":healthy", 4, settings)
+    assert result.device == {"uuid": "", "name": "cpu"}
+    assert parse_status((tmp_path / "part0.status").read_text()).device == {"uuid": "", "name": "cpu"}
+
+
+def test_the_status_protocol_reads_what_the_worker_writes(tmp_path):
+    from nsprof.worker import Status
+
+    path = tmp_path / "status"
+    status = Status(str(path))
+    status.write("pid", 12)
+    status.device({"uuid": "GPU-5f2b3c1e-0000-1111-2222-333344445555", "name": "NVIDIA H200", "index": 0})
+    status.write("start", 0)
+    status.write("done", 0)
+    status.write("start", 1)
+    status.write("stopped")
+    parsed = parse_status(path.read_text())
+    assert parsed.pid == 12 and parsed.done == [0] and parsed.stopped and not parsed.ended
+    assert parsed.device == {"uuid": "GPU-5f2b3c1e-0000-1111-2222-333344445555", "name": "NVIDIA H200", "index": 0}
+
+
+def test_ctrl_c_while_the_worker_exits_lets_it_exit_cleanly(tmp_path, monkeypatch):
+    # nsys-like stand-in behind a profiler process: a worker killed by a signal, even after its
+    # last config, loses every kernel of its run. Ctrl-C while it exits must let it finish.
+    import pandas as pd
+
+    monkeypatch.setenv("NSPROF_TEST_SLOW_EXIT", "2")
+    _standin(monkeypatch, lossy=True, profiler_flags=[])
+    calls = []
+
+    def ctrl_c(event, config_id, detail):
+        if event == "done" and config_id == 3:
+            raise KeyboardInterrupt
+
+    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run_session(PHASES + ":healthy", 4, settings, on_progress=ctrl_c, on_rows=calls.append)
+    assert int((tmp_path / "part0.exit").read_text()) >= 0, "the worker was killed by a signal"
+    rows = pd.concat(calls)
+    assert sorted(set(rows["config_id"])) == [0, 1, 2, 3]
