@@ -290,6 +290,12 @@ class ResultStore:
             if cursor.rowcount != 1:
                 raise ValueError(f"results store {self.path} has no run {run_id}")
 
+    def relabel_gpu(self, run_id: int, gpu: str, gpu_uuid: str) -> None:
+        """Key a run's rows by the GPU its worker says it measured on (one transaction)."""
+        with self._lock, self._errors(f"relabelling run {run_id}"), self._transaction() as db:
+            db.execute("UPDATE measurements SET gpu = ? WHERE run_id = ?", (gpu, int(run_id)))
+            db.execute("UPDATE runs SET gpu = ?, gpu_uuid = ? WHERE id = ?", (gpu, gpu_uuid, int(run_id)))
+
     # -- measurements ----------------------------------------------------------------------
 
     def add(self, run_id: int, key: MeasurementKey, frame_or_rows: Any) -> int:

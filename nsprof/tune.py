@@ -131,9 +131,15 @@ def retryable(reason: str, timeout_s: float) -> bool:
     return bool(_NOT_THE_CONFIG.match(reason))
 
 
-def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, config_ids: list[int], on_progress):
+def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, config_ids: list[int], on_progress,
+                 on_rows: Callable[[object], None] | None = None):
     """Tidy rows for `config_ids` under `backend`: kernels for ground truths; for a fast timer one
-    row per config holding the timer's statistic as rep 0. Failed configs are rows with an error."""
+    row per config holding the timer's statistic as rep 0. Failed configs are rows with an error.
+
+    on_rows(frame) gets whole configs' rows as they are known (each worker run's, and on Ctrl-C
+    or SIGTERM what was finished), so that they can be stored before the run ends. The result's
+    attrs["device"] is what the worker measured on ({"uuid", "name"}), where it said.
+    """
     if backend in GROUND_TRUTHS:
         from nsprof.drivers.base import ProfileSettings
         from nsprof.profile import profile
@@ -141,34 +147,53 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
         return profile(target, ProfileSettings(backend=backend, modes=(settings.mode,), reps=settings.reps,
                                                timeout_s=settings.timeout_s, work_dir=settings.work_dir,
                                                wait_gpu=settings.wait),
-                       config_ids=config_ids, on_progress=on_progress)
+                       config_ids=config_ids, on_progress=on_progress, on_rows=on_rows)
     import tempfile
 
     from nsprof.schema import make_frame
     from nsprof.validate import ValidateSettings, _run_timer_group
 
     name = TIMER_BACKENDS[backend]
-    work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-tune-"))
-    rows, failures = _run_timer_group(target, n, [name], ValidateSettings(timer_reps=settings.timer_reps,
-                                                                          timeout_s=settings.timeout_s,
-                                                                          wait=settings.wait),
-                                      work_dir / f"timer-{name}", on_progress, config_ids=config_ids)
     labels = key_labels(backend, settings.mode)
     value = "median_ns" if settings.stat == "median" else "min_ns"
-    records = []
-    for row in rows:
-        if row.get("error"):
-            records.append({"config_id": row["config_id"], "error": row["error"], "source": name, **labels})
-            continue
-        clock_mhz = (row.get("conditions") or {}).get("sm_clock_mhz_after")
-        records.append({"config_id": row["config_id"], "rep": 0, "kernel": name, "source": name,
+
+    def records(rows: list[dict], failures: dict):
+        out = []
+        for row in rows:
+            if row.get("error"):
+                out.append({"config_id": row["config_id"], "error": row["error"], "source": name, **labels})
+                continue
+            clock_mhz = (row.get("conditions") or {}).get("sm_clock_mhz_after")
+            out.append({"config_id": row["config_id"], "rep": 0, "kernel": name, "source": name,
                         "duration_ns": row.get(value), "clock_hz": None if clock_mhz is None else clock_mhz * 1e6,
                         **labels})
-    have = {r["config_id"] for r in records}
-    for (_, config_id), reason in failures.items():
-        if config_id not in have:  # a config whose every method failed has its rows already
-            records.append({"config_id": config_id, "error": reason, "source": name, **labels})
-    return make_frame(records)
+        have = {r["config_id"] for r in out}
+        for (_, config_id), reason in failures.items():
+            if config_id not in have:  # a config whose every method failed has its rows already
+                out.append({"config_id": config_id, "error": reason, "source": name, **labels})
+        return make_frame(out)
+
+    work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-tune-"))
+    rows, failures, device = _run_timer_group(
+        target, n, [name], ValidateSettings(timer_reps=settings.timer_reps, timeout_s=settings.timeout_s,
+                                            wait=settings.wait),
+        work_dir / f"timer-{name}", on_progress, config_ids=config_ids,
+        on_interrupt=None if on_rows is None else (lambda finished: on_rows(records(finished, {}))))
+    frame = records(rows, failures)
+    frame.attrs["device"] = device
+    return frame
+
+
+def gpu_of(device: dict | None):
+    """The nsprof.gpulock.Gpu a worker's device report names, or None (a CPU target, an old worker)."""
+    from nsprof.gpulock import Gpu
+
+    uuid = str((device or {}).get("uuid") or "")
+    if not uuid:
+        return None
+    if not uuid.startswith(("GPU-", "MIG-")):
+        uuid = "GPU-" + uuid  # torch leaves out nvidia-smi's prefix
+    return Gpu(None, uuid, str(device.get("name") or ""))
 
 
 def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wanted: list[int], on_progress,
@@ -199,18 +224,35 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
         if todo:
             run_id = store.start_run(target=target, settings=settings, gpu_uuid=gpu.uuid, **group)
             status = "failed"
+            stored_ids: set[int] = set()
+
+            def store_rows(frame) -> None:
+                # Each config once, as soon as it is whole: Ctrl-C or SIGTERM keeps it.
+                for config_id, config_rows in frame.groupby("config_id", sort=True):
+                    config_id = int(config_id)
+                    if config_id in stored_ids or config_id not in wanted_json:
+                        continue
+                    store.add(run_id, MeasurementKey(config_id=config_id, config_json=wanted_json[config_id],
+                                                     **group), config_rows)
+                    stored_ids.add(config_id)
+
             try:
-                # ncu/nsys sessions take the GPU lock themselves (nsprof.session)
-                rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress)
-                for config_id, config_rows in rows.groupby("config_id", sort=True):
-                    key = MeasurementKey(config_id=int(config_id), config_json=wanted_json[int(config_id)], **group)
-                    store.add(run_id, key, config_rows)
+                rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress,
+                                    on_rows=store_rows)
+                store_rows(rows)  # what was not handed over yet
                 status = "ok" if rows["error"].isna().any() else "nothing measured"
             except KeyboardInterrupt:
                 status = "interrupted"
                 raise
             finally:
                 store.finish_run(run_id, status)
+            ran_on = gpu_of(rows.attrs.get("device"))
+            if ran_on is not None and ran_on.uuid != gpu.uuid:
+                # The worker measured on another GPU than nvidia-smi's numbering suggested
+                # (CUDA_DEVICE_ORDER): its own word is the key.
+                store.relabel_gpu(run_id, ran_on.key, ran_on.uuid)
+                notes.append(f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such")
+                group["gpu"] = ran_on.key
         stored = store.frame(**group, config_id=wanted)
     # Only rows taken of today's configs (an id names another config once the space is edited),
     # and of each config its latest run (resumed runs can hold a config twice).

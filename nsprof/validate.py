@@ -62,28 +62,39 @@ def run_timers(target: str, n_configs: int, names: list[str], settings: Validate
     rows: list[dict] = []
     failures: dict = {}
     for index, group in enumerate(timer_groups(names)):
-        group_rows, group_failures = _run_timer_group(target, n_configs, group, settings,
-                                                      work_dir / f"timers{index}", on_progress)
+        group_rows, group_failures, _ = _run_timer_group(target, n_configs, group, settings,
+                                                         work_dir / f"timers{index}", on_progress)
         rows += group_rows
         failures.update(group_failures)
     return rows, failures
 
 
 def _run_timer_group(target: str, n_configs: int, names: list[str], settings: ValidateSettings,
-                     work_dir: Path, on_progress=None, config_ids: list[int] | None = None) -> tuple[list[dict], dict]:
+                     work_dir: Path, on_progress=None, config_ids: list[int] | None = None,
+                     on_interrupt=None) -> tuple[list[dict], dict, dict | None]:
+    """(rows, failures, the device the worker measured on). on_interrupt(rows) gets the rows
+    written so far when Ctrl-C or SIGTERM stops the group."""
     from nsprof.session import run_session
 
     work_dir.mkdir(parents=True, exist_ok=True)
     results = work_dir / "timers.jsonl"
     results.write_text("")
+
+    def written() -> list[dict]:
+        return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+
     profile_settings = ProfileSettings(backend="none", modes=("direct",), reps=1, warmup=3,
                                        timeout_s=settings.timeout_s, work_dir=work_dir, wait_gpu=settings.wait)
-    session = run_session(target, n_configs, profile_settings, config_ids=config_ids, on_progress=on_progress,
-                          job_extra={"task": "timers", "timers": names, "timer_reps": settings.timer_reps,
-                                     "results": str(results)})
-    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    try:
+        session = run_session(target, n_configs, profile_settings, config_ids=config_ids, on_progress=on_progress,
+                              job_extra={"task": "timers", "timers": names, "timer_reps": settings.timer_reps,
+                                         "results": str(results)})
+    except KeyboardInterrupt:
+        if on_interrupt is not None:
+            on_interrupt(written())
+        raise
     failures = {("timers", cfg): reason for cfg, reason in session.failures.items()}
-    return rows, failures
+    return written(), failures, session.device
 
 
 def run_truth(target: str, backend: str, settings: ValidateSettings, work_dir: Path, on_progress=None):
