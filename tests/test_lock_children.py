@@ -1,0 +1,71 @@
+"""The GPU lock is held while any child of a run is alive, even after nsprof itself was SIGKILLed:
+the lock is free again only once its profiler and worker are gone. Real processes, real SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from nsprof.gpulock import GpuBusy, gpu_lock
+
+ROOT = Path(__file__).resolve().parents[1]
+STANDINS = Path(__file__).parent / "standins.py"
+
+# Config 1 starts a helper process of its own (as profilers and drivers do: nsys's daemons, a
+# compiler server) that inherits the worker's descriptors, and lives 15 s; then it hangs.
+HANGS = textwrap.dedent("""
+    import pathlib, subprocess, time
+    from nsprof.space import Space
+
+    def build(config):
+        def launch():
+            helper = subprocess.Popen(["sleep", "15"], close_fds=False)
+            pathlib.Path("helper.pid").write_text(str(helper.pid))
+            time.sleep(3600)
+        return launch if config["hang"] else (lambda: None)
+
+    space = Space(name="hangs", configs=[{"hang": False}, {"hang": True}], build=build, device="cpu")
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_the_lock_outlives_a_sigkilled_nsprof_until_its_children_are_gone(tmp_path):
+    (tmp_path / "hangs.py").write_text(HANGS)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # NSPROF_LOCK_DIR: this test's own (conftest)
+    nsprof = subprocess.Popen([sys.executable, str(STANDINS), "profile", "hangs.py:space", "--backend", "ncu",
+                               "--mode", "direct", "--timeout", "600", "--work-dir", "wd"], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    status = tmp_path / "wd" / "part0.status"
+    deadline = time.monotonic() + 120
+    while not (status.exists() and "start 1\n" in status.read_text()):
+        assert time.monotonic() < deadline, "config 1 never started"
+        time.sleep(0.05)
+    while not (tmp_path / "helper.pid").exists():
+        assert time.monotonic() < deadline, "config 1 never started its helper"
+        time.sleep(0.05)
+    time.sleep(0.2)  # the pid file is written
+    helper = int((tmp_path / "helper.pid").read_text())
+    nsprof.send_signal(signal.SIGKILL)
+    nsprof.wait()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with gpu_lock(0):
+                # Free: then no child of the run may still be alive (it would be measuring unlocked).
+                assert not _alive(helper), "the GPU lock came free while a process of the run still ran"
+                break
+        except GpuBusy:
+            assert time.monotonic() < deadline, "the lock stayed held a minute after nsprof died"
+            time.sleep(0.05)
