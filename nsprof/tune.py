@@ -313,7 +313,7 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
         latencies_ms = {int(c): float(v) / 1e6 for c, v in zip(measured["config_id"], measured["value_ns"])}
         to = space.meta.get("feed_back_to", "the tuner")
         try:
-            stored = hand_back(latencies_ms)
+            stored = meta_in_child(target, "feed_back", [latencies_ms], settings, n)
         except Exception as exc:
             result.errors.append(f"feeding the ranking back to {to} failed: "
                                  f"{one_line(f'{type(exc).__name__}: {exc}', 300)}")
@@ -330,22 +330,27 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
 
 
 
-PICK_MARKER = "NSPROF_TUNER_PICK "
+RESULT_MARKER = "NSPROF_RESULT "
 
-_PICK_CHILD = (
+_META_CHILD = (
     "import json, sys\n"
     "from nsprof.space import load_target\n"
-    "pick = load_target(sys.argv[1]).meta['tuner_pick']()\n"
-    f"print({PICK_MARKER!r} + json.dumps(pick, default=str), flush=True)\n"
+    "name, args = sys.argv[2], json.loads(sys.argv[3])\n"
+    "if name == 'feed_back':\n"
+    "    args = [{int(k): float(v) for k, v in args[0].items()}]\n"
+    "result = load_target(sys.argv[1]).meta[name](*args)\n"
+    f"print({RESULT_MARKER!r} + json.dumps(result, default=str), flush=True)\n"
 )
 
 
-def tuner_pick_in_child(target: str, settings: TuneSettings, n_configs: int) -> dict:
-    """Run the target's own autotuner (its Space's meta["tuner_pick"]) in a child process.
+def meta_in_child(target: str, name: str, args: list, settings: TuneSettings, n_configs: int):
+    """Run the target Space's meta[name](*args) (its own tuner's pick, or the feed-back) in a child.
 
     Its own benchmark loop runs user kernels: a child keeps a hang (timeout: the per-config
     timeout times the number of configs) or a lost CUDA context out of nsprof's process, and
-    the GPU lock keeps other nsprof runs off the GPU while it measures.
+    the GPU lock keeps other nsprof runs off the GPU meanwhile. A fresh process also computes
+    the tuner's cache key exactly as the user's own next process will (TileLang's key is not
+    the same in a process that has compiled configs already).
     """
     import subprocess
     import sys
@@ -355,15 +360,20 @@ def tuner_pick_in_child(target: str, settings: TuneSettings, n_configs: int) -> 
     timeout = settings.timeout_s * max(1, n_configs)
     with gpu_lock(0, wait=settings.wait):
         try:
-            done = subprocess.run([sys.executable, "-c", _PICK_CHILD, target], capture_output=True, text=True,
-                                  stdin=subprocess.DEVNULL, timeout=timeout)
+            done = subprocess.run([sys.executable, "-c", _META_CHILD, target, name, json.dumps(args)],
+                                  capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise NsprofError(f"it ran past {timeout:g} s (--timeout times the number of configs)") from None
     for line in reversed(done.stdout.splitlines()):
-        if line.startswith(PICK_MARKER):
-            return json.loads(line[len(PICK_MARKER):])
+        if line.startswith(RESULT_MARKER):
+            return json.loads(line[len(RESULT_MARKER):])
     lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
     raise NsprofError(f"its process exited with status {done.returncode}" + (f": {lines[-1]}" if lines else ""))
+
+
+def tuner_pick_in_child(target: str, settings: TuneSettings, n_configs: int) -> dict:
+    """What the target's own autotuner picks with its own timer (its Space's meta["tuner_pick"])."""
+    return meta_in_child(target, "tuner_pick", [], settings, n_configs)
 
 
 def describe_pick(pick: dict, table) -> str:

@@ -91,7 +91,7 @@ def test_tune_through_the_store_resumes_only_missing_configs(tmp_path, monkeypat
 
     measured_calls = []
 
-    def fake_measure(target, n, backend, settings, config_ids, on_progress):
+    def fake_measure(target, n, backend, settings, config_ids, on_progress, **unused):
         measured_calls.append(list(config_ids))
         return fixture_rows(config_ids)
 
@@ -148,9 +148,9 @@ def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatc
     calls = []
     space = _tuner_space(pick, calls, fail_feed_back)
     monkeypatch.setattr("nsprof.space.load_target", lambda target: space)
-    # The pick runs in a child process (tested below with a real one); here, in this process.
-    monkeypatch.setattr(tune_module, "tuner_pick_in_child", lambda target, settings, n: space.meta["tuner_pick"]())
-    monkeypatch.setattr(tune_module, "measure_rows", lambda target, n, backend, settings, ids, progress:
+    # The pick and the feed-back run in a child process (tested below with a real one); here, in this process.
+    monkeypatch.setattr(tune_module, "meta_in_child", lambda target, name, args, settings, n: space.meta[name](*args))
+    monkeypatch.setattr(tune_module, "measure_rows", lambda target, n, backend, settings, ids, progress, **unused:
                         fixture_rows(ids))
     monkeypatch.setattr("nsprof.profile.precompile", lambda space, jobs=None, log=None, config_ids=None: {})
     result = tune_module.tune("tuned.py:space", TuneSettings(backend="ncu", mode="graph", use_store=False))
@@ -209,3 +209,25 @@ def test_the_tuners_own_pick_runs_in_a_child_process(tmp_path, monkeypatch, kind
     else:
         assert str(info.value) == ("its process exited with status 1: CUDA error: an illegal memory access "
                                    "was encountered")
+
+
+FEED_TARGET = """
+from nsprof.space import Space
+
+def feed_back(latencies_ms):
+    print("tuner chatter on stdout")
+    best = min(latencies_ms, key=latencies_ms.get)
+    return {"best": best, "keys": sorted(latencies_ms), "types": sorted({type(k).__name__ for k in latencies_ms})}
+
+space = Space(name="f", configs=[{"i": 0}, {"i": 1}, {"i": 2}], build=lambda c: (lambda: None), device="cpu",
+              meta={"feed_back": feed_back})
+"""
+
+
+def test_the_feed_back_runs_in_a_fresh_child_process(tmp_path):
+    from nsprof.tune import meta_in_child
+
+    target = tmp_path / "feed_target.py"
+    target.write_text(FEED_TARGET)
+    stored = meta_in_child(f"{target}:space", "feed_back", [{0: 0.003, 2: 0.001}], TuneSettings(backend="ncu"), 3)
+    assert stored == {"best": 2, "keys": [0, 2], "types": ["int"]}

@@ -22,7 +22,7 @@ and stores it in its autotuner cache under its usual key: later calls of `matmul
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,16 +70,26 @@ def autotune_space(autotuned, *args, **kwargs) -> Space:
 
 
 @contextlib.contextmanager
-def _benchmark_replaced(latency_by_source: Mapping[str, float]):
+def _benchmark_replaced(latency_by_source: Callable[[], Mapping[str, float]]):
+    """TileLang's benchmark step answers nsprof's latency of the compiled kernel (by its source).
+    The source map is made at the first call, after TileLang has computed its cache key: compiling
+    before that changes the key (seen on the H200, TileLang 0.1.15)."""
+    import threading
+
     from tilelang.autotuner.tuner import AutoTuner
 
     original = getattr(AutoTuner, "_benchmark_target", None)
     if original is None:
         raise NsprofError("this TileLang has no AutoTuner._benchmark_target; nsprof's feed-back supports "
                           "TileLang 0.1.15")
+    made: list[Mapping[str, float]] = []
+    making = threading.Lock()
 
     def nsprof_latency(self, jit_kernel, *unused_args, **unused_kwargs):
-        latency = latency_by_source.get(jit_kernel.get_kernel_source())
+        with making:
+            if not made:
+                made.append(latency_by_source())
+        latency = made[0].get(jit_kernel.get_kernel_source())
         if latency is None:
             raise RuntimeError("nsprof has no measurement for this config")
         return latency, None
@@ -148,10 +158,11 @@ def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs:
     configs = _configs(autotuned, args, kwargs)
     if not latencies_ms:
         raise NsprofError("no measured config to feed back")
-    by_source = {}
-    for index, latency in latencies_ms.items():
-        source = _compile(autotuned, args, kwargs, configs[index]).get_kernel_source()
-        by_source[source] = float(latency)
+
+    def by_source() -> dict[str, float]:
+        return {_compile(autotuned, args, kwargs, configs[index]).get_kernel_source(): float(latency)
+                for index, latency in latencies_ms.items()}
+
     written: dict = {}
     with _benchmark_replaced(by_source), _cache_entry_replaced(autotuned, written):
         autotuned.compile(*args, **kwargs)
