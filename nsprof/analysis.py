@@ -33,7 +33,7 @@ def summarize(frame):
     keys = ["source", "group", "kernel"]
     grouped["kernel"] = grouped["kernel"].fillna("?")
     agg = grouped.groupby(keys, sort=False, dropna=False).agg(
-        count=("duration_ns", "size"),
+        count=("duration_ns", "count"),  # rows with a duration: an empty one is not a sample
         median_ns=("duration_ns", "median"),
         min_ns=("duration_ns", "min"),
         mean_ns=("duration_ns", "mean"),

@@ -34,11 +34,24 @@ def sniff_kind(path) -> str:
         text = head[: len(head) // 2 * 2].decode("utf-16", errors="replace")
         if '"ID","' in text or text.lstrip("\ufeff").startswith("==PROF=="):
             return "ncu-csv"
+    if b"\0" not in head and _ncu_csv_header_within_bound(path):
+        return "ncu-csv"  # ncu writes the program's own output above the table
     if path.suffix == ".xz":
         raise ReportError(f"{path.name}: compressed; decompress it first (xz -dk {path.name})")
     raise ReportError(
         f"{path.name}: not a report nsprof reads (ncu CSV, .ncu-rep, nsys .sqlite or .nsys-rep)"
     )
+
+
+def _ncu_csv_header_within_bound(path: Path) -> bool:
+    from nsprof.reports.ncu_csv import HEADER_SCAN_BYTES, find_header
+
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(HEADER_SCAN_BYTES)
+    except OSError:
+        return False
+    return find_header(data) is not None
 
 
 def read_report(path, *, domain: str | None = None, **labels):
