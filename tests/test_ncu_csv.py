@@ -359,3 +359,28 @@ def test_program_output_beyond_the_scan_bound_is_refused_in_one_line(tmp_path):
     with pytest.raises(ReportError) as info:
         sniff_kind(path)
     assert "\n" not in str(info.value) and "not a report" in str(info.value)
+
+
+# --- clock control in a CSV (issue 11) -----------------------------------------------------
+
+
+def test_csv_labels_come_from_ncu_notes_above_the_table(tmp_path):
+    # ncu's own output of a --clock-control none --cache-control none run, then its table.
+    log = (FIXTURES / "ncu_clock_none.log").read_text()
+    assert "Running with unmodified GPU clocks" in log
+    path = tmp_path / "direct.csv"
+    path.write_text(log + (FIXTURES / "fixture_clock_none_raw.csv").read_text())
+    frame = read_ncu_csv(path)
+    assert set(frame["clock_control"]) == {"none"} and set(frame["cache_control"]) == {"none"}
+    assert len(frame) == 27
+
+
+def test_exported_csv_records_no_clock_control():
+    # `ncu --import ... --csv` writes no notes: nothing says how the clocks were set.
+    frame = read_ncu_csv(FIXTURES / "fixture_clock_none_raw.csv")
+    assert frame["clock_control"].isna().all() and frame["cache_control"].isna().all()
+    from nsprof.analysis import describe_report
+
+    frame.attrs["kind"] = "ncu-csv"
+    text = describe_report(frame)
+    assert "clock control unknown" in text and "base" not in text
