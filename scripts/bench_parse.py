@@ -146,22 +146,79 @@ def build_nsys_db(out: Path, n_kernels: int, n_ranges: int) -> dict:
     return counts
 
 
-def build_ncu_csv(out: Path, n_rows: int) -> dict:
-    """Header and units rows of the fixture, then its data rows repeated to n_rows."""
+# What one measured call launches in a real nsprof run, by the kind of target: a TileLang
+# GEMM (one kernel), a CUTLASS-style kernel whose name carries its tile shape (one kernel,
+# a name per config), and a torch op (a cuBLAS kernel and an elementwise one). The rows of
+# the fixture give every other column; the CUTLASS names follow CUTLASS 3's profiler names.
+_TARGETS = ("tilelang", "cutlass", "torch")
+_TILES = [(m, n, k) for m in (64, 128, 256) for n in (16, 32, 64, 128, 256) for k in (32, 64, 128)]
+
+
+def _cutlass_name(config_id: int) -> str:
+    m, n, k = _TILES[config_id % len(_TILES)]
+    stages = 2 + config_id // len(_TILES) % 5
+    return (f"void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::"
+            f"GemmShape<{m}, {n}, {k}>, cutlass::gemm::collective::StageCount<{stages}>, "
+            f"cutlass::half_t, cutlass::layout::RowMajor, float>>(T1::Params)")
+
+
+def build_ncu_csv(out: Path, n_rows: int, reps: int = 5) -> dict:
+    """An ncu raw page shaped like a real nsprof tuning run, n_rows kernels long.
+
+    As nsprof's worker runs it (nsprof/worker.py): configs one after another, each config
+    `reps` calls per mode (direct, then graph replays profiled per node), each call inside
+    its own push/pop range `cfg<id>.<mode>.r<rep>` (nsprof.schema.range_name) in the
+    "nsprof" domain, nested in the outer "nsprof" range; so every call has its own NVTX
+    cell, written the way the fixture's ncu export writes them. Kernel names and metric
+    values come from the fixture's rows of the same kernel.
+    """
+    sys.path.insert(0, str(REPO))
+    from nsprof.schema import range_name
+
     with open(FIXTURES / "fixture_node_raw.csv", newline="", encoding="utf-8") as src:
         rows = list(csv.reader(src))
     header, units, data = rows[0], rows[1], rows[2:]
-    id_col = header.index("ID") if "ID" in header else None
+    col = {name: i for i, name in enumerate(header)}
+    pp = next(i for i, name in enumerate(header) if name.startswith("thread Domain:Push/Pop_Range"))
+    kernel = col["Kernel Name"]
+    by_kernel = {}
+    for row in data:
+        by_kernel.setdefault(row[kernel].split("<")[0].split()[-1].rsplit("::", 1)[-1], row)
+    gemm, nvjet = by_kernel["gemm_kernel"], by_kernel["nvjet_sm90_hsh_64x24_64x16_2x4_h_bz_NNT"]
+    elementwise = by_kernel["vectorized_elementwise_kernel"]
+    outer = '"nsprof:nsprof:none:none:RGB:0xff:REGISTERED:nsprof"'
+    tid = gemm[pp].split()[0]
+    written, config_id, ranges, names = 0, 0, 0, set()
     with open(out, "w", newline="", encoding="utf-8") as dst:
         writer = csv.writer(dst, quoting=csv.QUOTE_ALL, lineterminator="\n")
         writer.writerow(header)
         writer.writerow(units)
-        for index in range(n_rows):
-            row = list(data[index % len(data)])
-            if id_col is not None:
-                row[id_col] = str(index)  # ncu numbers results 0..n-1
-            writer.writerow(row)
-    return {"rows": n_rows, "file_mib": round(out.stat().st_size / 2**20, 1)}
+        while written < n_rows:
+            target = _TARGETS[config_id % len(_TARGETS)]
+            if target == "torch":
+                call = [nvjet, elementwise]
+            elif target == "cutlass":
+                call = [list(gemm)]
+                call[0][kernel] = _cutlass_name(config_id)
+            else:
+                call = [gemm]
+            for mode in ("direct", "graph"):
+                for rep in range(reps):
+                    name = range_name(config_id, mode, rep)
+                    cell = f'{tid}  {outer}  "nsprof:{name}:none:none:RGB:0xff:REGISTERED:{name}" '
+                    ranges += 1
+                    for template in call:
+                        if written == n_rows:
+                            break
+                        row = list(template)
+                        row[col["ID"]] = str(written)  # ncu numbers results 0..n-1
+                        row[pp] = cell
+                        names.add(row[kernel])
+                        writer.writerow(row)
+                        written += 1
+            config_id += 1
+    return {"rows": n_rows, "configs": config_id, "nvtx_ranges": ranges, "kernel_names": len(names),
+            "file_mib": round(out.stat().st_size / 2**20, 1)}
 
 
 def time_parse(kind: str, path: Path, runs: int = 3) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 from nsprof.errors import ReportError
 from nsprof.reports.checks import blank_impossible, one_line, read_head
 from nsprof.reports.names import short_kernel_name
-from nsprof.reports.nvtx_cells import parse_csv_cells, thread_id
+from nsprof.reports.nvtx_cells import parse_csv_columns
 from nsprof.schema import make_frame
 
 PUSH_POP_PREFIX = "thread Domain:Push/Pop_Range"
@@ -272,28 +272,12 @@ def _identity(data, push_pop: str | None, start_end: str | None, domain: str | N
     import pandas as pd
 
     n = len(data)
-    pp = data[push_pop] if push_pop else pd.Series([""] * n)
-    se = data[start_end] if start_end else pd.Series([""] * n)
-    cache: dict[tuple[str, str], tuple] = {}
-    ranges, domains, paths, tids = [], [], [], []
-    for pp_cell, se_cell in zip(pp.tolist(), se.tolist()):
-        key = (pp_cell, se_cell)
-        hit = cache.get(key)
-        if hit is None:
-            state = parse_csv_cells(pp_cell, se_cell)
-            name, dom = state.innermost(domain)
-            hit = cache[key] = (name, dom, state.path(), thread_id(pp_cell))
-        ranges.append(hit[0])
-        domains.append(hit[1])
-        paths.append(hit[2])
-        tids.append(hit[3])
+    nvtx = parse_csv_columns(data[push_pop] if push_pop else None,
+                             data[start_end] if start_end else None, domain, rows=n)
     kernel = data["Kernel Name"]
     return {
         "source": ["ncu"] * n,
-        "range": ranges,
-        "domain": domains,
-        "nvtx_path": paths,
-        "tid": tids,
+        **nvtx,
         "kernel": kernel.map(_short_names(kernel)),
         "workload": ["graph" if k == "graph" else "kernel" for k in kernel.tolist()],
         "launch_id": pd.to_numeric(data["ID"], errors="coerce").astype("Int64"),
