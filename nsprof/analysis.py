@@ -7,7 +7,7 @@ from __future__ import annotations
 
 NO_RANGE = "(no range)"
 SUMMARY_COLUMNS = [
-    "source", "group", "kernel", "count", "median_ns", "min_ns", "mean_ns", "std_ns", "cv",
+    "source", "group", "kernel", "kernel_full", "count", "median_ns", "min_ns", "mean_ns", "std_ns", "cv",
     "median_cycles", "median_clock_hz", "clock_control", "cache_control",
 ]
 
@@ -25,14 +25,23 @@ def add_group(frame):
     return frame
 
 
+def kernel_key(frame):
+    """What tells kernels apart: the full name, else the short one (else "?")."""
+    full = frame["kernel_full"] if "kernel_full" in frame else frame["kernel"]
+    return full.fillna(frame["kernel"]).fillna("?")
+
+
 def summarize(frame):
-    """One row per source × group × kernel: count, median, min, mean, std, CV, cycles, clock."""
+    """One row per source × group × kernel (by full name): count, median, min, mean, std, CV,
+    cycles, clock. `kernel` is the short name for display; `kernel_full` the key."""
     import pandas as pd
 
     grouped = add_group(frame)
-    keys = ["source", "group", "kernel"]
+    grouped["kernel_full"] = kernel_key(grouped)
     grouped["kernel"] = grouped["kernel"].fillna("?")
+    keys = ["source", "group", "kernel_full"]
     agg = grouped.groupby(keys, sort=False, dropna=False).agg(
+        kernel=("kernel", "first"),
         count=("duration_ns", "count"),  # rows with a duration: an empty one is not a sample
         median_ns=("duration_ns", "median"),
         min_ns=("duration_ns", "min"),
@@ -94,10 +103,32 @@ def graph_profiling_note(frame) -> str | None:
 
 
 def compare(frame_a, frame_b):
-    """Medians of two reports side by side, joined on group × kernel, with b/a ratios."""
-    a = summarize(frame_a)[["group", "kernel", "count", "median_ns", "median_cycles"]]
-    b = summarize(frame_b)[["group", "kernel", "count", "median_ns", "median_cycles"]]
-    joined = a.merge(b, on=["group", "kernel"], how="outer", suffixes=("_a", "_b"), sort=False)
+    """Medians of two reports side by side, joined on group × kernel, with b/a ratios.
+
+    Kernels join by full name; ncu's CSV and nsys demangle differently, so rows left
+    unmatched on both sides then join by short name where that name is one kernel on each
+    side (never pooling kernels that share a short name).
+    """
+    import pandas as pd
+
+    columns = ["group", "kernel", "kernel_full", "count", "median_ns", "median_cycles"]
+    a = summarize(frame_a)[columns]
+    b = summarize(frame_b)[columns]
+    joined = a.merge(b.drop(columns="kernel"), on=["group", "kernel_full"], how="outer",
+                     suffixes=("_a", "_b"), sort=False, indicator=True)
+    joined["kernel"] = joined["kernel"].fillna(joined["kernel_full"].map(dict(zip(b["kernel_full"], b["kernel"]))))
+    only_a = joined[joined["_merge"] == "left_only"]
+    only_b = joined[joined["_merge"] == "right_only"]
+    pairs = []
+    for (group, kernel), rows_a in only_a.groupby(["group", "kernel"], sort=False):
+        rows_b = only_b[(only_b["group"] == group) & (only_b["kernel"] == kernel)]
+        if len(rows_a) == 1 and len(rows_b) == 1:
+            pairs.append((rows_a.index[0], rows_b.index[0]))
+    for index_a, index_b in pairs:
+        for column in ("count_b", "median_ns_b", "median_cycles_b"):
+            joined.loc[index_a, column] = joined.loc[index_b, column]
+    joined = joined.drop(index=[index_b for _, index_b in pairs]).drop(columns="_merge")
+    joined = pd.DataFrame(joined).reset_index(drop=True)
     joined["ratio"] = joined["median_ns_b"] / joined["median_ns_a"]
     joined["cycles_ratio"] = joined["median_cycles_b"] / joined["median_cycles_a"]
     return joined
@@ -134,13 +165,32 @@ def _short(text: str, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def kernel_labels(summary, width: int = 48, by: tuple[str, ...] = ("source", "group")) -> list[str]:
+    """The kernel cell of each summary row: the short name within `width`, made distinct
+    (` #1`, ` #2`, ...) where several kernels of one `by` group would print alike (a shared
+    short name, or names that differ only past the width)."""
+    labels = [_short(str(k), width) for k in summary["kernel"]]
+    keys = [tuple(str(summary[c].iloc[i]) for c in by if c in summary) for i in range(len(summary))]
+    seen: dict[tuple, list[int]] = {}
+    for i, label in enumerate(labels):
+        seen.setdefault((*keys[i], label), []).append(i)
+    for positions in seen.values():
+        if len(positions) < 2:
+            continue
+        ordered = sorted(positions, key=lambda i: str(summary["kernel_full"].iloc[i]))
+        for number, i in enumerate(ordered, 1):
+            suffix = f" #{number}"
+            labels[i] = _short(str(summary["kernel"].iloc[i]), width - len(suffix)) + suffix
+    return labels
+
+
 def format_summary(summary) -> str:
     headers = ["source", "range", "kernel", "n", "median µs", "min µs", "mean µs", "std µs",
                "cv %", "cycles", "clock GHz"]
     rows = []
-    for rec in summary.itertuples(index=False):
+    for rec, kernel in zip(summary.itertuples(index=False), kernel_labels(summary)):
         rows.append([
-            rec.source, _short(str(rec.group), 32), _short(str(rec.kernel)), str(rec.count),
+            rec.source, _short(str(rec.group), 32), kernel, str(rec.count),
             _us(rec.median_ns), _us(rec.min_ns), _us(rec.mean_ns), _us(rec.std_ns),
             _num(rec.cv * 100 if rec.cv == rec.cv else float("nan"), ".1f"),
             _num(rec.median_cycles, ",.0f"),
@@ -153,9 +203,9 @@ def format_compare(joined, name_a: str, name_b: str) -> str:
     headers = ["range", "kernel", f"A µs ({_short(name_a, 20)})", f"B µs ({_short(name_b, 20)})",
                "B/A", "cycles B/A"]
     rows = []
-    for rec in joined.itertuples(index=False):
+    for rec, kernel in zip(joined.itertuples(index=False), kernel_labels(joined, by=("group",))):
         rows.append([
-            _short(str(rec.group), 32), _short(str(rec.kernel)), _us(rec.median_ns_a),
+            _short(str(rec.group), 32), kernel, _us(rec.median_ns_a),
             _us(rec.median_ns_b), _num(rec.ratio, ".3f"), _num(rec.cycles_ratio, ".3f"),
         ])
     return render_table(headers, rows, right=set(range(2, len(headers))))

@@ -49,6 +49,50 @@ def _write_exports(frame, csv_path: str | None, parquet_path: str | None) -> Non
         click.echo(f"wrote {len(frame)} rows to {parquet_path}", err=True)
 
 
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name one file: through symbolic and hard links when both exist."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet): compare where they would be
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _refuse_overwriting_inputs(files, outputs: dict[str, str | None]) -> None:
+    for option, out in outputs.items():
+        if not out:
+            continue
+        for path in files:
+            if os.fspath(path) != "-" and _same_file(out, path):
+                raise CliError(f"{option} {out} would overwrite the input report {path}; choose another file")
+
+
+# Rows per JSON chunk: --json on a 1M-kernel report writes ~0.5 GB; one to_json string of it
+# (plus its encoded copy) tripled the peak memory.
+_JSON_CHUNK_ROWS = 20_000
+
+
+def _echo_json_rows(frame) -> None:
+    """The rows as one JSON array on stdout, written chunk by chunk (same text as to_json)."""
+    out = sys.stdout
+    if len(frame) == 0:
+        out.write("[]\n")
+        return
+    out.write("[")
+    for begin in range(0, len(frame), _JSON_CHUNK_ROWS):
+        chunk = frame.iloc[begin : begin + _JSON_CHUNK_ROWS].to_json(orient="records", force_ascii=False)
+        out.write(("," if begin else "") + chunk[1:-1])
+    out.write("]\n")
+    out.flush()
+
+
+def _shares_short_names(summary) -> bool:
+    """Whether the summary table had to number kernels apart (see analysis.kernel_labels)."""
+    from nsprof.analysis import kernel_labels
+
+    plain = kernel_labels(summary, by=("source", "group", "kernel_full"))  # never numbered
+    return kernel_labels(summary) != plain
+
+
 def _describe(frame) -> str:
     from nsprof.analysis import describe_report
 
@@ -66,6 +110,10 @@ def _describe(frame) -> str:
 def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
     """Read ncu CSV, .ncu-rep, nsys .sqlite or .nsys-rep reports and summarise them.
 
+    FILES may be FIFOs or pipes (`<(...)`, /dev/stdin) and `-` for standard input: each is
+    read once into a temporary copy (NSPROF_MAX_STREAM_BYTES bounds it, NSPROF_STREAM_WAIT_S
+    bounds the wait for data).
+
     Prints one table per report: per NVTX range (nsprof's own per-config ranges pool
     their reps) and kernel, the count, median, min, mean, std and coefficient of
     variation of the kernel duration, median cycles and clock.
@@ -73,24 +121,26 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
     import pandas as pd
 
     from nsprof.analysis import compare as compare_frames
-    from nsprof.analysis import format_compare, format_summary, summarize
+    from nsprof.analysis import format_compare, format_summary, graph_profiling_note, summarize
     from nsprof.reports import read_report
+    from nsprof.reports.inputs import shown_name
 
     if compare and len(files) != 2:
         raise click.UsageError("--compare takes exactly two report files")
     if compare and as_json:
         raise click.UsageError("--compare prints a table; use --json without it for the rows")
+    _refuse_overwriting_inputs(files, {"--csv": csv_path, "--parquet": parquet_path})
     frames = []
     for path in files:
         frame = read_report(path, domain=domain)
         for warning in frame.attrs.get("warnings", []):
-            click.echo(f"nsprof: warning: {path}: {warning}", err=True)
+            click.echo(f"nsprof: warning: {shown_name(path)}: {warning}", err=True)
         frame.insert(0, "file", str(path))
         frames.append(frame)
     tidy = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     _write_exports(tidy, csv_path, parquet_path)
     if as_json:
-        click.echo(tidy.to_json(orient="records", force_ascii=False))
+        _echo_json_rows(tidy)
         return
     if compare:
         a, b = frames
@@ -107,13 +157,24 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
         return
     for path, frame in zip(files, frames):
         click.echo(f"{path}  ({_describe(frame)})")
-        click.echo(format_summary(summarize(frame)))
-        from nsprof.analysis import graph_profiling_note
-
+        summary = summarize(frame)
+        click.echo(format_summary(summary))
+        if _shares_short_names(summary):
+            click.echo("note: kernels marked #1, #2, ... share a short name (or differ only past the column "
+                       "width); each is its own row by full name, listed by --json or --csv as kernel_full")
         note = graph_profiling_note(frame)
         if note:
             click.echo(note)
         click.echo("")
+
+
+def _config_ids(config_list: str | None) -> list[int] | None:
+    if not config_list:
+        return None
+    try:
+        return [int(x) for x in config_list.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter("--configs takes integers separated by commas", param_hint="--configs") from None
 
 
 def _mode_tuple(mode: str) -> tuple[str, ...]:
@@ -141,8 +202,9 @@ def _mode_tuple(mode: str) -> tuple[str, ...]:
               help="Keep reports and logs here (default: a temporary folder, named at the end).")
 @click.option("--json", "as_json", is_flag=True, help="Print the tidy rows as a JSON array.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the tidy rows to a CSV file.")
+@click.option("--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing.")
 def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache_control, graph_profiling,
-            config_list, work_dir, as_json, csv_path) -> None:
+            config_list, work_dir, as_json, csv_path, wait) -> None:
     """Measure every config of TARGET (file.py:space) under ncu or nsys.
 
     All configs run in one profiled child process, each inside its own NVTX ranges; a
@@ -152,7 +214,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     """
     from nsprof.analysis import format_config_summary
     from nsprof.drivers.base import ProfileSettings
-    from nsprof.profile import config_summary
+    from nsprof.profile import check_measured, config_summary
     from nsprof.profile import profile as run_profile
 
     if backend == "ncu" and clock_control == "none":
@@ -161,15 +223,10 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     if backend == "ncu" and graph_profiling == "graph":
         click.echo("nsprof: warning: --graph-profiling graph gives whole-graph workloads, not kernel "
                    "durations", err=True)
-    ids = None
-    if config_list:
-        try:
-            ids = [int(x) for x in config_list.split(",") if x.strip()]
-        except ValueError:
-            raise click.BadParameter("--configs takes integers separated by commas") from None
+    ids = _config_ids(config_list)
     settings = ProfileSettings(backend=backend, modes=_mode_tuple(mode), reps=reps, warmup=warmup,
                                timeout_s=timeout_s, clock_control=clock_control, cache_control=cache_control,
-                               graph_profiling=graph_profiling, work_dir=work_dir)
+                               graph_profiling=graph_profiling, work_dir=work_dir, wait_gpu=wait)
     from nsprof.session import make_driver
     from nsprof.space import load_target
 
@@ -199,6 +256,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     _write_exports(frame, csv_path, None)
     if as_json:
         click.echo(frame.to_json(orient="records", force_ascii=False))
+        check_measured(frame)
         return
     summary = config_summary(frame, frame.attrs["configs"])
     labels = settings.labels
@@ -207,6 +265,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
                + (f"reports kept in {frame.attrs['work_dir']}" if frame.attrs.get("work_dir")
                   else "temporary reports removed (pass --work-dir to keep them)"))
     click.echo(format_config_summary(summary))
+    check_measured(frame)  # every config failed: the table above says why, and the exit status too
 
 
 @contextlib.contextmanager
@@ -279,8 +338,9 @@ def _split(value: str) -> tuple[str, ...]:
 @click.option("--save", "save_path", type=click.Path(dir_okay=False), help="Also write that JSON object to a file.")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep reports and logs here (default: a temporary folder).")
+@click.option("--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing.")
 def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, timeout_s, plot_path, as_json,
-             save_path, work_dir) -> None:
+             save_path, work_dir, wait) -> None:
     """Check fast timers against ncu and nsys over TARGET's configs (file.py:space).
 
     For every timer against every ground truth: median ratio (bias), Kendall τ and
@@ -314,7 +374,8 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
     for backend in truths:
         make_driver(ProfileSettings(backend=backend))  # a missing tool is one line, before any work
     settings = ValidateSettings(timers=_split(timers), external=external, truths=truths, modes=modes, reps=reps,
-                                timer_reps=timer_reps, repeat_truth=repeat, timeout_s=timeout_s, work_dir=work_dir)
+                                timer_reps=timer_reps, repeat_truth=repeat, timeout_s=timeout_s, work_dir=work_dir,
+                                wait=wait)
     bars = _StageBars()
     try:
         with _results_only_on_stdout():
@@ -363,14 +424,18 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
               help="Results store (default .nsprof/results.sqlite).")
 @click.option("--no-store", is_flag=True, help="Keep no results store.")
 @click.option("--resume", is_flag=True, help="Measure only configs the store has no result for (same key).")
-@click.option("--wait", is_flag=True, help="Wait for another nsprof profiling this GPU instead of failing.")
+@click.option("--retry-failed", is_flag=True,
+              help="With --resume, measure failed configs again too (failures that say nothing about the "
+                   "config, such as a timeout shorter than today's, are retried anyway).")
+@click.option("--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing.")
 @click.option("--feed-back/--no-feed-back", default=True, show_default=True,
               help="Hand the ranking to the target's own autotuner (TileLang's or Triton's cache) when it can take it.")
 @click.option("--tuner-pick/--no-tuner-pick", default=True, show_default=True,
               help="Also run the target's own autotuner with its own timer (Triton) and say what it picks.")
+@click.option("--configs", "config_list", default=None, help="Only these config ids, e.g. 0,3,5.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranked table as JSON.")
-def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir, store_path, no_store, resume, wait,
-         feed_back, tuner_pick, as_json) -> None:
+def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir, store_path, no_store, resume,
+         retry_failed, wait, feed_back, tuner_pick, config_list, as_json) -> None:
     """Rank every config of TARGET (file.py:space) by ground truth and name the best.
 
     Prints the ranked table (duration, spread, cycles, clock, distance from the best) and
@@ -388,14 +453,17 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
         make_driver(ProfileSettings(backend=backend))
     if no_store and resume:
         raise click.UsageError("--resume needs the results store (drop --no-store)")
+    if retry_failed and not resume:
+        raise click.UsageError("--retry-failed goes with --resume")
     settings = TuneSettings(backend=backend, mode=mode, stat=stat, reps=reps, prescreen=prescreen,
                             prescreen_top=top, timeout_s=timeout_s, work_dir=work_dir, store=store_path,
-                            use_store=not no_store, resume=resume, wait=wait, feed_back=feed_back,
+                            use_store=not no_store, resume=resume, retry_failed=retry_failed, wait=wait,
+                            feed_back=feed_back,
                             tuner_pick=tuner_pick)
     bars = _StageBars()
     try:
         with _results_only_on_stdout():
-            result = run_tune(target, settings, on_stage=bars)
+            result = run_tune(target, settings, config_ids=_config_ids(config_list), on_stage=bars)
     finally:
         bars.close()
     if as_json:
@@ -454,9 +522,25 @@ def doctor(no_run) -> None:
     sys.exit(0 if available else 1)
 
 
+def _exit_for_closed_stdout() -> None:
+    """The reader of stdout went away (`nsprof analyze ... | head -1`): that is not an error.
+    As the Python docs advise, point stdout at devnull so that the flush at exit cannot fail
+    again (which would print "Exception ignored" and exit 120), then exit 0."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(0)
+
+
 def main() -> None:
     try:
         code = cli.main(prog_name="nsprof", standalone_mode=False)
+        sys.stdout.flush()  # inside the try: a closed pipe shows on the last flush too
+    except SystemExit:
+        # click answers a closed pipe (EPIPE) itself with exit status 1, after wrapping
+        # stdout in its PacifyFlushWrapper; that wrapper is how the case is recognised.
+        if isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
+            _exit_for_closed_stdout()
+        raise
     except NsprofError as exc:
         click.echo(f"nsprof: error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
@@ -471,7 +555,7 @@ def main() -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except BrokenPipeError:
-        sys.exit(0)
+        _exit_for_closed_stdout()
     except OSError as exc:
         click.echo(f"nsprof: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
         sys.exit(EXIT_ERROR)

@@ -25,15 +25,6 @@ def _run(cmd: list[str], timeout: float = 60) -> tuple[int, str]:
     return proc.returncode, (proc.stdout + proc.stderr).strip()
 
 
-def gpu_name(index: int = 0) -> str:
-    """The GPU's name from nvidia-smi, or "" where there is none (a results-store key field)."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return ""
-    code, out = _run([smi, "-i", str(index), "--query-gpu=name", "--format=csv,noheader"])
-    return out.strip().splitlines()[0] if code == 0 and out.strip() else ""
-
-
 def gpu_check() -> Check:
     smi = shutil.which("nvidia-smi")
     if not smi:

@@ -1,8 +1,14 @@
 """One profiler per GPU: an exclusive flock on a lock file per GPU, shared by every nsprof process.
 
-    with gpu_lock(0):             # GpuBusy at once if another nsprof is profiling GPU 0
+    with gpu_lock(0):             # GpuBusy at once if another nsprof is profiling CUDA device 0
         ...
     with gpu_lock(0, wait=True):  # or wait for it, silently
+
+The lock file is named by the GPU's UUID (nvidia-smi's), so that every process that sees the
+same card takes the same lock, whatever CUDA_VISIBLE_DEVICES or $TMPDIR it runs with; it lies
+in one machine-wide folder (/tmp, or $NSPROF_LOCK_DIR). Child processes that measure pass the
+lock's descriptor on (held_fds), so the lock stays held while any of them is alive, even after
+nsprof itself was killed.
 
 Two profilers on one GPU corrupt each other's numbers (ncu serialises kernels and locks
 clocks; another process's kernels share the SMs). flock is released by the kernel when the
@@ -13,8 +19,10 @@ The file holds the holder's pid, command line and start time as JSON, for the bu
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
+import functools
 import json
 import os
 import shlex
@@ -30,8 +38,9 @@ from typing import Any
 from nsprof.errors import NsprofError
 
 _POLL_S = 0.05
-# Lock files this process holds: a second gpu_lock on the same GPU would wait on itself forever.
-_held: set[str] = set()
+# Lock files this process holds (path -> descriptor): a second gpu_lock on the same GPU would wait
+# on itself forever.
+_held: dict[str, int] = {}
 _held_lock = threading.Lock()
 
 
@@ -46,22 +55,88 @@ class GpuBusy(NsprofError):
 
 
 def lock_dir() -> Path:
-    return Path(os.environ.get("NSPROF_LOCK_DIR") or tempfile.gettempdir())
+    """$NSPROF_LOCK_DIR, else /tmp: one folder for the whole machine (not $TMPDIR, which batch
+    systems set per job, so that two jobs on one node would each think the GPU free)."""
+    override = os.environ.get("NSPROF_LOCK_DIR")
+    if override:
+        return Path(override)
+    return Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
 
 
-def physical_device(device: int, environ: Mapping[str, str] | None = None) -> int:
-    """The GPU index to lock for CUDA device `device`: mapped through CUDA_VISIBLE_DEVICES when that
-    lists indices, so that `cuda:0` under CUDA_VISIBLE_DEVICES=2 locks GPU 2 like an unmasked
-    `cuda:2`. UUID or MIG entries cannot be mapped without NVML; the index is then used as given."""
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    """A GPU as nvidia-smi names it: what nsprof locks, and what its results are keyed by."""
+
+    index: int | None  # nvidia-smi's index; None for a MIG instance or an entry it does not list
+    uuid: str = ""  # "GPU-8f6c…" ("MIG-…" for a MIG instance); "" where nvidia-smi cannot say
+    name: str = ""  # "NVIDIA H200"; "" where unknown
+
+    @property
+    def lock_name(self) -> str:
+        if self.uuid:
+            return f"nsprof-{''.join(c for c in self.uuid if c.isalnum() or c in '-_')}.lock"
+        return f"nsprof-gpu{self.index}.lock"
+
+    @property
+    def key(self) -> str:
+        """What results measured on it are keyed by: "NVIDIA H200 GPU-8f6c…" ("" when unknown)."""
+        return " ".join(part for part in (self.name, self.uuid) if part)
+
+    def __str__(self) -> str:
+        what = f"GPU {self.index}" if self.index is not None else "GPU"
+        detail = ", ".join(part for part in (self.name, self.uuid) if part)
+        return f"{what} ({detail})" if detail else what
+
+
+@functools.cache
+def _smi_gpus() -> tuple[tuple[int, str, str], ...]:
+    """(index, uuid, name) of every GPU nvidia-smi lists; () without nvidia-smi."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return ()
+    try:
+        out = subprocess.run([smi, "--query-gpu=index,uuid,name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    gpus = []
+    for line in out.stdout.splitlines() if out.returncode == 0 else []:
+        parts = [p.strip() for p in line.split(",", 2)]
+        if len(parts) == 3 and parts[0].isdigit():
+            gpus.append((int(parts[0]), parts[1], parts[2]))
+    return tuple(gpus)
+
+
+def which_gpu(device: int = 0, environ: Mapping[str, str] | None = None) -> Gpu:
+    """The GPU that CUDA device `device` of this process is, through CUDA_VISIBLE_DEVICES (indices,
+    or UUIDs and their prefixes, as CUDA takes them). Indices are nvidia-smi's, which CUDA follows
+    with CUDA_DEVICE_ORDER=PCI_BUS_ID; the worker reads the UUID it really used (nsprof.worker)."""
     environ = os.environ if environ is None else environ
     visible = [entry.strip() for entry in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if entry.strip()]
-    if visible and all(entry.isdigit() for entry in visible) and 0 <= device < len(visible):
-        return int(visible[device])
-    return device
+    entry = visible[device] if 0 <= device < len(visible) else str(device)
+    listed = _smi_gpus()
+    for index, uuid, name in listed:
+        if (entry.isdigit() and int(entry) == index) or (entry.startswith("GPU-") and uuid.startswith(entry)):
+            return Gpu(index, uuid, name)
+    if entry.isdigit():
+        return Gpu(int(entry))
+    return Gpu(None, entry)  # a MIG instance or a UUID nvidia-smi does not list: lock it by its name
 
 
-def lock_path(device: int) -> Path:
-    return lock_dir() / f"nsprof-gpu{device}.lock"
+def lock_path(gpu: Gpu | int) -> Path:
+    """The lock file of a GPU (an nvidia-smi index stands for the GPU of that index)."""
+    return lock_dir() / (gpu if isinstance(gpu, Gpu) else Gpu(gpu)).lock_name
+
+
+def held_fds() -> tuple[int, ...]:
+    """The descriptors of the GPU locks this process holds, for subprocess.Popen(pass_fds=...): a
+    child that inherits one keeps the lock held as long as it lives (flock belongs to the open
+    file, shared by every descriptor of it)."""
+    with _held_lock:
+        return tuple(_held.values())
 
 
 def _open_lock_file(path: Path) -> tuple[int, bool]:
@@ -124,26 +199,29 @@ def _command_line() -> str:
 
 @contextlib.contextmanager
 def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = None) -> Iterator[Path]:
-    """Hold GPU `device` (a CUDA index, see physical_device) for the body; yields the lock file's path.
+    """Hold CUDA device `device`'s GPU (see which_gpu) for the body; yields the lock file's path.
 
     Busy: wait=False raises GpuBusy naming the holder; wait=True blocks, up to timeout_s if
     given (then GpuBusy), and prints nothing.
     """
-    gpu = physical_device(device)
+    gpu = which_gpu(device)
     path = lock_path(gpu)
     key = str(path.resolve())
     with _held_lock:
         if key in _held:
-            raise GpuBusy(f"GPU {gpu} is already locked by this process ({path})", device=gpu, path=path,
+            raise GpuBusy(f"{gpu} is already locked by this process ({path})", device=device, path=path,
                           holder={"pid": os.getpid()})
-        _held.add(key)
+        _held[key] = -1
     fd = -1
     try:
         fd, writable = _open_lock_file(path)
-        _acquire(fd, gpu, path, wait=wait, timeout_s=timeout_s)
+        _acquire(fd, gpu, path, wait=wait, timeout_s=timeout_s, device=device)
+        with _held_lock:
+            _held[key] = fd
         if writable:
             record = {"pid": os.getpid(), "command": _command_line(), "started_unix": time.time(),
-                      "started": datetime.now().astimezone().isoformat(timespec="seconds")}
+                      "started": datetime.now().astimezone().isoformat(timespec="seconds"),
+                      "gpu": dataclasses.asdict(gpu)}
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(record).encode(), 0)
         try:
@@ -155,13 +233,13 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
                 with contextlib.suppress(OSError):
                     os.ftruncate(fd, 0)
     finally:
-        if fd >= 0:
-            os.close(fd)  # closing the only descriptor releases the flock
         with _held_lock:
-            _held.discard(key)
+            _held.pop(key, None)
+        if fd >= 0:
+            os.close(fd)  # closing this process's descriptor releases the flock (once no child has one)
 
 
-def _acquire(fd: int, gpu: int, path: Path, *, wait: bool, timeout_s: float | None) -> None:
+def _acquire(fd: int, gpu: Gpu, path: Path, *, wait: bool, timeout_s: float | None, device: int) -> None:
     if wait and timeout_s is None:
         fcntl.flock(fd, fcntl.LOCK_EX)  # Ctrl-C still interrupts the wait (PEP 475)
         return
@@ -176,6 +254,6 @@ def _acquire(fd: int, gpu: int, path: Path, *, wait: bool, timeout_s: float | No
         if not wait or (deadline is not None and time.monotonic() >= deadline):
             holder = _read_holder(fd)
             advice = "wait for it or pass --wait" if not wait else f"still busy after {timeout_s:g} s"
-            raise GpuBusy(f"GPU {gpu} is being profiled by {_describe(holder)}; {advice}",
-                          device=gpu, path=path, holder=holder)
+            raise GpuBusy(f"{gpu} is being profiled by {_describe(holder)}; {advice}",
+                          device=device, path=path, holder=holder)
         time.sleep(_POLL_S)

@@ -16,7 +16,12 @@ COLUMN_DTYPES: dict[str, str] = {
     "config_id": "Int64",  # from nsprof's own range names (cfg<id>.<mode>.r<rep>), else <NA>
     "mode": "string[python]",  # direct | graph | <NA> when the report cannot tell
     "rep": "Int64",
-    "kernel": "string[python]",  # function name (short/demangled-base); "graph" for a graph workload
+    "kernel": "string[python]",  # short function name, for display; "graph" for a graph workload
+    # The full (demangled) name where the report has it: what tells kernels apart, e.g. the
+    # many torch kernels called vectorized_elementwise_kernel. Rows group by it (by `kernel`
+    # where it is <NA>). Tools demangle differently: ncu's and nsys's full names of one kernel
+    # need not be equal.
+    "kernel_full": "string[python]",
     "duration_ns": "float64",
     "cycles": "float64",  # ncu gpc__cycles_elapsed.max
     "clock_hz": "float64",  # ncu gpc__cycles_elapsed.avg.per_second

@@ -228,18 +228,12 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
                 job_extra: dict | None = None) -> SessionResult:
     """Measure `config_ids` (default: all) of `target` under settings.backend.
 
-    ncu and nsys sessions hold the GPU lock (nsprof.gpulock): two nsprof runs never profile
-    the same GPU at once.
+    Every session holds the GPU lock (nsprof.gpulock), the fast timers' too: two nsprof runs
+    never measure on the same GPU at once.
     """
-    import contextlib
+    from nsprof.gpulock import gpu_lock
 
-    if settings.backend in ("ncu", "nsys"):
-        from nsprof.gpulock import gpu_lock
-
-        lock = gpu_lock(0, wait=settings.wait_gpu)
-    else:
-        lock = contextlib.nullcontext()
-    with lock:
+    with gpu_lock(0, wait=settings.wait_gpu):
         return _run_session(target, n_configs, settings, config_ids, on_progress, job_extra)
 
 

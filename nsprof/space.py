@@ -104,11 +104,99 @@ def load_target(spec: str) -> Space:
 
 
 def target_fingerprint(spec: str) -> str:
-    """Hash of the target's source file (for result stores); module targets hash their name."""
+    """Hash of the source that builds the target's kernels (for result stores).
+
+    Covers the target's file and every module file under the target's folder that it imports,
+    directly or through those files (`from gemm_tilelang import build`), found by reading their
+    import statements: editing a kernel in a helper module changes the fingerprint. Imports made
+    at run time by name (importlib) are not followed. A module target (`package.module:attr`)
+    is read the same way from the module's file, within its top-level package's folder.
+    """
     where, attr = split_target(spec)
     path = Path(where)
-    data = path.read_bytes() if path.is_file() else where.encode()
-    return hashlib.sha256(data + b"\0" + attr.encode()).hexdigest()[:16]
+    if path.is_file():
+        start = path.resolve()
+        search = limit = start.parent
+    else:
+        start = _module_file(where)
+        if start is None:
+            return hashlib.sha256(where.encode() + b"\0" + attr.encode()).hexdigest()[:16]
+        # a.b.c lives in <search>/a/b/c.py (or .../c/__init__.py); only files of package a count
+        depth = len(where.split(".")) - (0 if start.name == "__init__.py" else 1)
+        search = start.parents[depth]
+        limit = search / where.split(".")[0]
+    digest = hashlib.sha256()
+    for file in sorted(imported_sources(start, search, limit)):
+        digest.update(file.relative_to(search).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    digest.update(attr.encode())
+    return digest.hexdigest()[:16]
+
+
+def _module_file(name: str) -> Path | None:
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if found is None or not found.origin or not Path(found.origin).is_file():
+        return None
+    return Path(found.origin).resolve()
+
+
+def imported_sources(start: Path, search: Path, limit: Path | None = None) -> set[Path]:
+    """`start` and the .py files under `limit` (default: `search`) that it imports, transitively,
+    absolute imports resolved from `search` (static: read from the import statements, never
+    executed). A file that does not parse counts as itself."""
+    import ast
+
+    limit = limit or search
+    seen: set[Path] = set()
+    todo = [start.resolve()]
+    while todo:
+        file = todo.pop()
+        if file in seen:
+            continue
+        seen.add(file)
+        try:
+            tree = ast.parse(file.read_bytes(), filename=str(file))
+        except (SyntaxError, ValueError):
+            continue
+        package = file.parent
+        for node in ast.walk(tree):
+            names: list[tuple[str, Path]] = []
+            if isinstance(node, ast.Import):
+                names = [(alias.name, search) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = search
+                if node.level:
+                    base = package
+                    for _ in range(node.level - 1):
+                        base = base.parent
+                module = node.module or ""
+                names = [(module, base)] + [(f"{module}.{alias.name}" if module else alias.name, base)
+                                            for alias in node.names]
+                # a plain `from x import y` also finds x next to the importing file (sys.path[0])
+                if not node.level and package != search:
+                    names += [(module, package)]
+            for dotted, base in names:
+                todo += _module_files(dotted, base, limit)
+    return seen
+
+
+def _module_files(dotted: str, base: Path, limit: Path) -> list[Path]:
+    """The files that importing `dotted` from folder `base` runs, when they lie under `limit`."""
+    files = []
+    folder = base
+    parts = [p for p in dotted.split(".") if p]
+    for index, part in enumerate(parts):
+        candidate = folder / part
+        if candidate.is_dir() and (candidate / "__init__.py").is_file():
+            files.append(candidate / "__init__.py")
+            folder = candidate
+            continue
+        if index == len(parts) - 1 and candidate.with_suffix(".py").is_file():
+            files.append(candidate.with_suffix(".py"))
+        break
+    return [f.resolve() for f in files if f.resolve().is_relative_to(limit.resolve())]
 
 
 def configs_json(space: Space) -> str:

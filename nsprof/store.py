@@ -24,7 +24,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -322,19 +322,38 @@ class ResultStore:
         return written
 
     def missing(self, key_without_config: Mapping[str, str], config_ids: Iterable[int], *,
-                retry_failed: bool = False) -> list[int]:
+                config_jsons: Mapping[int, str] | None = None, retry_failed: bool = False,
+                retry_if: Callable[[str], bool] | None = None) -> list[int]:
         """The config_ids (in the order given) with nothing stored yet under this key.
 
-        A config whose rows are all failures counts as done, unless retry_failed. Rows of runs
-        that crashed count too: each config's rows were committed whole.
+        config_jsons ({config_id: config_json(config)}): a config counts only where its stored rows
+        were taken of the same config (an id names another config once the space is edited).
+        Each config is judged by its latest run. A config whose rows there are all failures counts
+        as done, unless retry_failed, or retry_if(reason) is true for one of them (a failure that
+        says nothing about the config: a timeout shorter than today's, a restart budget spent).
+        Rows of runs that crashed count too: each config's rows were committed whole.
         """
         where, params = self._group_where(key_without_config)
-        if retry_failed:
-            where += " AND error IS NULL"
         with self._lock, self._errors("reading"):
-            done = {row[0] for row in self._db.execute(
-                f"SELECT DISTINCT config_id FROM measurements WHERE {where}", params)}
-        return [int(c) for c in config_ids if int(c) not in done]
+            rows = self._db.execute(
+                f"SELECT config_id, config_json, run_id, error FROM measurements WHERE {where}", params).fetchall()
+        latest: dict[int, int] = {}
+        errors: dict[tuple[int, int], list[str | None]] = {}
+        for config_id, config_text, run_id, error in rows:
+            if config_jsons is not None and config_jsons.get(config_id) != config_text:
+                continue
+            latest[config_id] = max(run_id, latest.get(config_id, run_id))
+            errors.setdefault((config_id, run_id), []).append(error)
+
+        def done(config_id: int) -> bool:
+            if config_id not in latest:
+                return False
+            reasons = errors[(config_id, latest[config_id])]
+            if any(reason is None for reason in reasons):
+                return True  # measured
+            return not (retry_failed or (retry_if is not None and any(retry_if(r) for r in reasons)))
+
+        return [int(c) for c in config_ids if not done(int(c))]
 
     def _group_where(self, key_without_config: Mapping[str, str]) -> tuple[str, tuple]:
         # Exactly the group fields: leaving one out (say tool_version) would silently resume from

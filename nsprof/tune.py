@@ -11,6 +11,7 @@ first and sends only the best `prescreen_top` to the ground truth.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,9 @@ class TuneSettings:
     store: Path | None = None  # results store; None: .nsprof/results.sqlite
     use_store: bool = True
     resume: bool = False  # measure only configs the store has no result for under the same key
+    # resume: measure failed configs again too (by default only failures that say nothing about the
+    # config are: see retryable)
+    retry_failed: bool = False
     wait: bool = False  # wait for another nsprof profiling this GPU instead of failing
     feed_back: bool = True  # hand the ranking to the target's tuner when its Space can take it
     tuner_pick: bool = True  # say what the target's own tuner picks with its own timer, when it can say
@@ -111,6 +115,22 @@ def key_labels(backend: str, mode: str) -> dict[str, str]:
             "cache_control": "all" if name.endswith("cold") else "none"}
 
 
+# Failure reasons that say nothing about the config itself: the session gave up on it (restarts
+# spent, a worker that failed to start, a report lost again and again) or something outside
+# killed the worker. See nsprof.session for the wording.
+_NOT_THE_CONFIG = re.compile(r"^(not run: |measured \d+ times, but |worker killed by signal SIG(KILL|TERM|HUP|INT)\b"
+                             r"|profiling counters are not permitted|the disk holding )")
+_TIMEOUT = re.compile(r"^timeout: still running after ([0-9.e+]+) s")
+
+
+def retryable(reason: str, timeout_s: float) -> bool:
+    """Whether a stored failure is worth measuring again under `timeout_s` without being asked."""
+    timed_out = _TIMEOUT.match(reason)
+    if timed_out:
+        return float(timed_out.group(1)) < timeout_s  # resumed with a longer --timeout
+    return bool(_NOT_THE_CONFIG.match(reason))
+
+
 def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, config_ids: list[int], on_progress):
     """Tidy rows for `config_ids` under `backend`: kernels for ground truths; for a fast timer one
     row per config holding the timer's statistic as rep 0. Failed configs are rows with an error."""
@@ -130,7 +150,8 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
     name = TIMER_BACKENDS[backend]
     work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-tune-"))
     rows, failures = _run_timer_group(target, n, [name], ValidateSettings(timer_reps=settings.timer_reps,
-                                                                          timeout_s=settings.timeout_s),
+                                                                          timeout_s=settings.timeout_s,
+                                                                          wait=settings.wait),
                                       work_dir / f"timer-{name}", on_progress, config_ids=config_ids)
     labels = key_labels(backend, settings.mode)
     value = "median_ns" if settings.stat == "median" else "min_ns"
@@ -153,7 +174,7 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
 def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wanted: list[int], on_progress,
                     notes: list[str]):
     """measure_rows through the results store: resume, one transaction per config, GPU lock."""
-    from nsprof.doctor import gpu_name
+    from nsprof.gpulock import which_gpu
     from nsprof.space import target_fingerprint
     from nsprof.store import MeasurementKey, ResultStore, config_json
 
@@ -165,45 +186,50 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
         tool_version = tools.tool_version(tool.path)
     # A fast timer's row holds the statistic asked for, so that is part of what it measured.
     stored_backend = backend if backend in GROUND_TRUTHS else f"{backend}:{settings.stat}"
-    group = {"fingerprint": target_fingerprint(target), "gpu": gpu_name(), "backend": stored_backend,
+    gpu = which_gpu(0)
+    group = {"fingerprint": target_fingerprint(target), "gpu": gpu.key, "backend": stored_backend,
              "tool_version": tool_version, **key_labels(backend, settings.mode)}
+    wanted_json = {c: config_json(space.configs[c]) for c in wanted}
     with ResultStore(settings.store) as store:
-        todo = store.missing(group, wanted) if settings.resume else list(wanted)
+        todo = list(wanted)
         if settings.resume:
+            todo = store.missing(group, wanted, config_jsons=wanted_json, retry_failed=settings.retry_failed,
+                                 retry_if=lambda reason: retryable(reason, settings.timeout_s))
             notes.append(f"resumed: {len(wanted) - len(todo)} of {len(wanted)} configs came from the results store")
         if todo:
-            run_id = store.start_run(target=target, settings=settings, **group)
+            run_id = store.start_run(target=target, settings=settings, gpu_uuid=gpu.uuid, **group)
             status = "failed"
             try:
                 # ncu/nsys sessions take the GPU lock themselves (nsprof.session)
                 rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress)
                 for config_id, config_rows in rows.groupby("config_id", sort=True):
-                    key = MeasurementKey(config_id=int(config_id), config_json=config_json(space.configs[int(config_id)]),
-                                         **group)
+                    key = MeasurementKey(config_id=int(config_id), config_json=wanted_json[int(config_id)], **group)
                     store.add(run_id, key, config_rows)
-                status = "ok"
+                status = "ok" if rows["error"].isna().any() else "nothing measured"
             except KeyboardInterrupt:
                 status = "interrupted"
                 raise
             finally:
                 store.finish_run(run_id, status)
         stored = store.frame(**group, config_id=wanted)
-    # Resumed runs can hold a config twice: keep each config's latest run.
+    # Only rows taken of today's configs (an id names another config once the space is edited),
+    # and of each config its latest run (resumed runs can hold a config twice).
+    stored = stored[[wanted_json.get(int(c)) == text for c, text in zip(stored["config_id"], stored["config_json"])]]
     latest = stored.groupby("config_id")["run_id"].transform("max")
     return stored[stored["run_id"] == latest]
 
 
 def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[int] | None = None,
          on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None) -> TuneResult:
-    from nsprof.profile import config_summary, precompile
+    from nsprof.profile import check_config_ids, check_measured, config_summary, precompile
     from nsprof.space import load_target
 
     settings = settings or TuneSettings()
     space = load_target(target)
     n = len(space.configs)
-    wanted = list(range(n)) if config_ids is None else list(config_ids)
+    wanted = list(range(n)) if config_ids is None else check_config_ids(config_ids, n)
     stage = on_stage or (lambda name, count: None)
-    precompile(space)
+    precompile(space, config_ids=wanted)
     notes: list[str] = []
     prescreen_table = None
     if settings.prescreen:
@@ -229,6 +255,8 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
     result = TuneResult(table, space.configs, settings.backend, label, prescreen_table, notes)
     best = result.best_config_id
+    if best is None:
+        check_measured(rows)
     if settings.tuner_pick and space.meta.get("tuner_pick") is not None and best is not None:
         # Before the feed-back below, which makes the tuner pick nsprof's winner.
         try:

@@ -29,6 +29,7 @@ class ValidateSettings:
     repeat_truth: bool = True
     timeout_s: float = 120.0
     work_dir: Path | None = None
+    wait: bool = False  # wait for another nsprof measuring on this GPU instead of failing
 
 
 @dataclass
@@ -76,7 +77,7 @@ def _run_timer_group(target: str, n_configs: int, names: list[str], settings: Va
     results = work_dir / "timers.jsonl"
     results.write_text("")
     profile_settings = ProfileSettings(backend="none", modes=("direct",), reps=1, warmup=3,
-                                       timeout_s=settings.timeout_s, work_dir=work_dir)
+                                       timeout_s=settings.timeout_s, work_dir=work_dir, wait_gpu=settings.wait)
     session = run_session(target, n_configs, profile_settings, config_ids=config_ids, on_progress=on_progress,
                           job_extra={"task": "timers", "timers": names, "timer_reps": settings.timer_reps,
                                      "results": str(results)})
@@ -89,7 +90,7 @@ def run_truth(target: str, backend: str, settings: ValidateSettings, work_dir: P
     from nsprof.profile import config_summary, profile
 
     frame = profile(target, ProfileSettings(backend=backend, modes=settings.modes, reps=settings.reps,
-                                            timeout_s=settings.timeout_s, work_dir=work_dir),
+                                            timeout_s=settings.timeout_s, work_dir=work_dir, wait_gpu=settings.wait),
                     on_progress=on_progress)
     summary = config_summary(frame)
     rows = [{"config_id": int(r.config_id), "method": f"{backend}:{r.mode}", "value_ns": r.median_ns}

@@ -9,6 +9,12 @@ For ncu and nsys each:
 A measurement is one (config, mode, rep) of a config that did not itself fault; lost =
 expected measurements of those configs minus the ones in nsprof's table (must be 0). When
 the profiler is killed, the config it was running (if any) is the fault's victim, not a loss.
+
+And nsprof itself stopped from outside: `nsprof tune ...:healthy` sent SIGTERM, or SIGKILL,
+while its worker runs config 2. Lost = configs the worker finished (its status file says
+`done`) that the results store lacks whole (SIGTERM: must be 0; SIGKILL stores only what
+was written before). Left = processes of that run still alive after nsprof exited (must be
+none within a few seconds), and whether the GPU lock was free again.
 """
 
 from __future__ import annotations
@@ -16,7 +22,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -67,22 +76,90 @@ def one(backend: str, space: str, faulty: set[int], kill: bool) -> dict:
     }
 
 
+def _processes_naming(folder: Path) -> list[int]:
+    """PIDs of live processes whose command line names `folder` (the profiler, the worker)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if str(folder).encode() in argv and state != "Z":
+            pids.append(int(proc.name))
+    return pids
+
+
+def stopped(backend: str, signum: int) -> dict:
+    from nsprof.gpulock import GpuBusy, gpu_lock
+    from nsprof.session import parse_status
+    from nsprof.store import ResultStore
+
+    with tempfile.TemporaryDirectory(prefix="nsprof-bench-stop-") as work:
+        work_dir = Path(work)
+        command = [sys.executable, "-m", "nsprof", "tune", f"{TARGETS}:healthy", "--backend", backend, "--mode",
+                   "graph", "--reps", str(REPS), "--store", str(work_dir / "r.sqlite"), "--work-dir",
+                   str(work_dir / "wd"), "--no-feed-back", "--no-tuner-pick", "--timeout", "60"]
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        status = work_dir / "wd" / "part0.status"
+        deadline = time.monotonic() + 300
+        while not (status.exists() and "start 2\n" in status.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signum)
+        stopped_at = time.monotonic()
+        _, stderr = proc.communicate(timeout=300)
+        exited_s = time.monotonic() - stopped_at
+        while _processes_naming(work_dir) and time.monotonic() - stopped_at < 60:
+            time.sleep(0.1)
+        left = _processes_naming(work_dir)
+        children_gone_s = time.monotonic() - stopped_at
+        try:
+            with gpu_lock(0):
+                lock_free = True
+        except GpuBusy:
+            lock_free = False
+        done = sorted({c for part in (work_dir / "wd").glob("part*.status") for c in parse_status(part.read_text()).done})
+        with ResultStore(work_dir / "r.sqlite") as store:
+            rows, runs = store.frame(), store.runs()
+        whole = rows[rows["error"].isna()].groupby("config_id").size()
+        stored = sorted(int(c) for c, count in whole.items() if count >= REPS)
+        partial = sorted(int(c) for c, count in whole.items() if count < REPS)
+    return {"backend": backend, "signal": signal.Signals(signum).name, "nsprof_exit": proc.returncode,
+            "nsprof_exited_s": round(exited_s, 1), "children_gone_s": round(children_gone_s, 1),
+            "processes_left": len(left), "lock_free_after": lock_free, "configs_done": done,
+            "configs_stored_whole": stored, "configs_stored_partly": partial,
+            "lost": len(set(done) - set(stored)), "run_status": runs["status"].tolist(),
+            "last_stderr": (stderr.strip().splitlines() or [""])[-1][:200]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     results = []
+    stops = []
     for backend in ("ncu", "nsys"):
         results.append(one(backend, "space", {1, 2, 3}, kill=False))
         results.append(one(backend, "healthy", set(), kill=True))
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            stops.append(stopped(backend, signum))
     document = {"benchmark": "bench_faults", "date": datetime.date.today().isoformat(), "host": platform.node(),
-                "python": platform.python_version(), "reps": REPS, "modes": list(MODES), "results": results}
+                "python": platform.python_version(), "reps": REPS, "modes": list(MODES), "results": results,
+                "nsprof_stopped": stops}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(document, indent=1) + "\n")
     print(f"{'backend':7} {'space':8} {'faults':>6} {'measured':>14} {'lost':>5} {'wall s':>7}  failed")
     for r in results:
         print(f"{r['backend']:7} {r['space']:8} {r['faults_injected']:6} {str(r['configs_measured']):>14} "
               f"{r['measurements_lost']:5} {r['wall_s']:7}  {json.dumps(r['failed'])[:160]}")
+    print(f"{'backend':7} {'signal':7} {'exit':>4} {'gone s':>6} {'left':>4} {'lock':>4} {'done':>9} {'stored':>9} "
+          f"{'lost':>4}  run")
+    for r in stops:
+        print(f"{r['backend']:7} {r['signal']:7} {r['nsprof_exit']:4} {r['children_gone_s']:6} {r['processes_left']:4} "
+              f"{'free' if r['lock_free_after'] else 'HELD':>4} {str(r['configs_done']):>9} "
+              f"{str(r['configs_stored_whole']):>9} {r['lost']:4}  {r['run_status']}")
 
 
 if __name__ == "__main__":

@@ -10,11 +10,17 @@
 
 Each input is parsed --runs times (at least 3), each run in a fresh child process so that
 its peak RSS (ru_maxrss) belongs to that parse alone; best, median and worst wall time are
-reported, each with its run's peak RSS. Results go to benchmarks/results/bench_parse.json;
-sections not run this time (--only) keep their previous figures there.
+reported, each with its run's peak RSS. The nsys section also times `nsprof analyze FILE
+--json` as a whole command. Sections (--only; all by default):
 
-    python scripts/bench_parse.py [--only nsys_sqlite,ncu_csv,...] [--runs N] [--kernels N]
-                                  [--ranges N] [--csv-rows N] [--keep DIR]
+    nsys              (a) parse and analyze --json  -> benchmarks/results/bench_parse_nsys.json
+    ncu_csv           (b), default CSV engine       -> benchmarks/results/bench_parse.json
+    ncu_csv_c_engine  (b), pandas' C engine         -> benchmarks/results/bench_parse.json
+
+Figures of sections not run this time keep their previous values in those files.
+
+    python scripts/bench_parse.py [--only nsys,ncu_csv,ncu_csv_c_engine] [--runs N]
+                                  [--kernels N] [--ranges N] [--csv-rows N] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -298,13 +304,7 @@ def _ncu_csv_available() -> bool:
     return (REPO / "nsprof" / "reports" / "ncu_csv.py").is_file()
 
 
-def bench_nsys_sqlite(work: Path, args) -> dict:
-    """(a): the nsys SQLite export."""
-    db = work / "bench_nsys.sqlite"
-    print(f"building {db} ...", flush=True)
-    built = build_nsys_db(db, args.kernels, args.ranges)
-    return _verdict(built | time_parse("nsys", db, args.runs), GOAL_NSYS_S)
-
+# --- ncu raw CSV (results: benchmarks/results/bench_parse.json) --------------------------
 
 _BUILT: dict[Path, dict] = {}
 
@@ -334,42 +334,148 @@ def bench_ncu_csv_c_engine(work: Path, args) -> dict:
     return _verdict(figure, GOAL_NCU_CSV_S)
 
 
-# One entry per input; a new input (the nsys --json streaming figure, say) is one more here.
+# --- nsys: parse and `analyze --json` (results: benchmarks/results/bench_parse_nsys.json) ----
+# Kept apart from the ncu CSV part so that each can change alone.
+
+RESULTS_NSYS = REPO / "benchmarks" / "results" / "bench_parse_nsys.json"
+NSYS_RUNS = 5
+
+# Runs `nsprof analyze FILE --json` as its own child, output to /dev/null; reports that
+# child's wall time and peak RSS (RUSAGE_CHILDREN of this otherwise idle wrapper). The child
+# runs in the tree given (cwd too: `python -m` puts the cwd first on sys.path).
+_JSON_CHILD = r"""
+import json, os, resource, subprocess, sys, time
+env = {**os.environ, "PYTHONPATH": sys.argv[1]}
+t0 = time.perf_counter()
+proc = subprocess.run([sys.executable, "-m", "nsprof", "analyze", sys.argv[2], "--json"],
+                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=sys.argv[1])
+wall_s = time.perf_counter() - t0
+if proc.returncode:
+    sys.exit(proc.stderr.decode()[-500:])
+rss_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+print(json.dumps({"wall_s": wall_s, "peak_rss_mib": rss_mib}))
+"""
+
+
+def _spread(results: list[dict]) -> dict:
+    """best / median / worst wall time of several runs, each with its own peak RSS."""
+    ordered = sorted(results, key=lambda r: r["wall_s"])
+    picks = {"best": ordered[0], "median": ordered[len(ordered) // 2], "worst": ordered[-1]}
+    figure = {f"{name}_s": round(r["wall_s"], 3) for name, r in picks.items()}
+    figure |= {f"{name}_peak_rss_mib": round(r["peak_rss_mib"], 1) for name, r in picks.items()}
+    figure["runs"] = [{"wall_s": round(r["wall_s"], 3), "peak_rss_mib": round(r["peak_rss_mib"], 1)}
+                      for r in results]
+    return figure
+
+
+def _child_runs(argv: list[str], runs: int) -> list[dict]:
+    results = []
+    for _ in range(runs):
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+            raise RuntimeError(f"{argv[-2:]} failed: {tail}")
+        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return results
+
+
+def bench_nsys(work: Path, n_kernels: int, n_ranges: int, runs: int = NSYS_RUNS) -> dict:
+    """The nsys figures: read_nsys_sqlite alone, and the whole `analyze --json` command."""
+    db = work / "bench_nsys.sqlite"
+    print(f"building {db} ...", flush=True)
+    built = build_nsys_db(db, n_kernels, n_ranges)
+    parse_runs = _child_runs([sys.executable, "-c", _CHILD, str(REPO), "nsys", str(db)], runs)
+    parse = built | {"rows": parse_runs[0]["rows"], "attributed": parse_runs[0]["attributed"]}
+    parse |= _spread(parse_runs) | {"goal_s": GOAL_NSYS_S}
+    parse["pass"] = parse["median_s"] <= GOAL_NSYS_S
+    json_runs = _child_runs([sys.executable, "-c", _JSON_CHILD, str(REPO), str(db)], max(3, runs // 2 + 1))
+    as_json = _spread(json_runs) | {"what": "nsprof analyze FILE --json > /dev/null, whole command"}
+    return {"nsys_sqlite": parse, "nsys_analyze_json": as_json}
+
+
+def main_nsys(work: Path, args) -> bool:
+    """The nsys section: runs bench_nsys and writes bench_parse_nsys.json; whether it passed."""
+    import pandas
+
+    figures = bench_nsys(work, args.kernels, args.ranges, max(3, args.runs))
+    report = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": platform.processor() or platform.machine(),
+        "cpu_model": _cpu_model(),
+        "nproc": _nproc(),
+        "load_average_before": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "python": platform.python_version(),
+        "pandas": pandas.__version__,
+        "figures": figures,
+        "goal_s": {"nsys_sqlite (median)": GOAL_NSYS_S},
+        "pass": figures["nsys_sqlite"]["pass"],
+    }
+    RESULTS_NSYS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS_NSYS.write_text(json.dumps(report, indent=2) + "\n")
+    for name, fig in figures.items():
+        print(f"{name:<18} best/median/worst {fig['best_s']:.2f}/{fig['median_s']:.2f}/{fig['worst_s']:.2f} s,"
+              f" peak RSS {fig['best_peak_rss_mib']:.0f}/{fig['median_peak_rss_mib']:.0f}/"
+              f"{fig['worst_peak_rss_mib']:.0f} MiB" + ("" if "pass" not in fig else
+                                                        f"  goal {fig['goal_s']} s: {'met' if fig['pass'] else 'MISSED'}"))
+    print(f"wrote {RESULTS_NSYS.relative_to(REPO)}")
+    return report["pass"]
+
+
+# One entry per section (--only): a function of (work folder, args). The ncu sections return
+# their figure for bench_parse.json; the nsys section writes bench_parse_nsys.json itself and
+# returns whether it passed.
 SECTIONS = {
-    "nsys_sqlite": bench_nsys_sqlite,
+    "nsys": main_nsys,
     "ncu_csv": bench_ncu_csv,
     "ncu_csv_c_engine": bench_ncu_csv_c_engine,
 }
+NCU_SECTIONS = ("ncu_csv", "ncu_csv_c_engine")
+# --part (the nsys branch's selector) kept as an alias of --only for old command lines.
+_PARTS = {"all": ",".join(SECTIONS), "nsys": "nsys", "ncu": ",".join(NCU_SECTIONS)}
+
+
+# --- the whole benchmark -------------------------------------------------------------------
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=",".join(SECTIONS),
-                        help=f"comma-separated sections to run (of {', '.join(SECTIONS)})")
+    parser.add_argument("--only", default=None,
+                        help=f"comma-separated sections to run (of {', '.join(SECTIONS)}; default: all)")
+    parser.add_argument("--part", choices=list(_PARTS), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--runs", type=int, default=5, help="parses per input, each in a fresh process (>= 3)")
-    parser.add_argument("--kernels", type=int, default=1_000_000)
-    parser.add_argument("--ranges", type=int, default=100_000)
-    parser.add_argument("--csv-rows", type=int, default=100_000)
+    parser.add_argument("--kernels", type=int, default=1_000_000, help="nsys: kernels in the SQLite")
+    parser.add_argument("--ranges", type=int, default=100_000, help="nsys: NVTX ranges in the SQLite")
+    parser.add_argument("--csv-rows", type=int, default=100_000, help="ncu: rows in the raw CSV")
     parser.add_argument("--keep", type=Path, help="build the inputs here and keep them")
     args = parser.parse_args()
-    wanted = [name.strip() for name in args.only.split(",") if name.strip()]
+    if args.only is not None and args.part is not None:
+        parser.error("--part is an old spelling of --only; give one of them")
+    only = args.only if args.only is not None else _PARTS[args.part or "all"]
+    wanted = [name.strip() for name in only.split(",") if name.strip()]
     unknown = [name for name in wanted if name not in SECTIONS]
-    if unknown:
-        parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
-    if any(name.startswith("ncu_csv") for name in wanted) and not _ncu_csv_available():
+    if unknown or not wanted:
+        parser.error(f"unknown section(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(SECTIONS)}")
+    wanted_ncu = [name for name in wanted if name in NCU_SECTIONS]
+    if wanted_ncu and not _ncu_csv_available():
         parser.error("nsprof/reports/ncu_csv.py not found")
 
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    figures: dict[str, dict] = dict(previous.get("figures", {}))
+    figures: dict[str, dict] = {name: fig for name, fig in previous.get("figures", {}).items()
+                                if name in NCU_SECTIONS}  # nsys figures live in RESULTS_NSYS
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     work = args.keep or Path(tempfile.mkdtemp(prefix="nsprof-bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    nsys_pass = True
     try:
-        for name in wanted:
+        if "nsys" in wanted:
+            nsys_pass = main_nsys(work, args)
+        for name in wanted_ncu:
             figures[name] = SECTIONS[name](work, args) | {"date": now}
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
+    if not wanted_ncu:
+        return 0 if nsys_pass else 1
 
     import pandas
 
@@ -384,8 +490,9 @@ def main() -> int:
         "pyarrow": _version("pyarrow"),
         "ncu_csv_engine": _csv_engine(),
         "figures": figures,
-        "goals_s": {"nsys_sqlite": GOAL_NSYS_S, "ncu_csv": GOAL_NCU_CSV_S, "ncu_csv_c_engine": GOAL_NCU_CSV_S},
+        "goals_s": {name: GOAL_NCU_CSV_S for name in NCU_SECTIONS},
         "pass": all(f["pass"] for f in figures.values()),
+        "nsys": f"see {RESULTS_NSYS.relative_to(REPO)}",
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
@@ -401,7 +508,7 @@ def main() -> int:
               f" {fig.get('worst_s', 0):>7.2f} {fig['goal_s']:>5.1f} {fig['peak_rss_mib']:>8.0f}  {verdict}"
               + ("" if name in wanted else f"  (from {fig.get('date', previous.get('date', '?'))})"))
     print(f"wrote {RESULTS.relative_to(REPO)}")
-    return 0 if report["pass"] else 1
+    return 0 if report["pass"] and nsys_pass else 1
 
 
 def _version(module: str) -> str | None:

@@ -150,3 +150,77 @@ def test_user_code_output_goes_to_stderr_so_json_on_stdout_stays_clean():
     assert result.returncode == 0, result.stderr
     assert result.stdout == '{"result": 1}\n'
     assert "python noise" in result.stderr and "c noise" in result.stderr
+
+
+def _table_rows(stdout: str) -> list[list[str]]:
+    """The data rows of analyze's tables, split into cells (two or more spaces apart)."""
+    import re
+
+    rows, in_table = [], False
+    for line in stdout.splitlines():
+        if line.startswith("------"):
+            in_table = True
+            continue
+        if not line.strip() or line.startswith("note:"):
+            in_table = False
+            continue
+        if in_table:
+            rows.append(re.split(r"\s{2,}", line.strip()))
+    return rows
+
+
+def test_kernels_sharing_a_short_name_print_as_distinct_rows():
+    import sqlite3
+
+    sqlite = FIXTURES / "fixture.sqlite"
+    with sqlite3.connect(sqlite.resolve().as_uri() + "?mode=ro", uri=True) as conn:
+        kernels, distinct = conn.execute(
+            "SELECT count(*), count(DISTINCT demangledName) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    result = nsprof("analyze", sqlite)
+    assert result.returncode == 0, result.stderr
+    rows = _table_rows(result.stdout)
+    cells = [(row[1], row[2]) for row in rows]  # range, kernel
+    assert len(cells) == len(set(cells)), "two rows print alike"
+    assert sum(int(row[3]) for row in rows) == kernels
+    # over all ranges, every full name is a row of its own somewhere
+    assert len({row[2].split(" #")[0] + row[2] for row in rows if "vectorized" in row[2]}) >= 5 <= distinct
+
+
+def test_names_that_differ_past_the_display_width_never_print_as_one_row(tmp_path):
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "long.sqlite"
+    shutil.copy(FIXTURES / "fixture.sqlite", path)
+    base = "k" * 70
+    with sqlite3.connect(path) as conn:
+        ids = [i for (i,) in conn.execute(
+            "SELECT DISTINCT k.shortName FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName"
+            " WHERE s.value IN ('gemm_kernel', 'nvjet_sm90_hsh_64x24_64x16_2x4_h_bz_NNT')")]
+        assert len(ids) == 2
+        for suffix, string_id in zip(("_one", "_two"), ids):
+            conn.execute("UPDATE StringIds SET value = ? WHERE id = ?", (base + suffix, string_id))
+        # both names in one group: their kernels all outside any range
+        expected = conn.execute(
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE shortName IN (?, ?)", ids).fetchone()[0]
+        conn.execute("DELETE FROM NVTX_EVENTS")
+    for args, kernel_cell in (((path,), 2), (("--compare", path, path), 1)):
+        result = nsprof("analyze", *args)
+        assert result.returncode == 0, result.stderr
+        rows = [row for row in _table_rows(result.stdout) if row[kernel_cell].startswith("kkk")]
+        labels = [row[kernel_cell] for row in rows]
+        assert len(labels) == 2 and len(set(labels)) == 2, result.stdout
+        if kernel_cell == 2:
+            assert sum(int(row[3]) for row in rows) == expected
+
+
+def test_json_rows_are_written_in_chunks_with_the_same_text(monkeypatch, capsys):
+    import nsprof.cli as cli_module
+    from nsprof.reports import read_report
+
+    frame = read_report(FIXTURES / "fixture.sqlite")
+    monkeypatch.setattr(cli_module, "_JSON_CHUNK_ROWS", 7)  # 65 rows: 10 chunks
+    cli_module._echo_json_rows(frame)
+    assert json.loads(capsys.readouterr().out) == json.loads(frame.to_json(orient="records", force_ascii=False))
+    cli_module._echo_json_rows(frame.iloc[:0])
+    assert json.loads(capsys.readouterr().out) == []

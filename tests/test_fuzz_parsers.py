@@ -717,7 +717,7 @@ def test_cli_reports_mutated_files_in_one_line(tmp_path, ncu_report):
         assert proc.returncode == 2, (name, proc.returncode, err)
         assert out == "" and "Traceback" not in err, (name, err)
         lines = err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"nsprof: error: {name}"), (name, err)
+        assert len(lines) == 1 and lines[0].startswith(f"nsprof: error: {tmp_path / name}:"), (name, err)
 
 
 def test_fuzz_case_count(capsys):

@@ -110,3 +110,26 @@ def test_triton_softmax_autotune_returns_nsprofs_winner_under_nsys(tmp_path):
                            text=True, cwd=ROOT, timeout=600)
     assert check.returncode == 0, check.stderr[-2000:]
     assert json.loads(check.stdout.strip().splitlines()[-1]) == document["best_config"]
+
+
+def test_a_second_tune_replaces_the_first_winner_in_tilelangs_cache(tmp_path):
+    """Two tunes with different winners (disjoint config sets: block_N=32 only, then 128 only), then
+    a fresh process: it must run the second winner, from TileLang's cache on disk."""
+    pytest.importorskip("tilelang")
+    winners = []
+    for backend, configs in (("nsys", "0,1,2,3,4,5"), ("ncu", "12,13,14,15,16,17")):
+        tune = subprocess.run([sys.executable, "-m", "nsprof", "tune", "examples/autotune_tilelang.py:space",
+                               "--backend", backend, "--mode", "graph", "--configs", configs, "--no-tuner-pick",
+                               "--store", str(tmp_path / "r.sqlite"), "--json"],
+                              capture_output=True, text=True, cwd=ROOT, timeout=600)
+        assert tune.returncode == 0, tune.stderr[-2000:]
+        document = json.loads(tune.stdout)
+        note = next(n for n in document["notes"] if "handed to TileLang" in n)
+        winners.append(document["best_config"])
+        assert note.endswith(str(document["best_config"])), note  # the note names the entry read back from disk
+    assert winners[0] != winners[1]
+    check = subprocess.run([sys.executable, "-c", CHECK, str(ROOT / "examples")], capture_output=True, text=True,
+                           cwd=ROOT, timeout=600)
+    assert check.returncode == 0, check.stderr[-2000:]
+    chosen = json.loads(check.stdout.strip().splitlines()[-1])
+    assert {k: chosen[k] for k in winners[1]} == winners[1]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nsprof.errors import NsprofError
-from nsprof.gpulock import GpuBusy, gpu_lock, lock_path, physical_device
+from nsprof.gpulock import Gpu, GpuBusy, gpu_lock, lock_path, which_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,18 +150,18 @@ def test_lock_file_location(lock_dir, monkeypatch):
     with gpu_lock(3):
         assert (lock_dir / "nsprof-gpu3.lock").exists()
     monkeypatch.delenv("NSPROF_LOCK_DIR")
-    import tempfile
-
-    assert lock_path(0) == Path(tempfile.gettempdir()) / "nsprof-gpu0.lock"
+    # one folder for the machine, whatever $TMPDIR a batch job was given
+    monkeypatch.setenv("TMPDIR", str(lock_dir / "job-tmp"))
+    assert lock_path(0) == Path("/tmp") / "nsprof-gpu0.lock"
 
 
 def test_cuda_visible_devices_maps_to_the_physical_gpu(lock_dir, monkeypatch):
-    assert physical_device(0, {"CUDA_VISIBLE_DEVICES": "2,3"}) == 2
-    assert physical_device(1, {"CUDA_VISIBLE_DEVICES": " 2, 3 "}) == 3
-    assert physical_device(1, {}) == 1
-    assert physical_device(0, {"CUDA_VISIBLE_DEVICES": "GPU-8f6c1a2b"}) == 0  # UUIDs: as given
-    assert physical_device(5, {"CUDA_VISIBLE_DEVICES": "2,3"}) == 5
+    monkeypatch.setattr("nsprof.gpulock._smi_gpus", lambda: ())  # no nvidia-smi: indices as given
+    assert which_gpu(0, {"CUDA_VISIBLE_DEVICES": "2,3"}) == Gpu(2)
+    assert which_gpu(1, {"CUDA_VISIBLE_DEVICES": " 2, 3 "}) == Gpu(3)
+    assert which_gpu(1, {}) == Gpu(1)
+    assert which_gpu(0, {"CUDA_VISIBLE_DEVICES": "GPU-8f6c1a2b"}) == Gpu(None, "GPU-8f6c1a2b")
+    assert which_gpu(5, {"CUDA_VISIBLE_DEVICES": "2,3"}) == Gpu(5)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     with gpu_lock(0) as path:
         assert path == lock_dir / "nsprof-gpu2.lock"
-

@@ -683,24 +683,91 @@ def fake_nsys(tmp_path: Path, body: str) -> Path:
     return script
 
 
-def test_export_runs_nsys_and_reads_the_result(tmp_path, monkeypatch):
-    # A stand-in nsys that records its argv and "exports" the fixture's SQLite.
+def nsys_exporting(tmp_path, monkeypatch, source=FIXTURE):
+    """A stand-in nsys that records its argv and "exports" `source` to -o's path."""
     nsys = fake_nsys(
         tmp_path,
         'printf "%s\\n" "$@" > "$(dirname "$0")/argv.txt"\n'
         'prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
-        f'cp "{FIXTURE}" "$out"\n',
+        f'cp "{source}" "$out"\n',
     )
     monkeypatch.setenv("NSPROF_NSYS", str(nsys))
+    return nsys
+
+
+def test_export_runs_nsys_and_reads_the_result(tmp_path, monkeypatch):
+    nsys = nsys_exporting(tmp_path, monkeypatch)
     report = tmp_path / "run 1.nsys-rep"
     shutil.copyfile(NSYS_REP, report)
     out = export_nsys_rep(report)
-    assert out == tmp_path / "run 1.sqlite"
-    argv = (nsys.parent / "argv.txt").read_text().splitlines()
-    assert argv == ["export", "--type", "sqlite", "-f", "true", "-o", str(out), str(report)]
+    try:
+        # nsprof's own fresh folder, never beside the report
+        assert out.name == "run 1.sqlite" and out.parent != tmp_path
+        assert out.parent.name.startswith("nsprof-nsys-")
+        argv = (nsys.parent / "argv.txt").read_text().splitlines()
+        assert argv == ["export", "--type", "sqlite", "-f", "true", "-o", str(out), str(report)]
+    finally:
+        shutil.rmtree(out.parent)
+    assert not (tmp_path / "run 1.sqlite").exists()
     frame = read_nsys_rep(report, out_dir=tmp_path / "exports", domain="nsprof")
-    assert (tmp_path / "exports" / "run 1.sqlite").is_file()
+    assert sorted(p.name for p in (tmp_path / "exports").iterdir()) == ["run 1.sqlite"]
     assert len(frame) == 65 and set(frame["domain"].dropna()) == {"nsprof"}
+
+
+def test_export_leaves_files_beside_the_report_alone(tmp_path, monkeypatch):
+    # `<stem>.sqlite` beside the report is a symbolic link to a file of the user's: nsys's
+    # `-f true` there would have followed it and overwritten the file.
+    nsys_exporting(tmp_path, monkeypatch)
+    report = tmp_path / "run.nsys-rep"
+    shutil.copyfile(NSYS_REP, report)
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    (tmp_path / "run.sqlite").symlink_to(victim)
+    frame = read_nsys_rep(report)
+    assert len(frame) == 65
+    assert victim.read_text() == "keep me" and (tmp_path / "run.sqlite").is_symlink()
+    # the temporary export folder is gone after the read
+    assert not any(Path(tempfile_dir()).glob("nsprof-nsys-*/run.sqlite"))
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()
+
+
+def test_export_that_writes_nothing_never_reads_an_older_file(tmp_path, monkeypatch):
+    nsys = fake_nsys(tmp_path, "exit 0\n")
+    monkeypatch.setenv("NSPROF_NSYS", str(nsys))
+    report = tmp_path / "run.nsys-rep"
+    shutil.copyfile(NSYS_REP, report)
+    shutil.copyfile(FIXTURE, tmp_path / "run.sqlite")  # an old export beside the report
+    (tmp_path / "exports").mkdir()
+    shutil.copyfile(FIXTURE, tmp_path / "exports" / "run.sqlite")  # and one in out_dir
+    for out_dir in (None, tmp_path / "exports"):
+        with pytest.raises(ReportError, match="exited 0 but wrote no SQLite file") as info:
+            read_nsys_rep(report, out_dir=out_dir)
+        assert str(report) in str(info.value)
+
+
+def test_export_that_never_returns_is_killed(tmp_path, monkeypatch):
+    import time
+
+    # The stand-in starts a child that would outlive it: the whole group must go.
+    nsys = fake_nsys(tmp_path, f'sleep 300 &\necho $! > "{tmp_path}/child.pid"\nwait\n')
+    monkeypatch.setenv("NSPROF_NSYS", str(nsys))
+    began = time.monotonic()
+    with pytest.raises(ReportError, match="did not finish within 1 s") as info:
+        export_nsys_rep(NSYS_REP, timeout_s=1)
+    assert time.monotonic() - began < 60  # generous: the point is that it returns at all
+    assert str(NSYS_REP) in str(info.value)
+    child = int((tmp_path / "child.pid").read_text())
+    for _ in range(100):  # the killed child is reaped by init shortly
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the export's child process still runs")
 
 
 def test_export_failure_names_the_nsys_message(tmp_path, monkeypatch):
@@ -708,7 +775,7 @@ def test_export_failure_names_the_nsys_message(tmp_path, monkeypatch):
     monkeypatch.setenv("NSPROF_NSYS", str(nsys))
     with pytest.raises(ReportError) as info:
         export_nsys_rep(NSYS_REP, out_dir=tmp_path)
-    assert str(info.value) == "fixture.nsys-rep: nsys export failed: ERROR: bad report"
+    assert str(info.value) == f"{NSYS_REP}: nsys export failed: ERROR: bad report"
 
 
 def test_export_without_nsys(monkeypatch, tmp_path):
@@ -750,3 +817,137 @@ def test_mode_comes_from_nsprofs_range_name_not_the_graph_node(tmp_path):
     frame = read_nsys_sqlite(path, domain="nsprof")
     row = frame[frame["range"] == "cfg0.direct.r0"].iloc[0]
     assert row["graph_node"] == 1 and row["mode"] == "direct"
+
+
+# --- messages ----------------------------------------------------------------------------------
+
+
+def test_a_locked_rollback_journal_database_names_the_lock(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    import nsprof.reports.nsys as nsys_module
+
+    path = tmp_path / "sub" / "locked.sqlite"
+    path.parent.mkdir()
+    shutil.copyfile(FIXTURE, path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # rollback journal
+    # A real writer process holds the exclusive lock until its stdin closes.
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sqlite3, sys\n"
+         f"conn = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+         "conn.execute('BEGIN EXCLUSIVE')\n"
+         "print('locked', flush=True)\n"
+         "sys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        monkeypatch.setattr(nsys_module, "_BUSY_TIMEOUT_S", 0.2, raising=False)
+        with pytest.raises(ReportError) as info:
+            read_nsys_sqlite(path)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    message = str(info.value)
+    assert message.startswith(f"{path}:") and "locked by another process" in message
+    assert "corrupt" not in message
+
+
+# --- silent gaps: what a report lacks is said in one line --------------------------------------
+
+
+def _cli(*args):
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "nsprof", "analyze", *map(str, args)], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+@pytest.mark.parametrize(
+    ("sql", "fragments"),
+    [
+        ("DROP TABLE NVTX_EVENTS", ["NVTX_EVENTS", "(no range)"]),
+        ("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME", ["CUPTI_ACTIVITY_KIND_RUNTIME", "(no range)"]),
+        ("DROP TABLE StringIds", ["StringIds", "'?'"]),
+    ],
+)
+def test_a_missing_table_is_one_warning_line(tmp_path, sql, fragments):
+    path = tmp_path / "gap.sqlite"
+    shutil.copyfile(FIXTURE, path)
+    with sqlite3.connect(path) as conn:
+        conn.execute(sql)
+    result = _cli(path)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("nsprof: warning:")]
+    assert len(warnings) == 1, result.stderr
+    assert warnings[0].startswith(f"nsprof: warning: {path}: ")
+    for fragment in fragments:
+        assert fragment in warnings[0], (fragment, warnings[0])
+
+
+def test_the_intact_fixture_gives_no_warning():
+    result = _cli(FIXTURE, "--domain", "nsprof")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_an_unknown_domain_is_one_warning_line():
+    con = connect_ro(FIXTURE)
+    domains = {DEFAULT_DOMAIN, *(text for (text,) in con.execute("SELECT text FROM NVTX_EVENTS WHERE eventType = 75"))}
+    result = _cli(FIXTURE, "--domain", "nsprf")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"nsprof: warning: {FIXTURE}: "), result.stderr
+    assert "'nsprf'" in lines[0] and "(no range)" in lines[0]
+    assert all(name in lines[0] for name in domains), (domains, lines[0])
+
+
+# --- kernels keyed by the full name, shown by the short one ------------------------------------
+
+
+def expected_kernels_by_full_name(path: Path = FIXTURE) -> dict[str, tuple[str, list[int]]]:
+    """full (demangled) name -> (short name, durations in ns), by plain SQL."""
+    con = connect_ro(path)
+    out: dict[str, tuple[str, list[int]]] = {}
+    for full, short, duration in con.execute(
+        "SELECT d.value, s.value, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k"
+        " JOIN StringIds d ON d.id = k.demangledName JOIN StringIds s ON s.id = k.shortName"
+    ):
+        out.setdefault(full, (short, []))[1].append(duration)
+    return out
+
+
+def test_rows_carry_the_full_name_and_the_short_one():
+    import statistics
+
+    from nsprof.analysis import summarize
+
+    expected = expected_kernels_by_full_name()
+    shorts = [short for short, _ in expected.values()]
+    assert shorts.count("vectorized_elementwise_kernel") == 5  # the fixture's pooled case
+    frame = read_nsys_sqlite(FIXTURE)
+    assert frame.columns.tolist() == COLUMNS and frame["kernel_full"].dtype == pd.api.types.pandas_dtype(COLUMN_DTYPES["kernel_full"])
+    assert dict(zip(frame["kernel_full"], frame["kernel"])) == {full: s for full, (s, _) in expected.items()}
+    # one summary row per full name (all kernels in one group), with that kernel's own median
+    summary = summarize(frame.assign(range=pd.NA, config_id=pd.NA))
+    assert len(summary) == len(expected)
+    for row in summary.itertuples():
+        short, durations = expected[row.kernel_full]
+        assert (row.kernel, row.count) == (short, len(durations))
+        assert row.median_ns == statistics.median(durations)
+
+
+def test_an_export_without_demangled_names_keys_by_what_it_has(tmp_path):
+    path = tmp_path / "old.sqlite"
+    shutil.copyfile(FIXTURE, path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN demangledName")
+        mangled = dict(conn.execute("SELECT k.rowid, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k"
+                                    " JOIN StringIds s ON s.id = k.mangledName"))
+    frame = read_nsys_sqlite(path)
+    assert sorted(frame["kernel_full"]) == sorted(mangled.values())

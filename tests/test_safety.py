@@ -177,7 +177,8 @@ def test_odd_paths_work_for_every_report_kind(tmp_path, ncu_rep_dir):
         rows = json.loads(out)
         assert rows and {row["file"] for row in rows} == {str(path)}, suffix
         assert all(row["duration_ns"] > 0 for row in rows), suffix
-    assert (folder / f"{ODD_STEM}.sqlite").exists()  # the .nsys-rep's export, beside it
+    # the .nsys-rep was exported into nsprof's own folder: nothing new beside the reports
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{ODD_STEM}{suffix}" for suffix in sources)
 
 
 # --- temporary folders ---------------------------------------------------------------------

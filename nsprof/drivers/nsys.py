@@ -38,7 +38,7 @@ class NsysDriver:
             return None
         from nsprof.reports.nsys import export_nsys_rep
 
-        return export_nsys_rep(report)
+        return export_nsys_rep(report, out_dir=report.parent)  # the run's own work folder
 
     def read(self, report: Path, settings: ProfileSettings):
         from nsprof.reports.nsys import read_nsys_sqlite

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from nsprof.errors import NsprofError
@@ -90,11 +91,58 @@ def _benchmark_replaced(latency_by_source: Mapping[str, float]):
         AutoTuner._benchmark_target = original
 
 
+@contextlib.contextmanager
+def _cache_entry_replaced(autotuned, written: dict):
+    """While feeding back: answer nothing from TileLang's caches (they hold the last winner, maybe
+    another tool's), and make the disk entry under TileLang's key the new one. TileLang itself
+    keeps a complete entry it finds there; that is how a second tune's winner was lost."""
+    import json
+    import os
+    import shutil
+
+    from tilelang.autotuner.param import BEST_CONFIG_PATH
+    from tilelang.autotuner.tuner import AutoTuner
+
+    load, save = AutoTuner._load_result_from_disk, AutoTuner._save_result_to_disk
+    memory, per_call = AutoTuner._memory_cache, getattr(autotuned, "_tuner_cache", None)
+
+    def load_nothing(self, key):
+        return None
+
+    def replace(self, key, result):
+        path = Path(self.cache_dir) / key
+        aside = path.with_name(f"{path.name}.nsprof-replaced-{os.getpid()}")
+        if path.exists():
+            os.replace(path, aside)  # readers meanwhile find no entry and tune themselves: never a stale one
+        try:
+            save(self, key, result)
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
+        written["path"] = path
+        written["config"] = json.loads((path / BEST_CONFIG_PATH).read_text())  # what a new process will load
+
+    AutoTuner._load_result_from_disk, AutoTuner._save_result_to_disk = load_nothing, replace
+    AutoTuner._memory_cache = {}
+    if per_call is not None:
+        autotuned._tuner_cache = {}
+    try:
+        yield
+    finally:
+        AutoTuner._load_result_from_disk, AutoTuner._save_result_to_disk = load, save
+        memory.update(AutoTuner._memory_cache)
+        AutoTuner._memory_cache = memory
+        if per_call is not None:
+            per_call.update(autotuned._tuner_cache)
+            autotuned._tuner_cache = per_call
+
+
 def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs: dict | None = None):
     """Make TileLang's autotuner choose by nsprof's latencies (config index -> ms) and cache it.
 
-    Returns the config TileLang stored. Configs without a latency are left to fail inside
-    TileLang's tuner, which skips them.
+    Returns the config now in TileLang's autotuner cache on disk, read back from there; an
+    NsprofError when TileLang wrote none (its autotune cache disabled, or a key it cannot make)
+    or wrote another config than nsprof's best. Configs without a latency are left to fail
+    inside TileLang's tuner, which skips them.
     """
     kwargs = dict(kwargs or {})
     configs = _configs(autotuned, args, kwargs)
@@ -104,7 +152,13 @@ def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs:
     for index, latency in latencies_ms.items():
         source = _compile(autotuned, args, kwargs, configs[index]).get_kernel_source()
         by_source[source] = float(latency)
-    with _benchmark_replaced(by_source):
+    written: dict = {}
+    with _benchmark_replaced(by_source), _cache_entry_replaced(autotuned, written):
         autotuned.compile(*args, **kwargs)
-    entries = list(getattr(autotuned, "_tuner_cache", {}).values())  # (kernel, config) per call key
-    return entries[-1][1] if entries else None
+    if "config" not in written:
+        raise NsprofError("TileLang wrote no autotuner cache entry (is TILELANG_AUTO_TUNING_DISABLE_CACHE set, "
+                          "or does the kernel pass ref_prog/supply_prog, which TileLang does not cache?)")
+    best = configs[min(latencies_ms, key=lambda index: (latencies_ms[index], index))]
+    if {k: written["config"].get(k) for k in best} != best:
+        raise NsprofError(f"TileLang's cache at {written['path']} holds {written['config']}, not nsprof's best {best}")
+    return written["config"]

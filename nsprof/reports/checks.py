@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 MEASURED = ("duration_ns", "cycles", "clock_hz")
 
 
@@ -35,23 +38,70 @@ def blank_impossible(frame, columns: tuple[str, ...] = MEASURED) -> list[str]:
     return warnings
 
 
-def read_head(path, size: int, *, empty_hint: str = ""):
-    """The first `size` bytes of a report file, or a one-line ReportError for the ways a path
-    is not a readable, non-empty file (missing, a folder, unreadable, empty)."""
-    from pathlib import Path
+def stat_report(path) -> os.stat_result:
+    """os.stat of a report path, or a one-line ReportError naming the real cause and the path
+    as given: missing, a symbolic-link loop, a link to nothing, a folder, not permitted."""
+    import errno
 
     from nsprof.errors import ReportError
 
-    path = Path(path)
-    if not path.exists():
-        raise ReportError(f"{path}: no such file")
-    if path.is_dir():
-        raise ReportError(f"{path}: is a folder, not a report file")
+    shown = os.fspath(path)
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ReportError(f"{shown}: a loop of symbolic links") from None
+        if exc.errno == errno.ENOENT and os.path.islink(path):
+            raise ReportError(
+                f"{shown}: a symbolic link to nothing (it points to {os.readlink(path)})"
+            ) from None
+        if exc.errno == errno.ENOENT:
+            raise ReportError(f"{shown}: no such file") from None
+        raise ReportError(f"{shown}: cannot read ({_reason(exc)})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ReportError(f"{shown}: is a folder, not a report file")
+    return info
+
+
+def _reason(exc: OSError) -> str:
+    return (exc.strerror or str(exc)).lower()
+
+
+# Compressed files, recognised by their first bytes (never by name): name, how to unpack.
+COMPRESSED_MAGIC = (
+    (b"\x1f\x8b", "gzip", "gzip -dk"),
+    (b"\xfd7zXZ\x00", "xz", "xz -dk"),
+    (b"BZh", "bzip2", "bzip2 -dk"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"),
+    (b"PK\x03\x04", "zip", "unzip"),
+)
+
+
+def compression_of(head: bytes) -> tuple[str, str] | None:
+    """(format, unpack command) when `head` starts a compressed file, else None."""
+    for magic, name, command in COMPRESSED_MAGIC:
+        if head.startswith(magic) and (name != "bzip2" or head[3:4].isdigit()):
+            return name, command
+    return None
+
+
+def read_head(path, size: int, *, empty_hint: str = "") -> bytes:
+    """The first `size` bytes of a report file, or a one-line ReportError for the ways a path
+    is not a readable, non-empty regular file (missing, a link loop, a folder, a FIFO or other
+    stream, unreadable, empty). Messages name the path as given."""
+    from nsprof.errors import ReportError
+
+    shown = os.fspath(path)
+    info = stat_report(path)
+    if not stat.S_ISREG(info.st_mode):
+        # Opening a FIFO blocks until a writer comes; nsprof.reports.read_report copies
+        # streams to a file first.
+        raise ReportError(f"{shown}: not a regular file (a FIFO or device); read it with read_report")
     try:
         with open(path, "rb") as handle:
             head = handle.read(size)
     except OSError as exc:
-        raise ReportError(f"{path.name}: cannot read ({exc.strerror})") from None
+        raise ReportError(f"{shown}: cannot read ({_reason(exc)})") from None
     if not head.strip():
-        raise ReportError(f"{path.name}: empty file{empty_hint}")
+        raise ReportError(f"{shown}: empty file{empty_hint}")
     return head

@@ -279,6 +279,7 @@ def _identity(data, push_pop: str | None, start_end: str | None, domain: str | N
         "source": ["ncu"] * n,
         **nvtx,
         "kernel": kernel.map(_short_names(kernel)),
+        "kernel_full": kernel,  # rows group by the full name; `kernel` is its short form
         "workload": ["graph" if k == "graph" else "kernel" for k in kernel.tolist()],
         "launch_id": pd.to_numeric(data["ID"], errors="coerce").astype("Int64"),
         "pid": _ints(data, "Process ID", n),

@@ -299,6 +299,7 @@ def read_ncu_rep(path, *, domain: str | None = None, clock_control: str | None =
             "domain": dom,
             "nvtx_path": state.path(),
             "kernel": action["name"],
+            "kernel_full": action.get("full_name"),  # rows group by it; `kernel` is for display
             "workload": "graph" if is_graph else "kernel",
             # nsprof's range name says the mode (a direct-mode launch may replay a graph);
             # outside nsprof's ranges a whole-graph workload is graph mode.

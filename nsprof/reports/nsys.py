@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import struct
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nsprof.errors import ReportError
-from nsprof.reports.checks import blank_impossible, one_line, read_head
+from nsprof.reports.checks import blank_impossible, one_line, read_head, stat_report
 from nsprof.schema import COLUMN_DTYPES, COLUMNS, DEFAULT_DOMAIN, parse_range_name
 
 if TYPE_CHECKING:
@@ -79,12 +80,12 @@ def _check_sqlite_file(path: Path) -> None:
     if not header.startswith(_SQLITE_MAGIC):
         if header.startswith(b"NVIDIA Tegra Profiler Report"):
             raise ReportError(
-                f"{path.name}: an .nsys-rep report, not its SQLite export; use read_nsys_rep"
+                f"{path}: an .nsys-rep report, not its SQLite export; use read_nsys_rep"
                 " or `nsys export --type sqlite`"
             )
-        raise ReportError(f"{path.name}: not an SQLite file (no 'SQLite format 3' header)")
+        raise ReportError(f"{path}: not an SQLite file (no 'SQLite format 3' header)")
     if len(header) < 100:
-        raise ReportError(f"{path.name}: truncated SQLite file ({size} bytes, header cut)")
+        raise ReportError(f"{path}: truncated SQLite file ({size} bytes, header cut)")
     # The header records the database size in pages; that count is valid when the change
     # counter (offset 24) equals "version-valid-for" (offset 92). A shorter file lost its tail.
     (page_size,) = struct.unpack(">H", header[16:18])
@@ -93,16 +94,28 @@ def _check_sqlite_file(path: Path) -> None:
     (valid_for,) = struct.unpack(">I", header[92:96])
     if change_counter == valid_for and pages and size < pages * page_size:
         raise ReportError(
-            f"{path.name}: truncated SQLite file ({size} of {pages * page_size} bytes);"
+            f"{path}: truncated SQLite file ({size} of {pages * page_size} bytes);"
             " copy or export it again"
         )
+
+
+# How long a read waits for another process's write lock before it says so.
+_BUSY_TIMEOUT_S = 5.0
+
+
+def _is_lock_error(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (constants from 3.11 on)
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
 
 
 def _connect(path: Path) -> sqlite3.Connection:
     # Read-only through a URI: as_uri() percent-encodes spaces, quotes, '?', '#' and
     # non-ASCII characters, so any file name works, and the report is never written to.
     uri = path.resolve().as_uri() + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True)
+    conn = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S)
     # A corrupt file can hold invalid UTF-8 anywhere (even in table names); decoding with
     # replacement keeps that a readable value instead of a UnicodeDecodeError.
     conn.text_factory = _decode_text
@@ -171,7 +184,7 @@ def _read_chunk(
     """
     with closing(_connect(path)) as conn:
         texts = conn.execute(_int_columns_sql(table, exprs, where), rows).fetchone()
-    return [_parse_ints(text, f"{path.name}: {table}.{expr}") for text, expr in zip(texts, exprs)]
+    return [_parse_ints(text, f"{path}: {table}.{expr}") for text, expr in zip(texts, exprs)]
 
 
 def _concat(chunks: list[list[np.ndarray]], width: int) -> list[np.ndarray]:
@@ -682,10 +695,21 @@ def read_nsys_sqlite(
     _check_sqlite_file(path)
     try:
         return _read(path, domain, clock_control or "none", cache_control or "none")
+    except sqlite3.OperationalError as exc:
+        if _is_lock_error(exc):
+            raise ReportError(
+                f"{path}: the database is locked by another process that is writing to it"
+                f" ({one_line(exc, 100)} after {_BUSY_TIMEOUT_S:g} s; a rollback-journal database"
+                " admits no reader meanwhile): wait for the writer to finish, or copy the file"
+            ) from None
+        raise ReportError(
+            f"{path}: unreadable SQLite database ({one_line(exc, 200)}); is the file truncated"
+            " or corrupt?"
+        ) from None
     except sqlite3.Error as exc:  # "file is not a database", "malformed", ...
         # one_line: SQLite quotes whole multi-line table definitions in some messages.
         raise ReportError(
-            f"{path.name}: unreadable SQLite database ({one_line(exc, 200)}); is the file truncated"
+            f"{path}: unreadable SQLite database ({one_line(exc, 200)}); is the file truncated"
             " or corrupt?"
         ) from None
     except UnicodeDecodeError as exc:
@@ -693,9 +717,43 @@ def read_nsys_sqlite(
         # of them fails that decoding. exc.object is the message's bytes.
         message = bytes(exc.object).decode("utf-8", "replace")
         raise ReportError(
-            f"{path.name}: unreadable SQLite database ({one_line(message, 200)}); is the file"
+            f"{path}: unreadable SQLite database ({one_line(message, 200)}); is the file"
             " truncated or corrupt?"
         ) from None
+
+
+def _gaps(
+    tables: set[str],
+    strings_columns: set[str],
+    runtime_columns: set[str],
+    has_runtime: bool,
+    nvtx_columns: set[str],
+) -> list[str]:
+    """One line per table the export lacks (or lacks the columns of), and what that costs."""
+    gaps = []
+
+    def lacks(table: str, columns: set[str], needed: set[str]) -> str:
+        if table not in tables:
+            return f"no {table} table"
+        return f"{table} lacks column(s) {', '.join(sorted(needed - columns))}"
+
+    if not {"start", "eventType"} <= nvtx_columns:
+        gaps.append(
+            f"{lacks(NVTX_TABLE, nvtx_columns, {'start', 'eventType'})} (nsys run without -t nvtx?):"
+            " no kernel can be given an NVTX range; every kernel is '(no range)'"
+        )
+    if not has_runtime:
+        gaps.append(
+            f"{lacks(RUNTIME_TABLE, runtime_columns, {'correlationId', 'globalTid', 'start'})}"
+            " (nsys run without -t cuda?): kernels cannot be tied to the calls that launched"
+            " them, so every kernel is '(no range)' and its thread is unknown"
+        )
+    if not {"id", "value"} <= strings_columns:
+        gaps.append(
+            f"{lacks(STRINGS_TABLE, strings_columns, {'id', 'value'})}: kernel names are unknown"
+            " (shown as '?') and NVTX ranges named by registered strings have no name"
+        )
+    return gaps
 
 
 def _read(path: Path, domain: str | None, clock_control: str, cache_control: str):
@@ -703,15 +761,15 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if KERNEL_TABLE not in tables:
             raise ReportError(
-                f"{path.name}: no CUDA kernel table ({KERNEL_TABLE}); was nsys run with"
+                f"{path}: no CUDA kernel table ({KERNEL_TABLE}); was nsys run with"
                 " `-t cuda` and did the program launch kernels?"
             )
         kernel_columns = _table_columns(conn, KERNEL_TABLE)
         if not {"start", "end"} <= kernel_columns:
-            raise ReportError(f"{path.name}: {KERNEL_TABLE} has no start/end columns")
+            raise ReportError(f"{path}: {KERNEL_TABLE} has no start/end columns")
         if conn.execute(f"SELECT 1 FROM {KERNEL_TABLE} LIMIT 1").fetchone() is None:
             raise ReportError(
-                f"{path.name}: the CUDA kernel table has no rows; did a kernel run while nsys"
+                f"{path}: the CUDA kernel table has no rows; did a kernel run while nsys"
                 " traced CUDA?"
             )
         meta: dict[str, str | None] = {}
@@ -723,15 +781,23 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
             rows = conn.execute(f"SELECT id, value FROM {STRINGS_TABLE} WHERE value IS NOT NULL")
             strings = {string_id: _as_text(value) for string_id, value in rows}
         runtime_columns = _table_columns(conn, RUNTIME_TABLE) if RUNTIME_TABLE in tables else set()
+        nvtx_columns = _table_columns(conn, NVTX_TABLE) if NVTX_TABLE in tables else set()
 
     def kernel_column(name: str) -> str:
         return name if name in kernel_columns else "NULL"
 
     # shortName is the base name; older exports may only have demangledName.
+    # Rows are keyed by the full name (template arguments tell apart e.g. the dozen torch
+    # kernels that share the short name vectorized_elementwise_kernel); the short name is
+    # for display. Older exports may lack either column.
     short = "shortName" in kernel_columns
-    name_column = "shortName" if short else kernel_column("demangledName")
+    full_column = next(
+        (c for c in ("demangledName", "mangledName", "shortName") if c in kernel_columns), "NULL"
+    )
+    name_column = "shortName" if short else full_column
     has_pid = "globalPid" in kernel_columns
     has_runtime = {"correlationId", "globalTid", "start"} <= runtime_columns
+    gaps = _gaps(tables, strings_columns, runtime_columns, has_runtime, nvtx_columns)
     # Only launch calls (cudaLaunchKernel*, cuLaunchKernel*, cudaGraphLaunch, ...) can own a
     # kernel; the runtime table also holds every memcpy, sync, event... Kernels that find no
     # launch row are matched against the whole table afterwards.
@@ -764,6 +830,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
                 "end",
                 kernel_column("correlationId"),
                 name_column,
+                full_column,
                 placement,
                 kernel_column("globalPid"),
                 kernel_column("graphNodeId"),
@@ -772,7 +839,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
         ranges = nvtx.result()
         rt_corr, rt_thread, rt_start = runtime()
         rt_inner, rt_path = _attribute(rt_start, rt_thread, ranges, domain)
-        start_ns, end_ns, corr, name_id, packed, global_pid, graph_node = kernels()
+        start_ns, end_ns, corr, name_id, full_id, packed, global_pid, graph_node = kernels()
     # deviceId and streamId came packed in one value (NA both when either is NULL).
     device = np.where(packed != _NULL, packed >> 32, _NULL)
     stream = np.where(packed != _NULL, packed & 0xFFFFFFFF, _NULL)
@@ -780,7 +847,9 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
     # Rows in GPU start order (stable: table order among equal starts).
     if len(start_ns) > 1 and (start_ns[1:] < start_ns[:-1]).any():
         order = np.argsort(start_ns, kind="stable")
-        start_ns, end_ns, corr, name_id = (a[order] for a in (start_ns, end_ns, corr, name_id))
+        start_ns, end_ns, corr, name_id, full_id = (
+            a[order] for a in (start_ns, end_ns, corr, name_id, full_id)
+        )
         device, stream, global_pid, graph_node = (
             a[order] for a in (device, stream, global_pid, graph_node)
         )
@@ -819,6 +888,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
     tid = np.where(thread_known, launch_thread & _ID_MASK, _NULL)
 
     kernel_names, name_missing = _lookup_strings(name_id, strings)
+    full_names, full_missing = _lookup_strings(full_id, strings)
     if not short and not name_missing.all():
         from nsprof.reports.names import short_kernel_name
 
@@ -861,6 +931,7 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
             "mode": _string_array(mode),
             "rep": _int_array(rep),
             "kernel": _string_array(kernel_names, name_missing),
+            "kernel_full": _string_array(full_names, full_missing),
             "duration_ns": duration_ns,
             "cycles": np.full(n, np.nan),
             "clock_hz": np.full(n, np.nan),
@@ -878,49 +949,95 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
         },
         n,
     )
-    frame.attrs["warnings"] = blank_impossible(frame, ("duration_ns",))
+    frame.attrs["warnings"] = gaps + blank_impossible(frame, ("duration_ns",))
     frame.attrs["nsys_schema_version"] = meta.get("EXPORT_SCHEMA_VERSION")
     frame.attrs["nsys_version"] = meta.get("EXPORT_PRODUCT_VERSION")
     return frame
 
 
-def export_nsys_rep(path: str | os.PathLike, *, out_dir: str | os.PathLike | None = None) -> Path:
-    """Run `nsys export --type sqlite` on an .nsys-rep; return the SQLite file's path.
+# An export of a large report takes minutes; one that never returns must not hang nsprof.
+EXPORT_TIMEOUT_S = 900.0
 
-    The export goes into out_dir when given, else beside the report when that folder is
-    writable, else into a new temporary folder. An existing export is overwritten.
+
+def export_nsys_rep(
+    path: str | os.PathLike,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    timeout_s: float = EXPORT_TIMEOUT_S,
+) -> Path:
+    """Run `nsys export --type sqlite` on an .nsys-rep; return the new SQLite file's path.
+
+    nsys writes into a fresh folder of nsprof's own, never beside the user's report (where
+    `-f true` would overwrite, through symbolic links, whatever has that name): with out_dir,
+    the export then moves to out_dir/<stem>.sqlite (replacing a file, never a link's target);
+    without, it stays in the fresh temporary folder, which the caller removes. An nsys that
+    runs past timeout_s is killed; one that exits 0 without writing is an error, never a
+    reason to read an older file.
     """
+    import shutil
+    import signal
     import subprocess
     import tempfile
 
     from nsprof.drivers.tools import find_nsys
 
+    shown = os.fspath(path)
     report = Path(path)
-    if not report.is_file():
-        raise ReportError(f"{report}: no such file")
+    if not stat.S_ISREG(stat_report(report).st_mode):
+        raise ReportError(f"{shown}: not a regular file")
     nsys = find_nsys()
     if out_dir is not None:
-        folder = Path(out_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-    elif os.access(report.resolve().parent, os.W_OK):
-        folder = report.resolve().parent
-    else:
-        folder = Path(tempfile.mkdtemp(prefix="nsprof-nsys-"))
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=".nsprof-export-" if out_dir else "nsprof-nsys-", dir=out_dir))
     out = folder / f"{report.stem}.sqlite"
     argv = [str(nsys.path), "export", "--type", "sqlite", "-f", "true", "-o", str(out), str(report)]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    except OSError as exc:
-        raise ReportError(f"{report.name}: cannot run {nsys.path}: {exc.strerror}") from None
-    if proc.returncode != 0 or not out.is_file():
-        lines = (proc.stderr or proc.stdout or "").strip().splitlines()
-        reason = lines[-1].strip() if lines else f"exit status {proc.returncode}"
-        raise ReportError(f"{report.name}: nsys export failed: {reason}")
-    return out
+        try:
+            # Own session: on a timeout the whole process group goes (nsys starts helpers).
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, errors="replace",
+                                    start_new_session=True)
+        except OSError as exc:
+            raise ReportError(f"{shown}: cannot run {nsys.path}: {exc.strerror}") from None
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise ReportError(
+                f"{shown}: nsys export did not finish within {timeout_s:g} s; killed it"
+            ) from None
+        if proc.returncode != 0:
+            lines = (stderr or stdout or "").strip().splitlines()
+            reason = lines[-1].strip() if lines else f"exit status {proc.returncode}"
+            raise ReportError(f"{shown}: nsys export failed: {reason}")
+        if out.is_symlink() or not out.is_file():
+            raise ReportError(f"{shown}: nsys export exited 0 but wrote no SQLite file ({nsys.path})")
+        if out_dir is None:
+            return out
+        final = Path(out_dir) / out.name
+        os.replace(out, final)
+        folder.rmdir()
+        return final
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def read_nsys_rep(
     path: str | os.PathLike, *, out_dir: str | os.PathLike | None = None, **kwargs
 ) -> pd.DataFrame:
-    """Export an .nsys-rep to SQLite (export_nsys_rep), then read_nsys_sqlite(**kwargs)."""
-    return read_nsys_sqlite(export_nsys_rep(path, out_dir=out_dir), **kwargs)
+    """Export an .nsys-rep to SQLite (export_nsys_rep), then read_nsys_sqlite(**kwargs).
+
+    Without out_dir the export goes to a temporary folder, removed after the read.
+    """
+    import shutil
+
+    export = export_nsys_rep(path, out_dir=out_dir)
+    try:
+        return read_nsys_sqlite(export, **kwargs)
+    except ReportError as exc:  # name the user's report, not a temporary file
+        raise ReportError(str(exc).replace(str(export), f"{os.fspath(path)} (its SQLite export)")) from None
+    finally:
+        if out_dir is None:
+            shutil.rmtree(export.parent, ignore_errors=True)

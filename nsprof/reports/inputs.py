@@ -1,0 +1,131 @@
+"""Report inputs that are not regular files: FIFOs, pipes, `<(...)`, `-` for standard input.
+
+Parsers read a file more than once (a kind sniff, then the parse; SQLite seeks anywhere),
+which a pipe cannot give. So a non-regular input is read once, with a size bound and a
+bounded wait for data, into a temporary copy that the parser reads instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from nsprof.errors import ReportError
+from nsprof.reports.checks import stat_report
+
+STDIN = "-"
+STDIN_LABEL = "standard input"
+# Environment overrides (read per call): the bound on what a stream may hold, and how long
+# to wait for its next bytes (a FIFO that nobody opens for writing would wait forever).
+MAX_STREAM_BYTES_ENV = "NSPROF_MAX_STREAM_BYTES"
+STREAM_WAIT_ENV = "NSPROF_STREAM_WAIT_S"
+MAX_STREAM_BYTES = 8 << 30
+STREAM_WAIT_S = 60.0
+_CHUNK_BYTES = 1 << 20
+_SLICE_MS = 100  # poll slices: a FIFO whose writers left before this reader came never signals
+
+
+def shown_name(path: str | os.PathLike) -> str:
+    """How messages name an input: the path as the user gave it, `-` as standard input."""
+    text = os.fspath(path)
+    return STDIN_LABEL if text == STDIN else text
+
+
+def _env_number(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ReportError(f"{name}={raw} is not a number") from None
+    if value <= 0:
+        raise ReportError(f"{name}={raw} must be positive")
+    return value
+
+
+@contextlib.contextmanager
+def local_copy(path: str | os.PathLike) -> Iterator[Path]:
+    """A path parsers may read as often as they like: `path` itself when it is a regular file,
+    else a temporary copy of its bytes (removed on exit).
+
+    Raises ReportError (one line, naming the input as given) when the input is missing, a
+    folder, a terminal, larger than the bound, or sends no data for the wait.
+    """
+    text = os.fspath(path)
+    if text == STDIN:
+        if os.isatty(0):
+            raise ReportError(f"{STDIN_LABEL} is a terminal; pipe a report into `-` or name a file")
+        fd, owned, copy_name = 0, False, "stdin"
+    else:
+        mode = stat_report(path).st_mode
+        if stat.S_ISREG(mode):
+            yield Path(path)
+            return
+        try:
+            # O_NONBLOCK: opening a FIFO for reading otherwise blocks until a writer opens it.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise ReportError(f"{text}: cannot open ({(exc.strerror or str(exc)).lower()})") from None
+        owned, copy_name = True, Path(text).name or "input"
+    try:
+        with tempfile.TemporaryDirectory(prefix="nsprof-input-") as folder:
+            copy = Path(folder) / copy_name
+            _copy_stream(fd, copy, shown_name(text), nonblocking=owned)
+            yield copy
+    finally:
+        if owned:
+            os.close(fd)
+
+
+def _copy_stream(fd: int, copy: Path, shown: str, *, nonblocking: bool) -> None:
+    import select
+    import time
+
+    limit = int(_env_number(MAX_STREAM_BYTES_ENV, MAX_STREAM_BYTES))
+    wait_s = _env_number(STREAM_WAIT_ENV, STREAM_WAIT_S)
+    poller = select.poll()
+    # POLLIN: data. POLLHUP: every writer has closed; on Linux a FIFO reports it only for
+    # writers that opened after this reader did, so when poll stays silent, a non-blocking
+    # read tells "no writer left" (b"") from "a writer, no data yet" (EAGAIN).
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    total = 0
+    quiet_since = time.monotonic()
+    with open(copy, "wb") as out:
+        while True:
+            ready = poller.poll(_SLICE_MS)
+            if not ready and not nonblocking:
+                if time.monotonic() - quiet_since > wait_s:
+                    raise _no_data(shown, wait_s)
+                continue
+            try:
+                chunk = os.read(fd, _CHUNK_BYTES)
+            except BlockingIOError:  # a writer is there, with nothing to say yet
+                chunk = None
+            except OSError as exc:
+                raise ReportError(f"{shown}: cannot read ({(exc.strerror or str(exc)).lower()})") from None
+            if chunk == b"" and (ready or total):
+                return  # end of the stream
+            if not chunk:  # EAGAIN, or no writer has come yet
+                if time.monotonic() - quiet_since > wait_s:
+                    raise _no_data(shown, wait_s)
+                continue
+            quiet_since = time.monotonic()
+            total += len(chunk)
+            if total > limit:
+                raise ReportError(
+                    f"{shown}: more than {limit} bytes from a stream; save it to a file first"
+                    f" ({MAX_STREAM_BYTES_ENV} sets the bound)"
+                )
+            out.write(chunk)
+
+
+def _no_data(shown: str, wait_s: float) -> ReportError:
+    return ReportError(
+        f"{shown}: no data for {wait_s:g} s (a FIFO that nothing writes to?); {STREAM_WAIT_ENV}"
+        " sets the wait"
+    )

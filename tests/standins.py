@@ -1,0 +1,65 @@
+"""Stand-in profilers for tests that run nsprof in real child processes on machines without a GPU.
+
+    python tests/standins.py profile t.py:space --backend ncu ...   # nsprof's CLI, stand-in profiler
+
+The stand-in runs the real worker bare; its "report" is the worker's own status file, and each
+config that reached `done` gets `reps` rows per mode whose duration is the config's "ns" value
+(1000 + config id when it has none): what a profiler would have measured, known in advance.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+class StatusDriver:
+    name = "standin"
+    suffix = ".standin.json"
+
+    def build_command(self, settings, job_file, report_base):
+        from nsprof.drivers.base import worker_command
+
+        return worker_command(settings, job_file)
+
+    def finish(self, report_base, log):
+        from nsprof.session import parse_status
+
+        status = parse_status(report_base.with_suffix(".status").read_text())
+        job = json.loads(report_base.with_suffix(".job.json").read_text())
+        report = report_base.with_suffix(self.suffix)
+        report.write_text(json.dumps({"done": status.done, "job": job}))
+        return report
+
+    def read(self, report, settings):
+        from nsprof.schema import make_frame
+        from nsprof.space import load_target
+
+        data = json.loads(Path(report).read_text())
+        job = data["job"]
+        configs = load_target(job["target"]).configs
+        rows = [{"source": settings.backend, "config_id": c, "mode": mode, "rep": rep, "kernel": "standin_kernel",
+                 "duration_ns": float(configs[c].get("ns", 1000 + c)), **settings.labels}
+                for c in data["done"] for mode in job["modes"] for rep in range(job["reps"])]
+        return make_frame(rows)
+
+
+def install() -> None:
+    """Make every ncu/nsys session of this process use the stand-in (and need no tool on PATH)."""
+    import nsprof.drivers.tools as tools
+    import nsprof.session as session
+
+    session.make_driver = lambda settings: StatusDriver()
+    found = type("Tool", (), {"path": Path("/nonexistent/standin")})()
+    tools.find_ncu = lambda required=True: found
+    tools.find_nsys = lambda required=True: found
+    tools.tool_version = lambda path: "standin 1.0"
+
+
+if __name__ == "__main__":
+    install()
+    from nsprof.cli import main
+
+    sys.argv[0] = "nsprof"
+    main()

@@ -1,0 +1,53 @@
+"""Exit status tells the truth: a run that measured no config fails in one line, through the real CLI
+in a child process with a stand-in profiler (tests/standins.py)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nsprof.store import ResultStore
+
+STANDINS = Path(__file__).parent / "standins.py"
+ROOT = Path(__file__).resolve().parents[1]
+
+ALL_FAIL = textwrap.dedent("""
+    from nsprof.space import Space
+
+    def build(config):
+        raise ValueError(f"no tile size {config['tile']}")
+
+    space = Space(name="broken", configs=[{"tile": 8}, {"tile": 16}], build=build, device="cpu")
+""")
+
+
+def nsprof(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, str(STANDINS), *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("command", ["profile", "tune"])
+def test_no_config_measured_is_a_one_line_error(tmp_path, command):
+    (tmp_path / "broken.py").write_text(ALL_FAIL)
+    extra = ["--csv", tmp_path / "rows.csv"] if command == "profile" else ["--store", tmp_path / "r.sqlite"]
+    result = nsprof(command, "broken.py:space", "--backend", "ncu", "--timeout", "30", *extra, cwd=tmp_path)
+    assert result.returncode != 0, result.stdout
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("nsprof: error: no config was measured: all 2 failed (config 0: build failed: "
+                           "ValueError: no tile size 8"), result.stderr
+    assert "Traceback" not in result.stderr
+    if command == "profile":  # the failures are still data, written where asked
+        with open(tmp_path / "rows.csv", newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        assert sorted(r["config_id"] for r in rows) == ["0", "1"]
+        assert all(r["error"].startswith("build failed") for r in rows)
+    else:
+        with ResultStore(tmp_path / "r.sqlite") as store:
+            assert store.runs()["status"].tolist() == ["nothing measured"]
