@@ -244,7 +244,7 @@ def mode_floor(per_config: pd.DataFrame, truths: Sequence[str]) -> pd.DataFrame:
     """A floor from one run: τ between a tool's direct and graph modes (e.g. ncu:direct vs ncu:graph).
 
     Both modes are meant to time the same kernel, so their disagreement is the tool's own noise;
-    DESIGN.md uses it as the floor when no repeated run exists. One row per truth that has a
+    nsprof uses it as the floor when no repeated run exists. One row per truth that has a
     sibling mode in `truths`, with `against` naming that sibling. Same columns as noise_floor.
     """
     table = wide(per_config, list(truths))

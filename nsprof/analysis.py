@@ -42,7 +42,7 @@ def summarize(frame):
     keys = ["source", "group", "kernel_full"]
     agg = grouped.groupby(keys, sort=False, dropna=False).agg(
         kernel=("kernel", "first"),
-        count=("duration_ns", "size"),
+        count=("duration_ns", "count"),  # rows with a duration: an empty one is not a sample
         median_ns=("duration_ns", "median"),
         min_ns=("duration_ns", "min"),
         mean_ns=("duration_ns", "mean"),
@@ -55,6 +55,51 @@ def summarize(frame):
     agg["cv"] = agg["std_ns"] / agg["mean_ns"]
     agg["count"] = agg["count"].astype("int64")
     return pd.DataFrame(agg[SUMMARY_COLUMNS])
+
+
+def _label(frame, column: str, option: str, default: str) -> str:
+    values = frame.loc[frame["source"].eq("ncu"), column].dropna().unique().tolist()
+    name = option.removeprefix("--").replace("-", " ")
+    if values:
+        where = frame.attrs.get("labels_from", {}).get(column)
+        return f"{name} {','.join(sorted(values))}" + (f" (from {where})" if where else "")
+    if frame.attrs.get("ncu_command_line"):
+        return (f"{name} unknown (the report's ncu command line does not set {option}: ncu's default, "
+                f"{default}, applies unless an ncu config file set another)")
+    return f"{name} unknown (not recorded in this report)"
+
+
+def describe_report(frame) -> str:
+    """One line on what a report's rows are: count, kind, and how ncu ran (as far as it is recorded).
+
+    Clock and cache control come from the report's own record (the ncu command line in an
+    .ncu-rep, ncu's notes above a CSV table) or from the caller's labels; nothing is assumed.
+    """
+    notes = [f"{len(frame)} rows", frame.attrs.get("kind", "?")]
+    if frame["source"].eq("ncu").any():
+        notes.append(_label(frame, "clock_control", "--clock-control", "base"))
+        notes.append(_label(frame, "cache_control", "--cache-control", "all"))
+    else:
+        notes.append("nsys: CUPTI kernel trace at the run's own clocks and cache state")
+    return ", ".join(notes)
+
+
+def graph_profiling_note(frame) -> str | None:
+    """The note for a report captured with ncu --graph-profiling graph, naming every row kind
+    it inflates (whole-graph rows and plain kernel rows alike), or None."""
+    ncu = frame[frame["source"].eq("ncu")]
+    if frame.attrs.get("graph_profiling") != "graph" and not ncu["workload"].eq("graph").any():
+        return None
+    counts = ncu["workload"].fillna("kernel").value_counts()
+    kinds = []
+    if counts.get("graph", 0):
+        kinds.append(f"{counts['graph']} 'graph' row(s), each a whole graph and not a kernel")
+    if counts.get("kernel", 0):
+        kinds.append(f"{counts['kernel']} 'kernel' row(s), plain launches included")
+    return ("note: this report was captured with ncu --graph-profiling graph, which inflates every row "
+            f"in it ({'; '.join(kinds)}). On an H200, µs kernels profiled this way took 19-83x as long as "
+            "the same kernels profiled per node, their cycles inflated alike. Profile with "
+            "--graph-profiling node for per-kernel durations.")
 
 
 def compare(frame_a, frame_b):

@@ -94,16 +94,9 @@ def _shares_short_names(summary) -> bool:
 
 
 def _describe(frame) -> str:
-    kind = frame.attrs.get("kind", "?")
-    notes = [f"{len(frame)} rows", kind]
-    if frame["source"].eq("ncu").any():
-        clock = frame["clock_control"].dropna().unique().tolist()
-        cache = frame["cache_control"].dropna().unique().tolist()
-        notes.append("clock control " + (",".join(clock) if clock else "not recorded (ncu's default: base)"))
-        notes.append("cache control " + (",".join(cache) if cache else "not recorded (ncu's default: all)"))
-    else:
-        notes.append("nsys: CUPTI kernel trace at the run's own clocks and cache state")
-    return ", ".join(notes)
+    from nsprof.analysis import describe_report
+
+    return describe_report(frame)
 
 
 @cli.command()
@@ -128,7 +121,7 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
     import pandas as pd
 
     from nsprof.analysis import compare as compare_frames
-    from nsprof.analysis import format_compare, format_summary, summarize
+    from nsprof.analysis import format_compare, format_summary, graph_profiling_note, summarize
     from nsprof.reports import read_report
     from nsprof.reports.inputs import shown_name
 
@@ -157,8 +150,8 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
         click.echo(format_compare(joined, files[0].name, files[1].name))
         far = joined[(joined["ratio"] > 10) | (joined["ratio"] < 0.1)]
         if len(far):
-            # DESIGN.md: ncu with --clock-control none, or any --graph-profiling graph run,
-            # measured µs kernels 30-80x too long on the H200.
+            # ncu with --clock-control none, or any --graph-profiling graph run, measured µs
+            # kernels 30-80x too long on the H200.
             click.echo(f"note: {len(far)} row(s) differ more than 10x between A and B: for µs kernels that "
                        "points at ncu --clock-control none or --graph-profiling graph, not at the kernel")
         return
@@ -169,10 +162,9 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
         if _shares_short_names(summary):
             click.echo("note: kernels marked #1, #2, ... share a short name (or differ only past the column "
                        "width); each is its own row by full name, listed by --json or --csv as kernel_full")
-        if frame["workload"].eq("graph").any():
-            click.echo("note: 'graph' rows are whole-graph workloads (ncu --graph-profiling graph): "
-                       "not per-kernel durations; for µs kernels they were measured far above the "
-                       "kernels' own time (DESIGN.md). Use --graph-profiling node for per-kernel truth.")
+        note = graph_profiling_note(frame)
+        if note:
+            click.echo(note)
         click.echo("")
 
 
@@ -227,7 +219,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
 
     if backend == "ncu" and clock_control == "none":
         click.echo("nsprof: warning: --clock-control none: on the H200 µs kernels measured 35-80x too long "
-                   "this way (DESIGN.md); rows are labelled clock_control=none", err=True)
+                   "this way; rows are labelled clock_control=none", err=True)
     if backend == "ncu" and graph_profiling == "graph":
         click.echo("nsprof: warning: --graph-profiling graph gives whole-graph workloads, not kernel "
                    "durations", err=True)

@@ -7,6 +7,8 @@ direct launches and CUDA-graph replays, each inside an NVTX range) under:
   1. ncu, --graph-profiling node  -> fixture_node.ncu-rep, plus its raw and details CSV
   2. ncu, --graph-profiling graph -> fixture_graph.ncu-rep, plus its raw CSV
   3. nsys, --cuda-graph-trace=node -> fixture.nsys-rep and its SQLite export
+  4. ncu, --clock-control none --cache-control none -> fixture_clock_none.ncu-rep and its
+     raw CSV, and ncu with neither flag (its defaults) -> fixture_clock_default.ncu-rep
 and writes capture.json with the commands, tool versions, GPU and date. The CSV exports
 are made from the .ncu-rep with `ncu --import`, once in the default locale and once in
 de_DE (if that locale exists) to get the other thousands separator.
@@ -48,6 +50,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("outdir", type=Path)
     parser.add_argument("--tar", type=Path, help="also pack OUTDIR into this .tar.gz")
+    parser.add_argument("--only-clock", action="store_true",
+                        help="capture only the clock-control reports (step 4)")
     args = parser.parse_args()
     out: Path = args.outdir
     out.mkdir(parents=True, exist_ok=True)
@@ -56,6 +60,10 @@ def main() -> None:
     python = sys.executable
     commands: dict[str, list[str]] = {}
 
+    if args.only_clock:
+        capture_clock_reports(ncu, python, out, commands)
+        finish(out, ncu, nsys, commands, args.tar, record="capture_clock.json")
+        return
     common = [str(ncu), "--nvtx", "--nvtx-include", "nsprof@nsprof/", "--nvtx-include", "startend",
               "--metrics", METRICS, "--clock-control", "base", "--cache-control", "all", "-f"]
     for mode in ("node", "graph"):
@@ -96,7 +104,28 @@ def main() -> None:
         run(commands["export"], out / "export.log")
     if qdstrm.exists() and rep.exists():
         qdstrm.unlink()
+    capture_clock_reports(ncu, python, out, commands)
+    finish(out, ncu, nsys, commands, args.tar)
 
+
+def capture_clock_reports(ncu: Path, python: str, out: Path, commands: dict[str, list[str]]) -> None:
+    """Step 4: the same workload with free clocks and caches, and with ncu's own defaults."""
+    nvtx = [str(ncu), "--nvtx", "--nvtx-include", "nsprof@nsprof/", "--nvtx-include", "startend",
+            "--metrics", METRICS]
+    runs = {"clock_none": ["--clock-control", "none", "--cache-control", "none"], "clock_default": []}
+    for name, flags in runs.items():
+        rep = out / f"fixture_{name}.ncu-rep"
+        cmd = nvtx + flags + ["-f", "-o", str(rep.with_suffix("")), python, str(WORKLOAD)]
+        commands[f"ncu_{name}"] = cmd
+        run(cmd, out / f"ncu_{name}.log")
+    csv_cmd = [str(ncu), "--import", str(out / "fixture_clock_none.ncu-rep"), "--csv", "--page", "raw"]
+    commands["csv_clock_none_raw"] = csv_cmd
+    with open(out / "fixture_clock_none_raw.csv", "w") as handle:
+        subprocess.run(csv_cmd, stdout=handle, stderr=subprocess.STDOUT)
+
+
+def finish(out: Path, ncu: Path, nsys: Path, commands: dict[str, list[str]], tar: Path | None,
+           record: str = "capture.json") -> None:
     smi = subprocess.run(
         ["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem",
          "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
@@ -117,12 +146,12 @@ def main() -> None:
         info["tilelang"] = tilelang.__version__
     except ImportError as exc:
         info["tilelang"] = f"not importable: {exc}"
-    (out / "capture.json").write_text(json.dumps(info, indent=2) + "\n")
+    (out / record).write_text(json.dumps(info, indent=2) + "\n")
     for f in sorted(out.iterdir()):
         print(f"{f.stat().st_size:>10}  {f.name}")
-    if args.tar:
-        with tarfile.open(args.tar, "w:gz") as tar:
-            tar.add(out, arcname=out.name)
+    if tar:
+        with tarfile.open(tar, "w:gz") as packed:
+            packed.add(out, arcname=out.name)
     shutil.rmtree(out / "__pycache__", ignore_errors=True)
 
 

@@ -41,7 +41,7 @@ def test_analyze_prints_summary_per_config():
                     if "cfg0.direct.r" in r["thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"])
     assert len(values) == 3
     assert f"{values[1]:.3f}" in cfg0.split()
-    assert "clock control not recorded" in result.stdout
+    assert "clock control unknown (not recorded in this report)" in result.stdout
 
 
 def test_analyze_json_rows():

@@ -209,3 +209,178 @@ def test_truncated_csv_keeps_complete_rows(tmp_path):
     # A cut-off last row is either dropped or kept with the fields it has; 10 whole rows stay.
     assert len(frame) >= 10
     assert frame["duration_ns"].iloc[:10].notna().all()
+
+
+# --- digit-group separators of every locale (issue 11) -------------------------------------
+
+_TO_BASE_UNIT = {"us": ("ns", 1e3), "ghz": ("hz", 1e9), "cycle": ("cycle", 1.0)}
+
+
+def _grouped(value: float, group: str, decimal: str, digits: int = 6) -> str:
+    """`value` written with `group` between each three integer digits and `decimal` as the mark."""
+    whole, _, fraction = f"{value:.{digits}f}".partition(".")
+    groups = []
+    while len(whole) > 3:
+        groups.insert(0, whole[-3:])
+        whole = whole[:-3]
+    return group.join([whole, *groups]) + decimal + fraction
+
+
+def to_locale(path, out, group: str, decimal: str):
+    """The raw page in base units (ns, Hz: every duration >= 1,000) written with `group` and `decimal`.
+
+    Returns the file and, by the csv module, the expected (ns, cycles, hz) per row.
+    """
+    with open(path, newline="") as handle:
+        rows = list(csv.reader(handle))
+    header, units = rows[0], rows[1]
+    columns = {header.index(name): name for name in
+               ("gpu__time_duration.sum", "gpc__cycles_elapsed.max", "gpc__cycles_elapsed.avg.per_second")}
+    expected = []
+    for index in columns:
+        unit, factor = _TO_BASE_UNIT[units[index].lower()]
+        units[index] = unit
+        for row in rows[2:]:
+            row[index] = _grouped(float(row[index]) * factor, group, decimal)
+    for row in rows[2:]:
+        expected.append(tuple(float(row[i].replace(group, "").replace(decimal, ".")) for i in columns))
+    with open(out, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle, quoting=csv.QUOTE_ALL).writerows(rows)
+    return out, expected
+
+
+@pytest.mark.parametrize(
+    ("group", "decimal"),
+    [(" ", ","), ("\u00a0", ","), ("\u202f", ","), ("'", "."), ("\u2019", "."), (".", ","), (",", "."),
+     (" ", ".")],
+    ids=["space", "nbsp", "narrow-nbsp", "apostrophe", "right-quote", "de", "en", "space-dot"],
+)
+def test_group_separators_of_every_locale(tmp_path, group, decimal):
+    path, expected = to_locale(RAW, tmp_path / "locale.csv", group, decimal)
+    assert all(ns >= 1000 for ns, _, _ in expected)  # every duration carries a separator
+    frame = read_ncu_csv(path)
+    assert frame["duration_ns"].tolist() == pytest.approx([e[0] for e in expected])
+    assert frame["cycles"].tolist() == pytest.approx([e[1] for e in expected])
+    assert frame["clock_hz"].tolist() == pytest.approx([e[2] for e in expected])
+    assert frame.attrs["warnings"] == []
+
+
+@pytest.mark.parametrize("group", [" ", "\u00a0", "\u202f"], ids=["space", "nbsp", "narrow-nbsp"])
+def test_details_page_in_french_format(tmp_path, group):
+    with open(DETAILS, newline="") as handle:
+        rows = list(csv.reader(handle))
+    value = rows[0].index("Metric Value")
+    for row in rows[1:]:  # en_US "7,785" / "5.66" -> fr_FR "7 785" / "5,66"
+        row[value] = row[value].replace(",", group).replace(".", ",")
+    path = tmp_path / "fr.csv"
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle, quoting=csv.QUOTE_ALL).writerows(rows)
+    expected = read_ncu_csv(DETAILS)
+    frame = read_ncu_csv(path)
+    assert frame["duration_ns"].tolist() == pytest.approx(expected["duration_ns"].tolist())
+    assert frame["cycles"].tolist() == expected["cycles"].tolist()
+    assert frame["cycles"].min() >= 1000
+
+
+def test_rows_without_duration_warn_in_one_line_and_leave_n(tmp_path):
+    from nsprof.analysis import summarize
+
+    with open(RAW, newline="") as handle:
+        rows = list(csv.reader(handle))
+    duration = rows[0].index("gpu__time_duration.sum")
+    pp = rows[0].index(PP_COL)
+    cfg0_direct = [r for r in rows[2:] if "cfg0.direct.r" in r[pp]]
+    cfg0_direct[0][duration], cfg0_direct[1][duration] = "n/a", ""
+    cfg1_direct = [r for r in rows[2:] if "cfg1.direct.r" in r[pp]]
+    cfg1_direct[0][duration] = "5;312"  # no locale writes this
+    path = tmp_path / "gaps.csv"
+    with open(path, "w", newline="") as handle:
+        csv.writer(handle, quoting=csv.QUOTE_ALL).writerows(rows)
+    frame = read_ncu_csv(path)
+    assert len(frame) == 27  # the rows stay
+    assert int(frame["duration_ns"].isna().sum()) == 3
+    warnings = [w for w in frame.attrs["warnings"] if "duration" in w]
+    assert len(warnings) == 1 and "\n" not in warnings[0]
+    assert "3 of 27" in warnings[0] and "'5;312'" in warnings[0]
+    summary = summarize(frame).set_index(["group", "kernel"])
+    assert summary.loc[("cfg0.direct", "gemm_kernel"), "count"] == 1
+    assert summary.loc[("cfg1.direct", "gemm_kernel"), "count"] == 2
+    others = float(cfg0_direct[2][duration]) * 1e3
+    assert summary.loc[("cfg0.direct", "gemm_kernel"), "median_ns"] == pytest.approx(others)
+
+
+def test_analyze_warns_on_stderr_for_rows_without_duration(tmp_path):
+    import subprocess
+    import sys
+
+    with open(RAW, newline="") as handle:
+        rows = list(csv.reader(handle))
+    rows[2][rows[0].index("gpu__time_duration.sum")] = "n/a"  # the first kernel: cfg0.direct.r0
+    assert "cfg0.direct.r0" in rows[2][rows[0].index(PP_COL)]
+    path = tmp_path / "na.csv"
+    with open(path, "w", newline="") as handle:
+        csv.writer(handle, quoting=csv.QUOTE_ALL).writerows(rows)
+    result = subprocess.run([sys.executable, "-m", "nsprof", "analyze", str(path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "no duration" in line]
+    assert len(lines) == 1 and "1 of 27" in lines[0]
+    cfg0 = next(line for line in result.stdout.splitlines() if "cfg0.direct" in line)
+    assert cfg0.split()[3] == "2"  # n: the n/a row is not counted
+
+
+# --- program output before the table (issue 11) --------------------------------------------
+
+
+def _program_output(size: int) -> str:
+    line = "step 17: loss 0.4213, 1,024 tokens/s \"ID\" not a header\n"
+    return line * (size // len(line) + 1)
+
+
+@pytest.mark.parametrize("size", [100_000, 3_000_000])
+def test_csv_after_program_output_is_read(tmp_path, size):
+    from nsprof.reports import read_report, sniff_kind
+
+    path = tmp_path / "run.csv"
+    path.write_text(_program_output(size) + RAW.read_text())
+    assert sniff_kind(path) == "ncu-csv"
+    frame = read_report(path)
+    expected = independent_raw(RAW)
+    assert frame["launch_id"].tolist() == [e["id"] for e in expected]
+    assert frame["duration_ns"].tolist() == pytest.approx([e["ns"] for e in expected])
+
+
+def test_program_output_beyond_the_scan_bound_is_refused_in_one_line(tmp_path):
+    from nsprof.reports import sniff_kind
+    from nsprof.reports.ncu_csv import HEADER_SCAN_BYTES
+
+    path = tmp_path / "huge.csv"
+    path.write_text(_program_output(HEADER_SCAN_BYTES + 10_000) + RAW.read_text())
+    with pytest.raises(ReportError) as info:
+        sniff_kind(path)
+    assert "\n" not in str(info.value) and "not a report" in str(info.value)
+
+
+# --- clock control in a CSV (issue 11) -----------------------------------------------------
+
+
+def test_csv_labels_come_from_ncu_notes_above_the_table(tmp_path):
+    # ncu's own output of a --clock-control none --cache-control none run, then its table.
+    log = (FIXTURES / "ncu_clock_none.log").read_text()
+    assert "Running with unmodified GPU clocks" in log
+    path = tmp_path / "direct.csv"
+    path.write_text(log + (FIXTURES / "fixture_clock_none_raw.csv").read_text())
+    frame = read_ncu_csv(path)
+    assert set(frame["clock_control"]) == {"none"} and set(frame["cache_control"]) == {"none"}
+    assert len(frame) == 27
+
+
+def test_exported_csv_records_no_clock_control():
+    # `ncu --import ... --csv` writes no notes: nothing says how the clocks were set.
+    frame = read_ncu_csv(FIXTURES / "fixture_clock_none_raw.csv")
+    assert frame["clock_control"].isna().all() and frame["cache_control"].isna().all()
+    from nsprof.analysis import describe_report
+
+    frame.attrs["kind"] = "ncu-csv"
+    text = describe_report(frame)
+    assert "clock control unknown" in text and "base" not in text

@@ -126,3 +126,119 @@ def test_truncated_ncu_rep_keeps_what_it_can_or_says_so(ncu_rep_dir, tmp_path):
         else:
             assert 0 < len(frame) < 27
             assert frame["duration_ns"].notna().all()
+
+
+# --- clock control as the report records it (issue 11) -------------------------------------
+
+
+def _capture_flag(command_key: str, flag: str):
+    """The value of `flag` in a recorded capture command (capture*.json), or None without it."""
+    import json
+
+    record = {}
+    for name in ("capture.json", "capture_clock.json"):
+        record.update(json.loads((FIXTURES / name).read_text())["commands"])
+    command = record[command_key]
+    return command[command.index(flag) + 1] if flag in command else None
+
+
+def _median_clock_hz(path) -> float:
+    import statistics
+
+    return statistics.median(row[4] for row in direct_read(path))
+
+
+@pytest.mark.parametrize(("report", "command"), [
+    ("fixture_node", "ncu_node"), ("fixture_graph", "ncu_graph"),
+    ("fixture_clock_none", "ncu_clock_none"), ("fixture_clock_default", "ncu_clock_default"),
+])
+def test_clock_and_cache_control_come_from_the_report(ncu_rep_dir, report, command):
+    frame = read_report(ncu_rep_dir / f"{report}.ncu-rep")
+    for column, flag in (("clock_control", "--clock-control"), ("cache_control", "--cache-control")):
+        expected = _capture_flag(command, flag)
+        values = set(frame[column].dropna())
+        assert values == ({expected} if expected else set()), column
+
+
+def test_free_clock_report_is_labelled_none_and_ran_faster(ncu_rep_dir):
+    # Independent evidence beside the capture record: ncu_report's own clock metric.
+    none_hz = _median_clock_hz(ncu_rep_dir / "fixture_clock_none.ncu-rep")
+    base_hz = _median_clock_hz(ncu_rep_dir / "fixture_node.ncu-rep")
+    assert none_hz > 1.2 * base_hz
+    frame = read_report(ncu_rep_dir / "fixture_clock_none.ncu-rep")
+    assert set(frame["clock_control"]) == {"none"}
+
+
+def test_caller_labels_win_over_the_record(ncu_rep_dir):
+    frame = read_report(ncu_rep_dir / "fixture_clock_none.ncu-rep", clock_control="base")
+    assert set(frame["clock_control"]) == {"base"}
+
+
+@pytest.mark.parametrize(("report", "expected"), [
+    ("fixture_clock_none.ncu-rep", "clock control none (from the report's ncu command line)"),
+    ("fixture_node.ncu-rep", "clock control base (from the report's ncu command line)"),
+    ("fixture_clock_default.ncu-rep", "clock control unknown"),
+])
+def test_analyze_says_the_recorded_clock_control(ncu_rep_dir, report, expected):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "nsprof", "analyze", str(ncu_rep_dir / report)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    header = result.stdout.splitlines()[0]
+    assert expected in header
+    assert "default: base" not in header and "(ncu's default" not in header
+
+
+def test_ncu_options_stop_at_the_program():
+    from nsprof.reports.ncu_rep import ncu_options
+
+    line = "/opt/ncu --nvtx -f --metrics a,b --clock-control=none python3 tune.py --clock-control base"
+    assert ncu_options(line) == {"--clock-control": "none"}
+    assert ncu_options("/opt/ncu --nvtx python3 x.py --cache-control none") == {}
+    # an option nsprof does not know: its value and the program cannot be told apart, so stop
+    assert ncu_options("ncu --brand-new x --clock-control none app") == {}
+    assert ncu_options("python3 tune.py --clock-control none") is None
+
+
+# --- graph profiling inflates every row kind (issue 11) ------------------------------------
+
+
+def test_graph_profiling_note_names_every_row_kind(ncu_rep_dir):
+    from nsprof.analysis import graph_profiling_note
+
+    path = ncu_rep_dir / "fixture_graph.ncu-rep"
+    expected = direct_read(path)
+    graphs = sum(e[1] == ncu_report.IAction.WorkloadType_GRAPH for e in expected)
+    kernels = sum(e[1] == ncu_report.IAction.WorkloadType_KERNEL for e in expected)
+    assert (graphs, kernels) == (9, 15)
+    note = graph_profiling_note(read_report(path))
+    assert f"{graphs} 'graph' row(s)" in note and f"{kernels} 'kernel' row(s)" in note
+    assert "\n" not in note
+    # node profiling: no such note
+    assert graph_profiling_note(read_report(ncu_rep_dir / "fixture_node.ncu-rep")) is None
+
+
+def test_graph_profiling_note_for_a_report_with_only_kernel_rows(ncu_rep_dir):
+    # A graph-profiling run whose graphs all fell outside the NVTX filter: only plain kernels
+    # are left, and they are still inflated; the recorded command line says how ncu ran.
+    from nsprof.analysis import graph_profiling_note
+
+    frame = read_report(ncu_rep_dir / "fixture_graph.ncu-rep")
+    kernels = frame[frame["workload"] == "kernel"].copy()
+    kernels.attrs = dict(frame.attrs)
+    note = graph_profiling_note(kernels)
+    assert note and "15 'kernel' row(s)" in note and "'graph' row" not in note
+
+
+def test_analyze_prints_the_graph_profiling_note_for_kernel_rows(ncu_rep_dir):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "nsprof", "analyze",
+                             str(ncu_rep_dir / "fixture_graph.ncu-rep")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stdout.splitlines() if "--graph-profiling graph" in line]
+    assert len(notes) == 1 and "'kernel' row(s)" in notes[0] and "'graph' row(s)" in notes[0]

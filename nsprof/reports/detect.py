@@ -44,9 +44,26 @@ def sniff_kind(path: str | os.PathLike, *, shown: str | None = None) -> str:
         text = head[: len(head) // 2 * 2].decode("utf-16", errors="replace")
         if '"ID","' in text or text.lstrip("\ufeff").startswith("==PROF=="):
             return "ncu-csv"
+    if b"\0" not in head and _ncu_csv_header_within_bound(path):
+        return "ncu-csv"  # ncu writes the program's own output above the table
     raise ReportError(
         f"{shown}: not a report nsprof reads (ncu CSV, .ncu-rep, nsys .sqlite or .nsys-rep)"
     )
+
+
+def _ncu_csv_header_within_bound(path: Path) -> bool:
+    """Whether ncu's CSV header starts within the first HEADER_SCAN_BYTES of `path`.
+
+    Only called after read_head accepted `path` as a regular file (read_report hands
+    sniff_kind a temporary copy of a FIFO or pipe), so this read never blocks."""
+    from nsprof.reports.ncu_csv import HEADER_SCAN_BYTES, find_header
+
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(HEADER_SCAN_BYTES)
+    except OSError:
+        return False
+    return find_header(data) is not None
 
 
 def read_report(path: str | os.PathLike, *, domain: str | None = None, **labels):

@@ -15,7 +15,7 @@ from pathlib import Path
 from nsprof.errors import ReportError
 from nsprof.reports.checks import blank_impossible, one_line, read_head
 from nsprof.reports.names import short_kernel_name
-from nsprof.reports.nvtx_cells import parse_csv_cells, thread_id
+from nsprof.reports.nvtx_cells import parse_csv_columns
 from nsprof.schema import make_frame
 
 PUSH_POP_PREFIX = "thread Domain:Push/Pop_Range"
@@ -48,11 +48,26 @@ def _scale(kind: str, unit: str, path: Path) -> float:
     return table[unit]
 
 
+# Digit-group separators that are never a decimal mark: space, no-break space (fr_FR),
+# narrow no-break space (fr_FR in newer glibc), thin space, apostrophe and right single
+# quotation mark (de_CH). '.' and ',' are either, decided once per file.
+GROUP_CHARS = " \u00a0\u202f\u2009'\u2019"
+_GROUP_CLASS = "[" + re.escape(GROUP_CHARS) + "]"
+_MISSING = ("", "n/a", "N/A", "-", "nan", "NaN")
+
+
 def detect_decimal_mark(values) -> str:
-    """'.' or ',' — which mark separates decimals in these number strings."""
+    """'.' or ',' — which mark separates decimals in these number strings (one answer per file).
+
+    A value votes only when its pattern settles it: both marks present (the last one is the
+    decimal), one mark repeated (a group separator), one mark not followed by exactly three
+    digits (a decimal), or one mark after a space/apostrophe group separator (a decimal).
+    "7,785" alone does not vote; ties go to '.'.
+    """
     votes = {".": 0, ",": 0}
     for value in values:
         text = value.strip().lstrip("-+")
+        grouped = any(ch in text for ch in GROUP_CHARS)
         dots, commas = text.count("."), text.count(",")
         if dots and commas:
             votes["." if text.rfind(".") > text.rfind(",") else ","] += 1
@@ -60,27 +75,66 @@ def detect_decimal_mark(values) -> str:
             votes[","] += 1
         elif commas > 1:
             votes["."] += 1
-        elif dots == 1 and len(text) - text.find(".") - 1 != 3:
+        elif dots == 1 and (grouped or len(text) - text.find(".") - 1 != 3):
             votes["."] += 1
-        elif commas == 1 and len(text) - text.find(",") - 1 != 3:
+        elif commas == 1 and (grouped or len(text) - text.find(",") - 1 != 3):
             votes[","] += 1
     return "," if votes[","] > votes["."] else "."
 
 
-def to_numbers(series, decimal: str):
-    """Locale number strings -> float64 (NaN for empty or 'n/a')."""
+def number_pattern(decimal: str) -> str:
+    """The whole-cell pattern of a number written with `decimal` as its decimal mark."""
+    thousands = "," if decimal == "." else "."
+    group = f"(?:{_GROUP_CLASS}|{re.escape(thousands)})"
+    return (rf"[+-]?(?:[0-9]{{1,3}}(?:{group}[0-9]{{3}})+|[0-9]+)(?:{re.escape(decimal)}[0-9]*)?"
+            r"(?:[eE][+-]?[0-9]+)?")
+
+
+def to_numbers(series, decimal: str, problems: dict | None = None):
+    """Locale number strings -> float64 (NaN for empty or 'n/a' cells, and for unreadable ones).
+
+    One decimal mark for the whole column; every other mark, space or apostrophe must sit
+    between groups of three digits. `problems`, when given, collects the count of empty
+    cells ("missing") and of cells that are not numbers ("unreadable", with examples).
+    """
     import pandas as pd
 
+    text = series.astype("string").str.strip()
     if decimal == ".":
         # Fast path: ncu's raw page writes metric values without separators ("5.664000").
         direct = pd.to_numeric(series, errors="coerce")
-        if not (direct.isna() & series.astype("string").str.strip().ne("")).any():
+        if not (direct.isna() & text.ne("") & ~text.isin(_MISSING)).any():
+            if problems is not None:
+                problems["missing"] = problems.get("missing", 0) + int(direct.isna().sum())
             return direct.astype("float64")
+    missing = text.isna() | text.isin(_MISSING)
+    valid = text.str.fullmatch(number_pattern(decimal), na=False)
     thousands = "," if decimal == "." else "."
-    text = series.astype("string").str.strip().str.replace(thousands, "", regex=False)
+    cleaned = text.where(valid).str.replace(f"{_GROUP_CLASS}|{re.escape(thousands)}", "", regex=True)
     if decimal == ",":
-        text = text.str.replace(",", ".", regex=False)
-    return pd.to_numeric(text, errors="coerce").astype("float64")
+        cleaned = cleaned.str.replace(",", ".", regex=False)
+    values = pd.to_numeric(cleaned, errors="coerce").astype("float64")
+    if problems is not None:
+        bad = ~missing & values.isna()
+        problems["missing"] = problems.get("missing", 0) + int(missing.sum())
+        problems["unreadable"] = problems.get("unreadable", 0) + int(bad.sum())
+        problems.setdefault("examples", []).extend(text[bad].unique()[:3].tolist())
+    return values
+
+
+def duration_warning(problems: dict, total: int) -> str | None:
+    """One line for the kernel rows left without a duration, or None when every row has one."""
+    missing, unreadable = problems.get("missing", 0), problems.get("unreadable", 0)
+    if not missing and not unreadable:
+        return None
+    parts = []
+    if missing:
+        parts.append(f"{missing} empty or 'n/a'")
+    if unreadable:
+        examples = ", ".join(repr(e) for e in problems.get("examples", [])[:3])
+        parts.append(f"{unreadable} not a number ({examples})")
+    return (f"{missing + unreadable} of {total} kernel row(s) have no duration: {'; '.join(parts)}; "
+            "they are kept with an empty duration and left out of n, median and the other statistics")
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -96,7 +150,29 @@ def _read_bytes(path: Path) -> bytes:
     return data
 
 
-_HEADER_RE = re.compile(rb'^(?:\xef\xbb\xbf)?"ID","', re.M)
+# The table's header row: ncu may print ==PROF== lines and the program's own output first.
+_HEADER_RE = re.compile(rb'^(?:\xef\xbb\xbf)?"ID","[^\r\n]*"Kernel Name"', re.M)
+_ANY_HEADER_RE = re.compile(rb'^(?:\xef\xbb\xbf)?"ID","', re.M)
+# How far into a file the header row is looked for when telling what kind of file it is
+# (the parser itself reads the whole file).
+HEADER_SCAN_BYTES = 8 * 2**20
+# ncu's own notes when it leaves clocks or caches alone (--clock-control none,
+# --cache-control none); a CSV captured straight from the profiling run has them above the
+# table, a CSV exported later with --import has no such lines.
+_PREAMBLE_LABELS = ((b"Running with unmodified GPU clocks", "clock_control", "none"),
+                    (b"Running with uncontrolled GPU caches", "cache_control", "none"))
+
+
+def find_header(data: bytes) -> int | None:
+    """Offset of the ncu CSV header row in `data` (the first "ID" row naming "Kernel Name",
+    else the first "ID" row), or None."""
+    match = _HEADER_RE.search(data) or _ANY_HEADER_RE.search(data)
+    return match.start() if match else None
+
+
+def preamble_labels(preamble: bytes) -> dict[str, str]:
+    """clock_control / cache_control that ncu's notes above the table record."""
+    return {key: value for marker, key, value in _PREAMBLE_LABELS if marker in preamble}
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 # IDs beyond int64 cannot be ncu's (it numbers results from 0); they are not rows.
 _ID_PATTERN = r"[0-9]{1,18}"
@@ -111,11 +187,12 @@ def read_ncu_csv(path, *, domain: str | None = None, clock_control: str | None =
 
     path = Path(path)
     data = _read_bytes(path)
-    match = _HEADER_RE.search(data)
-    if not match:
+    start = find_header(data)
+    if start is None:
         raise ReportError(f'{path.name}: not an ncu CSV export (no "ID" header row)')
     # ncu may print ==PROF== or program lines before the table; bytes avoid a 2nd copy
-    body = data[match.start():] if match.start() else data
+    body = data[start:] if start else data
+    recorded = preamble_labels(data[:start])
     warnings = []
     if not body.endswith(b"\n") and b"\n" in body:
         # ncu ends every row with a newline: a cut-off last row is dropped, the rest kept.
@@ -130,17 +207,24 @@ def read_ncu_csv(path, *, domain: str | None = None, clock_control: str | None =
         missing = [c for c in _DETAILS_COLUMNS if c not in columns]
         if missing:
             raise ReportError(f"{path.name}: ncu details CSV without column(s) {', '.join(missing)}")
-        frame = _details(body, columns, path, domain, decimal)
+        frame, problems = _details(body, columns, path, domain, decimal)
     elif "Kernel Name" in columns:
-        frame = _raw(body, columns, path, domain, decimal)
+        frame, problems = _raw(body, columns, path, domain, decimal)
     else:
         raise ReportError(f"{path.name}: CSV is not an ncu raw or details page (no 'Kernel Name' column)")
-    frame["clock_control"] = clock_control
-    frame["cache_control"] = cache_control
+    # A label given by the caller (nsprof's own runs know their settings) wins over the file.
+    frame["clock_control"] = clock_control or recorded.get("clock_control")
+    frame["cache_control"] = cache_control or recorded.get("cache_control")
     result = make_frame(frame)
     if result.empty:
         raise ReportError(f"{path.name}: ncu CSV holds no profiled kernels")
-    result.attrs["warnings"] = warnings + blank_impossible(result)
+    no_duration = duration_warning(problems, len(result))
+    warnings += blank_impossible(result) + ([no_duration] if no_duration else [])
+    result.attrs["warnings"] = warnings
+    result.attrs["labels_from"] = {key: "ncu's notes above the table" for key in recorded}
+    # ncu profiles graphs whole (--graph-profiling graph) for the whole run or not at all.
+    if result["workload"].eq("graph").any():
+        result.attrs["graph_profiling"] = "graph"
     return result
 
 
@@ -188,28 +272,12 @@ def _identity(data, push_pop: str | None, start_end: str | None, domain: str | N
     import pandas as pd
 
     n = len(data)
-    pp = data[push_pop] if push_pop else pd.Series([""] * n)
-    se = data[start_end] if start_end else pd.Series([""] * n)
-    cache: dict[tuple[str, str], tuple] = {}
-    ranges, domains, paths, tids = [], [], [], []
-    for pp_cell, se_cell in zip(pp.tolist(), se.tolist()):
-        key = (pp_cell, se_cell)
-        hit = cache.get(key)
-        if hit is None:
-            state = parse_csv_cells(pp_cell, se_cell)
-            name, dom = state.innermost(domain)
-            hit = cache[key] = (name, dom, state.path(), thread_id(pp_cell))
-        ranges.append(hit[0])
-        domains.append(hit[1])
-        paths.append(hit[2])
-        tids.append(hit[3])
+    nvtx = parse_csv_columns(data[push_pop] if push_pop else None,
+                             data[start_end] if start_end else None, domain, rows=n)
     kernel = data["Kernel Name"]
     return {
         "source": ["ncu"] * n,
-        "range": ranges,
-        "domain": domains,
-        "nvtx_path": paths,
-        "tid": tids,
+        **nvtx,
         "kernel": kernel.map(_short_names(kernel)),
         "kernel_full": kernel,  # rows group by the full name; `kernel` is its short form
         "workload": ["graph" if k == "graph" else "kernel" for k in kernel.tolist()],
@@ -265,13 +333,15 @@ def _raw(body: bytes, columns: list[str], path: Path, domain, decimal):
     if data.empty:
         raise ReportError(f"{path.name}: ncu CSV holds no profiled kernels")
     metric_cols = [c for c in (duration, cycles, clock) if c]
-    mark = decimal or detect_decimal_mark(pd.concat([data[c] for c in metric_cols]).tolist()[:5000])
+    # One decimal mark for the file, from the metric columns the units row names.
+    mark = decimal or detect_decimal_mark([v for c in metric_cols for v in data[c].tolist()[:2000]])
     out = _identity(data, push_pop, start_end, domain)
-    out["duration_ns"] = to_numbers(data[duration], mark) * _scale("duration", units[duration], path)
+    problems: dict = {}
+    out["duration_ns"] = to_numbers(data[duration], mark, problems) * _scale("duration", units[duration], path)
     for key, column, kind in (("cycles", cycles, "cycles"), ("clock_hz", clock, "clock")):
         if column:
             out[key] = to_numbers(data[column], mark) * _scale(kind, units[column], path)
-    return pd.DataFrame(out)
+    return pd.DataFrame(out), problems
 
 
 def _details(body: bytes, columns: list[str], path: Path, domain, decimal):
@@ -294,13 +364,17 @@ def _details(body: bytes, columns: list[str], path: Path, domain, decimal):
     mark = decimal or detect_decimal_mark(data["Metric Value"].tolist()[:5000])
     first = data.drop_duplicates("ID").reset_index(drop=True)
     out = pd.DataFrame(_identity(first, push_pop, start_end, domain))
+    problems: dict = {}
     for key, metric, kind in (("duration_ns", duration, "duration"), ("cycles", cycles, "cycles"),
                               ("clock_hz", clock, "clock")):
         if metric is None:
             continue
         rows = data[data["Metric Name"] == metric].drop_duplicates("ID")
         scale = rows["Metric Unit"].map(lambda u, kind=kind: _scale(kind, u, path))
-        values = (to_numbers(rows["Metric Value"], mark) * scale.astype("float64")).tolist()
+        numbers = to_numbers(rows["Metric Value"], mark, problems if key == "duration_ns" else None)
+        values = (numbers * scale.astype("float64")).tolist()
         by_id = dict(zip(pd.to_numeric(rows["ID"]).tolist(), values))
         out[key] = [by_id.get(i) for i in out["launch_id"].tolist()]
-    return out
+    # A workload without a duration row has no duration either: count what is empty at the end.
+    problems["missing"] = int(out["duration_ns"].isna().sum()) - problems.get("unreadable", 0)
+    return out, problems

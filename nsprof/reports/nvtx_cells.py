@@ -76,3 +76,122 @@ def parse_csv_cells(push_pop_cell: str | None, start_end_cell: str | None) -> Nv
 def thread_id(push_pop_cell: str | None) -> int | None:
     head = (push_pop_cell or "").strip().split(" ", 1)[0]
     return int(head) if head.isdigit() else None
+
+
+# The shape nearly every push/pop cell has: a thread id, then k entries of exactly eight
+# ':'-fields, no quote or ':' inside a field. Such a cell is parsed by whole-column regular
+# expressions; any other cell (start/end ranges open, several domains, ':' or '"' in a
+# name, a filter's domain missing) goes through parse_csv_cells, one distinct cell at a time.
+_FIELD = r'[^":]*'
+_MAX_PLAIN_DEPTH = 8
+
+
+def _plain_cell_pattern(depth: int) -> str:
+    """Thread id `tid`, then entry j's domain `d<j>` and range `r<j>` (RE2 and re alike)."""
+    entries = "".join(rf'\s+"(?P<d{j}>{_FIELD}):(?P<r{j}>{_FIELD})(?::{_FIELD}){{6}}"' for j in range(depth))
+    return rf"^\s*(?P<tid>[0-9]+){entries}\s*$"
+
+
+def parse_csv_columns(push_pop, start_end, domain: str | None = None, *, rows: int = 0) -> dict[str, list]:
+    """NVTX attribution for whole ncu CSV columns: {"range", "domain", "nvtx_path", "tid"}.
+
+    The same answers as parse_csv_cells(...).innermost(domain), .path() and thread_id() cell
+    by cell, computed once per distinct cell, with the common cell shape parsed column-wise.
+    `push_pop` and `start_end` are equal-length pandas Series of strings, or None for a
+    column the file lacks (`rows` then gives the length when both are None).
+    """
+    import numpy as np
+    import pandas as pd
+
+    if push_pop is None and start_end is None:
+        return {key: [None] * rows for key in ("range", "domain", "nvtx_path", "tid")}
+    n = len(push_pop) if push_pop is not None else len(start_end)
+    pp = (push_pop if push_pop is not None else pd.Series([""] * n)).fillna("").astype(str)
+    se = (start_end if start_end is not None else pd.Series([""] * n)).fillna("").astype(str)
+    # One code per distinct (push/pop, start/end) pair.
+    pp_codes, pp_uniques = pd.factorize(pp, use_na_sentinel=False)
+    se_codes, se_uniques = pd.factorize(se, use_na_sentinel=False)
+    codes, pairs = pd.factorize(pp_codes.astype("int64") * len(se_uniques) + se_codes, use_na_sentinel=False)
+    pair_pp, pair_se = np.divmod(pairs.astype("int64"), len(se_uniques))
+    dtype = "string[pyarrow]" if _has_pyarrow() else "string[python]"
+    uniques = pd.Series(np.asarray(pp_uniques, dtype=object)[pair_pp], dtype=dtype)
+    # An open start/end range (a quote in its cell) makes a pair the slow path's.
+    se_open = pd.Series(np.asarray(se_uniques, dtype=object)).str.contains('"', regex=False).to_numpy(dtype=bool)
+    count = len(uniques)
+    ranges = np.full(count, None, dtype=object)
+    domains = np.full(count, None, dtype=object)
+    paths = np.full(count, None, dtype=object)
+    tids = np.full(count, None, dtype=object)
+    done = np.zeros(count, dtype=bool)
+
+    candidate = ~se_open[pair_se]
+    depth = (uniques.str.count('"').to_numpy(dtype="int64") // 2)
+    empty = candidate & (depth == 0)
+    empty[empty] = uniques[empty].str.fullmatch(r"\s*([0-9]+\s*)?").to_numpy(dtype=bool)
+    # No range open: a thread id at most.
+    heads = uniques[empty].str.strip()
+    tids[empty] = [int(h) if h else None for h in heads.tolist()]
+    done |= empty
+    for k in sorted(set(depth[candidate & ~done].tolist())):
+        if not 1 <= k <= _MAX_PLAIN_DEPTH:
+            continue
+        index = np.flatnonzero(candidate & ~done & (depth == k))
+        parts = _extract(uniques.iloc[index], _plain_cell_pattern(k))
+        matched = parts["tid"].notna().to_numpy(dtype=bool)
+        parts = parts[matched]
+        index = index[matched]
+        doms = [parts[f"d{j}"].fillna("").replace("", DEFAULT_DOMAIN) for j in range(k)]
+        same = np.ones(len(parts), dtype=bool)
+        for j in range(1, k):
+            same &= (doms[j] == doms[0]).to_numpy(dtype=bool)
+        # Several domains: the slow path picks among their stacks.
+        index, parts, doms = index[same], parts[same], [d[same] for d in doms]
+        if not len(index):
+            continue
+        names = [parts[f"r{j}"] for j in range(k)]
+        joined = names[0].str.cat(names[1:], sep="/") if k > 1 else names[0]
+        paths[index] = (doms[0] + "@" + joined).to_numpy(dtype=object)
+        innermost = names[-1].to_numpy(dtype=object)
+        innermost_domain = doms[0].to_numpy(dtype=object)
+        if domain is not None:
+            keep = innermost_domain == domain
+            innermost = np.where(keep, innermost, None)
+            innermost_domain = np.where(keep, innermost_domain, None)
+        ranges[index] = innermost
+        domains[index] = innermost_domain
+        tids[index] = [int(t) for t in parts["tid"].tolist()]
+        done[index] = True
+    for position in np.flatnonzero(~done):
+        pp_cell, se_cell = pp_uniques[pair_pp[position]], se_uniques[pair_se[position]]
+        state = parse_csv_cells(pp_cell, se_cell)
+        ranges[position], domains[position] = state.innermost(domain)
+        paths[position] = state.path()
+        tids[position] = thread_id(pp_cell)
+    return {"range": ranges[codes], "domain": domains[codes], "nvtx_path": paths[codes], "tid": tids[codes]}
+
+
+def _extract(strings, pattern: str):
+    """Series.str.extract of a pattern whose groups are all named, by pyarrow's RE2 kernel when
+    pyarrow is there (pandas runs Python's re value by value); None where it does not match."""
+    import pandas as pd
+
+    if not _has_pyarrow():
+        return strings.str.extract(pattern)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    result = pc.extract_regex(pa.array(strings.astype(object), type=pa.string()), pattern)
+    # A value that does not match is null in the struct only, not in its fields.
+    unmatched = ~result.is_valid().to_numpy(zero_copy_only=False)
+    columns = {}
+    for group in result.type:
+        values = result.field(group.name).to_numpy(zero_copy_only=False).astype(object)
+        values[unmatched] = None
+        columns[group.name] = pd.Series(values, index=strings.index, dtype=object)
+    return pd.DataFrame(columns)
+
+
+def _has_pyarrow() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pyarrow") is not None

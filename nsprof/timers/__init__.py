@@ -4,7 +4,7 @@
     result = measure(lambda: kernel(a, b, c), timer="graph", l2="cold")
     result.median_ns, result.conditions
 
-Timers (DESIGN.md explains why they differ):
+Timers (docs/timers.md in the nsprof source explains why they differ):
 - "event": CUDA events around each call (host launch gap included); optional L2 flush.
 - "cupti": CUPTI kernel activity records of exactly the kernels the call launched
   (cupti-python), summed per call; no flush kernel, no allocator fills.
