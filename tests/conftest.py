@@ -34,6 +34,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan killed by a test may wait for PID 1 to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
 @pytest.fixture(autouse=True)
 def own_gpu_lock_folder(tmp_path, monkeypatch):
     """Every test gets its own GPU-lock folder: a real nsprof (or another test run) holding the

@@ -11,6 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from conftest import running
+
 from nsprof.gpulock import GpuBusy, gpu_lock
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,13 +34,6 @@ HANGS = textwrap.dedent("""
     space = Space(name="hangs", configs=[{"hang": False}, {"hang": True}], build=build, device="cpu")
 """)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 def test_the_lock_outlives_a_sigkilled_nsprof_until_its_children_are_gone(tmp_path):
@@ -64,7 +59,7 @@ def test_the_lock_outlives_a_sigkilled_nsprof_until_its_children_are_gone(tmp_pa
         try:
             with gpu_lock(0):
                 # Free: then no child of the run may still be alive (it would be measuring unlocked).
-                assert not _alive(helper), "the GPU lock came free while a process of the run still ran"
+                assert not running(helper), "the GPU lock came free while a process of the run still ran"
                 break
         except GpuBusy:
             assert time.monotonic() < deadline, "the lock stayed held a minute after nsprof died"

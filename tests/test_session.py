@@ -6,6 +6,7 @@ import json
 
 import pytest
 from conftest import FIXTURES
+from conftest import running as _running
 
 from nsprof.drivers.base import ProfileSettings
 from nsprof.errors import NsprofError, ToolFailed
@@ -207,16 +208,6 @@ def test_a_killed_profilers_worker_in_a_group_of_its_own_is_not_left_running(tmp
     assert left_running == [False], "the killed profiler's worker was left running"
     assert set(result.failures) == {2}
 
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan killed here waits for PID 1 to reap it)."""
-    from pathlib import Path
-
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 class _ContextLostProfiler(_LossyDriver):

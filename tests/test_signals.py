@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
+from conftest import running as _running
 
 from nsprof.session import parse_status
 
@@ -21,14 +22,6 @@ INTERRUPTIBLE = str(TARGETS / "phases.py") + ":interruptible"
 HANGING = str(TARGETS / "phases.py") + ":hanging"
 DEADLINE_S = 30.0  # generous: a busy CI box must not fail these; a leak never ends at all
 
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan killed here may wait for PID 1 to reap it)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 def _parent_of(pid: int) -> int:
