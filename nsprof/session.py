@@ -577,7 +577,18 @@ def _run_worker(command: list[str], log: Path, status_file: Path, job_file: Path
         # left of the group before reading the status, so nothing writes to it.
         _kill_group(proc)
         _kill_left_worker(status_file, job_file)
+        _kill_lock_holders_left(log_handle)
     return end
+
+
+def _kill_lock_holders_left(log_handle) -> None:
+    """Kill what a dead profiler left holding the GPU lock outside its process group (nsys's
+    helpers inherit the lock's descriptor): the next run, or the next nsprof, needs the GPU."""
+    from nsprof.gpulock import orphaned_holders
+
+    for pid, command in orphaned_holders():
+        _note(log_handle, f"killed pid {pid}, left holding the GPU lock by this run: {command[:200]}")
+        _kill(pid)
 
 
 @dataclass

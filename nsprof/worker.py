@@ -115,26 +115,50 @@ def _process_name(pid: int) -> str:
         return ""
 
 
-def _parent_gone(why: str) -> None:
+def _kill_run_lock_holders() -> None:
+    """nsprof is dead: what else of its run holds its GPU lock (the profiler, nsys's agent, which
+    no signal of nsprof's reaches) goes too, so that the GPU is free once this worker is gone.
+    (Only then: while nsprof lives, it is one of the holders.)"""
+    import signal
+
+    from nsprof.gpulock import inherited_lock_holders
+
+    for pid, command in inherited_lock_holders():
+        print(f"==NSPROF== worker kills pid {pid}, which holds the GPU lock: {command[:200]}", file=sys.stderr,
+              flush=True)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue  # gone already
+
+
+def _parent_gone(why: str, nsprof_dead: bool = False) -> None:
     print(f"==NSPROF== worker exits: {why}", file=sys.stderr, flush=True)
+    if nsprof_dead:
+        _kill_run_lock_holders()
     os._exit(EXIT_PARENT_GONE)
 
 
-def _watch(fd: int | None, parent: int) -> None:
+def _pipe_closed(fd: int, wait_s: float) -> bool:
+    """nsprof never writes to its pipe: readable means EOF, its last holder is gone."""
     import select
+
+    readable, _, _ = select.select([fd], [], [], wait_s)
+    if not readable:
+        return False
+    try:
+        return not os.read(fd, 1)
+    except OSError:
+        return True
+
+
+def _watch(fd: int | None, parent: int) -> None:
     import time
 
     while True:
         if fd is not None:
-            # nsprof never writes to the pipe: readable means EOF, its last holder is gone.
-            readable, _, _ = select.select([fd], [], [], 1.0)
-            if readable:
-                try:
-                    data = os.read(fd, 1)
-                except OSError:
-                    data = b""
-                if not data:
-                    _parent_gone("nsprof is gone (its pipe closed)")
+            if _pipe_closed(fd, 1.0):
+                _parent_gone("nsprof is gone (its pipe closed)", nsprof_dead=True)
         else:
             time.sleep(0.5)
             if os.getppid() != parent:
@@ -257,6 +281,9 @@ def run(job: Job) -> int:
         # From here on the worker only exits. A SIGTERM now would cut that short and cost nsys
         # the kernels it flushes at exit; nsprof kills a worker that takes too long to exit.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # Ended before it noticed nsprof's death: nothing of the run may keep the GPU locked.
+        if _inherited_pipe(job.watch_fd, job.watch_inode) and _pipe_closed(job.watch_fd, 0):
+            _kill_run_lock_holders()
 
 
 def _run(job: Job, status: Status) -> int:

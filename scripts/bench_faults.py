@@ -60,6 +60,9 @@ def one(backend: str, space: str, faulty: set[int], kill: bool) -> dict:
         wall = time.perf_counter() - start
         if thread is not None:
             thread.join(timeout=5)
+        # what the killed profiler left holding the GPU lock, which nsprof killed (its log notes)
+        left = [line.split("==NSPROF== ", 1)[1][:160] for log in sorted(work_dir.glob("part*.log"))
+                for line in log.read_text(errors="replace").splitlines() if "left holding the GPU lock" in line]
     n = len(frame.attrs["configs"])
     failures = frame.attrs["failures"]
     rows = frame[frame["error"].isna()]
@@ -73,6 +76,7 @@ def one(backend: str, space: str, faulty: set[int], kill: bool) -> dict:
         "faults_injected": len(faulty) + (1 if kill else 0), "configs": n,
         "configs_measured": sorted({c for c, _, _ in got}), "failed": {str(k): v for k, v in sorted(failures.items())},
         "measurements_expected": len(expected), "measurements_lost": len(expected - got), "wall_s": round(wall, 1),
+        "killed_left_holding_lock": left,
     }
 
 
@@ -105,21 +109,24 @@ def stopped(backend: str, signum: int) -> dict:
         proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         status = work_dir / "wd" / "part0.status"
         deadline = time.monotonic() + 300
-        while not (status.exists() and "start 2\n" in status.read_text()) and time.monotonic() < deadline:
+        while (proc.poll() is None and not (status.exists() and "start 2\n" in status.read_text())
+               and time.monotonic() < deadline):
             time.sleep(0.02)
         proc.send_signal(signum)
         stopped_at = time.monotonic()
         _, stderr = proc.communicate(timeout=300)
         exited_s = time.monotonic() - stopped_at
-        while _processes_naming(work_dir) and time.monotonic() - stopped_at < 60:
+        while _processes_naming(work_dir) and time.monotonic() - stopped_at < 20:
             time.sleep(0.1)
         left = _processes_naming(work_dir)
         children_gone_s = time.monotonic() - stopped_at
-        try:
-            with gpu_lock(0):
-                lock_free = True
-        except GpuBusy:
-            lock_free = False
+        lock_free_s = None  # seconds from the signal until the GPU lock was free (None: not within 20 s)
+        while lock_free_s is None and time.monotonic() - stopped_at < 20:
+            try:
+                with gpu_lock(0):
+                    lock_free_s = round(time.monotonic() - stopped_at, 1)
+            except GpuBusy:
+                time.sleep(0.1)
         done = sorted({c for part in (work_dir / "wd").glob("part*.status") for c in parse_status(part.read_text()).done})
         with ResultStore(work_dir / "r.sqlite") as store:
             rows, runs = store.frame(), store.runs()
@@ -128,7 +135,7 @@ def stopped(backend: str, signum: int) -> dict:
         partial = sorted(int(c) for c, count in whole.items() if count < REPS)
     return {"backend": backend, "signal": signal.Signals(signum).name, "nsprof_exit": proc.returncode,
             "nsprof_exited_s": round(exited_s, 1), "children_gone_s": round(children_gone_s, 1),
-            "processes_left": len(left), "lock_free_after": lock_free, "configs_done": done,
+            "processes_left": len(left), "lock_free_after_s": lock_free_s, "configs_done": done,
             "configs_stored_whole": stored, "configs_stored_partly": partial,
             "lost": len(set(done) - set(stored)), "run_status": runs["status"].tolist(),
             "last_stderr": (stderr.strip().splitlines() or [""])[-1][:200]}
@@ -137,28 +144,34 @@ def stopped(backend: str, signum: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--backend", action="append", choices=("ncu", "nsys"),
+                        help="only this profiler (repeatable; default both)")
     args = parser.parse_args()
-    results = []
-    stops = []
-    for backend in ("ncu", "nsys"):
-        results.append(one(backend, "space", {1, 2, 3}, kill=False))
-        results.append(one(backend, "healthy", set(), kill=True))
-        for signum in (signal.SIGTERM, signal.SIGKILL):
-            stops.append(stopped(backend, signum))
     document = {"benchmark": "bench_faults", "date": datetime.date.today().isoformat(), "host": platform.node(),
-                "python": platform.python_version(), "reps": REPS, "modes": list(MODES), "results": results,
-                "nsprof_stopped": stops}
+                "python": platform.python_version(), "reps": REPS, "modes": list(MODES), "results": [],
+                "nsprof_stopped": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(document, indent=1) + "\n")
+
+    def add(key: str, row: dict) -> None:
+        # Written after every step, so that a run cut short still keeps what it measured.
+        document[key].append(row)
+        args.out.write_text(json.dumps(document, indent=1) + "\n")
+        print(json.dumps(row), flush=True)
+
+    for backend in args.backend or ("ncu", "nsys"):
+        add("results", one(backend, "space", {1, 2, 3}, kill=False))
+        add("results", one(backend, "healthy", set(), kill=True))
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            add("nsprof_stopped", stopped(backend, signum))
     print(f"{'backend':7} {'space':8} {'faults':>6} {'measured':>14} {'lost':>5} {'wall s':>7}  failed")
-    for r in results:
+    for r in document["results"]:
         print(f"{r['backend']:7} {r['space']:8} {r['faults_injected']:6} {str(r['configs_measured']):>14} "
               f"{r['measurements_lost']:5} {r['wall_s']:7}  {json.dumps(r['failed'])[:160]}")
-    print(f"{'backend':7} {'signal':7} {'exit':>4} {'gone s':>6} {'left':>4} {'lock':>4} {'done':>9} {'stored':>9} "
+    print(f"{'backend':7} {'signal':7} {'exit':>4} {'gone s':>6} {'left':>4} {'lock s':>6} {'done':>9} {'stored':>9} "
           f"{'lost':>4}  run")
-    for r in stops:
+    for r in document["nsprof_stopped"]:
         print(f"{r['backend']:7} {r['signal']:7} {r['nsprof_exit']:4} {r['children_gone_s']:6} {r['processes_left']:4} "
-              f"{'free' if r['lock_free_after'] else 'HELD':>4} {str(r['configs_done']):>9} "
+              f"{'HELD' if r['lock_free_after_s'] is None else r['lock_free_after_s']:>6} {str(r['configs_done']):>9} "
               f"{str(r['configs_stored_whole']):>9} {r['lost']:4}  {r['run_status']}")
 
 

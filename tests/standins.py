@@ -19,9 +19,19 @@ class StatusDriver:
     suffix = ".standin.json"
 
     def build_command(self, settings, job_file, report_base):
+        import os
+
         from nsprof.drivers.base import worker_command
 
-        return worker_command(settings, job_file)
+        agent = os.environ.get("NSPROF_STANDIN_AGENT")
+        if not agent:
+            return worker_command(settings, job_file)
+        # Like nsys: the profiler first starts an agent in a session of its own, which inherits its
+        # descriptors (the GPU lock's among them) and lives on; its pid goes to $NSPROF_STANDIN_AGENT.
+        # The shell stays the worker's parent (no exec), as nsys does: it, not the worker, has the
+        # parent-death signal.
+        script = f"setsid sh -c 'echo $$ > {agent}; exec sleep 3600' & \"$@\""
+        return ["sh", "-c", script, "sh", *worker_command(settings, job_file)]
 
     def finish(self, report_base, log):
         from nsprof.session import parse_status

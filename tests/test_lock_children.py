@@ -64,3 +64,38 @@ def test_the_lock_outlives_a_sigkilled_nsprof_until_its_children_are_gone(tmp_pa
         except GpuBusy:
             assert time.monotonic() < deadline, "the lock stayed held a minute after nsprof died"
             time.sleep(0.05)
+
+
+def test_a_profilers_agent_holding_the_lock_goes_when_nsprof_is_sigkilled(tmp_path):
+    """nsys starts an agent in a session of its own that inherits the GPU lock's descriptor; no
+    signal of nsprof's reaches it. Once nsprof is SIGKILLed, the worker sees its pipe close and
+    takes the agent down with it, so the lock comes free."""
+    (tmp_path / "hangs.py").write_text(HANGS)
+    agent_pid = tmp_path / "agent.pid"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_STANDIN_AGENT": str(agent_pid)}
+    nsprof = subprocess.Popen([sys.executable, str(STANDINS), "profile", "hangs.py:space", "--backend", "nsys",
+                               "--mode", "direct", "--timeout", "600", "--work-dir", "wd"], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    status = tmp_path / "wd" / "part0.status"
+    deadline = time.monotonic() + 120
+    while not (status.exists() and "start 1\n" in status.read_text() and agent_pid.exists()):
+        assert time.monotonic() < deadline, "config 1 never started"
+        time.sleep(0.05)
+    time.sleep(0.2)  # the pid file is written
+    agent = int(agent_pid.read_text())
+    assert running(agent)
+    nsprof.send_signal(signal.SIGKILL)
+    nsprof.wait()
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                with gpu_lock(0):
+                    break
+            except GpuBusy:
+                assert time.monotonic() < deadline, "the agent kept the GPU lock after nsprof was SIGKILLed"
+                time.sleep(0.05)
+        assert not running(agent), "the lock came free while the agent still ran"
+    finally:
+        if running(agent):
+            os.kill(agent, signal.SIGKILL)

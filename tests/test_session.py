@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 from conftest import FIXTURES
@@ -208,6 +210,44 @@ def test_a_killed_profilers_worker_in_a_group_of_its_own_is_not_left_running(tmp
     assert left_running == [False], "the killed profiler's worker was left running"
     assert set(result.failures) == {2}
 
+
+
+class _DyingProfilerWithHelper(_DyingProfiler):
+    """Like _DyingProfiler, but it first starts a helper of its own in a session of its own that
+    inherits its descriptors, the GPU lock's among them (as nsys's helpers do), and outlives it."""
+
+    def __init__(self, die_at: int, helper_pid: Path) -> None:
+        super().__init__(die_at)
+        self.helper_pid = helper_pid
+
+    def build_command(self, settings, job_file, report_base):
+        command = super().build_command(settings, job_file, report_base)
+        if command[0] == "sh":
+            command[2] = f"setsid sh -c 'echo $$ > {self.helper_pid}; exec sleep 3600' & " + command[2]
+        return command
+
+
+def test_what_a_killed_profiler_left_holding_the_gpu_lock_is_killed(tmp_path, monkeypatch):
+    from nsprof.gpulock import GpuBusy, gpu_lock
+
+    helper_pid = tmp_path / "helper.pid"
+    driver = _DyingProfilerWithHelper(die_at=2, helper_pid=helper_pid)
+    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
+    target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
+    result = run_session(target, 4, settings)  # under the GPU lock, whose descriptor the helper inherits
+    assert sorted(result.frame[result.frame["error"].isna()]["config_id"]) == [0, 1, 3]
+    helper = int(helper_pid.read_text())
+    try:
+        assert not _running(helper), "the killed profiler's helper was left running"
+        with gpu_lock(0):  # free again: nothing of the run holds it
+            pass
+    except GpuBusy:
+        raise AssertionError("the GPU lock stayed held by what the killed profiler left") from None
+    finally:
+        if _running(helper):
+            os.kill(helper, signal.SIGKILL)
+    assert f"killed pid {helper}" in (tmp_path / "part0.log").read_text()
 
 
 class _ContextLostProfiler(_LossyDriver):
