@@ -5,7 +5,6 @@ Library errors (nsprof.errors.NsprofError) become one line on stderr and exit st
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import click
 
 from nsprof import __version__
 from nsprof.errors import NsprofError
+from nsprof.host.redirect import results_only_on_stdout
 
 EXIT_ERROR = 2
 
@@ -213,9 +213,9 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     durations, with cycles and clock.
     """
     from nsprof.analysis import format_config_summary
-    from nsprof.drivers.base import ProfileSettings
     from nsprof.profile import check_measured, config_summary
     from nsprof.profile import profile as run_profile
+    from nsprof.settings import ProfileSettings
 
     if backend == "ncu" and clock_control == "none":
         click.echo("nsprof: warning: --clock-control none: on the H200 µs kernels measured 35-80x too long "
@@ -231,7 +231,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     from nsprof.space import load_target
 
     make_driver(settings)  # a missing tool is one line before any work starts
-    with _results_only_on_stdout():  # the target's import may print
+    with results_only_on_stdout():  # the target's import may print
         n_configs = len(load_target(target).configs)
     if ids is not None:
         from nsprof.profile import check_config_ids
@@ -249,7 +249,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
             if event == "fail":
                 failures.append((config_id, detail))
 
-        with _results_only_on_stdout():
+        with results_only_on_stdout():
             frame = run_profile(target, settings, config_ids=ids, on_progress=progress)
     for config_id, detail in failures:
         click.echo(f"nsprof: config {config_id} failed: {detail}", err=True)
@@ -266,33 +266,6 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
                   else "temporary reports removed (pass --work-dir to keep them)"))
     click.echo(format_config_summary(summary))
     check_measured(frame)  # every config failed: the table above says why, and the exit status too
-
-
-@contextlib.contextmanager
-def _results_only_on_stdout():
-    """While user code runs (targets, TileLang, Triton), send its prints and log lines,
-    Python's and C's alike, to stderr, so that stdout carries nsprof's results alone
-    (`--json` stays parseable)."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        _flush_c_stdout()  # C code's buffered printf output belongs to the redirect too
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-def _flush_c_stdout() -> None:
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None)
-    except OSError:  # no C library to load by that name (Windows): nothing buffered to flush
-        return
-    libc.fflush(None)
 
 
 class _StageBars:
@@ -368,8 +341,8 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
             import matplotlib  # noqa: F401
         except ImportError:
             raise CliError("--plot needs matplotlib: pip install 'nsprof[plot]'") from None
-    from nsprof.drivers.base import ProfileSettings
     from nsprof.session import make_driver
+    from nsprof.settings import ProfileSettings
 
     for backend in truths:
         make_driver(ProfileSettings(backend=backend))  # a missing tool is one line, before any work
@@ -378,7 +351,7 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
                                 wait=wait)
     bars = _StageBars()
     try:
-        with _results_only_on_stdout():
+        with results_only_on_stdout():
             result = run_validate(target, settings, on_stage=bars)
     finally:
         bars.close()
@@ -444,8 +417,8 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
     """
     import json as json_module
 
-    from nsprof.drivers.base import ProfileSettings
     from nsprof.session import make_driver
+    from nsprof.settings import ProfileSettings
     from nsprof.tune import GROUND_TRUTHS, TuneSettings, format_ranked
     from nsprof.tune import tune as run_tune
 
@@ -462,7 +435,7 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
                             tuner_pick=tuner_pick)
     bars = _StageBars()
     try:
-        with _results_only_on_stdout():
+        with results_only_on_stdout():
             result = run_tune(target, settings, config_ids=_config_ids(config_list), on_stage=bars)
     finally:
         bars.close()

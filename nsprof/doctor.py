@@ -42,8 +42,8 @@ def gpu_check() -> Check:
 
 
 def tool_checks() -> list[Check]:
-    from nsprof.drivers.tools import find_ncu, find_nsys, find_qdstrm_importer
     from nsprof.errors import ToolNotFound
+    from nsprof.host.tools import find_ncu, find_nsys, find_qdstrm_importer
 
     checks = []
     for name, finder in (("ncu", find_ncu), ("nsys", find_nsys)):
@@ -81,9 +81,9 @@ def torch_check() -> Check:
 
 def ground_truth_check(backend: str) -> Check:
     """Run the built-in tiny kernel under the tool, direct and graph, and read the report."""
-    from nsprof.drivers.base import ProfileSettings
     from nsprof.errors import NsprofError
     from nsprof.profile import config_summary, profile
+    from nsprof.settings import ProfileSettings
 
     settings = ProfileSettings(backend=backend, reps=2, warmup=1, timeout_s=120)
     try:

@@ -1,6 +1,9 @@
-"""The exceptions nsprof raises. The CLI turns each into one line and exit status 2."""
+"""Every exception nsprof raises. The CLI turns each into one line and exit status 2."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 
 class NsprofError(Exception):
@@ -17,3 +20,21 @@ class ToolNotFound(NsprofError):
 
 class ToolFailed(NsprofError):
     """A profiler process ran and failed; the message names its log."""
+
+
+class TargetError(NsprofError):
+    """The target could not be found, loaded or built."""
+
+
+class StoreError(NsprofError):
+    """The results store cannot be opened, is not nsprof's, is from a newer nsprof, or a write failed."""
+
+
+class GpuBusy(NsprofError):
+    """Another process holds the GPU's lock (or this one already does)."""
+
+    def __init__(self, message: str, *, device: int, path: Path, holder: dict[str, Any] | None) -> None:
+        super().__init__(message)
+        self.device = device
+        self.path = path
+        self.holder = holder

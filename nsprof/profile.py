@@ -1,6 +1,6 @@
 """`nsprof profile`: every config of a target under ncu or nsys, as one tidy table.
 
-    from nsprof.drivers.base import ProfileSettings
+    from nsprof.settings import ProfileSettings
     from nsprof.profile import config_summary, profile
 
     frame = profile("examples/gemm_tilelang.py:space", ProfileSettings(backend="nsys"))
@@ -9,36 +9,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from nsprof.drivers.base import ProfileSettings
+from nsprof.host.redirect import output_to
 from nsprof.session import run_session
+from nsprof.settings import ProfileSettings
 from nsprof.space import config_label
-
-
-@contextlib.contextmanager
-def output_to(path: str):
-    """Send this process's stdout/stderr file descriptors to `path` (compilers print a lot)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with open(path, "ab") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
 
 
 def check_config_ids(config_ids, n_configs: int) -> list[int]:

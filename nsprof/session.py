@@ -17,7 +17,6 @@ before the KeyboardInterrupt goes on.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -27,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nsprof.drivers.base import ProfileSettings
 from nsprof.errors import NsprofError, ToolFailed
 from nsprof.reports.checks import one_line
-from nsprof.worker import START_MARKER, Job
+from nsprof.settings import ProfileSettings
+from nsprof.worker.protocol import START_MARKER, Job, RunStatus, parse_status
 
 POLL_S = 0.1
 MAX_LOST_RETRIES = 2  # a config measured but lost with a crashed run's report is measured again
@@ -41,64 +40,6 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Log lines that name why a worker died, most specific first.
 _REASON_MARKERS = ("ERR_NVGPUCTRPERM", "illegal memory access", "an illegal", "out of memory",
                    "CUDA error", "Error", "error", "Killed", "Aborted", "Segmentation fault")
-
-
-@dataclass
-class RunStatus:
-    """What one worker run's status file says."""
-
-    pid: int | None = None
-    started: list[int] = field(default_factory=list)
-    done: list[int] = field(default_factory=list)
-    failed: dict[int, str] = field(default_factory=dict)
-    ended: bool = False
-    stopped: bool = False  # stopped early, cleanly, because nsprof asked (it was interrupted)
-    device: dict | None = None  # {"uuid", "name", ...} of the device the worker measured on
-    watch: dict | None = None  # how the worker watches for nsprof's death (nsprof.worker.watch_parent)
-    abort: str | None = None  # why the worker could not start (target import, CUDA init)
-
-    @property
-    def current(self) -> int | None:
-        if self.started and self.started[-1] not in self.done and self.started[-1] not in self.failed:
-            return self.started[-1]
-        return None
-
-
-def _json_or_text(text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def parse_status(text: str) -> RunStatus:
-    """Read a worker's status file (the protocol is in nsprof.worker's docstring)."""
-    status = RunStatus()
-    lines = text.split("\n")
-    for line in lines[:-1]:  # the last piece has no newline yet: still being written
-        word, _, rest = line.partition(" ")
-        try:
-            if word == "pid" and rest.strip().isdigit():
-                status.pid = int(rest)
-            elif word == "start":
-                status.started.append(int(rest))
-            elif word == "done":
-                status.done.append(int(rest))
-            elif word == "fail":
-                cfg, _, reason = rest.partition(" ")
-                status.failed[int(cfg)] = _json_or_text(reason)
-            elif word == "end":
-                status.ended = True
-            elif word == "stopped":
-                status.stopped = True
-            elif word in ("device", "watch"):
-                value = _json_or_text(rest)
-                setattr(status, word, value if isinstance(value, dict) else None)
-            elif word == "abort":
-                status.abort = str(_json_or_text(rest))
-        except ValueError:
-            continue  # not a line this protocol writes
-    return status
 
 
 PERMISSION_FIX = ("profiling counters are not permitted for this user (ERR_NVGPUCTRPERM): run as root, "
@@ -170,12 +111,12 @@ def _explained(exc: NsprofError, log: Path) -> NsprofError:
 def make_driver(settings: ProfileSettings):
     if settings.backend == "ncu":
         from nsprof.drivers.ncu import NcuDriver
-        from nsprof.drivers.tools import find_ncu
+        from nsprof.host.tools import find_ncu
 
         return NcuDriver(find_ncu().path)
     if settings.backend == "nsys":
         from nsprof.drivers.nsys import NsysDriver
-        from nsprof.drivers.tools import find_nsys
+        from nsprof.host.tools import find_nsys
 
         return NsysDriver(find_nsys().path)
     from nsprof.drivers.none import PlainDriver
@@ -457,7 +398,7 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
                 on_rows: Callable[[object], None] | None = None) -> SessionResult:
     """Measure `config_ids` (default: all) of `target` under settings.backend.
 
-    Every session holds the GPU lock (nsprof.gpulock), the fast timers' too: two nsprof runs
+    Every session holds the GPU lock (nsprof.host.lock), the fast timers' too: two nsprof runs
     never measure on the same GPU at once. The profiler and worker inherit the lock's
     descriptor, so it stays held while either lives.
 
@@ -470,7 +411,7 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
     was measuring is neither measured nor failed. An exception raised by on_rows goes through
     (the children are stopped first).
     """
-    from nsprof.gpulock import gpu_lock
+    from nsprof.host.lock import gpu_lock
 
     with gpu_lock(0, wait=settings.wait_gpu):
         return _run_session(target, n_configs, settings, config_ids, on_progress, job_extra, on_rows)
@@ -520,7 +461,7 @@ def _failure_frame(failures: dict[int, str], settings: ProfileSettings):
 def _launch(command: list[str], log_handle, pipe: _DeathPipe):
     import subprocess
 
-    from nsprof.gpulock import held_fds
+    from nsprof.host.lock import held_fds
 
     # Its own process session, so that the whole tree (profiler, worker, their helpers) can be
     # killed as one group and a terminal's Ctrl-C reaches only nsprof, which stops it cleanly.
@@ -584,7 +525,7 @@ def _run_worker(command: list[str], log: Path, status_file: Path, job_file: Path
 def _kill_lock_holders_left(log_handle) -> None:
     """Kill what a dead profiler left holding the GPU lock outside its process group (nsys's
     helpers inherit the lock's descriptor): the next run, or the next nsprof, needs the GPU."""
-    from nsprof.gpulock import orphaned_holders
+    from nsprof.host.lock import orphaned_holders
 
     for pid, command in orphaned_holders():
         _note(log_handle, f"killed pid {pid}, left holding the GPU lock by this run: {command[:200]}")

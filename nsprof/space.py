@@ -27,11 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nsprof.errors import NsprofError
-
-
-class TargetError(NsprofError):
-    """The target could not be found, loaded or built."""
+from nsprof.errors import TargetError
 
 
 @dataclass

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from nsprof.errors import NsprofError
+from nsprof.errors import StoreError
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = Path(".nsprof") / "results.sqlite"
@@ -79,10 +79,6 @@ CREATE INDEX measurements_key ON measurements
     (fingerprint, gpu, backend, mode, clock_control, cache_control, tool_version, config_id);
 CREATE INDEX measurements_run ON measurements (run_id);
 """
-
-
-class StoreError(NsprofError):
-    """The results store cannot be opened, is not nsprof's, is from a newer nsprof, or a write failed."""
 
 
 def config_json(config: Any) -> str:

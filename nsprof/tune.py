@@ -141,8 +141,8 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
     attrs["device"] is what the worker measured on ({"uuid", "name"}), where it said.
     """
     if backend in GROUND_TRUTHS:
-        from nsprof.drivers.base import ProfileSettings
         from nsprof.profile import profile
+        from nsprof.settings import ProfileSettings
 
         return profile(target, ProfileSettings(backend=backend, modes=(settings.mode,), reps=settings.reps,
                                                timeout_s=settings.timeout_s, work_dir=settings.work_dir,
@@ -185,8 +185,8 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
 
 
 def gpu_of(device: dict | None):
-    """The nsprof.gpulock.Gpu a worker's device report names, or None (a CPU target, an old worker)."""
-    from nsprof.gpulock import Gpu
+    """The nsprof.host.gpu.Gpu a worker's device report names, or None (a CPU target, an old worker)."""
+    from nsprof.host.gpu import Gpu
 
     uuid = str((device or {}).get("uuid") or "")
     if not uuid:
@@ -199,13 +199,13 @@ def gpu_of(device: dict | None):
 def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wanted: list[int], on_progress,
                     notes: list[str]):
     """measure_rows through the results store: resume, one transaction per config, GPU lock."""
-    from nsprof.gpulock import which_gpu
+    from nsprof.host.gpu import which_gpu
     from nsprof.space import target_fingerprint
     from nsprof.store import MeasurementKey, ResultStore, config_json
 
     tool_version = ""
     if backend in GROUND_TRUTHS:
-        from nsprof.drivers import tools
+        from nsprof.host import tools
 
         tool = tools.find_ncu() if backend == "ncu" else tools.find_nsys()
         tool_version = tools.tool_version(tool.path)
@@ -355,7 +355,7 @@ def meta_in_child(target: str, name: str, args: list, settings: TuneSettings, n_
     import subprocess
     import sys
 
-    from nsprof.gpulock import gpu_lock
+    from nsprof.host.lock import gpu_lock
 
     timeout = settings.timeout_s * max(1, n_configs)
     with gpu_lock(0, wait=settings.wait):

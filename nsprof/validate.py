@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nsprof.drivers.base import ProfileSettings
+from nsprof.settings import ProfileSettings
 
 
 @dataclass(frozen=True)

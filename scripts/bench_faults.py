@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from targets.faulty_gpu import kill_profiler_at  # noqa: E402
 
-from nsprof.drivers.base import ProfileSettings  # noqa: E402
 from nsprof.profile import profile  # noqa: E402
+from nsprof.settings import ProfileSettings  # noqa: E402
 
 TARGETS = ROOT / "tests" / "targets" / "faulty_gpu.py"
 REPS = 3
@@ -97,9 +97,10 @@ def _processes_naming(folder: Path) -> list[int]:
 
 
 def stopped(backend: str, signum: int) -> dict:
-    from nsprof.gpulock import GpuBusy, gpu_lock
-    from nsprof.session import parse_status
+    from nsprof.errors import GpuBusy
+    from nsprof.host.lock import gpu_lock
     from nsprof.store import ResultStore
+    from nsprof.worker.protocol import parse_status
 
     with tempfile.TemporaryDirectory(prefix="nsprof-bench-stop-") as work:
         work_dir = Path(work)

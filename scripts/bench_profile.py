@@ -27,11 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nsprof.drivers.base import ProfileSettings  # noqa: E402
 from nsprof.drivers.ncu import METRICS  # noqa: E402
-from nsprof.drivers.tools import find_ncu, find_nsys  # noqa: E402
+from nsprof.host.tools import find_ncu, find_nsys  # noqa: E402
 from nsprof.profile import config_summary, precompile, profile  # noqa: E402
 from nsprof.reports import read_report  # noqa: E402
+from nsprof.settings import ProfileSettings  # noqa: E402
 from nsprof.space import load_target  # noqa: E402
 
 GEMM = str(ROOT / "examples" / "gemm_tilelang.py") + ":space"

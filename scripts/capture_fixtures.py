@@ -27,7 +27,7 @@ import tarfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nsprof.drivers.tools import find_ncu, find_nsys, find_qdstrm_importer  # noqa: E402
+from nsprof.host.tools import find_ncu, find_nsys, find_qdstrm_importer  # noqa: E402
 
 WORKLOAD = Path(__file__).resolve().parent / "fixture_workload.py"
 METRICS = "gpu__time_duration.sum,gpc__cycles_elapsed.max,gpc__cycles_elapsed.avg.per_second"

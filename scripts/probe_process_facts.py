@@ -18,7 +18,7 @@ CHILD = ("import os, sys\nfd = int(sys.argv[1])\ntry:\n    os.fstat(fd)\n    pri
 
 
 def main() -> None:
-    from nsprof.drivers.tools import find_ncu, find_nsys
+    from nsprof.host.tools import find_ncu, find_nsys
 
     read_end, write_end = os.pipe()
     tools = {"bare": []}

@@ -21,7 +21,7 @@ class StatusDriver:
     def build_command(self, settings, job_file, report_base):
         import os
 
-        from nsprof.drivers.base import worker_command
+        from nsprof.worker.protocol import worker_command
 
         agent = os.environ.get("NSPROF_STANDIN_AGENT")
         if not agent:
@@ -34,7 +34,7 @@ class StatusDriver:
         return ["sh", "-c", script, "sh", *worker_command(settings, job_file)]
 
     def finish(self, report_base, log):
-        from nsprof.session import parse_status
+        from nsprof.worker.protocol import parse_status
 
         status = parse_status(report_base.with_suffix(".status").read_text())
         job = json.loads(report_base.with_suffix(".job.json").read_text())
@@ -57,7 +57,7 @@ class StatusDriver:
 
 def install() -> None:
     """Make every ncu/nsys session of this process use the stand-in (and need no tool on PATH)."""
-    import nsprof.drivers.tools as tools
+    import nsprof.host.tools as tools
     import nsprof.session as session
 
     session.make_driver = lambda settings: StatusDriver()

@@ -122,7 +122,7 @@ def test_parquet_without_pyarrow_is_a_clear_error(tmp_path):
 
 
 def test_import_is_light():
-    code = ("import sys, nsprof, nsprof.cli, nsprof.schema, nsprof.drivers.tools; "
+    code = ("import sys, nsprof, nsprof.cli, nsprof.schema, nsprof.host.tools; "
             "heavy = [m for m in ('torch', 'tilelang', 'cupti', 'subprocess', 'pandas', 'ncu_report', 'triton') "
             "if m in sys.modules]; print(','.join(heavy))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -141,8 +141,8 @@ def test_compare_flags_rows_an_order_of_magnitude_apart():
 
 def test_user_code_output_goes_to_stderr_so_json_on_stdout_stays_clean():
     # TileLang logs to stdout; a --json result must still parse. Python- and C-level writes alike.
-    code = ("import os\nfrom nsprof.cli import _results_only_on_stdout\n"
-            "with _results_only_on_stdout():\n"
+    code = ("import os\nfrom nsprof.host.redirect import results_only_on_stdout\n"
+            "with results_only_on_stdout():\n"
             "    print('python noise')\n"
             "    os.write(1, b'c noise\\n')\n"
             "print('{\"result\": 1}')\n")

@@ -78,7 +78,7 @@ def one_error_line(result: subprocess.CompletedProcess, label: str | None = None
 
 def tool_on_machine(name: str, env: dict[str, str], monkeypatch) -> bool:
     """Whether nsprof would still find `name` (an install folder outside PATH, on a GPU box)."""
-    from nsprof.drivers.tools import find_ncu, find_nsys
+    from nsprof.host.tools import find_ncu, find_nsys
 
     for key in ("PATH", "NSPROF_NCU", "NSPROF_NSYS"):
         if key in env:

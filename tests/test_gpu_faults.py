@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import FIXTURES
 
-from nsprof.drivers.base import ProfileSettings
 from nsprof.profile import config_summary, profile
+from nsprof.settings import ProfileSettings
 
 pytestmark = pytest.mark.gpu
 TARGET = str(FIXTURES.parent / "targets" / "faulty_gpu.py") + ":space"

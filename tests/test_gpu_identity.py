@@ -54,9 +54,9 @@ def two_gpus(tmp_path):
         (Path("/tmp") / f"nsprof-{uid}.lock").unlink(missing_ok=True)
 
 
-HOLD = "import sys, time\nfrom nsprof.gpulock import gpu_lock\nwith gpu_lock(int(sys.argv[1])) as p:\n" \
+HOLD = "import sys, time\nfrom nsprof.host.lock import gpu_lock\nwith gpu_lock(int(sys.argv[1])) as p:\n" \
        "    print(p, flush=True)\n    time.sleep(120)\n"
-TRY = "import sys\nfrom nsprof.gpulock import gpu_lock\nwith gpu_lock(int(sys.argv[1])) as p:\n    print(p)\n"
+TRY = "import sys\nfrom nsprof.host.lock import gpu_lock\nwith gpu_lock(int(sys.argv[1])) as p:\n    print(p)\n"
 
 
 def _env(tmp_path, two_gpus, **extra):

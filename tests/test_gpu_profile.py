@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nsprof.drivers.base import ProfileSettings
 from nsprof.profile import config_summary, profile
+from nsprof.settings import ProfileSettings
 
 pytestmark = pytest.mark.gpu
 

@@ -17,8 +17,9 @@ import pytest
 from conftest import FIXTURES
 from test_signals import TARGETS, _parent_of, _running, _start, _wait_for, _wait_until_measuring
 
-from nsprof.drivers.base import ProfileSettings
-from nsprof.session import parse_status, run_session
+from nsprof.session import run_session
+from nsprof.settings import ProfileSettings
+from nsprof.worker.protocol import parse_status
 
 pytestmark = pytest.mark.gpu
 HEALTHY = str(FIXTURES.parent / "targets" / "faulty_gpu.py") + ":healthy"

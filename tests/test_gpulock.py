@@ -14,15 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from nsprof.errors import NsprofError
-from nsprof.gpulock import Gpu, GpuBusy, gpu_lock, lock_path, which_gpu
+from nsprof.errors import GpuBusy, NsprofError
+from nsprof.host.gpu import Gpu, which_gpu
+from nsprof.host.lock import gpu_lock, lock_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # Run as a script named "nsprof" so that the holder's command line reads like the real one.
 HOLDER = textwrap.dedent("""
     import sys, time
-    from nsprof.gpulock import gpu_lock
+    from nsprof.host.lock import gpu_lock
     hold_s = float(sys.argv[-1])
     with gpu_lock(0):
         print("locked", flush=True)
@@ -119,7 +120,7 @@ def test_a_sigkilled_holder_frees_the_gpu(holder):
         assert json.loads(path.read_text())["pid"] == os.getpid()
 
 
-PROBE = "from nsprof.gpulock import gpu_lock\nwith gpu_lock(0):\n    print('free')\n"
+PROBE = "from nsprof.host.lock import gpu_lock\nwith gpu_lock(0):\n    print('free')\n"
 
 
 def probe() -> str:
@@ -156,7 +157,7 @@ def test_lock_file_location(lock_dir, monkeypatch):
 
 
 def test_cuda_visible_devices_maps_to_the_physical_gpu(lock_dir, monkeypatch):
-    monkeypatch.setattr("nsprof.gpulock._smi_gpus", lambda: ())  # no nvidia-smi: indices as given
+    monkeypatch.setattr("nsprof.host.gpu._smi_gpus", lambda: ())  # no nvidia-smi: indices as given
     assert which_gpu(0, {"CUDA_VISIBLE_DEVICES": "2,3"}) == Gpu(2)
     assert which_gpu(1, {"CUDA_VISIBLE_DEVICES": " 2, 3 "}) == Gpu(3)
     assert which_gpu(1, {}) == Gpu(1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nsprof.gpulock import lock_dir, lock_path
+from nsprof.host.lock import lock_dir, lock_path
 
 
 def test_every_test_has_its_own_lock_folder(tmp_path):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from conftest import running
 
-from nsprof.gpulock import GpuBusy, gpu_lock
+from nsprof.errors import GpuBusy
+from nsprof.host.lock import gpu_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDINS = Path(__file__).parent / "standins.py"

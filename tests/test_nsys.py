@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 from conftest import FIXTURES
 
-from nsprof.drivers.tools import find_nsys
 from nsprof.errors import ReportError, ToolNotFound
+from nsprof.host.tools import find_nsys
 from nsprof.reports.nsys import export_nsys_rep, read_nsys_rep, read_nsys_sqlite
 from nsprof.schema import COLUMN_DTYPES, COLUMNS, DEFAULT_DOMAIN
 

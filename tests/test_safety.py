@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from nsprof.drivers.base import ProfileSettings
 from nsprof.errors import ToolFailed
 from nsprof.reports import read_report
 from nsprof.session import run_session
+from nsprof.settings import ProfileSettings
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "nsprof"

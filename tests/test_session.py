@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
 from conftest import running as _running
 
-from nsprof.drivers.base import ProfileSettings
 from nsprof.errors import NsprofError, ToolFailed
-from nsprof.session import parse_status, run_session
-from nsprof.worker import Job
+from nsprof.session import run_session
+from nsprof.settings import ProfileSettings
+from nsprof.worker.protocol import Job, parse_status
 
 TARGET = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":space"
 
@@ -76,7 +77,7 @@ class _LossyDriver:
     name = "lossy"
 
     def build_command(self, settings, job_file, report_base):
-        from nsprof.drivers.base import worker_command
+        from nsprof.worker.protocol import worker_command
 
         return worker_command(settings, job_file)
 
@@ -136,7 +137,7 @@ def test_ctrl_c_kills_the_worker(tmp_path):
     import sys
     import time
 
-    code = ("import sys; from nsprof.drivers.base import ProfileSettings; from nsprof.session import run_session; "
+    code = ("import sys; from nsprof.settings import ProfileSettings; from nsprof.session import run_session; "
             f"run_session({TARGET!r}, 9, ProfileSettings(backend='none', modes=('direct',), reps=1, warmup=0, "
             f"timeout_s=600, work_dir={str(tmp_path)!r}), config_ids=[3])")
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
@@ -160,7 +161,7 @@ class _DyingProfiler(_LossyDriver):
         self.runs = 0
 
     def build_command(self, settings, job_file, report_base):
-        from nsprof.drivers.base import worker_command
+        from nsprof.worker.protocol import worker_command
 
         self.runs += 1
         if self.runs > 1:
@@ -228,7 +229,8 @@ class _DyingProfilerWithHelper(_DyingProfiler):
 
 
 def test_what_a_killed_profiler_left_holding_the_gpu_lock_is_killed(tmp_path, monkeypatch):
-    from nsprof.gpulock import GpuBusy, gpu_lock
+    from nsprof.errors import GpuBusy
+    from nsprof.host.lock import gpu_lock
 
     helper_pid = tmp_path / "helper.pid"
     driver = _DyingProfilerWithHelper(die_at=2, helper_pid=helper_pid)
@@ -258,7 +260,7 @@ class _ContextLostProfiler(_LossyDriver):
     runs = 0
 
     def build_command(self, settings, job_file, report_base):
-        from nsprof.drivers.base import worker_command
+        from nsprof.worker.protocol import worker_command
 
         self.runs += 1
         if self.runs > 1:
@@ -508,7 +510,7 @@ def test_the_worker_reports_its_device(tmp_path):
 
 
 def test_the_status_protocol_reads_what_the_worker_writes(tmp_path):
-    from nsprof.worker import Status
+    from nsprof.worker.protocol import Status
 
     path = tmp_path / "status"
     status = Status(str(path))

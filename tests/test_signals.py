@@ -15,7 +15,7 @@ import pytest
 from conftest import FIXTURES
 from conftest import running as _running
 
-from nsprof.session import parse_status
+from nsprof.worker.protocol import parse_status
 
 TARGETS = FIXTURES.parent / "targets"
 INTERRUPTIBLE = str(TARGETS / "phases.py") + ":interruptible"

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsprof.drivers.base import ProfileSettings
 from nsprof.errors import NsprofError
 from nsprof.profile import config_summary
 from nsprof.schema import COLUMN_DTYPES, make_frame
+from nsprof.settings import ProfileSettings
 from nsprof.store import (
     GROUP_FIELDS,
     KEY_FIELDS,
@@ -466,7 +466,7 @@ def test_export_by_suffix(store, tmp_path):
 
 
 def test_importing_the_store_stays_light():
-    code = ("import sys, nsprof.store, nsprof.gpulock; "
+    code = ("import sys, nsprof.store, nsprof.host.lock; "
             "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                             env=child_env())

@@ -96,8 +96,8 @@ def test_tune_through_the_store_resumes_only_missing_configs(tmp_path, monkeypat
         return fixture_rows(config_ids)
 
     monkeypatch.setattr(tune_module, "measure_rows", fake_measure)
-    monkeypatch.setattr("nsprof.drivers.tools.find_ncu", lambda required=True: type("T", (), {"path": "ncu"})())
-    monkeypatch.setattr("nsprof.drivers.tools.tool_version", lambda path: "Version 2025.3.1.0")
+    monkeypatch.setattr("nsprof.host.tools.find_ncu", lambda required=True: type("T", (), {"path": "ncu"})())
+    monkeypatch.setattr("nsprof.host.tools.tool_version", lambda path: "Version 2025.3.1.0")
     monkeypatch.setattr("nsprof.profile.precompile", lambda space, jobs=None, log=None, config_ids=None: {})
     monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
     store = tmp_path / "results.sqlite"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nsprof.drivers.base import ProfileSettings, worker_command
 from nsprof.schema import NSPROF_DOMAIN
+from nsprof.settings import ProfileSettings
+from nsprof.worker.protocol import worker_command
 
 METRICS = ("gpu__time_duration.sum", "gpc__cycles_elapsed.max", "gpc__cycles_elapsed.avg.per_second")
 

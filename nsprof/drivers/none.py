@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nsprof.drivers.base import ProfileSettings, worker_command
+from nsprof.settings import ProfileSettings
+from nsprof.worker.protocol import worker_command
 
 
 class PlainDriver:

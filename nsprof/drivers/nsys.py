@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from nsprof.drivers.base import ProfileSettings, worker_command
 from nsprof.errors import ToolFailed
 from nsprof.schema import NSPROF_DOMAIN
+from nsprof.settings import ProfileSettings
+from nsprof.worker.protocol import worker_command
 
 
 class NsysDriver:
@@ -50,7 +51,7 @@ def import_qdstrm(nsys: Path, qdstrm: Path, log: Path) -> Path:
     """Run QdstrmImporter on a .qdstrm that nsys could not turn into a .nsys-rep itself."""
     import subprocess
 
-    from nsprof.drivers.tools import find_qdstrm_importer
+    from nsprof.host.tools import find_qdstrm_importer
 
     importer = find_qdstrm_importer(nsys)
     if importer is None:

@@ -36,7 +36,7 @@ def _ncu_python_dirs() -> list[Path]:
     """`extras/python` folders of installed Nsight Compute versions (they ship ncu_report)."""
     import glob
 
-    from nsprof.drivers.tools import find_ncu
+    from nsprof.host.tools import find_ncu
 
     dirs: list[Path] = []
     try:

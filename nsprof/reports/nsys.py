@@ -979,7 +979,7 @@ def export_nsys_rep(
     import subprocess
     import tempfile
 
-    from nsprof.drivers.tools import find_nsys
+    from nsprof.host.tools import find_nsys
 
     shown = os.fspath(path)
     report = Path(path)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import nsprof.session
-from nsprof.drivers.base import ProfileSettings
+from nsprof.settings import ProfileSettings
 
 if __name__ == "__main__":
     spec = json.loads(Path(sys.argv[1]).read_text())

@@ -14,10 +14,9 @@ import json
 import sys
 from pathlib import Path
 
-from nsprof.drivers.base import worker_command
 from nsprof.errors import ReportError
 from nsprof.schema import make_frame
-from nsprof.session import parse_status
+from nsprof.worker.protocol import parse_status, worker_command
 
 FAKE_PROFILER = Path(__file__).parent / "fake_profiler.py"
 

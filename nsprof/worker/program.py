@@ -6,17 +6,7 @@ rep, opens an NVTX range `cfg<id>.<mode>.r<rep>` in the "nsprof" domain (nested 
 range "nsprof", the one ncu's filter names) around the launch and a synchronize. Mode "direct" is the plain
 call; mode "graph" replays a CUDA graph captured once from that call after warm-up.
 
-Progress goes to the job's status file, one flushed line per event, so the parent can
-draw a progress bar, enforce per-config timeouts and restart after a crash:
-    pid <pid>                  first, before anything else
-    watch <json>               how it watches for nsprof's death: {"pipe": bool, "parent": pid, ...}
-    device <json>              after CUDA init: {"uuid": "GPU-...", "name": ..., "index": n};
-                               {"uuid": "", "name": "cpu"} for a cpu space
-    abort <json reason>        the target could not be loaded (or CUDA not initialised)
-    start <cfg> | done <cfg> | fail <cfg> <json reason>
-    stopped                    nsprof asked it to stop (SIGTERM): it stopped early and cleanly
-    end                        every config ran
-nsprof.session.parse_status reads exactly these.
+Progress goes to the job's status file, in the protocol of nsprof.worker.protocol.
 
 The worker ends by itself when nsprof dies, however it died (SIGKILL included): nsprof holds
 the only write end of a pipe whose read end the worker inherits (through the profiler: ncu and
@@ -33,56 +23,17 @@ import signal
 import sys
 import threading
 import traceback
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from nsprof.schema import NSPROF_DOMAIN, range_name
-
-EXIT_CONTEXT_LOST = 3
-EXIT_STOPPED = 4  # nsprof asked it to stop (it was interrupted); it stopped cleanly
-EXIT_PARENT_GONE = 5  # nsprof died (or, where its pipe did not arrive, the profiler did)
-START_MARKER = "==NSPROF== start config"  # in the log, so a crash's reason is read after it
-
-
-@dataclass
-class Job:
-    target: str
-    config_ids: list[int]
-    status: str
-    modes: list[str] = field(default_factory=lambda: ["direct", "graph"])
-    reps: int = 5
-    warmup: int = 3
-    # task "ranges": launches inside NVTX ranges for a profiler; task "timers": fast
-    # in-process timers, one JSON line per config × method appended to `results`.
-    task: str = "ranges"
-    timers: list[str] = field(default_factory=list)
-    timer_reps: int = 100
-    results: str = ""
-    # nsprof's death pipe: the read end's descriptor number and the pipe's inode, so that a
-    # descriptor the profiler did not pass on (and that now names something else) is not taken
-    # for it. -1: nothing to watch (the worker run by hand).
-    watch_fd: int = -1
-    watch_inode: int = 0
-
-    def write(self, path: Path) -> Path:
-        path.write_text(json.dumps(asdict(self), indent=1))
-        return path
-
-    @classmethod
-    def read(cls, path: Path) -> Job:
-        return cls(**json.loads(Path(path).read_text()))
-
-
-class Status:
-    def __init__(self, path: str) -> None:
-        self._handle = open(path, "a", buffering=1, encoding="utf-8")
-
-    def write(self, *parts) -> None:
-        self._handle.write(" ".join(str(p) for p in parts) + "\n")
-        self._handle.flush()
-
-    def device(self, info: dict) -> None:
-        self.write("device", json.dumps(info))
+from nsprof.worker.protocol import (
+    EXIT_CONTEXT_LOST,
+    EXIT_PARENT_GONE,
+    EXIT_STOPPED,
+    START_MARKER,
+    Job,
+    Status,
+)
 
 
 class _Stopped(BaseException):
@@ -121,7 +72,7 @@ def _kill_run_lock_holders() -> None:
     (Only then: while nsprof lives, it is one of the holders.)"""
     import signal
 
-    from nsprof.gpulock import inherited_lock_holders
+    from nsprof.host.lock import inherited_lock_holders
 
     for pid, command in inherited_lock_holders():
         print(f"==NSPROF== worker kills pid {pid}, which holds the GPU lock: {command[:200]}", file=sys.stderr,

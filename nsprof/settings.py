@@ -1,4 +1,4 @@
-"""What every driver shares: settings, and the command-line contract."""
+"""Settings: frozen, validated on construction, and passed whole."""
 
 from __future__ import annotations
 
@@ -66,7 +66,3 @@ class ProfileSettings:
         if self.backend == "ncu":
             return {"clock_control": self.clock_control, "cache_control": self.cache_control}
         return {"clock_control": "none", "cache_control": "none"}
-
-
-def worker_command(settings: ProfileSettings, job_file: Path) -> list[str]:
-    return [settings.python, "-m", "nsprof.worker", str(job_file)]

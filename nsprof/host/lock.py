@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
-import functools
 import json
 import os
 import shlex
@@ -30,28 +29,19 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nsprof.errors import NsprofError
+from nsprof.errors import GpuBusy
+from nsprof.host.gpu import Gpu, which_gpu
 
 _POLL_S = 0.05
 # Lock files this process holds (path -> descriptor): a second gpu_lock on the same GPU would wait
 # on itself forever.
 _held: dict[str, int] = {}
 _held_lock = threading.Lock()
-
-
-class GpuBusy(NsprofError):
-    """Another process holds the GPU's lock (or this one already does)."""
-
-    def __init__(self, message: str, *, device: int, path: Path, holder: dict[str, Any] | None) -> None:
-        super().__init__(message)
-        self.device = device
-        self.path = path
-        self.holder = holder
 
 
 def lock_dir() -> Path:
@@ -61,69 +51,6 @@ def lock_dir() -> Path:
     if override:
         return Path(override)
     return Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
-
-
-@dataclasses.dataclass(frozen=True)
-class Gpu:
-    """A GPU as nvidia-smi names it: what nsprof locks, and what its results are keyed by."""
-
-    index: int | None  # nvidia-smi's index; None for a MIG instance or an entry it does not list
-    uuid: str = ""  # "GPU-8f6c…" ("MIG-…" for a MIG instance); "" where nvidia-smi cannot say
-    name: str = ""  # "NVIDIA H200"; "" where unknown
-
-    @property
-    def lock_name(self) -> str:
-        if self.uuid:
-            return f"nsprof-{''.join(c for c in self.uuid if c.isalnum() or c in '-_')}.lock"
-        return f"nsprof-gpu{self.index}.lock"
-
-    @property
-    def key(self) -> str:
-        """What results measured on it are keyed by: "NVIDIA H200 GPU-8f6c…" ("" when unknown)."""
-        return " ".join(part for part in (self.name, self.uuid) if part)
-
-    def __str__(self) -> str:
-        what = f"GPU {self.index}" if self.index is not None else "GPU"
-        detail = ", ".join(part for part in (self.name, self.uuid) if part)
-        return f"{what} ({detail})" if detail else what
-
-
-@functools.cache
-def _smi_gpus() -> tuple[tuple[int, str, str], ...]:
-    """(index, uuid, name) of every GPU nvidia-smi lists; () without nvidia-smi."""
-    import shutil
-    import subprocess
-
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return ()
-    try:
-        out = subprocess.run([smi, "--query-gpu=index,uuid,name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    gpus = []
-    for line in out.stdout.splitlines() if out.returncode == 0 else []:
-        parts = [p.strip() for p in line.split(",", 2)]
-        if len(parts) == 3 and parts[0].isdigit():
-            gpus.append((int(parts[0]), parts[1], parts[2]))
-    return tuple(gpus)
-
-
-def which_gpu(device: int = 0, environ: Mapping[str, str] | None = None) -> Gpu:
-    """The GPU that CUDA device `device` of this process is, through CUDA_VISIBLE_DEVICES (indices,
-    or UUIDs and their prefixes, as CUDA takes them). Indices are nvidia-smi's, which CUDA follows
-    with CUDA_DEVICE_ORDER=PCI_BUS_ID; the worker reads the UUID it really used (nsprof.worker)."""
-    environ = os.environ if environ is None else environ
-    visible = [entry.strip() for entry in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if entry.strip()]
-    entry = visible[device] if 0 <= device < len(visible) else str(device)
-    listed = _smi_gpus()
-    for index, uuid, name in listed:
-        if (entry.isdigit() and int(entry) == index) or (entry.startswith("GPU-") and uuid.startswith(entry)):
-            return Gpu(index, uuid, name)
-    if entry.isdigit():
-        return Gpu(int(entry))
-    return Gpu(None, entry)  # a MIG instance or a UUID nvidia-smi does not list: lock it by its name
 
 
 def lock_path(gpu: Gpu | int) -> Path:

@@ -1,0 +1,1 @@
+"""The worker: the program the profilers launch (program), and its protocol with nsprof (protocol)."""

@@ -1,0 +1,3 @@
+from nsprof.worker.program import main
+
+main()
