@@ -18,7 +18,7 @@ def __getattr__(name: str):
 
         return read_report
     if name == "summarize":
-        from nsprof.analysis import summarize
+        from nsprof.analysis.summary import summarize
 
         return summarize
     raise AttributeError(f"module 'nsprof' has no attribute {name!r}")

@@ -66,39 +66,6 @@ def _refuse_overwriting_inputs(files, outputs: dict[str, str | None]) -> None:
                 raise CliError(f"{option} {out} would overwrite the input report {path}; choose another file")
 
 
-# Rows per JSON chunk: --json on a 1M-kernel report writes ~0.5 GB; one to_json string of it
-# (plus its encoded copy) tripled the peak memory.
-_JSON_CHUNK_ROWS = 20_000
-
-
-def _echo_json_rows(frame) -> None:
-    """The rows as one JSON array on stdout, written chunk by chunk (same text as to_json)."""
-    out = sys.stdout
-    if len(frame) == 0:
-        out.write("[]\n")
-        return
-    out.write("[")
-    for begin in range(0, len(frame), _JSON_CHUNK_ROWS):
-        chunk = frame.iloc[begin : begin + _JSON_CHUNK_ROWS].to_json(orient="records", force_ascii=False)
-        out.write(("," if begin else "") + chunk[1:-1])
-    out.write("]\n")
-    out.flush()
-
-
-def _shares_short_names(summary) -> bool:
-    """Whether the summary table had to number kernels apart (see analysis.kernel_labels)."""
-    from nsprof.analysis import kernel_labels
-
-    plain = kernel_labels(summary, by=("source", "group", "kernel_full"))  # never numbered
-    return kernel_labels(summary) != plain
-
-
-def _describe(frame) -> str:
-    from nsprof.analysis import describe_report
-
-    return describe_report(frame)
-
-
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the tidy rows as a JSON array.")
@@ -120,8 +87,11 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
     """
     import pandas as pd
 
-    from nsprof.analysis import compare as compare_frames
-    from nsprof.analysis import format_compare, format_summary, graph_profiling_note, summarize
+    from nsprof.analysis.summary import compare as compare_frames
+    from nsprof.analysis.summary import summarize
+    from nsprof.render.json import write_rows
+    from nsprof.render.notes import compare_note, describe_report, summary_notes
+    from nsprof.render.tables import format_compare, format_summary
     from nsprof.reports import read_report
     from nsprof.reports.inputs import shown_name
 
@@ -140,30 +110,23 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
     tidy = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     _write_exports(tidy, csv_path, parquet_path)
     if as_json:
-        _echo_json_rows(tidy)
+        write_rows(tidy, sys.stdout)
         return
     if compare:
         a, b = frames
-        click.echo(f"A: {files[0]}  ({_describe(a)})")
-        click.echo(f"B: {files[1]}  ({_describe(b)})")
+        click.echo(f"A: {files[0]}  ({describe_report(a)})")
+        click.echo(f"B: {files[1]}  ({describe_report(b)})")
         joined = compare_frames(a, b)
         click.echo(format_compare(joined, files[0].name, files[1].name))
-        far = joined[(joined["ratio"] > 10) | (joined["ratio"] < 0.1)]
-        if len(far):
-            # ncu with --clock-control none, or any --graph-profiling graph run, measured µs
-            # kernels 30-80x too long on the H200.
-            click.echo(f"note: {len(far)} row(s) differ more than 10x between A and B: for µs kernels that "
-                       "points at ncu --clock-control none or --graph-profiling graph, not at the kernel")
+        note = compare_note(joined)
+        if note:
+            click.echo(note)
         return
     for path, frame in zip(files, frames):
-        click.echo(f"{path}  ({_describe(frame)})")
+        click.echo(f"{path}  ({describe_report(frame)})")
         summary = summarize(frame)
         click.echo(format_summary(summary))
-        if _shares_short_names(summary):
-            click.echo("note: kernels marked #1, #2, ... share a short name (or differ only past the column "
-                       "width); each is its own row by full name, listed by --json or --csv as kernel_full")
-        note = graph_profiling_note(frame)
-        if note:
+        for note in summary_notes(frame, summary):
             click.echo(note)
         click.echo("")
 
@@ -212,9 +175,10 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     Prints per config and mode the median, min and spread over reps of the summed kernel
     durations, with cycles and clock.
     """
-    from nsprof.analysis import format_config_summary
     from nsprof.profile import check_measured, config_summary
     from nsprof.profile import profile as run_profile
+    from nsprof.render.json import write_rows
+    from nsprof.render.tables import format_config_summary
     from nsprof.settings import ProfileSettings
 
     if backend == "ncu" and clock_control == "none":
@@ -255,7 +219,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
         click.echo(f"nsprof: config {config_id} failed: {detail}", err=True)
     _write_exports(frame, csv_path, None)
     if as_json:
-        click.echo(frame.to_json(orient="records", force_ascii=False))
+        write_rows(frame, sys.stdout)
         check_measured(frame)
         return
     summary = config_summary(frame, frame.attrs["configs"])
@@ -321,7 +285,9 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
     slower, by ground truth, its pick is). Ends with a verdict: which fast timer tracks
     which ground truth on this kernel.
     """
-    from nsprof import agreement as agree
+    from nsprof.render.json import agreement_document
+    from nsprof.render.plot import plot, require_matplotlib
+    from nsprof.render.tables import format_agreement, format_per_config
     from nsprof.timers.specs import expand
     from nsprof.validate import ValidateSettings
     from nsprof.validate import validate as run_validate
@@ -337,10 +303,7 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
     if not modes or any(m not in ("direct", "graph") for m in modes):
         raise click.BadParameter("choose from direct, graph", param_hint="--mode")
     if plot_path:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise CliError("--plot needs matplotlib: pip install 'nsprof[plot]'") from None
+        require_matplotlib()
     from nsprof.session import make_driver
     from nsprof.settings import ProfileSettings
 
@@ -358,19 +321,19 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
     for (method, config_id), reason in sorted(result.failures.items(), key=str):
         click.echo(f"nsprof: {method} failed on config {config_id}: {reason}", err=True)
     if plot_path:
-        agree.plot(result.per_config, result.agreement, result.timers, result.truths, plot_path,
+        plot(result.per_config, result.agreement, result.timers, result.truths, plot_path,
                    floors=result.floors)
         click.echo(f"wrote {plot_path}", err=True)
-    document = agree.to_json(result.agreement, result.per_config, result.floors, result.verdict)
+    document = agreement_document(result.agreement, result.per_config, result.floors, result.verdict)
     if save_path:
         Path(save_path).write_text(document + "\n")
         click.echo(f"wrote {save_path}", err=True)
     if as_json:
         click.echo(document)
         return
-    click.echo(agree.format_per_config(result.per_config, result.configs))
+    click.echo(format_per_config(result.per_config, result.configs))
     click.echo("")
-    click.echo(agree.format_agreement(result.agreement, result.floors))
+    click.echo(format_agreement(result.agreement, result.floors))
     click.echo("")
     click.echo(result.verdict)
 
@@ -415,11 +378,11 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
     how the numbers were taken. With --prescreen, a fast timer ranks all configs and only
     the best --top go to the ground truth.
     """
-    import json as json_module
-
+    from nsprof.render.json import tune_document
+    from nsprof.render.tables import format_ranked
     from nsprof.session import make_driver
     from nsprof.settings import ProfileSettings
-    from nsprof.tune import GROUND_TRUTHS, TuneSettings, format_ranked
+    from nsprof.tune import GROUND_TRUTHS, TuneSettings
     from nsprof.tune import tune as run_tune
 
     if backend in GROUND_TRUTHS:
@@ -440,10 +403,7 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
     finally:
         bars.close()
     if as_json:
-        document = {"label": result.label, "best_config_id": result.best_config_id, "best_config": result.best_config,
-                    "notes": result.notes, "tuner_pick": result.tuner_pick, "errors": result.errors,
-                    "ranked": json_module.loads(result.table.to_json(orient="records"))}
-        click.echo(json_module.dumps(document, default=str))
+        click.echo(tune_document(result))
     else:
         click.echo(format_ranked(result))
     for error in result.errors:
@@ -459,7 +419,7 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
               help="Write every stored measurement to a .csv, .json or .parquet file.")
 def results(store_path, export_path) -> None:
     """List the runs in the results store, or export its measurements."""
-    from nsprof.analysis import _text, render_table
+    from nsprof.render.tables import format_runs
     from nsprof.store import DEFAULT_PATH, ResultStore
 
     path = store_path or DEFAULT_PATH
@@ -472,11 +432,7 @@ def results(store_path, export_path) -> None:
             return
         runs = store.runs()
         counts = store.frame().groupby("run_id").size() if len(runs) else {}
-    rows = [[str(r.id), _text(r.started_at, 19), _text(r.target, 40), _text(r.backend), _text(r.mode),
-             _text(r.gpu, 20), str(int(counts.get(r.id, 0))) if len(runs) else "0", _text(r.status)]
-            for r in runs.itertuples()]
-    click.echo(render_table(["run", "started", "target", "backend", "mode", "gpu", "rows", "status"], rows,
-                            right={0, 6}))
+    click.echo(format_runs(runs, counts))
 
 
 @cli.command()

@@ -16,7 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nsprof.analysis.ranking import rank
 from nsprof.errors import NsprofError
+from nsprof.render.tables import describe_pick
 from nsprof.reports.checks import one_line
 from nsprof.space import config_label
 
@@ -84,24 +86,6 @@ class TuneResult:
     def best_config(self):
         best = self.best_config_id
         return None if best is None else self.configs[best]
-
-
-def rank(per_config, stat: str = "median"):
-    """Sort measured configs by `stat` (ties: lower config id); failures last. Adds rank and vs_best."""
-    import pandas as pd
-
-    value = "median_ns" if stat == "median" else "min_ns"
-    table = per_config.copy()
-    table["value_ns"] = table[value]
-    ok = table["error"].isna() & table["value_ns"].notna()
-    measured = table[ok].sort_values(["value_ns", "config_id"], kind="stable")
-    failed = table[~ok].sort_values("config_id", kind="stable")
-    best = measured["value_ns"].iloc[0] if len(measured) else float("nan")
-    measured = measured.assign(rank=range(1, len(measured) + 1), vs_best=measured["value_ns"] / best - 1)
-    failed = failed.assign(rank=pd.NA, vs_best=float("nan"))
-    out = pd.concat([measured, failed], ignore_index=True)
-    out["rank"] = out["rank"].astype("Int64")
-    return out
 
 
 def key_labels(backend: str, mode: str) -> dict[str, str]:
@@ -374,36 +358,3 @@ def meta_in_child(target: str, name: str, args: list, settings: TuneSettings, n_
 def tuner_pick_in_child(target: str, settings: TuneSettings, n_configs: int) -> dict:
     """What the target's own autotuner picks with its own timer (its Space's meta["tuner_pick"])."""
     return meta_in_child(target, "tuner_pick", [], settings, n_configs)
-
-
-def describe_pick(pick: dict, table) -> str:
-    """One line: the tuner's own choice, and where the ground truth ranks it."""
-    head = f"{pick['tuner']} ({pick['timer']}) picks config {pick['config_id']} ({config_label(pick['config'])})"
-    import pandas as pd
-
-    row = table[table["config_id"] == pick["config_id"]]
-    if pick["config_id"] is None or row.empty or pd.isna(row.iloc[0]["rank"]):
-        return head + "; the ground truth has no measurement of it"
-    rank, vs_best = int(row.iloc[0]["rank"]), float(row.iloc[0]["vs_best"])
-    if rank == 1:
-        return head + ": the ground truth's best too"
-    return head + f": ground truth ranks it #{rank}, {vs_best * 100:+.1f}% vs the best"
-
-
-def format_ranked(result: TuneResult) -> str:
-    from nsprof.analysis import _num, _text, _us, render_table
-
-    headers = ["rank", "id", "config", "µs", "spread %", "cycles", "clock GHz", "vs best", "error"]
-    rows = []
-    for r in result.table.itertuples():
-        rows.append([_text(r.rank), str(r.config_id), _text(r.config, 44), _us(r.value_ns),
-                     _num(getattr(r, "spread", float("nan")) * 100, ".1f"),
-                     _num(getattr(r, "median_cycles", float("nan")), ",.0f"),
-                     _num(getattr(r, "median_clock_hz", float("nan")) / 1e9, ".3f"),
-                     "-" if r.vs_best != r.vs_best else f"+{r.vs_best * 100:.1f}%", _text(r.error, 50)])
-    lines = [f"ranked by {result.label}", render_table(headers, rows, right={0, 1, 3, 4, 5, 6, 7})]
-    best = result.best_config_id
-    if best is not None:
-        lines.append(f"best: config {best} ({config_label(result.configs[best])})")
-    lines += [f"note: {note}" for note in result.notes]
-    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""nsprof.agreement: rank statistics, agreement table, noise floor, verdict and output, all on
+"""nsprof.analysis (stats, agreement) and nsprof.render (tables, json, plot): rank statistics, agreement table, noise floor, verdict and output, all on
 hand-worked numbers (the arithmetic is in the comments)."""
 
 from __future__ import annotations
@@ -11,21 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsprof.agreement import (
-    agreement,
-    average_ranks,
-    format_agreement,
-    format_per_config,
-    kendall_tau_b,
-    mode_floor,
-    noise_floor,
-    plot,
-    recommend,
-    spearman_rho,
-    to_json,
-    verdict,
-)
+from nsprof.analysis.agreement import agreement, mode_floor, noise_floor, recommend
+from nsprof.analysis.stats import average_ranks, kendall_tau_b, spearman_rho
 from nsprof.errors import NsprofError
+from nsprof.render.json import agreement_document as to_json
+from nsprof.render.plot import plot
+from nsprof.render.tables import format_agreement, format_per_config
+from nsprof.render.tables import format_verdict as verdict
 
 NAN = float("nan")
 

@@ -215,12 +215,12 @@ def test_names_that_differ_past_the_display_width_never_print_as_one_row(tmp_pat
 
 
 def test_json_rows_are_written_in_chunks_with_the_same_text(monkeypatch, capsys):
-    import nsprof.cli as cli_module
+    import nsprof.render.json as render_json
     from nsprof.reports import read_report
 
     frame = read_report(FIXTURES / "fixture.sqlite")
-    monkeypatch.setattr(cli_module, "_JSON_CHUNK_ROWS", 7)  # 65 rows: 10 chunks
-    cli_module._echo_json_rows(frame)
+    monkeypatch.setattr(render_json, "JSON_CHUNK_ROWS", 7)  # 65 rows: 10 chunks
+    render_json.write_rows(frame, sys.stdout)
     assert json.loads(capsys.readouterr().out) == json.loads(frame.to_json(orient="records", force_ascii=False))
-    cli_module._echo_json_rows(frame.iloc[:0])
+    render_json.write_rows(frame.iloc[:0], sys.stdout)
     assert json.loads(capsys.readouterr().out) == []

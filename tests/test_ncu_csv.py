@@ -283,7 +283,7 @@ def test_details_page_in_french_format(tmp_path, group):
 
 
 def test_rows_without_duration_warn_in_one_line_and_leave_n(tmp_path):
-    from nsprof.analysis import summarize
+    from nsprof.analysis.summary import summarize
 
     with open(RAW, newline="") as handle:
         rows = list(csv.reader(handle))
@@ -379,7 +379,7 @@ def test_exported_csv_records_no_clock_control():
     # `ncu --import ... --csv` writes no notes: nothing says how the clocks were set.
     frame = read_ncu_csv(FIXTURES / "fixture_clock_none_raw.csv")
     assert frame["clock_control"].isna().all() and frame["cache_control"].isna().all()
-    from nsprof.analysis import describe_report
+    from nsprof.render.notes import describe_report
 
     frame.attrs["kind"] = "ncu-csv"
     text = describe_report(frame)

@@ -206,7 +206,7 @@ def test_ncu_options_stop_at_the_program():
 
 
 def test_graph_profiling_note_names_every_row_kind(ncu_rep_dir):
-    from nsprof.analysis import graph_profiling_note
+    from nsprof.render.notes import graph_profiling_note
 
     path = ncu_rep_dir / "fixture_graph.ncu-rep"
     expected = direct_read(path)
@@ -223,7 +223,7 @@ def test_graph_profiling_note_names_every_row_kind(ncu_rep_dir):
 def test_graph_profiling_note_for_a_report_with_only_kernel_rows(ncu_rep_dir):
     # A graph-profiling run whose graphs all fell outside the NVTX filter: only plain kernels
     # are left, and they are still inflated; the recorded command line says how ncu ran.
-    from nsprof.analysis import graph_profiling_note
+    from nsprof.render.notes import graph_profiling_note
 
     frame = read_report(ncu_rep_dir / "fixture_graph.ncu-rep")
     kernels = frame[frame["workload"] == "kernel"].copy()

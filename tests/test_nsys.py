@@ -925,7 +925,7 @@ def expected_kernels_by_full_name(path: Path = FIXTURE) -> dict[str, tuple[str, 
 def test_rows_carry_the_full_name_and_the_short_one():
     import statistics
 
-    from nsprof.analysis import summarize
+    from nsprof.analysis.summary import summarize
 
     expected = expected_kernels_by_full_name()
     shorts = [short for short, _ in expected.values()]

@@ -9,10 +9,12 @@ import pandas as pd
 import pytest
 from conftest import FIXTURES
 
+from nsprof.analysis.ranking import rank
 from nsprof.errors import NsprofError
 from nsprof.profile import config_summary
+from nsprof.render.tables import format_ranked
 from nsprof.schema import make_frame
-from nsprof.tune import TuneResult, TuneSettings, format_ranked, rank
+from nsprof.tune import TuneResult, TuneSettings
 
 
 def summary(name, mode):

@@ -14,7 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nsprof import agreement as agree
+from nsprof.analysis.agreement import agreement
+from nsprof.render.json import agreement_document
+from nsprof.render.tables import format_agreement
 
 RECORD = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "validate_seed_gemm.json"
 
@@ -65,10 +67,10 @@ def test_recorded_agreement_recomputes(record):
 
 def test_tables_render_from_the_record(record):
     per_config = pd.DataFrame(record["per_config"])
-    table = agree.agreement(per_config, sorted({r["timer"] for r in record["agreement"]}),
+    table = agreement(per_config, sorted({r["timer"] for r in record["agreement"]}),
                             ["ncu:direct", "ncu:graph", "nsys:direct", "nsys:graph"])
-    text = agree.format_agreement(table)
+    text = format_agreement(table)
     assert text.count("\n") >= 44 + 1
     assert "cupti" in text and "nsys:graph" in text
-    document = json.loads(agree.to_json(table, per_config, None, "v"))
+    document = json.loads(agreement_document(table, per_config, None, "v"))
     assert len(document["agreement"]) == 44 and document["verdict"] == "v"

@@ -1,0 +1,297 @@
+"""How well each fast timer ranks configs the way a ground truth does: the statistics of `nsprof validate`.
+
+Input is one long table, `per_config`: columns `config_id`, `method`, `value_ns` (that method's
+per-config median; NaN = not measured). Methods are fast timers ("event", "cupti", "graph_warm",
+"tilelang_event", ...) or ground truths ("ncu:direct", "nsys:graph", ...); which is which is the
+caller's to say. A tuner only needs the *ranking* right, so the headline figure is Kendall τ;
+bias (the level) and regret (what picking by the timer costs) sit beside it, and the truth's own
+repeatability (the noise floor) says how much τ any timer could reach.
+
+The verdict is data here (one `Verdict` per truth); nsprof.render words, tabulates, plots and
+serialises it. Nothing here measures, reads files or prints; pandas/numpy are imported inside
+functions so that importing this module stays cheap for the CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from nsprof.analysis.stats import is_missing, kendall_tau_b, spearman_rho
+from nsprof.errors import NsprofError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+AGREEMENT_COLUMNS = [
+    "timer", "truth", "n", "bias", "kendall_tau", "spearman_rho", "same_best", "timer_pick",
+    "truth_best", "regret", "top_k_hit",
+]
+FLOOR_COLUMNS = ["truth", "against", "n", "kendall_tau", "median_rel_change", "max_rel_change"]
+# A timer whose τ is this close to the truth's own repeatability τ cannot be told apart from
+# re-running the truth: the remaining disagreement is the truth's noise, not the timer's fault.
+FLOOR_MARGIN = 0.03
+# τ values equal at the precision the tables show (two decimals in the verdict) count as a tie.
+TAU_TIE = 0.005
+# Below this the recommended timer still "tracks best" but should not be trusted for ranking.
+WEAK_TAU = 0.5
+
+
+# --------------------------------------------------------------------------- agreement
+
+def wide(per_config: pd.DataFrame, methods: Sequence[str] | None = None) -> pd.DataFrame:
+    """configs × methods of `value_ns` (duplicates pooled by median); `methods` fixes the columns."""
+    import pandas as pd
+
+    missing = {"config_id", "method", "value_ns"} - set(per_config.columns)
+    if missing:
+        raise NsprofError(f"per-config table lacks column(s): {', '.join(sorted(missing))}")
+    values = pd.to_numeric(per_config["value_ns"], errors="coerce")
+    frame = per_config.assign(value_ns=values)
+    table = frame.groupby(["config_id", "method"], sort=True)["value_ns"].median().unstack("method")
+    if methods is None:
+        # keep the order methods first appear in, which is the order the caller measured them
+        methods = list(dict.fromkeys(per_config["method"].tolist()))
+    table = table.reindex(columns=list(methods))
+    table.columns.name = None
+    return table.astype(float)
+
+
+def _pair_stats(timer: np.ndarray, truth: np.ndarray, ids: np.ndarray, k: int) -> dict[str, Any]:
+    """Agreement of one timer with one truth over the configs where both measured."""
+    import numpy as np
+
+    both = np.isfinite(timer) & np.isfinite(truth)
+    t, g, cid = timer[both], truth[both], ids[both]
+    out: dict[str, Any] = {
+        "n": int(both.sum()), "bias": float("nan"), "kendall_tau": float("nan"),
+        "spearman_rho": float("nan"), "same_best": None, "timer_pick": None, "truth_best": None,
+        "regret": float("nan"), "top_k_hit": None,
+    }
+    if out["n"] == 0:
+        return out
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["bias"] = float(np.median(t / g))
+    out["kendall_tau"] = kendall_tau_b(t, g)
+    out["spearman_rho"] = spearman_rho(t, g)
+    # Picks are made among the common configs only, so timer and truth choose from the same set;
+    # a config the truth failed on would otherwise give an undefined regret. Ties go to the
+    # lower config id (stable sort on id-ordered rows).
+    by_timer = np.argsort(t, kind="mergesort")
+    pick = by_timer[0]
+    best = int(np.argmin(g))
+    truth_min = g[best]
+    out["timer_pick"] = int(cid[pick])
+    out["truth_best"] = int(cid[best])
+    # "Same best" means the timer's pick is *a* truth-best config, so a tie in the truth does not
+    # count against the timer (and same_best ⇔ regret == 0 holds exactly).
+    out["same_best"] = bool(g[pick] == truth_min)
+    out["regret"] = float(g[pick] / truth_min - 1.0) if truth_min != 0 else float("nan")
+    out["top_k_hit"] = bool(np.any(g[by_timer[:k]] == truth_min))
+    return out
+
+
+def agreement(per_config: pd.DataFrame, timers: Sequence[str], truths: Sequence[str], k: int = 3) -> pd.DataFrame:
+    """One row per truth × timer (truths outer, so each truth's timers sit together).
+
+    Columns: timer, truth, n (configs both measured), bias (median of timer/truth), kendall_tau,
+    spearman_rho, same_best, timer_pick, truth_best (config ids), regret (truth[pick]/truth[best] − 1),
+    top_k_hit (is a truth-best config among the timer's k fastest). `df.attrs["k"]` holds k.
+    Methods absent from `per_config` give rows with n = 0 and NaN/None statistics.
+    """
+    import pandas as pd
+
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    table = wide(per_config, list(dict.fromkeys([*timers, *truths])))
+    ids = table.index.to_numpy()
+    rows = []
+    for truth in truths:
+        g = table[truth].to_numpy(dtype=float)
+        for timer in timers:
+            t = table[timer].to_numpy(dtype=float)
+            rows.append({"timer": timer, "truth": truth, **_pair_stats(t, g, ids, k)})
+    df = pd.DataFrame(rows, columns=AGREEMENT_COLUMNS)
+    df["n"] = df["n"].astype("int64")
+    for col in ("bias", "kendall_tau", "spearman_rho", "regret"):
+        df[col] = df[col].astype(float)
+    # nullable dtypes: a pair with no common config has no pick, and that is not "False" or 0
+    for col in ("same_best", "top_k_hit"):
+        df[col] = pd.array([None if is_missing(v) else bool(v) for v in df[col]], dtype="boolean")
+    for col in ("timer_pick", "truth_best"):
+        df[col] = pd.array([None if is_missing(v) else int(v) for v in df[col]], dtype="Int64")
+    df.attrs["k"] = k
+    return df
+
+
+# --------------------------------------------------------------------------- noise floor
+
+def _floor_row(truth: str, against: str, a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
+    import numpy as np
+
+    both = np.isfinite(a) & np.isfinite(b)
+    a, b = a[both], b[both]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.abs(b / a - 1.0)
+    rel = rel[np.isfinite(rel)]
+    return {
+        "truth": truth, "against": against, "n": int(both.sum()), "kendall_tau": kendall_tau_b(a, b),
+        "median_rel_change": float(np.median(rel)) if rel.size else float("nan"),
+        "max_rel_change": float(np.max(rel)) if rel.size else float("nan"),
+    }
+
+
+def _floor_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    import pandas as pd
+
+    df = pd.DataFrame(rows, columns=FLOOR_COLUMNS)
+    df["n"] = df["n"].astype("int64")
+    return df
+
+
+def noise_floor(run_a: pd.DataFrame, run_b: pd.DataFrame, truths: Sequence[str] | None = None) -> pd.DataFrame:
+    """The truth's repeatability: per method found in both runs, τ between the runs and how far
+    per-config values moved (|b/a − 1|: median and max over configs both runs measured).
+
+    `truths` limits (and orders) the methods; by default every method present in both runs.
+    Columns: truth, against ("repeat"), n, kendall_tau, median_rel_change, max_rel_change.
+    """
+    wa, wb = wide(run_a), wide(run_b)
+    if truths is None:
+        truths = [m for m in wa.columns if m in wb.columns]
+    truths = [m for m in truths if m in wa.columns and m in wb.columns]
+    ids = wa.index.union(wb.index)
+    wa, wb = wa.reindex(ids), wb.reindex(ids)
+    rows = [_floor_row(m, "repeat", wa[m].to_numpy(float), wb[m].to_numpy(float)) for m in truths]
+    return _floor_frame(rows)
+
+
+def mode_floor(per_config: pd.DataFrame, truths: Sequence[str]) -> pd.DataFrame:
+    """A floor from one run: τ between a tool's direct and graph modes (e.g. ncu:direct vs ncu:graph).
+
+    Both modes are meant to time the same kernel, so their disagreement is the tool's own noise;
+    nsprof uses it as the floor when no repeated run exists. One row per truth that has a
+    sibling mode in `truths`, with `against` naming that sibling. Same columns as noise_floor.
+    """
+    table = wide(per_config, list(truths))
+    rows = []
+    for truth in truths:
+        tool, _, mode = truth.partition(":")
+        for other in truths:
+            other_tool, _, other_mode = other.partition(":")
+            if other != truth and other_tool == tool and other_mode != mode:
+                rows.append(_floor_row(truth, other, table[truth].to_numpy(float), table[other].to_numpy(float)))
+                break
+    return _floor_frame(rows)
+
+
+def floor_map(floors: pd.DataFrame | Mapping[str, float] | None) -> dict[str, float]:
+    """truth -> floor τ, from a noise_floor/mode_floor frame or a plain mapping (None -> {})."""
+    import math
+
+    if floors is None:
+        return {}
+    if isinstance(floors, Mapping):
+        return {str(k): float(v) for k, v in floors.items() if v is not None and not math.isnan(float(v))}
+    out: dict[str, float] = {}
+    for truth, tau in zip(floors["truth"], floors["kendall_tau"]):
+        # a truth may have several floors (repeat run and sibling mode): keep the first given
+        if truth not in out and tau == tau:
+            out[str(truth)] = float(tau)
+    return out
+
+
+def floor_against(floors: pd.DataFrame | Mapping[str, float] | None) -> dict[str, str]:
+    if floors is None or isinstance(floors, Mapping) or "against" not in floors.columns:
+        return {}
+    out: dict[str, str] = {}
+    for truth, against in zip(floors["truth"], floors["against"]):
+        out.setdefault(str(truth), str(against))
+    return out
+
+
+# --------------------------------------------------------------------------- recommendation
+
+def _candidates(rows: pd.DataFrame, floor: float | None) -> pd.DataFrame:
+    """The timers whose τ cannot be separated from the best one's."""
+    rows = rows[rows["kendall_tau"].notna()]
+    if rows.empty:
+        return rows
+    band = rows["kendall_tau"].max() - TAU_TIE
+    if floor is not None:
+        # everyone within FLOOR_MARGIN of the truth's own repeatability is as good as re-running
+        # the truth; τ cannot rank them, so regret decides among them
+        band = min(band, floor - FLOOR_MARGIN)
+    return rows[rows["kendall_tau"] >= band]
+
+
+def recommend(
+    agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float] | None = None
+) -> dict[str, str]:
+    """truth -> the timer that ranks configs most like it: highest τ; a tie (τ within 0.005, or
+    both within 0.03 of the truth's noise floor where given) goes to lower regret, then higher τ,
+    then the order timers were listed. Truths no timer could be compared with are left out."""
+    fmap = floor_map(floors)
+    out: dict[str, str] = {}
+    for truth in dict.fromkeys(agreement_df["truth"]):
+        rows = agreement_df[agreement_df["truth"] == truth].reset_index(drop=True)
+        cands = _candidates(rows, fmap.get(str(truth)))
+        if cands.empty:
+            continue
+        ranked = sorted(
+            cands.itertuples(),
+            key=lambda r: (
+                float("inf") if is_missing(r.regret) else r.regret,
+                -r.kendall_tau,
+                r.Index,
+            ),
+        )
+        out[str(truth)] = str(ranked[0].timer)
+    return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What `nsprof validate` concludes about one truth.
+
+    `timer` is the recommended timer (None: no timer could be compared with this truth), with
+    its τ and regret; `floor` the truth's own floor τ where given, measured `against` a repeated
+    run ("repeat") or a sibling mode; `near_floor` every timer within FLOOR_MARGIN of that floor.
+    """
+
+    truth: str
+    timer: str | None = None
+    kendall_tau: float = float("nan")
+    regret: float = float("nan")
+    floor: float | None = None
+    against: str = "repeat"
+    near_floor: tuple[str, ...] = ()
+
+    @property
+    def reliable(self) -> bool:
+        """Whether the recommended timer ranks configs well enough to be trusted (τ ≥ WEAK_TAU)."""
+        return self.kendall_tau >= WEAK_TAU
+
+
+def verdicts(agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float] | None = None) -> list[Verdict]:
+    """One Verdict per truth, in the order truths first appear in the agreement table."""
+    fmap = floor_map(floors)
+    against = floor_against(floors)
+    picks = recommend(agreement_df, floors)
+    out = []
+    for truth in dict.fromkeys(agreement_df["truth"]):
+        truth = str(truth)
+        if truth not in picks:
+            out.append(Verdict(truth))
+            continue
+        rows = agreement_df[agreement_df["truth"] == truth]
+        rec = rows[rows["timer"] == picks[truth]].iloc[0]
+        floor = fmap.get(truth)
+        near = () if floor is None else tuple(
+            str(r.timer) for r in rows.itertuples()
+            if not is_missing(r.kendall_tau) and r.kendall_tau >= floor - FLOOR_MARGIN)
+        out.append(Verdict(truth, str(rec["timer"]), float(rec["kendall_tau"]), float(rec["regret"]), floor,
+                           against.get(truth, "repeat"), near))
+    return out

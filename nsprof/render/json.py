@@ -1,0 +1,94 @@
+"""The JSON documents nsprof writes: the tidy rows (analyze, profile), validate's agreement
+document and tune's ranked document.
+
+NaN/NA become null (JSON has no NaN); numpy scalars become plain numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TextIO
+
+from nsprof.analysis.agreement import floor_map
+from nsprof.analysis.stats import is_missing
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Rows per JSON chunk: --json on a 1M-kernel report writes ~0.5 GB; one to_json string of it
+# (plus its encoded copy) tripled the peak memory.
+JSON_CHUNK_ROWS = 20_000
+
+
+def write_rows(frame, out: TextIO) -> None:
+    """The rows as one JSON array and a newline, written chunk by chunk (same text as to_json)."""
+    if len(frame) == 0:
+        out.write("[]\n")
+        return
+    out.write("[")
+    for begin in range(0, len(frame), JSON_CHUNK_ROWS):
+        chunk = frame.iloc[begin : begin + JSON_CHUNK_ROWS].to_json(orient="records", force_ascii=False)
+        out.write(("," if begin else "") + chunk[1:-1])
+    out.write("]\n")
+    out.flush()
+
+
+def jsonable(value: Any) -> Any:
+    """Plain Python for json: numpy scalars unwrapped, NaN/NA/None -> None (JSON null)."""
+    import math
+
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None:
+        return None
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if isinstance(value, (bool, int, str)):
+        return value
+    if is_missing(value):
+        return None
+    return str(value)
+
+
+def records(df: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """A frame's rows as jsonable dicts ([] for None)."""
+    if df is None:
+        return []
+    return [jsonable(dict(zip(df.columns, row))) for row in df.itertuples(index=False, name=None)]
+
+
+def agreement_document(
+    agreement_df: pd.DataFrame,
+    per_config: pd.DataFrame,
+    floors: pd.DataFrame | Mapping[str, float] | None,
+    verdict: str,
+) -> str:
+    """A JSON object: agreement (rows), per_config (long rows as given), noise_floor, verdict; NaN -> null."""
+    if floors is None or isinstance(floors, Mapping):
+        floor_rows = [{"truth": t, "kendall_tau": tau} for t, tau in floor_map(floors).items()]
+    else:
+        floor_rows = records(floors)
+    doc = {
+        "agreement": records(agreement_df),
+        "per_config": records(per_config),
+        "noise_floor": floor_rows,
+        "verdict": verdict,
+    }
+    # allow_nan=False: a NaN that slipped through would make invalid JSON; fail here instead
+    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)
+
+
+def tune_document(result) -> str:
+    """`nsprof tune --json`: label, best config, notes, the tuner's own pick, errors and the ranked
+    rows (`result`: an nsprof.tune.TuneResult)."""
+    document = {"label": result.label, "best_config_id": result.best_config_id, "best_config": result.best_config,
+                "notes": result.notes, "tuner_pick": result.tuner_pick, "errors": result.errors,
+                "ranked": json.loads(result.table.to_json(orient="records"))}
+    return json.dumps(document, default=str)

@@ -1,0 +1,77 @@
+"""The notes `nsprof analyze` prints about a report: what its rows are and how ncu took them,
+and the warnings its numbers call for (kernels sharing a short name, graph-profiling inflation,
+two reports an order of magnitude apart).
+
+Each returns words for what nsprof.analysis computed; nothing here reads files or prints.
+"""
+
+from __future__ import annotations
+
+from nsprof.analysis.summary import far_apart
+from nsprof.render.tables import shares_short_names
+
+SHARED_NAMES_NOTE = ("note: kernels marked #1, #2, ... share a short name (or differ only past the column "
+                     "width); each is its own row by full name, listed by --json or --csv as kernel_full")
+
+
+def _label(frame, column: str, option: str, default: str) -> str:
+    values = frame.loc[frame["source"].eq("ncu"), column].dropna().unique().tolist()
+    name = option.removeprefix("--").replace("-", " ")
+    if values:
+        where = frame.attrs.get("labels_from", {}).get(column)
+        return f"{name} {','.join(sorted(values))}" + (f" (from {where})" if where else "")
+    if frame.attrs.get("ncu_command_line"):
+        return (f"{name} unknown (the report's ncu command line does not set {option}: ncu's default, "
+                f"{default}, applies unless an ncu config file set another)")
+    return f"{name} unknown (not recorded in this report)"
+
+
+def describe_report(frame) -> str:
+    """One line on what a report's rows are: count, kind, and how ncu ran (as far as it is recorded).
+
+    Clock and cache control come from the report's own record (the ncu command line in an
+    .ncu-rep, ncu's notes above a CSV table) or from the caller's labels; nothing is assumed.
+    """
+    notes = [f"{len(frame)} rows", frame.attrs.get("kind", "?")]
+    if frame["source"].eq("ncu").any():
+        notes.append(_label(frame, "clock_control", "--clock-control", "base"))
+        notes.append(_label(frame, "cache_control", "--cache-control", "all"))
+    else:
+        notes.append("nsys: CUPTI kernel trace at the run's own clocks and cache state")
+    return ", ".join(notes)
+
+
+def graph_profiling_note(frame) -> str | None:
+    """The note for a report captured with ncu --graph-profiling graph, naming every row kind
+    it inflates (whole-graph rows and plain kernel rows alike), or None."""
+    ncu = frame[frame["source"].eq("ncu")]
+    if frame.attrs.get("graph_profiling") != "graph" and not ncu["workload"].eq("graph").any():
+        return None
+    counts = ncu["workload"].fillna("kernel").value_counts()
+    kinds = []
+    if counts.get("graph", 0):
+        kinds.append(f"{counts['graph']} 'graph' row(s), each a whole graph and not a kernel")
+    if counts.get("kernel", 0):
+        kinds.append(f"{counts['kernel']} 'kernel' row(s), plain launches included")
+    return ("note: this report was captured with ncu --graph-profiling graph, which inflates every row "
+            f"in it ({'; '.join(kinds)}). On an H200, µs kernels profiled this way took 19-83x as long as "
+            "the same kernels profiled per node, their cycles inflated alike. Profile with "
+            "--graph-profiling node for per-kernel durations.")
+
+
+def summary_notes(frame, summary) -> list[str]:
+    """The notes under a report's summary table (`summary`: analysis.summary.summarize(frame))."""
+    notes = [SHARED_NAMES_NOTE] if shares_short_names(summary) else []
+    note = graph_profiling_note(frame)
+    return notes + ([note] if note else [])
+
+
+def compare_note(joined) -> str | None:
+    """The note under a comparison (`joined`: analysis.summary.compare's) when rows are 10x apart, or None."""
+    far = far_apart(joined)
+    if not len(far):
+        return None
+    # ncu with --clock-control none, or any --graph-profiling graph run, measured µs
+    # kernels 30-80x too long on the H200.
+    return (f"note: {len(far)} row(s) differ more than 10x between A and B: for µs kernels that "
+            "points at ncu --clock-control none or --graph-profiling graph, not at the kernel")

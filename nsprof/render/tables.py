@@ -1,0 +1,200 @@
+"""The tables nsprof prints: analyze's summary and comparison, profile's per-config table, tune's
+ranking, validate's per-config values, agreement and verdict, and the results store's runs.
+
+Each takes what nsprof.analysis (or the orchestration above it) computed and returns text;
+nothing here measures or prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from nsprof.analysis.agreement import FLOOR_MARGIN, floor_map, verdicts, wide
+from nsprof.analysis.stats import is_missing
+from nsprof.render.text import num, pct, render_table, short, text, us, yes_no
+from nsprof.space import config_label
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+# --------------------------------------------------------------------------- nsprof analyze
+
+def kernel_labels(summary, width: int = 48, by: tuple[str, ...] = ("source", "group")) -> list[str]:
+    """The kernel cell of each summary row: the short name within `width`, made distinct
+    (` #1`, ` #2`, ...) where several kernels of one `by` group would print alike (a shared
+    short name, or names that differ only past the width)."""
+    labels = [short(str(k), width) for k in summary["kernel"]]
+    keys = [tuple(str(summary[c].iloc[i]) for c in by if c in summary) for i in range(len(summary))]
+    seen: dict[tuple, list[int]] = {}
+    for i, label in enumerate(labels):
+        seen.setdefault((*keys[i], label), []).append(i)
+    for positions in seen.values():
+        if len(positions) < 2:
+            continue
+        ordered = sorted(positions, key=lambda i: str(summary["kernel_full"].iloc[i]))
+        for number, i in enumerate(ordered, 1):
+            suffix = f" #{number}"
+            labels[i] = short(str(summary["kernel"].iloc[i]), width - len(suffix)) + suffix
+    return labels
+
+
+def shares_short_names(summary) -> bool:
+    """Whether the summary table had to number kernels apart (see kernel_labels)."""
+    plain = kernel_labels(summary, by=("source", "group", "kernel_full"))  # never numbered
+    return kernel_labels(summary) != plain
+
+
+def format_summary(summary) -> str:
+    headers = ["source", "range", "kernel", "n", "median µs", "min µs", "mean µs", "std µs",
+               "cv %", "cycles", "clock GHz"]
+    rows = []
+    for rec, kernel in zip(summary.itertuples(index=False), kernel_labels(summary)):
+        rows.append([
+            rec.source, short(str(rec.group), 32), kernel, str(rec.count),
+            us(rec.median_ns), us(rec.min_ns), us(rec.mean_ns), us(rec.std_ns),
+            num(rec.cv * 100 if rec.cv == rec.cv else float("nan"), ".1f"),
+            num(rec.median_cycles, ",.0f"),
+            num(rec.median_clock_hz / 1e9 if rec.median_clock_hz == rec.median_clock_hz else float("nan"), ".3f"),
+        ])
+    return render_table(headers, rows, right=set(range(3, len(headers))))
+
+
+def format_compare(joined, name_a: str, name_b: str) -> str:
+    headers = ["range", "kernel", f"A µs ({short(name_a, 20)})", f"B µs ({short(name_b, 20)})",
+               "B/A", "cycles B/A"]
+    rows = []
+    for rec, kernel in zip(joined.itertuples(index=False), kernel_labels(joined, by=("group",))):
+        rows.append([
+            short(str(rec.group), 32), kernel, us(rec.median_ns_a),
+            us(rec.median_ns_b), num(rec.ratio, ".3f"), num(rec.cycles_ratio, ".3f"),
+        ])
+    return render_table(headers, rows, right=set(range(2, len(headers))))
+
+
+# --------------------------------------------------------------------------- nsprof profile, tune, results
+
+def format_config_summary(summary) -> str:
+    """The per-config table of `nsprof profile` (from nsprof.profile.config_summary), then the best."""
+    headers = ["id", "config", "mode", "median µs", "min µs", "spread %", "reps", "kernels", "cycles",
+               "clock GHz", "error"]
+    rows = []
+    for r in summary.itertuples():
+        rows.append([str(r.config_id), text(getattr(r, "config", ""), 40), text(r.mode), us(r.median_ns),
+                     us(r.min_ns), num(r.spread * 100, ".1f"), str(r.reps), str(r.kernels),
+                     num(r.median_cycles, ",.0f"), num(r.median_clock_hz / 1e9, ".3f"), text(r.error, 60)])
+    table = render_table(headers, rows, right={0, 3, 4, 5, 6, 7, 8, 9})
+    measured = summary[summary["error"].isna() & summary["median_ns"].notna()]
+    if len(measured):
+        best = measured.loc[measured["median_ns"].idxmin()]
+        label = f" ({best['config']})" if "config" in summary else ""
+        table += (f"\nbest: config {best['config_id']}{label} {best['mode']}, "
+                  f"{best['median_ns'] / 1e3:.3f} µs median")
+    return table
+
+
+def describe_pick(pick: dict, table) -> str:
+    """One line: the tuner's own choice, and where the ground truth ranks it (`table`: analysis.ranking.rank's)."""
+    head = f"{pick['tuner']} ({pick['timer']}) picks config {pick['config_id']} ({config_label(pick['config'])})"
+    row = table[table["config_id"] == pick["config_id"]]
+    if pick["config_id"] is None or row.empty or is_missing(row.iloc[0]["rank"]):
+        return head + "; the ground truth has no measurement of it"
+    rank, vs_best = int(row.iloc[0]["rank"]), float(row.iloc[0]["vs_best"])
+    if rank == 1:
+        return head + ": the ground truth's best too"
+    return head + f": ground truth ranks it #{rank}, {vs_best * 100:+.1f}% vs the best"
+
+
+def format_ranked(result) -> str:
+    """`nsprof tune`'s output: how the numbers were taken, the ranked table, the best, the notes
+    (`result`: an nsprof.tune.TuneResult)."""
+    headers = ["rank", "id", "config", "µs", "spread %", "cycles", "clock GHz", "vs best", "error"]
+    rows = []
+    for r in result.table.itertuples():
+        rows.append([text(r.rank), str(r.config_id), text(r.config, 44), us(r.value_ns),
+                     num(getattr(r, "spread", float("nan")) * 100, ".1f"),
+                     num(getattr(r, "median_cycles", float("nan")), ",.0f"),
+                     num(getattr(r, "median_clock_hz", float("nan")) / 1e9, ".3f"),
+                     "-" if r.vs_best != r.vs_best else f"+{r.vs_best * 100:.1f}%", text(r.error, 50)])
+    lines = [f"ranked by {result.label}", render_table(headers, rows, right={0, 1, 3, 4, 5, 6, 7})]
+    best = result.best_config_id
+    if best is not None:
+        lines.append(f"best: config {best} ({config_label(result.configs[best])})")
+    lines += [f"note: {note}" for note in result.notes]
+    return "\n".join(lines)
+
+
+def format_runs(runs, counts) -> str:
+    """`nsprof results`: one row per run of the results store (`counts`: rows per run id)."""
+    rows = [[str(r.id), text(r.started_at, 19), text(r.target, 40), text(r.backend), text(r.mode),
+             text(r.gpu, 20), str(int(counts.get(r.id, 0))) if len(runs) else "0", text(r.status)]
+            for r in runs.itertuples()]
+    return render_table(["run", "started", "target", "backend", "mode", "gpu", "rows", "status"], rows,
+                        right={0, 6})
+
+
+# --------------------------------------------------------------------------- nsprof validate
+
+def format_agreement(df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float] | None = None) -> str:
+    """A plain fixed-width table, one row per timer × truth; a `floor τ` column when floors are given."""
+    fmap = floor_map(floors)
+    k = df.attrs.get("k", 3)
+    headers = ["timer", "truth", "n", "bias ×", "τ", "ρ", "same best", "regret %", f"top-{k}"]
+    if fmap:
+        headers.append("floor τ")
+    rows = []
+    for rec in df.itertuples(index=False):
+        row = [
+            str(rec.timer), str(rec.truth), str(rec.n), num(rec.bias, ".3f"), num(rec.kendall_tau, ".3f"),
+            num(rec.spearman_rho, ".3f"), yes_no(rec.same_best),
+            num(None if is_missing(rec.regret) else rec.regret * 100, ".1f"), yes_no(rec.top_k_hit),
+        ]
+        if fmap:
+            row.append(num(fmap.get(str(rec.truth)), ".3f"))
+        rows.append(row)
+    return render_table(headers, rows, right=set(range(2, len(headers))))
+
+
+def format_per_config(
+    per_config: pd.DataFrame, configs: list[dict] | None = None, methods: Sequence[str] | None = None
+) -> str:
+    """Configs as rows, methods as columns, µs with 3 decimals; `configs[config_id]` labels a row."""
+    table = wide(per_config, methods)
+    headers = ["id"] + (["config"] if configs is not None else []) + [f"{m} µs" for m in table.columns]
+    rows = []
+    for cid, values in table.iterrows():
+        row = [str(cid)]
+        if configs is not None:
+            i = int(cid)
+            row.append(config_label(configs[i]) if 0 <= i < len(configs) else "?")
+        row += [num(None if is_missing(v) else v / 1e3, ",.3f") for v in values]
+        rows.append(row)
+    first_number = 2 if configs is not None else 1
+    return render_table(headers, rows, right={0, *range(first_number, len(headers))})
+
+
+def format_verdict(agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float] | None = None) -> str:
+    """One line per truth: which timer tracks it best, its τ and regret, and the truth's own floor
+    (the words for analysis.agreement.verdicts)."""
+    lines = []
+    for v in verdicts(agreement_df, floors):
+        if v.timer is None:
+            lines.append(f"vs {v.truth}: no timer could be compared (fewer than 2 configs measured by both).")
+            continue
+        head = (f"vs {v.truth}: {v.timer} tracks best" if v.reliable
+                else f"vs {v.truth}: no timer ranks configs reliably; best is {v.timer}")
+        stats = f"τ {v.kendall_tau:.2f}, regret {pct(v.regret)}"
+        if v.floor is None:
+            lines.append(f"{head} ({stats}).")
+            continue
+        what = "own repeatability" if v.against == "repeat" else f"agreement with {v.against}"
+        stats += f"; {v.truth}'s {what} τ {v.floor:.2f}"
+        if not v.near_floor:
+            lines.append(f"{head} ({stats}).")
+        elif v.near_floor == (v.timer,):
+            lines.append(f"{head} ({stats}), as good as the ground truth's own repeatability.")
+        else:
+            lines.append(f"{head} ({stats}); {', '.join(v.near_floor)} within {FLOOR_MARGIN:.2f} of that τ: "
+                         "as good as the ground truth's own repeatability.")
+    return "\n".join(lines)
