@@ -1,5 +1,8 @@
 """The `nsprof` command line: a thin click layer over the library.
 
+Each command turns its options into settings, calls the library (nsprof.reports, profile,
+validate, tune, store, doctor) and prints what nsprof.render makes of the result.
+
 Library errors (nsprof.errors.NsprofError) become one line on stderr and exit status 2.
 """
 
@@ -321,8 +324,7 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
     for (method, config_id), reason in sorted(result.failures.items(), key=str):
         click.echo(f"nsprof: {method} failed on config {config_id}: {reason}", err=True)
     if plot_path:
-        plot(result.per_config, result.agreement, result.timers, result.truths, plot_path,
-                   floors=result.floors)
+        plot(result.per_config, result.agreement, result.timers, result.truths, plot_path, floors=result.floors)
         click.echo(f"wrote {plot_path}", err=True)
     document = agreement_document(result.agreement, result.per_config, result.floors, result.verdict)
     if save_path:
