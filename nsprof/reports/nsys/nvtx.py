@@ -59,6 +59,8 @@ class NvtxRanges:
 
 
 def read_nvtx_ranges(path: Path, strings: dict[int, str]) -> NvtxRanges | None:
+    """The push/pop and start/end ranges of NVTX_EVENTS, or None when the export has none
+    (no table, or no start/eventType column). `strings`: StringIds."""
     with closing(connect(path)) as conn:
         if NVTX_TABLE not in table_names(conn):
             return None
@@ -101,9 +103,29 @@ def read_nvtx_ranges(path: Path, strings: dict[int, str]) -> NvtxRanges | None:
         ],
         where=f"eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END})",
     )
+    domain_code, domain_names = _domains(thread, domain_id, domain_rows, strings)
+    name_code, distinct_names = _range_names(rowid, text_id, texts, strings)
+    return NvtxRanges(
+        start_ns=start,
+        end_ns=end,
+        push_pop=kind == NVTX_PUSH_POP,
+        thread=thread,
+        domain=domain_code,
+        name=np.array(distinct_names, dtype=object)[name_code],
+        name_code=name_code,
+        distinct_names=distinct_names,
+        domain_names=domain_names,
+    )
 
-    # Domain names: id 0 is the default domain; others are named by their create event in
-    # the same process (ids are handles of one process; several processes may reuse them).
+
+def _domains(
+    thread: np.ndarray, domain_id: np.ndarray, domain_rows: list[tuple], strings: dict[int, str]
+) -> tuple[np.ndarray, list[str]]:
+    """Each range's domain as a code into a list of domain names.
+
+    Id 0 is the default domain; others are named by their create event in the same
+    process (ids are handles of one process; several processes may reuse them).
+    """
     by_process: dict[tuple[int | None, int], str] = {}
     by_id: dict[int, str] = {}
     for dom_id, text, dom_text_id, creator in domain_rows:
@@ -128,9 +150,14 @@ def read_nvtx_ranges(path: Path, strings: dict[int, str]) -> NvtxRanges | None:
         else by_process.get((proc, dom_id)) or by_id.get(dom_id) or f"<domain {dom_id}>"
         for proc, dom_id in pairs
     ]
+    return domain_code, domain_names
 
-    # Range names: the explicit text, else the registered string behind textId. Kept as
-    # codes into a list of distinct names too, so that each name is parsed only once.
+
+def _range_names(
+    rowid: np.ndarray, text_id: np.ndarray, texts: dict[int, str], strings: dict[int, str]
+) -> tuple[np.ndarray, list[str]]:
+    """Each range's name as a code into a list of distinct names (so that each name is
+    parsed only once): the explicit text, else the registered string behind textId."""
     name_code = np.zeros(len(rowid), dtype=np.intp)
     distinct_names = [""]  # code 0: a range without a name
     registered = text_id != NULL
@@ -145,17 +172,7 @@ def read_nvtx_ranges(path: Path, strings: dict[int, str]) -> NvtxRanges | None:
             codes.setdefault(text, len(distinct_names) + len(codes))
         name_code[position] = [codes[text] for text in texts.values()]
         distinct_names += list(codes)
-    return NvtxRanges(
-        start_ns=start,
-        end_ns=end,
-        push_pop=kind == NVTX_PUSH_POP,
-        thread=thread,
-        domain=domain_code,
-        name=np.array(distinct_names, dtype=object)[name_code],
-        name_code=name_code,
-        distinct_names=distinct_names,
-        domain_names=domain_names,
-    )
+    return name_code, distinct_names
 
 
 # --- attribution ---------------------------------------------------------------------------
