@@ -53,7 +53,7 @@ import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 kind, path = sys.argv[2], sys.argv[3]
 if kind == "nsys":
-    from nsprof.reports.nsys import read_nsys_sqlite as read
+    from nsprof.reports.nsys.reader import read_nsys_sqlite as read
 else:
     from nsprof.reports.ncu_csv import read_ncu_csv as read
 import pandas  # imported before the clock starts: library start-up is not parse time

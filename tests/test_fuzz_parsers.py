@@ -47,7 +47,7 @@ from hypothesis import strategies as st
 from nsprof.errors import ReportError
 from nsprof.reports import read_report
 from nsprof.reports.ncu_csv import read_ncu_csv
-from nsprof.reports.nsys import read_nsys_sqlite
+from nsprof.reports.nsys.reader import read_nsys_sqlite
 from nsprof.schema import COLUMN_DTYPES, COLUMNS
 
 REPO = Path(__file__).resolve().parent.parent

@@ -352,7 +352,7 @@ def test_csv_after_program_output_is_read(tmp_path, size):
 
 def test_program_output_beyond_the_scan_bound_is_refused_in_one_line(tmp_path):
     from nsprof.reports import sniff_kind
-    from nsprof.reports.ncu_csv import HEADER_SCAN_BYTES
+    from nsprof.reports.signatures import HEADER_SCAN_BYTES
 
     path = tmp_path / "huge.csv"
     path.write_text(_program_output(HEADER_SCAN_BYTES + 10_000) + RAW.read_text())

@@ -21,7 +21,8 @@ from conftest import FIXTURES
 
 from nsprof.errors import ReportError, ToolNotFound
 from nsprof.host.tools import find_nsys
-from nsprof.reports.nsys import export_nsys_rep, read_nsys_rep, read_nsys_sqlite
+from nsprof.reports.nsys.convert import export_nsys_rep
+from nsprof.reports.nsys.reader import read_nsys_rep, read_nsys_sqlite
 from nsprof.schema import COLUMN_DTYPES, COLUMNS, DEFAULT_DOMAIN
 
 FIXTURE = FIXTURES / "fixture.sqlite"
@@ -803,7 +804,7 @@ def test_mode_comes_from_nsprofs_range_name_not_the_graph_node(tmp_path):
     import shutil
     import sqlite3
 
-    from nsprof.reports.nsys import read_nsys_sqlite
+    from nsprof.reports.nsys.reader import read_nsys_sqlite
 
     path = tmp_path / "graph_inside_direct.sqlite"
     shutil.copy(FIXTURE, path)
@@ -826,7 +827,7 @@ def test_a_locked_rollback_journal_database_names_the_lock(tmp_path, monkeypatch
     import subprocess
     import sys
 
-    import nsprof.reports.nsys as nsys_module
+    import nsprof.reports.nsys.sqlite as nsys_module
 
     path = tmp_path / "sub" / "locked.sqlite"
     path.parent.mkdir()

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from nsprof.errors import ToolFailed
+from nsprof.reports.nsys.convert import import_qdstrm
 from nsprof.schema import NSPROF_DOMAIN
 from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import worker_command
@@ -37,7 +36,7 @@ class NsysDriver:
             import_qdstrm(self.executable, qdstrm, log)
         if not report.exists():
             return None
-        from nsprof.reports.nsys import export_nsys_rep
+        from nsprof.reports.nsys.convert import export_nsys_rep
 
         return export_nsys_rep(report, out_dir=report.parent)  # the run's own work folder
 
@@ -45,43 +44,3 @@ class NsysDriver:
         from nsprof.reports.nsys import read_nsys_sqlite
 
         return read_nsys_sqlite(report, domain=NSPROF_DOMAIN, **settings.labels)
-
-
-def import_qdstrm(nsys: Path, qdstrm: Path, log: Path) -> Path:
-    """Run QdstrmImporter on a .qdstrm that nsys could not turn into a .nsys-rep itself."""
-    import subprocess
-
-    from nsprof.host.tools import find_qdstrm_importer
-
-    importer = find_qdstrm_importer(nsys)
-    if importer is None:
-        raise ToolFailed(f"nsys left {qdstrm.name} and no .nsys-rep, and QdstrmImporter was not found near {nsys}")
-    try:
-        proc = subprocess.run([str(importer), "-i", str(qdstrm)], capture_output=True, text=True,
-                              errors="replace", stdin=subprocess.DEVNULL)
-    except OSError as exc:
-        raise ToolFailed(f"cannot run {importer}: {exc.strerror}") from None
-    output = proc.stdout + proc.stderr
-    with open(log, "a") as handle:
-        handle.write(output)
-    report = qdstrm.with_suffix(".nsys-rep")
-    if proc.returncode != 0 or not report.exists():
-        # The loader's complaint may be anywhere in the importer's output, or in nsys's own
-        # output earlier in the log (nsys runs the importer itself first).
-        library = missing_library(output) or missing_library(log.read_text(errors="replace"))
-        if library:
-            raise ToolFailed(f"QdstrmImporter cannot run: shared library {library} is missing; install the "
-                             f"package that provides it or add its folder to LD_LIBRARY_PATH (log: {log})")
-        lines = [line.strip() for line in output.splitlines() if line.strip()]
-        detail = f": {lines[-1][:200]}" if lines else f" (exit status {proc.returncode})"
-        raise ToolFailed(f"QdstrmImporter failed on {qdstrm.name}{detail} (log: {log})")
-    return report
-
-
-_MISSING_LIBRARY = re.compile(r"error while loading shared libraries: ([^\s:]+)")
-
-
-def missing_library(text: str) -> str | None:
-    """'libdw.so.1' from the dynamic loader's "error while loading shared libraries" line."""
-    match = _MISSING_LIBRARY.search(text)
-    return match.group(1) if match else None

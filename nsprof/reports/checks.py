@@ -67,24 +67,6 @@ def _reason(exc: OSError) -> str:
     return (exc.strerror or str(exc)).lower()
 
 
-# Compressed files, recognised by their first bytes (never by name): name, how to unpack.
-COMPRESSED_MAGIC = (
-    (b"\x1f\x8b", "gzip", "gzip -dk"),
-    (b"\xfd7zXZ\x00", "xz", "xz -dk"),
-    (b"BZh", "bzip2", "bzip2 -dk"),
-    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"),
-    (b"PK\x03\x04", "zip", "unzip"),
-)
-
-
-def compression_of(head: bytes) -> tuple[str, str] | None:
-    """(format, unpack command) when `head` starts a compressed file, else None."""
-    for magic, name, command in COMPRESSED_MAGIC:
-        if head.startswith(magic) and (name != "bzip2" or head[3:4].isdigit()):
-            return name, command
-    return None
-
-
 def read_head(path, size: int, *, empty_hint: str = "") -> bytes:
     """The first `size` bytes of a report file, or a one-line ReportError for the ways a path
     is not a readable, non-empty regular file (missing, a link loop, a folder, a FIFO or other

@@ -16,6 +16,7 @@ from nsprof.errors import ReportError
 from nsprof.reports.checks import blank_impossible, one_line, read_head
 from nsprof.reports.names import short_kernel_name
 from nsprof.reports.nvtx_cells import parse_csv_columns
+from nsprof.reports.signatures import UTF16_BOMS, find_header
 from nsprof.schema import make_frame
 
 PUSH_POP_PREFIX = "thread Domain:Push/Pop_Range"
@@ -150,12 +151,6 @@ def _read_bytes(path: Path) -> bytes:
     return data
 
 
-# The table's header row: ncu may print ==PROF== lines and the program's own output first.
-_HEADER_RE = re.compile(rb'^(?:\xef\xbb\xbf)?"ID","[^\r\n]*"Kernel Name"', re.M)
-_ANY_HEADER_RE = re.compile(rb'^(?:\xef\xbb\xbf)?"ID","', re.M)
-# How far into a file the header row is looked for when telling what kind of file it is
-# (the parser itself reads the whole file).
-HEADER_SCAN_BYTES = 8 * 2**20
 # ncu's own notes when it leaves clocks or caches alone (--clock-control none,
 # --cache-control none); a CSV captured straight from the profiling run has them above the
 # table, a CSV exported later with --import has no such lines.
@@ -163,17 +158,11 @@ _PREAMBLE_LABELS = ((b"Running with unmodified GPU clocks", "clock_control", "no
                     (b"Running with uncontrolled GPU caches", "cache_control", "none"))
 
 
-def find_header(data: bytes) -> int | None:
-    """Offset of the ncu CSV header row in `data` (the first "ID" row naming "Kernel Name",
-    else the first "ID" row), or None."""
-    match = _HEADER_RE.search(data) or _ANY_HEADER_RE.search(data)
-    return match.start() if match else None
-
-
 def preamble_labels(preamble: bytes) -> dict[str, str]:
     """clock_control / cache_control that ncu's notes above the table record."""
     return {key: value for marker, key, value in _PREAMBLE_LABELS if marker in preamble}
-UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
 # IDs beyond int64 cannot be ncu's (it numbers results from 0); they are not rows.
 _ID_PATTERN = r"[0-9]{1,18}"
 _SMALL_INT_PATTERN = r"[0-9]{1,15}"

@@ -21,9 +21,9 @@ from nsprof.errors import ReportError, ToolNotFound
 from nsprof.reports.checks import blank_impossible, one_line, read_head
 from nsprof.reports.ncu_csv import CLOCK_METRICS, CYCLES_METRICS, DURATION_METRICS
 from nsprof.reports.nvtx_cells import NvtxState
+from nsprof.reports.signatures import NCU_REP_MAGIC
 from nsprof.schema import make_frame, parse_range_name
 
-NCU_REP_MAGIC = b"NVR\0"
 _WORKLOAD_GRAPH = 3  # IAction.WorkloadType_GRAPH in ncu_report
 _INT_METRICS = ("launch__process_id", "launch__device_id", "launch__stream_id")
 _METRICS = (*DURATION_METRICS, *CYCLES_METRICS, *CLOCK_METRICS, *_INT_METRICS)
