@@ -82,20 +82,21 @@ def torch_check() -> Check:
 def ground_truth_check(backend: str) -> Check:
     """Run the built-in tiny kernel under the tool, direct and graph, and read the report."""
     from nsprof.errors import NsprofError
-    from nsprof.profile import config_summary, profile
+    from nsprof.profile import config_summary, profile_result
     from nsprof.settings import ProfileSettings
 
     settings = ProfileSettings(backend=backend, reps=2, warmup=1, timeout_s=120)
     try:
-        frame = profile("nsprof.builtin:tiny", settings)
+        result = profile_result("nsprof.builtin:tiny", settings)
     except NsprofError as exc:
         return Check(f"{backend} run", False, str(exc))
+    frame = result.frame
     if frame["error"].notna().any():
         return Check(f"{backend} run", False, frame["error"].dropna().iloc[0])
     summary = config_summary(frame)
     parts = [f"{r.mode} {r.median_ns / 1e3:.2f} µs" for r in summary.itertuples()]
     return Check(f"{backend} run", len(summary) == 2,
-                 f"tiny add kernel: {', '.join(parts)} ({frame.attrs['wall_s']:.1f} s)")
+                 f"tiny add kernel: {', '.join(parts)} ({result.wall_s:.1f} s)")
 
 
 def run_doctor(run_kernels: bool = True) -> tuple[list[Check], bool]:

@@ -13,10 +13,19 @@ import json
 import sys
 from pathlib import Path
 
+from nsprof.drivers.base import Driver
 
-class StatusDriver:
+
+class StatusDriver(Driver):
     name = "standin"
     suffix = ".standin.json"
+    labels_like = None  # the Driver class whose row labels this stand-in gives (None: the default)
+
+    def labels(self, settings):
+        return self.labels_like.labels(self, settings) if self.labels_like else super().labels(settings)
+
+    def tool_version(self):
+        return "standin 1.0"
 
     def build_command(self, settings, job_file, report_base):
         import os
@@ -50,21 +59,18 @@ class StatusDriver:
         job = data["job"]
         configs = load_target(job["target"]).configs
         rows = [{"source": settings.backend, "config_id": c, "mode": mode, "rep": rep, "kernel": "standin_kernel",
-                 "duration_ns": float(configs[c].get("ns", 1000 + c)), **settings.labels}
+                 "duration_ns": float(configs[c].get("ns", 1000 + c)), **self.labels(settings)}
                 for c in data["done"] for mode in job["modes"] for rep in range(job["reps"])]
         return make_frame(rows)
 
 
 def install() -> None:
-    """Make every ncu/nsys session of this process use the stand-in (and need no tool on PATH)."""
-    import nsprof.host.tools as tools
-    import nsprof.session as session
+    """Make every ncu/nsys session of this process use the stand-in (and need no tool on PATH),
+    labelling its rows as the tool it stands in for would."""
+    from nsprof.drivers import registry
 
-    session.make_driver = lambda settings: StatusDriver()
-    found = type("Tool", (), {"path": Path("/nonexistent/standin")})()
-    tools.find_ncu = lambda required=True: found
-    tools.find_nsys = lambda required=True: found
-    tools.tool_version = lambda path: "standin 1.0"
+    for name in ("ncu", "nsys"):
+        registry.register(name, type(f"StatusDriver_{name}", (StatusDriver,), {"labels_like": registry.driver_class(name)}))
 
 
 if __name__ == "__main__":

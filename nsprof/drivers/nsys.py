@@ -5,18 +5,33 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from nsprof.drivers.base import Driver
 from nsprof.errors import ToolFailed
 from nsprof.schema import NSPROF_DOMAIN
 from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import worker_command
 
 
-class NsysDriver:
+class NsysDriver(Driver):
     name = "nsys"
     suffix = ".nsys-rep"
 
     def __init__(self, executable: Path) -> None:
         self.executable = Path(executable)
+
+    @classmethod
+    def create(cls) -> NsysDriver:
+        from nsprof.host import tools
+
+        return cls(tools.find_nsys().path)
+
+    def conditions(self, settings: ProfileSettings) -> str:
+        return "CUPTI kernel trace at the run's own clocks"
+
+    def tool_version(self) -> str:
+        from nsprof.host import tools
+
+        return tools.tool_version(self.executable)
 
     def build_command(self, settings: ProfileSettings, job_file: Path, report_base: Path) -> list[str]:
         # CUDA + NVTX trace only: with default CPU sampling one small run wrote a 2.2 GB
@@ -44,7 +59,7 @@ class NsysDriver:
     def read(self, report: Path, settings: ProfileSettings):
         from nsprof.reports.nsys import read_nsys_sqlite
 
-        return read_nsys_sqlite(report, domain=NSPROF_DOMAIN, **settings.labels)
+        return read_nsys_sqlite(report, domain=NSPROF_DOMAIN, **self.labels(settings))
 
 
 def import_qdstrm(nsys: Path, qdstrm: Path, log: Path) -> Path:

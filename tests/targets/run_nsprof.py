@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+import nsprof.drivers.registry
 import nsprof.session
 from nsprof.settings import ProfileSettings
 
@@ -19,7 +20,7 @@ if __name__ == "__main__":
         from standin import StatusReportDriver
 
         driver = StatusReportDriver(**spec["driver"])
-        nsprof.session.make_driver = lambda settings: driver
+        nsprof.drivers.registry.get_driver = lambda name: driver
     if "argv" in spec:
         from nsprof.cli import main
 

@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from nsprof.drivers.base import Driver
 from nsprof.errors import ReportError
 from nsprof.schema import make_frame
 from nsprof.worker.protocol import parse_status, worker_command
@@ -21,7 +22,7 @@ from nsprof.worker.protocol import parse_status, worker_command
 FAKE_PROFILER = Path(__file__).parent / "fake_profiler.py"
 
 
-class StatusReportDriver:
+class StatusReportDriver(Driver):
     name = "standin"
     suffix = ".standin.json"
 
