@@ -1,0 +1,69 @@
+"""The measuring seam (issue 12): a new backend is one driver class and one registry line.
+
+A stand-in driver (tests/standins.py: its "report" is the worker's status file, each finished
+config measuring its "ns") is registered once, under a name of its own, and then profile, tune
+and validate run through it end to end on a CPU target, in real worker processes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from standins import StatusDriver  # noqa: E402
+
+from nsprof.drivers import registry  # noqa: E402
+
+TARGET = """
+import nsprof.space
+space = nsprof.space.Space(configs=[{"ns": 3000.0}, {"ns": 1000.0}, {"ns": 2000.0}], build=lambda c: (lambda: None),
+                           device="cpu")
+"""
+
+
+@pytest.fixture
+def seam(tmp_path, monkeypatch):
+    monkeypatch.setattr(registry, "_DRIVERS", dict(registry._DRIVERS))
+    monkeypatch.setattr(registry, "_TRUTHS", list(registry._TRUTHS))
+    registry.register("seam", StatusDriver)  # the one line a new backend needs
+    (tmp_path / "seam_target.py").write_text(TARGET)
+    return str(tmp_path / "seam_target.py") + ":space"
+
+
+def test_profile_tune_and_validate_run_through_a_registered_driver(seam, tmp_path):
+    from nsprof.profile import config_summary, profile, profile_result
+    from nsprof.settings import ProfileSettings, TuneSettings, ValidateSettings
+    from nsprof.tune import tune
+    from nsprof.validate import run_truth
+
+    settings = ProfileSettings(backend="seam", modes=("direct",), reps=2, warmup=0, timeout_s=30,
+                               work_dir=tmp_path / "profile")
+    result = profile_result(seam, settings)
+    assert result.backend == "seam" and result.failures == {}
+    summary = config_summary(result.frame, result.configs)
+    assert summary.set_index("config_id")["median_ns"].to_dict() == {0: 3000.0, 1: 1000.0, 2: 2000.0}
+    assert set(result.frame["source"]) == {"seam"}
+    assert profile(seam, settings).attrs["backend"] == "seam"  # the public name, attrs kept
+
+    ranked = tune(seam, TuneSettings(backend="seam", mode="direct", reps=2, timeout_s=30, use_store=False,
+                                     work_dir=tmp_path / "tune", feed_back=False, tuner_pick=False))
+    assert ranked.best_config_id == 1
+    assert list(ranked.table["config_id"]) == [1, 2, 0]
+
+    validate_settings = ValidateSettings(truths=("seam",), modes=("direct",), reps=2, timeout_s=30)
+    rows, failures = run_truth(seam, "seam", validate_settings, tmp_path / "validate")
+    assert failures == {}
+    assert {(r["config_id"], r["method"], r["value_ns"]) for r in rows} == {
+        (0, "seam:direct", 3000.0), (1, "seam:direct", 1000.0), (2, "seam:direct", 2000.0)}
+
+
+def test_an_unregistered_backend_is_one_line():
+    from nsprof.errors import NsprofError
+    from nsprof.settings import ProfileSettings
+
+    with pytest.raises(NsprofError, match="backend must be one of"):
+        ProfileSettings(backend="seam")
