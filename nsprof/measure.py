@@ -87,10 +87,6 @@ class GroundTruth(Backend):
     def tool_version(self) -> str:
         return self.driver.tool_version()
 
-    def conditions(self) -> str:
-        """The measuring conditions, in words ("" when the driver has none to state)."""
-        return self.driver.conditions(self.settings)
-
     def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
             on_progress: Progress | None = None, on_rows: OnRows | None = None) -> Measured:
         from nsprof.session import run_session

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nsprof.drivers import registry
 from nsprof.errors import NsprofError
 from nsprof.measure import FastTimers, GroundTruth, Measured
 from nsprof.reports.checks import one_line
@@ -71,7 +72,7 @@ def rank(per_config, stat: str = "median"):
 def key_labels(backend: str, settings: TuneSettings) -> dict[str, str]:
     """The conditions a measurement is taken under (results-store key fields)."""
     if backend in ground_truths():
-        return {"mode": settings.mode, **GroundTruth(settings.profile).labels}
+        return {"mode": settings.mode, **registry.driver_class(backend).labels(settings.profile)}
     name = TIMER_BACKENDS[backend]
     return {"mode": "graph" if name.startswith("graph") else "direct", "clock_control": "none",
             "cache_control": "all" if name.endswith("cold") else "none"}
@@ -94,27 +95,32 @@ def retryable(reason: str, timeout_s: float) -> bool:
 
 
 def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, config_ids: list[int], on_progress,
-                 on_rows: Callable[[object], None] | None = None) -> Measured:
+                 on_rows: Callable[[object], None] | None = None,
+                 on_device: Callable[[dict | None], None] | None = None):
     """Tidy rows for `config_ids` under `backend`: kernels for ground truths (compiled first, see
     nsprof.profile.profile_result); for a fast timer one row per config holding the timer's
     statistic as rep 0. Failed configs are rows with an error.
 
     on_rows(frame) gets whole configs' rows as they are known (each worker run's, and on Ctrl-C
-    or SIGTERM what was finished), so that they can be stored before the run ends. The result's
-    device is what the worker measured on ({"uuid", "name"}), where it said.
+    or SIGTERM what was finished), so that they can be stored before the run ends. on_device(device)
+    gets what the worker measured on ({"uuid", "name"}, or None where it did not say).
     """
     if backend in ground_truths():
         from nsprof.profile import profile_result
 
-        return profile_result(target, settings.profile, config_ids=config_ids, on_progress=on_progress,
-                              on_rows=on_rows)
-    import tempfile
+        measured: Measured = profile_result(target, settings.profile, config_ids=config_ids,
+                                            on_progress=on_progress, on_rows=on_rows)
+    else:
+        import tempfile
 
-    name = TIMER_BACKENDS[backend]
-    work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-tune-"))
-    timers = FastTimers([name], settings.profile, work_dir / f"timer-{name}", timer_reps=settings.timer_reps,
-                        stat=settings.stat, labels=key_labels(backend, settings), failure_source=name)
-    return timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows)
+        name = TIMER_BACKENDS[backend]
+        work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-tune-"))
+        timers = FastTimers([name], settings.profile, work_dir / f"timer-{name}", timer_reps=settings.timer_reps,
+                            stat=settings.stat, labels=key_labels(backend, settings), failure_source=name)
+        measured = timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows)
+    if on_device is not None:
+        on_device(measured.device)
+    return measured.frame
 
 
 def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wanted: list[int], on_progress,
@@ -154,16 +160,17 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
                     stored_ids.add(config_id)
 
             try:
-                measured = measure_rows(target, len(space.configs), backend, settings, todo, on_progress,
-                                        on_rows=store_rows)
-                store_rows(measured.frame)  # what was not handed over yet
-                status = "ok" if measured.frame["error"].isna().any() else "nothing measured"
+                devices: list[dict | None] = []
+                rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress,
+                                    on_rows=store_rows, on_device=devices.append)
+                store_rows(rows)  # what was not handed over yet
+                status = "ok" if rows["error"].isna().any() else "nothing measured"
             except KeyboardInterrupt:
                 status = "interrupted"
                 raise
             finally:
                 store.finish_run(run_id, status)
-            ran_on = gpu_of(measured.device)
+            ran_on = gpu_of(devices[0] if devices else None)
             if ran_on is not None and ran_on.uuid != gpu.uuid:
                 # The worker measured on another GPU than nvidia-smi's numbering suggested
                 # (CUDA_DEVICE_ORDER): its own word is the key.
@@ -192,8 +199,7 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     notes: list[str] = []
     prescreen_table = None
     if settings.prescreen:
-        rows = measure_rows(target, n, settings.prescreen, settings, wanted,
-                            stage(settings.prescreen, len(wanted))).frame
+        rows = measure_rows(target, n, settings.prescreen, settings, wanted, stage(settings.prescreen, len(wanted)))
         prescreen_table = rank(config_summary(rows), settings.stat)
         prescreen_table.insert(2, "config", [config_label(space.configs[int(c)]) for c in prescreen_table["config_id"]])
         wanted = [int(c) for c in prescreen_table[prescreen_table["error"].isna()]["config_id"].head(settings.prescreen_top)]
@@ -203,10 +209,10 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     if settings.use_store:
         rows = _measure_stored(target, space, settings.backend, settings, wanted, progress, notes)
     else:
-        rows = measure_rows(target, n, settings.backend, settings, wanted, progress).frame
+        rows = measure_rows(target, n, settings.backend, settings, wanted, progress)
     summary = config_summary(rows)
     if settings.ground_truth:
-        conditions = GroundTruth(settings.profile).conditions()
+        conditions = registry.driver_class(settings.backend).conditions(settings.profile)
         label = (f"{settings.backend}, mode {settings.mode}, {settings.stat} of {settings.reps} reps"
                  + (f", {conditions}" if conditions else ""))
     else:

@@ -21,8 +21,9 @@ class StatusDriver(Driver):
     suffix = ".standin.json"
     labels_like = None  # the Driver class whose row labels this stand-in gives (None: the default)
 
-    def labels(self, settings):
-        return self.labels_like.labels(self, settings) if self.labels_like else super().labels(settings)
+    @classmethod
+    def labels(cls, settings):
+        return cls.labels_like.labels(settings) if cls.labels_like else super().labels(settings)
 
     def tool_version(self):
         return "standin 1.0"

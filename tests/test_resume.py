@@ -17,7 +17,6 @@ import pytest
 
 from nsprof import tune as tune_module
 from nsprof.errors import NsprofError
-from nsprof.measure import Measured
 from nsprof.schema import make_frame
 from nsprof.store import ResultStore
 from nsprof.tune import TuneSettings
@@ -48,7 +47,7 @@ def measured(monkeypatch):
             for rep in range(3):
                 rows.append({"source": backend, "config_id": config_id, "mode": settings.mode, "rep": rep,
                              "kernel": "k", "duration_ns": TRUTH[key]})
-        return Measured(frame=make_frame(rows))
+        return make_frame(rows)
 
     monkeypatch.setattr(tune_module, "measure_rows", stand_in)
     monkeypatch.setattr("nsprof.host.tools.find_ncu", lambda required=True: type("T", (), {"path": "ncu"})())

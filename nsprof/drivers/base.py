@@ -76,11 +76,14 @@ class Driver(ABC):
         """The driver ready to run: its tool found (or a ToolNotFound in one line)."""
         return cls()
 
-    def labels(self, settings: ProfileSettings) -> dict[str, str]:
-        """The conditions every row this driver measures under `settings` is labelled with."""
-        return dict(self.default_labels)
+    @classmethod
+    def labels(cls, settings: ProfileSettings) -> dict[str, str]:
+        """The conditions every row this driver measures under `settings` is labelled with
+        (a class method: known without the tool)."""
+        return dict(cls.default_labels)
 
-    def conditions(self, settings: ProfileSettings) -> str:
+    @classmethod
+    def conditions(cls, settings: ProfileSettings) -> str:
         """How this driver measures under `settings`, in words, for a table's caption."""
         return ""
 

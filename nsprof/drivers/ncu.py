@@ -30,10 +30,12 @@ class NcuDriver(Driver):
 
         return cls(tools.find_ncu().path)
 
-    def labels(self, settings: ProfileSettings) -> dict[str, str]:
+    @classmethod
+    def labels(cls, settings: ProfileSettings) -> dict[str, str]:
         return {"clock_control": settings.clock_control, "cache_control": settings.cache_control}
 
-    def conditions(self, settings: ProfileSettings) -> str:
+    @classmethod
+    def conditions(cls, settings: ProfileSettings) -> str:
         clocks = "clocks locked to base" if settings.clock_control == "base" else "clocks free"
         return f"{clocks}, caches {'flushed' if settings.cache_control == 'all' else 'not flushed'}"
 

@@ -25,7 +25,8 @@ class NsysDriver(Driver):
 
         return cls(tools.find_nsys().path)
 
-    def conditions(self, settings: ProfileSettings) -> str:
+    @classmethod
+    def conditions(cls, settings: ProfileSettings) -> str:
         return "CUPTI kernel trace at the run's own clocks"
 
     def tool_version(self) -> str:
