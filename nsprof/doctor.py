@@ -1,4 +1,8 @@
-"""`nsprof doctor`: is ground truth available here, and if not, what is missing?"""
+"""`nsprof doctor`: is ground truth available here, and if not, what is missing?
+
+The ground truths are the driver registry's (nsprof.drivers.registry); each driver finds its
+own tool and says what else matters about it.
+"""
 
 from __future__ import annotations
 
@@ -42,13 +46,14 @@ def gpu_check() -> Check:
 
 
 def tool_checks() -> list[Check]:
+    from nsprof.drivers import registry
     from nsprof.errors import ToolNotFound
-    from nsprof.host.tools import find_ncu, find_nsys, find_qdstrm_importer
 
     checks = []
-    for name, finder in (("ncu", find_ncu), ("nsys", find_nsys)):
+    for name in registry.ground_truths():
+        driver = registry.driver_class(name)
         try:
-            tool = finder(required=False)
+            tool = driver.find(required=False)
         except ToolNotFound as exc:
             checks.append(Check(name, False, str(exc)))
             continue
@@ -58,14 +63,9 @@ def tool_checks() -> list[Check]:
         code, out = _run([str(tool.path), "--version"])
         version = out.splitlines()[-1] if out else "?"
         detail = f"{tool.path} ({tool.found_by}): {version}"
-        if name == "nsys":
-            importer = find_qdstrm_importer(tool.path)
-            detail += f"; QdstrmImporter: {importer or 'not found'}"
-            if importer and shutil.which("ldd"):
-                _, ldd = _run(["ldd", str(importer)])
-                missing = [ln.split()[0] for ln in ldd.splitlines() if "not found" in ln]
-                if missing:
-                    detail += f" — missing libraries: {', '.join(missing)} (nsys will leave .qdstrm files)"
+        notes = driver.tool_notes(tool.path)
+        if notes:
+            detail += f"; {notes}"
         checks.append(Check(name, code == 0, detail))
     return checks
 

@@ -38,7 +38,7 @@ def test_profile_tune_and_validate_run_through_a_registered_driver(seam, tmp_pat
     from nsprof.profile import config_summary, profile, profile_result
     from nsprof.settings import ProfileSettings, TuneSettings, ValidateSettings
     from nsprof.tune import tune
-    from nsprof.validate import run_truth
+    from nsprof.validate import validate
 
     settings = ProfileSettings(backend="seam", modes=("direct",), reps=2, warmup=0, timeout_s=30,
                                work_dir=tmp_path / "profile")
@@ -54,11 +54,20 @@ def test_profile_tune_and_validate_run_through_a_registered_driver(seam, tmp_pat
     assert ranked.best_config_id == 1
     assert list(ranked.table["config_id"]) == [1, 2, 0]
 
-    validate_settings = ValidateSettings(truths=("seam",), modes=("direct",), reps=2, timeout_s=30)
-    rows, failures = run_truth(seam, "seam", validate_settings, tmp_path / "validate")
-    assert failures == {}
-    assert {(r["config_id"], r["method"], r["value_ns"]) for r in rows} == {
-        (0, "seam:direct", 3000.0), (1, "seam:direct", 1000.0), (2, "seam:direct", 2000.0)}
+    # The fast timers run in their own bare worker (FastTimers); without a GPU they fail, each
+    # failure recorded against its timer and config.
+    checked = validate(seam, ValidateSettings(timers=("event",), external=False, truths=("seam",), modes=("direct",),
+                                              reps=2, timer_reps=3, timeout_s=30, work_dir=tmp_path / "validate"))
+    assert checked.truths == ["seam:direct"]
+    per_config = checked.per_config
+    truth = per_config[per_config["method"] == "seam:direct"]
+    assert truth.set_index("config_id")["value_ns"].to_dict() == {0: 3000.0, 1: 1000.0, 2: 2000.0}
+    assert not any(method == "seam" for method, _ in checked.failures)
+    timed = per_config[per_config["method"].isin(["event", "event_cold"])]
+    assert len(timed) == 6  # each timer, each config: a value, or a failure saying why
+    for row in timed.itertuples():
+        assert row.value_ns == row.value_ns or (row.method, row.config_id) in checked.failures
+    assert (tmp_path / "validate" / "seam_a").is_dir() and (tmp_path / "validate" / "seam_b").is_dir()
 
 
 def test_an_unregistered_backend_is_one_line():

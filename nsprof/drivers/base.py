@@ -77,6 +77,16 @@ class Driver(ABC):
         return cls()
 
     @classmethod
+    def find(cls, required: bool = True):
+        """The profiler's nsprof.host.tools.Tool (None: not found, or no tool to find)."""
+        return None
+
+    @classmethod
+    def tool_notes(cls, executable: Path) -> str:
+        """What `nsprof doctor` adds about the tool found at `executable` ("" for nothing)."""
+        return ""
+
+    @classmethod
     def labels(cls, settings: ProfileSettings) -> dict[str, str]:
         """The conditions every row this driver measures under `settings` is labelled with
         (a class method: known without the tool)."""

@@ -26,9 +26,13 @@ class NcuDriver(Driver):
 
     @classmethod
     def create(cls) -> NcuDriver:
+        return cls(cls.find().path)
+
+    @classmethod
+    def find(cls, required: bool = True):
         from nsprof.host import tools
 
-        return cls(tools.find_ncu().path)
+        return tools.find_ncu(required=required)
 
     @classmethod
     def labels(cls, settings: ProfileSettings) -> dict[str, str]:

@@ -21,9 +21,33 @@ class NsysDriver(Driver):
 
     @classmethod
     def create(cls) -> NsysDriver:
+        return cls(cls.find().path)
+
+    @classmethod
+    def find(cls, required: bool = True):
         from nsprof.host import tools
 
-        return cls(tools.find_nsys().path)
+        return tools.find_nsys(required=required)
+
+    @classmethod
+    def tool_notes(cls, executable: Path) -> str:
+        """Where its QdstrmImporter is, and the shared libraries it lacks (then nsys leaves .qdstrm files)."""
+        import shutil
+        import subprocess
+
+        from nsprof.host.tools import find_qdstrm_importer
+
+        importer = find_qdstrm_importer(executable)
+        notes = f"QdstrmImporter: {importer or 'not found'}"
+        if importer and shutil.which("ldd"):
+            try:
+                ldd = subprocess.run(["ldd", str(importer)], capture_output=True, text=True, timeout=60).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                ldd = ""
+            missing = [ln.split()[0] for ln in ldd.splitlines() if "not found" in ln]
+            if missing:
+                notes += f" — missing libraries: {', '.join(missing)} (nsys will leave .qdstrm files)"
+        return notes
 
     @classmethod
     def conditions(cls, settings: ProfileSettings) -> str:
