@@ -26,12 +26,11 @@ space = nsprof.space.Space(configs=[{"ns": 3000.0}, {"ns": 1000.0}, {"ns": 2000.
 
 
 @pytest.fixture
-def seam(tmp_path, monkeypatch):
-    monkeypatch.setattr(registry, "_DRIVERS", dict(registry._DRIVERS))
-    monkeypatch.setattr(registry, "_TRUTHS", list(registry._TRUTHS))
+def seam(tmp_path):
     registry.register("seam", StatusDriver)  # the one line a new backend needs
     (tmp_path / "seam_target.py").write_text(TARGET)
-    return str(tmp_path / "seam_target.py") + ":space"
+    yield str(tmp_path / "seam_target.py") + ":space"
+    registry.unregister("seam")
 
 
 def test_profile_tune_and_validate_run_through_a_registered_driver(seam, tmp_path):

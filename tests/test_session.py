@@ -341,11 +341,11 @@ PHASES = str(FIXTURES.parent / "targets" / "phases.py")
 
 
 def _standin(monkeypatch, **kwargs):
-    """A StatusReportDriver (tests/targets/standin.py) standing in for the profiler of this test."""
-    monkeypatch.syspath_prepend(str(FIXTURES.parent / "targets"))
-    from standin import StatusReportDriver
+    """The session tests' stand-in (tests/standins.py) for the profiler of this test."""
+    monkeypatch.syspath_prepend(str(FIXTURES.parent))
+    from standins import StatusDriver
 
-    driver = StatusReportDriver(**kwargs)
+    driver = StatusDriver.for_session(**kwargs)
     monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
     return driver
 

@@ -28,6 +28,13 @@ def register(name: str, driver, ground_truth: bool = True) -> None:
         _TRUTHS.append(name)
 
 
+def unregister(name: str) -> None:
+    """Forget backend `name` (a test's stand-in, say)."""
+    _DRIVERS.pop(name, None)
+    if name in _TRUTHS:
+        _TRUTHS.remove(name)
+
+
 def names() -> tuple[str, ...]:
     """Every registered backend name, in registration order."""
     return tuple(_DRIVERS)
