@@ -13,6 +13,11 @@ signal), and the worker ends when nsprof's pipe closes (see nsprof.worker). On C
 SIGTERM/SIGHUP, which interrupt_on_termination turns into Ctrl-C) the worker is asked to stop
 cleanly, the interrupted part's report is read, and its whole configs are handed to on_rows
 before the KeyboardInterrupt goes on.
+
+This module only supervises (parts, timeouts, requeues). The profiler is a Driver
+(nsprof.drivers.base) from nsprof.drivers.registry: it gives the command line, the report,
+its rows, their labels and the one-line reason for a failure; the session never asks which
+profiler it runs.
 """
 
 from __future__ import annotations
@@ -481,8 +486,8 @@ def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _R
     abnormal = crashed is not None or not status.ended or end.stalled is not None or end.returncode < 0
     lost_reason = ""
     if end.stalled == "exit":
-        lost_reason = (f"the worker hung at exit and was killed after {settings.phase_bound_s:g} s; "
-                       "nsys keeps kernels only at a clean exit")
+        lost_reason = (f"the worker hung at exit and was killed after {settings.phase_bound_s:g} s"
+                       + (f"; {driver.clean_exit_note}" if driver.clean_exit_note else ""))
     elif end.stalled == "report":
         lost_reason = (f"{settings.backend} was still writing its report {settings.phase_bound_s:g} s "
                        "after the worker's last status line")

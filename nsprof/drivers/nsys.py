@@ -15,6 +15,7 @@ from nsprof.worker.protocol import worker_command
 class NsysDriver(Driver):
     name = "nsys"
     suffix = ".nsys-rep"
+    clean_exit_note = "nsys keeps kernels only at a clean exit"
 
     def __init__(self, executable: Path) -> None:
         self.executable = Path(executable)
