@@ -178,8 +178,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     Prints per config and mode the median, min and spread over reps of the summed kernel
     durations, with cycles and clock.
     """
-    from nsprof.profile import check_measured, config_summary
-    from nsprof.profile import profile as run_profile
+    from nsprof.profile import check_measured, config_summary, profile_result
     from nsprof.render.json import write_rows
     from nsprof.render.tables import format_config_summary
     from nsprof.settings import ProfileSettings
@@ -194,10 +193,10 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     settings = ProfileSettings(backend=backend, modes=_mode_tuple(mode), reps=reps, warmup=warmup,
                                timeout_s=timeout_s, clock_control=clock_control, cache_control=cache_control,
                                graph_profiling=graph_profiling, work_dir=work_dir, wait_gpu=wait)
-    from nsprof.session import make_driver
+    from nsprof.measure import GroundTruth
     from nsprof.space import load_target
 
-    make_driver(settings)  # a missing tool is one line before any work starts
+    truth = GroundTruth(settings)  # a missing tool is one line before any work starts
     with results_only_on_stdout():  # the target's import may print
         n_configs = len(load_target(target).configs)
     if ids is not None:
@@ -217,7 +216,8 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
                 failures.append((config_id, detail))
 
         with results_only_on_stdout():
-            frame = run_profile(target, settings, config_ids=ids, on_progress=progress)
+            result = profile_result(target, settings, config_ids=ids, on_progress=progress, backend=truth)
+    frame = result.frame
     for config_id, detail in failures:
         click.echo(f"nsprof: config {config_id} failed: {detail}", err=True)
     _write_exports(frame, csv_path, None)
@@ -225,11 +225,11 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
         write_rows(frame, sys.stdout)
         check_measured(frame)
         return
-    summary = config_summary(frame, frame.attrs["configs"])
-    labels = settings.labels
+    summary = config_summary(frame, result.configs)
+    labels = result.labels
     click.echo(f"{target}: {backend}, clock control {labels['clock_control']}, cache control "
-               f"{labels['cache_control']}, {frame.attrs['wall_s']:.1f} s wall; "
-               + (f"reports kept in {frame.attrs['work_dir']}" if frame.attrs.get("work_dir")
+               f"{labels['cache_control']}, {result.wall_s:.1f} s wall; "
+               + (f"reports kept in {result.work_dir}" if result.work_dir
                   else "temporary reports removed (pass --work-dir to keep them)"))
     click.echo(format_config_summary(summary))
     check_measured(frame)  # every config failed: the table above says why, and the exit status too
@@ -307,11 +307,10 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
         raise click.BadParameter("choose from direct, graph", param_hint="--mode")
     if plot_path:
         require_matplotlib()
-    from nsprof.session import make_driver
-    from nsprof.settings import ProfileSettings
+    from nsprof.drivers.registry import get_driver
 
     for backend in truths:
-        make_driver(ProfileSettings(backend=backend))  # a missing tool is one line, before any work
+        get_driver(backend)  # a missing tool is one line, before any work
     settings = ValidateSettings(timers=_split(timers), external=external, truths=truths, modes=modes, reps=reps,
                                 timer_reps=timer_reps, repeat_truth=repeat, timeout_s=timeout_s, work_dir=work_dir,
                                 wait=wait)
@@ -380,15 +379,15 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
     how the numbers were taken. With --prescreen, a fast timer ranks all configs and only
     the best --top go to the ground truth.
     """
+    from nsprof.drivers.registry import get_driver
     from nsprof.render.json import tune_document
     from nsprof.render.tables import format_ranked
-    from nsprof.session import make_driver
-    from nsprof.settings import ProfileSettings
-    from nsprof.tune import GROUND_TRUTHS, TuneSettings
+    from nsprof.settings import ground_truths
+    from nsprof.tune import TuneSettings
     from nsprof.tune import tune as run_tune
 
-    if backend in GROUND_TRUTHS:
-        make_driver(ProfileSettings(backend=backend))
+    if backend in ground_truths():
+        get_driver(backend)  # a missing tool is one line, before any work
     if no_store and resume:
         raise click.UsageError("--resume needs the results store (drop --no-store)")
     if retry_failed and not resume:

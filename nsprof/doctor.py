@@ -1,4 +1,8 @@
-"""`nsprof doctor`: is ground truth available here, and if not, what is missing?"""
+"""`nsprof doctor`: is ground truth available here, and if not, what is missing?
+
+The ground truths are the driver registry's (nsprof.drivers.registry); each driver finds its
+own tool and says what else matters about it.
+"""
 
 from __future__ import annotations
 
@@ -42,13 +46,14 @@ def gpu_check() -> Check:
 
 
 def tool_checks() -> list[Check]:
+    from nsprof.drivers import registry
     from nsprof.errors import ToolNotFound
-    from nsprof.host.tools import find_ncu, find_nsys, find_qdstrm_importer
 
     checks = []
-    for name, finder in (("ncu", find_ncu), ("nsys", find_nsys)):
+    for name in registry.ground_truths():
+        driver = registry.driver_class(name)
         try:
-            tool = finder(required=False)
+            tool = driver.find(required=False)
         except ToolNotFound as exc:
             checks.append(Check(name, False, str(exc)))
             continue
@@ -58,14 +63,9 @@ def tool_checks() -> list[Check]:
         code, out = _run([str(tool.path), "--version"])
         version = out.splitlines()[-1] if out else "?"
         detail = f"{tool.path} ({tool.found_by}): {version}"
-        if name == "nsys":
-            importer = find_qdstrm_importer(tool.path)
-            detail += f"; QdstrmImporter: {importer or 'not found'}"
-            if importer and shutil.which("ldd"):
-                _, ldd = _run(["ldd", str(importer)])
-                missing = [ln.split()[0] for ln in ldd.splitlines() if "not found" in ln]
-                if missing:
-                    detail += f" — missing libraries: {', '.join(missing)} (nsys will leave .qdstrm files)"
+        notes = driver.tool_notes(tool.path)
+        if notes:
+            detail += f"; {notes}"
         checks.append(Check(name, code == 0, detail))
     return checks
 
@@ -82,20 +82,21 @@ def torch_check() -> Check:
 def ground_truth_check(backend: str) -> Check:
     """Run the built-in tiny kernel under the tool, direct and graph, and read the report."""
     from nsprof.errors import NsprofError
-    from nsprof.profile import config_summary, profile
+    from nsprof.profile import config_summary, profile_result
     from nsprof.settings import ProfileSettings
 
     settings = ProfileSettings(backend=backend, reps=2, warmup=1, timeout_s=120)
     try:
-        frame = profile("nsprof.builtin:tiny", settings)
+        result = profile_result("nsprof.builtin:tiny", settings)
     except NsprofError as exc:
         return Check(f"{backend} run", False, str(exc))
+    frame = result.frame
     if frame["error"].notna().any():
         return Check(f"{backend} run", False, frame["error"].dropna().iloc[0])
     summary = config_summary(frame)
     parts = [f"{r.mode} {r.median_ns / 1e3:.2f} µs" for r in summary.itertuples()]
     return Check(f"{backend} run", len(summary) == 2,
-                 f"tiny add kernel: {', '.join(parts)} ({frame.attrs['wall_s']:.1f} s)")
+                 f"tiny add kernel: {', '.join(parts)} ({result.wall_s:.1f} s)")
 
 
 def run_doctor(run_kernels: bool = True) -> tuple[list[Check], bool]:

@@ -1,10 +1,13 @@
-"""`nsprof profile`: every config of a target under ncu or nsys, as one tidy table.
+"""`nsprof profile`: compile every config of a target, measure them with one Backend
+(nsprof.measure), and summarise them per config and mode.
 
     from nsprof.settings import ProfileSettings
-    from nsprof.profile import config_summary, profile
+    from nsprof.profile import config_summary, profile_result
 
-    frame = profile("examples/gemm_tilelang.py:space", ProfileSettings(backend="nsys"))
-    config_summary(frame)
+    result = profile_result("examples/gemm_tilelang.py:space", ProfileSettings(backend="nsys"))
+    config_summary(result.frame, result.configs)
+
+`profile()` returns the frame alone, with the result in its attrs, as it always has.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import os
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from nsprof.host.redirect import output_to
-from nsprof.session import run_session
+from nsprof.measure import Backend, GroundTruth, Measured
 from nsprof.settings import ProfileSettings
 from nsprof.space import config_label
 
@@ -76,14 +80,34 @@ def precompile(space, jobs: int | None = None, log: str | None = None,
     return failures
 
 
-def profile(target: str, settings: ProfileSettings | None = None, *, config_ids: list[int] | None = None,
-            on_progress: Callable[[str, int, str], None] | None = None, jobs: int | None = None,
-            on_rows: Callable[[object], None] | None = None):
-    """Measure every config (or `config_ids`) of `target`; returns the tidy DataFrame.
+@dataclass
+class ProfileResult(Measured):
+    """What profile_result measured (frame, failures with the compile failures, device, reports,
+    work_dir, wall_s: see nsprof.measure.Measured), and under what: everything about the rows
+    that a CSV of them would not keep."""
 
-    Rows: one per kernel execution inside nsprof's ranges, plus one per failed config
-    (duration NaN, `error` set). attrs: target, backend, configs, reports, wall_s, failures,
-    device (what the worker measured on: {"uuid", "name", ...}).
+    target: str = ""
+    backend: str = ""
+    configs: list = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)  # the conditions every row is labelled with
+
+    def frame_with_attrs(self):
+        """The frame with this result in its attrs (what profile() has always returned)."""
+        self.frame.attrs.update({
+            "target": self.target, "backend": self.backend, "configs": self.configs,
+            "reports": [str(p) for p in self.reports],
+            # None: nothing kept (a clean run's temporary folder is removed, see run_session)
+            "work_dir": str(self.work_dir) if self.work_dir else None,
+            "wall_s": self.wall_s, "failures": self.failures, "device": self.device})
+        return self.frame
+
+
+def profile_result(target: str, settings: ProfileSettings | None = None, *, config_ids: list[int] | None = None,
+                   on_progress: Callable[[str, int, str], None] | None = None, jobs: int | None = None,
+                   on_rows: Callable[[object], None] | None = None, backend: Backend | None = None,
+                   space=None) -> ProfileResult:
+    """Compile, then measure every config (or `config_ids`) of `target` with `backend` (default:
+    the ground truth settings.backend names).
 
     on_rows(frame) gets the rows of configs as they become final (see run_session): first the
     configs that failed to compile, then each worker run's whole configs and failures. On
@@ -91,13 +115,13 @@ def profile(target: str, settings: ProfileSettings | None = None, *, config_ids:
     """
     import pandas as pd
 
-    from nsprof.schema import make_frame
     from nsprof.space import load_target
 
     settings = settings or ProfileSettings()
-    space = load_target(target)
-    wanted = list(range(len(space.configs))) if config_ids is None else check_config_ids(config_ids,
-                                                                                         len(space.configs))
+    backend = backend or GroundTruth(settings)
+    space = space or load_target(target)
+    n_configs = len(space.configs)
+    wanted = list(range(n_configs)) if config_ids is None else check_config_ids(config_ids, n_configs)
     compile_failures = precompile(space, jobs, config_ids=wanted)
     for cfg, reason in compile_failures.items():
         if on_progress:
@@ -106,30 +130,35 @@ def profile(target: str, settings: ProfileSettings | None = None, *, config_ids:
     frames = []
     compile_frame = None
     if compile_failures:
-        compile_frame = make_frame([{"source": settings.backend, "config_id": c, "error": e, **settings.labels}
-                                    for c, e in sorted(compile_failures.items())])
+        compile_frame = backend.failure_frame(compile_failures)
         if on_rows:
             on_rows(compile_frame)
-    result = None
+    measured = None
     if to_run:
-        result = run_session(target, len(space.configs), settings, config_ids=to_run, on_progress=on_progress,
-                             on_rows=on_rows)
-        frames.append(result.frame)
+        measured = backend.run(target, to_run, n_configs=n_configs, on_progress=on_progress, on_rows=on_rows)
+        frames.append(measured.frame)
     if compile_frame is not None:
         frames.append(compile_frame)
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    frame.attrs.update({
-        "target": target,
-        "backend": settings.backend,
-        "configs": space.configs,
-        "reports": [str(p) for p in (result.reports if result else [])],
-        # None: nothing kept (a clean run's temporary folder is removed, see run_session)
-        "work_dir": str(result.work_dir) if result and result.work_dir else None,
-        "wall_s": result.wall_s if result else 0.0,
-        "failures": {**(result.failures if result else {}), **compile_failures},
-        "device": result.device if result else None,
-    })
-    return frame
+    return ProfileResult(
+        frame=frame, target=target, backend=backend.name, configs=space.configs, labels=backend.labels,
+        failures={**(measured.failures if measured else {}), **compile_failures},
+        reports=list(measured.reports) if measured else [], work_dir=measured.work_dir if measured else None,
+        wall_s=measured.wall_s if measured else 0.0, device=measured.device if measured else None)
+
+
+def profile(target: str, settings: ProfileSettings | None = None, *, config_ids: list[int] | None = None,
+            on_progress: Callable[[str, int, str], None] | None = None, jobs: int | None = None,
+            on_rows: Callable[[object], None] | None = None):
+    """Measure every config (or `config_ids`) of `target`; returns the tidy DataFrame.
+
+    Rows: one per kernel execution inside nsprof's ranges, plus one per failed config
+    (duration NaN, `error` set). attrs (kept for compatibility; profile_result gives the same
+    as a ProfileResult): target, backend, configs, reports, wall_s, failures, device (what the
+    worker measured on: {"uuid", "name", ...}). on_rows: see profile_result.
+    """
+    return profile_result(target, settings, config_ids=config_ids, on_progress=on_progress, jobs=jobs,
+                          on_rows=on_rows).frame_with_attrs()
 
 
 def config_summary(frame, configs: list | None = None):

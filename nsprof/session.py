@@ -13,6 +13,11 @@ signal), and the worker ends when nsprof's pipe closes (see nsprof.worker). On C
 SIGTERM/SIGHUP, which interrupt_on_termination turns into Ctrl-C) the worker is asked to stop
 cleanly, the interrupted part's report is read, and its whole configs are handed to on_rows
 before the KeyboardInterrupt goes on.
+
+This module only supervises (parts, timeouts, requeues). The profiler is a Driver
+(nsprof.drivers.base) from nsprof.drivers.registry: it gives the command line, the report,
+its rows, their labels and the one-line reason for a failure; the session never asks which
+profiler it runs.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nsprof.drivers import registry
+from nsprof.drivers.base import Driver, disk_full
 from nsprof.errors import NsprofError, ToolFailed
 from nsprof.reports.checks import one_line
 from nsprof.settings import ProfileSettings
-from nsprof.worker.protocol import START_MARKER, Job, RunStatus, parse_status
+from nsprof.worker.protocol import Job, RunStatus, parse_status
 
 POLL_S = 0.1
 MAX_LOST_RETRIES = 2  # a config measured but lost with a crashed run's report is measured again
@@ -37,91 +44,10 @@ GRACE_S = 60.0  # after killing a worker, how long the profiler gets to write it
 STOP_GRACE_S = 15.0  # after asking a worker to stop (nsprof interrupted), how long before it is killed
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
-# Log lines that name why a worker died, most specific first.
-_REASON_MARKERS = ("ERR_NVGPUCTRPERM", "illegal memory access", "an illegal", "out of memory",
-                   "CUDA error", "Error", "error", "Killed", "Aborted", "Segmentation fault")
-
-
-PERMISSION_FIX = ("profiling counters are not permitted for this user (ERR_NVGPUCTRPERM): run as root, "
-                  "or load the driver with NVreg_RestrictProfilingToAdminUsers=0 "
-                  "(https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
-
-
-def failure_reason(log: Path, returncode: int | None) -> str:
-    """One line saying why a worker died, from its log after the last config-start marker."""
-    lines = []
-    if log.exists():
-        text = log.read_text(errors="replace")
-        text = text[text.rfind(START_MARKER) + 1:] if START_MARKER in text else text
-        lines = [ln.strip() for ln in text.splitlines()[1:] if ln.strip()]
-    if any("ERR_NVGPUCTRPERM" in line for line in lines):
-        return PERMISSION_FIX
-    for marker in _REASON_MARKERS:
-        for line in reversed(lines[-200:]):
-            if marker in line and not line.startswith("==PROF=="):
-                return line[:300]
-    if returncode is not None and returncode < 0:
-        return f"worker killed by signal {signal.Signals(-returncode).name}"
-    return f"worker exited with status {returncode}" + (f": {lines[-1][:200]}" if lines else "")
-
-
-# How the tools and the kernel say that the disk is full.
-_DISK_FULL = ("No space left on device", "Disk quota exceeded", "ENOSPC")
-
-
-def _log_lines(log: Path) -> list[str]:
-    if not log.exists():
-        return []
-    return [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
-
-
-def disk_full(log: Path) -> str | None:
-    """A one-line message when the profiler's log says the disk filled up, else None."""
-    line = next((ln for ln in _log_lines(log) if any(marker in ln for marker in _DISK_FULL)), None)
-    if line is None:
-        return None
-    return (f"the disk holding {log.parent} is full ({line[:200]}); free space there or pass --work-dir "
-            "on another disk")
-
-
-def tool_failure_reason(log: Path, returncode: int | None) -> str:
-    """One line saying why the profiler wrote no report (or started nothing).
-
-    Unlike a worker's crash, the profiler's own errors (counter permission, a full disk,
-    ncu's ==ERROR== lines) can come anywhere in the log, before the first config started.
-    """
-    lines = _log_lines(log)
-    if any("ERR_NVGPUCTRPERM" in line for line in lines):
-        return PERMISSION_FIX
-    full = disk_full(log)
-    if full:
-        return full
-    errors = [line for line in lines if line.startswith("==ERROR==")]
-    if errors:
-        return errors[-1][:300]
-    return failure_reason(log, returncode)
-
-
 def _explained(exc: NsprofError, log: Path) -> NsprofError:
     """A full disk explains a missing or truncated report better than the parser can."""
     full = disk_full(log)
     return ToolFailed(f"{full} (log: {log})") if full else exc
-
-
-def make_driver(settings: ProfileSettings):
-    if settings.backend == "ncu":
-        from nsprof.drivers.ncu import NcuDriver
-        from nsprof.host.tools import find_ncu
-
-        return NcuDriver(find_ncu().path)
-    if settings.backend == "nsys":
-        from nsprof.drivers.nsys import NsysDriver
-        from nsprof.host.tools import find_nsys
-
-        return NsysDriver(find_nsys().path)
-    from nsprof.drivers.none import PlainDriver
-
-    return PlainDriver()
 
 
 @dataclass
@@ -395,8 +321,9 @@ def interrupt_on_termination() -> None:
 def run_session(target: str, n_configs: int, settings: ProfileSettings, config_ids: list[int] | None = None,
                 on_progress: Callable[[str, int, str], None] | None = None,
                 job_extra: dict | None = None,
-                on_rows: Callable[[object], None] | None = None) -> SessionResult:
-    """Measure `config_ids` (default: all) of `target` under settings.backend.
+                on_rows: Callable[[object], None] | None = None, driver: Driver | None = None) -> SessionResult:
+    """Measure `config_ids` (default: all) of `target` under settings.backend (its driver from
+    nsprof.drivers.registry, unless `driver` is given).
 
     Every session holds the GPU lock (nsprof.host.lock), the fast timers' too: two nsprof runs
     never measure on the same GPU at once. The profiler and worker inherit the lock's
@@ -411,24 +338,26 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
     was measuring is neither measured nor failed. An exception raised by on_rows goes through
     (the children are stopped first).
     """
+    import contextlib
+
     from nsprof.host.lock import gpu_lock
 
-    with gpu_lock(0, wait=settings.wait_gpu):
-        return _run_session(target, n_configs, settings, config_ids, on_progress, job_extra, on_rows)
+    driver = driver or registry.get_driver(settings.backend)
+    with gpu_lock(0, wait=settings.wait_gpu) if driver.locks_gpu else contextlib.nullcontext():
+        return _run_session(driver, target, n_configs, settings, config_ids, on_progress, job_extra, on_rows)
 
 
-def _run_session(target: str, n_configs: int, settings: ProfileSettings,
-                config_ids: list[int] | None = None,
-                on_progress: Callable[[str, int, str], None] | None = None,
-                job_extra: dict | None = None,
-                on_rows: Callable[[object], None] | None = None) -> SessionResult:
+def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileSettings,
+                 config_ids: list[int] | None = None,
+                 on_progress: Callable[[str, int, str], None] | None = None,
+                 job_extra: dict | None = None,
+                 on_rows: Callable[[object], None] | None = None) -> SessionResult:
     """Measure `config_ids` (default: all) of `target` under settings.backend.
 
     Without settings.work_dir the reports and logs go to a temporary folder, removed after
     a clean run (every config measured) and kept, named in SessionResult.work_dir or in the
     exception's message, when anything failed.
     """
-    driver = make_driver(settings)
     temporary = settings.work_dir is None
     work_dir = Path(tempfile.mkdtemp(prefix="nsprof-")) if temporary else Path(settings.work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -451,10 +380,11 @@ def _run_session(target: str, n_configs: int, settings: ProfileSettings,
     return result
 
 
-def _failure_frame(failures: dict[int, str], settings: ProfileSettings):
+def failure_frame(failures: dict[int, str], settings: ProfileSettings, driver: Driver):
+    """One tidy row per failed config, labelled as `driver`'s measurements under `settings` are."""
     from nsprof.schema import make_frame
 
-    return make_frame([{"source": settings.backend, "config_id": cfg, "error": reason, **settings.labels}
+    return make_frame([{"source": settings.backend, "config_id": cfg, "error": reason, **driver.labels(settings)}
                        for cfg, reason in sorted(failures.items())])
 
 
@@ -475,7 +405,7 @@ def _salvage(driver, settings: ProfileSettings, base: Path, log: Path, hand_over
     """After an interrupt: hand over what the interrupted part finished (whole configs only,
     and the failures it recorded). A report that cannot be read loses only this part."""
     status = parse_status(base.with_suffix(".status").read_text(errors="replace"))
-    frames = [_failure_frame(status.failed, settings)] if status.failed else []
+    frames = [failure_frame(status.failed, settings, driver)] if status.failed else []
     try:
         report = driver.finish(base, log)
         if report is not None:
@@ -550,14 +480,14 @@ def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _R
     crashed = status.current
     if crashed is not None:
         part.failures[crashed] = (f"timeout: still running after {settings.timeout_s:g} s" if crashed == end.timed_out
-                                  else failure_reason(log, end.returncode))
+                                  else driver.crash_reason(log, end.returncode))
     # A worker that did not reach its end (crashed, timed out, lost its CUDA context, killed
     # with its profiler or for hanging) may take its report, or the report's kernels, with it.
     abnormal = crashed is not None or not status.ended or end.stalled is not None or end.returncode < 0
     lost_reason = ""
     if end.stalled == "exit":
-        lost_reason = (f"the worker hung at exit and was killed after {settings.phase_bound_s:g} s; "
-                       "nsys keeps kernels only at a clean exit")
+        lost_reason = (f"the worker hung at exit and was killed after {settings.phase_bound_s:g} s"
+                       + (f"; {driver.clean_exit_note}" if driver.clean_exit_note else ""))
     elif end.stalled == "report":
         lost_reason = (f"{settings.backend} was still writing its report {settings.phase_bound_s:g} s "
                        "after the worker's last status line")
@@ -585,10 +515,10 @@ def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _R
             incomplete = _incomplete(measured, status.done, settings)
             complete = _complete_configs(measured, status.done, settings)
             part.kept = measured[measured["config_id"].isin(complete)]
-    elif status.done and not abnormal and settings.backend != "none":
-        raise ToolFailed(f"{settings.backend} wrote no report: {tool_failure_reason(log, end.returncode)} "
+    elif status.done and not abnormal and driver.writes_report:
+        raise ToolFailed(f"{settings.backend} wrote no report: {driver.diagnose(log, end.returncode)} "
                          f"(log: {log})")
-    if settings.backend != "none":
+    if driver.writes_report:
         part.lost = {c: incomplete.get(c) or lost_reason for c in status.done if c not in complete}
     return part
 
@@ -615,7 +545,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
     def settle(new_failures: dict[int, str], kept=None) -> None:
         """Record what became final, and hand it over at once."""
         failures.update(new_failures)
-        new = [f for f in (kept, _failure_frame(new_failures, settings) if new_failures else None)
+        new = [f for f in (kept, failure_frame(new_failures, settings, driver) if new_failures else None)
                if f is not None and len(f)]
         frames.extend(new)
         if new:
@@ -657,7 +587,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                         requeued.append(config_id)
                 for config_id in requeued:
                     notify("retry", config_id, "its report was lost with the crashed run; measuring again")
-                if settings.backend == "none" and status.done or part.kept is not None and len(part.kept):
+                if not driver.writes_report and status.done or part.kept is not None and len(part.kept):
                     measured_any = True
                 settled = True
                 settle(part.failures, part.kept)
@@ -668,7 +598,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
             progressed = (set(status.done) - set(requeued)) | set(part.failures)
             if not progressed and not requeued:
                 # The worker never reached a config: it could not start (or hung while starting).
-                reason = _start_failure(status, end, settings, log)
+                reason = _start_failure(status, end, settings, log, driver)
                 if not measured_any:
                     raise ToolFailed(f"the profiled worker measured nothing: {reason} (log: {log})")
                 # Keep what the earlier parts measured; nothing is known against the configs left.
@@ -694,7 +624,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                          wall_s=time.monotonic() - started_at, device=device)
 
 
-def _start_failure(status: RunStatus, end: _RunEnd, settings: ProfileSettings, log: Path) -> str:
+def _start_failure(status: RunStatus, end: _RunEnd, settings: ProfileSettings, log: Path, driver: Driver) -> str:
     """One line saying why a worker reached no config."""
     if status.abort:
         return status.abort
@@ -703,4 +633,4 @@ def _start_failure(status: RunStatus, end: _RunEnd, settings: ProfileSettings, l
                  else "loading the target or initialising CUDA" if status.device is None
                  else "before its first config")
         return f"the worker did not start within {settings.phase_bound_s:g} s (it hung {doing})"
-    return tool_failure_reason(log, end.returncode)
+    return driver.diagnose(log, end.returncode)

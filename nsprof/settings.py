@@ -1,18 +1,49 @@
-"""Settings: frozen, validated on construction, and passed whole."""
+"""Settings: frozen, validated on construction, and passed whole.
+
+ProfileSettings is one measuring session's; TuneSettings and ValidateSettings hold the
+commands' own choices and build the ProfileSettings they measure with once (`.profile`).
+Backend names are the driver registry's (nsprof.drivers.registry, above this module), which
+tells this module its names through backend_names_from when it is imported.
+"""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from nsprof.errors import NsprofError
 
-BACKENDS = ("ncu", "nsys", "none")
+NO_PROFILER = "none"  # the backend that runs the worker bare (the fast timers' sessions)
 CLOCK_CONTROLS = ("base", "none")
 CACHE_CONTROLS = ("all", "none")
 GRAPH_PROFILING = ("node", "graph")
 MIN_PHASE_S = 60.0
+MODES = ("direct", "graph")
+STATS = ("median", "min")
+# tune's --backend names of the fast timers -> nsprof timer method names (nsprof.timers.specs)
+TIMER_BACKENDS = {"graph": "graph_warm", "graph_cold": "graph_cold", "cupti": "cupti", "cupti_cold": "cupti_cold",
+                  "event": "event", "event_cold": "event_cold"}
+
+_registry: dict[str, Callable[[], tuple[str, ...]]] = {}
+
+
+def backend_names_from(names: Callable[[], tuple[str, ...]], truths: Callable[[], tuple[str, ...]]) -> None:
+    """The driver registry installs its lists here: every backend name, and the ground truths
+    (the backends that write a report)."""
+    _registry["names"], _registry["truths"] = names, truths
+
+
+def backends() -> tuple[str, ...]:
+    """Every registered backend name."""
+    return _registry["names"]() if "names" in _registry else ()
+
+
+def ground_truths() -> tuple[str, ...]:
+    """The registered backends that measure under a profiler (ncu, nsys, ...)."""
+    return _registry["truths"]() if "truths" in _registry else ()
 
 
 @dataclass(frozen=True)
@@ -38,7 +69,7 @@ class ProfileSettings:
 
     def __post_init__(self) -> None:
         checks = [
-            (self.backend in BACKENDS, f"backend must be one of {BACKENDS}"),
+            (self.backend in backends(), f"backend must be one of {backends()}"),
             (bool(self.modes) and all(m in ("direct", "graph") for m in self.modes),
              "modes must be direct and/or graph"),
             (self.reps >= 1, "reps must be at least 1"),
@@ -60,9 +91,84 @@ class ProfileSettings:
         CUDA init, the profiler's own start-up) takes 10-15 s, longer than a small --timeout."""
         return self.phase_timeout_s if self.phase_timeout_s is not None else max(self.timeout_s, MIN_PHASE_S)
 
+
+def _check(checks: list[tuple[bool, str]]) -> None:
+    for ok, message in checks:
+        if not ok:
+            raise NsprofError(message)
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """`nsprof tune`'s choices. backend: a ground truth (ncu, nsys) or a fast timer (TIMER_BACKENDS)."""
+
+    backend: str = "ncu"
+    mode: str = "graph"  # direct | graph (ground truths only; fast timers have their own launch path)
+    stat: str = "median"  # median | min
+    reps: int = 5
+    timer_reps: int = 100
+    prescreen: str | None = None  # a fast timer backend name
+    prescreen_top: int = 4
+    timeout_s: float = 120.0
+    work_dir: Path | None = None
+    store: Path | None = None  # results store; None: .nsprof/results.sqlite
+    use_store: bool = True
+    resume: bool = False  # measure only configs the store has no result for under the same key
+    # resume: measure failed configs again too (by default only failures that say nothing about the
+    # config are: see nsprof.tune.retryable)
+    retry_failed: bool = False
+    wait: bool = False  # wait for another nsprof profiling this GPU instead of failing
+    feed_back: bool = True  # hand the ranking to the target's tuner when its Space can take it
+    tuner_pick: bool = True  # say what the target's own tuner picks with its own timer, when it can say
+
+    def __post_init__(self) -> None:
+        truths = ground_truths()
+        _check([
+            (self.backend in truths or self.backend in TIMER_BACKENDS,
+             f"unknown backend {self.backend!r}: choose from {', '.join(truths + tuple(TIMER_BACKENDS))}"),
+            (self.mode in MODES, "mode must be direct or graph"),
+            (self.stat in STATS, "stat must be median or min"),
+            (self.prescreen is None or self.prescreen in TIMER_BACKENDS,
+             f"--prescreen takes a fast timer: {', '.join(TIMER_BACKENDS)}"),
+            (self.prescreen_top >= 1, "--top must be at least 1"),
+        ])
+        self.profile  # noqa: B018 - built once, so that its own checks run now
+
     @property
-    def labels(self) -> dict[str, str]:
-        """The conditions every row of this session is labelled with."""
-        if self.backend == "ncu":
-            return {"clock_control": self.clock_control, "cache_control": self.cache_control}
-        return {"clock_control": "none", "cache_control": "none"}
+    def ground_truth(self) -> bool:
+        return self.backend in ground_truths()
+
+    @cached_property
+    def profile(self) -> ProfileSettings:
+        """The session settings every measurement of this tune runs with (a fast timer's
+        session runs bare: nsprof.measure.FastTimers)."""
+        return ProfileSettings(backend=self.backend if self.ground_truth else NO_PROFILER, modes=(self.mode,),
+                               reps=self.reps, timeout_s=self.timeout_s, work_dir=self.work_dir, wait_gpu=self.wait)
+
+
+@dataclass(frozen=True)
+class ValidateSettings:
+    """`nsprof validate`'s choices: which fast timers against which ground truths."""
+
+    timers: tuple[str, ...] = ("event", "cupti", "graph")
+    external: bool = True
+    truths: tuple[str, ...] = ("ncu", "nsys")
+    modes: tuple[str, ...] = MODES
+    reps: int = 5  # ground-truth reps per config and mode
+    timer_reps: int = 100
+    repeat_truth: bool = True
+    timeout_s: float = 120.0
+    work_dir: Path | None = None
+    wait: bool = False  # wait for another nsprof measuring on this GPU instead of failing
+
+    def __post_init__(self) -> None:
+        truths = ground_truths()
+        _check([(all(t in truths for t in self.truths), f"truths must be some of {', '.join(truths)}"),
+                (self.timer_reps >= 1, "timer reps must be at least 1")])
+        self.profile  # noqa: B018 - built once, so that its own checks run now
+
+    @cached_property
+    def profile(self) -> ProfileSettings:
+        """The ground truths' session settings (the backend and work_dir are set per run)."""
+        return ProfileSettings(backend=NO_PROFILER, modes=tuple(self.modes), reps=self.reps,
+                               timeout_s=self.timeout_s, work_dir=self.work_dir, wait_gpu=self.wait)

@@ -3,8 +3,9 @@
     ranked = tune("examples/gemm_tilelang.py:space", TuneSettings(backend="ncu", mode="graph"))
     ranked.best_config, ranked.table
 
-Ground truths (ncu, nsys) run through nsprof.profile; fast timers (graph, cupti, event and
-their variants) through the timer worker. `prescreen` ranks all configs with a fast timer
+Orchestration over nsprof.measure's Backends: ground truths (ncu, nsys, or any registered
+driver) run through nsprof.profile (compile, then GroundTruth); fast timers (graph, cupti,
+event and their variants) through FastTimers. `prescreen` ranks all configs with a fast timer
 first and sends only the best `prescreen_top` to the ground truth.
 """
 
@@ -17,51 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsprof.analysis.ranking import rank
+from nsprof.drivers import registry
 from nsprof.errors import NsprofError
+from nsprof.measure import FastTimers, GroundTruth, Measured
 from nsprof.render.tables import describe_pick
 from nsprof.reports.checks import one_line
+from nsprof.settings import TIMER_BACKENDS, TuneSettings, ground_truths
 from nsprof.space import config_label
 
-GROUND_TRUTHS = ("ncu", "nsys")
-# --backend names of the fast timers -> nsprof timer method names
-TIMER_BACKENDS = {"graph": "graph_warm", "graph_cold": "graph_cold", "cupti": "cupti", "cupti_cold": "cupti_cold",
-                  "event": "event", "event_cold": "event_cold"}
-
-
-@dataclass(frozen=True)
-class TuneSettings:
-    backend: str = "ncu"
-    mode: str = "graph"  # direct | graph (ground truths only; fast timers have their own launch path)
-    stat: str = "median"  # median | min
-    reps: int = 5
-    timer_reps: int = 100
-    prescreen: str | None = None  # a fast timer backend name
-    prescreen_top: int = 4
-    timeout_s: float = 120.0
-    work_dir: Path | None = None
-    store: Path | None = None  # results store; None: .nsprof/results.sqlite
-    use_store: bool = True
-    resume: bool = False  # measure only configs the store has no result for under the same key
-    # resume: measure failed configs again too (by default only failures that say nothing about the
-    # config are: see retryable)
-    retry_failed: bool = False
-    wait: bool = False  # wait for another nsprof profiling this GPU instead of failing
-    feed_back: bool = True  # hand the ranking to the target's tuner when its Space can take it
-    tuner_pick: bool = True  # say what the target's own tuner picks with its own timer, when it can say
-
-    def __post_init__(self) -> None:
-        if self.backend not in GROUND_TRUTHS and self.backend not in TIMER_BACKENDS:
-            raise NsprofError(f"unknown backend {self.backend!r}: choose from "
-                              f"{', '.join(GROUND_TRUTHS + tuple(TIMER_BACKENDS))}")
-        if self.mode not in ("direct", "graph"):
-            raise NsprofError("mode must be direct or graph")
-        if self.stat not in ("median", "min"):
-            raise NsprofError("stat must be median or min")
-        if self.prescreen is not None and self.prescreen not in TIMER_BACKENDS:
-            raise NsprofError(f"--prescreen takes a fast timer: {', '.join(TIMER_BACKENDS)}")
-        if self.prescreen_top < 1:
-            raise NsprofError("--top must be at least 1")
-
+__all__ = ["TIMER_BACKENDS", "TuneResult", "TuneSettings", "key_labels", "measure_rows", "retryable", "tune"]
 
 @dataclass
 class TuneResult:
@@ -88,12 +53,10 @@ class TuneResult:
         return None if best is None else self.configs[best]
 
 
-def key_labels(backend: str, mode: str) -> dict[str, str]:
+def key_labels(backend: str, settings: TuneSettings) -> dict[str, str]:
     """The conditions a measurement is taken under (results-store key fields)."""
-    if backend == "ncu":
-        return {"mode": mode, "clock_control": "base", "cache_control": "all"}
-    if backend == "nsys":
-        return {"mode": mode, "clock_control": "none", "cache_control": "none"}
+    if backend in ground_truths():
+        return {"mode": settings.mode, **registry.driver_class(backend).labels(settings.profile)}
     name = TIMER_BACKENDS[backend]
     return {"mode": "graph" if name.startswith("graph") else "direct", "clock_control": "none",
             "cache_control": "all" if name.endswith("cold") else "none"}
@@ -116,88 +79,48 @@ def retryable(reason: str, timeout_s: float) -> bool:
 
 
 def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, config_ids: list[int], on_progress,
-                 on_rows: Callable[[object], None] | None = None):
-    """Tidy rows for `config_ids` under `backend`: kernels for ground truths; for a fast timer one
-    row per config holding the timer's statistic as rep 0. Failed configs are rows with an error.
+                 on_rows: Callable[[object], None] | None = None,
+                 on_device: Callable[[dict | None], None] | None = None):
+    """Tidy rows for `config_ids` under `backend`: kernels for ground truths (compiled first, see
+    nsprof.profile.profile_result); for a fast timer one row per config holding the timer's
+    statistic as rep 0. Failed configs are rows with an error.
 
     on_rows(frame) gets whole configs' rows as they are known (each worker run's, and on Ctrl-C
-    or SIGTERM what was finished), so that they can be stored before the run ends. The result's
-    attrs["device"] is what the worker measured on ({"uuid", "name"}), where it said.
+    or SIGTERM what was finished), so that they can be stored before the run ends. on_device(device)
+    gets what the worker measured on ({"uuid", "name"}, or None where it did not say).
     """
-    if backend in GROUND_TRUTHS:
-        from nsprof.profile import profile
-        from nsprof.settings import ProfileSettings
+    if backend in ground_truths():
+        from nsprof.profile import profile_result
 
-        return profile(target, ProfileSettings(backend=backend, modes=(settings.mode,), reps=settings.reps,
-                                               timeout_s=settings.timeout_s, work_dir=settings.work_dir,
-                                               wait_gpu=settings.wait),
-                       config_ids=config_ids, on_progress=on_progress, on_rows=on_rows)
-    import tempfile
+        measured: Measured = profile_result(target, settings.profile, config_ids=config_ids,
+                                            on_progress=on_progress, on_rows=on_rows)
+    else:
+        import tempfile
 
-    from nsprof.schema import make_frame
-    from nsprof.validate import ValidateSettings, _run_timer_group
-
-    name = TIMER_BACKENDS[backend]
-    labels = key_labels(backend, settings.mode)
-    value = "median_ns" if settings.stat == "median" else "min_ns"
-
-    def records(rows: list[dict], failures: dict):
-        out = []
-        for row in rows:
-            if row.get("error"):
-                out.append({"config_id": row["config_id"], "error": row["error"], "source": name, **labels})
-                continue
-            clock_mhz = (row.get("conditions") or {}).get("sm_clock_mhz_after")
-            out.append({"config_id": row["config_id"], "rep": 0, "kernel": name, "source": name,
-                        "duration_ns": row.get(value), "clock_hz": None if clock_mhz is None else clock_mhz * 1e6,
-                        **labels})
-        have = {r["config_id"] for r in out}
-        for (_, config_id), reason in failures.items():
-            if config_id not in have:  # a config whose every method failed has its rows already
-                out.append({"config_id": config_id, "error": reason, "source": name, **labels})
-        return make_frame(out)
-
-    work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-tune-"))
-    rows, failures, device = _run_timer_group(
-        target, n, [name], ValidateSettings(timer_reps=settings.timer_reps, timeout_s=settings.timeout_s,
-                                            wait=settings.wait),
-        work_dir / f"timer-{name}", on_progress, config_ids=config_ids,
-        on_interrupt=None if on_rows is None else (lambda finished: on_rows(records(finished, {}))))
-    frame = records(rows, failures)
-    frame.attrs["device"] = device
-    return frame
-
-
-def gpu_of(device: dict | None):
-    """The nsprof.host.gpu.Gpu a worker's device report names, or None (a CPU target, an old worker)."""
-    from nsprof.host.gpu import Gpu
-
-    uuid = str((device or {}).get("uuid") or "")
-    if not uuid:
-        return None
-    if not uuid.startswith(("GPU-", "MIG-")):
-        uuid = "GPU-" + uuid  # torch leaves out nvidia-smi's prefix
-    return Gpu(None, uuid, str(device.get("name") or ""))
+        name = TIMER_BACKENDS[backend]
+        work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-tune-"))
+        timers = FastTimers([name], settings.profile, work_dir / f"timer-{name}", timer_reps=settings.timer_reps,
+                            stat=settings.stat, labels=key_labels(backend, settings), failure_source=name)
+        measured = timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows)
+    if on_device is not None:
+        on_device(measured.device)
+    return measured.frame
 
 
 def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wanted: list[int], on_progress,
                     notes: list[str]):
     """measure_rows through the results store: resume, one transaction per config, GPU lock."""
-    from nsprof.host.gpu import which_gpu
+    from nsprof.host.gpu import gpu_of, which_gpu
     from nsprof.space import target_fingerprint
     from nsprof.store import MeasurementKey, ResultStore, config_json
 
-    tool_version = ""
-    if backend in GROUND_TRUTHS:
-        from nsprof.host import tools
-
-        tool = tools.find_ncu() if backend == "ncu" else tools.find_nsys()
-        tool_version = tools.tool_version(tool.path)
+    truth = backend in ground_truths()
+    tool_version = GroundTruth(settings.profile).tool_version() if truth else ""
     # A fast timer's row holds the statistic asked for, so that is part of what it measured.
-    stored_backend = backend if backend in GROUND_TRUTHS else f"{backend}:{settings.stat}"
+    stored_backend = backend if truth else f"{backend}:{settings.stat}"
     gpu = which_gpu(0)
     group = {"fingerprint": target_fingerprint(target), "gpu": gpu.key, "backend": stored_backend,
-             "tool_version": tool_version, **key_labels(backend, settings.mode)}
+             "tool_version": tool_version, **key_labels(backend, settings)}
     wanted_json = {c: config_json(space.configs[c]) for c in wanted}
     with ResultStore(settings.store) as store:
         todo = list(wanted)
@@ -221,8 +144,9 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
                     stored_ids.add(config_id)
 
             try:
+                devices: list[dict | None] = []
                 rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress,
-                                    on_rows=store_rows)
+                                    on_rows=store_rows, on_device=devices.append)
                 store_rows(rows)  # what was not handed over yet
                 status = "ok" if rows["error"].isna().any() else "nothing measured"
             except KeyboardInterrupt:
@@ -230,7 +154,7 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
                 raise
             finally:
                 store.finish_run(run_id, status)
-            ran_on = gpu_of(rows.attrs.get("device"))
+            ran_on = gpu_of(devices[0] if devices else None)
             if ran_on is not None and ran_on.uuid != gpu.uuid:
                 # The worker measured on another GPU than nvidia-smi's numbering suggested
                 # (CUDA_DEVICE_ORDER): its own word is the key.
@@ -271,10 +195,10 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     else:
         rows = measure_rows(target, n, settings.backend, settings, wanted, progress)
     summary = config_summary(rows)
-    if settings.backend in GROUND_TRUTHS:
+    if settings.ground_truth:
+        conditions = registry.driver_class(settings.backend).conditions(settings.profile)
         label = (f"{settings.backend}, mode {settings.mode}, {settings.stat} of {settings.reps} reps"
-                 + (", clocks locked to base, caches flushed" if settings.backend == "ncu" else
-                    ", CUPTI kernel trace at the run's own clocks"))
+                 + (f", {conditions}" if conditions else ""))
     else:
         label = f"fast timer {TIMER_BACKENDS[settings.backend]}, {settings.stat} of {settings.timer_reps} samples"
     table = rank(summary, settings.stat)

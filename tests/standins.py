@@ -1,10 +1,21 @@
-"""Stand-in profilers for tests that run nsprof in real child processes on machines without a GPU.
+"""The stand-in profiler for tests that run nsprof in real child processes on machines without a GPU.
 
     python tests/standins.py profile t.py:space --backend ncu ...   # nsprof's CLI, stand-in profiler
 
-The stand-in runs the real worker bare; its "report" is the worker's own status file, and each
-config that reached `done` gets `reps` rows per mode whose duration is the config's "ns" value
-(1000 + config id when it has none): what a profiler would have measured, known in advance.
+StatusDriver runs the real worker (bare, or under tests/targets/fake_profiler.py); its "report"
+is derived from the worker's own status file: each config that reached `done` gets `kernels`
+rows per (mode, rep) whose duration is the config's "ns" value (1000 + config id when it has
+none, or with `config_ns=False`, which leaves the target unimported in nsprof's own process):
+what a profiler would have measured, known in advance. StatusDriver.for_session() is the
+session tests' kind: two kernels per rep, and an empty report is an error.
+
+`lossy=True` behaves like nsys: the report holds nothing unless the worker exited cleanly, since
+CUPTI buffers are flushed only then: by itself, not by a signal (read from the stand-in
+profiler's exit file), and with `end` or `stopped` last in its status file. Without it the
+report is like ncu's, written as the kernels run. `empty_is_error=True`: a report without a
+config in it is a ReportError, as a real report without a kernel table is.
+
+install() registers it as ncu and nsys (one registry call each, through nsprof.drivers.registry).
 """
 
 from __future__ import annotations
@@ -13,58 +24,93 @@ import json
 import sys
 from pathlib import Path
 
+from nsprof.drivers.base import Driver
 
-class StatusDriver:
+FAKE_PROFILER = Path(__file__).parent / "targets" / "fake_profiler.py"
+
+
+class StatusDriver(Driver):
     name = "standin"
     suffix = ".standin.json"
+    labels_like = None  # the Driver class whose row labels this stand-in gives (None: the default)
+
+    def __init__(self, kernels: int = 1, lossy: bool = False, profiler_flags: list[str] | None = None,
+                 empty_is_error: bool = False, config_ns: bool = True) -> None:
+        self.kernels = kernels
+        self.config_ns = config_ns
+        self.lossy = lossy
+        self.profiler_flags = profiler_flags  # None: no profiler process, the worker runs bare
+        self.empty_is_error = empty_is_error
+
+    @classmethod
+    def for_session(cls, **kwargs) -> StatusDriver:
+        """The session tests' stand-in: two kernels per rep, an empty report is an error, the
+        target is not imported here."""
+        return cls(**{"kernels": 2, "empty_is_error": True, "config_ns": False, **kwargs})
+
+    @classmethod
+    def labels(cls, settings):
+        return cls.labels_like.labels(settings) if cls.labels_like else super().labels(settings)
+
+    def tool_version(self):
+        return "standin 1.0"
 
     def build_command(self, settings, job_file, report_base):
         import os
 
         from nsprof.worker.protocol import worker_command
 
+        command = worker_command(settings, job_file)
+        if self.profiler_flags is not None:
+            exit_file = report_base.with_suffix(".exit")
+            return [sys.executable, str(FAKE_PROFILER), *self.profiler_flags, "--exit-file", str(exit_file), "--",
+                    *command]
         agent = os.environ.get("NSPROF_STANDIN_AGENT")
         if not agent:
-            return worker_command(settings, job_file)
+            return command
         # Like nsys: the profiler first starts an agent in a session of its own, which inherits its
         # descriptors (the GPU lock's among them) and lives on; its pid goes to $NSPROF_STANDIN_AGENT.
         # The shell stays the worker's parent (no exec), as nsys does: it, not the worker, has the
         # parent-death signal.
         script = f"setsid sh -c 'echo $$ > {agent}; exec sleep 3600' & \"$@\""
-        return ["sh", "-c", script, "sh", *worker_command(settings, job_file)]
+        return ["sh", "-c", script, "sh", *command]
 
     def finish(self, report_base, log):
         from nsprof.worker.protocol import parse_status
 
         status = parse_status(report_base.with_suffix(".status").read_text())
+        clean = status.ended or status.stopped
+        if self.profiler_flags is not None:
+            exit_file = report_base.with_suffix(".exit")
+            clean = clean and exit_file.exists() and int(exit_file.read_text() or -1) >= 0
         job = json.loads(report_base.with_suffix(".job.json").read_text())
         report = report_base.with_suffix(self.suffix)
-        report.write_text(json.dumps({"done": status.done, "job": job}))
+        report.write_text(json.dumps({"done": status.done if clean or not self.lossy else [], "job": job}))
         return report
 
     def read(self, report, settings):
+        from nsprof.errors import ReportError
         from nsprof.schema import make_frame
         from nsprof.space import load_target
 
         data = json.loads(Path(report).read_text())
-        job = data["job"]
-        configs = load_target(job["target"]).configs
-        rows = [{"source": settings.backend, "config_id": c, "mode": mode, "rep": rep, "kernel": "standin_kernel",
-                 "duration_ns": float(configs[c].get("ns", 1000 + c)), **settings.labels}
-                for c in data["done"] for mode in job["modes"] for rep in range(job["reps"])]
-        return make_frame(rows)
+        if self.empty_is_error and not data["done"]:
+            raise ReportError(f"{Path(report).name}: no CUDA kernel table")
+        configs = load_target(data["job"]["target"]).configs if self.config_ns else {}
+        labels = self.labels(settings)
+        return make_frame([{"source": settings.backend, "config_id": c, "mode": mode, "rep": rep, "kernel": f"k{k}",
+                            "duration_ns": float(configs[c].get("ns", 1000 + c) if configs else 1000 + c), **labels}
+                           for c in data["done"] for mode in settings.modes for rep in range(settings.reps)
+                           for k in range(self.kernels)])
 
 
 def install() -> None:
-    """Make every ncu/nsys session of this process use the stand-in (and need no tool on PATH)."""
-    import nsprof.host.tools as tools
-    import nsprof.session as session
+    """Make every ncu/nsys session of this process use the stand-in (and need no tool on PATH),
+    labelling its rows as the tool it stands in for would."""
+    from nsprof.drivers import registry
 
-    session.make_driver = lambda settings: StatusDriver()
-    found = type("Tool", (), {"path": Path("/nonexistent/standin")})()
-    tools.find_ncu = lambda required=True: found
-    tools.find_nsys = lambda required=True: found
-    tools.tool_version = lambda path: "standin 1.0"
+    for name in ("ncu", "nsys"):
+        registry.register(name, type(f"StatusDriver_{name}", (StatusDriver,), {"labels_like": registry.driver_class(name)}))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from nsprof.session import PERMISSION_FIX
+from nsprof.drivers.ncu import PERMISSION_FIX
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":space"

@@ -11,6 +11,7 @@ import pytest
 from conftest import FIXTURES
 from conftest import running as _running
 
+from nsprof.drivers.base import Driver
 from nsprof.errors import NsprofError, ToolFailed
 from nsprof.session import run_session
 from nsprof.settings import ProfileSettings
@@ -70,7 +71,7 @@ def test_settings_are_validated(kwargs):
         ProfileSettings(**kwargs)
 
 
-class _LossyDriver:
+class _LossyDriver(Driver):
     """A stand-in profiler whose report loses every kernel when the worker did not exit cleanly,
     as nsys does when its target is killed (CUPTI buffers are flushed at a clean exit only)."""
 
@@ -99,7 +100,7 @@ class _LossyDriver:
 
 
 def test_configs_lost_with_a_crashed_runs_report_are_measured_again(tmp_path, monkeypatch):
-    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: _LossyDriver())
+    monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: _LossyDriver())
     events = []
     settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=3, work_dir=tmp_path)
     result = run_session(TARGET, 9, settings, on_progress=lambda e, c, d: events.append((e, c)))
@@ -174,7 +175,7 @@ class _DyingProfiler(_LossyDriver):
 
 def test_a_killed_profiler_costs_only_the_config_it_was_on(tmp_path, monkeypatch):
     driver = _DyingProfiler(die_at=2)
-    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
     settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
     target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
     result = run_session(target, 4, settings)
@@ -198,7 +199,7 @@ class _DyingProfilerOwnGroup(_DyingProfiler):
 
 def test_a_killed_profilers_worker_in_a_group_of_its_own_is_not_left_running(tmp_path, monkeypatch):
     driver = _DyingProfilerOwnGroup(die_at=2)
-    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
     settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
     left_running = []
 
@@ -234,7 +235,7 @@ def test_what_a_killed_profiler_left_holding_the_gpu_lock_is_killed(tmp_path, mo
 
     helper_pid = tmp_path / "helper.pid"
     driver = _DyingProfilerWithHelper(die_at=2, helper_pid=helper_pid)
-    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
     settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
     target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
     result = run_session(target, 4, settings)  # under the GPU lock, whose descriptor the helper inherits
@@ -273,7 +274,7 @@ class _ContextLostProfiler(_LossyDriver):
 
 def test_a_run_that_lost_its_context_after_a_recorded_failure_loses_nothing(tmp_path, monkeypatch):
     driver = _ContextLostProfiler()
-    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
     events = []
     settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
     target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
@@ -307,7 +308,7 @@ class _PartialReportProfiler(_DyingProfiler):
 
 def test_a_config_only_partly_in_a_cut_off_report_is_measured_again_whole(tmp_path, monkeypatch):
     driver = _PartialReportProfiler(die_at=2)
-    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
     events = []
     settings = ProfileSettings(backend="ncu", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path)
     target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
@@ -325,7 +326,7 @@ def test_a_config_only_partly_in_a_cut_off_report_is_measured_again_whole(tmp_pa
 def test_a_config_whose_reps_never_all_reach_the_report_fails_with_that_reason(tmp_path, monkeypatch):
     # _LossyDriver's report has rep 0 only; 2 reps were asked for: each config is measured
     # again (a cut-off report looks the same), then recorded as failed, saying why.
-    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: _LossyDriver())
+    monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: _LossyDriver())
     settings = ProfileSettings(backend="nsys", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path)
     target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
     result = run_session(target, 4, settings)
@@ -340,12 +341,12 @@ PHASES = str(FIXTURES.parent / "targets" / "phases.py")
 
 
 def _standin(monkeypatch, **kwargs):
-    """A StatusReportDriver (tests/targets/standin.py) standing in for the profiler of this test."""
-    monkeypatch.syspath_prepend(str(FIXTURES.parent / "targets"))
-    from standin import StatusReportDriver
+    """The session tests' stand-in (tests/standins.py) for the profiler of this test."""
+    monkeypatch.syspath_prepend(str(FIXTURES.parent))
+    from standins import StatusDriver
 
-    driver = StatusReportDriver(**kwargs)
-    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    driver = StatusDriver.for_session(**kwargs)
+    monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
     return driver
 
 
@@ -426,7 +427,7 @@ class _CutKernelProfiler(_DyingProfiler):
 
 def test_a_rep_with_a_missing_kernel_is_not_a_measurement(tmp_path, monkeypatch):
     driver = _CutKernelProfiler(die_at=2)
-    monkeypatch.setattr("nsprof.session.make_driver", lambda settings: driver)
+    monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
     events = []
     settings = ProfileSettings(backend="ncu", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path)
     target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"

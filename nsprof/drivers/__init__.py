@@ -1,1 +1,2 @@
-"""Drivers: find the Nsight tools, build their command lines, run them, collect reports."""
+"""Drivers: one per profiler (ncu, nsys, none), each a nsprof.drivers.base.Driver, named in
+nsprof.drivers.registry, the only map from backend names to drivers."""

@@ -1,22 +1,52 @@
-"""Nsight Compute driver: the command line, and reading its report back."""
+"""Nsight Compute driver: the command line, reading its report back, and its error lines."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from nsprof.drivers.base import Driver, disk_full, lines_since_start, log_lines, worker_failure
 from nsprof.schema import NSPROF_DOMAIN
 from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import worker_command
 
 METRICS = ("gpu__time_duration.sum", "gpc__cycles_elapsed.max", "gpc__cycles_elapsed.avg.per_second")
 
+PERMISSION_FIX = ("profiling counters are not permitted for this user (ERR_NVGPUCTRPERM): run as root, "
+                  "or load the driver with NVreg_RestrictProfilingToAdminUsers=0 "
+                  "(https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
 
-class NcuDriver:
+
+class NcuDriver(Driver):
     name = "ncu"
     suffix = ".ncu-rep"
+    chatter_prefix = "==PROF=="
 
     def __init__(self, executable: Path) -> None:
         self.executable = Path(executable)
+
+    @classmethod
+    def create(cls) -> NcuDriver:
+        return cls(cls.find().path)
+
+    @classmethod
+    def find(cls, required: bool = True):
+        from nsprof.host import tools
+
+        return tools.find_ncu(required=required)
+
+    @classmethod
+    def labels(cls, settings: ProfileSettings) -> dict[str, str]:
+        return {"clock_control": settings.clock_control, "cache_control": settings.cache_control}
+
+    @classmethod
+    def conditions(cls, settings: ProfileSettings) -> str:
+        clocks = "clocks locked to base" if settings.clock_control == "base" else "clocks free"
+        return f"{clocks}, caches {'flushed' if settings.cache_control == 'all' else 'not flushed'}"
+
+    def tool_version(self) -> str:
+        from nsprof.host import tools
+
+        return tools.tool_version(self.executable)
 
     def build_command(self, settings: ProfileSettings, job_file: Path, report_base: Path) -> list[str]:
         # Only kernels inside nsprof's outer range are profiled: warm-up, compilation and
@@ -39,4 +69,21 @@ class NcuDriver:
     def read(self, report: Path, settings: ProfileSettings):
         from nsprof.reports.ncu_rep import read_ncu_rep
 
-        return read_ncu_rep(report, domain=NSPROF_DOMAIN, **settings.labels)
+        return read_ncu_rep(report, domain=NSPROF_DOMAIN, **self.labels(settings))
+
+    def crash_reason(self, log: Path, returncode: int | None) -> str:
+        if any("ERR_NVGPUCTRPERM" in line for line in lines_since_start(log)):
+            return PERMISSION_FIX
+        return worker_failure(log, returncode, self.chatter_prefix)
+
+    def diagnose(self, log: Path, returncode: int | None) -> str:
+        lines = log_lines(log)
+        if any("ERR_NVGPUCTRPERM" in line for line in lines):
+            return PERMISSION_FIX
+        full = disk_full(log)
+        if full:
+            return full
+        errors = [line for line in lines if line.startswith("==ERROR==")]
+        if errors:
+            return errors[-1][:300]
+        return self.crash_reason(log, returncode)

@@ -4,18 +4,59 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nsprof.drivers.base import Driver
 from nsprof.reports.nsys.convert import import_qdstrm
 from nsprof.schema import NSPROF_DOMAIN
 from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import worker_command
 
 
-class NsysDriver:
+class NsysDriver(Driver):
     name = "nsys"
     suffix = ".nsys-rep"
+    clean_exit_note = "nsys keeps kernels only at a clean exit"
 
     def __init__(self, executable: Path) -> None:
         self.executable = Path(executable)
+
+    @classmethod
+    def create(cls) -> NsysDriver:
+        return cls(cls.find().path)
+
+    @classmethod
+    def find(cls, required: bool = True):
+        from nsprof.host import tools
+
+        return tools.find_nsys(required=required)
+
+    @classmethod
+    def tool_notes(cls, executable: Path) -> str:
+        """Where its QdstrmImporter is, and the shared libraries it lacks (then nsys leaves .qdstrm files)."""
+        import shutil
+        import subprocess
+
+        from nsprof.host.tools import find_qdstrm_importer
+
+        importer = find_qdstrm_importer(executable)
+        notes = f"QdstrmImporter: {importer or 'not found'}"
+        if importer and shutil.which("ldd"):
+            try:
+                ldd = subprocess.run(["ldd", str(importer)], capture_output=True, text=True, timeout=60).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                ldd = ""
+            missing = [ln.split()[0] for ln in ldd.splitlines() if "not found" in ln]
+            if missing:
+                notes += f" — missing libraries: {', '.join(missing)} (nsys will leave .qdstrm files)"
+        return notes
+
+    @classmethod
+    def conditions(cls, settings: ProfileSettings) -> str:
+        return "CUPTI kernel trace at the run's own clocks"
+
+    def tool_version(self) -> str:
+        from nsprof.host import tools
+
+        return tools.tool_version(self.executable)
 
     def build_command(self, settings: ProfileSettings, job_file: Path, report_base: Path) -> list[str]:
         # CUDA + NVTX trace only: with default CPU sampling one small run wrote a 2.2 GB
@@ -43,4 +84,4 @@ class NsysDriver:
     def read(self, report: Path, settings: ProfileSettings):
         from nsprof.reports.nsys import read_nsys_sqlite
 
-        return read_nsys_sqlite(report, domain=NSPROF_DOMAIN, **settings.labels)
+        return read_nsys_sqlite(report, domain=NSPROF_DOMAIN, **self.labels(settings))

@@ -69,3 +69,14 @@ def which_gpu(device: int = 0, environ: Mapping[str, str] | None = None) -> Gpu:
     if entry.isdigit():
         return Gpu(int(entry))
     return Gpu(None, entry)  # a MIG instance or a UUID nvidia-smi does not list: lock it by its name
+
+
+def gpu_of(device: dict | None) -> Gpu | None:
+    """The Gpu a worker's device report ({"uuid", "name", ...}) names, or None (a CPU target, an
+    old worker)."""
+    uuid = str((device or {}).get("uuid") or "")
+    if not uuid:
+        return None
+    if not uuid.startswith(("GPU-", "MIG-")):
+        uuid = "GPU-" + uuid  # torch leaves out nvidia-smi's prefix
+    return Gpu(None, uuid, str(device.get("name") or ""))

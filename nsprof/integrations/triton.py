@@ -54,7 +54,7 @@ _OPTION_FIELDS = ("num_warps", "num_ctas", "num_stages", "maxnreg")
 
 def do_bench(timer: str = "cupti", *, l2: str = "warm", reps: int = 50, warmup: int = 5) -> Callable:
     """A Triton-compatible benchmark function measuring with nsprof.timers.measure."""
-    from nsprof.timers.base import TIMERS
+    from nsprof.timers import TIMERS
 
     if timer not in TIMERS:
         raise ValueError(f"timer must be one of {TIMERS}")

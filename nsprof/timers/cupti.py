@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 
 from nsprof.errors import NsprofError
+from nsprof.timers.base import Flusher
 
 
 class _Collector:
@@ -54,10 +55,8 @@ def _stop(cupti) -> None:
         cupti.activity_disable(kind)
 
 
-def time_cupti(fn, reps: int, l2: str) -> tuple[list[float], dict]:
+def time_cupti(fn, reps: int, l2: str, calls_per_graph: int = 1) -> tuple[list[float], dict]:
     import torch
-
-    from nsprof.timers.base import Flusher
 
     cupti = _cupti()
     flush = Flusher() if l2 == "cold" else None

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from nsprof.timers.base import Flusher
 
-def time_events(fn, reps: int, l2: str) -> tuple[list[float], dict]:
+
+def time_events(fn, reps: int, l2: str, calls_per_graph: int = 1) -> tuple[list[float], dict]:
     import torch
-
-    from nsprof.timers.base import Flusher
 
     flush = Flusher() if l2 == "cold" else None
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from nsprof.timers.base import Flusher
+
 
 def _capture(calls):
     import torch
@@ -29,8 +31,6 @@ def _replay_times_ns(graph, reps: int) -> list[float]:
 
 
 def time_graph(fn, reps: int, l2: str, calls_per_graph: int) -> tuple[list[float], dict]:
-    from nsprof.timers.base import Flusher
-
     if l2 == "warm":
         graph = _capture([fn] * calls_per_graph)
         samples = [t / calls_per_graph for t in _replay_times_ns(graph, reps)]

@@ -44,7 +44,7 @@ def available_external() -> list[str]:
 def run_method(name: str, fn: Callable[[], object], reps: int) -> dict:
     """Measure `fn` with one named method; returns {median_ns, samples_ns?, conditions}."""
     if name in OWN:
-        from nsprof.timers.base import measure
+        from nsprof.timers import measure
 
         timer, l2 = OWN[name]
         result = measure(fn, timer=timer, reps=reps, l2=l2)

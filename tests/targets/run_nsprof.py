@@ -1,6 +1,6 @@
 """Runs nsprof in this process, for tests that signal or SIGKILL it: `python run_nsprof.py SPEC.json`.
 
-SPEC (JSON): "driver": null (backend none) or StatusReportDriver's keyword arguments;
+SPEC (JSON): "driver": null (backend none) or tests/standins.py StatusDriver's keyword arguments;
 then either "argv" (run the `nsprof` command line with that driver) or "target",
 "n_configs", "settings" (ProfileSettings keywords), optionally "config_ids", and "rows" (a file: one JSON line per
 on_rows call, then an "interrupted" line if the interrupt reached this caller).
@@ -10,16 +10,18 @@ import json
 import sys
 from pathlib import Path
 
+import nsprof.drivers.registry
 import nsprof.session
 from nsprof.settings import ProfileSettings
 
 if __name__ == "__main__":
     spec = json.loads(Path(sys.argv[1]).read_text())
     if spec.get("driver") is not None:
-        from standin import StatusReportDriver
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from standins import StatusDriver
 
-        driver = StatusReportDriver(**spec["driver"])
-        nsprof.session.make_driver = lambda settings: driver
+        driver = StatusDriver.for_session(**spec["driver"])
+        nsprof.drivers.registry.get_driver = lambda name: driver
     if "argv" in spec:
         from nsprof.cli import main
 

@@ -1,0 +1,167 @@
+"""The one measuring seam: a Backend measures configs of a target and returns tidy rows.
+
+    from nsprof.measure import GroundTruth, FastTimers
+    measured = GroundTruth(ProfileSettings(backend="ncu")).run(target, [0, 1, 2], n_configs=3)
+    measured.frame, measured.failures, measured.device
+
+Two kinds implement it: GroundTruth (a driver under nsprof.session: ncu, nsys, or any other
+registered in nsprof.drivers.registry) and FastTimers (nsprof's in-process timers, and the
+tuners' own, in the bare worker). nsprof.profile, nsprof.validate and nsprof.tune are
+orchestration over Backends.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from nsprof.errors import NsprofError
+from nsprof.settings import NO_PROFILER, ProfileSettings
+
+Progress = Callable[[str, int, str], None]  # (event: done | fail | retry, config_id, detail)
+OnRows = Callable[[object], None]  # a tidy frame of configs that became final
+
+
+@dataclass
+class Measured:
+    """What one Backend.run measured."""
+
+    frame: object  # the tidy DataFrame (nsprof.schema): measurements, and a row per failed config
+    failures: dict[int, str] = field(default_factory=dict)  # config_id -> why it failed
+    device: dict | None = None  # what the worker measured on, as it said: {"uuid", "name", ...}
+    reports: list[Path] = field(default_factory=list)  # empty when the temporary work dir was removed
+    work_dir: Path | None = None  # reports and logs; None: a temporary folder, removed after a clean run
+    wall_s: float = 0.0
+
+
+class Backend(ABC):
+    """Measures configs of a target on one device."""
+
+    name: str = ""
+
+    @abstractmethod
+    def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
+            on_progress: Progress | None = None, on_rows: OnRows | None = None) -> Measured:
+        """Measure `config_ids` of `target` (a Space of `n_configs`) on GPU `device`.
+
+        on_progress(event, config_id, detail) follows the configs; on_rows(frame) gets the rows
+        of configs as they become final, and on Ctrl-C or SIGTERM what was finished, before the
+        KeyboardInterrupt goes on (see nsprof.session.run_session)."""
+
+    def failure_frame(self, failures: dict[int, str]):
+        """Rows for configs that failed before this backend ran them (a compile step), labelled
+        as its own rows are."""
+        from nsprof.schema import make_frame
+
+        return make_frame([{"source": self.name, "config_id": c, "error": e, **self.labels}
+                           for c, e in sorted(failures.items())])
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The conditions this backend's rows are labelled with."""
+        return {}
+
+
+def _one_gpu(device: int) -> None:
+    if device != 0:
+        raise NsprofError(f"measuring on GPU {device}: only GPU 0 is supported so far")
+
+
+class GroundTruth(Backend):
+    """A driver (ncu, nsys, ...) in a supervised worker session, under `settings` as given."""
+
+    def __init__(self, settings: ProfileSettings) -> None:
+        from nsprof.drivers import registry
+
+        self.settings = settings
+        self.name = settings.backend
+        self.driver = registry.get_driver(settings.backend)  # a missing tool: one line, before any work
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.driver.labels(self.settings)
+
+    def tool_version(self) -> str:
+        return self.driver.tool_version()
+
+    def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
+            on_progress: Progress | None = None, on_rows: OnRows | None = None) -> Measured:
+        from nsprof.session import run_session
+
+        _one_gpu(device)
+        session = run_session(target, n_configs, self.settings, config_ids=config_ids, on_progress=on_progress,
+                              on_rows=on_rows, driver=self.driver)
+        return Measured(frame=session.frame, failures=session.failures, device=session.device,
+                        reports=session.reports, work_dir=session.work_dir, wall_s=session.wall_s)
+
+
+class FastTimers(Backend):
+    """Fast timer methods (nsprof.timers.specs names) in one bare worker: one row per config and
+    method, the method's `stat` over `timer_reps` samples as rep 0.
+
+    `settings` gives the timeout, the GPU wait and the work folder (`work_dir`, which must be
+    set: the worker writes its rows there); its backend and reps are the bare worker's own.
+    A config whose worker died is a row with source `failure_source`.
+    """
+
+    def __init__(self, methods: list[str], settings: ProfileSettings, work_dir: Path, *, timer_reps: int = 100,
+                 stat: str = "median", labels: dict[str, str] | None = None, failure_source: str = "timers") -> None:
+        self.methods = list(methods)
+        self.name = "+".join(self.methods)
+        self.settings = replace(settings, backend=NO_PROFILER, modes=("direct",), reps=1, warmup=3,
+                                work_dir=Path(work_dir))
+        self.timer_reps = timer_reps
+        self.value = "median_ns" if stat == "median" else "min_ns"
+        self._labels = dict(labels or {})
+        self.failure_source = failure_source
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict(self._labels)
+
+    def frame(self, rows: list[dict], failures: dict[int, str]):
+        """The worker's result rows (and the configs it died on) as tidy rows."""
+        from nsprof.schema import make_frame
+
+        labels = self._labels
+        out = []
+        for row in rows:
+            if row.get("error"):
+                out.append({"config_id": row["config_id"], "error": row["error"], "source": row["method"], **labels})
+                continue
+            clock_mhz = (row.get("conditions") or {}).get("sm_clock_mhz_after")
+            out.append({"config_id": row["config_id"], "rep": 0, "kernel": row["method"], "source": row["method"],
+                        "duration_ns": row.get(self.value),
+                        "clock_hz": None if clock_mhz is None else clock_mhz * 1e6, **labels})
+        have = {r["config_id"] for r in out}
+        for config_id, reason in failures.items():
+            if config_id not in have:  # a config whose every method failed has its rows already
+                out.append({"config_id": config_id, "error": reason, "source": self.failure_source, **labels})
+        return make_frame(out)
+
+    def run(self, target: str, config_ids: list[int] | None, device: int = 0, *, n_configs: int,
+            on_progress: Progress | None = None, on_rows: OnRows | None = None) -> Measured:
+        from nsprof.session import run_session
+
+        _one_gpu(device)
+        work_dir = self.settings.work_dir
+        work_dir.mkdir(parents=True, exist_ok=True)
+        results = work_dir / "timers.jsonl"
+        results.write_text("")
+
+        def written() -> list[dict]:
+            return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+
+        try:
+            session = run_session(target, n_configs, self.settings, config_ids=config_ids, on_progress=on_progress,
+                                  job_extra={"task": "timers", "timers": self.methods,
+                                             "timer_reps": self.timer_reps, "results": str(results)})
+        except KeyboardInterrupt:
+            if on_rows is not None:
+                on_rows(self.frame(written(), {}))
+            raise
+        return Measured(frame=self.frame(written(), session.failures), failures=session.failures,
+                        device=session.device, work_dir=work_dir, wall_s=session.wall_s)
