@@ -15,8 +15,10 @@ from pathlib import Path
 import click
 
 from nsprof import __version__
+from nsprof.drivers import registry
 from nsprof.errors import NsprofError
 from nsprof.host.redirect import results_only_on_stdout
+from nsprof.settings import TIMER_BACKENDS
 
 EXIT_ERROR = 2
 
@@ -149,7 +151,7 @@ def _mode_tuple(mode: str) -> tuple[str, ...]:
 
 @cli.command()
 @click.argument("target")
-@click.option("--backend", type=click.Choice(["ncu", "nsys"]), default="ncu", show_default=True,
+@click.option("--backend", type=click.Choice(registry.ground_truths()), default="ncu", show_default=True,
               help="Ground-truth tool.")
 @click.option("--mode", type=click.Choice(["direct", "graph", "both"]), default="both", show_default=True,
               help="Plain launches, replays of a captured CUDA graph, or both.")
@@ -198,7 +200,8 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
 
     truth = GroundTruth(settings)  # a missing tool is one line before any work starts
     with results_only_on_stdout():  # the target's import may print
-        n_configs = len(load_target(target).configs)
+        space = load_target(target)
+    n_configs = len(space.configs)
     if ids is not None:
         from nsprof.profile import check_config_ids
 
@@ -216,7 +219,8 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
                 failures.append((config_id, detail))
 
         with results_only_on_stdout():
-            result = profile_result(target, settings, config_ids=ids, on_progress=progress, backend=truth)
+            result = profile_result(target, settings, config_ids=ids, on_progress=progress, backend=truth,
+                                    space=space)
     frame = result.frame
     for config_id, detail in failures:
         click.echo(f"nsprof: config {config_id} failed: {detail}", err=True)
@@ -301,8 +305,8 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
         raise click.BadParameter(str(exc), param_hint="--timers") from None
     truths = _split(truth)
     modes = _split(mode)
-    if not truths or any(t not in ("ncu", "nsys") for t in truths):
-        raise click.BadParameter("choose from ncu, nsys", param_hint="--truth")
+    if not truths or any(t not in registry.ground_truths() for t in truths):
+        raise click.BadParameter(f"choose from {', '.join(registry.ground_truths())}", param_hint="--truth")
     if not modes or any(m not in ("direct", "graph") for m in modes):
         raise click.BadParameter("choose from direct, graph", param_hint="--mode")
     if plot_path:
@@ -341,8 +345,8 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
 
 @cli.command()
 @click.argument("target")
-@click.option("--backend", type=click.Choice(["ncu", "nsys", "graph", "graph_cold", "cupti", "cupti_cold", "event",
-                                              "event_cold"]), default="ncu", show_default=True,
+@click.option("--backend", type=click.Choice(registry.ground_truths() + tuple(TIMER_BACKENDS)), default="ncu",
+              show_default=True,
               help="Ground truth (ncu, nsys) or a fast in-process timer to rank by.")
 @click.option("--mode", type=click.Choice(["direct", "graph"]), default="graph", show_default=True,
               help="Ground truth of plain launches or of CUDA-graph kernel nodes.")
