@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nsprof.analysis.ranking import rank
@@ -53,10 +53,15 @@ class TuneResult:
         return None if best is None else self.configs[best]
 
 
+def _profile_settings(backend: str, settings: TuneSettings):
+    """settings.profile for ground truth `backend` (which may differ from settings.backend)."""
+    return settings.profile if settings.profile.backend == backend else replace(settings.profile, backend=backend)
+
+
 def key_labels(backend: str, settings: TuneSettings) -> dict[str, str]:
     """The conditions a measurement is taken under (results-store key fields)."""
     if backend in ground_truths():
-        return {"mode": settings.mode, **registry.driver_class(backend).labels(settings.profile)}
+        return {"mode": settings.mode, **registry.driver_class(backend).labels(_profile_settings(backend, settings))}
     name = TIMER_BACKENDS[backend]
     return {"mode": "graph" if name.startswith("graph") else "direct", "clock_control": "none",
             "cache_control": "all" if name.endswith("cold") else "none"}
@@ -92,7 +97,7 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
     if backend in ground_truths():
         from nsprof.profile import profile_result
 
-        measured: Measured = profile_result(target, settings.profile, config_ids=config_ids,
+        measured: Measured = profile_result(target, _profile_settings(backend, settings), config_ids=config_ids,
                                             on_progress=on_progress, on_rows=on_rows)
     else:
         import tempfile

@@ -233,3 +233,27 @@ def test_the_feed_back_runs_in_a_fresh_child_process(tmp_path):
     target.write_text(FEED_TARGET)
     stored = meta_in_child(f"{target}:space", "feed_back", [{0: 0.003, 2: 0.001}], TuneSettings(backend="ncu"), 3)
     assert stored == {"best": 2, "keys": [0, 2], "types": ["int"]}
+
+
+def test_measure_rows_measures_under_the_backend_it_is_given(monkeypatch):
+    """measure_rows(…, backend, settings) with a ground truth other than settings.backend runs that
+    ground truth, and key_labels labels it so (as the old code, which built its settings from it)."""
+    import nsprof.profile as profile_module
+    from nsprof.settings import TuneSettings
+    from nsprof.tune import key_labels, measure_rows
+
+    seen = []
+
+    def fake(target, settings, **kwargs):
+        seen.append(settings.backend)
+        from nsprof.measure import Measured
+        from nsprof.schema import make_frame
+
+        return Measured(frame=make_frame([]), failures={}, device=None, reports=[], work_dir=None, wall_s=0.0)
+
+    monkeypatch.setattr(profile_module, "profile_result", fake)
+    settings = TuneSettings(backend="ncu", use_store=False)
+    measure_rows("t.py:space", 1, "nsys", settings, [0], None)
+    assert seen == ["nsys"]
+    assert key_labels("nsys", settings)["clock_control"] == "none"
+    assert key_labels("ncu", settings)["clock_control"] == "base"
