@@ -13,6 +13,10 @@ no allocations of its own (inputs are made in `build`, with random data, never z
         build=lambda cfg: make_launch(cfg),       # -> callable launching the kernel(s)
         compile=lambda cfg: compile_kernel(cfg),  # optional; run in parallel before measuring
     )
+
+A Space over an autotuner's configs also carries that tuner's hook (`tuner`, an
+nsprof.tuner.TunerHook; nsprof.integrations makes them), through which `nsprof tune` asks the
+tuner's own pick and feeds its ranking back.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nsprof.errors import TargetError
+from nsprof.tuner import TunerHook, hook_from_meta
 
 
 @dataclass
@@ -40,12 +45,16 @@ class Space:
     # Python calls (used by nsprof's own tests of the worker's fault handling).
     device: str = "cuda"
     meta: dict[str, Any] = field(default_factory=dict)
+    # The autotuner behind these configs: its own pick, and the feed-back of nsprof's ranking.
+    tuner: TunerHook | None = None
 
     def __post_init__(self) -> None:
         if not self.configs:
             raise TargetError(f"space {self.name!r} has no configs")
         if self.device not in ("cuda", "cpu"):
             raise TargetError(f"space {self.name!r}: device must be 'cuda' or 'cpu'")
+        if self.tuner is None:  # a Space of the older form: meta={"tuner_pick": ..., "feed_back": ...}
+            self.tuner = hook_from_meta(self.meta)
 
     def label(self, config_id: int) -> str:
         """A short readable name for one config: k=v pairs."""

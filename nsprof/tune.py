@@ -212,26 +212,26 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     best = result.best_config_id
     if best is None:
         check_measured(rows)
-    if settings.tuner_pick and space.meta.get("tuner_pick") is not None and best is not None:
+    tuner = space.tuner
+    if settings.tuner_pick and tuner is not None and tuner.can_pick and best is not None:
         # Before the feed-back below, which makes the tuner pick nsprof's winner.
         try:
             result.tuner_pick = tuner_pick_in_child(target, settings, n)
         except Exception as exc:  # the user's tuner failed: the ranking still stands
             result.errors.append(f"the target's own autotuner failed: {one_line(f'{type(exc).__name__}: {exc}', 300)}")
         else:
-            notes.append(describe_pick(result.tuner_pick, table))
-    hand_back = space.meta.get("feed_back")
-    if settings.feed_back and hand_back is not None and best is not None:
+            if result.tuner_pick is not None:  # None: the tuner could not say
+                notes.append(describe_pick(result.tuner_pick, table))
+    if settings.feed_back and tuner is not None and tuner.can_feed_back and best is not None:
         measured = table[table["error"].isna() & table["value_ns"].notna()]
         latencies_ms = {int(c): float(v) / 1e6 for c, v in zip(measured["config_id"], measured["value_ns"])}
-        to = space.meta.get("feed_back_to", "the tuner")
         try:
-            stored = meta_in_child(target, "feed_back", [latencies_ms], settings, n)
+            stored = tuner_in_child(target, "feed_back", [latencies_ms], settings, n)
         except Exception as exc:
-            result.errors.append(f"feeding the ranking back to {to} failed: "
+            result.errors.append(f"feeding the ranking back to {tuner.name} failed: "
                                  f"{one_line(f'{type(exc).__name__}: {exc}', 300)}")
         else:
-            notes.append(f"handed to {to}: {stored}")
+            notes.append(f"handed to {tuner.name}: {stored}")
     if prescreen_table is not None and best is not None:
         position = wanted.index(best) + 1
         notes.append(f"the ground-truth winner was #{position} of the prescreen's top {len(wanted)}")
@@ -245,19 +245,25 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
 
 RESULT_MARKER = "NSPROF_RESULT "
 
-_META_CHILD = (
+TUNER_CALLS = ("pick", "feed_back")
+
+_TUNER_CHILD = (
     "import json, sys\n"
     "from nsprof.space import load_target\n"
     "name, args = sys.argv[2], json.loads(sys.argv[3])\n"
     "if name == 'feed_back':\n"
     "    args = [{int(k): float(v) for k, v in args[0].items()}]\n"
-    "result = load_target(sys.argv[1]).meta[name](*args)\n"
+    "tuner = load_target(sys.argv[1]).tuner\n"
+    "if tuner is None:\n"
+    "    sys.exit(f'{sys.argv[1]} has no tuner hook (Space.tuner)')\n"
+    "result = getattr(tuner, name)(*args)\n"
     f"print({RESULT_MARKER!r} + json.dumps(result, default=str), flush=True)\n"
 )
 
 
-def meta_in_child(target: str, name: str, args: list, settings: TuneSettings, n_configs: int):
-    """Run the target Space's meta[name](*args) (its own tuner's pick, or the feed-back) in a child.
+def tuner_in_child(target: str, name: str, args: list, settings: TuneSettings, n_configs: int):
+    """Run the target Space's tuner hook, `space.tuner.<name>(*args)` ("pick" or "feed_back"), in
+    a fresh child process; its result comes back as JSON.
 
     Its own benchmark loop runs user kernels: a child keeps a hang (timeout: the per-config
     timeout times the number of configs) or a lost CUDA context out of nsprof's process, and
@@ -270,10 +276,12 @@ def meta_in_child(target: str, name: str, args: list, settings: TuneSettings, n_
 
     from nsprof.host.lock import gpu_lock
 
+    if name not in TUNER_CALLS:
+        raise ValueError(f"a tuner hook call is one of {TUNER_CALLS}, not {name!r}")
     timeout = settings.timeout_s * max(1, n_configs)
     with gpu_lock(0, wait=settings.wait):
         try:
-            done = subprocess.run([sys.executable, "-c", _META_CHILD, target, name, json.dumps(args)],
+            done = subprocess.run([sys.executable, "-c", _TUNER_CHILD, target, name, json.dumps(args)],
                                   capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise NsprofError(f"it ran past {timeout:g} s (--timeout times the number of configs)") from None
@@ -284,6 +292,6 @@ def meta_in_child(target: str, name: str, args: list, settings: TuneSettings, n_
     raise NsprofError(f"its process exited with status {done.returncode}" + (f": {lines[-1]}" if lines else ""))
 
 
-def tuner_pick_in_child(target: str, settings: TuneSettings, n_configs: int) -> dict:
-    """What the target's own autotuner picks with its own timer (its Space's meta["tuner_pick"])."""
-    return meta_in_child(target, "tuner_pick", [], settings, n_configs)
+def tuner_pick_in_child(target: str, settings: TuneSettings, n_configs: int) -> dict | None:
+    """What the target's own autotuner picks with its own timer (its Space's tuner.pick())."""
+    return tuner_in_child(target, "pick", [], settings, n_configs)

@@ -123,8 +123,9 @@ def test_tune_through_the_store_resumes_only_missing_configs(tmp_path, monkeypat
     assert list(runs["status"]) == ["ok", "ok"] and set(runs["backend"]) == {"ncu"}
 
 
-def _tuner_space(pick_id, calls, fail_feed_back=False):
+def _tuner_space(pick_id, calls, fail_feed_back=False, style="hook"):
     from nsprof.space import Space
+    from nsprof.tuner import TunerHook
 
     def tuner_pick():
         calls.append("pick")
@@ -137,21 +138,37 @@ def _tuner_space(pick_id, calls, fail_feed_back=False):
             raise RuntimeError("cache directory is read-only")
         return "stored"
 
-    return Space(name="tuned", configs=[{"i": i} for i in range(32)], build=lambda config: (lambda: None),
-                 meta={"tuner_pick": tuner_pick, "feed_back": feed_back, "feed_back_to": "Triton's autotuner"})
+    configs = [{"i": i} for i in range(32)]
+    if style == "meta":  # the older form, still taken: adapted into a TunerHook by the Space
+        return Space(name="tuned", configs=configs, build=lambda config: (lambda: None),
+                     meta={"tuner_pick": tuner_pick, "feed_back": feed_back, "feed_back_to": "Triton's autotuner"})
+
+    class Hook(TunerHook):
+        name = "Triton's autotuner"
+        can_pick = True
+
+        def pick(self):
+            return tuner_pick()
+
+        def feed_back(self, latencies_ms):
+            return feed_back(latencies_ms)
+
+    return Space(name="tuned", configs=configs, build=lambda config: (lambda: None), tuner=Hook())
 
 
+@pytest.mark.parametrize("style", ["hook", "meta"])
 @pytest.mark.parametrize("fail_feed_back", [False, True])
-def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatch, fail_feed_back):
+def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatch, fail_feed_back, style):
     from nsprof import tune as tune_module
 
     order, medians = independent_order("profile_ncu.csv", "graph")
     pick = order[2]  # the tuner's own timer chose the third-best config
     calls = []
-    space = _tuner_space(pick, calls, fail_feed_back)
+    space = _tuner_space(pick, calls, fail_feed_back, style)
     monkeypatch.setattr("nsprof.space.load_target", lambda target: space)
     # The pick and the feed-back run in a child process (tested below with a real one); here, in this process.
-    monkeypatch.setattr(tune_module, "meta_in_child", lambda target, name, args, settings, n: space.meta[name](*args))
+    monkeypatch.setattr(tune_module, "tuner_in_child",
+                        lambda target, name, args, settings, n: getattr(space.tuner, name)(*args))
     monkeypatch.setattr(tune_module, "measure_rows", lambda target, n, backend, settings, ids, progress, **unused:
                         fixture_rows(ids))
     monkeypatch.setattr("nsprof.profile.precompile", lambda space, jobs=None, log=None, config_ids=None: {})
@@ -174,19 +191,25 @@ def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatc
 PICK_TARGET = """
 import os, sys, time
 from nsprof.space import Space
+from nsprof.tuner import TunerHook
 
-def pick():
-    print("tuner chatter on stdout")
-    kind = os.environ["PICK_KIND"]
-    if kind == "hang":
-        time.sleep(3600)
-    if kind == "crash":
-        sys.stderr.write("CUDA error: an illegal memory access was encountered\\n")
-        os._exit(1)
-    return {"tuner": "t", "timer": "own", "config_id": 1, "config": {"i": 1}, "timings_ms": {"0": 2.0, "1": 1.0}}
+class Hook(TunerHook):
+    can_pick = True
 
-space = Space(name="p", configs=[{"i": 0}, {"i": 1}], build=lambda c: (lambda: None), device="cpu",
-              meta={"tuner_pick": pick})
+    def pick(self):
+        print("tuner chatter on stdout")
+        kind = os.environ["PICK_KIND"]
+        if kind == "hang":
+            time.sleep(3600)
+        if kind == "crash":
+            sys.stderr.write("CUDA error: an illegal memory access was encountered\\n")
+            os._exit(1)
+        return {"tuner": "t", "timer": "own", "config_id": 1, "config": {"i": 1}, "timings_ms": {"0": 2.0, "1": 1.0}}
+
+    def feed_back(self, latencies_ms):
+        raise AssertionError("not called")
+
+space = Space(name="p", configs=[{"i": 0}, {"i": 1}], build=lambda c: (lambda: None), device="cpu", tuner=Hook())
 """
 
 
@@ -214,24 +237,38 @@ def test_the_tuners_own_pick_runs_in_a_child_process(tmp_path, monkeypatch, kind
 
 
 FEED_TARGET = """
+import json
 from nsprof.space import Space
+from nsprof.tuner import TunerHook
 
 def feed_back(latencies_ms):
     print("tuner chatter on stdout")
     best = min(latencies_ms, key=latencies_ms.get)
     return {"best": best, "keys": sorted(latencies_ms), "types": sorted({type(k).__name__ for k in latencies_ms})}
 
-space = Space(name="f", configs=[{"i": 0}, {"i": 1}, {"i": 2}], build=lambda c: (lambda: None), device="cpu",
-              meta={"feed_back": feed_back})
+class Hook(TunerHook):
+    def feed_back(self, latencies_ms):
+        return json.dumps(feed_back(latencies_ms))
+
+configs = [{"i": 0}, {"i": 1}, {"i": 2}]
+space = Space(name="f", configs=configs, build=lambda c: (lambda: None), device="cpu", tuner=Hook())
+# the older form, still taken
+meta_space = Space(name="f", configs=configs, build=lambda c: (lambda: None), device="cpu",
+                   meta={"feed_back": feed_back})
 """
 
 
-def test_the_feed_back_runs_in_a_fresh_child_process(tmp_path):
-    from nsprof.tune import meta_in_child
+@pytest.mark.parametrize("attr", ["space", "meta_space"])
+def test_the_feed_back_runs_in_a_fresh_child_process(tmp_path, attr):
+    import json
+
+    from nsprof.tune import tuner_in_child
 
     target = tmp_path / "feed_target.py"
     target.write_text(FEED_TARGET)
-    stored = meta_in_child(f"{target}:space", "feed_back", [{0: 0.003, 2: 0.001}], TuneSettings(backend="ncu"), 3)
+    stored = tuner_in_child(f"{target}:{attr}", "feed_back", [{0: 0.003, 2: 0.001}], TuneSettings(backend="ncu"), 3)
+    if attr == "space":
+        stored = json.loads(stored)
     assert stored == {"best": 2, "keys": [0, 2], "types": ["int"]}
 
 
@@ -257,3 +294,25 @@ def test_measure_rows_measures_under_the_backend_it_is_given(monkeypatch):
     assert seen == ["nsys"]
     assert key_labels("nsys", settings)["clock_control"] == "none"
     assert key_labels("ncu", settings)["clock_control"] == "base"
+
+
+def test_a_space_of_the_older_meta_form_still_feeds_back():
+    """Spaces written before TunerHook set meta callables; the Space adapts them into a hook."""
+    from nsprof.space import Space
+    from nsprof.tuner import MetaTunerHook
+
+    fed = []
+    space = Space(name="old", configs=[{"i": 0}, {"i": 1}], build=lambda c: (lambda: None),
+                  meta={"feed_back": lambda latencies_ms: fed.append(dict(latencies_ms)) or "stored",
+                        "feed_back_to": "my tuner"})
+    assert isinstance(space.tuner, MetaTunerHook)
+    assert (space.tuner.name, space.tuner.can_pick, space.tuner.can_feed_back) == ("my tuner", False, True)
+    assert space.tuner.feed_back({1: 0.5}) == "stored" and fed == [{1: 0.5}]
+    assert Space(name="plain", configs=[{"i": 0}], build=lambda c: (lambda: None)).tuner is None
+
+
+def test_the_tuner_hook_calls_are_pick_and_feed_back_only():
+    from nsprof.tune import tuner_in_child
+
+    with pytest.raises(ValueError, match="one of"):
+        tuner_in_child("t.py:space", "build", [], TuneSettings(backend="ncu"), 1)

@@ -1,7 +1,7 @@
 """TileLang: measure an `@tilelang.autotune` kernel's configs with nsprof, and hand the winner
 back so that the user's own autotuned call returns it without benchmarking again.
 
-In a target file (for `nsprof tune`):
+In a target file (for `nsprof tune`, through the Space's `TileLangHook`, an nsprof.tuner.TunerHook):
 
     from my_kernels import matmul               # @tilelang.autotune(configs=...) @tilelang.jit
     from nsprof.integrations.tilelang import autotune_space
@@ -22,12 +22,14 @@ and stores it in its autotuner cache under its usual key: later calls of `matmul
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from nsprof.errors import NsprofError
 from nsprof.space import Space
+from nsprof.tuner import TunerHook
 
 
 def _configs(autotuned, args: tuple, kwargs: dict) -> list[dict[str, Any]]:
@@ -60,13 +62,26 @@ def autotune_space(autotuned, *args, **kwargs) -> Space:
         inputs = kernel.get_profiler()._get_inputs(with_output=False)
         return lambda: kernel(*inputs)
 
-    def hand_back(latencies_ms: Mapping[int, float]):
-        return feed_back(autotuned, args, latencies_ms, kwargs)
-
     name = getattr(getattr(autotuned, "jit_impl", None), "func", None)
-    # nsprof tune calls meta["feed_back"] with its measured latencies once it has ranked them.
+    # nsprof tune calls space.tuner.feed_back with its measured latencies once it has ranked them.
     return Space(name=getattr(name, "__name__", "tilelang_autotune"), configs=configs, build=build,
-                 compile=compile_config, meta={"feed_back": hand_back, "feed_back_to": "TileLang's autotuner cache"})
+                 compile=compile_config, tuner=TileLangHook(autotuned, args, kwargs))
+
+
+class TileLangHook(TunerHook):
+    """An `@tilelang.autotune` kernel's autotuner, for these call arguments: the feed-back into
+    its autotuner cache. It has no pick of its own here (TileLang's tuner says no timings back)."""
+
+    name = "TileLang's autotuner cache"
+    can_pick = False
+
+    def __init__(self, autotuned, args: tuple, kwargs: dict | None = None) -> None:
+        self.autotuned, self.args, self.kwargs = autotuned, args, dict(kwargs or {})
+
+    def feed_back(self, latencies_ms: Mapping[int, float]) -> str:
+        # The entry read back from TileLang's cache, shown as tune's JSON document shows configs.
+        written = feed_back(self.autotuned, self.args, latencies_ms, self.kwargs)
+        return str(json.loads(json.dumps(written, default=str)))
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ Ground truth over an autotuned kernel's configs (for `nsprof tune`), in a target
     from nsprof.integrations.triton import autotune_space
     space = autotune_space(matmul, make_inputs, grid)   # make_inputs() -> (args, kwargs)
 
+`autotune_space` gives the Space a `TritonHook` (an nsprof.tuner.TunerHook), through which
 `nsprof tune` then measures each config (the kernel's own `triton.jit` function launched
 with that config's meta-parameters), reports the config Triton's own autotuner picks with
 its own timer beside the ground-truth ranking (in a child process of its own), and feeds
@@ -47,6 +48,7 @@ from typing import Any
 
 from nsprof.errors import NsprofError
 from nsprof.space import Space
+from nsprof.tuner import TunerHook
 
 # Triton.Config fields that are launch options rather than the kernel's constexpr arguments.
 _OPTION_FIELDS = ("num_warps", "num_ctas", "num_stages", "maxnreg")
@@ -134,15 +136,26 @@ def autotune_space(autotuned, make_inputs: Callable[[], tuple[tuple, dict]], gri
             check(args, kwargs)
         return launch
 
-    def hand_back(latencies_ms: Mapping[int, float]) -> str:
-        return feed_back(autotuned, make_inputs, grid, latencies_ms)
-
-    def tuner_pick() -> dict[str, Any]:
-        return triton_pick(autotuned, make_inputs, grid)
-
     base = getattr(autotuned, "base_fn", None) or getattr(autotuned, "fn", None)
     return Space(name=name or getattr(base, "__name__", "triton_autotune"), configs=flat, build=build,
-                 meta={"feed_back": hand_back, "feed_back_to": "Triton's autotuner", "tuner_pick": tuner_pick})
+                 tuner=TritonHook(autotuned, make_inputs, grid))
+
+
+class TritonHook(TunerHook):
+    """An `@triton.autotune` kernel's autotuner, for these inputs and grid: its own pick
+    (`triton_pick`) and the feed-back into its autotuning disk cache (`feed_back`)."""
+
+    name = "Triton's autotuner"
+    can_pick = True
+
+    def __init__(self, autotuned, make_inputs: Callable[[], tuple[tuple, dict]], grid) -> None:
+        self.autotuned, self.make_inputs, self.grid = autotuned, make_inputs, grid
+
+    def pick(self) -> dict[str, Any]:
+        return triton_pick(self.autotuned, self.make_inputs, self.grid)
+
+    def feed_back(self, latencies_ms: Mapping[int, float]) -> str:
+        return feed_back(self.autotuned, self.make_inputs, self.grid, latencies_ms)
 
 
 def _index_of(configs: list, config) -> int | None:
