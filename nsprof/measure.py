@@ -15,26 +15,15 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from nsprof.errors import NsprofError
+from nsprof.session import Measured
 from nsprof.settings import NO_PROFILER, ProfileSettings
 
 Progress = Callable[[str, int, str], None]  # (event: done | fail | retry, config_id, detail)
 OnRows = Callable[[object], None]  # a tidy frame of configs that became final
-
-
-@dataclass
-class Measured:
-    """What one Backend.run measured."""
-
-    frame: object  # the tidy DataFrame (nsprof.schema): measurements, and a row per failed config
-    failures: dict[int, str] = field(default_factory=dict)  # config_id -> why it failed
-    device: dict | None = None  # what the worker measured on, as it said: {"uuid", "name", ...}
-    reports: list[Path] = field(default_factory=list)  # empty when the temporary work dir was removed
-    work_dir: Path | None = None  # reports and logs; None: a temporary folder, removed after a clean run
-    wall_s: float = 0.0
 
 
 class Backend(ABC):
@@ -92,10 +81,8 @@ class GroundTruth(Backend):
         from nsprof.session import run_session
 
         _one_gpu(device)
-        session = run_session(target, n_configs, self.settings, config_ids=config_ids, on_progress=on_progress,
-                              on_rows=on_rows, driver=self.driver)
-        return Measured(frame=session.frame, failures=session.failures, device=session.device,
-                        reports=session.reports, work_dir=session.work_dir, wall_s=session.wall_s)
+        return run_session(target, n_configs, self.settings, config_ids=config_ids, on_progress=on_progress,
+                           on_rows=on_rows, driver=self.driver)
 
 
 class FastTimers(Backend):

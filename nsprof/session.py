@@ -51,16 +51,18 @@ def _explained(exc: NsprofError, log: Path) -> NsprofError:
 
 
 @dataclass
-class SessionResult:
-    frame: object  # the tidy DataFrame: measurements plus one row per failed config
-    reports: list[Path]  # empty when the temporary work dir was removed
-    failures: dict[int, str]
+class Measured:
+    """What one session (or one nsprof.measure.Backend run) measured."""
+
+    frame: object  # the tidy DataFrame (nsprof.schema): measurements, and a row per failed config
+    failures: dict[int, str] = field(default_factory=dict)  # config_id -> why it failed
+    # what the (first) worker measured on, as it said after CUDA init: {"uuid", "name", ...}
+    device: dict | None = None
+    reports: list[Path] = field(default_factory=list)  # empty when the temporary work dir was removed
     # Reports and logs. None: a temporary folder that was removed after a clean run (no
     # failures); a folder the user named, or any folder of a run with failures, is kept.
-    work_dir: Path | None
-    wall_s: float
-    # The device the (first) worker measured on, as it said after CUDA init: {"uuid", "name", ...}.
-    device: dict | None = None
+    work_dir: Path | None = None
+    wall_s: float = 0.0
 
 
 def _incomplete(measured, done: list[int], settings: ProfileSettings) -> dict[int, str]:
@@ -321,7 +323,7 @@ def interrupt_on_termination() -> None:
 def run_session(target: str, n_configs: int, settings: ProfileSettings, config_ids: list[int] | None = None,
                 on_progress: Callable[[str, int, str], None] | None = None,
                 job_extra: dict | None = None,
-                on_rows: Callable[[object], None] | None = None, driver: Driver | None = None) -> SessionResult:
+                on_rows: Callable[[object], None] | None = None, driver: Driver | None = None) -> Measured:
     """Measure `config_ids` (default: all) of `target` under settings.backend (its driver from
     nsprof.drivers.registry, unless `driver` is given).
 
@@ -332,7 +334,7 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
     on_rows(frame) is called once per worker run ("part"), as soon as its report is read, with
     the tidy rows (nsprof.schema.make_frame) of every config that became final in it: the
     measurements of whole configs, and a row with `error` set for each config that failed;
-    configs left unrun at the end come in a last call. Every row of SessionResult.frame comes
+    configs left unrun at the end come in a last call. Every row of Measured.frame comes
     through on_rows exactly once. On KeyboardInterrupt the interrupted part's whole configs
     (and the failures it recorded) are handed over before the interrupt goes on; the config it
     was measuring is neither measured nor failed. An exception raised by on_rows goes through
@@ -351,11 +353,11 @@ def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileS
                  config_ids: list[int] | None = None,
                  on_progress: Callable[[str, int, str], None] | None = None,
                  job_extra: dict | None = None,
-                 on_rows: Callable[[object], None] | None = None) -> SessionResult:
+                 on_rows: Callable[[object], None] | None = None) -> Measured:
     """Measure `config_ids` (default: all) of `target` under settings.backend.
 
     Without settings.work_dir the reports and logs go to a temporary folder, removed after
-    a clean run (every config measured) and kept, named in SessionResult.work_dir or in the
+    a clean run (every config measured) and kept, named in Measured.work_dir or in the
     exception's message, when anything failed.
     """
     temporary = settings.work_dir is None
@@ -525,7 +527,7 @@ def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _R
 
 def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_ids: list[int] | None,
                on_progress: Callable[[str, int, str], None] | None, job_extra: dict | None, driver,
-               work_dir: Path, on_rows: Callable[[object], None] | None = None) -> SessionResult:
+               work_dir: Path, on_rows: Callable[[object], None] | None = None) -> Measured:
     """The session proper: worker runs ("parts") until every config is measured or failed."""
     import pandas as pd
 
@@ -620,7 +622,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
             notify("fail", config_id, why)
         settle(not_run)
     frame = pd.concat(frames, ignore_index=True) if frames else make_frame([])
-    return SessionResult(frame=frame, reports=reports, failures=failures, work_dir=work_dir,
+    return Measured(frame=frame, reports=reports, failures=failures, work_dir=work_dir,
                          wall_s=time.monotonic() - started_at, device=device)
 
 
