@@ -30,8 +30,21 @@ class CliError(click.ClickException):
         click.echo(f"nsprof: error: {self.format_message()}", err=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="nsprof")
+def _version_option():
+    return click.version_option(__version__, "-V", "--version", prog_name="nsprof")
+
+
+class _Group(click.Group):
+    """The command group: every command added to it also takes -V/--version."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        if not any("--version" in param.opts for param in cmd.params):
+            _version_option()(cmd)
+        super().add_command(cmd, name)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@_version_option()
 def cli() -> None:
     """nsprof: ground-truth kernel durations from Nsight Compute (ncu) and Nsight Systems (nsys).
 
@@ -134,6 +147,17 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
         for note in summary_notes(frame, summary):
             click.echo(note)
         click.echo("")
+
+
+def _write_html(path: str, make_page) -> None:
+    """Write the report page `make_page()` returns; says so on stderr (and when its plots were left out)."""
+    from nsprof.render.html import NO_MATPLOTLIB, write_page
+
+    text = make_page()
+    write_page(text, path)
+    if NO_MATPLOTLIB in text:
+        click.echo(f"nsprof: warning: --html: {NO_MATPLOTLIB}", err=True)
+    click.echo(f"wrote {path}", err=True)
 
 
 def _config_ids(config_list: str | None) -> list[int] | None:
@@ -278,13 +302,15 @@ def _split(value: str) -> tuple[str, ...]:
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True,
               help="Seconds one config may run before it is killed and recorded as failed.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write the agreement plot (png/svg/pdf).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="Write a self-contained report page: the tables and the plot, readable offline.")
 @click.option("--json", "as_json", is_flag=True, help="Print everything as one JSON object.")
 @click.option("--save", "save_path", type=click.Path(dir_okay=False), help="Also write that JSON object to a file.")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep reports and logs here (default: a temporary folder).")
 @click.option("--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing.")
-def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, timeout_s, plot_path, as_json,
-             save_path, work_dir, wait) -> None:
+def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, timeout_s, plot_path, html_path,
+             as_json, save_path, work_dir, wait) -> None:
     """Check fast timers against ncu and nsys over TARGET's configs (file.py:space).
 
     For every timer against every ground truth: median ratio (bias), Kendall τ and
@@ -292,8 +318,10 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
     slower, by ground truth, its pick is). Ends with a verdict: which fast timer tracks
     which ground truth on this kernel.
     """
+    from nsprof.render.html import validate_page
     from nsprof.render.json import agreement_document
     from nsprof.render.plot import plot, require_matplotlib
+    from nsprof.render.plot import plot_path as plot_path_checked
     from nsprof.render.tables import format_agreement, format_per_config
     from nsprof.timers.specs import expand
     from nsprof.validate import ValidateSettings
@@ -310,6 +338,7 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
     if not modes or any(m not in ("direct", "graph") for m in modes):
         raise click.BadParameter("choose from direct, graph", param_hint="--mode")
     if plot_path:
+        plot_path_checked(plot_path)
         require_matplotlib()
     from nsprof.drivers.registry import get_driver
 
@@ -329,6 +358,8 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
     if plot_path:
         plot(result.per_config, result.agreement, result.timers, result.truths, plot_path, floors=result.floors)
         click.echo(f"wrote {plot_path}", err=True)
+    if html_path:
+        _write_html(html_path, lambda: validate_page(result, title=f"nsprof validate {target}"))
     document = agreement_document(result.agreement, result.per_config, result.floors, result.verdict)
     if save_path:
         Path(save_path).write_text(document + "\n")
@@ -375,8 +406,12 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
               help="Also run the target's own autotuner with its own timer (Triton) and say what it picks.")
 @click.option("--configs", "config_list", default=None, help="Only these config ids, e.g. 0,3,5.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranked table as JSON.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Write the ranking plot (png/svg/pdf): each config's value, best first, the tie set marked.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="Write a self-contained report page: the ranked table and the plot, readable offline.")
 def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir, store_path, no_store, resume,
-         retry_failed, wait, feed_back, tuner_pick, config_list, as_json) -> None:
+         retry_failed, wait, feed_back, tuner_pick, config_list, as_json, plot_path, html_path) -> None:
     """Rank every config of TARGET (file.py:space) by ground truth and name the best.
 
     Prints the ranked table (duration, spread, cycles, clock, distance from the best) and
@@ -392,6 +427,12 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
 
     if backend in ground_truths():
         get_driver(backend)  # a missing tool is one line, before any work
+    if plot_path:
+        from nsprof.render.plot import plot_path as plot_path_checked
+        from nsprof.render.plot import require_matplotlib
+
+        plot_path_checked(plot_path)
+        require_matplotlib()  # one line before any work
     if no_store and resume:
         raise click.UsageError("--resume needs the results store (drop --no-store)")
     if retry_failed and not resume:
@@ -407,6 +448,15 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
             result = run_tune(target, settings, config_ids=_config_ids(config_list), on_stage=bars)
     finally:
         bars.close()
+    if plot_path:
+        from nsprof.render.tune_plot import plot_tune
+
+        plot_tune(result.table, plot_path, title=f"{target}: ranked by {result.label}")
+        click.echo(f"wrote {plot_path}", err=True)
+    if html_path:
+        from nsprof.render.html import tune_page
+
+        _write_html(html_path, lambda: tune_page(result, title=f"nsprof tune {target}"))
     if as_json:
         click.echo(tune_document(result))
     else:

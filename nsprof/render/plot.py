@@ -1,4 +1,5 @@
-"""The agreement plot of `nsprof validate --plot`: timer against truth per config, and τ per timer.
+"""The agreement plot of `nsprof validate --plot`: timer against truth per config, and τ per timer;
+and the helpers every plot uses (file suffix check, saving, PNG bytes for the report page).
 
 matplotlib is optional (`nsprof[plot]`): `require_matplotlib` is the one check for it, with its
 one-line error, for callers that want to fail before any work starts.
@@ -26,6 +27,32 @@ def require_matplotlib() -> None:
         raise NsprofError("--plot needs matplotlib: pip install 'nsprof[plot]'") from None
 
 
+def plot_path(path: str, option: str = "--plot"):
+    """`path` as a Path, after checking its suffix names a format savefig writes."""
+    from pathlib import Path
+
+    out = Path(path)
+    if out.suffix.lower() not in PLOT_SUFFIXES:
+        raise NsprofError(f"{option}: {out.name}: use a .png, .svg or .pdf file name")
+    return out
+
+
+def save_figure(fig, path: str, option: str = "--plot") -> None:
+    """Write `fig` to `path` (format from the suffix), making its folder."""
+    out = plot_path(path, option)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+
+
+def png_bytes(fig) -> bytes:
+    """`fig` as PNG bytes (for pages that embed it)."""
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    return buffer.getvalue()
+
+
 def plot(
     per_config: pd.DataFrame,
     agreement_df: pd.DataFrame,
@@ -34,19 +61,26 @@ def plot(
     path: str,
     floors: pd.DataFrame | Mapping[str, float] | None = None,
 ) -> None:
-    """One log–log scatter per truth (timer µs against truth µs, y = x drawn) and a bar panel of τ
-    per timer × truth with each truth's noise floor as a horizontal tick. Format from the suffix."""
-    from pathlib import Path
+    """Write agreement_figure to `path`; the format from its suffix (png, svg, pdf)."""
+    plot_path(path)
+    save_figure(agreement_figure(per_config, agreement_df, timers, truths, floors), path)
 
+
+def agreement_figure(
+    per_config: pd.DataFrame,
+    agreement_df: pd.DataFrame,
+    timers: Sequence[str],
+    truths: Sequence[str],
+    floors: pd.DataFrame | Mapping[str, float] | None = None,
+):
+    """One log–log scatter per truth (timer µs against truth µs, y = x drawn) and a bar panel of τ
+    per timer × truth with each truth's noise floor as a horizontal tick (a matplotlib Figure)."""
     require_matplotlib()
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    out = Path(path)
-    if out.suffix.lower() not in PLOT_SUFFIXES:
-        raise NsprofError(f"--plot: {out.name}: use a .png, .svg or .pdf file name")
     timers, truths = list(timers), list(truths)
     table = wide(per_config, list(dict.fromkeys([*timers, *truths])))
     fmap = floor_map(floors)
@@ -113,5 +147,4 @@ def plot(
     # below the axes: τ bars reach 1.0 and any spot inside would cover one
     ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.18), ncols=2, frameon=False)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    return fig

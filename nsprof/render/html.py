@@ -1,0 +1,224 @@
+"""The report page of `nsprof validate --html` and `nsprof tune --html`: one self-contained HTML file.
+
+Everything is inside the file: the tables as HTML tables, the plots as base64 PNG `data:` images,
+the style in a <style> element. It loads nothing (no script, no font, no stylesheet from the
+network), so it reads the same offline, attached to a mail or opened from an archive years on.
+Without matplotlib the page has its tables and says where the plots were left out.
+
+Cells are worded as in the printed tables (nsprof.render.text): µs with three decimals, "-"
+for a missing value.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+
+from nsprof import __version__
+from nsprof.analysis.agreement import floor_map, wide
+from nsprof.analysis.stats import is_missing
+from nsprof.render.text import num, us, yes_no
+from nsprof.space import config_label
+
+NO_MATPLOTLIB = "plot left out: matplotlib is not installed (pip install 'nsprof[plot]')"
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 80em;
+       padding: 0 1em; color: #1a1a1a; background: #fff; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; }
+table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; }
+th { background: #f0f0f0; text-align: left; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+tr.tied td { background: #fdecea; }
+img { max-width: 100%; border: 1px solid #eee; }
+.meta, .note { color: #555; } .error { color: #b00020; }
+pre { background: #f7f7f7; padding: 0.6em; white-space: pre-wrap; }
+"""
+
+
+def esc(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def table_html(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric: Iterable[int] = (),
+               table_id: str | None = None, row_classes: Sequence[str] | None = None) -> str:
+    """An HTML table of text cells (escaped); columns in `numeric` are right-aligned."""
+    numeric = set(numeric)
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = []
+    for index, row in enumerate(rows):
+        cls = row_classes[index] if row_classes is not None and row_classes[index] else ""
+        cells = "".join(f'<td class="n">{esc(c)}</td>' if i in numeric else f"<td>{esc(c)}</td>"
+                        for i, c in enumerate(row))
+        body.append(f'<tr class="{cls}">{cells}</tr>' if cls else f"<tr>{cells}</tr>")
+    ident = f' id="{esc(table_id)}"' if table_id else ""
+    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def image_html(png: bytes, alt: str, image_id: str | None = None) -> str:
+    """A PNG as an <img> with a base64 data: URI (nothing to fetch)."""
+    ident = f' id="{esc(image_id)}"' if image_id else ""
+    return f'<img{ident} alt="{esc(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+
+
+def figure_html(make_figure: Callable[[], object], alt: str, image_id: str) -> str:
+    """The figure `make_figure()` returns, embedded; a note instead when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return f'<p class="note">{esc(NO_MATPLOTLIB)}</p>'
+    from nsprof.render.plot import png_bytes
+
+    return image_html(png_bytes(make_figure()), alt, image_id)
+
+
+def page(title: str, body: Sequence[str]) -> str:
+    """A whole HTML document: `body` parts (HTML) under a heading, with the style inline."""
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return "\n".join([
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>{esc(title)}</h1>",
+        f'<p class="meta">written by nsprof {esc(__version__)} on {when}</p>',
+        *body,
+        "</body></html>",
+        "",
+    ])
+
+
+def _lines(items: Iterable[str], cls: str) -> str:
+    items = list(items)
+    return "<ul>" + "".join(f'<li class="{cls}">{esc(i)}</li>' for i in items) + "</ul>" if items else ""
+
+
+def _int(value) -> str:
+    return "-" if is_missing(value) else str(int(value))
+
+
+def _label(configs, config_id) -> str:
+    i = int(config_id)
+    return config_label(configs[i]) if configs is not None and 0 <= i < len(configs) else "?"
+
+
+# --------------------------------------------------------------------------- nsprof validate
+
+def per_config_table(per_config, configs=None) -> str:
+    """Configs as rows, methods as columns, µs (format_per_config's cells)."""
+    table = wide(per_config, None)
+    headers = ["id"] + (["config"] if configs is not None else []) + [f"{m} µs" for m in table.columns]
+    rows = []
+    for cid, values in table.iterrows():
+        rows.append([str(cid)] + ([_label(configs, cid)] if configs is not None else [])
+                    + [us(None if is_missing(v) else v) for v in values])
+    first = 2 if configs is not None else 1
+    return table_html(headers, rows, numeric={0, *range(first, len(headers))}, table_id="per-config")
+
+
+def agreement_table(agreement_df) -> str:
+    k = agreement_df.attrs.get("k", 3)
+    headers = ["timer", "truth", "n", "bias ×", "τ", "ρ", "same best", "regret %", f"top-{k}", "timer's pick",
+               "truth's best"]
+    rows = []
+    for r in agreement_df.to_dict("records"):
+        rows.append([str(r["timer"]), str(r["truth"]), str(r["n"]), num(r["bias"], ".3f"),
+                     num(r["kendall_tau"], ".3f"), num(r["spearman_rho"], ".3f"), yes_no(r["same_best"]),
+                     num(None if is_missing(r["regret"]) else r["regret"] * 100, ".1f"),
+                     yes_no(r.get("top_k_hit")), _int(r.get("timer_pick")), _int(r.get("truth_best"))])
+    return table_html(headers, rows, numeric=set(range(2, len(headers))) - {6, 8}, table_id="agreement")
+
+
+def floor_table(floors) -> str:
+    """Each ground truth's own repeatability (or its direct-vs-graph agreement)."""
+    if floors is None or isinstance(floors, Mapping):
+        rows = [[t, num(tau, ".3f")] for t, tau in floor_map(floors).items()]
+        return table_html(["truth", "τ"], rows, numeric={1}, table_id="noise-floor") if rows else ""
+    headers = ["truth", "against", "n", "τ", "median change %", "max change %"]
+    rows = []
+    for r in floors.to_dict("records"):
+        rows.append([str(r.get("truth")), str(r.get("against", "-")), str(r.get("n", "-")),
+                     num(r.get("kendall_tau"), ".3f"),
+                     num(None if is_missing(r.get("median_rel_change")) else r["median_rel_change"] * 100, ".1f"),
+                     num(None if is_missing(r.get("max_rel_change")) else r["max_rel_change"] * 100, ".1f")])
+    return table_html(headers, rows, numeric={2, 3, 4, 5}, table_id="noise-floor")
+
+
+def validate_page(result, title: str = "nsprof validate") -> str:
+    """The page of a validate run (`result`: an nsprof.validate.ValidateResult): verdict, agreement,
+    the ground truths' floors, the agreement plot, the per-config values, the failures."""
+    from nsprof.render.plot import agreement_figure
+
+    body = ["<h2>Verdict</h2>", f'<pre id="verdict">{esc(result.verdict)}</pre>',
+            "<h2>Agreement of each fast timer with each ground truth</h2>", agreement_table(result.agreement)]
+    floors = floor_table(result.floors)
+    if floors:
+        body += ["<h2>Ground truths' own repeatability (noise floor)</h2>", floors]
+    body += ["<h2>Agreement plot</h2>",
+             figure_html(lambda: agreement_figure(result.per_config, result.agreement, result.timers, result.truths,
+                                                  floors=result.floors), "agreement plot", "agreement-plot"),
+             "<h2>Per config (µs)</h2>", per_config_table(result.per_config, result.configs)]
+    failures = [f"{method} failed on config {config_id}: {reason}"
+                for (method, config_id), reason in sorted((result.failures or {}).items(), key=str)]
+    if failures:
+        body += ["<h2>Failures</h2>", _lines(failures, "error")]
+    return page(title, body)
+
+
+# --------------------------------------------------------------------------- nsprof tune
+
+def ranked_table(table, table_id: str = "ranked") -> str:
+    """tune's ranked table; interval columns and the tie set when the table has them."""
+    has_ci = "ci_low_ns" in table and "ci_high_ns" in table
+    has_tie = "tied_with_best" in table
+    headers = ["rank", "id", "config", "µs"] + (["interval µs"] if has_ci else []) + (["tied"] if has_tie else [])
+    headers += ["spread %", "cycles", "clock GHz", "vs best", "error"]
+    rows, classes = [], []
+    for r in table.to_dict("records"):
+        row = ["-" if is_missing(r.get("rank")) else str(int(r["rank"])), str(int(r["config_id"])),
+               "-" if is_missing(r.get("config")) else str(r["config"]), us(r.get("value_ns"))]
+        if has_ci:
+            row.append("-" if is_missing(r.get("ci_low_ns")) or is_missing(r.get("ci_high_ns"))
+                       else f"{us(r['ci_low_ns'])} – {us(r['ci_high_ns'])}")
+        tied = has_tie and not is_missing(r.get("tied_with_best")) and bool(r["tied_with_best"])
+        if has_tie:
+            row.append(yes_no(r.get("tied_with_best")))
+        spread, clock = r.get("spread"), r.get("median_clock_hz")
+        row += [num(None if is_missing(spread) else spread * 100, ".1f"), num(r.get("median_cycles"), ",.0f"),
+                num(None if is_missing(clock) else clock / 1e9, ".3f"),
+                "-" if is_missing(r.get("vs_best")) else f"+{r['vs_best'] * 100:.1f}%",
+                "-" if is_missing(r.get("error")) else str(r["error"])]
+        rows.append(row)
+        classes.append("tied" if tied else "")
+    numeric = {i for i, h in enumerate(headers) if h not in ("config", "tied", "error")}
+    return table_html(headers, rows, numeric=numeric, table_id=table_id, row_classes=classes)
+
+
+def tune_page(result, title: str = "nsprof tune") -> str:
+    """The page of a tune run (`result`: an nsprof.tune.TuneResult): how the numbers were taken,
+    the best, the ranking plot and table, the prescreen's table, notes and errors."""
+    from nsprof.render.tune_plot import tune_figure
+
+    body = [f'<p id="label">ranked by {esc(result.label)}</p>']
+    best = result.best_config_id
+    if best is not None:
+        body.append(f'<p id="best"><b>best: config {best} ({esc(config_label(result.configs[best]))})</b></p>')
+    body += [_lines(result.notes, "note"), _lines(result.errors, "error"), "<h2>Ranking plot</h2>",
+             figure_html(lambda: tune_figure(result.table, f"ranked by {result.label}"), "ranking plot",
+                         "ranking-plot"),
+             "<h2>Ranked configs</h2>", ranked_table(result.table)]
+    if result.prescreen is not None:
+        body += ["<h2>Prescreen</h2>", ranked_table(result.prescreen, "prescreen")]
+    return page(title, body)
+
+
+def write_page(text: str, path) -> None:
+    """Write a page (UTF-8), making its folder."""
+    from pathlib import Path
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")

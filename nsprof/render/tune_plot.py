@@ -1,0 +1,92 @@
+"""The ranking plot of `nsprof tune --plot`: one point per measured config, best at the top.
+
+Each point is the config's ranked value (`value_ns`, in µs); its interval is drawn as an error
+bar when the ranked table has `ci_low_ns` and `ci_high_ns`, and the configs of the tie set
+(`tied_with_best`, where the table has it) are drawn in their own colour. Failed configs have no
+value: they are left out of the axes and named under them. One panel (one per shape once tune
+measures shapes).
+"""
+
+from __future__ import annotations
+
+from nsprof.analysis.stats import is_missing
+from nsprof.render.plot import require_matplotlib, save_figure
+from nsprof.render.text import short
+
+LABEL_WIDTH = 48  # characters of a config's label on the axis
+
+
+def config_tick(config_id, config) -> str:
+    """The axis label of a config: its id and its `k=v,...` label."""
+    label = "" if is_missing(config) else str(config)
+    return f"{int(config_id)}: {short(label, LABEL_WIDTH)}" if label else str(int(config_id))
+
+
+def measured_rows(table):
+    """The ranked table's measured configs (a value, no error), in rank order."""
+    ok = table["error"].isna() & table["value_ns"].notna()
+    return table[ok]
+
+
+def tune_figure(table, title: str | None = None):
+    """A matplotlib Figure of the ranked table (`TuneResult.table`, nsprof.analysis.ranking.rank's)."""
+    require_matplotlib()
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    measured = measured_rows(table)
+    failed = table[~table.index.isin(measured.index)]
+    n = len(measured)
+    fig = Figure(figsize=(7.5, 1.2 + 0.32 * max(n, 3)), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    configs = measured["config"] if "config" in measured else [None] * n
+    ticks = [config_tick(c, cfg) for c, cfg in zip(measured["config_id"], configs)]
+    y = np.arange(n)
+    values = measured["value_ns"].to_numpy(float) / 1e3
+    has_ci = "ci_low_ns" in table and "ci_high_ns" in table
+    if has_ci and n:
+        low = measured["ci_low_ns"].to_numpy(float) / 1e3
+        high = measured["ci_high_ns"].to_numpy(float) / 1e3
+        ok = np.isfinite(low) & np.isfinite(high)
+        if ok.any():
+            xerr = np.vstack([np.clip(values - low, 0, None), np.clip(high - values, 0, None)])
+            ax.errorbar(values[ok], y[ok], xerr=xerr[:, ok], fmt="none", ecolor="0.35", elinewidth=1.2,
+                        capsize=3, label="interval", gid="intervals")
+    tied = (measured["tied_with_best"].fillna(False).astype(bool).to_numpy()
+            if "tied_with_best" in measured else np.zeros(n, bool))
+    if (~tied).any() or not n:
+        ax.scatter(values[~tied], y[~tied], s=30, color="C0", zorder=3, gid="configs",
+                   label="measured" if tied.any() else None)
+    if tied.any():
+        ax.scatter(values[tied], y[tied], s=42, color="C3", marker="D", zorder=3, gid="tied",
+                   label="tied with the best")
+    ax.set_yticks(y, ticks, fontsize="small")
+    ax.set_ylim(n - 0.5, -0.5)  # rank 1 at the top
+    if n and np.nanmin(values) > 0 and np.nanmax(values) / np.nanmin(values) > 10:
+        ax.set_xscale("log")
+    ax.set_xlabel("µs (ranked value)")
+    ax.set_ylabel("config (best first)")
+    ax.grid(axis="x", color="0.9")
+    ax.set_axisbelow(True)
+    ax.set_title(title or f"{n} configs ranked")
+    if has_ci or tied.any():
+        ax.legend(fontsize="small", loc="lower right")
+    if len(failed):
+        ids = ", ".join(str(int(c)) for c in failed["config_id"])
+        fig.text(0.01, 0.005, f"not measured (failed): config {ids}", fontsize="small", color="C3",
+                 va="bottom", gid="failed")
+    if not n:
+        ax.text(0.5, 0.5, "no config measured", ha="center", va="center", transform=ax.transAxes)
+    return fig
+
+
+def plot_tune(table, path: str, title: str | None = None):
+    """Write tune_figure to `path` (png, svg or pdf, from its suffix); returns the Figure."""
+    from nsprof.render.plot import plot_path
+
+    plot_path(path)
+    fig = tune_figure(table, title)
+    save_figure(fig, path)
+    return fig
