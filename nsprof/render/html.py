@@ -40,6 +40,12 @@ pre { background: #f7f7f7; padding: 0.6em; white-space: pre-wrap; }
 
 
 def esc(value) -> str:
+    """Text for an element's content (quotes need no escaping there)."""
+    return html.escape(str(value), quote=False)
+
+
+def attr(value) -> str:
+    """Text for an attribute's value in double quotes."""
     return html.escape(str(value), quote=True)
 
 
@@ -54,14 +60,14 @@ def table_html(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric: I
         cells = "".join(f'<td class="n">{esc(c)}</td>' if i in numeric else f"<td>{esc(c)}</td>"
                         for i, c in enumerate(row))
         body.append(f'<tr class="{cls}">{cells}</tr>' if cls else f"<tr>{cells}</tr>")
-    ident = f' id="{esc(table_id)}"' if table_id else ""
+    ident = f' id="{attr(table_id)}"' if table_id else ""
     return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def image_html(png: bytes, alt: str, image_id: str | None = None) -> str:
     """A PNG as an <img> with a base64 data: URI (nothing to fetch)."""
-    ident = f' id="{esc(image_id)}"' if image_id else ""
-    return f'<img{ident} alt="{esc(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+    ident = f' id="{attr(image_id)}"' if image_id else ""
+    return f'<img{ident} alt="{attr(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
 
 
 def figure_html(make_figure: Callable[[], object], alt: str, image_id: str) -> str:
