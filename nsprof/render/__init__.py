@@ -5,8 +5,10 @@
 - `notes`: analyze's notes on a report.
 - `json`: the JSON documents (tidy rows, validate's agreement, tune's ranking).
 - `plot`: validate's agreement plot, and the one matplotlib check.
+- `tune_plot`: tune's ranking plot.
+- `html`: the self-contained report page of validate and tune.
 
-It imports nsprof.analysis, schema, space and errors, never the orchestration above it
+It imports nsprof.analysis, schema, space, errors and the package version, never the orchestration above it
 (profile, validate, tune) nor the CLI. Importing it is cheap (pandas, numpy and matplotlib
 load on first use).
 """

@@ -1,0 +1,152 @@
+"""Habits of the command line (issue 15): -V/--version everywhere, shell completion as the README
+says, and help text and README naming the same options.
+
+The rule for "the same options", command by command:
+- the options its `--help` names are the long option names (`--x`, and `--no-x` of an on/off
+  pair) in the option column of `nsprof COMMAND --help`, less `--help` and `--version` (every
+  command has both: checked separately, and the README says so once for all);
+- the README names for it the `--x` tokens of its bullet (``- `nsprof COMMAND ...`: ...``) under
+  "## Commands and options";
+- the two sets are equal; and every `--x` that follows `nsprof COMMAND` on a line of a README
+  code example (an indented line or a backtick span) is one of the command's options, so that
+  no example shows an option the command does not take.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nsprof import __version__
+from nsprof.cli import cli
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+COMMANDS = sorted(cli.commands)
+LONG = re.compile(r"--[a-z][a-z0-9-]*")
+ALWAYS = {"--help", "--version"}
+
+
+def nsprof(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "nsprof", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def help_options(help_text: str) -> set[str]:
+    """The long options in the option column of click's help (not those named in descriptions)."""
+    found = set()
+    in_options = False
+    for line in help_text.splitlines():
+        if line.strip() == "Options:":
+            in_options = True
+            continue
+        if in_options and line.startswith("  -"):
+            column = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
+            found |= set(LONG.findall(column))
+    return found
+
+
+def readme_section(title: str) -> str:
+    text = README.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start: end if end > 0 else len(text)]
+
+
+def readme_bullets() -> dict[str, str]:
+    """Command -> its bullet's text under "## Commands and options"."""
+    section = readme_section("Commands and options")
+    bullets = re.findall(r"^- `nsprof (\w+)[^`]*`:(.*?)(?=^- |^\s*$|^#)", section, re.M | re.S)
+    out: dict[str, str] = {}
+    for name, body in bullets:
+        assert name not in out, f"two README bullets for {name}"
+        out[name] = body
+    return out
+
+
+def readme_examples() -> list[tuple[str, str]]:
+    """(command, rest of line) for every `nsprof COMMAND ...` in README code: indented lines and
+    backtick spans."""
+    text = README.read_text()
+    code = [line for line in text.splitlines() if line.startswith("    ")]
+    code += re.findall(r"`([^`\n]*)`", text)
+    found = []
+    for line in code:
+        for match in re.finditer(r"\bnsprof ([a-z]+)\b(.*)", line):
+            found.append((match.group(1), match.group(2)))
+    return found
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, str]:
+    return {name: nsprof(name, "--help").stdout for name in COMMANDS}
+
+
+def test_the_rule_reads_the_help_option_column_only():
+    text = ("Usage: x\n\nOptions:\n  --prescreen [graph|cupti]  Only the best --top go on.\n"
+            "  --feed-back / --no-feed-back\n                  Hand it back.\n  -V, --version  Show.\n")
+    assert help_options(text) == {"--prescreen", "--feed-back", "--no-feed-back", "--version"}
+
+
+def test_version_on_nsprof_and_every_command():
+    for args in [[], *[[name] for name in COMMANDS]]:
+        for flag in ("-V", "--version"):
+            done = nsprof(*args, flag)
+            assert done.returncode == 0 and done.stdout == f"nsprof, version {__version__}\n", (args, flag, done)
+
+
+def test_every_help_names_help_and_version(helps):
+    for name, text in helps.items():
+        assert "-h, --help" in text and "-V, --version" in text, name
+
+
+def test_readme_lists_exactly_the_options_each_help_names(helps):
+    bullets = readme_bullets()
+    assert set(bullets) == set(COMMANDS), "one README bullet per command under '## Commands and options'"
+    for name in COMMANDS:
+        in_help = help_options(helps[name]) - ALWAYS
+        in_readme = set(LONG.findall(bullets[name]))
+        assert in_help, name
+        assert in_readme == in_help, (f"nsprof {name}: only in --help: {sorted(in_help - in_readme)}; "
+                                      f"only in README: {sorted(in_readme - in_help)}")
+
+
+def test_readme_examples_use_only_real_options(helps):
+    examples = readme_examples()
+    assert len(examples) > 15
+    for name, rest in examples:
+        if name not in helps:
+            continue  # prose such as "nsprof is for people who..."
+        unknown = set(LONG.findall(rest)) - help_options(helps[name])
+        assert not unknown, f"README example `nsprof {name}{rest}` uses {sorted(unknown)}"
+    assert {name for name, _ in examples} >= set(COMMANDS)
+
+
+def test_readme_documents_shell_completion():
+    section = readme_section("Commands and options")
+    for shell in ("bash", "zsh", "fish"):
+        assert f"_NSPROF_COMPLETE={shell}_source nsprof" in section
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_the_completion_script_the_readme_names(shell):
+    done = nsprof(env={"_NSPROF_COMPLETE": f"{shell}_source"})
+    assert done.returncode == 0
+    assert "_NSPROF_COMPLETE" in done.stdout and f"{shell}_complete" in done.stdout
+
+
+def test_completion_completes_commands_options_and_choices():
+    def complete(words: str) -> list[str]:
+        parts = words.split(" ")
+        done = nsprof(env={"_NSPROF_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(len(parts) - 1)})
+        assert done.returncode == 0, done.stderr
+        return [line.split(",", 1)[1] for line in done.stdout.splitlines()]
+
+    assert complete("nsprof tu") == ["tune"]
+    assert set(complete("nsprof ")) >= set(COMMANDS)
+    assert complete("nsprof tune x.py:space --ht") == ["--html"]
+    assert complete("nsprof tune x.py:space --stat ") == ["median", "min"]
