@@ -185,6 +185,20 @@ def test_tune_plot_without_intervals_or_ties_today():
     assert ax.get_legend() is None
 
 
+def test_tune_plot_when_every_config_failed():
+    import warnings
+
+    from nsprof.render.tune_plot import tune_figure
+
+    table = ranked_table()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = tune_figure(table[table["error"].notna()])
+    assert points(fig.axes[0]) == []
+    assert [t.get_text() for t in fig.texts] == ["not measured (failed): config 4"]
+    assert "no config measured" in [t.get_text() for t in fig.axes[0].texts]
+
+
 def test_tune_plot_file_and_its_suffix(tmp_path):
     from nsprof.errors import NsprofError
     from nsprof.render.tune_plot import plot_tune

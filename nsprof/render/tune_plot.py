@@ -54,8 +54,7 @@ def tune_figure(table, title: str | None = None):
             xerr = np.vstack([np.clip(values - low, 0, None), np.clip(high - values, 0, None)])
             ax.errorbar(values[ok], y[ok], xerr=xerr[:, ok], fmt="none", ecolor="0.35", elinewidth=1.2,
                         capsize=3, label="interval", gid="intervals")
-    tied = (measured["tied_with_best"].fillna(False).astype(bool).to_numpy()
-            if "tied_with_best" in measured else np.zeros(n, bool))
+    tied = np.array([not is_missing(v) and bool(v) for v in measured.get("tied_with_best", [None] * n)], bool)
     if (~tied).any() or not n:
         ax.scatter(values[~tied], y[~tied], s=30, color="C0", zorder=3, gid="configs",
                    label="measured" if tied.any() else None)
@@ -63,7 +62,7 @@ def tune_figure(table, title: str | None = None):
         ax.scatter(values[tied], y[tied], s=42, color="C3", marker="D", zorder=3, gid="tied",
                    label="tied with the best")
     ax.set_yticks(y, ticks, fontsize="small")
-    ax.set_ylim(n - 0.5, -0.5)  # rank 1 at the top
+    ax.set_ylim(max(n, 1) - 0.5, -0.5)  # rank 1 at the top
     if n and np.nanmin(values) > 0 and np.nanmax(values) / np.nanmin(values) > 10:
         ax.set_xscale("log")
     ax.set_xlabel("µs (ranked value)")
@@ -71,7 +70,7 @@ def tune_figure(table, title: str | None = None):
     ax.grid(axis="x", color="0.9")
     ax.set_axisbelow(True)
     ax.set_title(title or f"{n} configs ranked")
-    if has_ci or tied.any():
+    if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small", loc="lower right")
     if len(failed):
         ids = ", ".join(str(int(c)) for c in failed["config_id"])
