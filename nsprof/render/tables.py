@@ -112,7 +112,7 @@ def format_compare(joined, name_a: str, name_b: str, unit: str = "us", width: in
             duration(rec.median_ns_b, unit), num(rec.ratio, ".3f"), str(rec.count_a), str(rec.count_b),
             num(rec.cycles_ratio, ".3f"),
         ])
-    lines = [_cells(headers, rows, set(range(2, len(headers))), 7, style)]
+    lines = [_cells(headers, rows, set(range(2, len(headers))), 7, style), ""]
     for side, ranges in (("A", only_a), ("B", only_b)):
         if ranges:
             counts = joined[joined["range"].isin(ranges)].groupby("range")[f"count_{side.lower()}"].sum()
