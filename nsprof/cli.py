@@ -42,23 +42,16 @@ def cli() -> None:
 
 
 def _write_exports(frame, csv_path: str | None, parquet_path: str | None) -> None:
-    """The tidy rows to --csv / --parquet files; `-` is standard output."""
     if csv_path:
-        frame.to_csv(sys.stdout if csv_path == "-" else csv_path, index=False)
-        sys.stdout.flush()
-        click.echo(f"wrote {len(frame)} rows to {'standard output' if csv_path == '-' else csv_path}", err=True)
+        frame.to_csv(csv_path, index=False)
+        click.echo(f"wrote {len(frame)} rows to {csv_path}", err=True)
     if parquet_path:
         try:
             import pyarrow  # noqa: F401
         except ImportError:
             raise CliError("--parquet needs pyarrow: pip install 'nsprof[parquet]'") from None
-        if parquet_path == "-":
-            frame.to_parquet(sys.stdout.buffer, index=False)
-            sys.stdout.buffer.flush()
-        else:
-            frame.to_parquet(parquet_path, index=False)
-        click.echo(f"wrote {len(frame)} rows to {'standard output' if parquet_path == '-' else parquet_path}",
-                   err=True)
+        frame.to_parquet(parquet_path, index=False)
+        click.echo(f"wrote {len(frame)} rows to {parquet_path}", err=True)
 
 
 def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
@@ -76,6 +69,26 @@ def _refuse_overwriting_inputs(files, outputs: dict[str, str | None]) -> None:
         for path in files:
             if out != "-" and os.fspath(path) != "-" and _same_file(out, path):
                 raise CliError(f"{option} {out} would overwrite the input report {path}; choose another file")
+
+
+def _analyze_exports(frame, csv_path: str | None, parquet_path: str | None) -> None:
+    """analyze's tidy rows to --csv / --parquet files; `-` is standard output."""
+    if csv_path:
+        frame.to_csv(sys.stdout if csv_path == "-" else csv_path, index=False)
+        sys.stdout.flush()
+        click.echo(f"wrote {len(frame)} rows to {'standard output' if csv_path == '-' else csv_path}", err=True)
+    if parquet_path:
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise CliError("--parquet needs pyarrow: pip install 'nsprof[parquet]'") from None
+        if parquet_path == "-":
+            frame.to_parquet(sys.stdout.buffer, index=False)
+            sys.stdout.buffer.flush()
+        else:
+            frame.to_parquet(parquet_path, index=False)
+        click.echo(f"wrote {len(frame)} rows to {'standard output' if parquet_path == '-' else parquet_path}",
+                   err=True)
 
 
 def _regex(ctx, param, value: str | None) -> str | None:
@@ -169,7 +182,7 @@ def analyze(files, kernel_re, range_re, sort_by, top, timeunit, warmup, names, w
         frame.insert(0, "file", str(path))
         frames.append(frame)
     tidy = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    _write_exports(tidy, csv_path, parquet_path)
+    _analyze_exports(tidy, csv_path, parquet_path)
     if as_json:
         write_rows(tidy, sys.stdout)
         return

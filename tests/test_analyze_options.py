@@ -416,3 +416,20 @@ def test_plot_without_matplotlib_is_one_line(tmp_path):
     assert result.stderr.strip() == "nsprof: error: --plot needs matplotlib: pip install 'nsprof[plot]'"
     bad = nsprof(RAW, "--plot", tmp_path / "x.txt")
     assert bad.returncode == 2 and ".png" in bad.stderr
+
+
+# --- the README shows real output ----------------------------------------------------------------
+
+
+def test_readme_examples_are_the_real_output():
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Reading reports", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^    \$ nsprof analyze (.*)\n((?:    .*\n|\n)*?)(?=    \$ |\S|\Z)", section, re.M)
+    assert len(blocks) >= 4
+    for command, shown in blocks:
+        result = ok(*shlex.split(command), cwd=FIXTURES)
+        expected = "\n".join(line[4:] for line in shown.rstrip("\n").splitlines())
+        assert result.stdout.rstrip("\n") == expected.rstrip("\n"), command
