@@ -48,15 +48,21 @@ def _save(fig, path: str) -> None:
 
 
 def _log_if_spread(ax, values) -> None:
+    """A log y axis, labelled 1-2-5 in plain numbers, when the values spread more than LOG_SPREAD×."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     positive = [v for v in values if v == v and v > 0]
     if positive and max(positive) > LOG_SPREAD * min(positive):
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def durations_plot(panels, path: str | None, unit: str = "us"):
     """One strip plot per (title, samples) pair (`samples`: analysis.summary.samples' rows): a
     column of points per range, in natural order with "(no range)" last, one point per kernel
-    execution, coloured by kernel; the median of each range's kernels as a short bar; a log axis
+    execution, coloured by kernel; the median of each kernel of a range as a short line; a log axis
     when the durations spread more than 10×. Written to `path` unless it is None."""
     import numpy as np
 
@@ -76,6 +82,8 @@ def durations_plot(panels, path: str | None, unit: str = "us"):
             jitter = rng.uniform(-0.18, 0.18, len(y))
             ax.scatter(x + jitter, y, s=14, alpha=0.75, c=[color[k] for k in rows["kernel_full"].astype(str)],
                        gid=name, label="_nolegend_")
+            for kernel, durations in rows.groupby(rows["kernel_full"].astype(str))["duration_ns"]:
+                ax.hlines(float(durations.median()) / scale, x - 0.3, x + 0.3, color=color[kernel], linewidth=1.2)
         _log_if_spread(ax, samples["duration_ns"].to_numpy(float) / scale)
         ax.set_xticks(range(len(ranges)), ranges, rotation=30 if len(ranges) > 4 else 0,
                       ha="right" if len(ranges) > 4 else "center")
@@ -109,8 +117,8 @@ def ratio_plot(ranges, name_a: str, name_b: str, path: str | None, geomean: floa
     _log_if_spread(ax, list(ratio) + [1.0])
     ax.set_xticks(range(len(names)), names, rotation=30 if len(names) > 4 else 0,
                   ha="right" if len(names) > 4 else "center")
-    ax.set_ylabel(f"B/A  (B {name_b} / A {name_a})")
-    ax.set_title("per-range ratio of the kernels' median durations", fontsize="medium")
+    ax.set_ylabel("B/A")
+    ax.set_title(f"per range, B/A of the kernels' median durations\nA {name_a}, B {name_b}", fontsize="medium")
     ax.legend(fontsize="x-small", loc="best")
     if path is not None:
         _save(fig, path)
