@@ -111,11 +111,11 @@ def _regex(ctx, param, value: str | None) -> str | None:
 @click.option("--sort", "sort_by", type=click.Choice(["range", "median", "total", "count", "name"]), default="range",
               show_default=True, help="range: natural order (cfg2 before cfg10), (no range) last; median, total, "
               "count: largest first; name: by kernel name.")
-@click.option("--top", type=click.IntRange(1), default=None, help="Only the first N rows of each report, after --sort.")
+@click.option("--top", type=click.IntRange(1), default=None, metavar="N", help="Only the first N rows of each report, after --sort.")
 @click.option("--timeunit", type=click.Choice(["ns", "us", "ms"]), default="us", show_default=True,
               help="Unit of the durations printed.")
-@click.option("--warmup/--no-warmup", default=True, show_default=True,
-              help="Keep (last) or drop the kernels outside every NVTX range, the \"(no range)\" rows.")
+@click.option("--no-warmup", is_flag=True,
+              help="Drop the kernels outside every NVTX range (the \"(no range)\" rows, else shown last).")
 @click.option("--names", type=click.Choice(["short", "demangled"]), default="short", show_default=True,
               help="Show kernels by their short or their full (demangled) name.")
 @click.option("--wide", is_flag=True, help="Never shorten kernel or range names.")
@@ -131,7 +131,7 @@ def _regex(ctx, param, value: str | None) -> str | None:
               help="Write the tidy rows to a Parquet file (needs pyarrow; - for standard output).")
 @click.option("--compare", is_flag=True, help="Show exactly two reports side by side with B/A ratios.")
 @click.option("--domain", default=None, help="Attribute kernels only to NVTX ranges of this domain.")
-def analyze(files, kernel_re, range_re, sort_by, top, timeunit, warmup, names, wide, style, plot_path, as_json,
+def analyze(files, kernel_re, range_re, sort_by, top, timeunit, no_warmup, names, wide, style, plot_path, as_json,
             csv_path, parquet_path, compare, domain) -> None:
     """Read ncu CSV, .ncu-rep, nsys .sqlite or .nsys-rep reports and summarise them.
 
@@ -189,7 +189,7 @@ def analyze(files, kernel_re, range_re, sort_by, top, timeunit, warmup, names, w
     printed = not to_stdout  # the summary or comparison goes to stdout unless something else does
 
     def chosen(summary):
-        return order(select(summary, kernel_re, range_re, warmup), sort_by, top)
+        return order(select(summary, kernel_re, range_re, warmup=not no_warmup), sort_by, top)
 
     if compare:
         _analyze_compare(files, frames, chosen, compare_frames, timeunit, width, names, style, plot_path, printed,
