@@ -80,19 +80,72 @@ def _refuse_overwriting_inputs(files, outputs: dict[str, str | None]) -> None:
         if not out:
             continue
         for path in files:
-            if os.fspath(path) != "-" and _same_file(out, path):
+            if out != "-" and os.fspath(path) != "-" and _same_file(out, path):
                 raise CliError(f"{option} {out} would overwrite the input report {path}; choose another file")
+
+
+def _analyze_exports(frame, csv_path: str | None, parquet_path: str | None) -> None:
+    """analyze's tidy rows to --csv / --parquet files; `-` is standard output."""
+    if csv_path:
+        frame.to_csv(sys.stdout if csv_path == "-" else csv_path, index=False)
+        sys.stdout.flush()
+        click.echo(f"wrote {len(frame)} rows to {'standard output' if csv_path == '-' else csv_path}", err=True)
+    if parquet_path:
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise CliError("--parquet needs pyarrow: pip install 'nsprof[parquet]'") from None
+        if parquet_path == "-":
+            frame.to_parquet(sys.stdout.buffer, index=False)
+            sys.stdout.buffer.flush()
+        else:
+            frame.to_parquet(parquet_path, index=False)
+        click.echo(f"wrote {len(frame)} rows to {'standard output' if parquet_path == '-' else parquet_path}",
+                   err=True)
+
+
+def _regex(ctx, param, value: str | None) -> str | None:
+    import re
+
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as error:
+            raise click.BadParameter(f"not a regular expression: {error}") from None
+    return value
 
 
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--kernel", "kernel_re", metavar="REGEX", callback=_regex,
+              help="Only kernels whose short or full name matches REGEX (re.search, like ncu's --kernel-name regex:).")
+@click.option("--range", "range_re", metavar="REGEX", callback=_regex,
+              help="Only ranges matching REGEX (as printed: cfg0.direct, torch_push, (no range)).")
+@click.option("--sort", "sort_by", type=click.Choice(["range", "median", "total", "count", "name"]), default="range",
+              show_default=True, help="range: natural order (cfg2 before cfg10), (no range) last; median, total, "
+              "count: largest first; name: by kernel name.")
+@click.option("--top", type=click.IntRange(1), default=None, metavar="N", help="Only the first N rows of each report, after --sort.")
+@click.option("--timeunit", type=click.Choice(["ns", "us", "ms"]), default="us", show_default=True,
+              help="Unit of the durations printed.")
+@click.option("--no-warmup", is_flag=True,
+              help="Drop the kernels outside every NVTX range (the \"(no range)\" rows, else shown last).")
+@click.option("--names", type=click.Choice(["short", "demangled"]), default="short", show_default=True,
+              help="Show kernels by their short or their full (demangled) name.")
+@click.option("--wide", is_flag=True, help="Never shorten kernel or range names.")
+@click.option("--format", "style", type=click.Choice(["table", "csv", "json", "markdown"]), default="table",
+              show_default=True, help="What is printed (the summary, or the comparison) as this.")
+@click.option("--plot", "plot_path", metavar="FILE", default=None,
+              help="Plot each range's kernel durations (with --compare: the per-range B/A ratios) to FILE "
+              "(.png, .svg, .pdf; - for PNG on standard output; needs matplotlib).")
 @click.option("--json", "as_json", is_flag=True, help="Print the tidy rows as a JSON array.")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the tidy rows to a CSV file.")
-@click.option("--parquet", "parquet_path", type=click.Path(dir_okay=False),
-              help="Write the tidy rows to a Parquet file (needs pyarrow).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write the tidy rows to a CSV file (- for standard output).")
+@click.option("--parquet", "parquet_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write the tidy rows to a Parquet file (needs pyarrow; - for standard output).")
 @click.option("--compare", is_flag=True, help="Show exactly two reports side by side with B/A ratios.")
 @click.option("--domain", default=None, help="Attribute kernels only to NVTX ranges of this domain.")
-def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
+def analyze(files, kernel_re, range_re, sort_by, top, timeunit, no_warmup, names, wide, style, plot_path, as_json,
+            csv_path, parquet_path, compare, domain) -> None:
     """Read ncu CSV, .ncu-rep, nsys .sqlite or .nsys-rep reports and summarise them.
 
     FILES may be FIFOs or pipes (`<(...)`, /dev/stdin) and `-` for standard input: each is
@@ -100,24 +153,40 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
     bounds the wait for data).
 
     Prints one table per report: per NVTX range (nsprof's own per-config ranges pool
-    their reps) and kernel, the count, median, min, mean, std and coefficient of
-    variation of the kernel duration, median cycles and clock.
+    their reps) and kernel, the count, median, min, max, mean, std and coefficient of
+    variation of the kernel duration, the total and its share of the report's kernel time
+    (% of time: filters do not change it), median cycles and clock. Columns empty for a whole
+    report are left out. --kernel, --range, --no-warmup, --sort and --top choose the rows, of
+    the comparison too.
     """
     import pandas as pd
 
     from nsprof.analysis.summary import compare as compare_frames
-    from nsprof.analysis.summary import summarize
+    from nsprof.analysis.summary import order, samples, select, summarize
     from nsprof.render.json import write_rows
     from nsprof.render.notes import compare_note, describe_report, summary_notes
-    from nsprof.render.tables import format_compare, format_summary
+    from nsprof.render.tables import NAME_WIDTH, format_compare, format_summary
     from nsprof.reports import read_report
     from nsprof.reports.inputs import shown_name
 
     if compare and len(files) != 2:
         raise click.UsageError("--compare takes exactly two report files")
     if compare and as_json:
-        raise click.UsageError("--compare prints a table; use --json without it for the rows")
-    _refuse_overwriting_inputs(files, {"--csv": csv_path, "--parquet": parquet_path})
+        raise click.UsageError("--compare prints a table; use --format json for the comparison, "
+                               "--json without --compare for the rows")
+    to_stdout = [name for name, value in (("--json", as_json), ("--csv -", csv_path == "-"),
+                                          ("--parquet -", parquet_path == "-"), ("--plot -", plot_path == "-"))
+                 if value]
+    if len(to_stdout) > 1:
+        raise click.UsageError(f"{' and '.join(to_stdout)} would both write to standard output; choose one")
+    if plot_path:
+        from nsprof.render.analyze_plot import check_plot_path
+        from nsprof.render.plot import require_matplotlib
+
+        require_matplotlib()
+        check_plot_path(plot_path)
+    _refuse_overwriting_inputs(files, {"--csv": csv_path, "--parquet": parquet_path, "--plot": plot_path})
+    width = None if wide else NAME_WIDTH
     frames = []
     for path in files:
         frame = read_report(path, domain=domain)
@@ -126,25 +195,47 @@ def analyze(files, as_json, csv_path, parquet_path, compare, domain) -> None:
         frame.insert(0, "file", str(path))
         frames.append(frame)
     tidy = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    _write_exports(tidy, csv_path, parquet_path)
+    _analyze_exports(tidy, csv_path, parquet_path)
     if as_json:
         write_rows(tidy, sys.stdout)
         return
+    printed = not to_stdout  # the summary or comparison goes to stdout unless something else does
+
+    def chosen(summary):
+        return order(select(summary, kernel_re, range_re, warmup=not no_warmup), sort_by, top)
+
     if compare:
-        a, b = frames
-        click.echo(f"A: {files[0]}  ({describe_report(a)})")
-        click.echo(f"B: {files[1]}  ({describe_report(b)})")
-        joined = compare_frames(a, b)
-        click.echo(format_compare(joined, files[0].name, files[1].name))
-        note = compare_note(joined)
-        if note:
-            click.echo(note)
+        _analyze_compare(files, frames, chosen, compare_frames, timeunit, width, names, style, plot_path, printed,
+                         describe_report, format_compare, compare_note)
         return
-    for path, frame in zip(files, frames):
+    summaries = [(path, frame, chosen(summarize(frame))) for path, frame in zip(files, frames)]
+    if plot_path:
+        from nsprof.render.analyze_plot import durations_plot
+
+        durations_plot([(str(path), samples(frame, summary)) for path, frame, summary in summaries], plot_path,
+                       unit=timeunit)
+        if plot_path != "-":
+            click.echo(f"wrote {plot_path}", err=True)
+    if not printed:
+        return
+    if style in ("csv", "json"):
+        from nsprof.render.json import summary_records
+
+        rows = summary_records([(path, summary) for path, _, summary in summaries])
+        if style == "json":
+            import json
+
+            click.echo(json.dumps(rows, indent=2, ensure_ascii=False, allow_nan=False))
+        else:
+            columns = ["file", *(c for c in summaries[0][2].columns if c != "group")]
+            pd.DataFrame(rows, columns=columns).to_csv(sys.stdout, index=False)
+        return
+    for path, frame, summary in summaries:
         click.echo(f"{path}  ({describe_report(frame)})")
-        summary = summarize(frame)
-        click.echo(format_summary(summary))
-        for note in summary_notes(frame, summary):
+        if style == "markdown":
+            click.echo("")
+        click.echo(format_summary(summary, timeunit, width, names, style))
+        for note in summary_notes(frame, summary, width, names):
             click.echo(note)
         click.echo("")
 
@@ -158,6 +249,46 @@ def _write_html(path: str, make_page) -> None:
     if NO_MATPLOTLIB in text:
         click.echo(f"nsprof: warning: --html: {NO_MATPLOTLIB}", err=True)
     click.echo(f"wrote {path}", err=True)
+
+
+def _analyze_compare(files, frames, chosen, compare_frames, timeunit, width, names, style, plot_path, printed,
+                     describe_report, format_compare, compare_note) -> None:
+    """analyze --compare: the two reports' rows joined, chosen like the summary's rows."""
+    from nsprof.analysis.summary import compare_overall, per_range
+
+    a, b = frames
+    joined = compare_frames(a, b)
+    joined = chosen(joined.assign(source="both", total_ns=joined["median_ns_a"].fillna(joined["median_ns_b"]),
+                                  median_ns=joined["median_ns_a"].fillna(joined["median_ns_b"]),
+                                  count=joined["count_a"] + joined["count_b"]))
+    if plot_path:
+        from nsprof.render.analyze_plot import ratio_plot
+
+        ratio_plot(per_range(joined), files[0].name, files[1].name, plot_path,
+                   compare_overall(joined)["geomean_ratio"])
+        if plot_path != "-":
+            click.echo(f"wrote {plot_path}", err=True)
+    if not printed:
+        return
+    if style == "json":
+        from nsprof.render.json import compare_document
+
+        click.echo(compare_document(joined.drop(columns=["source", "total_ns", "median_ns", "count"]),
+                                    files[0], files[1]))
+        return
+    if style == "csv":
+        columns = ["range", "kernel", "kernel_full", "count_a", "count_b", "median_ns_a", "median_ns_b", "ratio",
+                   "median_cycles_a", "median_cycles_b", "cycles_ratio"]
+        joined[columns].to_csv(sys.stdout, index=False)
+        return
+    click.echo(f"A: {files[0]}  ({describe_report(a)})")
+    click.echo(f"B: {files[1]}  ({describe_report(b)})")
+    if style == "markdown":
+        click.echo("")
+    click.echo(format_compare(joined, files[0].name, files[1].name, timeunit, width, names, style))
+    note = compare_note(joined)
+    if note:
+        click.echo(note)
 
 
 def _config_ids(config_list: str | None) -> list[int] | None:

@@ -6,11 +6,15 @@ Each step takes a DataFrame and returns a new one; nothing here reads files, wor
 
 from __future__ import annotations
 
+import re
+
 NO_RANGE = "(no range)"
+# `group` is `range` under its old name, kept for one release (nsprof 0.x readers of summarize())
 SUMMARY_COLUMNS = [
-    "source", "group", "kernel", "kernel_full", "count", "median_ns", "min_ns", "mean_ns", "std_ns", "cv",
-    "median_cycles", "median_clock_hz", "clock_control", "cache_control",
+    "source", "range", "kernel", "kernel_full", "count", "median_ns", "min_ns", "max_ns", "mean_ns", "std_ns",
+    "cv", "total_ns", "time_pct", "median_cycles", "median_clock_hz", "clock_control", "cache_control", "group",
 ]
+SORTS = ("range", "median", "total", "count", "name")
 
 
 def add_group(frame):
@@ -32,9 +36,23 @@ def kernel_key(frame):
     return full.fillna(frame["kernel"]).fillna("?")
 
 
+def natural_key(text) -> tuple:
+    """A sort key putting cfg2 before cfg10: digit runs compare as numbers."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
+                 for part in re.split(r"(\d+)", str(text)) if part)
+
+
+def range_key(name) -> tuple:
+    """Ranges in natural order, "(no range)" last."""
+    return (str(name) == NO_RANGE, natural_key(name))
+
+
 def summarize(frame):
-    """One row per source × group × kernel (by full name): count, median, min, mean, std, CV,
-    cycles, clock. `kernel` is the short name for display; `kernel_full` the key."""
+    """One row per source × range × kernel (by full name): count, median, min, max, mean, std, CV,
+    total, share of the source's kernel time (`time_pct`, 0-100), cycles, clock. `range` is
+    `cfg<id>.<mode>` for nsprof's ranges (reps pooled), else the NVTX range; `group` is the same
+    column under its old name, kept for one release. `kernel` is the short name for display;
+    `kernel_full` the key. Rows in order of first appearance (see `order`)."""
     import pandas as pd
 
     grouped = add_group(frame)
@@ -46,6 +64,8 @@ def summarize(frame):
         count=("duration_ns", "count"),  # rows with a duration: an empty one is not a sample
         median_ns=("duration_ns", "median"),
         min_ns=("duration_ns", "min"),
+        max_ns=("duration_ns", "max"),
+        total_ns=("duration_ns", "sum"),
         mean_ns=("duration_ns", "mean"),
         std_ns=("duration_ns", "std"),
         median_cycles=("cycles", "median"),
@@ -55,29 +75,90 @@ def summarize(frame):
     ).reset_index()
     agg["cv"] = agg["std_ns"] / agg["mean_ns"]
     agg["count"] = agg["count"].astype("int64")
+    agg["total_ns"] = agg["total_ns"].where(agg["count"] > 0)
+    agg["time_pct"] = 100 * agg["total_ns"] / agg.groupby("source", dropna=False)["total_ns"].transform("sum")
+    agg["range"] = agg["group"]
     return pd.DataFrame(agg[SUMMARY_COLUMNS])
 
 
+def samples(frame, summary):
+    """The rows of `frame` behind the rows of its summary `summary` (after select): `range` as the
+    summary names it, `kernel_full` its key, `kernel`, `duration_ns`; rows without a duration left out."""
+    import pandas as pd
+
+    grouped = add_group(frame)
+    out = pd.DataFrame({"range": grouped["group"], "kernel_full": kernel_key(grouped),
+                        "kernel": grouped["kernel"].fillna("?"), "duration_ns": grouped["duration_ns"]})
+    keys = set(zip(summary["range"].astype(str), summary["kernel_full"].astype(str)))
+    keep = [(str(r), str(k)) in keys for r, k in zip(out["range"], out["kernel_full"])]
+    out = out[keep]
+    return out[out["duration_ns"].notna()].reset_index(drop=True)
+
+
+def select(summary, kernel: str | None = None, range_: str | None = None, warmup: bool = True):
+    """The rows of a summary (or a `compare` table) whose kernel (short or full name) matches the
+    regular expression `kernel` and whose range matches `range_` (re.search); without the
+    "(no range)" rows when `warmup` is False. Raises re.error for a bad expression."""
+    keep = summary.index == summary.index
+    if kernel:
+        pattern = re.compile(kernel)
+        names = zip(summary["kernel"].astype(str), summary["kernel_full"].astype(str))
+        keep &= [bool(pattern.search(k) or pattern.search(f)) for k, f in names]
+    if range_:
+        pattern = re.compile(range_)
+        keep &= [bool(pattern.search(str(r))) for r in summary["range"]]
+    if not warmup:
+        keep &= (summary["range"].astype(str) != NO_RANGE).to_numpy()
+    return summary[keep]
+
+
+def order(summary, by: str = "range", top: int | None = None):
+    """A summary sorted: `range` natural range order ("(no range)" last), kernels of a range in
+    order of appearance; `median`, `total`, `count` largest first; `name` by kernel name. Then
+    the first `top` rows of each source."""
+    if by not in SORTS:
+        raise ValueError(f"sort by one of {SORTS}, not {by!r}")
+    position = range(len(summary))
+    rows = list(zip(position, summary.itertuples(index=False)))
+
+    def nan_last(value):
+        return (value != value, -(value if value == value else 0))
+
+    keys = {
+        "range": lambda r: (range_key(r[1].range), r[0]),
+        "median": lambda r: (*nan_last(r[1].median_ns), r[0]),
+        "total": lambda r: (*nan_last(r[1].total_ns), r[0]),
+        "count": lambda r: (-r[1].count, r[0]),
+        "name": lambda r: (natural_key(r[1].kernel), natural_key(r[1].kernel_full), range_key(r[1].range)),
+    }
+    ordered = summary.iloc[[i for i, _ in sorted(rows, key=keys[by])]]
+    if top is not None:
+        ordered = ordered.groupby("source", sort=False, dropna=False).head(top)
+    return ordered.reset_index(drop=True)
+
+
 def compare(frame_a, frame_b):
-    """Medians of two reports side by side, joined on group × kernel, with b/a ratios.
+    """Medians of two reports side by side, joined on range × kernel, with b/a ratios and the
+    counts of each side (`count_a`, `count_b`); rows in natural range order, "(no range)" last.
 
     Kernels join by full name; ncu's CSV and nsys demangle differently, so rows left
     unmatched on both sides then join by short name where that name is one kernel on each
-    side (never pooling kernels that share a short name).
+    side (never pooling kernels that share a short name). `group` repeats `range` (its old
+    name, kept for one release).
     """
     import pandas as pd
 
-    columns = ["group", "kernel", "kernel_full", "count", "median_ns", "median_cycles"]
+    columns = ["range", "kernel", "kernel_full", "count", "median_ns", "median_cycles"]
     a = summarize(frame_a)[columns]
     b = summarize(frame_b)[columns]
-    joined = a.merge(b.drop(columns="kernel"), on=["group", "kernel_full"], how="outer",
+    joined = a.merge(b.drop(columns="kernel"), on=["range", "kernel_full"], how="outer",
                      suffixes=("_a", "_b"), sort=False, indicator=True)
     joined["kernel"] = joined["kernel"].fillna(joined["kernel_full"].map(dict(zip(b["kernel_full"], b["kernel"]))))
     only_a = joined[joined["_merge"] == "left_only"]
     only_b = joined[joined["_merge"] == "right_only"]
     pairs = []
-    for (group, kernel), rows_a in only_a.groupby(["group", "kernel"], sort=False):
-        rows_b = only_b[(only_b["group"] == group) & (only_b["kernel"] == kernel)]
+    for (range_, kernel), rows_a in only_a.groupby(["range", "kernel"], sort=False):
+        rows_b = only_b[(only_b["range"] == range_) & (only_b["kernel"] == kernel)]
         if len(rows_a) == 1 and len(rows_b) == 1:
             pairs.append((rows_a.index[0], rows_b.index[0]))
     for index_a, index_b in pairs:
@@ -85,9 +166,59 @@ def compare(frame_a, frame_b):
             joined.loc[index_a, column] = joined.loc[index_b, column]
     joined = joined.drop(index=[index_b for _, index_b in pairs]).drop(columns="_merge")
     joined = pd.DataFrame(joined).reset_index(drop=True)
+    for column in ("count_a", "count_b"):
+        joined[column] = joined[column].fillna(0).astype("int64")
     joined["ratio"] = joined["median_ns_b"] / joined["median_ns_a"]
     joined["cycles_ratio"] = joined["median_cycles_b"] / joined["median_cycles_a"]
-    return joined
+    joined = joined.iloc[sorted(range(len(joined)), key=lambda i: (range_key(joined["range"].iloc[i]), i))]
+    joined["group"] = joined["range"]
+    return joined.reset_index(drop=True)
+
+
+def one_side_ranges(joined) -> tuple[list[str], list[str]]:
+    """The ranges of a `compare` table with kernels on one side only: (only in A, only in B)."""
+    a = joined.groupby("range", sort=False)["count_a"].sum()
+    b = joined.groupby("range", sort=False)["count_b"].sum()
+    only_a = sorted((r for r in a.index if a[r] > 0 and b[r] == 0), key=range_key)
+    only_b = sorted((r for r in b.index if b[r] > 0 and a[r] == 0), key=range_key)
+    return only_a, only_b
+
+
+def per_range(joined):
+    """One row per range measured on both sides (natural order, "(no range)" left out: warm-up):
+    `a_ns`, `b_ns` (the sum of the medians of the kernels matched on both sides, so that each
+    side times the same kernels), `ratio` (b/a), `kernels` (how many were matched)."""
+    import pandas as pd
+
+    both = joined[joined["median_ns_a"].notna() & joined["median_ns_b"].notna()
+                  & (joined["range"].astype(str) != NO_RANGE)]
+    out = both.groupby("range", sort=False).agg(a_ns=("median_ns_a", "sum"), b_ns=("median_ns_b", "sum"),
+                                                kernels=("kernel_full", "count")).reset_index()
+    out["ratio"] = out["b_ns"] / out["a_ns"]
+    out = out.iloc[sorted(range(len(out)), key=lambda i: range_key(out["range"].iloc[i]))]
+    return pd.DataFrame(out).reset_index(drop=True)
+
+
+def compare_overall(joined) -> dict:
+    """The closing numbers of a comparison over the shared ranges (see `per_range`): how many,
+    the geometric mean of their b/a ratios, Kendall τ-b between the two sides' range times,
+    each side's fastest range and whether they agree."""
+    import numpy as np
+
+    from nsprof.analysis.stats import kendall_tau_b
+
+    ranges = per_range(joined)
+    if not len(ranges):
+        return {"ranges": 0, "geomean_ratio": None, "kendall_tau": None, "fastest_a": None, "fastest_b": None,
+                "same_fastest": None}
+    ratio = ranges["ratio"].to_numpy(float)
+    ok = np.isfinite(ratio) & (ratio > 0)
+    geomean = float(np.exp(np.log(ratio[ok]).mean())) if ok.any() else None
+    tau = kendall_tau_b(ranges["a_ns"].to_numpy(float), ranges["b_ns"].to_numpy(float))
+    fastest_a = str(ranges.loc[ranges["a_ns"].idxmin(), "range"])
+    fastest_b = str(ranges.loc[ranges["b_ns"].idxmin(), "range"])
+    return {"ranges": len(ranges), "geomean_ratio": geomean, "kendall_tau": None if tau != tau else tau,
+            "fastest_a": fastest_a, "fastest_b": fastest_b, "same_fastest": fastest_a == fastest_b}
 
 
 def far_apart(joined, factor: float = 10.0):

@@ -92,3 +92,25 @@ def tune_document(result) -> str:
                 "notes": result.notes, "tuner_pick": result.tuner_pick, "errors": result.errors,
                 "ranked": json.loads(result.table.to_json(orient="records"))}
     return json.dumps(document, default=str)
+
+
+def summary_records(summaries) -> list[dict[str, Any]]:
+    """analyze --format json's rows: each (file, analysis.summary.summarize rows) pair's rows,
+    `file` first, without the old `group` column (durations in ns)."""
+    out = []
+    for file, summary in summaries:
+        out += [{"file": str(file), **row} for row in records(summary.drop(columns=["group"], errors="ignore"))]
+    return out
+
+
+def compare_document(joined, file_a: str, file_b: str) -> str:
+    """analyze --compare --format json: the files, the joined rows (durations in ns), the ranges
+    on one side only, the per-range ratios and the closing numbers (analysis.summary's)."""
+    from nsprof.analysis.summary import compare_overall, one_side_ranges, per_range
+
+    only_a, only_b = one_side_ranges(joined)
+    document = {"a": str(file_a), "b": str(file_b),
+                "rows": records(joined.drop(columns=["group"], errors="ignore")),
+                "only_in_a": only_a, "only_in_b": only_b, "per_range": records(per_range(joined)),
+                "overall": jsonable(compare_overall(joined))}
+    return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)

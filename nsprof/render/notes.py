@@ -8,10 +8,10 @@ Each returns words for what nsprof.analysis computed; nothing here reads files o
 from __future__ import annotations
 
 from nsprof.analysis.summary import far_apart
-from nsprof.render.tables import shares_short_names
+from nsprof.render.tables import NAME_WIDTH, shares_short_names
 
-SHARED_NAMES_NOTE = ("note: kernels marked #1, #2, ... share a short name (or differ only past the column "
-                     "width); each is its own row by full name, listed by --json or --csv as kernel_full")
+SHARED_NAMES_NOTE = ("note: kernels marked #1, #2, ... share a short name (or differ only where the name was "
+                     "cut); each is its own row by full name: see them with --names demangled --wide")
 
 
 def _label(frame, column: str, option: str, default: str) -> str:
@@ -59,9 +59,10 @@ def graph_profiling_note(frame) -> str | None:
             "--graph-profiling node for per-kernel durations.")
 
 
-def summary_notes(frame, summary) -> list[str]:
-    """The notes under a report's summary table (`summary`: analysis.summary.summarize(frame))."""
-    notes = [SHARED_NAMES_NOTE] if shares_short_names(summary) else []
+def summary_notes(frame, summary, width: int | None = NAME_WIDTH, names: str = "short") -> list[str]:
+    """The notes under a report's summary table (`summary`: analysis.summary.summarize(frame),
+    as printed; `width`, `names`: how its kernel names were shown)."""
+    notes = [SHARED_NAMES_NOTE] if shares_short_names(summary, width, names) else []
     note = graph_profiling_note(frame)
     return notes + ([note] if note else [])
 

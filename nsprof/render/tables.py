@@ -12,7 +12,21 @@ from typing import TYPE_CHECKING
 
 from nsprof.analysis.agreement import FLOOR_MARGIN, floor_map, verdicts, wide
 from nsprof.analysis.stats import is_missing
-from nsprof.render.text import num, pct, render_table, short, text, us, yes_no
+from nsprof.analysis.summary import compare_overall, one_side_ranges
+from nsprof.render.text import (
+    UNIT_LABELS,
+    drop_empty_columns,
+    duration,
+    middle,
+    num,
+    pct,
+    render_markdown,
+    render_table,
+    short,
+    text,
+    us,
+    yes_no,
+)
 from nsprof.space import config_label
 
 if TYPE_CHECKING:
@@ -21,11 +35,18 @@ if TYPE_CHECKING:
 
 # --------------------------------------------------------------------------- nsprof analyze
 
-def kernel_labels(summary, width: int = 48, by: tuple[str, ...] = ("source", "group")) -> list[str]:
-    """The kernel cell of each summary row: the short name within `width`, made distinct
-    (` #1`, ` #2`, ...) where several kernels of one `by` group would print alike (a shared
-    short name, or names that differ only past the width)."""
-    labels = [short(str(k), width) for k in summary["kernel"]]
+NAME_WIDTH = 48
+
+
+def kernel_labels(summary, width: int | None = NAME_WIDTH, by: tuple[str, ...] = ("source", "range"),
+                  names: str = "short") -> list[str]:
+    """The kernel cell of each summary row: the short name (`names="demangled"`: the full one)
+    within `width` (None: whole), cut from the middle, made distinct (` #1`, ` #2`, ...) where
+    several kernels of one `by` group would print alike (a shared short name, or names that
+    differ only in the part cut away)."""
+    shown = summary["kernel_full"] if names == "demangled" else summary["kernel"]
+    shown = [str(k) for k in shown.fillna(summary["kernel"]).fillna("?")]
+    labels = [middle(k, width) for k in shown]
     keys = [tuple(str(summary[c].iloc[i]) for c in by if c in summary) for i in range(len(summary))]
     seen: dict[tuple, list[int]] = {}
     for i, label in enumerate(labels):
@@ -36,41 +57,82 @@ def kernel_labels(summary, width: int = 48, by: tuple[str, ...] = ("source", "gr
         ordered = sorted(positions, key=lambda i: str(summary["kernel_full"].iloc[i]))
         for number, i in enumerate(ordered, 1):
             suffix = f" #{number}"
-            labels[i] = short(str(summary["kernel"].iloc[i]), width - len(suffix)) + suffix
+            labels[i] = middle(shown[i], None if width is None else width - len(suffix)) + suffix
     return labels
 
 
-def shares_short_names(summary) -> bool:
+def shares_short_names(summary, width: int | None = NAME_WIDTH, names: str = "short") -> bool:
     """Whether the summary table had to number kernels apart (see kernel_labels)."""
-    plain = kernel_labels(summary, by=("source", "group", "kernel_full"))  # never numbered
-    return kernel_labels(summary) != plain
+    plain = kernel_labels(summary, width, by=("source", "range", "kernel_full"), names=names)  # never numbered
+    return kernel_labels(summary, width, names=names) != plain
 
 
-def format_summary(summary) -> str:
-    headers = ["source", "range", "kernel", "n", "median µs", "min µs", "mean µs", "std µs",
-               "cv %", "cycles", "clock GHz"]
+def _cells(headers: list[str], rows: list[list[str]], right: set[int], keep: int, style: str) -> str:
+    headers, rows, right = drop_empty_columns(headers, rows, keep, right)
+    return render_markdown(headers, rows, right) if style == "markdown" else render_table(headers, rows, right)
+
+
+def format_summary(summary, unit: str = "us", width: int | None = NAME_WIDTH, names: str = "short",
+                   style: str = "table") -> str:
+    """analyze's table of a summary (analysis.summary.summarize's rows, in the order given):
+    durations in `unit` (ns, us, ms), kernel names per kernel_labels, as a fixed-width table or
+    (`style="markdown"`) a Markdown one. Columns with no value in any row are left out."""
+    u = UNIT_LABELS[unit]
+    headers = ["source", "range", "kernel", "n", f"median {u}", f"min {u}", f"max {u}", f"mean {u}",
+               f"std {u}", "cv %", f"total {u}", "% of time", "cycles", "clock GHz"]
     rows = []
-    for rec, kernel in zip(summary.itertuples(index=False), kernel_labels(summary)):
+    for rec, kernel in zip(summary.itertuples(index=False), kernel_labels(summary, width, names=names)):
         rows.append([
-            rec.source, short(str(rec.group), 32), kernel, str(rec.count),
-            us(rec.median_ns), us(rec.min_ns), us(rec.mean_ns), us(rec.std_ns),
+            rec.source, middle(str(rec.range), None if width is None else 32), kernel, str(rec.count),
+            duration(rec.median_ns, unit), duration(rec.min_ns, unit), duration(rec.max_ns, unit),
+            duration(rec.mean_ns, unit), duration(rec.std_ns, unit),
             num(rec.cv * 100 if rec.cv == rec.cv else float("nan"), ".1f"),
+            duration(rec.total_ns, unit), num(rec.time_pct, ".1f"),
             num(rec.median_cycles, ",.0f"),
             num(rec.median_clock_hz / 1e9 if rec.median_clock_hz == rec.median_clock_hz else float("nan"), ".3f"),
         ])
-    return render_table(headers, rows, right=set(range(3, len(headers))))
+    return _cells(headers, rows, set(range(3, len(headers))), 4, style)
 
 
-def format_compare(joined, name_a: str, name_b: str) -> str:
-    headers = ["range", "kernel", f"A µs ({short(name_a, 20)})", f"B µs ({short(name_b, 20)})",
-               "B/A", "cycles B/A"]
+def format_compare(joined, name_a: str, name_b: str, unit: str = "us", width: int | None = NAME_WIDTH,
+                   names: str = "short", style: str = "table") -> str:
+    """analyze --compare's table (analysis.summary.compare's rows), the ranges found on one side
+    only named once under it instead of as rows, then the closing line over the shared ranges
+    (analysis.summary.compare_overall)."""
+    only_a, only_b = one_side_ranges(joined)
+    one_sided = set(only_a) | set(only_b)
+    shown = joined[~joined["range"].astype(str).isin(one_sided)]
+    u = UNIT_LABELS[unit]
+    headers = ["range", "kernel", f"A {u} ({short(name_a, 20)})", f"B {u} ({short(name_b, 20)})",
+               "B/A", "n A", "n B", "cycles B/A"]
     rows = []
-    for rec, kernel in zip(joined.itertuples(index=False), kernel_labels(joined, by=("group",))):
+    for rec, kernel in zip(shown.itertuples(index=False), kernel_labels(shown, width, by=("range",), names=names)):
         rows.append([
-            short(str(rec.group), 32), kernel, us(rec.median_ns_a),
-            us(rec.median_ns_b), num(rec.ratio, ".3f"), num(rec.cycles_ratio, ".3f"),
+            middle(str(rec.range), None if width is None else 32), kernel, duration(rec.median_ns_a, unit),
+            duration(rec.median_ns_b, unit), num(rec.ratio, ".3f"), str(rec.count_a), str(rec.count_b),
+            num(rec.cycles_ratio, ".3f"),
         ])
-    return render_table(headers, rows, right=set(range(2, len(headers))))
+    lines = [_cells(headers, rows, set(range(2, len(headers))), 7, style), ""]
+    for side, ranges in (("A", only_a), ("B", only_b)):
+        if ranges:
+            counts = joined[joined["range"].isin(ranges)].groupby("range")[f"count_{side.lower()}"].sum()
+            lines.append(f"only in {side}: " + ", ".join(f"{r} ({int(counts[r])} kernels)" for r in ranges))
+    lines.append(describe_overall(compare_overall(joined)))
+    return "\n".join(lines)
+
+
+def describe_overall(overall: dict) -> str:
+    """The closing line of a comparison (`overall`: analysis.summary.compare_overall's)."""
+    if not overall["ranges"]:
+        return "no range measured on both sides (\"(no range)\" not counted)"
+    head = f"over {overall['ranges']} shared range(s) (\"(no range)\" not counted): "
+    parts = [f"geometric-mean B/A {num(overall['geomean_ratio'], '.3f')}",
+             f"Kendall τ {num(overall['kendall_tau'], '.3f')}"]
+    if overall["same_fastest"]:
+        parts.append(f"both rank {overall['fastest_a']} fastest")
+    else:
+        parts.append(f"fastest differs: A {overall['fastest_a']}, B {overall['fastest_b']}")
+    return head + ", ".join(parts)
 
 
 # --------------------------------------------------------------------------- nsprof profile, tune, results
