@@ -54,19 +54,6 @@ def cli() -> None:
     """
 
 
-def _write_exports(frame, csv_path: str | None, parquet_path: str | None) -> None:
-    if csv_path:
-        frame.to_csv(csv_path, index=False)
-        click.echo(f"wrote {len(frame)} rows to {csv_path}", err=True)
-    if parquet_path:
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise CliError("--parquet needs pyarrow: pip install 'nsprof[parquet]'") from None
-        frame.to_parquet(parquet_path, index=False)
-        click.echo(f"wrote {len(frame)} rows to {parquet_path}", err=True)
-
-
 def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     """Whether two paths name one file: through symbolic and hard links when both exist."""
     try:
@@ -84,8 +71,8 @@ def _refuse_overwriting_inputs(files, outputs: dict[str, str | None]) -> None:
                 raise CliError(f"{option} {out} would overwrite the input report {path}; choose another file")
 
 
-def _analyze_exports(frame, csv_path: str | None, parquet_path: str | None) -> None:
-    """analyze's tidy rows to --csv / --parquet files; `-` is standard output."""
+def _write_exports(frame, csv_path: str | None, parquet_path: str | None) -> None:
+    """The tidy rows to --csv / --parquet files; `-` is standard output."""
     if csv_path:
         frame.to_csv(sys.stdout if csv_path == "-" else csv_path, index=False)
         sys.stdout.flush()
@@ -195,7 +182,7 @@ def analyze(files, kernel_re, range_re, sort_by, top, timeunit, no_warmup, names
         frame.insert(0, "file", str(path))
         frames.append(frame)
     tidy = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    _analyze_exports(tidy, csv_path, parquet_path)
+    _write_exports(tidy, csv_path, parquet_path)
     if as_json:
         write_rows(tidy, sys.stdout)
         return
@@ -324,7 +311,8 @@ def _mode_tuple(mode: str) -> tuple[str, ...]:
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep reports and logs here (default: a temporary folder, named at the end).")
 @click.option("--json", "as_json", is_flag=True, help="Print the tidy rows as a JSON array.")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the tidy rows to a CSV file.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write the tidy rows to a CSV file (- for standard output, the table then goes to stderr).")
 @click.option("--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing.")
 def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache_control, graph_profiling,
             config_list, work_dir, as_json, csv_path, wait) -> None:
@@ -346,6 +334,8 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     if backend == "ncu" and graph_profiling == "graph":
         click.echo("nsprof: warning: --graph-profiling graph gives whole-graph workloads, not kernel "
                    "durations", err=True)
+    if as_json and csv_path == "-":
+        raise click.UsageError("--json and --csv - both write to standard output: choose one")
     ids = _config_ids(config_list)
     settings = ProfileSettings(backend=backend, modes=_mode_tuple(mode), reps=reps, warmup=warmup,
                                timeout_s=timeout_s, clock_control=clock_control, cache_control=cache_control,
@@ -386,11 +376,12 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
         return
     summary = config_summary(frame, result.configs)
     labels = result.labels
+    to_stderr = csv_path == "-"  # standard output carries the rows
     click.echo(f"{target}: {backend}, clock control {labels['clock_control']}, cache control "
                f"{labels['cache_control']}, {result.wall_s:.1f} s wall; "
                + (f"reports kept in {result.work_dir}" if result.work_dir
-                  else "temporary reports removed (pass --work-dir to keep them)"))
-    click.echo(format_config_summary(summary))
+                  else "temporary reports removed (pass --work-dir to keep them)"), err=to_stderr)
+    click.echo(format_config_summary(summary), err=to_stderr)
     check_measured(frame)  # every config failed: the table above says why, and the exit status too
 
 

@@ -51,3 +51,24 @@ def test_no_config_measured_is_a_one_line_error(tmp_path, command):
     else:
         with ResultStore(tmp_path / "r.sqlite") as store:
             assert store.runs()["status"].tolist() == ["nothing measured"]
+
+
+def test_profile_csv_dash_is_standard_output(tmp_path):
+    """`-` means standard output wherever a path is taken: the rows go there, the table to stderr,
+    and no file called "-" appears."""
+    (tmp_path / "ok.py").write_text(textwrap.dedent("""
+        from nsprof.space import Space
+
+        space = Space(name="ok", configs=[{"ns": 1500}, {"ns": 2500}], build=lambda config: (lambda: None),
+                      device="cpu")
+    """))
+    result = nsprof("profile", "ok.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2",
+                    "--csv", "-", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "-").exists()
+    rows = list(csv.DictReader(result.stdout.splitlines()))
+    assert sorted({(r["config_id"], float(r["duration_ns"])) for r in rows}) == [("0", 1500.0), ("1", 2500.0)]
+    assert len(rows) == 4  # 2 configs x 1 mode x 2 reps, one stand-in kernel each
+    assert "median µs" in result.stderr
+    both = nsprof("profile", "ok.py:space", "--backend", "ncu", "--csv", "-", "--json", cwd=tmp_path)
+    assert both.returncode == 2 and "both write to standard output" in both.stderr
