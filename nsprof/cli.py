@@ -536,8 +536,9 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
          retry_failed, wait, feed_back, tuner_pick, config_list, as_json, plot_path, html_path) -> None:
     """Rank every config of TARGET (file.py:space) by ground truth and name the best.
 
-    Prints the ranked table (duration, spread, cycles, clock, distance from the best) and
-    how the numbers were taken. With --prescreen, a fast timer ranks all configs and only
+    Prints the ranked table (duration, the median's interval from the reps, spread, cycles,
+    clock, distance from the best, configs tied with the best) and how the numbers were
+    taken; out of a tie the lowest median is fed back. With --prescreen, a fast timer ranks all configs and only
     the best --top go to the ground truth.
     """
     from nsprof.drivers.registry import get_driver

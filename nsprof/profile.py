@@ -163,8 +163,12 @@ def profile(target: str, settings: ProfileSettings | None = None, *, config_ids:
 
 def config_summary(frame, configs: list | None = None):
     """One row per config × mode: per-rep durations summed over the rep's kernels, then
-    median, min, max, spread ((max-min)/median), reps, kernels per rep, cycles, clock."""
+    median, min, max, spread ((max-min)/median), the median's interval (ci_low_ns, ci_high_ns
+    and its achieved coverage ci_coverage: nsprof.analysis.confidence), reps, kernels per rep,
+    cycles, clock."""
     import pandas as pd
+
+    from nsprof.analysis.confidence import median_interval
 
     measured = frame[frame["error"].isna() & frame["config_id"].notna()]
     grouped = measured.groupby(["config_id", "mode", "rep"], sort=True)
@@ -175,6 +179,7 @@ def config_summary(frame, configs: list | None = None):
     rows = []
     for (config_id, mode), group in per_rep.groupby(level=["config_id", "mode"], sort=True):
         median = float(group["duration_ns"].median())
+        interval = median_interval(group["duration_ns"].to_numpy())
         rows.append({
             "config_id": int(config_id), "mode": mode, "reps": len(group),
             "kernels": int(group["kernels"].median()),
@@ -182,15 +187,18 @@ def config_summary(frame, configs: list | None = None):
             "max_ns": float(group["duration_ns"].max()),
             "spread": float((group["duration_ns"].max() - group["duration_ns"].min()) / median) if median else float("nan"),
             "median_cycles": float(group["cycles"].median()), "median_clock_hz": float(group["clock_hz"].median()),
+            "ci_low_ns": interval.low, "ci_high_ns": interval.high, "ci_coverage": interval.coverage,
             "error": None,
         })
     for rec in frame[frame["error"].notna()].itertuples():
         rows.append({"config_id": int(rec.config_id), "mode": None, "reps": 0, "kernels": 0,
                      "median_ns": float("nan"), "min_ns": float("nan"), "max_ns": float("nan"),
                      "spread": float("nan"), "median_cycles": float("nan"),
-                     "median_clock_hz": float("nan"), "error": rec.error})
+                     "median_clock_hz": float("nan"), "ci_low_ns": float("nan"), "ci_high_ns": float("nan"),
+                     "ci_coverage": float("nan"), "error": rec.error})
     summary = pd.DataFrame(rows, columns=["config_id", "mode", "reps", "kernels", "median_ns", "min_ns",
-                                          "max_ns", "spread", "median_cycles", "median_clock_hz", "error"])
+                                          "max_ns", "spread", "median_cycles", "median_clock_hz", "ci_low_ns", "ci_high_ns",
+                                          "ci_coverage", "error"])
     if configs is not None:
         summary.insert(1, "config", [config_label(configs[c]) for c in summary["config_id"]])
     return summary.sort_values(["config_id", "mode"], na_position="last").reset_index(drop=True)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from nsprof.analysis.confidence import Decision, decide
 from nsprof.analysis.ranking import rank
 from nsprof.drivers import registry
 from nsprof.errors import NsprofError
@@ -30,7 +31,9 @@ __all__ = ["TIMER_BACKENDS", "TuneResult", "TuneSettings", "key_labels", "measur
 
 @dataclass
 class TuneResult:
-    table: object  # ranked DataFrame: rank, config_id, config, value_ns, spread, cycles, clock, vs_best
+    # ranked DataFrame (nsprof.analysis.ranking.rank): rank, config_id, config, value_ns, spread,
+    # cycles, clock, vs_best, ci_low_ns, ci_high_ns, ci_coverage, tied_with_best
+    table: object
     configs: list
     backend: str
     label: str  # how the numbers were taken, in words
@@ -41,11 +44,23 @@ class TuneResult:
     # Steps after the ranking that failed (the tuner's own pick, the feed-back): the ranking
     # stands, and the command exits non-zero after printing it.
     errors: list[str] = field(default_factory=list)
+    stat: str = "median"  # the statistic ranked by
+
+    @property
+    def decision(self) -> Decision:
+        """A winner, a tie (its members, in rank order), or an untested best (fewer than 2 reps):
+        nsprof.analysis.confidence.decide over the ranked table."""
+        return decide(self.table, self.stat)
+
+    @property
+    def tie_set(self) -> list[int]:
+        """The best and every config tied with it, in rank order."""
+        return list(self.decision.members)
 
     @property
     def best_config_id(self) -> int | None:
-        measured = self.table[self.table["error"].isna()]
-        return None if measured.empty else int(measured.iloc[0]["config_id"])
+        """The config fed back: the decision's (out of a tie, by its stated rule)."""
+        return self.decision.config_id
 
     @property
     def best_config(self):
@@ -208,7 +223,7 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
         label = f"fast timer {TIMER_BACKENDS[settings.backend]}, {settings.stat} of {settings.timer_reps} samples"
     table = rank(summary, settings.stat)
     table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
-    result = TuneResult(table, space.configs, settings.backend, label, prescreen_table, notes)
+    result = TuneResult(table, space.configs, settings.backend, label, prescreen_table, notes, stat=settings.stat)
     best = result.best_config_id
     if best is None:
         check_measured(rows)

@@ -5,7 +5,8 @@
 StatusDriver runs the real worker (bare, or under tests/targets/fake_profiler.py); its "report"
 is derived from the worker's own status file: each config that reached `done` gets `kernels`
 rows per (mode, rep) whose duration is the config's "ns" value (1000 + config id when it has
-none, or with `config_ns=False`, which leaves the target unimported in nsprof's own process):
+none, or with `config_ns=False`, which leaves the target unimported in nsprof's own process;
+a config's optional "ns_reps" list gives rep r the value ns_reps[r % len], for reps that vary):
 what a profiler would have measured, known in advance. StatusDriver.for_session() is the
 session tests' kind: two kernels per rep, and an empty report is an error.
 
@@ -98,8 +99,15 @@ class StatusDriver(Driver):
             raise ReportError(f"{Path(report).name}: no CUDA kernel table")
         configs = load_target(data["job"]["target"]).configs if self.config_ns else {}
         labels = self.labels(settings)
+
+        def duration(c: int, rep: int) -> float:
+            if not configs:
+                return float(1000 + c)
+            per_rep = configs[c].get("ns_reps")
+            return float(per_rep[rep % len(per_rep)] if per_rep else configs[c].get("ns", 1000 + c))
+
         return make_frame([{"source": settings.backend, "config_id": c, "mode": mode, "rep": rep, "kernel": f"k{k}",
-                            "duration_ns": float(configs[c].get("ns", 1000 + c) if configs else 1000 + c), **labels}
+                            "duration_ns": duration(c, rep), **labels}
                            for c in data["done"] for mode in settings.modes for rep in range(settings.reps)
                            for k in range(self.kernels)])
 

@@ -86,10 +86,20 @@ def agreement_document(
 
 
 def tune_document(result) -> str:
-    """`nsprof tune --json`: label, best config, notes, the tuner's own pick, errors and the ranked
-    rows (`result`: an nsprof.tune.TuneResult)."""
+    """`nsprof tune --json`: label, best config, notes, the tuner's own pick, errors, the interval
+    method, the tie set and the decision (winner or tie, in words too) and the ranked rows, each
+    with ci_low_ns, ci_high_ns, ci_coverage and tied_with_best (`result`: an nsprof.tune.TuneResult)."""
+    from nsprof.analysis.confidence import LEVEL, METHOD
+    from nsprof.render.tables import describe_decision
+
+    decision = result.decision
+    coverages = [float(c) for c in result.table.loc[result.table["rank"].notna(), "ci_coverage"] if c == c]
+    interval = {"method": METHOD, "level": LEVEL, "achieved": min(coverages) if coverages else None,
+                "of": "median"}
     document = {"label": result.label, "best_config_id": result.best_config_id, "best_config": result.best_config,
                 "notes": result.notes, "tuner_pick": result.tuner_pick, "errors": result.errors,
+                "stat": result.stat, "interval": interval, "tie_set": result.tie_set,
+                "decision": {**decision.as_json(), "words": describe_decision(result)},
                 "ranked": json.loads(result.table.to_json(orient="records"))}
     return json.dumps(document, default=str)
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from nsprof.analysis.agreement import FLOOR_MARGIN, floor_map, verdicts, wide
+from nsprof.analysis.confidence import LEVEL, METHOD
 from nsprof.analysis.stats import is_missing
 from nsprof.analysis.summary import compare_overall, one_side_ranges
 from nsprof.render.text import (
@@ -168,21 +169,70 @@ def describe_pick(pick: dict, table) -> str:
     return head + f": ground truth ranks it #{rank}, {vs_best * 100:+.1f}% vs the best"
 
 
+def _coverages(table) -> list[float]:
+    measured = table[table["rank"].notna()]
+    return sorted({round(float(c), 6) for c in measured["ci_coverage"] if c == c})
+
+
+def describe_interval(result) -> str:
+    """One line: how each config's interval was made, at which level asked and achieved."""
+    coverages = _coverages(result.table)
+    if not coverages:
+        return f"intervals: none (fewer than 2 reps per config; {METHOD}s need 2 or more)"
+    achieved = (f"{coverages[0] * 100:.1f}%" if len(coverages) == 1
+                else f"{coverages[0] * 100:.1f}-{coverages[-1] * 100:.1f}%")
+    line = f"intervals: {METHOD}, {LEVEL * 100:.0f}% asked, {achieved} achieved"
+    if coverages[0] < LEVEL:
+        line += " (too few reps to reach it: such a config's interval is its [min, max])"
+    if result.stat != "median":
+        line += f"; ranked by the {result.stat}, but the interval and the tie test are the median's"
+    return line
+
+
+def describe_decision(result) -> str:
+    """One sentence: the winner, the tie and which member is fed back, or why neither can be said."""
+    decision = result.decision
+    stat = result.stat
+    if decision.config_id is None:
+        return "no config was measured"
+    if decision.kind == "untested":
+        return (f"config {decision.config_id} has the lowest {stat}, untested against the noise: "
+                "there are too few reps per config for an interval")
+    half = f"±{decision.half_width * 100:.1f}%"
+    if decision.kind == "tie":
+        members = ", ".join(str(c) for c in decision.members)
+        return (f"these {len(decision.members)} configs are indistinguishable here ({half}): {members} "
+                f"(each one's interval overlaps the best's); feeding back {decision.config_id}, "
+                f"{decision.rule}")
+    if decision.second is None:
+        return f"config {decision.config_id} is the only config measured"
+    apart = "" if decision.margin != decision.margin else f", {abs(decision.margin) * 100:.1f}% apart"
+    return (f"config {decision.config_id} is the winner: its interval ({half}) does not overlap "
+            f"#2's (config {decision.second}{apart})")
+
+
 def format_ranked(result) -> str:
-    """`nsprof tune`'s output: how the numbers were taken, the ranked table, the best, the notes
-    (`result`: an nsprof.tune.TuneResult)."""
-    headers = ["rank", "id", "config", "µs", "spread %", "cycles", "clock GHz", "vs best", "error"]
+    """`nsprof tune`'s output: how the numbers were taken, the ranked table, the best, the
+    interval and the decision (winner or tie), the notes (`result`: an nsprof.tune.TuneResult)."""
+    headers = ["rank", "id", "config", "µs", "low µs", "high µs", "spread %", "cycles", "clock GHz", "vs best",
+               "tie", "error"]
+    tie = result.decision.kind == "tie"
     rows = []
     for r in result.table.itertuples():
         rows.append([text(r.rank), str(r.config_id), text(r.config, 44), us(r.value_ns),
+                     us(getattr(r, "ci_low_ns", float("nan"))), us(getattr(r, "ci_high_ns", float("nan"))),
                      num(getattr(r, "spread", float("nan")) * 100, ".1f"),
                      num(getattr(r, "median_cycles", float("nan")), ",.0f"),
                      num(getattr(r, "median_clock_hz", float("nan")) / 1e9, ".3f"),
-                     "-" if r.vs_best != r.vs_best else f"+{r.vs_best * 100:.1f}%", text(r.error, 50)])
-    lines = [f"ranked by {result.label}", render_table(headers, rows, right={0, 1, 3, 4, 5, 6, 7})]
+                     "-" if r.vs_best != r.vs_best else f"+{r.vs_best * 100:.1f}%",
+                     "tie" if tie and bool(getattr(r, "tied_with_best", False)) else "",
+                     text(r.error, 50)])
+    lines = [f"ranked by {result.label}", render_table(headers, rows, right={0, 1, 3, 4, 5, 6, 7, 8, 9})]
     best = result.best_config_id
     if best is not None:
         lines.append(f"best: config {best} ({config_label(result.configs[best])})")
+        lines.append(f"note: {describe_decision(result)}")
+        lines.append(f"note: {describe_interval(result)}")
     lines += [f"note: {note}" for note in result.notes]
     return "\n".join(lines)
 

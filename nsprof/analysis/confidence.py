@@ -1,0 +1,135 @@
+"""How sure a ranking is: a distribution-free interval for each config's median, and which
+configs are tied with the best (issue 13).
+
+The interval is the classical order-statistic (binomial) interval for the median: of n reps
+sorted x(1) ≤ … ≤ x(n), [x(k), x(n+1-k)] covers the true median with probability
+1 - 2·P(Bin(n, ½) ≤ k-1), whatever the distribution of the reps (only that they are
+independent draws of one config's duration). k is the largest whose coverage reaches the level
+asked for; with too few reps for that level (fewer than 6 for 95%) it is [min, max], whose
+coverage is less than asked (93.75% for 5 reps, 87.5% for 4) and is reported as achieved.
+
+Two configs are tied when their intervals overlap (touching ends count: ncu's durations come
+in steps of one clock period, and equal ends cannot be told apart); the tie set is the best and every config
+tied with it. The config fed back out of a tie is the best-ranked one (the lowest value of the
+ranking's statistic, then the lower config id): a rule that depends only on the measured values,
+not on the order the rows came in, and that leaves a clear winner as it was.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+METHOD = "order-statistic (binomial) interval for the median"
+LEVEL = 0.95
+
+
+def tie_rule(stat: str = "median") -> str:
+    """The rule, in words, by which one member of a tie is fed back."""
+    return f"the lowest {stat}, then the lower config id"
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float  # NaN with fewer than 2 reps
+    high: float
+    coverage: float  # the achieved probability that [low, high] holds the median (NaN: no interval)
+    k: int  # [x(k), x(n+1-k)] of the n sorted reps (0: no interval)
+    n: int
+
+
+def median_coverage(n: int, k: int) -> float:
+    """P(x(k) ≤ median ≤ x(n+1-k)) for n independent reps of any continuous distribution:
+    1 - 2·P(Bin(n, ½) ≤ k-1)."""
+    if n < 1 or not 1 <= k <= (n + 1) // 2:
+        raise ValueError(f"k must be in 1..{(n + 1) // 2} for n={n}, not {k}")
+    below = sum(math.comb(n, i) for i in range(k)) / 2.0**n
+    return 1.0 - 2.0 * below
+
+
+def median_interval(values: Sequence[float] | np.ndarray, level: float = LEVEL) -> Interval:
+    """The order-statistic interval for the median of `values` (NaNs dropped) at `level`, or
+    [min, max] at its own, lower coverage when there are too few values to reach it."""
+    import numpy as np
+
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), not {level}")
+    a = np.sort(np.asarray(values, dtype=float).ravel())
+    a = a[~np.isnan(a)]
+    n = int(a.size)
+    if n < 2:
+        return Interval(float("nan"), float("nan"), float("nan"), 0, n)
+    k = 1
+    while k + 1 <= (n + 1) // 2 and median_coverage(n, k + 1) >= level:
+        k += 1
+    return Interval(float(a[k - 1]), float(a[n - k]), median_coverage(n, k), k, n)
+
+
+def overlaps(low_a: float, high_a: float, low_b: float, high_b: float) -> bool:
+    """Whether [low_a, high_a] and [low_b, high_b] share a point (False if either is missing)."""
+    if any(v != v for v in (low_a, high_a, low_b, high_b)):
+        return False
+    return low_a <= high_b and low_b <= high_a
+
+
+def tied_with(table, best_row) -> list[bool]:
+    """For each row of `table` (ci_low_ns, ci_high_ns), whether its interval overlaps `best_row`'s."""
+    lo, hi = float(best_row["ci_low_ns"]), float(best_row["ci_high_ns"])
+    return [overlaps(float(a), float(b), lo, hi) for a, b in zip(table["ci_low_ns"], table["ci_high_ns"])]
+
+
+@dataclass
+class Decision:
+    """What the ranking decides: a winner, a tie, or (no interval, fewer than 2 reps) an untested best."""
+
+    kind: str  # "winner" | "tie" | "untested"
+    config_id: int | None  # the config fed back
+    members: list[int] = field(default_factory=list)  # the tie set in rank order (the winner alone otherwise)
+    rule: str = field(default_factory=tie_rule)
+    half_width: float = float("nan")  # the best's interval half-width, relative to its value
+    margin: float = float("nan")  # #2's low end above the best's high end, relative to the best (winner)
+    second: int | None = None  # the next-ranked config
+
+    def as_json(self) -> dict:
+        doc: dict = {"kind": self.kind, "config_id": self.config_id}
+        if self.kind == "tie":
+            doc["members"] = list(self.members)
+        doc["rule"] = self.rule
+        doc["half_width"] = None if self.half_width != self.half_width else self.half_width
+        if self.kind == "winner":
+            doc["second"] = self.second
+            doc["margin"] = None if self.margin != self.margin else self.margin
+        return doc
+
+
+def decide(ranked, stat: str = "median") -> Decision:
+    """The decision over `ranked` (analysis.ranking.rank's table by `stat`: measured rows first,
+    in rank order, with ci_low_ns, ci_high_ns and tied_with_best). Out of a tie the best-ranked
+    member is fed back (tie_rule): rank's order is by value, then config id, so the pick does not
+    depend on the order the rows came in."""
+    rule = tie_rule(stat)
+    measured = ranked[ranked["rank"].notna()]
+    if measured.empty:
+        return Decision("untested", None, rule=rule)
+    best = measured.iloc[0]
+    best_id = int(best["config_id"])
+    low, high, value = float(best["ci_low_ns"]), float(best["ci_high_ns"]), float(best["value_ns"])
+    if low != low or high != high:
+        return Decision("untested", best_id, [best_id], rule=rule)
+    half = (high - low) / 2.0 / value if value else float("nan")
+    members = [int(c) for c, tied in zip(measured["config_id"], measured["tied_with_best"]) if bool(tied)]
+    second = int(measured.iloc[1]["config_id"]) if len(measured) > 1 else None
+    if len(members) > 1:
+        # The rank order is the rule's order: members[0] is the best.
+        return Decision("tie", members[0], members, rule=rule, half_width=half, second=second)
+    margin = float("nan")
+    if second is not None:
+        second_low = float(measured.iloc[1]["ci_low_ns"])
+        if second_low == second_low and value:
+            margin = (second_low - high) / value
+    return Decision("winner", best_id, [best_id], rule=rule, half_width=half, margin=margin, second=second)
