@@ -173,7 +173,8 @@ def test_tune_plot_draws_each_measured_config_with_its_interval_and_the_tie_set(
     assert ax.get_ylim() == (3.5, -0.5)  # rank 1 at the top
 
 
-def test_tune_plot_without_intervals_or_ties_today():
+def test_tune_plot_without_intervals_or_ties():
+    """No intervals (a fast timer's table): no error bars, and the best alone is no tie to mark."""
     from matplotlib.collections import LineCollection
 
     from nsprof.render.tune_plot import tune_figure

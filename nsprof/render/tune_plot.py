@@ -55,6 +55,8 @@ def tune_figure(table, title: str | None = None):
             ax.errorbar(values[ok], y[ok], xerr=xerr[:, ok], fmt="none", ecolor="0.35", elinewidth=1.2,
                         capsize=3, label="interval", gid="intervals")
     tied = np.array([not is_missing(v) and bool(v) for v in measured.get("tied_with_best", [None] * n)], bool)
+    if tied.sum() < 2:
+        tied[:] = False  # the best alone is tied only with itself: no tie to mark
     if (~tied).any() or not n:
         ax.scatter(values[~tied], y[~tied], s=30, color="C0", zorder=3, gid="configs",
                    label="measured" if tied.any() else None)
