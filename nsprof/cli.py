@@ -161,17 +161,14 @@ def analyze(files, kernel_re, range_re, sort_by, top, timeunit, no_warmup, names
     if compare and as_json:
         raise click.UsageError("--compare prints a table; use --format json for the comparison, "
                                "--json without --compare for the rows")
-    to_stdout = [name for name, value in (("--json", as_json), ("--csv -", csv_path == "-"),
-                                          ("--parquet -", parquet_path == "-"), ("--plot -", plot_path == "-"))
-                 if value]
-    if len(to_stdout) > 1:
-        raise click.UsageError(f"{' and '.join(to_stdout)} would both write to standard output; choose one")
+    to_stdout = _one_on_stdout(**{"--json": as_json, "--csv -": csv_path == "-", "--parquet -": parquet_path == "-",
+                                  "--plot -": plot_path == "-"})
     if plot_path:
-        from nsprof.render.analyze_plot import check_plot_path
+        from nsprof.render.plot import plot_path as checked_plot_path
         from nsprof.render.plot import require_matplotlib
 
         require_matplotlib()
-        check_plot_path(plot_path)
+        checked_plot_path(plot_path)
     _refuse_overwriting_inputs(files, {"--csv": csv_path, "--parquet": parquet_path, "--plot": plot_path})
     width = None if wide else NAME_WIDTH
     frames = []
@@ -227,6 +224,15 @@ def analyze(files, kernel_re, range_re, sort_by, top, timeunit, no_warmup, names
         click.echo("")
 
 
+def _one_on_stdout(**claims: bool) -> bool:
+    """At most one output may take standard output (`-`, or --json); whether one does. The
+    printed tables then go to stderr."""
+    taken = [option for option, on_stdout in claims.items() if on_stdout]
+    if len(taken) > 1:
+        raise click.UsageError(f"{' and '.join(taken)} would both write to standard output; choose one")
+    return bool(taken)
+
+
 def _write_html(path: str, make_page) -> None:
     """Write the report page `make_page()` returns; says so on stderr (and when its plots were left out)."""
     from nsprof.render.html import NO_MATPLOTLIB, write_page
@@ -235,7 +241,8 @@ def _write_html(path: str, make_page) -> None:
     write_page(text, path)
     if NO_MATPLOTLIB in text:
         click.echo(f"nsprof: warning: --html: {NO_MATPLOTLIB}", err=True)
-    click.echo(f"wrote {path}", err=True)
+    if path != "-":
+        click.echo(f"wrote {path}", err=True)
 
 
 def _analyze_compare(files, frames, chosen, compare_frames, timeunit, width, names, style, plot_path, printed,
@@ -423,11 +430,14 @@ def _split(value: str) -> tuple[str, ...]:
               help="Run each ground truth twice to measure its own repeatability (the noise floor).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True,
               help="Seconds one config may run before it is killed and recorded as failed.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write the agreement plot (png/svg/pdf).")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False),
-              help="Write a self-contained report page: the tables and the plot, readable offline.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write the agreement plot (png/svg/pdf; - for PNG on standard output).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write a self-contained report page: the tables and the plot, readable offline (- for "
+                   "standard output).")
 @click.option("--json", "as_json", is_flag=True, help="Print everything as one JSON object.")
-@click.option("--save", "save_path", type=click.Path(dir_okay=False), help="Also write that JSON object to a file.")
+@click.option("--save", "save_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Also write that JSON object to a file (- for standard output).")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep reports and logs here (default: a temporary folder).")
 @click.option("--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing.")
@@ -459,6 +469,9 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
         raise click.BadParameter(f"choose from {', '.join(registry.ground_truths())}", param_hint="--truth")
     if not modes or any(m not in ("direct", "graph") for m in modes):
         raise click.BadParameter("choose from direct, graph", param_hint="--mode")
+    _one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--save -": save_path == "-",
+                      "--json": as_json})
+    tables_to_stderr = "-" in (plot_path, html_path, save_path)
     if plot_path:
         plot_path_checked(plot_path)
         require_matplotlib()
@@ -479,21 +492,22 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
         click.echo(f"nsprof: {method} failed on config {config_id}: {reason}", err=True)
     if plot_path:
         plot(result.per_config, result.agreement, result.timers, result.truths, plot_path, floors=result.floors)
-        click.echo(f"wrote {plot_path}", err=True)
+        if plot_path != "-":
+            click.echo(f"wrote {plot_path}", err=True)
     if html_path:
         _write_html(html_path, lambda: validate_page(result, title=f"nsprof validate {target}"))
     document = agreement_document(result.agreement, result.per_config, result.floors, result.verdict)
-    if save_path:
+    if save_path == "-":
+        click.echo(document)
+    elif save_path:
         Path(save_path).write_text(document + "\n")
         click.echo(f"wrote {save_path}", err=True)
     if as_json:
         click.echo(document)
         return
-    click.echo(format_per_config(result.per_config, result.configs))
-    click.echo("")
-    click.echo(format_agreement(result.agreement, result.floors))
-    click.echo("")
-    click.echo(result.verdict)
+    for text in (format_per_config(result.per_config, result.configs), "", format_agreement(result.agreement,
+                 result.floors), "", result.verdict):
+        click.echo(text, err=tables_to_stderr)
 
 
 @cli.command()
@@ -528,10 +542,12 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
               help="Also run the target's own autotuner with its own timer (Triton) and say what it picks.")
 @click.option("--configs", "config_list", default=None, help="Only these config ids, e.g. 0,3,5.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranked table as JSON.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
-              help="Write the ranking plot (png/svg/pdf): each config's value, best first, the tie set marked.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False),
-              help="Write a self-contained report page: the ranked table and the plot, readable offline.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write the ranking plot (png/svg/pdf; - for PNG on standard output): each config's value, "
+                   "best first, the tie set marked.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write a self-contained report page: the ranked table and the plot, readable offline (- for "
+                   "standard output).")
 def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir, store_path, no_store, resume,
          retry_failed, wait, feed_back, tuner_pick, config_list, as_json, plot_path, html_path) -> None:
     """Rank every config of TARGET (file.py:space) by ground truth and name the best.
@@ -550,6 +566,8 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
 
     if backend in ground_truths():
         get_driver(backend)  # a missing tool is one line, before any work
+    _one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--json": as_json})
+    tables_to_stderr = plot_path == "-" or html_path == "-"
     if plot_path:
         from nsprof.render.plot import plot_path as plot_path_checked
         from nsprof.render.plot import require_matplotlib
@@ -575,7 +593,8 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
         from nsprof.render.tune_plot import plot_tune
 
         plot_tune(result.table, plot_path, title=f"{target}: ranked by {result.label}")
-        click.echo(f"wrote {plot_path}", err=True)
+        if plot_path != "-":
+            click.echo(f"wrote {plot_path}", err=True)
     if html_path:
         from nsprof.render.html import tune_page
 
@@ -583,7 +602,7 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
     if as_json:
         click.echo(tune_document(result))
     else:
-        click.echo(format_ranked(result))
+        click.echo(format_ranked(result), err=tables_to_stderr)
     for error in result.errors:
         click.echo(f"nsprof: {error}", err=True)
     if result.errors:
@@ -593,8 +612,8 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
 @cli.command()
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Results store (default .nsprof/results.sqlite).")
-@click.option("--export", "export_path", type=click.Path(dir_okay=False), default=None,
-              help="Write every stored measurement to a .csv, .json or .parquet file.")
+@click.option("--export", "export_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write every stored measurement to a .csv, .json or .parquet file (- for CSV on standard output).")
 def results(store_path, export_path) -> None:
     """List the runs in the results store, or export its measurements."""
     from nsprof.render.tables import format_runs
@@ -604,6 +623,11 @@ def results(store_path, export_path) -> None:
     if not Path(path).exists():
         raise CliError(f"no results store at {path} (nsprof tune writes one)")
     with ResultStore(path) as store:
+        if export_path == "-":
+            frame = store.frame()
+            frame.to_csv(sys.stdout, index=False)
+            click.echo(f"wrote {len(frame)} measurements to standard output (CSV)", err=True)
+            return
         if export_path:
             count = store.export(export_path)
             click.echo(f"wrote {count} measurements to {export_path}")

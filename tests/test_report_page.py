@@ -9,6 +9,7 @@ page in a real headless browser (Debian's chromium), when one is installed.
 from __future__ import annotations
 
 import base64
+import csv
 import io
 import json
 import re
@@ -360,7 +361,7 @@ def test_a_bad_plot_name_fails_before_any_work(tmp_path):
     done = subprocess.run([sys.executable, "-m", "nsprof", "tune", "nowhere.py:space", "--backend", "graph",
                            "--plot", "r.txt"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert done.returncode == 2
-    assert done.stderr.strip() == "nsprof: error: --plot: r.txt: use a .png, .svg or .pdf file name"
+    assert done.stderr.strip() == "nsprof: error: --plot: r.txt: use a .png, .svg or .pdf file name, or - for PNG on standard output"
 
 
 # --------------------------------------------------------------------------- a real browser
@@ -407,3 +408,40 @@ def test_the_page_renders_in_headless_chromium(validate_html, record, tmp_path):
     assert 0.002 < dark < 0.5
     blue = ((pixels[..., 2] > 0.55) & (pixels[..., 0] < 0.35)).sum()  # matplotlib's C0 points
     assert blue > 50
+
+
+def test_dash_is_standard_output_for_tune_validate_and_results(tmp_path):
+    """`-` means standard output wherever a path is taken: tune --html - and --plot -, validate
+    --save - and --html -, results --export -; the tables then go to stderr, and no file "-"."""
+    (tmp_path / "t.py").write_text(
+        "import nsprof.space\n"
+        "space = nsprof.space.Space(configs=[{'ns': 3000.0}, {'ns': 1000.0}],\n"
+        "                           build=lambda c: (lambda: None), device='cpu')\n")
+
+    def nsprof(*args, binary=False):
+        return subprocess.run([sys.executable, str(STANDINS), *args], capture_output=True, text=not binary,
+                              cwd=tmp_path, timeout=300)
+
+    tune = ["tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-feed-back",
+            "--no-tuner-pick", "--store", "r.sqlite"]
+    page = nsprof(*tune, "--html", "-")
+    assert page.returncode == 0, page.stderr
+    header, *rows = Page(page.stdout).tables["ranked"]
+    assert [r[1] for r in rows] == ["1", "0"]
+    assert "rank" in page.stderr and "ns=1000.0" in page.stderr  # the ranked table, on stderr
+    png = nsprof(*tune, "--plot", "-", binary=True)
+    assert png.returncode == 0, png.stderr
+    assert png.stdout.startswith(b"\x89PNG\r\n\x1a\n")
+    both = nsprof(*tune, "--plot", "-", "--json")
+    assert both.returncode == 2 and "would both write to standard output" in both.stderr
+    exported = nsprof("results", "--store", "r.sqlite", "--export", "-")
+    assert exported.returncode == 0, exported.stderr
+    stored = list(csv.DictReader(exported.stdout.splitlines()))
+    assert {r["config_id"] for r in stored} == {"0", "1"} and len(stored) == 2 * 2 * 2  # 2 tunes x 2 configs x 2 reps
+    validate = ["validate", "t.py:space", "--timers", "event", "--no-external", "--truth", "ncu", "--mode",
+                "direct", "--reps", "2", "--timer-reps", "3", "--timeout", "30"]
+    saved = nsprof(*validate, "--save", "-")
+    assert saved.returncode == 0, saved.stderr
+    assert set(json.loads(saved.stdout)) >= {"agreement", "per_config"}
+    assert "ncu" in saved.stderr  # the tables went to stderr
+    assert not (tmp_path / "-").exists()

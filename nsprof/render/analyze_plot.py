@@ -8,12 +8,8 @@ what is drawn.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from nsprof.analysis.summary import NO_RANGE, range_key
-from nsprof.errors import NsprofError
-from nsprof.render.plot import PLOT_SUFFIXES, require_matplotlib
+from nsprof.render.plot import require_matplotlib, save_figure
 from nsprof.render.text import UNIT_LABELS
 
 LOG_SPREAD = 10.0  # a log axis once the largest value is this many times the smallest
@@ -27,24 +23,6 @@ def _figure(panels: int, width: float = 6.0):
     fig = Figure(figsize=(width, 3.6 * panels), layout="constrained")
     FigureCanvasAgg(fig)
     return fig, fig.subplots(panels, 1, squeeze=False)[:, 0]
-
-
-def check_plot_path(path: str) -> None:
-    """Refuse a --plot file name of a format matplotlib is not asked to write ("-": PNG on stdout)."""
-    if path != "-" and Path(path).suffix.lower() not in PLOT_SUFFIXES:
-        raise NsprofError(f"--plot: {Path(path).name}: use a .png, .svg or .pdf file name, or - for PNG on "
-                          "standard output")
-
-
-def _save(fig, path: str) -> None:
-    check_plot_path(path)
-    if path == "-":
-        fig.savefig(sys.stdout.buffer, format="png", dpi=120)
-        sys.stdout.buffer.flush()
-        return
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
 
 
 def _log_if_spread(ax, values) -> None:
@@ -99,7 +77,7 @@ def durations_plot(panels, path: str | None, unit: str = "us"):
         if NO_RANGE in ranges:
             ax.axvline(len(ranges) - 1.5, color="0.7", linewidth=0.8, linestyle=":")
     if path is not None:
-        _save(fig, path)
+        save_figure(fig, path)
     return fig
 
 
@@ -121,5 +99,5 @@ def ratio_plot(ranges, name_a: str, name_b: str, path: str | None, geomean: floa
     ax.set_title(f"per range, B/A of the kernels' median durations\nA {name_a}, B {name_b}", fontsize="medium")
     ax.legend(fontsize="x-small", loc="best")
     if path is not None:
-        _save(fig, path)
+        save_figure(fig, path)
     return fig

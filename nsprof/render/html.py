@@ -222,9 +222,14 @@ def tune_page(result, title: str = "nsprof tune") -> str:
 
 
 def write_page(text: str, path) -> None:
-    """Write a page (UTF-8), making its folder."""
+    """Write a page (UTF-8), making its folder ("-": standard output)."""
+    import sys
     from pathlib import Path
 
+    if str(path) == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")

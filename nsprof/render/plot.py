@@ -28,18 +28,28 @@ def require_matplotlib() -> None:
 
 
 def plot_path(path: str, option: str = "--plot"):
-    """`path` as a Path, after checking its suffix names a format savefig writes."""
+    """`path` as a Path, after checking its suffix names a format savefig writes ("-" stays "-":
+    PNG on standard output)."""
     from pathlib import Path
 
+    if path == "-":
+        return "-"
     out = Path(path)
     if out.suffix.lower() not in PLOT_SUFFIXES:
-        raise NsprofError(f"{option}: {out.name}: use a .png, .svg or .pdf file name")
+        raise NsprofError(f"{option}: {out.name}: use a .png, .svg or .pdf file name, or - for PNG on "
+                          "standard output")
     return out
 
 
 def save_figure(fig, path: str, option: str = "--plot") -> None:
-    """Write `fig` to `path` (format from the suffix), making its folder."""
+    """Write `fig` to `path` (format from the suffix; "-": PNG on standard output), making its folder."""
+    import sys
+
     out = plot_path(path, option)
+    if out == "-":
+        fig.savefig(sys.stdout.buffer, format="png", dpi=120)
+        sys.stdout.buffer.flush()
+        return
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
 
