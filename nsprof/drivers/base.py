@@ -122,3 +122,19 @@ class Driver(ABC):
         """One line saying why the profiler wrote no report (or started nothing). Unlike a
         worker's crash, the profiler's own errors can come anywhere in the log."""
         return disk_full(log) or self.crash_reason(log, returncode)
+
+
+class ToolDriver(Driver):
+    """A driver that runs a profiler program, found by find() (ncu, nsys)."""
+
+    def __init__(self, executable: Path) -> None:
+        self.executable = Path(executable)
+
+    @classmethod
+    def create(cls) -> ToolDriver:
+        return cls(cls.find().path)
+
+    def tool_version(self) -> str:
+        from nsprof.host import tools
+
+        return tools.tool_version(self.executable)

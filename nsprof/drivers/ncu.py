@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nsprof.drivers.base import Driver, disk_full, lines_since_start, log_lines, worker_failure
+from nsprof.drivers.base import ToolDriver, disk_full, lines_since_start, log_lines, worker_failure
 from nsprof.schema import NSPROF_DOMAIN
 from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import worker_command
@@ -16,17 +16,10 @@ PERMISSION_FIX = ("profiling counters are not permitted for this user (ERR_NVGPU
                   "(https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
 
 
-class NcuDriver(Driver):
+class NcuDriver(ToolDriver):
     name = "ncu"
     suffix = ".ncu-rep"
     chatter_prefix = "==PROF=="
-
-    def __init__(self, executable: Path) -> None:
-        self.executable = Path(executable)
-
-    @classmethod
-    def create(cls) -> NcuDriver:
-        return cls(cls.find().path)
 
     @classmethod
     def find(cls, required: bool = True):
@@ -42,11 +35,6 @@ class NcuDriver(Driver):
     def conditions(cls, settings: ProfileSettings) -> str:
         clocks = "clocks locked to base" if settings.clock_control == "base" else "clocks free"
         return f"{clocks}, caches {'flushed' if settings.cache_control == 'all' else 'not flushed'}"
-
-    def tool_version(self) -> str:
-        from nsprof.host import tools
-
-        return tools.tool_version(self.executable)
 
     def build_command(self, settings: ProfileSettings, job_file: Path, report_base: Path) -> list[str]:
         # Only kernels inside nsprof's outer range are profiled: warm-up, compilation and

@@ -4,24 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nsprof.drivers.base import Driver
+from nsprof.drivers.base import ToolDriver
 from nsprof.reports.nsys.convert import import_qdstrm
 from nsprof.schema import NSPROF_DOMAIN
 from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import worker_command
 
 
-class NsysDriver(Driver):
+class NsysDriver(ToolDriver):
     name = "nsys"
     suffix = ".nsys-rep"
     clean_exit_note = "nsys keeps kernels only at a clean exit"
-
-    def __init__(self, executable: Path) -> None:
-        self.executable = Path(executable)
-
-    @classmethod
-    def create(cls) -> NsysDriver:
-        return cls(cls.find().path)
 
     @classmethod
     def find(cls, required: bool = True):
@@ -52,11 +45,6 @@ class NsysDriver(Driver):
     @classmethod
     def conditions(cls, settings: ProfileSettings) -> str:
         return "CUPTI kernel trace at the run's own clocks"
-
-    def tool_version(self) -> str:
-        from nsprof.host import tools
-
-        return tools.tool_version(self.executable)
 
     def build_command(self, settings: ProfileSettings, job_file: Path, report_base: Path) -> list[str]:
         # CUDA + NVTX trace only: with default CPU sampling one small run wrote a 2.2 GB
