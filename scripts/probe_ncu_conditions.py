@@ -1,7 +1,7 @@
 """What ncu's --clock-control and --cache-control do to µs kernels on this GPU (issue 13).
 
     source .device/setup.sh && python3 scripts/probe_ncu_conditions.py --out probe.json \
-        [--target examples/seed_gemm.py:space] [--configs 0,5,10,20] [--runs 2]
+        [--target examples/seed_gemm.py:space] [--configs 13,15,20,28] [--runs 2]
 
 Runs `nsprof profile --backend ncu --mode graph` under each of the four (clock, cache)
 conditions `--runs` times, and also nsys once per run for reference, and writes, per condition,
@@ -66,7 +66,7 @@ def run(target: str, configs: str, backend: str, clock: str, cache: str, work: P
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="examples/seed_gemm.py:space")
-    parser.add_argument("--configs", default="0,5,10,20")
+    parser.add_argument("--configs", default="13,15,20,28")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
