@@ -25,7 +25,7 @@ from nsprof.measure import FastTimers
 from nsprof.settings import Truth, ValidateSettings
 
 __all__ = ["ValidateResult", "ValidateSettings", "matched_pairs", "resolve_truths", "run_timers", "run_truth",
-           "timer_groups", "validate"]
+           "timer_groups", "truth_rows", "validate"]
 # --matched: the conditions each timer is matched with (clocks free: the timers run at the card's own)
 MATCHED_CLOCK = "free"
 
@@ -117,14 +117,23 @@ def run_truth(target: str, truth: Truth | str, settings: ValidateSettings, work_
     median of the reps, with the median's interval) and failures {(truth name, config_id): reason}."""
     from nsprof.profile import config_summary, profile_result
 
+    from nsprof.profile import profile_result
+
     truth = Truth.parse(truth) if isinstance(truth, str) else truth
     result = profile_result(target, truth_profile(truth, settings, work_dir), on_progress=on_progress, space=space)
-    summary = config_summary(result.frame)
-    rows = [{"config_id": int(r.config_id), "method": truth.method(r.mode), "value_ns": r.median_ns,
+    failures = {(truth.name, int(c)): reason for c, reason in result.failures.items()}
+    return truth_rows(result.frame, truth), failures
+
+
+def truth_rows(frame, truth: Truth) -> list[dict]:
+    """A truth run's tidy rows as validate's per-config rows: per config and mode the median of
+    the reps (value_ns), the median's interval (ci_low_ns, ci_high_ns) and the median clock."""
+    from nsprof.profile import config_summary
+
+    summary = config_summary(frame)
+    return [{"config_id": int(r.config_id), "method": truth.method(r.mode), "value_ns": r.median_ns,
              "ci_low_ns": r.ci_low_ns, "ci_high_ns": r.ci_high_ns, "clock_hz": r.median_clock_hz}
             for r in summary.itertuples() if isinstance(r.mode, str)]
-    failures = {(truth.name, int(c)): reason for c, reason in result.failures.items()}
-    return rows, failures
 
 
 def matched_pairs(timers: list[str], truths: list[Truth], modes) -> list[dict]:
