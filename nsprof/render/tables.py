@@ -313,9 +313,10 @@ def format_matched(matched) -> str:
                      num(r["matched_tau"], ".3f"), num(r["matched_floor"], ".3f"), yes_no(r["matched_at_floor"]),
                      text(r["unmatched_truth"]), num(r["unmatched_tau"], ".3f"), num(r["unmatched_floor"], ".3f"),
                      yes_no(r["unmatched_at_floor"])])
-    lines = ["matched conditions: each timer against ncu at the card's own clocks (--clock-control none) and its "
-             "own L2 state (cold: --cache-control all, warm: none), beside the unmatched truth (base clocks, L2 "
-             "flushed)", render_table(headers, rows, right={4, 5, 8, 9})]
+    lines = ["matched conditions: each timer against the truth run with clocks free (--clock-control none), as the "
+             "timers run, and in the timer's own L2 state (cold: --cache-control all, warm: --cache-control none), "
+             "beside the unmatched truth (the tool's defaults: base clocks, L2 flushed)",
+             render_table(headers, rows, right={4, 5, 8, 9})]
     for truth, group in matched.groupby("matched_truth", sort=False):
         scored = group[group["matched_tau"].notna()]
         if scored.empty:
