@@ -115,8 +115,6 @@ def run_truth(target: str, truth: Truth | str, settings: ValidateSettings, work_
     """One ground truth (under its condition) over every config: per-config rows {config_id,
     method, value_ns, ci_low_ns, ci_high_ns, clock_hz} (method: Truth.method(mode), value: the
     median of the reps, with the median's interval) and failures {(truth name, config_id): reason}."""
-    from nsprof.profile import config_summary, profile_result
-
     from nsprof.profile import profile_result
 
     truth = Truth.parse(truth) if isinstance(truth, str) else truth
