@@ -18,7 +18,7 @@ from nsprof import __version__
 from nsprof.drivers import registry
 from nsprof.errors import NsprofError
 from nsprof.host.redirect import results_only_on_stdout
-from nsprof.settings import TIMER_BACKENDS
+from nsprof.settings import TIMER_BACKENDS, Truth
 
 EXIT_ERROR = 2
 
@@ -422,7 +422,13 @@ def _split(value: str) -> tuple[str, ...]:
                    "(event, event_cold, cupti, cupti_cold, graph_warm, graph_cold).")
 @click.option("--external/--no-external", default=True, show_default=True,
               help="Also TileLang's and Triton's own timers, where installed.")
-@click.option("--truth", default="ncu,nsys", show_default=True, help="Ground truths: ncu, nsys.")
+@click.option("--truth", default="ncu,nsys", show_default=True,
+              help="Ground truths: ncu, nsys; ncu also under a condition, TOOL@CLOCK-L2 with CLOCK base|free "
+                   "and L2 cold|warm (ncu@free-warm: --clock-control none --cache-control none; plain ncu is "
+                   "ncu@base-cold).")
+@click.option("--matched", is_flag=True,
+              help="Also run ncu with clocks free and L2 cold and warm (ncu@free-cold, ncu@free-warm), each "
+                   "repeated for its floor, and show each timer against the ncu taken under its own L2 state.")
 @click.option("--mode", default="direct,graph", show_default=True, help="Ground-truth modes: direct, graph.")
 @click.option("--reps", type=click.IntRange(1), default=5, show_default=True, help="Ground-truth reps per config.")
 @click.option("--timer-reps", type=click.IntRange(1), default=100, show_default=True, help="Samples per fast timer.")
@@ -441,8 +447,8 @@ def _split(value: str) -> tuple[str, ...]:
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep reports and logs here (default: a temporary folder).")
 @click.option("--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing.")
-def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, timeout_s, plot_path, html_path,
-             as_json, save_path, work_dir, wait) -> None:
+def validate(target, timers, external, truth, matched, mode, reps, timer_reps, repeat, timeout_s, plot_path,
+             html_path, as_json, save_path, work_dir, wait) -> None:
     """Check fast timers against ncu and nsys over TARGET's configs (file.py:space).
 
     For every timer against every ground truth: median ratio (bias), Kendall τ and
@@ -454,9 +460,15 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
     from nsprof.render.json import agreement_document
     from nsprof.render.plot import plot, require_matplotlib
     from nsprof.render.plot import plot_path as plot_path_checked
-    from nsprof.render.tables import format_agreement, format_per_config
+    from nsprof.render.tables import (
+        format_agreement,
+        format_conditions,
+        format_floors,
+        format_matched,
+        format_per_config,
+    )
     from nsprof.timers.specs import expand
-    from nsprof.validate import ValidateSettings
+    from nsprof.validate import ValidateSettings, resolve_truths
     from nsprof.validate import validate as run_validate
 
     try:
@@ -465,7 +477,11 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
         raise click.BadParameter(str(exc), param_hint="--timers") from None
     truths = _split(truth)
     modes = _split(mode)
-    if not truths or any(t not in registry.ground_truths() for t in truths):
+    try:
+        backends = list(dict.fromkeys(Truth.parse(t).backend for t in truths))
+    except NsprofError as exc:
+        raise click.BadParameter(str(exc), param_hint="--truth") from None
+    if not truths or any(b not in registry.ground_truths() for b in backends):
         raise click.BadParameter(f"choose from {', '.join(registry.ground_truths())}", param_hint="--truth")
     if not modes or any(m not in ("direct", "graph") for m in modes):
         raise click.BadParameter("choose from direct, graph", param_hint="--mode")
@@ -477,11 +493,15 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
         require_matplotlib()
     from nsprof.drivers.registry import get_driver
 
-    for backend in truths:
+    settings = ValidateSettings(timers=_split(timers), external=external, truths=truths, matched=matched,
+                                modes=modes, reps=reps, timer_reps=timer_reps, repeat_truth=repeat, timeout_s=timeout_s,
+                                work_dir=work_dir, wait=wait)
+    try:
+        resolve_truths(settings)  # a condition a tool cannot take, --matched without ncu: one line
+    except NsprofError as exc:
+        raise click.BadParameter(str(exc), param_hint="--matched" if "--matched" in str(exc) else "--truth") from None
+    for backend in backends:
         get_driver(backend)  # a missing tool is one line, before any work
-    settings = ValidateSettings(timers=_split(timers), external=external, truths=truths, modes=modes, reps=reps,
-                                timer_reps=timer_reps, repeat_truth=repeat, timeout_s=timeout_s, work_dir=work_dir,
-                                wait=wait)
     bars = _StageBars()
     try:
         with results_only_on_stdout():
@@ -496,7 +516,8 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
             click.echo(f"wrote {plot_path}", err=True)
     if html_path:
         _write_html(html_path, lambda: validate_page(result, title=f"nsprof validate {target}"))
-    document = agreement_document(result.agreement, result.per_config, result.floors, result.verdict)
+    document = agreement_document(result.agreement, result.per_config, result.floors, result.verdict,
+                                  matched=result.matched, conditions=result.conditions, repeat=result.repeat)
     if save_path == "-":
         click.echo(document)
     elif save_path:
@@ -505,9 +526,10 @@ def validate(target, timers, external, truth, mode, reps, timer_reps, repeat, ti
     if as_json:
         click.echo(document)
         return
-    for text in (format_per_config(result.per_config, result.configs), "", format_agreement(result.agreement,
-                 result.floors), "", result.verdict):
-        click.echo(text, err=tables_to_stderr)
+    sections = [format_per_config(result.per_config, result.configs), format_agreement(result.agreement, result.floors),
+                format_floors(result.floors), format_matched(result.matched), result.verdict,
+                format_conditions(result.conditions)]
+    click.echo("\n\n".join(section for section in sections if section), err=tables_to_stderr)
 
 
 @cli.command()

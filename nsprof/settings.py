@@ -24,6 +24,9 @@ MIN_PHASE_S = 60.0
 MODES = ("direct", "graph")
 STATS = ("median", "min")
 # tune's --backend names of the fast timers -> nsprof timer method names (nsprof.timers.specs)
+# validate's truth conditions (`ncu@free-warm`): the word -> ProfileSettings' clock_control / cache_control
+TRUTH_CLOCKS = {"base": "base", "free": "none"}
+TRUTH_L2 = {"cold": "all", "warm": "none"}
 TIMER_BACKENDS = {"graph": "graph_warm", "graph_cold": "graph_cold", "cupti": "cupti", "cupti_cold": "cupti_cold",
                   "event": "event", "event_cold": "event_cold"}
 
@@ -147,12 +150,59 @@ class TuneSettings:
 
 
 @dataclass(frozen=True)
+class Truth:
+    """One ground truth of `nsprof validate` under one condition: `ncu` (the backend's session
+    defaults), or `ncu@free-warm` (clocks free, L2 warm: --clock-control none --cache-control none).
+    clock/l2 are the condition words (TRUTH_CLOCKS, TRUTH_L2), None when not given."""
+
+    backend: str
+    clock: str | None = None
+    l2: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str) -> Truth:
+        """`tool` or `tool@clock-l2` (clock: base | free; l2: cold | warm). `tool@base-cold` is
+        the same condition as the plain `tool` (ncu's defaults in nsprof) and is named so."""
+        backend, at, condition = spec.strip().partition("@")
+        if not at:
+            return cls(backend)
+        clock, dash, l2 = condition.partition("-")
+        if not dash or clock not in TRUTH_CLOCKS or l2 not in TRUTH_L2:
+            raise NsprofError(f"truth {spec!r}: a condition is @CLOCK-L2 with CLOCK one of "
+                              f"{', '.join(TRUTH_CLOCKS)} and L2 one of {', '.join(TRUTH_L2)} (e.g. {backend}@free-warm)")
+        if (TRUTH_CLOCKS[clock], TRUTH_L2[l2]) == (ProfileSettings.clock_control, ProfileSettings.cache_control):
+            return cls(backend)
+        return cls(backend, clock, l2)
+
+    @property
+    def name(self) -> str:
+        return self.backend if self.clock is None else f"{self.backend}@{self.clock}-{self.l2}"
+
+    @property
+    def clock_control(self) -> str:
+        return ProfileSettings.clock_control if self.clock is None else TRUTH_CLOCKS[self.clock]
+
+    @property
+    def cache_control(self) -> str:
+        return ProfileSettings.cache_control if self.l2 is None else TRUTH_L2[self.l2]
+
+    def method(self, mode: str) -> str:
+        """The per-config table's method name of this truth in `mode`: `ncu:graph`, `ncu@free-warm:graph`."""
+        return f"{self.name}:{mode}"
+
+
+@dataclass(frozen=True)
 class ValidateSettings:
-    """`nsprof validate`'s choices: which fast timers against which ground truths."""
+    """`nsprof validate`'s choices: which fast timers against which ground truths.
+
+    truths are Truth specs (`ncu`, `nsys`, `ncu@free-warm`); `matched` adds, for every truth
+    whose driver controls clocks and caches, its clocks-free cold-L2 and warm-L2 conditions
+    (nsprof.validate.resolve_truths), so that each timer meets ncu under its own conditions."""
 
     timers: tuple[str, ...] = ("event", "cupti", "graph")
     external: bool = True
     truths: tuple[str, ...] = ("ncu", "nsys")
+    matched: bool = False
     modes: tuple[str, ...] = MODES
     reps: int = 5  # ground-truth reps per config and mode
     timer_reps: int = 100
@@ -163,7 +213,9 @@ class ValidateSettings:
 
     def __post_init__(self) -> None:
         truths = ground_truths()
-        _check([(all(t in truths for t in self.truths), f"truths must be some of {', '.join(truths)}"),
+        parsed = [Truth.parse(t) for t in self.truths]  # a bad condition: one line
+        _check([(bool(parsed), "give at least one truth"),
+                (all(t.backend in truths for t in parsed), f"truths must be some of {', '.join(truths)}"),
                 (self.timer_reps >= 1, "timer reps must be at least 1")])
         self.profile  # noqa: B018 - built once, so that its own checks run now
 

@@ -6,7 +6,11 @@ Orchestration over nsprof.measure's Backends:
 2. the ground truths (ncu and nsys by default) measure every config, direct and as graph
    nodes, twice when asked: the second run gives each ground truth's own repeatability
    (the noise floor);
-3. nsprof.analysis.agreement compares: bias, Kendall τ, Spearman ρ, same best, regret.
+3. nsprof.analysis.agreement compares: bias, Kendall τ, Spearman ρ, same best, regret; beside
+   each truth's floor, whether its two runs' winners were the same config, or each inside the
+   other's tie set (nsprof.analysis.confidence);
+4. with matched conditions (`ncu@free-cold`, `ncu@free-warm`, or settings.matched), each timer
+   against the truth taken under its own conditions: the card's clocks, its own L2 state.
 """
 
 from __future__ import annotations
@@ -16,10 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from nsprof.errors import NsprofError
 from nsprof.measure import FastTimers
-from nsprof.settings import ValidateSettings
+from nsprof.settings import Truth, ValidateSettings
 
-__all__ = ["ValidateResult", "ValidateSettings", "run_timers", "run_truth", "timer_groups", "validate"]
+__all__ = ["ValidateResult", "ValidateSettings", "matched_pairs", "resolve_truths", "run_timers", "run_truth",
+           "timer_groups", "truth_rows", "validate"]
+# --matched: the conditions each timer is matched with (clocks free: the timers run at the card's own)
+MATCHED_CLOCK = "free"
 
 
 @dataclass
@@ -32,6 +40,9 @@ class ValidateResult:
     truths: list[str]
     configs: list
     failures: dict = field(default_factory=dict)  # (method, config_id) -> reason
+    matched: object = None  # analysis.agreement.matched_agreement's table (None: no matched truth measured)
+    conditions: dict = field(default_factory=dict)  # method -> how it was taken, in words
+    repeat: object = None  # the repeated truth runs' per-config table (None: not repeated)
 
 
 def timer_groups(names: list[str]) -> list[list[str]]:
@@ -65,18 +76,103 @@ def run_timers(target: str, n_configs: int, names: list[str], settings: Validate
     return rows, failures
 
 
-def run_truth(target: str, backend: str, settings: ValidateSettings, work_dir: Path, on_progress=None, space=None):
-    """One ground truth over every config: per-config rows {config_id, method, value_ns}
-    (method: backend:mode) and failures {(backend, config_id): reason}."""
-    from nsprof.profile import config_summary, profile_result
+def resolve_truths(settings: ValidateSettings) -> list[Truth]:
+    """settings.truths as Truths, checked against their drivers (a condition only where the
+    driver controls clocks and caches), plus with settings.matched every such truth's
+    clocks-free cold-L2 and warm-L2 conditions; duplicates dropped, order kept."""
+    from nsprof.drivers.registry import driver_class
 
-    result = profile_result(target, replace(settings.profile, backend=backend, work_dir=work_dir),
-                            on_progress=on_progress, space=space)
-    summary = config_summary(result.frame)
-    rows = [{"config_id": int(r.config_id), "method": f"{backend}:{r.mode}", "value_ns": r.median_ns}
+    truths = [Truth.parse(spec) for spec in settings.truths]
+    for truth in truths:
+        if truth.clock is not None and not driver_class(truth.backend).controls_conditions:
+            raise NsprofError(f"truth {truth.name}: {truth.backend} does not control clocks or caches, so it "
+                              f"takes no condition (conditions such as @free-warm are for "
+                              f"{', '.join(controllable()) or 'ncu'})")
+    if settings.matched:
+        bases = [t for t in truths if driver_class(t.backend).controls_conditions]
+        if not bases:
+            raise NsprofError(f"--matched needs a truth that controls clocks and caches "
+                              f"({', '.join(controllable()) or 'ncu'}) among --truth")
+        truths += [Truth(t.backend, MATCHED_CLOCK, l2) for t in bases for l2 in ("cold", "warm")]
+    return list(dict.fromkeys(truths))
+
+
+def controllable() -> list[str]:
+    """The ground truths whose drivers take a condition."""
+    from nsprof.drivers.registry import driver_class, ground_truths
+
+    return [name for name in ground_truths() if driver_class(name).controls_conditions]
+
+
+def truth_profile(truth: Truth, settings: ValidateSettings, work_dir: Path):
+    """The session settings of one truth's run: the backend, its condition, the run's folder."""
+    return replace(settings.profile, backend=truth.backend, clock_control=truth.clock_control,
+                   cache_control=truth.cache_control, work_dir=work_dir)
+
+
+def run_truth(target: str, truth: Truth | str, settings: ValidateSettings, work_dir: Path, on_progress=None,
+              space=None):
+    """One ground truth (under its condition) over every config: per-config rows {config_id,
+    method, value_ns, ci_low_ns, ci_high_ns, clock_hz} (method: Truth.method(mode), value: the
+    median of the reps, with the median's interval) and failures {(truth name, config_id): reason}."""
+    from nsprof.profile import profile_result
+
+    truth = Truth.parse(truth) if isinstance(truth, str) else truth
+    result = profile_result(target, truth_profile(truth, settings, work_dir), on_progress=on_progress, space=space)
+    failures = {(truth.name, int(c)): reason for c, reason in result.failures.items()}
+    return truth_rows(result.frame, truth), failures
+
+
+def truth_rows(frame, truth: Truth) -> list[dict]:
+    """A truth run's tidy rows as validate's per-config rows: per config and mode the median of
+    the reps (value_ns), the median's interval (ci_low_ns, ci_high_ns) and the median clock."""
+    from nsprof.profile import config_summary
+
+    summary = config_summary(frame)
+    return [{"config_id": int(r.config_id), "method": truth.method(r.mode), "value_ns": r.median_ns,
+             "ci_low_ns": r.ci_low_ns, "ci_high_ns": r.ci_high_ns, "clock_hz": r.median_clock_hz}
             for r in summary.itertuples() if isinstance(r.mode, str)]
-    failures = {(backend, int(c)): reason for c, reason in result.failures.items()}
-    return rows, failures
+
+
+def matched_pairs(timers: list[str], truths: list[Truth], modes) -> list[dict]:
+    """For each timer of known L2 state, each measured mode and each tool measured under a
+    matched condition: the truth under the timer's own conditions (clocks free, its L2 state)
+    and the unmatched one (the tool's defaults: base clocks, L2 flushed; None if not measured)."""
+    from nsprof.timers.specs import l2_state
+
+    names = {t.name for t in truths}
+    pairs = []
+    for timer in timers:
+        l2 = l2_state(timer)
+        if l2 is None:
+            continue
+        for backend in dict.fromkeys(t.backend for t in truths):
+            matched = Truth(backend, MATCHED_CLOCK, l2)
+            if matched.name not in names:
+                continue
+            for mode in modes:
+                pairs.append({"timer": timer, "l2": l2, "mode": mode, "matched_truth": matched.method(mode),
+                              "unmatched_truth": Truth(backend).method(mode) if backend in names else None})
+    return pairs
+
+
+def describe_truth(truth: Truth, settings: ValidateSettings, rows: list[dict]) -> str:
+    """How one truth's numbers were taken, in words: the tool, its condition, the clock it measured."""
+    import math
+    import statistics
+
+    from nsprof.drivers.registry import driver_class
+
+    driver = driver_class(truth.backend)
+    profile = truth_profile(truth, settings, Path("."))
+    words = driver.conditions(profile) or "the tool's own conditions"
+    if driver.controls_conditions:
+        words = (f"{truth.backend} --clock-control {profile.clock_control} --cache-control {profile.cache_control} "
+                 f"({words})")
+    clocks = [r["clock_hz"] for r in rows if r.get("clock_hz") is not None and not math.isnan(r["clock_hz"])]
+    if clocks:
+        words += f", measured median clock {statistics.median(clocks) / 1e9:.2f} GHz"
+    return words
 
 
 def validate(target: str, settings: ValidateSettings | None = None,
@@ -89,8 +185,10 @@ def validate(target: str, settings: ValidateSettings | None = None,
     from nsprof.render.tables import format_verdict
     from nsprof.space import load_target
     from nsprof.timers.specs import available_external, expand
+    from nsprof.timers.specs import conditions as conditions_of
 
     settings = settings or ValidateSettings()
+    conditioned = resolve_truths(settings)  # a truth that takes no condition: one line, before any work
     space = load_target(target)
     n = len(space.configs)
     precompile(space)
@@ -99,24 +197,36 @@ def validate(target: str, settings: ValidateSettings | None = None,
     names = expand(list(settings.timers)) + (available_external() if settings.external else [])
     stage = on_stage or (lambda name, count: None)
     rows, failures = run_timers(target, n, names, settings, work_dir, stage("timers", n * len(timer_groups(names))))
+    conditions = {name: conditions_of(name) for name in names}
     truths, repeat_rows = [], []
-    for backend in settings.truths:
-        truth_rows, truth_failures = run_truth(target, backend, settings, work_dir / f"{backend}_a",
-                                               stage(backend, n), space)
+    for truth in conditioned:
+        folder = truth.name.replace("@", "-")
+        truth_rows, truth_failures = run_truth(target, truth, settings, work_dir / f"{folder}_a",
+                                               stage(truth.name, n), space)
         rows += truth_rows
         failures.update(truth_failures)
-        truths += [f"{backend}:{mode}" for mode in settings.modes]
+        truths += [truth.method(mode) for mode in settings.modes]
         if settings.repeat_truth:
-            again, _ = run_truth(target, backend, settings, work_dir / f"{backend}_b", stage(f"{backend} again", n),
+            again, _ = run_truth(target, truth, settings, work_dir / f"{folder}_b", stage(f"{truth.name} again", n),
                                  space)
             repeat_rows += again
-    per_config = pd.DataFrame(rows, columns=["config_id", "method", "value_ns"])
+        for mode in settings.modes:
+            conditions[truth.method(mode)] = (
+                describe_truth(truth, settings, [r for r in truth_rows if r["method"] == truth.method(mode)])
+                + (", kernel node of a replayed graph" if mode == "graph" else ", direct launch"))
+    columns = ["config_id", "method", "value_ns", "ci_low_ns", "ci_high_ns", "clock_hz"]
+    per_config = pd.DataFrame(rows, columns=columns)
     timers = [m for m in names if m in set(per_config["method"])]
     table = agree.agreement(per_config, timers, truths)
-    floors = agree.mode_floor(per_config, truths)  # direct vs graph of one tool, when not repeated
-    if repeat_rows:
-        first = per_config[per_config["method"].isin(truths)]
-        floors = agree.noise_floor(first, pd.DataFrame(repeat_rows, columns=["config_id", "method", "value_ns"]))
+    first = per_config[per_config["method"].isin(truths)]
+    repeat = pd.DataFrame(repeat_rows, columns=columns) if repeat_rows else None
+    # the floor: each truth's repeated run, or without one its sibling mode (direct vs graph)
+    floors = agree.noise_floor(first, repeat) if repeat is not None else agree.mode_floor(per_config, truths)
+    floors = agree.winner_stability(floors, first, repeat)
+    pairs = matched_pairs(timers, conditioned, settings.modes)
+    matched = agree.matched_agreement(table, floors, pairs) if pairs else None
     verdict = format_verdict(table, floors)
     return ValidateResult(per_config=per_config, agreement=table, floors=floors, verdict=verdict, timers=timers,
-                          truths=truths, configs=space.configs, failures=failures)
+                          truths=truths, configs=space.configs, failures=failures, matched=matched,
+                          conditions={m: conditions[m] for m in [*timers, *truths] if m in conditions},
+                          repeat=repeat)

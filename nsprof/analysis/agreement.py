@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nsprof.analysis.confidence import pick, stability
 from nsprof.analysis.stats import is_missing, kendall_tau_b, spearman_rho
 from nsprof.errors import NsprofError
 
@@ -30,6 +31,10 @@ AGREEMENT_COLUMNS = [
     "truth_best", "regret", "top_k_hit",
 ]
 FLOOR_COLUMNS = ["truth", "against", "n", "kendall_tau", "median_rel_change", "max_rel_change"]
+# winner_stability's columns, added beside a floor's
+STABILITY_COLUMNS = ["winner", "winner_against", "tie_set", "tie_set_against", "winners"]
+MATCHED_COLUMNS = ["timer", "l2", "mode", "matched_truth", "matched_tau", "matched_floor", "matched_at_floor",
+                   "matched_regret", "unmatched_truth", "unmatched_tau", "unmatched_floor", "unmatched_at_floor"]
 # A timer whose τ is this close to the truth's own repeatability τ cannot be told apart from
 # re-running the truth: the remaining disagreement is the truth's noise, not the timer's fault.
 FLOOR_MARGIN = 0.03
@@ -185,6 +190,92 @@ def mode_floor(per_config: pd.DataFrame, truths: Sequence[str]) -> pd.DataFrame:
                 rows.append(_floor_row(truth, other, table[truth].to_numpy(float), table[other].to_numpy(float)))
                 break
     return _floor_frame(rows)
+
+
+def _runs_rows(frame: pd.DataFrame, method: str, configs) -> pd.DataFrame:
+    rows = frame[(frame["method"] == method) & frame["config_id"].isin(configs)]
+    out = rows[["config_id", "value_ns"]].copy()
+    for column in ("ci_low_ns", "ci_high_ns"):
+        out[column] = rows[column] if column in rows else float("nan")
+    return out
+
+
+def winner_stability(floors: pd.DataFrame, first: pd.DataFrame, repeat: pd.DataFrame | None = None) -> pd.DataFrame:
+    """`floors` with, beside each floor, whether its two sides picked the same winner.
+
+    A floor row compares a truth's run (`first`, method = truth) with its repeat (`repeat`,
+    against "repeat") or with a sibling mode of the same run (`first`, method = against). Both
+    frames are long per-config tables with value_ns and the median's interval (ci_low_ns,
+    ci_high_ns; missing: no interval). Over the configs both sides measured, each side's winner
+    and tie set (nsprof.analysis.confidence.pick) and how they relate (confidence.stability:
+    same | tied | different | untested). Adds STABILITY_COLUMNS; tie sets are lists, None
+    without an interval.
+    """
+    out = floors.copy()
+    cells: dict[str, list] = {c: [] for c in STABILITY_COLUMNS}
+    for r in floors.itertuples(index=False):
+        other_frame, other = (repeat, r.truth) if r.against == "repeat" else (first, r.against)
+        if other_frame is None:
+            for column in STABILITY_COLUMNS:
+                cells[column].append(None)
+            continue
+        common = _measured(first, r.truth) & _measured(other_frame, other)
+        a = pick(_runs_rows(first, r.truth, common))
+        b = pick(_runs_rows(other_frame, other, common))
+        cells["winner"].append(a.winner)
+        cells["winner_against"].append(b.winner)
+        cells["tie_set"].append(None if a.tie_set is None else list(a.tie_set))
+        cells["tie_set_against"].append(None if b.tie_set is None else list(b.tie_set))
+        cells["winners"].append(stability(a, b))
+    for column in STABILITY_COLUMNS:
+        out[column] = cells[column] if len(out) else []
+    return out
+
+
+def _measured(frame: pd.DataFrame, method: str) -> set:
+    """The configs `method` has a value for in `frame`."""
+    import numpy as np
+    import pandas as pd
+
+    rows = frame[frame["method"] == method]
+    values = pd.to_numeric(rows["value_ns"], errors="coerce").to_numpy(dtype=float)
+    return set(rows.loc[np.isfinite(values), "config_id"])
+
+
+def matched_agreement(agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float] | None,
+                      pairs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Each timer against the truth measured under its own conditions, beside that truth's floor,
+    and against the unmatched truth beside its floor.
+
+    `pairs`: one mapping per row with timer, l2, mode, matched_truth and unmatched_truth (None:
+    no such truth measured). A τ is "at the floor" when it is within FLOOR_MARGIN of the truth's
+    own floor τ (None where either is missing). Columns: MATCHED_COLUMNS.
+    """
+    import math
+
+    import pandas as pd
+
+    fmap = floor_map(floors)
+    stats = {(str(r.timer), str(r.truth)): r for r in agreement_df.itertuples(index=False)}
+
+    def side(truth: str | None) -> tuple[float, float, bool | None, float]:
+        row = stats.get((timer, truth)) if truth else None
+        tau = float("nan") if row is None or is_missing(row.kendall_tau) else float(row.kendall_tau)
+        regret = float("nan") if row is None or is_missing(row.regret) else float(row.regret)
+        floor = fmap.get(str(truth), float("nan")) if truth else float("nan")
+        at = None if math.isnan(tau) or math.isnan(floor) else bool(tau >= floor - FLOOR_MARGIN)
+        return tau, floor, at, regret
+
+    rows = []
+    for p in pairs:
+        timer = str(p["timer"])
+        m_tau, m_floor, m_at, m_regret = side(p.get("matched_truth"))
+        u_tau, u_floor, u_at, _ = side(p.get("unmatched_truth"))
+        rows.append({"timer": timer, "l2": p.get("l2"), "mode": p.get("mode"), "matched_truth": p.get("matched_truth"),
+                     "matched_tau": m_tau, "matched_floor": m_floor, "matched_at_floor": m_at,
+                     "matched_regret": m_regret, "unmatched_truth": p.get("unmatched_truth"), "unmatched_tau": u_tau,
+                     "unmatched_floor": u_floor, "unmatched_at_floor": u_at})
+    return pd.DataFrame(rows, columns=MATCHED_COLUMNS)
 
 
 def floor_map(floors: pd.DataFrame | Mapping[str, float] | None) -> dict[str, float]:

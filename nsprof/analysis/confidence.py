@@ -133,3 +133,48 @@ def decide(ranked, stat: str = "median") -> Decision:
         if second_low == second_low and value:
             margin = (second_low - high) / value
     return Decision("winner", best_id, [best_id], rule=rule, half_width=half, margin=margin, second=second)
+
+
+# --------------------------------------------------------------------------- winner stability
+
+# How two runs' winners relate (analysis.agreement.winner_stability): the same config; two
+# configs each inside the other run's tie set; neither; or different with no interval to test.
+STABILITY = ("same", "tied", "different", "untested")
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One run's winner (the lowest value, then the lower config id) and its tie set: the
+    configs whose interval overlaps the winner's, in rank order (None: the winner has no
+    interval, fewer than 2 reps)."""
+
+    winner: int | None
+    tie_set: tuple[int, ...] | None = None
+
+
+def pick(rows) -> Pick:
+    """The Pick over `rows` (columns config_id, value_ns, ci_low_ns, ci_high_ns; NaN values skipped)."""
+    measured = []
+    for cid, value, low, high in zip(rows["config_id"], rows["value_ns"], rows["ci_low_ns"], rows["ci_high_ns"]):
+        value = float(value)
+        if value == value:
+            measured.append((value, int(cid), float(low), float(high)))
+    if not measured:
+        return Pick(None)
+    measured.sort()
+    _, best, low, high = measured[0]
+    if low != low or high != high:
+        return Pick(best)
+    return Pick(best, tuple(cid for _, cid, lo, hi in measured if cid == best or overlaps(lo, hi, low, high)))
+
+
+def stability(a: Pick, b: Pick) -> str | None:
+    """How run b's winner relates to run a's (STABILITY; None when either run measured nothing).
+    "tied" needs both ways: each winner inside the other run's tie set."""
+    if a.winner is None or b.winner is None:
+        return None
+    if a.winner == b.winner:
+        return "same"
+    if a.tie_set is None or b.tie_set is None:
+        return "untested"
+    return "tied" if b.winner in a.tie_set and a.winner in b.tie_set else "different"

@@ -69,6 +69,9 @@ class Driver(ABC):
     writes_report: bool = True  # False: the worker runs bare and its status file is all there is
     # The conditions a driver cannot change: rows are labelled with these unless labels() says more.
     default_labels = {"clock_control": "none", "cache_control": "none"}
+    # Whether the driver honours ProfileSettings.clock_control/cache_control (ncu does): only
+    # such a truth takes a condition in validate (`ncu@free-warm`).
+    controls_conditions: bool = False
     clean_exit_note: str = ""  # what a worker killed at exit costs this profiler's report, in words
     chatter_prefix: str | None = None  # the profiler's own log lines start so: never a crash's reason
 

@@ -20,6 +20,7 @@ class NcuDriver(ToolDriver):
     name = "ncu"
     suffix = ".ncu-rep"
     chatter_prefix = "==PROF=="
+    controls_conditions = True
 
     @classmethod
     def find(cls, required: bool = True):

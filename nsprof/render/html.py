@@ -143,14 +143,39 @@ def floor_table(floors) -> str:
     if floors is None or isinstance(floors, Mapping):
         rows = [[t, num(tau, ".3f")] for t, tau in floor_map(floors).items()]
         return table_html(["truth", "τ"], rows, numeric={1}, table_id="noise-floor") if rows else ""
-    headers = ["truth", "against", "n", "τ", "median change %", "max change %"]
+    from nsprof.render.tables import describe_winners
+
+    stability = "winners" in floors
+    headers = ["truth", "against", "n", "τ", "median change %", "max change %"] + (["winners"] if stability else [])
     rows = []
     for r in floors.to_dict("records"):
         rows.append([str(r.get("truth")), str(r.get("against", "-")), str(r.get("n", "-")),
                      num(r.get("kendall_tau"), ".3f"),
                      num(None if is_missing(r.get("median_rel_change")) else r["median_rel_change"] * 100, ".1f"),
-                     num(None if is_missing(r.get("max_rel_change")) else r["max_rel_change"] * 100, ".1f")])
+                     num(None if is_missing(r.get("max_rel_change")) else r["max_rel_change"] * 100, ".1f")]
+                    + ([describe_winners(r)] if stability else []))
     return table_html(headers, rows, numeric={2, 3, 4, 5}, table_id="noise-floor")
+
+
+def matched_table(matched) -> str:
+    """Each timer against the truth under its own conditions beside that truth's floor, and
+    against the unmatched truth (format_matched's cells)."""
+    if matched is None or not len(matched):
+        return ""
+    headers = ["timer", "L2", "mode", "matched truth", "τ", "floor τ", "at floor", "unmatched truth", "τ", "floor τ",
+               "at floor"]
+    rows = []
+    for r in matched.to_dict("records"):
+        rows.append([str(r["timer"]), str(r["l2"]), str(r["mode"]), str(r["matched_truth"]), num(r["matched_tau"], ".3f"),
+                     num(r["matched_floor"], ".3f"), yes_no(r["matched_at_floor"]),
+                     "-" if r["unmatched_truth"] is None else str(r["unmatched_truth"]), num(r["unmatched_tau"], ".3f"),
+                     num(r["unmatched_floor"], ".3f"), yes_no(r["unmatched_at_floor"])])
+    return table_html(headers, rows, numeric={4, 5, 8, 9}, table_id="matched")
+
+
+def conditions_table(conditions) -> str:
+    rows = [[str(m), str(words)] for m, words in (conditions or {}).items()]
+    return table_html(["method", "how it was taken"], rows, numeric=set(), table_id="conditions") if rows else ""
 
 
 def validate_page(result, title: str = "nsprof validate") -> str:
@@ -162,7 +187,13 @@ def validate_page(result, title: str = "nsprof validate") -> str:
             "<h2>Agreement of each fast timer with each ground truth</h2>", agreement_table(result.agreement)]
     floors = floor_table(result.floors)
     if floors:
-        body += ["<h2>Ground truths' own repeatability (noise floor)</h2>", floors]
+        body += ["<h2>Ground truths' own repeatability (noise floor) and winner stability</h2>", floors]
+    matched = matched_table(getattr(result, "matched", None))
+    if matched:
+        body += ["<h2>Matched conditions: each timer against ncu under its own clocks and L2 state</h2>", matched]
+    conditions = conditions_table(getattr(result, "conditions", None))
+    if conditions:
+        body += ["<h2>How each number was taken</h2>", conditions]
     body += ["<h2>Agreement plot</h2>",
              figure_html(lambda: agreement_figure(result.per_config, result.agreement, result.timers, result.truths,
                                                   floors=result.floors), "agreement plot", "agreement-plot"),

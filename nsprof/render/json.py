@@ -69,8 +69,16 @@ def agreement_document(
     per_config: pd.DataFrame,
     floors: pd.DataFrame | Mapping[str, float] | None,
     verdict: str,
+    *,
+    matched: pd.DataFrame | None = None,
+    conditions: Mapping[str, str] | None = None,
+    repeat: pd.DataFrame | None = None,
 ) -> str:
-    """A JSON object: agreement (rows), per_config (long rows as given), noise_floor, verdict; NaN -> null."""
+    """A JSON object: agreement (rows), per_config (long rows as given), noise_floor (each row
+    with its winner stability where computed: winner, winner_against, tie_set, tie_set_against,
+    winners), verdict; and where given matched (each timer vs the truth under its own
+    conditions), conditions (method -> how it was taken) and repeat_per_config (the truths'
+    repeated runs). NaN -> null."""
     if floors is None or isinstance(floors, Mapping):
         floor_rows = [{"truth": t, "kendall_tau": tau} for t, tau in floor_map(floors).items()]
     else:
@@ -81,6 +89,12 @@ def agreement_document(
         "noise_floor": floor_rows,
         "verdict": verdict,
     }
+    if matched is not None:
+        doc["matched"] = records(matched)
+    if conditions:
+        doc["conditions"] = dict(conditions)
+    if repeat is not None:
+        doc["repeat_per_config"] = records(repeat)
     # allow_nan=False: a NaN that slipped through would make invalid JSON; fail here instead
     return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)
 
