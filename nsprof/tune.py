@@ -316,6 +316,10 @@ def _explain(target: str, space, pair, results: dict, settings: TuneSettings, st
         explanation.probes.append(crosstruth.Probe(name, changed, ranked.labels, won, ties,
                                                    crosstruth.verdict(won, ties, goal_winner, goal_ties),
                                                    ranked.table))
+        ratio = crosstruth.erratic(ranked.table, results[other].table)
+        if ratio is not None:
+            explanation.warnings.append(f"{name} measured the contenders {ratio:.1f}x as long as {other} did: its "
+                                        "numbers look erratic on this machine, so its pick says little")
     explanation.cause = crosstruth.cause(explanation.probes)
     return explanation
 

@@ -24,7 +24,7 @@ from nsprof.analysis.confidence import decide
 from nsprof.settings import split_truth, truth_name
 
 __all__ = ["Explanation", "Pair", "Probe", "cause", "compare", "condition_words", "contenders", "differing",
-           "relative", "split_truth", "truth_name", "verdict", "winner"]
+           "erratic", "relative", "split_truth", "truth_name", "verdict", "winner"]
 
 AGREE, TIED, DISAGREE, UNKNOWN = "agree", "tied", "disagree", "unknown"
 # The conditions a truth's rows are labelled with, and what changing each one is called.
@@ -135,6 +135,7 @@ class Explanation:
     probes: list[Probe] = field(default_factory=list)
     cause: str = "not probed"  # one of CAUSES' keys
     reason: str = ""  # why nothing was probed, when so
+    warnings: list[str] = field(default_factory=list)  # probes whose numbers look erratic (see erratic())
 
 
 CAUSES = ("cache_control", "clock_control", "either", "both", "neither", "not probed", "not measured")
@@ -161,3 +162,25 @@ def cause(probes: list[Probe]) -> str:
     if len(alone) == 1:
         return alone[0]
     return "both" if any(together) else "neither"
+
+
+# DESIGN.md: ncu with --clock-control none once read µs kernels 35-80x too long. A probe whose
+# median duration over the contenders is this many times the other truth's is flagged.
+ERRATIC_RATIO = 3.0
+
+
+def erratic(probe_table, target_table, limit: float = ERRATIC_RATIO) -> float | None:
+    """The median ratio of a probe's values to the target truth's over the configs both measured,
+    when it is above `limit` (the probe's numbers look erratic); None otherwise."""
+    import statistics
+
+    def values(table) -> dict[int, float]:
+        ok = table[table["error"].isna() & table["value_ns"].notna()]
+        return dict(zip((int(c) for c in ok["config_id"]), (float(v) for v in ok["value_ns"])))
+
+    mine, theirs = values(probe_table), values(target_table)
+    ratios = [mine[c] / theirs[c] for c in mine if c in theirs and theirs[c] > 0]
+    if not ratios:
+        return None
+    ratio = statistics.median(ratios)
+    return ratio if ratio > limit else None

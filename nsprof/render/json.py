@@ -138,7 +138,7 @@ def cross_truth_document(result) -> dict:
                   for p in e.probes]
         explanations.append({"a": e.pair.a, "b": e.pair.b, "probed": e.probed, "target": e.target,
                              "contenders": e.contenders, "cause": e.cause, "words": describe_cause(e),
-                             "reason": e.reason or None, "probes": probes})
+                             "reason": e.reason or None, "warnings": e.warnings, "probes": probes})
     return {"deploy": deploy, "truths": [_ranking(r) for r in result.rankings.values()], "agreement": pairs,
             "explanations": explanations, "verdict": describe_verdict(result)}
 

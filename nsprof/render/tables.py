@@ -301,8 +301,9 @@ def describe_explanation(explanation) -> str:
     target_winner = pair.winner_b if explanation.target == pair.b else pair.winner_a
     probed = crosstruth.split_truth(explanation.probed)[0]
     clauses = "; ".join(describe_probe(p, explanation.target, target_winner) for p in explanation.probes)
+    warnings = "".join(f" (warning: {w})" for w in explanation.warnings)
     return (f"contenders {', '.join(str(c) for c in explanation.contenders)} measured again under {probed}: "
-            f"{clauses}. So {describe_cause(explanation)}")
+            f"{clauses}. So {describe_cause(explanation)}{warnings}")
 
 
 def deploy_words(result) -> str:
@@ -351,11 +352,12 @@ def format_tune(result) -> str:
 def format_runs(runs, counts) -> str:
     """`nsprof results`: one row per run of the results store (`counts`: rows per run id)."""
     rows = [[str(r.id), text(r.started_at, 19), text(r.target, 40), text(r.backend), text(r.mode),
+             text(getattr(r, "clock_control", None)), text(getattr(r, "cache_control", None)),
              text(r.gpu, 20), str(int(counts.get(r.id, 0))) if len(runs) else "0", text(r.status),
              run_deploy(getattr(r, "settings_json", None))]
             for r in runs.itertuples()]
-    return render_table(["run", "started", "target", "backend", "mode", "gpu", "rows", "status", "deploy"], rows,
-                        right={0, 6})
+    return render_table(["run", "started", "target", "backend", "mode", "clock", "cache", "gpu", "rows", "status",
+                         "deploy"], rows, right={0, 8})
 
 
 def run_deploy(settings_json) -> str:
