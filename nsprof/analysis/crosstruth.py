@@ -164,7 +164,7 @@ def cause(probes: list[Probe]) -> str:
     return "both" if any(together) else "neither"
 
 
-# DESIGN.md: ncu with --clock-control none once read µs kernels 35-80x too long. A probe whose
+# ncu with --clock-control none once read µs kernels 35-80x too long on an H200. A probe whose
 # median duration over the contenders is this many times the other truth's is flagged.
 ERRATIC_RATIO = 3.0
 
