@@ -341,3 +341,20 @@ def test_a_probe_far_above_the_other_truth_is_flagged(truths, tmp_path):
                                     "numbers look erratic on this machine, so its pick says little"]
     assert explanation.cause == "cache_control"  # the erratic probe is the one that did not flip
     assert "(warning: lab-free measured" in format_tune(result)
+
+
+def test_results_reads_runs_recorded_before_the_deploy_field(tmp_path):
+    """A store written before cross-truth tuning (no "deploy" in a run's settings, or no settings) still
+    lists, with an empty deploy cell; the schema is unchanged."""
+    from nsprof.render.tables import format_runs
+    from nsprof.store import SCHEMA_VERSION, ResultStore
+
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        store.start_run(target="old.py:space", backend="ncu", mode="graph", settings={"backend": "ncu"})
+        store.start_run(target="bare.py:space", backend="nsys", mode="graph")
+        store.start_run(target="new.py:space", backend="nsys", mode="graph",
+                        settings=TuneSettings(truths=("ncu", "nsys"), deploy="nsys"))
+        runs = store.runs()
+    assert SCHEMA_VERSION == 1
+    rows = format_runs(runs, {}).splitlines()[2:]
+    assert [row.split()[-1] for row in rows] == ["running", "running", "nsys"]

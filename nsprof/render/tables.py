@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from nsprof.analysis.agreement import FLOOR_MARGIN, floor_map, verdicts, wide
 from nsprof.analysis import crosstruth
+from nsprof.analysis.agreement import FLOOR_MARGIN, floor_map, verdicts, wide
 from nsprof.analysis.confidence import LEVEL, METHOD
 from nsprof.analysis.stats import is_missing
 from nsprof.analysis.summary import compare_overall, one_side_ranges
