@@ -1,6 +1,7 @@
 """A user's `@triton.autotune` matmul (fp16, 1024^3), tuned by nsprof's ground truth.
 
     nsprof tune examples/matmul_triton.py:space --backend ncu --mode graph
+    nsprof tune examples/matmul_triton.py:space512 --truth ncu,nsys --mode graph   # issue 13's 512^3 case
 
 nsprof measures every config of `matmul_kernel`, says which one Triton's own autotuner picks
 with its CUDA-event timer, and writes nsprof's best into Triton's autotuning cache: after
@@ -86,3 +87,23 @@ def space():
     from nsprof.integrations.triton import autotune_space
 
     return autotune_space(matmul_kernel, make_inputs, grid, check=check)
+
+
+# Issue 13's case: the same kernel at 512^3 over the 8 CUDA configs of Triton's matmul tutorial
+# (03-matrix-multiplication), where ncu and nsys picked different winners.
+TUTORIAL_CONFIGS = [
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_stages=s, num_warps=w)
+    for bm, bn, bk, s, w in [(128, 256, 64, 3, 8), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4), (128, 64, 32, 4, 4),
+                             (64, 128, 32, 4, 4), (128, 32, 32, 4, 4), (64, 32, 32, 5, 2), (32, 64, 32, 5, 2)]
+]
+matmul_kernel_512 = triton.autotune(configs=TUTORIAL_CONFIGS, key=["M", "N", "K"], cache_results=True)(matmul_kernel.fn)
+
+
+def make_inputs_512():
+    return make_inputs(512, 512, 512)
+
+
+def space512():
+    from nsprof.integrations.triton import autotune_space
+
+    return autotune_space(matmul_kernel_512, make_inputs_512, grid, check=check, name="matmul_triton_512")

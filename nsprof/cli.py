@@ -294,6 +294,19 @@ def _config_ids(config_list: str | None) -> list[int] | None:
         raise click.BadParameter("--configs takes integers separated by commas", param_hint="--configs") from None
 
 
+def _truth_list(truth_list: str | None, backend: str | None) -> tuple[str, ...]:
+    """--truth's names; --backend beside it only where it says the same (one truth, that backend)."""
+    if truth_list is None:
+        return ()
+    truths = tuple(name.strip() for name in truth_list.split(","))
+    if not all(truths):
+        raise CliError(f"--truth takes ground truths separated by commas, e.g. ncu,nsys (not {truth_list!r})")
+    if backend is not None and truths != (backend,):
+        raise CliError(f"--backend {backend} and --truth {','.join(truths)} contradict: --truth names every truth "
+                       "to rank; drop --backend")
+    return truths
+
+
 def _mode_tuple(mode: str) -> tuple[str, ...]:
     return ("direct", "graph") if mode == "both" else (mode,)
 
@@ -534,9 +547,17 @@ def validate(target, timers, external, truth, matched, mode, reps, timer_reps, r
 
 @cli.command()
 @click.argument("target")
-@click.option("--backend", type=click.Choice(registry.ground_truths() + tuple(TIMER_BACKENDS)), default="ncu",
-              show_default=True,
-              help="Ground truth (ncu, nsys) or a fast in-process timer to rank by.")
+@click.option("--backend", type=click.Choice(registry.ground_truths() + tuple(TIMER_BACKENDS)), default=None,
+              help="Ground truth (ncu, nsys) or a fast in-process timer to rank by (default ncu). For several "
+                   "ground truths use --truth instead.")
+@click.option("--truth", "truth_list", metavar="LIST", default=None,
+              help="Rank under each of these ground truths, e.g. ncu,nsys, and say whether their winners agree "
+                   "(variants: ncu-warm, ncu-free, ncu-free-warm: L2 not flushed, clocks not locked, both).")
+@click.option("--deploy", metavar="TRUTH", default=None,
+              help="The truth whose winner is fed back and recorded (one of --truth; default the first).")
+@click.option("--explain/--no-explain", default=True, show_default=True,
+              help="When the truths disagree, measure the contenders again under ncu with warm L2 and with free "
+                   "clocks to say which condition explains it.")
 @click.option("--mode", type=click.Choice(["direct", "graph"]), default="graph", show_default=True,
               help="Ground truth of plain launches or of CUDA-graph kernel nodes.")
 @click.option("--stat", type=click.Choice(["median", "min"]), default="median", show_default=True,
@@ -570,24 +591,29 @@ def validate(target, timers, external, truth, matched, mode, reps, timer_reps, r
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write a self-contained report page: the ranked table and the plot, readable offline (- for "
                    "standard output).")
-def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir, store_path, no_store, resume,
-         retry_failed, wait, feed_back, tuner_pick, config_list, as_json, plot_path, html_path) -> None:
+def tune(target, backend, truth_list, deploy, explain, mode, stat, reps, prescreen, top, timeout_s, work_dir,
+         store_path, no_store, resume, retry_failed, wait, feed_back, tuner_pick, config_list, as_json, plot_path,
+         html_path) -> None:
     """Rank every config of TARGET (file.py:space) by ground truth and name the best.
 
     Prints the ranked table (duration, the median's interval from the reps, spread, cycles,
     clock, distance from the best, configs tied with the best) and how the numbers were
     taken; out of a tie the lowest median is fed back. With --prescreen, a fast timer ranks all configs and only
-    the best --top go to the ground truth.
+    the best --top go to the ground truth. With --truth ncu,nsys, one table per truth, then whether the
+    winners agree, by how much they differ, which condition explains it, and the --deploy truth fed back.
     """
     from nsprof.drivers.registry import get_driver
     from nsprof.render.json import tune_document
-    from nsprof.render.tables import format_ranked
-    from nsprof.settings import ground_truths
-    from nsprof.tune import TuneSettings
+    from nsprof.render.tables import format_tune
+    from nsprof.settings import ground_truths, split_truth
+    from nsprof.tune import TuneSettings, check_truths
     from nsprof.tune import tune as run_tune
 
-    if backend in ground_truths():
-        get_driver(backend)  # a missing tool is one line, before any work
+    truths = _truth_list(truth_list, backend)
+    backend = backend or "ncu"
+    for name in truths or (backend,):
+        if split_truth(name)[0] in ground_truths():
+            get_driver(split_truth(name)[0])  # a missing tool is one line, before any work
     _one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--json": as_json})
     tables_to_stderr = plot_path == "-" or html_path == "-"
     if plot_path:
@@ -604,7 +630,8 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
                             prescreen_top=top, timeout_s=timeout_s, work_dir=work_dir, store=store_path,
                             use_store=not no_store, resume=resume, retry_failed=retry_failed, wait=wait,
                             feed_back=feed_back,
-                            tuner_pick=tuner_pick)
+                            tuner_pick=tuner_pick, truths=truths, deploy=deploy or "", explain=explain)
+    check_truths(settings)
     bars = _StageBars()
     try:
         with results_only_on_stdout():
@@ -624,7 +651,7 @@ def tune(target, backend, mode, stat, reps, prescreen, top, timeout_s, work_dir,
     if as_json:
         click.echo(tune_document(result))
     else:
-        click.echo(format_ranked(result), err=tables_to_stderr)
+        click.echo(format_tune(result), err=tables_to_stderr)
     for error in result.errors:
         click.echo(f"nsprof: {error}", err=True)
     if result.errors:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -30,7 +30,43 @@ TRUTH_L2 = {"cold": "all", "warm": "none"}
 TIMER_BACKENDS = {"graph": "graph_warm", "graph_cold": "graph_cold", "cupti": "cupti", "cupti_cold": "cupti_cold",
                   "event": "event", "event_cold": "event_cold"}
 
+# A truth (tune --truth, --deploy) is a ground truth backend, or one with a suffix naming the
+# conditions it runs under where its driver honours clock and cache control: -warm (L2 not
+# flushed), -free (clocks not locked), -free-warm (both). No suffix: ProfileSettings' defaults.
+TRUTH_SUFFIXES = {("base", "all"): "", ("base", "none"): "warm", ("none", "all"): "free",
+                  ("none", "none"): "free-warm"}
+TRUTH_VARIANTS = {suffix: {"clock_control": clock, "cache_control": cache}
+                  for (clock, cache), suffix in TRUTH_SUFFIXES.items()}
+
 _registry: dict[str, Callable[[], tuple[str, ...]]] = {}
+
+
+def split_truth(name: str) -> tuple[str, str]:
+    """("ncu", "warm") for "ncu-warm"; (name, "") when it has no known suffix."""
+    for suffix in sorted((s for s in TRUTH_VARIANTS if s), key=len, reverse=True):
+        if name.endswith("-" + suffix):
+            return name[: -len(suffix) - 1], suffix
+    return name, ""
+
+
+def truth_name(backend: str, labels: dict[str, str]) -> str:
+    """The truth's name for `backend` under `labels` (clock_control, cache_control)."""
+    suffix = TRUTH_SUFFIXES.get((labels.get("clock_control", "base"), labels.get("cache_control", "all")), "")
+    return f"{backend}-{suffix}" if suffix else backend
+
+
+def check_truth(name: str) -> str:
+    """The backend of truth `name`, or an NsprofError in one line."""
+    backend, _ = split_truth(name)
+    truths = ground_truths()
+    if backend in truths:
+        return backend
+    if name in TIMER_BACKENDS:
+        raise NsprofError(f"--truth takes ground truths ({', '.join(truths)}); {name} is a fast timer: "
+                          f"use --backend {name}")
+    variants = ", ".join(f"{truths[0]}-{s}" for s in TRUTH_VARIANTS if s) if truths else ""
+    raise NsprofError(f"unknown truth {name!r}: choose from {', '.join(truths)}"
+                      + (f" (or a variant such as {variants})" if variants else ""))
 
 
 def backend_names_from(names: Callable[[], tuple[str, ...]], truths: Callable[[], tuple[str, ...]]) -> None:
@@ -123,9 +159,35 @@ class TuneSettings:
     wait: bool = False  # wait for another nsprof profiling this GPU instead of failing
     feed_back: bool = True  # hand the ranking to the target's tuner when its Space can take it
     tuner_pick: bool = True  # say what the target's own tuner picks with its own timer, when it can say
+    # Cross-truth tuning: rank under each of these truths (ground truths, with variant suffixes:
+    # split_truth). Empty: the one `backend`. Given, they decide, and `backend` becomes the deploy
+    # truth's backend.
+    truths: tuple[str, ...] = ()
+    # The truth whose winner is fed back (one of `truths`; default the first). Empty: `backend`.
+    deploy: str = ""
+    # When truths disagree, measure the contenders again under the first truth with each differing
+    # condition changed, to say which one explains it.
+    explain: bool = True
 
     def __post_init__(self) -> None:
         truths = ground_truths()
+        if self.truths or self.deploy:
+            given = tuple(self.truths) or ((self.backend,) if self.backend in truths else ())
+            if not given:
+                raise NsprofError(f"--deploy {self.deploy} needs ground truths (--truth), not the fast timer "
+                                  f"{self.backend}")
+            for name in given:
+                check_truth(name)
+            if len(set(given)) != len(given):
+                raise NsprofError(f"--truth names a truth twice: {','.join(given)}")
+            deploy = self.deploy or given[0]
+            if deploy not in given:
+                check_truth(deploy)
+                raise NsprofError(f"--deploy {deploy} is not one of the truths ranked ({','.join(given)}): "
+                                  f"add it to --truth")
+            object.__setattr__(self, "truths", given)
+            object.__setattr__(self, "deploy", deploy)
+            object.__setattr__(self, "backend", split_truth(deploy)[0])
         _check([
             (self.backend in truths or self.backend in TIMER_BACKENDS,
              f"unknown backend {self.backend!r}: choose from {', '.join(truths + tuple(TIMER_BACKENDS))}"),
@@ -140,6 +202,25 @@ class TuneSettings:
     @property
     def ground_truth(self) -> bool:
         return self.backend in ground_truths()
+
+    @property
+    def ranked_truths(self) -> tuple[str, ...]:
+        """The truths (or the one fast timer) this tune ranks under, in order."""
+        return tuple(self.truths) or (self.backend,)
+
+    @property
+    def deploy_truth(self) -> str:
+        """The truth whose winner is fed back."""
+        return self.deploy or self.backend
+
+    def truth_profile(self, truth: str) -> ProfileSettings:
+        """The session settings of ground truth `truth` (a backend, or a variant such as ncu-warm)."""
+        backend, suffix = split_truth(truth)
+        overrides = TRUTH_VARIANTS[suffix] if suffix else {}
+        base = self.profile
+        if base.backend == backend and not overrides:
+            return base
+        return replace(base, backend=backend, **overrides)
 
     @cached_property
     def profile(self) -> ProfileSettings:

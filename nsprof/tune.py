@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from nsprof.analysis import crosstruth
 from nsprof.analysis.confidence import Decision, decide
 from nsprof.analysis.ranking import rank
 from nsprof.drivers import registry
@@ -24,10 +25,11 @@ from nsprof.errors import NsprofError
 from nsprof.measure import FastTimers, GroundTruth, Measured
 from nsprof.render.tables import describe_pick
 from nsprof.reports.checks import one_line
-from nsprof.settings import TIMER_BACKENDS, TuneSettings, ground_truths
+from nsprof.settings import TIMER_BACKENDS, TuneSettings, ground_truths, split_truth
 from nsprof.space import config_label
 
-__all__ = ["TIMER_BACKENDS", "TuneResult", "TuneSettings", "key_labels", "measure_rows", "retryable", "tune"]
+__all__ = ["TIMER_BACKENDS", "CrossTruth", "TuneResult", "TuneSettings", "check_truths", "key_labels", "measure_rows",
+           "rank_truth", "retryable", "tune"]
 
 @dataclass
 class TuneResult:
@@ -45,6 +47,18 @@ class TuneResult:
     # stands, and the command exits non-zero after printing it.
     errors: list[str] = field(default_factory=list)
     stat: str = "median"  # the statistic ranked by
+    truth: str = ""  # the truth ranked under (a backend, or a variant such as ncu-warm); "" for `backend`
+    labels: dict = field(default_factory=dict)  # the conditions its rows were taken under (key_labels)
+    # Cross-truth tuning (the result of tune() is the deploy truth's ranking; these are set on it):
+    # every truth's ranking in --truth order (this one among them), the comparison, and the deploy truth.
+    truths: dict = field(default_factory=dict)
+    cross: CrossTruth | None = None
+    deploy: str = ""
+
+    @property
+    def rankings(self) -> dict:
+        """Every truth's ranking, {truth: TuneResult}, in the order ranked (just this one when alone)."""
+        return self.truths or {self.truth or self.backend: self}
 
     @property
     def decision(self) -> Decision:
@@ -68,15 +82,48 @@ class TuneResult:
         return None if best is None else self.configs[best]
 
 
+@dataclass
+class CrossTruth:
+    """What tune --truth A,B found: each pair of truths compared (nsprof.analysis.crosstruth.Pair,
+    in --truth order), and for each pair that disagrees, what explains it (Explanation)."""
+
+    pairs: list = field(default_factory=list)
+    explanations: list = field(default_factory=list)
+
+
+def _is_truth(name: str) -> bool:
+    return split_truth(name)[0] in ground_truths()
+
+
 def _profile_settings(backend: str, settings: TuneSettings):
-    """settings.profile for ground truth `backend` (which may differ from settings.backend)."""
-    return settings.profile if settings.profile.backend == backend else replace(settings.profile, backend=backend)
+    """settings.profile for ground truth `backend` (which may differ from settings.backend, and may
+    be a variant such as ncu-warm: TuneSettings.truth_profile)."""
+    return settings.truth_profile(backend)
+
+
+def truth_labels(truth: str, settings: TuneSettings) -> dict[str, str]:
+    """The conditions ground truth `truth`'s rows are labelled with (its driver's labels)."""
+    return registry.driver_class(split_truth(truth)[0]).labels(_profile_settings(truth, settings))
+
+
+def check_truths(settings: TuneSettings) -> None:
+    """Every truth of `settings` is one its driver can measure: a variant (ncu-warm, ...) only where
+    the driver honours the conditions it changes. An NsprofError in one line otherwise."""
+    for truth in settings.truths:
+        backend, suffix = split_truth(truth)
+        if not suffix:
+            continue
+        asked = settings.truth_profile(truth)
+        got = truth_labels(truth, settings)
+        if any(got.get(c) != getattr(asked, c) for c in crosstruth.CONDITIONS):
+            raise NsprofError(f"unknown truth {truth!r}: {backend} does not control clocks or caches "
+                              f"(it always measures under {crosstruth.condition_words(got)}); use {backend}")
 
 
 def key_labels(backend: str, settings: TuneSettings) -> dict[str, str]:
     """The conditions a measurement is taken under (results-store key fields)."""
-    if backend in ground_truths():
-        return {"mode": settings.mode, **registry.driver_class(backend).labels(_profile_settings(backend, settings))}
+    if _is_truth(backend):
+        return {"mode": settings.mode, **truth_labels(backend, settings)}
     name = TIMER_BACKENDS[backend]
     return {"mode": "graph" if name.startswith("graph") else "direct", "clock_control": "none",
             "cache_control": "all" if name.endswith("cold") else "none"}
@@ -109,7 +156,7 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
     or SIGTERM what was finished), so that they can be stored before the run ends. on_device(device)
     gets what the worker measured on ({"uuid", "name"}, or None where it did not say).
     """
-    if backend in ground_truths():
+    if _is_truth(backend):
         from nsprof.profile import profile_result
 
         measured: Measured = profile_result(target, _profile_settings(backend, settings), config_ids=config_ids,
@@ -134,10 +181,11 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
     from nsprof.space import target_fingerprint
     from nsprof.store import MeasurementKey, ResultStore, config_json
 
-    truth = backend in ground_truths()
-    tool_version = GroundTruth(settings.profile).tool_version() if truth else ""
-    # A fast timer's row holds the statistic asked for, so that is part of what it measured.
-    stored_backend = backend if truth else f"{backend}:{settings.stat}"
+    truth = _is_truth(backend)
+    tool_version = GroundTruth(_profile_settings(backend, settings)).tool_version() if truth else ""
+    # A fast timer's row holds the statistic asked for, so that is part of what it measured. A truth's
+    # variant (ncu-warm) is stored as its backend: its clock and cache labels say the rest.
+    stored_backend = split_truth(backend)[0] if truth else f"{backend}:{settings.stat}"
     gpu = which_gpu(0)
     group = {"fingerprint": target_fingerprint(target), "gpu": gpu.key, "backend": stored_backend,
              "tool_version": tool_version, **key_labels(backend, settings)}
@@ -189,18 +237,122 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
     return stored[stored["run_id"] == latest]
 
 
+def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: list[int], on_progress,
+               notes: list[str] | None = None) -> TuneResult:
+    """Rank configs `wanted` of `space` under one truth (a ground truth, a variant such as
+    ncu-warm, or a fast timer): measured (through the results store unless settings.use_store is
+    off), summarised per config and ranked by settings.stat. Raises when nothing was measured.
+    Every ranking of a tune goes through here, one truth at a time."""
+    from nsprof.profile import check_measured, config_summary
+
+    notes = [] if notes is None else notes
+    if settings.use_store:
+        rows = _measure_stored(target, space, truth, settings, wanted, on_progress, notes)
+    else:
+        rows = measure_rows(target, len(space.configs), truth, settings, wanted, on_progress)
+    summary = config_summary(rows)
+    backend = split_truth(truth)[0]
+    if _is_truth(truth):
+        conditions = registry.driver_class(backend).conditions(_profile_settings(truth, settings))
+        label = (f"{truth}, mode {settings.mode}, {settings.stat} of {settings.reps} reps"
+                 + (f", {conditions}" if conditions else ""))
+    else:
+        label = f"fast timer {TIMER_BACKENDS[truth]}, {settings.stat} of {settings.timer_reps} samples"
+    table = rank(summary, settings.stat)
+    table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
+    result = TuneResult(table, space.configs, backend, label, None, notes, stat=settings.stat, truth=truth,
+                        labels=key_labels(truth, settings))
+    if result.best_config_id is None:
+        check_measured(rows)
+    return result
+
+
+def _probes(probed: str, other: str, results: dict, settings: TuneSettings) -> list[tuple[list[str], str]] | None:
+    """The truths that measure like `probed` with each condition in which it differs from `other`
+    set as `other` has it (one at a time, then all together): [(conditions changed, truth name)];
+    None when `probed`'s driver cannot change one of them (nsys: neither clocks nor caches)."""
+    labels, goal = results[probed].labels, results[other].labels
+    conditions = crosstruth.differing(labels, goal)
+    backend = split_truth(probed)[0]
+    subsets = [[c] for c in conditions] + ([list(conditions)] if len(conditions) > 1 else [])
+    out = []
+    for changed in subsets:
+        wanted = {**labels, **{c: goal[c] for c in changed}}
+        name = crosstruth.truth_name(backend, wanted)
+        got = truth_labels(name, settings)
+        if any(got.get(c) != wanted.get(c) for c in crosstruth.CONDITIONS):
+            return None
+        out.append((changed, name))
+    return out
+
+
+def _explain(target: str, space, pair, results: dict, settings: TuneSettings, stage) -> crosstruth.Explanation:
+    """Why two truths disagree: the contenders (both winners, both tie sets) measured again under
+    one truth's backend with each condition in which the two differ set as the other has it."""
+    contenders = crosstruth.contenders(pair)
+    if not crosstruth.differing(results[pair.a].labels, results[pair.b].labels):
+        return crosstruth.Explanation(pair, pair.a, pair.b, contenders,
+                                      reason=f"{pair.a} and {pair.b} measure under the same clock and cache "
+                                             "conditions: the tools themselves differ")
+    for probed, other in ((pair.a, pair.b), (pair.b, pair.a)):
+        variants = _probes(probed, other, results, settings)
+        if variants is not None:
+            break
+    else:
+        return crosstruth.Explanation(pair, pair.a, pair.b, contenders,
+                                      reason=f"neither {split_truth(pair.a)[0]} nor {split_truth(pair.b)[0]} "
+                                             "can change the conditions in which they differ")
+    explanation = crosstruth.Explanation(pair, probed, other, contenders)
+    goal_winner, goal_ties = crosstruth.winner(results[other].table, settings.stat)
+    for changed, name in variants:
+        try:
+            ranked = rank_truth(target, space, name, settings, contenders, stage(name, len(contenders)), [])
+        except NsprofError as exc:  # measured nothing there: say so, keep the others
+            explanation.probes.append(crosstruth.Probe(name, changed, truth_labels(name, settings), None, [],
+                                                       crosstruth.UNKNOWN))
+            explanation.reason = one_line(str(exc), 200)
+            continue
+        won, ties = crosstruth.winner(ranked.table, settings.stat)
+        explanation.probes.append(crosstruth.Probe(name, changed, ranked.labels, won, ties,
+                                                   crosstruth.verdict(won, ties, goal_winner, goal_ties),
+                                                   ranked.table))
+        ratio = crosstruth.erratic(ranked.table, results[other].table)
+        if ratio is not None:
+            explanation.warnings.append(f"{name} measured the contenders {ratio:.1f}x as long as {other} did: its "
+                                        "numbers look erratic on this machine, so its pick says little")
+    explanation.cause = crosstruth.cause(explanation.probes)
+    return explanation
+
+
+def cross_truth(target: str, space, results: dict, settings: TuneSettings, stage) -> CrossTruth:
+    """Every pair of truths compared, in --truth order; each disagreeing pair explained (settings.explain)."""
+    names = list(results)
+    cross = CrossTruth()
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pair = crosstruth.compare(a, results[a].table, b, results[b].table, settings.stat)
+            cross.pairs.append(pair)
+            if pair.verdict == crosstruth.DISAGREE and settings.explain:
+                cross.explanations.append(_explain(target, space, pair, results, settings, stage))
+    return cross
+
+
 def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[int] | None = None,
          on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None) -> TuneResult:
-    from nsprof.profile import check_config_ids, check_measured, config_summary, precompile
+    """Rank every config under each truth of `settings` (rank_truth), compare the truths' winners
+    when there are several (cross_truth), and feed the deploy truth's ranking back to the target's
+    tuner. The result is the deploy truth's ranking, carrying every truth's (`truths`) and the
+    comparison (`cross`)."""
+    from nsprof.profile import check_config_ids, config_summary, precompile
     from nsprof.space import load_target
 
     settings = settings or TuneSettings()
+    check_truths(settings)
     space = load_target(target)
     n = len(space.configs)
     wanted = list(range(n)) if config_ids is None else check_config_ids(config_ids, n)
     stage = on_stage or (lambda name, count: None)
     precompile(space, config_ids=wanted)
-    notes: list[str] = []
     prescreen_table = None
     if settings.prescreen:
         rows = measure_rows(target, n, settings.prescreen, settings, wanted, stage(settings.prescreen, len(wanted)))
@@ -209,24 +361,16 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
         wanted = [int(c) for c in prescreen_table[prescreen_table["error"].isna()]["config_id"].head(settings.prescreen_top)]
         if not wanted:
             raise NsprofError(f"the prescreen timer {settings.prescreen} measured no config")
-    progress = stage(settings.backend, len(wanted))
-    if settings.use_store:
-        rows = _measure_stored(target, space, settings.backend, settings, wanted, progress, notes)
-    else:
-        rows = measure_rows(target, n, settings.backend, settings, wanted, progress)
-    summary = config_summary(rows)
-    if settings.ground_truth:
-        conditions = registry.driver_class(settings.backend).conditions(settings.profile)
-        label = (f"{settings.backend}, mode {settings.mode}, {settings.stat} of {settings.reps} reps"
-                 + (f", {conditions}" if conditions else ""))
-    else:
-        label = f"fast timer {TIMER_BACKENDS[settings.backend]}, {settings.stat} of {settings.timer_reps} samples"
-    table = rank(summary, settings.stat)
-    table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
-    result = TuneResult(table, space.configs, settings.backend, label, prescreen_table, notes, stat=settings.stat)
-    best = result.best_config_id
-    if best is None:
-        check_measured(rows)
+    results = {truth: rank_truth(target, space, truth, settings, wanted, stage(truth, len(wanted)))
+               for truth in settings.ranked_truths}
+    deploy = settings.deploy_truth
+    result = results[deploy]
+    result.prescreen = prescreen_table
+    result.deploy = deploy
+    if len(results) > 1:
+        result.truths = results
+        result.cross = cross_truth(target, space, results, settings, stage)
+    notes, table, best = result.notes, result.table, result.best_config_id
     tuner = space.tuner
     if settings.tuner_pick and tuner is not None and tuner.can_pick and best is not None:
         # Before the feed-back below, which makes the tuner pick nsprof's winner.
@@ -246,7 +390,8 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
             result.errors.append(f"feeding the ranking back to {tuner.name} failed: "
                                  f"{one_line(f'{type(exc).__name__}: {exc}', 300)}")
         else:
-            notes.append(f"handed to {tuner.name}: {stored}")
+            notes.append(f"handed to {tuner.name} for deploy condition {deploy} "
+                         f"({crosstruth.condition_words(result.labels, result.labels.get('mode'))}): {stored}")
     if prescreen_table is not None and best is not None:
         position = wanted.index(best) + 1
         notes.append(f"the ground-truth winner was #{position} of the prescreen's top {len(wanted)}")

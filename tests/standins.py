@@ -6,7 +6,9 @@ StatusDriver runs the real worker (bare, or under tests/targets/fake_profiler.py
 is derived from the worker's own status file: each config that reached `done` gets `kernels`
 rows per (mode, rep) whose duration is the config's "ns" value (1000 + config id when it has
 none, or with `config_ns=False`, which leaves the target unimported in nsprof's own process;
-a config's optional "ns_reps" list gives rep r the value ns_reps[r % len], for reps that vary):
+a config's optional "ns_reps" list gives rep r the value ns_reps[r % len], for reps that vary;
+its optional "ns_at" maps "<clock_control>-<cache_control>" of the rows' labels to the value under
+those conditions, for truths that disagree):
 what a profiler would have measured, known in advance. StatusDriver.for_session() is the
 session tests' kind: two kernels per rep, and an empty report is an error.
 
@@ -52,6 +54,10 @@ class StatusDriver(Driver):
     @classmethod
     def labels(cls, settings):
         return cls.labels_like.labels(settings) if cls.labels_like else super().labels(settings)
+
+    @classmethod
+    def conditions(cls, settings):
+        return cls.labels_like.conditions(settings) if cls.labels_like else super().conditions(settings)
 
     def tool_version(self):
         return "standin 1.0"
@@ -103,6 +109,9 @@ class StatusDriver(Driver):
         def duration(c: int, rep: int) -> float:
             if not configs:
                 return float(1000 + c)
+            at = configs[c].get("ns_at", {}).get(f"{labels['clock_control']}-{labels['cache_control']}")
+            if at is not None:  # what this config takes under these clock and cache conditions
+                return float(at)
             per_rep = configs[c].get("ns_reps")
             return float(per_rep[rep % len(per_rep)] if per_rep else configs[c].get("ns", 1000 + c))
 

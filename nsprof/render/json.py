@@ -115,7 +115,46 @@ def tune_document(result) -> str:
                 "stat": result.stat, "interval": interval, "tie_set": result.tie_set,
                 "decision": {**decision.as_json(), "words": describe_decision(result)},
                 "ranked": json.loads(result.table.to_json(orient="records"))}
+    document.update(cross_truth_document(result))
     return json.dumps(document, default=str)
+
+
+def _ranking(ranked) -> dict:
+    from nsprof.render.tables import describe_decision
+
+    return {"truth": ranked.truth or ranked.backend, "label": ranked.label, "labels": jsonable(ranked.labels),
+            "best_config_id": ranked.best_config_id, "tie_set": ranked.tie_set,
+            "decision": {**ranked.decision.as_json(), "words": describe_decision(ranked)},
+            "ranked": json.loads(ranked.table.to_json(orient="records"))}
+
+
+def cross_truth_document(result) -> dict:
+    """tune --json's cross-truth part: the deploy condition, every truth's ranking, each pair's
+    agreement (agree | tied | disagree | unknown, each winner under the other truth), what explains
+    a disagreement (the probes of the contenders), and the closing verdict in words."""
+    from nsprof.analysis.crosstruth import condition_words
+    from nsprof.render.tables import describe_cause, describe_decision, describe_pair, describe_verdict
+
+    labels = result.labels or {}
+    deploy = {"truth": result.deploy or result.truth or result.backend, "labels": jsonable(labels),
+              "conditions": condition_words(labels, labels.get("mode")) if labels else None,
+              "config_id": result.best_config_id}
+    cross = result.cross
+    if cross is None:
+        return {"deploy": deploy, "truths": [_ranking(r) for r in result.rankings.values()], "agreement": [],
+                "explanations": [], "verdict": describe_decision(result)}
+    pairs = [{**jsonable(vars(pair)), "words": describe_pair(pair)} for pair in cross.pairs]
+    explanations = []
+    for e in cross.explanations:
+        probes = [{"truth": p.truth, "changed": p.changed, "labels": jsonable(p.labels), "winner": p.winner,
+                   "tie_set": p.ties, "verdict": p.verdict,
+                   "ranked": [] if p.table is None else json.loads(p.table.to_json(orient="records"))}
+                  for p in e.probes]
+        explanations.append({"a": e.pair.a, "b": e.pair.b, "probed": e.probed, "target": e.target,
+                             "contenders": e.contenders, "cause": e.cause, "words": describe_cause(e),
+                             "reason": e.reason or None, "warnings": e.warnings, "probes": probes})
+    return {"deploy": deploy, "truths": [_ranking(r) for r in result.rankings.values()], "agreement": pairs,
+            "explanations": explanations, "verdict": describe_verdict(result)}
 
 
 def summary_records(summaries) -> list[dict[str, Any]]:

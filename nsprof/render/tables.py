@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from nsprof.analysis import crosstruth
 from nsprof.analysis.agreement import FLOOR_MARGIN, floor_map, verdicts, wide
 from nsprof.analysis.confidence import LEVEL, METHOD
 from nsprof.analysis.stats import is_missing
@@ -237,13 +238,140 @@ def format_ranked(result) -> str:
     return "\n".join(lines)
 
 
+CHANGED_TO = {("cache_control", "none"): "warm L2", ("cache_control", "all"): "cold L2",
+              ("clock_control", "none"): "the card's own clocks", ("clock_control", "base"): "clocks locked to base"}
+CAUSE_WORDS = {
+    "cache_control": "the L2 state explains it",
+    "clock_control": "the clocks explain it",
+    "either": "the L2 state alone explains it, and so do the clocks alone",
+    "both": "only the L2 state and the clocks together explain it",
+    "neither": ("neither the L2 state nor the clocks explains it: the tools differ in more than these "
+                "conditions (launch path, the profiler's own overhead), or the gap is noise"),
+    "not measured": "the contenders could not be measured again, so nothing explains it yet",
+}
+
+
+def _pct(x: float) -> str:
+    return "not measured there" if x != x else f"{x * 100:+.1f}%"
+
+
+def describe_pair(pair) -> str:
+    """One line: whether two truths' winners agree (an nsprof.analysis.crosstruth.Pair), and when
+    they do not, each winner measured under the other truth."""
+    a, b = pair.a, pair.b
+    if pair.verdict == crosstruth.UNKNOWN:
+        missing = a if pair.winner_a is None else b
+        return f"{a} and {b} cannot be compared: {missing} measured no config"
+    if pair.verdict == crosstruth.AGREE:
+        return f"{a} and {b} agree: both pick config {pair.winner_a}"
+    if pair.verdict == crosstruth.TIED:
+        inside = (f"{a}'s winner is inside {b}'s tie set" if pair.winner_a in pair.ties_b
+                  else f"{b}'s winner is inside {a}'s tie set")
+        return (f"{a} and {b} are tied: {a} picks config {pair.winner_a}, {b} config {pair.winner_b}, and "
+                f"{inside} (this run cannot tell them apart)")
+    return (f"{a} and {b} disagree: {a} picks config {pair.winner_a}, {b} config {pair.winner_b}; "
+            f"{a}'s winner is {_pct(pair.a_under_b)} under {b}, {b}'s winner {_pct(pair.b_under_a)} under {a}")
+
+
+def describe_probe(probe, target: str, target_winner) -> str:
+    """One clause: what the probed truth picks with `probe.changed` set as `target` has it."""
+    changed = " and ".join(CHANGED_TO.get((c, probe.labels.get(c)), c) for c in probe.changed)
+    head = f"with {changed} ({probe.truth})"
+    if probe.winner is None:
+        return f"{head} nothing was measured"
+    if probe.verdict == crosstruth.AGREE:
+        return f"{head} it picks config {probe.winner}, {target}'s winner"
+    if probe.verdict == crosstruth.TIED:
+        return f"{head} it picks config {probe.winner}, tied with {target}'s winner {target_winner}"
+    return f"{head} it picks config {probe.winner}, not {target}'s {target_winner}"
+
+
+def describe_cause(explanation) -> str:
+    """Which condition explains a disagreement, in words."""
+    if explanation.cause == "not probed":
+        return f"not probed: {explanation.reason}"
+    return CAUSE_WORDS[explanation.cause]
+
+
+def describe_explanation(explanation) -> str:
+    """One line: the contenders measured again, what each changed condition picks, and the cause."""
+    pair = explanation.pair
+    if explanation.cause == "not probed":
+        return f"{pair.a} vs {pair.b}: {describe_cause(explanation)}"
+    target_winner = pair.winner_b if explanation.target == pair.b else pair.winner_a
+    probed = crosstruth.split_truth(explanation.probed)[0]
+    clauses = "; ".join(describe_probe(p, explanation.target, target_winner) for p in explanation.probes)
+    warnings = "".join(f" (warning: {w})" for w in explanation.warnings)
+    return (f"contenders {', '.join(str(c) for c in explanation.contenders)} measured again under {probed}: "
+            f"{clauses}. So {describe_cause(explanation)}{warnings}")
+
+
+def deploy_words(result) -> str:
+    """The deploy condition and its winner, in words (`result`: the tune's TuneResult)."""
+    deploy = result.deploy or result.truth or result.backend
+    words = crosstruth.condition_words(result.labels, result.labels.get("mode")) if result.labels else ""
+    best = result.best_config_id
+    head = f"deploy {deploy}" + (f" ({words})" if words else "")
+    return head + (": no config measured" if best is None else f": its winner, config {best}, is the one fed back")
+
+
+def describe_verdict(result) -> str:
+    """The closing line of a tune over several truths: agreement, the numbers, the cause, the deploy."""
+    cross = result.cross
+    parts = []
+    explained = {(e.pair.a, e.pair.b): e for e in (cross.explanations if cross else [])}
+    for pair in (cross.pairs if cross else []):
+        if pair.verdict == crosstruth.DISAGREE:
+            part = (f"{pair.a} and {pair.b} disagree ({pair.a}'s winner {_pct(pair.a_under_b)} under {pair.b}, "
+                    f"{pair.b}'s {_pct(pair.b_under_a)} under {pair.a})")
+            if (pair.a, pair.b) in explained:
+                part += f": {describe_cause(explained[(pair.a, pair.b)])}"
+        elif pair.verdict == crosstruth.TIED:
+            part = f"{pair.a} and {pair.b} are tied ({pair.winner_a} and {pair.winner_b})"
+        elif pair.verdict == crosstruth.AGREE:
+            part = f"{pair.a} and {pair.b} agree on config {pair.winner_a}"
+        else:
+            part = f"{pair.a} and {pair.b} cannot be compared"
+        parts.append(part)
+    return "verdict: " + "; ".join(parts + [deploy_words(result)])
+
+
+def format_tune(result) -> str:
+    """`nsprof tune`'s output: one ranked table per truth (format_ranked), then, with several
+    truths, how their winners compare, what explains a disagreement, and the closing verdict."""
+    rankings = result.rankings
+    if len(rankings) == 1:
+        return format_ranked(result)
+    blocks = [format_ranked(ranked) for ranked in rankings.values()]
+    lines = [describe_pair(pair) for pair in result.cross.pairs]
+    lines += [describe_explanation(e) for e in result.cross.explanations]
+    lines = [f"cross-truth: {line}" for line in lines] + [describe_verdict(result)]
+    return "\n\n".join(blocks) + "\n\n" + "\n".join(lines)
+
+
 def format_runs(runs, counts) -> str:
     """`nsprof results`: one row per run of the results store (`counts`: rows per run id)."""
     rows = [[str(r.id), text(r.started_at, 19), text(r.target, 40), text(r.backend), text(r.mode),
-             text(r.gpu, 20), str(int(counts.get(r.id, 0))) if len(runs) else "0", text(r.status)]
+             text(getattr(r, "clock_control", None)), text(getattr(r, "cache_control", None)),
+             text(r.gpu, 20), str(int(counts.get(r.id, 0))) if len(runs) else "0", text(r.status),
+             run_deploy(getattr(r, "settings_json", None))]
             for r in runs.itertuples()]
-    return render_table(["run", "started", "target", "backend", "mode", "gpu", "rows", "status"], rows,
-                        right={0, 6})
+    return render_table(["run", "started", "target", "backend", "mode", "clock", "cache", "gpu", "rows", "status",
+                         "deploy"], rows, right={0, 8})
+
+
+def run_deploy(settings_json) -> str:
+    """The deploy condition a run's tune recorded in its settings ("" for runs from before
+    cross-truth tuning, or of other commands)."""
+    import json
+
+    if is_missing(settings_json) or not settings_json:
+        return ""
+    try:
+        settings = json.loads(str(settings_json))
+    except ValueError:
+        return ""
+    return str(settings.get("deploy") or "") if isinstance(settings, dict) else ""
 
 
 # --------------------------------------------------------------------------- nsprof validate
