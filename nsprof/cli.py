@@ -552,7 +552,7 @@ def validate(target, timers, external, truth, matched, mode, reps, timer_reps, r
                    "ground truths use --truth instead.")
 @click.option("--truth", "truth_list", metavar="LIST", default=None,
               help="Rank under each of these ground truths, e.g. ncu,nsys, and say whether their winners agree "
-                   "(variants: ncu-warm, ncu-free, ncu-free-warm: L2 not flushed, clocks not locked, both).")
+                   "(variants: ncu@base-warm, ncu@free-cold, ncu@free-warm: L2 not flushed, clocks not locked, both).")
 @click.option("--deploy", metavar="TRUTH", default=None,
               help="The truth whose winner is fed back and recorded (one of --truth; default the first).")
 @click.option("--explain/--no-explain", default=True, show_default=True,

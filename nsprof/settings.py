@@ -30,29 +30,39 @@ TRUTH_L2 = {"cold": "all", "warm": "none"}
 TIMER_BACKENDS = {"graph": "graph_warm", "graph_cold": "graph_cold", "cupti": "cupti", "cupti_cold": "cupti_cold",
                   "event": "event", "event_cold": "event_cold"}
 
-# A truth (tune --truth, --deploy) is a ground truth backend, or one with a suffix naming the
-# conditions it runs under where its driver honours clock and cache control: -warm (L2 not
-# flushed), -free (clocks not locked), -free-warm (both). No suffix: ProfileSettings' defaults.
-TRUTH_SUFFIXES = {("base", "all"): "", ("base", "none"): "warm", ("none", "all"): "free",
-                  ("none", "none"): "free-warm"}
-TRUTH_VARIANTS = {suffix: {"clock_control": clock, "cache_control": cache}
-                  for (clock, cache), suffix in TRUTH_SUFFIXES.items()}
+# A truth (tune --truth, --deploy; validate --truth) is a ground-truth backend, or one with the
+# condition it runs under where its driver honours clock and cache control, as `TOOL@CLOCK-L2`
+# (Truth below): ncu@base-warm (L2 not flushed), ncu@free-cold (clocks not locked), ncu@free-warm
+# (both). No condition (or @base-cold): ProfileSettings' defaults.
+DEFAULT_CONDITION = "base-cold"
+TRUTH_VARIANTS = {f"{clock}-{l2}": {"clock_control": TRUTH_CLOCKS[clock], "cache_control": TRUTH_L2[l2]}
+                  for clock in TRUTH_CLOCKS for l2 in TRUTH_L2 if f"{clock}-{l2}" != DEFAULT_CONDITION}
 
 _registry: dict[str, Callable[[], tuple[str, ...]]] = {}
 
 
 def split_truth(name: str) -> tuple[str, str]:
-    """("ncu", "warm") for "ncu-warm"; (name, "") when it has no known suffix."""
-    for suffix in sorted((s for s in TRUTH_VARIANTS if s), key=len, reverse=True):
-        if name.endswith("-" + suffix):
-            return name[: -len(suffix) - 1], suffix
+    """("ncu", "base-warm") for "ncu@base-warm", ("ncu", "") for "ncu" and "ncu@base-cold";
+    (name, "") when it names no known condition."""
+    backend, at, condition = name.partition("@")
+    if at and condition == DEFAULT_CONDITION:
+        return backend, ""
+    if at and condition in TRUTH_VARIANTS:
+        return backend, condition
     return name, ""
+
+
+def canonical_truth(name: str) -> str:
+    """`name` as the truth's one name: ncu@base-cold is ncu."""
+    backend, condition = split_truth(name)
+    return f"{backend}@{condition}" if condition else backend
 
 
 def truth_name(backend: str, labels: dict[str, str]) -> str:
     """The truth's name for `backend` under `labels` (clock_control, cache_control)."""
-    suffix = TRUTH_SUFFIXES.get((labels.get("clock_control", "base"), labels.get("cache_control", "all")), "")
-    return f"{backend}-{suffix}" if suffix else backend
+    words = {(v["clock_control"], v["cache_control"]): k for k, v in TRUTH_VARIANTS.items()}
+    condition = words.get((labels.get("clock_control", "base"), labels.get("cache_control", "all")))
+    return f"{backend}@{condition}" if condition else backend
 
 
 def check_truth(name: str) -> str:
@@ -64,7 +74,7 @@ def check_truth(name: str) -> str:
     if name in TIMER_BACKENDS:
         raise NsprofError(f"--truth takes ground truths ({', '.join(truths)}); {name} is a fast timer: "
                           f"use --backend {name}")
-    variants = ", ".join(f"{truths[0]}-{s}" for s in TRUTH_VARIANTS if s) if truths else ""
+    variants = ", ".join(f"{truths[0]}@{s}" for s in TRUTH_VARIANTS) if truths else ""
     raise NsprofError(f"unknown truth {name!r}: choose from {', '.join(truths)}"
                       + (f" (or a variant such as {variants})" if variants else ""))
 
@@ -173,6 +183,7 @@ class TuneSettings:
         truths = ground_truths()
         if self.truths or self.deploy:
             given = tuple(self.truths) or ((self.backend,) if self.backend in truths else ())
+            given = tuple(canonical_truth(n) for n in given)
             if not given:
                 raise NsprofError(f"--deploy {self.deploy} needs ground truths (--truth), not the fast timer "
                                   f"{self.backend}")
@@ -180,7 +191,7 @@ class TuneSettings:
                 check_truth(name)
             if len(set(given)) != len(given):
                 raise NsprofError(f"--truth names a truth twice: {','.join(given)}")
-            deploy = self.deploy or given[0]
+            deploy = canonical_truth(self.deploy) if self.deploy else given[0]
             if deploy not in given:
                 check_truth(deploy)
                 raise NsprofError(f"--deploy {deploy} is not one of the truths ranked ({','.join(given)}): "
@@ -214,7 +225,7 @@ class TuneSettings:
         return self.deploy or self.backend
 
     def truth_profile(self, truth: str) -> ProfileSettings:
-        """The session settings of ground truth `truth` (a backend, or a variant such as ncu-warm)."""
+        """The session settings of ground truth `truth` (a backend, or a variant such as ncu@base-warm)."""
         backend, suffix = split_truth(truth)
         overrides = TRUTH_VARIANTS[suffix] if suffix else {}
         base = self.profile

@@ -47,7 +47,7 @@ class TuneResult:
     # stands, and the command exits non-zero after printing it.
     errors: list[str] = field(default_factory=list)
     stat: str = "median"  # the statistic ranked by
-    truth: str = ""  # the truth ranked under (a backend, or a variant such as ncu-warm); "" for `backend`
+    truth: str = ""  # the truth ranked under (a backend, or a variant such as ncu@base-warm); "" for `backend`
     labels: dict = field(default_factory=dict)  # the conditions its rows were taken under (key_labels)
     # Cross-truth tuning (the result of tune() is the deploy truth's ranking; these are set on it):
     # every truth's ranking in --truth order (this one among them), the comparison, and the deploy truth.
@@ -97,7 +97,7 @@ def _is_truth(name: str) -> bool:
 
 def _profile_settings(backend: str, settings: TuneSettings):
     """settings.profile for ground truth `backend` (which may differ from settings.backend, and may
-    be a variant such as ncu-warm: TuneSettings.truth_profile)."""
+    be a variant such as ncu@base-warm: TuneSettings.truth_profile)."""
     return settings.truth_profile(backend)
 
 
@@ -107,7 +107,7 @@ def truth_labels(truth: str, settings: TuneSettings) -> dict[str, str]:
 
 
 def check_truths(settings: TuneSettings) -> None:
-    """Every truth of `settings` is one its driver can measure: a variant (ncu-warm, ...) only where
+    """Every truth of `settings` is one its driver can measure: a variant (ncu@base-warm, ...) only where
     the driver honours the conditions it changes. An NsprofError in one line otherwise."""
     for truth in settings.truths:
         backend, suffix = split_truth(truth)
@@ -184,7 +184,7 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
     truth = _is_truth(backend)
     tool_version = GroundTruth(_profile_settings(backend, settings)).tool_version() if truth else ""
     # A fast timer's row holds the statistic asked for, so that is part of what it measured. A truth's
-    # variant (ncu-warm) is stored as its backend: its clock and cache labels say the rest.
+    # variant (ncu@base-warm) is stored as its backend: its clock and cache labels say the rest.
     stored_backend = split_truth(backend)[0] if truth else f"{backend}:{settings.stat}"
     gpu = which_gpu(0)
     group = {"fingerprint": target_fingerprint(target), "gpu": gpu.key, "backend": stored_backend,
@@ -240,7 +240,7 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
 def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: list[int], on_progress,
                notes: list[str] | None = None) -> TuneResult:
     """Rank configs `wanted` of `space` under one truth (a ground truth, a variant such as
-    ncu-warm, or a fast timer): measured (through the results store unless settings.use_store is
+    ncu@base-warm, or a fast timer): measured (through the results store unless settings.use_store is
     off), summarised per config and ranked by settings.stat. Raises when nothing was measured.
     Every ranking of a tune goes through here, one truth at a time."""
     from nsprof.profile import check_measured, config_summary

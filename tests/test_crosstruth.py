@@ -133,19 +133,19 @@ def test_disagreeing_truths_say_by_how_much_and_the_l2_state_explains_it(truths,
     assert explanation.probed == "lab" and explanation.target == "field"
     assert explanation.contenders == [0, 1]  # both winners (no ties here); config 2 is not measured again
     probes = {p.truth: p for p in explanation.probes}
-    assert set(probes) == {"lab-warm", "lab-free", "lab-free-warm"}
-    assert probes["lab-warm"].winner == best_of({c: lab_ns(L2_EXPLAINS, "base-none")[c] for c in (0, 1)}) == 1
-    assert probes["lab-free"].winner == best_of({c: lab_ns(L2_EXPLAINS, "none-all")[c] for c in (0, 1)}) == 0
-    assert probes["lab-free-warm"].winner == 1
-    assert sorted(int(c) for c in probes["lab-warm"].table["config_id"]) == [0, 1]
+    assert set(probes) == {"lab@base-warm", "lab@free-cold", "lab@free-warm"}
+    assert probes["lab@base-warm"].winner == best_of({c: lab_ns(L2_EXPLAINS, "base-none")[c] for c in (0, 1)}) == 1
+    assert probes["lab@free-cold"].winner == best_of({c: lab_ns(L2_EXPLAINS, "none-all")[c] for c in (0, 1)}) == 0
+    assert probes["lab@free-warm"].winner == 1
+    assert sorted(int(c) for c in probes["lab@base-warm"].table["config_id"]) == [0, 1]
     assert explanation.cause == "cache_control"
 
     text = format_tune(result)
     a_pct = f"{pct_slower(field, lab_best, field_best):+.1f}%"
     b_pct = f"{pct_slower(lab, field_best, lab_best):+.1f}%"
     assert f"lab's winner is {a_pct} under field, field's winner {b_pct} under lab" in text
-    assert "with warm L2 (lab-warm) it picks config 1, field's winner" in text
-    assert "with the card's own clocks (lab-free) it picks config 0, not field's 1" in text
+    assert "with warm L2 (lab@base-warm) it picks config 1, field's winner" in text
+    assert "with the card's own clocks (lab@free-cold) it picks config 0, not field's 1" in text
     last = text.splitlines()[-1]
     assert last.startswith("verdict: lab and field disagree") and "the L2 state explains it" in last
     assert "deploy lab (cold L2 (caches flushed), clocks locked to base, direct launches)" in last
@@ -166,9 +166,9 @@ def test_when_the_clocks_explain_it_the_verdict_says_the_clocks(truths, tmp_path
     probes = {p.truth: p.winner for p in explanation.probes}
     warm = lab_ns(CLOCKS_EXPLAIN, "base-none")
     free = lab_ns(CLOCKS_EXPLAIN, "none-all")
-    assert probes == {"lab-warm": best_of({c: warm[c] for c in (0, 1)}), "lab-free": best_of(
-        {c: free[c] for c in (0, 1)}), "lab-free-warm": 1}
-    assert probes["lab-warm"] == 0 and probes["lab-free"] == 1
+    assert probes == {"lab@base-warm": best_of({c: warm[c] for c in (0, 1)}), "lab@free-cold": best_of(
+        {c: free[c] for c in (0, 1)}), "lab@free-warm": 1}
+    assert probes["lab@base-warm"] == 0 and probes["lab@free-cold"] == 1
     assert explanation.cause == "clock_control"
 
 
@@ -231,8 +231,8 @@ def test_truth_and_deploy_values_are_checked(truths, tmp_path):
         with pytest.raises(NsprofError, match=message.replace("(", r"\(").replace(")", r"\)")):
             TuneSettings(**kwargs)
     with pytest.raises(NsprofError, match="field does not control clocks or caches"):
-        check_truths(TuneSettings(truths=("lab", "field-warm")))
-    check_truths(TuneSettings(truths=("lab-free-warm", "field")))  # lab honours both
+        check_truths(TuneSettings(truths=("lab", "field@base-warm")))
+    check_truths(TuneSettings(truths=("lab@free-warm", "field")))  # lab honours both
     one = TuneSettings(backend="field")
     assert (one.ranked_truths, one.deploy_truth, one.truths) == (("field",), "field", ())
 
@@ -254,8 +254,8 @@ def test_verdict_and_cause_rules():
     assert crosstruth.cause([probe(cache, "disagree"), probe(clock, "disagree"), probe(both, "agree")]) == "both"
     assert crosstruth.cause([probe(cache, "disagree"), probe(clock, "disagree"), probe(both, "disagree")]) == "neither"
     assert crosstruth.cause([probe(cache, "unknown")]) == "not measured"
-    assert crosstruth.split_truth("ncu-free-warm") == ("ncu", "free-warm")
-    assert crosstruth.truth_name("ncu", {"clock_control": "base", "cache_control": "none"}) == "ncu-warm"
+    assert crosstruth.split_truth("ncu@free-warm") == ("ncu", "free-warm")
+    assert crosstruth.truth_name("ncu", {"clock_control": "base", "cache_control": "none"}) == "ncu@base-warm"
 
 
 # ----------------------------------------------------------------------------- the command line
@@ -286,8 +286,8 @@ def test_the_cli_ranks_under_ncu_and_nsys_and_records_the_deploy(tmp_path):
     assert pair["b_under_a"] * 100 == pytest.approx(pct_slower(ncu, best_of(nsys), best_of(ncu)))
     (explanation,) = doc["explanations"]
     assert explanation["cause"] == "cache_control" and explanation["words"] == "the L2 state explains it"
-    assert {p["truth"]: p["winner"] for p in explanation["probes"]} == {"ncu-warm": 1, "ncu-free": 0,
-                                                                      "ncu-free-warm": 1}
+    assert {p["truth"]: p["winner"] for p in explanation["probes"]} == {"ncu@base-warm": 1, "ncu@free-cold": 0,
+                                                                      "ncu@free-warm": 1}
     assert "the L2 state explains it" in doc["verdict"]
     fed = json.loads((tmp_path / "fed.json").read_text())
     assert best_of({int(c): v for c, v in fed.items()}) == best_of(nsys)
@@ -313,8 +313,8 @@ def test_the_cli_prints_one_table_per_truth_and_a_closing_verdict(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--truth", "ncu,graph"], "nsprof: error: --truth takes ground truths (ncu, nsys); graph is a fast timer"),
     (["--truth", "ncu,,nsys"], "nsprof: error: --truth takes ground truths separated by commas"),
-    (["--truth", "nsys-warm"], "nsprof: error: unknown truth 'nsys-warm': nsys does not control clocks or caches"),
-    (["--truth", "ncu,nsys", "--deploy", "ncu-warm"], "nsprof: error: --deploy ncu-warm is not one of the truths"),
+    (["--truth", "nsys@base-warm"], "nsprof: error: unknown truth 'nsys@base-warm': nsys does not control clocks or caches"),
+    (["--truth", "ncu,nsys", "--deploy", "ncu@base-warm"], "nsprof: error: --deploy ncu@base-warm is not one of the truths"),
     (["--deploy", "nsys"], "nsprof: error: --deploy nsys is not one of the truths ranked (ncu)"),
     (["--backend", "nsys", "--truth", "ncu,nsys"], "nsprof: error: --backend nsys and --truth ncu,nsys contradict"),
     (["--backend", "cupti", "--deploy", "ncu"], "nsprof: error: --deploy ncu needs ground truths"),
@@ -337,10 +337,10 @@ def test_a_probe_far_above_the_other_truth_is_flagged(truths, tmp_path):
     free, field = lab_ns(erratic, "none-all"), lab_ns(erratic, "none-none")
     ratio = sorted(free[c] / field[c] for c in (0, 1))
     expected = (ratio[0] + ratio[1]) / 2  # the median of two
-    assert explanation.warnings == [f"lab-free measured the contenders {expected:.1f}x as long as field did: its "
+    assert explanation.warnings == [f"lab@free-cold measured the contenders {expected:.1f}x as long as field did: its "
                                     "numbers look erratic on this machine, so its pick says little"]
     assert explanation.cause == "cache_control"  # the erratic probe is the one that did not flip
-    assert "(warning: lab-free measured" in format_tune(result)
+    assert "(warning: lab@free-cold measured" in format_tune(result)
 
 
 def test_results_reads_runs_recorded_before_the_deploy_field(tmp_path):

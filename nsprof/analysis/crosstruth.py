@@ -4,8 +4,8 @@ differ when they do not, and which measuring condition explains it. Pure data ov
 
 A truth is a ground truth under named conditions: `ncu` (clocks locked to base, caches flushed
 before each replay), `nsys` (the card's own clocks, L2 as the run left it: warm), and the
-variants of a backend whose driver honours clock and cache control: `ncu-warm` (L2 not
-flushed), `ncu-free` (clocks not locked), `ncu-free-warm` (both). Two truths' winners
+variants of a backend whose driver honours clock and cache control: `ncu@base-warm` (L2 not
+flushed), `ncu@free-cold` (clocks not locked), `ncu@free-warm` (both). Two truths' winners
 
 - agree when they are the same config;
 - are tied when one's winner is inside the other's tie set (this run cannot tell them apart);
