@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from nsprof.measure import FastTimers
+from nsprof.cluster import sharded
+from nsprof.measure import FastTimers, GroundTruth
 from nsprof.settings import ValidateSettings
 
 __all__ = ["ValidateResult", "ValidateSettings", "run_timers", "run_truth", "timer_groups", "validate"]
@@ -53,11 +54,12 @@ def run_timers(target: str, n_configs: int, names: list[str], settings: Validate
     rows: list[dict] = []
     failures: dict = {}
     for index, group in enumerate(timer_groups(names)):
-        backend = FastTimers(group, settings.profile, work_dir / f"timers{index}", timer_reps=settings.timer_reps)
+        timers = FastTimers(group, settings.profile, work_dir / f"timers{index}", timer_reps=settings.timer_reps)
+        backend = sharded(timers, settings.cluster)
         measured = backend.run(target, None, n_configs=n_configs, on_progress=on_progress)
         failures.update({("timers", cfg): reason for cfg, reason in measured.failures.items()})
         for r in measured.frame.itertuples():
-            if r.source == backend.failure_source:
+            if r.source == timers.failure_source:
                 continue  # the worker died on this config: in failures above
             rows.append({"config_id": int(r.config_id), "method": r.source, "value_ns": r.duration_ns})
             if isinstance(r.error, str):
@@ -70,8 +72,9 @@ def run_truth(target: str, backend: str, settings: ValidateSettings, work_dir: P
     (method: backend:mode) and failures {(backend, config_id): reason}."""
     from nsprof.profile import config_summary, profile_result
 
-    result = profile_result(target, replace(settings.profile, backend=backend, work_dir=work_dir),
-                            on_progress=on_progress, space=space)
+    profile_settings = replace(settings.profile, backend=backend, work_dir=work_dir)
+    result = profile_result(target, profile_settings, on_progress=on_progress, space=space,
+                            backend=sharded(GroundTruth(profile_settings), settings.cluster))
     summary = config_summary(result.frame)
     rows = [{"config_id": int(r.config_id), "method": f"{backend}:{r.mode}", "value_ns": r.median_ns}
             for r in summary.itertuples() if isinstance(r.mode, str)]
@@ -93,7 +96,8 @@ def validate(target: str, settings: ValidateSettings | None = None,
     settings = settings or ValidateSettings()
     space = load_target(target)
     n = len(space.configs)
-    precompile(space)
+    if settings.cluster is None:  # a cluster compiles each batch where it runs
+        precompile(space)
     work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-validate-"))
     work_dir.mkdir(parents=True, exist_ok=True)
     names = expand(list(settings.timers)) + (available_external() if settings.external else [])
