@@ -43,6 +43,7 @@ from nsprof.session import Measured
 from nsprof.settings import ClusterSettings
 
 GPU_RESOURCE = "GPU"
+CONNECT_TIMEOUT_S = 30.0  # reaching an existing scheduler
 START_TIMEOUT_S = 120.0  # for a LocalCluster's workers, or an existing cluster's first GPU worker
 LOCK_WAIT_S = 30.0  # a batch re-run on a restarted worker waits this long for the dead one's children
 BATCH_RETRIES = 1  # Dask's retries of a batch that raised (a worker that died is Dask's allowed-failures)
@@ -81,7 +82,7 @@ def connect(settings: ClusterSettings):
 
 def _connect_existing(distributed, address: str):
     try:
-        client = distributed.Client(address, timeout=30)
+        client = distributed.Client(address, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError) as exc:
         raise NsprofError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
     deadline = time.monotonic() + START_TIMEOUT_S
