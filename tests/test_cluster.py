@@ -239,3 +239,52 @@ def test_a_dask_worker_killed_mid_batch_loses_nothing(target, tmp_path, client, 
     killed_configs = {config for config, _, pid in _marks(tmp_path) if pid == victim}
     assert killed_configs
     assert all(any(config == c and pid != victim for c, _, pid in _marks(tmp_path)) for config in killed_configs)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = ("import sys; sys.path.insert(0, sys.argv.pop(1)); import standins; standins.install(); "
+       "from nsprof.cli import main; sys.argv[0] = 'nsprof'; main()")
+
+
+def _nsprof(*args, cwd, env=None):
+    import subprocess
+
+    return subprocess.run([sys.executable, "-c", CLI, str(Path(__file__).parent), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--devices", "0,x"], "--devices takes GPU indices"),
+    (["--devices", "0", "--scheduler", "tcp://127.0.0.1:1"], "either --devices or --scheduler, not both"),
+    (["--scheduler", "localhost"], "--scheduler takes an address"),
+    (["--verbose"], "--verbose shows the Dask workers' state"),
+    (["--devices", "0,0"], "names a GPU twice"),
+])
+def test_bad_cluster_options_are_one_line(tmp_path, args, message):
+    from click.testing import CliRunner
+
+    from nsprof.cli import cli
+
+    (tmp_path / "t.py").write_text(TARGET.replace("range(1, N)", "range(1, 3)"))
+    result = CliRunner().invoke(cli, ["tune", str(tmp_path / "t.py:space"), "--backend", "graph", "--no-store", *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_tune_devices_through_the_cli(tmp_path):
+    """`nsprof tune --devices 0,1 --verbose` end to end (its own LocalCluster, in a child nsprof):
+    one ranking, per-worker state, the calibration line, a store written."""
+    (tmp_path / "t.py").write_text(TARGET.replace("range(1, N)", "range(1, 6)"))
+    done = _nsprof("tune", "t.py:space", "--backend", "nsys", "--mode", "direct", "--reps", "2", "--devices", "0,1",
+                   "--verbose", "--json", "--no-feed-back", cwd=tmp_path,
+                   env={"NSPROF_LOCK_DIR": str(tmp_path / "locks")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    import json
+
+    document = json.loads(done.stdout)
+    assert document["best_config_id"] == 0
+    assert [row["config_id"] for row in document["ranked"]] == list(range(6))
+    assert "worker gpu0" in done.stderr and "worker gpu1" in done.stderr
+    assert "calibration: config 0" in done.stderr and "differ by 10.0%" in done.stderr
+    assert (tmp_path / ".nsprof" / "results.sqlite").exists()
+    assert {gpu for _, gpu, _ in _marks(tmp_path)} == {"0", "1"}
