@@ -116,7 +116,7 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
         profile_settings = _profile_settings(backend, settings)
         measured: Measured = profile_result(target, profile_settings, config_ids=config_ids,
                                             on_progress=on_progress, on_rows=on_rows,
-                                            backend=sharded(GroundTruth(profile_settings), settings.cluster))
+                                            backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None)
     else:
         import tempfile
 

@@ -74,7 +74,7 @@ def run_truth(target: str, backend: str, settings: ValidateSettings, work_dir: P
 
     profile_settings = replace(settings.profile, backend=backend, work_dir=work_dir)
     result = profile_result(target, profile_settings, on_progress=on_progress, space=space,
-                            backend=sharded(GroundTruth(profile_settings), settings.cluster))
+                            backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None)
     summary = config_summary(result.frame)
     rows = [{"config_id": int(r.config_id), "method": f"{backend}:{r.mode}", "value_ns": r.median_ns}
             for r in summary.itertuples() if isinstance(r.mode, str)]
