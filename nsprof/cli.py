@@ -307,6 +307,59 @@ def _truth_list(truth_list: str | None, backend: str | None) -> tuple[str, ...]:
     return truths
 
 
+def _cluster_options(command):
+    """--devices, --scheduler and --verbose: spread the configs over several GPUs (nsprof.cluster)."""
+    for option in reversed([
+        click.option("--devices", "devices", default=None, metavar="IDS",
+                     help="Spread the configs over these GPUs of this host (e.g. 0,1): a local Dask cluster, "
+                          "one worker per GPU (needs pip install 'nsprof[dask]')."),
+        click.option("--scheduler", "scheduler", default=None, metavar="ADDRESS",
+                     help="Spread the configs over an existing Dask cluster (tcp://host:8786) whose workers "
+                          "were started one per GPU with --resources GPU=1."),
+        click.option("--verbose", is_flag=True,
+                     help="With --devices or --scheduler: each Dask worker's state on stderr as it changes."),
+    ]):
+        command = option(command)
+    return command
+
+
+def _cluster_settings(devices: str | None, scheduler: str | None, verbose: bool):
+    """ClusterSettings from the options, or None (one GPU, no Dask)."""
+    from nsprof.settings import ClusterSettings
+
+    if devices is None and scheduler is None:
+        if verbose:
+            raise click.UsageError("--verbose shows the Dask workers' state: it goes with --devices or --scheduler")
+        return None
+    ids: tuple[int, ...] = ()
+    if devices is not None:
+        try:
+            ids = tuple(int(x) for x in devices.split(",") if x.strip())
+        except ValueError:
+            raise click.BadParameter("--devices takes GPU indices separated by commas, e.g. 0,1",
+                                     param_hint="--devices") from None
+        if not ids:
+            raise click.BadParameter("--devices takes GPU indices separated by commas, e.g. 0,1",
+                                     param_hint="--devices")
+    try:
+        settings = ClusterSettings(devices=ids, scheduler=scheduler, verbose=verbose)
+    except NsprofError as exc:
+        raise click.UsageError(str(exc)) from None
+    from nsprof.cluster import connect
+
+    connect(settings)  # Dask missing, a scheduler out of reach: one line before any work
+    return settings
+
+
+def _close_clusters() -> None:
+    import sys as _sys
+
+    if "nsprof.cluster" in _sys.modules:
+        from nsprof.cluster import close
+
+        close()
+
+
 def _mode_tuple(mode: str) -> tuple[str, ...]:
     return ("direct", "graph") if mode == "both" else (mode,)
 
@@ -334,8 +387,9 @@ def _mode_tuple(mode: str) -> tuple[str, ...]:
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write the tidy rows to a CSV file (- for standard output, the table then goes to stderr).")
 @click.option("--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing.")
+@_cluster_options
 def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache_control, graph_profiling,
-            config_list, work_dir, as_json, csv_path, wait) -> None:
+            config_list, work_dir, as_json, csv_path, wait, devices, scheduler, verbose) -> None:
     """Measure every config of TARGET (file.py:space) under ncu or nsys.
 
     All configs run in one profiled child process, each inside its own NVTX ranges; a
@@ -343,9 +397,7 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     Prints per config and mode the median, min and spread over reps of the summed kernel
     durations, with cycles and clock.
     """
-    from nsprof.profile import check_measured, config_summary, profile_result
-    from nsprof.render.json import write_rows
-    from nsprof.render.tables import format_config_summary
+    from nsprof.measure import GroundTruth
     from nsprof.settings import ProfileSettings
 
     if backend == "ncu" and clock_control == "none":
@@ -360,10 +412,22 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     settings = ProfileSettings(backend=backend, modes=_mode_tuple(mode), reps=reps, warmup=warmup,
                                timeout_s=timeout_s, clock_control=clock_control, cache_control=cache_control,
                                graph_profiling=graph_profiling, work_dir=work_dir, wait_gpu=wait)
-    from nsprof.measure import GroundTruth
+    truth = GroundTruth(settings)  # a missing tool is one line before any work starts
+    try:
+        _profile(target, settings, truth, ids, backend, as_json, csv_path,
+                 _cluster_settings(devices, scheduler, verbose))
+    finally:
+        _close_clusters()
+
+
+def _profile(target, settings, truth, ids, backend, as_json, csv_path, cluster) -> None:
+    from nsprof.cluster import sharded
+    from nsprof.profile import check_measured, config_summary, profile_result
+    from nsprof.render.json import write_rows
+    from nsprof.render.tables import format_config_summary
     from nsprof.space import load_target
 
-    truth = GroundTruth(settings)  # a missing tool is one line before any work starts
+    truth = sharded(truth, cluster)
     with results_only_on_stdout():  # the target's import may print
         space = load_target(target)
     n_configs = len(space.configs)
@@ -460,8 +524,9 @@ def _split(value: str) -> tuple[str, ...]:
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep reports and logs here (default: a temporary folder).")
 @click.option("--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing.")
+@_cluster_options
 def validate(target, timers, external, truth, matched, mode, reps, timer_reps, repeat, timeout_s, plot_path,
-             html_path, as_json, save_path, work_dir, wait) -> None:
+             html_path, as_json, save_path, work_dir, wait, devices, scheduler, verbose) -> None:
     """Check fast timers against ncu and nsys over TARGET's configs (file.py:space).
 
     For every timer against every ground truth: median ratio (bias), Kendall τ and
@@ -506,6 +571,8 @@ def validate(target, timers, external, truth, matched, mode, reps, timer_reps, r
         require_matplotlib()
     from nsprof.drivers.registry import get_driver
 
+    from dataclasses import replace
+
     settings = ValidateSettings(timers=_split(timers), external=external, truths=truths, matched=matched,
                                 modes=modes, reps=reps, timer_reps=timer_reps, repeat_truth=repeat, timeout_s=timeout_s,
                                 work_dir=work_dir, wait=wait)
@@ -517,10 +584,12 @@ def validate(target, timers, external, truth, matched, mode, reps, timer_reps, r
         get_driver(backend)  # a missing tool is one line, before any work
     bars = _StageBars()
     try:
+        settings = replace(settings, cluster=_cluster_settings(devices, scheduler, verbose))
         with results_only_on_stdout():
             result = run_validate(target, settings, on_stage=bars)
     finally:
         bars.close()
+        _close_clusters()
     for (method, config_id), reason in sorted(result.failures.items(), key=str):
         click.echo(f"nsprof: {method} failed on config {config_id}: {reason}", err=True)
     if plot_path:
@@ -591,9 +660,10 @@ def validate(target, timers, external, truth, matched, mode, reps, timer_reps, r
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write a self-contained report page: the ranked table and the plot, readable offline (- for "
                    "standard output).")
+@_cluster_options
 def tune(target, backend, truth_list, deploy, explain, mode, stat, reps, prescreen, top, timeout_s, work_dir,
          store_path, no_store, resume, retry_failed, wait, feed_back, tuner_pick, config_list, as_json, plot_path,
-         html_path) -> None:
+         html_path, devices, scheduler, verbose) -> None:
     """Rank every config of TARGET (file.py:space) by ground truth and name the best.
 
     Prints the ranked table (duration, the median's interval from the reps, spread, cycles,
@@ -626,18 +696,19 @@ def tune(target, backend, truth_list, deploy, explain, mode, stat, reps, prescre
         raise click.UsageError("--resume needs the results store (drop --no-store)")
     if retry_failed and not resume:
         raise click.UsageError("--retry-failed goes with --resume")
-    settings = TuneSettings(backend=backend, mode=mode, stat=stat, reps=reps, prescreen=prescreen,
-                            prescreen_top=top, timeout_s=timeout_s, work_dir=work_dir, store=store_path,
-                            use_store=not no_store, resume=resume, retry_failed=retry_failed, wait=wait,
-                            feed_back=feed_back,
-                            tuner_pick=tuner_pick, truths=truths, deploy=deploy or "", explain=explain)
-    check_truths(settings)
     bars = _StageBars()
     try:
+        settings = TuneSettings(backend=backend, mode=mode, stat=stat, reps=reps, prescreen=prescreen,
+                                prescreen_top=top, timeout_s=timeout_s, work_dir=work_dir, store=store_path,
+                                use_store=not no_store, resume=resume, retry_failed=retry_failed, wait=wait,
+                                feed_back=feed_back, tuner_pick=tuner_pick, truths=truths, deploy=deploy or "",
+                                explain=explain, cluster=_cluster_settings(devices, scheduler, verbose))
+        check_truths(settings)
         with results_only_on_stdout():
             result = run_tune(target, settings, config_ids=_config_ids(config_list), on_stage=bars)
     finally:
         bars.close()
+        _close_clusters()
     if plot_path:
         from nsprof.render.tune_plot import plot_tune
 

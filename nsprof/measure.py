@@ -30,6 +30,9 @@ class Backend(ABC):
     """Measures configs of a target on one device."""
 
     name: str = ""
+    # Whether run() compiles the configs itself, where it measures them (nsprof.cluster): then
+    # nsprof.profile.profile_result does not compile them first.
+    compiles_itself: bool = False
 
     @abstractmethod
     def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
@@ -52,6 +55,17 @@ class Backend(ABC):
     def labels(self) -> dict[str, str]:
         """The conditions this backend's rows are labelled with."""
         return {}
+
+    def in_subfolder(self, name: str) -> Backend:
+        """The same backend with its reports and logs in `name` under its work folder (one of
+        several sessions of one run: nsprof.cluster's batches); itself copied when it has none."""
+        import copy
+
+        other = copy.copy(self)
+        settings = getattr(self, "settings", None)
+        if isinstance(settings, ProfileSettings) and settings.work_dir is not None:
+            other.settings = replace(settings, work_dir=Path(settings.work_dir) / name)
+        return other
 
 
 def _one_gpu(device: int) -> None:

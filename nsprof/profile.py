@@ -122,7 +122,7 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
     space = space or load_target(target)
     n_configs = len(space.configs)
     wanted = list(range(n_configs)) if config_ids is None else check_config_ids(config_ids, n_configs)
-    compile_failures = precompile(space, jobs, config_ids=wanted)
+    compile_failures = {} if backend.compiles_itself else precompile(space, jobs, config_ids=wanted)
     for cfg, reason in compile_failures.items():
         if on_progress:
             on_progress("fail", cfg, reason)
@@ -144,7 +144,8 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
         frame=frame, target=target, backend=backend.name, configs=space.configs, labels=backend.labels,
         failures={**(measured.failures if measured else {}), **compile_failures},
         reports=list(measured.reports) if measured else [], work_dir=measured.work_dir if measured else None,
-        wall_s=measured.wall_s if measured else 0.0, device=measured.device if measured else None)
+        wall_s=measured.wall_s if measured else 0.0, device=measured.device if measured else None,
+        notes=list(measured.notes) if measured else [])
 
 
 def profile(target: str, settings: ProfileSettings | None = None, *, config_ids: list[int] | None = None,

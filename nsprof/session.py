@@ -63,6 +63,7 @@ class Measured:
     # failures); a folder the user named, or any folder of a run with failures, is kept.
     work_dir: Path | None = None
     wall_s: float = 0.0
+    notes: list[str] = field(default_factory=list)  # what the run has to say about its numbers (nsprof.cluster)
 
 
 def _incomplete(measured, done: list[int], settings: ProfileSettings) -> dict[int, str]:

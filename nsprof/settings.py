@@ -141,6 +141,32 @@ class ProfileSettings:
         return self.phase_timeout_s if self.phase_timeout_s is not None else max(self.timeout_s, MIN_PHASE_S)
 
 
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Where a run's configs go when they are spread over several GPUs (nsprof.cluster, Dask).
+
+    devices: the GPUs of this host (nvidia-smi indices) for a local Dask cluster, one worker
+    each; scheduler: the address of an existing Dask scheduler (tcp://host:port) whose workers
+    were started with `dask worker --resources GPU=1`. Exactly one of the two.
+    """
+
+    devices: tuple[int, ...] = ()
+    scheduler: str | None = None
+    batch_size: int | None = None  # configs per batch (one profiled session each); None: one batch per worker
+    verbose: bool = False  # each worker's state on stderr as it changes
+    calibrate: bool = True  # every worker also measures the first config, to compare the GPUs
+
+    def __post_init__(self) -> None:
+        _check([
+            (bool(self.devices) != bool(self.scheduler), "give either --devices or --scheduler, not both"),
+            (all(isinstance(d, int) and d >= 0 for d in self.devices), "--devices takes GPU indices 0, 1, ..."),
+            (len(set(self.devices)) == len(self.devices), "--devices names a GPU twice"),
+            (not self.scheduler or "://" in self.scheduler,
+             f"--scheduler takes an address such as tcp://host:8786, not {self.scheduler!r}"),
+            (self.batch_size is None or self.batch_size >= 1, "batch size must be at least 1"),
+        ])
+
+
 def _check(checks: list[tuple[bool, str]]) -> None:
     for ok, message in checks:
         if not ok:
@@ -178,6 +204,7 @@ class TuneSettings:
     # When truths disagree, measure the contenders again under the first truth with each differing
     # condition changed, to say which one explains it.
     explain: bool = True
+    cluster: ClusterSettings | None = None  # spread the configs over several GPUs (nsprof.cluster)
 
     def __post_init__(self) -> None:
         truths = ground_truths()
@@ -302,6 +329,7 @@ class ValidateSettings:
     timeout_s: float = 120.0
     work_dir: Path | None = None
     wait: bool = False  # wait for another nsprof measuring on this GPU instead of failing
+    cluster: ClusterSettings | None = None  # spread the configs over several GPUs (nsprof.cluster)
 
     def __post_init__(self) -> None:
         truths = ground_truths()

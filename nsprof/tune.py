@@ -20,6 +20,7 @@ from pathlib import Path
 from nsprof.analysis import crosstruth
 from nsprof.analysis.confidence import Decision, decide
 from nsprof.analysis.ranking import rank
+from nsprof.cluster import sharded
 from nsprof.drivers import registry
 from nsprof.errors import NsprofError
 from nsprof.measure import FastTimers, GroundTruth, Measured
@@ -159,15 +160,18 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
     if _is_truth(backend):
         from nsprof.profile import profile_result
 
-        measured: Measured = profile_result(target, _profile_settings(backend, settings), config_ids=config_ids,
-                                            on_progress=on_progress, on_rows=on_rows)
+        profile_settings = _profile_settings(backend, settings)
+        measured: Measured = profile_result(target, profile_settings, config_ids=config_ids,
+                                            on_progress=on_progress, on_rows=on_rows,
+                                            backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None)
     else:
         import tempfile
 
         name = TIMER_BACKENDS[backend]
         work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-tune-"))
-        timers = FastTimers([name], settings.profile, work_dir / f"timer-{name}", timer_reps=settings.timer_reps,
-                            stat=settings.stat, labels=key_labels(backend, settings), failure_source=name)
+        timers = sharded(FastTimers([name], settings.profile, work_dir / f"timer-{name}", timer_reps=settings.timer_reps,
+                                    stat=settings.stat, labels=key_labels(backend, settings), failure_source=name),
+                         settings.cluster)
         measured = timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows)
     if on_device is not None:
         on_device(measured.device)
@@ -177,6 +181,7 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
 def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wanted: list[int], on_progress,
                     notes: list[str]):
     """measure_rows through the results store: resume, one transaction per config, GPU lock."""
+    from nsprof.cluster import cluster_gpu
     from nsprof.host.gpu import gpu_of, which_gpu
     from nsprof.space import target_fingerprint
     from nsprof.store import MeasurementKey, ResultStore, config_json
@@ -186,7 +191,7 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
     # A fast timer's row holds the statistic asked for, so that is part of what it measured. A truth's
     # variant (ncu@base-warm) is stored as its backend: its clock and cache labels say the rest.
     stored_backend = split_truth(backend)[0] if truth else f"{backend}:{settings.stat}"
-    gpu = which_gpu(0)
+    gpu = which_gpu(0) if settings.cluster is None else cluster_gpu(settings.cluster)
     group = {"fingerprint": target_fingerprint(target), "gpu": gpu.key, "backend": stored_backend,
              "tool_version": tool_version, **key_labels(backend, settings)}
     wanted_json = {c: config_json(space.configs[c]) for c in wanted}
@@ -352,7 +357,8 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     n = len(space.configs)
     wanted = list(range(n)) if config_ids is None else check_config_ids(config_ids, n)
     stage = on_stage or (lambda name, count: None)
-    precompile(space, config_ids=wanted)
+    if settings.cluster is None:  # a cluster compiles each batch where it runs
+        precompile(space, config_ids=wanted)
     prescreen_table = None
     if settings.prescreen:
         rows = measure_rows(target, n, settings.prescreen, settings, wanted, stage(settings.prescreen, len(wanted)))

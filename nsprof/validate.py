@@ -20,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from nsprof.cluster import sharded
 from nsprof.errors import NsprofError
-from nsprof.measure import FastTimers
+from nsprof.measure import FastTimers, GroundTruth
 from nsprof.settings import Truth, ValidateSettings
 
 __all__ = ["ValidateResult", "ValidateSettings", "matched_pairs", "resolve_truths", "run_timers", "run_truth",
@@ -64,11 +65,12 @@ def run_timers(target: str, n_configs: int, names: list[str], settings: Validate
     rows: list[dict] = []
     failures: dict = {}
     for index, group in enumerate(timer_groups(names)):
-        backend = FastTimers(group, settings.profile, work_dir / f"timers{index}", timer_reps=settings.timer_reps)
+        timers = FastTimers(group, settings.profile, work_dir / f"timers{index}", timer_reps=settings.timer_reps)
+        backend = sharded(timers, settings.cluster)
         measured = backend.run(target, None, n_configs=n_configs, on_progress=on_progress)
         failures.update({("timers", cfg): reason for cfg, reason in measured.failures.items()})
         for r in measured.frame.itertuples():
-            if r.source == backend.failure_source:
+            if r.source == timers.failure_source:
                 continue  # the worker died on this config: in failures above
             rows.append({"config_id": int(r.config_id), "method": r.source, "value_ns": r.duration_ns})
             if isinstance(r.error, str):
@@ -118,7 +120,9 @@ def run_truth(target: str, truth: Truth | str, settings: ValidateSettings, work_
     from nsprof.profile import profile_result
 
     truth = Truth.parse(truth) if isinstance(truth, str) else truth
-    result = profile_result(target, truth_profile(truth, settings, work_dir), on_progress=on_progress, space=space)
+    profile_settings = truth_profile(truth, settings, work_dir)
+    result = profile_result(target, profile_settings, on_progress=on_progress, space=space,
+                            backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None)
     failures = {(truth.name, int(c)): reason for c, reason in result.failures.items()}
     return truth_rows(result.frame, truth), failures
 
@@ -191,7 +195,8 @@ def validate(target: str, settings: ValidateSettings | None = None,
     conditioned = resolve_truths(settings)  # a truth that takes no condition: one line, before any work
     space = load_target(target)
     n = len(space.configs)
-    precompile(space)
+    if settings.cluster is None:  # a cluster compiles each batch where it runs
+        precompile(space)
     work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-validate-"))
     work_dir.mkdir(parents=True, exist_ok=True)
     names = expand(list(settings.timers)) + (available_external() if settings.external else [])

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from nsprof.drivers.base import Driver
+from nsprof.measure import Backend
 
 FAKE_PROFILER = Path(__file__).parent / "targets" / "fake_profiler.py"
 
@@ -120,6 +121,34 @@ class StatusDriver(Driver):
                            for c in data["done"] for mode in settings.modes for rep in range(settings.reps)
                            for k in range(self.kernels)])
 
+
+# Which GPU model a stand-in Dask worker says it measured on, by its CUDA_VISIBLE_DEVICES.
+MODELS = {"0": "NVIDIA H200", "1": "NVIDIA A100-SXM4-80GB"}
+
+
+class NamedGpus(Backend):
+    """Another Backend whose Measured.device names the GPU model MODELS gives this process's
+    CUDA_VISIBLE_DEVICES (what a real worker says after CUDA init): stand-in GPUs of two models."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    @property
+    def labels(self):
+        return self.inner.labels
+
+    def in_subfolder(self, name):
+        return NamedGpus(self.inner.in_subfolder(name))
+
+    def run(self, target, config_ids, device=0, *, n_configs, on_progress=None, on_rows=None):
+        import os
+
+        measured = self.inner.run(target, config_ids, device, n_configs=n_configs, on_progress=on_progress,
+                                  on_rows=on_rows)
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        measured.device = {"uuid": f"GPU-standin-{visible}", "name": MODELS.get(visible, "NVIDIA H200")}
+        return measured
 
 def install() -> None:
     """Make every ncu/nsys session of this process use the stand-in (and need no tool on PATH),

@@ -166,3 +166,49 @@ def test_cuda_visible_devices_maps_to_the_physical_gpu(lock_dir, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     with gpu_lock(0) as path:
         assert path == lock_dir / "nsprof-gpu2.lock"
+
+
+def test_each_threads_session_passes_on_and_sweeps_only_its_own_gpus_lock(tmp_path):
+    """Several sessions in one process (a Dask worker's threads), one GPU each: a thread's children
+    inherit its own GPU's lock only (held_fds), and its sweep of orphaned holders sees only them."""
+    import subprocess
+    import threading
+
+    from nsprof.host.lock import gpu_lock, held_fds, orphaned_holders
+
+    ready, release = threading.Barrier(2), threading.Event()
+    seen: dict[int, tuple] = {}
+
+    orphans: dict[int, int] = {}
+
+    def orphan_holding(fds) -> int:
+        # A child holding the lock that is no longer a descendant (setsid, its shell gone): what a
+        # killed profiler's agent is.
+        child = subprocess.Popen(["sh", "-c", "setsid sleep 30 & echo $!"], stdout=subprocess.PIPE, text=True,
+                                 pass_fds=fds)
+        pid = int(child.stdout.readline())
+        child.wait()
+        return pid
+
+    def session(device: int) -> None:
+        with gpu_lock(device):
+            seen[device] = held_fds()
+            orphans[device] = orphan_holding(seen[device])
+            ready.wait(10)
+            release.wait(10)
+
+    other = threading.Thread(target=session, args=(1,))
+    other.start()
+    try:
+        with gpu_lock(0):
+            mine = held_fds()
+            ready.wait(10)
+            assert len(mine) == 1 and len(seen[1]) == 1 and mine != seen[1]
+            orphans[0] = orphan_holding(mine)
+            # This thread's sweep sees its own session's orphan, not the other thread's.
+            assert [pid for pid, _ in orphaned_holders()] == [orphans[0]]
+    finally:
+        release.set()
+        other.join()
+        for pid in orphans.values():
+            os.kill(pid, signal.SIGKILL)

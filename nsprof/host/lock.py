@@ -42,6 +42,16 @@ _POLL_S = 0.05
 # on itself forever.
 _held: dict[str, int] = {}
 _held_lock = threading.Lock()
+# The lock files each thread took: one process may run several sessions at once, each in a thread
+# of its own with a GPU of its own (a Dask worker's threads), and each session's children must
+# inherit its own GPU's lock only, and sweep only its own lock's orphans.
+_taken = threading.local()
+
+
+def _taken_here() -> set[str]:
+    if not hasattr(_taken, "keys"):
+        _taken.keys = set()
+    return _taken.keys
 
 
 def lock_dir() -> Path:
@@ -59,11 +69,12 @@ def lock_path(gpu: Gpu | int) -> Path:
 
 
 def held_fds() -> tuple[int, ...]:
-    """The descriptors of the GPU locks this process holds, for subprocess.Popen(pass_fds=...): a
+    """The descriptors of the GPU locks this thread holds, for subprocess.Popen(pass_fds=...): a
     child that inherits one keeps the lock held as long as it lives (flock belongs to the open
-    file, shared by every descriptor of it)."""
+    file, shared by every descriptor of it). Another thread's locks are its sessions' own."""
+    mine = _taken_here()
     with _held_lock:
-        return tuple(_held.values())
+        return tuple(fd for key, fd in _held.items() if key in mine and fd >= 0)
 
 
 def _flock_holders(files: set[tuple[int, int]]) -> tuple[list[int], dict[int, int]]:
@@ -111,9 +122,10 @@ def _command_of(pid: int) -> str:
 
 
 def orphaned_holders() -> list[tuple[int, str]]:
-    """(pid, command line) of the processes that hold one of this process's GPU locks through an
-    inherited descriptor but are no longer its descendants: what a killed profiler left behind
-    (nsys starts an agent of its own, which escapes the profiler's process group)."""
+    """(pid, command line) of the processes that hold one of this thread's GPU locks (held_fds)
+    through an inherited descriptor but are no longer this process's descendants: what a killed
+    profiler left behind (nsys starts an agent of its own, which escapes the profiler's process
+    group). Another thread's lock, and its session's children, are left alone."""
     if not Path("/proc/self/fdinfo").is_dir():
         return []
     files = set()
@@ -225,6 +237,7 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
         _acquire(fd, gpu, path, wait=wait, timeout_s=timeout_s, device=device)
         with _held_lock:
             _held[key] = fd
+        _taken_here().add(key)
         if writable:
             record = {"pid": os.getpid(), "command": _command_line(), "started_unix": time.time(),
                       "started": datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -240,6 +253,7 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
                 with contextlib.suppress(OSError):
                     os.ftruncate(fd, 0)
     finally:
+        _taken_here().discard(key)
         with _held_lock:
             _held.pop(key, None)
         if fd >= 0:
