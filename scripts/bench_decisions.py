@@ -1,0 +1,118 @@
+"""Issue 13's goals on a GPU machine: how sure `tune`'s decisions are, run after run.
+
+    source .device/setup.sh && python3 scripts/bench_decisions.py --out decisions.json \
+        [--spaces examples/seed_gemm.py:space,examples/softmax_triton.py:space] [--runs 3]
+
+For each space, `--runs` independent `nsprof tune SPACE --truth ncu,nsys --mode graph --json`
+(adaptive reps at their defaults, no store, no tuner pick or feed-back: nothing outside is
+changed). Per run and truth it records the decision (winner or tie, the tie set), what the
+adaptive reps did (sessions, reps, wall) against the first pass's wall, and the cross-truth
+verdict. Then it checks the goals:
+
+- no run names a single winner that another run (same truth) ranks outside its tie set;
+- each tie set's size;
+- the adaptive reps cost at most 30% on top of the first pass (a plain tune);
+- where ncu and nsys disagree, every run says so with both numbers and a cause.
+
+JSON is written after each run (a timeout keeps what ran); a short table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SPACES = "examples/seed_gemm.py:space,examples/softmax_triton.py:space,examples/matmul_triton.py:space512"
+
+
+def one_run(space: str, extra: list[str]) -> dict:
+    argv = [sys.executable, "-m", "nsprof", "tune", space, "--truth", "ncu,nsys", "--mode", "graph", "--json",
+            "--no-store", "--no-tuner-pick", "--no-feed-back", *extra]
+    started = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    entry: dict = {"space": space, "rc": done.returncode, "wall_s": wall}
+    if done.returncode != 0 or not done.stdout.strip():
+        entry["error"] = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return entry
+    document = json.loads(done.stdout)
+    entry["verdict"] = document.get("verdict")
+    entry["agreement"] = [{k: p.get(k) for k in ("a", "b", "verdict", "a_under_b", "b_under_a", "words")}
+                          for p in document.get("agreement", [])]
+    entry["explanations"] = [{"cause": e.get("cause"), "words": e.get("words")} for e in document.get("explanations", [])]
+    entry["truths"] = {}
+    for ranking in document.get("truths", []):
+        decision = ranking.get("decision") or {}
+        adaptive = ranking.get("adaptive") or {}
+        entry["truths"][ranking["truth"]] = {
+            "winner": ranking.get("best_config_id"), "tie_set": ranking.get("tie_set"),
+            "kind": decision.get("kind"), "words": decision.get("words"),
+            "first_pass_wall_s": ranking.get("first_pass_wall_s"),
+            "adaptive": {k: adaptive.get(k) for k in ("stopped", "sessions", "reps", "wall_s", "words")},
+        }
+    return entry
+
+
+def goals(runs: list[dict]) -> list[str]:
+    lines = []
+    by_space: dict[str, list[dict]] = {}
+    for r in runs:
+        by_space.setdefault(r["space"], []).append(r)
+    for space, entries in by_space.items():
+        ok = [e for e in entries if e["rc"] == 0]
+        truths = sorted({t for e in ok for t in e["truths"]})
+        for truth in truths:
+            decisions = [e["truths"][truth] for e in ok if truth in e["truths"]]
+            outside = [(a["winner"], b["tie_set"]) for a in decisions for b in decisions
+                       if a["kind"] == "winner" and a["winner"] not in (b["tie_set"] or [])]
+            sizes = [len(d["tie_set"] or []) for d in decisions]
+            costs = [d["adaptive"]["wall_s"] / d["first_pass_wall_s"] for d in decisions
+                     if d["adaptive"].get("wall_s") is not None and d["first_pass_wall_s"]]
+            lines.append(f"{space} {truth}: winners {[d['winner'] for d in decisions]}, tie sets {sizes}; "
+                         + ("no winner outside another run's tie set" if not outside else
+                            f"GOAL MISSED: winner outside another run's tie set {outside}")
+                         + (f"; adaptive cost best/median/worst {min(costs):.0%}/{statistics.median(costs):.0%}/"
+                            f"{max(costs):.0%} of the first pass" + (" (GOAL MISSED: > 30%)" if max(costs) > 0.30
+                                                                     else "") if costs else "; no adaptive reps ran"))
+        disagree = [e for e in ok if any(p["verdict"] == "disagree" for p in e["agreement"])]
+        if disagree:
+            explained = [e for e in disagree if e["explanations"] and all(x["cause"] for x in e["explanations"])]
+            lines.append(f"{space}: ncu and nsys disagree in {len(disagree)} of {len(ok)} runs; "
+                         f"a cause named in {len(explained)}" + ("" if len(disagree) == len(ok) else
+                                                                 " (the runs do not all agree on whether they disagree)"))
+        walls = [e["wall_s"] for e in ok]
+        if walls:
+            lines.append(f"{space}: wall best/median/worst {min(walls):.1f}/{statistics.median(walls):.1f}/"
+                         f"{max(walls):.1f} s over {len(walls)} runs ({len(entries) - len(ok)} failed)")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spaces", default=SPACES)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("extra", nargs="*", help="more nsprof tune options (after --)")
+    args = parser.parse_args()
+    result = {"machine": platform.node(), "date": time.strftime("%Y-%m-%d"), "argv": sys.argv[1:], "runs": []}
+    for space in args.spaces.split(","):
+        for index in range(args.runs):
+            entry = one_run(space, args.extra)
+            entry["run"] = index
+            result["runs"].append(entry)
+            result["goals"] = goals(result["runs"])
+            args.out.write_text(json.dumps(result, indent=1, default=str))
+            print(f"{space} run {index}: rc {entry['rc']}, {entry['wall_s']:.1f} s: "
+                  + (entry.get("error") or str(entry.get("verdict"))), flush=True)
+    print("\n".join(result.get("goals", [])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
