@@ -87,7 +87,8 @@ def agreement_document(
 
 def tune_document(result) -> str:
     """`nsprof tune --json`: label, best config, notes, the tuner's own pick, errors, the interval
-    method, the tie set and the decision (winner or tie, in words too) and the ranked rows, each
+    method, the tie set and the decision (winner or tie, in words too), what the adaptive reps did
+    (sessions, reps, why they stopped: nsprof.analysis.adaptive.AdaptiveSummary) and the ranked rows, each
     with ci_low_ns, ci_high_ns, ci_coverage and tied_with_best (`result`: an nsprof.tune.TuneResult)."""
     from nsprof.analysis.confidence import LEVEL, METHOD
     from nsprof.render.tables import describe_decision
@@ -100,6 +101,7 @@ def tune_document(result) -> str:
                 "notes": result.notes, "tuner_pick": result.tuner_pick, "errors": result.errors,
                 "stat": result.stat, "interval": interval, "tie_set": result.tie_set,
                 "decision": {**decision.as_json(), "words": describe_decision(result)},
+                "adaptive": None if getattr(result, "adaptive", None) is None else result.adaptive.as_json(),
                 "ranked": json.loads(result.table.to_json(orient="records"))}
     return json.dumps(document, default=str)
 
