@@ -302,18 +302,20 @@ def test_adaptive_reps_are_stored_and_resume_measures_nothing_again(noisy, tmp_p
 
 
 def test_cli_takes_the_adaptive_options(noisy, tmp_path):
-    from click.testing import CliRunner
-
-    from nsprof.cli import cli
+    """The real command line, in a process of its own with the stand-in as nsys (standins.install())."""
+    import os
+    import subprocess
 
     target, _ = noisy(IDENTICAL)
-    runner = CliRunner()
-    bad = runner.invoke(cli, ["tune", target, "--backend", "noisy", "--reps", "5", "--max-reps", "3"])
-    assert bad.exit_code != 0 and "--max-reps (3) must be at least --reps (5)" in bad.output
-    done = runner.invoke(cli, ["tune", target, "--backend", "noisy", "--mode", "direct", "--no-store", "--json",
-                               "--max-reps", "8", "--budget-s", "600", "--no-feed-back", "--no-tuner-pick",
-                               "--work-dir", str(tmp_path / "cli")])
-    assert done.exit_code == 0, done.output
-    document = json.loads(done.stdout.strip().splitlines()[-1])
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "NSPROF_LOCK_DIR": str(tmp_path)}
+    standin_cli = [sys.executable, str(Path(__file__).parent / "standins.py"), "tune", target, "--backend", "nsys",
+                   "--mode", "direct", "--no-store", "--no-feed-back", "--no-tuner-pick"]
+    bad = subprocess.run(standin_cli + ["--reps", "5", "--max-reps", "3"], capture_output=True, text=True, env=env)
+    assert bad.returncode != 0 and "--max-reps (3) must be at least --reps (5)" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) <= 3  # usage, help hint, the one line
+    done = subprocess.run(standin_cli + ["--json", "--max-reps", "8", "--budget-s", "600",
+                                         "--work-dir", str(tmp_path / "cli")], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
     assert document["adaptive"]["max_reps"] == 8 and document["adaptive"]["budget_s"] == 600
-    assert document["adaptive"]["stopped"] in ("max_reps", "separated")
+    assert document["adaptive"]["stopped"] in ("max_reps", "separated") and document["adaptive"]["sessions"] >= 1
