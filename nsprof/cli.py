@@ -632,6 +632,10 @@ def validate(target, timers, external, truth, matched, mode, reps, timer_reps, r
 @click.option("--stat", type=click.Choice(["median", "min"]), default="median", show_default=True,
               help="Rank by the median or the minimum over reps.")
 @click.option("--reps", type=click.IntRange(1), default=5, show_default=True, help="Ground-truth reps per config.")
+@click.option("--max-reps", type=click.IntRange(1), default=None,
+              help="Adaptive reps: the most reps a config still tied with the best gets in all (default 4 x --reps).")
+@click.option("--budget-s", type=click.FloatRange(min=0), default=30, show_default=True,
+              help="Adaptive reps: wall seconds their interleaved sessions may take (0: none).")
 @click.option("--prescreen", type=click.Choice(["graph", "graph_cold", "cupti", "cupti_cold", "event", "event_cold"]),
               default=None, help="Rank all configs with this fast timer first; measure only the best --top.")
 @click.option("--top", "top", type=click.IntRange(1), default=4, show_default=True,
@@ -661,16 +665,19 @@ def validate(target, timers, external, truth, matched, mode, reps, timer_reps, r
               help="Write a self-contained report page: the ranked table and the plot, readable offline (- for "
                    "standard output).")
 @_cluster_options
-def tune(target, backend, truth_list, deploy, explain, mode, stat, reps, prescreen, top, timeout_s, work_dir,
-         store_path, no_store, resume, retry_failed, wait, feed_back, tuner_pick, config_list, as_json, plot_path,
-         html_path, devices, scheduler, verbose) -> None:
+def tune(target, backend, truth_list, deploy, explain, mode, stat, reps, max_reps, budget_s, prescreen, top,
+         timeout_s, work_dir, store_path, no_store, resume, retry_failed, wait, feed_back, tuner_pick, config_list,
+         as_json, plot_path, html_path, devices, scheduler, verbose) -> None:
     """Rank every config of TARGET (file.py:space) by ground truth and name the best.
 
     Prints the ranked table (duration, the median's interval from the reps, spread, cycles,
     clock, distance from the best, configs tied with the best) and how the numbers were
-    taken; out of a tie the lowest median is fed back. With --prescreen, a fast timer ranks all configs and only
-    the best --top go to the ground truth. With --truth ncu,nsys, one table per truth, then whether the
-    winners agree, by how much they differ, which condition explains it, and the --deploy truth fed back.
+    taken; out of a tie the lowest median is fed back. The configs still tied with the best after
+    the first pass are measured again, interleaved in one profiled session, until the best is
+    separated, --max-reps or --budget-s. With --prescreen, a fast timer ranks all configs and only
+    the best --top go to the ground truth. With --truth ncu,nsys, one table per
+    truth, then whether the winners agree, by how much they differ, which condition explains it, and
+    the --deploy truth fed back.
     """
     from nsprof.drivers.registry import get_driver
     from nsprof.render.json import tune_document
@@ -696,12 +703,15 @@ def tune(target, backend, truth_list, deploy, explain, mode, stat, reps, prescre
         raise click.UsageError("--resume needs the results store (drop --no-store)")
     if retry_failed and not resume:
         raise click.UsageError("--retry-failed goes with --resume")
+    if max_reps is not None and max_reps < reps:
+        raise click.UsageError(f"--max-reps ({max_reps}) must be at least --reps ({reps})")
     bars = _StageBars()
     try:
         settings = TuneSettings(backend=backend, mode=mode, stat=stat, reps=reps, prescreen=prescreen,
                                 prescreen_top=top, timeout_s=timeout_s, work_dir=work_dir, store=store_path,
                                 use_store=not no_store, resume=resume, retry_failed=retry_failed, wait=wait,
                                 feed_back=feed_back, tuner_pick=tuner_pick, truths=truths, deploy=deploy or "",
+                                max_reps=max_reps, budget_s=budget_s,
                                 explain=explain, cluster=_cluster_settings(devices, scheduler, verbose))
         check_truths(settings)
         with results_only_on_stdout():

@@ -99,6 +99,22 @@ class GroundTruth(Backend):
                            on_rows=on_rows, driver=self.driver)
 
 
+    def interleave(self, target: str, config_ids: list[int], rounds: int, first_rep: dict[int, int], device: int = 0,
+                   *, n_configs: int, on_progress: Progress | None = None, on_rows: OnRows | None = None) -> Measured:
+        """Adaptive reps (nsprof.adaptive): `rounds` rounds over `config_ids` in one session, one
+        visit per config and round in the order given (A B C A B C ...), config c's reps numbered
+        from first_rep[c] (nsprof.worker.program's interleaved job). --timeout bounds each visit.
+        One worker run: a crash ends the session (its configs are failures, nothing restarts),
+        and only whole sessions hand rows over."""
+        from nsprof.session import run_session
+
+        _one_gpu(device)
+        settings = replace(self.settings, reps=rounds, max_restarts=0)
+        return run_session(target, n_configs, settings, config_ids=config_ids, on_progress=on_progress,
+                           on_rows=on_rows, driver=self.driver,
+                           job_extra={"interleave": True, "first_rep": {str(c): int(r) for c, r in first_rep.items()}})
+
+
 class FastTimers(Backend):
     """Fast timer methods (nsprof.timers.specs names) in one bare worker: one row per config and
     method, the method's `stat` over `timer_reps` samples as rep 0.

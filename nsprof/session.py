@@ -220,8 +220,8 @@ def _follow(proc, status_file: Path, settings: ProfileSettings, notify, log_hand
             if cfg not in seen.failed:
                 notify("fail", cfg, status.failed[cfg])
         now = time.monotonic()
-        if status.current != seen.current:
-            current_since = now
+        if status.current != seen.current or len(status.started) != len(seen.started):
+            current_since = now  # a config's window opens at each of its start lines (an interleaved job has several)
         if len(text) != seen_size:
             seen_size, last_line_at = len(text), now
         seen = status

@@ -205,6 +205,11 @@ class TuneSettings:
     # condition changed, to say which one explains it.
     explain: bool = True
     cluster: ClusterSettings | None = None  # spread the configs over several GPUs (nsprof.cluster)
+    # Adaptive reps (nsprof.adaptive): the configs still tied with the best after the first pass are
+    # measured again, interleaved, up to max_reps reps each (None: 4 x reps), while the adaptive
+    # sessions' wall time stays within budget_s (0: no adaptive reps).
+    max_reps: int | None = None
+    budget_s: float = 30.0
 
     def __post_init__(self) -> None:
         truths = ground_truths()
@@ -234,6 +239,9 @@ class TuneSettings:
             (self.prescreen is None or self.prescreen in TIMER_BACKENDS,
              f"--prescreen takes a fast timer: {', '.join(TIMER_BACKENDS)}"),
             (self.prescreen_top >= 1, "--top must be at least 1"),
+            (self.max_reps is None or self.max_reps >= self.reps,
+             f"--max-reps ({self.max_reps}) must be at least --reps ({self.reps})"),
+            (self.budget_s >= 0, "--budget-s must be 0 (no adaptive reps) or more"),
         ])
         self.profile  # noqa: B018 - built once, so that its own checks run now
 
@@ -259,6 +267,11 @@ class TuneSettings:
         if base.backend == backend and not overrides:
             return base
         return replace(base, backend=backend, **overrides)
+
+    @property
+    def adaptive_max_reps(self) -> int:
+        """The most reps a contender gets, adaptive reps included."""
+        return 4 * self.reps if self.max_reps is None else self.max_reps
 
     @cached_property
     def profile(self) -> ProfileSettings:

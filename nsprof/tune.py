@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsprof.analysis import crosstruth
+from nsprof.analysis.adaptive import AdaptiveSummary, Plan, first_pass_cost
 from nsprof.analysis.confidence import Decision, decide
 from nsprof.analysis.ranking import rank
 from nsprof.cluster import sharded
@@ -60,6 +61,9 @@ class TuneResult:
     def rankings(self) -> dict:
         """Every truth's ranking, {truth: TuneResult}, in the order ranked (just this one when alone)."""
         return self.truths or {self.truth or self.backend: self}
+    # What the adaptive reps did: sessions, reps, why they stopped (nsprof.adaptive); None: not tried
+    adaptive: AdaptiveSummary | None = None
+    first_pass_wall_s: float | None = None  # the first pass's wall time (measuring, through the store)
 
     @property
     def decision(self) -> Decision:
@@ -148,7 +152,7 @@ def retryable(reason: str, timeout_s: float) -> bool:
 
 def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, config_ids: list[int], on_progress,
                  on_rows: Callable[[object], None] | None = None,
-                 on_device: Callable[[dict | None], None] | None = None):
+                 on_device: Callable[[dict | None], None] | None = None, plan: Plan | None = None):
     """Tidy rows for `config_ids` under `backend`: kernels for ground truths (compiled first, see
     nsprof.profile.profile_result); for a fast timer one row per config holding the timer's
     statistic as rep 0. Failed configs are rows with an error.
@@ -156,8 +160,15 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
     on_rows(frame) gets whole configs' rows as they are known (each worker run's, and on Ctrl-C
     or SIGTERM what was finished), so that they can be stored before the run ends. on_device(device)
     gets what the worker measured on ({"uuid", "name"}, or None where it did not say).
+
+    With `plan` (a ground truth only): one interleaved session of adaptive reps over plan.configs
+    (nsprof.measure.GroundTruth.interleave) instead of a first pass over config_ids.
     """
-    if _is_truth(backend):
+    if plan is not None:
+        truth = GroundTruth(_profile_settings(backend, settings))
+        measured = truth.interleave(target, list(plan.configs), plan.rounds, plan.first_rep, n_configs=n,
+                                    on_progress=on_progress, on_rows=on_rows)
+    elif _is_truth(backend):
         from nsprof.profile import profile_result
 
         profile_settings = _profile_settings(backend, settings)
@@ -178,9 +189,80 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
     return measured.frame
 
 
+ADAPTIVE_RUN = "adaptive_session"  # the key in a stored run's settings that marks a session of adaptive reps
+
+
+def _select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int]):
+    """Of stored rows, those tune ranks: only rows taken of today's configs (an id names another
+    config once the space is edited); of each config its latest first-pass run (resumed runs can
+    hold a config twice) and the adaptive sessions stored after it, which add reps to it; a rep
+    held twice is the later run's."""
+    stored = stored[[wanted_json.get(int(c)) == text for c, text in zip(stored["config_id"], stored["config_json"])]]
+    adaptive = stored["run_id"].isin(list(adaptive_runs))
+    base = stored[~adaptive].groupby("config_id")["run_id"].max()
+    first = stored["config_id"].map(base)
+    keep = (stored["run_id"] == first) | (adaptive & first.notna() & (stored["run_id"] > first))
+    stored = stored[keep.fillna(False).astype(bool)]
+    latest_rep = stored.groupby(["config_id", "mode", "rep"], dropna=False)["run_id"].transform("max")
+    return stored[stored["run_id"] == latest_rep]
+
+
+class _Stored:
+    """What tune needs to go back to the results store after its first pass: the key of the
+    space's rows and today's configs."""
+
+    def __init__(self, settings: TuneSettings, group: dict, wanted_json: dict[int, str], gpu_uuid: str) -> None:
+        self.settings, self.group, self.wanted_json, self.gpu_uuid = settings, group, wanted_json, gpu_uuid
+
+    def rows(self, store):
+        runs = store.runs()
+        adaptive = {int(i) for i, text in zip(runs["id"], runs["settings_json"])
+                    if isinstance(text, str) and f'"{ADAPTIVE_RUN}"' in text}
+        return _select_stored(store.frame(**self.group, config_id=list(self.wanted_json)), self.wanted_json, adaptive)
+
+    def session(self, target: str, backend: str, n: int, plan: Plan, number: int, on_progress):
+        """One adaptive session, stored as a run of its own (marked ADAPTIVE_RUN), each config's
+        rows in one transaction as the session hands them over; returns its rows."""
+        from dataclasses import asdict
+
+        from nsprof.store import MeasurementKey, ResultStore
+
+        with ResultStore(self.settings.store) as store:
+            labels = {**asdict(self.settings), ADAPTIVE_RUN: number, "configs": list(plan.configs),
+                      "rounds": plan.rounds}
+            run_id = store.start_run(target=target, settings=labels, gpu_uuid=self.gpu_uuid, **self.group)
+            status = "failed"
+
+            def store_rows(frame) -> None:
+                from nsprof.adaptive import planned_rows
+
+                kept = planned_rows(frame, plan)
+                for config_id, config_rows in kept.groupby("config_id", sort=True):
+                    store.add(run_id, MeasurementKey(config_id=int(config_id), config_json=self.wanted_json[int(config_id)],
+                                                     **self.group), config_rows)
+
+            try:
+                rows = measure_rows(target, n, backend, self.settings, list(plan.configs), on_progress,
+                                    on_rows=store_rows, plan=plan)
+                status = "ok" if rows["error"].isna().any() else "nothing measured"
+            except KeyboardInterrupt:
+                status = "interrupted"
+                raise
+            finally:
+                store.finish_run(run_id, status)
+        return rows
+
+    def merged(self):
+        from nsprof.store import ResultStore
+
+        with ResultStore(self.settings.store) as store:
+            return self.rows(store)
+
+
 def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wanted: list[int], on_progress,
                     notes: list[str]):
-    """measure_rows through the results store: resume, one transaction per config, GPU lock."""
+    """measure_rows through the results store: resume, one transaction per config, GPU lock.
+    Returns the rows to rank (see _select_stored) and the _Stored context for adaptive sessions."""
     from nsprof.cluster import cluster_gpu
     from nsprof.host.gpu import gpu_of, which_gpu
     from nsprof.space import target_fingerprint
@@ -234,39 +316,52 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
                 store.relabel_gpu(run_id, ran_on.key, ran_on.uuid)
                 notes.append(f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such")
                 group["gpu"] = ran_on.key
-        stored = store.frame(**group, config_id=wanted)
-    # Only rows taken of today's configs (an id names another config once the space is edited),
-    # and of each config its latest run (resumed runs can hold a config twice).
-    stored = stored[[wanted_json.get(int(c)) == text for c, text in zip(stored["config_id"], stored["config_json"])]]
-    latest = stored.groupby("config_id")["run_id"].transform("max")
-    return stored[stored["run_id"] == latest]
+        context = _Stored(settings, group, wanted_json, gpu.uuid)
+        return context.rows(store), context
 
 
 def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: list[int], on_progress,
-               notes: list[str] | None = None) -> TuneResult:
+               notes: list[str] | None = None, stage=None) -> TuneResult:
     """Rank configs `wanted` of `space` under one truth (a ground truth, a variant such as
     ncu@base-warm, or a fast timer): measured (through the results store unless settings.use_store is
     off), summarised per config and ranked by settings.stat. Raises when nothing was measured.
-    Every ranking of a tune goes through here, one truth at a time."""
+    Every ranking of a tune goes through here, one truth at a time. With `stage` (the progress
+    bars' factory), the contenders left tied after the first pass get adaptive reps (within
+    settings.budget_s for this truth: nsprof.adaptive); without it (the cross-truth probes), none."""
+    import time
+
     from nsprof.profile import check_measured, config_summary
 
     notes = [] if notes is None else notes
+    n = len(space.configs)
+    timed, cost_of_first_pass = _timed(on_progress, settings)
+    began = time.monotonic()
     if settings.use_store:
-        rows = _measure_stored(target, space, truth, settings, wanted, on_progress, notes)
+        rows, stored = _measure_stored(target, space, truth, settings, wanted, timed, notes)
     else:
-        rows = measure_rows(target, len(space.configs), truth, settings, wanted, on_progress)
+        rows, stored = measure_rows(target, n, truth, settings, wanted, timed), None
+    first_pass_wall_s = time.monotonic() - began
+    adaptive = None
+    if stage is not None and settings.cluster is not None and _is_truth(truth):
+        notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
+    elif stage is not None:
+        rows, adaptive = _adaptive(target, n, truth, settings, rows, stored, cost_of_first_pass(), stage)
+        if _is_truth(truth):
+            notes.append(adaptive.describe())
     summary = config_summary(rows)
     backend = split_truth(truth)[0]
     if _is_truth(truth):
         conditions = registry.driver_class(backend).conditions(_profile_settings(truth, settings))
-        label = (f"{truth}, mode {settings.mode}, {settings.stat} of {settings.reps} reps"
+        reps = (f"{settings.reps} reps" if adaptive is None or not adaptive.reps else
+                f"{settings.reps} reps, the contenders' up to {max(adaptive.reps_per_config.values())} (adaptive)")
+        label = (f"{truth}, mode {settings.mode}, {settings.stat} of {reps}"
                  + (f", {conditions}" if conditions else ""))
     else:
         label = f"fast timer {TIMER_BACKENDS[truth]}, {settings.stat} of {settings.timer_reps} samples"
     table = rank(summary, settings.stat)
     table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
     result = TuneResult(table, space.configs, backend, label, None, notes, stat=settings.stat, truth=truth,
-                        labels=key_labels(truth, settings))
+                        labels=key_labels(truth, settings), adaptive=adaptive, first_pass_wall_s=first_pass_wall_s)
     if result.best_config_id is None:
         check_measured(rows)
     return result
@@ -367,7 +462,7 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
         wanted = [int(c) for c in prescreen_table[prescreen_table["error"].isna()]["config_id"].head(settings.prescreen_top)]
         if not wanted:
             raise NsprofError(f"the prescreen timer {settings.prescreen} measured no config")
-    results = {truth: rank_truth(target, space, truth, settings, wanted, stage(truth, len(wanted)))
+    results = {truth: rank_truth(target, space, truth, settings, wanted, stage(truth, len(wanted)), stage=stage)
                for truth in settings.ranked_truths}
     deploy = settings.deploy_truth
     result = results[deploy]
@@ -407,6 +502,44 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     return result
 
 
+
+def _timed(progress, settings: TuneSettings):
+    """The first pass's progress callback, timing when each config finishes, and a function giving
+    the cost model (nsprof.analysis.adaptive.first_pass_cost) from those times."""
+    import time
+
+    began = time.monotonic()
+    done_at: list[float] = []
+
+    def timed(event: str, config_id: int, detail: str) -> None:
+        if event == "done":
+            done_at.append(time.monotonic() - began)
+        if progress is not None:
+            progress(event, config_id, detail)
+
+    def cost():
+        return first_pass_cost(time.monotonic() - began, done_at, settings.reps, settings.profile.warmup)
+
+    return timed, cost
+
+
+def _adaptive(target: str, n: int, truth: str, settings: TuneSettings, rows, stored: _Stored | None, cost, stage):
+    """Adaptive reps for the contenders (nsprof.adaptive.refine), each session through the results
+    store when there is one."""
+    import pandas as pd
+
+    from nsprof.adaptive import refine
+
+    def measure(plan: Plan, number: int):
+        progress = stage(f"{truth} adaptive {number}", len(plan.configs))
+        if stored is not None:
+            return stored.session(target, truth, n, plan, number, progress)
+        return measure_rows(target, n, truth, settings, list(plan.configs), progress, plan=plan)
+
+    def merge(rows, kept):
+        return stored.merged() if stored is not None else pd.concat([rows, kept], ignore_index=True)
+
+    return refine(rows, settings, measure=measure, merge=merge, cost=cost)
 
 
 RESULT_MARKER = "NSPROF_RESULT "

@@ -8,7 +8,10 @@ rows per (mode, rep) whose duration is the config's "ns" value (1000 + config id
 none, or with `config_ns=False`, which leaves the target unimported in nsprof's own process;
 a config's optional "ns_reps" list gives rep r the value ns_reps[r % len], for reps that vary;
 its optional "ns_at" maps "<clock_control>-<cache_control>" of the rows' labels to the value under
-those conditions, for truths that disagree):
+those conditions, for truths that disagree);
+"ns_sigma" multiplies it by 1 + ns_sigma·z, z a standard normal drawn per (config, rep) from a
+generator seeded by the config's "seed", its id and the rep, so that a rep's value does not depend
+on when or in which session it was measured):
 what a profiler would have measured, known in advance. StatusDriver.for_session() is the
 session tests' kind: two kernels per rep, and an empty report is an error.
 
@@ -114,11 +117,20 @@ class StatusDriver(Driver):
             if at is not None:  # what this config takes under these clock and cache conditions
                 return float(at)
             per_rep = configs[c].get("ns_reps")
-            return float(per_rep[rep % len(per_rep)] if per_rep else configs[c].get("ns", 1000 + c))
+            ns = float(per_rep[rep % len(per_rep)] if per_rep else configs[c].get("ns", 1000 + c))
+            sigma = configs[c].get("ns_sigma")
+            if sigma:  # a known distribution: normal, relative sd `sigma`, drawn per (config, rep), seeded
+                import random
 
+                ns *= 1.0 + sigma * random.Random(f"{configs[c].get('seed', 0)}:{c}:{rep}").gauss(0.0, 1.0)
+            return ns
+
+        from nsprof.worker.protocol import Job
+
+        job = Job(**data["job"])  # its rep numbers: an interleaved job's continue after the first pass's
         return make_frame([{"source": settings.backend, "config_id": c, "mode": mode, "rep": rep, "kernel": f"k{k}",
                             "duration_ns": duration(c, rep), **labels}
-                           for c in data["done"] for mode in settings.modes for rep in range(settings.reps)
+                           for c in data["done"] for mode in settings.modes for rep in job.rep_numbers(c)
                            for k in range(self.kernels)])
 
 

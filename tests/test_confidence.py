@@ -270,7 +270,7 @@ def test_cli_tune_json_shows_intervals_tie_set_and_decision(tmp_path):
     (tmp_path / "noisy.py").write_text(CPU_TARGET)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks")}
     base = [sys.executable, str(STANDINS), "tune", "noisy.py:space", "--backend", "ncu", "--mode", "direct",
-            "--no-store", "--timeout", "120"]
+            "--no-store", "--timeout", "120", "--budget-s", "0"]  # the first pass's intervals: no adaptive reps
     done = subprocess.run([*base, "--json", "--work-dir", "wd1"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -21,7 +21,7 @@ LAYERS = [
     ["nsprof.session"],
     ["nsprof.measure"],
     ["nsprof.render", "nsprof.integrations"],
-    ["nsprof.profile", "nsprof.validate", "nsprof.tune", "nsprof.doctor", "nsprof.cluster"],
+    ["nsprof.profile", "nsprof.validate", "nsprof.adaptive", "nsprof.tune", "nsprof.doctor", "nsprof.cluster"],
     ["nsprof.cli", "nsprof.__main__", "nsprof"],
 ]
 

@@ -103,10 +103,12 @@ def test_tune_through_the_store_resumes_only_missing_configs(tmp_path, monkeypat
     monkeypatch.setattr("nsprof.profile.precompile", lambda space, jobs=None, log=None, config_ids=None: {})
     monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
     store = tmp_path / "results.sqlite"
-    settings = TuneSettings(backend="ncu", mode="graph", store=store)
+    # budget_s=0: the first pass and resume only (adaptive reps: tests/test_adaptive.py)
+    settings = TuneSettings(backend="ncu", mode="graph", store=store, budget_s=0)
     first = tune_module.tune(gemm_target, settings, config_ids=list(range(0, 20)))
     assert measured_calls == [list(range(0, 20))]
-    resumed = tune_module.tune(gemm_target, TuneSettings(backend="ncu", mode="graph", store=store, resume=True))
+    resumed = tune_module.tune(gemm_target, TuneSettings(backend="ncu", mode="graph", store=store, resume=True,
+                                                         budget_s=0))
     assert measured_calls[1] == list(range(20, 32))  # only what the store lacked
     assert "resumed: 20 of 32 configs came from the results store" in resumed.notes
     order, medians = independent_order("profile_ncu.csv", "graph")

@@ -101,7 +101,8 @@ def agreement_document(
 
 def tune_document(result) -> str:
     """`nsprof tune --json`: label, best config, notes, the tuner's own pick, errors, the interval
-    method, the tie set and the decision (winner or tie, in words too) and the ranked rows, each
+    method, the tie set and the decision (winner or tie, in words too), what the adaptive reps did
+    (sessions, reps, why they stopped: nsprof.analysis.adaptive.AdaptiveSummary) and the ranked rows, each
     with ci_low_ns, ci_high_ns, ci_coverage and tied_with_best (`result`: an nsprof.tune.TuneResult)."""
     from nsprof.analysis.confidence import LEVEL, METHOD
     from nsprof.render.tables import describe_decision
@@ -114,6 +115,7 @@ def tune_document(result) -> str:
                 "notes": result.notes, "tuner_pick": result.tuner_pick, "errors": result.errors,
                 "stat": result.stat, "interval": interval, "tie_set": result.tie_set,
                 "decision": {**decision.as_json(), "words": describe_decision(result)},
+                "adaptive": None if result.adaptive is None else result.adaptive.as_json(),
                 "ranked": json.loads(result.table.to_json(orient="records"))}
     document.update(cross_truth_document(result))
     return json.dumps(document, default=str)
@@ -124,6 +126,8 @@ def _ranking(ranked) -> dict:
 
     return {"truth": ranked.truth or ranked.backend, "label": ranked.label, "labels": jsonable(ranked.labels),
             "best_config_id": ranked.best_config_id, "tie_set": ranked.tie_set,
+            "first_pass_wall_s": ranked.first_pass_wall_s,
+            "adaptive": None if ranked.adaptive is None else ranked.adaptive.as_json(),
             "decision": {**ranked.decision.as_json(), "words": describe_decision(ranked)},
             "ranked": json.loads(ranked.table.to_json(orient="records"))}
 

@@ -249,6 +249,8 @@ def _run(job: Job, status: Status) -> int:
         raise
     if job.task == "timers":
         return _run_timers(job, space, device, status)
+    if job.interleave:
+        return _run_interleaved(job, space, device, status)
     for config_id, launch in _configs(job, space, device, status):
         try:
             for _ in range(job.warmup):
@@ -257,17 +259,10 @@ def _run(job: Job, status: Status) -> int:
             replay = device.capture(launch) if "graph" in job.modes else None
             for mode in job.modes:
                 call = launch if mode == "direct" else replay
-                for rep in range(job.reps):
+                for rep in job.rep_numbers(config_id):
                     # The outer range opens per rep, so warm-up and capture stay outside
                     # every range and ncu (--nvtx-include nsprof@nsprof/) skips them.
-                    device.push(NSPROF_DOMAIN)
-                    device.push(range_name(config_id, mode, rep))
-                    try:
-                        call()
-                        device.sync()
-                    finally:
-                        device.pop()
-                        device.pop()
+                    _measure_rep(device, config_id, mode, rep, call)
         except Exception as exc:
             status.write("fail", config_id, json.dumps(_reason(exc)))
             traceback.print_exc()
@@ -278,6 +273,77 @@ def _run(job: Job, status: Status) -> int:
             # Drop this config's inputs and graph before the next one is built.
             launch = replay = None  # noqa: F841
         status.write("done", config_id)
+    if not device.healthy():
+        return EXIT_CONTEXT_LOST
+    status.write("end")
+    return 0
+
+
+def _measure_rep(device: Device, config_id: int, mode: str, rep: int, call) -> None:
+    device.push(NSPROF_DOMAIN)
+    device.push(range_name(config_id, mode, rep))
+    try:
+        call()
+        device.sync()
+    finally:
+        device.pop()
+        device.pop()
+
+
+def _run_interleaved(job: Job, space, device: Device, status: Status) -> int:
+    """Adaptive reps: every config of the job built (warmed up, its graph captured) first, then
+    job.reps rounds of one visit per config, in job order (A B C A B C ...), so that slow drift
+    (clocks, temperature) hits every config alike.
+
+    Each visit measures under the first pass's conditions: `job.warmup` launches of the call being
+    measured (the graph replay in mode graph), outside every range, then one rep. In the first
+    pass a config's reps follow its own warm-up and its own reps; here the visit before belongs to
+    another config, whose kernels and data would otherwise fill L2 (nsys, graph replay: warm L2)
+    for this config's rep. Under ncu the warm-up costs no replay (outside the ranges) and ncu's
+    own cache control applies as in the first pass.
+
+    A "start" line opens each visit, so --timeout bounds one visit (a config's whole first-pass
+    window is longer); "done" follows for every config after the last round: only whole sessions
+    count (a cut-off session would have given some contenders more reps than others).
+    """
+    built = []
+    for config_id, launch in _configs(job, space, device, status):
+        try:
+            for _ in range(job.warmup):
+                launch()
+            device.sync()
+            replay = device.capture(launch) if "graph" in job.modes else None
+        except Exception as exc:
+            status.write("fail", config_id, json.dumps(_reason(exc)))
+            traceback.print_exc()
+            if not device.healthy():
+                return EXIT_CONTEXT_LOST
+            continue
+        built.append((config_id, {"direct": launch, "graph": replay}))
+    failed: set[int] = set()
+    for round_index in range(job.reps):
+        for config_id, calls in built:
+            if config_id in failed:
+                continue
+            status.write("start", config_id)
+            print(START_MARKER, config_id, file=sys.stderr, flush=True)
+            try:
+                for mode in job.modes:
+                    call = calls[mode]
+                    for _ in range(job.warmup):
+                        call()
+                    device.sync()
+                    _measure_rep(device, config_id, mode, job.rep_numbers(config_id)[round_index], call)
+            except Exception as exc:
+                failed.add(config_id)
+                status.write("fail", config_id, json.dumps(_reason(exc)))
+                traceback.print_exc()
+                if not device.healthy():
+                    return EXIT_CONTEXT_LOST
+    for config_id, _ in built:
+        if config_id not in failed:
+            status.write("done", config_id)
+    built = []
     if not device.healthy():
         return EXIT_CONTEXT_LOST
     status.write("end")

@@ -10,6 +10,8 @@ progress bar, enforce per-config timeouts and restart after a crash:
                                {"uuid": "", "name": "cpu"} for a cpu space
     abort <json reason>        the target could not be loaded (or CUDA not initialised)
     start <cfg> | done <cfg> | fail <cfg> <json reason>
+                               (an interleaved job writes start before each visit of a config, and
+                               done once, for every config, after the last round)
     stopped                    nsprof asked it to stop (SIGTERM): it stopped early and cleanly
     end                        every config ran
 parse_status reads exactly these; Status writes them.
@@ -47,6 +49,17 @@ class Job:
     # for it. -1: nothing to watch (the worker run by hand).
     watch_fd: int = -1
     watch_inode: int = 0
+    # Adaptive reps (nsprof.adaptive): the configs built first, then `reps` rounds over them, each
+    # round one visit per config in job order (warm-up outside every range, then one rep of each
+    # mode). A config's reps are numbered from first_rep[str(id)] (0 where absent), so that its
+    # range names continue after the reps it has.
+    interleave: bool = False
+    first_rep: dict = field(default_factory=dict)
+
+    def rep_numbers(self, config_id: int) -> range:
+        """The rep numbers this job measures of `config_id` (its range names' r<rep>)."""
+        start = int(self.first_rep.get(str(config_id), 0))
+        return range(start, start + self.reps)
 
     def write(self, path: Path) -> Path:
         path.write_text(json.dumps(asdict(self), indent=1))

@@ -1,0 +1,165 @@
+"""Adaptive reps for the contenders only (issue 13): pure decisions over recorded reps.
+
+After tune's first pass, the configs still tied with the best (nsprof.analysis.confidence) are
+measured again, interleaved in one profiled session (A B C A B C ...), until the best is
+separated or a budget runs out. This module holds the parts that need no process: which configs
+contend, whether to go on (and why not), and how many rounds the next session does.
+
+The cost model: a session costs a profiler start-up (`startup_s`, ~9-11 s for ncu or nsys on the
+H200) plus `visit_s` per visit (one config's warm-up and one rep). Both come from the first pass
+(`first_pass_cost`), from the times its configs finished: the gap between two configs finishing
+is one config's work (build from cache, warm-up, reps), so a visit costs that gap scaled by
+(warmup + 1) / (warmup + reps), an overestimate (the build is in the gap); the start-up is what
+of the pass's wall time the configs' work does not explain.
+
+Rounds per session ("ski rental"): when the rest of the reps up to --max-reps costs no more
+than one more start-up, a session does them all (a second session would cost more than the
+rounds it could save); otherwise it doubles the contenders' reps, so that the rounds done beyond
+need are at most about the rounds needed, and sessions stay few (log2(max_reps / reps)). A
+session that the budget left cannot pay (start-up and one round) is not started.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+# What stopped the adaptive reps (TuneResult.adaptive.stopped, tune --json "adaptive.stopped").
+SEPARATED = "separated"  # the best's interval overlaps no other's: a winner
+MAX_REPS = "max_reps"  # every contender has --max-reps reps: a tie
+BUDGET = "budget"  # the budget left cannot pay another session: a tie
+OFF = "off"  # --budget-s 0: no adaptive session
+UNTESTED = "untested"  # no interval (fewer than 2 reps): nothing to separate
+FAST_TIMER = "fast_timer"  # a fast timer gives one number per config: no reps to add
+FAILED = "failed"  # an adaptive session measured nothing: the ranking stands on the reps before it
+STOP_REASONS = (SEPARATED, MAX_REPS, BUDGET, OFF, UNTESTED, FAST_TIMER, FAILED)
+
+STARTUP_S = 10.0  # a profiler's start-up and tear-down where the first pass could not say (H200: 9-11 s)
+VISIT_S = 0.25  # one visit where the first pass could not say (ncu: 40-85 ms per profiled kernel)
+
+
+@dataclass(frozen=True)
+class Cost:
+    startup_s: float  # one session's fixed cost
+    visit_s: float  # one config's warm-up and one rep, in a session
+    measured: bool = True  # False: the defaults above (nothing was timed)
+
+
+def first_pass_cost(wall_s: float, done_at: list[float], reps: int, warmup: int) -> Cost:
+    """The cost model from a first pass that took `wall_s` and whose configs finished at the times
+    `done_at` (seconds from its start, in order). Needs 2 configs finished to say; else the defaults."""
+    times = sorted(t for t in done_at if t == t)
+    if len(times) < 2 or wall_s <= 0:
+        return Cost(STARTUP_S, VISIT_S, measured=False)
+    per_config = (times[-1] - times[0]) / (len(times) - 1)
+    visit = per_config * (warmup + 1) / max(1, warmup + reps)
+    startup = max(0.0, wall_s - per_config * len(times))
+    return Cost(startup, max(visit, 1e-6))
+
+
+def updated_cost(cost: Cost, wall_s: float, visits: int) -> Cost:
+    """The cost model after a session of `visits` visits that took `wall_s`: the start-up is kept,
+    the visit cost is what the session's wall time says beyond it (never below 0)."""
+    if visits <= 0 or wall_s <= 0:
+        return cost
+    return Cost(cost.startup_s, max((wall_s - cost.startup_s) / visits, 1e-6), measured=True)
+
+
+def contenders(decision) -> list[int]:
+    """The configs to measure again: the tie set (nsprof.analysis.confidence.Decision.members, in
+    rank order) when the decision is a tie, else none."""
+    return list(decision.members) if decision.kind == "tie" else []
+
+
+def stop_reason(decision, reps: dict[int, int], max_reps: int) -> str | None:
+    """Why no further adaptive session is needed, or None to go on: `decision` over all reps so
+    far, `reps` each config's rep count."""
+    if decision.kind == "winner":
+        return SEPARATED
+    if decision.kind != "tie":
+        return UNTESTED
+    if all(reps.get(c, 0) >= max_reps for c in decision.members):
+        return MAX_REPS
+    return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One adaptive session: `rounds` rounds over `configs` (in this order each round), config c's
+    reps numbered from first_rep[c]."""
+
+    configs: tuple[int, ...]
+    rounds: int
+    first_rep: dict[int, int]
+    expected_s: float  # what the cost model says it takes
+
+    @property
+    def visits(self) -> int:
+        return self.rounds * len(self.configs)
+
+    def order(self) -> list[tuple[int, int]]:
+        """(config_id, rep) of every visit, in the order they run: A B C A B C ..."""
+        return [(c, self.first_rep[c] + r) for r in range(self.rounds) for c in self.configs]
+
+
+def session_configs(decision, reps: dict[int, int], max_reps: int) -> list[int]:
+    """The contenders that the next session measures: those below max_reps, in rank order."""
+    return [c for c in contenders(decision) if reps.get(c, 0) < max_reps]
+
+
+def plan_session(configs: list[int], reps: dict[int, int], next_rep: dict[int, int], max_reps: int,
+                 budget_left_s: float, cost: Cost) -> Plan | None:
+    """The next session over `configs` (session_configs: each below max_reps), or None where the budget left cannot pay a start-up and
+    one round. reps: each config's rep count so far; next_rep: the first free rep number of each
+    (reps continue after the ones they have, so range names stay unique per config)."""
+    if not configs:
+        raise ValueError("a session needs a config to measure")
+    have = max(reps.get(c, 0) for c in configs)
+    left = max_reps - have
+    if left < 1:
+        raise ValueError(f"a config of {configs} has max_reps ({max_reps}) reps already")
+    round_s = cost.visit_s * len(configs)
+    rounds = left if left * round_s <= cost.startup_s else min(left, max(1, have))
+    affordable = math.floor((budget_left_s - cost.startup_s) / round_s) if round_s > 0 else left
+    if affordable < 1:
+        return None
+    rounds = min(rounds, affordable)
+    return Plan(tuple(configs), rounds, {c: int(next_rep.get(c, reps.get(c, 0))) for c in configs},
+                cost.startup_s + rounds * round_s)
+
+
+@dataclass
+class AdaptiveSummary:
+    """What the adaptive reps did (TuneResult.adaptive, tune --json "adaptive")."""
+
+    stopped: str  # one of STOP_REASONS
+    max_reps: int
+    budget_s: float
+    sessions: int = 0
+    reps: int = 0  # adaptive reps measured and kept, over all contenders
+    wall_s: float = 0.0
+    # one per session: {"configs": [...], "rounds": n, "first_rep": {id: rep}, "wall_s": s, "kept": bool}
+    history: list[dict] = field(default_factory=list)
+    reps_per_config: dict[int, int] = field(default_factory=dict)  # the contenders' rep counts at the end
+    note: str = ""  # why a session was not started or what failed, in words
+
+    def describe(self) -> str:
+        words = {SEPARATED: "the best is separated", MAX_REPS: f"every contender reached --max-reps {self.max_reps}",
+                 BUDGET: f"the budget (--budget-s {self.budget_s:g}) cannot pay another session",
+                 OFF: "off (--budget-s 0)", UNTESTED: "no interval to separate (fewer than 2 reps)",
+                 FAST_TIMER: "not done for a fast timer (one number per config)",
+                 FAILED: "an adaptive session failed"}[self.stopped]
+        if self.stopped in (OFF, FAST_TIMER, UNTESTED):
+            return f"adaptive reps: {words}"
+        if self.sessions == 0 and self.stopped == SEPARATED:
+            return "adaptive reps: none needed (the first pass separated the best)"
+        done = (f"{self.reps} reps in {self.sessions} interleaved session{'s' * (self.sessions != 1)} "
+                f"({self.wall_s:.1f} s)")
+        line = f"adaptive reps: {done}; stopped: {words}"
+        return line + (f"; {self.note}" if self.note else "")
+
+    def as_json(self) -> dict:
+        return {"stopped": self.stopped, "sessions": self.sessions, "reps": self.reps, "wall_s": self.wall_s,
+                "max_reps": self.max_reps, "budget_s": self.budget_s, "history": self.history,
+                "reps_per_config": {str(k): v for k, v in self.reps_per_config.items()}, "note": self.note,
+                "words": self.describe()}

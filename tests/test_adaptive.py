@@ -1,0 +1,321 @@
+"""Adaptive reps for the contenders only (issue 13).
+
+The pure parts (who contends, when to stop, how many rounds a session does, which rows are kept)
+on recorded reps; then real `tune` through a stand-in driver (tests/standins.py) whose durations
+come from a known distribution per config (normal, seeded per config and rep), in real worker
+processes. The stand-in target's launch appends "pid config" to a log, so the order of launches
+(warm-ups and reps) in every worker process can be read back.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from standins import StatusDriver  # noqa: E402
+
+from nsprof.analysis import adaptive as rules  # noqa: E402
+from nsprof.analysis.adaptive import Cost, Plan  # noqa: E402
+from nsprof.analysis.confidence import Decision  # noqa: E402
+from nsprof.drivers import registry  # noqa: E402
+from nsprof.schema import make_frame  # noqa: E402
+from nsprof.settings import TuneSettings  # noqa: E402
+
+# -- the pure rules ------------------------------------------------------------------------
+
+
+def _tie(*members):
+    return Decision("tie", members[0], list(members))
+
+
+def test_stop_reason_names_why_the_reps_stop():
+    assert rules.stop_reason(Decision("winner", 3, [3]), {3: 5}, 20) == rules.SEPARATED
+    assert rules.stop_reason(Decision("untested", 3, [3]), {3: 1}, 20) == rules.UNTESTED
+    assert rules.stop_reason(_tie(1, 2), {1: 20, 2: 20}, 20) == rules.MAX_REPS
+    assert rules.stop_reason(_tie(1, 2), {1: 20, 2: 5}, 20) is None  # one contender can still gain reps
+    assert rules.session_configs(_tie(2, 1, 4), {1: 20, 2: 5, 4: 6}, 20) == [2, 4]  # rank order, below the cap
+
+
+def test_a_session_does_every_rep_left_when_they_cost_less_than_a_start_up():
+    cost = Cost(startup_s=10.0, visit_s=0.1)  # 15 rounds x 3 configs x 0.1 s = 4.5 s < 10 s
+    plan = rules.plan_session([4, 1, 7], {4: 5, 1: 5, 7: 5}, {4: 5, 1: 5, 7: 5}, 20, 60.0, cost)
+    assert plan.rounds == 15 and plan.configs == (4, 1, 7)
+    assert plan.expected_s == pytest.approx(10.0 + 4.5)
+    assert plan.order()[:4] == [(4, 5), (1, 5), (7, 5), (4, 6)]  # A B C A ..., reps continue at 5
+
+
+def test_a_dear_session_doubles_the_reps_and_the_budget_caps_it():
+    cost = Cost(startup_s=10.0, visit_s=1.0)  # 15 rounds x 2 configs = 30 s > 10 s: double instead
+    plan = rules.plan_session([0, 1], {0: 5, 1: 5}, {0: 5, 1: 5}, 20, 100.0, cost)
+    assert plan.rounds == 5
+    capped = rules.plan_session([0, 1], {0: 5, 1: 5}, {0: 5, 1: 5}, 20, 16.5, cost)
+    assert capped.rounds == 3  # (16.5 - 10) / 2 s a round
+    assert rules.plan_session([0, 1], {0: 5, 1: 5}, {0: 5, 1: 5}, 20, 11.9, cost) is None  # no whole round
+    assert rules.plan_session([0, 1], {0: 5, 1: 5}, {0: 5, 1: 5}, 20, 5.0, cost) is None  # not even a start-up
+    # rep numbers come from next_rep (one past the highest held), not from the count of reps
+    assert rules.plan_session([0, 1], {0: 5, 1: 5}, {0: 9, 1: 5}, 20, 100.0, cost).first_rep == {0: 9, 1: 5}
+    with pytest.raises(ValueError, match="max_reps"):
+        rules.plan_session([0, 1], {0: 20, 1: 5}, {0: 20, 1: 5}, 20, 100.0, cost)
+
+
+def test_the_cost_model_comes_from_when_the_first_pass_configs_finished():
+    # 4 configs done 1 s apart after a 9 s start-up, 1 s of tear-down: wall 13 s
+    cost = rules.first_pass_cost(13.0, [9.0, 10.0, 11.0, 12.0], reps=5, warmup=3)
+    assert cost.measured and cost.visit_s == pytest.approx(4 / 8)  # (warmup + 1) of (warmup + reps) launches
+    assert cost.startup_s == pytest.approx(13.0 - 4 * 1.0)
+    unknown = rules.first_pass_cost(13.0, [9.0], reps=5, warmup=3)  # one config: no gap to measure
+    assert not unknown.measured and unknown.startup_s == rules.STARTUP_S
+    after = rules.updated_cost(cost, wall_s=19.0, visits=20)
+    assert after.startup_s == cost.startup_s and after.visit_s == pytest.approx((19.0 - 9.0) / 20)
+
+
+def _rows(reps_by_config: dict[int, list[float]], first: dict[int, int] | None = None):
+    first = first or {}
+    return make_frame([{"source": "x", "config_id": c, "mode": "direct", "rep": first.get(c, 0) + i, "kernel": "k",
+                        "duration_ns": v} for c, values in reps_by_config.items() for i, v in enumerate(values)])
+
+
+def test_only_the_planned_configs_and_reps_are_kept():
+    from nsprof.adaptive import next_reps, planned_rows, rep_counts
+
+    plan = Plan((0, 1), 2, {0: 5, 1: 7}, 0.0)
+    frame = pd.concat([_rows({0: [1.0, 2.0], 1: [3.0, 4.0]}, {0: 5, 1: 7}),
+                       _rows({0: [9.0]}, {0: 0}),  # a rep 0 of config 0: held already, not planned
+                       _rows({2: [5.0, 6.0]}, {2: 5}),  # another config's rows
+                       make_frame([{"source": "x", "config_id": 1, "error": "boom"}])], ignore_index=True)
+    kept = planned_rows(frame, plan)
+    assert sorted(zip(kept["config_id"], kept["rep"])) == [(0, 5), (0, 6), (1, 7), (1, 8)]
+    rows = _rows({0: [1.0] * 5, 3: [2.0] * 3}, {3: 4})
+    assert rep_counts(rows) == {0: 5, 3: 3} and next_reps(rows) == {0: 5, 3: 7}
+
+
+def test_the_store_keeps_a_configs_first_pass_and_the_adaptive_sessions_after_it():
+    from nsprof.tune import _select_stored
+
+    def stored(run_id, config_id, reps):
+        return [{"run_id": run_id, "config_id": config_id, "config_json": f"c{config_id}", "mode": "graph",
+                 "rep": r, "duration_ns": 1.0, "error": None} for r in reps]
+
+    frame = pd.DataFrame(stored(1, 0, range(5)) + stored(2, 0, range(5, 20))  # pass, then its adaptive session
+                         + stored(3, 0, range(5))  # a new first pass: the old adaptive reps no longer count
+                         + stored(4, 0, range(5, 10)) + stored(1, 1, range(5)) + stored(2, 1, range(5, 20))
+                         + stored(5, 2, range(5)) + stored(6, 2, range(5, 10)) + stored(7, 2, range(5, 10)))
+    kept = _select_stored(frame, {0: "c0", 1: "c1", 2: "c2"}, adaptive_runs={2, 4, 6, 7})
+    runs = kept.groupby("config_id")["run_id"].agg(lambda r: sorted(set(r))).to_dict()
+    assert runs == {0: [3, 4], 1: [1, 2], 2: [5, 7]}  # config 2's reps 5-9 twice: the later run's
+    assert kept.groupby("config_id").size().to_dict() == {0: 10, 1: 20, 2: 10}
+
+
+def test_settings_check_the_adaptive_options():
+    from nsprof.errors import NsprofError
+
+    with pytest.raises(NsprofError, match="--max-reps .3. must be at least --reps .5."):
+        TuneSettings(backend="graph", max_reps=3)
+    with pytest.raises(NsprofError, match="--budget-s"):
+        TuneSettings(backend="graph", budget_s=-1)
+    assert TuneSettings(backend="graph", reps=6).adaptive_max_reps == 24
+
+
+# -- real tune through a stand-in with known noise ------------------------------------------
+
+TARGET = """
+import os
+import nsprof.space
+
+def build(config):
+    def launch():
+        with open({log!r}, "a") as log:
+            log.write(f"{{os.getpid()}} {{config['id']}}\\n")
+    return launch
+
+space = nsprof.space.Space(configs={configs!r}, build=build, device="cpu")
+"""
+
+# Configs 0 and 1 are 4% apart with 3% noise: 5 reps cannot tell them apart (their [min, max]
+# overlap), 20 can. Config 2 is far behind and never a contender.
+SEPARABLE = [{"id": 0, "ns": 1000.0, "ns_sigma": 0.03}, {"id": 1, "ns": 1040.0, "ns_sigma": 0.03},
+             {"id": 2, "ns": 3000.0, "ns_sigma": 0.01}]
+# Three configs drawn from one distribution: indistinguishable however many reps.
+IDENTICAL = [{"id": i, "ns": 1000.0, "ns_sigma": 0.03, "seed": 7} for i in range(3)]
+
+
+@pytest.fixture
+def noisy(tmp_path, monkeypatch):
+    registry.register("noisy", StatusDriver)
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+
+    def make(configs):
+        log = tmp_path / "launches.log"
+        log.write_text("")
+        (tmp_path / "noisy_target.py").write_text(TARGET.format(log=str(log), configs=configs))
+        return str(tmp_path / "noisy_target.py") + ":space", log
+
+    yield make
+    registry.unregister("noisy")
+
+
+def _settings(tmp_path, **kwargs):
+    return TuneSettings(**{"backend": "noisy", "mode": "direct", "reps": 5, "timeout_s": 30, "use_store": False,
+                           "feed_back": False, "tuner_pick": False, "work_dir": tmp_path / "work", **kwargs})
+
+
+def _sessions(log: Path) -> list[list[int]]:
+    """The launches of each worker process, in order: one list of config ids per process."""
+    by_pid: dict[str, list[int]] = {}
+    for line in log.read_text().splitlines():
+        pid, config = line.split()
+        by_pid.setdefault(pid, []).append(int(config))
+    return list(by_pid.values())
+
+
+def _runs(launches: list[int]) -> list[tuple[int, int]]:
+    """(config, how many launches in a row) of a launch sequence."""
+    out: list[tuple[int, int]] = []
+    for c in launches:
+        if out and out[-1][0] == c:
+            out[-1] = (c, out[-1][1] + 1)
+        else:
+            out.append((c, 1))
+    return out
+
+
+def _first_pass_ties(configs) -> bool:
+    """Whether 5 reps of the stand-in's draws leave configs 0 and 1 overlapping ([min, max])."""
+    import random
+
+    def draws(c):
+        return [configs[c]["ns"] * (1 + configs[c]["ns_sigma"] * random.Random(f"{configs[c].get('seed', 0)}:{c}:{r}")
+                .gauss(0.0, 1.0)) for r in range(5)]
+    a, b = draws(0), draws(1)
+    return min(b) <= max(a) and min(a) <= max(b)
+
+
+def test_well_separated_configs_get_a_winner_and_only_the_contenders_are_measured_again(noisy, tmp_path):
+    from nsprof.render.json import tune_document
+    from nsprof.render.tables import format_ranked
+    from nsprof.tune import tune
+
+    assert _first_pass_ties(SEPARABLE)  # the premise: the first pass alone cannot separate them
+    target, log = noisy(SEPARABLE)
+    result = tune(target, _settings(tmp_path))
+    assert result.decision.kind == "winner" and result.best_config_id == 0
+    adaptive = result.adaptive
+    assert adaptive.stopped == rules.SEPARATED and adaptive.sessions >= 1
+    first, *sessions = _sessions(log)
+    assert len(sessions) == adaptive.sessions
+    assert sorted(set(first)) == [0, 1, 2]
+    for session, history in zip(sessions, adaptive.history):
+        assert history["configs"] == [0, 1]  # the tie set, in rank order; config 2 is not measured again
+        runs = _runs(session)
+        # built and warmed up one after the other (3 launches each), then visits A B A B ...:
+        # each visit 3 warm-up launches and one rep
+        assert runs[:2] == [(0, 3), (1, 3)]
+        assert runs[2:] == [(0, 4), (1, 4)] * history["rounds"]
+    table = result.table.set_index("config_id")
+    total = 5 + sum(h["rounds"] for h in adaptive.history)
+    assert table.loc[0, "reps"] == table.loc[1, "reps"] == total and table.loc[2, "reps"] == 5
+    assert adaptive.reps == 2 * (total - 5) and adaptive.reps_per_config == {0: total, 1: total}
+    document = json.loads(tune_document(result))
+    assert document["adaptive"]["stopped"] == "separated"
+    assert document["adaptive"]["sessions"] == adaptive.sessions and document["decision"]["kind"] == "winner"
+    assert "interleaved session" in format_ranked(result) and "stopped: the best is separated" in format_ranked(result)
+
+
+def test_identical_configs_end_as_a_tie_at_max_reps(noisy, tmp_path):
+    from nsprof.render.tables import format_ranked
+    from nsprof.tune import tune
+
+    target, log = noisy(IDENTICAL)
+    result = tune(target, _settings(tmp_path, max_reps=12))
+    assert result.adaptive.stopped == rules.MAX_REPS
+    decision = result.decision
+    assert decision.kind == "tie" and len(decision.members) >= 2
+    members = decision.members
+    table = result.table.set_index("config_id")
+    for c in members:
+        assert table.loc[c, "reps"] == 12  # every contender, exactly --max-reps
+    # the member fed back: the lowest median, then the lower id (confidence.tie_rule)
+    tied = table.loc[members].reset_index().sort_values(["value_ns", "config_id"])
+    assert result.best_config_id == int(tied.iloc[0]["config_id"])
+    text = format_ranked(result)
+    assert f"these {len(members)} configs are indistinguishable here (±" in text
+    assert "every contender reached --max-reps 12" in text
+    assert all(set(session) <= set(members) | set(result.adaptive.history[0]["configs"])
+               for session in _sessions(log)[1:])
+
+
+def test_budget_zero_means_no_adaptive_session_and_a_budget_too_small_says_so(noisy, tmp_path):
+    from nsprof.render.json import tune_document
+    from nsprof.tune import tune
+
+    target, log = noisy(IDENTICAL)
+    off = tune(target, _settings(tmp_path, budget_s=0))
+    assert off.adaptive.stopped == rules.OFF and off.adaptive.sessions == 0
+    assert len(_sessions(log)) == 1  # the first pass only
+    assert off.decision.kind == "tie"
+    assert json.loads(tune_document(off))["adaptive"]["stopped"] == "off"
+
+    log.write_text("")
+    poor = tune(target, _settings(tmp_path, budget_s=1e-9))  # less than any start-up
+    assert poor.adaptive.stopped == rules.BUDGET and poor.adaptive.sessions == 0
+    assert "not started: session 1 would cost a start-up" in poor.adaptive.note
+    assert any("cannot pay another session" in note for note in poor.notes)
+    assert len(_sessions(log)) == 1
+
+    log.write_text("")
+    capped = tune(target, _settings(tmp_path, max_reps=5))  # --max-reps = --reps: nothing to add
+    assert capped.adaptive.stopped == rules.MAX_REPS and len(_sessions(log)) == 1
+
+
+def test_adaptive_reps_are_stored_and_resume_measures_nothing_again(noisy, tmp_path):
+    from nsprof.store import ResultStore
+    from nsprof.tune import tune
+
+    target, log = noisy(IDENTICAL)
+    store = tmp_path / "results.sqlite"
+    first = tune(target, _settings(tmp_path, use_store=True, store=store, max_reps=10))
+    assert first.adaptive.sessions >= 1 and first.adaptive.stopped == rules.MAX_REPS
+    with ResultStore(store) as results:
+        runs = results.runs()
+        rows = results.frame()
+    assert len(runs) == 1 + first.adaptive.sessions and set(runs["status"]) == {"ok"}
+    assert all('"adaptive_session"' in text for text in runs["settings_json"][1:])
+    per_config = rows.groupby("config_id")["rep"].agg(lambda r: sorted(r)).to_dict()
+    for c in first.adaptive.reps_per_config:
+        assert per_config[c] == list(range(10))  # reps continue after the first pass's, none twice
+    log.write_text("")
+    resumed = tune(target, _settings(tmp_path, use_store=True, store=store, max_reps=10, resume=True))
+    assert _sessions(log) == []  # nothing measured again: every contender has its 10 reps
+    assert resumed.adaptive.stopped == rules.MAX_REPS and resumed.adaptive.sessions == 0
+    pd.testing.assert_frame_equal(resumed.table[["config_id", "value_ns", "reps"]].reset_index(drop=True),
+                                  first.table[["config_id", "value_ns", "reps"]].reset_index(drop=True))
+    # A fresh first pass (no --resume) starts over: the old adaptive reps are not mixed in.
+    log.write_text("")
+    fresh = tune(target, _settings(tmp_path, use_store=True, store=store, budget_s=0))
+    assert set(fresh.table["reps"]) == {5}
+
+
+def test_cli_takes_the_adaptive_options(noisy, tmp_path):
+    """The real command line, in a process of its own with the stand-in as nsys (standins.install())."""
+    import os
+    import subprocess
+
+    target, _ = noisy(IDENTICAL)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "NSPROF_LOCK_DIR": str(tmp_path)}
+    standin_cli = [sys.executable, str(Path(__file__).parent / "standins.py"), "tune", target, "--backend", "nsys",
+                   "--mode", "direct", "--no-store", "--no-feed-back", "--no-tuner-pick"]
+    bad = subprocess.run(standin_cli + ["--reps", "5", "--max-reps", "3"], capture_output=True, text=True, env=env)
+    assert bad.returncode != 0 and "--max-reps (3) must be at least --reps (5)" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) <= 3  # usage, help hint, the one line
+    done = subprocess.run(standin_cli + ["--json", "--max-reps", "8", "--budget-s", "600",
+                                         "--work-dir", str(tmp_path / "cli")], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["adaptive"]["max_reps"] == 8 and document["adaptive"]["budget_s"] == 600
+    assert document["adaptive"]["stopped"] in ("max_reps", "separated") and document["adaptive"]["sessions"] >= 1
