@@ -97,12 +97,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spaces", default=SPACES)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--start", type=int, default=0, help="the first run's number (to add runs to another file)")
+    parser.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier outputs whose runs count too")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("extra", nargs="*", help="more nsprof tune options (after --)")
     args = parser.parse_args()
     result = {"machine": platform.node(), "date": time.strftime("%Y-%m-%d"), "argv": sys.argv[1:], "runs": []}
-    for space in args.spaces.split(","):
-        for index in range(args.runs):
+    for earlier in args.merge:
+        result["runs"] += json.loads(earlier.read_text())["runs"]
+    if args.runs == 0:  # only merge: the goals over the runs given
+        result["goals"] = goals(result["runs"])
+        args.out.write_text(json.dumps(result, indent=1, default=str))
+    # Round by round (each space once per round), so that a cut-off run still has every space.
+    for index in range(args.start, args.start + args.runs):
+        for space in args.spaces.split(","):
             entry = one_run(space, args.extra)
             entry["run"] = index
             result["runs"].append(entry)

@@ -50,8 +50,9 @@ CLOCKS_EXPLAIN = {
 }
 # Both truths pick config 0.
 AGREE = {0: {"base-all": 900, "none-none": 500}, 1: {"base-all": 1000, "none-none": 600}}
-# The lab picks 1; the field measures 0 and 1 alike (a tie, fed back by the lower id: 0).
-TIED = {0: {"base-all": 1000, "none-none": 500}, 1: {"base-all": 900, "none-none": 500},
+# The lab picks 1; the field measures 0 and 1 alike (a tie, fed back by the lower id: 0): a
+# one-sided tie, as ncu and nsys on the H200's 512³ Triton matmul (issue 13), so they disagree.
+ONE_SIDED = {0: {"base-all": 1000, "none-none": 500}, 1: {"base-all": 900, "none-none": 500},
         2: {"base-all": 1200, "none-none": 700}}
 
 TARGET = textwrap.dedent("""
@@ -172,7 +173,7 @@ def test_when_the_clocks_explain_it_the_verdict_says_the_clocks(truths, tmp_path
     assert explanation.cause == "clock_control"
 
 
-def test_agreeing_and_tied_truths_are_said_so_and_nothing_is_measured_again(truths, tmp_path):
+def test_agreeing_truths_are_said_so_and_a_one_sided_tie_is_a_disagreement(truths, tmp_path):
     from nsprof.render.tables import format_tune
     from nsprof.tune import tune
 
@@ -180,13 +181,18 @@ def test_agreeing_and_tied_truths_are_said_so_and_nothing_is_measured_again(trut
     assert [p.verdict for p in agreed.cross.pairs] == ["agree"] and agreed.cross.explanations == []
     assert format_tune(agreed).splitlines()[-1].startswith("verdict: lab and field agree on config 0")
 
-    tied = tune(truths(TIED, "tied_target"), settings(tmp_path / "t", truths=("lab", "field"), feed_back=False))
-    (pair,) = tied.cross.pairs
-    lab, field = lab_ns(TIED, "base-all"), lab_ns(TIED, "none-none")
+    one_sided = tune(truths(ONE_SIDED, "one_sided_target"), settings(tmp_path / "t", truths=("lab", "field"),
+                                                                       feed_back=False))
+    (pair,) = one_sided.cross.pairs
+    lab, field = lab_ns(ONE_SIDED, "base-all"), lab_ns(ONE_SIDED, "none-none")
     assert pair.winner_a == best_of(lab) == 1
-    assert pair.winner_b == best_of(field) == 0 and pair.ties_b == [0, 1]
-    assert pair.verdict == "tied" and tied.cross.explanations == []
-    assert "lab's winner is inside field's tie set" in format_tune(tied)
+    assert pair.winner_b == best_of(field) == 0 and pair.ties_b == [0, 1] and pair.ties_a == [1]
+    # field cannot tell 1 from 0, but lab can: not a tie of the two truths
+    assert pair.verdict == "disagree" and len(one_sided.cross.explanations) == 1
+    assert pair.b_under_a == pytest.approx(pct_slower(lab, 0, 1) / 100)
+    text = format_tune(one_sided)
+    assert "lab's winner is tied for best under field, so it is the safe pick under both" in text
+    assert "field's winner is tied for best" not in text
 
 
 def test_deploy_picks_what_is_fed_back_and_the_store_records_it(truths, tmp_path):
@@ -239,8 +245,9 @@ def test_truth_and_deploy_values_are_checked(truths, tmp_path):
 
 def test_verdict_and_cause_rules():
     assert crosstruth.verdict(1, [1], 1, [1, 2]) == "agree"
-    assert crosstruth.verdict(1, [1], 2, [2, 1]) == "tied"
-    assert crosstruth.verdict(1, [1, 2], 2, [2]) == "tied"
+    assert crosstruth.verdict(1, [1, 2], 2, [2, 1]) == "tied"  # each inside the other's tie set
+    assert crosstruth.verdict(1, [1], 2, [2, 1]) == "disagree"  # only one truth cannot tell them apart
+    assert crosstruth.verdict(1, [1, 2], 2, [2]) == "disagree"
     assert crosstruth.verdict(1, [1], 2, [2, 3]) == "disagree"
     assert crosstruth.verdict(None, [], 2, [2]) == "unknown"
 

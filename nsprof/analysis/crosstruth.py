@@ -8,8 +8,11 @@ variants of a backend whose driver honours clock and cache control: `ncu@base-wa
 flushed), `ncu@free-cold` (clocks not locked), `ncu@free-warm` (both). Two truths' winners
 
 - agree when they are the same config;
-- are tied when one's winner is inside the other's tie set (this run cannot tell them apart);
-- disagree otherwise. Then each winner is measured under the other truth ("+8.1% under nsys"),
+- are tied when each one's winner is inside the other's tie set (neither truth can tell them
+  apart: the rule of validate's winner stability);
+- disagree otherwise, also when only one truth cannot tell them apart (on the H200's 512³ Triton
+  matmul nsys held configs 5 and 7 within 0.4%, while ncu put 5 11% behind 7: a real difference
+  between the two conditions, not noise). Then each winner is measured under the other truth ("+8.1% under nsys"),
   and the contenders (both winners and both tie sets) are measured again under the first truth
   with each condition in which the two differ set as the second truth has it (the L2 state, the
   clocks, both). A condition explains the disagreement when, with it changed, the first truth's
@@ -52,12 +55,12 @@ def winner(table, stat: str = "median") -> tuple[int | None, list[int]]:
 
 
 def verdict(winner_a: int | None, ties_a: list[int], winner_b: int | None, ties_b: list[int]) -> str:
-    """agree (same winner), tied (one's winner in the other's tie set), disagree, unknown (one has none)."""
+    """agree (same winner), tied (each one's winner in the other's tie set), disagree, unknown (one has none)."""
     if winner_a is None or winner_b is None:
         return UNKNOWN
     if winner_a == winner_b:
         return AGREE
-    if winner_a in ties_b or winner_b in ties_a:
+    if winner_a in ties_b and winner_b in ties_a:
         return TIED
     return DISAGREE
 

@@ -265,12 +265,14 @@ def describe_pair(pair) -> str:
     if pair.verdict == crosstruth.AGREE:
         return f"{a} and {b} agree: both pick config {pair.winner_a}"
     if pair.verdict == crosstruth.TIED:
-        inside = (f"{a}'s winner is inside {b}'s tie set" if pair.winner_a in pair.ties_b
-                  else f"{b}'s winner is inside {a}'s tie set")
-        return (f"{a} and {b} are tied: {a} picks config {pair.winner_a}, {b} config {pair.winner_b}, and "
-                f"{inside} (this run cannot tell them apart)")
-    return (f"{a} and {b} disagree: {a} picks config {pair.winner_a}, {b} config {pair.winner_b}; "
+        return (f"{a} and {b} are tied: {a} picks config {pair.winner_a}, {b} config {pair.winner_b}, and each "
+                f"is inside the other's tie set (neither can tell them apart)")
+    line = (f"{a} and {b} disagree: {a} picks config {pair.winner_a}, {b} config {pair.winner_b}; "
             f"{a}'s winner is {_pct(pair.a_under_b)} under {b}, {b}'s winner {_pct(pair.b_under_a)} under {a}")
+    for x, y, won, ties in ((a, b, pair.winner_a, pair.ties_b), (b, a, pair.winner_b, pair.ties_a)):
+        if won in ties:  # one-sided: y cannot tell x's winner from its own, x can
+            line += f"; {x}'s winner is tied for best under {y}, so it is the safe pick under both"
+    return line
 
 
 def describe_probe(probe, target: str, target_winner) -> str:
