@@ -76,7 +76,7 @@ def run_tune(target: str, backend: str, devices: tuple[int, ...] | None, reps: i
         start_s = time.perf_counter() - started
     started = time.perf_counter()
     result = tune(target, TuneSettings(backend=backend, mode="graph", reps=reps, use_store=False, feed_back=False,
-                                       tuner_pick=False, cluster=settings_cluster))
+                                       tuner_pick=False, budget_s=0, cluster=settings_cluster))  # first pass only: adaptive reps are not spread over a cluster yet
     wall = time.perf_counter() - started
     cluster.close()
     table = result.table
