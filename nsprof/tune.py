@@ -207,6 +207,21 @@ def _select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int])
     return stored[stored["run_id"] == latest_rep]
 
 
+def _recorded(store, run_id: int, measure: Callable[[], object]):
+    """measure()'s rows, with the store's run `run_id` finished as what happened: ok, nothing
+    measured, interrupted (Ctrl-C, SIGTERM: re-raised) or failed."""
+    status = "failed"
+    try:
+        rows = measure()
+        status = "ok" if rows["error"].isna().any() else "nothing measured"
+        return rows
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        store.finish_run(run_id, status)
+
+
 class _Stored:
     """What tune needs to go back to the results store after its first pass: the key of the
     space's rows and today's configs."""
@@ -231,7 +246,6 @@ class _Stored:
             labels = {**asdict(self.settings), ADAPTIVE_RUN: number, "configs": list(plan.configs),
                       "rounds": plan.rounds}
             run_id = store.start_run(target=target, settings=labels, gpu_uuid=self.gpu_uuid, **self.group)
-            status = "failed"
 
             def store_rows(frame) -> None:
                 from nsprof.adaptive import planned_rows
@@ -241,16 +255,8 @@ class _Stored:
                     store.add(run_id, MeasurementKey(config_id=int(config_id), config_json=self.wanted_json[int(config_id)],
                                                      **self.group), config_rows)
 
-            try:
-                rows = measure_rows(target, n, backend, self.settings, list(plan.configs), on_progress,
-                                    on_rows=store_rows, plan=plan)
-                status = "ok" if rows["error"].isna().any() else "nothing measured"
-            except KeyboardInterrupt:
-                status = "interrupted"
-                raise
-            finally:
-                store.finish_run(run_id, status)
-        return rows
+            return _recorded(store, run_id, lambda: measure_rows(target, n, backend, self.settings, list(plan.configs),
+                                                                  on_progress, on_rows=store_rows, plan=plan))
 
     def merged(self):
         from nsprof.store import ResultStore
@@ -285,7 +291,6 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
             notes.append(f"resumed: {len(wanted) - len(todo)} of {len(wanted)} configs came from the results store")
         if todo:
             run_id = store.start_run(target=target, settings=settings, gpu_uuid=gpu.uuid, **group)
-            status = "failed"
             stored_ids: set[int] = set()
 
             def store_rows(frame) -> None:
@@ -298,17 +303,15 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
                                                      **group), config_rows)
                     stored_ids.add(config_id)
 
-            try:
-                devices: list[dict | None] = []
+            devices: list[dict | None] = []
+
+            def measure():
                 rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress,
                                     on_rows=store_rows, on_device=devices.append)
                 store_rows(rows)  # what was not handed over yet
-                status = "ok" if rows["error"].isna().any() else "nothing measured"
-            except KeyboardInterrupt:
-                status = "interrupted"
-                raise
-            finally:
-                store.finish_run(run_id, status)
+                return rows
+
+            _recorded(store, run_id, measure)
             ran_on = gpu_of(devices[0] if devices else None)
             if ran_on is not None and ran_on.uuid != gpu.uuid:
                 # The worker measured on another GPU than nvidia-smi's numbering suggested

@@ -253,10 +253,7 @@ def _run(job: Job, status: Status) -> int:
         return _run_interleaved(job, space, device, status)
     for config_id, launch in _configs(job, space, device, status):
         try:
-            for _ in range(job.warmup):
-                launch()
-            device.sync()
-            replay = device.capture(launch) if "graph" in job.modes else None
+            replay = _warm_and_capture(job, device, launch)
             for mode in job.modes:
                 call = launch if mode == "direct" else replay
                 for rep in job.rep_numbers(config_id):
@@ -264,9 +261,7 @@ def _run(job: Job, status: Status) -> int:
                     # every range and ncu (--nvtx-include nsprof@nsprof/) skips them.
                     _measure_rep(device, config_id, mode, rep, call)
         except Exception as exc:
-            status.write("fail", config_id, json.dumps(_reason(exc)))
-            traceback.print_exc()
-            if not device.healthy():
+            if not _failed(status, device, config_id, exc):
                 return EXIT_CONTEXT_LOST
             continue
         finally:
@@ -277,6 +272,22 @@ def _run(job: Job, status: Status) -> int:
         return EXIT_CONTEXT_LOST
     status.write("end")
     return 0
+
+
+def _warm_and_capture(job: Job, device: Device, launch):
+    """`job.warmup` unmeasured launches, then the captured graph's replay when mode graph is asked
+    for (None otherwise): all outside every range."""
+    for _ in range(job.warmup):
+        launch()
+    device.sync()
+    return device.capture(launch) if "graph" in job.modes else None
+
+
+def _failed(status: Status, device: Device, config_id: int, exc: Exception) -> bool:
+    """Report config `config_id` failed; whether the CUDA context survived it."""
+    status.write("fail", config_id, json.dumps(_reason(exc)))
+    traceback.print_exc()
+    return device.healthy()
 
 
 def _measure_rep(device: Device, config_id: int, mode: str, rep: int, call) -> None:
@@ -309,14 +320,9 @@ def _run_interleaved(job: Job, space, device: Device, status: Status) -> int:
     built = []
     for config_id, launch in _configs(job, space, device, status):
         try:
-            for _ in range(job.warmup):
-                launch()
-            device.sync()
-            replay = device.capture(launch) if "graph" in job.modes else None
+            replay = _warm_and_capture(job, device, launch)
         except Exception as exc:
-            status.write("fail", config_id, json.dumps(_reason(exc)))
-            traceback.print_exc()
-            if not device.healthy():
+            if not _failed(status, device, config_id, exc):
                 return EXIT_CONTEXT_LOST
             continue
         built.append((config_id, {"direct": launch, "graph": replay}))
@@ -336,9 +342,7 @@ def _run_interleaved(job: Job, space, device: Device, status: Status) -> int:
                     _measure_rep(device, config_id, mode, job.rep_numbers(config_id)[round_index], call)
             except Exception as exc:
                 failed.add(config_id)
-                status.write("fail", config_id, json.dumps(_reason(exc)))
-                traceback.print_exc()
-                if not device.healthy():
+                if not _failed(status, device, config_id, exc):
                     return EXIT_CONTEXT_LOST
     for config_id, _ in built:
         if config_id not in failed:
