@@ -635,7 +635,7 @@ def validate(target, timers, external, truth, matched, mode, reps, timer_reps, r
 @click.option("--max-reps", type=click.IntRange(1), default=None,
               help="Adaptive reps: the most reps a config still tied with the best gets in all (default 4 x --reps).")
 @click.option("--budget-s", type=click.FloatRange(min=0), default=30, show_default=True,
-              help="Adaptive reps: wall seconds their interleaved sessions may take (0: none).")
+              help="Adaptive reps: wall seconds their interleaved sessions may take, per truth (0: none; inf: no limit).")
 @click.option("--prescreen", type=click.Choice(["graph", "graph_cold", "cupti", "cupti_cold", "event", "event_cold"]),
               default=None, help="Rank all configs with this fast timer first; measure only the best --top.")
 @click.option("--top", "top", type=click.IntRange(1), default=4, show_default=True,
@@ -688,9 +688,6 @@ def tune(target, backend, truth_list, deploy, explain, mode, stat, reps, max_rep
 
     truths = _truth_list(truth_list, backend)
     backend = backend or "ncu"
-    for name in truths or (backend,):
-        if split_truth(name)[0] in ground_truths():
-            get_driver(split_truth(name)[0])  # a missing tool is one line, before any work
     _one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--json": as_json})
     tables_to_stderr = plot_path == "-" or html_path == "-"
     if plot_path:
@@ -714,6 +711,9 @@ def tune(target, backend, truth_list, deploy, explain, mode, stat, reps, max_rep
                                 max_reps=max_reps, budget_s=budget_s,
                                 explain=explain, cluster=_cluster_settings(devices, scheduler, verbose))
         check_truths(settings)
+        for name in settings.ranked_truths:  # after the options' own checks: a missing tool is one line
+            if split_truth(name)[0] in ground_truths():
+                get_driver(split_truth(name)[0])
         with results_only_on_stdout():
             result = run_tune(target, settings, config_ids=_config_ids(config_list), on_stage=bars)
     finally:

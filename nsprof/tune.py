@@ -313,7 +313,9 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
 
             _recorded(store, run_id, measure)
             ran_on = gpu_of(devices[0] if devices else None)
-            if ran_on is not None and ran_on.uuid != gpu.uuid:
+            # A cluster's key names every worker's GPU (nsprof.cluster.cluster_gpu), while a run's
+            # batches may have used only some of them: that is no reason to relabel.
+            if settings.cluster is None and ran_on is not None and ran_on.uuid != gpu.uuid:
                 # The worker measured on another GPU than nvidia-smi's numbering suggested
                 # (CUDA_DEVICE_ORDER): its own word is the key.
                 store.relabel_gpu(run_id, ran_on.key, ran_on.uuid)
@@ -382,6 +384,8 @@ def _probes(probed: str, other: str, results: dict, settings: TuneSettings) -> l
     for changed in subsets:
         wanted = {**labels, **{c: goal[c] for c in changed}}
         name = crosstruth.truth_name(backend, wanted)
+        if name == other:  # every condition changed: that is the other truth itself, not a probe
+            continue
         got = truth_labels(name, settings)
         if any(got.get(c) != wanted.get(c) for c in crosstruth.CONDITIONS):
             return None

@@ -120,7 +120,10 @@ def plan_session(configs: list[int], reps: dict[int, int], next_rep: dict[int, i
         raise ValueError(f"a config of {configs} has max_reps ({max_reps}) reps already")
     round_s = cost.visit_s * len(configs)
     rounds = left if left * round_s <= cost.startup_s else min(left, max(1, have))
-    affordable = math.floor((budget_left_s - cost.startup_s) / round_s) if round_s > 0 else left
+    if round_s <= 0 or math.isinf(budget_left_s):  # free visits, or no budget at all (--budget-s inf)
+        affordable = left
+    else:
+        affordable = math.floor((budget_left_s - cost.startup_s) / round_s)
     if affordable < 1:
         return None
     rounds = min(rounds, affordable)

@@ -10,6 +10,8 @@ flushed), `ncu@free-cold` (clocks not locked), `ncu@free-warm` (both). Two truth
 - agree when they are the same config;
 - are tied when each one's winner is inside the other's tie set (neither truth can tell them
   apart: the rule of validate's winner stability);
+- are untested when their winners differ and one has no interval (fewer than 2 reps): nothing
+  is measured again;
 - disagree otherwise, also when only one truth cannot tell them apart (on the H200's 512³ Triton
   matmul nsys held configs 5 and 7 within 0.4%, while ncu put 5 11% behind 7: a real difference
   between the two conditions, not noise). Then each winner is measured under the other truth ("+8.1% under nsys"),
@@ -29,7 +31,7 @@ from nsprof.settings import split_truth, truth_name
 __all__ = ["Explanation", "Pair", "Probe", "cause", "compare", "condition_words", "contenders", "differing",
            "erratic", "relative", "split_truth", "truth_name", "verdict", "winner"]
 
-AGREE, TIED, DISAGREE, UNKNOWN = "agree", "tied", "disagree", "unknown"
+AGREE, TIED, DISAGREE, UNKNOWN, UNTESTED = "agree", "tied", "disagree", "unknown", "untested"
 # The conditions a truth's rows are labelled with, and what changing each one is called.
 CONDITIONS = ("cache_control", "clock_control")
 CONDITION_NAMES = {"cache_control": "the L2 state", "clock_control": "the clocks"}
@@ -48,18 +50,25 @@ def condition_words(labels: dict[str, str], mode: str | None = None) -> str:
 
 
 def winner(table, stat: str = "median") -> tuple[int | None, list[int]]:
-    """The config fed back under a ranked table and its tie set (the winner alone without a tie)."""
+    """The config fed back under a ranked table and its tie set (the winner alone without a tie;
+    empty when the best is untested: fewer than 2 reps give no interval, so no tie set is known)."""
     decision = decide(table, stat)
+    if decision.kind == "untested":
+        return decision.config_id, []
     return decision.config_id, list(decision.members) or ([] if decision.config_id is None else
                                                           [decision.config_id])
 
 
 def verdict(winner_a: int | None, ties_a: list[int], winner_b: int | None, ties_b: list[int]) -> str:
-    """agree (same winner), tied (each one's winner in the other's tie set), disagree, unknown (one has none)."""
+    """agree (same winner), tied (each one's winner in the other's tie set), disagree, unknown (one
+    has none), untested (different winners, and one has no tie set: fewer than 2 reps, as in
+    validate's winner stability)."""
     if winner_a is None or winner_b is None:
         return UNKNOWN
     if winner_a == winner_b:
         return AGREE
+    if not ties_a or not ties_b:
+        return UNTESTED
     if winner_a in ties_b and winner_b in ties_a:
         return TIED
     return DISAGREE

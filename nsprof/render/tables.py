@@ -264,6 +264,9 @@ def describe_pair(pair) -> str:
         return f"{a} and {b} cannot be compared: {missing} measured no config"
     if pair.verdict == crosstruth.AGREE:
         return f"{a} and {b} agree: both pick config {pair.winner_a}"
+    if pair.verdict == crosstruth.UNTESTED:
+        return (f"{a} and {b} cannot be told apart or against each other: {a} picks config {pair.winner_a}, "
+                f"{b} config {pair.winner_b}, with too few reps for an interval (--reps 2 or more)")
     if pair.verdict == crosstruth.TIED:
         return (f"{a} and {b} are tied: {a} picks config {pair.winner_a}, {b} config {pair.winner_b}, and each "
                 f"is inside the other's tie set (neither can tell them apart)")
@@ -332,6 +335,8 @@ def describe_verdict(result) -> str:
             part = f"{pair.a} and {pair.b} are tied ({pair.winner_a} and {pair.winner_b})"
         elif pair.verdict == crosstruth.AGREE:
             part = f"{pair.a} and {pair.b} agree on config {pair.winner_a}"
+        elif pair.verdict == crosstruth.UNTESTED:
+            part = f"{pair.a} and {pair.b} are untested ({pair.winner_a} and {pair.winner_b}: too few reps)"
         else:
             part = f"{pair.a} and {pair.b} cannot be compared"
         parts.append(part)

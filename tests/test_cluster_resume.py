@@ -1,4 +1,4 @@
-"""Review: a cluster run whose batches used only some of the cluster's GPUs relabels its run to
+"""Regression, found in review: a cluster run whose batches used only some of the cluster's GPUs relabels its run to
 those GPUs, and then ranks only that run's rows: the configs resumed from the store are lost."""
 
 from __future__ import annotations

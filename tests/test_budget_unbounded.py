@@ -1,4 +1,4 @@
-"""Review: --budget-s inf passes click's FloatRange(min=0) and TuneSettings, then crashes the
+"""Regression, found in review: --budget-s inf passes click's FloatRange(min=0) and TuneSettings, then crashes the
 adaptive planner (math.floor(inf)) after the first pass has been measured."""
 
 from __future__ import annotations

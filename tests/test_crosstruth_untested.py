@@ -1,4 +1,4 @@
-"""Review: with one rep per config no truth has an interval, so two truths' different winners are
+"""Regression, found in review: with one rep per config no truth has an interval, so two truths' different winners are
 'untested' by validate's winner stability (confidence.stability), yet tune --truth calls them
 'disagree' and spends probes explaining noise."""
 

@@ -1,4 +1,4 @@
-"""Review: for two truths of one backend (lab vs lab@free-warm) the 'both conditions changed' probe
+"""Regression, found in review: for two truths of one backend (lab vs lab@free-warm) the 'both conditions changed' probe
 is the other truth itself, so cause 'both' is a re-measurement of the target (under --resume:
 its own stored rows, nothing measured) rather than an explanation."""
 
@@ -20,5 +20,5 @@ def test_a_probe_is_never_the_truth_it_is_judged_against(truths, tmp_path):  # n
     probes = [p.truth for p in explanation.probes]
     resumed = tune(target, settings(tmp_path, truths=("lab", "lab@free-warm"), budget_s=0, resume=True))
     (again,) = resumed.cross.explanations
-    print(probes, explanation.cause, again.cause)
     assert explanation.target not in probes, (probes, explanation.cause)
+    assert again.target not in [p.truth for p in again.probes]  # nor under --resume, from its stored rows
