@@ -641,6 +641,7 @@ def tune_shapes(target: str, space, settings: TuneSettings, wanted: list[int], s
     if settings.prescreen:
         raise NsprofError("--prescreen does not take a target with shapes yet")
     layout = space.points
+    n = len(space.configs)
     points = layout.all(wanted)
     precompile(space, config_ids=points)
     per_truth = {truth: rank_shapes(target, space, truth, settings, wanted, stage(truth, len(points)))
@@ -668,7 +669,12 @@ def tune_shapes(target: str, space, settings: TuneSettings, wanted: list[int], s
             latencies[result.shape] = {int(c): float(v) / 1e6 for c, v in zip(measured["config_id"], measured["value_ns"])}
     if settings.feed_back and tuner is not None and tuner.can_feed_back and latencies:
         try:
-            stored = tuner_in_child(target, "feed_back_shapes", [latencies], settings, len(points))
+            if tuner.feed_back_shapes_apart:  # each shape's key computed in a process of its own
+                stored = {}
+                for shape, by_config in latencies.items():
+                    stored.update(tuner_in_child(target, "feed_back_shapes", [{shape: by_config}], settings, n))
+            else:
+                stored = tuner_in_child(target, "feed_back_shapes", [latencies], settings, len(points))
         except Exception as exc:
             first.errors.append(f"feeding the rankings back to {tuner.name} failed: "
                                 f"{one_line(f'{type(exc).__name__}: {exc}', 300)}")

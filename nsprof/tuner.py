@@ -34,6 +34,9 @@ class TunerHook(ABC):
     name: str = "the tuner"
     can_pick: bool = False
     can_feed_back: bool = True
+    # True: tune calls feed_back_shapes with one shape at a time, each in a fresh process of its own
+    # (a tuner whose cache key for a call depends on what the process compiled before: TileLang's).
+    feed_back_shapes_apart: bool = False
 
     def pick(self) -> dict | None:
         """What the tuner picks with its own timer: {"tuner", "timer", "config_id", "config",

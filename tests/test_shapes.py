@@ -357,3 +357,105 @@ def test_validate_and_prescreen_refuse_shapes_in_one_line(shaped, tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].endswith(
         "validate does not take a target with shapes yet: give it a Space of one shape")
+
+
+# -- the integrations, with their tuners replaced (the GPU test: tests/test_gpu_shapes.py) ------------
+
+def test_triton_space_with_shapes_builds_and_feeds_back_each_shape_on_its_own_inputs(monkeypatch):
+    from test_integrations import _Autotuner, _Config
+
+    from nsprof.integrations import triton as triton_hook
+
+    tuned = _Autotuner([_Config({"BLOCK": 64}), _Config({"BLOCK": 128})])
+    tuned.arg_names, tuned.keys = ["x", "M", "N"], ["M", "N"]
+
+    class Tensor:
+        dtype = "torch.float16"
+
+    def make_inputs(shape):
+        return (Tensor(), shape["M"], 4096), {}
+
+    shapes = [{"M": 1}, {"M": 16}]
+    space = triton_hook.autotune_space(tuned, make_inputs, (1,), shapes=shapes)
+    assert space.shapes == shapes and space.n_shapes == 2
+    space.build_at(1, 1)()
+    assert [launch[1][1:] for launch in tuned.fn.launches] == [(16, 4096)] * 2  # the shape's inputs, config 1
+    assert tuned.fn.launches[0][2]["BLOCK"] == 128
+    fed = []
+
+    def feed_back(autotuned, inputs, grid, latencies_ms):
+        fed.append((inputs()[0][1], dict(latencies_ms)))
+        return f"best {min(latencies_ms, key=latencies_ms.get)}"
+
+    monkeypatch.setattr(triton_hook, "feed_back", feed_back)
+    lines = space.tuner.feed_back_shapes({0: {0: 0.2, 1: 0.1}, 1: {0: 0.1, 1: 0.3}})
+    assert fed == [(1, {0: 0.2, 1: 0.1}), (16, {0: 0.1, 1: 0.3})]  # each shape's ranking, on its own inputs
+    # Triton's own key for each shape's call: the key=[...] values, then the tensors' dtypes
+    assert lines == {0: "best 1, key (1, 4096, 'torch.float16')", 1: "best 0, key (16, 4096, 'torch.float16')"}
+    assert not space.tuner.feed_back_shapes_apart
+
+
+def test_tilelang_space_over_call_argument_tuples(monkeypatch):
+    from nsprof.errors import NsprofError
+    from nsprof.integrations import tilelang as tilelang_hook
+
+    compiled = []
+
+    class Kernel:
+        def __init__(self, args):
+            self.args = args
+
+        def get_profiler(self):
+            return type("P", (), {"_get_inputs": lambda self, with_output: ["a", "b"]})()
+
+        def __call__(self, *inputs):
+            compiled.append(("run", self.args))
+
+    class JitImpl:
+        func = type("F", (), {"__name__": "matmul"})
+
+        def compile(self, *args, **kwargs):
+            compiled.append(("compile", args, kwargs))
+            return Kernel(args)
+
+    class Autotuned:
+        configs = [{"block_N": 32}, {"block_N": 64}]
+        jit_impl = JitImpl()
+
+    shapes = [(1, 4096, 4096), (16, 4096, 4096)]
+    space = tilelang_hook.autotune_shapes(Autotuned(), shapes)
+    assert space.shapes == shapes and space.configs == Autotuned.configs
+    space.build_at(1, 1)()
+    assert compiled == [("compile", (16, 4096, 4096), {"block_N": 64}), ("run", (16, 4096, 4096))]
+    fed = []
+    monkeypatch.setattr(tilelang_hook, "feed_back", lambda autotuned, args, latencies_ms, kwargs:
+                        fed.append((args, dict(latencies_ms))) or {"block_N": 32})
+    lines = space.tuner.feed_back_shapes({1: {0: 0.1, 1: 0.2}})
+    assert fed == [((16, 4096, 4096), {0: 0.1, 1: 0.2})]  # that shape's call arguments: TileLang's key
+    assert lines == {1: "{'block_N': 32} for call (16, 4096, 4096)"}
+    assert space.tuner.feed_back_shapes_apart  # tune feeds each shape from a fresh process
+
+    class PerShape(Autotuned):
+        @staticmethod
+        def configs(M, N, K):
+            return [{"block_N": 32 if M == 1 else 64}]
+
+    with pytest.raises(NsprofError, match="configs at"):
+        tilelang_hook.autotune_shapes(PerShape(), shapes)
+
+
+def test_a_tuner_fed_one_shape_at_a_time_gets_each_from_a_fresh_process(shaped, tmp_path):
+    """A hook with feed_back_shapes_apart (TileLang's): one child process per shape."""
+    from nsprof.tune import tune
+
+    path = Path(shaped)
+    path.write_text(path.read_text().replace('name = "the stand-in tuner"',
+                                             'name = "the stand-in tuner"\n    feed_back_shapes_apart = True')
+                    .replace('with open(os.environ["SHAPES_FED"], "w")', 'with open(os.environ["SHAPES_FED"], "a")')
+                    .replace("json.dump(written, handle)", "handle.write(json.dumps(written) + '\\n')"))
+    result = tune(shaped + ":space", _settings(tmp_path))
+    calls = [json.loads(line) for line in (tmp_path / "fed.json").read_text().splitlines()]
+    assert [len(call) for call in calls] == [1, 1, 1]  # one shape per call
+    assert len({entry["pid"] for call in calls for entry in call.values()}) == 3  # three fresh processes
+    assert [next(iter(call.values()))["best"] for call in calls] == [WINNERS[0], WINNERS[1], WINNERS[2]]
+    assert result.errors == []
