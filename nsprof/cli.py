@@ -438,7 +438,7 @@ def _profile(target, settings, truth, ids, backend, as_json, csv_path, cluster) 
             ids = check_config_ids(ids, n_configs)
         except NsprofError as exc:
             raise click.BadParameter(str(exc), param_hint="--configs") from None
-    n = len(ids) if ids is not None else n_configs
+    n = (len(ids) if ids is not None else n_configs) * max(1, space.n_shapes)
     failures = []
     with click.progressbar(length=n, label=f"{backend}", file=sys.stderr, show_pos=True,
                            show_eta=True) as bar:
@@ -452,7 +452,9 @@ def _profile(target, settings, truth, ids, backend, as_json, csv_path, cluster) 
                                     space=space)
     frame = result.frame
     for config_id, detail in failures:
-        click.echo(f"nsprof: config {config_id} failed: {detail}", err=True)
+        config_id, shape = space.points.split(config_id)  # a point id for a target with shapes
+        where = "" if shape is None else f" at shape {shape}"
+        click.echo(f"nsprof: config {config_id}{where} failed: {detail}", err=True)
     _write_exports(frame, csv_path, None)
     if as_json:
         write_rows(frame, sys.stdout)
@@ -722,7 +724,8 @@ def tune(target, backend, truth_list, deploy, explain, mode, stat, reps, max_rep
     if plot_path:
         from nsprof.render.tune_plot import plot_tune
 
-        plot_tune(result.table, plot_path, title=f"{target}: ranked by {result.label}")
+        at = "" if result.shape is None else f" at shape {result.shape} (of {len(result.shapes)}; --json has all)"
+        plot_tune(result.table, plot_path, title=f"{target}: ranked by {result.label}{at}")
         if plot_path != "-":
             click.echo(f"wrote {plot_path}", err=True)
     if html_path:

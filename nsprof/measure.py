@@ -43,12 +43,13 @@ class Backend(ABC):
         of configs as they become final, and on Ctrl-C or SIGTERM what was finished, before the
         KeyboardInterrupt goes on (see nsprof.session.run_session)."""
 
-    def failure_frame(self, failures: dict[int, str]):
+    def failure_frame(self, failures: dict[int, str], points=None):
         """Rows for configs that failed before this backend ran them (a compile step), labelled
-        as its own rows are."""
-        from nsprof.schema import make_frame
+        as its own rows are; keyed by point id (`points`, nsprof.schema.Points) for a target with shapes."""
+        from nsprof.schema import Points, make_frame
 
-        return make_frame([{"source": self.name, "config_id": c, "error": e, **self.labels}
+        points = points or Points(0)
+        return make_frame([{"source": self.name, **points.rows(c), "error": e, **self.labels}
                            for c, e in sorted(failures.items())])
 
     @property
@@ -91,16 +92,19 @@ class GroundTruth(Backend):
         return self.driver.tool_version()
 
     def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
-            on_progress: Progress | None = None, on_rows: OnRows | None = None) -> Measured:
+            on_progress: Progress | None = None, on_rows: OnRows | None = None, n_shapes: int = 0) -> Measured:
+        """As Backend.run; with `n_shapes`, config_ids are point ids (nsprof.schema.Points): every
+        (shape, config) pair in one session."""
         from nsprof.session import run_session
 
         _one_gpu(device)
         return run_session(target, n_configs, self.settings, config_ids=config_ids, on_progress=on_progress,
-                           on_rows=on_rows, driver=self.driver)
+                           on_rows=on_rows, driver=self.driver, n_shapes=n_shapes)
 
 
     def interleave(self, target: str, config_ids: list[int], rounds: int, first_rep: dict[int, int], device: int = 0,
-                   *, n_configs: int, on_progress: Progress | None = None, on_rows: OnRows | None = None) -> Measured:
+                   *, n_configs: int, on_progress: Progress | None = None, on_rows: OnRows | None = None,
+                   n_shapes: int = 0) -> Measured:
         """Adaptive reps (nsprof.adaptive): `rounds` rounds over `config_ids` in one session, one
         visit per config and round in the order given (A B C A B C ...), config c's reps numbered
         from first_rep[c] (nsprof.worker.program's interleaved job). --timeout bounds each visit.
@@ -111,7 +115,7 @@ class GroundTruth(Backend):
         _one_gpu(device)
         settings = replace(self.settings, reps=rounds, max_restarts=0)
         return run_session(target, n_configs, settings, config_ids=config_ids, on_progress=on_progress,
-                           on_rows=on_rows, driver=self.driver,
+                           on_rows=on_rows, driver=self.driver, n_shapes=n_shapes,
                            job_extra={"interleave": True, "first_rep": {str(c): int(r) for c, r in first_rep.items()}})
 
 
@@ -139,29 +143,34 @@ class FastTimers(Backend):
     def labels(self) -> dict[str, str]:
         return dict(self._labels)
 
-    def frame(self, rows: list[dict], failures: dict[int, str]):
-        """The worker's result rows (and the configs it died on) as tidy rows."""
-        from nsprof.schema import make_frame
+    def frame(self, rows: list[dict], failures: dict[int, str], points=None):
+        """The worker's result rows (and the configs it died on: point ids, `points`) as tidy rows."""
+        from nsprof.schema import Points, make_frame
 
+        points = points or Points(0)
         labels = self._labels
         out = []
         for row in rows:
+            where = {"config_id": row["config_id"], "shape": row.get("shape")}
             if row.get("error"):
-                out.append({"config_id": row["config_id"], "error": row["error"], "source": row["method"], **labels})
+                out.append({**where, "error": row["error"], "source": row["method"], **labels})
                 continue
             clock_mhz = (row.get("conditions") or {}).get("sm_clock_mhz_after")
-            out.append({"config_id": row["config_id"], "rep": 0, "kernel": row["method"], "source": row["method"],
+            out.append({**where, "rep": 0, "kernel": row["method"], "source": row["method"],
                         "duration_ns": row.get(self.value),
                         "clock_hz": None if clock_mhz is None else clock_mhz * 1e6, **labels})
-        have = {r["config_id"] for r in out}
-        for config_id, reason in failures.items():
-            if config_id not in have:  # a config whose every method failed has its rows already
-                out.append({"config_id": config_id, "error": reason, "source": self.failure_source, **labels})
+        have = {(r["config_id"], r["shape"]) for r in out}
+        for point, reason in failures.items():
+            if points.split(point) not in have:  # a config whose every method failed has its rows already
+                out.append({**points.rows(point), "error": reason, "source": self.failure_source, **labels})
         return make_frame(out)
 
     def run(self, target: str, config_ids: list[int] | None, device: int = 0, *, n_configs: int,
-            on_progress: Progress | None = None, on_rows: OnRows | None = None) -> Measured:
+            on_progress: Progress | None = None, on_rows: OnRows | None = None, n_shapes: int = 0) -> Measured:
+        from nsprof.schema import Points
         from nsprof.session import run_session
+
+        points = Points(n_configs, n_shapes)
 
         _one_gpu(device)
         work_dir = self.settings.work_dir
@@ -174,11 +183,11 @@ class FastTimers(Backend):
 
         try:
             session = run_session(target, n_configs, self.settings, config_ids=config_ids, on_progress=on_progress,
-                                  job_extra={"task": "timers", "timers": self.methods,
+                                  n_shapes=n_shapes, job_extra={"task": "timers", "timers": self.methods,
                                              "timer_reps": self.timer_reps, "results": str(results)})
         except KeyboardInterrupt:
             if on_rows is not None:
                 on_rows(self.frame(written(), {}))
             raise
-        return Measured(frame=self.frame(written(), session.failures), failures=session.failures,
+        return Measured(frame=self.frame(written(), session.failures, points), failures=session.failures,
                         device=session.device, work_dir=work_dir, wall_s=session.wall_s)

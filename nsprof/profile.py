@@ -53,6 +53,7 @@ def check_measured(frame) -> None:
 def precompile(space, jobs: int | None = None, log: str | None = None,
                config_ids: list[int] | None = None) -> dict[int, str]:
     """Run the space's compile step for every config in parallel; {config_id: error} for failures.
+    For a space with shapes the ids are point ids (Space.points: every (shape, config) by default).
 
     The compilers' own output goes to `log` (default: a temporary file, removed when every
     config compiled), not the terminal.
@@ -65,15 +66,17 @@ def precompile(space, jobs: int | None = None, log: str | None = None,
         handle, log = tempfile.mkstemp(prefix="nsprof-compile-", suffix=".log")
         os.close(handle)
 
+    points = space.points
+
     def one(config_id: int):
         try:
-            space.compile(space.configs[config_id])
+            space.compile_at(*points.split(config_id))
         except Exception as exc:  # a config that does not compile is a result, not a crash
             return config_id, f"compile failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
         return config_id, None
 
     with output_to(log), ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(pool.map(one, range(len(space.configs)) if config_ids is None else config_ids))
+        results = list(pool.map(one, points.all() if config_ids is None else config_ids))
     failures = {cfg: err for cfg, err in results if err}
     if temporary_log and not failures:
         os.remove(log)  # nothing to look into; the output of failed compiles stays
@@ -105,9 +108,13 @@ class ProfileResult(Measured):
 def profile_result(target: str, settings: ProfileSettings | None = None, *, config_ids: list[int] | None = None,
                    on_progress: Callable[[str, int, str], None] | None = None, jobs: int | None = None,
                    on_rows: Callable[[object], None] | None = None, backend: Backend | None = None,
-                   space=None) -> ProfileResult:
+                   space=None, points: list[int] | None = None) -> ProfileResult:
     """Compile, then measure every config (or `config_ids`) of `target` with `backend` (default:
     the ground truth settings.backend names).
+
+    A target with shapes (Space.shapes) is measured at every shape in the one session: `points`
+    names (shape, config) pairs by point id (Space.points; default `config_ids` at every shape), and
+    the result's failures and the progress ids are point ids too; every row has its `shape`.
 
     on_rows(frame) gets the rows of configs as they become final (see run_session): first the
     configs that failed to compile, then each worker run's whole configs and failures. On
@@ -122,6 +129,18 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
     space = space or load_target(target)
     n_configs = len(space.configs)
     wanted = list(range(n_configs)) if config_ids is None else check_config_ids(config_ids, n_configs)
+    layout = space.points
+    if points is not None:
+        for point in points:
+            layout.split(point)  # a ValueError for an id that is no point of this space
+        wanted = list(points)
+    elif layout.shaped:
+        wanted = layout.all(wanted)
+    shaped = {"n_shapes": layout.n_shapes} if layout.shaped else {}
+    if shaped and getattr(backend, "compiles_itself", False):
+        from nsprof.errors import NsprofError
+
+        raise NsprofError("a target with shapes is not spread over a cluster yet (--devices, --scheduler)")
     compile_failures = {} if backend.compiles_itself else precompile(space, jobs, config_ids=wanted)
     for cfg, reason in compile_failures.items():
         if on_progress:
@@ -130,12 +149,14 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
     frames = []
     compile_frame = None
     if compile_failures:
-        compile_frame = backend.failure_frame(compile_failures)
+        compile_frame = backend.failure_frame(compile_failures, layout) if shaped else \
+            backend.failure_frame(compile_failures)
         if on_rows:
             on_rows(compile_frame)
     measured = None
     if to_run:
-        measured = backend.run(target, to_run, n_configs=n_configs, on_progress=on_progress, on_rows=on_rows)
+        measured = backend.run(target, to_run, n_configs=n_configs, on_progress=on_progress, on_rows=on_rows,
+                               **shaped)
         frames.append(measured.frame)
     if compile_frame is not None:
         frames.append(compile_frame)
@@ -166,23 +187,27 @@ def config_summary(frame, configs: list | None = None):
     """One row per config × mode: per-rep durations summed over the rep's kernels, then
     median, min, max, spread ((max-min)/median), the median's interval (ci_low_ns, ci_high_ns
     and its achieved coverage ci_coverage: nsprof.analysis.confidence), reps, kernels per rep,
-    cycles, clock."""
+    cycles, clock. Rows of a target with shapes (a `shape` set) are one per shape × config × mode,
+    with a `shape` column first; never pooled over shapes."""
     import pandas as pd
 
     from nsprof.analysis.confidence import median_interval
 
+    shaped = "shape" in frame and frame["shape"].notna().any()
+    keys = ["shape", "config_id"] if shaped else ["config_id"]
     measured = frame[frame["error"].isna() & frame["config_id"].notna()]
-    grouped = measured.groupby(["config_id", "mode", "rep"], sort=True)
+    grouped = measured.groupby([*keys, "mode", "rep"], sort=True)
     per_rep = grouped.agg(clock_hz=("clock_hz", "median"), kernels=("duration_ns", "size"))
     # min_count=1: a rep without cycles (nsys) stays NaN instead of summing to 0
     per_rep["duration_ns"] = grouped["duration_ns"].sum(min_count=1)
     per_rep["cycles"] = grouped["cycles"].sum(min_count=1)
     rows = []
-    for (config_id, mode), group in per_rep.groupby(level=["config_id", "mode"], sort=True):
+    for key, group in per_rep.groupby(level=[*keys, "mode"], sort=True):
+        *where, mode = key
         median = float(group["duration_ns"].median())
         interval = median_interval(group["duration_ns"].to_numpy())
         rows.append({
-            "config_id": int(config_id), "mode": mode, "reps": len(group),
+            **{k: int(v) for k, v in zip(keys, where)}, "mode": mode, "reps": len(group),
             "kernels": int(group["kernels"].median()),
             "median_ns": median, "min_ns": float(group["duration_ns"].min()),
             "max_ns": float(group["duration_ns"].max()),
@@ -192,16 +217,17 @@ def config_summary(frame, configs: list | None = None):
             "error": None,
         })
     for rec in frame[frame["error"].notna()].itertuples():
-        rows.append({"config_id": int(rec.config_id), "mode": None, "reps": 0, "kernels": 0,
+        where = {"config_id": int(rec.config_id)}
+        if shaped:
+            where["shape"] = None if pd.isna(rec.shape) else int(rec.shape)
+        rows.append({**where, "mode": None, "reps": 0, "kernels": 0,
                      "median_ns": float("nan"), "min_ns": float("nan"), "max_ns": float("nan"),
                      "spread": float("nan"), "median_cycles": float("nan"),
                      "median_clock_hz": float("nan"), "ci_low_ns": float("nan"), "ci_high_ns": float("nan"),
                      "ci_coverage": float("nan"), "error": rec.error})
-    summary = pd.DataFrame(rows, columns=["config_id", "mode", "reps", "kernels", "median_ns", "min_ns",
+    summary = pd.DataFrame(rows, columns=[*keys, "mode", "reps", "kernels", "median_ns", "min_ns",
                                           "max_ns", "spread", "median_cycles", "median_clock_hz", "ci_low_ns", "ci_high_ns",
                                           "ci_coverage", "error"])
     if configs is not None:
-        summary.insert(1, "config", [config_label(configs[c]) for c in summary["config_id"]])
-    return summary.sort_values(["config_id", "mode"], na_position="last").reset_index(drop=True)
-
-
+        summary.insert(len(keys), "config", [config_label(configs[c]) for c in summary["config_id"]])
+    return summary.sort_values([*keys, "mode"], na_position="last").reset_index(drop=True)

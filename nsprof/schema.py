@@ -7,13 +7,15 @@ dtypes. Everything downstream (analyze, profile, validate, tune) consumes it.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import NamedTuple
 
 # name -> pandas dtype. Nullable dtypes so that "not known" stays distinct from zero.
 COLUMN_DTYPES: dict[str, str] = {
     "source": "string[python]",  # ncu | nsys | event | cupti | graph
     "range": "string[python]",  # innermost NVTX range name holding the launch, or <NA>
     "domain": "string[python]",  # NVTX domain of `range` ("<default domain>" for the default one)
-    "config_id": "Int64",  # from nsprof's own range names (cfg<id>.<mode>.r<rep>), else <NA>
+    "config_id": "Int64",  # from nsprof's own range names (cfg<id>[.s<shape>].<mode>.r<rep>), else <NA>
     "mode": "string[python]",  # direct | graph | <NA> when the report cannot tell
     "rep": "Int64",
     "kernel": "string[python]",  # short function name, for display; "graph" for a graph workload
@@ -37,6 +39,9 @@ COLUMN_DTYPES: dict[str, str] = {
     "stream": "Int64",
     "nvtx_path": "string[python]",  # every open range: "domain@outer/inner;domain2@..."
     "error": "string[python]",  # a failed config is a row too: duration <NA>, the reason here
+    # Index of the problem shape in the target's `shapes` (nsprof range names cfg<id>.s<shape>...);
+    # <NA> for a target without shapes and for old reports. Last, so that old column positions stay.
+    "shape": "Int64",
 }
 COLUMNS: list[str] = list(COLUMN_DTYPES)
 
@@ -44,30 +49,107 @@ DEFAULT_DOMAIN = "<default domain>"
 NSPROF_DOMAIN = "nsprof"
 MODES = ("direct", "graph")
 
-_RANGE_RE = re.compile(r"^cfg(?P<config>\d+)\.(?P<mode>direct|graph)\.r(?P<rep>\d+)$")
+_RANGE_RE = re.compile(r"^cfg(?P<config>\d+)(?:\.s(?P<shape>\d+))?\.(?P<mode>direct|graph)\.r(?P<rep>\d+)$")
 
 
-def range_name(config_id: int, mode: str, rep: int) -> str:
-    """nsprof's range name for one measurement; avoids '/', ',' and ':' (ncu filter/CSV syntax)."""
+class RangeName(NamedTuple):
+    """What an nsprof range name says. A tuple whose first three items are what
+    parse_range_name always returned (config_id, mode, rep); `shape` is None for names
+    without a shape (every report made before shapes, and targets without them)."""
+
+    config_id: int
+    mode: str
+    rep: int
+    shape: int | None = None
+
+
+def range_name(config_id: int, mode: str, rep: int, shape: int | None = None) -> str:
+    """nsprof's range name for one measurement, `cfg<id>.<mode>.r<rep>`, or with the target's
+    shape index `cfg<id>.s<shape>.<mode>.r<rep>`; avoids '/', ',' and ':' (ncu filter/CSV syntax)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-    return f"cfg{config_id}.{mode}.r{rep}"
+    if shape is None:
+        return f"cfg{config_id}.{mode}.r{rep}"
+    return f"cfg{config_id}.s{shape}.{mode}.r{rep}"
 
 
-def parse_range_name(name: str | None) -> tuple[int, str, int] | None:
-    """(config_id, mode, rep) for an nsprof range name, else None."""
+def parse_range_name(name: str | None) -> RangeName | None:
+    """(config_id, mode, rep, shape) for an nsprof range name, else None."""
     if not name:
         return None
     match = _RANGE_RE.match(name)
     if not match:
         return None
-    return int(match["config"]), match["mode"], int(match["rep"])
+    shape = match["shape"]
+    return RangeName(int(match["config"]), match["mode"], int(match["rep"]), None if shape is None else int(shape))
+
+
+@dataclass(frozen=True)
+class Points:
+    """How one session numbers what it measures: a target's configs, at each of its shapes.
+
+    A *point* is one (shape, config) pair; its id is `shape * n_configs + config_id`. A target
+    without shapes (n_shapes 0) has one point per config, its id the config id, so every run
+    before shapes reads the same. The worker, the session and the results store all split ids
+    with this one class, and every row says its own config_id and shape (from its range name):
+    a point id never travels in a row.
+    """
+
+    n_configs: int
+    n_shapes: int = 0  # 0: the target has no shapes
+
+    @property
+    def shaped(self) -> bool:
+        return self.n_shapes > 0
+
+    def id(self, config_id: int, shape: int | None = None) -> int:
+        if not self.shaped:
+            if shape is not None:
+                raise ValueError("a target without shapes has no shape index")
+            return int(config_id)
+        if shape is None or not 0 <= shape < self.n_shapes or not 0 <= config_id < self.n_configs:
+            raise ValueError(f"no point (shape {shape}, config {config_id}) in {self}")
+        return int(shape) * self.n_configs + int(config_id)
+
+    def split(self, point: int) -> tuple[int, int | None]:
+        """(config_id, shape) of a point id (shape None without shapes)."""
+        if not self.shaped:
+            return int(point), None
+        shape, config_id = divmod(int(point), self.n_configs)
+        if not 0 <= shape < self.n_shapes:
+            raise ValueError(f"point {point} is not in {self}")
+        return config_id, shape
+
+    def all(self, config_ids=None, shapes=None) -> list[int]:
+        """Point ids, shape by shape: `config_ids` (default all) at each of `shapes` (default all)."""
+        configs = range(self.n_configs) if config_ids is None else config_ids
+        if not self.shaped:
+            return [int(c) for c in configs]
+        return [self.id(c, s) for s in (range(self.n_shapes) if shapes is None else shapes) for c in configs]
+
+    def of_frame(self, frame):
+        """Each row's point id (<NA> where the row has no config), from its config_id and shape;
+        a row whose shape disagrees with the layout (one where there is none, or the reverse)
+        gets <NA>, so that it never counts for another point."""
+        import pandas as pd
+
+        config = frame["config_id"].astype("Int64")
+        if not self.shaped:
+            return config.where(frame["shape"].isna())
+        shape = frame["shape"].astype("Int64")
+        ok = (shape >= 0) & (shape < self.n_shapes) & (config >= 0) & (config < self.n_configs)
+        return (shape * self.n_configs + config).where(ok.fillna(False).astype(bool), pd.NA).astype("Int64")
+
+    def rows(self, point: int) -> dict:
+        """The tidy columns naming a point: {"config_id", "shape"}."""
+        config_id, shape = self.split(point)
+        return {"config_id": config_id, "shape": shape}
 
 
 def make_frame(rows: list[dict] | dict[str, list]):
     """Build a tidy DataFrame from row dicts (or columns), filling what rows lack.
 
-    Fills config_id/mode/rep from nsprof range names where the rows do not set them, and
+    Fills config_id/mode/rep/shape from nsprof range names where the rows do not set them, and
     casts every column to its dtype.
     """
     import pandas as pd
@@ -84,7 +166,7 @@ def make_frame(rows: list[dict] | dict[str, list]):
         # Parse each distinct range name once; reports repeat names many times.
         parsed = {n: parse_range_name(n) for n in frame["range"].dropna().unique() if isinstance(n, str)}
         parsed = {n: p for n, p in parsed.items() if p}
-        for position, column in enumerate(("config_id", "mode", "rep")):
+        for position, column in enumerate(("config_id", "mode", "rep", "shape")):
             if not parsed:
                 break
             from_name = frame["range"].map({n: p[position] for n, p in parsed.items()})

@@ -35,6 +35,7 @@ from nsprof.drivers import registry
 from nsprof.drivers.base import Driver, disk_full
 from nsprof.errors import NsprofError, ToolFailed
 from nsprof.reports.checks import one_line
+from nsprof.schema import Points
 from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import Job, RunStatus, parse_status
 
@@ -66,22 +67,24 @@ class Measured:
     notes: list[str] = field(default_factory=list)  # what the run has to say about its numbers (nsprof.cluster)
 
 
-def _incomplete(measured, done: list[int], settings: ProfileSettings) -> dict[int, str]:
+def _incomplete(measured, done: list[int], settings: ProfileSettings, points: Points | None = None) -> dict[int, str]:
     """For each config of `done` with rows in the report that is not whole there: why not.
 
     Whole means every (mode, rep) range is there and every rep of a mode has as many kernels
     as that mode's other reps: a report cut off mid-write (a profiler killed, ncu streaming its
     report to disk) can lose a rep's last kernels without losing its range. (With one rep per
     mode there is nothing to compare a rep with; modes are not compared with each other, since
-    a whole-graph workload is one row per rep.)
+    a whole-graph workload is one row per rep.) `done` and the keys are point ids (`points`,
+    nsprof.schema.Points: config ids for a target without shapes).
     """
-    rows = measured[measured["config_id"].isin(done)]
+    point = (points or Points(0)).of_frame(measured)
+    rows = measured.assign(point=point)[point.isin(done).fillna(False).astype(bool)]
     if rows.empty:
         return {}
     expected = len(set(settings.modes)) * settings.reps
-    per_rep = rows.groupby(["config_id", "mode", "rep"], dropna=False).size()
+    per_rep = rows.groupby(["point", "mode", "rep"], dropna=False).size()
     reasons = {}
-    for config_id, counts in per_rep.groupby(level="config_id"):
+    for config_id, counts in per_rep.groupby(level="point"):
         if len(counts) < expected:
             reasons[int(config_id)] = "the report held only some of its reps"
             continue
@@ -93,10 +96,16 @@ def _incomplete(measured, done: list[int], settings: ProfileSettings) -> dict[in
     return reasons
 
 
-def _complete_configs(measured, done: list[int], settings: ProfileSettings) -> set[int]:
-    """The configs of `done` that are whole in the report (see _incomplete)."""
-    present = set(measured[measured["config_id"].isin(done)]["config_id"].dropna().astype(int))
-    return present - set(_incomplete(measured, done, settings))
+def _complete_configs(measured, done: list[int], settings: ProfileSettings, points: Points | None = None) -> set[int]:
+    """The configs (point ids) of `done` that are whole in the report (see _incomplete)."""
+    point = (points or Points(0)).of_frame(measured)
+    present = set(point[point.isin(done).fillna(False).astype(bool)].astype(int))
+    return present - set(_incomplete(measured, done, settings, points))
+
+
+def _rows_of(measured, ids: set[int], points: Points):
+    """The rows of `measured` that belong to these point ids."""
+    return measured[points.of_frame(measured).isin(list(ids)).fillna(False).astype(bool)]
 
 
 def _alive(pid: int | None) -> bool:
@@ -324,9 +333,15 @@ def interrupt_on_termination() -> None:
 def run_session(target: str, n_configs: int, settings: ProfileSettings, config_ids: list[int] | None = None,
                 on_progress: Callable[[str, int, str], None] | None = None,
                 job_extra: dict | None = None,
-                on_rows: Callable[[object], None] | None = None, driver: Driver | None = None) -> Measured:
+                on_rows: Callable[[object], None] | None = None, driver: Driver | None = None,
+                n_shapes: int = 0) -> Measured:
     """Measure `config_ids` (default: all) of `target` under settings.backend (its driver from
     nsprof.drivers.registry, unless `driver` is given).
+
+    For a target with `n_shapes` shapes the ids are point ids (nsprof.schema.Points(n_configs,
+    n_shapes): every (shape, config) pair of one session), and so are the keys of
+    Measured.failures and the ids given to on_progress; every row names its own config_id and
+    shape.
 
     Every session holds the GPU lock (nsprof.host.lock), the fast timers' too: two nsprof runs
     never measure on the same GPU at once. The profiler and worker inherit the lock's
@@ -347,14 +362,15 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
 
     driver = driver or registry.get_driver(settings.backend)
     with gpu_lock(0, wait=settings.wait_gpu) if driver.locks_gpu else contextlib.nullcontext():
-        return _run_session(driver, target, n_configs, settings, config_ids, on_progress, job_extra, on_rows)
+        return _run_session(driver, target, n_configs, settings, config_ids, on_progress, job_extra, on_rows,
+                            n_shapes)
 
 
 def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileSettings,
                  config_ids: list[int] | None = None,
                  on_progress: Callable[[str, int, str], None] | None = None,
                  job_extra: dict | None = None,
-                 on_rows: Callable[[object], None] | None = None) -> Measured:
+                 on_rows: Callable[[object], None] | None = None, n_shapes: int = 0) -> Measured:
     """Measure `config_ids` (default: all) of `target` under settings.backend.
 
     Without settings.work_dir the reports and logs go to a temporary folder, removed after
@@ -366,7 +382,7 @@ def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileS
     work_dir.mkdir(parents=True, exist_ok=True)
     try:
         result = _run_parts(target, n_configs, settings, config_ids, on_progress, job_extra, driver, work_dir,
-                            on_rows)
+                            on_rows, Points(n_configs, n_shapes))
     except NsprofError as exc:
         # The logs explain the failure: keep them and say where they are.
         if temporary and str(work_dir) not in str(exc):
@@ -383,11 +399,13 @@ def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileS
     return result
 
 
-def failure_frame(failures: dict[int, str], settings: ProfileSettings, driver: Driver):
-    """One tidy row per failed config, labelled as `driver`'s measurements under `settings` are."""
+def failure_frame(failures: dict[int, str], settings: ProfileSettings, driver: Driver, points: Points | None = None):
+    """One tidy row per failed config (keyed by point id: `points`), labelled as `driver`'s
+    measurements under `settings` are."""
     from nsprof.schema import make_frame
 
-    return make_frame([{"source": settings.backend, "config_id": cfg, "error": reason, **driver.labels(settings)}
+    points = points or Points(0)
+    return make_frame([{"source": settings.backend, **points.rows(cfg), "error": reason, **driver.labels(settings)}
                        for cfg, reason in sorted(failures.items())])
 
 
@@ -404,17 +422,17 @@ def _launch(command: list[str], log_handle, pipe: _DeathPipe):
                             preexec_fn=_dies_with_nsprof())
 
 
-def _salvage(driver, settings: ProfileSettings, base: Path, log: Path, hand_over) -> None:
+def _salvage(driver, settings: ProfileSettings, base: Path, log: Path, hand_over, points: Points) -> None:
     """After an interrupt: hand over what the interrupted part finished (whole configs only,
     and the failures it recorded). A report that cannot be read loses only this part."""
     status = parse_status(base.with_suffix(".status").read_text(errors="replace"))
-    frames = [failure_frame(status.failed, settings, driver)] if status.failed else []
+    frames = [failure_frame(status.failed, settings, driver, points)] if status.failed else []
     try:
         report = driver.finish(base, log)
         if report is not None:
             measured = driver.read(report, settings)
-            complete = _complete_configs(measured, status.done, settings) - set(status.failed)
-            frames.insert(0, measured[measured["config_id"].isin(complete)])
+            complete = _complete_configs(measured, status.done, settings, points) - set(status.failed)
+            frames.insert(0, _rows_of(measured, complete, points))
     except NsprofError:
         pass
     frames = [frame for frame in frames if len(frame)]
@@ -476,7 +494,7 @@ class _Part:
     report: Path | None = None
 
 
-def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _RunEnd) -> _Part:
+def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _RunEnd, points: Points) -> _Part:
     """The status and report of one finished worker run: what it measured whole, what failed."""
     status = parse_status(base.with_suffix(".status").read_text(errors="replace"))
     part = _Part(status=status, failures=dict(status.failed))
@@ -515,9 +533,9 @@ def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _R
             # Only whole configs count as measured: a report can be cut off mid-write (ncu's
             # streams to disk) when the profiler is killed, even after its orphaned worker
             # reached its end. A partial config is measured again whole.
-            incomplete = _incomplete(measured, status.done, settings)
-            complete = _complete_configs(measured, status.done, settings)
-            part.kept = measured[measured["config_id"].isin(complete)]
+            incomplete = _incomplete(measured, status.done, settings, points)
+            complete = _complete_configs(measured, status.done, settings, points)
+            part.kept = _rows_of(measured, complete, points)
     elif status.done and not abnormal and driver.writes_report:
         raise ToolFailed(f"{settings.backend} wrote no report: {driver.diagnose(log, end.returncode)} "
                          f"(log: {log})")
@@ -528,7 +546,8 @@ def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _R
 
 def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_ids: list[int] | None,
                on_progress: Callable[[str, int, str], None] | None, job_extra: dict | None, driver,
-               work_dir: Path, on_rows: Callable[[object], None] | None = None) -> Measured:
+               work_dir: Path, on_rows: Callable[[object], None] | None = None,
+               points: Points | None = None) -> Measured:
     """The session proper: worker runs ("parts") until every config is measured or failed."""
     import pandas as pd
 
@@ -544,11 +563,13 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
     started_at = time.monotonic()
     notify = on_progress or (lambda event, cfg, detail: None)
     hand_over = on_rows or (lambda frame: None)
+    points = points or Points(n_configs)
+    shapes = {"n_configs": points.n_configs, "n_shapes": points.n_shapes} if points.shaped else {}
 
     def settle(new_failures: dict[int, str], kept=None) -> None:
         """Record what became final, and hand it over at once."""
         failures.update(new_failures)
-        new = [f for f in (kept, failure_frame(new_failures, settings, driver) if new_failures else None)
+        new = [f for f in (kept, failure_frame(new_failures, settings, driver, points) if new_failures else None)
                if f is not None and len(f)]
         frames.extend(new)
         if new:
@@ -565,13 +586,13 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
             log = base.with_suffix(".log")
             job = Job(target=target, config_ids=remaining, status=str(status_file), modes=list(settings.modes),
                       reps=settings.reps, warmup=settings.warmup, watch_fd=pipe.read_fd, watch_inode=pipe.inode,
-                      **(job_extra or {}))
+                      **shapes, **(job_extra or {}))
             job_file = job.write(base.with_suffix(".job.json"))
             command = driver.build_command(settings, job_file, base)
             settled = False
             try:
                 end = _run_worker(command, log, status_file, job_file, settings, notify, pipe)
-                part = _read_part(driver, settings, base, log, end)
+                part = _read_part(driver, settings, base, log, end, points)
                 status = part.status
                 device = device or status.device
                 if status.current is not None:
@@ -596,7 +617,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                 settle(part.failures, part.kept)
             except KeyboardInterrupt:
                 if not settled:
-                    _salvage(driver, settings, base, log, hand_over)
+                    _salvage(driver, settings, base, log, hand_over, points)
                 raise
             progressed = (set(status.done) - set(requeued)) | set(part.failures)
             if not progressed and not requeued:

@@ -14,6 +14,14 @@ no allocations of its own (inputs are made in `build`, with random data, never z
         compile=lambda cfg: compile_kernel(cfg),  # optional; run in parallel before measuring
     )
 
+A Space can list the problem shapes its kernel serves (an LLM server's M = 1, 16, 128, ...):
+`shapes=[...]` (any JSON-able values), and then `build` and `compile` take the shape too,
+`build(cfg, shape)`; a Space without shapes calls them with the config alone, as always.
+`nsprof tune` measures every (shape, config) in one session and ranks each shape on its own.
+
+    space = Space(configs=[...], shapes=[{"M": 1}, {"M": 16}],
+                  build=lambda cfg, shape: make_launch(cfg, **shape))
+
 A Space over an autotuner's configs also carries that tuner's hook (`tuner`, an
 nsprof.tuner.TunerHook; nsprof.integrations makes them), through which `nsprof tune` asks the
 tuner's own pick and feeds its ranking back.
@@ -38,19 +46,28 @@ from nsprof.tuner import TunerHook, hook_from_meta
 @dataclass
 class Space:
     configs: list[dict[str, Any]]
-    build: Callable[[dict[str, Any]], Callable[[], Any]]
+    build: Callable[..., Callable[[], Any]]  # build(config), or build(config, shape) with shapes
     name: str = "space"
-    compile: Callable[[dict[str, Any]], Any] | None = None
+    compile: Callable[..., Any] | None = None
     # "cuda": launches are asynchronous on the current CUDA stream (torch); "cpu": plain
     # Python calls (used by nsprof's own tests of the worker's fault handling).
     device: str = "cuda"
     meta: dict[str, Any] = field(default_factory=dict)
     # The autotuner behind these configs: its own pick, and the feed-back of nsprof's ranking.
     tuner: TunerHook | None = None
+    # The problem shapes the configs are tuned for (None: one problem, built into `build`). With
+    # shapes, build(config, shape) and compile(config, shape).
+    shapes: list[Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.configs:
             raise TargetError(f"space {self.name!r} has no configs")
+        if self.shapes is not None:
+            if isinstance(self.shapes, (str, bytes, dict)) or not hasattr(self.shapes, "__len__"):
+                raise TargetError(f"space {self.name!r}: shapes must be a list, not {type(self.shapes).__name__}")
+            self.shapes = list(self.shapes)
+            if not self.shapes:
+                raise TargetError(f"space {self.name!r}: shapes is an empty list (leave it out for no shapes)")
         if self.device not in ("cuda", "cpu"):
             raise TargetError(f"space {self.name!r}: device must be 'cuda' or 'cpu'")
         if self.tuner is None:  # a Space of the older form: meta={"tuner_pick": ..., "feed_back": ...}
@@ -59,6 +76,35 @@ class Space:
     def label(self, config_id: int) -> str:
         """A short readable name for one config: k=v pairs."""
         return config_label(self.configs[config_id])
+
+    @property
+    def n_shapes(self) -> int:
+        """How many shapes the space lists (0: it has none)."""
+        return 0 if self.shapes is None else len(self.shapes)
+
+    @property
+    def points(self):
+        """How a session numbers this space's (shape, config) pairs (nsprof.schema.Points)."""
+        from nsprof.schema import Points
+
+        return Points(len(self.configs), self.n_shapes)
+
+    def shape_label(self, shape: int | None) -> str:
+        """A short readable name for one shape (k=v pairs for a dict, else its text)."""
+        return "" if shape is None else config_label(self.shapes[shape])
+
+    def build_at(self, config_id: int, shape: int | None = None):
+        """The zero-argument launch of one config (at shape index `shape`, for a space with shapes)."""
+        if self.shapes is None:
+            return self.build(self.configs[config_id])
+        return self.build(self.configs[config_id], self.shapes[shape])
+
+    def compile_at(self, config_id: int, shape: int | None = None):
+        if self.compile is None:
+            return None
+        if self.shapes is None:
+            return self.compile(self.configs[config_id])
+        return self.compile(self.configs[config_id], self.shapes[shape])
 
 
 def config_label(config: Any) -> str:
@@ -202,6 +248,11 @@ def _module_files(dotted: str, base: Path, limit: Path) -> list[Path]:
             files.append(candidate.with_suffix(".py"))
         break
     return [f.resolve() for f in files if f.resolve().is_relative_to(limit.resolve())]
+
+
+def shape_json(shape: Any) -> str:
+    """The canonical JSON text of one shape (sorted keys; tuples as lists), as the results store keys it."""
+    return json.dumps(shape, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def configs_json(space: Space) -> str:

@@ -9,7 +9,10 @@
         store.finish_run(run_id, "ok")
 
 A `MeasurementKey` names what a number depends on (target source, config, GPU, tool and its
-settings); `missing()` answers "which configs still need measuring under this key".
+settings, and for a target with shapes the shape: its JSON in `shape_json`, its index in
+`shape`); `missing()` answers "which configs still need measuring under this key" (for one
+shape: `shape_json=`). Stores written before shapes are read as they are: their rows have
+shape_json "" (no shape), the columns being added when such a store is opened.
 Each `add` is one transaction, so a crash, SIGKILL or Ctrl-C leaves whole configs or none.
 Only plain SQL values are stored (text, integers, reals); settings are JSON text.
 """
@@ -41,7 +44,10 @@ KEY_FIELDS = ("fingerprint", "config_id", "config_json", "gpu", "backend", "mode
 GROUP_FIELDS = tuple(f for f in KEY_FIELDS if f not in ("config_id", "config_json"))
 # The tidy-table columns a measurement row keeps (see nsprof.schema).
 ROW_FIELDS = ("kernel", "rep", "duration_ns", "cycles", "clock_hz", "graph_node", "error")
-MEASUREMENT_COLUMNS = ("run_id", *KEY_FIELDS, *ROW_FIELDS)
+# The problem shape a row was measured at, beside its config (MeasurementKey.shape_json, .shape):
+# "" and NULL for a target without shapes. Columns added to stores from before shapes on opening.
+SHAPE_FIELDS = ("shape_json", "shape")
+MEASUREMENT_COLUMNS = ("run_id", *KEY_FIELDS, *SHAPE_FIELDS, *ROW_FIELDS)
 RUN_COLUMNS = ("id", "started_at", "target", "fingerprint", "gpu", "gpu_uuid", "backend", "mode",
                "clock_control", "cache_control", "tool_version", "nsprof_version", "settings_json",
                "finished_at", "status")
@@ -49,7 +55,7 @@ RUN_COLUMNS = ("id", "started_at", "target", "fingerprint", "gpu", "gpu_uuid", "
 RUN_LABELS = ("target", "fingerprint", "gpu", "gpu_uuid", "backend", "mode", "clock_control", "cache_control",
               "tool_version", "settings")
 
-_INT_FIELDS = {"config_id", "rep", "graph_node"}
+_INT_FIELDS = {"config_id", "rep", "graph_node", "shape"}
 _FLOAT_FIELDS = {"duration_ns", "cycles", "clock_hz"}
 
 _SCHEMA = """
@@ -70,6 +76,7 @@ CREATE TABLE measurements (
     fingerprint TEXT NOT NULL, config_id INTEGER NOT NULL, config_json TEXT NOT NULL, gpu TEXT NOT NULL,
     backend TEXT NOT NULL, mode TEXT NOT NULL, clock_control TEXT NOT NULL, cache_control TEXT NOT NULL,
     tool_version TEXT NOT NULL,
+    shape_json TEXT NOT NULL DEFAULT '', shape INTEGER,
     kernel TEXT, rep INTEGER, duration_ns REAL, cycles REAL, clock_hz REAL, graph_node INTEGER,
     error TEXT,
     -- a row is either a measurement or a failure with its reason, never both or neither
@@ -100,14 +107,24 @@ class MeasurementKey:
     clock_control: str
     cache_control: str
     tool_version: str
+    # The problem shape (a target with shapes): nsprof.space.shape_json of it, and its index in the
+    # target's shapes; "" and None for a target without shapes.
+    shape_json: str = ""
+    shape: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.config_id, numbers.Integral) or isinstance(self.config_id, bool):
             raise TypeError(f"config_id must be an int, not {self.config_id!r}")
         object.__setattr__(self, "config_id", int(self.config_id))  # numpy ints bind badly in sqlite3
-        for name in KEY_FIELDS:
+        for name in (*KEY_FIELDS, "shape_json"):
             if name != "config_id" and not isinstance(getattr(self, name), str):
                 raise TypeError(f"MeasurementKey.{name} must be a str, not {getattr(self, name)!r}")
+        if self.shape is not None:
+            if not isinstance(self.shape, numbers.Integral) or isinstance(self.shape, bool):
+                raise TypeError(f"shape must be an int or None, not {self.shape!r}")
+            object.__setattr__(self, "shape", int(self.shape))
+        if (self.shape is None) != (self.shape_json == ""):
+            raise ValueError("a MeasurementKey has both shape and shape_json, or neither")
 
     def without_config(self) -> dict[str, str]:
         """The key of the whole space (what missing() takes)."""
@@ -201,6 +218,22 @@ class ResultStore:
                              "store path")
         if version < 1:
             raise StoreError(f"results store {self.path} has an invalid schema version {version}")
+        self._add_shape_columns()
+
+    def _add_shape_columns(self) -> None:
+        """A store from before shapes gets their columns (every old row: no shape). Additive, so
+        the schema version stays and an older nsprof still reads and writes the store."""
+        def columns() -> set[str]:
+            return {row[1] for row in self._db.execute("PRAGMA table_info(measurements)")}
+
+        if {"shape_json", "shape"} <= columns():
+            return
+        with self._transaction():
+            have = columns()  # another process may have added them meanwhile
+            if "shape_json" not in have:
+                self._db.execute("ALTER TABLE measurements ADD COLUMN shape_json TEXT NOT NULL DEFAULT ''")
+            if "shape" not in have:
+                self._db.execute("ALTER TABLE measurements ADD COLUMN shape INTEGER")
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -300,7 +333,7 @@ class ResultStore:
         a row's config_id, mode, clock_control and cache_control, where set, must agree with `key`."""
         if not isinstance(key, MeasurementKey):
             raise TypeError(f"key must be a MeasurementKey, not {type(key).__name__}")
-        key_values = tuple(getattr(key, name) for name in KEY_FIELDS)
+        key_values = tuple(getattr(key, name) for name in (*KEY_FIELDS, *SHAPE_FIELDS))
         columns = ", ".join(MEASUREMENT_COLUMNS)
         marks = ", ".join("?" for _ in MEASUREMENT_COLUMNS)
         written = 0
@@ -325,8 +358,9 @@ class ResultStore:
 
     def missing(self, key_without_config: Mapping[str, str], config_ids: Iterable[int], *,
                 config_jsons: Mapping[int, str] | None = None, retry_failed: bool = False,
-                retry_if: Callable[[str], bool] | None = None) -> list[int]:
-        """The config_ids (in the order given) with nothing stored yet under this key.
+                retry_if: Callable[[str], bool] | None = None, shape_json: str = "") -> list[int]:
+        """The config_ids (in the order given) with nothing stored yet under this key, at the shape
+        `shape_json` (nsprof.space.shape_json; "" for a target without shapes).
 
         config_jsons ({config_id: config_json(config)}): a config counts only where its stored rows
         were taken of the same config (an id names another config once the space is edited).
@@ -336,6 +370,7 @@ class ResultStore:
         Rows of runs that crashed count too: each config's rows were committed whole.
         """
         where, params = self._group_where(key_without_config)
+        where, params = f"{where} AND shape_json = ?", (*params, str(shape_json))
         with self._lock, self._errors("reading"):
             rows = self._db.execute(
                 f"SELECT config_id, config_json, run_id, error FROM measurements WHERE {where}", params).fetchall()
@@ -426,7 +461,7 @@ class ResultStore:
 def _records(frame_or_rows: Any) -> Iterator[Mapping[str, Any]]:
     """Rows of a DataFrame or an iterable of mappings, lazily (the caller may stream them)."""
     if hasattr(frame_or_rows, "to_dict") and hasattr(frame_or_rows, "columns"):
-        wanted = [c for c in ("config_id", "mode", "clock_control", "cache_control", *ROW_FIELDS)
+        wanted = [c for c in ("config_id", "shape", "mode", "clock_control", "cache_control", *ROW_FIELDS)
                   if c in frame_or_rows.columns]
         yield from frame_or_rows[wanted].to_dict("records")
         return
@@ -458,6 +493,10 @@ def _row_values(row: Mapping[str, Any], key: MeasurementKey) -> tuple:
         if not same:
             raise ValueError(f"a row has {name}={value!r} but the key says {expected!r}; "
                              "add() takes the rows of one key (split the frame first)")
+    shape = row.get("shape")
+    if (None if _missing(shape) else int(shape)) != key.shape:
+        raise ValueError(f"a row has shape={None if _missing(shape) else int(shape)!r} but the key says "
+                         f"{key.shape!r}; add() takes the rows of one (shape, config) (split the frame first)")
     values: list[Any] = []
     for name in ROW_FIELDS:
         value = row.get(name)

@@ -64,6 +64,11 @@ class TuneResult:
     # What the adaptive reps did: sessions, reps, why they stopped (nsprof.adaptive); None: not tried
     adaptive: AdaptiveSummary | None = None
     first_pass_wall_s: float | None = None  # the first pass's wall time (measuring, through the store)
+    # A target with shapes: the shape this ranking is of (its index in the Space's shapes, and the
+    # shape itself), and on the result tune() returns (the first shape's) every shape's, in order.
+    shape: int | None = None
+    shape_value: object = None
+    shapes: list = field(default_factory=list)
 
     @property
     def decision(self) -> Decision:
@@ -152,7 +157,8 @@ def retryable(reason: str, timeout_s: float) -> bool:
 
 def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, config_ids: list[int], on_progress,
                  on_rows: Callable[[object], None] | None = None,
-                 on_device: Callable[[dict | None], None] | None = None, plan: Plan | None = None):
+                 on_device: Callable[[dict | None], None] | None = None, plan: Plan | None = None,
+                 n_shapes: int = 0):
     """Tidy rows for `config_ids` under `backend`: kernels for ground truths (compiled first, see
     nsprof.profile.profile_result); for a fast timer one row per config holding the timer's
     statistic as rep 0. Failed configs are rows with an error.
@@ -163,7 +169,11 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
 
     With `plan` (a ground truth only): one interleaved session of adaptive reps over plan.configs
     (nsprof.measure.GroundTruth.interleave) instead of a first pass over config_ids.
+
+    With `n_shapes` (a target with shapes), config_ids are point ids (nsprof.schema.Points): every
+    (shape, config) pair in the one session; the rows carry their shape.
     """
+    shaped = {"n_shapes": n_shapes} if n_shapes else {}
     if plan is not None:
         truth = GroundTruth(_profile_settings(backend, settings))
         measured = truth.interleave(target, list(plan.configs), plan.rounds, plan.first_rep, n_configs=n,
@@ -172,7 +182,8 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
         from nsprof.profile import profile_result
 
         profile_settings = _profile_settings(backend, settings)
-        measured: Measured = profile_result(target, profile_settings, config_ids=config_ids,
+        measured: Measured = profile_result(target, profile_settings,
+                                            **({"points": config_ids} if n_shapes else {"config_ids": config_ids}),
                                             on_progress=on_progress, on_rows=on_rows,
                                             backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None)
     else:
@@ -183,7 +194,7 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
         timers = sharded(FastTimers([name], settings.profile, work_dir / f"timer-{name}", timer_reps=settings.timer_reps,
                                     stat=settings.stat, labels=key_labels(backend, settings), failure_source=name),
                          settings.cluster)
-        measured = timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows)
+        measured = timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows, **shaped)
     if on_device is not None:
         on_device(measured.device)
     return measured.frame
@@ -226,14 +237,17 @@ class _Stored:
     """What tune needs to go back to the results store after its first pass: the key of the
     space's rows and today's configs."""
 
-    def __init__(self, settings: TuneSettings, group: dict, wanted_json: dict[int, str], gpu_uuid: str) -> None:
+    def __init__(self, settings: TuneSettings, group: dict, wanted_json: dict[int, str], gpu_uuid: str,
+                 shape_json: str = "") -> None:
         self.settings, self.group, self.wanted_json, self.gpu_uuid = settings, group, wanted_json, gpu_uuid
+        self.shape_json = shape_json  # the one shape these rows are of ("": a target without shapes)
 
     def rows(self, store):
         runs = store.runs()
         adaptive = {int(i) for i, text in zip(runs["id"], runs["settings_json"])
                     if isinstance(text, str) and f'"{ADAPTIVE_RUN}"' in text}
-        return _select_stored(store.frame(**self.group, config_id=list(self.wanted_json)), self.wanted_json, adaptive)
+        return _select_stored(store.frame(**self.group, shape_json=self.shape_json, config_id=list(self.wanted_json)),
+                              self.wanted_json, adaptive)
 
     def session(self, target: str, backend: str, n: int, plan: Plan, number: int, on_progress):
         """One adaptive session, stored as a run of its own (marked ADAPTIVE_RUN), each config's
@@ -335,7 +349,7 @@ def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: l
     settings.budget_s for this truth: nsprof.adaptive); without it (the cross-truth probes), none."""
     import time
 
-    from nsprof.profile import check_measured, config_summary
+    from nsprof.profile import check_measured
 
     notes = [] if notes is None else notes
     n = len(space.configs)
@@ -353,6 +367,17 @@ def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: l
         rows, adaptive = _adaptive(target, n, truth, settings, rows, stored, cost_of_first_pass(), stage)
         if _is_truth(truth):
             notes.append(adaptive.describe())
+    result = _ranked(space, truth, settings, rows, notes, adaptive, first_pass_wall_s)
+    if result.best_config_id is None:
+        check_measured(rows)
+    return result
+
+
+def _ranked(space, truth: str, settings: TuneSettings, rows, notes: list[str], adaptive=None,
+            first_pass_wall_s: float | None = None) -> TuneResult:
+    """The TuneResult of rows of one truth (and one shape): summarised per config, ranked by settings.stat."""
+    from nsprof.profile import config_summary
+
     summary = config_summary(rows)
     backend = split_truth(truth)[0]
     if _is_truth(truth):
@@ -365,11 +390,8 @@ def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: l
         label = f"fast timer {TIMER_BACKENDS[truth]}, {settings.stat} of {settings.timer_reps} samples"
     table = rank(summary, settings.stat)
     table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
-    result = TuneResult(table, space.configs, backend, label, None, notes, stat=settings.stat, truth=truth,
-                        labels=key_labels(truth, settings), adaptive=adaptive, first_pass_wall_s=first_pass_wall_s)
-    if result.best_config_id is None:
-        check_measured(rows)
-    return result
+    return TuneResult(table, space.configs, backend, label, None, notes, stat=settings.stat, truth=truth,
+                      labels=key_labels(truth, settings), adaptive=adaptive, first_pass_wall_s=first_pass_wall_s)
 
 
 def _probes(probed: str, other: str, results: dict, settings: TuneSettings) -> list[tuple[list[str], str]] | None:
@@ -459,6 +481,8 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     n = len(space.configs)
     wanted = list(range(n)) if config_ids is None else check_config_ids(config_ids, n)
     stage = on_stage or (lambda name, count: None)
+    if space.shapes is not None:
+        return tune_shapes(target, space, settings, wanted, stage)
     if settings.cluster is None:  # a cluster compiles each batch where it runs
         precompile(space, config_ids=wanted)
     prescreen_table = None
@@ -551,7 +575,7 @@ def _adaptive(target: str, n: int, truth: str, settings: TuneSettings, rows, sto
 
 RESULT_MARKER = "NSPROF_RESULT "
 
-TUNER_CALLS = ("pick", "feed_back")
+TUNER_CALLS = ("pick", "feed_back", "feed_back_shapes")
 
 _TUNER_CHILD = (
     "import json, sys\n"
@@ -559,6 +583,8 @@ _TUNER_CHILD = (
     "name, args = sys.argv[2], json.loads(sys.argv[3])\n"
     "if name == 'feed_back':\n"
     "    args = [{int(k): float(v) for k, v in args[0].items()}]\n"
+    "if name == 'feed_back_shapes':\n"
+    "    args = [{int(s): {int(k): float(v) for k, v in by.items()} for s, by in args[0].items()}]\n"
     "tuner = load_target(sys.argv[1]).tuner\n"
     "if tuner is None:\n"
     "    sys.exit(f'{sys.argv[1]} has no tuner hook (Space.tuner)')\n"
@@ -601,3 +627,187 @@ def tuner_in_child(target: str, name: str, args: list, settings: TuneSettings, n
 def tuner_pick_in_child(target: str, settings: TuneSettings, n_configs: int) -> dict | None:
     """What the target's own autotuner picks with its own timer (its Space's tuner.pick())."""
     return tuner_in_child(target, "pick", [], settings, n_configs)
+
+
+# -- a target with shapes -------------------------------------------------------------------------
+
+def tune_shapes(target: str, space, settings: TuneSettings, wanted: list[int], stage) -> TuneResult:
+    """tune() for a Space with shapes: every (shape, config) pair of `wanted` measured in one profiled
+    session per truth, then each shape ranked on its own (as rank_truth ranks a space without shapes),
+    the truths compared per shape, and every shape's deploy winner fed back to the target's tuner in one
+    child process, under the key the tuner computes for that shape's call (TunerHook.feed_back_shapes).
+
+    Returns the first shape's ranking, carrying every shape's in `shapes` (each with its own `truths`
+    and `cross` when several truths are ranked). Not yet per shape, each said in the notes: adaptive
+    reps, the probes that explain a disagreement, the tuner's own pick; refused: --prescreen, a cluster.
+    """
+    from nsprof.profile import precompile
+
+    if settings.cluster is not None:
+        raise NsprofError("a target with shapes is not spread over a cluster yet: drop --devices/--scheduler")
+    if settings.prescreen:
+        raise NsprofError("--prescreen does not take a target with shapes yet")
+    layout = space.points
+    n = len(space.configs)
+    points = layout.all(wanted)
+    precompile(space, config_ids=points)
+    per_truth = {truth: rank_shapes(target, space, truth, settings, wanted, stage(truth, len(points)))
+                 for truth in settings.ranked_truths}
+    deploy = settings.deploy_truth
+    shapes = []
+    for shape in range(layout.n_shapes):
+        results = {truth: rankings[shape] for truth, rankings in per_truth.items()}
+        result = results[deploy]
+        result.deploy = deploy
+        if len(results) > 1:
+            result.truths = results
+            result.cross = _compare_only(results, settings)
+        shapes.append(result)
+    first = shapes[0]
+    first.shapes = shapes
+    tuner = space.tuner
+    notes = first.notes
+    if settings.tuner_pick and tuner is not None and tuner.can_pick:
+        notes.append(f"{tuner.name}'s own pick is not asked per shape yet")
+    latencies = {}
+    for result in shapes:
+        measured = result.table[result.table["error"].isna() & result.table["value_ns"].notna()]
+        if result.best_config_id is not None:
+            latencies[result.shape] = {int(c): float(v) / 1e6 for c, v in zip(measured["config_id"], measured["value_ns"])}
+    if settings.feed_back and tuner is not None and tuner.can_feed_back and latencies:
+        try:
+            if tuner.feed_back_shapes_apart:  # each shape's key computed in a process of its own
+                stored = {}
+                for shape, by_config in latencies.items():
+                    stored.update(tuner_in_child(target, "feed_back_shapes", [{shape: by_config}], settings, n))
+            else:
+                stored = tuner_in_child(target, "feed_back_shapes", [latencies], settings, len(points))
+        except Exception as exc:
+            first.errors.append(f"feeding the rankings back to {tuner.name} failed: "
+                                f"{one_line(f'{type(exc).__name__}: {exc}', 300)}")
+        else:
+            words = crosstruth.condition_words(first.labels, first.labels.get("mode"))
+            for result in shapes:
+                line = stored.get(str(result.shape)) if isinstance(stored, dict) else None
+                if line is not None:
+                    result.notes.append(f"handed to {tuner.name} for deploy condition {deploy} ({words}): {line}")
+    return first
+
+
+def _compare_only(results: dict, settings: TuneSettings) -> CrossTruth:
+    """cross_truth for one shape's rankings: every pair compared; a disagreement is not probed (the
+    probes would need one more session per shape), and the explanation says so."""
+    names = list(results)
+    cross = CrossTruth()
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pair = crosstruth.compare(a, results[a].table, b, results[b].table, settings.stat)
+            cross.pairs.append(pair)
+            if pair.verdict == crosstruth.DISAGREE and settings.explain:
+                cross.explanations.append(crosstruth.Explanation(
+                    pair, a, b, crosstruth.contenders(pair),
+                    reason="the probes that explain a disagreement are not run per shape yet"))
+    return cross
+
+
+def rank_shapes(target: str, space, truth: str, settings: TuneSettings, wanted: list[int], on_progress) -> list:
+    """Every shape's ranking under one truth ([TuneResult], in shape order): configs `wanted` at every
+    shape measured in one session (through the results store, keyed by shape, unless settings.use_store
+    is off; --resume measures only the (shape, config) pairs it lacks). Raises when nothing was measured
+    at any shape."""
+    import time
+
+    from nsprof.profile import check_measured
+
+    layout = space.points
+    notes: list[str] = []
+    began = time.monotonic()
+    if settings.use_store:
+        by_shape = _measure_stored_shapes(target, space, truth, settings, wanted, on_progress, notes)
+    else:
+        rows = measure_rows(target, len(space.configs), truth, settings, layout.all(wanted), on_progress,
+                            n_shapes=layout.n_shapes)
+        by_shape = {shape: rows[(rows["shape"] == shape).fillna(False).astype(bool)]
+                    for shape in range(layout.n_shapes)}
+    first_pass_wall_s = time.monotonic() - began
+    if _is_truth(truth) and settings.budget_s > 0:
+        notes.append(f"no adaptive reps: they are not run per shape yet (this target has {layout.n_shapes} "
+                     "shapes); raise --reps to separate close configs")
+    results = []
+    for shape in range(layout.n_shapes):
+        import pandas as pd
+
+        rows = by_shape[shape].copy()
+        rows["shape"] = pd.Series(pd.NA, index=rows.index, dtype="Int64")  # one shape: ranked as configs are
+        result = _ranked(space, truth, settings, rows, list(notes), first_pass_wall_s=first_pass_wall_s)
+        result.shape, result.shape_value = shape, space.shapes[shape]
+        if result.best_config_id is None:
+            result.notes.append(f"no config was measured at shape {shape} ({space.shape_label(shape)})")
+        results.append(result)
+    if all(r.best_config_id is None for r in results):
+        import pandas as pd
+
+        check_measured(pd.concat(list(by_shape.values()), ignore_index=True))
+    return results
+
+
+def _measure_stored_shapes(target: str, space, backend: str, settings: TuneSettings, wanted: list[int],
+                           on_progress, notes: list[str]) -> dict:
+    """_measure_stored for a target with shapes: one run, one session over every (shape, config) pair
+    the store lacks, each pair's rows in one transaction, keyed by the shape's JSON beside the config's.
+    Returns {shape index: the rows to rank of that shape} (_select_stored, per shape)."""
+    from nsprof.host.gpu import gpu_of, which_gpu
+    from nsprof.space import shape_json, target_fingerprint
+    from nsprof.store import MeasurementKey, ResultStore, config_json
+
+    layout = space.points
+    truth = _is_truth(backend)
+    tool_version = GroundTruth(_profile_settings(backend, settings)).tool_version() if truth else ""
+    stored_backend = split_truth(backend)[0] if truth else f"{backend}:{settings.stat}"
+    gpu = which_gpu(0)
+    group = {"fingerprint": target_fingerprint(target), "gpu": gpu.key, "backend": stored_backend,
+             "tool_version": tool_version, **key_labels(backend, settings)}
+    wanted_json = {c: config_json(space.configs[c]) for c in wanted}
+    shape_jsons = [shape_json(shape) for shape in space.shapes]
+    with ResultStore(settings.store) as store:
+        todo = layout.all(wanted)
+        if settings.resume:
+            todo = [layout.id(c, shape) for shape in range(layout.n_shapes)
+                    for c in store.missing(group, wanted, config_jsons=wanted_json, retry_failed=settings.retry_failed,
+                                           retry_if=lambda reason: retryable(reason, settings.timeout_s),
+                                           shape_json=shape_jsons[shape])]
+            total = len(wanted) * layout.n_shapes
+            notes.append(f"resumed: {total - len(todo)} of {total} (shape, config) pairs came from the results store")
+        if todo:
+            run_id = store.start_run(target=target, settings=settings, gpu_uuid=gpu.uuid, **group)
+            status = "failed"
+            stored_ids: set[tuple[int, int]] = set()
+
+            def store_rows(frame) -> None:
+                # Each (shape, config) once, as soon as it is whole: Ctrl-C or SIGTERM keeps it.
+                for (shape, config_id), pair_rows in frame.groupby(["shape", "config_id"], sort=True):
+                    shape, config_id = int(shape), int(config_id)
+                    if (shape, config_id) in stored_ids or config_id not in wanted_json:
+                        continue
+                    store.add(run_id, MeasurementKey(config_id=config_id, config_json=wanted_json[config_id],
+                                                     shape_json=shape_jsons[shape], shape=shape, **group), pair_rows)
+                    stored_ids.add((shape, config_id))
+
+            try:
+                devices: list[dict | None] = []
+                rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress,
+                                    on_rows=store_rows, on_device=devices.append, n_shapes=layout.n_shapes)
+                store_rows(rows)  # what was not handed over yet
+                status = "ok" if rows["error"].isna().any() else "nothing measured"
+            except KeyboardInterrupt:
+                status = "interrupted"
+                raise
+            finally:
+                store.finish_run(run_id, status)
+            ran_on = gpu_of(devices[0] if devices else None)
+            if ran_on is not None and ran_on.uuid != gpu.uuid:
+                store.relabel_gpu(run_id, ran_on.key, ran_on.uuid)
+                notes.append(f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such")
+                group["gpu"] = ran_on.key
+        return {shape: _Stored(settings, group, wanted_json, gpu.uuid, shape_jsons[shape]).rows(store)
+                for shape in range(layout.n_shapes)}

@@ -3,7 +3,10 @@
 A hook does two things, each optional to the tuner behind it:
 - `pick()`: what the tuner itself picks with its own timer ("tuner pick"), when it can say;
 - `feed_back(latencies_ms)`: take nsprof's ranking (config index -> ms) back into the
-  tuner's own cache, and say in one line what was written.
+  tuner's own cache, and say in one line what was written;
+- `feed_back_shapes(latencies_by_shape)`: the same for a Space with shapes, every shape's ranking
+  (shape index -> config index -> ms) at once, each stored under the key the tuner itself computes
+  for a call at that shape; {shape index: line}.
 
 The concrete hooks are in nsprof.integrations (Triton, TileLang). A Space carries its hook
 in `Space.tuner`; `tune` runs each call in a fresh child process of its own. A user Space
@@ -31,6 +34,9 @@ class TunerHook(ABC):
     name: str = "the tuner"
     can_pick: bool = False
     can_feed_back: bool = True
+    # True: tune calls feed_back_shapes with one shape at a time, each in a fresh process of its own
+    # (a tuner whose cache key for a call depends on what the process compiled before: TileLang's).
+    feed_back_shapes_apart: bool = False
 
     def pick(self) -> dict | None:
         """What the tuner picks with its own timer: {"tuner", "timer", "config_id", "config",
@@ -41,6 +47,13 @@ class TunerHook(ABC):
     def feed_back(self, latencies_ms: Mapping[int, float]) -> str:
         """Make the tuner choose by nsprof's latencies (config index -> ms) and store that choice
         in its own cache; returns a one-line description of what was written."""
+
+    def feed_back_shapes(self, latencies_by_shape: Mapping[int, Mapping[int, float]]) -> dict[int, str]:
+        """For a Space with shapes: each shape's ranking (shape index -> config index -> ms) into the
+        tuner's cache under the key the tuner computes for a call at that shape; {shape index: one line
+        on what was written}. A hook over a tuner without per-shape entries does not override it."""
+        raise NotImplementedError(f"{self.name} takes the ranking of one shape only (its hook has no "
+                                  "feed_back_shapes)")
 
 
 class MetaTunerHook(TunerHook):

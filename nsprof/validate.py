@@ -195,6 +195,10 @@ def validate(target: str, settings: ValidateSettings | None = None,
     conditioned = resolve_truths(settings)  # a truth that takes no condition: one line, before any work
     space = load_target(target)
     n = len(space.configs)
+    if space.shapes is not None:
+        from nsprof.errors import NsprofError
+
+        raise NsprofError("validate does not take a target with shapes yet: give it a Space of one shape")
     if settings.cluster is None:  # a cluster compiles each batch where it runs
         precompile(space)
     work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-validate-"))

@@ -7,6 +7,7 @@ is derived from the worker's own status file: each config that reached `done` ge
 rows per (mode, rep) whose duration is the config's "ns" value (1000 + config id when it has
 none, or with `config_ns=False`, which leaves the target unimported in nsprof's own process;
 a config's optional "ns_reps" list gives rep r the value ns_reps[r % len], for reps that vary;
+(for a job with shapes: "ns_shapes", one value per shape, and rows named only by their range names);
 its optional "ns_at" maps "<clock_control>-<cache_control>" of the rows' labels to the value under
 those conditions, for truths that disagree);
 "ns_sigma" multiplies it by 1 + ns_sigma·z, z a standard normal drawn per (config, rep) from a
@@ -96,7 +97,8 @@ class StatusDriver(Driver):
             clean = clean and exit_file.exists() and int(exit_file.read_text() or -1) >= 0
         job = json.loads(report_base.with_suffix(".job.json").read_text())
         report = report_base.with_suffix(self.suffix)
-        report.write_text(json.dumps({"done": status.done if clean or not self.lossy else [], "job": job}))
+        report.write_text(json.dumps({"done": status.done if clean or not self.lossy else [], "job": job,
+                                      "pid": status.pid}))
         return report
 
     def read(self, report, settings):
@@ -128,10 +130,39 @@ class StatusDriver(Driver):
         from nsprof.worker.protocol import Job
 
         job = Job(**data["job"])  # its rep numbers: an interleaved job's continue after the first pass's
+        if job.n_shapes:
+            return self._read_shapes(job, data, configs, labels, settings)
         return make_frame([{"source": settings.backend, "config_id": c, "mode": mode, "rep": rep, "kernel": f"k{k}",
                             "duration_ns": duration(c, rep), **labels}
                            for c in data["done"] for mode in settings.modes for rep in job.rep_numbers(c)
                            for k in range(self.kernels)])
+
+
+    def _read_shapes(self, job, data, configs, labels, settings):
+        """A job with shapes: its ids are point ids. Each row is named only by its range name, as a real
+        report's are (config_id and shape parsed from `cfg<id>.s<shape>.<mode>.r<rep>` by make_frame), and
+        carries the worker's pid; its duration is the config's "ns_shapes"[shape] (1000 + 100 * shape +
+        config id without one), or under the rows' conditions "ns_shapes_at"[<clock>-<cache>][shape]."""
+        from nsprof.schema import make_frame, range_name
+
+        def duration(c: int, shape: int) -> float:
+            condition = f"{labels['clock_control']}-{labels['cache_control']}"
+            at = (configs[c].get("ns_shapes_at") or {}).get(condition) if configs else None
+            if at is not None:  # per shape, under these clock and cache conditions
+                return float(at[shape])
+            per_shape = configs[c].get("ns_shapes") if configs else None
+            return float(per_shape[shape]) if per_shape else float(1000 + 100 * shape + c)
+
+        rows = []
+        for point in data["done"]:
+            c, shape = job.points.split(point)
+            for mode in settings.modes:
+                for rep in job.rep_numbers(point):
+                    for k in range(self.kernels):
+                        rows.append({"source": settings.backend, "range": range_name(c, mode, rep, shape),
+                                     "kernel": f"k{k}", "duration_ns": duration(c, shape), "pid": data.get("pid"),
+                                     **labels})
+        return make_frame(rows)
 
 
 # Which GPU model a stand-in Dask worker says it measured on, by its CUDA_VISIBLE_DEVICES.
@@ -177,3 +208,4 @@ if __name__ == "__main__":
 
     sys.argv[0] = "nsprof"
     main()
+

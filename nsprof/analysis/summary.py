@@ -18,13 +18,15 @@ SORTS = ("range", "median", "total", "count", "name")
 
 
 def add_group(frame):
-    """A `group` column: `cfg<id>.<mode>` for nsprof's ranges (reps pooled), else the range."""
+    """A `group` column: `cfg<id>.<mode>` (`cfg<id>.s<shape>.<mode>` for a target's shapes) for
+    nsprof's ranges (reps pooled), else the range."""
     import pandas as pd
 
     frame = frame.copy()
     has_cfg = frame["config_id"].notna()
     group = frame["range"].astype("string").fillna(NO_RANGE)
-    cfg = "cfg" + frame["config_id"].astype("string") + "." + frame["mode"].astype("string")
+    shape = (".s" + frame["shape"].astype("string")).fillna("") if "shape" in frame else ""
+    cfg = "cfg" + frame["config_id"].astype("string") + shape + "." + frame["mode"].astype("string")
     group = group.where(~has_cfg, cfg)
     frame["group"] = pd.Series(group, index=frame.index, dtype="string")
     return frame

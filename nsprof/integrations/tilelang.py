@@ -17,6 +17,16 @@ numbers (looked up by the compiled kernel's source), so TileLang picks nsprof's 
 and stores it in its autotuner cache under its usual key: later calls of `matmul(1, 1024,
 1024)`, in this or another process, load it and benchmark nothing. It relies on
 `AutoTuner._benchmark_target` of TileLang 0.1.15 and says so when that is missing.
+
+Every shape a kernel serves, in one `nsprof tune` (a list of call-argument tuples):
+
+    space = autotune_shapes(matmul, [(1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096)])
+
+Each (shape, config) is measured in the one session and each shape ranked on its own; each
+shape's winner is fed back by calling TileLang's tuner with that shape's arguments, in a fresh
+process per shape (TunerHook.feed_back_shapes_apart): TileLang keys its cache by the call's
+arguments (with the kernel's source, its configs and compile arguments), and a process that has
+compiled other configs computes another key.
 """
 
 from __future__ import annotations
@@ -68,6 +78,32 @@ def autotune_space(autotuned, *args, **kwargs) -> Space:
                  compile=compile_config, tuner=TileLangHook(autotuned, args, kwargs))
 
 
+def autotune_shapes(autotuned, shapes, **kwargs) -> Space:
+    """An nsprof Space over an `@tilelang.autotune` kernel's configs at each of `shapes`, a list of
+    call-argument tuples (`[(1, 4096, 4096), (16, 4096, 4096)]`; keyword arguments are the same for
+    every call). The kernel's configs must be the same list at every shape."""
+    calls = [tuple(shape) if isinstance(shape, (tuple, list)) else (shape,) for shape in shapes]
+    if not calls:
+        raise NsprofError("autotune_shapes needs at least one shape (a tuple of the call's arguments)")
+    configs = _configs(autotuned, calls[0], kwargs)
+    for call in calls[1:]:
+        if _configs(autotuned, call, kwargs) != configs:
+            raise NsprofError(f"the kernel's configs at {call} differ from those at {calls[0]}: one Space "
+                              "ranks one config list; make a Space per config list")
+
+    def compile_config(config, shape):
+        return _compile(autotuned, tuple(shape), kwargs, config)
+
+    def build(config, shape):
+        kernel = compile_config(config, shape)
+        inputs = kernel.get_profiler()._get_inputs(with_output=False)
+        return lambda: kernel(*inputs)
+
+    name = getattr(getattr(autotuned, "jit_impl", None), "func", None)
+    return Space(name=getattr(name, "__name__", "tilelang_autotune"), configs=configs, build=build,
+                 compile=compile_config, shapes=calls, tuner=TileLangHook(autotuned, calls[0], kwargs, shapes=calls))
+
+
 class TileLangHook(TunerHook):
     """An `@tilelang.autotune` kernel's autotuner, for these call arguments: the feed-back into
     its autotuner cache. It has no pick of its own here (TileLang's tuner says no timings back)."""
@@ -75,13 +111,26 @@ class TileLangHook(TunerHook):
     name = "TileLang's autotuner cache"
     can_pick = False
 
-    def __init__(self, autotuned, args: tuple, kwargs: dict | None = None) -> None:
+    feed_back_shapes_apart = True  # TileLang's key depends on what the process compiled before
+
+    def __init__(self, autotuned, args: tuple, kwargs: dict | None = None, shapes: list[tuple] | None = None) -> None:
         self.autotuned, self.args, self.kwargs = autotuned, args, dict(kwargs or {})
+        self.shapes = shapes
 
     def feed_back(self, latencies_ms: Mapping[int, float]) -> str:
         # The entry read back from TileLang's cache, shown as tune's JSON document shows configs.
         written = feed_back(self.autotuned, self.args, latencies_ms, self.kwargs)
         return str(json.loads(json.dumps(written, default=str)))
+
+    def feed_back_shapes(self, latencies_by_shape: Mapping[int, Mapping[int, float]]) -> dict[int, str]:
+        """Each shape's ranking into TileLang's cache under the key of a call with that shape's arguments."""
+        if self.shapes is None:
+            raise NsprofError("this Space has no shapes: feed_back takes its one ranking")
+        written = {}
+        for shape, latencies_ms in sorted(latencies_by_shape.items()):
+            entry = feed_back(self.autotuned, self.shapes[int(shape)], latencies_ms, self.kwargs)
+            written[int(shape)] = f"{json.loads(json.dumps(entry, default=str))} for call {self.shapes[int(shape)]}"
+        return written
 
 
 @contextlib.contextmanager

@@ -36,6 +36,16 @@ Limits, each checked or said where it applies:
 - `make_inputs` must pass arguments the way the user's call does (positional or keyword):
   Triton's cache key lists the tensors' dtypes in argument order.
 - Pass the autotuner itself: a `@triton.heuristics` wrapped around it is not looked through.
+
+Every shape a kernel serves, in one `nsprof tune`:
+
+    space = autotune_space(matmul, make_inputs, grid, shapes=[{"M": m} for m in (1, 16, 128, 1024)])
+    # make_inputs(shape) -> (args, kwargs) at that shape; grid a function of the meta-parameters
+
+Each (shape, config) is measured in the one session, each shape ranked on its own, and each
+shape's winner fed back by running the autotuner once on that shape's inputs: Triton computes
+its own key from them (the `key=[...]` arguments' values, and the tensors' dtypes), so each
+shape's choice lands under the key the user's own call at that shape computes.
 """
 
 from __future__ import annotations
@@ -109,20 +119,24 @@ def _autotuner_configs(autotuned) -> list:
     return list(configs)
 
 
-def autotune_space(autotuned, make_inputs: Callable[[], tuple[tuple, dict]], grid, *,
-                   check: Callable[[tuple, dict], None] | None = None, name: str | None = None) -> Space:
+def autotune_space(autotuned, make_inputs: Callable[..., tuple[tuple, dict]], grid, *,
+                   check: Callable[[tuple, dict], None] | None = None, name: str | None = None,
+                   shapes: Sequence[Any] | None = None) -> Space:
     """An nsprof Space over an `@triton.autotune` kernel's configs.
 
     make_inputs() returns (args, kwargs) for one call of the kernel, with fresh random tensors
     on the GPU; grid is what `kernel[grid]` takes (a tuple, or a function of the meta-parameters).
     check(args, kwargs), if given, runs after the first launch and raises when the output is wrong.
+    With `shapes` (any JSON-able values, e.g. [{"M": 1}, {"M": 16}]), make_inputs(shape) gives the
+    call at that shape, and grid should be a function of the meta-parameters (which hold the call's
+    arguments), so that one grid serves every shape.
     """
     configs = _autotuner_configs(autotuned)
     flat = [config_dict(c) for c in configs]
     by_key = {json.dumps(c, sort_keys=True, default=str): original for c, original in zip(flat, configs)}
 
-    def build(config: dict):
-        args, kwargs = make_inputs()
+    def build(config: dict, *shape):  # build(config), or build(config, shape) for a Space with shapes
+        args, kwargs = make_inputs(*shape)
         fn = autotuned.fn  # the jit function (or its heuristics wrapper), without the autotuner
         hook = getattr(by_key.get(json.dumps(config, sort_keys=True, default=str)), "pre_hook", None)
         if hook is not None:  # once, outside every measured range
@@ -138,7 +152,8 @@ def autotune_space(autotuned, make_inputs: Callable[[], tuple[tuple, dict]], gri
 
     base = getattr(autotuned, "base_fn", None) or getattr(autotuned, "fn", None)
     return Space(name=name or getattr(base, "__name__", "triton_autotune"), configs=flat, build=build,
-                 tuner=TritonHook(autotuned, make_inputs, grid))
+                 tuner=TritonHook(autotuned, make_inputs, grid, shapes),
+                 shapes=None if shapes is None else list(shapes))
 
 
 class TritonHook(TunerHook):
@@ -148,14 +163,28 @@ class TritonHook(TunerHook):
     name = "Triton's autotuner"
     can_pick = True
 
-    def __init__(self, autotuned, make_inputs: Callable[[], tuple[tuple, dict]], grid) -> None:
+    def __init__(self, autotuned, make_inputs: Callable[..., tuple[tuple, dict]], grid,
+                 shapes: Sequence[Any] | None = None) -> None:
         self.autotuned, self.make_inputs, self.grid = autotuned, make_inputs, grid
+        self.shapes = None if shapes is None else list(shapes)
 
     def pick(self) -> dict[str, Any]:
         return triton_pick(self.autotuned, self.make_inputs, self.grid)
 
     def feed_back(self, latencies_ms: Mapping[int, float]) -> str:
         return feed_back(self.autotuned, self.make_inputs, self.grid, latencies_ms)
+
+    def feed_back_shapes(self, latencies_by_shape: Mapping[int, Mapping[int, float]]) -> dict[int, str]:
+        """Each shape's ranking fed back on that shape's inputs: Triton keys each choice itself."""
+        if self.shapes is None:
+            raise NsprofError("this Space has no shapes: feed_back takes its one ranking")
+        written = {}
+        for shape, latencies_ms in sorted(latencies_by_shape.items()):
+            value = self.shapes[int(shape)]
+            written[int(shape)] = feed_back(self.autotuned, lambda value=value: self.make_inputs(value), self.grid,
+                                            latencies_ms)
+            written[int(shape)] += f", key {cache_key(self.autotuned, self.make_inputs(value))}"
+        return written
 
 
 def _index_of(configs: list, config) -> int | None:
@@ -272,3 +301,15 @@ def feed_back(autotuned, make_inputs, grid, latencies_ms: Mapping[int, float]) -
         return f"{chosen} (this process only: Triton caches no choice for configs with a pre_hook)"
     where = "" if saved else "; set cache_results=True or TRITON_CACHE_AUTOTUNING=1 for other processes to use it"
     return f"{chosen} (written to Triton's autotuning cache{where})"
+
+
+def cache_key(autotuned, inputs: tuple[tuple, dict]) -> tuple:
+    """The key Triton's autotuner files a call's choice under (Triton 3.2 to 3.6): the values of its
+    `key=[...]` arguments, then the dtypes of the tensor arguments, in argument order. For what tune
+    says; the feed-back itself lets the autotuner compute its key."""
+    args, kwargs = inputs
+    names = list(getattr(autotuned, "arg_names", ()))
+    named = {k: v for k, v in {**dict(zip(names, args)), **kwargs}.items() if k in names}
+    key = [named[name] for name in getattr(autotuned, "keys", ()) if name in named]
+    key += [str(value.dtype) for value in named.values() if hasattr(value, "dtype")]
+    return tuple(key)

@@ -118,7 +118,21 @@ def tune_document(result) -> str:
                 "adaptive": None if result.adaptive is None else result.adaptive.as_json(),
                 "ranked": json.loads(result.table.to_json(orient="records"))}
     document.update(cross_truth_document(result))
+    if getattr(result, "shapes", None):
+        # A target with shapes: the top-level fields are the first shape's; every shape's in full here.
+        document["shapes"] = [shape_document(shaped) for shaped in result.shapes]
     return json.dumps(document, default=str)
+
+
+def shape_document(result) -> dict:
+    """One shape's part of tune --json: the shape, its deploy winner, and everything a tune of one
+    shape says (its truths' rankings, their agreement, its notes)."""
+    from nsprof.render.tables import describe_decision
+
+    return {"shape": result.shape, "shape_value": jsonable(result.shape_value), "label": result.label,
+            "best_config_id": result.best_config_id, "best_config": result.best_config, "notes": result.notes,
+            "tie_set": result.tie_set, "decision": {**result.decision.as_json(), "words": describe_decision(result)},
+            "ranked": json.loads(result.table.to_json(orient="records")), **cross_truth_document(result)}
 
 
 def _ranking(ranked) -> dict:

@@ -141,6 +141,7 @@ def describe_overall(overall: dict) -> str:
 
 def format_config_summary(summary) -> str:
     """The per-config table of `nsprof profile` (from nsprof.profile.config_summary), then the best."""
+    shaped = "shape" in summary
     headers = ["id", "config", "mode", "median µs", "min µs", "spread %", "reps", "kernels", "cycles",
                "clock GHz", "error"]
     rows = []
@@ -148,9 +149,19 @@ def format_config_summary(summary) -> str:
         rows.append([str(r.config_id), text(getattr(r, "config", ""), 40), text(r.mode), us(r.median_ns),
                      us(r.min_ns), num(r.spread * 100, ".1f"), str(r.reps), str(r.kernels),
                      num(r.median_cycles, ",.0f"), num(r.median_clock_hz / 1e9, ".3f"), text(r.error, 60)])
-    table = render_table(headers, rows, right={0, 3, 4, 5, 6, 7, 8, 9})
+        if shaped:
+            rows[-1].insert(0, text(r.shape))
+    if shaped:
+        headers.insert(0, "shape")
+    table = render_table(headers, rows, right={0, 3, 4, 5, 6, 7, 8, 9} if not shaped else {0, 1, 4, 5, 6, 7, 8, 9, 10})
     measured = summary[summary["error"].isna() & summary["median_ns"].notna()]
-    if len(measured):
+    if shaped:
+        for shape, rows_of_shape in measured.groupby("shape", sort=True):
+            best = rows_of_shape.loc[rows_of_shape["median_ns"].idxmin()]
+            label = f" ({best['config']})" if "config" in summary else ""
+            table += (f"\nbest at shape {int(shape)}: config {best['config_id']}{label} {best['mode']}, "
+                      f"{best['median_ns'] / 1e3:.3f} µs median")
+    elif len(measured):
         best = measured.loc[measured["median_ns"].idxmin()]
         label = f" ({best['config']})" if "config" in summary else ""
         table += (f"\nbest: config {best['config_id']}{label} {best['mode']}, "
@@ -343,9 +354,74 @@ def describe_verdict(result) -> str:
     return "verdict: " + "; ".join(parts + [deploy_words(result)])
 
 
+def tie_state(result) -> str:
+    """A ranking's decision in a table cell: winner, tie (n), untested, or none measured."""
+    decision = result.decision
+    if decision.config_id is None:
+        return "nothing measured"
+    if decision.kind == "tie":
+        return f"tie ({len(decision.members)}: {','.join(str(c) for c in decision.members)})"
+    return decision.kind
+
+
+def format_shapes(shapes, truth: str | None = None) -> str:
+    """One compact table over a target's shapes (`shapes`: tune's per-shape TuneResults, ranked
+    under one truth): a row per shape with its winner, the winner's time, the runner-up and how
+    far behind it is, and the tie state (nsprof.analysis.confidence's decision)."""
+    headers = ["#", "shape", "winner", "config", "µs", "runner-up", "vs winner", "decision"]
+    rows = []
+    for shaped in shapes:
+        result = shaped.rankings[truth] if truth else shaped
+        table, decision = result.table, result.decision
+        best = decision.config_id
+        measured = table[table["rank"].notna()]
+        value = second = behind = "-"
+        if best is not None:
+            value = us(float(measured[measured["config_id"] == best]["value_ns"].iloc[0]))
+            others = measured[measured["config_id"] != best]
+            if len(others):
+                second = str(int(others.iloc[0]["config_id"]))
+                behind = f"+{(float(others.iloc[0]['value_ns']) / float(measured.iloc[0]['value_ns']) - 1) * 100:.1f}%"
+        rows.append([str(shaped.shape), text(config_label(shaped.shape_value), 24), "-" if best is None else str(best),
+                     "" if best is None else text(config_label(result.configs[best]), 40), value, second, behind,
+                     tie_state(result)])
+    label = (shapes[0].rankings[truth] if truth else shapes[0]).label
+    return f"ranked by {label}, per shape\n" + render_table(headers, rows, right={0, 2, 4, 5, 6})
+
+
+def _shape_notes(shapes) -> list[str]:
+    """The notes of every shape's ranking: a note all shapes share once, the others per shape."""
+    every = [note for note in shapes[0].notes if all(note in s.notes for s in shapes)]
+    lines = list(every)
+    for shaped in shapes:
+        lines += [f"shape {shaped.shape}: {note}" for note in shaped.notes if note not in every]
+    return lines
+
+
+def format_tune_shapes(result) -> str:
+    """`nsprof tune`'s output for a target with shapes: one compact table per truth (format_shapes),
+    per shape how the truths' winners compare (with several), then the notes."""
+    shapes = result.shapes
+    truths = list(result.rankings) if len(result.rankings) > 1 else [None]
+    blocks = [format_shapes(shapes, truth) for truth in truths]
+    lines = []
+    if len(truths) > 1:
+        for shaped in shapes:
+            lines += [f"cross-truth, shape {shaped.shape}: {describe_pair(pair)}" for pair in shaped.cross.pairs]
+            lines += [f"cross-truth, shape {shaped.shape}: {describe_explanation(e)}" for e in shaped.cross.explanations]
+    intervals = sorted({describe_interval(s) for s in shapes})
+    lines += [f"note: {line}" for line in intervals]
+    lines += [f"note: {note}" for note in _shape_notes(shapes)]
+    lines.append("(--json has every shape's full ranking)")
+    return "\n\n".join(blocks) + "\n" + "\n".join(lines)
+
+
 def format_tune(result) -> str:
     """`nsprof tune`'s output: one ranked table per truth (format_ranked), then, with several
-    truths, how their winners compare, what explains a disagreement, and the closing verdict."""
+    truths, how their winners compare, what explains a disagreement, and the closing verdict.
+    A target with shapes: format_tune_shapes."""
+    if getattr(result, "shapes", None):
+        return format_tune_shapes(result)
     rankings = result.rankings
     if len(rankings) == 1:
         return format_ranked(result)

@@ -2,7 +2,8 @@
 
 It loads the target, builds every config before measuring anything, warms each config up
 outside all NVTX ranges (ncu does not replay kernels there), then, per config × mode ×
-rep, opens an NVTX range `cfg<id>.<mode>.r<rep>` in the "nsprof" domain (nested in a
+rep, opens an NVTX range `cfg<id>.<mode>.r<rep>` (`cfg<id>.s<shape>.<mode>.r<rep>` for a target
+with shapes: the job's ids are then (shape, config) point ids) in the "nsprof" domain (nested in a
 range "nsprof", the one ncu's filter names) around the launch and a synchronize. Mode "direct" is the plain
 call; mode "graph" replays a CUDA graph captured once from that call after warm-up.
 
@@ -203,11 +204,12 @@ def _configs(job: Job, space, device: Device, status: Status):
     hangs is charged to that config (and timed out) like a crashing launch; compilation itself
     was done by the parent, so a build here loads from the compiler's cache.
     """
-    for config_id in job.config_ids:
+    points = job.points
+    for config_id in job.config_ids:  # point ids (the config ids of a target without shapes)
         status.write("start", config_id)
         print(START_MARKER, config_id, file=sys.stderr, flush=True)
         try:
-            launch = space.build(space.configs[config_id])
+            launch = space.build_at(*points.split(config_id))
         except Exception as exc:
             status.write("fail", config_id, json.dumps("build failed: " + _reason(exc)))
             traceback.print_exc()
@@ -237,11 +239,22 @@ def run(job: Job) -> int:
             _kill_run_lock_holders()
 
 
+def _check_shapes(job: Job, space) -> None:
+    """The target still has the configs and shapes the job's point ids were made for: an id split
+    over another layout would name another (shape, config)."""
+    if job.n_shapes == 0 and space.shapes is not None:
+        raise RuntimeError(f"the target lists {len(space.shapes)} shapes, but this job measures none")
+    if job.n_shapes and (space.n_shapes, len(space.configs)) != (job.n_shapes, job.n_configs):
+        raise RuntimeError(f"the target has {len(space.configs)} configs and {space.n_shapes} shapes now, "
+                           f"not the {job.n_configs} and {job.n_shapes} this job was made for (edited meanwhile?)")
+
+
 def _run(job: Job, status: Status) -> int:
     from nsprof.space import load_target
 
     try:
         space = load_target(job.target)
+        _check_shapes(job, space)
         device = Device(space.device)
         status.device(device.describe())
     except Exception as exc:
@@ -259,7 +272,7 @@ def _run(job: Job, status: Status) -> int:
                 for rep in job.rep_numbers(config_id):
                     # The outer range opens per rep, so warm-up and capture stay outside
                     # every range and ncu (--nvtx-include nsprof@nsprof/) skips them.
-                    _measure_rep(device, config_id, mode, rep, call)
+                    _measure_rep(device, job, config_id, mode, rep, call)
         except Exception as exc:
             if not _failed(status, device, config_id, exc):
                 return EXIT_CONTEXT_LOST
@@ -290,9 +303,10 @@ def _failed(status: Status, device: Device, config_id: int, exc: Exception) -> b
     return device.healthy()
 
 
-def _measure_rep(device: Device, config_id: int, mode: str, rep: int, call) -> None:
+def _measure_rep(device: Device, job: Job, point: int, mode: str, rep: int, call) -> None:
+    config_id, shape = job.points.split(point)
     device.push(NSPROF_DOMAIN)
-    device.push(range_name(config_id, mode, rep))
+    device.push(range_name(config_id, mode, rep, shape))
     try:
         call()
         device.sync()
@@ -339,7 +353,7 @@ def _run_interleaved(job: Job, space, device: Device, status: Status) -> int:
                     for _ in range(job.warmup):
                         call()
                     device.sync()
-                    _measure_rep(device, config_id, mode, job.rep_numbers(config_id)[round_index], call)
+                    _measure_rep(device, job, config_id, mode, job.rep_numbers(config_id)[round_index], call)
             except Exception as exc:
                 failed.add(config_id)
                 if not _failed(status, device, config_id, exc):
@@ -359,21 +373,22 @@ def _run_timers(job: Job, space, device: Device, status: Status) -> int:
 
     with open(job.results, "a", encoding="utf-8") as results:
         for config_id, launch in _configs(job, space, device, status):
+            # config_id is a point id; each line names its config and shape itself
+            where = dict(zip(("config_id", "shape"), job.points.split(config_id)))
             errors = []
             for method in job.timers:
                 try:
                     measured = run_method(method, launch, job.timer_reps)
                 except Exception as exc:
                     errors.append(f"{method}: {_reason(exc)}")
-                    results.write(json.dumps({"config_id": config_id, "method": method,
-                                              "error": _reason(exc)}) + "\n")
+                    results.write(json.dumps({**where, "method": method, "error": _reason(exc)}) + "\n")
                     results.flush()
                     traceback.print_exc()
                     if not device.healthy():
                         status.write("fail", config_id, json.dumps("; ".join(errors)))
                         return EXIT_CONTEXT_LOST
                     continue
-                results.write(json.dumps({"config_id": config_id, "method": method, **measured}) + "\n")
+                results.write(json.dumps({**where, "method": method, **measured}) + "\n")
                 results.flush()
             if errors and len(errors) == len(job.timers):
                 status.write("fail", config_id, json.dumps("; ".join(errors)))

@@ -10,6 +10,8 @@ progress bar, enforce per-config timeouts and restart after a crash:
                                {"uuid": "", "name": "cpu"} for a cpu space
     abort <json reason>        the target could not be loaded (or CUDA not initialised)
     start <cfg> | done <cfg> | fail <cfg> <json reason>
+                               (<cfg> is a point id: the config id, or for a job with shapes the
+                               (shape, config) pair's id, nsprof.schema.Points)
                                (an interleaved job writes start before each visit of a config, and
                                done once, for every config, after the last round)
     stopped                    nsprof asked it to stop (SIGTERM): it stopped early and cleanly
@@ -55,9 +57,20 @@ class Job:
     # range names continue after the reps it has.
     interleave: bool = False
     first_rep: dict = field(default_factory=dict)
+    # A target with shapes: config_ids (and first_rep's keys, and the status lines' ids) are point
+    # ids of nsprof.schema.Points(n_configs, n_shapes), and the worker checks that the target still
+    # has this many configs and shapes before it measures anything. 0: a target without shapes.
+    n_configs: int = 0
+    n_shapes: int = 0
+
+    @property
+    def points(self):
+        from nsprof.schema import Points
+
+        return Points(self.n_configs, self.n_shapes)
 
     def rep_numbers(self, config_id: int) -> range:
-        """The rep numbers this job measures of `config_id` (its range names' r<rep>)."""
+        """The rep numbers this job measures of `config_id` (a point id; its range names' r<rep>)."""
         start = int(self.first_rep.get(str(config_id), 0))
         return range(start, start + self.reps)
 

@@ -428,7 +428,7 @@ def _kernel_names(kernels: _Kernels, export: _Export) -> dict:
 
 
 def _range_labels(inner: np.ndarray, ranges: NvtxRanges | None) -> tuple[dict, np.ndarray]:
-    """The "range", "domain", "config_id" and "rep" columns from each kernel's innermost
+    """The "range", "domain", "config_id", "rep" and "shape" columns from each kernel's innermost
     range, and the mode its name says (None where it says none)."""
     n = len(inner)
     held = inner >= 0
@@ -436,6 +436,7 @@ def _range_labels(inner: np.ndarray, ranges: NvtxRanges | None) -> tuple[dict, n
     range_domain = np.empty(n, dtype=object)
     config_id = np.full(n, NULL, dtype=np.int64)
     rep = np.full(n, NULL, dtype=np.int64)
+    shape = np.full(n, NULL, dtype=np.int64)
     named_mode = np.full(n, None, dtype=object)
     if held.any():
         index = inner[held]
@@ -446,12 +447,14 @@ def _range_labels(inner: np.ndarray, ranges: NvtxRanges | None) -> tuple[dict, n
         code = ranges.name_code[index]
         config_id[held] = np.array([p[0] if p else NULL for p in parsed], np.int64)[code]
         rep[held] = np.array([p[2] if p else NULL for p in parsed], np.int64)[code]
+        shape[held] = np.array([p.shape if p and p.shape is not None else NULL for p in parsed], np.int64)[code]
         named_mode[held] = np.array([p[1] if p else None for p in parsed], dtype=object)[code]
     columns = {
         "range": string_array(range_name, ~held),
         "domain": string_array(range_domain, ~held),
         "config_id": int_array(config_id),
         "rep": int_array(rep),
+        "shape": int_array(shape),
     }
     return columns, named_mode
 
