@@ -453,15 +453,23 @@ def _explain(target: str, space, pair, results: dict, settings: TuneSettings, st
     return explanation
 
 
-def cross_truth(target: str, space, results: dict, settings: TuneSettings, stage) -> CrossTruth:
-    """Every pair of truths compared, in --truth order; each disagreeing pair explained (settings.explain)."""
+def cross_truth(target: str, space, results: dict, settings: TuneSettings, stage=None) -> CrossTruth:
+    """Every pair of truths compared, in --truth order; each disagreeing pair explained (settings.explain)
+    by probes of its contenders, or, without `stage` (one shape of several: the probes would need
+    one more session per shape), with a reason saying it was not probed."""
     names = list(results)
     cross = CrossTruth()
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             pair = crosstruth.compare(a, results[a].table, b, results[b].table, settings.stat)
             cross.pairs.append(pair)
-            if pair.verdict == crosstruth.DISAGREE and settings.explain:
+            if pair.verdict != crosstruth.DISAGREE or not settings.explain:
+                continue
+            if stage is None:
+                cross.explanations.append(crosstruth.Explanation(
+                    pair, a, b, crosstruth.contenders(pair),
+                    reason="the probes that explain a disagreement are not run per shape yet"))
+            else:
                 cross.explanations.append(_explain(target, space, pair, results, settings, stage))
     return cross
 
@@ -661,7 +669,7 @@ def tune_shapes(target: str, space, settings: TuneSettings, wanted: list[int], s
         result.deploy = deploy
         if len(results) > 1:
             result.truths = results
-            result.cross = _compare_only(results, settings)
+            result.cross = cross_truth(target, space, results, settings)
         shapes.append(result)
     first = shapes[0]
     first.shapes = shapes
@@ -692,22 +700,6 @@ def tune_shapes(target: str, space, settings: TuneSettings, wanted: list[int], s
                 if line is not None:
                     result.notes.append(f"handed to {tuner.name} for deploy condition {deploy} ({words}): {line}")
     return first
-
-
-def _compare_only(results: dict, settings: TuneSettings) -> CrossTruth:
-    """cross_truth for one shape's rankings: every pair compared; a disagreement is not probed (the
-    probes would need one more session per shape), and the explanation says so."""
-    names = list(results)
-    cross = CrossTruth()
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            pair = crosstruth.compare(a, results[a].table, b, results[b].table, settings.stat)
-            cross.pairs.append(pair)
-            if pair.verdict == crosstruth.DISAGREE and settings.explain:
-                cross.explanations.append(crosstruth.Explanation(
-                    pair, a, b, crosstruth.contenders(pair),
-                    reason="the probes that explain a disagreement are not run per shape yet"))
-    return cross
 
 
 def rank_shapes(target: str, space, truth: str, settings: TuneSettings, wanted: list[int], on_progress) -> list:
