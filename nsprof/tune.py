@@ -64,6 +64,8 @@ class TuneResult:
     # What the adaptive reps did: sessions, reps, why they stopped (nsprof.adaptive); None: not tried
     adaptive: AdaptiveSummary | None = None
     first_pass_wall_s: float | None = None  # the first pass's wall time (measuring, through the store)
+    # Where the first pass's session time went (nsprof.session.timing_record); None: nothing ran
+    first_pass_phases: dict | None = None
 
     @property
     def decision(self) -> Decision:
@@ -152,7 +154,8 @@ def retryable(reason: str, timeout_s: float) -> bool:
 
 def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, config_ids: list[int], on_progress,
                  on_rows: Callable[[object], None] | None = None,
-                 on_device: Callable[[dict | None], None] | None = None, plan: Plan | None = None):
+                 on_device: Callable[[dict | None], None] | None = None, plan: Plan | None = None,
+                 on_measured: Callable[[Measured], None] | None = None):
     """Tidy rows for `config_ids` under `backend`: kernels for ground truths (compiled first, see
     nsprof.profile.profile_result); for a fast timer one row per config holding the timer's
     statistic as rep 0. Failed configs are rows with an error.
@@ -162,7 +165,8 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
     gets what the worker measured on ({"uuid", "name"}, or None where it did not say).
 
     With `plan` (a ground truth only): one interleaved session of adaptive reps over plan.configs
-    (nsprof.measure.GroundTruth.interleave) instead of a first pass over config_ids.
+    (nsprof.measure.GroundTruth.interleave) instead of a first pass over config_ids. on_measured gets
+    the whole Measured (its phases among the rest).
     """
     if plan is not None:
         truth = GroundTruth(_profile_settings(backend, settings))
@@ -186,6 +190,8 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
         measured = timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows)
     if on_device is not None:
         on_device(measured.device)
+    if on_measured is not None:
+        on_measured(measured)
     return measured.frame
 
 
@@ -260,7 +266,7 @@ class _Stored:
 
 
 def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wanted: list[int], on_progress,
-                    notes: list[str]):
+                    notes: list[str], on_measured: Callable[[Measured], None] | None = None):
     """measure_rows through the results store: resume, one transaction per config, GPU lock.
     Returns the rows to rank (see _select_stored) and the _Stored context for adaptive sessions."""
     from nsprof.cluster import cluster_gpu
@@ -301,7 +307,7 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
             try:
                 devices: list[dict | None] = []
                 rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress,
-                                    on_rows=store_rows, on_device=devices.append)
+                                    on_rows=store_rows, on_device=devices.append, on_measured=on_measured)
                 store_rows(rows)  # what was not handed over yet
                 status = "ok" if rows["error"].isna().any() else "nothing measured"
             except KeyboardInterrupt:
@@ -336,11 +342,13 @@ def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: l
     n = len(space.configs)
     timed, cost_of_first_pass = _timed(on_progress, settings)
     began = time.monotonic()
+    runs: list[Measured] = []
     if settings.use_store:
-        rows, stored = _measure_stored(target, space, truth, settings, wanted, timed, notes)
+        rows, stored = _measure_stored(target, space, truth, settings, wanted, timed, notes, on_measured=runs.append)
     else:
-        rows, stored = measure_rows(target, n, truth, settings, wanted, timed), None
+        rows, stored = measure_rows(target, n, truth, settings, wanted, timed, on_measured=runs.append), None
     first_pass_wall_s = time.monotonic() - began
+    first_pass_phases = _timing(runs[0]) if runs else None
     adaptive = None
     if stage is not None and settings.cluster is not None and _is_truth(truth):
         notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
@@ -361,10 +369,21 @@ def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: l
     table = rank(summary, settings.stat)
     table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
     result = TuneResult(table, space.configs, backend, label, None, notes, stat=settings.stat, truth=truth,
-                        labels=key_labels(truth, settings), adaptive=adaptive, first_pass_wall_s=first_pass_wall_s)
+                        labels=key_labels(truth, settings), adaptive=adaptive, first_pass_wall_s=first_pass_wall_s,
+                        first_pass_phases=first_pass_phases)
     if result.best_config_id is None:
         check_measured(rows)
     return result
+
+
+def _timing(measured: Measured) -> dict | None:
+    """The first pass's phases as tune --json gives them; None where the backend recorded none (Dask)."""
+    from nsprof.session import timing_record
+
+    if not measured.phases:
+        return None
+    return timing_record(measured.wall_s, measured.phases, measured.config_phases,
+                         precompile_s=getattr(measured, "precompile_s", 0.0))
 
 
 def _probes(probed: str, other: str, results: dict, settings: TuneSettings) -> list[tuple[list[str], str]] | None:
