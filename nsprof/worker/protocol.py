@@ -203,8 +203,9 @@ def run_phases(status: RunStatus, launched: float, worker_gone: float | None,
     if first_start is None:
         # No config began (the target did not import, CUDA did not start): the worker's last line
         # ends the phase it was in.
-        missing = next((i for i, (_, at) in enumerate(starting) if at is None and i >= 1), None)
-        if missing is not None and worker_last is not None:
+        seen = [i for i, (_, at) in enumerate(starting) if at is not None]
+        missing = seen[-1] + 1 if seen else None
+        if missing is not None and missing < len(starting) and worker_last is not None:
             starting[missing] = (starting[missing][0], worker_last)
         running = []
     else:
