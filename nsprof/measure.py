@@ -190,4 +190,5 @@ class FastTimers(Backend):
                 on_rows(self.frame(written(), {}))
             raise
         return Measured(frame=self.frame(written(), session.failures, points), failures=session.failures,
-                        device=session.device, work_dir=work_dir, wall_s=session.wall_s)
+                        device=session.device, work_dir=work_dir, wall_s=session.wall_s, phases=session.phases,
+                        config_phases=session.config_phases)

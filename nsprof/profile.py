@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -93,6 +94,9 @@ class ProfileResult(Measured):
     backend: str = ""
     configs: list = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)  # the conditions every row is labelled with
+    # The compile step before the session (its wall_s and phases do not hold it): 0.0 when the
+    # space has no compile step or the backend compiles itself.
+    precompile_s: float = 0.0
 
     def frame_with_attrs(self):
         """The frame with this result in its attrs (what profile() has always returned)."""
@@ -101,7 +105,8 @@ class ProfileResult(Measured):
             "reports": [str(p) for p in self.reports],
             # None: nothing kept (a clean run's temporary folder is removed, see run_session)
             "work_dir": str(self.work_dir) if self.work_dir else None,
-            "wall_s": self.wall_s, "failures": self.failures, "device": self.device})
+            "wall_s": self.wall_s, "failures": self.failures, "device": self.device, "phases": self.phases,
+            "precompile_s": self.precompile_s})
         return self.frame
 
 
@@ -141,7 +146,9 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
         from nsprof.errors import NsprofError
 
         raise NsprofError("a target with shapes is not spread over a cluster yet (--devices, --scheduler)")
+    began = time.monotonic()
     compile_failures = {} if backend.compiles_itself else precompile(space, jobs, config_ids=wanted)
+    precompile_s = time.monotonic() - began
     for cfg, reason in compile_failures.items():
         if on_progress:
             on_progress("fail", cfg, reason)
@@ -161,12 +168,17 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
     if compile_frame is not None:
         frames.append(compile_frame)
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    if measured is not None and measured.work_dir is not None:
+        from nsprof.session import add_to_phases_file
+
+        add_to_phases_file(measured.work_dir, precompile_s=precompile_s)
     return ProfileResult(
         frame=frame, target=target, backend=backend.name, configs=space.configs, labels=backend.labels,
         failures={**(measured.failures if measured else {}), **compile_failures},
         reports=list(measured.reports) if measured else [], work_dir=measured.work_dir if measured else None,
         wall_s=measured.wall_s if measured else 0.0, device=measured.device if measured else None,
-        notes=list(measured.notes) if measured else [])
+        notes=list(measured.notes) if measured else [], phases=dict(measured.phases) if measured else {},
+        config_phases=dict(measured.config_phases) if measured else {}, precompile_s=precompile_s)
 
 
 def profile(target: str, settings: ProfileSettings | None = None, *, config_ids: list[int] | None = None,

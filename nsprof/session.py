@@ -37,7 +37,7 @@ from nsprof.errors import NsprofError, ToolFailed
 from nsprof.reports.checks import one_line
 from nsprof.schema import Points
 from nsprof.settings import ProfileSettings
-from nsprof.worker.protocol import Job, RunStatus, parse_status
+from nsprof.worker.protocol import Job, RunStatus, parse_status, run_phases
 
 POLL_S = 0.1
 MAX_LOST_RETRIES = 2  # a config measured but lost with a crashed run's report is measured again
@@ -65,6 +65,12 @@ class Measured:
     work_dir: Path | None = None
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)  # what the run has to say about its numbers (nsprof.cluster)
+    # Where wall_s went, in seconds, summed over the worker runs: the phases seen, in order
+    # (nsprof.worker.protocol.run_phases: tool_start ... tool_exit, then the session's own
+    # cleanup, export and parse; see PHASES). They sum to at most wall_s; empty where not recorded.
+    phases: dict[str, float] = field(default_factory=dict)
+    # Per config: {"build": s, "measure": s} from the worker's own times (summed over runs).
+    config_phases: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 def _incomplete(measured, done: list[int], settings: ProfileSettings, points: Points | None = None) -> dict[int, str]:
@@ -167,6 +173,13 @@ def _note(log_handle, text: str) -> None:
         pass
 
 
+# Every phase a session records, in order: a worker run's (nsprof.worker.protocol.run_phases),
+# then nsprof's own after each run: cleanup (making sure nothing of the run is left), export (the
+# driver's finish: nsys export to SQLite) and parse (the driver's read).
+PHASES = ("tool_start", "worker_start", "target_import", "cuda_init", "build", "measure", "between",
+          "worker_exit", "tool_exit", "cleanup", "export", "parse")
+
+
 @dataclass
 class _RunEnd:
     """How one worker run ended."""
@@ -174,6 +187,12 @@ class _RunEnd:
     returncode: int
     timed_out: int | None = None  # the config killed for running past settings.timeout_s
     stalled: str | None = None  # the phase that went past settings.phase_bound_s (see _phase)
+    # time.monotonic() when nsprof started the profiler, first saw the worker gone, saw the
+    # profiler exit, and had cleaned up after it
+    launched: float = 0.0
+    worker_gone: float | None = None
+    exited: float = 0.0
+    cleaned: float = 0.0
 
 
 def _phase(status: RunStatus) -> str:
@@ -219,10 +238,15 @@ def _follow(proc, status_file: Path, settings: ProfileSettings, notify, log_hand
     current_since = last_line_at = time.monotonic()
     timed_out: int | None = None
     stalled: str | None = None
+    worker_gone: float | None = None
     while True:
         returncode = proc.poll()
+        polled = time.monotonic()
         text = status_file.read_text(errors="replace")
         status = parse_status(text)
+        if worker_gone is None and status.pid is not None and (status.ended or status.stopped or returncode is not None) \
+                and not _alive(status.pid):
+            worker_gone = polled
         for cfg in status.done[len(seen.done):]:
             notify("done", cfg, "")
         for cfg in status.failed:
@@ -235,7 +259,7 @@ def _follow(proc, status_file: Path, settings: ProfileSettings, notify, log_hand
             seen_size, last_line_at = len(text), now
         seen = status
         if returncode is not None:
-            return _RunEnd(returncode, timed_out, stalled)
+            return _RunEnd(returncode, timed_out, stalled, worker_gone=worker_gone, exited=polled)
         if timed_out is None and stalled is None:
             if status.current is not None and now - current_since > settings.timeout_s:
                 timed_out = status.current
@@ -248,7 +272,8 @@ def _follow(proc, status_file: Path, settings: ProfileSettings, notify, log_hand
                 # A worker already gone ("report") is not killed: its pid may be another's by now.
                 _end_run(proc, status.pid, kill_worker=stalled != "report")
                 continue
-        time.sleep(POLL_S)
+        # Once the worker said it ended, poll faster: its exit and the profiler's are timed by it.
+        time.sleep(POLL_S / 5 if status.ended or status.stopped else POLL_S)
 
 
 def _stop_cleanly(proc, status_file: Path) -> None:
@@ -449,8 +474,10 @@ def _run_worker(command: list[str], log: Path, status_file: Path, job_file: Path
     with open(log, "w") as log_handle:
         proc = None
         try:
+            launched = time.monotonic()
             proc = _launch(command, log_handle, pipe)
             end = _follow(proc, status_file, settings, notify, log_handle)
+            end.launched = launched
         except KeyboardInterrupt:
             if proc is not None:
                 try:
@@ -470,6 +497,7 @@ def _run_worker(command: list[str], log: Path, status_file: Path, job_file: Path
         _kill_group(proc)
         _kill_left_worker(status_file, job_file)
         _kill_lock_holders_left(log_handle)
+        end.cleaned = time.monotonic()
     return end
 
 
@@ -492,6 +520,8 @@ class _Part:
     failures: dict[int, str] = field(default_factory=dict)  # configs that failed in it, for good
     lost: dict[int, str] = field(default_factory=dict)  # done, but not whole in the report: why
     report: Path | None = None
+    export_s: float = 0.0  # the driver's finish (nsys: export to SQLite)
+    parse_s: float = 0.0  # the driver's read
 
 
 def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _RunEnd, points: Points) -> _Part:
@@ -513,15 +543,22 @@ def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _R
         lost_reason = (f"{settings.backend} was still writing its report {settings.phase_bound_s:g} s "
                        "after the worker's last status line")
     measured, incomplete, complete = None, {}, set()
+    began = time.monotonic()
     try:
         part.report = driver.finish(base, log)
     except NsprofError as exc:
         if status.done and not abnormal:
             raise _explained(exc, log) from None
         lost_reason = lost_reason or str(exc)
+    finally:
+        part.export_s = time.monotonic() - began
     if part.report is not None:
+        began = time.monotonic()
         try:
-            measured = driver.read(part.report, settings)
+            try:
+                measured = driver.read(part.report, settings)
+            finally:
+                part.parse_s = time.monotonic() - began
         except NsprofError as exc:
             if not abnormal:
                 raise _explained(exc, log) from None
@@ -561,6 +598,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
     measured_any = False  # did any part keep a measurement (or, with no profiler, finish a config)?
     device: dict | None = None
     started_at = time.monotonic()
+    timing = _Timing()
     notify = on_progress or (lambda event, cfg, detail: None)
     hand_over = on_rows or (lambda frame: None)
     points = points or Points(n_configs)
@@ -593,6 +631,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
             try:
                 end = _run_worker(command, log, status_file, job_file, settings, notify, pipe)
                 part = _read_part(driver, settings, base, log, end, points)
+                timing.add(part, end, log)
                 status = part.status
                 device = device or status.device
                 if status.current is not None:
@@ -644,8 +683,78 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
             notify("fail", config_id, why)
         settle(not_run)
     frame = pd.concat(frames, ignore_index=True) if frames else make_frame([])
+    ended_at = time.monotonic()
+    timing.write(work_dir / PHASES_FILE, started_at, ended_at)
     return Measured(frame=frame, reports=reports, failures=failures, work_dir=work_dir,
-                         wall_s=time.monotonic() - started_at, device=device)
+                    wall_s=ended_at - started_at, device=device, phases=timing.total(),
+                    config_phases=timing.configs)
+
+
+PHASES_FILE = "phases.json"  # in the session's work folder: every run's phases (see _Timing.write)
+
+
+def timing_record(wall_s: float, phases: dict[str, float], configs: dict[int, dict[str, float]], **extra) -> dict:
+    """Where a session's time went, as JSON takes it (PHASES_FILE, tune --json's first_pass_phases):
+    {"wall_s", "phases": {name: s}, "configs": {"<id>": {"build": s, "measure": s}}, ...extra}."""
+    return {"wall_s": wall_s, **extra, "phases": dict(phases),
+            "configs": {str(c): dict(t) for c, t in sorted(configs.items())}}
+
+
+def add_to_phases_file(work_dir: Path, **fields) -> None:
+    """Add `fields` (what the caller timed around the session: precompile_s) to the session's
+    PHASES_FILE in `work_dir`, when it is there."""
+    import json
+
+    path = Path(work_dir) / PHASES_FILE
+    try:
+        record = json.loads(path.read_text())
+        record.update(fields)
+        path.write_text(json.dumps(record, indent=1) + "\n")
+    except (OSError, ValueError):
+        pass
+
+
+def phase_words(phases: dict[str, float]) -> str:
+    """`tool_start 1.23 s, worker_start 0.05 s, ...`: the phases in one line."""
+    return ", ".join(f"{name} {seconds:.2f} s" for name, seconds in phases.items())
+
+
+class _Timing:
+    """Where a session's time went, run by run (Measured.phases, config_phases, PHASES_FILE)."""
+
+    def __init__(self) -> None:
+        self.runs: list[dict[str, float]] = []
+        self.configs: dict[int, dict[str, float]] = {}
+
+    def add(self, part: _Part, end: _RunEnd, log: Path) -> None:
+        phases, configs = run_phases(part.status, end.launched, end.worker_gone, end.exited)
+        phases.update(cleanup=max(0.0, end.cleaned - end.exited), export=part.export_s, parse=part.parse_s)
+        self.runs.append(phases)
+        for config_id, times in configs.items():
+            entry = self.configs.setdefault(config_id, {"build": 0.0, "measure": 0.0})
+            for name, seconds in times.items():
+                entry[name] = entry.get(name, 0.0) + seconds
+        try:
+            with open(log, "a") as handle:
+                _note(handle, f"phases: {phase_words(phases)}")
+        except OSError:
+            pass
+
+    def total(self) -> dict[str, float]:
+        summed = {name: sum(run.get(name, 0.0) for run in self.runs) for name in PHASES}
+        return {name: seconds for name, seconds in summed.items() if any(name in run for run in self.runs)}
+
+    def write(self, path: Path, started_at: float, ended_at: float) -> None:
+        """The phases as JSON (`began`/`ended`: the session's time.monotonic(), for a caller that timed
+        the whole command on the same clock); a folder that cannot take it goes without."""
+        import json
+
+        record = {"began": started_at, "ended": ended_at,
+                  **timing_record(ended_at - started_at, self.total(), self.configs), "runs": self.runs}
+        try:
+            path.write_text(json.dumps(record, indent=1) + "\n")
+        except OSError:
+            pass
 
 
 def _start_failure(status: RunStatus, end: _RunEnd, settings: ProfileSettings, log: Path, driver: Driver) -> str:

@@ -69,6 +69,8 @@ class TuneResult:
     shape: int | None = None
     shape_value: object = None
     shapes: list = field(default_factory=list)
+    # Where the first pass's session time went (nsprof.session.timing_record); None: nothing ran
+    first_pass_phases: dict | None = None
 
     @property
     def decision(self) -> Decision:
@@ -158,7 +160,7 @@ def retryable(reason: str, timeout_s: float) -> bool:
 def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, config_ids: list[int], on_progress,
                  on_rows: Callable[[object], None] | None = None,
                  on_device: Callable[[dict | None], None] | None = None, plan: Plan | None = None,
-                 n_shapes: int = 0):
+                 n_shapes: int = 0, on_measured: Callable[[Measured], None] | None = None):
     """Tidy rows for `config_ids` under `backend`: kernels for ground truths (compiled first, see
     nsprof.profile.profile_result); for a fast timer one row per config holding the timer's
     statistic as rep 0. Failed configs are rows with an error.
@@ -172,6 +174,7 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
 
     With `n_shapes` (a target with shapes), config_ids are point ids (nsprof.schema.Points): every
     (shape, config) pair in the one session; the rows carry their shape.
+    on_measured gets the whole Measured (its phases among the rest).
     """
     shaped = {"n_shapes": n_shapes} if n_shapes else {}
     if plan is not None:
@@ -197,6 +200,8 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
         measured = timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows, **shaped)
     if on_device is not None:
         on_device(measured.device)
+    if on_measured is not None:
+        on_measured(measured)
     return measured.frame
 
 
@@ -280,7 +285,7 @@ class _Stored:
 
 
 def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wanted: list[int], on_progress,
-                    notes: list[str]):
+                    notes: list[str], on_measured: Callable[[Measured], None] | None = None):
     """measure_rows through the results store: resume, one transaction per config, GPU lock.
     Returns the rows to rank (see _select_stored) and the _Stored context for adaptive sessions."""
     from nsprof.cluster import cluster_gpu
@@ -321,7 +326,7 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
 
             def measure():
                 rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress,
-                                    on_rows=store_rows, on_device=devices.append)
+                                    on_rows=store_rows, on_device=devices.append, on_measured=on_measured)
                 store_rows(rows)  # what was not handed over yet
                 return rows
 
@@ -355,11 +360,13 @@ def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: l
     n = len(space.configs)
     timed, cost_of_first_pass = _timed(on_progress, settings)
     began = time.monotonic()
+    runs: list[Measured] = []
     if settings.use_store:
-        rows, stored = _measure_stored(target, space, truth, settings, wanted, timed, notes)
+        rows, stored = _measure_stored(target, space, truth, settings, wanted, timed, notes, on_measured=runs.append)
     else:
-        rows, stored = measure_rows(target, n, truth, settings, wanted, timed), None
+        rows, stored = measure_rows(target, n, truth, settings, wanted, timed, on_measured=runs.append), None
     first_pass_wall_s = time.monotonic() - began
+    first_pass_phases = _timing(runs[0]) if runs else None
     adaptive = None
     if stage is not None and settings.cluster is not None and _is_truth(truth):
         notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
@@ -367,14 +374,14 @@ def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: l
         rows, adaptive = _adaptive(target, n, truth, settings, rows, stored, cost_of_first_pass(), stage)
         if _is_truth(truth):
             notes.append(adaptive.describe())
-    result = _ranked(space, truth, settings, rows, notes, adaptive, first_pass_wall_s)
+    result = _ranked(space, truth, settings, rows, notes, adaptive, first_pass_wall_s, first_pass_phases)
     if result.best_config_id is None:
         check_measured(rows)
     return result
 
 
 def _ranked(space, truth: str, settings: TuneSettings, rows, notes: list[str], adaptive=None,
-            first_pass_wall_s: float | None = None) -> TuneResult:
+            first_pass_wall_s: float | None = None, first_pass_phases: dict | None = None) -> TuneResult:
     """The TuneResult of rows of one truth (and one shape): summarised per config, ranked by settings.stat."""
     from nsprof.profile import config_summary
 
@@ -391,7 +398,18 @@ def _ranked(space, truth: str, settings: TuneSettings, rows, notes: list[str], a
     table = rank(summary, settings.stat)
     table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
     return TuneResult(table, space.configs, backend, label, None, notes, stat=settings.stat, truth=truth,
-                      labels=key_labels(truth, settings), adaptive=adaptive, first_pass_wall_s=first_pass_wall_s)
+                      labels=key_labels(truth, settings), adaptive=adaptive, first_pass_wall_s=first_pass_wall_s,
+                      first_pass_phases=first_pass_phases)
+
+
+def _timing(measured: Measured) -> dict | None:
+    """The first pass's phases as tune --json gives them; None where the backend recorded none (Dask)."""
+    from nsprof.session import timing_record
+
+    if not measured.phases:
+        return None
+    return timing_record(measured.wall_s, measured.phases, measured.config_phases,
+                         precompile_s=getattr(measured, "precompile_s", 0.0))
 
 
 def _probes(probed: str, other: str, results: dict, settings: TuneSettings) -> list[tuple[list[str], str]] | None:

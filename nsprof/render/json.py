@@ -102,7 +102,8 @@ def agreement_document(
 def tune_document(result) -> str:
     """`nsprof tune --json`: label, best config, notes, the tuner's own pick, errors, the interval
     method, the tie set and the decision (winner or tie, in words too), what the adaptive reps did
-    (sessions, reps, why they stopped: nsprof.analysis.adaptive.AdaptiveSummary) and the ranked rows, each
+    (sessions, reps, why they stopped: nsprof.analysis.adaptive.AdaptiveSummary), where the first
+    pass's session time went (first_pass_phases: nsprof.session.timing_record) and the ranked rows, each
     with ci_low_ns, ci_high_ns, ci_coverage and tied_with_best (`result`: an nsprof.tune.TuneResult)."""
     from nsprof.analysis.confidence import LEVEL, METHOD
     from nsprof.render.tables import describe_decision
@@ -116,6 +117,7 @@ def tune_document(result) -> str:
                 "stat": result.stat, "interval": interval, "tie_set": result.tie_set,
                 "decision": {**decision.as_json(), "words": describe_decision(result)},
                 "adaptive": None if result.adaptive is None else result.adaptive.as_json(),
+                "first_pass_phases": result.first_pass_phases,
                 "ranked": json.loads(result.table.to_json(orient="records"))}
     document.update(cross_truth_document(result))
     if getattr(result, "shapes", None):
@@ -140,7 +142,7 @@ def _ranking(ranked) -> dict:
 
     return {"truth": ranked.truth or ranked.backend, "label": ranked.label, "labels": jsonable(ranked.labels),
             "best_config_id": ranked.best_config_id, "tie_set": ranked.tie_set,
-            "first_pass_wall_s": ranked.first_pass_wall_s,
+            "first_pass_wall_s": ranked.first_pass_wall_s, "first_pass_phases": ranked.first_pass_phases,
             "adaptive": None if ranked.adaptive is None else ranked.adaptive.as_json(),
             "decision": {**ranked.decision.as_json(), "words": describe_decision(ranked)},
             "ranked": json.loads(ranked.table.to_json(orient="records"))}

@@ -216,12 +216,31 @@ def _configs(job: Job, space, device: Device, status: Status):
             if not device.healthy():
                 return
             continue
+        status.mark("built", config_id)
         yield config_id, launch
+
+
+def process_began() -> float | None:
+    """When this process began, on time.monotonic()'s clock (from /proc/self/stat's start time, in
+    clock ticks of CLOCK_BOOTTIME: to 10 ms); None where that cannot be read."""
+    import time
+
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        hz = os.sysconf("SC_CLK_TCK")
+        boot, now = time.clock_gettime(time.CLOCK_BOOTTIME), time.monotonic()
+    except (OSError, IndexError, ValueError, AttributeError):
+        return None
+    began = now - (boot - ticks / hz)
+    return began if began <= now else None
 
 
 def run(job: Job) -> int:
     status = Status(job.status)
     status.write("pid", os.getpid())
+    began = process_began()
+    if began is not None:
+        status.mark("process", at=began)
     status.write("watch", json.dumps(watch_parent(job)))
     signal.signal(signal.SIGTERM, _request_stop)
     try:
@@ -254,9 +273,12 @@ def _run(job: Job, status: Status) -> int:
 
     try:
         space = load_target(job.target)
+        status.mark("target")
         _check_shapes(job, space)
         device = Device(space.device)
-        status.device(device.describe())
+        described = device.describe()
+        device.sync()  # the CUDA context, now: its cost is this phase's, not the first config's
+        status.device(described)
     except Exception as exc:
         status.write("abort", json.dumps(_reason(exc)))
         raise

@@ -16,12 +16,20 @@ progress bar, enforce per-config timeouts and restart after a crash:
                                done once, for every config, after the last round)
     stopped                    nsprof asked it to stop (SIGTERM): it stopped early and cleanly
     end                        every config ran
+    at <t> <word> [<arg>]      when (t: the worker's time.monotonic(), seconds) the line `<word> [<arg>]`
+                               was written: Status.write follows every line above with one. Also
+                               for events with no line of their own (Status.mark): `process` (the
+                               worker process began, from /proc/self/stat), `target` (the target
+                               imported), `built <cfg>` (a config's build returned). CLOCK_MONOTONIC
+                               is one clock for every process of a host, so nsprof reads these
+                               beside its own time.monotonic() (run_phases).
 parse_status reads exactly these; Status writes them.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -88,7 +96,16 @@ class Status:
         self._handle = open(path, "a", buffering=1, encoding="utf-8")
 
     def write(self, *parts) -> None:
-        self._handle.write(" ".join(str(p) for p in parts) + "\n")
+        """A status line, and the `at` line saying when it was written (one write, one flush)."""
+        now = time.monotonic()
+        line = " ".join(str(p) for p in parts)
+        self._handle.write(f"{line}\nat {now:.6f} {line[:120]}\n" if parts and parts[0] != "at" else line + "\n")
+        self._handle.flush()
+
+    def mark(self, *event, at: float | None = None) -> None:
+        """An `at` line alone: when `event` (`process`, `target`, `built <cfg>`) happened (default: now)."""
+        now = time.monotonic() if at is None else at
+        self._handle.write(f"at {now:.6f} {' '.join(str(p) for p in event)}\n")
         self._handle.flush()
 
     def device(self, info: dict) -> None:
@@ -108,12 +125,22 @@ class RunStatus:
     device: dict | None = None  # {"uuid", "name", ...} of the device the worker measured on
     watch: dict | None = None  # how the worker watches for nsprof's death (nsprof.worker.watch_parent)
     abort: str | None = None  # why the worker could not start (target import, CUDA init)
+    # (t, word, arg) of every `at` line, in file order: when each line was written, and the marks
+    times: list[tuple[float, str, str]] = field(default_factory=list)
+
+    def time_of(self, word: str, arg: str | None = None, last: bool = False) -> float | None:
+        """When the first (or last) `word` [`arg`] line or mark was written; None if never."""
+        found = [t for t, w, a in self.times if w == word and (arg is None or a == arg)]
+        return (found[-1] if last else found[0]) if found else None
 
     @property
     def current(self) -> int | None:
         if self.started and self.started[-1] not in self.done and self.started[-1] not in self.failed:
             return self.started[-1]
         return None
+
+
+_CONFIG_WORDS = ("start", "built", "done", "fail")  # their argument is a config id (then, maybe, more)
 
 
 def _json_or_text(text: str):
@@ -148,9 +175,100 @@ def parse_status(text: str) -> RunStatus:
                 setattr(status, word, value if isinstance(value, dict) else None)
             elif word == "abort":
                 status.abort = str(_json_or_text(rest))
+            elif word == "at":
+                t, _, event = rest.partition(" ")
+                what, _, arg = event.partition(" ")
+                status.times.append((float(t), what, arg.split(" ", 1)[0] if what in _CONFIG_WORDS else arg))
         except ValueError:
             continue  # not a line this protocol writes
     return status
+
+
+# The phases of one worker run, in order: each is the time from the previous boundary seen to its own.
+RUN_PHASES = ("tool_start", "worker_start", "target_import", "cuda_init", "configs", "worker_exit", "tool_exit")
+
+
+def run_phases(status: RunStatus, launched: float, worker_gone: float | None,
+               exited: float) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+    """Where one worker run's time went: ({phase: s}, {config_id: {"build": s, "measure": s}}).
+
+    From nsprof's own times (`launched`: just before the profiler's exec; `worker_gone`: when it
+    first saw the worker gone, None if never; `exited`: when it saw the profiler exit) and the
+    worker's `at` lines, all on CLOCK_MONOTONIC. Phases, each ending at its boundary:
+        tool_start     the profiler's exec until the worker process began (`process`)
+        worker_start   until its first status line (`pid`): Python's start, nsprof's worker imports
+        target_import  until the target was imported (`target`)
+        cuda_init      until the device line: the device's imports and its CUDA context
+        configs        until the worker's last line, split into build (each config's start line
+                       to its build's return), measure (from then to the config's next line:
+                       warm-up, graph capture, the reps' ranges; every visit of an interleaved job)
+                       and between (the rest: status lines, dropping a config's inputs)
+        worker_exit    until nsprof saw the worker gone (Python's exit; nsys flushes its CUPTI buffers)
+        tool_exit      until nsprof saw the profiler exit (the report written)
+    A boundary not seen (a worker that aborted or crashed) gives its time to the next phase seen;
+    boundaries are clamped to be in order, so the phases sum to exited - launched. nsprof sees
+    the worker gone and the profiler exit by polling: those two are late by up to its poll interval.
+    """
+    worker_last = status.times[-1][0] if status.times else None
+    first_start = status.time_of("start")
+    starting = [("tool_start", status.time_of("process")), ("worker_start", status.time_of("pid")),
+                ("target_import", status.time_of("target")), ("cuda_init", status.time_of("device"))]
+    if first_start is None:
+        # No config began (the target did not import, CUDA did not start): the worker's last line
+        # ends the phase it was in.
+        seen = [i for i, (_, at) in enumerate(starting) if at is not None]
+        missing = seen[-1] + 1 if seen else None
+        if missing is not None and missing < len(starting) and worker_last is not None:
+            starting[missing] = (starting[missing][0], worker_last)
+        running = []
+    else:
+        running = [("between", first_start), ("configs", worker_last)]
+    bounds = [*starting, *running, ("worker_exit", worker_gone), ("tool_exit", exited)]
+    phases: dict[str, float] = {}
+    previous = launched
+    for name, at in bounds:
+        if at is None:
+            continue
+        at = min(max(at, previous), max(exited, previous))
+        phases[name] = phases.get(name, 0.0) + at - previous
+        previous = at
+    configs = _config_times(status.times)
+    window = phases.pop("configs", 0.0)
+    if "between" in phases or window:
+        build = sum(c.get("build", 0.0) for c in configs.values())
+        measure = sum(c.get("measure", 0.0) for c in configs.values())
+        # Worker times inside the config window: they fit it unless a boundary was clamped.
+        scale = min(1.0, window / (build + measure)) if build + measure > window else 1.0
+        phases["build"], phases["measure"] = build * scale, measure * scale
+        phases["between"] = phases.get("between", 0.0) + window - (build + measure) * scale
+    order = ("tool_start", "worker_start", "target_import", "cuda_init", "build", "measure", "between",
+             "worker_exit", "tool_exit")
+    return {name: phases[name] for name in order if name in phases}, configs
+
+
+def _config_times(times: list[tuple[float, str, str]]) -> dict[int, dict[str, float]]:
+    """Per config, from the worker's `at` lines: build (first start line to its `built` mark, or to
+    its fail line) and measure (from `built`, and from each later start line, to the next line)."""
+    configs: dict[int, dict[str, float]] = {}
+    building: dict[int, float] = {}
+    started: set[int] = set()
+    for index, (t, word, arg) in enumerate(times):
+        if word not in _CONFIG_WORDS or not arg.isdigit():
+            continue
+        config_id = int(arg)
+        after = times[index + 1][0] if index + 1 < len(times) else t
+        entry = configs.setdefault(config_id, {"build": 0.0, "measure": 0.0})
+        if word == "start" and config_id not in started:
+            started.add(config_id)
+            building[config_id] = t
+        elif word == "start":
+            entry["measure"] += max(0.0, after - t)  # a later visit (an interleaved job)
+        elif word == "built":
+            entry["build"] += max(0.0, t - building.pop(config_id, t))
+            entry["measure"] += max(0.0, after - t)
+        elif word == "fail" and config_id in building:
+            entry["build"] += max(0.0, t - building.pop(config_id))
+    return configs
 
 
 def worker_command(settings, job_file: Path) -> list[str]:

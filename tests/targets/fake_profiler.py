@@ -9,12 +9,15 @@ the worker's status, as the real tools do.
     profiler might; it then ends only when its worker does (the worker must notice nsprof's death).
 --exit-file PATH: write the worker's exit status there (negative: killed by that signal), for a
     stand-in report that, like nsys's, keeps kernels only when the worker exited by itself.
+--start-delay S / --exit-delay S: sleep S seconds before starting the worker (a profiler's own
+    start-up) / after it exited (a profiler writing its report), for the phase tests.
 """
 
 import os
 import signal
 import subprocess
 import sys
+import time
 
 if __name__ == "__main__":
     args = sys.argv[1:]
@@ -26,6 +29,8 @@ if __name__ == "__main__":
         ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG 0: none
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if "--start-delay" in flags:
+        time.sleep(float(flags[flags.index("--start-delay") + 1]))
     if "--close-fds" in flags:
         worker = subprocess.Popen(command, close_fds=True)
     else:
@@ -42,6 +47,8 @@ if __name__ == "__main__":
             break
         except KeyboardInterrupt:
             continue
+    if "--exit-delay" in flags:
+        time.sleep(float(flags[flags.index("--exit-delay") + 1]))
     if "--exit-file" in flags:
         with open(flags[flags.index("--exit-file") + 1], "w") as handle:
             handle.write(str(code))

@@ -6,6 +6,7 @@ which never imports this file) is affected:
     NSPROF_TEST_HANG=start   sleep for an hour while being imported
     NSPROF_TEST_HANG=exit    sleep for an hour in an atexit handler
     NSPROF_TEST_SLOW_EXIT=S  sleep S seconds in an atexit handler (a slow but healthy exit)
+    NSPROF_TEST_SLOW_IMPORT=S  sleep S seconds while being imported (a slow but healthy target import)
     NSPROF_TEST_POISON=PATH  fail to import (or hang, with NSPROF_TEST_POISON_HANG=1) while PATH
                              exists; config kind "poison" creates PATH and crashes the worker
 """
@@ -23,6 +24,8 @@ if os.environ.get("NSPROF_TEST_HANG") == "start":
     time.sleep(3600)
 if os.environ.get("NSPROF_TEST_HANG") == "exit":
     atexit.register(time.sleep, 3600)
+if os.environ.get("NSPROF_TEST_SLOW_IMPORT"):
+    time.sleep(float(os.environ["NSPROF_TEST_SLOW_IMPORT"]))
 if os.environ.get("NSPROF_TEST_SLOW_EXIT"):
     atexit.register(time.sleep, float(os.environ["NSPROF_TEST_SLOW_EXIT"]))
 if _POISON and Path(_POISON).exists():
@@ -33,6 +36,7 @@ if _POISON and Path(_POISON).exists():
 
 def build(config):
     kind = config["kind"]
+    time.sleep(config.get("build_s", 0.0))  # a slow build (loading a compiled kernel, allocating inputs)
 
     def launch():
         if kind == "poison":
@@ -62,3 +66,7 @@ interruptible = nsprof.space.Space(name="interruptible",
 # Two quick configs, then one that never ends: nsprof killed while it runs must not leave it.
 hanging = nsprof.space.Space(name="hanging", configs=[{"kind": k} for k in ["ok", "ok", "hang", "ok"]],
                              build=build, device="cpu")
+
+# Known minimum times per phase: config 0 builds for 0.3 s, config 1 runs 0.5 s per launch.
+timed = nsprof.space.Space(name="timed", configs=[{"kind": "ok", "build_s": 0.3}, {"kind": "slow"}, {"kind": "ok"}],
+                           build=build, device="cpu")

@@ -1,0 +1,176 @@
+"""Benchmark: where the fixed cost of `nsprof profile` goes, phase by phase, under nsys and ncu (GPU).
+
+    source .device/setup.sh && python3 scripts/bench_fixed_cost.py --out benchmarks/results/bench_fixed_cost.json --runs 3
+
+Per tool (--backends, default nsys,ncu): one warm-up run (kernel caches warm, not counted), then
+--runs runs of the whole command line, each a fresh process:
+
+    python3 -m nsprof profile examples/seed_gemm.py:space --backend TOOL --mode graph --work-dir W
+
+timed from outside (spawn to exit, on CLOCK_MONOTONIC) and split with what nsprof recorded itself
+in W/phases.json (nsprof.session: the session's phases, its begin and end on the same clock, and
+the compile step before it). Phases, in the order they happen:
+
+    nsprof_start    spawn until the compile step: Python, nsprof's imports, the target loaded in
+                    nsprof's own process; with the GPU lock's wait after the compile step
+    precompile      the Space's compile step (all configs in parallel; the kernel cache is warm)
+    tool_start ...  the session's phases (nsprof.worker.protocol.run_phases, nsprof.session.PHASES):
+                    tool_start, worker_start, target_import, cuda_init, build, measure, between,
+                    worker_exit, tool_exit, cleanup, export, parse
+    session_other   the session's wall time that no phase holds (job files, restarts' setup)
+    nsprof_end      the session's end until the process exited: the table, Python's exit
+    total           spawn to exit
+
+Prints per tool a best / median / worst table of each phase (and of the per-config build and
+measure medians) and rewrites --out after every run, so that a run cut off keeps what ran.
+
+Checked on a CPU machine with the stand-in profiler (tests/test_bench_fixed_cost.py):
+    --nsprof "python3 tests/standins.py" --target tests/targets/phases.py:timed --mode direct
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SESSION_PHASES = ("tool_start", "worker_start", "target_import", "cuda_init", "build", "measure", "between",
+                  "worker_exit", "tool_exit", "cleanup", "export", "parse")
+ORDER = ("nsprof_start", "precompile", *SESSION_PHASES, "session_other", "nsprof_end", "total")
+PHASES_FILE = "phases.json"  # nsprof.session.PHASES_FILE (not imported: this script runs nsprof as a user does)
+
+
+def one_run(nsprof: list[str], target: str, backend: str, mode: str, extra: list[str], timeout_s: float) -> dict:
+    """Run the command once in a fresh process; its phases, from outside and from phases.json."""
+    with tempfile.TemporaryDirectory(prefix="bench-fixed-cost-") as folder:
+        work = Path(folder) / "work"
+        argv = [*nsprof, "profile", target, "--backend", backend, "--mode", mode, "--work-dir", str(work), *extra]
+        spawned = time.monotonic()
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+        except subprocess.TimeoutExpired:
+            return {"argv": argv, "error": f"timed out after {timeout_s:g} s"}
+        exited = time.monotonic()
+        run: dict = {"argv": argv, "returncode": done.returncode, "total_s": exited - spawned}
+        if done.returncode != 0:
+            run["error"] = (done.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
+        try:
+            record = json.loads((work / PHASES_FILE).read_text())
+        except (OSError, ValueError) as exc:
+            run.setdefault("error", f"no {PHASES_FILE}: {exc}")
+            return run
+        precompile = float(record.get("precompile_s", 0.0))
+        phases = {"nsprof_start": record["began"] - spawned - precompile, "precompile": precompile}
+        phases.update(record["phases"])
+        phases["session_other"] = record["wall_s"] - sum(record["phases"].values())
+        phases["nsprof_end"] = exited - record["ended"]
+        phases["total"] = exited - spawned
+        configs = record.get("configs", {})
+        run.update(phases=phases, session_wall_s=record["wall_s"], runs=len(record.get("runs", [])),
+                   configs=configs, configs_measured=len(configs),
+                   build_per_config_median_s=_median([c["build"] for c in configs.values()]),
+                   measure_per_config_median_s=_median([c["measure"] for c in configs.values()]))
+        return run
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def table(runs: list[dict]) -> str:
+    """Best / median / worst of each phase over the runs that recorded phases."""
+    good = [r for r in runs if "phases" in r]
+    if not good:
+        return "  (no run recorded phases)"
+    rows = [(name, [r["phases"][name] for r in good if name in r["phases"]]) for name in ORDER]
+    rows += [("build per config (median)", [r["build_per_config_median_s"] for r in good
+                                            if r["build_per_config_median_s"] is not None]),
+             ("measure per config (median)", [r["measure_per_config_median_s"] for r in good
+                                              if r["measure_per_config_median_s"] is not None])]
+    total = statistics.median(r["phases"]["total"] for r in good)
+    lines = [f"  {'phase':<28}{'best s':>9}{'median s':>10}{'worst s':>9}{'% of total':>12}"]
+    for name, values in rows:
+        if not values:
+            continue
+        median = statistics.median(values)
+        share = f"{100 * median / total:.1f}" if total and not name.endswith("(median)") and name != "total" else ""
+        lines.append(f"  {name:<28}{min(values):>9.3f}{median:>10.3f}{max(values):>9.3f}{share:>12}")
+    return "\n".join(lines)
+
+
+def environment() -> dict:
+    info = {"date": datetime.date.today().isoformat(), "python": platform.python_version(),
+            "cpu_cores": os.cpu_count(), "host": platform.node()}
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        info["gpu"] = subprocess.run([smi, "--query-gpu=name,driver_version,clocks.max.sm", "--format=csv,noheader"],
+                                     capture_output=True, text=True).stdout.strip()
+    try:
+        sys.path.insert(0, str(ROOT))
+        from nsprof.host import tools
+
+        for name, find in (("ncu", tools.find_ncu), ("nsys", tools.find_nsys)):
+            tool = find(required=False)
+            info[name] = f"{tool.path} {tools.tool_version(tool.path)}" if tool else None
+    except Exception as exc:  # the versions are a label, not the benchmark
+        info["tools_error"] = str(exc)
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="JSON, rewritten after every run")
+    parser.add_argument("--runs", type=int, default=3, help="counted runs per tool (after one warm-up)")
+    parser.add_argument("--backends", default="nsys,ncu", help="tools to run, in order (nsprof --backend names)")
+    parser.add_argument("--target", default="examples/seed_gemm.py:space")
+    parser.add_argument("--mode", default="graph", choices=["direct", "graph", "both"])
+    parser.add_argument("--nsprof", default=f"{shlex.quote(sys.executable)} -m nsprof",
+                        help="the command that runs nsprof (a stand-in's CLI in the CPU test)")
+    parser.add_argument("--extra", default="", help="more options for nsprof profile, e.g. '--reps 5'")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds one run may take")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the warm-up run (the CPU test)")
+    args = parser.parse_args(argv)
+    nsprof, extra = shlex.split(args.nsprof), shlex.split(args.extra)
+    record = {"benchmark": "bench_fixed_cost", "environment": environment(), "target": args.target,
+              "mode": args.mode, "nsprof": nsprof, "extra": extra, "phase_order": list(ORDER), "tools": {}}
+
+    def save() -> None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        partial = args.out.with_name(args.out.name + ".part")
+        partial.write_text(json.dumps(record, indent=1, default=str) + "\n")
+        os.replace(partial, args.out)
+
+    for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+        entry = record["tools"][backend] = {"warmup": None, "runs": []}
+        if not args.no_warmup:
+            entry["warmup"] = one_run(nsprof, args.target, backend, args.mode, extra, args.timeout)
+            save()
+            print(f"{backend}: warm-up {entry['warmup'].get('total_s', float('nan')):.1f} s"
+                  + (f" ({entry['warmup']['error']})" if "error" in entry["warmup"] else ""), flush=True)
+        for number in range(args.runs):
+            run = one_run(nsprof, args.target, backend, args.mode, extra, args.timeout)
+            entry["runs"].append(run)
+            save()
+            print(f"{backend}: run {number + 1}/{args.runs} {run.get('total_s', float('nan')):.1f} s"
+                  + (f" ({run['error']})" if "error" in run else ""), flush=True)
+    for backend, entry in record["tools"].items():
+        good = [r for r in entry["runs"] if "phases" in r]
+        print(f"\n{backend}: {args.target} --mode {args.mode}, {len(good)} of {len(entry['runs'])} runs with phases")
+        print(table(entry["runs"]))
+    failed = [r for e in record["tools"].values() for r in e["runs"] if "error" in r]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
