@@ -255,8 +255,11 @@ def _follow(proc, status_file: Path, settings: ProfileSettings, notify, log_hand
         now = time.monotonic()
         if status.current != seen.current or len(status.started) != len(seen.started):
             current_since = now  # a config's window opens at each of its start lines (an interleaved job has several)
-        if len(text) != seen_size:
-            seen_size, last_line_at = len(text), now
+        # Progress is a new status line; the worker's `at` marks (when the target was imported, a
+        # config built) only time what it does, and must not restart the phase bound.
+        lines = sum(1 for line in text.splitlines() if not line.startswith("at "))
+        if lines != seen_size:
+            seen_size, last_line_at = lines, now
         seen = status
         if returncode is not None:
             return _RunEnd(returncode, timed_out, stalled, worker_gone=worker_gone, exited=polled)

@@ -68,6 +68,12 @@ class Space:
             self.shapes = list(self.shapes)
             if not self.shapes:
                 raise TargetError(f"space {self.name!r}: shapes is an empty list (leave it out for no shapes)")
+            seen: dict[str, int] = {}
+            for index, shape in enumerate(self.shapes):  # the store keys a shape by its JSON
+                first = seen.setdefault(shape_json(shape), index)
+                if first != index:
+                    raise TargetError(f"space {self.name!r}: shapes {first} and {index} are the same shape "
+                                      f"({shape_json(shape)}); list each once")
         if self.device not in ("cuda", "cpu"):
             raise TargetError(f"space {self.name!r}: device must be 'cuda' or 'cpu'")
         if self.tuner is None:  # a Space of the older form: meta={"tuner_pick": ..., "feed_back": ...}

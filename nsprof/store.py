@@ -47,7 +47,7 @@ ROW_FIELDS = ("kernel", "rep", "duration_ns", "cycles", "clock_hz", "graph_node"
 # The problem shape a row was measured at, beside its config (MeasurementKey.shape_json, .shape):
 # "" and NULL for a target without shapes. Columns added to stores from before shapes on opening.
 SHAPE_FIELDS = ("shape_json", "shape")
-MEASUREMENT_COLUMNS = ("run_id", *KEY_FIELDS, *SHAPE_FIELDS, *ROW_FIELDS)
+MEASUREMENT_COLUMNS = ("run_id", *KEY_FIELDS, *ROW_FIELDS, *SHAPE_FIELDS)  # shape last: old positions stay
 RUN_COLUMNS = ("id", "started_at", "target", "fingerprint", "gpu", "gpu_uuid", "backend", "mode",
                "clock_control", "cache_control", "tool_version", "nsprof_version", "settings_json",
                "finished_at", "status")
@@ -333,7 +333,8 @@ class ResultStore:
         a row's config_id, mode, clock_control and cache_control, where set, must agree with `key`."""
         if not isinstance(key, MeasurementKey):
             raise TypeError(f"key must be a MeasurementKey, not {type(key).__name__}")
-        key_values = tuple(getattr(key, name) for name in (*KEY_FIELDS, *SHAPE_FIELDS))
+        key_values = tuple(getattr(key, name) for name in KEY_FIELDS)
+        shape_values = tuple(getattr(key, name) for name in SHAPE_FIELDS)
         columns = ", ".join(MEASUREMENT_COLUMNS)
         marks = ", ".join("?" for _ in MEASUREMENT_COLUMNS)
         written = 0
@@ -342,7 +343,7 @@ class ResultStore:
             nonlocal written
             for row in _records(frame_or_rows):
                 written += 1
-                yield (int(run_id), *key_values, *_row_values(row, key))
+                yield (int(run_id), *key_values, *_row_values(row, key), *shape_values)
 
         with self._lock, self._errors(f"writing config {key.config_id}"), self._transaction() as db:
             try:

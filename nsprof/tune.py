@@ -700,7 +700,11 @@ def tune_shapes(target: str, space, settings: TuneSettings, wanted: list[int], s
         measured = result.table[result.table["error"].isna() & result.table["value_ns"].notna()]
         if result.best_config_id is not None:
             latencies[result.shape] = {int(c): float(v) / 1e6 for c, v in zip(measured["config_id"], measured["value_ns"])}
-    if settings.feed_back and tuner is not None and tuner.can_feed_back and latencies:
+    if settings.feed_back and tuner is not None and tuner.can_feed_back and latencies \
+            and not tuner.can_feed_back_shapes:
+        first.notes.append(f"not fed back: {tuner.name} takes the ranking of one shape only (its hook has no "
+                           "feed_back_shapes)")
+    elif settings.feed_back and tuner is not None and tuner.can_feed_back and latencies:
         try:
             if tuner.feed_back_shapes_apart:  # each shape's key computed in a process of its own
                 stored = {}
@@ -732,11 +736,13 @@ def rank_shapes(target: str, space, truth: str, settings: TuneSettings, wanted: 
     layout = space.points
     notes: list[str] = []
     began = time.monotonic()
+    runs: list[Measured] = []
     if settings.use_store:
-        by_shape = _measure_stored_shapes(target, space, truth, settings, wanted, on_progress, notes)
+        by_shape = _measure_stored_shapes(target, space, truth, settings, wanted, on_progress, notes,
+                                          on_measured=runs.append)
     else:
         rows = measure_rows(target, len(space.configs), truth, settings, layout.all(wanted), on_progress,
-                            n_shapes=layout.n_shapes)
+                            n_shapes=layout.n_shapes, on_measured=runs.append)
         by_shape = {shape: rows[(rows["shape"] == shape).fillna(False).astype(bool)]
                     for shape in range(layout.n_shapes)}
     first_pass_wall_s = time.monotonic() - began
@@ -749,7 +755,8 @@ def rank_shapes(target: str, space, truth: str, settings: TuneSettings, wanted: 
 
         rows = by_shape[shape].copy()
         rows["shape"] = pd.Series(pd.NA, index=rows.index, dtype="Int64")  # one shape: ranked as configs are
-        result = _ranked(space, truth, settings, rows, list(notes), first_pass_wall_s=first_pass_wall_s)
+        result = _ranked(space, truth, settings, rows, list(notes), first_pass_wall_s=first_pass_wall_s,
+                         first_pass_phases=_timing(runs[0]) if runs else None)
         result.shape, result.shape_value = shape, space.shapes[shape]
         if result.best_config_id is None:
             result.notes.append(f"no config was measured at shape {shape} ({space.shape_label(shape)})")
@@ -762,7 +769,7 @@ def rank_shapes(target: str, space, truth: str, settings: TuneSettings, wanted: 
 
 
 def _measure_stored_shapes(target: str, space, backend: str, settings: TuneSettings, wanted: list[int],
-                           on_progress, notes: list[str]) -> dict:
+                           on_progress, notes: list[str], on_measured=None) -> dict:
     """_measure_stored for a target with shapes: one run, one session over every (shape, config) pair
     the store lacks, each pair's rows in one transaction, keyed by the shape's JSON beside the config's.
     Returns {shape index: the rows to rank of that shape} (_select_stored, per shape)."""
@@ -806,7 +813,8 @@ def _measure_stored_shapes(target: str, space, backend: str, settings: TuneSetti
             try:
                 devices: list[dict | None] = []
                 rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress,
-                                    on_rows=store_rows, on_device=devices.append, n_shapes=layout.n_shapes)
+                                    on_rows=store_rows, on_device=devices.append, n_shapes=layout.n_shapes,
+                                    on_measured=on_measured)
                 store_rows(rows)  # what was not handed over yet
                 status = "ok" if rows["error"].isna().any() else "nothing measured"
             except KeyboardInterrupt:

@@ -48,6 +48,11 @@ class TunerHook(ABC):
         """Make the tuner choose by nsprof's latencies (config index -> ms) and store that choice
         in its own cache; returns a one-line description of what was written."""
 
+    @property
+    def can_feed_back_shapes(self) -> bool:
+        """Whether this hook takes every shape's ranking (it overrides feed_back_shapes)."""
+        return type(self).feed_back_shapes is not TunerHook.feed_back_shapes
+
     def feed_back_shapes(self, latencies_by_shape: Mapping[int, Mapping[int, float]]) -> dict[int, str]:
         """For a Space with shapes: each shape's ranking (shape index -> config index -> ms) into the
         tuner's cache under the key the tuner computes for a call at that shape; {shape index: one line

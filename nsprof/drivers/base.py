@@ -32,9 +32,10 @@ def lines_since_start(log: Path) -> list[str]:
     """The log's non-blank lines after its last config-start marker (all of it without one)."""
     if not log.exists():
         return []
-    text = log.read_text(errors="replace")
-    text = text[text.rfind(START_MARKER) + 1:] if START_MARKER in text else text
-    return [ln.strip() for ln in text.splitlines()[1:] if ln.strip()]
+    lines = log.read_text(errors="replace").splitlines()
+    if any(START_MARKER in ln for ln in lines):  # what follows the marker's own line
+        lines = lines[max(i for i, ln in enumerate(lines) if START_MARKER in ln) + 1:]
+    return [ln.strip() for ln in lines if ln.strip()]
 
 
 def worker_failure(log: Path, returncode: int | None, ignore_prefix: str | None = None) -> str:
@@ -47,7 +48,9 @@ def worker_failure(log: Path, returncode: int | None, ignore_prefix: str | None 
                 return line[:300]
     if returncode is not None and returncode < 0:
         return f"worker killed by signal {signal.Signals(-returncode).name}"
-    return f"worker exited with status {returncode}" + (f": {lines[-1][:200]}" if lines else "")
+    # nsprof's own notes in the log (==NSPROF== phases, lock sweeps) say nothing of why it died
+    own = [line for line in lines if not line.startswith("==NSPROF==")]
+    return f"worker exited with status {returncode}" + (f": {own[-1][:200]}" if own else "")
 
 
 def disk_full(log: Path) -> str | None:

@@ -1,4 +1,4 @@
-"""Review 2 of the shapes and cost merges: defects found, as failing tests."""
+"""Regressions found in review of shapes and phases: each failed before its fix."""
 from __future__ import annotations
 
 import sqlite3
@@ -48,14 +48,15 @@ def _settings(tmp_path, **kwargs):
                            "tuner_pick": False, "feed_back": False, **kwargs})
 
 
-def test_two_shapes_with_the_same_json_keep_their_own_numbers(seam, tmp_path):
-    # [1, 2] and (1, 2) (or two equal shapes) have one shape_json: the store mixes their rows
+def test_two_shapes_with_the_same_json_are_refused_in_one_line(seam, tmp_path):
+    # [1, 2] and (1, 2) (or two equal shapes) have one shape_json, the store's key of a shape: their
+    # rows would be mixed, so such a shape list is refused before anything is measured
     target = _target(tmp_path, "[[1, 2], (1, 2)]", "[[1000.0, 3000.0], [2000.0, 500.0]]")
-    from nsprof.tune import tune
-
-    result = tune(target, _settings(tmp_path))
-    got = {r.shape: dict(zip(r.table["config_id"], r.table["value_ns"])) for r in result.shapes}
-    assert got == {0: {0: 1000.0, 1: 2000.0}, 1: {0: 3000.0, 1: 500.0}}
+    done = subprocess.run([sys.executable, str(STANDINS), "tune", target, "--backend", "nsys", "--no-store"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert "shapes 0 and 1 are the same shape ([1,2])" in line
 
 
 EXITS = """
@@ -99,3 +100,36 @@ def test_store_export_of_a_target_without_shapes_keeps_its_column_positions(tmp_
               "cache_control", "tool_version", "kernel", "rep", "duration_ns", "cycles", "clock_hz", "graph_node",
               "error"]
     assert header[:len(before)] == before
+
+
+ONE_SHAPE_HOOK = """
+import nsprof.space
+from nsprof.tuner import TunerHook
+
+class Hook(TunerHook):  # an older hook: one ranking, no feed_back_shapes
+    name = "the one-shape tuner"
+
+    def feed_back(self, latencies_ms):
+        return "stored"
+
+def build(config, shape):
+    return lambda: None
+configs = [{"i": c, "ns_shapes": [[1000.0, 3000.0], [2000.0, 500.0]][c]} for c in range(2)]
+space = nsprof.space.Space(configs=configs, shapes=[[1], [2]], build=build, device="cpu", tuner=Hook())
+"""
+
+
+def test_a_hook_without_feed_back_shapes_is_a_note_not_a_failure_and_the_phases_are_given(seam, tmp_path):
+    import json
+
+    (tmp_path / "hook.py").write_text(ONE_SHAPE_HOOK)
+    done = subprocess.run([sys.executable, str(STANDINS), "tune", str(tmp_path / "hook.py") + ":space", "--backend",
+                           "nsys", "--mode", "direct", "--reps", "2", "--no-store", "--no-tuner-pick", "--json"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    notes = [note for shape in document["shapes"] for note in shape["notes"]] + document["notes"]
+    assert any("takes the ranking of one shape only" in note for note in notes), notes
+    assert document["errors"] == []
+    # where the session's time went, for a target with shapes too
+    assert document["first_pass_phases"] and document["shapes"][1]["truths"][0]["first_pass_phases"]
