@@ -295,15 +295,15 @@ class Truth:
     def parse(cls, spec: str) -> Truth:
         """`tool` or `tool@clock-l2` (clock: base | free; l2: cold | warm). `tool@base-cold` is
         the same condition as the plain `tool` (ncu's defaults in nsprof) and is named so."""
-        backend, at, condition = spec.strip().partition("@")
-        if not at:
-            return cls(backend)
-        clock, dash, l2 = condition.partition("-")
-        if not dash or clock not in TRUTH_CLOCKS or l2 not in TRUTH_L2:
+        spec = spec.strip()
+        backend, condition = split_truth(spec)
+        if "@" in spec and backend == spec:  # split_truth knows no such condition
+            backend = spec.partition("@")[0]
             raise NsprofError(f"truth {spec!r}: a condition is @CLOCK-L2 with CLOCK one of "
                               f"{', '.join(TRUTH_CLOCKS)} and L2 one of {', '.join(TRUTH_L2)} (e.g. {backend}@free-warm)")
-        if (TRUTH_CLOCKS[clock], TRUTH_L2[l2]) == (ProfileSettings.clock_control, ProfileSettings.cache_control):
+        if not condition:
             return cls(backend)
+        clock, l2 = condition.split("-")
         return cls(backend, clock, l2)
 
     @property

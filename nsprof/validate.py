@@ -82,14 +82,12 @@ def resolve_truths(settings: ValidateSettings) -> list[Truth]:
     """settings.truths as Truths, checked against their drivers (a condition only where the
     driver controls clocks and caches), plus with settings.matched every such truth's
     clocks-free cold-L2 and warm-L2 conditions; duplicates dropped, order kept."""
-    from nsprof.drivers.registry import driver_class
+    from nsprof.drivers.registry import check_condition, controllable, driver_class
 
     truths = [Truth.parse(spec) for spec in settings.truths]
     for truth in truths:
-        if truth.clock is not None and not driver_class(truth.backend).controls_conditions:
-            raise NsprofError(f"truth {truth.name}: {truth.backend} does not control clocks or caches, so it "
-                              f"takes no condition (conditions such as @free-warm are for "
-                              f"{', '.join(controllable()) or 'ncu'})")
+        if truth.clock is not None:
+            check_condition(truth.backend, truth.name)
     if settings.matched:
         bases = [t for t in truths if driver_class(t.backend).controls_conditions]
         if not bases:
@@ -97,13 +95,6 @@ def resolve_truths(settings: ValidateSettings) -> list[Truth]:
                               f"({', '.join(controllable()) or 'ncu'}) among --truth")
         truths += [Truth(t.backend, MATCHED_CLOCK, l2) for t in bases for l2 in ("cold", "warm")]
     return list(dict.fromkeys(truths))
-
-
-def controllable() -> list[str]:
-    """The ground truths whose drivers take a condition."""
-    from nsprof.drivers.registry import driver_class, ground_truths
-
-    return [name for name in ground_truths() if driver_class(name).controls_conditions]
 
 
 def truth_profile(truth: Truth, settings: ValidateSettings, work_dir: Path):

@@ -42,6 +42,12 @@ class StatusDriver(Driver):
     suffix = ".standin.json"
     labels_like = None  # the Driver class whose row labels this stand-in gives (None: the default)
 
+    def __init_subclass__(cls, **kwargs):
+        # labelled like a driver that controls clocks and caches: it controls them too (its rows say so)
+        super().__init_subclass__(**kwargs)
+        if cls.labels_like is not None and "controls_conditions" not in cls.__dict__:
+            cls.controls_conditions = cls.labels_like.controls_conditions
+
     def __init__(self, kernels: int = 1, lossy: bool = False, profiler_flags: list[str] | None = None,
                  empty_is_error: bool = False, config_ns: bool = True) -> None:
         self.kernels = kernels

@@ -65,3 +65,16 @@ register("ncu", "nsprof.drivers.ncu:NcuDriver")
 register("nsys", "nsprof.drivers.nsys:NsysDriver")
 register(NO_PROFILER, "nsprof.drivers.none:PlainDriver", ground_truth=False)
 backend_names_from(names, ground_truths)
+
+
+def controllable() -> list[str]:
+    """The ground truths whose drivers control clocks and caches (and so take a condition)."""
+    return [name for name in ground_truths() if driver_class(name).controls_conditions]
+
+
+def check_condition(backend: str, truth: str) -> None:
+    """Truth `truth` names a condition (ncu@free-warm): an NsprofError in one line unless `backend`'s
+    driver controls clocks and caches."""
+    if not driver_class(backend).controls_conditions:
+        raise NsprofError(f"unknown truth {truth!r}: {backend} does not control clocks or caches, so it takes no "
+                          f"condition (conditions such as @free-warm are for {', '.join(controllable()) or 'ncu'})")

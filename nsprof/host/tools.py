@@ -65,22 +65,19 @@ def _search(name: str, env_var: str, patterns: tuple[str, ...]) -> Tool | None:
     return None
 
 
-def find_ncu(required: bool = True) -> Tool | None:
-    tool = _search("ncu", "NSPROF_NCU", _NCU_GLOBS)
+def _find(name: str, title: str, env_var: str, patterns: tuple[str, ...], required: bool) -> Tool | None:
+    tool = _search(name, env_var, patterns)
     if tool is None and required:
-        raise ToolNotFound(
-            "ncu (Nsight Compute) not found: put it on PATH or set NSPROF_NCU=/path/to/ncu"
-        )
+        raise ToolNotFound(f"{name} ({title}) not found: put it on PATH or set {env_var}=/path/to/{name}")
     return tool
+
+
+def find_ncu(required: bool = True) -> Tool | None:
+    return _find("ncu", "Nsight Compute", "NSPROF_NCU", _NCU_GLOBS, required)
 
 
 def find_nsys(required: bool = True) -> Tool | None:
-    tool = _search("nsys", "NSPROF_NSYS", _NSYS_GLOBS)
-    if tool is None and required:
-        raise ToolNotFound(
-            "nsys (Nsight Systems) not found: put it on PATH or set NSPROF_NSYS=/path/to/nsys"
-        )
-    return tool
+    return _find("nsys", "Nsight Systems", "NSPROF_NSYS", _NSYS_GLOBS, required)
 
 
 def find_qdstrm_importer(nsys: Path) -> Path | None:
