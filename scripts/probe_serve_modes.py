@@ -31,7 +31,7 @@ def _fifo(folder: Path) -> Path:
     return path
 
 
-def worker(folder: Path) -> None:
+def worker(folder: Path, outer: str | None = None) -> None:
     import nvtx
     import torch
 
@@ -63,6 +63,8 @@ def worker(folder: Path) -> None:
                     return
                 if words[0] == "batch":
                     name, n = words[1], int(words[2])
+                    if outer:
+                        nvtx.push_range(outer, domain="nsprof")
                     for mode, call in (("direct", launch), ("graph", graph.replay)):
                         for rep in range(n):
                             nvtx.push_range("nsprof", domain="nsprof")
@@ -71,6 +73,9 @@ def worker(folder: Path) -> None:
                             torch.cuda.synchronize()
                             nvtx.pop_range(domain="nsprof")
                             nvtx.pop_range(domain="nsprof")
+                    if outer:
+                        torch.cuda.synchronize()
+                        nvtx.pop_range(domain="nsprof")
                 elif words[0] == "profstart":
                     torch.cuda.profiler.start()
                 elif words[0] == "profstop":
@@ -100,11 +105,12 @@ def main() -> int:
     parser.add_argument("role", choices=["worker", "send"])
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--outer", help="worker: one more range of this name around each whole batch")
     parser.add_argument("command", nargs="*")
     args = parser.parse_intermixed_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     if args.role == "worker":
-        worker(args.dir)
+        worker(args.dir, args.outer)
         return 0
     return send(args.dir, args.command, args.timeout)
 
