@@ -33,6 +33,9 @@ class Backend(ABC):
     # Whether run() compiles the configs itself, where it measures them (nsprof.cluster): then
     # nsprof.profile.profile_result does not compile them first.
     compiles_itself: bool = False
+    # Whether run() takes `compiled`, the folder of a compile step running beside it
+    # (nsprof.profile.CompileAhead), whose markers its worker waits for.
+    takes_compiled: bool = False
 
     @abstractmethod
     def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
@@ -91,15 +94,20 @@ class GroundTruth(Backend):
     def tool_version(self) -> str:
         return self.driver.tool_version()
 
+    takes_compiled = True
+
     def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
-            on_progress: Progress | None = None, on_rows: OnRows | None = None, n_shapes: int = 0) -> Measured:
+            on_progress: Progress | None = None, on_rows: OnRows | None = None, n_shapes: int = 0,
+            compiled: str = "") -> Measured:
         """As Backend.run; with `n_shapes`, config_ids are point ids (nsprof.schema.Points): every
-        (shape, config) pair in one session."""
+        (shape, config) pair in one session. `compiled`: the folder of the compile step beside it
+        (nsprof.profile.CompileAhead; see nsprof.worker.protocol.Job.compiled)."""
         from nsprof.session import run_session
 
         _one_gpu(device)
         return run_session(target, n_configs, self.settings, config_ids=config_ids, on_progress=on_progress,
-                           on_rows=on_rows, driver=self.driver, n_shapes=n_shapes)
+                           on_rows=on_rows, driver=self.driver, n_shapes=n_shapes,
+                           job_extra={"compiled": compiled} if compiled else None)
 
 
     def interleave(self, target: str, config_ids: list[int], rounds: int, first_rep: dict[int, int], device: int = 0,

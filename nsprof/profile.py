@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from nsprof.host.redirect import output_to
 from nsprof.measure import Backend, GroundTruth, Measured
@@ -59,6 +60,8 @@ def precompile(space, jobs: int | None = None, log: str | None = None,
     The compilers' own output goes to `log` (default: a temporary file, removed when every
     config compiled), not the terminal.
     """
+    from nsprof.worker.compile import compile_reason
+
     if space.compile is None:
         return {}
     jobs = jobs or min(8, os.cpu_count() or 1)
@@ -73,7 +76,7 @@ def precompile(space, jobs: int | None = None, log: str | None = None,
         try:
             space.compile_at(*points.split(config_id))
         except Exception as exc:  # a config that does not compile is a result, not a crash
-            return config_id, f"compile failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            return config_id, compile_reason(exc)
         return config_id, None
 
     with output_to(log), ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -82,6 +85,86 @@ def precompile(space, jobs: int | None = None, log: str | None = None,
     if temporary_log and not failures:
         os.remove(log)  # nothing to look into; the output of failed compiles stays
     return failures
+
+
+class CompileAhead:
+    """The space's compile step as a process beside the session (nsprof.worker.compile), started
+    with it: the compilers run while the profiler, the worker, torch and CUDA start up, and with a
+    cold cache while the first configs are measured. The worker waits for each config's marker
+    before building it, outside every range; its compile failures are that session's failed
+    configs. Its output goes to a log in its folder, kept (and named) only when a config failed
+    to compile or the step itself did.
+
+        ahead = CompileAhead.start(target, space, points)
+        ahead.watch()
+        try:
+            backend.run(..., compiled=str(ahead.folder))
+        finally:
+            ahead.finish()
+    """
+
+    def __init__(self, folder: Path, proc, log: Path) -> None:
+        self.folder, self.proc, self.log = folder, proc, log
+        self.began = time.monotonic()
+        self.seconds: float | None = None  # how long the step ran (None while it runs)
+
+    @classmethod
+    def start(cls, target: str, space, points: list[int], jobs: int | None = None,
+              python: str | None = None) -> CompileAhead:
+        import json
+        import subprocess
+        import sys
+
+        from nsprof.session import dies_with_nsprof
+
+        folder = Path(tempfile.mkdtemp(prefix="nsprof-compile-"))
+        layout = space.points
+        job = folder / "job.json"
+        job.write_text(json.dumps({"target": target, "points": list(points), "n_configs": layout.n_configs,
+                                   "n_shapes": layout.n_shapes, "folder": str(folder),
+                                   "jobs": jobs or min(8, os.cpu_count() or 1)}))
+        log = folder / "compile.log"
+        with open(log, "wb") as handle:
+            proc = subprocess.Popen([python or sys.executable, "-m", "nsprof.worker.compile", str(job)],
+                                    stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, preexec_fn=dies_with_nsprof())
+        return cls(folder, proc, log)
+
+    def finish(self) -> None:
+        """Stop the step if it still runs (the session ended before it: nothing more is needed),
+        then remove its folder unless a config failed to compile or the step itself failed."""
+        import shutil
+
+        from nsprof.worker.compile import END, write_marker
+
+        stopped = self.proc.poll() is None
+        if stopped:
+            self.proc.kill()
+        self.proc.wait()
+        if self.seconds is None:
+            self.seconds = time.monotonic() - self.began
+        failed = self.proc.returncode != 0 and not stopped
+        if failed and not (self.folder / END).exists():
+            write_marker(self.folder / END, f"the compile step exited with status {self.proc.returncode} "
+                                            f"(log: {self.log})")
+        if not failed and not any(self.folder.glob("*.fail")):
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def watch(self) -> None:
+        """Say in `end` when the step died (a compiler that crashed the process, a kill), so that the
+        worker stops waiting for what it will never compile: a thread of nsprof's own, run for
+        the session's length."""
+        import threading
+
+        from nsprof.worker.compile import END, write_marker
+
+        def wait() -> None:
+            code = self.proc.wait()
+            self.seconds = time.monotonic() - self.began
+            if code != 0 and not (self.folder / END).exists():
+                write_marker(self.folder / END, f"the compile step exited with status {code} (log: {self.log})")
+
+        threading.Thread(target=wait, daemon=True, name="nsprof-compile-watch").start()
 
 
 @dataclass
@@ -147,7 +230,13 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
 
         raise NsprofError("a target with shapes is not spread over a cluster yet (--devices, --scheduler)")
     began = time.monotonic()
-    compile_failures = {} if backend.compiles_itself else precompile(space, jobs, config_ids=wanted)
+    ahead = None
+    if space.compile is not None and backend.takes_compiled and settings.compile_ahead:
+        ahead = CompileAhead.start(target, space, wanted, jobs, settings.python)
+        ahead.watch()
+        compile_failures = {}
+    else:
+        compile_failures = {} if backend.compiles_itself else precompile(space, jobs, config_ids=wanted)
     precompile_s = time.monotonic() - began
     for cfg, reason in compile_failures.items():
         if on_progress:
@@ -162,8 +251,12 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
             on_rows(compile_frame)
     measured = None
     if to_run:
-        measured = backend.run(target, to_run, n_configs=n_configs, on_progress=on_progress, on_rows=on_rows,
-                               **shaped)
+        try:
+            measured = backend.run(target, to_run, n_configs=n_configs, on_progress=on_progress, on_rows=on_rows,
+                                   **shaped, **({"compiled": str(ahead.folder)} if ahead else {}))
+        finally:
+            if ahead is not None:
+                ahead.finish()
         frames.append(measured.frame)
     if compile_frame is not None:
         frames.append(compile_frame)
@@ -171,7 +264,8 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
     if measured is not None and measured.work_dir is not None:
         from nsprof.session import add_to_phases_file
 
-        add_to_phases_file(measured.work_dir, precompile_s=precompile_s)
+        add_to_phases_file(measured.work_dir, precompile_s=precompile_s,
+                           **({"compile_ahead_s": ahead.seconds} if ahead else {}))
     return ProfileResult(
         frame=frame, target=target, backend=backend.name, configs=space.configs, labels=backend.labels,
         failures={**(measured.failures if measured else {}), **compile_failures},

@@ -176,7 +176,7 @@ def _note(log_handle, text: str) -> None:
 # Every phase a session records, in order: a worker run's (nsprof.worker.protocol.run_phases),
 # then nsprof's own after each run: cleanup (making sure nothing of the run is left), export (the
 # driver's finish: nsys export to SQLite) and parse (the driver's read).
-PHASES = ("tool_start", "worker_start", "target_import", "cuda_init", "build", "measure", "between",
+PHASES = ("tool_start", "worker_start", "target_import", "cuda_init", "compile_wait", "build", "measure", "between",
           "worker_exit", "tool_exit", "cleanup", "export", "parse")
 
 
@@ -305,7 +305,7 @@ def _stop_cleanly(proc, status_file: Path) -> None:
     _kill_group(proc)
 
 
-def _dies_with_nsprof():
+def dies_with_nsprof():
     """A preexec_fn giving the profiler (or bare worker) SIGKILL when this nsprof thread dies,
     even by SIGKILL (Linux's parent-death signal); None where that is not available."""
     if not sys.platform.startswith("linux"):
@@ -447,7 +447,7 @@ def _launch(command: list[str], log_handle, pipe: _DeathPipe):
     # The GPU lock's descriptor goes along: the lock is held while any of them lives.
     return subprocess.Popen(command, stdout=log_handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, pass_fds=(pipe.read_fd, *held_fds()),
-                            preexec_fn=_dies_with_nsprof())
+                            preexec_fn=dies_with_nsprof())
 
 
 def _salvage(driver, settings: ProfileSettings, base: Path, log: Path, hand_over, points: Points) -> None:

@@ -8,6 +8,7 @@ tells this module its names through backend_names_from when it is imported.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -115,6 +116,9 @@ class ProfileSettings:
     work_dir: Path | None = None  # reports and logs; a temporary folder when None
     max_restarts: int = 50
     wait_gpu: bool = False  # wait for another nsprof profiling this GPU instead of failing at once
+    # Compile beside the session (nsprof.profile.CompileAhead) instead of before it; 0 in
+    # $NSPROF_COMPILE_AHEAD turns it off (compile everything first, as before).
+    compile_ahead: bool = field(default_factory=lambda: os.environ.get("NSPROF_COMPILE_AHEAD", "1") != "0")
 
     def __post_init__(self) -> None:
         checks = [

@@ -504,7 +504,9 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     stage = on_stage or (lambda name, count: None)
     if space.shapes is not None:
         return tune_shapes(target, space, settings, wanted, stage)
-    if settings.cluster is None:  # a cluster compiles each batch where it runs
+    if settings.cluster is None and settings.prescreen:
+        # The fast timers' prescreen measures first (a cluster compiles each batch where it runs;
+        # without a prescreen each ground truth's session compiles beside itself: profile_result)
         precompile(space, config_ids=wanted)
     prescreen_table = None
     if settings.prescreen:
@@ -662,16 +664,13 @@ def tune_shapes(target: str, space, settings: TuneSettings, wanted: list[int], s
     and `cross` when several truths are ranked). Not yet per shape, each said in the notes: adaptive
     reps, the probes that explain a disagreement, the tuner's own pick; refused: --prescreen, a cluster.
     """
-    from nsprof.profile import precompile
-
     if settings.cluster is not None:
         raise NsprofError("a target with shapes is not spread over a cluster yet: drop --devices/--scheduler")
     if settings.prescreen:
         raise NsprofError("--prescreen does not take a target with shapes yet")
     layout = space.points
     n = len(space.configs)
-    points = layout.all(wanted)
-    precompile(space, config_ids=points)
+    points = layout.all(wanted)  # each truth's session compiles them beside itself (profile_result)
     per_truth = {truth: rank_shapes(target, space, truth, settings, wanted, stage(truth, len(points)))
                  for truth in settings.ranked_truths}
     deploy = settings.deploy_truth

@@ -45,20 +45,45 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SESSION_PHASES = ("tool_start", "worker_start", "target_import", "cuda_init", "build", "measure", "between",
-                  "worker_exit", "tool_exit", "cleanup", "export", "parse")
+SESSION_PHASES = ("tool_start", "worker_start", "target_import", "cuda_init", "compile_wait", "build", "measure",
+                  "between", "worker_exit", "tool_exit", "cleanup", "export", "parse")
 ORDER = ("nsprof_start", "precompile", *SESSION_PHASES, "session_other", "nsprof_end", "total")
 PHASES_FILE = "phases.json"  # nsprof.session.PHASES_FILE (not imported: this script runs nsprof as a user does)
 
 
-def one_run(nsprof: list[str], target: str, backend: str, mode: str, extra: list[str], timeout_s: float) -> dict:
+VARIANTS = {"ahead": {"NSPROF_COMPILE_AHEAD": "1"}, "first": {"NSPROF_COMPILE_AHEAD": "0"}}
+
+
+def medians(csv_path: Path) -> dict[str, float]:
+    """Per config and mode, the median over reps of the rep's summed kernel time (ns), from the
+    tidy rows nsprof wrote (--csv): what the ranking reads, to compare variants."""
+    import csv
+
+    per_rep: dict[tuple[str, str, str], float] = {}
+    with open(csv_path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row.get("error") or not row.get("duration_ns"):
+                continue
+            key = (row["config_id"], row["mode"], row["rep"])
+            per_rep[key] = per_rep.get(key, 0.0) + float(row["duration_ns"])
+    grouped: dict[str, list[float]] = {}
+    for (config_id, mode, _), total in per_rep.items():
+        grouped.setdefault(f"{config_id}.{mode}", []).append(total)
+    return {key: statistics.median(values) for key, values in grouped.items()}
+
+
+def one_run(nsprof: list[str], target: str, backend: str, mode: str, extra: list[str], timeout_s: float,
+            env: dict | None = None) -> dict:
     """Run the command once in a fresh process; its phases, from outside and from phases.json."""
     with tempfile.TemporaryDirectory(prefix="bench-fixed-cost-") as folder:
         work = Path(folder) / "work"
-        argv = [*nsprof, "profile", target, "--backend", backend, "--mode", mode, "--work-dir", str(work), *extra]
+        rows = Path(folder) / "rows.csv"
+        argv = [*nsprof, "profile", target, "--backend", backend, "--mode", mode, "--work-dir", str(work),
+                "--csv", str(rows), *extra]
         spawned = time.monotonic()
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT,
+                                  env={**os.environ, **(env or {})})
         except subprocess.TimeoutExpired:
             return {"argv": argv, "error": f"timed out after {timeout_s:g} s"}
         exited = time.monotonic()
@@ -70,14 +95,17 @@ def one_run(nsprof: list[str], target: str, backend: str, mode: str, extra: list
         except (OSError, ValueError) as exc:
             run.setdefault("error", f"no {PHASES_FILE}: {exc}")
             return run
+        if rows.exists():
+            run["medians_ns"] = medians(rows)
         precompile = float(record.get("precompile_s", 0.0))
         phases = {"nsprof_start": record["began"] - spawned - precompile, "precompile": precompile}
-        phases.update(record["phases"])
+        phases.update({name: record["phases"].get(name, 0.0) for name in SESSION_PHASES})
         phases["session_other"] = record["wall_s"] - sum(record["phases"].values())
         phases["nsprof_end"] = exited - record["ended"]
         phases["total"] = exited - spawned
         configs = record.get("configs", {})
         run.update(phases=phases, session_wall_s=record["wall_s"], runs=len(record.get("runs", [])),
+                   compile_ahead_s=record.get("compile_ahead_s"),
                    configs=configs, configs_measured=len(configs),
                    build_per_config_median_s=_median([c["build"] for c in configs.values()]),
                    measure_per_config_median_s=_median([c["measure"] for c in configs.values()]))
@@ -86,6 +114,28 @@ def one_run(nsprof: list[str], target: str, backend: str, mode: str, extra: list
 
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def same_truth(runs_a: list[dict], runs_b: list[dict]) -> dict:
+    """Do two variants measure the same thing? The median over config-modes of |median_b / median_a
+    - 1| (each config-mode's median over the variant's runs), against the same figure between two
+    runs of one variant (each variant's consecutive runs: the tool's own run-to-run noise)."""
+    def pooled(runs):
+        keyed: dict[str, list[float]] = {}
+        for run in runs:
+            for key, value in run.get("medians_ns", {}).items():
+                keyed.setdefault(key, []).append(value)
+        return {key: statistics.median(values) for key, values in keyed.items()}
+
+    a, b = pooled(runs_a), pooled(runs_b)
+    between = [abs(b[k] / a[k] - 1) for k in a if k in b and a[k] > 0]
+    within = []
+    for runs in (runs_a, runs_b):
+        measured = [r["medians_ns"] for r in runs if r.get("medians_ns")]
+        for first, second in zip(measured, measured[1:]):
+            within += [abs(second[k] / first[k] - 1) for k in first if k in second and first[k] > 0]
+    pct = (lambda values: 100 * statistics.median(values) if values else float("nan"))
+    return {"pairs": len(between), "between_pct": pct(between), "within_pct": pct(within)}
 
 
 def table(runs: list[dict]) -> str:
@@ -140,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--extra", default="", help="more options for nsprof profile, e.g. '--reps 5'")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one run may take")
     parser.add_argument("--no-warmup", action="store_true", help="skip the warm-up run (the CPU test)")
+    parser.add_argument("--variants", default="ahead",
+                        help="ahead (compile beside the session), first (compile before it, NSPROF_COMPILE_AHEAD=0) "
+                             "or both, comma-separated: runs alternate between them, and the per-config medians "
+                             "of each are compared with the run-to-run noise of one")
     args = parser.parse_args(argv)
     nsprof, extra = shlex.split(args.nsprof), shlex.split(args.extra)
     record = {"benchmark": "bench_fixed_cost", "environment": environment(), "target": args.target,
@@ -151,23 +205,41 @@ def main(argv: list[str] | None = None) -> int:
         partial.write_text(json.dumps(record, indent=1, default=str) + "\n")
         os.replace(partial, args.out)
 
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        parser.error(f"unknown variant(s) {unknown}: choose from {', '.join(VARIANTS)}")
+    record["variants"] = variants
     for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
-        entry = record["tools"][backend] = {"warmup": None, "runs": []}
+        names = {v: backend if len(variants) == 1 else f"{backend}:{v}" for v in variants}
+        for name in names.values():
+            record["tools"][name] = {"warmup": None, "runs": []}
         if not args.no_warmup:
-            entry["warmup"] = one_run(nsprof, args.target, backend, args.mode, extra, args.timeout)
+            entry = record["tools"][names[variants[0]]]
+            entry["warmup"] = one_run(nsprof, args.target, backend, args.mode, extra, args.timeout,
+                                      VARIANTS[variants[0]])
             save()
             print(f"{backend}: warm-up {entry['warmup'].get('total_s', float('nan')):.1f} s"
                   + (f" ({entry['warmup']['error']})" if "error" in entry["warmup"] else ""), flush=True)
         for number in range(args.runs):
-            run = one_run(nsprof, args.target, backend, args.mode, extra, args.timeout)
-            entry["runs"].append(run)
+            for variant in variants:  # alternating, so that drift hits every variant alike
+                run = one_run(nsprof, args.target, backend, args.mode, extra, args.timeout, VARIANTS[variant])
+                record["tools"][names[variant]]["runs"].append(run)
+                save()
+                print(f"{names[variant]}: run {number + 1}/{args.runs} {run.get('total_s', float('nan')):.1f} s"
+                      + (f" ({run['error']})" if "error" in run else ""), flush=True)
+        if len(variants) == 2:
+            record.setdefault("same_truth", {})[backend] = same_truth(
+                *(record["tools"][names[v]]["runs"] for v in variants))
             save()
-            print(f"{backend}: run {number + 1}/{args.runs} {run.get('total_s', float('nan')):.1f} s"
-                  + (f" ({run['error']})" if "error" in run else ""), flush=True)
     for backend, entry in record["tools"].items():
         good = [r for r in entry["runs"] if "phases" in r]
         print(f"\n{backend}: {args.target} --mode {args.mode}, {len(good)} of {len(entry['runs'])} runs with phases")
         print(table(entry["runs"]))
+    for backend, check in record.get("same_truth", {}).items():
+        print(f"\n{backend}: per-config medians, {variants[1]} / {variants[0]} over {check['pairs']} config-modes: "
+              f"median |ratio - 1| {check['between_pct']:.2f}% between the variants, "
+              f"{check['within_pct']:.2f}% between runs of one variant (its own noise)")
     failed = [r for e in record["tools"].values() for r in e["runs"] if "error" in r]
     return 1 if failed else 0
 

@@ -202,10 +202,17 @@ def _configs(job: Job, space, device: Device, status: Status):
 
     Building inside the config's start/done window means a build that crashes the process or
     hangs is charged to that config (and timed out) like a crashing launch; compilation itself
-    was done by the parent, so a build here loads from the compiler's cache.
+    was done by the parent, or by the compile step beside the session (job.compiled: the wait for
+    a config's compile comes before its window, so a slow compiler is never its timeout), so a
+    build here loads from the compiler's cache.
     """
     points = job.points
     for config_id in job.config_ids:  # point ids (the config ids of a target without shapes)
+        if job.compiled:
+            why = _wait_compiled(Path(job.compiled), config_id, status)
+            if why is not None:
+                status.write("fail", config_id, json.dumps(why))
+                continue
         status.write("start", config_id)
         print(START_MARKER, config_id, file=sys.stderr, flush=True)
         try:
@@ -218,6 +225,30 @@ def _configs(job: Job, space, device: Device, status: Status):
             continue
         status.mark("built", config_id)
         yield config_id, launch
+
+
+WAIT_LINE_S = 1.0  # while waiting for the compile step: one `wait` line per second (progress)
+
+
+def _wait_compiled(folder: Path, point: int, status: Status) -> str | None:
+    """Wait for the compile step's marker of `point` (nsprof.worker.compile); None when it
+    compiled, else why not, in one line. The `wait` lines are progress: the session's bound on a
+    phase without one does not fire while the compiler works (nsprof stops the compile step when
+    it ends, and its `end` marker ends every wait)."""
+    import time
+
+    from nsprof.worker.compile import state
+
+    last_line = None
+    while True:
+        found = state(folder, point)
+        if found is not None:
+            return None if found[0] == "ok" else found[1]
+        now = time.monotonic()
+        if last_line is None or now - last_line >= WAIT_LINE_S:
+            status.write("wait", point)
+            last_line = now
+        time.sleep(0.01)
 
 
 def process_began() -> float | None:

@@ -70,6 +70,10 @@ class Job:
     # has this many configs and shapes before it measures anything. 0: a target without shapes.
     n_configs: int = 0
     n_shapes: int = 0
+    # The folder of the compile step running beside this session (nsprof.worker.compile): each
+    # point's build waits for its marker there, before its start line, writing `wait <id>` lines
+    # meanwhile. "": compiled before the session (or nothing to compile).
+    compiled: str = ""
 
     @property
     def points(self):
@@ -140,7 +144,7 @@ class RunStatus:
         return None
 
 
-_CONFIG_WORDS = ("start", "built", "done", "fail")  # their argument is a config id (then, maybe, more)
+_CONFIG_WORDS = ("start", "built", "done", "fail", "wait")  # their argument is a config id (then, maybe, more)
 
 
 def _json_or_text(text: str):
@@ -210,7 +214,10 @@ def run_phases(status: RunStatus, launched: float, worker_gone: float | None,
     the worker gone and the profiler exit by polling: those two are late by up to its poll interval.
     """
     worker_last = status.times[-1][0] if status.times else None
-    first_start = status.time_of("start")
+    # The config stretch opens at the first config line of any kind: a start, or a wait for the
+    # compile step (or a config that failed to compile) before any start line.
+    opened = [t for t, word, _ in status.times if word in ("start", "wait", "fail")]
+    first_start = min(opened) if opened else None
     starting = [("tool_start", status.time_of("process")), ("worker_start", status.time_of("pid")),
                 ("target_import", status.time_of("target")), ("cuda_init", status.time_of("device"))]
     if first_start is None:
@@ -237,27 +244,38 @@ def run_phases(status: RunStatus, launched: float, worker_gone: float | None,
     if "between" in phases or window:
         build = sum(c.get("build", 0.0) for c in configs.values())
         measure = sum(c.get("measure", 0.0) for c in configs.values())
+        wait = sum(c.get("compile_wait", 0.0) for c in configs.values())
         # Worker times inside the config window: they fit it unless a boundary was clamped.
-        scale = min(1.0, window / (build + measure)) if build + measure > window else 1.0
+        scale = min(1.0, window / (build + measure + wait)) if build + measure + wait > window else 1.0
         phases["build"], phases["measure"] = build * scale, measure * scale
-        phases["between"] = phases.get("between", 0.0) + window - (build + measure) * scale
-    order = ("tool_start", "worker_start", "target_import", "cuda_init", "build", "measure", "between",
-             "worker_exit", "tool_exit")
+        if wait:
+            phases["compile_wait"] = wait * scale
+        phases["between"] = phases.get("between", 0.0) + window - (build + measure + wait) * scale
+    order = ("tool_start", "worker_start", "target_import", "cuda_init", "compile_wait", "build", "measure",
+             "between", "worker_exit", "tool_exit")
     return {name: phases[name] for name in order if name in phases}, configs
 
 
 def _config_times(times: list[tuple[float, str, str]]) -> dict[int, dict[str, float]]:
     """Per config, from the worker's `at` lines: build (first start line to its `built` mark, or to
-    its fail line) and measure (from `built`, and from each later start line, to the next line)."""
+    its fail line), measure (from `built`, and from each later start line, to the next line) and,
+    where the compile step ran beside the session, compile_wait (its first `wait` line to its start
+    or fail line: the worker waiting for the compiler)."""
     configs: dict[int, dict[str, float]] = {}
     building: dict[int, float] = {}
+    waiting: dict[int, float] = {}
     started: set[int] = set()
     for index, (t, word, arg) in enumerate(times):
         if word not in _CONFIG_WORDS or not arg.isdigit():
             continue
         config_id = int(arg)
         after = times[index + 1][0] if index + 1 < len(times) else t
+        if word == "wait":
+            waiting.setdefault(config_id, t)
+            continue
         entry = configs.setdefault(config_id, {"build": 0.0, "measure": 0.0})
+        if config_id in waiting and word in ("start", "fail"):
+            entry["compile_wait"] = max(0.0, t - waiting.pop(config_id))
         if word == "start" and config_id not in started:
             started.add(config_id)
             building[config_id] = t

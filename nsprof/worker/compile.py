@@ -1,0 +1,97 @@
+"""The compile step beside the session: `python -m nsprof.worker.compile JOB.json`.
+
+nsprof.profile.CompileAhead starts it at the same time as the profiled session, so that the
+compilers run while the profiler, the worker, torch and CUDA start (and, with a cold cache,
+while earlier configs are measured) instead of before all of it. It is a process of its own,
+outside the profiler, with its own output (a log) and its own GIL: nothing it does opens an
+NVTX range or touches the GPU the session measures on, and a compiler that crashes takes only
+this process down.
+
+It loads the target, compiles every point of the job in a pool of threads (in job order, the
+order the worker builds them in) and writes one marker per point into the job's folder:
+`<point>.ok`, or `<point>.fail` holding the reason in one line; then `end`. Each marker is
+written whole (a temporary file, then a rename), so a reader never sees half of one. The worker
+(nsprof.worker.program) waits for a point's marker before its start line, and a point with no
+marker once `end` exists was never compiled (the step died: its reason is in `end`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+END = "end"
+
+
+def marker(folder: Path, point: int, ok: bool) -> Path:
+    return Path(folder) / f"{point}.{'ok' if ok else 'fail'}"
+
+
+def write_marker(path: Path, text: str) -> None:
+    """Write `path` whole: a reader sees all of it or nothing."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def compile_reason(exc: BaseException) -> str:
+    """One line: why a config did not compile (as nsprof.profile.precompile words it)."""
+    return f"compile failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+
+
+def state(folder: Path, point: int) -> tuple[str, str] | None:
+    """("ok", ""), ("fail", reason), ("lost", reason: the step ended without this point), or None
+    (not compiled yet)."""
+    folder = Path(folder)
+    if marker(folder, point, True).exists():
+        return "ok", ""
+    failed = marker(folder, point, False)
+    if failed.exists():
+        return "fail", failed.read_text(errors="replace").strip()
+    end = folder / END
+    if end.exists():  # the markers are written before `end`: this point was never compiled
+        why = end.read_text(errors="replace").strip()
+        return "lost", f"not compiled: {why}" if why else "not compiled: the compile step ended without it"
+    return None
+
+
+def run(job: dict) -> int:
+    from nsprof.schema import Points
+    from nsprof.space import load_target
+
+    folder = Path(job["folder"])
+    try:
+        space = load_target(job["target"])
+    except Exception as exc:
+        write_marker(folder / END, f"the target did not load for the compile step: {type(exc).__name__}: "
+                                   f"{' '.join(str(exc).split())[:200]}")
+        raise
+    points = Points(job["n_configs"], job["n_shapes"])
+
+    def one(point: int) -> None:
+        try:
+            space.compile_at(*points.split(point))
+        except Exception as exc:  # a config that does not compile is a result, not a crash
+            write_marker(marker(folder, point, False), compile_reason(exc))
+            return
+        write_marker(marker(folder, point, True), "")
+
+    with ThreadPoolExecutor(max_workers=max(1, int(job["jobs"]))) as pool:
+        list(pool.map(one, job["points"]))
+    write_marker(folder / END, "")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m nsprof.worker.compile JOB.json", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(run(json.loads(Path(argv[0]).read_text())))
+
+
+if __name__ == "__main__":
+    main()

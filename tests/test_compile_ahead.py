@@ -1,0 +1,109 @@
+"""The compile step beside the session (nsprof.profile.CompileAhead, nsprof.worker.compile): real
+child processes (nsprof's CLI with the stand-in profiler of tests/standins.py, the real worker and
+the real compile step), on a CPU space whose compile can only finish while the session runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import FIXTURES
+
+from nsprof.worker.compile import END, marker, state, write_marker
+
+TARGET = str(FIXTURES.parent / "targets" / "compile_ahead.py")
+STANDINS = FIXTURES.parent / "standins.py"
+ROOT = FIXTURES.parents[1]
+
+
+def _profile(tmp_path, space: str, *extra: str, env: dict | None = None):
+    folder = tmp_path / "ahead"
+    folder.mkdir(exist_ok=True)
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
+                   "NSPROF_TEST_AHEAD_DIR": str(folder), **(env or {})}
+    done = subprocess.run([sys.executable, str(STANDINS), "profile", f"{TARGET}:{space}", "--backend", "nsys",
+                           "--mode", "direct", "--reps", "2", "--work-dir", str(tmp_path / "work"), "--json", *extra],
+                          capture_output=True, text=True, env=environment, timeout=300)
+    return done, folder
+
+
+def _rows(done) -> list[dict]:
+    return json.loads(done.stdout)
+
+
+def test_configs_compile_while_the_session_runs_and_a_compile_failure_is_one_failed_config(tmp_path):
+    # configs 1 and 3 compile only after the worker built config 0: compiled before the session,
+    # as nsprof did until now, they would wait 60 s and fail
+    done, folder = _profile(tmp_path, "overlapped")
+    assert done.returncode == 0, done.stderr
+    rows = _rows(done)
+    measured = sorted({r["config_id"] for r in rows if r["error"] is None})
+    assert measured == [0, 1, 3]
+    failed = [r for r in rows if r["error"] is not None]
+    assert [r["config_id"] for r in failed] == [2]  # one row, not one from the compile step and one from the worker
+    assert failed[0]["error"].startswith("compile failed: ValueError: no valid tile")
+    # each config compiled once, in the compile step (the worker's build does not compile)
+    assert sorted((folder / "compiled.log").read_text().split("\n")[:-1]) == [f"compiled {i}" for i in (0, 1, 3)]
+    record = json.loads((tmp_path / "work" / "phases.json").read_text())
+    assert record["compile_ahead_s"] > 0
+    assert "compile_wait" in record["phases"]  # configs 1 and 3 waited for their compile
+
+
+def test_without_compile_ahead_the_space_compiles_first(tmp_path):
+    # NSPROF_COMPILE_AHEAD=0: the compile step runs before the session, so config 1 (which needs
+    # config 0 built) cannot compile (it could wait forever: 1 s is its bound); the rest as before
+    done, folder = _profile(tmp_path, "overlapped", env={"NSPROF_COMPILE_AHEAD": "0", "NSPROF_TEST_AFTER0_WAIT_S": "1"})
+    assert done.returncode == 0, done.stderr
+    rows = _rows(done)
+    errors = {r["config_id"]: r["error"] for r in rows if r["error"] is not None}
+    assert sorted(errors) == [1, 2, 3]
+    assert errors[1].startswith("compile failed: TimeoutError: config 0 was never built")
+
+
+def test_a_compile_step_that_dies_fails_only_what_it_did_not_compile(tmp_path):
+    done, _ = _profile(tmp_path, "dying")
+    assert done.returncode == 0, done.stderr
+    rows = _rows(done)
+    by_config = {}
+    for r in rows:
+        by_config.setdefault(r["config_id"], set()).add(r["error"])
+    assert by_config[0] == {None}  # compiled, then measured
+    (why,) = by_config[1]
+    assert why.startswith("not compiled: the compile step exited with status 7")
+    # config 2 compiled in another thread before the step died, or was lost with it; never both
+    assert by_config[2] == {None} or next(iter(by_config[2])).startswith("not compiled:")
+
+
+def test_markers_say_ok_fail_and_lost(tmp_path):
+    assert state(tmp_path, 0) is None
+    write_marker(marker(tmp_path, 0, True), "")
+    write_marker(marker(tmp_path, 1, False), "compile failed: X: y")
+    assert state(tmp_path, 0) == ("ok", "")
+    assert state(tmp_path, 1) == ("fail", "compile failed: X: y")
+    assert state(tmp_path, 2) is None
+    write_marker(tmp_path / END, "")
+    assert state(tmp_path, 2) == ("lost", "not compiled: the compile step ended without it")
+    assert not list(tmp_path.glob(".*.tmp"))  # written whole, then renamed
+
+
+@pytest.mark.parametrize("space", ["overlapped", "dying"])
+def test_the_compile_step_leaves_no_process_and_keeps_its_folder_only_on_failure(tmp_path, space):
+    (tmp_path / "tmp").mkdir()
+    done, _ = _profile(tmp_path, space, env={"TMPDIR": str(tmp_path / "tmp")})
+    assert done.returncode == 0, done.stderr
+    folders = list((tmp_path / "tmp").glob("nsprof-compile-*"))
+    assert len(folders) == 1 and (folders[0] / "compile.log").exists()
+    assert (folders[0] / "2.fail").exists() if space == "overlapped" else "status 7" in (folders[0] / END).read_text()
+    alive = subprocess.run(["pgrep", "-f", f"nsprof.worker.compile {folders[0]}"], capture_output=True, text=True)
+    assert alive.stdout.strip() == ""
+
+
+def test_a_clean_compile_step_leaves_no_folder(tmp_path):
+    (tmp_path / "tmp").mkdir()
+    done, _ = _profile(tmp_path, "overlapped", "--configs", "0,1,3", env={"TMPDIR": str(tmp_path / "tmp")})
+    assert done.returncode == 0, done.stderr
+    assert sorted({r["config_id"] for r in _rows(done) if r["error"] is None}) == [0, 1, 3]
+    assert not list((tmp_path / "tmp").glob("nsprof-compile-*"))
