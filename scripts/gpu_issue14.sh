@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Issue 14's GPU steps, each bounded, results in one tarball ($OUT/r.tgz, rewritten after every step):
+#   source .device/setup.sh && bash scripts/gpu_issue14.sh STEP...
+# Steps (in the order worth running; seconds are rough H200 figures with cold caches):
+#   serve         scripts/bench_serve.py: plain tune vs tune against nsprof serve (~150 s)
+#   tune          scripts/bench_tune.py --warm --rounds 1: TileLang's autotune vs nsprof tune (~250 s)
+#   shapes        scripts/bench_shapes.py --rounds 1: four shapes vs one (Triton, nsys)
+#   fixed         scripts/bench_fixed_cost.py, nsys and ncu, compile ahead (~200 s)
+#   gpu_shapes    pytest tests/test_gpu_shapes.py (Triton, then TileLang: 72 TileLang points)
+#   gpu_serve     pytest -m gpu -k serve
+#   gpu_faults    pytest tests/test_gpu_faults.py tests/test_gpu_integrations.py (~400 s)
+#   gpu_rest      pytest the other gpu tests (~150 s)
+set -u
+OUTROOT=${OUT:-/tmp/nsprof-gpu}; R=$OUTROOT/r; mkdir -p "$R"
+pack() { tar -czf "$OUTROOT/r.tgz" -C "$OUTROOT" r 2>/dev/null; }
+step() { local name=$1 limit=$2; shift 2; echo "== $name (limit ${limit}s)"; local a=$(date +%s)
+  timeout "$limit" "$@" > "$R/$name.txt" 2>&1; local rc=$?; echo "rc=$rc after $(( $(date +%s) - a )) s" | tee -a "$R/$name.txt"
+  tail -15 "$R/$name.txt"; pack; }
+PYTEST="python3 -m pytest -p no:cacheprovider -v --durations=10"
+for s in "$@"; do
+  case $s in
+    serve) step serve 300 python3 scripts/bench_serve.py --out "$R/bench_serve.json" ;;
+    tune) step tune 400 python3 scripts/bench_tune.py --warm --rounds 1 \
+            --contenders tilelang_event,nsprof_nsys_graph,nsprof_ncu_graph --out "$R/bench_tune_warm.json" ;;
+    shapes) step shapes 500 python3 scripts/bench_shapes.py --rounds 1 --out "$R/bench_shapes.json" ;;
+    fixed) step fixed 300 python3 scripts/bench_fixed_cost.py --runs 2 --out "$R/bench_fixed_cost.json" ;;
+    gpu_shapes) step gpu_shapes 580 $PYTEST -m gpu tests/test_gpu_shapes.py ;;
+    gpu_serve) step gpu_serve 300 $PYTEST -m gpu -k serve tests ;;
+    gpu_faults) step gpu_faults 580 $PYTEST -m gpu tests/test_gpu_faults.py tests/test_gpu_integrations.py ;;
+    gpu_rest) step gpu_rest 400 $PYTEST -m gpu tests/test_gpu_profile.py tests/test_gpu_signals.py \
+                tests/test_gpu_timers.py tests/test_gpu_identity.py ;;
+    *) echo "unknown step $s" ;;
+  esac
+done
