@@ -771,6 +771,25 @@ def results(store_path, export_path) -> None:
 
 
 @cli.command()
+@click.option("--backend", type=click.Choice(registry.ground_truths()), default="nsys", show_default=True,
+              help="The profiler to serve under (nsys only: ncu cannot serve, see docs/serve.md).")
+@click.option("--idle-exit", "idle_exit_s", type=click.FloatRange(min=0, min_open=True), default=600,
+              show_default=True, metavar="SECONDS", help="End after this long without a job.")
+@click.option("--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing.")
+def serve(backend, idle_exit_s, wait) -> None:
+    """Keep one profiled worker running on GPU 0 for the nsprof commands that follow.
+
+    Holds the GPU's lock while it runs. profile, tune and validate with the same backend then
+    send their configs to its worker (NSPROF_SERVE=0 turns that off), which pays the profiler's,
+    Python's and CUDA's start-up once. Ends after --idle-exit seconds without a job, on
+    SIGTERM/SIGINT (after the current job), or when a job's worker dies or hangs.
+    """
+    from nsprof.serve import serve as run_server
+
+    sys.exit(run_server(backend, idle_exit_s, wait))
+
+
+@cli.command()
 @click.option("--no-run", is_flag=True, help="Only look for the GPU and tools; run no kernel.")
 def doctor(no_run) -> None:
     """Check the GPU, ncu, nsys and counter permissions, and run a tiny kernel under each tool.

@@ -372,7 +372,10 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
     shape.
 
     Every session holds the GPU lock (nsprof.host.lock), the fast timers' too: two nsprof runs
-    never measure on the same GPU at once. The profiler and worker inherit the lock's
+    never measure on the same GPU at once. Where an `nsprof serve` of the same backend runs for
+    the GPU (nsprof.serve; not with NSPROF_SERVE=0), the session is one job of its long-lived
+    worker instead: the server holds the lock, and what a fault there leaves unmeasured is
+    measured here, standalone, once the server has ended. The profiler and worker inherit the lock's
     descriptor, so it stays held while either lives.
 
     on_rows(frame) is called once per worker run ("part"), as soon as its report is read, with
@@ -386,20 +389,36 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
     """
     import contextlib
 
+    from nsprof.errors import GpuBusy
     from nsprof.host.lock import gpu_lock
 
     driver = driver or registry.get_driver(settings.backend)
-    with gpu_lock(0, wait=settings.wait_gpu) if driver.locks_gpu else contextlib.nullcontext():
+    server, unfit = None, None
+    if getattr(driver, "serves", False):  # an `nsprof serve` running for this GPU (it holds the lock): measure through it
+        from nsprof.serve import find_server
+
+        server, unfit = find_server(driver, settings)
+    if server is not None:
         return _run_session(driver, target, n_configs, settings, config_ids, on_progress, job_extra, on_rows,
-                            n_shapes)
+                            n_shapes, server=server)
+    try:
+        with gpu_lock(0, wait=settings.wait_gpu) if driver.locks_gpu else contextlib.nullcontext():
+            return _run_session(driver, target, n_configs, settings, config_ids, on_progress, job_extra, on_rows,
+                                n_shapes)
+    except GpuBusy as exc:
+        if unfit and unfit not in str(exc):
+            raise GpuBusy(f"{exc} ({unfit})", device=exc.device, path=exc.path, holder=exc.holder) from None
+        raise
 
 
 def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileSettings,
                  config_ids: list[int] | None = None,
                  on_progress: Callable[[str, int, str], None] | None = None,
                  job_extra: dict | None = None,
-                 on_rows: Callable[[object], None] | None = None, n_shapes: int = 0) -> Measured:
-    """Measure `config_ids` (default: all) of `target` under settings.backend.
+                 on_rows: Callable[[object], None] | None = None, n_shapes: int = 0,
+                 server: dict | None = None) -> Measured:
+    """Measure `config_ids` (default: all) of `target` under settings.backend (through the `nsprof
+    serve` of `server`, its state, when given: nsprof.serve.run_served).
 
     Without settings.work_dir the reports and logs go to a temporary folder, removed after
     a clean run (every config measured) and kept, named in Measured.work_dir or in the
@@ -409,8 +428,14 @@ def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileS
     work_dir = Path(tempfile.mkdtemp(prefix="nsprof-")) if temporary else Path(settings.work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     try:
-        result = _run_parts(target, n_configs, settings, config_ids, on_progress, job_extra, driver, work_dir,
-                            on_rows, Points(n_configs, n_shapes))
+        if server is not None:
+            from nsprof.serve import run_served
+
+            result = run_served(server, driver, target, n_configs, settings, config_ids, on_progress, job_extra,
+                                on_rows, work_dir, Points(n_configs, n_shapes))
+        else:
+            result = _run_parts(target, n_configs, settings, config_ids, on_progress, job_extra, driver, work_dir,
+                                on_rows, Points(n_configs, n_shapes))
     except NsprofError as exc:
         # The logs explain the failure: keep them and say where they are.
         if temporary and str(work_dir) not in str(exc):

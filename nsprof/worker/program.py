@@ -268,14 +268,18 @@ def _check_shapes(job: Job, space) -> None:
                            f"not the {job.n_configs} and {job.n_shapes} this job was made for (edited meanwhile?)")
 
 
-def _run(job: Job, status: Status) -> int:
+def _run(job: Job, status: Status, devices: dict | None = None) -> int:
+    """Run `job`; `devices` (kind -> Device): the serving worker's, created once and kept (nsprof.worker.serving)."""
     from nsprof.space import load_target
 
     try:
         space = load_target(job.target)
         status.mark("target")
         _check_shapes(job, space)
-        device = Device(space.device)
+        device = devices.get(space.device) if devices is not None else None
+        device = device or Device(space.device)
+        if devices is not None:
+            devices[space.device] = device
         described = device.describe()
         device.sync()  # the CUDA context, now: its cost is this phase's, not the first config's
         status.device(described)
@@ -424,8 +428,12 @@ def _run_timers(job: Job, space, device: Device, status: Status) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "--serve":  # the long-lived worker of `nsprof serve`
+        from nsprof.worker.serving import serve
+
+        sys.exit(serve(Path(argv[1])))
     if len(argv) != 1:
-        print("usage: python -m nsprof.worker JOB.json", file=sys.stderr)
+        print("usage: python -m nsprof.worker JOB.json | --serve DIR", file=sys.stderr)
         sys.exit(2)
     sys.exit(run(Job.read(Path(argv[0]))))
 
