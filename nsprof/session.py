@@ -395,7 +395,7 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
     driver = driver or registry.get_driver(settings.backend)
     server, unfit = None, None
     if getattr(driver, "serves", False):  # an `nsprof serve` running for this GPU (it holds the lock): measure through it
-        from nsprof.serve import find_server
+        from nsprof.serve_client import find_server
 
         server, unfit = find_server(driver, settings)
     if server is not None:
@@ -418,7 +418,7 @@ def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileS
                  on_rows: Callable[[object], None] | None = None, n_shapes: int = 0,
                  server: dict | None = None) -> Measured:
     """Measure `config_ids` (default: all) of `target` under settings.backend (through the `nsprof
-    serve` of `server`, its state, when given: nsprof.serve.run_served).
+    serve` of `server`, its state, when given: _run_served).
 
     Without settings.work_dir the reports and logs go to a temporary folder, removed after
     a clean run (every config measured) and kept, named in Measured.work_dir or in the
@@ -429,9 +429,7 @@ def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileS
     work_dir.mkdir(parents=True, exist_ok=True)
     try:
         if server is not None:
-            from nsprof.serve import run_served
-
-            result = run_served(server, driver, target, n_configs, settings, config_ids, on_progress, job_extra,
+            result = _run_served(server, driver, target, n_configs, settings, config_ids, on_progress, job_extra,
                                 on_rows, work_dir, Points(n_configs, n_shapes))
         else:
             result = _run_parts(target, n_configs, settings, config_ids, on_progress, job_extra, driver, work_dir,
@@ -795,3 +793,130 @@ def _start_failure(status: RunStatus, end: _RunEnd, settings: ProfileSettings, l
                  else "before its first config")
         return f"the worker did not start within {settings.phase_bound_s:g} s (it hung {doing})"
     return driver.diagnose(log, end.returncode)
+
+
+def _run_served(state: dict, driver, target: str, n_configs: int, settings, config_ids, on_progress, job_extra,
+                on_rows, work_dir: Path, points):
+    """A session through the `nsprof serve` of `state` (nsprof.serve_client.find_server): one job of
+    its worker, read as a part is read (_read_part); what a fault there left unmeasured (whole
+    configs only count) is measured standalone (_run_parts), under the GPU lock once the server
+    has released it."""
+    import pandas as pd
+
+    from nsprof.errors import GpuBusy
+    from nsprof.host.lock import gpu_lock
+    from nsprof.schema import make_frame
+    from nsprof.serve_client import EXIT_WAIT_S, read_or_empty, submit
+
+    ids = list(config_ids if config_ids is not None else range(n_configs))
+    notify = on_progress or (lambda event, cfg, detail: None)
+    hand_over = on_rows or (lambda frame: None)
+    shapes = {"n_configs": points.n_configs, "n_shapes": points.n_shapes} if points.shaped else {}
+    began = time.monotonic()
+    base = work_dir / "served"
+    status_file = base.with_suffix(".status")
+    status_file.write_text("")
+    log = base.with_suffix(".log")
+    log.write_text(f"==NSPROF== measured by nsprof serve (pid {state['pid']}, worker pid {state.get('worker_pid')}); "
+                   f"the worker's log: {state.get('log')}\n")
+    job = Job(target=target, config_ids=ids, status=str(status_file), modes=list(settings.modes),
+              reps=settings.reps, warmup=settings.warmup, **shapes, **(job_extra or {}))
+    job_file = job.write(base.with_suffix(".job.json"))
+    request = {"op": "job", "job": str(job_file), "status": str(status_file), "report_base": str(base),
+               "timeout_s": settings.timeout_s, "phase_bound_s": settings.phase_bound_s, "wait": settings.wait_gpu}
+    answer, started = submit(state, request, status_file, settings, notify)
+    answered = time.monotonic()
+    if answer.get("busy"):
+        raise GpuBusy(f"nsprof serve (pid {state['pid']}) is measuring another job on this GPU; wait for it or "
+                      "pass --wait", device=0, path=Path(state.get("socket", "")), holder={"pid": state["pid"]})
+    fault = None if answer.get("ok") else answer.get("fault") or "vanished"
+    status = parse_status(read_or_empty(status_file))
+    if fault == "abort" or status.abort:
+        raise ToolFailed(f"the profiled worker measured nothing: {status.abort or answer.get('reason')} "
+                         f"(log: {state.get('log')})")
+    end = _RunEnd(returncode=0 if fault is None else -int(signal.SIGKILL),
+                  timed_out=answer.get("config") if fault == "timeout" else None,
+                  stalled="between" if fault == "stalled" else None,
+                  launched=began, exited=answered, cleaned=answered)
+    frames, failures = [], {}
+    kept_ids: set[int] = set()
+    part = None
+    if started:
+        part = _read_part(driver, settings, base, log, end, points)
+        crashed = status.current
+        if crashed is not None and crashed not in status.failed:
+            if fault in ("crash", "timeout") and answer.get("config") == crashed:
+                part.failures[crashed] = answer.get("reason") or part.failures[crashed]
+                notify("fail", crashed, part.failures[crashed])
+            else:  # the server went away under it: not this config's fault, it is measured again
+                part.failures.pop(crashed, None)
+        failures = dict(part.failures)
+        if part.kept is not None and len(part.kept):
+            frames.append(part.kept)
+            kept_ids = set(int(c) for c in points.of_frame(part.kept).dropna())
+        if failures:
+            frames.append(failure_frame(failures, settings, driver, points))
+        if frames:
+            hand_over(pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0])
+    remaining = [c for c in ids if c not in kept_ids and c not in failures]
+    for config_id in status.done:
+        if config_id in remaining:
+            notify("retry", config_id, "not measured whole by nsprof serve; measuring again without it")
+    timing = _Timing()
+    if part is not None:
+        timing.add(part, end, log)
+    words = f"measured by nsprof serve (pid {state['pid']}, worker pid {state.get('worker_pid')})"
+    notes = [words]
+    print(f"nsprof: {words}", file=sys.stderr, flush=True)
+    measured = Measured(frame=pd.concat(frames, ignore_index=True) if frames else make_frame([]),
+                        failures=failures, device=status.device,
+                        reports=[part.report] if part is not None and part.report is not None else [],
+                        work_dir=work_dir, notes=notes, phases=timing.total(), config_phases=timing.configs)
+    if remaining:
+        why = one_line(str(answer.get("reason") or fault), 200)
+        words = (f"nsprof serve ended during this run ({why}); {len(remaining)} configs measured without it")
+        notes.append(words)
+        print(f"nsprof: {words}", file=sys.stderr, flush=True)
+        # The server releases the GPU once it has shut its worker down.
+        with gpu_lock(0, wait=True, timeout_s=None if settings.wait_gpu else EXIT_WAIT_S):
+            rest = _run_parts(target, n_configs, settings, remaining, on_progress, job_extra, driver, work_dir,
+                              on_rows, points)
+        measured = _merged(measured, rest)
+        timing.runs += _runs_in_phases_file(work_dir / PHASES_FILE)  # the standalone session's, after the served run
+        timing.configs = measured.config_phases
+    measured.wall_s = time.monotonic() - began
+    timing.write(work_dir / PHASES_FILE, began, time.monotonic())
+    return measured
+
+
+def _runs_in_phases_file(path: Path) -> list[dict]:
+    import json
+
+    try:
+        return list(json.loads(path.read_text()).get("runs") or [])
+    except FileNotFoundError:
+        return []
+
+
+def _merged(first, second):
+    """One Measured of a served part and the standalone session after it."""
+    import pandas as pd
+
+    frames = [f for f in (first.frame, second.frame) if len(f)]
+    first.frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else (frames[0] if frames else first.frame)
+    first.failures.update(second.failures)
+    first.device = first.device or second.device
+    first.reports.extend(second.reports)
+    first.notes.extend(second.notes)
+    for name, seconds in second.phases.items():
+        first.phases[name] = first.phases.get(name, 0.0) + seconds
+    for config_id, times in second.config_phases.items():
+        entry = first.config_phases.setdefault(config_id, {})
+        for name, seconds in times.items():
+            entry[name] = entry.get(name, 0.0) + seconds
+    return first
+
+
+# A server's worker (nsprof.serve) is launched, watched and ended as a session's is.
+launch, DeathPipe, alive, kill, kill_group, kill_lock_holders_left, note = (
+    _launch, _DeathPipe, _alive, _kill, _kill_group, _kill_lock_holders_left, _note)

@@ -428,14 +428,15 @@ def _run_timers(job: Job, space, device: Device, status: Status) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 2 and argv[0] == "--serve":  # the long-lived worker of `nsprof serve`
-        from nsprof.worker.serving import serve
-
-        sys.exit(serve(Path(argv[1])))
     if len(argv) != 1:
         print("usage: python -m nsprof.worker JOB.json | --serve DIR", file=sys.stderr)
         sys.exit(2)
     sys.exit(run(Job.read(Path(argv[0]))))
+
+
+# nsprof serve's long-lived worker (nsprof.worker.serving) runs each job as run() does, on the
+# devices it keeps, and stops on SIGTERM as run() does.
+run_job, Stopped, request_stop = _run, _Stopped, _request_stop
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 
 It imports what it needs and creates the CUDA context once (where torch and a GPU are there),
 then reads job lines from the FIFO DIR/jobs (`{"job": PATH, "n": N}`, or `exit`). Each job runs
-exactly as a standalone worker's does (nsprof.worker.program._run: the target loaded fresh, the
+exactly as a standalone worker's does (nsprof.worker.program.run_job: the target loaded fresh, the
 same ranges, the same status file, ending with `end`), on the devices it already has. The job's
 status file starts with `pid` and `served {"job": N, "server": PID}`, so that a reader can tell
 a served job from a standalone one and which worker ran it.
@@ -27,7 +27,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from nsprof.worker.program import Device, _request_stop, _run, _Stopped, watch_parent
+from nsprof.worker.program import Device, Stopped, request_stop, run_job, watch_parent
 from nsprof.worker.protocol import EXIT_CONTEXT_LOST, EXIT_STOPPED, Job, Status
 
 JOB_ABORTED = 6  # a job that could not run (its target did not load, its files could not be opened)
@@ -83,8 +83,8 @@ def _serve_job(request: dict, devices: dict) -> int:
         status.write("pid", os.getpid())
         status.write("served", json.dumps({"job": request["n"], "server": request.get("server")}))
         _forget_target_modules(job.target)
-        return _run(job, status, devices)
-    except _Stopped:
+        return run_job(job, status, devices)
+    except Stopped:
         if status is not None:
             status.write("stopped")
         raise
@@ -102,7 +102,7 @@ def serve(serve_dir: Path) -> int:
     own.write("pid", os.getpid())
     watch = watch_parent(Job(target="", config_ids=[], status="", watch_fd=int(info.get("watch_fd", -1)),
                              watch_inode=int(info.get("watch_inode", 0))))
-    signal.signal(signal.SIGTERM, _request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
     devices: dict = {}
     try:
         described = _warm(devices)
@@ -120,7 +120,7 @@ def serve(serve_dir: Path) -> int:
                 own.write("job", request["n"], code)
                 if code == EXIT_CONTEXT_LOST:
                     return code
-    except _Stopped:
+    except Stopped:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         own.write("stopped")
         return EXIT_STOPPED
