@@ -263,3 +263,47 @@ def test_a_dead_or_unfitting_servers_state_is_told_apart(tmp_path, own_gpu_lock_
     assert state_file.exists(), "a live server's file stays"
     monkeypatch.setenv("NSPROF_SERVE", "0")
     assert find_server(driver, settings) == (None, None)
+
+
+def _hold_a_job(tmp_path: Path, name: str, env: dict | None = None) -> subprocess.Popen:
+    """A client whose served job stays open at config 1 until the gate file exists."""
+    proc = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--mode", "direct",
+                             "--reps", "1", "--warmup", "0", "--json", "--work-dir", str(tmp_path / name)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    assert _wait_for(lambda: (tmp_path / name / "served.status").exists() and 1 in _status(tmp_path, name).started
+                     or proc.poll() is not None)
+    assert proc.poll() is None, proc.communicate()
+    return proc
+
+
+def test_sigterm_ends_the_server_after_the_current_job(tmp_path, server, own_gpu_lock_folder):
+    gate = tmp_path / "gate"
+    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
+    holder = _hold_a_job(tmp_path, "holder")
+    proc.send_signal(signal.SIGTERM)
+    gate.write_text("")
+    out, err = holder.communicate(timeout=120)
+    assert holder.returncode == 0, err
+    assert _measured(json.loads(out)) == {0: 1, 1: 1, 2: 1}
+    assert _status(tmp_path, "holder").ended and not (tmp_path / "holder" / "part0.status").exists(), \
+        "the job the server had begun was finished by it"
+    assert _ended(proc, own_gpu_lock_folder) == 0
+    assert _lock_is_free()
+
+
+def test_a_client_whose_server_is_killed_mid_job_measures_the_rest_standalone(tmp_path, server, own_gpu_lock_folder):
+    gate = tmp_path / "gate"
+    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
+    holder = _hold_a_job(tmp_path, "holder", env={"NSPROF_TEST_GATE": str(gate)})
+    proc.kill()
+    proc.wait(timeout=DEADLINE_S)
+    gate.write_text("")  # the standalone worker's config 1 needs it too
+    out, err = holder.communicate(timeout=120)
+    assert holder.returncode == 0, err
+    rows = json.loads(out)
+    assert _measured(rows) == {0: 1, 1: 1, 2: 1} and not any(row["error"] for row in rows), \
+        "the config the server died under is measured again, not failed"
+    assert _status(tmp_path, "holder").done == [0]
+    assert _status(tmp_path, "holder", "part0").done == [1, 2]
+    assert _wait_for(lambda: not _running(state["worker_pid"]))
+    assert _lock_is_free()

@@ -113,6 +113,9 @@ class Status:
     def device(self, info: dict) -> None:
         self.write("device", json.dumps(info))
 
+    def close(self) -> None:
+        self._handle.close()
+
 
 @dataclass
 class RunStatus:

@@ -67,6 +67,8 @@ def _forget_target_modules(target: str) -> None:
     except TargetError:
         return  # load_target says so next, in the job's abort line
     if not (where.endswith(".py") or "/" in where):
+        if not where.startswith("nsprof"):
+            sys.modules.pop(where, None)  # a module target: imported again (its own helpers are not)
         return
     folder = str(Path(where).resolve().parent) + os.sep
     for name, module in list(sys.modules.items()):
@@ -93,7 +95,7 @@ def _serve_job(request: dict, devices: dict) -> int:
         return JOB_ABORTED
     finally:
         if status is not None:
-            status._handle.close()
+            status.close()
 
 
 def serve(serve_dir: Path) -> int:
