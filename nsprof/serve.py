@@ -129,9 +129,13 @@ class _Server:
             for line in text.splitlines():
                 if line.startswith("ready "):
                     return json.loads(line[len("ready "):])
-            if self.proc.poll() is not None:
-                raise ToolFailed(f"the serving worker did not start: {self.driver.diagnose(self.log_path, self.proc.returncode)} "
-                                 f"(log: {self.log_path})")
+            # A profiler that exits with 0 may have left its worker running on its own (a launcher):
+            # then only the worker's own lines, and the bound, say whether it started.
+            gone = self.proc.poll() is not None and (self.proc.returncode != 0 or self.worker_pid is not None
+                                                     and not self.worker_alive())
+            if gone:
+                raise ToolFailed(f"the serving worker did not start: "
+                                 f"{self.driver.diagnose(self.log_path, self.proc.returncode)} (log: {self.log_path})")
             if self.closing:
                 raise NsprofError(f"{self.closing} while the serving worker started")
             if time.monotonic() > deadline:

@@ -865,16 +865,19 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
     timing = _Timing()
     if part is not None:
         timing.add(part, end, log)
-    words = f"measured by nsprof serve (pid {state['pid']}, worker pid {state.get('worker_pid')})"
-    notes = [words]
-    print(f"nsprof: {words}", file=sys.stderr, flush=True)
+    notes = []
+    if started:
+        words = f"measured by nsprof serve (pid {state['pid']}, worker pid {state.get('worker_pid')})"
+        notes.append(words)
+        print(f"nsprof: {words}", file=sys.stderr, flush=True)
     measured = Measured(frame=pd.concat(frames, ignore_index=True) if frames else make_frame([]),
                         failures=failures, device=status.device,
                         reports=[part.report] if part is not None and part.report is not None else [],
                         work_dir=work_dir, notes=notes, phases=timing.total(), config_phases=timing.configs)
     if remaining:
         why = one_line(str(answer.get("reason") or fault), 200)
-        words = (f"nsprof serve ended during this run ({why}); {len(remaining)} configs measured without it")
+        words = (f"nsprof serve (pid {state['pid']}) ended during this run ({why}); {len(remaining)} configs "
+                 "measured without it")
         notes.append(words)
         print(f"nsprof: {words}", file=sys.stderr, flush=True)
         # The server releases the GPU once it has shut its worker down.

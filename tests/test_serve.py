@@ -307,3 +307,63 @@ def test_a_client_whose_server_is_killed_mid_job_measures_the_rest_standalone(tm
     assert _status(tmp_path, "holder", "part0").done == [1, 2]
     assert _wait_for(lambda: not _running(state["worker_pid"]))
     assert _lock_is_free()
+
+
+def test_a_config_past_its_timeout_in_a_served_job_fails_and_the_rest_is_measured(tmp_path, server,
+                                                                                   own_gpu_lock_folder):
+    proc, state = server("--idle-exit", "120")
+    done = _client(tmp_path, "timeout", "--timeout", "1", configs="0,3,4")  # config 3 hangs
+    assert done.returncode == 0, done.stderr
+    rows = _rows(done)
+    assert _measured(rows) == {0: 2, 4: 2}
+    failed = {row["config_id"]: row["error"] for row in rows if row["error"] is not None}
+    assert list(failed) == [3] and failed[3].startswith("timeout: still running after 1 s")
+    assert _status(tmp_path, "timeout").done == [0] and _status(tmp_path, "timeout", "part0").done == [4]
+    assert _ended(proc, own_gpu_lock_folder) == 1
+    assert "ran past its timeout" in (tmp_path / "server0.err").read_text()
+    assert _wait_for(lambda: not _running(state["worker_pid"]))
+    assert _lock_is_free()
+
+
+def test_a_target_that_does_not_load_in_the_worker_ends_the_job_not_the_server(tmp_path, server,
+                                                                                own_gpu_lock_folder):
+    poison = tmp_path / "poison"
+    poison.write_text("")  # tests/targets/phases.py fails to import where $NSPROF_TEST_POISON exists: the worker's
+    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_POISON": str(poison)})
+    done = _client(tmp_path, "broken", target=str(TARGETS / "phases.py") + ":healthy", configs="0,1")
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("nsprof: error: the profiled worker measured nothing") and "CUDA_ERROR_NO_DEVICE" in last
+    assert proc.poll() is None and _running(state["worker_pid"])
+    again = _client(tmp_path, "again")
+    assert again.returncode == 0 and _status(tmp_path, "again").pid == state["worker_pid"]
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_the_nsys_serve_commands_put_each_option_where_nsys_takes_it(tmp_path):
+    from nsprof.drivers.nsys import NsysDriver
+    from nsprof.errors import ToolFailed
+    from nsprof.settings import ProfileSettings
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "nsys"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n[ \"$1\" = shutdown ] && exit 3\nexit 0\n")
+    fake.chmod(0o755)
+    driver = NsysDriver(fake)
+    launch = driver.serve_command(ProfileSettings(backend="nsys"), tmp_path / "dir", "nsprof-serve-1")
+    assert launch[:6] == [str(fake), "launch", "--session-new=nsprof-serve-1", "--trace=cuda,nvtx",
+                          "--cuda-graph-trace=node", sys.executable]
+    assert launch[6:] == ["-m", "nsprof.worker", "--serve", str(tmp_path / "dir")]
+    assert not any(word.startswith(("--sample", "--cpuctxsw")) for word in launch), "launch refuses them (2025.3.1)"
+    with open(tmp_path / "log", "w") as log:
+        driver.serve_start("nsprof-serve-1", tmp_path / "served", log)
+        driver.serve_stop("nsprof-serve-1", tmp_path / "served", log)
+        with pytest.raises(ToolFailed, match="^nsys shutdown failed with status 3"):
+            driver.serve_shutdown("nsprof-serve-1", log)
+    start, stop, shutdown = calls.read_text().splitlines()
+    assert start == (f"start --session=nsprof-serve-1 --sample=none --cpuctxsw=none -o {tmp_path / 'served'} "
+                     "--force-overwrite=true")
+    assert "--trace" not in start, "start refuses --trace (2025.3.1)"
+    assert stop == "stop --session=nsprof-serve-1"
+    assert shutdown == "shutdown --session=nsprof-serve-1 --kill sigkill"
