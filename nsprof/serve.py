@@ -55,6 +55,15 @@ from nsprof.serve_client import (
 EXIT_FAULT = 1  # the server's exit status when a job's fault ended it
 
 
+JOB_FIELDS = {"job": str, "status": str, "report_base": str, "timeout_s": (int, float), "phase_bound_s": (int, float)}
+
+
+def _missing(request: dict) -> str:
+    """What a job request lacks, in words ("" when it is whole)."""
+    wrong = [name for name, kind in JOB_FIELDS.items() if not isinstance(request.get(name), kind)]
+    return f"the job request lacks {', '.join(wrong)}" if wrong else ""
+
+
 class _Server:
     def __init__(self, driver, settings, idle_exit_s: float) -> None:
         import tempfile
@@ -70,7 +79,6 @@ class _Server:
         self.fifo = -1
         self.listener = None
         self.jobs = 0
-        self.busy = False
         self.queue: list = []  # (connection, request) of clients waiting for the current job
         self.closing: str | None = None  # the signal that asked the server to end
         self.fault: str | None = None  # why a job's fault ends the server
@@ -126,13 +134,14 @@ class _Server:
         while True:
             text = read_or_empty(self.dir / WORKER_STATUS)
             self.worker_pid = parse_status(text).pid
-            for line in text.splitlines():
+            for line in text.split("\n")[:-1]:  # whole lines only
                 if line.startswith("ready "):
                     return json.loads(line[len("ready "):])
             # A profiler that exits with 0 may have left its worker running on its own (a launcher):
             # then only the worker's own lines, and the bound, say whether it started.
-            gone = self.proc.poll() is not None and (self.proc.returncode != 0 or self.worker_pid is not None
-                                                     and not self.worker_alive())
+            started = self.worker_pid is not None
+            gone = (started and not self.worker_alive()
+                    or self.proc.poll() is not None and (self.proc.returncode != 0 or started))
             if gone:
                 raise ToolFailed(f"the serving worker did not start: "
                                  f"{self.driver.diagnose(self.log_path, self.proc.returncode)} (log: {self.log_path})")
@@ -187,6 +196,11 @@ class _Server:
                     send_line(conn, {**self.state, "busy": False})
                 conn.close()
                 continue
+            missing = _missing(request)
+            if missing:
+                send_line(conn, {"ok": False, "fault": "request", "config": None, "reason": missing})
+                conn.close()
+                continue
             self.queue.append((conn, request))
             while self.queue and not self.fault and not self.closing:
                 self.job(*self.queue.pop(0))
@@ -203,11 +217,13 @@ class _Server:
             return
         conn, _ = self.listener.accept()
         request = receive_line(conn, REQUEST_TIMEOUT_S) or {}
-        if request.get("op") == "job" and request.get("wait"):
+        if request.get("op") == "job" and _missing(request):
+            send_line(conn, {"ok": False, "fault": "request", "config": None, "reason": _missing(request)})
+        elif request.get("op") == "job" and request.get("wait"):
             self.queue.append((conn, request))
             send_line(conn, {"queued": True})
             return
-        if request.get("op") == "job":
+        elif request.get("op") == "job":
             send_line(conn, {"ok": False, "busy": True, "reason": "another job is running"})
         elif request.get("op") == "ping":
             send_line(conn, {**self.state, "busy": True})
@@ -215,7 +231,6 @@ class _Server:
 
     def job(self, conn, request: dict) -> None:
         self.jobs += 1
-        self.busy = True
         try:
             if not send_line(conn, {"started": True, "job": self.jobs}):
                 self.note(f"job {self.jobs}: its client is gone; not run")
@@ -224,7 +239,6 @@ class _Server:
             if not send_line(conn, answer):
                 self.note(f"job {self.jobs}: its client went away before the answer")
         finally:
-            self.busy = False
             conn.close()
 
     def _collect(self, n: int, request: dict) -> dict:
@@ -250,7 +264,7 @@ class _Server:
     def _job_code(self, n: int) -> int | None:
         from nsprof.worker.serving import WORKER_STATUS
 
-        for line in read_or_empty(self.dir / WORKER_STATUS).splitlines():
+        for line in read_or_empty(self.dir / WORKER_STATUS).split("\n")[:-1]:  # whole lines only
             words = line.split()
             if len(words) == 3 and words[0] == "job" and words[1] == str(n):
                 return int(words[2])
