@@ -95,16 +95,22 @@ class StatusDriver(Driver):
         script = f"setsid sh -c 'echo $$ > {agent}; exec sleep 3600' & \"$@\""
         return ["sh", "-c", script, "sh", *command]
 
-    # nsprof serve: the real serving worker, bare (or under the stand-in profiler); a collection is a
-    # line in the server's log, and the report is still derived from each job's status file (finish).
+    # nsprof serve: the real serving worker, bare (or under the stand-in profiler: profiler_flags, or for the
+    # CLI's stand-in $NSPROF_STANDIN_SERVE_PROFILER, its flags or "-" for none); a collection is a line in the
+    # server's log, and the report is still derived from each job's status file (finish).
     serves = True
 
     def serve_command(self, settings, serve_dir, session):
+        import os
+
         from nsprof.worker.protocol import serve_worker_command
 
         command = serve_worker_command(settings, serve_dir)
-        if self.profiler_flags is not None:
-            return [sys.executable, str(FAKE_PROFILER), *self.profiler_flags, "--", *command]
+        flags = self.profiler_flags
+        if flags is None and os.environ.get("NSPROF_STANDIN_SERVE_PROFILER"):  # the CLI's stand-in, under a profiler
+            flags = os.environ["NSPROF_STANDIN_SERVE_PROFILER"].split()
+        if flags is not None:
+            return [sys.executable, str(FAKE_PROFILER), *[f for f in flags if f != "-"], "--", *command]
         return command
 
     def serve_start(self, session, report_base, log):

@@ -106,8 +106,16 @@ def _ended(proc: subprocess.Popen, lock_dir: Path) -> int:
     return code
 
 
-def test_a_second_client_is_measured_by_the_same_served_worker(tmp_path, server, own_gpu_lock_folder):
-    proc, state = server("--idle-exit", "120")
+# The serving worker bare (the server's own child), or under the stand-in profiler (its grandchild).
+UNDER = {"bare": {}, "under a profiler": {"NSPROF_STANDIN_SERVE_PROFILER": "-"}}
+
+
+@pytest.mark.parametrize("under", list(UNDER))
+def test_a_second_client_is_measured_by_the_same_served_worker(tmp_path, server, own_gpu_lock_folder, under):
+    proc, state = server("--idle-exit", "120", env=UNDER[under])
+    assert state["worker_pid"] != proc.pid
+    if under != "bare":
+        assert "fake_profiler.py" in " ".join(state["command"])
     assert state["backend"] == "nsys" and state["worker_pid"] and state["socket"].endswith(".serve.sock")
     assert os.stat(state["socket"]).st_mode & 0o777 == 0o600
     first = _client(tmp_path, "first")
@@ -138,8 +146,9 @@ def test_the_server_ends_by_itself_when_idle(tmp_path, server, own_gpu_lock_fold
     assert "no job for 1 s" in (tmp_path / "server0.err").read_text()
 
 
-def test_a_sigkilled_server_leaves_nothing_and_clients_run_standalone(tmp_path, server, own_gpu_lock_folder):
-    proc, state = server("--idle-exit", "120")
+@pytest.mark.parametrize("under", list(UNDER))
+def test_a_sigkilled_server_leaves_nothing_and_clients_run_standalone(tmp_path, server, own_gpu_lock_folder, under):
+    proc, state = server("--idle-exit", "120", env=UNDER[under])
     proc.kill()
     proc.wait(timeout=DEADLINE_S)
     assert _wait_for(lambda: not _running(state["worker_pid"])), "the worker ends when its server dies"
@@ -154,8 +163,10 @@ def test_a_sigkilled_server_leaves_nothing_and_clients_run_standalone(tmp_path, 
     assert _lock_is_free()
 
 
-def test_a_worker_crash_in_a_served_job_loses_nothing_and_ends_the_server(tmp_path, server, own_gpu_lock_folder):
-    proc, state = server("--idle-exit", "120")
+@pytest.mark.parametrize("under", list(UNDER))
+def test_a_worker_crash_in_a_served_job_loses_nothing_and_ends_the_server(tmp_path, server, own_gpu_lock_folder,
+                                                                          under):
+    proc, state = server("--idle-exit", "120", env=UNDER[under])
     done = _client(tmp_path, "crash", configs="0,1,2")
     assert done.returncode == 0, done.stderr
     rows = _rows(done)
