@@ -77,8 +77,9 @@ class NsysDriver(ToolDriver):
         log.write(f"==NSPROF== {' '.join(command)}\n")
         log.flush()
         try:
+            # A session of its own: a Ctrl-C in the server's terminal must not cut an `nsys stop` short.
             done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  timeout=timeout_s)
+                                  timeout=timeout_s, start_new_session=True)
         except subprocess.TimeoutExpired:
             raise ToolFailed(f"nsys {words[0]} did not return within {timeout_s:g} s (log: {log.name})") from None
         except OSError as exc:
