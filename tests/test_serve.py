@@ -378,3 +378,21 @@ def test_the_nsys_serve_commands_put_each_option_where_nsys_takes_it(tmp_path):
     assert "--trace" not in start, "start refuses --trace (2025.3.1)"
     assert stop == "stop --session=nsprof-serve-1"
     assert shutdown == "shutdown --session=nsprof-serve-1 --kill sigkill"
+
+
+def test_a_client_stopped_mid_job_leaves_the_server_serving(tmp_path, server, own_gpu_lock_folder):
+    gate = tmp_path / "gate"
+    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
+    holder = _hold_a_job(tmp_path, "holder")
+    holder.send_signal(signal.SIGTERM)  # acts as Ctrl-C: the client stops at once
+    holder.communicate(timeout=60)
+    assert holder.returncode == 130
+    gate.write_text("")  # the server finishes the abandoned job
+    after = _client(tmp_path, "after", "--wait")
+    assert after.returncode == 0, after.stderr
+    assert _measured(_rows(after)) == {0: 2, 2: 2, 4: 2}
+    status = _status(tmp_path, "after")
+    assert status.pid == state["worker_pid"] and status.served["job"] == 2
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
