@@ -51,8 +51,11 @@ def server(tmp_path, own_gpu_lock_folder):
 
     def start(*args, env: dict | None = None, backend: str = "nsys") -> tuple[subprocess.Popen, dict]:
         err = open(tmp_path / f"server{len(started)}.err", "w")
+        scratch = tmp_path / f"server{len(started)}.tmp"  # the server's own folder (its log, FIFO) goes in $TMPDIR
+        scratch.mkdir()
         proc = subprocess.Popen([sys.executable, str(STANDINS), "serve", "--backend", backend, *args],
-                                stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **(env or {})})
+                                stdout=subprocess.DEVNULL, stderr=err,
+                                env={**os.environ, "TMPDIR": str(scratch), **(env or {})})
         started.append(proc)
         state_file = _state_file(own_gpu_lock_folder)
         assert _wait_for(lambda: state_file.exists() or proc.poll() is not None), "the server never started"
