@@ -125,7 +125,7 @@ def _remove_stale(state_path: Path, state: dict) -> None:
     try:
         now = json.loads(state_path.read_text())
     except (OSError, ValueError):
-        return
+        return  # gone already, or being rewritten by a new server: not that dead server's any more
     if now.get("pid") != state.get("pid"):
         return  # a new server wrote its own meanwhile
     for path in (state_path, Path(str(state.get("socket") or ""))):
@@ -133,7 +133,7 @@ def _remove_stale(state_path: Path, state: dict) -> None:
             try:
                 path.unlink()
             except FileNotFoundError:
-                continue
+                continue  # removed already (by another client, or the new server)
 
 
 def find_server(driver, settings) -> tuple[dict | None, str | None]:

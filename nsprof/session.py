@@ -372,11 +372,11 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
     shape.
 
     Every session holds the GPU lock (nsprof.host.lock), the fast timers' too: two nsprof runs
-    never measure on the same GPU at once. Where an `nsprof serve` of the same backend runs for
-    the GPU (nsprof.serve; not with NSPROF_SERVE=0), the session is one job of its long-lived
-    worker instead: the server holds the lock, and what a fault there leaves unmeasured is
-    measured here, standalone, once the server has ended. The profiler and worker inherit the lock's
-    descriptor, so it stays held while either lives.
+    never measure on the same GPU at once. The profiler and worker inherit the lock's
+    descriptor, so it stays held while either lives. Where an `nsprof serve` of the same backend
+    runs for the GPU (nsprof.serve; not with NSPROF_SERVE=0), the session is one job of its
+    long-lived worker instead: the server holds the lock, and what a fault there leaves
+    unmeasured is measured here, standalone, once the server has ended.
 
     on_rows(frame) is called once per worker run ("part"), as soon as its report is read, with
     the tidy rows (nsprof.schema.make_frame) of every config that became final in it: the
@@ -394,7 +394,7 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
 
     driver = driver or registry.get_driver(settings.backend)
     server, unfit = None, None
-    if getattr(driver, "serves", False):  # an `nsprof serve` running for this GPU (it holds the lock): measure through it
+    if getattr(driver, "serves", False):  # an `nsprof serve` of this GPU (it holds the lock): measure through it
         from nsprof.serve_client import find_server
 
         server, unfit = find_server(driver, settings)
