@@ -571,9 +571,9 @@ def validate(target, timers, external, truth, matched, mode, reps, timer_reps, r
     if plot_path:
         plot_path_checked(plot_path)
         require_matplotlib()
-    from nsprof.drivers.registry import get_driver
-
     from dataclasses import replace
+
+    from nsprof.drivers.registry import get_driver
 
     settings = ValidateSettings(timers=_split(timers), external=external, truths=truths, matched=matched,
                                 modes=modes, reps=reps, timer_reps=timer_reps, repeat_truth=repeat, timeout_s=timeout_s,
@@ -768,6 +768,25 @@ def results(store_path, export_path) -> None:
         runs = store.runs()
         counts = store.frame().groupby("run_id").size() if len(runs) else {}
     click.echo(format_runs(runs, counts))
+
+
+@cli.command()
+@click.option("--backend", type=click.Choice(registry.ground_truths()), default="nsys", show_default=True,
+              help="The profiler to serve under (nsys only: ncu cannot serve, see docs/serve.md).")
+@click.option("--idle-exit", "idle_exit_s", type=click.FloatRange(min=0, min_open=True), default=600,
+              show_default=True, metavar="SECONDS", help="End after this long without a job.")
+@click.option("--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing.")
+def serve(backend, idle_exit_s, wait) -> None:
+    """Keep one profiled worker running on GPU 0 for the nsprof commands that follow.
+
+    Holds the GPU's lock while it runs. profile, tune and validate with the same backend then
+    send their configs to its worker (NSPROF_SERVE=0 turns that off), which pays the profiler's,
+    Python's and CUDA's start-up once. Ends after --idle-exit seconds without a job, on
+    SIGTERM/SIGINT (after the current job), or when a job's worker dies or hangs.
+    """
+    from nsprof.serve import serve as run_server
+
+    sys.exit(run_server(backend, idle_exit_s, wait))
 
 
 @cli.command()

@@ -115,7 +115,7 @@ class CompileAhead:
         import subprocess
         import sys
 
-        from nsprof.session import dies_with_nsprof
+        from nsprof.host.children import dies_with_nsprof
 
         folder = Path(tempfile.mkdtemp(prefix="nsprof-compile-"))
         layout = space.points

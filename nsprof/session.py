@@ -34,6 +34,15 @@ from pathlib import Path
 from nsprof.drivers import registry
 from nsprof.drivers.base import Driver, disk_full
 from nsprof.errors import NsprofError, ToolFailed
+from nsprof.host.children import (
+    DeathPipe,
+    kill_group,
+    kill_lock_holders_left,
+    kill_pid,
+    launch_child,
+    note,
+    pid_alive,
+)
 from nsprof.reports.checks import one_line
 from nsprof.schema import Points
 from nsprof.settings import ProfileSettings
@@ -43,7 +52,6 @@ POLL_S = 0.1
 MAX_LOST_RETRIES = 2  # a config measured but lost with a crashed run's report is measured again
 GRACE_S = 60.0  # after killing a worker, how long the profiler gets to write its report
 STOP_GRACE_S = 15.0  # after asking a worker to stop (nsprof interrupted), how long before it is killed
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 def _explained(exc: NsprofError, log: Path) -> NsprofError:
     """A full disk explains a missing or truncated report better than the parser can."""
@@ -114,63 +122,22 @@ def _rows_of(measured, ids: set[int], points: Points):
     return measured[points.of_frame(measured).isin(list(ids)).fillna(False).astype(bool)]
 
 
-def _alive(pid: int | None) -> bool:
-    """Running and not a zombie (a worker that exited waits for its profiler to reap it)."""
-    if not pid:
-        return False
-    if Path("/proc/self/stat").exists():
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return False
-        return state not in ("Z", "X")
-    try:  # no /proc here: a zombie counts as alive
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _kill_group(proc) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
-def _kill(pid: int | None) -> None:
-    if pid:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def _kill_left_worker(status_file: Path, job_file: Path) -> None:
     """Kill this run's worker if it outlived its profiler outside the profiler's process group
     (a profiler may start its target in a group of its own). Only a process whose command line
     names this run's job file is killed: the pid may belong to another process by now."""
     pid = parse_status(status_file.read_text(errors="replace")).pid
-    if not _alive(pid):
+    if not pid_alive(pid):
         return
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return
     if os.fsencode(str(job_file)) in command:
-        _kill(pid)
+        kill_pid(pid)
 
 
-def _note(log_handle, text: str) -> None:
-    """A line of nsprof's own in the part's log, where the user looks for what happened."""
-    try:
-        log_handle.write(f"==NSPROF== {text}\n")
-        log_handle.flush()
-    except (OSError, ValueError):
-        pass
+
 
 
 # Every phase a session records, in order: a worker run's (nsprof.worker.protocol.run_phases),
@@ -199,7 +166,7 @@ def _phase(status: RunStatus) -> str:
     """What a worker is doing while no config is current."""
     if status.pid is None:
         return "start"  # the profiler, or Python, has not started it yet
-    if not _alive(status.pid):
+    if not pid_alive(status.pid):
         return "report"  # the worker is gone; the profiler is still writing its report
     if status.ended or status.stopped:
         return "exit"
@@ -217,14 +184,14 @@ def _end_run(proc, pid: int | None, kill_worker: bool = True) -> None:
     import subprocess
 
     if pid is None:
-        _kill_group(proc)  # nothing ran: nothing to write
+        kill_group(proc)  # nothing ran: nothing to write
         return
     if kill_worker:
-        _kill(pid)  # the worker only: the profiler stays to write its report
+        kill_pid(pid)  # the worker only: the profiler stays to write its report
     try:
         proc.wait(timeout=GRACE_S)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        kill_group(proc)
 
 
 def _follow(proc, status_file: Path, settings: ProfileSettings, notify, log_handle) -> _RunEnd:
@@ -245,7 +212,7 @@ def _follow(proc, status_file: Path, settings: ProfileSettings, notify, log_hand
         text = status_file.read_text(errors="replace")
         status = parse_status(text)
         if worker_gone is None and status.pid is not None and (status.ended or status.stopped or returncode is not None) \
-                and not _alive(status.pid):
+                and not pid_alive(status.pid):
             worker_gone = polled
         for cfg in status.done[len(seen.done):]:
             notify("done", cfg, "")
@@ -270,7 +237,7 @@ def _follow(proc, status_file: Path, settings: ProfileSettings, notify, log_hand
                 continue
             if status.current is None and now - last_line_at > settings.phase_bound_s:
                 stalled = _phase(status)
-                _note(log_handle, f"no progress for {settings.phase_bound_s:g} s {_PHASE_WORDS[stalled]}: "
+                note(log_handle, f"no progress for {settings.phase_bound_s:g} s {_PHASE_WORDS[stalled]}: "
                                   "nsprof stopped the run")
                 # A worker already gone ("report") is not killed: its pid may be another's by now.
                 _end_run(proc, status.pid, kill_worker=stalled != "report")
@@ -287,60 +254,22 @@ def _stop_cleanly(proc, status_file: Path) -> None:
 
     pid = parse_status(status_file.read_text(errors="replace")).pid
     if pid is None:
-        _kill_group(proc)  # the worker has not started: nothing measured in this part
+        kill_group(proc)  # the worker has not started: nothing measured in this part
         return
-    if _alive(pid):
+    if pid_alive(pid):
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + STOP_GRACE_S
-        while _alive(pid) and proc.poll() is None and time.monotonic() < deadline:
+        while pid_alive(pid) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(POLL_S / 2)
-        _kill(pid if _alive(pid) else None)
+        kill_pid(pid if pid_alive(pid) else None)
     try:
         proc.wait(timeout=GRACE_S)
     except subprocess.TimeoutExpired:
         pass
-    _kill_group(proc)
-
-
-def dies_with_nsprof():
-    """A preexec_fn giving the profiler (or bare worker) SIGKILL when this nsprof thread dies,
-    even by SIGKILL (Linux's parent-death signal); None where that is not available."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-    kill = int(signal.SIGKILL)
-
-    def arm() -> None:
-        prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
-        if os.getppid() != parent:  # nsprof died before the signal was armed
-            os._exit(1)
-
-    return arm
-
-
-class _DeathPipe:
-    """A pipe whose write end only this nsprof process holds (os.pipe's ends are not inherited):
-    once nsprof is gone, however it died, the worker holding the read end sees EOF."""
-
-    def __init__(self) -> None:
-        self.read_fd, self._write_fd = os.pipe()
-        self.inode = os.fstat(self.read_fd).st_ino
-
-    def close(self) -> None:
-        for fd in (self.read_fd, self._write_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    kill_group(proc)
 
 
 def interrupt_on_termination() -> None:
@@ -373,7 +302,10 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
 
     Every session holds the GPU lock (nsprof.host.lock), the fast timers' too: two nsprof runs
     never measure on the same GPU at once. The profiler and worker inherit the lock's
-    descriptor, so it stays held while either lives.
+    descriptor, so it stays held while either lives. Where an `nsprof serve` of the same backend
+    runs for the GPU (nsprof.serve; not with NSPROF_SERVE=0), the session is one job of its
+    long-lived worker instead: the server holds the lock, and what a fault there leaves
+    unmeasured is measured here, standalone, once the server has ended.
 
     on_rows(frame) is called once per worker run ("part"), as soon as its report is read, with
     the tidy rows (nsprof.schema.make_frame) of every config that became final in it: the
@@ -386,20 +318,36 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
     """
     import contextlib
 
+    from nsprof.errors import GpuBusy
     from nsprof.host.lock import gpu_lock
 
     driver = driver or registry.get_driver(settings.backend)
-    with gpu_lock(0, wait=settings.wait_gpu) if driver.locks_gpu else contextlib.nullcontext():
+    server, unfit = None, None
+    if getattr(driver, "serves", False):  # an `nsprof serve` of this GPU (it holds the lock): measure through it
+        from nsprof.serve_client import find_server
+
+        server, unfit = find_server(driver, settings)
+    if server is not None:
         return _run_session(driver, target, n_configs, settings, config_ids, on_progress, job_extra, on_rows,
-                            n_shapes)
+                            n_shapes, server=server)
+    try:
+        with gpu_lock(0, wait=settings.wait_gpu) if driver.locks_gpu else contextlib.nullcontext():
+            return _run_session(driver, target, n_configs, settings, config_ids, on_progress, job_extra, on_rows,
+                                n_shapes)
+    except GpuBusy as exc:
+        if unfit and unfit not in str(exc):
+            raise GpuBusy(f"{exc} ({unfit})", device=exc.device, path=exc.path, holder=exc.holder) from None
+        raise
 
 
 def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileSettings,
                  config_ids: list[int] | None = None,
                  on_progress: Callable[[str, int, str], None] | None = None,
                  job_extra: dict | None = None,
-                 on_rows: Callable[[object], None] | None = None, n_shapes: int = 0) -> Measured:
-    """Measure `config_ids` (default: all) of `target` under settings.backend.
+                 on_rows: Callable[[object], None] | None = None, n_shapes: int = 0,
+                 server: dict | None = None) -> Measured:
+    """Measure `config_ids` (default: all) of `target` under settings.backend (through the `nsprof
+    serve` of `server`, its state, when given: _run_served).
 
     Without settings.work_dir the reports and logs go to a temporary folder, removed after
     a clean run (every config measured) and kept, named in Measured.work_dir or in the
@@ -409,8 +357,12 @@ def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileS
     work_dir = Path(tempfile.mkdtemp(prefix="nsprof-")) if temporary else Path(settings.work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     try:
-        result = _run_parts(target, n_configs, settings, config_ids, on_progress, job_extra, driver, work_dir,
-                            on_rows, Points(n_configs, n_shapes))
+        if server is not None:
+            result = _run_served(server, driver, target, n_configs, settings, config_ids, on_progress, job_extra,
+                                on_rows, work_dir, Points(n_configs, n_shapes))
+        else:
+            result = _run_parts(target, n_configs, settings, config_ids, on_progress, job_extra, driver, work_dir,
+                                on_rows, Points(n_configs, n_shapes))
     except NsprofError as exc:
         # The logs explain the failure: keep them and say where they are.
         if temporary and str(work_dir) not in str(exc):
@@ -437,19 +389,6 @@ def failure_frame(failures: dict[int, str], settings: ProfileSettings, driver: D
                        for cfg, reason in sorted(failures.items())])
 
 
-def _launch(command: list[str], log_handle, pipe: _DeathPipe):
-    import subprocess
-
-    from nsprof.host.lock import held_fds
-
-    # Its own process session, so that the whole tree (profiler, worker, their helpers) can be
-    # killed as one group and a terminal's Ctrl-C reaches only nsprof, which stops it cleanly.
-    # The GPU lock's descriptor goes along: the lock is held while any of them lives.
-    return subprocess.Popen(command, stdout=log_handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, pass_fds=(pipe.read_fd, *held_fds()),
-                            preexec_fn=dies_with_nsprof())
-
-
 def _salvage(driver, settings: ProfileSettings, base: Path, log: Path, hand_over, points: Points) -> None:
     """After an interrupt: hand over what the interrupted part finished (whole configs only,
     and the failures it recorded). A report that cannot be read loses only this part."""
@@ -471,14 +410,14 @@ def _salvage(driver, settings: ProfileSettings, base: Path, log: Path, hand_over
 
 
 def _run_worker(command: list[str], log: Path, status_file: Path, job_file: Path, settings: ProfileSettings,
-                notify, pipe: _DeathPipe) -> _RunEnd:
+                notify, pipe: DeathPipe) -> _RunEnd:
     """Start the profiler (which starts the worker) and follow it to its end; nothing of it is
     left running on return, nor when an interrupt or an error goes through."""
     with open(log, "w") as log_handle:
         proc = None
         try:
             launched = time.monotonic()
-            proc = _launch(command, log_handle, pipe)
+            proc = launch_child(command, log_handle, pipe)
             end = _follow(proc, status_file, settings, notify, log_handle)
             end.launched = launched
         except KeyboardInterrupt:
@@ -486,32 +425,22 @@ def _run_worker(command: list[str], log: Path, status_file: Path, job_file: Path
                 try:
                     _stop_cleanly(proc, status_file)
                 except BaseException:
-                    _kill_group(proc)  # interrupted again: stop waiting
+                    kill_group(proc)  # interrupted again: stop waiting
                     raise
             raise
         except BaseException:
             # An error here: the profiler and worker run in their own process session, so they
             # would outlive nsprof and keep the GPU unless killed.
             if proc is not None:
-                _kill_group(proc)
+                kill_group(proc)
             raise
         # A profiler that died (killed, crashed) can leave its worker running: stop whatever is
         # left of the group before reading the status, so nothing writes to it.
-        _kill_group(proc)
+        kill_group(proc)
         _kill_left_worker(status_file, job_file)
-        _kill_lock_holders_left(log_handle)
+        kill_lock_holders_left(log_handle)
         end.cleaned = time.monotonic()
     return end
-
-
-def _kill_lock_holders_left(log_handle) -> None:
-    """Kill what a dead profiler left holding the GPU lock outside its process group (nsys's
-    helpers inherit the lock's descriptor): the next run, or the next nsprof, needs the GPU."""
-    from nsprof.host.lock import orphaned_holders
-
-    for pid, command in orphaned_holders():
-        _note(log_handle, f"killed pid {pid}, left holding the GPU lock by this run: {command[:200]}")
-        _kill(pid)
 
 
 @dataclass
@@ -616,7 +545,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
         if new:
             hand_over(pd.concat(new, ignore_index=True) if len(new) > 1 else new[0])
 
-    pipe = _DeathPipe()
+    pipe = DeathPipe()
     try:
         for part_number in range(settings.max_restarts + 1):
             if not remaining:
@@ -739,7 +668,7 @@ class _Timing:
                 entry[name] = entry.get(name, 0.0) + seconds
         try:
             with open(log, "a") as handle:
-                _note(handle, f"phases: {phase_words(phases)}")
+                note(handle, f"phases: {phase_words(phases)}")
         except OSError:
             pass
 
@@ -770,3 +699,129 @@ def _start_failure(status: RunStatus, end: _RunEnd, settings: ProfileSettings, l
                  else "before its first config")
         return f"the worker did not start within {settings.phase_bound_s:g} s (it hung {doing})"
     return driver.diagnose(log, end.returncode)
+
+
+def _run_served(state: dict, driver, target: str, n_configs: int, settings, config_ids, on_progress, job_extra,
+                on_rows, work_dir: Path, points):
+    """A session through the `nsprof serve` of `state` (nsprof.serve_client.find_server): one job of
+    its worker, read as a part is read (_read_part); what a fault there left unmeasured (whole
+    configs only count) is measured standalone (_run_parts), under the GPU lock once the server
+    has released it."""
+    import pandas as pd
+
+    from nsprof.errors import GpuBusy
+    from nsprof.host.lock import gpu_lock
+    from nsprof.schema import make_frame
+    from nsprof.serve_client import EXIT_WAIT_S, read_or_empty, submit
+
+    ids = list(config_ids if config_ids is not None else range(n_configs))
+    notify = on_progress or (lambda event, cfg, detail: None)
+    hand_over = on_rows or (lambda frame: None)
+    shapes = {"n_configs": points.n_configs, "n_shapes": points.n_shapes} if points.shaped else {}
+    began = time.monotonic()
+    base = work_dir / "served"
+    status_file = base.with_suffix(".status")
+    status_file.write_text("")
+    log = base.with_suffix(".log")
+    log.write_text(f"==NSPROF== measured by nsprof serve (pid {state['pid']}, worker pid {state.get('worker_pid')}); "
+                   f"the worker's log: {state.get('log')}\n")
+    job = Job(target=target, config_ids=ids, status=str(status_file), modes=list(settings.modes),
+              reps=settings.reps, warmup=settings.warmup, **shapes, **(job_extra or {}))
+    job_file = job.write(base.with_suffix(".job.json"))
+    request = {"op": "job", "job": str(job_file), "status": str(status_file), "report_base": str(base),
+               "timeout_s": settings.timeout_s, "phase_bound_s": settings.phase_bound_s, "wait": settings.wait_gpu}
+    answer, started = submit(state, request, status_file, settings, notify)
+    answered = time.monotonic()
+    if answer.get("busy"):
+        raise GpuBusy(f"nsprof serve (pid {state['pid']}) is measuring another job on this GPU; wait for it or "
+                      "pass --wait", device=0, path=Path(state.get("socket", "")), holder={"pid": state["pid"]})
+    fault = None if answer.get("ok") else answer.get("fault") or "vanished"
+    status = parse_status(read_or_empty(status_file))
+    if fault == "abort" or status.abort:
+        raise ToolFailed(f"the profiled worker measured nothing: {status.abort or answer.get('reason')} "
+                         f"(log: {state.get('log')})")
+    end = _RunEnd(returncode=0 if fault is None else -int(signal.SIGKILL),
+                  timed_out=answer.get("config") if fault == "timeout" else None,
+                  stalled="between" if fault == "stalled" else None,
+                  launched=began, exited=answered, cleaned=answered)
+    frames, failures = [], {}
+    kept_ids: set[int] = set()
+    part = None
+    if started:
+        part = _read_part(driver, settings, base, log, end, points)
+        crashed = status.current
+        if crashed is not None and crashed not in status.failed:
+            if fault in ("crash", "timeout") and answer.get("config") == crashed:
+                part.failures[crashed] = answer.get("reason") or part.failures[crashed]
+                notify("fail", crashed, part.failures[crashed])
+            else:  # the server went away under it: not this config's fault, it is measured again
+                part.failures.pop(crashed, None)
+        failures = dict(part.failures)
+        if part.kept is not None and len(part.kept):
+            frames.append(part.kept)
+            kept_ids = set(int(c) for c in points.of_frame(part.kept).dropna())
+        if failures:
+            frames.append(failure_frame(failures, settings, driver, points))
+        if frames:
+            hand_over(pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0])
+    remaining = [c for c in ids if c not in kept_ids and c not in failures]
+    for config_id in status.done:
+        if config_id in remaining:
+            notify("retry", config_id, "not measured whole by nsprof serve; measuring again without it")
+    timing = _Timing()
+    if part is not None:
+        timing.add(part, end, log)
+    notes = []
+    if started:
+        words = f"measured by nsprof serve (pid {state['pid']}, worker pid {state.get('worker_pid')})"
+        notes.append(words)
+        print(f"nsprof: {words}", file=sys.stderr, flush=True)
+    measured = Measured(frame=pd.concat(frames, ignore_index=True) if frames else make_frame([]),
+                        failures=failures, device=status.device,
+                        reports=[part.report] if part is not None and part.report is not None else [],
+                        work_dir=work_dir, notes=notes, phases=timing.total(), config_phases=timing.configs)
+    if remaining:
+        why = one_line(str(answer.get("reason") or fault), 200)
+        words = (f"nsprof serve (pid {state['pid']}) ended during this run ({why}); {len(remaining)} configs "
+                 "measured without it")
+        notes.append(words)
+        print(f"nsprof: {words}", file=sys.stderr, flush=True)
+        # The server releases the GPU once it has shut its worker down.
+        with gpu_lock(0, wait=True, timeout_s=None if settings.wait_gpu else EXIT_WAIT_S):
+            rest = _run_parts(target, n_configs, settings, remaining, on_progress, job_extra, driver, work_dir,
+                              on_rows, points)
+        measured = _merged(measured, rest)
+        timing.runs += _runs_in_phases_file(work_dir / PHASES_FILE)  # the standalone session's, after the served run
+        timing.configs = measured.config_phases
+    measured.wall_s = time.monotonic() - began
+    timing.write(work_dir / PHASES_FILE, began, time.monotonic())
+    return measured
+
+
+def _runs_in_phases_file(path: Path) -> list[dict]:
+    import json
+
+    try:
+        return list(json.loads(path.read_text()).get("runs") or [])
+    except FileNotFoundError:
+        return []
+
+
+def _merged(first, second):
+    """One Measured of a served part and the standalone session after it."""
+    import pandas as pd
+
+    frames = [f for f in (first.frame, second.frame) if len(f)]
+    first.frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else (frames[0] if frames else first.frame)
+    first.failures.update(second.failures)
+    first.device = first.device or second.device
+    first.reports.extend(second.reports)
+    first.notes.extend(second.notes)
+    for name, seconds in second.phases.items():
+        first.phases[name] = first.phases.get(name, 0.0) + seconds
+    for config_id, times in second.config_phases.items():
+        entry = first.config_phases.setdefault(config_id, {})
+        for name, seconds in times.items():
+            entry[name] = entry.get(name, 0.0) + seconds
+    return first
+

@@ -134,7 +134,9 @@ def same_truth(runs_a: list[dict], runs_b: list[dict]) -> dict:
         measured = [r["medians_ns"] for r in runs if r.get("medians_ns")]
         for first, second in zip(measured, measured[1:]):
             within += [abs(second[k] / first[k] - 1) for k in first if k in second and first[k] > 0]
-    pct = (lambda values: 100 * statistics.median(values) if values else float("nan"))
+    def pct(values: list[float]) -> float:
+        return 100 * statistics.median(values) if values else float("nan")
+
     return {"pairs": len(between), "between_pct": pct(between), "within_pct": pct(within)}
 
 

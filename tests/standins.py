@@ -47,6 +47,8 @@ class StatusDriver(Driver):
         super().__init_subclass__(**kwargs)
         if cls.labels_like is not None and "controls_conditions" not in cls.__dict__:
             cls.controls_conditions = cls.labels_like.controls_conditions
+        if cls.labels_like is not None and "serves" not in cls.__dict__:  # serves where that tool does
+            cls.serves, cls.serve_refusal = cls.labels_like.serves, cls.labels_like.serve_refusal
 
     def __init__(self, kernels: int = 1, lossy: bool = False, profiler_flags: list[str] | None = None,
                  empty_is_error: bool = False, config_ns: bool = True) -> None:
@@ -92,6 +94,36 @@ class StatusDriver(Driver):
         # parent-death signal.
         script = f"setsid sh -c 'echo $$ > {agent}; exec sleep 3600' & \"$@\""
         return ["sh", "-c", script, "sh", *command]
+
+    # nsprof serve: the real serving worker, bare (or under the stand-in profiler: profiler_flags, or for the
+    # CLI's stand-in $NSPROF_STANDIN_SERVE_PROFILER, its flags or "-" for none); a collection is a line in the
+    # server's log, and the report is still derived from each job's status file (finish).
+    serves = True
+
+    def serve_command(self, settings, serve_dir, session):
+        import os
+
+        from nsprof.worker.protocol import serve_worker_command
+
+        command = serve_worker_command(settings, serve_dir)
+        flags = self.profiler_flags
+        if flags is None and os.environ.get("NSPROF_STANDIN_SERVE_PROFILER"):  # the CLI's stand-in, under a profiler
+            flags = os.environ["NSPROF_STANDIN_SERVE_PROFILER"].split()
+        if flags is not None:
+            return [sys.executable, str(FAKE_PROFILER), *[f for f in flags if f != "-"], "--", *command]
+        return command
+
+    def serve_start(self, session, report_base, log):
+        log.write(f"==NSPROF== standin start --session={session} -o {report_base}\n")
+        log.flush()
+
+    def serve_stop(self, session, report_base, log):
+        log.write(f"==NSPROF== standin stop --session={session}\n")
+        log.flush()
+
+    def serve_shutdown(self, session, log):
+        log.write(f"==NSPROF== standin shutdown --session={session}\n")
+        log.flush()
 
     def finish(self, report_base, log):
         from nsprof.worker.protocol import parse_status

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
 from nsprof.analysis.adaptive import Cost, plan_session
 from nsprof.errors import NsprofError
 from nsprof.settings import TuneSettings

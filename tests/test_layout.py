@@ -18,10 +18,12 @@ LAYERS = [
     ["nsprof.reports", "nsprof.timers", "nsprof.analysis"],
     ["nsprof.worker"],
     ["nsprof.drivers"],
+    ["nsprof.serve_client"],
     ["nsprof.session"],
     ["nsprof.measure"],
     ["nsprof.render", "nsprof.integrations"],
-    ["nsprof.profile", "nsprof.validate", "nsprof.adaptive", "nsprof.tune", "nsprof.doctor", "nsprof.cluster"],
+    ["nsprof.profile", "nsprof.validate", "nsprof.adaptive", "nsprof.tune", "nsprof.doctor", "nsprof.cluster",
+     "nsprof.serve"],
     ["nsprof.cli", "nsprof.__main__", "nsprof"],
 ]
 

@@ -1,7 +1,6 @@
 """Regressions found in review of shapes and phases: each failed before its fix."""
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path

@@ -77,6 +77,10 @@ class Driver(ABC):
     controls_conditions: bool = False
     clean_exit_note: str = ""  # what a worker killed at exit costs this profiler's report, in words
     chatter_prefix: str | None = None  # the profiler's own log lines start so: never a crash's reason
+    # nsprof serve (nsprof.serve): whether this profiler can keep one worker and collect one report per
+    # job (the serve_* methods below), and if not, why not, in one line
+    serves: bool = False
+    serve_refusal: str = "this backend cannot serve"
 
     @classmethod
     def create(cls) -> Driver:
@@ -119,6 +123,28 @@ class Driver(ABC):
     @abstractmethod
     def read(self, report: Path, settings: ProfileSettings):
         """The report as the tidy table (nsprof.schema), labelled with labels(settings)."""
+
+    # nsprof serve: a long-lived worker under the profiler, one collection (report) per job.
+    def serve_command(self, settings: ProfileSettings, serve_dir: Path, session: str) -> list[str]:
+        """The argv that starts nsprof serve's worker (serve_worker_command) under this profiler,
+        as profiler session `session`, collecting nothing until serve_start."""
+        raise NotImplementedError(self.serve_refusal)
+
+    def serve_start(self, session: str, report_base: Path, log) -> None:
+        """Start the collection that writes `report_base`.* (ToolFailed in one line if it fails)."""
+        raise NotImplementedError(self.serve_refusal)
+
+    def serve_stop(self, session: str, report_base: Path, log) -> None:
+        """End the collection and write its report; the worker lives on."""
+        raise NotImplementedError(self.serve_refusal)
+
+    def serve_shutdown(self, session: str, log) -> None:
+        """End the profiler session and its worker."""
+        raise NotImplementedError(self.serve_refusal)
+
+    def serve_identity(self) -> dict:
+        """What a client's driver must share with the server's to use it (besides the backend)."""
+        return {"driver": type(self).__name__, "tool": str(getattr(self, "executable", ""))}
 
     def crash_reason(self, log: Path, returncode: int | None) -> str:
         """One line saying why the worker died during a config."""

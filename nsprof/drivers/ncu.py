@@ -21,6 +21,10 @@ class NcuDriver(ToolDriver):
     suffix = ".ncu-rep"
     chatter_prefix = "==PROF=="
     controls_conditions = True
+    # Verified on the H200 with ncu 2025.3.1 (docs/serve.md): attach mode cannot serve jobs.
+    serve_refusal = ("ncu cannot serve: ncu 2025.3.1's --mode attach refuses --nvtx (which nsprof's ranges need), "
+                     "an attach did not end after --launch-count, and a second attach failed (docs/serve.md); "
+                     "use --backend nsys")
 
     @classmethod
     def find(cls, required: bool = True):

@@ -57,6 +57,46 @@ class NsysDriver(ToolDriver):
             *worker_command(settings, job_file),
         ]
 
+    # nsprof serve, as verified on the H200 with nsys 2025.3.1 (docs/serve.md): `launch` takes the
+    # trace options (and refuses --sample/--cpuctxsw), `start` takes those two (and refuses --trace);
+    # the launched worker survives `stop`, and each start/stop pair writes a report of its own batch.
+    serves = True
+
+    def serve_command(self, settings: ProfileSettings, serve_dir: Path, session: str) -> list[str]:
+        from nsprof.worker.protocol import serve_worker_command
+
+        return [str(self.executable), "launch", f"--session-new={session}", "--trace=cuda,nvtx",
+                "--cuda-graph-trace=node", *serve_worker_command(settings, serve_dir)]
+
+    def _step(self, words: list[str], log, timeout_s: float) -> None:
+        import subprocess
+
+        from nsprof.errors import ToolFailed
+
+        command = [str(self.executable), *words]
+        log.write(f"==NSPROF== {' '.join(command)}\n")
+        log.flush()
+        try:
+            # A session of its own: a Ctrl-C in the server's terminal must not cut an `nsys stop` short.
+            done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  timeout=timeout_s, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            raise ToolFailed(f"nsys {words[0]} did not return within {timeout_s:g} s (log: {log.name})") from None
+        except OSError as exc:
+            raise ToolFailed(f"nsys {words[0]} could not run: {exc}") from None
+        if done.returncode != 0:
+            raise ToolFailed(f"nsys {words[0]} failed with status {done.returncode} (log: {log.name})")
+
+    def serve_start(self, session: str, report_base: Path, log) -> None:
+        self._step(["start", f"--session={session}", "--sample=none", "--cpuctxsw=none", "-o", str(report_base),
+                    "--force-overwrite=true"], log, 120)
+
+    def serve_stop(self, session: str, report_base: Path, log) -> None:
+        self._step(["stop", f"--session={session}"], log, 300)  # 3 s on the H200; it writes the report
+
+    def serve_shutdown(self, session: str, log) -> None:
+        self._step(["shutdown", f"--session={session}", "--kill", "sigkill"], log, 120)
+
     def finish(self, report_base: Path, log: Path) -> Path | None:
         """The SQLite export of this run's report, importing a left-over .qdstrm first."""
         report = report_base.with_suffix(self.suffix)

@@ -37,15 +37,15 @@ from nsprof.worker.protocol import (
 )
 
 
-class _Stopped(BaseException):
+class Stopped(BaseException):
     """nsprof asked the worker to stop. A BaseException, so that no config's `except Exception`
     records it as that config's failure."""
 
 
-def _request_stop(signum, frame) -> None:
+def request_stop(signum, frame) -> None:
     # Raised wherever the worker is: the current config is dropped anyway (only whole configs
     # count), and a clean exit keeps the configs already done (nsys flushes them at exit).
-    raise _Stopped
+    raise Stopped
 
 
 def _inherited_pipe(fd: int, inode: int) -> bool:
@@ -273,10 +273,10 @@ def run(job: Job) -> int:
     if began is not None:
         status.mark("process", at=began)
     status.write("watch", json.dumps(watch_parent(job)))
-    signal.signal(signal.SIGTERM, _request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
     try:
-        return _run(job, status)
-    except _Stopped:
+        return run_job(job, status)
+    except Stopped:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         status.write("stopped")
         return EXIT_STOPPED
@@ -299,14 +299,18 @@ def _check_shapes(job: Job, space) -> None:
                            f"not the {job.n_configs} and {job.n_shapes} this job was made for (edited meanwhile?)")
 
 
-def _run(job: Job, status: Status) -> int:
+def run_job(job: Job, status: Status, devices: dict | None = None) -> int:
+    """Run `job`; `devices` (kind -> Device): the serving worker's, created once and kept (nsprof.worker.serving)."""
     from nsprof.space import load_target
 
     try:
         space = load_target(job.target)
         status.mark("target")
         _check_shapes(job, space)
-        device = Device(space.device)
+        device = devices.get(space.device) if devices is not None else None
+        device = device or Device(space.device)
+        if devices is not None:
+            devices[space.device] = device
         described = device.describe()
         device.sync()  # the CUDA context, now: its cost is this phase's, not the first config's
         status.device(described)
@@ -456,9 +460,11 @@ def _run_timers(job: Job, space, device: Device, status: Status) -> int:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m nsprof.worker JOB.json", file=sys.stderr)
+        print("usage: python -m nsprof.worker JOB.json | --serve DIR", file=sys.stderr)
         sys.exit(2)
     sys.exit(run(Job.read(Path(argv[0]))))
+
+
 
 
 if __name__ == "__main__":

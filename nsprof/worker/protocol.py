@@ -14,6 +14,8 @@ progress bar, enforce per-config timeouts and restart after a crash:
                                (shape, config) pair's id, nsprof.schema.Points)
                                (an interleaved job writes start before each visit of a config, and
                                done once, for every config, after the last round)
+    served <json>              second, in a job run by nsprof serve's long-lived worker
+                               (nsprof.worker.serving): {"job": n, "server": pid}
     stopped                    nsprof asked it to stop (SIGTERM): it stopped early and cleanly
     end                        every config ran
     at <t> <word> [<arg>]      when (t: the worker's time.monotonic(), seconds) the line `<word> [<arg>]`
@@ -115,6 +117,9 @@ class Status:
     def device(self, info: dict) -> None:
         self.write("device", json.dumps(info))
 
+    def close(self) -> None:
+        self._handle.close()
+
 
 @dataclass
 class RunStatus:
@@ -129,6 +134,7 @@ class RunStatus:
     device: dict | None = None  # {"uuid", "name", ...} of the device the worker measured on
     watch: dict | None = None  # how the worker watches for nsprof's death (nsprof.worker.watch_parent)
     abort: str | None = None  # why the worker could not start (target import, CUDA init)
+    served: dict | None = None  # {"job": n, "server": pid}: run by nsprof serve's worker (its n-th job)
     # (t, word, arg) of every `at` line, in file order: when each line was written, and the marks
     times: list[tuple[float, str, str]] = field(default_factory=list)
 
@@ -174,7 +180,7 @@ def parse_status(text: str) -> RunStatus:
                 status.ended = True
             elif word == "stopped":
                 status.stopped = True
-            elif word in ("device", "watch"):
+            elif word in ("device", "watch", "served"):
                 value = _json_or_text(rest)
                 setattr(status, word, value if isinstance(value, dict) else None)
             elif word == "abort":
@@ -292,3 +298,8 @@ def _config_times(times: list[tuple[float, str, str]]) -> dict[int, dict[str, fl
 def worker_command(settings, job_file: Path) -> list[str]:
     """The command line that runs the worker on `job_file` with settings.python."""
     return [settings.python, "-m", "nsprof.worker", str(job_file)]
+
+
+def serve_worker_command(settings, serve_dir: Path) -> list[str]:
+    """The command line of nsprof serve's long-lived worker (nsprof.worker.serving) with settings.python."""
+    return [settings.python, "-m", "nsprof.worker", "--serve", str(serve_dir)]

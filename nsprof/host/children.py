@@ -1,0 +1,118 @@
+"""The child processes nsprof starts (profilers, workers, the compile step, a server's worker)
+and how they end: each in a process session of its own, with the parent-death signal and
+nsprof's death pipe, so that none outlives nsprof however it dies; and the kills that make sure.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Running and not a zombie (a worker that exited waits for its profiler to reap it)."""
+    if not pid:
+        return False
+    if Path("/proc/self/stat").exists():
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state not in ("Z", "X")
+    try:  # no /proc here: a zombie counts as alive
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def kill_group(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def kill_pid(pid: int | None) -> None:
+    if pid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def note(log_handle, text: str) -> None:
+    """A line of nsprof's own in the part's log, where the user looks for what happened."""
+    try:
+        log_handle.write(f"==NSPROF== {text}\n")
+        log_handle.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def dies_with_nsprof():
+    """A preexec_fn giving the profiler (or bare worker) SIGKILL when this nsprof thread dies,
+    even by SIGKILL (Linux's parent-death signal); None where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    kill = int(signal.SIGKILL)
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != parent:  # nsprof died before the signal was armed
+            os._exit(1)
+
+    return arm
+
+
+class DeathPipe:
+    """A pipe whose write end only this nsprof process holds (os.pipe's ends are not inherited):
+    once nsprof is gone, however it died, the worker holding the read end sees EOF."""
+
+    def __init__(self) -> None:
+        self.read_fd, self._write_fd = os.pipe()
+        self.inode = os.fstat(self.read_fd).st_ino
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self._write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def launch_child(command: list[str], log_handle, pipe: DeathPipe):
+    import subprocess
+
+    from nsprof.host.lock import held_fds
+
+    # Its own process session, so that the whole tree (profiler, worker, their helpers) can be
+    # killed as one group and a terminal's Ctrl-C reaches only nsprof, which stops it cleanly.
+    # The GPU lock's descriptor goes along: the lock is held while any of them lives.
+    return subprocess.Popen(command, stdout=log_handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, pass_fds=(pipe.read_fd, *held_fds()),
+                            preexec_fn=dies_with_nsprof())
+
+
+def kill_lock_holders_left(log_handle) -> None:
+    """Kill what a dead profiler left holding the GPU lock outside its process group (nsys's
+    helpers inherit the lock's descriptor): the next run, or the next nsprof, needs the GPU."""
+    from nsprof.host.lock import orphaned_holders
+
+    for pid, command in orphaned_holders():
+        note(log_handle, f"killed pid {pid}, left holding the GPU lock by this run: {command[:200]}")
+        kill_pid(pid)

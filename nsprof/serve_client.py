@@ -1,0 +1,246 @@
+"""The client's half of `nsprof serve` (the server is nsprof.serve): where a server's files are,
+whether one that fits this run is alive, and sending it a job while following the job's status.
+
+The socket speaks JSON lines: a client sends {"op": "ping"} (answer: the server's state and
+whether a job runs) or {"op": "job", "job", "status", "report_base", "timeout_s",
+"phase_bound_s", "wait"}; the server answers {"queued": true} while another job runs (only with
+"wait"; without it {"ok": false, "busy": true}), {"started": true} when the job starts, and at
+the end {"ok": true} or {"ok": false, "fault": "crash"|"timeout"|"stalled"|"tool"|"abort"|"closing",
+"config": id or null, "reason": one line}. nsprof.session reads the job's report as a part's.
+
+A client uses a server only when its state names the same backend, driver, tool, Python and
+nsprof (identity); NSPROF_SERVE=0 in the environment turns serving off for a client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+SERVE_ENV = "NSPROF_SERVE"  # 0/off/no/false: never use a server
+STATE_SUFFIX = ".serve.json"
+SOCKET_SUFFIX = ".serve.sock"
+DEFAULT_IDLE_EXIT_S = 600.0
+START_BOUND_S = 300.0  # the serving worker's start (the profiler, Python, torch, CUDA)
+PING_TIMEOUT_S = 10.0  # a server answers a ping within one poll, or after one `nsys stop` (3 s)
+REQUEST_TIMEOUT_S = 5.0  # reading a client's request line
+# A client waits this long beyond a job's own bounds (a config's timeout, the phase bound) for the
+# server's answer: the server's own bounds, then `nsys stop` (up to 300 s), come first.
+SERVE_GRACE_S = 600.0
+EXIT_WAIT_S = 180.0  # a client falling back waits this long for the ended server's GPU lock
+POLL_S = 0.1
+
+
+def serve_enabled() -> bool:
+    return os.environ.get(SERVE_ENV, "1").strip().lower() not in ("0", "no", "off", "false")
+
+
+def serve_paths(device: int = 0) -> tuple[Path, Path]:
+    """(state file, socket) of the server of CUDA device `device`'s GPU, beside its lock file."""
+    from nsprof.host.gpu import which_gpu
+    from nsprof.host.lock import lock_path
+
+    lock = lock_path(which_gpu(device))
+    return lock.with_name(lock.stem + STATE_SUFFIX), lock.with_name(lock.stem + SOCKET_SUFFIX)
+
+
+def identity(driver, settings) -> dict:
+    """What a client must share with a server to use it."""
+    import nsprof
+
+    return {"backend": settings.backend, **driver.serve_identity(), "python": settings.python,
+            "nsprof": str(Path(nsprof.__file__).resolve().parent), "version": nsprof.__version__}
+
+
+def send_line(conn, message: dict) -> bool:
+    """Send one JSON line; False when the peer is gone."""
+    try:
+        conn.sendall((json.dumps(message) + "\n").encode())
+    except OSError:
+        return False
+    return True
+
+
+def receive_line(conn, timeout_s: float) -> dict | None:
+    """One JSON line from `conn` within timeout_s; None if none came (or it was not JSON)."""
+
+    data = b""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while b"\n" not in data and len(data) < 1 << 20:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            conn.settimeout(left)
+            chunk = conn.recv(65536)
+            if not chunk:
+                return None
+            data += chunk
+    except (TimeoutError, OSError):
+        return None
+    try:
+        message = json.loads(data.split(b"\n", 1)[0])
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _ask(socket_path: str, message: dict, timeout_s: float) -> dict:
+    """Send one message and read one answer (OSError when there is no answer)."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout_s)
+        conn.connect(socket_path)
+        if not send_line(conn, message):
+            raise OSError("the server closed the connection")
+        answer = receive_line(conn, timeout_s)
+    if answer is None:
+        raise OSError(f"no answer within {timeout_s:g} s")
+    return answer
+
+def _running(pid) -> bool:
+    """Alive and not a zombie."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        try:  # no /proc here
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return state not in ("Z", "X")
+
+
+def _remove_stale(state_path: Path, state: dict) -> None:
+    """A dead server's files: removed if they still name that server."""
+    try:
+        now = json.loads(state_path.read_text())
+    except (OSError, ValueError):
+        return  # gone already, or being rewritten by a new server: not that dead server's any more
+    if now.get("pid") != state.get("pid"):
+        return  # a new server wrote its own meanwhile
+    for path in (state_path, Path(str(state.get("socket") or ""))):
+        if str(path):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                continue  # removed already (by another client, or the new server)
+
+
+def find_server(driver, settings) -> tuple[dict | None, str | None]:
+    """(the state of a live server this run can use, None), or (None, why a running server does not
+    fit, or None when there is none). A dead server's files are removed."""
+    if not serve_enabled() or not driver.serves or not driver.locks_gpu:
+        return None, None
+    state_path, _ = serve_paths()
+    try:
+        state = json.loads(state_path.read_text())
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:
+        return None, f"nsprof serve's state file {state_path} cannot be read ({exc})"
+    pid = state.get("pid")
+    if not isinstance(pid, int) or not _running(pid):
+        _remove_stale(state_path, state)
+        return None, None
+    theirs, mine = state.get("identity") or {}, identity(driver, settings)
+    differ = [f"{key} {theirs.get(key)!r}, not {value!r}" for key, value in mine.items() if theirs.get(key) != value]
+    if differ:
+        return None, f"nsprof serve (pid {pid}) does not fit this run: its {'; '.join(differ)}"
+    try:
+        answer = _ask(str(state["socket"]), {"op": "ping"}, PING_TIMEOUT_S)
+    except (OSError, KeyError) as exc:
+        return None, f"nsprof serve (pid {pid}) did not answer ({exc})"
+    return {**state, "busy": bool(answer.get("busy"))}, None
+
+
+def submit(state: dict, request: dict, status_file: Path, settings, notify) -> tuple[dict, bool]:
+    """Send a job and follow it: (the server's last answer, whether the job started). The status
+    file's progress goes to notify as a session's does. A server that vanishes, or stops
+    answering past the job's bounds, gives {"ok": False, "fault": "vanished", ...}."""
+    import select
+    import socket
+
+    from nsprof.worker.protocol import RunStatus
+
+    pid = state["pid"]
+
+    def vanished(why: str) -> dict:
+        return {"ok": False, "fault": "vanished", "config": None, "reason": f"nsprof serve (pid {pid}) {why}"}
+
+    bound = settings.timeout_s + settings.phase_bound_s + SERVE_GRACE_S
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    started = False
+    try:
+        try:
+            conn.settimeout(PING_TIMEOUT_S)
+            conn.connect(str(state["socket"]))
+            conn.sendall((json.dumps(request) + "\n").encode())
+        except OSError as exc:
+            return vanished(f"could not be reached ({exc})"), False
+        conn.setblocking(False)
+        buffer = b""
+        seen, seen_lines = RunStatus(), -1
+        last_line_at = time.monotonic()
+        while True:
+            readable, _, _ = select.select([conn], [], [], POLL_S)
+            if readable:
+                try:
+                    chunk = conn.recv(65536)
+                except OSError as exc:
+                    return vanished(f"closed the connection ({exc})"), started
+                if not chunk:
+                    return vanished("closed the connection without an answer"), started
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    try:
+                        message = json.loads(line)
+                    except ValueError:
+                        return vanished("answered something else than JSON"), started
+                    if message.get("started"):
+                        started, last_line_at = True, time.monotonic()
+                    elif "ok" in message:
+                        _progress(status_file, seen, notify)
+                        return message, started
+            if started:
+                text = read_or_empty(status_file)
+                seen = _progress(status_file, seen, notify, text)
+                lines = sum(1 for ln in text.splitlines() if not ln.startswith("at "))
+                if lines != seen_lines:
+                    seen_lines, last_line_at = lines, time.monotonic()
+                elif time.monotonic() - last_line_at > bound:
+                    return vanished(f"gave no answer and its job no progress for {bound:g} s"), started
+            if not _running(pid):
+                return vanished("is gone"), started
+    finally:
+        conn.close()
+
+
+def read_or_empty(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _progress(status_file: Path, seen, notify, text: str | None = None):
+    """Notify what the status file says beyond `seen`; the status now."""
+    from nsprof.worker.protocol import parse_status
+
+    status = parse_status(read_or_empty(status_file) if text is None else text)
+    for cfg in status.done[len(seen.done):]:
+        notify("done", cfg, "")
+    for cfg in status.failed:
+        if cfg not in seen.failed:
+            notify("fail", cfg, status.failed[cfg])
+    return status

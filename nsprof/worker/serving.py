@@ -1,0 +1,130 @@
+"""The serving worker: `python -m nsprof.worker --serve DIR`, started once by `nsprof serve`
+(nsprof.serve) under the profiler, and given one job after another.
+
+It imports what it needs and creates the CUDA context once (where torch and a GPU are there),
+then reads job lines from the FIFO DIR/jobs (`{"job": PATH, "n": N}`, or `exit`). Each job runs
+exactly as a standalone worker's does (nsprof.worker.program.run_job: the target loaded fresh, the
+same ranges, the same status file, ending with `end`), on the devices it already has. The job's
+status file starts with `pid` and `served {"job": N, "server": PID}`, so that a reader can tell
+a served job from a standalone one and which worker ran it.
+
+The worker's own status file, DIR/worker.status (nsprof.worker.protocol.Status lines):
+    pid <pid>                  first
+    ready <json>               imports done, ready for jobs: {"watch": ..., "device": ... or null}
+    job <n> <code>             job n is over: 0 (ended), EXIT_CONTEXT_LOST (the worker exits now),
+                               JOB_ABORTED (the job could not run: its status file says why)
+    stopped                    SIGTERM: it stopped (the current job is cut short) and exits
+DIR/worker.json, written by the server before the launch: {"watch_fd", "watch_inode", "server"}:
+the server's death pipe (nsprof.worker.program.watch_parent ends the worker when it closes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from nsprof.worker.program import Device, Stopped, request_stop, run_job, watch_parent
+from nsprof.worker.protocol import EXIT_CONTEXT_LOST, EXIT_STOPPED, Job, Status
+
+JOB_ABORTED = 6  # a job that could not run (its target did not load, its files could not be opened)
+JOBS_FIFO = "jobs"
+WORKER_STATUS = "worker.status"
+WORKER_INFO = "worker.json"
+
+
+def _warm(devices: dict) -> dict | None:
+    """Create the CUDA context now, where torch and a GPU are there, so that no job pays for it."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        print("==NSPROF== serving worker: torch is not installed; jobs run on the cpu devices only",
+              file=sys.stderr, flush=True)
+        return None
+    try:
+        device = Device("cuda")
+        described = device.describe()
+        device.sync()
+    except Exception as exc:  # no GPU here: a cpu space still runs; a cuda job then fails in its own status
+        print(f"==NSPROF== serving worker: no CUDA context ({type(exc).__name__}: {exc})", file=sys.stderr,
+              flush=True)
+        return None
+    devices["cuda"] = device
+    return described
+
+
+def _forget_target_modules(target: str) -> None:
+    """Drop the modules imported from the target's folder (not nsprof's own), so that a job
+    sees its target's helpers as they are now, as a fresh worker would."""
+    from nsprof.errors import TargetError
+    from nsprof.space import split_target
+
+    try:
+        where, _ = split_target(target)
+    except TargetError:
+        return  # load_target says so next, in the job's abort line
+    if not (where.endswith(".py") or "/" in where):
+        if not where.startswith("nsprof"):
+            sys.modules.pop(where, None)  # a module target: imported again (its own helpers are not)
+        return
+    folder = str(Path(where).resolve().parent) + os.sep
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None) or ""
+        if path.startswith(folder) and not name.startswith("nsprof"):
+            del sys.modules[name]
+
+
+def _serve_job(request: dict, devices: dict) -> int:
+    status = None
+    try:
+        job = Job.read(Path(request["job"]))
+        status = Status(job.status)
+        status.write("pid", os.getpid())
+        status.write("served", json.dumps({"job": request["n"], "server": request.get("server")}))
+        _forget_target_modules(job.target)
+        return run_job(job, status, devices)
+    except Stopped:
+        if status is not None:
+            status.write("stopped")
+        raise
+    except Exception:  # the job's abort line (or the missing file) says why; the worker serves on
+        traceback.print_exc()
+        return JOB_ABORTED
+    finally:
+        if status is not None:
+            status.close()
+
+
+def serve(serve_dir: Path) -> int:
+    info = json.loads((serve_dir / WORKER_INFO).read_text())
+    own = Status(str(serve_dir / WORKER_STATUS))
+    own.write("pid", os.getpid())
+    watch = watch_parent(Job(target="", config_ids=[], status="", watch_fd=int(info.get("watch_fd", -1)),
+                             watch_inode=int(info.get("watch_inode", 0))))
+    signal.signal(signal.SIGTERM, request_stop)
+    devices: dict = {}
+    try:
+        described = _warm(devices)
+        # Read and write: the FIFO never reports EOF, and opening it never waits for the server.
+        with open(os.open(serve_dir / JOBS_FIFO, os.O_RDWR), encoding="utf-8", buffering=1) as jobs:
+            own.write("ready", json.dumps({"watch": watch, "device": described}))
+            while True:
+                line = jobs.readline().strip()
+                if not line:
+                    continue
+                if line == "exit":
+                    return 0
+                request = json.loads(line)
+                code = _serve_job(request, devices)
+                own.write("job", request["n"], code)
+                if code == EXIT_CONTEXT_LOST:
+                    return code
+    except Stopped:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        own.write("stopped")
+        return EXIT_STOPPED
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -1,0 +1,401 @@
+"""`nsprof serve` through real processes: a stand-in server (tests/standins.py serve: the real server
+and serving worker, the stand-in driver's collections), real clients (`nsprof profile`), real
+signals. Each test has its own GPU-lock folder (conftest), so its server's files are its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+from conftest import running as _running
+
+from nsprof.host.lock import gpu_lock
+from nsprof.worker.protocol import parse_status
+
+TARGETS = FIXTURES.parent / "targets"
+STANDINS = FIXTURES.parent / "standins.py"
+HEALTHY = str(TARGETS / "faulty_cpu.py") + ":space"  # configs 0, 2, 4, 8 are healthy; 1 crashes the worker
+GATE = str(TARGETS / "serve_gate.py") + ":space"
+DEADLINE_S = 60.0  # generous: a busy machine must not fail these; a hang never ends at all
+
+
+def _wait_for(predicate, timeout_s: float = DEADLINE_S) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def _state_file(lock_dir: Path) -> Path:
+    return lock_dir / "nsprof-gpu0.serve.json"
+
+
+def _socket(lock_dir: Path) -> Path:
+    return lock_dir / "nsprof-gpu0.serve.sock"
+
+
+@pytest.fixture
+def server(tmp_path, own_gpu_lock_folder):
+    """start(*args, env=...) starts a stand-in server and waits until it serves; every server started is
+    ended at the test's end."""
+    started = []
+
+    def start(*args, env: dict | None = None, backend: str = "nsys") -> tuple[subprocess.Popen, dict]:
+        err = open(tmp_path / f"server{len(started)}.err", "w")
+        scratch = tmp_path / f"server{len(started)}.tmp"  # the server's own folder (its log, FIFO) goes in $TMPDIR
+        scratch.mkdir()
+        proc = subprocess.Popen([sys.executable, str(STANDINS), "serve", "--backend", backend, *args],
+                                stdout=subprocess.DEVNULL, stderr=err,
+                                env={**os.environ, "TMPDIR": str(scratch), **(env or {})})
+        started.append(proc)
+        state_file = _state_file(own_gpu_lock_folder)
+        assert _wait_for(lambda: state_file.exists() or proc.poll() is not None), "the server never started"
+        assert proc.poll() is None, (tmp_path / f"server{len(started) - 1}.err").read_text()
+        return proc, json.loads(state_file.read_text())
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=60)
+
+
+def _client(tmp_path: Path, name: str, *args, target: str = HEALTHY, configs: str = "0,2,4", backend: str = "nsys",
+            env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(STANDINS), "profile", target, "--backend", backend, "--configs", configs,
+                           "--mode", "direct", "--reps", "2", "--warmup", "0", "--json", "--work-dir",
+                           str(tmp_path / name), *args],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+def _rows(done: subprocess.CompletedProcess) -> list[dict]:
+    return json.loads(done.stdout)
+
+
+def _measured(rows: list[dict]) -> dict[int, int]:
+    """config id -> its number of measured rows."""
+    counts: dict[int, int] = {}
+    for row in rows:
+        if row["error"] is None:
+            counts[row["config_id"]] = counts.get(row["config_id"], 0) + 1
+    return counts
+
+
+def _status(tmp_path: Path, name: str, part: str = "served"):
+    return parse_status((tmp_path / name / f"{part}.status").read_text())
+
+
+def _lock_is_free() -> bool:
+    try:
+        with gpu_lock(0):
+            return True
+    except Exception:  # noqa: BLE001 - GpuBusy: still held
+        return False
+
+
+def _ended(proc: subprocess.Popen, lock_dir: Path) -> int:
+    """The server's exit status, once it exited and its files are gone."""
+    code = proc.wait(timeout=DEADLINE_S)
+    assert not _state_file(lock_dir).exists() and not _socket(lock_dir).exists()
+    return code
+
+
+# The serving worker bare (the server's own child), or under the stand-in profiler (its grandchild).
+UNDER = {"bare": {}, "under a profiler": {"NSPROF_STANDIN_SERVE_PROFILER": "-"}}
+
+
+@pytest.mark.parametrize("under", list(UNDER))
+def test_a_second_client_is_measured_by_the_same_served_worker(tmp_path, server, own_gpu_lock_folder, under):
+    proc, state = server("--idle-exit", "120", env=UNDER[under])
+    assert state["worker_pid"] != proc.pid
+    if under != "bare":
+        assert "fake_profiler.py" in " ".join(state["command"])
+    assert state["backend"] == "nsys" and state["worker_pid"] and state["socket"].endswith(".serve.sock")
+    assert os.stat(state["socket"]).st_mode & 0o777 == 0o600
+    first = _client(tmp_path, "first")
+    second = _client(tmp_path, "second", configs="0,2,4,8")
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
+    assert _measured(_rows(first)) == {0: 2, 2: 2, 4: 2}  # 2 reps x 1 kernel, mode direct
+    assert _measured(_rows(second)) == {0: 2, 2: 2, 4: 2, 8: 2}
+    for run, job in (("first", 1), ("second", 2)):
+        status = _status(tmp_path, run)
+        assert status.pid == state["worker_pid"], "both jobs ran in the server's one worker"
+        assert status.served == {"job": job, "server": state["pid"]}
+        assert status.ended
+        assert not list((tmp_path / run).glob("part*.status")), "no standalone worker started"
+        assert f"measured by nsprof serve (pid {state['pid']}" in (first if run == "first" else second).stderr
+    assert _running(state["worker_pid"])
+    assert not _lock_is_free(), "the server holds the GPU lock between jobs"
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+    assert _wait_for(lambda: not _running(state["worker_pid"]))
+    assert _lock_is_free()
+
+
+def test_the_server_ends_by_itself_when_idle(tmp_path, server, own_gpu_lock_folder):
+    proc, state = server("--idle-exit", "1")
+    assert _ended(proc, own_gpu_lock_folder) == 0
+    assert _wait_for(lambda: not _running(state["worker_pid"]))
+    assert _lock_is_free()
+    assert "no job for 1 s" in (tmp_path / "server0.err").read_text()
+
+
+@pytest.mark.parametrize("under", list(UNDER))
+def test_a_sigkilled_server_leaves_nothing_and_clients_run_standalone(tmp_path, server, own_gpu_lock_folder, under):
+    proc, state = server("--idle-exit", "120", env=UNDER[under])
+    proc.kill()
+    proc.wait(timeout=DEADLINE_S)
+    assert _wait_for(lambda: not _running(state["worker_pid"])), "the worker ends when its server dies"
+    assert _state_file(own_gpu_lock_folder).exists()  # the dead server's files are still there
+    done = _client(tmp_path, "after")
+    assert done.returncode == 0, done.stderr
+    assert _measured(_rows(done)) == {0: 2, 2: 2, 4: 2}
+    assert not (tmp_path / "after" / "served.status").exists() and (tmp_path / "after" / "part0.status").exists()
+    assert "nsprof serve" not in done.stderr
+    assert not _state_file(own_gpu_lock_folder).exists() and not _socket(own_gpu_lock_folder).exists(), \
+        "the client removed the dead server's files"
+    assert _lock_is_free()
+
+
+@pytest.mark.parametrize("under", list(UNDER))
+def test_a_worker_crash_in_a_served_job_loses_nothing_and_ends_the_server(tmp_path, server, own_gpu_lock_folder,
+                                                                          under):
+    proc, state = server("--idle-exit", "120", env=UNDER[under])
+    done = _client(tmp_path, "crash", configs="0,1,2")
+    assert done.returncode == 0, done.stderr
+    rows = _rows(done)
+    assert _measured(rows) == {0: 2, 2: 2}, "nothing measured is lost, nothing is measured twice"
+    failed = {row["config_id"]: row["error"] for row in rows if row["error"] is not None}
+    assert list(failed) == [1] and "illegal memory access" in failed[1]
+    served = _status(tmp_path, "crash")
+    assert served.pid == state["worker_pid"] and served.done == [0] and served.current == 1
+    standalone = _status(tmp_path, "crash", "part0")
+    assert standalone.done == [2] and standalone.pid != state["worker_pid"], "what was left ran standalone"
+    assert "configs measured without it" in done.stderr
+    assert _ended(proc, own_gpu_lock_folder) == 1
+    assert "the worker died" in (tmp_path / "server0.err").read_text()
+    assert _lock_is_free()
+
+
+def test_a_server_of_another_backend_is_not_used(tmp_path, server, own_gpu_lock_folder):
+    proc, state = server("--idle-exit", "120")
+    busy = _client(tmp_path, "ncu", backend="ncu")
+    assert busy.returncode == 2
+    lines = busy.stderr.strip().splitlines()
+    assert lines[-1].startswith("nsprof: error:") and "being profiled by" in lines[-1] and str(state["pid"]) in lines[-1]
+    assert not (tmp_path / "ncu" / "served.status").exists()
+    # NSPROF_SERVE=0: a client of the same backend does not use it either
+    off = _client(tmp_path, "off", env={"NSPROF_SERVE": "0"})
+    assert off.returncode == 2 and "being profiled by" in off.stderr and not (tmp_path / "off" / "served.status").exists()
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_client_of_another_backend_waits_for_the_server_to_end(tmp_path, server, own_gpu_lock_folder):
+    proc, state = server("--idle-exit", "1")
+    done = _client(tmp_path, "ncu", "--wait", backend="ncu")
+    assert done.returncode == 0, done.stderr
+    assert _measured(_rows(done)) == {0: 2, 2: 2, 4: 2}
+    assert not (tmp_path / "ncu" / "served.status").exists()
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_busy_server_refuses_a_second_client_unless_it_waits(tmp_path, server, own_gpu_lock_folder):
+    gate = tmp_path / "gate"
+    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
+    holder = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--mode", "direct",
+                               "--reps", "1", "--warmup", "0", "--json", "--work-dir", str(tmp_path / "holder")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for(lambda: (tmp_path / "holder" / "served.status").exists()
+                         and 1 in _status(tmp_path, "holder").started)
+        refused = _client(tmp_path, "refused", target=GATE, configs="0")
+        assert refused.returncode == 2 and "is measuring another job" in refused.stderr.strip().splitlines()[-1]
+        waiting = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--configs", "0,2",
+                                    "--mode", "direct", "--reps", "1", "--warmup", "0", "--json", "--wait",
+                                    "--work-dir", str(tmp_path / "waiting")],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert _wait_for(lambda: (tmp_path / "waiting" / "served.status").exists() or waiting.poll() is not None)
+        assert waiting.poll() is None and (tmp_path / "waiting" / "served.status").read_text() == "", "it waits its turn"
+        gate.write_text("")
+        out, err = holder.communicate(timeout=120)
+        assert holder.returncode == 0, err
+        assert _measured(json.loads(out)) == {0: 1, 1: 1, 2: 1}
+        out, err = waiting.communicate(timeout=120)
+        assert waiting.returncode == 0, err
+        assert _measured(json.loads(out)) == {0: 1, 2: 1}
+        status = _status(tmp_path, "waiting")
+        assert status.pid == state["worker_pid"] and status.served["job"] == 2
+    finally:
+        gate.write_text("")
+        for child in (holder,):
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+@pytest.mark.parametrize("runner", ["standins", "nsprof"])
+def test_serve_refuses_ncu_in_one_line(tmp_path, runner):
+    program = [str(STANDINS)] if runner == "standins" else ["-m", "nsprof"]
+    done = subprocess.run([sys.executable, *program, "serve", "--backend", "ncu"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nsprof: error: ncu cannot serve") and "--nvtx" in lines[0], lines
+
+
+def test_a_dead_or_unfitting_servers_state_is_told_apart(tmp_path, own_gpu_lock_folder, monkeypatch):
+    import standins
+
+    from nsprof.serve_client import find_server, identity
+    from nsprof.settings import ProfileSettings
+
+    driver = standins.StatusDriver()
+    settings = ProfileSettings(backend="nsys")
+    own_gpu_lock_folder.mkdir(parents=True, exist_ok=True)
+    state_file = _state_file(own_gpu_lock_folder)
+    assert find_server(driver, settings) == (None, None)  # no server
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    state_file.write_text(json.dumps({"pid": int(dead.stdout), "identity": identity(driver, settings),
+                                      "socket": str(_socket(own_gpu_lock_folder))}))
+    assert find_server(driver, settings) == (None, None) and not state_file.exists(), "a dead server's file goes"
+    state_file.write_text(json.dumps({"pid": os.getpid(), "identity": {**identity(driver, settings), "backend": "ncu"},
+                                      "socket": str(_socket(own_gpu_lock_folder))}))
+    server, unfit = find_server(driver, settings)
+    assert server is None and "does not fit this run" in unfit and "backend 'ncu', not 'nsys'" in unfit
+    assert state_file.exists(), "a live server's file stays"
+    monkeypatch.setenv("NSPROF_SERVE", "0")
+    assert find_server(driver, settings) == (None, None)
+
+
+def _hold_a_job(tmp_path: Path, name: str, env: dict | None = None) -> subprocess.Popen:
+    """A client whose served job stays open at config 1 until the gate file exists."""
+    proc = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--mode", "direct",
+                             "--reps", "1", "--warmup", "0", "--json", "--work-dir", str(tmp_path / name)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    assert _wait_for(lambda: (tmp_path / name / "served.status").exists() and 1 in _status(tmp_path, name).started
+                     or proc.poll() is not None)
+    assert proc.poll() is None, proc.communicate()
+    return proc
+
+
+def test_sigterm_ends_the_server_after_the_current_job(tmp_path, server, own_gpu_lock_folder):
+    gate = tmp_path / "gate"
+    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
+    holder = _hold_a_job(tmp_path, "holder")
+    proc.send_signal(signal.SIGTERM)
+    gate.write_text("")
+    out, err = holder.communicate(timeout=120)
+    assert holder.returncode == 0, err
+    assert _measured(json.loads(out)) == {0: 1, 1: 1, 2: 1}
+    assert _status(tmp_path, "holder").ended and not (tmp_path / "holder" / "part0.status").exists(), \
+        "the job the server had begun was finished by it"
+    assert _ended(proc, own_gpu_lock_folder) == 0
+    assert _lock_is_free()
+
+
+def test_a_client_whose_server_is_killed_mid_job_measures_the_rest_standalone(tmp_path, server, own_gpu_lock_folder):
+    gate = tmp_path / "gate"
+    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
+    holder = _hold_a_job(tmp_path, "holder", env={"NSPROF_TEST_GATE": str(gate)})
+    proc.kill()
+    proc.wait(timeout=DEADLINE_S)
+    gate.write_text("")  # the standalone worker's config 1 needs it too
+    out, err = holder.communicate(timeout=120)
+    assert holder.returncode == 0, err
+    rows = json.loads(out)
+    assert _measured(rows) == {0: 1, 1: 1, 2: 1} and not any(row["error"] for row in rows), \
+        "the config the server died under is measured again, not failed"
+    assert _status(tmp_path, "holder").done == [0]
+    assert _status(tmp_path, "holder", "part0").done == [1, 2]
+    assert _wait_for(lambda: not _running(state["worker_pid"]))
+    assert _lock_is_free()
+
+
+def test_a_config_past_its_timeout_in_a_served_job_fails_and_the_rest_is_measured(tmp_path, server,
+                                                                                   own_gpu_lock_folder):
+    proc, state = server("--idle-exit", "120")
+    done = _client(tmp_path, "timeout", "--timeout", "1", configs="0,3,4")  # config 3 hangs
+    assert done.returncode == 0, done.stderr
+    rows = _rows(done)
+    assert _measured(rows) == {0: 2, 4: 2}
+    failed = {row["config_id"]: row["error"] for row in rows if row["error"] is not None}
+    assert list(failed) == [3] and failed[3].startswith("timeout: still running after 1 s")
+    assert _status(tmp_path, "timeout").done == [0] and _status(tmp_path, "timeout", "part0").done == [4]
+    assert _ended(proc, own_gpu_lock_folder) == 1
+    assert "ran past its timeout" in (tmp_path / "server0.err").read_text()
+    assert _wait_for(lambda: not _running(state["worker_pid"]))
+    assert _lock_is_free()
+
+
+def test_a_target_that_does_not_load_in_the_worker_ends_the_job_not_the_server(tmp_path, server,
+                                                                                own_gpu_lock_folder):
+    poison = tmp_path / "poison"
+    poison.write_text("")  # tests/targets/phases.py fails to import where $NSPROF_TEST_POISON exists: the worker's
+    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_POISON": str(poison)})
+    done = _client(tmp_path, "broken", target=str(TARGETS / "phases.py") + ":healthy", configs="0,1")
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("nsprof: error: the profiled worker measured nothing") and "CUDA_ERROR_NO_DEVICE" in last
+    assert proc.poll() is None and _running(state["worker_pid"])
+    again = _client(tmp_path, "again")
+    assert again.returncode == 0 and _status(tmp_path, "again").pid == state["worker_pid"]
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_the_nsys_serve_commands_put_each_option_where_nsys_takes_it(tmp_path):
+    from nsprof.drivers.nsys import NsysDriver
+    from nsprof.errors import ToolFailed
+    from nsprof.settings import ProfileSettings
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "nsys"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n[ \"$1\" = shutdown ] && exit 3\nexit 0\n")
+    fake.chmod(0o755)
+    driver = NsysDriver(fake)
+    launch = driver.serve_command(ProfileSettings(backend="nsys"), tmp_path / "dir", "nsprof-serve-1")
+    assert launch[:6] == [str(fake), "launch", "--session-new=nsprof-serve-1", "--trace=cuda,nvtx",
+                          "--cuda-graph-trace=node", sys.executable]
+    assert launch[6:] == ["-m", "nsprof.worker", "--serve", str(tmp_path / "dir")]
+    assert not any(word.startswith(("--sample", "--cpuctxsw")) for word in launch), "launch refuses them (2025.3.1)"
+    with open(tmp_path / "log", "w") as log:
+        driver.serve_start("nsprof-serve-1", tmp_path / "served", log)
+        driver.serve_stop("nsprof-serve-1", tmp_path / "served", log)
+        with pytest.raises(ToolFailed, match="^nsys shutdown failed with status 3"):
+            driver.serve_shutdown("nsprof-serve-1", log)
+    start, stop, shutdown = calls.read_text().splitlines()
+    assert start == (f"start --session=nsprof-serve-1 --sample=none --cpuctxsw=none -o {tmp_path / 'served'} "
+                     "--force-overwrite=true")
+    assert "--trace" not in start, "start refuses --trace (2025.3.1)"
+    assert stop == "stop --session=nsprof-serve-1"
+    assert shutdown == "shutdown --session=nsprof-serve-1 --kill sigkill"
+
+
+def test_a_client_stopped_mid_job_leaves_the_server_serving(tmp_path, server, own_gpu_lock_folder):
+    gate = tmp_path / "gate"
+    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
+    holder = _hold_a_job(tmp_path, "holder")
+    holder.send_signal(signal.SIGTERM)  # acts as Ctrl-C: the client stops at once
+    holder.communicate(timeout=60)
+    assert holder.returncode == 130
+    gate.write_text("")  # the server finishes the abandoned job
+    after = _client(tmp_path, "after", "--wait")
+    assert after.returncode == 0, after.stderr
+    assert _measured(_rows(after)) == {0: 2, 2: 2, 4: 2}
+    status = _status(tmp_path, "after")
+    assert status.pid == state["worker_pid"] and status.served["job"] == 2
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
