@@ -1,0 +1,107 @@
+"""Review tests of the compile step beside the session (nsprof.profile.CompileAhead): faults that
+cross processes, with real child processes (nsprof's CLI with the stand-in profiler, the real
+worker and the real compile step)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+TARGET = str(FIXTURES.parent / "targets" / "compile_ahead_faults.py")
+STANDINS = FIXTURES.parent / "standins.py"
+ROOT = FIXTURES.parents[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _start(tmp_path, space: str, *extra: str):
+    folder = tmp_path / "ahead"
+    folder.mkdir(exist_ok=True)
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
+           "NSPROF_TEST_AHEAD_DIR": str(folder), "TMPDIR": str(tmp_path / "tmp")}
+    proc = subprocess.Popen([sys.executable, str(STANDINS), "profile", f"{TARGET}:{space}", "--backend", "nsys",
+                             "--mode", "direct", "--reps", "2", "--work-dir", str(tmp_path / "work"), "--json", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return proc, folder
+
+
+def _wait_for(check, seconds=60.0):
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _waiting_on_1(tmp_path, folder):
+    status = tmp_path / "work" / "part0.status"
+    return (folder / "child.pid").exists() and status.exists() and "\nwait 1\n" in status.read_text()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL])
+def test_no_compiler_child_outlives_nsprof(tmp_path, signum):
+    # config 1's compile runs a child process (as nvcc under a Triton/TileLang compile) while the
+    # worker waits for its marker; nsprof is interrupted (Ctrl-C) or SIGKILLed there
+    proc, folder = _start(tmp_path, "spawning")
+    try:
+        _wait_for(lambda: _waiting_on_1(tmp_path, folder))
+        child = int((folder / "child.pid").read_text())
+        proc.send_signal(signum)
+        proc.communicate(timeout=60)
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child), f"the compiler's child {child} outlived nsprof ({signal.Signals(signum).name})"
+    finally:
+        if (folder / "child.pid").exists() and _alive(int((folder / "child.pid").read_text())):
+            os.kill(int((folder / "child.pid").read_text()), signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_finish_of_a_running_step_leaves_no_folder_and_no_traceback(tmp_path, monkeypatch):
+    # the session ended (an interrupt, an error) while the step still compiled: finish() kills it,
+    # and the watch thread, seeing it die, writes `end` into the folder finish() is removing
+    import threading
+
+    from nsprof.profile import CompileAhead
+    from nsprof.space import load_target
+
+    errors = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    folder = tmp_path / "ahead"
+    folder.mkdir()
+    monkeypatch.setenv("NSPROF_TEST_AHEAD_DIR", str(folder))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    space = load_target(f"{TARGET}:spawning")
+    left = []
+    for attempt in range(8):
+        (folder / "child.pid").unlink(missing_ok=True)
+        ahead = CompileAhead.start(f"{TARGET}:spawning", space, [0, 1, 2])
+        ahead.watch()
+        _wait_for(lambda: (folder / "child.pid").exists())
+        child = int((folder / "child.pid").read_text())
+        ahead.finish()
+        time.sleep(0.3)  # the watch thread's turn
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+        if ahead.folder.exists():
+            left.append(sorted(p.name for p in ahead.folder.iterdir()))
+    assert not errors, f"the watch thread raised: {errors[:2]}"
+    assert not left, f"compile folders left behind by a stopped step: {left}"
