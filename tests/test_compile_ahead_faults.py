@@ -105,3 +105,56 @@ def test_finish_of_a_running_step_leaves_no_folder_and_no_traceback(tmp_path, mo
             left.append(sorted(p.name for p in ahead.folder.iterdir()))
     assert not errors, f"the watch thread raised: {errors[:2]}"
     assert not left, f"compile folders left behind by a stopped step: {left}"
+
+
+COMPILED_TARGET = """
+from pathlib import Path
+import nsprof.space
+
+ARTIFACTS = Path({artifacts!r})
+
+def compile_config(config):
+    (ARTIFACTS / f"artifact-{{config['id']}}").write_text("compiled")
+
+def build(config):
+    if not (ARTIFACTS / f"artifact-{{config['id']}}").exists():
+        raise RuntimeError(f"config {{config['id']}} was never compiled")
+    return lambda: None
+
+space = nsprof.space.Space(configs={configs!r}, build=build, compile=compile_config, device="cpu")
+"""
+
+
+def test_a_resumed_tune_compiles_the_configs_its_adaptive_sessions_measure(tmp_path, monkeypatch):
+    # tune --resume: every first-pass row comes from the store, so no profile_result (and, since
+    # a1785df, no compile at all) runs before the adaptive sessions build the contenders. Until
+    # a1785df tune compiled every config first. The artifacts of the earlier run are gone (another
+    # machine, a cleared cache, a compiler cache of the process that compiled).
+    sys.path.insert(0, str(Path(__file__).parent))
+    from standins import StatusDriver
+
+    from nsprof.drivers import registry
+    from nsprof.settings import TuneSettings
+    from nsprof.tune import tune
+
+    registry.register("noisy", StatusDriver)
+    try:
+        monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+        artifacts = tmp_path / "artifacts"
+        artifacts.mkdir()
+        configs = [{"id": i, "ns": 1000.0, "ns_sigma": 0.03, "seed": 7} for i in range(3)]  # ties
+        (tmp_path / "t.py").write_text(COMPILED_TARGET.format(artifacts=str(artifacts), configs=configs))
+        target = str(tmp_path / "t.py") + ":space"
+        settings = dict(backend="noisy", mode="direct", reps=5, timeout_s=30, feed_back=False, tuner_pick=False,
+                        work_dir=tmp_path / "work", use_store=True, store=tmp_path / "results.sqlite")
+        first = tune(target, TuneSettings(**settings, budget_s=0))  # the first pass only, stored
+        assert first.adaptive.sessions == 0
+        for path in artifacts.iterdir():
+            path.unlink()
+        resumed = tune(target, TuneSettings(**settings, max_reps=10, resume=True))
+        assert resumed.adaptive.sessions >= 1
+        note = resumed.adaptive.note or ""
+        assert "never compiled" not in note, f"an adaptive session measured configs never compiled: {note}"
+        assert resumed.adaptive.history[0]["kept"] > 0
+    finally:
+        registry.unregister("noisy")
