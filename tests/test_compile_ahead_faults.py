@@ -158,3 +158,25 @@ def test_a_resumed_tune_compiles_the_configs_its_adaptive_sessions_measure(tmp_p
         assert resumed.adaptive.history[0]["kept"] > 0
     finally:
         registry.unregister("noisy")
+
+
+def test_tune_with_a_fast_timer_as_its_backend_compiles_first(tmp_path, monkeypatch):
+    # tune --backend event (a fast timer ranks): its sessions are FastTimers', which do not go
+    # through profile_result, so nothing compiles them unless tune does (until a1785df it did,
+    # for every tune without a cluster). Without a GPU the timers fail; the compile must run first.
+    from nsprof.errors import NsprofError
+    from nsprof.settings import TuneSettings
+    from nsprof.tune import tune
+
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    configs = [{"id": i} for i in range(2)]
+    (tmp_path / "t.py").write_text(COMPILED_TARGET.format(artifacts=str(artifacts), configs=configs))
+    try:
+        tune(str(tmp_path / "t.py") + ":space", TuneSettings(backend="event", mode="direct", reps=2, timeout_s=30,
+                                                             use_store=False, feed_back=False, tuner_pick=False,
+                                                             work_dir=tmp_path / "work"))
+    except NsprofError as exc:
+        print("tune:", exc)
+    assert sorted(p.name for p in artifacts.iterdir()) == ["artifact-0", "artifact-1"], "never compiled"
