@@ -504,11 +504,12 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     stage = on_stage or (lambda name, count: None)
     if space.shapes is not None:
         return tune_shapes(target, space, settings, wanted, stage)
-    if settings.cluster is None and (settings.prescreen or settings.use_store and settings.resume):
-        # The fast timers' prescreen measures first; a resumed first pass may measure nothing, and
-        # the adaptive sessions (GroundTruth.interleave) do not compile (a cluster compiles each
-        # batch where it runs; otherwise each ground truth's session compiles beside itself:
-        # profile_result)
+    timers_rank = not all(_is_truth(truth) for truth in settings.ranked_truths)
+    if settings.cluster is None and (settings.prescreen or timers_rank or settings.use_store and settings.resume):
+        # The fast timers (a prescreen, or a timer that ranks: FastTimers) do not compile; a resumed
+        # first pass may measure nothing, and the adaptive sessions (GroundTruth.interleave) do not
+        # compile either (a cluster compiles each batch where it runs; otherwise each ground
+        # truth's session compiles beside itself: profile_result)
         precompile(space, config_ids=wanted)
     prescreen_table = None
     if settings.prescreen:
