@@ -180,3 +180,79 @@ def test_tune_with_a_fast_timer_as_its_backend_compiles_first(tmp_path, monkeypa
     except NsprofError as exc:
         print("tune:", exc)
     assert sorted(p.name for p in artifacts.iterdir()) == ["artifact-0", "artifact-1"], "never compiled"
+
+
+HANG_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import standins
+standins.install()
+from nsprof.profile import profile_result
+from nsprof.settings import ProfileSettings
+result = profile_result({target!r}, ProfileSettings(backend="nsys", modes=("direct",), reps=2, timeout_s=2,
+                                                    phase_timeout_s=2, work_dir={work!r}))
+print("FAILURES", result.failures)
+"""
+
+
+def test_a_compile_that_hangs_is_bounded(tmp_path):
+    # config 1's compile never returns. The worker waits for its marker before its window (so
+    # --timeout does not apply) writing a `wait` line a second (so the phase bound does not
+    # either): nsprof waits forever, holding the GPU lock and the profiler. (Before a1785df the
+    # compile ran first, also unbounded, but without the GPU.) Bounded: config 1 is one failed
+    # row, configs 0 and 2 are measured.
+    folder = tmp_path / "ahead"
+    folder.mkdir()
+    script = tmp_path / "hang.py"
+    script.write_text(HANG_SCRIPT.format(tests=str(Path(__file__).parent), target=f"{TARGET}:hanging",
+                                         work=str(tmp_path / "work")))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
+           "NSPROF_TEST_AHEAD_DIR": str(folder)}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # its children die with it (parent-death signal, the worker's death pipe)
+        proc.communicate(timeout=60)
+        pytest.fail("nsprof still waited for config 1's compile after 30 s (timeout 2 s, phase bound 2 s)")
+    assert proc.returncode == 0, err
+    assert "FAILURES {1:" in out
+
+
+SHAPED_TARGET = """
+from pathlib import Path
+import nsprof.space
+
+ARTIFACTS = Path({artifacts!r})
+
+def compile_config(config, shape):
+    (ARTIFACTS / f"artifact-{{config['id']}}-{{shape['n']}}").write_text("compiled")
+
+def build(config, shape):
+    if not (ARTIFACTS / f"artifact-{{config['id']}}-{{shape['n']}}").exists():
+        raise RuntimeError(f"config {{config['id']}} at n={{shape['n']}} was never compiled")
+    return lambda: None
+
+space = nsprof.space.Space(configs=[{{"id": 0}}, {{"id": 1}}], shapes=[{{"n": 1}}, {{"n": 2}}], build=build,
+                           compile=compile_config, device="cpu")
+"""
+
+
+def test_tune_of_a_target_with_shapes_and_a_fast_timer_compiles_first(tmp_path, monkeypatch):
+    # as above, for tune_shapes (which compiled every point first until a1785df)
+    from nsprof.errors import NsprofError
+    from nsprof.settings import TuneSettings
+    from nsprof.tune import tune
+
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    (tmp_path / "t.py").write_text(SHAPED_TARGET.format(artifacts=str(artifacts)))
+    try:
+        tune(str(tmp_path / "t.py") + ":space", TuneSettings(backend="event", mode="direct", reps=2, timeout_s=30,
+                                                             use_store=False, feed_back=False, tuner_pick=False,
+                                                             work_dir=tmp_path / "work"))
+    except NsprofError as exc:
+        print("tune:", exc)
+    assert len(list(artifacts.iterdir())) == 4, "never compiled"

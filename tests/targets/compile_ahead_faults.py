@@ -4,12 +4,14 @@ session (tests/test_compile_ahead_faults.py). $NSPROF_TEST_AHEAD_DIR is a folder
     ok       compiles at once
     spawn    starts a child process (`sleep 300`, as a compiler starts nvcc/ptxas), writes its pid
              to child.pid there and waits for it: the compile step is busy in a subprocess
+    hang     never finishes compiling (a compiler stuck on a lock, a license server, a loop)
     needs    compiles only when $NSPROF_TEST_AHEAD_DIR/artifact-<i> can be written; the build
              refuses to run without the artifact its compile wrote (an AOT-compiled kernel)
 """
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import nsprof.space
@@ -19,6 +21,9 @@ _DIR = Path(os.environ.get("NSPROF_TEST_AHEAD_DIR", "."))
 
 def compile_config(config):
     kind = config["kind"]
+    if kind == "hang":
+        while True:
+            time.sleep(1)
     if kind == "spawn":
         child = subprocess.Popen(["sleep", "300"])
         (_DIR / "child.pid").write_text(str(child.pid))
@@ -42,3 +47,4 @@ def _space(name, kinds, **extra):
 
 spawning = _space("spawning", ["ok", "spawn", "ok"])
 needs = _space("needs", ["needs", "needs", "needs"])
+hanging = _space("hanging", ["ok", "hang", "ok"])
