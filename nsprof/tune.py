@@ -674,6 +674,10 @@ def tune_shapes(target: str, space, settings: TuneSettings, wanted: list[int], s
     layout = space.points
     n = len(space.configs)
     points = layout.all(wanted)  # each truth's session compiles them beside itself (profile_result)
+    if not all(_is_truth(truth) for truth in settings.ranked_truths):
+        from nsprof.profile import precompile
+
+        precompile(space, config_ids=points)  # a fast timer's sessions (FastTimers) do not compile
     per_truth = {truth: rank_shapes(target, space, truth, settings, wanted, stage(truth, len(points)))
                  for truth in settings.ranked_truths}
     deploy = settings.deploy_truth
