@@ -91,8 +91,8 @@ def _reap_group_when_gone() -> None:
     nsprof SIGKILLed kills the step by its parent-death signal, but not the processes its
     compilers started (nvcc, ptxas: in the step's process group, since nsprof gave it a session of
     its own). This child waits, idle, for its own parent-death signal, then kills the group."""
-    if not sys.platform.startswith("linux"):
-        return
+    if not sys.platform.startswith("linux") or os.getpgid(0) != os.getpid():
+        return  # not the leader of a group of its own (run by hand): its group is not its to kill
     import ctypes
     import signal
 
