@@ -256,3 +256,22 @@ def test_tune_of_a_target_with_shapes_and_a_fast_timer_compiles_first(tmp_path, 
     except NsprofError as exc:
         print("tune:", exc)
     assert len(list(artifacts.iterdir())) == 4, "never compiled"
+
+
+def test_a_new_part_after_a_crash_waits_on_the_same_markers_and_a_compile_failure_is_one_row(tmp_path):
+    import json
+
+    proc, folder = _start(tmp_path, "restarting")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    rows = json.loads(out)
+    errors: dict[int, list] = {}
+    for row in rows:
+        errors.setdefault(row["config_id"], []).append(row["error"])
+    assert {c for c, e in errors.items() if set(e) == {None}} == {0, 3, 5}
+    for c in (1, 4):
+        assert len(errors[c]) == 1 and errors[c][0].startswith("compile failed: ValueError"), errors[c]
+    assert len(errors[2]) == 1 and errors[2][0] is not None
+    assert sorted((folder / "compiled.log").read_text().split()) == sorted("compiled 0 compiled 2 compiled 3 compiled 5".split())
+    assert (tmp_path / "work" / "part1.status").exists()  # the configs after the crash ran in a new part
+    assert "\nstart 3\n" in (tmp_path / "work" / "part1.status").read_text()

@@ -5,6 +5,8 @@ session (tests/test_compile_ahead_faults.py). $NSPROF_TEST_AHEAD_DIR is a folder
     spawn    starts a child process (`sleep 300`, as a compiler starts nvcc/ptxas), writes its pid
              to child.pid there and waits for it: the compile step is busy in a subprocess
     hang     never finishes compiling (a compiler stuck on a lock, a license server, a loop)
+    fail     fails to compile (a ValueError)
+    crash    compiles; its build kills the worker (os._exit), so the session starts a new part
     needs    compiles only when $NSPROF_TEST_AHEAD_DIR/artifact-<i> can be written; the build
              refuses to run without the artifact its compile wrote (an AOT-compiled kernel)
 """
@@ -24,6 +26,8 @@ def compile_config(config):
     if kind == "hang":
         while True:
             time.sleep(1)
+    if kind == "fail":
+        raise ValueError("no valid tile (simulated)")
     if kind == "spawn":
         child = subprocess.Popen(["sleep", "300"])
         (_DIR / "child.pid").write_text(str(child.pid))
@@ -35,6 +39,8 @@ def compile_config(config):
 
 
 def build(config):
+    if config["kind"] == "crash":
+        os._exit(3)
     if config["kind"] == "needs" and not (_DIR / f"artifact-{config['i']}").exists():
         raise RuntimeError(f"config {config['i']} was never compiled")
     return lambda: None
@@ -48,3 +54,4 @@ def _space(name, kinds, **extra):
 spawning = _space("spawning", ["ok", "spawn", "ok"])
 needs = _space("needs", ["needs", "needs", "needs"])
 hanging = _space("hanging", ["ok", "hang", "ok"])
+restarting = _space("restarting", ["ok", "fail", "crash", "ok", "fail", "ok"])
