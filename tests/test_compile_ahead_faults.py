@@ -275,3 +275,23 @@ def test_a_new_part_after_a_crash_waits_on_the_same_markers_and_a_compile_failur
     assert sorted((folder / "compiled.log").read_text().split()) == sorted("compiled 0 compiled 2 compiled 3 compiled 5".split())
     assert (tmp_path / "work" / "part1.status").exists()  # the configs after the crash ran in a new part
     assert "\nstart 3\n" in (tmp_path / "work" / "part1.status").read_text()
+
+
+def test_a_point_compiled_just_before_end_is_not_lost(tmp_path, monkeypatch):
+    # state() looks for <p>.ok, then <p>.fail, then `end`. The step writes <p>.ok and then `end`:
+    # if both land between the first look and the last, the compiled point reads as "lost"
+    # (not compiled), and the worker fails a config that compiled.
+    from nsprof.worker import compile as step
+
+    real_marker = step.marker
+
+    class Racing(type(Path())):
+        def exists(self):
+            found = super().exists()
+            if not found and self.suffix == ".ok":  # the step finishes right after this look
+                step.write_marker(real_marker(tmp_path, 0, True), "")
+                step.write_marker(tmp_path / step.END, "")
+            return found
+
+    monkeypatch.setattr(step, "marker", lambda folder, point, ok: Racing(real_marker(folder, point, ok)))
+    assert step.state(tmp_path, 0) in (None, ("ok", ""))
