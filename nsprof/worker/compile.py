@@ -46,13 +46,16 @@ def state(folder: Path, point: int) -> tuple[str, str] | None:
     """("ok", ""), ("fail", reason), ("lost", reason: the step ended without this point), or None
     (not compiled yet)."""
     folder = Path(folder)
+    end = folder / END
+    # `end` first: every marker is written before it, so once it is seen the markers are final
+    # (looked at after the markers, a point compiled just before `end` would read as lost).
+    ended = end.exists()
     if marker(folder, point, True).exists():
         return "ok", ""
     failed = marker(folder, point, False)
     if failed.exists():
         return "fail", failed.read_text(errors="replace").strip()
-    end = folder / END
-    if end.exists():  # the markers are written before `end`: this point was never compiled
+    if ended:  # this point was never compiled
         why = end.read_text(errors="replace").strip()
         return "lost", f"not compiled: {why}" if why else "not compiled: the compile step ended without it"
     return None
