@@ -107,6 +107,8 @@ class CompileAhead:
         self.folder, self.proc, self.log = folder, proc, log
         self.began = time.monotonic()
         self.seconds: float | None = None  # how long the step ran (None while it runs)
+        self._watcher = None  # the watch thread (watch())
+        self._stopping = False  # finish() stops the step: its death is no news for the worker
 
     @classmethod
     def start(cls, target: str, space, points: list[int], jobs: int | None = None,
@@ -132,21 +134,30 @@ class CompileAhead:
 
     def finish(self) -> None:
         """Stop the step if it still runs (the session ended before it: nothing more is needed),
-        then remove its folder unless a config failed to compile or the step itself failed."""
+        with its compilers' own children (nvcc, ptxas: its process group), then remove its folder
+        unless a config failed to compile or the step itself failed."""
         import shutil
+        import signal
 
         from nsprof.worker.compile import END, write_marker
 
-        stopped = self.proc.poll() is None
-        if stopped:
-            self.proc.kill()
+        # Not proc.poll(): while the watch thread waits it holds Popen's wait lock, and poll says
+        # None even for a step that has exited. returncode is set once the step was reaped.
+        stopped = self.proc.returncode is None
+        self._stopping = True  # the watch thread writes no `end` now: nothing waits for it
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # start_new_session: its group is its pid
+        except (ProcessLookupError, PermissionError):
+            pass
         self.proc.wait()
+        if self._watcher is not None:
+            self._watcher.join()  # it is done with the folder before anything is removed
         if self.seconds is None:
             self.seconds = time.monotonic() - self.began
-        failed = self.proc.returncode != 0 and not stopped
+        code = self.proc.returncode
+        failed = code != 0 and not (stopped and code == -signal.SIGKILL)
         if failed and not (self.folder / END).exists():
-            write_marker(self.folder / END, f"the compile step exited with status {self.proc.returncode} "
-                                            f"(log: {self.log})")
+            write_marker(self.folder / END, f"the compile step exited with status {code} (log: {self.log})")
         if not failed and not any(self.folder.glob("*.fail")):
             shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -161,10 +172,11 @@ class CompileAhead:
         def wait() -> None:
             code = self.proc.wait()
             self.seconds = time.monotonic() - self.began
-            if code != 0 and not (self.folder / END).exists():
+            if code != 0 and not self._stopping and not (self.folder / END).exists():
                 write_marker(self.folder / END, f"the compile step exited with status {code} (log: {self.log})")
 
-        threading.Thread(target=wait, daemon=True, name="nsprof-compile-watch").start()
+        self._watcher = threading.Thread(target=wait, daemon=True, name="nsprof-compile-watch")
+        self._watcher.start()
 
 
 @dataclass

@@ -504,9 +504,12 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     stage = on_stage or (lambda name, count: None)
     if space.shapes is not None:
         return tune_shapes(target, space, settings, wanted, stage)
-    if settings.cluster is None and settings.prescreen:
-        # The fast timers' prescreen measures first (a cluster compiles each batch where it runs;
-        # without a prescreen each ground truth's session compiles beside itself: profile_result)
+    timers_rank = not all(_is_truth(truth) for truth in settings.ranked_truths)
+    if settings.cluster is None and (settings.prescreen or timers_rank or settings.use_store and settings.resume):
+        # The fast timers (a prescreen, or a timer that ranks: FastTimers) do not compile; a resumed
+        # first pass may measure nothing, and the adaptive sessions (GroundTruth.interleave) do not
+        # compile either (a cluster compiles each batch where it runs; otherwise each ground
+        # truth's session compiles beside itself: profile_result)
         precompile(space, config_ids=wanted)
     prescreen_table = None
     if settings.prescreen:
@@ -671,6 +674,10 @@ def tune_shapes(target: str, space, settings: TuneSettings, wanted: list[int], s
     layout = space.points
     n = len(space.configs)
     points = layout.all(wanted)  # each truth's session compiles them beside itself (profile_result)
+    if not all(_is_truth(truth) for truth in settings.ranked_truths):
+        from nsprof.profile import precompile
+
+        precompile(space, config_ids=points)  # a fast timer's sessions (FastTimers) do not compile
     per_truth = {truth: rank_shapes(target, space, truth, settings, wanted, stage(truth, len(points)))
                  for truth in settings.ranked_truths}
     deploy = settings.deploy_truth

@@ -46,13 +46,16 @@ def state(folder: Path, point: int) -> tuple[str, str] | None:
     """("ok", ""), ("fail", reason), ("lost", reason: the step ended without this point), or None
     (not compiled yet)."""
     folder = Path(folder)
+    end = folder / END
+    # `end` first: every marker is written before it, so once it is seen the markers are final
+    # (looked at after the markers, a point compiled just before `end` would read as lost).
+    ended = end.exists()
     if marker(folder, point, True).exists():
         return "ok", ""
     failed = marker(folder, point, False)
     if failed.exists():
         return "fail", failed.read_text(errors="replace").strip()
-    end = folder / END
-    if end.exists():  # the markers are written before `end`: this point was never compiled
+    if ended:  # this point was never compiled
         why = end.read_text(errors="replace").strip()
         return "lost", f"not compiled: {why}" if why else "not compiled: the compile step ended without it"
     return None
@@ -85,11 +88,41 @@ def run(job: dict) -> int:
     return 0
 
 
+def _reap_group_when_gone() -> None:
+    """Fork a child that kills this step's process group once the step is gone, however it died.
+
+    nsprof SIGKILLed kills the step by its parent-death signal, but not the processes its
+    compilers started (nvcc, ptxas: in the step's process group, since nsprof gave it a session of
+    its own). This child waits, idle, for its own parent-death signal, then kills the group."""
+    if not sys.platform.startswith("linux") or os.getpgid(0) != os.getpid():
+        return  # not the leader of a group of its own (run by hand): its group is not its to kill
+    import ctypes
+    import signal
+
+    parent = os.getpid()
+    if os.fork() != 0:
+        return
+    try:
+        def kill_group(*_) -> None:
+            os.killpg(0, signal.SIGKILL)
+
+        signal.signal(signal.SIGTERM, kill_group)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the step died before the signal was armed
+            kill_group()
+        while True:
+            signal.pause()
+    finally:
+        os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m nsprof.worker.compile JOB.json", file=sys.stderr)
         sys.exit(2)
+    _reap_group_when_gone()
     sys.exit(run(json.loads(Path(argv[0]).read_text())))
 
 

@@ -1,0 +1,57 @@
+"""CPU spaces whose compile step misbehaves, for the review tests of the compile step beside the
+session (tests/test_compile_ahead_faults.py). $NSPROF_TEST_AHEAD_DIR is a folder the test owns.
+
+    ok       compiles at once
+    spawn    starts a child process (`sleep 300`, as a compiler starts nvcc/ptxas), writes its pid
+             to child.pid there and waits for it: the compile step is busy in a subprocess
+    hang     never finishes compiling (a compiler stuck on a lock, a license server, a loop)
+    fail     fails to compile (a ValueError)
+    crash    compiles; its build kills the worker (os._exit), so the session starts a new part
+    needs    compiles only when $NSPROF_TEST_AHEAD_DIR/artifact-<i> can be written; the build
+             refuses to run without the artifact its compile wrote (an AOT-compiled kernel)
+"""
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import nsprof.space
+
+_DIR = Path(os.environ.get("NSPROF_TEST_AHEAD_DIR", "."))
+
+
+def compile_config(config):
+    kind = config["kind"]
+    if kind == "hang":
+        while True:
+            time.sleep(1)
+    if kind == "fail":
+        raise ValueError("no valid tile (simulated)")
+    if kind == "spawn":
+        child = subprocess.Popen(["sleep", "300"])
+        (_DIR / "child.pid").write_text(str(child.pid))
+        child.wait()
+    (_DIR / f"artifact-{config['i']}").write_text("compiled")
+    with open(_DIR / "compiled.log", "a") as log:
+        log.write(f"compiled {config['i']}\n")
+    return kind
+
+
+def build(config):
+    if config["kind"] == "crash":
+        os._exit(3)
+    if config["kind"] == "needs" and not (_DIR / f"artifact-{config['i']}").exists():
+        raise RuntimeError(f"config {config['i']} was never compiled")
+    return lambda: None
+
+
+def _space(name, kinds, **extra):
+    return nsprof.space.Space(name=name, configs=[{"i": i, "kind": k, **extra} for i, k in enumerate(kinds)],
+                              build=build, compile=compile_config, device="cpu")
+
+
+spawning = _space("spawning", ["ok", "spawn", "ok"])
+needs = _space("needs", ["needs", "needs", "needs"])
+hanging = _space("hanging", ["ok", "hang", "ok"])
+restarting = _space("restarting", ["ok", "fail", "crash", "ok", "fail", "ok"])

@@ -1,0 +1,297 @@
+"""Review tests of the compile step beside the session (nsprof.profile.CompileAhead): faults that
+cross processes, with real child processes (nsprof's CLI with the stand-in profiler, the real
+worker and the real compile step)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+TARGET = str(FIXTURES.parent / "targets" / "compile_ahead_faults.py")
+STANDINS = FIXTURES.parent / "standins.py"
+ROOT = FIXTURES.parents[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _start(tmp_path, space: str, *extra: str):
+    folder = tmp_path / "ahead"
+    folder.mkdir(exist_ok=True)
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
+           "NSPROF_TEST_AHEAD_DIR": str(folder), "TMPDIR": str(tmp_path / "tmp")}
+    proc = subprocess.Popen([sys.executable, str(STANDINS), "profile", f"{TARGET}:{space}", "--backend", "nsys",
+                             "--mode", "direct", "--reps", "2", "--work-dir", str(tmp_path / "work"), "--json", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return proc, folder
+
+
+def _wait_for(check, seconds=60.0):
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _waiting_on_1(tmp_path, folder):
+    status = tmp_path / "work" / "part0.status"
+    return (folder / "child.pid").exists() and status.exists() and "\nwait 1\n" in status.read_text()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL])
+def test_no_compiler_child_outlives_nsprof(tmp_path, signum):
+    # config 1's compile runs a child process (as nvcc under a Triton/TileLang compile) while the
+    # worker waits for its marker; nsprof is interrupted (Ctrl-C) or SIGKILLed there
+    proc, folder = _start(tmp_path, "spawning")
+    try:
+        _wait_for(lambda: _waiting_on_1(tmp_path, folder))
+        child = int((folder / "child.pid").read_text())
+        proc.send_signal(signum)
+        proc.communicate(timeout=60)
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child), f"the compiler's child {child} outlived nsprof ({signal.Signals(signum).name})"
+    finally:
+        if (folder / "child.pid").exists() and _alive(int((folder / "child.pid").read_text())):
+            os.kill(int((folder / "child.pid").read_text()), signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_finish_of_a_running_step_leaves_no_folder_and_no_traceback(tmp_path, monkeypatch):
+    # the session ended (an interrupt, an error) while the step still compiled: finish() kills it,
+    # and the watch thread, seeing it die, writes `end` into the folder finish() is removing
+    import threading
+
+    from nsprof.profile import CompileAhead
+    from nsprof.space import load_target
+
+    errors = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    folder = tmp_path / "ahead"
+    folder.mkdir()
+    monkeypatch.setenv("NSPROF_TEST_AHEAD_DIR", str(folder))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    space = load_target(f"{TARGET}:spawning")
+    left = []
+    for attempt in range(8):
+        (folder / "child.pid").unlink(missing_ok=True)
+        ahead = CompileAhead.start(f"{TARGET}:spawning", space, [0, 1, 2])
+        ahead.watch()
+        _wait_for(lambda: (folder / "child.pid").exists())
+        child = int((folder / "child.pid").read_text())
+        ahead.finish()
+        time.sleep(0.3)  # the watch thread's turn
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+        if ahead.folder.exists():
+            left.append(sorted(p.name for p in ahead.folder.iterdir()))
+    assert not errors, f"the watch thread raised: {errors[:2]}"
+    assert not left, f"compile folders left behind by a stopped step: {left}"
+
+
+COMPILED_TARGET = """
+from pathlib import Path
+import nsprof.space
+
+ARTIFACTS = Path({artifacts!r})
+
+def compile_config(config):
+    (ARTIFACTS / f"artifact-{{config['id']}}").write_text("compiled")
+
+def build(config):
+    if not (ARTIFACTS / f"artifact-{{config['id']}}").exists():
+        raise RuntimeError(f"config {{config['id']}} was never compiled")
+    return lambda: None
+
+space = nsprof.space.Space(configs={configs!r}, build=build, compile=compile_config, device="cpu")
+"""
+
+
+def test_a_resumed_tune_compiles_the_configs_its_adaptive_sessions_measure(tmp_path, monkeypatch):
+    # tune --resume: every first-pass row comes from the store, so no profile_result (and, since
+    # a1785df, no compile at all) runs before the adaptive sessions build the contenders. Until
+    # a1785df tune compiled every config first. The artifacts of the earlier run are gone (another
+    # machine, a cleared cache, a compiler cache of the process that compiled).
+    sys.path.insert(0, str(Path(__file__).parent))
+    from standins import StatusDriver
+
+    from nsprof.drivers import registry
+    from nsprof.settings import TuneSettings
+    from nsprof.tune import tune
+
+    registry.register("noisy", StatusDriver)
+    try:
+        monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+        artifacts = tmp_path / "artifacts"
+        artifacts.mkdir()
+        configs = [{"id": i, "ns": 1000.0, "ns_sigma": 0.03, "seed": 7} for i in range(3)]  # ties
+        (tmp_path / "t.py").write_text(COMPILED_TARGET.format(artifacts=str(artifacts), configs=configs))
+        target = str(tmp_path / "t.py") + ":space"
+        settings = dict(backend="noisy", mode="direct", reps=5, timeout_s=30, feed_back=False, tuner_pick=False,
+                        work_dir=tmp_path / "work", use_store=True, store=tmp_path / "results.sqlite")
+        first = tune(target, TuneSettings(**settings, budget_s=0))  # the first pass only, stored
+        assert first.adaptive.sessions == 0
+        for path in artifacts.iterdir():
+            path.unlink()
+        resumed = tune(target, TuneSettings(**settings, max_reps=10, resume=True))
+        assert resumed.adaptive.sessions >= 1
+        note = resumed.adaptive.note or ""
+        assert "never compiled" not in note, f"an adaptive session measured configs never compiled: {note}"
+        assert resumed.adaptive.history[0]["kept"] > 0
+    finally:
+        registry.unregister("noisy")
+
+
+def test_tune_with_a_fast_timer_as_its_backend_compiles_first(tmp_path, monkeypatch):
+    # tune --backend event (a fast timer ranks): its sessions are FastTimers', which do not go
+    # through profile_result, so nothing compiles them unless tune does (until a1785df it did,
+    # for every tune without a cluster). Without a GPU the timers fail; the compile must run first.
+    from nsprof.errors import NsprofError
+    from nsprof.settings import TuneSettings
+    from nsprof.tune import tune
+
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    configs = [{"id": i} for i in range(2)]
+    (tmp_path / "t.py").write_text(COMPILED_TARGET.format(artifacts=str(artifacts), configs=configs))
+    try:
+        tune(str(tmp_path / "t.py") + ":space", TuneSettings(backend="event", mode="direct", reps=2, timeout_s=30,
+                                                             use_store=False, feed_back=False, tuner_pick=False,
+                                                             work_dir=tmp_path / "work"))
+    except NsprofError as exc:
+        print("tune:", exc)
+    assert sorted(p.name for p in artifacts.iterdir()) == ["artifact-0", "artifact-1"], "never compiled"
+
+
+HANG_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import standins
+standins.install()
+from nsprof.profile import profile_result
+from nsprof.settings import ProfileSettings
+result = profile_result({target!r}, ProfileSettings(backend="nsys", modes=("direct",), reps=2, timeout_s=2,
+                                                    phase_timeout_s=2, work_dir={work!r}))
+print("FAILURES", result.failures)
+"""
+
+
+def test_a_compile_that_hangs_is_bounded(tmp_path):
+    # config 1's compile never returns. The worker waits for its marker before its window (so
+    # --timeout does not apply) writing a `wait` line a second (so the phase bound does not
+    # either): nsprof waits forever, holding the GPU lock and the profiler. (Before a1785df the
+    # compile ran first, also unbounded, but without the GPU.) Bounded: config 1 is one failed
+    # row, configs 0 and 2 are measured.
+    folder = tmp_path / "ahead"
+    folder.mkdir()
+    script = tmp_path / "hang.py"
+    script.write_text(HANG_SCRIPT.format(tests=str(Path(__file__).parent), target=f"{TARGET}:hanging",
+                                         work=str(tmp_path / "work")))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
+           "NSPROF_TEST_AHEAD_DIR": str(folder)}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # its children die with it (parent-death signal, the worker's death pipe)
+        proc.communicate(timeout=60)
+        pytest.fail("nsprof still waited for config 1's compile after 30 s (timeout 2 s, phase bound 2 s)")
+    assert proc.returncode == 0, err
+    assert "FAILURES {1:" in out
+
+
+SHAPED_TARGET = """
+from pathlib import Path
+import nsprof.space
+
+ARTIFACTS = Path({artifacts!r})
+
+def compile_config(config, shape):
+    (ARTIFACTS / f"artifact-{{config['id']}}-{{shape['n']}}").write_text("compiled")
+
+def build(config, shape):
+    if not (ARTIFACTS / f"artifact-{{config['id']}}-{{shape['n']}}").exists():
+        raise RuntimeError(f"config {{config['id']}} at n={{shape['n']}} was never compiled")
+    return lambda: None
+
+space = nsprof.space.Space(configs=[{{"id": 0}}, {{"id": 1}}], shapes=[{{"n": 1}}, {{"n": 2}}], build=build,
+                           compile=compile_config, device="cpu")
+"""
+
+
+def test_tune_of_a_target_with_shapes_and_a_fast_timer_compiles_first(tmp_path, monkeypatch):
+    # as above, for tune_shapes (which compiled every point first until a1785df)
+    from nsprof.errors import NsprofError
+    from nsprof.settings import TuneSettings
+    from nsprof.tune import tune
+
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    (tmp_path / "t.py").write_text(SHAPED_TARGET.format(artifacts=str(artifacts)))
+    try:
+        tune(str(tmp_path / "t.py") + ":space", TuneSettings(backend="event", mode="direct", reps=2, timeout_s=30,
+                                                             use_store=False, feed_back=False, tuner_pick=False,
+                                                             work_dir=tmp_path / "work"))
+    except NsprofError as exc:
+        print("tune:", exc)
+    assert len(list(artifacts.iterdir())) == 4, "never compiled"
+
+
+def test_a_new_part_after_a_crash_waits_on_the_same_markers_and_a_compile_failure_is_one_row(tmp_path):
+    import json
+
+    proc, folder = _start(tmp_path, "restarting")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    rows = json.loads(out)
+    errors: dict[int, list] = {}
+    for row in rows:
+        errors.setdefault(row["config_id"], []).append(row["error"])
+    assert {c for c, e in errors.items() if set(e) == {None}} == {0, 3, 5}
+    for c in (1, 4):
+        assert len(errors[c]) == 1 and errors[c][0].startswith("compile failed: ValueError"), errors[c]
+    assert len(errors[2]) == 1 and errors[2][0] is not None
+    assert sorted((folder / "compiled.log").read_text().split()) == sorted("compiled 0 compiled 2 compiled 3 compiled 5".split())
+    assert (tmp_path / "work" / "part1.status").exists()  # the configs after the crash ran in a new part
+    assert "\nstart 3\n" in (tmp_path / "work" / "part1.status").read_text()
+
+
+def test_a_point_compiled_just_before_end_is_not_lost(tmp_path, monkeypatch):
+    # state() looks for <p>.ok, then <p>.fail, then `end`. The step writes <p>.ok and then `end`:
+    # if both land between the first look and the last, the compiled point reads as "lost"
+    # (not compiled), and the worker fails a config that compiled.
+    from nsprof.worker import compile as step
+
+    real_marker = step.marker
+
+    class Racing(type(Path())):
+        def exists(self):
+            found = super().exists()
+            if not found and self.suffix == ".ok":  # the step finishes right after this look
+                step.write_marker(real_marker(tmp_path, 0, True), "")
+                step.write_marker(tmp_path / step.END, "")
+            return found
+
+    monkeypatch.setattr(step, "marker", lambda folder, point, ok: Racing(real_marker(folder, point, ok)))
+    assert step.state(tmp_path, 0) in (None, ("ok", ""))
