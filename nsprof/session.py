@@ -556,6 +556,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
             log = base.with_suffix(".log")
             job = Job(target=target, config_ids=remaining, status=str(status_file), modes=list(settings.modes),
                       reps=settings.reps, warmup=settings.warmup, watch_fd=pipe.read_fd, watch_inode=pipe.inode,
+                      compile_timeout_s=settings.compile_timeout_s,
                       **shapes, **(job_extra or {}))
             job_file = job.write(base.with_suffix(".job.json"))
             command = driver.build_command(settings, job_file, base)
@@ -726,7 +727,8 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
     log.write_text(f"==NSPROF== measured by nsprof serve (pid {state['pid']}, worker pid {state.get('worker_pid')}); "
                    f"the worker's log: {state.get('log')}\n")
     job = Job(target=target, config_ids=ids, status=str(status_file), modes=list(settings.modes),
-              reps=settings.reps, warmup=settings.warmup, **shapes, **(job_extra or {}))
+              reps=settings.reps, warmup=settings.warmup, compile_timeout_s=settings.compile_timeout_s, **shapes,
+              **(job_extra or {}))
     job_file = job.write(base.with_suffix(".job.json"))
     request = {"op": "job", "job": str(job_file), "status": str(status_file), "report_base": str(base),
                "timeout_s": settings.timeout_s, "phase_bound_s": settings.phase_bound_s, "wait": settings.wait_gpu}

@@ -119,6 +119,10 @@ class ProfileSettings:
     # Compile beside the session (nsprof.profile.CompileAhead) instead of before it; 0 in
     # $NSPROF_COMPILE_AHEAD turns it off (compile everything first, as before).
     compile_ahead: bool = field(default_factory=lambda: os.environ.get("NSPROF_COMPILE_AHEAD", "1") != "0")
+    # With the compile step beside the session: the longest the worker waits for one config's
+    # compile (then that config fails: "compile timed out"); once a wait ran out without any
+    # compile finishing meanwhile, the step is stalled and configs not compiled yet fail at once.
+    compile_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -129,6 +133,7 @@ class ProfileSettings:
             (self.warmup >= 0, "warmup must be 0 or more"),
             (self.timeout_s > 0, "timeout must be positive"),
             (self.phase_timeout_s is None or self.phase_timeout_s > 0, "phase timeout must be positive"),
+            (self.compile_timeout_s > 0, "compile timeout must be positive"),
             (self.clock_control in CLOCK_CONTROLS, f"clock control must be one of {CLOCK_CONTROLS}"),
             (self.cache_control in CACHE_CONTROLS, f"cache control must be one of {CACHE_CONTROLS}"),
             (self.graph_profiling in GRAPH_PROFILING, f"graph profiling must be one of {GRAPH_PROFILING}"),

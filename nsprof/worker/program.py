@@ -207,9 +207,10 @@ def _configs(job: Job, space, device: Device, status: Status):
     build here loads from the compiler's cache.
     """
     points = job.points
+    compiled = _CompileWait(Path(job.compiled), job.compile_timeout_s) if job.compiled else None
     for config_id in job.config_ids:  # point ids (the config ids of a target without shapes)
-        if job.compiled:
-            why = _wait_compiled(Path(job.compiled), config_id, status)
+        if compiled is not None:
+            why = compiled.wait(config_id, status)
             if why is not None:
                 status.write("fail", config_id, json.dumps(why))
                 continue
@@ -230,25 +231,42 @@ def _configs(job: Job, space, device: Device, status: Status):
 WAIT_LINE_S = 1.0  # while waiting for the compile step: one `wait` line per second (progress)
 
 
-def _wait_compiled(folder: Path, point: int, status: Status) -> str | None:
-    """Wait for the compile step's marker of `point` (nsprof.worker.compile); None when it
-    compiled, else why not, in one line. The `wait` lines are progress: the session's bound on a
-    phase without one does not fire while the compiler works (nsprof stops the compile step when
-    it ends, and its `end` marker ends every wait)."""
-    import time
+class _CompileWait:
+    """The worker's waits for the compile step beside the session (nsprof.worker.compile), one
+    job's: each config's marker, at most `timeout_s` for one config. A wait that runs out while no
+    other compile finished either means the step is stalled: configs not compiled by then fail at
+    once instead of each waiting out its own bound."""
 
-    from nsprof.worker.compile import state
+    def __init__(self, folder: Path, timeout_s: float) -> None:
+        self.folder, self.timeout_s, self.stalled = folder, timeout_s, False
 
-    last_line = None
-    while True:
-        found = state(folder, point)
-        if found is not None:
-            return None if found[0] == "ok" else found[1]
-        now = time.monotonic()
-        if last_line is None or now - last_line >= WAIT_LINE_S:
-            status.write("wait", point)
-            last_line = now
-        time.sleep(0.01)
+    def _finished(self) -> int:
+        return sum(1 for p in self.folder.iterdir() if p.suffix in (".ok", ".fail"))
+
+    def wait(self, point: int, status: Status) -> str | None:
+        """None when `point` compiled, else why not, in one line. The `wait` lines are progress:
+        the session's bound on a phase without one does not fire while the compiler works."""
+        import time
+
+        from nsprof.worker.compile import state
+
+        began = time.monotonic()
+        finished = None if self.stalled else self._finished()
+        last_line = None
+        while True:
+            found = state(self.folder, point)
+            if found is not None:
+                return None if found[0] == "ok" else found[1]
+            now = time.monotonic()
+            if self.stalled:
+                return f"not compiled: the compile step made no progress for {self.timeout_s:g} s"
+            if now - began > self.timeout_s:
+                self.stalled = self._finished() == finished
+                return f"compile timed out: not compiled after {self.timeout_s:g} s (the compile step still ran)"
+            if last_line is None or now - last_line >= WAIT_LINE_S:
+                status.write("wait", point)
+                last_line = now
+            time.sleep(0.01)
 
 
 def process_began() -> float | None:

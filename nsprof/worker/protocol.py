@@ -76,6 +76,7 @@ class Job:
     # point's build waits for its marker there, before its start line, writing `wait <id>` lines
     # meanwhile. "": compiled before the session (or nothing to compile).
     compiled: str = ""
+    compile_timeout_s: float = 600.0  # ProfileSettings.compile_timeout_s
 
     @property
     def points(self):

@@ -54,4 +54,5 @@ def _space(name, kinds, **extra):
 spawning = _space("spawning", ["ok", "spawn", "ok"])
 needs = _space("needs", ["needs", "needs", "needs"])
 hanging = _space("hanging", ["ok", "hang", "ok"])
+stuck = _space("stuck", ["hang", "hang", "hang"])  # every compile hangs: the step is stalled
 restarting = _space("restarting", ["ok", "fail", "crash", "ok", "fail", "ok"])
