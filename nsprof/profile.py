@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -107,6 +108,7 @@ class CompileAhead:
         self.folder, self.proc, self.log = folder, proc, log
         self.began = time.monotonic()
         self.seconds: float | None = None  # how long the step ran (None while it runs)
+        self.kept = False  # finish() kept the folder: a config failed to compile, or the step did
         self._watcher = None  # the watch thread (watch())
         self._stopping = False  # finish() stops the step: its death is no news for the worker
 
@@ -160,6 +162,8 @@ class CompileAhead:
             write_marker(self.folder / END, f"the compile step exited with status {code} (log: {self.log})")
         if not failed and not any(self.folder.glob("*.fail")):
             shutil.rmtree(self.folder, ignore_errors=True)
+        else:
+            self.kept = True
 
     def watch(self) -> None:
         """Say in `end` when the step died (a compiler that crashed the process, a kill), so that the
@@ -273,6 +277,9 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
     if compile_frame is not None:
         frames.append(compile_frame)
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    kept_log = [f"the compilers' output is kept in {ahead.log}"] if ahead is not None and ahead.kept else []
+    for note in kept_log:  # as the session says which path measured: at once, on stderr
+        print(f"nsprof: {note}", file=sys.stderr, flush=True)
     if measured is not None and measured.work_dir is not None:
         from nsprof.session import add_to_phases_file
 
@@ -283,7 +290,8 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
         failures={**(measured.failures if measured else {}), **compile_failures},
         reports=list(measured.reports) if measured else [], work_dir=measured.work_dir if measured else None,
         wall_s=measured.wall_s if measured else 0.0, device=measured.device if measured else None,
-        notes=list(measured.notes) if measured else [], phases=dict(measured.phases) if measured else {},
+        notes=(list(measured.notes) if measured else []) + kept_log,
+        phases=dict(measured.phases) if measured else {},
         config_phases=dict(measured.config_phases) if measured else {}, precompile_s=precompile_s)
 
 

@@ -22,8 +22,9 @@ ROOT = FIXTURES.parents[1]
 def _profile(tmp_path, space: str, *extra: str, env: dict | None = None):
     folder = tmp_path / "ahead"
     folder.mkdir(exist_ok=True)
+    (tmp_path / "tmp").mkdir(exist_ok=True)  # where the compile step's folder goes (kept when a config failed)
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
-                   "NSPROF_TEST_AHEAD_DIR": str(folder), **(env or {})}
+                   "NSPROF_TEST_AHEAD_DIR": str(folder), "TMPDIR": str(tmp_path / "tmp"), **(env or {})}
     done = subprocess.run([sys.executable, str(STANDINS), "profile", f"{TARGET}:{space}", "--backend", "nsys",
                            "--mode", "direct", "--reps", "2", "--work-dir", str(tmp_path / "work"), "--json", *extra],
                           capture_output=True, text=True, env=environment, timeout=300)
@@ -91,19 +92,18 @@ def test_markers_say_ok_fail_and_lost(tmp_path):
 
 @pytest.mark.parametrize("space", ["overlapped", "dying"])
 def test_the_compile_step_leaves_no_process_and_keeps_its_folder_only_on_failure(tmp_path, space):
-    (tmp_path / "tmp").mkdir()
-    done, _ = _profile(tmp_path, space, env={"TMPDIR": str(tmp_path / "tmp")})
+    done, _ = _profile(tmp_path, space)
     assert done.returncode == 0, done.stderr
     folders = list((tmp_path / "tmp").glob("nsprof-compile-*"))
     assert len(folders) == 1 and (folders[0] / "compile.log").exists()
+    assert f"the compilers' output is kept in {folders[0] / 'compile.log'}" in done.stderr  # said where
     assert (folders[0] / "2.fail").exists() if space == "overlapped" else "status 7" in (folders[0] / END).read_text()
     alive = subprocess.run(["pgrep", "-f", f"nsprof.worker.compile {folders[0]}"], capture_output=True, text=True)
     assert alive.stdout.strip() == ""
 
 
 def test_a_clean_compile_step_leaves_no_folder(tmp_path):
-    (tmp_path / "tmp").mkdir()
-    done, _ = _profile(tmp_path, "overlapped", "--configs", "0,1,3", env={"TMPDIR": str(tmp_path / "tmp")})
+    done, _ = _profile(tmp_path, "overlapped", "--configs", "0,1,3")
     assert done.returncode == 0, done.stderr
     assert sorted({r["config_id"] for r in _rows(done) if r["error"] is None}) == [0, 1, 3]
     assert not list((tmp_path / "tmp").glob("nsprof-compile-*"))
