@@ -91,7 +91,7 @@ def test_finish_of_a_running_step_leaves_no_folder_and_no_traceback(tmp_path, mo
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     space = load_target(f"{TARGET}:spawning")
     left = []
-    for attempt in range(8):
+    for _ in range(8):
         (folder / "child.pid").unlink(missing_ok=True)
         ahead = CompileAhead.start(f"{TARGET}:spawning", space, [0, 1, 2])
         ahead.watch()
