@@ -102,22 +102,10 @@ def _ask(socket_path: str, message: dict, timeout_s: float) -> dict:
     return answer
 
 def _running(pid) -> bool:
-    """Alive and not a zombie."""
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):
-        try:  # no /proc here
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return state not in ("Z", "X")
+    """Alive and not a zombie; False for anything in a state file that is no pid."""
+    from nsprof.host.children import pid_alive
+
+    return isinstance(pid, int) and pid > 0 and pid_alive(pid)
 
 
 def _remove_stale(state_path: Path, state: dict) -> None:
