@@ -2,8 +2,8 @@
 whether one that fits this run is alive, and sending it a job while following the job's status.
 
 The socket speaks JSON lines: a client sends {"op": "ping"} (answer: the server's state and
-whether a job runs) or {"op": "job", "job", "status", "report_base", "timeout_s",
-"phase_bound_s", "wait"}; the server answers {"queued": true} while another job runs (only with
+whether a job runs) or {"op": "job", "job", "status", "report_base", "cwd" (the four
+absolute paths; cwd: the client's folder, where the worker runs the job), "timeout_s", "phase_bound_s", "wait"}; the server answers {"queued": true} while another job runs (only with
 "wait"; without it {"ok": false, "busy": true}), {"started": true} when the job starts, and at
 the end {"ok": true} or {"ok": false, "fault": "crash"|"timeout"|"stalled"|"tool"|"abort"|"closing",
 "config": id or null, "reason": one line}. nsprof.session reads the job's report as a part's.

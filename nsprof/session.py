@@ -720,7 +720,9 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
     hand_over = on_rows or (lambda frame: None)
     shapes = {"n_configs": points.n_configs, "n_shapes": points.n_shapes} if points.shaped else {}
     began = time.monotonic()
-    base = work_dir / "served"
+    # The server and its worker run in the server's folder: every path they are given is absolute, and
+    # the worker runs the job in the client's folder (request "cwd"), where a relative target is.
+    base = Path(work_dir).absolute() / "served"
     status_file = base.with_suffix(".status")
     status_file.write_text("")
     log = base.with_suffix(".log")
@@ -730,7 +732,7 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
               reps=settings.reps, warmup=settings.warmup, compile_timeout_s=settings.compile_timeout_s, **shapes,
               **(job_extra or {}))
     job_file = job.write(base.with_suffix(".job.json"))
-    request = {"op": "job", "job": str(job_file), "status": str(status_file), "report_base": str(base),
+    request = {"op": "job", "job": str(job_file), "status": str(status_file), "report_base": str(base), "cwd": os.getcwd(),
                "timeout_s": settings.timeout_s, "phase_bound_s": settings.phase_bound_s, "wait": settings.wait_gpu}
     answer, started = submit(state, request, status_file, settings, notify)
     answered = time.monotonic()

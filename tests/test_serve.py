@@ -49,12 +49,12 @@ def server(tmp_path, own_gpu_lock_folder):
     ended at the test's end."""
     started = []
 
-    def start(*args, env: dict | None = None, backend: str = "nsys") -> tuple[subprocess.Popen, dict]:
+    def start(*args, env: dict | None = None, backend: str = "nsys", cwd: Path | None = None) -> tuple[subprocess.Popen, dict]:
         err = open(tmp_path / f"server{len(started)}.err", "w")
         scratch = tmp_path / f"server{len(started)}.tmp"  # the server's own folder (its log, FIFO) goes in $TMPDIR
         scratch.mkdir()
         proc = subprocess.Popen([sys.executable, str(STANDINS), "serve", "--backend", backend, *args],
-                                stdout=subprocess.DEVNULL, stderr=err,
+                                stdout=subprocess.DEVNULL, stderr=err, cwd=cwd,
                                 env={**os.environ, "TMPDIR": str(scratch), **(env or {})})
         started.append(proc)
         state_file = _state_file(own_gpu_lock_folder)
@@ -70,11 +70,11 @@ def server(tmp_path, own_gpu_lock_folder):
 
 
 def _client(tmp_path: Path, name: str, *args, target: str = HEALTHY, configs: str = "0,2,4", backend: str = "nsys",
-            env: dict | None = None) -> subprocess.CompletedProcess:
+            env: dict | None = None, cwd: Path | None = None, work_dir: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(STANDINS), "profile", target, "--backend", backend, "--configs", configs,
                            "--mode", "direct", "--reps", "2", "--warmup", "0", "--json", "--work-dir",
-                           str(tmp_path / name), *args],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+                           work_dir or str(tmp_path / name), *args],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})}, cwd=cwd)
 
 
 def _rows(done: subprocess.CompletedProcess) -> list[dict]:

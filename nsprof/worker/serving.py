@@ -2,7 +2,8 @@
 (nsprof.serve) under the profiler, and given one job after another.
 
 It imports what it needs and creates the CUDA context once (where torch and a GPU are there),
-then reads job lines from the FIFO DIR/jobs (`{"job": PATH, "n": N}`, or `exit`). Each job runs
+then reads job lines from the FIFO DIR/jobs (`{"job": PATH, "n": N, "server": PID, "cwd": the client's
+folder}`, or `exit`). Each job runs
 exactly as a standalone worker's does (nsprof.worker.program.run_job: the target loaded fresh, the
 same ranges, the same status file, ending with `end`), on the devices it already has. The job's
 status file starts with `pid` and `served {"job": N, "server": PID}`, so that a reader can tell
@@ -56,9 +57,22 @@ def _warm(devices: dict) -> dict | None:
     return described
 
 
-def _forget_target_modules(target: str) -> None:
-    """Drop the modules imported from the target's folder (not nsprof's own), so that a job
-    sees its target's helpers as they are now, as a fresh worker would."""
+def _imported_from(folder: Path, name: str, file: str) -> bool:
+    """Whether module `name` was imported from `folder` as a sys.path entry (folder/name.py, or the
+    package folder/name/__init__.py): a target's own helper, not a package installed below it
+    (a project's .venv/lib/.../site-packages/torch lies under the project's folder too)."""
+    try:
+        relative = Path(file).resolve().relative_to(folder)
+    except ValueError:
+        return False
+    parts = name.split(".")
+    return relative in (Path(*parts).with_suffix(".py"), Path(*parts, "__init__.py"))
+
+
+def _forget_target_modules(target: str, folders: set[Path]) -> None:
+    """Drop the modules imported from the folder of this job's target or of any earlier job's (not
+    nsprof's own), so that a job sees its target's helpers as they are now and never another
+    project's helper of the same name, as a fresh worker would. `folders` gains this job's folder."""
     from nsprof.errors import TargetError
     from nsprof.space import split_target
 
@@ -69,22 +83,44 @@ def _forget_target_modules(target: str) -> None:
     if not (where.endswith(".py") or "/" in where):
         if not where.startswith("nsprof"):
             sys.modules.pop(where, None)  # a module target: imported again (its own helpers are not)
-        return
-    folder = str(Path(where).resolve().parent) + os.sep
+    else:
+        folders.add(Path(where).resolve().parent)
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None) or ""
-        if path.startswith(folder) and not name.startswith("nsprof"):
+        if path and not name.startswith("nsprof") and any(_imported_from(f, name, path) for f in folders):
             del sys.modules[name]
 
 
-def _serve_job(request: dict, devices: dict) -> int:
+class _Place:
+    """Where a job runs: the client's folder (its cwd, which a relative target, a module target and
+    the target's own relative paths are found from, as in a standalone worker started there) and
+    sys.path as it was at the worker's start (no earlier job's target folder on it), with the
+    worker's own start folder (`python -m` puts it first) replaced by the client's."""
+
+    def __init__(self) -> None:
+        self.start_cwd = os.getcwd()
+        self.path = list(sys.path)
+        self.folders: set[Path] = set()  # the folders of every target served so far
+
+    def enter(self, cwd: str | None) -> None:
+        cwd = cwd or self.start_cwd
+        os.chdir(cwd)
+        sys.path[:] = [cwd if entry == self.start_cwd else entry for entry in self.path]
+
+
+def _serve_job(request: dict, devices: dict, place: _Place) -> int:
     status = None
     try:
         job = Job.read(Path(request["job"]))
         status = Status(job.status)
         status.write("pid", os.getpid())
         status.write("served", json.dumps({"job": request["n"], "server": request.get("server")}))
-        _forget_target_modules(job.target)
+        try:
+            place.enter(request.get("cwd"))
+        except OSError as exc:
+            status.write("abort", json.dumps(f"the client's folder {request.get('cwd')} cannot be entered: {exc}"))
+            raise
+        _forget_target_modules(job.target, place.folders)
         return run_job(job, status, devices)
     except Stopped:
         if status is not None:
@@ -106,6 +142,7 @@ def serve(serve_dir: Path) -> int:
                              watch_inode=int(info.get("watch_inode", 0))))
     signal.signal(signal.SIGTERM, request_stop)
     devices: dict = {}
+    place = _Place()
     try:
         described = _warm(devices)
         # Read and write: the FIFO never reports EOF, and opening it never waits for the server.
@@ -118,7 +155,7 @@ def serve(serve_dir: Path) -> int:
                 if line == "exit":
                     return 0
                 request = json.loads(line)
-                code = _serve_job(request, devices)
+                code = _serve_job(request, devices, place)
                 own.write("job", request["n"], code)
                 if code == EXIT_CONTEXT_LOST:
                     return code
