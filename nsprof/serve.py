@@ -26,8 +26,9 @@ server ends the same way and exits 0. If the server is SIGKILLed, the profiler d
 parent-death signal, the worker by its death pipe, and clients find a dead pid (they remove
 the stale files) and run standalone.
 
-A client uses a server only when its state names the same backend, driver, tool, Python and
-nsprof; NSPROF_SERVE=0 in the environment turns serving off for a client.
+A client uses a server only when its state names the same backend, driver, tool, Python,
+nsprof and environment (nsprof.serve_client.identity); NSPROF_SERVE=0 in the environment turns
+serving off for a client.
 """
 
 from __future__ import annotations

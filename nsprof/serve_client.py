@@ -8,8 +8,8 @@ absolute paths; cwd: the client's folder, where the worker runs the job), "timeo
 the end {"ok": true} or {"ok": false, "fault": "crash"|"timeout"|"stalled"|"tool"|"abort"|"closing",
 "config": id or null, "reason": one line}. nsprof.session reads the job's report as a part's.
 
-A client uses a server only when its state names the same backend, driver, tool, Python and
-nsprof (identity); NSPROF_SERVE=0 in the environment turns serving off for a client.
+A client uses a server only when its state names the same backend, driver, tool, Python,
+nsprof and environment (identity: every variable but a terminal session's); NSPROF_SERVE=0 in the environment turns serving off for a client.
 """
 
 from __future__ import annotations
@@ -46,12 +46,52 @@ def serve_paths(device: int = 0) -> tuple[Path, Path]:
     return lock.with_name(lock.stem + STATE_SUFFIX), lock.with_name(lock.stem + SOCKET_SUFFIX)
 
 
+# Variables of a shell or terminal session, not of a measurement: a server started in another terminal
+# (or by the tests, with a folder of its own for its temporary files) may differ in these.
+SESSION_VARIABLES = frozenset({
+    "_", "PWD", "OLDPWD", "SHLVL", "TERM", "COLORTERM", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "TERM_SESSION_ID",
+    "TMUX", "TMUX_PANE", "STY", "WINDOW", "WINDOWID", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK",
+    "SSH_AGENT_PID", "GPG_TTY", "DISPLAY", "XAUTHORITY", "LINES", "COLUMNS", "PS1", "PS2", "PS4", "PROMPT_COMMAND",
+    "HISTFILE", "HISTSIZE", "HISTFILESIZE", "HISTCONTROL", "LS_COLORS", "LESSOPEN", "LESSCLOSE", "MAIL",
+    "XDG_SESSION_ID", "XDG_VTNR", "WT_SESSION", "TMPDIR", "TMP", "TEMP", "PYTEST_CURRENT_TEST", SERVE_ENV})
+SESSION_PREFIXES = ("VSCODE_", "KITTY_", "ITERM_", "KONSOLE_", "GNOME_TERMINAL_", "VTE_")
+
+
+def environment(environ=None) -> dict[str, str]:
+    """The environment a served worker measures in, as {name: a digest of its value} (no values in the
+    state file): the server's worker runs in the server's environment, not the client's, so every
+    variable that a target, Python, CUDA or the profiler may read must be the same (CUDA_VISIBLE_DEVICES,
+    PYTHONPATH, LD_LIBRARY_PATH, the target's own); only a terminal session's variables may differ."""
+    import hashlib
+
+    environ = os.environ if environ is None else environ
+    return {name: hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
+            for name, value in sorted(environ.items())
+            if name not in SESSION_VARIABLES and not name.startswith(SESSION_PREFIXES)}
+
+
 def identity(driver, settings) -> dict:
     """What a client must share with a server to use it."""
     import nsprof
 
     return {"backend": settings.backend, **driver.serve_identity(), "python": settings.python,
-            "nsprof": str(Path(nsprof.__file__).resolve().parent), "version": nsprof.__version__}
+            "nsprof": str(Path(nsprof.__file__).resolve().parent), "version": nsprof.__version__,
+            "environment": environment()}
+
+
+def _differences(theirs: dict, mine: dict) -> list[str]:
+    """How a server's identity differs from this client's, in words (environment: the variables' names)."""
+    differ = []
+    for key, value in mine.items():
+        if key == "environment":
+            other = theirs.get(key) if isinstance(theirs.get(key), dict) else {}
+            names = sorted(n for n in set(value) | set(other) if value.get(n) != other.get(n))
+            if names:
+                shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+                differ.append(f"environment differs in {shown}")
+        elif theirs.get(key) != value:
+            differ.append(f"{key} {theirs.get(key)!r}, not {value!r}")
+    return differ
 
 
 def send_line(conn, message: dict) -> bool:
@@ -153,7 +193,7 @@ def find_server(driver, settings) -> tuple[dict | None, str | None]:
         _remove_stale(state_path, state)
         return None, None
     theirs, mine = state.get("identity") or {}, identity(driver, settings)
-    differ = [f"{key} {theirs.get(key)!r}, not {value!r}" for key, value in mine.items() if theirs.get(key) != value]
+    differ = _differences(theirs, mine)
     if differ:
         return None, f"nsprof serve (pid {pid}) does not fit this run: its {'; '.join(differ)}"
     try:
