@@ -524,3 +524,37 @@ def test_a_package_installed_below_the_targets_folder_is_not_imported_again(tmp_
         assert _status(tmp_path, name).pid == state["worker_pid"]
     proc.send_signal(signal.SIGTERM)
     assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_job_abandoned_by_its_client_never_writes_into_the_next_runs_files(tmp_path, server, own_gpu_lock_folder):
+    """Ctrl-C leaves the server running the abandoned job (it writes its status and report into the client's
+    folder until it ends); the same command run again with the same --work-dir must not read that job's lines
+    or report as its own."""
+    gate = tmp_path / "gate"
+    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
+    holder = _hold_a_job(tmp_path, "w")  # configs 0, 1, 2; it waits in config 1
+    holder.send_signal(signal.SIGTERM)  # acts as Ctrl-C
+    holder.communicate(timeout=60)
+    assert holder.returncode == 130
+    again = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--configs", "2",
+                              "--mode", "direct", "--reps", "1", "--warmup", "0", "--json", "--wait",
+                              "--work-dir", str(tmp_path / "w")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        # The new run's status file is there (empty: the abandoned job waits in config 1, writing nothing).
+        assert _wait_for(lambda: any(path.stat().st_size == 0 for path in (tmp_path / "w").glob("served*.status"))
+                         or again.poll() is not None)
+        gate.write_text("")  # the abandoned job goes on: configs 1 and 2
+        out, err = again.communicate(timeout=120)
+    finally:
+        gate.write_text("")
+        if again.poll() is None:
+            again.kill()
+            again.wait()
+    assert again.returncode == 0, err
+    assert _measured(json.loads(out)) == {2: 1}, "the abandoned job's configs were taken for this run's"
+    served = [parse_status(path.read_text()) for path in (tmp_path / "w").glob("served*.status")]
+    mine = [status for status in served if status.served and status.served["job"] == 2]
+    assert len(mine) == 1 and mine[0].done == [2] and mine[0].ended, "this run's status holds its own job only"
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
