@@ -160,20 +160,31 @@ def _running(pid) -> bool:
     return state not in ("Z", "X")
 
 
-def _remove_stale(state_path: Path, state: dict) -> None:
-    """A dead server's files: removed if they still name that server."""
+def _remove_stale(state_path: Path, state: dict) -> bool:
+    """A dead server's files: removed if they still name that server, and only while this client holds
+    the GPU lock. A live server holds the lock for its whole life: a pid this process cannot see (a server
+    in another pid namespace sharing the lock folder) is no proof of its death, and no new server can write
+    its files meanwhile. Whether no server holds the lock (its files are gone)."""
+    from nsprof.errors import NsprofError
+    from nsprof.host.lock import gpu_lock
+
     try:
-        now = json.loads(state_path.read_text())
-    except (OSError, ValueError):
-        return  # gone already, or being rewritten by a new server: not that dead server's any more
-    if now.get("pid") != state.get("pid"):
-        return  # a new server wrote its own meanwhile
-    for path in (state_path, Path(str(state.get("socket") or ""))):
-        if str(path):
+        with gpu_lock(0):
             try:
-                path.unlink()
-            except FileNotFoundError:
-                continue  # removed already (by another client, or the new server)
+                now = json.loads(state_path.read_text())
+            except (OSError, ValueError):
+                return True  # gone already: not that dead server's any more
+            if now.get("pid") != state.get("pid"):
+                return True  # a new server's, written before this client took the lock: it is dead too
+            socket_path = state_path.with_name(state_path.name[: -len(STATE_SUFFIX)] + SOCKET_SUFFIX)
+            for path in (state_path, socket_path):
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    continue  # removed already (by another client)
+        return True
+    except NsprofError:
+        return False  # the lock is held (by a server this process cannot see, or a session): its files stay
 
 
 def find_server(driver, settings) -> tuple[dict | None, str | None]:
@@ -199,6 +210,8 @@ def find_server(driver, settings) -> tuple[dict | None, str | None]:
     try:
         answer = _ask(str(state["socket"]), {"op": "ping"}, PING_TIMEOUT_S)
     except (OSError, KeyError) as exc:
+        if _remove_stale(state_path, state):
+            return None, None  # no server holds the lock: its pid was another process's by now
         return None, f"nsprof serve (pid {pid}) did not answer ({exc})"
     return {**state, "busy": bool(answer.get("busy"))}, None
 

@@ -558,3 +558,58 @@ def test_a_job_abandoned_by_its_client_never_writes_into_the_next_runs_files(tmp
     assert len(mine) == 1 and mine[0].done == [2] and mine[0].ended, "this run's status holds its own job only"
     proc.send_signal(signal.SIGTERM)
     assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_servers_files_are_removed_only_while_nobody_holds_the_gpu_lock(tmp_path, own_gpu_lock_folder):
+    """A state file whose pid this client cannot see (a server in another pid namespace sharing the lock
+    folder, or a pid the client cannot tell apart) is not proof of a dead server: a live server holds the
+    GPU lock for its whole life, so its files stay while the lock is held, and go once it is free."""
+    import standins
+
+    from nsprof.serve_client import find_server, identity
+    from nsprof.settings import ProfileSettings
+
+    driver, settings = standins.StatusDriver(), ProfileSettings(backend="nsys")
+    own_gpu_lock_folder.mkdir(parents=True, exist_ok=True)
+    release = tmp_path / "release"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom pathlib import Path\nfrom nsprof.host.lock import gpu_lock\n"
+        "with gpu_lock(0):\n    print('held', flush=True)\n"
+        "    while not Path(sys.argv[1]).exists():\n        time.sleep(0.02)\n"), str(release)],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "NSPROF_LOCK_DIR": str(own_gpu_lock_folder)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        unseen = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        state_file, socket_file = _state_file(own_gpu_lock_folder), _socket(own_gpu_lock_folder)
+        state_file.write_text(json.dumps({"pid": int(unseen.stdout), "identity": identity(driver, settings),
+                                          "socket": str(socket_file)}))
+        socket_file.write_text("")
+        assert find_server(driver, settings)[0] is None
+        assert state_file.exists() and socket_file.exists(), "a client removed the files of a lock holder's server"
+    finally:
+        release.write_text("")
+        holder.wait(timeout=DEADLINE_S)
+    assert find_server(driver, settings) == (None, None)
+    assert not state_file.exists() and not socket_file.exists(), "a dead server's files go once the lock is free"
+
+
+def test_a_dead_servers_pid_taken_by_another_process_is_told_apart(tmp_path, own_gpu_lock_folder):
+    """The dead server's pid now names another live process: its socket does not answer and nobody holds the
+    GPU lock, so the files are a dead server's (removed), not an unfitting server's."""
+    import standins
+
+    from nsprof.serve_client import find_server, identity
+    from nsprof.settings import ProfileSettings
+
+    driver, settings = standins.StatusDriver(), ProfileSettings(backend="nsys")
+    own_gpu_lock_folder.mkdir(parents=True, exist_ok=True)
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        state_file, socket_file = _state_file(own_gpu_lock_folder), _socket(own_gpu_lock_folder)
+        state_file.write_text(json.dumps({"pid": other.pid, "identity": identity(driver, settings),
+                                          "socket": str(socket_file)}))
+        socket_file.write_text("")  # a socket file without a listener
+        assert find_server(driver, settings) == (None, None)
+        assert not state_file.exists() and not socket_file.exists()
+    finally:
+        other.communicate(timeout=DEADLINE_S)
