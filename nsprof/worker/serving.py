@@ -57,22 +57,25 @@ def _warm(devices: dict) -> dict | None:
     return described
 
 
-def _imported_from(folder: Path, name: str, file: str) -> bool:
-    """Whether module `name` was imported from `folder` as a sys.path entry (folder/name.py, or the
-    package folder/name/__init__.py): a target's own helper, not a package installed below it
-    (a project's .venv/lib/.../site-packages/torch lies under the project's folder too)."""
-    try:
-        relative = Path(file).resolve().relative_to(folder)
-    except ValueError:
-        return False
-    parts = name.split(".")
-    return relative in (Path(*parts).with_suffix(".py"), Path(*parts, "__init__.py"))
+def _installed(path: Path) -> bool:
+    """A file of an installed package: below a site-packages (dist-packages) folder or Python's prefix (a
+    project's own .venv lies in the project's folder: its torch is not the target's to import again)."""
+    if {"site-packages", "dist-packages"} & set(path.parts):
+        return True
+    return any(path.is_relative_to(Path(prefix).resolve()) for prefix in {sys.prefix, sys.base_prefix})
+
+
+def _targets_own(folders: set[Path], file: str) -> bool:
+    """Whether the module of file `file` is a target's own: below one of `folders` and not installed."""
+    path = Path(file).resolve()
+    return not _installed(path) and any(path.is_relative_to(folder) for folder in folders)
 
 
 def _forget_target_modules(target: str, folders: set[Path]) -> None:
     """Drop the modules imported from the folder of this job's target or of any earlier job's (not
-    nsprof's own), so that a job sees its target's helpers as they are now and never another
-    project's helper of the same name, as a fresh worker would. `folders` gains this job's folder."""
+    nsprof's own, nor installed packages below it: _installed), so that a job sees its target's helpers
+    as they are now and never another project's helper of the same name, as a fresh worker would.
+    `folders` gains this job's folder."""
     from nsprof.errors import TargetError
     from nsprof.space import split_target
 
@@ -87,7 +90,7 @@ def _forget_target_modules(target: str, folders: set[Path]) -> None:
         folders.add(Path(where).resolve().parent)
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None) or ""
-        if path and not name.startswith("nsprof") and any(_imported_from(f, name, path) for f in folders):
+        if path and not name.startswith("nsprof") and _targets_own(folders, path):
             del sys.modules[name]
 
 
