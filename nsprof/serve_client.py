@@ -57,14 +57,27 @@ SESSION_VARIABLES = frozenset({
 SESSION_PREFIXES = ("VSCODE_", "KITTY_", "ITERM_", "KONSOLE_", "GNOME_TERMINAL_", "VTE_")
 
 
+def _start_environment() -> dict[str, str]:
+    """This process's environment as it started (Linux: /proc/self/environ), before a target imported
+    here (the CLI loads it) set variables of its own, which its import in a worker sets again; else
+    os.environ."""
+    try:
+        data = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return dict(os.environ)
+    pairs = (entry.partition(b"=") for entry in data.split(b"\0") if b"=" in entry)
+    return {os.fsdecode(name): os.fsdecode(value) for name, _, value in pairs}
+
+
 def environment(environ=None) -> dict[str, str]:
     """The environment a served worker measures in, as {name: a digest of its value} (no values in the
     state file): the server's worker runs in the server's environment, not the client's, so every
     variable that a target, Python, CUDA or the profiler may read must be the same (CUDA_VISIBLE_DEVICES,
-    PYTHONPATH, LD_LIBRARY_PATH, the target's own); only a terminal session's variables may differ."""
+    PYTHONPATH, LD_LIBRARY_PATH, the target's own); only a terminal session's variables may differ.
+    Default: this process's environment as it started (_start_environment)."""
     import hashlib
 
-    environ = os.environ if environ is None else environ
+    environ = _start_environment() if environ is None else environ
     return {name: hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
             for name, value in sorted(environ.items())
             if name not in SESSION_VARIABLES and not name.startswith(SESSION_PREFIXES)}

@@ -613,3 +613,19 @@ def test_a_dead_servers_pid_taken_by_another_process_is_told_apart(tmp_path, own
         assert not state_file.exists() and not socket_file.exists()
     finally:
         other.communicate(timeout=DEADLINE_S)
+
+
+def test_a_variable_an_earlier_served_target_set_is_not_seen_by_the_next_job(tmp_path, server, own_gpu_lock_folder):
+    """A target may set environment variables at import (a cache folder, CUDA_LAUNCH_BLOCKING): a fresh worker
+    never sees another target's; the served worker must not either."""
+    (tmp_path / "a.py").write_text("import os\nos.environ['NSPROF_TEST_LEFT'] = 'by a.py'\n" + GATE_SOURCE)
+    (tmp_path / "b.py").write_text("import os\nif 'NSPROF_TEST_LEFT' in os.environ:\n"
+                                   "    raise RuntimeError('b.py sees a variable of a.py')\n" + GATE_SOURCE)
+    proc, state = server("--idle-exit", "120")
+    first = _client(tmp_path, "first", target=f"{tmp_path / 'a.py'}:space", configs="0")
+    assert first.returncode == 0, first.stderr
+    second = _client(tmp_path, "second", target=f"{tmp_path / 'b.py'}:space", configs="0")
+    assert second.returncode == 0, second.stderr
+    assert _status(tmp_path, "second").pid == state["worker_pid"]
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0

@@ -98,17 +98,22 @@ class _Place:
     """Where a job runs: the client's folder (its cwd, which a relative target, a module target and
     the target's own relative paths are found from, as in a standalone worker started there) and
     sys.path as it was at the worker's start (no earlier job's target folder on it), with the
-    worker's own start folder (`python -m` puts it first) replaced by the client's."""
+    worker's own start folder (`python -m` puts it first) replaced by the client's, and the environment
+    as it was at the worker's start (no variable an earlier job's target set)."""
 
     def __init__(self) -> None:
         self.start_cwd = os.getcwd()
         self.path = list(sys.path)
+        self.environ = dict(os.environ)  # as the server (and nsys) gave it: a target's own changes undone
         self.folders: set[Path] = set()  # the folders of every target served so far
 
     def enter(self, cwd: str | None) -> None:
         cwd = cwd or self.start_cwd
         os.chdir(cwd)
         sys.path[:] = [cwd if entry == self.start_cwd else entry for entry in self.path]
+        if dict(os.environ) != self.environ:
+            os.environ.clear()
+            os.environ.update(self.environ)
 
 
 def _serve_job(request: dict, devices: dict, place: _Place) -> int:
@@ -145,9 +150,9 @@ def serve(serve_dir: Path) -> int:
                              watch_inode=int(info.get("watch_inode", 0))))
     signal.signal(signal.SIGTERM, request_stop)
     devices: dict = {}
-    place = _Place()
     try:
         described = _warm(devices)
+        place = _Place()  # after torch's import: what it set stays
         # Read and write: the FIFO never reports EOF, and opening it never waits for the server.
         with open(os.open(serve_dir / JOBS_FIFO, os.O_RDWR), encoding="utf-8", buffering=1) as jobs:
             own.write("ready", json.dumps({"watch": watch, "device": described}))
