@@ -3,7 +3,8 @@ whether one that fits this run is alive, and sending it a job while following th
 
 The socket speaks JSON lines: a client sends {"op": "ping"} (answer: the server's state and
 whether a job runs) or {"op": "job", "job", "status", "report_base", "cwd" (the four
-absolute paths; cwd: the client's folder, where the worker runs the job), "timeout_s", "phase_bound_s", "wait"}; the server answers {"queued": true} while another job runs (only with
+absolute paths; cwd: the client's folder, where the worker runs the job), "environ" (the client's
+environment, the job's), "timeout_s", "phase_bound_s", "wait"}; the server answers {"queued": true} while another job runs (only with
 "wait"; without it {"ok": false, "busy": true}), {"started": true} when the job starts, and at
 the end {"ok": true} or {"ok": false, "fault": "crash"|"timeout"|"stalled"|"tool"|"abort"|"closing",
 "config": id or null, "reason": one line}. nsprof.session reads the job's report as a part's.
@@ -54,6 +55,7 @@ SESSION_VARIABLES = frozenset({
     "SSH_AGENT_PID", "GPG_TTY", "DISPLAY", "XAUTHORITY", "LINES", "COLUMNS", "PS1", "PS2", "PS4", "PROMPT_COMMAND",
     "HISTFILE", "HISTSIZE", "HISTFILESIZE", "HISTCONTROL", "LS_COLORS", "LESSOPEN", "LESSCLOSE", "MAIL",
     "XDG_SESSION_ID", "XDG_VTNR", "WT_SESSION", "TMPDIR", "TMP", "TEMP", "PYTEST_CURRENT_TEST", SERVE_ENV})
+AT_START = ("CUDA_", "LD_", "PYTHON", "PYTORCH_", "TORCH_", "NVIDIA_", "NSYS_", "CUPTI_", "NCCL_")
 SESSION_PREFIXES = ("VSCODE_", "KITTY_", "ITERM_", "KONSOLE_", "GNOME_TERMINAL_", "VTE_")
 
 
@@ -77,7 +79,12 @@ def environment(environ=None) -> dict[str, str]:
     Default: this process's environment as it started (_start_environment)."""
     import hashlib
 
-    environ = _start_environment() if environ is None else environ
+    if environ is None:
+        # What a process reads only as it starts (CUDA, the loader, Python, torch's allocator) is what a
+        # served job cannot be given: those as they are now; the rest as this process started, since a
+        # served job gets this process's environment as it is now (the request's "environ").
+        environ = {name: value for name, value in _start_environment().items() if not name.startswith(AT_START)}
+        environ.update({name: value for name, value in os.environ.items() if name.startswith(AT_START)})
     return {name: hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
             for name, value in sorted(environ.items())
             if name not in SESSION_VARIABLES and not name.startswith(SESSION_PREFIXES)}

@@ -750,6 +750,7 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
               **(job_extra or {}))
     job_file = job.write(base.with_suffix(".job.json"))
     request = {"op": "job", "job": str(job_file), "status": str(status_file), "report_base": str(base), "cwd": os.getcwd(),
+               "environ": dict(os.environ),
                "timeout_s": settings.timeout_s, "phase_bound_s": settings.phase_bound_s, "wait": settings.wait_gpu}
     answer, started = submit(state, request, status_file, settings, notify)
     answered = time.monotonic()

@@ -98,8 +98,8 @@ class _Place:
     """Where a job runs: the client's folder (its cwd, which a relative target, a module target and
     the target's own relative paths are found from, as in a standalone worker started there) and
     sys.path as it was at the worker's start (no earlier job's target folder on it), with the
-    worker's own start folder (`python -m` puts it first) replaced by the client's, and the environment
-    as it was at the worker's start (no variable an earlier job's target set)."""
+    worker's own start folder (`python -m` puts it first) replaced by the client's, and the client's
+    environment (no variable an earlier job's target set)."""
 
     def __init__(self) -> None:
         self.start_cwd = os.getcwd()
@@ -107,13 +107,24 @@ class _Place:
         self.environ = dict(os.environ)  # as the server (and nsys) gave it: a target's own changes undone
         self.folders: set[Path] = set()  # the folders of every target served so far
 
-    def enter(self, cwd: str | None) -> None:
+    def enter(self, cwd: str | None, environ: dict | None) -> None:
         cwd = cwd or self.start_cwd
         os.chdir(cwd)
         sys.path[:] = [cwd if entry == self.start_cwd else entry for entry in self.path]
-        if dict(os.environ) != self.environ:
-            os.environ.clear()
-            os.environ.update(self.environ)
+        # The client's environment, as a standalone worker would inherit it, over the worker's own as it
+        # started: that holds what the profiler's injection set (NVTX_INJECTION64_PATH, LD_PRELOAD: read
+        # when first used, so never removed), and what a process reads only as it starts
+        # (serve_client.AT_START: equal to the client's, or it would not be served) stays as it is. A
+        # variable an earlier job's target added goes.
+        from nsprof.serve_client import AT_START
+
+        wanted = dict(self.environ)
+        wanted.update({k: v for k, v in (environ or {}).items() if not k.startswith(AT_START)})
+        for name in [name for name in os.environ if name not in wanted]:
+            del os.environ[name]
+        for name, value in wanted.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
 
 
 def _serve_job(request: dict, devices: dict, place: _Place) -> int:
@@ -124,7 +135,7 @@ def _serve_job(request: dict, devices: dict, place: _Place) -> int:
         status.write("pid", os.getpid())
         status.write("served", json.dumps({"job": request["n"], "server": request.get("server")}))
         try:
-            place.enter(request.get("cwd"))
+            place.enter(request.get("cwd"), request.get("environ"))
         except OSError as exc:
             status.write("abort", json.dumps(f"the client's folder {request.get('cwd')} cannot be entered: {exc}"))
             raise
