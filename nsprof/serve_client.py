@@ -20,6 +20,8 @@ import os
 import time
 from pathlib import Path
 
+from nsprof.worker.protocol import AT_START
+
 SERVE_ENV = "NSPROF_SERVE"  # 0/off/no/false: never use a server
 STATE_SUFFIX = ".serve.json"
 SOCKET_SUFFIX = ".serve.sock"
@@ -55,7 +57,6 @@ SESSION_VARIABLES = frozenset({
     "SSH_AGENT_PID", "GPG_TTY", "DISPLAY", "XAUTHORITY", "LINES", "COLUMNS", "PS1", "PS2", "PS4", "PROMPT_COMMAND",
     "HISTFILE", "HISTSIZE", "HISTFILESIZE", "HISTCONTROL", "LS_COLORS", "LESSOPEN", "LESSCLOSE", "MAIL",
     "XDG_SESSION_ID", "XDG_VTNR", "WT_SESSION", "TMPDIR", "TMP", "TEMP", "PYTEST_CURRENT_TEST", SERVE_ENV})
-AT_START = ("CUDA_", "LD_", "PYTHON", "PYTORCH_", "TORCH_", "NVIDIA_", "NSYS_", "CUPTI_", "NCCL_")
 SESSION_PREFIXES = ("VSCODE_", "KITTY_", "ITERM_", "KONSOLE_", "GNOME_TERMINAL_", "VTE_")
 
 

@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 
 from nsprof.worker.program import Device, Stopped, request_stop, run_job, watch_parent
-from nsprof.worker.protocol import EXIT_CONTEXT_LOST, EXIT_STOPPED, Job, Status
+from nsprof.worker.protocol import AT_START, EXIT_CONTEXT_LOST, EXIT_STOPPED, Job, Status
 
 JOB_ABORTED = 6  # a job that could not run (its target did not load, its files could not be opened)
 JOBS_FIFO = "jobs"
@@ -114,10 +114,8 @@ class _Place:
         # The client's environment, as a standalone worker would inherit it, over the worker's own as it
         # started: that holds what the profiler's injection set (NVTX_INJECTION64_PATH, LD_PRELOAD: read
         # when first used, so never removed), and what a process reads only as it starts
-        # (serve_client.AT_START: equal to the client's, or it would not be served) stays as it is. A
+        # (protocol.AT_START: equal to the client's, or it would not be served) stays as it is. A
         # variable an earlier job's target added goes.
-        from nsprof.serve_client import AT_START
-
         wanted = dict(self.environ)
         wanted.update({k: v for k, v in (environ or {}).items() if not k.startswith(AT_START)})
         for name in [name for name in os.environ if name not in wanted]:
