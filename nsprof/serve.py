@@ -258,7 +258,9 @@ class _Server:
             return {"ok": False, "fault": "tool", "config": None, "reason": str(exc)}
         line = json.dumps({"job": request["job"], "n": n, "server": os.getpid(), "cwd": request["cwd"],
                            "environ": request["environ"]}) + "\n"
-        os.write(self.fifo, line.encode())
+        data = line.encode()
+        while data:  # a line longer than the pipe's atomic size (the client's environment) may go in parts
+            data = data[os.write(self.fifo, data):]
         answer = self._follow(n, Path(request["status"]), float(request["timeout_s"]), float(request["phase_bound_s"]))
         try:
             self.driver.serve_stop(self.session, base, self.log)

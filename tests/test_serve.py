@@ -653,3 +653,16 @@ def test_a_variable_the_client_set_after_it_started_is_the_served_jobs_too(tmp_p
     assert _status(tmp_path, "served").pid == state["worker_pid"]
     proc.send_signal(signal.SIGTERM)
     assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_client_with_a_large_environment_is_served(tmp_path, server, own_gpu_lock_folder):
+    """The job's line to the worker holds the client's environment: longer than a pipe's buffer (64 KiB) where
+    a module system set many variables; it goes whole."""
+    big = {f"NSPROF_TEST_BIG{i}": "x" * 100_000 for i in range(3)}
+    proc, state = server("--idle-exit", "120", env=big)
+    done = _client(tmp_path, "big", target=GATE, configs="0,2")
+    assert done.returncode == 0, done.stderr
+    assert _measured(_rows(done)) == {0: 2, 2: 2}
+    assert _status(tmp_path, "big").pid == state["worker_pid"]
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
