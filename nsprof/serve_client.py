@@ -91,12 +91,28 @@ def environment(environ=None) -> dict[str, str]:
             if name not in SESSION_VARIABLES and not name.startswith(SESSION_PREFIXES)}
 
 
+def source_digest(package: Path) -> str:
+    """A digest of nsprof's own source files: a server started before nsprof was edited (a checkout
+    worked on, the same version number) runs the old worker code."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0")
+        try:
+            digest.update(path.read_bytes())
+        except OSError:
+            digest.update(b"unreadable")
+    return digest.hexdigest()[:16]
+
+
 def identity(driver, settings) -> dict:
     """What a client must share with a server to use it."""
     import nsprof
 
+    package = Path(nsprof.__file__).resolve().parent
     return {"backend": settings.backend, **driver.serve_identity(), "python": settings.python,
-            "nsprof": str(Path(nsprof.__file__).resolve().parent), "version": nsprof.__version__,
+            "nsprof": str(package), "version": nsprof.__version__, "source": source_digest(package),
             "environment": environment()}
 
 

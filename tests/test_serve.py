@@ -666,3 +666,29 @@ def test_a_client_with_a_large_environment_is_served(tmp_path, server, own_gpu_l
     assert _status(tmp_path, "big").pid == state["worker_pid"]
     proc.send_signal(signal.SIGTERM)
     assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_server_of_nsprof_as_it_was_before_an_edit_does_not_fit(tmp_path, own_gpu_lock_folder):
+    """The same nsprof folder and version number, but its worker code edited since the server started (a
+    checkout being worked on): the server's worker runs the old code, so the identities differ."""
+    import shutil
+
+    import standins
+
+    import nsprof
+    from nsprof.serve_client import _differences, identity, source_digest
+    from nsprof.settings import ProfileSettings
+
+    package = Path(nsprof.__file__).resolve().parent
+    copy = tmp_path / "nsprof"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = source_digest(copy)
+    assert before == source_digest(package)
+    with open(copy / "worker" / "program.py", "a") as handle:
+        handle.write("\n# edited after the server started\n")
+    edited = source_digest(copy)
+    assert edited != before
+    driver, settings = standins.StatusDriver(), ProfileSettings(backend="nsys")
+    mine = identity(driver, settings)
+    assert mine["source"] == before
+    assert [d for d in _differences({**mine, "source": edited}, mine) if d.startswith("source")]
