@@ -175,7 +175,7 @@ def _ask(socket_path: str, message: dict, timeout_s: float) -> dict:
             raise OSError("the server closed the connection")
         answer = receive_line(conn, timeout_s)
     if answer is None:
-        raise OSError(f"no answer within {timeout_s:g} s")
+        raise TimeoutError(f"no answer within {timeout_s:g} s")
     return answer
 
 def _running(pid) -> bool:
@@ -246,6 +246,11 @@ def find_server(driver, settings) -> tuple[dict | None, str | None]:
         return None, f"nsprof serve (pid {pid}) does not fit this run: its {'; '.join(differ)}"
     try:
         answer = _ask(str(state["socket"]), {"op": "ping"}, PING_TIMEOUT_S)
+    except TimeoutError:
+        # It took the connection but is in a collection's start or stop (`nsys stop` writes a long job's
+        # report before the server answers anyone): busy, and the job request waits in its queue or is
+        # refused as busy; the server's own waits are bounded.
+        return {**state, "busy": True}, None
     except (OSError, KeyError) as exc:
         if _remove_stale(state_path, state):
             return None, None  # no server holds the lock: its pid was another process's by now

@@ -692,3 +692,39 @@ def test_a_server_of_nsprof_as_it_was_before_an_edit_does_not_fit(tmp_path, own_
     mine = identity(driver, settings)
     assert mine["source"] == before
     assert [d for d in _differences({**mine, "source": edited}, mine) if d.startswith("source")]
+
+
+def test_a_client_that_comes_while_the_server_writes_a_report_waits_in_its_queue(tmp_path, server,
+                                                                                own_gpu_lock_folder):
+    """`nsys stop` writes a long job's report synchronously, and the server answers no ping meanwhile: a client
+    with --wait that comes then must queue for the server (it holds the GPU lock until it idles out), not take
+    the silence for a server that does not fit and wait for the lock."""
+    stop_gate = tmp_path / "stop-gate"
+    proc, state = server("--idle-exit", "5", env={"NSPROF_STANDIN_STOP_GATE": str(stop_gate)})
+    first = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--configs", "0",
+                              "--mode", "direct", "--reps", "1", "--warmup", "0", "--json",
+                              "--work-dir", str(tmp_path / "first")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        assert _wait_for(lambda: (tmp_path / "first" / "served.status").exists()
+                         and _status(tmp_path, "first").ended), "the first job ran; its stop now waits"
+        second = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--configs",
+                                   "2", "--mode", "direct", "--reps", "1", "--warmup", "0", "--json", "--wait",
+                                   "--work-dir", str(tmp_path / "second")], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        from nsprof.serve_client import PING_TIMEOUT_S
+
+        try:
+            second.wait(timeout=PING_TIMEOUT_S + 5)  # its ping runs out meanwhile (nothing is asserted on this wait)
+        except subprocess.TimeoutExpired:
+            pass
+        stop_gate.write_text("")
+        out, err = second.communicate(timeout=120)
+    finally:
+        stop_gate.write_text("")
+        first.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert _measured(json.loads(out)) == {2: 1}
+    status = _status(tmp_path, "second")
+    assert status.pid == state["worker_pid"] and status.served["job"] == 2, "it was served after the first job"
+    assert _ended(proc, own_gpu_lock_folder) == 0
