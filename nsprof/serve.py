@@ -11,8 +11,9 @@ its own driver (finish, read), exactly as a standalone session reads a part.
 Files, next to the GPU lock (nsprof.host.lock.lock_dir): `<lock name>.serve.json` (the state:
 pids, backend, tool, what a client must share with it, the socket) and `<lock name>.serve.sock`
 (a Unix socket, mode 0600). The socket speaks JSON lines: a client sends {"op": "ping"} (answer:
-the state and whether a job runs) or {"op": "job", "job", "status", "report_base", "timeout_s",
-"phase_bound_s", "wait"}; the server answers {"queued": true} while another job runs (only with
+the state and whether a job runs) or {"op": "job", "job", "status", "report_base", "cwd" (the four
+absolute paths; cwd: the client's folder, where the worker runs the job), "environ" (the client's
+environment, the job's), "timeout_s", "phase_bound_s", "wait"}; the server answers {"queued": true} while another job runs (only with
 "wait"; without it {"ok": false, "busy": true}), {"started": true} when the job starts, and at the
 end {"ok": true} or {"ok": false, "fault": "crash"|"timeout"|"stalled"|"tool"|"abort"|"closing",
 "config": id or null, "reason": one line}.
@@ -26,8 +27,9 @@ server ends the same way and exits 0. If the server is SIGKILLed, the profiler d
 parent-death signal, the worker by its death pipe, and clients find a dead pid (they remove
 the stale files) and run standalone.
 
-A client uses a server only when its state names the same backend, driver, tool, Python and
-nsprof; NSPROF_SERVE=0 in the environment turns serving off for a client.
+A client uses a server only when its state names the same backend, driver, tool, Python,
+nsprof and environment (nsprof.serve_client.identity); NSPROF_SERVE=0 in the environment turns
+serving off for a client.
 """
 
 from __future__ import annotations
@@ -55,13 +57,18 @@ from nsprof.serve_client import (
 EXIT_FAULT = 1  # the server's exit status when a job's fault ended it
 
 
-JOB_FIELDS = {"job": str, "status": str, "report_base": str, "timeout_s": (int, float), "phase_bound_s": (int, float)}
+JOB_FIELDS = {"job": str, "status": str, "report_base": str, "cwd": str, "environ": dict, "timeout_s": (int, float),
+              "phase_bound_s": (int, float)}
+PATH_FIELDS = ("job", "status", "report_base", "cwd")  # absolute: the server's folder is not the client's
 
 
 def _missing(request: dict) -> str:
     """What a job request lacks, in words ("" when it is whole)."""
     wrong = [name for name, kind in JOB_FIELDS.items() if not isinstance(request.get(name), kind)]
-    return f"the job request lacks {', '.join(wrong)}" if wrong else ""
+    wrong += [name for name in PATH_FIELDS if name not in wrong and not os.path.isabs(request[name])]
+    if "environ" not in wrong and not all(isinstance(k, str) and isinstance(v, str) for k, v in request["environ"].items()):
+        wrong.append("environ")
+    return f"the job request lacks {', '.join(wrong)} (as absolute paths)" if wrong else ""
 
 
 class _Server:
@@ -249,8 +256,11 @@ class _Server:
         except NsprofError as exc:
             self.fault = f"the profiler could not start a collection: {exc}"
             return {"ok": False, "fault": "tool", "config": None, "reason": str(exc)}
-        line = json.dumps({"job": request["job"], "n": n, "server": os.getpid()}) + "\n"
-        os.write(self.fifo, line.encode())
+        line = json.dumps({"job": request["job"], "n": n, "server": os.getpid(), "cwd": request["cwd"],
+                           "environ": request["environ"]}) + "\n"
+        data = line.encode()
+        while data:  # a line longer than the pipe's atomic size (the client's environment) may go in parts
+            data = data[os.write(self.fifo, data):]
         answer = self._follow(n, Path(request["status"]), float(request["timeout_s"]), float(request["phase_bound_s"]))
         try:
             self.driver.serve_stop(self.session, base, self.log)

@@ -2,14 +2,15 @@
 whether one that fits this run is alive, and sending it a job while following the job's status.
 
 The socket speaks JSON lines: a client sends {"op": "ping"} (answer: the server's state and
-whether a job runs) or {"op": "job", "job", "status", "report_base", "timeout_s",
-"phase_bound_s", "wait"}; the server answers {"queued": true} while another job runs (only with
+whether a job runs) or {"op": "job", "job", "status", "report_base", "cwd" (the four
+absolute paths; cwd: the client's folder, where the worker runs the job), "environ" (the client's
+environment, the job's), "timeout_s", "phase_bound_s", "wait"}; the server answers {"queued": true} while another job runs (only with
 "wait"; without it {"ok": false, "busy": true}), {"started": true} when the job starts, and at
 the end {"ok": true} or {"ok": false, "fault": "crash"|"timeout"|"stalled"|"tool"|"abort"|"closing",
 "config": id or null, "reason": one line}. nsprof.session reads the job's report as a part's.
 
-A client uses a server only when its state names the same backend, driver, tool, Python and
-nsprof (identity); NSPROF_SERVE=0 in the environment turns serving off for a client.
+A client uses a server only when its state names the same backend, driver, tool, Python,
+nsprof and environment (identity: every variable but a terminal session's); NSPROF_SERVE=0 in the environment turns serving off for a client.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import json
 import os
 import time
 from pathlib import Path
+
+from nsprof.worker.protocol import AT_START
 
 SERVE_ENV = "NSPROF_SERVE"  # 0/off/no/false: never use a server
 STATE_SUFFIX = ".serve.json"
@@ -46,12 +49,86 @@ def serve_paths(device: int = 0) -> tuple[Path, Path]:
     return lock.with_name(lock.stem + STATE_SUFFIX), lock.with_name(lock.stem + SOCKET_SUFFIX)
 
 
+# Variables of a shell or terminal session, not of a measurement: a server started in another terminal
+# (or by the tests, with a folder of its own for its temporary files) may differ in these.
+SESSION_VARIABLES = frozenset({
+    "_", "PWD", "OLDPWD", "SHLVL", "TERM", "COLORTERM", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "TERM_SESSION_ID",
+    "TMUX", "TMUX_PANE", "STY", "WINDOW", "WINDOWID", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK",
+    "SSH_AGENT_PID", "GPG_TTY", "DISPLAY", "XAUTHORITY", "LINES", "COLUMNS", "PS1", "PS2", "PS4", "PROMPT_COMMAND",
+    "HISTFILE", "HISTSIZE", "HISTFILESIZE", "HISTCONTROL", "LS_COLORS", "LESSOPEN", "LESSCLOSE", "MAIL",
+    "XDG_SESSION_ID", "XDG_VTNR", "WT_SESSION", "TMPDIR", "TMP", "TEMP", "PYTEST_CURRENT_TEST", SERVE_ENV})
+SESSION_PREFIXES = ("VSCODE_", "KITTY_", "ITERM_", "KONSOLE_", "GNOME_TERMINAL_", "VTE_")
+
+
+def _start_environment() -> dict[str, str]:
+    """This process's environment as it started (Linux: /proc/self/environ), before a target imported
+    here (the CLI loads it) set variables of its own, which its import in a worker sets again; else
+    os.environ."""
+    try:
+        data = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return dict(os.environ)
+    pairs = (entry.partition(b"=") for entry in data.split(b"\0") if b"=" in entry)
+    return {os.fsdecode(name): os.fsdecode(value) for name, _, value in pairs}
+
+
+def environment(environ=None) -> dict[str, str]:
+    """The environment a served worker measures in, as {name: a digest of its value} (no values in the
+    state file): the server's worker runs in the server's environment, not the client's, so every
+    variable that a target, Python, CUDA or the profiler may read must be the same (CUDA_VISIBLE_DEVICES,
+    PYTHONPATH, LD_LIBRARY_PATH, the target's own); only a terminal session's variables may differ.
+    Default: this process's environment as it started (_start_environment)."""
+    import hashlib
+
+    if environ is None:
+        # What a process reads only as it starts (CUDA, the loader, Python, torch's allocator) is what a
+        # served job cannot be given: those as they are now; the rest as this process started, since a
+        # served job gets this process's environment as it is now (the request's "environ").
+        environ = {name: value for name, value in _start_environment().items() if not name.startswith(AT_START)}
+        environ.update({name: value for name, value in os.environ.items() if name.startswith(AT_START)})
+    return {name: hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
+            for name, value in sorted(environ.items())
+            if name not in SESSION_VARIABLES and not name.startswith(SESSION_PREFIXES)}
+
+
+def source_digest(package: Path) -> str:
+    """A digest of nsprof's own source files: a server started before nsprof was edited (a checkout
+    worked on, the same version number) runs the old worker code."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0")
+        try:
+            digest.update(path.read_bytes())
+        except OSError:
+            digest.update(b"unreadable")
+    return digest.hexdigest()[:16]
+
+
 def identity(driver, settings) -> dict:
     """What a client must share with a server to use it."""
     import nsprof
 
+    package = Path(nsprof.__file__).resolve().parent
     return {"backend": settings.backend, **driver.serve_identity(), "python": settings.python,
-            "nsprof": str(Path(nsprof.__file__).resolve().parent), "version": nsprof.__version__}
+            "nsprof": str(package), "version": nsprof.__version__, "source": source_digest(package),
+            "environment": environment()}
+
+
+def _differences(theirs: dict, mine: dict) -> list[str]:
+    """How a server's identity differs from this client's, in words (environment: the variables' names)."""
+    differ = []
+    for key, value in mine.items():
+        if key == "environment":
+            other = theirs.get(key) if isinstance(theirs.get(key), dict) else {}
+            names = sorted(n for n in set(value) | set(other) if value.get(n) != other.get(n))
+            if names:
+                shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+                differ.append(f"environment differs in {shown}")
+        elif theirs.get(key) != value:
+            differ.append(f"{key} {theirs.get(key)!r}, not {value!r}")
+    return differ
 
 
 def send_line(conn, message: dict) -> bool:
@@ -98,7 +175,7 @@ def _ask(socket_path: str, message: dict, timeout_s: float) -> dict:
             raise OSError("the server closed the connection")
         answer = receive_line(conn, timeout_s)
     if answer is None:
-        raise OSError(f"no answer within {timeout_s:g} s")
+        raise TimeoutError(f"no answer within {timeout_s:g} s")
     return answer
 
 def _running(pid) -> bool:
@@ -108,20 +185,31 @@ def _running(pid) -> bool:
     return isinstance(pid, int) and pid > 0 and pid_alive(pid)
 
 
-def _remove_stale(state_path: Path, state: dict) -> None:
-    """A dead server's files: removed if they still name that server."""
+def _remove_stale(state_path: Path, state: dict) -> bool:
+    """A dead server's files: removed if they still name that server, and only while this client holds
+    the GPU lock. A live server holds the lock for its whole life: a pid this process cannot see (a server
+    in another pid namespace sharing the lock folder) is no proof of its death, and no new server can write
+    its files meanwhile. Whether no server holds the lock (its files are gone)."""
+    from nsprof.errors import NsprofError
+    from nsprof.host.lock import gpu_lock
+
     try:
-        now = json.loads(state_path.read_text())
-    except (OSError, ValueError):
-        return  # gone already, or being rewritten by a new server: not that dead server's any more
-    if now.get("pid") != state.get("pid"):
-        return  # a new server wrote its own meanwhile
-    for path in (state_path, Path(str(state.get("socket") or ""))):
-        if str(path):
+        with gpu_lock(0):
             try:
-                path.unlink()
-            except FileNotFoundError:
-                continue  # removed already (by another client, or the new server)
+                now = json.loads(state_path.read_text())
+            except (OSError, ValueError):
+                return True  # gone already: not that dead server's any more
+            if now.get("pid") != state.get("pid"):
+                return True  # a new server's, written before this client took the lock: it is dead too
+            socket_path = state_path.with_name(state_path.name[: -len(STATE_SUFFIX)] + SOCKET_SUFFIX)
+            for path in (state_path, socket_path):
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    continue  # removed already (by another client)
+        return True
+    except NsprofError:
+        return False  # the lock is held (by a server this process cannot see, or a session): its files stay
 
 
 def find_server(driver, settings) -> tuple[dict | None, str | None]:
@@ -141,12 +229,19 @@ def find_server(driver, settings) -> tuple[dict | None, str | None]:
         _remove_stale(state_path, state)
         return None, None
     theirs, mine = state.get("identity") or {}, identity(driver, settings)
-    differ = [f"{key} {theirs.get(key)!r}, not {value!r}" for key, value in mine.items() if theirs.get(key) != value]
+    differ = _differences(theirs, mine)
     if differ:
         return None, f"nsprof serve (pid {pid}) does not fit this run: its {'; '.join(differ)}"
     try:
         answer = _ask(str(state["socket"]), {"op": "ping"}, PING_TIMEOUT_S)
+    except TimeoutError:
+        # It took the connection but is in a collection's start or stop (`nsys stop` writes a long job's
+        # report before the server answers anyone): busy, and the job request waits in its queue or is
+        # refused as busy; the server's own waits are bounded.
+        return {**state, "busy": True}, None
     except (OSError, KeyError) as exc:
+        if _remove_stale(state_path, state):
+            return None, None  # no server holds the lock: its pid was another process's by now
         return None, f"nsprof serve (pid {pid}) did not answer ({exc})"
     return {**state, "busy": bool(answer.get("busy"))}, None
 

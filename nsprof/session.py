@@ -702,6 +702,24 @@ def _start_failure(status: RunStatus, end: _RunEnd, settings: ProfileSettings, l
     return driver.diagnose(log, end.returncode)
 
 
+def _served_base(work_dir: Path, driver) -> Path:
+    """The report base of a served job in `work_dir`: `served`, or `served1`, `served2`... where an earlier
+    run's job has that name. A job abandoned by its client (Ctrl-C) runs on in the server and still writes
+    its status file and report: the name is taken by creating the status file exclusively, so that no two
+    runs share one, and a report left under the name (its status file removed) is removed first, so that
+    only this job's collection can be read."""
+    for number in range(10000):
+        base = work_dir / ("served" if number == 0 else f"served{number}")
+        try:
+            os.close(os.open(base.with_suffix(".status"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except FileExistsError:
+            continue
+        for suffix in {driver.suffix, ".nsys-rep", ".qdstrm", ".sqlite"} - {""}:
+            base.with_suffix(suffix).unlink(missing_ok=True)
+        return base
+    raise ToolFailed(f"{work_dir} holds 10000 served jobs' files already: pass another --work-dir")
+
+
 def _run_served(state: dict, driver, target: str, n_configs: int, settings, config_ids, on_progress, job_extra,
                 on_rows, work_dir: Path, points):
     """A session through the `nsprof serve` of `state` (nsprof.serve_client.find_server): one job of
@@ -720,9 +738,10 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
     hand_over = on_rows or (lambda frame: None)
     shapes = {"n_configs": points.n_configs, "n_shapes": points.n_shapes} if points.shaped else {}
     began = time.monotonic()
-    base = work_dir / "served"
+    # The server and its worker run in the server's folder: every path they are given is absolute, and
+    # the worker runs the job in the client's folder (request "cwd"), where a relative target is.
+    base = _served_base(Path(work_dir).absolute(), driver)
     status_file = base.with_suffix(".status")
-    status_file.write_text("")
     log = base.with_suffix(".log")
     log.write_text(f"==NSPROF== measured by nsprof serve (pid {state['pid']}, worker pid {state.get('worker_pid')}); "
                    f"the worker's log: {state.get('log')}\n")
@@ -730,7 +749,8 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
               reps=settings.reps, warmup=settings.warmup, compile_timeout_s=settings.compile_timeout_s, **shapes,
               **(job_extra or {}))
     job_file = job.write(base.with_suffix(".job.json"))
-    request = {"op": "job", "job": str(job_file), "status": str(status_file), "report_base": str(base),
+    request = {"op": "job", "job": str(job_file), "status": str(status_file), "report_base": str(base), "cwd": os.getcwd(),
+               "environ": dict(os.environ),
                "timeout_s": settings.timeout_s, "phase_bound_s": settings.phase_bound_s, "wait": settings.wait_gpu}
     answer, started = submit(state, request, status_file, settings, notify)
     answered = time.monotonic()

@@ -97,7 +97,8 @@ class StatusDriver(Driver):
 
     # nsprof serve: the real serving worker, bare (or under the stand-in profiler: profiler_flags, or for the
     # CLI's stand-in $NSPROF_STANDIN_SERVE_PROFILER, its flags or "-" for none); a collection is a line in the
-    # server's log, and the report is still derived from each job's status file (finish).
+    # server's log, and the report is still derived from each job's status file (finish). With
+# $NSPROF_STANDIN_STOP_GATE a collection's stop waits until that file exists (at most 120 s), as a slow `nsys stop`.
     serves = True
 
     def serve_command(self, settings, serve_dir, session):
@@ -118,8 +119,15 @@ class StatusDriver(Driver):
         log.flush()
 
     def serve_stop(self, session, report_base, log):
+        import os
+        import time
+
         log.write(f"==NSPROF== standin stop --session={session}\n")
         log.flush()
+        gate = os.environ.get("NSPROF_STANDIN_STOP_GATE")  # a slow `nsys stop` (a long job's report): until it exists
+        deadline = time.monotonic() + 120
+        while gate and not Path(gate).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def serve_shutdown(self, session, log):
         log.write(f"==NSPROF== standin shutdown --session={session}\n")

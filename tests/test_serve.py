@@ -44,19 +44,22 @@ def _socket(lock_dir: Path) -> Path:
 
 
 @pytest.fixture
-def server(tmp_path, own_gpu_lock_folder):
+def server(tmp_path, own_gpu_lock_folder, monkeypatch):
     """start(*args, env=...) starts a stand-in server and waits until it serves; every server started is
-    ended at the test's end."""
+    ended at the test's end. `env` is the test's too, so that the clients it starts share the server's
+    environment (a client uses only a server of its own environment)."""
     started = []
 
-    def start(*args, env: dict | None = None, backend: str = "nsys") -> tuple[subprocess.Popen, dict]:
+    def start(*args, env: dict | None = None, backend: str = "nsys", cwd: Path | None = None) -> tuple[subprocess.Popen, dict]:
         err = open(tmp_path / f"server{len(started)}.err", "w")
         scratch = tmp_path / f"server{len(started)}.tmp"  # the server's own folder (its log, FIFO) goes in $TMPDIR
         scratch.mkdir()
         proc = subprocess.Popen([sys.executable, str(STANDINS), "serve", "--backend", backend, *args],
-                                stdout=subprocess.DEVNULL, stderr=err,
+                                stdout=subprocess.DEVNULL, stderr=err, cwd=cwd,
                                 env={**os.environ, "TMPDIR": str(scratch), **(env or {})})
         started.append(proc)
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
         state_file = _state_file(own_gpu_lock_folder)
         assert _wait_for(lambda: state_file.exists() or proc.poll() is not None), "the server never started"
         assert proc.poll() is None, (tmp_path / f"server{len(started) - 1}.err").read_text()
@@ -70,11 +73,11 @@ def server(tmp_path, own_gpu_lock_folder):
 
 
 def _client(tmp_path: Path, name: str, *args, target: str = HEALTHY, configs: str = "0,2,4", backend: str = "nsys",
-            env: dict | None = None) -> subprocess.CompletedProcess:
+            env: dict | None = None, cwd: Path | None = None, work_dir: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(STANDINS), "profile", target, "--backend", backend, "--configs", configs,
                            "--mode", "direct", "--reps", "2", "--warmup", "0", "--json", "--work-dir",
-                           str(tmp_path / name), *args],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+                           work_dir or str(tmp_path / name), *args],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})}, cwd=cwd)
 
 
 def _rows(done: subprocess.CompletedProcess) -> list[dict]:
@@ -341,10 +344,13 @@ def test_a_config_past_its_timeout_in_a_served_job_fails_and_the_rest_is_measure
 
 def test_a_target_that_does_not_load_in_the_worker_ends_the_job_not_the_server(tmp_path, server,
                                                                                 own_gpu_lock_folder):
-    poison = tmp_path / "poison"
-    poison.write_text("")  # tests/targets/phases.py fails to import where $NSPROF_TEST_POISON exists: the worker's
-    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_POISON": str(poison)})
-    done = _client(tmp_path, "broken", target=str(TARGETS / "phases.py") + ":healthy", configs="0,1")
+    broken = tmp_path / "broken.py"  # it loads in the client (the CLI loads it first), not in the serving worker
+    broken.write_text("import sys\n\nimport nsprof.space\n\nif 'nsprof.worker.serving' in sys.modules:\n"
+                      "    raise RuntimeError('cuInit failed: CUDA_ERROR_NO_DEVICE (simulated start-up failure)')\n"
+                      "space = nsprof.space.Space(name='b', configs=[{}, {}], build=lambda c: lambda: None, "
+                      "device='cpu')\n")
+    proc, state = server("--idle-exit", "120")
+    done = _client(tmp_path, "broken", target=f"{broken}:space", configs="0,1")
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("nsprof: error: the profiled worker measured nothing") and "CUDA_ERROR_NO_DEVICE" in last
@@ -398,4 +404,327 @@ def test_a_client_stopped_mid_job_leaves_the_server_serving(tmp_path, server, ow
     assert status.pid == state["worker_pid"] and status.served["job"] == 2
     assert proc.poll() is None
     proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+# A served job measures what the client's own standalone session would have measured: its folder, its
+# environment, its target's own helpers.
+GATE_SOURCE = (TARGETS / "serve_gate.py").read_text()  # configs 0 and 2 are plain CPU configs
+
+# A target of the same name in the server's folder that is not the client's: every build fails there.
+WRONG_SOURCE = '''
+import nsprof.space
+
+def build(config):
+    raise ValueError("the server's own t.py was measured, not the client's")
+
+space = nsprof.space.Space(name="wrong", configs=[{"kind": "ok"}] * 3, build=build, device="cpu")
+'''
+
+
+@pytest.mark.parametrize("work_dir", ["absolute", "relative"])
+def test_a_relative_target_and_work_dir_are_the_clients_not_the_servers(tmp_path, server, own_gpu_lock_folder,
+                                                                         work_dir):
+    """The client's cwd decides what a relative target path (and --work-dir) names, as standalone."""
+    server_cwd, client_cwd = tmp_path / "server_cwd", tmp_path / "client_cwd"
+    server_cwd.mkdir()
+    client_cwd.mkdir()
+    (server_cwd / "t.py").write_text(WRONG_SOURCE)
+    (client_cwd / "t.py").write_text(GATE_SOURCE)
+    proc, state = server("--idle-exit", "120", cwd=server_cwd)
+    done = _client(tmp_path, "w", target="t.py:space", configs="0,2", cwd=client_cwd,
+                   work_dir=str(tmp_path / "w") if work_dir == "absolute" else "w")
+    assert done.returncode == 0, done.stderr
+    rows = _rows(done)
+    assert not [row["error"] for row in rows if row["error"]], "the server's t.py was measured"
+    assert _measured(rows) == {0: 2, 2: 2}
+    folder = tmp_path / "w" if work_dir == "absolute" else client_cwd / "w"
+    status = _status(folder.parent, folder.name)
+    assert status.pid == state["worker_pid"] and status.ended, "it was served"
+    assert not list(server_cwd.glob("w*")), "nothing of the job went to the server's folder"
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+@pytest.mark.parametrize("variable", ["NSPROF_TEST_GATE", "CUDA_VISIBLE_DEVICES", "PYTHONPATH"])
+def test_a_server_started_in_another_environment_is_not_used(tmp_path, server, own_gpu_lock_folder, variable):
+    """A variable the target (or CUDA, or Python) reads differs between the server and the client: the
+    served worker would measure under the server's, so the client must not use it (here: GPU busy)."""
+    proc, state = server("--idle-exit", "120")
+    value = {"NSPROF_TEST_GATE": str(tmp_path / "gate"), "CUDA_VISIBLE_DEVICES": "0,1",
+             "PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}"}[variable]
+    done = _client(tmp_path, "other", target=GATE, configs="0,2", env={variable: value})
+    assert not (tmp_path / "other" / "served.status").exists(), "a server of another environment measured it"
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("nsprof: error:") and variable in last, last
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+HELPER_CHECK = '''
+from pathlib import Path
+
+import helper
+import nsprof.space
+
+if Path(helper.__file__).parent != Path(__file__).parent:
+    raise ImportError(f"{__file__} got the helper of {helper.__file__}")
+
+def build(config):
+    return lambda: None
+
+space = nsprof.space.Space(name="helper", configs=[{"kind": "ok"}] * 2, build=build, device="cpu")
+'''
+
+
+def test_a_served_target_imports_its_own_helpers_not_an_earlier_jobs(tmp_path, server, own_gpu_lock_folder):
+    """Two projects, each with its own helper.py: the second job must not get the first job's helper
+    (still in sys.modules, its folder still on sys.path)."""
+    for project in ("a", "b"):
+        (tmp_path / project).mkdir()
+        (tmp_path / project / "helper.py").write_text(f"NAME = {project!r}\n")
+        (tmp_path / project / "t.py").write_text(HELPER_CHECK)
+    proc, state = server("--idle-exit", "120")
+    first = _client(tmp_path, "first", target=str(tmp_path / "a" / "t.py") + ":space", configs="0,1")
+    assert first.returncode == 0, first.stderr
+    second = _client(tmp_path, "second", target=str(tmp_path / "b" / "t.py") + ":space", configs="0,1")
+    assert second.returncode == 0, second.stderr
+    assert _measured(_rows(second)) == {0: 2, 1: 2}
+    assert _status(tmp_path, "second").pid == state["worker_pid"], "both were served by one worker"
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+HEAVY_SOURCE = '''
+import sys
+
+# Like torch: a package that cannot be imported twice into one process (its registrations, its CUDA state).
+if getattr(sys, "_heavy_imported", False):
+    raise RuntimeError("heavy was imported a second time into this process")
+sys._heavy_imported = True
+'''
+
+
+def test_a_package_installed_below_the_targets_folder_is_not_imported_again(tmp_path, server, own_gpu_lock_folder):
+    """A project whose virtual environment lies in its own folder (uv's .venv): the packages it installs are
+    under the target's folder, but they are not the target's helpers, and must not be dropped and imported
+    again for the next job (torch cannot be)."""
+    project = tmp_path / "project"
+    site = project / ".venv" / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "heavy.py").write_text(HEAVY_SOURCE)
+    (project / "t.py").write_text("import heavy  # noqa\n" + GATE_SOURCE)
+    env = {"PYTHONPATH": f"{site}:{os.environ.get('PYTHONPATH', '')}"}
+    proc, state = server("--idle-exit", "120", env=env)
+    for name in ("first", "second"):
+        done = _client(tmp_path, name, target=str(project / "t.py") + ":space", configs="0,2", env=env)
+        assert done.returncode == 0, done.stderr
+        assert _measured(_rows(done)) == {0: 2, 2: 2}
+        assert _status(tmp_path, name).pid == state["worker_pid"]
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_job_abandoned_by_its_client_never_writes_into_the_next_runs_files(tmp_path, server, own_gpu_lock_folder):
+    """Ctrl-C leaves the server running the abandoned job (it writes its status and report into the client's
+    folder until it ends); the same command run again with the same --work-dir must not read that job's lines
+    or report as its own."""
+    gate = tmp_path / "gate"
+    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
+    holder = _hold_a_job(tmp_path, "w")  # configs 0, 1, 2; it waits in config 1
+    holder.send_signal(signal.SIGTERM)  # acts as Ctrl-C
+    holder.communicate(timeout=60)
+    assert holder.returncode == 130
+    again = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--configs", "2",
+                              "--mode", "direct", "--reps", "1", "--warmup", "0", "--json", "--wait",
+                              "--work-dir", str(tmp_path / "w")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        # The new run's status file is there (empty: the abandoned job waits in config 1, writing nothing).
+        assert _wait_for(lambda: any(path.stat().st_size == 0 for path in (tmp_path / "w").glob("served*.status"))
+                         or again.poll() is not None)
+        gate.write_text("")  # the abandoned job goes on: configs 1 and 2
+        out, err = again.communicate(timeout=120)
+    finally:
+        gate.write_text("")
+        if again.poll() is None:
+            again.kill()
+            again.wait()
+    assert again.returncode == 0, err
+    assert _measured(json.loads(out)) == {2: 1}, "the abandoned job's configs were taken for this run's"
+    served = [parse_status(path.read_text()) for path in (tmp_path / "w").glob("served*.status")]
+    mine = [status for status in served if status.served and status.served["job"] == 2]
+    assert len(mine) == 1 and mine[0].done == [2] and mine[0].ended, "this run's status holds its own job only"
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_servers_files_are_removed_only_while_nobody_holds_the_gpu_lock(tmp_path, own_gpu_lock_folder):
+    """A state file whose pid this client cannot see (a server in another pid namespace sharing the lock
+    folder, or a pid the client cannot tell apart) is not proof of a dead server: a live server holds the
+    GPU lock for its whole life, so its files stay while the lock is held, and go once it is free."""
+    import standins
+
+    from nsprof.serve_client import find_server, identity
+    from nsprof.settings import ProfileSettings
+
+    driver, settings = standins.StatusDriver(), ProfileSettings(backend="nsys")
+    own_gpu_lock_folder.mkdir(parents=True, exist_ok=True)
+    release = tmp_path / "release"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom pathlib import Path\nfrom nsprof.host.lock import gpu_lock\n"
+        "with gpu_lock(0):\n    print('held', flush=True)\n"
+        "    while not Path(sys.argv[1]).exists():\n        time.sleep(0.02)\n"), str(release)],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "NSPROF_LOCK_DIR": str(own_gpu_lock_folder)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        unseen = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        state_file, socket_file = _state_file(own_gpu_lock_folder), _socket(own_gpu_lock_folder)
+        state_file.write_text(json.dumps({"pid": int(unseen.stdout), "identity": identity(driver, settings),
+                                          "socket": str(socket_file)}))
+        socket_file.write_text("")
+        assert find_server(driver, settings)[0] is None
+        assert state_file.exists() and socket_file.exists(), "a client removed the files of a lock holder's server"
+    finally:
+        release.write_text("")
+        holder.wait(timeout=DEADLINE_S)
+    assert find_server(driver, settings) == (None, None)
+    assert not state_file.exists() and not socket_file.exists(), "a dead server's files go once the lock is free"
+
+
+def test_a_dead_servers_pid_taken_by_another_process_is_told_apart(tmp_path, own_gpu_lock_folder):
+    """The dead server's pid now names another live process: its socket does not answer and nobody holds the
+    GPU lock, so the files are a dead server's (removed), not an unfitting server's."""
+    import standins
+
+    from nsprof.serve_client import find_server, identity
+    from nsprof.settings import ProfileSettings
+
+    driver, settings = standins.StatusDriver(), ProfileSettings(backend="nsys")
+    own_gpu_lock_folder.mkdir(parents=True, exist_ok=True)
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        state_file, socket_file = _state_file(own_gpu_lock_folder), _socket(own_gpu_lock_folder)
+        state_file.write_text(json.dumps({"pid": other.pid, "identity": identity(driver, settings),
+                                          "socket": str(socket_file)}))
+        socket_file.write_text("")  # a socket file without a listener
+        assert find_server(driver, settings) == (None, None)
+        assert not state_file.exists() and not socket_file.exists()
+    finally:
+        other.communicate(timeout=DEADLINE_S)
+
+
+def test_a_variable_an_earlier_served_target_set_is_not_seen_by_the_next_job(tmp_path, server, own_gpu_lock_folder):
+    """A target may set environment variables at import (a cache folder, CUDA_LAUNCH_BLOCKING): a fresh worker
+    never sees another target's; the served worker must not either."""
+    (tmp_path / "a.py").write_text("import os\nos.environ['NSPROF_TEST_LEFT'] = 'by a.py'\n" + GATE_SOURCE)
+    (tmp_path / "b.py").write_text("import os\nif 'NSPROF_TEST_LEFT' in os.environ:\n"
+                                   "    raise RuntimeError('b.py sees a variable of a.py')\n" + GATE_SOURCE)
+    proc, state = server("--idle-exit", "120")
+    first = _client(tmp_path, "first", target=f"{tmp_path / 'a.py'}:space", configs="0")
+    assert first.returncode == 0, first.stderr
+    second = _client(tmp_path, "second", target=f"{tmp_path / 'b.py'}:space", configs="0")
+    assert second.returncode == 0, second.stderr
+    assert _status(tmp_path, "second").pid == state["worker_pid"]
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_variable_the_client_set_after_it_started_is_the_served_jobs_too(tmp_path, server, own_gpu_lock_folder):
+    """A program that sets a variable before it measures (os.environ in a notebook; here the target's import in
+    the CLI's own process) gives it to a standalone worker, which inherits its environment: a served job
+    must get it too."""
+    (tmp_path / "c.py").write_text(
+        "import os\nimport sys\n\nimport nsprof.space\n\n"
+        "if not sys.argv[0].endswith(os.path.join('worker', '__main__.py')):  # the client's process, not a worker\n"
+        "    os.environ['NSPROF_TEST_SET_BY_CLIENT'] = 'yes'\n\n"
+        "def build(config):\n"
+        "    if os.environ.get('NSPROF_TEST_SET_BY_CLIENT') != 'yes':\n"
+        "        raise RuntimeError('the job does not have the client environment')\n"
+        "    return lambda: None\n\n"
+        "space = nsprof.space.Space(name='c', configs=[{}, {}], build=build, device='cpu')\n")
+    standalone = _client(tmp_path, "alone", target=f"{tmp_path / 'c.py'}:space", configs="0,1")
+    assert standalone.returncode == 0 and _measured(_rows(standalone)) == {0: 2, 1: 2}, standalone.stderr
+    proc, state = server("--idle-exit", "120")
+    served = _client(tmp_path, "served", target=f"{tmp_path / 'c.py'}:space", configs="0,1")
+    assert served.returncode == 0, served.stderr
+    assert _measured(_rows(served)) == {0: 2, 1: 2}
+    assert _status(tmp_path, "served").pid == state["worker_pid"]
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_client_with_a_large_environment_is_served(tmp_path, server, own_gpu_lock_folder):
+    """The job's line to the worker holds the client's environment: longer than a pipe's buffer (64 KiB) where
+    a module system set many variables; it goes whole."""
+    big = {f"NSPROF_TEST_BIG{i}": "x" * 100_000 for i in range(3)}
+    proc, state = server("--idle-exit", "120", env=big)
+    done = _client(tmp_path, "big", target=GATE, configs="0,2")
+    assert done.returncode == 0, done.stderr
+    assert _measured(_rows(done)) == {0: 2, 2: 2}
+    assert _status(tmp_path, "big").pid == state["worker_pid"]
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_server_of_nsprof_as_it_was_before_an_edit_does_not_fit(tmp_path, own_gpu_lock_folder):
+    """The same nsprof folder and version number, but its worker code edited since the server started (a
+    checkout being worked on): the server's worker runs the old code, so the identities differ."""
+    import shutil
+
+    import standins
+
+    import nsprof
+    from nsprof.serve_client import _differences, identity, source_digest
+    from nsprof.settings import ProfileSettings
+
+    package = Path(nsprof.__file__).resolve().parent
+    copy = tmp_path / "nsprof"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = source_digest(copy)
+    assert before == source_digest(package)
+    with open(copy / "worker" / "program.py", "a") as handle:
+        handle.write("\n# edited after the server started\n")
+    edited = source_digest(copy)
+    assert edited != before
+    driver, settings = standins.StatusDriver(), ProfileSettings(backend="nsys")
+    mine = identity(driver, settings)
+    assert mine["source"] == before
+    assert [d for d in _differences({**mine, "source": edited}, mine) if d.startswith("source")]
+
+
+def test_a_client_that_comes_while_the_server_writes_a_report_waits_in_its_queue(tmp_path, server,
+                                                                                own_gpu_lock_folder):
+    """`nsys stop` writes a long job's report synchronously, and the server answers no ping meanwhile: a client
+    with --wait that comes then must queue for the server (it holds the GPU lock until it idles out), not take
+    the silence for a server that does not fit and wait for the lock."""
+    stop_gate = tmp_path / "stop-gate"
+    proc, state = server("--idle-exit", "5", env={"NSPROF_STANDIN_STOP_GATE": str(stop_gate)})
+    first = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--configs", "0",
+                              "--mode", "direct", "--reps", "1", "--warmup", "0", "--json",
+                              "--work-dir", str(tmp_path / "first")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        assert _wait_for(lambda: (tmp_path / "first" / "served.status").exists()
+                         and _status(tmp_path, "first").ended), "the first job ran; its stop now waits"
+        second = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--configs",
+                                   "2", "--mode", "direct", "--reps", "1", "--warmup", "0", "--json", "--wait",
+                                   "--work-dir", str(tmp_path / "second")], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        from nsprof.serve_client import PING_TIMEOUT_S
+
+        try:
+            second.wait(timeout=PING_TIMEOUT_S + 5)  # its ping runs out meanwhile (nothing is asserted on this wait)
+        except subprocess.TimeoutExpired:
+            pass
+        stop_gate.write_text("")
+        out, err = second.communicate(timeout=120)
+    finally:
+        stop_gate.write_text("")
+        first.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert _measured(json.loads(out)) == {2: 1}
+    status = _status(tmp_path, "second")
+    assert status.pid == state["worker_pid"] and status.served["job"] == 2, "it was served after the first job"
     assert _ended(proc, own_gpu_lock_folder) == 0

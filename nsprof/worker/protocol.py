@@ -301,6 +301,11 @@ def worker_command(settings, job_file: Path) -> list[str]:
     return [settings.python, "-m", "nsprof.worker", str(job_file)]
 
 
+# What a process reads only as it starts (CUDA, the loader, Python, torch's allocator): a served job cannot
+# be given these, so a client uses only a server whose worker started with the same (nsprof.serve_client).
+AT_START = ("CUDA_", "LD_", "PYTHON", "PYTORCH_", "TORCH_", "NVIDIA_", "NSYS_", "CUPTI_", "NCCL_")
+
+
 def serve_worker_command(settings, serve_dir: Path) -> list[str]:
     """The command line of nsprof serve's long-lived worker (nsprof.worker.serving) with settings.python."""
     return [settings.python, "-m", "nsprof.worker", "--serve", str(serve_dir)]

@@ -2,7 +2,8 @@
 (nsprof.serve) under the profiler, and given one job after another.
 
 It imports what it needs and creates the CUDA context once (where torch and a GPU are there),
-then reads job lines from the FIFO DIR/jobs (`{"job": PATH, "n": N}`, or `exit`). Each job runs
+then reads job lines from the FIFO DIR/jobs (`{"job": PATH, "n": N, "server": PID, "cwd": the client's
+folder}`, or `exit`). Each job runs
 exactly as a standalone worker's does (nsprof.worker.program.run_job: the target loaded fresh, the
 same ranges, the same status file, ending with `end`), on the devices it already has. The job's
 status file starts with `pid` and `served {"job": N, "server": PID}`, so that a reader can tell
@@ -28,7 +29,7 @@ import traceback
 from pathlib import Path
 
 from nsprof.worker.program import Device, Stopped, request_stop, run_job, watch_parent
-from nsprof.worker.protocol import EXIT_CONTEXT_LOST, EXIT_STOPPED, Job, Status
+from nsprof.worker.protocol import AT_START, EXIT_CONTEXT_LOST, EXIT_STOPPED, Job, Status
 
 JOB_ABORTED = 6  # a job that could not run (its target did not load, its files could not be opened)
 JOBS_FIFO = "jobs"
@@ -56,9 +57,25 @@ def _warm(devices: dict) -> dict | None:
     return described
 
 
-def _forget_target_modules(target: str) -> None:
-    """Drop the modules imported from the target's folder (not nsprof's own), so that a job
-    sees its target's helpers as they are now, as a fresh worker would."""
+def _installed(path: Path) -> bool:
+    """A file of an installed package: below a site-packages (dist-packages) folder or Python's prefix (a
+    project's own .venv lies in the project's folder: its torch is not the target's to import again)."""
+    if {"site-packages", "dist-packages"} & set(path.parts):
+        return True
+    return any(path.is_relative_to(Path(prefix).resolve()) for prefix in {sys.prefix, sys.base_prefix})
+
+
+def _targets_own(folders: set[Path], file: str) -> bool:
+    """Whether the module of file `file` is a target's own: below one of `folders` and not installed."""
+    path = Path(file).resolve()
+    return not _installed(path) and any(path.is_relative_to(folder) for folder in folders)
+
+
+def _forget_target_modules(target: str, folders: set[Path]) -> None:
+    """Drop the modules imported from the folder of this job's target or of any earlier job's (not
+    nsprof's own, nor installed packages below it: _installed), so that a job sees its target's helpers
+    as they are now and never another project's helper of the same name, as a fresh worker would.
+    `folders` gains this job's folder."""
     from nsprof.errors import TargetError
     from nsprof.space import split_target
 
@@ -69,22 +86,58 @@ def _forget_target_modules(target: str) -> None:
     if not (where.endswith(".py") or "/" in where):
         if not where.startswith("nsprof"):
             sys.modules.pop(where, None)  # a module target: imported again (its own helpers are not)
-        return
-    folder = str(Path(where).resolve().parent) + os.sep
+    else:
+        folders.add(Path(where).resolve().parent)
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None) or ""
-        if path.startswith(folder) and not name.startswith("nsprof"):
+        if path and not name.startswith("nsprof") and _targets_own(folders, path):
             del sys.modules[name]
 
 
-def _serve_job(request: dict, devices: dict) -> int:
+class _Place:
+    """Where a job runs: the client's folder (its cwd, which a relative target, a module target and
+    the target's own relative paths are found from, as in a standalone worker started there) and
+    sys.path as it was at the worker's start (no earlier job's target folder on it), with the
+    worker's own start folder (`python -m` puts it first) replaced by the client's, and the client's
+    environment (no variable an earlier job's target set)."""
+
+    def __init__(self) -> None:
+        self.start_cwd = os.getcwd()
+        self.path = list(sys.path)
+        self.environ = dict(os.environ)  # as the server (and nsys) gave it: a target's own changes undone
+        self.folders: set[Path] = set()  # the folders of every target served so far
+
+    def enter(self, cwd: str | None, environ: dict | None) -> None:
+        cwd = cwd or self.start_cwd
+        os.chdir(cwd)
+        sys.path[:] = [cwd if entry == self.start_cwd else entry for entry in self.path]
+        # The client's environment, as a standalone worker would inherit it, over the worker's own as it
+        # started: that holds what the profiler's injection set (NVTX_INJECTION64_PATH, LD_PRELOAD: read
+        # when first used, so never removed), and what a process reads only as it starts
+        # (protocol.AT_START: equal to the client's, or it would not be served) stays as it is. A
+        # variable an earlier job's target added goes.
+        wanted = dict(self.environ)
+        wanted.update({k: v for k, v in (environ or {}).items() if not k.startswith(AT_START)})
+        for name in [name for name in os.environ if name not in wanted]:
+            del os.environ[name]
+        for name, value in wanted.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
+
+
+def _serve_job(request: dict, devices: dict, place: _Place) -> int:
     status = None
     try:
         job = Job.read(Path(request["job"]))
         status = Status(job.status)
         status.write("pid", os.getpid())
         status.write("served", json.dumps({"job": request["n"], "server": request.get("server")}))
-        _forget_target_modules(job.target)
+        try:
+            place.enter(request.get("cwd"), request.get("environ"))
+        except OSError as exc:
+            status.write("abort", json.dumps(f"the client's folder {request.get('cwd')} cannot be entered: {exc}"))
+            raise
+        _forget_target_modules(job.target, place.folders)
         return run_job(job, status, devices)
     except Stopped:
         if status is not None:
@@ -108,6 +161,7 @@ def serve(serve_dir: Path) -> int:
     devices: dict = {}
     try:
         described = _warm(devices)
+        place = _Place()  # after torch's import: what it set stays
         # Read and write: the FIFO never reports EOF, and opening it never waits for the server.
         with open(os.open(serve_dir / JOBS_FIFO, os.O_RDWR), encoding="utf-8", buffering=1) as jobs:
             own.write("ready", json.dumps({"watch": watch, "device": described}))
@@ -118,7 +172,7 @@ def serve(serve_dir: Path) -> int:
                 if line == "exit":
                     return 0
                 request = json.loads(line)
-                code = _serve_job(request, devices)
+                code = _serve_job(request, devices, place)
                 own.write("job", request["n"], code)
                 if code == EXIT_CONTEXT_LOST:
                     return code
