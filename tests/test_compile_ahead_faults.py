@@ -195,16 +195,13 @@ print("FAILURES", result.failures)
 """
 
 
-def test_a_compile_that_hangs_is_bounded(tmp_path):
-    # config 1's compile never returns. The worker waits for its marker before its window (so
-    # --timeout does not apply) writing a `wait` line a second (so the phase bound does not
-    # either): nsprof waits forever, holding the GPU lock and the profiler. (Before a1785df the
-    # compile ran first, also unbounded, but without the GPU.) Bounded by compile_timeout_s:
-    # config 1 is one failed row, configs 0 and 2 are measured.
+def _hang_run(tmp_path, space: str) -> str:
+    """HANG_SCRIPT on `space` in a child process, bounded: its stdout (a failed test, not a hang,
+    when nsprof still waits after 30 s; its children die with it: parent-death signal, death pipe)."""
     folder = tmp_path / "ahead"
     folder.mkdir()
     script = tmp_path / "hang.py"
-    script.write_text(HANG_SCRIPT.format(tests=str(Path(__file__).parent), target=f"{TARGET}:hanging",
+    script.write_text(HANG_SCRIPT.format(tests=str(Path(__file__).parent), target=f"{TARGET}:{space}",
                                          work=str(tmp_path / "work")))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
            "NSPROF_TEST_AHEAD_DIR": str(folder)}
@@ -213,26 +210,26 @@ def test_a_compile_that_hangs_is_bounded(tmp_path):
     try:
         out, err = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
-        proc.kill()  # its children die with it (parent-death signal, the worker's death pipe)
+        proc.kill()
         proc.communicate(timeout=60)
-        pytest.fail("nsprof still waited for config 1's compile after 30 s (compile timeout 2 s)")
+        pytest.fail("nsprof still waited for a compile after 30 s (compile timeout 2 s)")
     assert proc.returncode == 0, err
-    assert "FAILURES {1: 'compile timed out: not compiled after 2 s" in out
+    return out
+
+
+def test_a_compile_that_hangs_is_bounded(tmp_path):
+    # config 1's compile never returns. The worker waits for its marker before its window (so
+    # --timeout does not apply) writing a `wait` line a second (so the phase bound does not
+    # either): nsprof waited forever, holding the GPU lock and the profiler. (Before a1785df the
+    # compile ran first, also unbounded, but without the GPU.) Bounded by compile_timeout_s:
+    # config 1 is one failed row, configs 0 and 2 are measured.
+    assert "FAILURES {1: 'compile timed out: not compiled after 2 s" in _hang_run(tmp_path, "hanging")
 
 
 def test_a_stalled_compile_step_fails_the_rest_at_once(tmp_path):
     # every compile hangs: config 0 waits out its bound with no compile finishing meanwhile, so the
     # step is stalled and configs 1 and 2 fail at once (not each after its own bound)
-    folder = tmp_path / "ahead"
-    folder.mkdir()
-    script = tmp_path / "stuck.py"
-    script.write_text(HANG_SCRIPT.format(tests=str(Path(__file__).parent), target=f"{TARGET}:stuck",
-                                         work=str(tmp_path / "work")))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
-           "NSPROF_TEST_AHEAD_DIR": str(folder)}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    text = done.stdout
+    text = _hang_run(tmp_path, "stuck")
     assert text.startswith("FAILURES {0: 'compile timed out: not compiled after 2 s"), text[-2000:]
     assert text.count("not compiled: the compile step made no progress for 2 s") == 2, text[-2000:]
 
