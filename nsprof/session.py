@@ -389,6 +389,14 @@ def failure_frame(failures: dict[int, str], settings: ProfileSettings, driver: D
                        for cfg, reason in sorted(failures.items())])
 
 
+def _remove_leftovers(driver: Driver, base: Path) -> None:
+    """Remove the report files an earlier run of this driver left under this part's name in a
+    reused work folder: a profiler that writes no report this time must not have the old one read
+    as this run's (the driver's finish takes whatever lies at the part's report path)."""
+    for path in driver.report_files(base):
+        path.unlink(missing_ok=True)
+
+
 def _salvage(driver, settings: ProfileSettings, base: Path, log: Path, hand_over, points: Points) -> None:
     """After an interrupt: hand over what the interrupted part finished (whole configs only,
     and the failures it recorded). A report that cannot be read loses only this part."""
@@ -551,6 +559,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
             if not remaining:
                 break
             base = work_dir / f"part{part_number}"
+            _remove_leftovers(driver, base)
             status_file = base.with_suffix(".status")
             status_file.write_text("")
             log = base.with_suffix(".log")

@@ -116,6 +116,11 @@ class Driver(ABC):
     def build_command(self, settings: ProfileSettings, job_file: Path, report_base: Path) -> list[str]:
         """The argv that runs the worker on `job_file` under this profiler, writing `report_base`.*"""
 
+    def report_files(self, report_base: Path) -> list[Path]:
+        """Every file finish() may take as this run's report (or turn into it): removed before a
+        run, so that none an earlier run left is read as this one's."""
+        return [report_base.with_suffix(self.suffix)] if self.suffix else []
+
     @abstractmethod
     def finish(self, report_base: Path, log: Path) -> Path | None:
         """The report this run left (converted if need be), or None when it left none."""

@@ -97,6 +97,9 @@ class NsysDriver(ToolDriver):
     def serve_shutdown(self, session: str, log) -> None:
         self._step(["shutdown", f"--session={session}", "--kill", "sigkill"], log, 120)
 
+    def report_files(self, report_base: Path) -> list[Path]:
+        return [report_base.with_suffix(suffix) for suffix in (self.suffix, ".qdstrm", ".sqlite")]
+
     def finish(self, report_base: Path, log: Path) -> Path | None:
         """The SQLite export of this run's report, importing a left-over .qdstrm first."""
         report = report_base.with_suffix(self.suffix)
