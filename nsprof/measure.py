@@ -80,6 +80,8 @@ def _one_gpu(device: int) -> None:
 class GroundTruth(Backend):
     """A driver (ncu, nsys, ...) in a supervised worker session, under `settings` as given."""
 
+    takes_compiled = True
+
     def __init__(self, settings: ProfileSettings) -> None:
         from nsprof.drivers import registry
 
@@ -93,8 +95,6 @@ class GroundTruth(Backend):
 
     def tool_version(self) -> str:
         return self.driver.tool_version()
-
-    takes_compiled = True
 
     def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
             on_progress: Progress | None = None, on_rows: OnRows | None = None, n_shapes: int = 0,

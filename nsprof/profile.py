@@ -17,7 +17,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,7 +60,7 @@ def precompile(space, jobs: int | None = None, log: str | None = None,
     The compilers' own output goes to `log` (default: a temporary file, removed when every
     config compiled), not the terminal.
     """
-    from nsprof.worker.compile import compile_reason
+    from nsprof.worker.compile import compile_each
 
     if space.compile is None:
         return {}
@@ -72,17 +71,11 @@ def precompile(space, jobs: int | None = None, log: str | None = None,
         os.close(handle)
 
     points = space.points
-
-    def one(config_id: int):
-        try:
-            space.compile_at(*points.split(config_id))
-        except Exception as exc:  # a config that does not compile is a result, not a crash
-            return config_id, compile_reason(exc)
-        return config_id, None
-
-    with output_to(log), ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(pool.map(one, points.all() if config_ids is None else config_ids))
-    failures = {cfg: err for cfg, err in results if err}
+    ids = points.all() if config_ids is None else config_ids
+    reasons: dict[int, str | None] = {}
+    with output_to(log):
+        compile_each(space, points, ids, jobs, reasons.__setitem__)
+    failures = {cfg: reasons[cfg] for cfg in ids if reasons.get(cfg)}  # in the order asked for
     if temporary_log and not failures:
         os.remove(log)  # nothing to look into; the output of failed compiles stays
     return failures
@@ -97,7 +90,6 @@ class CompileAhead:
     to compile or the step itself did.
 
         ahead = CompileAhead.start(target, space, points)
-        ahead.watch()
         try:
             backend.run(..., compiled=str(ahead.folder))
         finally:
@@ -109,7 +101,7 @@ class CompileAhead:
         self.began = time.monotonic()
         self.seconds: float | None = None  # how long the step ran (None while it runs)
         self.kept = False  # finish() kept the folder: a config failed to compile, or the step did
-        self._watcher = None  # the watch thread (watch())
+        self._watcher = None  # the watch thread (_watch())
         self._stopping = False  # finish() stops the step: its death is no news for the worker
 
     @classmethod
@@ -132,7 +124,16 @@ class CompileAhead:
             proc = subprocess.Popen([python or sys.executable, "-m", "nsprof.worker.compile", str(job)],
                                     stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, preexec_fn=dies_with_nsprof())
-        return cls(folder, proc, log)
+        ahead = cls(folder, proc, log)
+        ahead._watch()
+        return ahead
+
+    def _say_died(self, code: int) -> None:
+        """Tell the worker, in `end`, that the step died: it stops waiting for what it will never compile."""
+        from nsprof.worker.compile import END, write_marker
+
+        if not (self.folder / END).exists():
+            write_marker(self.folder / END, f"the compile step exited with status {code} (log: {self.log})")
 
     def finish(self) -> None:
         """Stop the step if it still runs (the session ended before it: nothing more is needed),
@@ -140,8 +141,6 @@ class CompileAhead:
         unless a config failed to compile or the step itself failed."""
         import shutil
         import signal
-
-        from nsprof.worker.compile import END, write_marker
 
         # Not proc.poll(): while the watch thread waits it holds Popen's wait lock, and poll says
         # None even for a step that has exited. returncode is set once the step was reaped.
@@ -158,26 +157,23 @@ class CompileAhead:
             self.seconds = time.monotonic() - self.began
         code = self.proc.returncode
         failed = code != 0 and not (stopped and code == -signal.SIGKILL)
-        if failed and not (self.folder / END).exists():
-            write_marker(self.folder / END, f"the compile step exited with status {code} (log: {self.log})")
+        if failed:
+            self._say_died(code)
         if not failed and not any(self.folder.glob("*.fail")):
             shutil.rmtree(self.folder, ignore_errors=True)
         else:
             self.kept = True
 
-    def watch(self) -> None:
-        """Say in `end` when the step died (a compiler that crashed the process, a kill), so that the
-        worker stops waiting for what it will never compile: a thread of nsprof's own, run for
-        the session's length."""
+    def _watch(self) -> None:
+        """Say in `end` when the step died (a compiler that crashed the process, a kill): a thread of
+        nsprof's own, run for the session's length."""
         import threading
-
-        from nsprof.worker.compile import END, write_marker
 
         def wait() -> None:
             code = self.proc.wait()
             self.seconds = time.monotonic() - self.began
-            if code != 0 and not self._stopping and not (self.folder / END).exists():
-                write_marker(self.folder / END, f"the compile step exited with status {code} (log: {self.log})")
+            if code != 0 and not self._stopping:
+                self._say_died(code)
 
         self._watcher = threading.Thread(target=wait, daemon=True, name="nsprof-compile-watch")
         self._watcher.start()
@@ -249,7 +245,6 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
     ahead = None
     if space.compile is not None and backend.takes_compiled and settings.compile_ahead:
         ahead = CompileAhead.start(target, space, wanted, jobs, settings.python)
-        ahead.watch()
         compile_failures = {}
     else:
         compile_failures = {} if backend.compiles_itself else precompile(space, jobs, config_ids=wanted)

@@ -283,12 +283,10 @@ class _Server:
     def _follow(self, n: int, status_file: Path, timeout_s: float, bound_s: float) -> dict:
         """Follow job n until the worker says it is over, or a bound or the worker's death ends it."""
         from nsprof.host.children import kill_pid
-        from nsprof.worker.protocol import EXIT_CONTEXT_LOST, parse_status
+        from nsprof.worker.protocol import EXIT_CONTEXT_LOST, Bounds, parse_status
         from nsprof.worker.serving import JOB_ABORTED
 
-        seen = parse_status("")
-        seen_lines = -1
-        current_since = last_line_at = time.monotonic()
+        bounds = Bounds(timeout_s, bound_s, time.monotonic())
         while True:
             code = self._job_code(n)
             text = read_or_empty(status_file)
@@ -306,19 +304,13 @@ class _Server:
                 self.fault = f"the worker {lost} in job {n}"
                 reason = self.driver.crash_reason(self.log_path, self.proc.poll())
                 return {"ok": False, "fault": "crash", "config": status.current, "reason": reason}
-            now = time.monotonic()
-            if status.current != seen.current or len(status.started) != len(seen.started):
-                current_since = now
-            lines = sum(1 for ln in text.splitlines() if not ln.startswith("at "))
-            if lines != seen_lines:
-                seen_lines, last_line_at = lines, now
-            seen = status
-            if status.current is not None and now - current_since > timeout_s:
+            passed = bounds.passed(text, status, time.monotonic())
+            if passed == "timeout":
                 kill_pid(self.worker_pid)
                 self.fault = f"config {status.current} of job {n} ran past its timeout ({timeout_s:g} s)"
                 return {"ok": False, "fault": "timeout", "config": status.current,
                         "reason": f"timeout: still running after {timeout_s:g} s"}
-            if status.current is None and now - last_line_at > bound_s:
+            if passed == "stalled":
                 kill_pid(self.worker_pid)
                 self.fault = f"job {n} made no progress for {bound_s:g} s"
                 return {"ok": False, "fault": "stalled", "config": None, "reason": self.fault}

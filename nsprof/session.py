@@ -46,7 +46,7 @@ from nsprof.host.children import (
 from nsprof.reports.checks import one_line
 from nsprof.schema import Points
 from nsprof.settings import ProfileSettings
-from nsprof.worker.protocol import Job, RunStatus, parse_status, run_phases
+from nsprof.worker.protocol import Bounds, Job, RunStatus, parse_status, run_phases
 
 POLL_S = 0.1
 MAX_LOST_RETRIES = 2  # a config measured but lost with a crashed run's report is measured again
@@ -201,8 +201,7 @@ def _follow(proc, status_file: Path, settings: ProfileSettings, notify, log_hand
     between configs, exiting) the worker may go settings.phase_bound_s without a new line.
     """
     seen = RunStatus()
-    seen_size = -1
-    current_since = last_line_at = time.monotonic()
+    bounds = Bounds(settings.timeout_s, settings.phase_bound_s, time.monotonic())
     timed_out: int | None = None
     stalled: str | None = None
     worker_gone: float | None = None
@@ -219,23 +218,16 @@ def _follow(proc, status_file: Path, settings: ProfileSettings, notify, log_hand
         for cfg in status.failed:
             if cfg not in seen.failed:
                 notify("fail", cfg, status.failed[cfg])
-        now = time.monotonic()
-        if status.current != seen.current or len(status.started) != len(seen.started):
-            current_since = now  # a config's window opens at each of its start lines (an interleaved job has several)
-        # Progress is a new status line; the worker's `at` marks (when the target was imported, a
-        # config built) only time what it does, and must not restart the phase bound.
-        lines = sum(1 for line in text.splitlines() if not line.startswith("at "))
-        if lines != seen_size:
-            seen_size, last_line_at = lines, now
+        passed = bounds.passed(text, status, time.monotonic())
         seen = status
         if returncode is not None:
             return _RunEnd(returncode, timed_out, stalled, worker_gone=worker_gone, exited=polled)
         if timed_out is None and stalled is None:
-            if status.current is not None and now - current_since > settings.timeout_s:
+            if passed == "timeout":
                 timed_out = status.current
                 _end_run(proc, status.pid)
                 continue
-            if status.current is None and now - last_line_at > settings.phase_bound_s:
+            if passed == "stalled":
                 stalled = _phase(status)
                 note(log_handle, f"no progress for {settings.phase_bound_s:g} s {_PHASE_WORDS[stalled]}: "
                                   "nsprof stopped the run")
@@ -387,6 +379,15 @@ def failure_frame(failures: dict[int, str], settings: ProfileSettings, driver: D
     points = points or Points(0)
     return make_frame([{"source": settings.backend, **points.rows(cfg), "error": reason, **driver.labels(settings)}
                        for cfg, reason in sorted(failures.items())])
+
+
+def _job(target: str, ids: list[int], status_file: Path, settings: ProfileSettings, points: Points,
+         job_extra: dict | None, **more) -> Job:
+    """The worker's job for `ids` under `settings` (a standalone part's, or a served one's)."""
+    shapes = {"n_configs": points.n_configs, "n_shapes": points.n_shapes} if points.shaped else {}
+    return Job(target=target, config_ids=ids, status=str(status_file), modes=list(settings.modes),
+               reps=settings.reps, warmup=settings.warmup, compile_timeout_s=settings.compile_timeout_s,
+               **shapes, **more, **(job_extra or {}))
 
 
 def _remove_leftovers(driver: Driver, base: Path) -> None:
@@ -542,7 +543,6 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
     notify = on_progress or (lambda event, cfg, detail: None)
     hand_over = on_rows or (lambda frame: None)
     points = points or Points(n_configs)
-    shapes = {"n_configs": points.n_configs, "n_shapes": points.n_shapes} if points.shaped else {}
 
     def settle(new_failures: dict[int, str], kept=None) -> None:
         """Record what became final, and hand it over at once."""
@@ -563,10 +563,8 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
             status_file = base.with_suffix(".status")
             status_file.write_text("")
             log = base.with_suffix(".log")
-            job = Job(target=target, config_ids=remaining, status=str(status_file), modes=list(settings.modes),
-                      reps=settings.reps, warmup=settings.warmup, watch_fd=pipe.read_fd, watch_inode=pipe.inode,
-                      compile_timeout_s=settings.compile_timeout_s,
-                      **shapes, **(job_extra or {}))
+            job = _job(target, remaining, status_file, settings, points, job_extra, watch_fd=pipe.read_fd,
+                       watch_inode=pipe.inode)
             job_file = job.write(base.with_suffix(".job.json"))
             command = driver.build_command(settings, job_file, base)
             settled = False
@@ -745,7 +743,6 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
     ids = list(config_ids if config_ids is not None else range(n_configs))
     notify = on_progress or (lambda event, cfg, detail: None)
     hand_over = on_rows or (lambda frame: None)
-    shapes = {"n_configs": points.n_configs, "n_shapes": points.n_shapes} if points.shaped else {}
     began = time.monotonic()
     # The server and its worker run in the server's folder: every path they are given is absolute, and
     # the worker runs the job in the client's folder (request "cwd"), where a relative target is.
@@ -754,9 +751,7 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
     log = base.with_suffix(".log")
     log.write_text(f"==NSPROF== measured by nsprof serve (pid {state['pid']}, worker pid {state.get('worker_pid')}); "
                    f"the worker's log: {state.get('log')}\n")
-    job = Job(target=target, config_ids=ids, status=str(status_file), modes=list(settings.modes),
-              reps=settings.reps, warmup=settings.warmup, compile_timeout_s=settings.compile_timeout_s, **shapes,
-              **(job_extra or {}))
+    job = _job(target, ids, status_file, settings, points, job_extra)
     job_file = job.write(base.with_suffix(".job.json"))
     request = {"op": "job", "job": str(job_file), "status": str(status_file), "report_base": str(base), "cwd": os.getcwd(),
                "environ": dict(os.environ),

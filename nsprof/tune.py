@@ -152,6 +152,12 @@ def retryable(reason: str, timeout_s: float) -> bool:
     return bool(_NOT_THE_CONFIG.match(reason))
 
 
+def _a_timer_ranks(settings: TuneSettings) -> bool:
+    """Whether a fast timer is one of the rankings: its sessions (FastTimers) do not compile, so
+    tune compiles first (a ground truth's session compiles beside itself: profile_result)."""
+    return not all(_is_truth(truth) for truth in settings.ranked_truths)
+
+
 def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, config_ids: list[int], on_progress,
                  on_rows: Callable[[object], None] | None = None,
                  on_device: Callable[[dict | None], None] | None = None, plan: Plan | None = None,
@@ -504,8 +510,8 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     stage = on_stage or (lambda name, count: None)
     if space.shapes is not None:
         return tune_shapes(target, space, settings, wanted, stage)
-    timers_rank = not all(_is_truth(truth) for truth in settings.ranked_truths)
-    if settings.cluster is None and (settings.prescreen or timers_rank or settings.use_store and settings.resume):
+    if settings.cluster is None and (settings.prescreen or _a_timer_ranks(settings)
+                                     or settings.use_store and settings.resume):
         # The fast timers (a prescreen, or a timer that ranks: FastTimers) do not compile; a resumed
         # first pass may measure nothing, and the adaptive sessions (GroundTruth.interleave) do not
         # compile either (a cluster compiles each batch where it runs; otherwise each ground
@@ -674,7 +680,7 @@ def tune_shapes(target: str, space, settings: TuneSettings, wanted: list[int], s
     layout = space.points
     n = len(space.configs)
     points = layout.all(wanted)  # each truth's session compiles them beside itself (profile_result)
-    if not all(_is_truth(truth) for truth in settings.ranked_truths):
+    if _a_timer_ranks(settings):
         from nsprof.profile import precompile
 
         precompile(space, config_ids=points)  # a fast timer's sessions (FastTimers) do not compile

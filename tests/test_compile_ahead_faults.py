@@ -94,7 +94,6 @@ def test_finish_of_a_running_step_leaves_no_folder_and_no_traceback(tmp_path, mo
     for _ in range(8):
         (folder / "child.pid").unlink(missing_ok=True)
         ahead = CompileAhead.start(f"{TARGET}:spawning", space, [0, 1, 2])
-        ahead.watch()
         _wait_for(lambda: (folder / "child.pid").exists())
         child = int((folder / "child.pid").read_text())
         ahead.finish()
@@ -160,10 +159,9 @@ def test_a_resumed_tune_compiles_the_configs_its_adaptive_sessions_measure(tmp_p
         registry.unregister("noisy")
 
 
-def test_tune_with_a_fast_timer_as_its_backend_compiles_first(tmp_path, monkeypatch):
-    # tune --backend event (a fast timer ranks): its sessions are FastTimers', which do not go
-    # through profile_result, so nothing compiles them unless tune does (until a1785df it did,
-    # for every tune without a cluster). Without a GPU the timers fail; the compile must run first.
+def _tune_with_event(tmp_path, monkeypatch, target_text) -> Path:
+    """tune --backend event of the target target_text(artifacts) writes, which compiles into
+    `artifacts` (returned); without a GPU the timers fail, which is said and ignored here."""
     from nsprof.errors import NsprofError
     from nsprof.settings import TuneSettings
     from nsprof.tune import tune
@@ -171,14 +169,22 @@ def test_tune_with_a_fast_timer_as_its_backend_compiles_first(tmp_path, monkeypa
     monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
     artifacts = tmp_path / "artifacts"
     artifacts.mkdir()
-    configs = [{"id": i} for i in range(2)]
-    (tmp_path / "t.py").write_text(COMPILED_TARGET.format(artifacts=str(artifacts), configs=configs))
+    (tmp_path / "t.py").write_text(target_text(artifacts))
     try:
         tune(str(tmp_path / "t.py") + ":space", TuneSettings(backend="event", mode="direct", reps=2, timeout_s=30,
                                                              use_store=False, feed_back=False, tuner_pick=False,
                                                              work_dir=tmp_path / "work"))
     except NsprofError as exc:
         print("tune:", exc)
+    return artifacts
+
+
+def test_tune_with_a_fast_timer_as_its_backend_compiles_first(tmp_path, monkeypatch):
+    # tune --backend event (a fast timer ranks): its sessions are FastTimers', which do not go
+    # through profile_result, so nothing compiles them unless tune does (until a1785df it did,
+    # for every tune without a cluster). Without a GPU the timers fail; the compile must run first.
+    artifacts = _tune_with_event(tmp_path, monkeypatch, lambda artifacts: COMPILED_TARGET.format(
+        artifacts=str(artifacts), configs=[{"id": i} for i in range(2)]))
     assert sorted(p.name for p in artifacts.iterdir()) == ["artifact-0", "artifact-1"], "never compiled"
 
 
@@ -255,20 +261,8 @@ space = nsprof.space.Space(configs=[{{"id": 0}}, {{"id": 1}}], shapes=[{{"n": 1}
 
 def test_tune_of_a_target_with_shapes_and_a_fast_timer_compiles_first(tmp_path, monkeypatch):
     # as above, for tune_shapes (which compiled every point first until a1785df)
-    from nsprof.errors import NsprofError
-    from nsprof.settings import TuneSettings
-    from nsprof.tune import tune
-
-    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
-    artifacts = tmp_path / "artifacts"
-    artifacts.mkdir()
-    (tmp_path / "t.py").write_text(SHAPED_TARGET.format(artifacts=str(artifacts)))
-    try:
-        tune(str(tmp_path / "t.py") + ":space", TuneSettings(backend="event", mode="direct", reps=2, timeout_s=30,
-                                                             use_store=False, feed_back=False, tuner_pick=False,
-                                                             work_dir=tmp_path / "work"))
-    except NsprofError as exc:
-        print("tune:", exc)
+    artifacts = _tune_with_event(tmp_path, monkeypatch, lambda artifacts: SHAPED_TARGET.format(
+        artifacts=str(artifacts)))
     assert len(list(artifacts.iterdir())) == 4, "never compiled"
 
 

@@ -61,6 +61,23 @@ def state(folder: Path, point: int) -> tuple[str, str] | None:
     return None
 
 
+def compile_each(space, layout, points: list[int], jobs: int, done) -> None:
+    """Compile each of `points` (point ids of `layout`, a nsprof.schema.Points) in a pool of `jobs`
+    threads, in order; done(point, reason) as each one finishes, in its thread: reason None when
+    it compiled."""
+
+    def one(point: int) -> None:
+        try:
+            space.compile_at(*layout.split(point))
+        except Exception as exc:  # a config that does not compile is a result, not a crash
+            done(point, compile_reason(exc))
+            return
+        done(point, None)
+
+    with ThreadPoolExecutor(max_workers=max(1, int(jobs))) as pool:
+        list(pool.map(one, points))
+
+
 def run(job: dict) -> int:
     from nsprof.schema import Points
     from nsprof.space import load_target
@@ -72,18 +89,8 @@ def run(job: dict) -> int:
         write_marker(folder / END, f"the target did not load for the compile step: {type(exc).__name__}: "
                                    f"{' '.join(str(exc).split())[:200]}")
         raise
-    points = Points(job["n_configs"], job["n_shapes"])
-
-    def one(point: int) -> None:
-        try:
-            space.compile_at(*points.split(point))
-        except Exception as exc:  # a config that does not compile is a result, not a crash
-            write_marker(marker(folder, point, False), compile_reason(exc))
-            return
-        write_marker(marker(folder, point, True), "")
-
-    with ThreadPoolExecutor(max_workers=max(1, int(job["jobs"]))) as pool:
-        list(pool.map(one, job["points"]))
+    compile_each(space, Points(job["n_configs"], job["n_shapes"]), job["points"], job["jobs"],
+                 lambda point, reason: write_marker(marker(folder, point, reason is None), reason or ""))
     write_marker(folder / END, "")
     return 0
 

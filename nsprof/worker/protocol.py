@@ -151,6 +151,34 @@ class RunStatus:
         return None
 
 
+class Bounds:
+    """The bounds a follower of a worker's status file keeps (nsprof.session, nsprof.serve): a
+    config may run `timeout_s` from each of its start lines (an interleaved job has several);
+    outside a config the worker may go `bound_s` without a new status line. The worker's `at`
+    marks only time what it does: they are no progress."""
+
+    def __init__(self, timeout_s: float, bound_s: float, now: float) -> None:
+        self.timeout_s, self.bound_s = timeout_s, bound_s
+        self._seen = RunStatus()
+        self._lines = -1
+        self._current_since = self._last_line_at = now
+
+    def passed(self, text: str, status: RunStatus, now: float) -> str | None:
+        """After reading `text` (parsed: `status`) at `now`: "timeout" when the current config ran
+        past its window, "stalled" when no config is current and no line came for bound_s."""
+        if status.current != self._seen.current or len(status.started) != len(self._seen.started):
+            self._current_since = now
+        lines = sum(1 for line in text.splitlines() if not line.startswith("at "))
+        if lines != self._lines:
+            self._lines, self._last_line_at = lines, now
+        self._seen = status
+        if status.current is not None and now - self._current_since > self.timeout_s:
+            return "timeout"
+        if status.current is None and now - self._last_line_at > self.bound_s:
+            return "stalled"
+        return None
+
+
 _CONFIG_WORDS = ("start", "built", "done", "fail", "wait")  # their argument is a config id (then, maybe, more)
 
 
