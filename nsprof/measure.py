@@ -37,6 +37,11 @@ class Backend(ABC):
     # (nsprof.profile.CompileAhead), whose markers its worker waits for.
     takes_compiled: bool = False
 
+    def served(self) -> bool:
+        """Whether run() will measure through a running `nsprof serve`, whose warm worker builds (and so
+        compiles) each config itself: a compile step would pay the imports that worker has paid already."""
+        return False
+
     @abstractmethod
     def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
             on_progress: Progress | None = None, on_rows: OnRows | None = None) -> Measured:
@@ -95,6 +100,13 @@ class GroundTruth(Backend):
 
     def tool_version(self) -> str:
         return self.driver.tool_version()
+
+    def served(self) -> bool:
+        if not getattr(self.driver, "serves", False):
+            return False
+        from nsprof.serve_client import find_server
+
+        return find_server(self.driver, self.settings)[0] is not None
 
     def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
             on_progress: Progress | None = None, on_rows: OnRows | None = None, n_shapes: int = 0,

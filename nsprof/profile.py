@@ -243,11 +243,13 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
         raise NsprofError("a target with shapes is not spread over a cluster yet (--devices, --scheduler)")
     began = time.monotonic()
     ahead = None
-    if space.compile is not None and backend.takes_compiled and settings.compile_ahead:
+    compile_failures = {}
+    if space.compile is None or backend.compiles_itself or backend.served():
+        pass  # nothing to compile, or the configs are compiled where they are measured
+    elif backend.takes_compiled and settings.compile_ahead:
         ahead = CompileAhead.start(target, space, wanted, jobs, settings.python)
-        compile_failures = {}
     else:
-        compile_failures = {} if backend.compiles_itself else precompile(space, jobs, config_ids=wanted)
+        compile_failures = precompile(space, jobs, config_ids=wanted)
     precompile_s = time.monotonic() - began
     for cfg, reason in compile_failures.items():
         if on_progress:

@@ -9,7 +9,7 @@ hands the job to the worker, follows the job's status file with the same bounds 
 its own driver (finish, read), exactly as a standalone session reads a part.
 
 Files, next to the GPU lock (nsprof.host.lock.lock_dir): `<lock name>.serve.json` (the state:
-pids, backend, tool, what a client must share with it, the socket) and `<lock name>.serve.sock`
+pids, backend, tool, what a client must share with it, the socket) and `nsprof-<8 hex of the lock name>.serve.sock`
 (a Unix socket, mode 0600). The socket speaks JSON lines: a client sends {"op": "ping"} (answer:
 the state and whether a job runs) or {"op": "job", "job", "status", "report_base", "cwd" (the four
 absolute paths; cwd: the client's folder, where the worker runs the job), "environ" (the client's

@@ -15,6 +15,7 @@ nsprof and environment (identity: every variable but a terminal session's); NSPR
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -46,7 +47,10 @@ def serve_paths(device: int = 0) -> tuple[Path, Path]:
     from nsprof.host.lock import lock_path
 
     lock = lock_path(which_gpu(device))
-    return lock.with_name(lock.stem + STATE_SUFFIX), lock.with_name(lock.stem + SOCKET_SUFFIX)
+    # A Unix socket's path holds 107 bytes: the socket is named by a digest of the lock's name (a GPU's
+    # UUID alone is 40 characters), so that a lock folder as deep as pytest's still fits.
+    digest = hashlib.sha256(lock.stem.encode()).hexdigest()[:8]
+    return lock.with_name(lock.stem + STATE_SUFFIX), lock.with_name(f"nsprof-{digest}{SOCKET_SUFFIX}")
 
 
 # Variables of a shell or terminal session, not of a measurement: a server started in another terminal
@@ -201,8 +205,7 @@ def _remove_stale(state_path: Path, state: dict) -> bool:
                 return True  # gone already: not that dead server's any more
             if now.get("pid") != state.get("pid"):
                 return True  # a new server's, written before this client took the lock: it is dead too
-            socket_path = state_path.with_name(state_path.name[: -len(STATE_SUFFIX)] + SOCKET_SUFFIX)
-            for path in (state_path, socket_path):
+            for path in serve_paths():
                 try:
                     path.unlink()
                 except FileNotFoundError:

@@ -40,7 +40,10 @@ def _state_file(lock_dir: Path) -> Path:
 
 
 def _socket(lock_dir: Path) -> Path:
-    return lock_dir / "nsprof-gpu0.serve.sock"
+    from nsprof.serve_client import serve_paths
+
+    assert serve_paths()[1].parent == lock_dir
+    return serve_paths()[1]
 
 
 @pytest.fixture
@@ -280,6 +283,32 @@ def test_a_dead_or_unfitting_servers_state_is_told_apart(tmp_path, own_gpu_lock_
     assert state_file.exists(), "a live server's file stays"
     monkeypatch.setenv("NSPROF_SERVE", "0")
     assert find_server(driver, settings) == (None, None)
+
+
+def test_a_served_job_starts_no_compile_step_its_warm_worker_builds_each_config(tmp_path, server, own_gpu_lock_folder):
+    """On the H200 a served tune waited 7-10 s for the compile step beside it (a fresh process paying
+    torch's and TileLang's imports), longer than its worker took to build every config itself."""
+    folder = tmp_path / "ahead"
+    folder.mkdir()
+    env = {"NSPROF_TEST_AHEAD_DIR": str(folder)}
+    _, state = server("--idle-exit", "120", env=env)
+    done = _client(tmp_path, "c", target=str(TARGETS / "compile_ahead.py") + ":plain", configs="0,1,2", env=env)
+    assert done.returncode == 0, done.stderr
+    assert _measured(_rows(done)) == {0: 2, 1: 2, 2: 2}
+    assert _status(tmp_path, "c").pid == state["worker_pid"]
+    assert not (folder / "compiled.log").exists(), "no compile step ran beside the served job, nor in the client"
+
+
+def test_the_socket_of_a_gpu_named_by_its_uuid_fits_a_unix_socket_path(own_gpu_lock_folder, monkeypatch):
+    """On the H200 the lock is named by the GPU's UUID: a socket named after it did not fit a Unix
+    socket's path in pytest's own folder (the server refused to start)."""
+    from nsprof.serve_client import serve_paths
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-765d8652-190c-2afc-a912-c353311f4958")
+    state, socket_path = serve_paths()
+    assert "765d8652" in state.name, "the state file keeps the lock's name"
+    assert socket_path.parent == own_gpu_lock_folder and socket_path.name.endswith(".serve.sock")
+    assert len(os.fsencode(str(socket_path))) - len(os.fsencode(str(own_gpu_lock_folder))) <= 30
 
 
 def _hold_a_job(tmp_path: Path, name: str, env: dict | None = None) -> subprocess.Popen:
