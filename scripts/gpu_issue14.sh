@@ -7,6 +7,8 @@
 #   shapes        scripts/bench_shapes.py --rounds 1: four shapes vs one (Triton, nsys)
 #   fixed         scripts/bench_fixed_cost.py, nsys and ncu, compile ahead (~200 s)
 #   gpu_shapes    pytest tests/test_gpu_shapes.py (Triton, then TileLang: 72 TileLang points)
+#   probe_keys    scripts/probe_tilelang_keys.py: TileLang's cache key per shape in three process histories
+#   shapes_short  shapes, bounded at 270 s
 #   gpu_shapes_tl the TileLang half of gpu_shapes alone
 #   gpu_serve     pytest -m gpu -k serve
 #   gpu_faults    pytest tests/test_gpu_faults.py tests/test_gpu_integrations.py (~400 s)
@@ -26,6 +28,8 @@ for s in "$@"; do
     shapes) step shapes 500 python3 scripts/bench_shapes.py --rounds 1 --out "$R/bench_shapes.json" ;;
     fixed) step fixed 300 python3 scripts/bench_fixed_cost.py --runs 2 --out "$R/bench_fixed_cost.json" ;;
     gpu_shapes) step gpu_shapes 580 $PYTEST -m gpu tests/test_gpu_shapes.py ;;
+    probe_keys) step probe_keys 150 python3 scripts/probe_tilelang_keys.py ;;
+    shapes_short) step shapes 270 python3 scripts/bench_shapes.py --rounds 1 --out "$R/bench_shapes.json" ;;
     gpu_shapes_tl) step gpu_shapes_tl 420 $PYTEST -m gpu -k tilelang tests/test_gpu_shapes.py ;;
     gpu_serve) step gpu_serve 170 $PYTEST -m gpu -k serve tests ;;
     gpu_faults) step gpu_faults 580 $PYTEST -m gpu tests/test_gpu_faults.py tests/test_gpu_integrations.py ;;
