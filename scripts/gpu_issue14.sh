@@ -9,6 +9,8 @@
 #   gpu_shapes    pytest tests/test_gpu_shapes.py (Triton, then TileLang: 72 TileLang points)
 #   probe_keys    scripts/probe_tilelang_keys.py: TileLang's cache key per shape in three process histories
 #   shapes_short  shapes, bounded at 270 s
+#   tune_short    tune, bounded at 350 s
+#   tl_keys       pytest tests/test_tilelang_cache_keys.py (TileLang's cache keys shape after shape)
 #   gpu_shapes_tl the TileLang half of gpu_shapes alone
 #   gpu_serve     pytest -m gpu -k serve
 #   gpu_faults    pytest tests/test_gpu_faults.py tests/test_gpu_integrations.py (~400 s)
@@ -29,6 +31,9 @@ for s in "$@"; do
     fixed) step fixed 300 python3 scripts/bench_fixed_cost.py --runs 2 --out "$R/bench_fixed_cost.json" ;;
     gpu_shapes) step gpu_shapes 580 $PYTEST -m gpu tests/test_gpu_shapes.py ;;
     probe_keys) step probe_keys 150 python3 scripts/probe_tilelang_keys.py ;;
+    tune_short) step tune 350 python3 scripts/bench_tune.py --warm --rounds 1 \
+            --contenders tilelang_event,nsprof_nsys_graph,nsprof_ncu_graph --out "$R/bench_tune_warm.json" ;;
+    tl_keys) step tl_keys 200 $PYTEST tests/test_tilelang_cache_keys.py ;;
     shapes_short) step shapes 270 python3 scripts/bench_shapes.py --rounds 1 --out "$R/bench_shapes.json" ;;
     gpu_shapes_tl) step gpu_shapes_tl 420 $PYTEST -m gpu -k tilelang tests/test_gpu_shapes.py ;;
     gpu_serve) step gpu_serve 170 $PYTEST -m gpu -k serve tests ;;
