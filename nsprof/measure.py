@@ -38,8 +38,9 @@ class Backend(ABC):
     takes_compiled: bool = False
 
     def served(self) -> bool:
-        """Whether run() will measure through a running `nsprof serve`, whose warm worker builds (and so
-        compiles) each config itself: a compile step would pay the imports that worker has paid already."""
+        """Whether run() will measure through a running `nsprof serve`, whose warm worker then compiles
+        each config itself (run(..., compile_here=True)): a compile step would pay the imports that
+        worker has paid already."""
         return False
 
     @abstractmethod
@@ -110,16 +111,17 @@ class GroundTruth(Backend):
 
     def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
             on_progress: Progress | None = None, on_rows: OnRows | None = None, n_shapes: int = 0,
-            compiled: str = "") -> Measured:
+            compiled: str = "", compile_here: bool = False) -> Measured:
         """As Backend.run; with `n_shapes`, config_ids are point ids (nsprof.schema.Points): every
         (shape, config) pair in one session. `compiled`: the folder of the compile step beside it
-        (nsprof.profile.CompileAhead; see nsprof.worker.protocol.Job.compiled)."""
+        (nsprof.profile.CompileAhead; see nsprof.worker.protocol.Job.compiled); `compile_here`: the
+        worker compiles each config itself (Job.compile_here), as a served session's does."""
         from nsprof.session import run_session
 
         _one_gpu(device)
+        extra = {**({"compiled": compiled} if compiled else {}), **({"compile_here": True} if compile_here else {})}
         return run_session(target, n_configs, self.settings, config_ids=config_ids, on_progress=on_progress,
-                           on_rows=on_rows, driver=self.driver, n_shapes=n_shapes,
-                           job_extra={"compiled": compiled} if compiled else None)
+                           on_rows=on_rows, driver=self.driver, n_shapes=n_shapes, job_extra=extra or None)
 
 
     def interleave(self, target: str, config_ids: list[int], rounds: int, first_rep: dict[int, int], device: int = 0,

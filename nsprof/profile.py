@@ -243,9 +243,11 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
         raise NsprofError("a target with shapes is not spread over a cluster yet (--devices, --scheduler)")
     began = time.monotonic()
     ahead = None
-    compile_failures = {}
-    if space.compile is None or backend.compiles_itself or backend.served():
+    compile_failures, where = {}, {}
+    if space.compile is None or backend.compiles_itself:
         pass  # nothing to compile, or the configs are compiled where they are measured
+    elif backend.served():  # the served worker compiles each config (and so does a standalone rest)
+        where = {"compile_here": True}
     elif backend.takes_compiled and settings.compile_ahead:
         ahead = CompileAhead.start(target, space, wanted, jobs, settings.python)
     else:
@@ -266,7 +268,7 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
     if to_run:
         try:
             measured = backend.run(target, to_run, n_configs=n_configs, on_progress=on_progress, on_rows=on_rows,
-                                   **shaped, **({"compiled": str(ahead.folder)} if ahead else {}))
+                                   **shaped, **where, **({"compiled": str(ahead.folder)} if ahead else {}))
         finally:
             if ahead is not None:
                 ahead.finish()

@@ -205,7 +205,9 @@ def _remove_stale(state_path: Path, state: dict) -> bool:
                 return True  # gone already: not that dead server's any more
             if now.get("pid") != state.get("pid"):
                 return True  # a new server's, written before this client took the lock: it is dead too
-            for path in serve_paths():
+            named = Path(str(state.get("socket") or ""))  # the socket that server made (an older nsprof named it otherwise)
+            mine = [named] if named.name.endswith(SOCKET_SUFFIX) and named.parent == state_path.parent else []
+            for path in (state_path, serve_paths()[1], *mine):
                 try:
                     path.unlink()
                 except FileNotFoundError:

@@ -36,7 +36,10 @@ def _wait_for(predicate, timeout_s: float = DEADLINE_S) -> bool:
 
 
 def _state_file(lock_dir: Path) -> Path:
-    return lock_dir / "nsprof-gpu0.serve.json"
+    from nsprof.serve_client import serve_paths
+
+    assert serve_paths()[0].parent == lock_dir
+    return serve_paths()[0]
 
 
 def _socket(lock_dir: Path) -> Path:
@@ -285,18 +288,24 @@ def test_a_dead_or_unfitting_servers_state_is_told_apart(tmp_path, own_gpu_lock_
     assert find_server(driver, settings) == (None, None)
 
 
-def test_a_served_job_starts_no_compile_step_its_warm_worker_builds_each_config(tmp_path, server, own_gpu_lock_folder):
+def test_a_served_job_starts_no_compile_step_its_warm_worker_compiles_each_config(tmp_path, server, own_gpu_lock_folder):
     """On the H200 a served tune waited 7-10 s for the compile step beside it (a fresh process paying
-    torch's and TileLang's imports), longer than its worker took to build every config itself."""
+    torch's and TileLang's imports). The served worker compiles each config itself, before its window:
+    a config that does not compile is one failed row with the compiler's reason, as standalone."""
     folder = tmp_path / "ahead"
     folder.mkdir()
     env = {"NSPROF_TEST_AHEAD_DIR": str(folder)}
     _, state = server("--idle-exit", "120", env=env)
-    done = _client(tmp_path, "c", target=str(TARGETS / "compile_ahead.py") + ":plain", configs="0,1,2", env=env)
+    done = _client(tmp_path, "c", target=str(TARGETS / "compile_in_worker.py") + ":space", configs="0,1,2", env=env)
     assert done.returncode == 0, done.stderr
-    assert _measured(_rows(done)) == {0: 2, 1: 2, 2: 2}
+    rows = _rows(done)
+    assert _measured(rows) == {0: 2, 2: 2}
+    failed = [row["error"] for row in rows if row["config_id"] == 1]
+    assert failed == ["compile failed: ValueError: no valid tile for this config (simulated)"], failed
     assert _status(tmp_path, "c").pid == state["worker_pid"]
-    assert not (folder / "compiled.log").exists(), "no compile step ran beside the served job, nor in the client"
+    compiled = sorted(line.split() for line in (folder / "compiled.log").read_text().splitlines())
+    assert compiled == [["0", str(state["worker_pid"])], ["2", str(state["worker_pid"])]], \
+        "each config compiled once, in the served worker: no compile step beside it, nothing in the client"
 
 
 def test_the_socket_of_a_gpu_named_by_its_uuid_fits_a_unix_socket_path(own_gpu_lock_folder, monkeypatch):

@@ -230,29 +230,36 @@ def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs:
         return {_compile(autotuned, args, kwargs, configs[index]).get_kernel_source(): float(latency)
                 for index, latency in latencies_ms.items()}
 
-    written: dict = {}
     # TileLang's key holds the kernel's out_idx, and TileLang rewrites that list in place when it loads the
     # kernel from a cache (out_idx=[-1] becomes [2]): a process's first call computes one key, every call
     # after a cache hit another (seen on the H200, TileLang 0.1.15). So the entry goes under both, or a
     # user's process calling a second shape after a first benchmarks again. TileLang's own load of the
-    # entry just written makes the second state, as a user's first call does.
+    # entry just written makes the second state, as a user's first call does. (In a process that has
+    # loaded this kernel already, only the second key is written: nsprof tune feeds back in a fresh one.)
+    from tilelang.autotuner.param import AutotuneResult
+
+    entries: list[dict] = []
     declared = copy.deepcopy(getattr(getattr(autotuned, "jit_impl", None), "out_idx", None))
     for _ in range(2):
+        written: dict = {}
         with _benchmark_replaced(by_source), _cache_entry_replaced(autotuned, written):
             autotuned.compile(*args, **kwargs)
         if "config" not in written:
-            break
-        from tilelang.autotuner.param import AutotuneResult
-
-        if AutotuneResult.load_from_disk(written["path"], written.pop("compile_args")) is None:
+            raise NsprofError("TileLang wrote no autotuner cache entry (is TILELANG_AUTO_TUNING_DISABLE_CACHE set, "
+                              "or does the kernel pass ref_prog/supply_prog, which TileLang does not cache?)")
+        entries.append(written)
+        try:
+            loaded = AutotuneResult.load_from_disk(written["path"], written["compile_args"])
+        except Exception as exc:  # its own exception types (TVM, cloudpickle, a missing file): one line with the path
+            raise NsprofError(f"TileLang cannot load the autotuner cache entry it wrote at {written['path']}: "
+                              f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
+        if loaded is None:
             raise NsprofError(f"TileLang cannot load the autotuner cache entry it wrote at {written['path']}")
         if getattr(autotuned.jit_impl, "out_idx", None) == declared:
             break  # the key did not change: one entry is all
         declared = copy.deepcopy(autotuned.jit_impl.out_idx)
-    if "config" not in written:
-        raise NsprofError("TileLang wrote no autotuner cache entry (is TILELANG_AUTO_TUNING_DISABLE_CACHE set, "
-                          "or does the kernel pass ref_prog/supply_prog, which TileLang does not cache?)")
     best = configs[min(latencies_ms, key=lambda index: (latencies_ms[index], index))]
-    if {k: written["config"].get(k) for k in best} != best:
-        raise NsprofError(f"TileLang's cache at {written['path']} holds {written['config']}, not nsprof's best {best}")
-    return written["config"]
+    for written in entries:
+        if {k: written["config"].get(k) for k in best} != best:
+            raise NsprofError(f"TileLang's cache at {written['path']} holds {written['config']}, not nsprof's best {best}")
+    return entries[0]["config"]

@@ -203,17 +203,21 @@ def _configs(job: Job, space, device: Device, status: Status):
     Building inside the config's start/done window means a build that crashes the process or
     hangs is charged to that config (and timed out) like a crashing launch; compilation itself
     was done by the parent, or by the compile step beside the session (job.compiled: the wait for
-    a config's compile comes before its window, so a slow compiler is never its timeout), so a
-    build here loads from the compiler's cache.
+    a config's compile comes before its window, so a slow compiler is never its timeout), or here,
+    before its window (job.compile_here: a served job), so a build here loads from the compiler's cache.
     """
     points = job.points
     compiled = _CompileWait(Path(job.compiled), job.compile_timeout_s) if job.compiled else None
+    here = job.compile_here and space.compile is not None
     for config_id in job.config_ids:  # point ids (the config ids of a target without shapes)
+        why = None
         if compiled is not None:
             why = compiled.wait(config_id, status)
-            if why is not None:
-                status.write("fail", config_id, json.dumps(why))
-                continue
+        elif here:
+            why = _compile_here(space, points, config_id, status, job.compile_timeout_s)
+        if why is not None:
+            status.write("fail", config_id, json.dumps(why))
+            continue
         status.write("start", config_id)
         print(START_MARKER, config_id, file=sys.stderr, flush=True)
         try:
@@ -229,6 +233,39 @@ def _configs(job: Job, space, device: Device, status: Status):
 
 
 WAIT_LINE_S = 1.0  # while waiting for the compile step: one `wait` line per second (progress)
+
+
+def _compile_here(space, points, point: int, status: Status, timeout_s: float) -> str | None:
+    """Compile `point` in this worker (Job.compile_here), before its window: None when it compiled,
+    else why not, in one line (as the compile step words it). The compile runs in a thread while
+    this one writes a `wait` line each second, so the session's bound on a phase without a line
+    does not fire; past `timeout_s` the point fails and its compile is left running."""
+    import threading
+
+    from nsprof.worker.compile import compile_reason
+
+    outcome: list[str | None] = []
+
+    def one() -> None:
+        try:
+            space.compile_at(*points.split(point))
+        except Exception as exc:  # a config that does not compile is a result, not a crash
+            outcome.append(compile_reason(exc))
+            return
+        outcome.append(None)
+
+    thread = threading.Thread(target=one, name=f"nsprof-compile-{point}", daemon=True)
+    status.write("wait", point)
+    thread.start()
+    waited = 0.0
+    while True:
+        thread.join(WAIT_LINE_S)
+        if not thread.is_alive():
+            return outcome[0]
+        waited += WAIT_LINE_S
+        if waited >= timeout_s:
+            return f"compile timed out: not compiled after {timeout_s:g} s (its compile still runs in the worker)"
+        status.write("wait", point)
 
 
 class _CompileWait:

@@ -76,6 +76,10 @@ class Job:
     # point's build waits for its marker there, before its start line, writing `wait <id>` lines
     # meanwhile. "": compiled before the session (or nothing to compile).
     compiled: str = ""
+    # Compile each point in this worker, just before its window (its start line), writing `wait <id>`
+    # lines meanwhile: a served job's (nsprof serve: its warm worker's imports are paid, and nothing
+    # compiled the configs before). Bounded by compile_timeout_s per point.
+    compile_here: bool = False
     compile_timeout_s: float = 600.0  # ProfileSettings.compile_timeout_s
 
     @property

@@ -50,5 +50,3 @@ def _space(name, kinds):
 
 overlapped = _space("overlapped", ["ok", "after0", "fail", "after0"])
 dying = _space("dying", ["ok", "die", "ok"])
-# Only configs that compile at once: a served job (tests/test_serve.py) builds them in its warm worker.
-plain = _space("plain", ["ok", "ok", "ok"])
