@@ -240,6 +240,42 @@ def test_a_stalled_compile_step_fails_the_rest_at_once(tmp_path):
     assert text.count("not compiled: the compile step made no progress for 2 s") == 2, text[-2000:]
 
 
+
+COMPILE_HERE_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import standins
+standins.install()
+from nsprof.measure import GroundTruth
+from nsprof.settings import ProfileSettings
+settings = ProfileSettings(backend="nsys", modes=("direct",), reps=2, timeout_s=2, phase_timeout_s=2,
+                           compile_timeout_s=2, work_dir={work!r})
+measured = GroundTruth(settings).run({target!r}, [0, 1, 2], n_configs=3, compile_here=True)
+print("FAILURES", measured.failures)
+print("MEASURED", sorted({int(c) for c in measured.frame[measured.frame["error"].isna()]["config_id"]}))
+"""
+
+
+def test_a_compile_that_hangs_in_the_worker_is_bounded(tmp_path):
+    # Job.compile_here (a served job's worker compiles each config itself): config 1's compile never
+    # returns. It runs in a thread while the worker writes `wait` lines, so neither --timeout nor the
+    # phase bound applies; compile_timeout_s fails it, and configs 0 and 2 are measured.
+    folder = tmp_path / "ahead"
+    folder.mkdir()
+    script = tmp_path / "here.py"
+    script.write_text(COMPILE_HERE_SCRIPT.format(tests=str(Path(__file__).parent), target=f"{TARGET}:hanging",
+                                                 work=str(tmp_path / "work")))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
+           "NSPROF_TEST_AHEAD_DIR": str(folder)}
+    try:
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("nsprof still waited for a compile in the worker after 60 s (compile timeout 2 s)")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "FAILURES {1: 'compile timed out: not compiled after 2 s (its compile still runs in the worker)'}" \
+        in done.stdout, done.stdout
+    assert "MEASURED [0, 2]" in done.stdout, done.stdout
+
 SHAPED_TARGET = """
 from pathlib import Path
 import nsprof.space
