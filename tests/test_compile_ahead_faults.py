@@ -252,7 +252,7 @@ settings = ProfileSettings(backend="nsys", modes=("direct",), reps=2, timeout_s=
                            compile_timeout_s=2, work_dir={work!r})
 measured = GroundTruth(settings).run({target!r}, [0, 1, 2], n_configs=3, compile_here=True)
 print("FAILURES", measured.failures)
-print("MEASURED", sorted({int(c) for c in measured.frame[measured.frame["error"].isna()]["config_id"]}))
+print("MEASURED", sorted(set(int(c) for c in measured.frame[measured.frame["error"].isna()]["config_id"])))
 """
 
 
