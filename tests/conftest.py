@@ -34,6 +34,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def wait_for(predicate, timeout_s: float = 60.0) -> bool:
+    """Whether predicate() came true within timeout_s (generous: a busy machine must not fail a test;
+    a hang never ends at all), polling every 50 ms."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
 def running(pid: int) -> bool:
     """Alive and not a zombie (an orphan killed by a test may wait for PID 1 to reap it)."""
     try:

@@ -201,13 +201,13 @@ print("FAILURES", result.failures)
 """
 
 
-def _hang_run(tmp_path, space: str) -> str:
-    """HANG_SCRIPT on `space` in a child process, bounded: its stdout (a failed test, not a hang,
-    when nsprof still waits after 30 s; its children die with it: parent-death signal, death pipe)."""
+def _hang_run(tmp_path, space: str, text: str = HANG_SCRIPT) -> str:
+    """`text` (HANG_SCRIPT) on `space` in a child process, bounded: its stdout (a failed test, not a
+    hang, when nsprof still waits after 30 s; its children die with it: parent-death signal, death pipe)."""
     folder = tmp_path / "ahead"
     folder.mkdir()
     script = tmp_path / "hang.py"
-    script.write_text(HANG_SCRIPT.format(tests=str(Path(__file__).parent), target=f"{TARGET}:{space}",
+    script.write_text(text.format(tests=str(Path(__file__).parent), target=f"{TARGET}:{space}",
                                          work=str(tmp_path / "work")))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
            "NSPROF_TEST_AHEAD_DIR": str(folder)}
@@ -260,21 +260,11 @@ def test_a_compile_that_hangs_in_the_worker_is_bounded(tmp_path):
     # Job.compile_here (a served job's worker compiles each config itself): config 1's compile never
     # returns. It runs in a thread while the worker writes `wait` lines, so neither --timeout nor the
     # phase bound applies; compile_timeout_s fails it, and configs 0 and 2 are measured.
-    folder = tmp_path / "ahead"
-    folder.mkdir()
-    script = tmp_path / "here.py"
-    script.write_text(COMPILE_HERE_SCRIPT.format(tests=str(Path(__file__).parent), target=f"{TARGET}:hanging",
-                                                 work=str(tmp_path / "work")))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
-           "NSPROF_TEST_AHEAD_DIR": str(folder)}
-    try:
-        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60)
-    except subprocess.TimeoutExpired:
-        pytest.fail("nsprof still waited for a compile in the worker after 60 s (compile timeout 2 s)")
-    assert done.returncode == 0, done.stderr[-2000:]
+    out = _hang_run(tmp_path, "hanging", COMPILE_HERE_SCRIPT)
     assert "FAILURES {1: 'compile timed out: not compiled after 2 s (its compile still runs in the worker)'}" \
-        in done.stdout, done.stdout
-    assert "MEASURED [0, 2]" in done.stdout, done.stdout
+        in out, out
+    assert "MEASURED [0, 2]" in out, out
+
 
 SHAPED_TARGET = """
 from pathlib import Path

@@ -9,11 +9,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, wait_for
 from conftest import running as _running
 
 from nsprof.host.lock import gpu_lock
@@ -24,15 +23,6 @@ STANDINS = FIXTURES.parent / "standins.py"
 HEALTHY = str(TARGETS / "faulty_cpu.py") + ":space"  # configs 0, 2, 4, 8 are healthy; 1 crashes the worker
 GATE = str(TARGETS / "serve_gate.py") + ":space"
 DEADLINE_S = 60.0  # generous: a busy machine must not fail these; a hang never ends at all
-
-
-def _wait_for(predicate, timeout_s: float = DEADLINE_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def _state_file(lock_dir: Path) -> Path:
@@ -67,7 +57,7 @@ def server(tmp_path, own_gpu_lock_folder, monkeypatch):
         for name, value in (env or {}).items():
             monkeypatch.setenv(name, value)
         state_file = _state_file(own_gpu_lock_folder)
-        assert _wait_for(lambda: state_file.exists() or proc.poll() is not None), "the server never started"
+        assert wait_for(lambda: state_file.exists() or proc.poll() is not None), "the server never started"
         assert proc.poll() is None, (tmp_path / f"server{len(started) - 1}.err").read_text()
         return proc, json.loads(state_file.read_text())
 
@@ -146,14 +136,14 @@ def test_a_second_client_is_measured_by_the_same_served_worker(tmp_path, server,
     assert not _lock_is_free(), "the server holds the GPU lock between jobs"
     proc.send_signal(signal.SIGTERM)
     assert _ended(proc, own_gpu_lock_folder) == 0
-    assert _wait_for(lambda: not _running(state["worker_pid"]))
+    assert wait_for(lambda: not _running(state["worker_pid"]))
     assert _lock_is_free()
 
 
 def test_the_server_ends_by_itself_when_idle(tmp_path, server, own_gpu_lock_folder):
     proc, state = server("--idle-exit", "1")
     assert _ended(proc, own_gpu_lock_folder) == 0
-    assert _wait_for(lambda: not _running(state["worker_pid"]))
+    assert wait_for(lambda: not _running(state["worker_pid"]))
     assert _lock_is_free()
     assert "no job for 1 s" in (tmp_path / "server0.err").read_text()
 
@@ -163,7 +153,7 @@ def test_a_sigkilled_server_leaves_nothing_and_clients_run_standalone(tmp_path, 
     proc, state = server("--idle-exit", "120", env=UNDER[under])
     proc.kill()
     proc.wait(timeout=DEADLINE_S)
-    assert _wait_for(lambda: not _running(state["worker_pid"])), "the worker ends when its server dies"
+    assert wait_for(lambda: not _running(state["worker_pid"])), "the worker ends when its server dies"
     assert _state_file(own_gpu_lock_folder).exists()  # the dead server's files are still there
     done = _client(tmp_path, "after")
     assert done.returncode == 0, done.stderr
@@ -225,7 +215,7 @@ def test_a_busy_server_refuses_a_second_client_unless_it_waits(tmp_path, server,
                                "--reps", "1", "--warmup", "0", "--json", "--work-dir", str(tmp_path / "holder")],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert _wait_for(lambda: (tmp_path / "holder" / "served.status").exists()
+        assert wait_for(lambda: (tmp_path / "holder" / "served.status").exists()
                          and 1 in _status(tmp_path, "holder").started)
         refused = _client(tmp_path, "refused", target=GATE, configs="0")
         assert refused.returncode == 2 and "is measuring another job" in refused.stderr.strip().splitlines()[-1]
@@ -233,7 +223,7 @@ def test_a_busy_server_refuses_a_second_client_unless_it_waits(tmp_path, server,
                                     "--mode", "direct", "--reps", "1", "--warmup", "0", "--json", "--wait",
                                     "--work-dir", str(tmp_path / "waiting")],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert _wait_for(lambda: (tmp_path / "waiting" / "served.status").exists() or waiting.poll() is not None)
+        assert wait_for(lambda: (tmp_path / "waiting" / "served.status").exists() or waiting.poll() is not None)
         assert waiting.poll() is None and (tmp_path / "waiting" / "served.status").read_text() == "", "it waits its turn"
         gate.write_text("")
         out, err = holder.communicate(timeout=120)
@@ -325,7 +315,7 @@ def _hold_a_job(tmp_path: Path, name: str, env: dict | None = None) -> subproces
     proc = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--mode", "direct",
                              "--reps", "1", "--warmup", "0", "--json", "--work-dir", str(tmp_path / name)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
-    assert _wait_for(lambda: (tmp_path / name / "served.status").exists() and 1 in _status(tmp_path, name).started
+    assert wait_for(lambda: (tmp_path / name / "served.status").exists() and 1 in _status(tmp_path, name).started
                      or proc.poll() is not None)
     assert proc.poll() is None, proc.communicate()
     return proc
@@ -360,7 +350,7 @@ def test_a_client_whose_server_is_killed_mid_job_measures_the_rest_standalone(tm
         "the config the server died under is measured again, not failed"
     assert _status(tmp_path, "holder").done == [0]
     assert _status(tmp_path, "holder", "part0").done == [1, 2]
-    assert _wait_for(lambda: not _running(state["worker_pid"]))
+    assert wait_for(lambda: not _running(state["worker_pid"]))
     assert _lock_is_free()
 
 
@@ -376,7 +366,7 @@ def test_a_config_past_its_timeout_in_a_served_job_fails_and_the_rest_is_measure
     assert _status(tmp_path, "timeout").done == [0] and _status(tmp_path, "timeout", "part0").done == [4]
     assert _ended(proc, own_gpu_lock_folder) == 1
     assert "ran past its timeout" in (tmp_path / "server0.err").read_text()
-    assert _wait_for(lambda: not _running(state["worker_pid"]))
+    assert wait_for(lambda: not _running(state["worker_pid"]))
     assert _lock_is_free()
 
 
@@ -580,7 +570,7 @@ def test_a_job_abandoned_by_its_client_never_writes_into_the_next_runs_files(tmp
                              text=True)
     try:
         # The new run's status file is there (empty: the abandoned job waits in config 1, writing nothing).
-        assert _wait_for(lambda: any(path.stat().st_size == 0 for path in (tmp_path / "w").glob("served*.status"))
+        assert wait_for(lambda: any(path.stat().st_size == 0 for path in (tmp_path / "w").glob("served*.status"))
                          or again.poll() is not None)
         gate.write_text("")  # the abandoned job goes on: configs 1 and 2
         out, err = again.communicate(timeout=120)
@@ -744,7 +734,7 @@ def test_a_client_that_comes_while_the_server_writes_a_report_waits_in_its_queue
                               "--work-dir", str(tmp_path / "first")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     try:
-        assert _wait_for(lambda: (tmp_path / "first" / "served.status").exists()
+        assert wait_for(lambda: (tmp_path / "first" / "served.status").exists()
                          and _status(tmp_path, "first").ended), "the first job ran; its stop now waits"
         second = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--configs",
                                    "2", "--mode", "direct", "--reps", "1", "--warmup", "0", "--json", "--wait",

@@ -8,11 +8,10 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, wait_for
 from conftest import running as _running
 
 from nsprof.worker.protocol import parse_status
@@ -26,15 +25,6 @@ DEADLINE_S = 30.0  # generous: a busy CI box must not fail these; a leak never e
 
 def _parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-def _wait_for(predicate, timeout_s: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def _start(tmp_path: Path, spec: dict) -> subprocess.Popen:
@@ -54,7 +44,7 @@ def _session_spec(tmp_path: Path, driver: dict | None, backend: str = "none", ta
 
 def _wait_until_measuring(proc: subprocess.Popen, status_file: Path, config_id: int = 2) -> int:
     """The worker's pid, once it has started config `config_id`."""
-    reached = _wait_for(lambda: status_file.exists() and config_id in parse_status(status_file.read_text()).started
+    reached = wait_for(lambda: status_file.exists() and config_id in parse_status(status_file.read_text()).started
                         or proc.poll() is not None)
     assert reached and proc.poll() is None, proc.communicate()
     return parse_status(status_file.read_text()).pid
@@ -79,7 +69,7 @@ def test_no_child_outlives_a_sigkilled_nsprof(tmp_path, case):
     children = [worker] if driver is None else [worker, _parent_of(worker)]
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
-    gone = _wait_for(lambda: not any(_running(pid) for pid in children), DEADLINE_S)
+    gone = wait_for(lambda: not any(_running(pid) for pid in children), DEADLINE_S)
     left = [pid for pid in children if _running(pid)]
     for pid in left:  # don't leave them to the rest of the suite
         subprocess.run(["kill", "-9", str(pid)])
