@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
-from test_signals import TARGETS, _parent_of, _running, _start, _wait_for, _wait_until_measuring
+from conftest import FIXTURES, wait_for
+from test_signals import TARGETS, _parent_of, _running, _start, _wait_until_measuring
 
 from nsprof.session import run_session
 from nsprof.settings import ProfileSettings
@@ -85,7 +85,7 @@ def test_gpu_no_process_outlives_a_sigkilled_nsprof(backend, tmp_path):
     print(f"KILL {backend}: session {session}: {_members(session)}")
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
-    gone = _wait_for(lambda: not _members(session), 30)
+    gone = wait_for(lambda: not _members(session), 30)
     left = _members(session)
     for pid in left:
         subprocess.run(["kill", "-9", str(pid)])
