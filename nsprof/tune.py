@@ -572,16 +572,16 @@ def _timed(progress, settings: TuneSettings):
     import time
 
     began = time.monotonic()
-    done_at: list[float] = []
+    finished: list[tuple[float, bool]] = []
 
     def timed(event: str, config_id: int, detail: str) -> None:
-        if event == "done":
-            done_at.append(time.monotonic() - began)
+        if event in ("done", "fail"):
+            finished.append((time.monotonic() - began, event == "done"))
         if progress is not None:
             progress(event, config_id, detail)
 
     def cost():
-        return first_pass_cost(time.monotonic() - began, done_at, settings.reps, settings.profile.warmup)
+        return first_pass_cost(time.monotonic() - began, finished, settings.reps, settings.profile.warmup)
 
     return timed, cost
 

@@ -66,13 +66,27 @@ def test_a_dear_session_doubles_the_reps_and_the_budget_caps_it():
 
 def test_the_cost_model_comes_from_when_the_first_pass_configs_finished():
     # 4 configs done 1 s apart after a 9 s start-up, 1 s of tear-down: wall 13 s
-    cost = rules.first_pass_cost(13.0, [9.0, 10.0, 11.0, 12.0], reps=5, warmup=3)
+    cost = rules.first_pass_cost(13.0, [(9.0, True), (10.0, True), (11.0, True), (12.0, True)], reps=5, warmup=3)
     assert cost.measured and cost.visit_s == pytest.approx(4 / 8)  # (warmup + 1) of (warmup + reps) launches
     assert cost.startup_s == pytest.approx(13.0 - 4 * 1.0)
-    unknown = rules.first_pass_cost(13.0, [9.0], reps=5, warmup=3)  # one config: no gap to measure
+    unknown = rules.first_pass_cost(13.0, [(9.0, True)], reps=5, warmup=3)  # one config: no gap to measure
     assert not unknown.measured and unknown.startup_s == rules.STARTUP_S
     after = rules.updated_cost(cost, wall_s=19.0, visits=20)
     assert after.startup_s == cost.startup_s and after.visit_s == pytest.approx((19.0 - 9.0) / 20)
+
+
+def test_a_failed_config_s_time_is_not_a_visit_s_cost():
+    # On the H200, faulty_gpu's [ok, illegal address, hang (20 s timeout), out of memory, ok] under ncu
+    # made a round over 2 contenders cost 45 s, so the adaptive session never started: the gaps
+    # around a failed config (its timeout, the worker's restart) were taken for a config's work.
+    finished = [(9.0, True), (9.5, False), (30.0, False), (40.0, False), (50.0, True)]
+    cost = rules.first_pass_cost(51.0, finished, reps=5, warmup=3)
+    assert not cost.measured and cost.visit_s == rules.VISIT_S  # no two configs in a row measured
+    # Only the gaps between two measured configs count: 1 s each here, whatever the faults cost.
+    finished = [(9.0, True), (10.0, True), (30.0, False), (40.0, True), (41.0, True), (42.0, True)]
+    cost = rules.first_pass_cost(43.0, finished, reps=5, warmup=3)
+    assert cost.measured and cost.visit_s == pytest.approx(1.0 * 4 / 8)
+    assert cost.startup_s == pytest.approx((9.0 - 1.0) + (43.0 - 42.0))  # before the first, after the last
 
 
 def _rows(reps_by_config: dict[int, list[float]], first: dict[int, int] | None = None):

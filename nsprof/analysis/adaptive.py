@@ -7,10 +7,11 @@ contend, whether to go on (and why not), and how many rounds the next session do
 
 The cost model: a session costs a profiler start-up (`startup_s`, ~9-11 s for ncu or nsys on the
 H200) plus `visit_s` per visit (one config's warm-up and one rep). Both come from the first pass
-(`first_pass_cost`), from the times its configs finished: the gap between two configs finishing
-is one config's work (build from cache, warm-up, reps), so a visit costs that gap scaled by
-(warmup + 1) / (warmup + reps), an overestimate (the build is in the gap); the start-up is what
-of the pass's wall time the configs' work does not explain.
+(`first_pass_cost`), from the times its configs finished: the gap between two configs measured
+one after the other is one config's work (build from cache, warm-up, reps), so a visit costs that
+gap scaled by (warmup + 1) / (warmup + reps), an overestimate (the build is in the gap); a failed
+config's gaps are its fault's cost and say nothing of a visit; the start-up is what comes before
+the first config's work and after the last.
 
 Rounds per session ("ski rental"): when the rest of the reps up to --max-reps costs no more
 than one more start-up, a session does them all (a second session would cost more than the
@@ -45,15 +46,21 @@ class Cost:
     measured: bool = True  # False: the defaults above (nothing was timed)
 
 
-def first_pass_cost(wall_s: float, done_at: list[float], reps: int, warmup: int) -> Cost:
+def first_pass_cost(wall_s: float, finished: list[tuple[float, bool]], reps: int, warmup: int) -> Cost:
     """The cost model from a first pass that took `wall_s` and whose configs finished at the times
-    `done_at` (seconds from its start, in order). Needs 2 configs finished to say; else the defaults."""
-    times = sorted(t for t in done_at if t == t)
-    if len(times) < 2 or wall_s <= 0:
+    in `finished` ((seconds from its start, measured or failed), in order). A config's work is the
+    median gap between two configs measured one after the other: a gap that ends or starts at a
+    failed config holds its fault's cost (a timeout, the worker's restart), not a config's work.
+    Needs one such pair to say; else the defaults. The start-up is the time before the first config
+    finished, less one config's work, plus the time after the last."""
+    times = [(t, ok) for t, ok in finished if t == t]
+    gaps = sorted(b - a for (a, a_ok), (b, b_ok) in zip(times, times[1:]) if a_ok and b_ok)
+    if not gaps or wall_s <= 0:
         return Cost(STARTUP_S, VISIT_S, measured=False)
-    per_config = (times[-1] - times[0]) / (len(times) - 1)
+    middle = len(gaps) // 2
+    per_config = gaps[middle] if len(gaps) % 2 else (gaps[middle - 1] + gaps[middle]) / 2
     visit = per_config * (warmup + 1) / max(1, warmup + reps)
-    startup = max(0.0, wall_s - per_config * len(times))
+    startup = max(0.0, times[0][0] - per_config) + max(0.0, wall_s - times[-1][0])
     return Cost(startup, max(visit, 1e-6))
 
 
