@@ -126,7 +126,10 @@ def _kill_left_worker(status_file: Path, job_file: Path) -> None:
     """Kill this run's worker if it outlived its profiler outside the profiler's process group
     (a profiler may start its target in a group of its own). Only a process whose command line
     names this run's job file is killed: the pid may belong to another process by now."""
-    pid = parse_status(status_file.read_text(errors="replace")).pid
+    try:
+        pid = parse_status(status_file.read_text(errors="replace")).pid
+    except OSError:
+        return
     if not pid_alive(pid):
         return
     try:
@@ -443,11 +446,17 @@ def _run_worker(command: list[str], log: Path, status_file: Path, job_file: Path
             if proc is not None:
                 kill_group(proc)
             raise
-        # A profiler that died (killed, crashed) can leave its worker running: stop whatever is
-        # left of the group before reading the status, so nothing writes to it.
-        kill_group(proc)
-        _kill_left_worker(status_file, job_file)
-        kill_lock_holders_left(log_handle)
+        else:
+            # A profiler that died (killed, crashed) can leave its worker running: stop whatever is
+            # left of the group before reading the status, so nothing writes to it.
+            kill_group(proc)
+        finally:
+            if proc is not None:
+                # However the run ended (its end, an interrupt, an error): what it left outside its
+                # process group (a worker in a group of its own, nsys's agent holding the GPU lock)
+                # goes too, or it would keep the GPU after nsprof.
+                _kill_left_worker(status_file, job_file)
+                kill_lock_holders_left(log_handle)
         end.cleaned = time.monotonic()
     return end
 
