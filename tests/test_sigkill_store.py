@@ -18,6 +18,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from conftest import running, wait_for
 
 from nsprof.store import ResultStore
@@ -25,6 +26,7 @@ from nsprof.worker.protocol import parse_status
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDIN_TIMERS = Path(__file__).parent / "targets" / "standin_timers.py"
+STANDINS = Path(__file__).parent / "standins.py"
 
 # nsprof's CLI with the bare worker's fast timers stood in for (registered as the "none" backend).
 RUNNER = textwrap.dedent(f"""
@@ -149,6 +151,86 @@ def test_a_sigkilled_tune_keeps_the_configs_it_had_finished_and_resume_measures_
         rows = store.frame()
     assert sorted(rows["config_id"]) == [0, 1, 2, 3, 4]  # the resumed run measured 3 and 4 only
     assert rows.set_index("config_id")["duration_ns"].to_dict() == {
+        0: 1000.0,
+        1: 1100.0,
+        2: 1200.0,
+        3: 4000.0,
+        4: 5000.0,
+    }
+
+
+# A profiler's stand-in (tests/standins.py): like ncu, its report is written as the kernels run, or
+# like nsys, only at a clean exit; either way nsprof reads it once the worker run has ended.
+PROFILED = textwrap.dedent("""
+    import pathlib
+    import time
+
+    from nsprof.space import Space
+
+    HANG = pathlib.Path(__file__).with_name("hang")
+
+
+    def build(config):
+        def launch():
+            while config.get("hang") and HANG.exists():
+                time.sleep(0.05)
+
+        return launch
+
+
+    configs = [{"ns": 1000 + 100 * i} for i in range(3)] + [{"ns": 4000, "hang": True}, {"ns": 5000}]
+    space = Space(name="profiled", configs=configs, build=build, device="cpu")
+""")
+
+
+@pytest.mark.parametrize("backend", ["ncu", "nsys"])
+def test_a_sigkilled_profiled_tune_loses_its_running_part_and_resume_measures_it_again(tmp_path, backend):
+    """What the README says a SIGKILL loses with a profiler: the configs of the worker run in progress
+    (the profiler dies with nsprof, before its report is whole), nothing else; --resume measures them."""
+    (tmp_path / "profiled.py").write_text(PROFILED)
+    (tmp_path / "hang").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, str(STANDINS), "tune", "profiled.py:space", "--backend", backend, "--mode", "direct",
+               "--store", "r.sqlite", "--work-dir", "wd", "--timeout", "600"]  # fmt: skip
+    nsprof = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    status_file = tmp_path / "wd" / "part0.status"
+    worker = None
+    try:
+
+        def reached() -> bool:
+            status = parse_status(status_file.read_text()) if status_file.exists() else None
+            return status is not None and set(status.done) == {0, 1, 2} and status.current == 3
+
+        assert wait_for(lambda: reached() or nsprof.poll() is not None, 120) and nsprof.poll() is None, (
+            nsprof.communicate()
+        )
+        worker = parse_status(status_file.read_text()).pid
+        nsprof.send_signal(signal.SIGKILL)
+        nsprof.communicate(timeout=60)
+        assert wait_for(lambda: not running(worker), 60), "the worker outlived its SIGKILLed nsprof"
+    finally:
+        if nsprof.poll() is None:
+            nsprof.kill()
+            nsprof.communicate()
+        if worker is not None and running(worker):
+            os.kill(worker, signal.SIGKILL)
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        rows, runs = store.frame(), store.runs()
+    assert rows.empty and runs["status"].tolist() == ["running"]
+
+    (tmp_path / "hang").unlink()
+    resumed = subprocess.run([*command, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed: 0 of 5 configs came from the results store" in resumed.stdout, resumed.stdout
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        rows = store.frame()
+    measured = rows[rows["error"].isna()].groupby("config_id")
+    assert measured["run_id"].nunique().to_dict() == {
+        c: 1 for c in range(5)
+    }  # each measured once, by the resume
+    assert measured["duration_ns"].first().to_dict() == {
         0: 1000.0,
         1: 1100.0,
         2: 1200.0,
