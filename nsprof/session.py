@@ -9,7 +9,9 @@ run writes its own report part; every part is read, so nothing measured is lost.
 Every phase of a worker run is bounded: a config's window by settings.timeout_s, and the
 rest (starting, between configs, exiting) by settings.phase_bound_s without a status line.
 No child outlives nsprof: the profiler gets SIGKILL when nsprof dies (Linux's parent-death
-signal), and the worker ends when nsprof's pipe closes (see nsprof.worker). On Ctrl-C (and
+signal), the worker ends when nsprof's pipe closes (see nsprof.worker), and what a run leaves
+holding the GPU lock outside the profiler's process group (nsys's agent) is killed once the run
+has ended, however it ended (_run_worker). On Ctrl-C (and
 SIGTERM/SIGHUP, which interrupt_on_termination turns into Ctrl-C) the worker is asked to stop
 cleanly, the interrupted part's report is read, and its whole configs are handed to on_rows
 before the KeyboardInterrupt goes on.
