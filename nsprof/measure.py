@@ -201,15 +201,33 @@ class FastTimers(Backend):
         results.write_text("")
 
         def written() -> list[dict]:
-            return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+            # whole lines only: the worker may be writing the next one
+            text = results.read_text()
+            return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
+
+        handed: set[int] = set()  # the points whose rows on_rows has had
+
+        def point_of(row: dict) -> int:
+            return points.id(row["config_id"], row.get("shape"))
+
+        def progress(event: str, point: int, detail: str) -> None:
+            # The worker wrote a config's rows before its "done" line: hand them over now, so that a
+            # SIGKILLed nsprof has stored every config its worker finished (but the one in flight).
+            if event == "done" and on_rows is not None and point not in handed:
+                handed.add(point)
+                rows = [row for row in written() if point_of(row) == point]
+                if rows:
+                    on_rows(self.frame(rows, {}))
+            if on_progress is not None:
+                on_progress(event, point, detail)
 
         try:
-            session = run_session(target, n_configs, self.settings, config_ids=config_ids, on_progress=on_progress,
+            session = run_session(target, n_configs, self.settings, config_ids=config_ids, on_progress=progress,
                                   n_shapes=n_shapes, job_extra={"task": "timers", "timers": self.methods,
                                              "timer_reps": self.timer_reps, "results": str(results)})
         except KeyboardInterrupt:
             if on_rows is not None:
-                on_rows(self.frame(written(), {}))
+                on_rows(self.frame([row for row in written() if point_of(row) not in handed], {}))
             raise
         return Measured(frame=self.frame(written(), session.failures, points), failures=session.failures,
                         device=session.device, work_dir=work_dir, wall_s=session.wall_s, phases=session.phases,

@@ -9,7 +9,9 @@ run writes its own report part; every part is read, so nothing measured is lost.
 Every phase of a worker run is bounded: a config's window by settings.timeout_s, and the
 rest (starting, between configs, exiting) by settings.phase_bound_s without a status line.
 No child outlives nsprof: the profiler gets SIGKILL when nsprof dies (Linux's parent-death
-signal), and the worker ends when nsprof's pipe closes (see nsprof.worker). On Ctrl-C (and
+signal), the worker ends when nsprof's pipe closes (see nsprof.worker), and what a run leaves
+holding the GPU lock outside the profiler's process group (nsys's agent) is killed once the run
+has ended, however it ended (_run_worker). On Ctrl-C (and
 SIGTERM/SIGHUP, which interrupt_on_termination turns into Ctrl-C) the worker is asked to stop
 cleanly, the interrupted part's report is read, and its whole configs are handed to on_rows
 before the KeyboardInterrupt goes on.
@@ -126,7 +128,10 @@ def _kill_left_worker(status_file: Path, job_file: Path) -> None:
     """Kill this run's worker if it outlived its profiler outside the profiler's process group
     (a profiler may start its target in a group of its own). Only a process whose command line
     names this run's job file is killed: the pid may belong to another process by now."""
-    pid = parse_status(status_file.read_text(errors="replace")).pid
+    try:
+        pid = parse_status(status_file.read_text(errors="replace")).pid
+    except OSError:
+        return
     if not pid_alive(pid):
         return
     try:
@@ -443,11 +448,17 @@ def _run_worker(command: list[str], log: Path, status_file: Path, job_file: Path
             if proc is not None:
                 kill_group(proc)
             raise
-        # A profiler that died (killed, crashed) can leave its worker running: stop whatever is
-        # left of the group before reading the status, so nothing writes to it.
-        kill_group(proc)
-        _kill_left_worker(status_file, job_file)
-        kill_lock_holders_left(log_handle)
+        else:
+            # A profiler that died (killed, crashed) can leave its worker running: stop whatever is
+            # left of the group before reading the status, so nothing writes to it.
+            kill_group(proc)
+        finally:
+            if proc is not None:
+                # However the run ended (its end, an interrupt, an error): what it left outside its
+                # process group (a worker in a group of its own, nsys's agent holding the GPU lock)
+                # goes too, or it would keep the GPU after nsprof.
+                _kill_left_worker(status_file, job_file)
+                kill_lock_holders_left(log_handle)
         end.cleaned = time.monotonic()
     return end
 

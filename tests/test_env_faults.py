@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, running, wait_for
 
 from nsprof.drivers.ncu import PERMISSION_FIX
 
@@ -167,6 +168,34 @@ def test_nsys_importer_missing_a_library(tmp_path):
     importer.chmod(0o755)
     line = one_error_line(nsprof(bare_env(tmp_path), "profile", TARGET, "--backend", "nsys", *QUICK), "nsys")
     assert "QdstrmImporter cannot run: shared library libdw.so.1 is missing" in line
+
+
+def test_nsys_importer_that_hangs_is_killed_after_its_bound(tmp_path):
+    # nsys leaves the .qdstrm; the importer nsprof then runs never returns, and has a helper of its
+    # own (a process group to kill). NSPROF_CONVERT_TIMEOUT_S: a tiny bound instead of the size's.
+    bin_dir = tmp_path / "bin"
+    fake_tool(bin_dir, "nsys", after=(
+        'printf qdstrm > "$out.qdstrm"\n'
+        "echo 'Importer error status: Importation failed.'"))
+    helper_pid = tmp_path / "helper.pid"
+    importer = bin_dir / "QdstrmImporter"
+    sleep = shlex.quote(shutil.which("sleep"))  # PATH holds only the stand-ins
+    importer.write_text(f"#!/bin/sh\n{sleep} 3600 &\necho $! > {shlex.quote(str(helper_pid))}\nwait\n")
+    importer.chmod(0o755)
+    work = tmp_path / "wd"
+    try:
+        line = one_error_line(nsprof(bare_env(tmp_path, NSPROF_CONVERT_TIMEOUT_S="1"), "profile", TARGET,
+                                     "--backend", "nsys", *QUICK, "--work-dir", str(work)), "nsys")
+        qdstrm = work / "part0.qdstrm"
+        assert "QdstrmImporter did not finish within 1 s ($NSPROF_CONVERT_TIMEOUT_S); killed it." in line, line
+        assert f"{qdstrm} is kept, nothing measured is lost" in line, line
+        assert qdstrm.read_text() == "qdstrm"  # kept as nsys left it, for a later import
+        assert not (work / "part0.nsys-rep").exists()
+        helper = int(helper_pid.read_text())
+        assert wait_for(lambda: not running(helper)), "the importer's own child outlived the kill"
+    finally:
+        if helper_pid.exists() and running(int(helper_pid.read_text())):
+            os.kill(int(helper_pid.read_text()), 9)
 
 
 @pytest.mark.parametrize("report", ["none", "truncated"])

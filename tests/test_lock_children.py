@@ -11,7 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from conftest import running
+import pytest
+from conftest import running, wait_for
 
 from nsprof.errors import GpuBusy
 from nsprof.host.lock import gpu_lock
@@ -99,4 +100,54 @@ def test_a_profilers_agent_holding_the_lock_goes_when_nsprof_is_sigkilled(tmp_pa
         assert not running(agent), "the lock came free while the agent still ran"
     finally:
         if running(agent):
+            os.kill(agent, signal.SIGKILL)
+
+
+# Config 1 hangs (nsprof is signalled while it runs); no helper of its own, only the stand-in agent.
+STOPPABLE = textwrap.dedent("""
+    import time
+    from nsprof.space import Space
+
+    def build(config):
+        return (lambda: time.sleep(3600)) if config["hang"] else (lambda: None)
+
+    space = Space(name="stoppable", configs=[{"hang": False}, {"hang": True}], build=build, device="cpu")
+""")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_profilers_agent_holding_the_lock_goes_when_nsprof_is_interrupted(tmp_path, signum):
+    """Ctrl-C, SIGTERM or SIGHUP: nsprof stops its worker cleanly and exits; nsys's agent (in a session
+    of its own, holding the GPU lock's descriptor) must not outlive it: once nsprof has exited, the lock
+    is free at once and the agent is gone."""
+    (tmp_path / "stoppable.py").write_text(STOPPABLE)
+    agent_pid = tmp_path / "agent.pid"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_STANDIN_AGENT": str(agent_pid)}
+    nsprof = subprocess.Popen([sys.executable, str(STANDINS), "profile", "stoppable.py:space", "--backend", "nsys",
+                               "--mode", "direct", "--timeout", "600", "--work-dir", "wd"], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              # Ctrl-C reaches a Python that did not start with SIGINT ignored (a background job)
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    status = tmp_path / "wd" / "part0.status"
+    agent = None
+    try:
+        assert wait_for(lambda: status.exists() and "start 1\n" in status.read_text() and agent_pid.exists()
+                        and agent_pid.read_text().strip() != "", 120), "config 1 never started"
+        agent = int(agent_pid.read_text())
+        assert running(agent)
+        nsprof.send_signal(signum)
+        _, stderr = nsprof.communicate(timeout=120)
+        assert nsprof.returncode == 130, (nsprof.returncode, stderr)
+        assert "Traceback" not in stderr, stderr
+        try:
+            with gpu_lock(0):
+                pass
+        except GpuBusy as exc:
+            raise AssertionError(f"nsprof exited, yet its GPU lock is still held: {exc}") from None
+        assert not running(agent), "the stand-in agent outlived nsprof"
+    finally:
+        if nsprof.poll() is None:
+            nsprof.kill()
+            nsprof.wait()
+        if agent is not None and running(agent):
             os.kill(agent, signal.SIGKILL)

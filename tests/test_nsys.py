@@ -771,6 +771,55 @@ def test_export_that_never_returns_is_killed(tmp_path, monkeypatch):
         raise AssertionError("the export's child process still runs")
 
 
+def test_the_conversion_bound_follows_the_reports_size_and_the_environment_overrides_it(tmp_path, monkeypatch):
+    from nsprof.reports.nsys.convert import CONVERT_BASE_S, CONVERT_S_PER_MB, conversion_bound_s
+
+    monkeypatch.delenv("NSPROF_CONVERT_TIMEOUT_S", raising=False)
+    small, large = tmp_path / "small.nsys-rep", tmp_path / "large.qdstrm"
+    small.write_bytes(b"x" * 1000)
+    with open(large, "wb") as handle:
+        handle.truncate(1000 * 10**6)  # sparse: 1 GB without writing it
+    assert conversion_bound_s(small) == pytest.approx(CONVERT_BASE_S + CONVERT_S_PER_MB * 0.001)
+    assert conversion_bound_s(large) == pytest.approx(CONVERT_BASE_S + CONVERT_S_PER_MB * 1000)
+    assert conversion_bound_s(small) < 900 < conversion_bound_s(large)  # below the old fixed bound for a small report
+    monkeypatch.setenv("NSPROF_CONVERT_TIMEOUT_S", "2.5")
+    assert conversion_bound_s(small) == conversion_bound_s(large) == 2.5
+    monkeypatch.setenv("NSPROF_CONVERT_TIMEOUT_S", "soon")
+    with pytest.raises(ReportError, match="^NSPROF_CONVERT_TIMEOUT_S=soon is not a number$"):
+        conversion_bound_s(small)
+
+
+def test_analyze_of_an_nsys_rep_whose_export_hangs_is_one_line_after_the_bound(tmp_path):
+    """`nsprof analyze r.nsys-rep` (a real child) with an nsys whose export never returns (and starts a
+    helper): killed after the bound ($NSPROF_CONVERT_TIMEOUT_S, tiny), one line naming the tool, the
+    bound and the report, which is left as it was."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import running, wait_for
+
+    helper_pid = tmp_path / "helper.pid"
+    nsys = fake_nsys(tmp_path, f'sleep 3600 &\necho $! > "{helper_pid}"\nwait\n')
+    report = tmp_path / "run.nsys-rep"
+    shutil.copyfile(NSYS_REP, report)
+    env = {**os.environ, "NSPROF_NSYS": str(nsys), "NSPROF_CONVERT_TIMEOUT_S": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    try:
+        result = subprocess.run([sys.executable, "-m", "nsprof", "analyze", str(report)], capture_output=True,
+                                text=True, env=env, timeout=300)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip().splitlines() == [
+            f"nsprof: error: {report}: nsys export did not finish within 1 s ($NSPROF_CONVERT_TIMEOUT_S); killed it. "
+            f"The report is kept, nothing measured is lost: `nsprof analyze {report}` exports it again"], result.stderr
+        assert report.read_bytes() == NSYS_REP.read_bytes()
+        helper = int(helper_pid.read_text())
+        assert wait_for(lambda: not running(helper)), "the export's own child outlived the kill"
+    finally:
+        if helper_pid.exists() and running(int(helper_pid.read_text())):
+            os.kill(int(helper_pid.read_text()), 9)
+
+
 def test_export_failure_names_the_nsys_message(tmp_path, monkeypatch):
     nsys = fake_nsys(tmp_path, 'echo "Processing..." >&2\necho "ERROR: bad report" >&2\nexit 1\n')
     monkeypatch.setenv("NSPROF_NSYS", str(nsys))

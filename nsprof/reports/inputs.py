@@ -35,7 +35,8 @@ def shown_name(path: str | os.PathLike) -> str:
     return STDIN_LABEL if text == STDIN else text
 
 
-def _env_number(name: str, default: float) -> float:
+def env_number(name: str, default: float) -> float:
+    """$name as a positive number, `default` where it is unset or empty; ReportError (one line) otherwise."""
     raw = os.environ.get(name)
     if not raw:
         return default
@@ -86,8 +87,8 @@ def _copy_stream(fd: int, copy: Path, shown: str, *, nonblocking: bool) -> None:
     import select
     import time
 
-    limit = int(_env_number(MAX_STREAM_BYTES_ENV, MAX_STREAM_BYTES))
-    wait_s = _env_number(STREAM_WAIT_ENV, STREAM_WAIT_S)
+    limit = int(env_number(MAX_STREAM_BYTES_ENV, MAX_STREAM_BYTES))
+    wait_s = env_number(STREAM_WAIT_ENV, STREAM_WAIT_S)
     poller = select.poll()
     # POLLIN: data. POLLHUP: every writer has closed; on Linux a FIFO reports it only for
     # writers that opened after this reader did, so when poll stays silent, a non-blocking

@@ -5,6 +5,11 @@ nsys writes a raw .qdstrm while it records and imports it into a .nsys-rep at th
 when that import fails (QdstrmImporter misses a shared library) the .qdstrm is left, and
 import_qdstrm runs the importer itself. nsprof's readers read SQLite, which
 export_nsys_rep makes.
+
+Both conversions are bounded by the size of the file they convert (conversion_bound_s: a
+hung one must not keep nsprof, and the GPU lock, for ever): one that runs past its bound is
+killed with its whole process group, and the one-line error names the tool, the bound and
+the file, which is kept (nothing measured is lost).
 """
 
 from __future__ import annotations
@@ -16,16 +21,70 @@ from pathlib import Path
 
 from nsprof.errors import ReportError, ToolFailed
 from nsprof.reports.checks import stat_report
+from nsprof.reports.inputs import env_number
 
-# An export of a large report takes minutes; one that never returns must not hang nsprof.
-EXPORT_TIMEOUT_S = 900.0
+# How long a conversion may take: CONVERT_BASE_S, plus CONVERT_S_PER_MB per MB (10**6 bytes)
+# of the file it converts (both tools convert tens of MB a second; nsys's start alone takes
+# seconds). $NSPROF_CONVERT_TIMEOUT_S, where set, is the bound instead, whatever the size.
+CONVERT_BASE_S = 60.0
+CONVERT_S_PER_MB = 2.0
+CONVERT_TIMEOUT_ENV = "NSPROF_CONVERT_TIMEOUT_S"
+
+
+def conversion_bound_s(path: str | os.PathLike) -> float:
+    """How long QdstrmImporter or `nsys export` may take to convert `path` (see CONVERT_BASE_S)."""
+    fixed = env_number(CONVERT_TIMEOUT_ENV, 0.0)
+    if fixed:
+        return fixed
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = 0
+    return CONVERT_BASE_S + CONVERT_S_PER_MB * size / 1e6
+
+
+def _bound_words(bound_s: float, path: Path) -> str:
+    """Why the bound is what it is, for the timeout's message."""
+    if os.environ.get(CONVERT_TIMEOUT_ENV):
+        return f"${CONVERT_TIMEOUT_ENV}"
+    try:
+        size = f"{os.stat(path).st_size / 1e6:.1f} MB"
+    except OSError:
+        size = "its size"
+    return f"the bound for {size}; ${CONVERT_TIMEOUT_ENV} sets another"
+
+
+def _run_bounded(argv: list[str], bound_s: float):
+    """Run `argv` in a process session of its own (it may start helpers): the CompletedProcess,
+    or None when it ran past bound_s. Timed out, interrupted or failing, its whole process group
+    is killed (no Ctrl-C of nsprof's reaches a session of its own), and it gets SIGKILL when
+    nsprof dies (host.children.dies_with_nsprof). OSError when it cannot be started."""
+    import signal
+    import subprocess
+
+    from nsprof.host.children import dies_with_nsprof
+
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, errors="replace", start_new_session=True, preexec_fn=dies_with_nsprof())
+    try:
+        stdout, stderr = proc.communicate(timeout=bound_s)
+    except BaseException as exc:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            return None
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
 def export_nsys_rep(
     path: str | os.PathLike,
     *,
     out_dir: str | os.PathLike | None = None,
-    timeout_s: float = EXPORT_TIMEOUT_S,
+    timeout_s: float | None = None,
 ) -> Path:
     """Run `nsys export --type sqlite` on an .nsys-rep; return the new SQLite file's path.
 
@@ -34,11 +93,9 @@ def export_nsys_rep(
     the export then moves to out_dir/<stem>.sqlite (replacing a file, never a link's target);
     without, it stays in the fresh temporary folder, which the caller removes. An nsys that
     runs past timeout_s is killed; one that exits 0 without writing is an error, never a
-    reason to read an older file.
+    reason to read an older file. timeout_s: conversion_bound_s(path) unless given.
     """
     import shutil
-    import signal
-    import subprocess
     import tempfile
 
     from nsprof.host.tools import find_nsys
@@ -48,6 +105,7 @@ def export_nsys_rep(
     if not stat.S_ISREG(stat_report(report).st_mode):
         raise ReportError(f"{shown}: not a regular file")
     nsys = find_nsys()
+    bound_s = conversion_bound_s(report) if timeout_s is None else timeout_s
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=".nsprof-export-" if out_dir else "nsprof-nsys-", dir=out_dir))
@@ -55,20 +113,16 @@ def export_nsys_rep(
     argv = [str(nsys.path), "export", "--type", "sqlite", "-f", "true", "-o", str(out), str(report)]
     try:
         try:
-            # Own session: on a timeout the whole process group goes (nsys starts helpers).
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, errors="replace",
-                                    start_new_session=True)
+            proc = _run_bounded(argv, bound_s)
         except OSError as exc:
             raise ReportError(f"{shown}: cannot run {nsys.path}: {exc.strerror}") from None
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        if proc is None:
+            why = _bound_words(bound_s, report) if timeout_s is None else "the caller's bound"
             raise ReportError(
-                f"{shown}: nsys export did not finish within {timeout_s:g} s; killed it"
-            ) from None
+                f"{shown}: nsys export did not finish within {bound_s:g} s ({why}); killed it. "
+                f"The report is kept, nothing measured is lost: `nsprof analyze {shown}` exports it again"
+            )
+        stdout, stderr = proc.stdout, proc.stderr
         if proc.returncode != 0:
             lines = (stderr or stdout or "").strip().splitlines()
             reason = lines[-1].strip() if lines else f"exit status {proc.returncode}"
@@ -87,23 +141,29 @@ def export_nsys_rep(
 
 
 def import_qdstrm(nsys: Path, qdstrm: Path, log: Path) -> Path:
-    """Run QdstrmImporter on a .qdstrm that nsys could not turn into a .nsys-rep itself."""
-    import subprocess
-
+    """Run QdstrmImporter on a .qdstrm that nsys could not turn into a .nsys-rep itself, for at
+    most conversion_bound_s(qdstrm)."""
     from nsprof.host.tools import find_qdstrm_importer
 
     importer = find_qdstrm_importer(nsys)
     if importer is None:
         raise ToolFailed(f"nsys left {qdstrm.name} and no .nsys-rep, and QdstrmImporter was not found near {nsys}")
+    report = qdstrm.with_suffix(".nsys-rep")
+    bound_s = conversion_bound_s(qdstrm)
     try:
-        proc = subprocess.run([str(importer), "-i", str(qdstrm)], capture_output=True, text=True,
-                              errors="replace", stdin=subprocess.DEVNULL)
+        proc = _run_bounded([str(importer), "-i", str(qdstrm)], bound_s)
     except OSError as exc:
         raise ToolFailed(f"cannot run {importer}: {exc.strerror}") from None
+    if proc is None:
+        report.unlink(missing_ok=True)  # half written: never to be read as the run's report
+        with open(log, "a") as handle:
+            handle.write(f"==NSPROF== killed {importer}: still running after {bound_s:g} s\n")
+        raise ToolFailed(f"QdstrmImporter did not finish within {bound_s:g} s ({_bound_words(bound_s, qdstrm)}); "
+                         f"killed it. {qdstrm} is kept, nothing measured is lost: `{importer} -i {qdstrm}` "
+                         f"makes its .nsys-rep for `nsprof analyze` (log: {log})")
     output = proc.stdout + proc.stderr
     with open(log, "a") as handle:
         handle.write(output)
-    report = qdstrm.with_suffix(".nsys-rep")
     if proc.returncode != 0 or not report.exists():
         # The loader's complaint may be anywhere in the importer's output, or in nsys's own
         # output earlier in the log (nsys runs the importer itself first).
