@@ -35,8 +35,10 @@ def edited(tmp_path, name: str, durations: dict[str, list[float]]):
             mine = [r for r in rows if _group(r) == group]
             assert len(mine) == len(values), group
             for row, value in zip(mine, values):
-                conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start + ? WHERE correlationId = ?",
-                             (int(value), row["launch_id"]))
+                conn.execute(
+                    "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start + ? WHERE correlationId = ?",
+                    (int(value), row["launch_id"]),
+                )
     return path
 
 
@@ -74,8 +76,11 @@ def expected_overall(path_a, path_b, keep=lambda r: True) -> dict:
         if low is None:
             tie_set = None
         else:
-            tie_set = [r for r in order if r == best or (times[r][1] is not None and times[r][1] <= high
-                                                          and low <= times[r][2])]
+            tie_set = [
+                r
+                for r in order
+                if r == best or (times[r][1] is not None and times[r][1] <= high and low <= times[r][2])
+            ]
         per_side.append((best, tie_set, times))
     (best_a, ties_a, times_a), (best_b, ties_b, times_b) = per_side
     if best_a == best_b:
@@ -87,8 +92,15 @@ def expected_overall(path_a, path_b, keep=lambda r: True) -> dict:
     tau = None
     if len(shared) >= MIN_TAU_RANGES:
         tau = tau_b([times_a[r][0] for r in shared], [times_b[r][0] for r in shared])
-    return {"ranges": len(shared), "fastest_a": best_a, "fastest_b": best_b, "tie_set_a": ties_a,
-            "tie_set_b": ties_b, "fastest": fastest, "kendall_tau": tau}
+    return {
+        "ranges": len(shared),
+        "fastest_a": best_a,
+        "fastest_b": best_b,
+        "tie_set_a": ties_a,
+        "tie_set_b": ties_b,
+        "fastest": fastest,
+        "kendall_tau": tau,
+    }
 
 
 def closing(stdout: str) -> str:
@@ -112,8 +124,7 @@ def test_two_ranges_one_percent_apart_are_a_tie_and_too_few_for_tau(tmp_path):
     line = closing(ok("--compare", a, b, "--range", only).stdout)
     assert "Kendall τ -1" not in line and "fastest differs" not in line
     assert f"Kendall τ not computed: 2 shared ranges, τ needs {MIN_TAU_RANGES} or more" in line
-    assert ("fastest tied within noise (A cfg0.direct, B cfg1.direct: each inside the other's tie set)"
-            in line)
+    assert "fastest tied within noise (A cfg0.direct, B cfg1.direct: each inside the other's tie set)" in line
     doc = overall_json(a, b, "--range", only)
     assert doc["kendall_tau"] is None and doc["kendall_tau_min_ranges"] == MIN_TAU_RANGES
     assert doc["fastest"] == "tied" and doc["same_fastest"] is False
@@ -129,8 +140,11 @@ def test_an_exact_tie_on_one_side_is_not_a_different_fastest(tmp_path):
     assert statistics.median(b_graph) < statistics.median(graph)
     b = edited(tmp_path, "b.sqlite", {"cfg0.graph": b_graph})
     expected = expected_overall(SQLITE, b)
-    assert (expected["fastest_a"], expected["fastest_b"], expected["fastest"]) == \
-        ("cfg0.direct", "cfg0.graph", "tied")
+    assert (expected["fastest_a"], expected["fastest_b"], expected["fastest"]) == (
+        "cfg0.direct",
+        "cfg0.graph",
+        "tied",
+    )
     line = closing(ok("--compare", SQLITE, b).stdout)
     assert "fastest tied within noise (A cfg0.direct, B cfg0.graph: each inside the other's tie set)" in line
     assert f"Kendall τ {expected['kendall_tau']:.3f}" in line  # 8 shared ranges: enough for τ
@@ -144,8 +158,9 @@ def test_a_fastest_outside_the_other_sides_noise_differs(tmp_path):
     expected = expected_overall(SQLITE, b)
     assert expected["fastest"] == "different" and expected["tie_set_b"] == ["cfg1.graph"]
     line = closing(ok("--compare", SQLITE, b).stdout)
-    assert ("fastest differs: A cfg0.direct, B cfg1.graph (cfg0.direct outside B's tie set {cfg1.graph})"
-            in line)
+    assert (
+        "fastest differs: A cfg0.direct, B cfg1.graph (cfg0.direct outside B's tie set {cfg1.graph})" in line
+    )
     assert overall_json(SQLITE, b)["fastest"] == "different"
 
 
@@ -158,8 +173,10 @@ def test_same_fastest_and_untested_without_intervals(tmp_path):
     expected = expected_overall(SQLITE, b, lambda r: r in ("torch_push", "startend"))
     assert expected["fastest"] == "untested"
     line = closing(ok("--compare", SQLITE, b, "--range", keep).stdout)
-    assert ("fastest differs: A torch_push, B startend (untested against the noise: too few samples "
-            "for an interval)") in line
+    assert (
+        "fastest differs: A torch_push, B startend (untested against the noise: too few samples "
+        "for an interval)"
+    ) in line
     assert overall_json(SQLITE, b, "--range", keep)["fastest"] == "untested"
 
 

@@ -128,13 +128,31 @@ def describe_overall(overall: dict) -> str:
     if not overall["ranges"]:
         return "no range measured on both sides (\"(no range)\" not counted)"
     head = f"over {overall['ranges']} shared range(s) (\"(no range)\" not counted): "
-    parts = [f"geometric-mean B/A {num(overall['geomean_ratio'], '.3f')}",
-             f"Kendall τ {num(overall['kendall_tau'], '.3f')}"]
-    if overall["same_fastest"]:
-        parts.append(f"both rank {overall['fastest_a']} fastest")
+    parts = [f"geometric-mean B/A {num(overall['geomean_ratio'], '.3f')}"]
+    if overall["ranges"] < overall["kendall_tau_min_ranges"]:
+        parts.append(f"Kendall τ not computed: {overall['ranges']} shared range{'s' if overall['ranges'] > 1 else ''}, "
+                     f"τ needs {overall['kendall_tau_min_ranges']} or more")
     else:
-        parts.append(f"fastest differs: A {overall['fastest_a']}, B {overall['fastest_b']}")
+        parts.append(f"Kendall τ {num(overall['kendall_tau'], '.3f')}")
+    parts.append(describe_fastest(overall))
     return head + ", ".join(parts)
+
+
+def describe_fastest(overall: dict) -> str:
+    """Whether both sides rank the same range fastest, by tune's rule (compare_overall's `fastest`)."""
+    a, b, kind = overall["fastest_a"], overall["fastest_b"], overall["fastest"]
+    if kind == "same":
+        return f"same fastest: {a}"
+    if kind == "tied":
+        return f"fastest tied within noise (A {a}, B {b}: each inside the other's tie set)"
+    if kind == "untested":
+        return f"fastest differs: A {a}, B {b} (untested against the noise: too few samples for an interval)"
+    outside = []
+    if b not in overall["tie_set_a"]:
+        outside.append(f"{b} outside A's tie set {{{', '.join(overall['tie_set_a'])}}}")
+    if a not in overall["tie_set_b"]:
+        outside.append(f"{a} outside B's tie set {{{', '.join(overall['tie_set_b'])}}}")
+    return f"fastest differs: A {a}, B {b} ({'; '.join(outside)})"
 
 
 # --------------------------------------------------------------------------- nsprof profile, tune, results
