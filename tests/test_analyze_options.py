@@ -346,7 +346,7 @@ def test_compare_rows_counts_one_sided_ranges_and_closing_line():
     closing = stdout.strip().splitlines()[-1]
     assert closing.startswith(f"over {len(shared)} shared range(s)")
     assert f"geometric-mean B/A {geomean:.3f}" in closing and f"Kendall τ {tau:.3f}" in closing
-    assert fastest_a == fastest_b and f"both rank {fastest_a} fastest" in closing
+    assert fastest_a == fastest_b and f"same fastest: {fastest_a}" in closing
 
 
 def test_compare_format_json_and_filters():

@@ -9,6 +9,9 @@ from __future__ import annotations
 import re
 
 NO_RANGE = "(no range)"
+# Kendall τ over fewer shared ranges is left out: below 4 even τ = ±1 comes by chance more than
+# 1 time in 20 (1/n! of the orderings; 1/6 for 3 ranges, and τ of 2 ranges is always ±1).
+MIN_TAU_RANGES = 4
 # `group` is `range` under its old name, kept for one release (nsprof 0.x readers of summarize())
 SUMMARY_COLUMNS = [
     "source", "range", "kernel", "kernel_full", "count", "median_ns", "min_ns", "max_ns", "mean_ns", "std_ns",
@@ -139,9 +142,28 @@ def order(summary, by: str = "range", top: int | None = None):
     return ordered.reset_index(drop=True)
 
 
+def median_intervals(frame):
+    """One row per source × range × kernel (summarize's keys): the interval of the median of its
+    durations (`ci_low_ns`, `ci_high_ns`: nsprof.analysis.confidence.median_interval, the one
+    tune gives each config; NaN with fewer than 2 durations)."""
+    import pandas as pd
+
+    from nsprof.analysis.confidence import median_interval
+
+    grouped = add_group(frame)
+    grouped["kernel_full"] = kernel_key(grouped)
+    rows = []
+    for (source, group, kernel), durations in grouped.groupby(["source", "group", "kernel_full"], sort=False,
+                                                              dropna=False)["duration_ns"]:
+        interval = median_interval(durations.to_numpy(dtype=float, na_value=float("nan")))
+        rows.append((source, group, kernel, interval.low, interval.high))
+    return pd.DataFrame(rows, columns=["source", "range", "kernel_full", "ci_low_ns", "ci_high_ns"])
+
+
 def compare(frame_a, frame_b):
     """Medians of two reports side by side, joined on range × kernel, with b/a ratios and the
-    counts of each side (`count_a`, `count_b`); rows in natural range order, "(no range)" last.
+    counts of each side (`count_a`, `count_b`) and each median's interval (`ci_low_ns_a`,
+    `ci_high_ns_a`, ... : median_intervals); rows in natural range order, "(no range)" last.
 
     Kernels join by full name; ncu's CSV and nsys demangle differently, so rows left
     unmatched on both sides then join by short name where that name is one kernel on each
@@ -150,9 +172,9 @@ def compare(frame_a, frame_b):
     """
     import pandas as pd
 
-    columns = ["range", "kernel", "kernel_full", "count", "median_ns", "median_cycles"]
-    a = summarize(frame_a)[columns]
-    b = summarize(frame_b)[columns]
+    columns = ["range", "kernel", "kernel_full", "count", "median_ns", "median_cycles", "ci_low_ns", "ci_high_ns"]
+    a, b = (summarize(frame).merge(median_intervals(frame), on=["source", "range", "kernel_full"], how="left")[columns]
+            for frame in (frame_a, frame_b))
     joined = a.merge(b.drop(columns="kernel"), on=["range", "kernel_full"], how="outer",
                      suffixes=("_a", "_b"), sort=False, indicator=True)
     joined["kernel"] = joined["kernel"].fillna(joined["kernel_full"].map(dict(zip(b["kernel_full"], b["kernel"]))))
@@ -164,7 +186,7 @@ def compare(frame_a, frame_b):
         if len(rows_a) == 1 and len(rows_b) == 1:
             pairs.append((rows_a.index[0], rows_b.index[0]))
     for index_a, index_b in pairs:
-        for column in ("count_b", "median_ns_b", "median_cycles_b"):
+        for column in ("count_b", "median_ns_b", "median_cycles_b", "ci_low_ns_b", "ci_high_ns_b"):
             joined.loc[index_a, column] = joined.loc[index_b, column]
     joined = joined.drop(index=[index_b for _, index_b in pairs]).drop(columns="_merge")
     joined = pd.DataFrame(joined).reset_index(drop=True)
@@ -189,38 +211,69 @@ def one_side_ranges(joined) -> tuple[list[str], list[str]]:
 def per_range(joined):
     """One row per range measured on both sides (natural order, "(no range)" left out: warm-up):
     `a_ns`, `b_ns` (the sum of the medians of the kernels matched on both sides, so that each
-    side times the same kernels), `ratio` (b/a), `kernels` (how many were matched)."""
+    side times the same kernels), `ratio` (b/a), `kernels` (how many were matched), and each
+    side's interval of its time (`a_low_ns`, `a_high_ns`, `b_low_ns`, `b_high_ns`): the sums of
+    its kernels' median intervals. For a range of one kernel that is tune's interval of a
+    config; for several it is wider (it holds the sum of the medians whenever each kernel's
+    interval holds its median), so that it never claims a difference the noise could make.
+    NaN where a kernel has no interval (fewer than 2 durations)."""
     import pandas as pd
 
     both = joined[joined["median_ns_a"].notna() & joined["median_ns_b"].notna()
                   & (joined["range"].astype(str) != NO_RANGE)]
-    out = both.groupby("range", sort=False).agg(a_ns=("median_ns_a", "sum"), b_ns=("median_ns_b", "sum"),
-                                                kernels=("kernel_full", "count")).reset_index()
+
+    def whole(values):  # a sum that is NaN when any part is
+        return values.sum(skipna=False)
+
+    out = both.groupby("range", sort=False).agg(
+        a_ns=("median_ns_a", "sum"), b_ns=("median_ns_b", "sum"), kernels=("kernel_full", "count"),
+        a_low_ns=("ci_low_ns_a", whole), a_high_ns=("ci_high_ns_a", whole),
+        b_low_ns=("ci_low_ns_b", whole), b_high_ns=("ci_high_ns_b", whole)).reset_index()
     out["ratio"] = out["b_ns"] / out["a_ns"]
+    out = out[["range", "a_ns", "b_ns", "kernels", "ratio", "a_low_ns", "a_high_ns", "b_low_ns", "b_high_ns"]]
     out = out.iloc[sorted(range(len(out)), key=lambda i: range_key(out["range"].iloc[i]))]
     return pd.DataFrame(out).reset_index(drop=True)
 
 
 def compare_overall(joined) -> dict:
     """The closing numbers of a comparison over the shared ranges (see `per_range`): how many,
-    the geometric mean of their b/a ratios, Kendall τ-b between the two sides' range times,
-    each side's fastest range and whether they agree."""
-    import numpy as np
+    the geometric mean of their b/a ratios, Kendall τ-b between the two sides' range times
+    (None with fewer than MIN_TAU_RANGES ranges), and the fastest range by tune's rule.
 
+    Each side's fastest is its lowest time, then the earlier range (natural order), with its
+    tie set: the ranges whose interval overlaps its own (nsprof.analysis.confidence.pick, None
+    when it has no interval). `fastest` relates the two as validate's winner stability relates
+    two runs (confidence.stability): "same", "tied" (each side's fastest inside the other's tie
+    set), "different", or "untested" (different, without an interval to test a tie)."""
+    import numpy as np
+    import pandas as pd
+
+    from nsprof.analysis.confidence import pick, stability
     from nsprof.analysis.stats import kendall_tau_b
 
     ranges = per_range(joined)
     if not len(ranges):
-        return {"ranges": 0, "geomean_ratio": None, "kendall_tau": None, "fastest_a": None, "fastest_b": None,
-                "same_fastest": None}
+        return {"ranges": 0, "geomean_ratio": None, "kendall_tau": None, "kendall_tau_min_ranges": MIN_TAU_RANGES,
+                "fastest_a": None, "fastest_b": None, "same_fastest": None, "fastest": None, "tie_set_a": None,
+                "tie_set_b": None}
     ratio = ranges["ratio"].to_numpy(float)
     ok = np.isfinite(ratio) & (ratio > 0)
     geomean = float(np.exp(np.log(ratio[ok]).mean())) if ok.any() else None
-    tau = kendall_tau_b(ranges["a_ns"].to_numpy(float), ranges["b_ns"].to_numpy(float))
-    fastest_a = str(ranges.loc[ranges["a_ns"].idxmin(), "range"])
-    fastest_b = str(ranges.loc[ranges["b_ns"].idxmin(), "range"])
-    return {"ranges": len(ranges), "geomean_ratio": geomean, "kendall_tau": None if tau != tau else tau,
-            "fastest_a": fastest_a, "fastest_b": fastest_b, "same_fastest": fastest_a == fastest_b}
+    tau = None
+    if len(ranges) >= MIN_TAU_RANGES:
+        tau = kendall_tau_b(ranges["a_ns"].to_numpy(float), ranges["b_ns"].to_numpy(float))
+        tau = None if tau != tau else tau
+    names = [str(r) for r in ranges["range"]]
+    # pick's "config id" is the range's place in natural order: its tie rule, the lower id, is the earlier range
+    picks = [pick(pd.DataFrame({"config_id": range(len(ranges)), "value_ns": ranges[f"{side}_ns"],
+                                "ci_low_ns": ranges[f"{side}_low_ns"], "ci_high_ns": ranges[f"{side}_high_ns"]}))
+             for side in ("a", "b")]
+    fastest_a, fastest_b = (names[p.winner] for p in picks)
+    tie_a, tie_b = (None if p.tie_set is None else [names[i] for i in p.tie_set] for p in picks)
+    return {"ranges": len(ranges), "geomean_ratio": geomean, "kendall_tau": tau,
+            "kendall_tau_min_ranges": MIN_TAU_RANGES, "fastest_a": fastest_a, "fastest_b": fastest_b,
+            "same_fastest": fastest_a == fastest_b, "fastest": stability(*picks), "tie_set_a": tie_a,
+            "tie_set_b": tie_b}
 
 
 def far_apart(joined, factor: float = 10.0):

@@ -10,8 +10,8 @@ from __future__ import annotations
 from nsprof.analysis.summary import far_apart
 from nsprof.render.tables import NAME_WIDTH, shares_short_names
 
-SHARED_NAMES_NOTE = ("note: kernels marked #1, #2, ... share a short name (or differ only where the name was "
-                     "cut); each is its own row by full name: see them with --names demangled --wide")
+SHARED_NAMES_NOTE = ("note: kernels marked #1, #2, ... share a short name (or would print alike); each is its "
+                     "own row by full name, its number the same in every view: see them with --names demangled --wide")
 
 
 def _label(frame, column: str, option: str, default: str) -> str:

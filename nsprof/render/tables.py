@@ -17,6 +17,7 @@ from nsprof.analysis.stats import is_missing
 from nsprof.analysis.summary import compare_overall, one_side_ranges
 from nsprof.render.text import (
     UNIT_LABELS,
+    apart,
     drop_empty_columns,
     duration,
     middle,
@@ -40,33 +41,61 @@ if TYPE_CHECKING:
 NAME_WIDTH = 48
 
 
-def kernel_labels(summary, width: int | None = NAME_WIDTH, by: tuple[str, ...] = ("source", "range"),
+def _kernel_cells(summary, width: int | None, by: tuple[str, ...], names: str) -> tuple[list[str], list[bool]]:
+    """kernel_labels' cells, and whether each is numbered."""
+    short = [str(k) for k in summary["kernel"].fillna("?")]
+    full = [str(k) for k in summary["kernel_full"].fillna(summary["kernel"]).fillna("?")]
+    shown = full if names == "demangled" else short
+    groups = [tuple(str(summary[c].iloc[i]) for c in by if c in summary) for i in range(len(summary))]
+
+    def numbered(key) -> dict[tuple, dict[str, int]]:
+        """Each set of rows (by key(i)) holding several full names: those names numbered 1, 2, ...
+        in the order of the rows."""
+        sets: dict[tuple, dict[str, int]] = {}
+        for i in range(len(full)):
+            names_of_set = sets.setdefault(key(i), {})
+            names_of_set.setdefault(full[i], len(names_of_set) + 1)
+        return {k: v for k, v in sets.items() if len(v) > 1}
+
+    # kernels sharing a short name: numbered by full name, in display order, whatever the view
+    sharing = numbered(lambda i: (groups[i], short[i]))
+    number = [sharing.get((groups[i], short[i]), {}).get(full[i]) for i in range(len(full))]
+    # a cut name keeps what tells it from the names it shares a short name with, or that would cut alike
+    texts_by_short: dict[tuple, set[str]] = {}
+    texts_by_cut: dict[tuple, set[str]] = {}
+    budget = [None if width is None else width - (len(f" #{n}") if n else 0) for n in number]
+    for i, name in enumerate(shown):
+        texts_by_short.setdefault((groups[i], short[i]), set()).add(name)
+        texts_by_cut.setdefault((groups[i], middle(name, budget[i])), set()).add(name)
+    cells = []
+    for i, name in enumerate(shown):
+        others = texts_by_short[(groups[i], short[i])] | texts_by_cut[(groups[i], middle(name, budget[i]))]
+        cells.append(apart(name, sorted(others - {name}), budget[i]))
+    # any kernels still printed alike (names that differ only where no room was left): numbered the same way
+    alike = numbered(lambda i: (groups[i], cells[i] if number[i] is None else f"#{i}"))
+    for i, n in enumerate(number):
+        if n is None and (groups[i], cells[i]) in alike:
+            number[i] = alike[(groups[i], cells[i])][full[i]]
+            cells[i] = middle(shown[i], None if width is None else width - len(f" #{number[i]}"))
+    labels = [cell + (f" #{n}" if n else "") for cell, n in zip(cells, number)]
+    return labels, [n is not None for n in number]
+
+
+def kernel_labels(summary, width: int | None = NAME_WIDTH, by: tuple[str, ...] = ("source",),
                   names: str = "short") -> list[str]:
-    """The kernel cell of each summary row: the short name (`names="demangled"`: the full one)
-    within `width` (None: whole), cut from the middle, made distinct (` #1`, ` #2`, ...) where
-    several kernels of one `by` group would print alike (a shared short name, or names that
-    differ only in the part cut away)."""
-    shown = summary["kernel_full"] if names == "demangled" else summary["kernel"]
-    shown = [str(k) for k in shown.fillna(summary["kernel"]).fillna("?")]
-    labels = [middle(k, width) for k in shown]
-    keys = [tuple(str(summary[c].iloc[i]) for c in by if c in summary) for i in range(len(summary))]
-    seen: dict[tuple, list[int]] = {}
-    for i, label in enumerate(labels):
-        seen.setdefault((*keys[i], label), []).append(i)
-    for positions in seen.values():
-        if len(positions) < 2:
-            continue
-        ordered = sorted(positions, key=lambda i: str(summary["kernel_full"].iloc[i]))
-        for number, i in enumerate(ordered, 1):
-            suffix = f" #{number}"
-            labels[i] = middle(shown[i], None if width is None else width - len(suffix)) + suffix
-    return labels
+    """The kernel cell of each summary row: the short name (`names="demangled"`: the full one),
+    numbered ` #1`, ` #2`, ... where kernels of one `by` group (a report) share a short name.
+    A kernel's number is its full name's, counted in the order the rows come, so that it is the
+    same in the short and the demangled view, in every range, and with `width` None (whole
+    names). Within `width`, a long name is cut so that what tells it from the names it shares
+    a short name with (or that would cut alike) stays (render.text.apart); kernels that would
+    still print alike are numbered the same way."""
+    return _kernel_cells(summary, width, by, names)[0]
 
 
 def shares_short_names(summary, width: int | None = NAME_WIDTH, names: str = "short") -> bool:
     """Whether the summary table had to number kernels apart (see kernel_labels)."""
-    plain = kernel_labels(summary, width, by=("source", "range", "kernel_full"), names=names)  # never numbered
-    return kernel_labels(summary, width, names=names) != plain
+    return any(_kernel_cells(summary, width, ("source",), names)[1])
 
 
 def _cells(headers: list[str], rows: list[list[str]], right: set[int], keep: int, style: str) -> str:
@@ -108,7 +137,7 @@ def format_compare(joined, name_a: str, name_b: str, unit: str = "us", width: in
     headers = ["range", "kernel", f"A {u} ({short(name_a, 20)})", f"B {u} ({short(name_b, 20)})",
                "B/A", "n A", "n B", "cycles B/A"]
     rows = []
-    for rec, kernel in zip(shown.itertuples(index=False), kernel_labels(shown, width, by=("range",), names=names)):
+    for rec, kernel in zip(shown.itertuples(index=False), kernel_labels(shown, width, names=names)):
         rows.append([
             middle(str(rec.range), None if width is None else 32), kernel, duration(rec.median_ns_a, unit),
             duration(rec.median_ns_b, unit), num(rec.ratio, ".3f"), str(rec.count_a), str(rec.count_b),
@@ -128,13 +157,31 @@ def describe_overall(overall: dict) -> str:
     if not overall["ranges"]:
         return "no range measured on both sides (\"(no range)\" not counted)"
     head = f"over {overall['ranges']} shared range(s) (\"(no range)\" not counted): "
-    parts = [f"geometric-mean B/A {num(overall['geomean_ratio'], '.3f')}",
-             f"Kendall τ {num(overall['kendall_tau'], '.3f')}"]
-    if overall["same_fastest"]:
-        parts.append(f"both rank {overall['fastest_a']} fastest")
+    parts = [f"geometric-mean B/A {num(overall['geomean_ratio'], '.3f')}"]
+    if overall["ranges"] < overall["kendall_tau_min_ranges"]:
+        parts.append(f"Kendall τ not computed: {overall['ranges']} shared range{'s' if overall['ranges'] > 1 else ''}, "
+                     f"τ needs {overall['kendall_tau_min_ranges']} or more")
     else:
-        parts.append(f"fastest differs: A {overall['fastest_a']}, B {overall['fastest_b']}")
+        parts.append(f"Kendall τ {num(overall['kendall_tau'], '.3f')}")
+    parts.append(describe_fastest(overall))
     return head + ", ".join(parts)
+
+
+def describe_fastest(overall: dict) -> str:
+    """Whether both sides rank the same range fastest, by tune's rule (compare_overall's `fastest`)."""
+    a, b, kind = overall["fastest_a"], overall["fastest_b"], overall["fastest"]
+    if kind == "same":
+        return f"same fastest: {a}"
+    if kind == "tied":
+        return f"fastest tied within noise (A {a}, B {b}: each inside the other's tie set)"
+    if kind == "untested":
+        return f"fastest differs: A {a}, B {b} (untested against the noise: too few samples for an interval)"
+    outside = []
+    if b not in overall["tie_set_a"]:
+        outside.append(f"{b} outside A's tie set {{{', '.join(overall['tie_set_a'])}}}")
+    if a not in overall["tie_set_b"]:
+        outside.append(f"{a} outside B's tie set {{{', '.join(overall['tie_set_b'])}}}")
+    return f"fastest differs: A {a}, B {b} ({'; '.join(outside)})"
 
 
 # --------------------------------------------------------------------------- nsprof profile, tune, results
