@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STANDINS = Path(__file__).parent / "standins.py"
 
 # {edited}: False in the target nsprof reads, True in its edited copy (which never edits again).
-TARGET = textwrap.dedent('''
+TARGET = textwrap.dedent("""
     import os
     import pathlib
     import nsprof.space
@@ -79,16 +79,24 @@ TARGET = textwrap.dedent('''
 
 
     space = nsprof.space.Space(name="edited", configs={configs!r}, build=build, compile=compile, device="cpu")
-''')
+""")
 
 
-def write_target(folder: Path, configs, edited_configs, when: str, at: int | None = None, crash: bool = False,
-                 source_edit: bool = False) -> str:
+def write_target(
+    folder: Path,
+    configs,
+    edited_configs,
+    when: str,
+    at: int | None = None,
+    crash: bool = False,
+    source_edit: bool = False,
+) -> str:
     """The target (edited.py) and its edited copy (edited.edited); its spec."""
     common = {"when": when, "at": at, "crash": crash}
     (folder / "edited.py").write_text(TARGET.format(edited=False, configs=configs, source="a", **common))
-    (folder / "edited.edited").write_text(TARGET.format(edited=True, configs=edited_configs,
-                                                        source="b" if source_edit else "a", **common))
+    (folder / "edited.edited").write_text(
+        TARGET.format(edited=True, configs=edited_configs, source="b" if source_edit else "a", **common)
+    )
     return f"{folder / 'edited.py'}:space"
 
 
@@ -102,9 +110,20 @@ def standin(tmp_path):
 
 
 def settings(tmp_path, **kwargs) -> TuneSettings:
-    return TuneSettings(**{"backend": "standin", "mode": "direct", "reps": 3, "timeout_s": 60, "store": tmp_path / "r.sqlite",
-                           "feed_back": False, "tuner_pick": False, "work_dir": tmp_path / "work", "budget_s": 0,
-                           **kwargs})
+    return TuneSettings(
+        **{
+            "backend": "standin",
+            "mode": "direct",
+            "reps": 3,
+            "timeout_s": 60,
+            "store": tmp_path / "r.sqlite",
+            "feed_back": False,
+            "tuner_pick": False,
+            "work_dir": tmp_path / "work",
+            "budget_s": 0,
+            **kwargs,
+        }
+    )
 
 
 def stored(tmp_path):
@@ -115,8 +134,11 @@ def stored(tmp_path):
 
 
 def assert_every_row_under_its_own_config(rows) -> None:
-    wrong = [(int(c), text, d) for c, text, d in zip(rows["config_id"], rows["config_json"], rows["duration_ns"])
-             if json.loads(text)["ns"] != d]
+    wrong = [
+        (int(c), text, d)
+        for c, text, d in zip(rows["config_id"], rows["config_json"], rows["duration_ns"])
+        if json.loads(text)["ns"] != d
+    ]
     assert not wrong, f"rows stored under another config than the one measured: {wrong}"
 
 
@@ -151,7 +173,9 @@ def test_a_target_edited_during_the_prescreens_compile_is_refused_and_nothing_is
 
 
 @pytest.mark.parametrize("source_edit", [False, True], ids=["configs", "source only"])
-def test_a_target_edited_before_a_restart_is_refused_and_what_ran_before_is_kept(tmp_path, standin, source_edit):
+def test_a_target_edited_before_a_restart_is_refused_and_what_ran_before_is_kept(
+    tmp_path, standin, source_edit
+):
     # Config 1's build edits the target and crashes the worker; nsprof restarts it at config 2, which
     # the edit changed (config 0, measured before it, is the same in both copies). With source_edit,
     # only the code differs: same configs, another kernel.
@@ -160,8 +184,13 @@ def test_a_target_edited_before_a_restart_is_refused_and_what_ran_before_is_kept
     target = write_target(tmp_path, configs, edited, when="build", at=1, crash=True, source_edit=source_edit)
     with pytest.raises(TargetError) as exc:
         tune(target, settings(tmp_path))
-    assert_refused(exc, target, "its source is not the one nsprof read" if source_edit
-                   else 'config 2 is {"i":2,"ns":7000} now, not {"i":2,"ns":3000}')
+    assert_refused(
+        exc,
+        target,
+        "its source is not the one nsprof read"
+        if source_edit
+        else 'config 2 is {"i":2,"ns":7000} now, not {"i":2,"ns":3000}',
+    )
     measured, failed = stored(tmp_path)
     assert_every_row_under_its_own_config(measured)
     assert sorted(set(measured["config_id"])) == [0]  # measured before the edit: kept
@@ -169,7 +198,9 @@ def test_a_target_edited_before_a_restart_is_refused_and_what_ran_before_is_kept
     assert len(measured) == 3
 
 
-def test_a_target_edited_before_an_adaptive_session_is_refused_and_that_session_stores_nothing(tmp_path, standin):
+def test_a_target_edited_before_an_adaptive_session_is_refused_and_that_session_stores_nothing(
+    tmp_path, standin
+):
     # Three configs of one distribution: tied after the first pass, so an adaptive session follows. The
     # first pass's last build edits the target: another tile, the same timing (the first pass's numbers stay
     # true of the configs nsprof read).
@@ -190,9 +221,30 @@ def test_a_target_edited_before_an_adaptive_session_is_refused_and_that_session_
 def test_the_command_line_refuses_an_edited_target_in_one_line(tmp_path):
     write_target(tmp_path, CONFIGS, REVERSED, when="compile")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, str(STANDINS), "tune", "edited.py:space", "--backend", "ncu", "--mode",
-                           "direct", "--store", "r.sqlite", "--resume", "--no-feed-back", "--no-tuner-pick",
-                           "--timeout", "60"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(STANDINS),
+            "tune",
+            "edited.py:space",
+            "--backend",
+            "ncu",
+            "--mode",
+            "direct",
+            "--store",
+            "r.sqlite",
+            "--resume",
+            "--no-feed-back",
+            "--no-tuner-pick",
+            "--timeout",
+            "60",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]

@@ -16,7 +16,7 @@ from nsprof.serve_client import serve_paths
 
 # The first target changes process-wide state at import; the second (and any) reports what it sees,
 # per config build, into observed.jsonl beside it, with the process and image it ran in.
-OBSERVER = '''
+OBSERVER = """
 import builtins, json, os, pathlib, uuid
 import numpy
 import shared_flags
@@ -37,15 +37,18 @@ def build(config):
     return lambda: None
 
 space = nsprof.space.Space(name="observer", configs=[{{"i": 0}}, {{"i": 1}}], build=build, device="cpu")
-'''
+"""
 
 
 def _observed(tmp_path: Path) -> list[dict]:
     return [json.loads(line) for line in (tmp_path / "observed.jsonl").read_text().splitlines()]
 
 
-def test_a_served_job_does_not_inherit_the_library_state_an_earlier_jobs_target_set(tmp_path, server,
-                                                                                    own_gpu_lock_folder):
+def test_a_served_job_does_not_inherit_the_library_state_an_earlier_jobs_target_set(
+    tmp_path,
+    server,  # noqa: F811 (the fixture imported above)
+    own_gpu_lock_folder,
+):
     site = tmp_path / "site-packages"  # an installed package both targets import: never dropped between jobs
     site.mkdir()
     (site / "shared_flags.py").write_text("FAST_PATH = False\n")
@@ -55,7 +58,9 @@ def test_a_served_job_does_not_inherit_the_library_state_an_earlier_jobs_target_
     env = {"PYTHONPATH": f"{site}:{os.environ.get('PYTHONPATH', '')}"}
     proc, state = server("--idle-exit", "120", env=env)
     for run, project in (("first", "a"), ("second", "b"), ("third", "b")):
-        done = _client(tmp_path, run, target=str(tmp_path / project / "t.py") + ":space", configs="0,1", env=env)
+        done = _client(
+            tmp_path, run, target=str(tmp_path / project / "t.py") + ":space", configs="0,1", env=env
+        )
         assert done.returncode == 0, done.stderr
         assert _measured(_rows(done)) == {0: 2, 1: 2}
         status = _status(tmp_path, run)
