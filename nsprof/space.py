@@ -196,8 +196,8 @@ def load_target(spec: str) -> Space:
         obj = obj()
     if not isinstance(obj, Space):
         raise TargetError(f"{spec} is a {type(obj).__name__}, not an nsprof.Space")
-    # After the import: an edit between the two is then a fingerprint that differs from a later
-    # reader's, never the old fingerprint over the new code.
+    # After the import, never before: an edit between the two then gives the new source's fingerprint
+    # to the old code (a worker's check refuses it), never the old fingerprint to the new code.
     try:
         obj.fingerprint = target_fingerprint(spec)
     except OSError as exc:
