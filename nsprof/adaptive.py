@@ -29,7 +29,7 @@ from nsprof.analysis import adaptive as plan_rules
 from nsprof.analysis.adaptive import AdaptiveSummary, Cost, Plan
 from nsprof.analysis.confidence import decide
 from nsprof.analysis.ranking import rank
-from nsprof.errors import NsprofError
+from nsprof.errors import NsprofError, TargetChanged
 from nsprof.reports.checks import one_line
 from nsprof.settings import TuneSettings
 
@@ -117,6 +117,8 @@ def refine(rows, settings: TuneSettings, *, measure: Callable[[Plan, int], objec
         summary.sessions = session
         try:
             frame = measure(plan, session)
+        except TargetChanged:
+            raise  # not a session that failed: the target is not the one ranked any more (nothing more is measured)
         except NsprofError as exc:
             entry.update(wall_s=clock() - began, kept=0)
             summary.stopped = plan_rules.FAILED

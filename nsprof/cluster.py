@@ -208,7 +208,7 @@ def _absolute_target(target: str) -> str:
 
 
 def _run_batch(backend: Backend, target: str, batch: list[int], n_configs: int, calibration: int | None,
-               topic: str, index: int) -> dict:
+               topic: str, index: int, expect: dict | None = None) -> dict:
     """On a Dask worker: compile and measure one batch (and the calibration config) in one session
     on this worker's GPU, holding its lock; progress goes to the client as events on `topic`."""
     from distributed import get_worker
@@ -247,7 +247,7 @@ def _run_batch(backend: Backend, target: str, batch: list[int], n_configs: int, 
                 if time.monotonic() > deadline or getattr(getattr(backend, "settings", None), "wait_gpu", False):
                     break  # the session says who holds it, or waits (--wait)
                 time.sleep(0.2)
-        result = profile_result(target, backend=backend, config_ids=ids, on_progress=progress)
+        result = profile_result(target, backend=backend, config_ids=ids, on_progress=progress, expect=expect)
     except NsprofError as exc:
         send(event="error", detail=str(exc)[:300])
         return {**me, "error": f"{type(exc).__name__}: {exc}"}
@@ -351,7 +351,7 @@ class Sharded(Backend):
         return self.inner.tool_version()
 
     def run(self, target: str, config_ids: list[int] | None, device: int = 0, *, n_configs: int,
-            on_progress: Progress | None = None, on_rows: OnRows | None = None) -> Measured:
+            on_progress: Progress | None = None, on_rows: OnRows | None = None, expect: dict | None = None) -> Measured:
         import pandas as pd
 
         from nsprof.schema import make_frame
@@ -373,7 +373,7 @@ class Sharded(Backend):
         started = time.monotonic()
         where = _absolute_target(target)
         futures = {client.submit(_run_batch, self.inner.in_subfolder(f"batch{k}"), where, batch, n_configs,
-                                 calibration, topic, k, key=f"nsprof-batch-{job}-{k}",
+                                 calibration, topic, k, expect, key=f"nsprof-batch-{job}-{k}",
                                  resources={GPU_RESOURCE: 1}, retries=BATCH_RETRIES, pure=False): k
                    for k, batch in enumerate(batches)}
         follow.say(f"{len(ids)} configs in {len(batches)} batches over {len(gpus)} GPU workers")

@@ -26,6 +26,11 @@ class TargetError(NsprofError):
     """The target could not be found, loaded or built."""
 
 
+class TargetChanged(TargetError):
+    """The target a worker loaded is not the one nsprof read (it was edited meanwhile): nothing of it
+    was measured. Never a config's failure, nor a session's that a run may go on without."""
+
+
 class StoreError(NsprofError):
     """The results store cannot be opened, is not nsprof's, is from a newer nsprof, or a write failed."""
 

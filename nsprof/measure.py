@@ -45,12 +45,14 @@ class Backend(ABC):
 
     @abstractmethod
     def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
-            on_progress: Progress | None = None, on_rows: OnRows | None = None) -> Measured:
+            on_progress: Progress | None = None, on_rows: OnRows | None = None, expect: dict | None = None) -> Measured:
         """Measure `config_ids` of `target` (a Space of `n_configs`) on GPU `device`.
 
         on_progress(event, config_id, detail) follows the configs; on_rows(frame) gets the rows
         of configs as they become final, and on Ctrl-C or SIGTERM what was finished, before the
-        KeyboardInterrupt goes on (see nsprof.session.run_session)."""
+        KeyboardInterrupt goes on (see nsprof.session.run_session). `expect`: what the caller read
+        of the target (nsprof.space.Space.as_read), which the worker checks before it measures
+        (nsprof.worker.protocol.Job.expect; nsprof.errors.TargetChanged where it differs)."""
 
     def failure_frame(self, failures: dict[int, str], points=None):
         """Rows for configs that failed before this backend ran them (a compile step), labelled
@@ -111,7 +113,7 @@ class GroundTruth(Backend):
 
     def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
             on_progress: Progress | None = None, on_rows: OnRows | None = None, n_shapes: int = 0,
-            compiled: str = "", compile_here: bool = False) -> Measured:
+            compiled: str = "", compile_here: bool = False, expect: dict | None = None) -> Measured:
         """As Backend.run; with `n_shapes`, config_ids are point ids (nsprof.schema.Points): every
         (shape, config) pair in one session. `compiled`: the folder of the compile step beside it
         (nsprof.profile.CompileAhead; see nsprof.worker.protocol.Job.compiled); `compile_here`: the
@@ -119,14 +121,15 @@ class GroundTruth(Backend):
         from nsprof.session import run_session
 
         _one_gpu(device)
-        extra = {**({"compiled": compiled} if compiled else {}), **({"compile_here": True} if compile_here else {})}
+        extra = {**({"compiled": compiled} if compiled else {}), **({"compile_here": True} if compile_here else {}),
+                 **({"expect": expect} if expect else {})}
         return run_session(target, n_configs, self.settings, config_ids=config_ids, on_progress=on_progress,
                            on_rows=on_rows, driver=self.driver, n_shapes=n_shapes, job_extra=extra or None)
 
 
     def interleave(self, target: str, config_ids: list[int], rounds: int, first_rep: dict[int, int], device: int = 0,
                    *, n_configs: int, on_progress: Progress | None = None, on_rows: OnRows | None = None,
-                   n_shapes: int = 0) -> Measured:
+                   n_shapes: int = 0, expect: dict | None = None) -> Measured:
         """Adaptive reps (nsprof.adaptive): `rounds` rounds over `config_ids` in one session, one
         visit per config and round in the order given (A B C A B C ...), config c's reps numbered
         from first_rep[c] (nsprof.worker.program's interleaved job). --timeout bounds each visit.
@@ -138,7 +141,8 @@ class GroundTruth(Backend):
         settings = replace(self.settings, reps=rounds, max_restarts=0)
         return run_session(target, n_configs, settings, config_ids=config_ids, on_progress=on_progress,
                            on_rows=on_rows, driver=self.driver, n_shapes=n_shapes,
-                           job_extra={"interleave": True, "first_rep": {str(c): int(r) for c, r in first_rep.items()}})
+                           job_extra={"interleave": True, "first_rep": {str(c): int(r) for c, r in first_rep.items()},
+                                      **({"expect": expect} if expect else {})})
 
 
 class FastTimers(Backend):
@@ -188,7 +192,8 @@ class FastTimers(Backend):
         return make_frame(out)
 
     def run(self, target: str, config_ids: list[int] | None, device: int = 0, *, n_configs: int,
-            on_progress: Progress | None = None, on_rows: OnRows | None = None, n_shapes: int = 0) -> Measured:
+            on_progress: Progress | None = None, on_rows: OnRows | None = None, n_shapes: int = 0,
+            expect: dict | None = None) -> Measured:
         from nsprof.schema import Points
         from nsprof.session import run_session
 
@@ -224,7 +229,8 @@ class FastTimers(Backend):
         try:
             session = run_session(target, n_configs, self.settings, config_ids=config_ids, on_progress=progress,
                                   n_shapes=n_shapes, job_extra={"task": "timers", "timers": self.methods,
-                                             "timer_reps": self.timer_reps, "results": str(results)})
+                                             "timer_reps": self.timer_reps, "results": str(results),
+                                             **({"expect": expect} if expect else {})})
         except KeyboardInterrupt:
             if on_rows is not None:
                 on_rows(self.frame([row for row in written() if point_of(row) not in handed], {}))

@@ -208,7 +208,7 @@ class ProfileResult(Measured):
 def profile_result(target: str, settings: ProfileSettings | None = None, *, config_ids: list[int] | None = None,
                    on_progress: Callable[[str, int, str], None] | None = None, jobs: int | None = None,
                    on_rows: Callable[[object], None] | None = None, backend: Backend | None = None,
-                   space=None, points: list[int] | None = None) -> ProfileResult:
+                   space=None, points: list[int] | None = None, expect: dict | None = None) -> ProfileResult:
     """Compile, then measure every config (or `config_ids`) of `target` with `backend` (default:
     the ground truth settings.backend names).
 
@@ -219,6 +219,9 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
     on_rows(frame) gets the rows of configs as they become final (see run_session): first the
     configs that failed to compile, then each worker run's whole configs and failures. On
     Ctrl-C it has had every whole config measured before the KeyboardInterrupt goes on.
+
+    The worker measures the target only as it was read (`expect`, default `space.as_read()`: the space
+    given or loaded here); one edited since is refused (nsprof.errors.TargetChanged).
     """
     import pandas as pd
 
@@ -227,6 +230,7 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
     settings = settings or ProfileSettings()
     backend = backend or GroundTruth(settings)
     space = space or load_target(target)
+    expect = expect or space.as_read()
     n_configs = len(space.configs)
     wanted = list(range(n_configs)) if config_ids is None else check_config_ids(config_ids, n_configs)
     layout = space.points
@@ -268,7 +272,8 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
     if to_run:
         try:
             measured = backend.run(target, to_run, n_configs=n_configs, on_progress=on_progress, on_rows=on_rows,
-                                   **shaped, **where, **({"compiled": str(ahead.folder)} if ahead else {}))
+                                   expect=expect, **shaped, **where,
+                                   **({"compiled": str(ahead.folder)} if ahead else {}))
         finally:
             if ahead is not None:
                 ahead.finish()

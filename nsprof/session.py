@@ -35,7 +35,7 @@ from pathlib import Path
 
 from nsprof.drivers import registry
 from nsprof.drivers.base import Driver, disk_full
-from nsprof.errors import NsprofError, ToolFailed
+from nsprof.errors import NsprofError, TargetChanged, ToolFailed
 from nsprof.host.children import (
     DeathPipe,
     kill_group,
@@ -395,6 +395,14 @@ def _job(target: str, ids: list[int], status_file: Path, settings: ProfileSettin
                **shapes, **more, **(job_extra or {}))
 
 
+def _refuse_changed(status: RunStatus, log: Path) -> None:
+    """A worker that found the target changed since nsprof read it (Job.expect) measured nothing: the
+    session ends there, whatever the earlier parts measured (handed over already, of the target as read)."""
+    if status.changed:
+        raise TargetChanged(f"{status.changed}; the worker measured nothing of it (run nsprof again to measure "
+                            f"the target as it is now; log: {log})")
+
+
 def _remove_leftovers(driver: Driver, base: Path) -> None:
     """Remove the report files an earlier run of this driver left under this part's name in a
     reused work folder: a profiler that writes no report this time must not have the old one read
@@ -581,6 +589,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
             settled = False
             try:
                 end = _run_worker(command, log, status_file, job_file, settings, notify, pipe)
+                _refuse_changed(parse_status(status_file.read_text(errors="replace")), log)
                 part = _read_part(driver, settings, base, log, end, points)
                 timing.add(part, end, log)
                 status = part.status
@@ -774,6 +783,7 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
                       "pass --wait", device=0, path=Path(state.get("socket", "")), holder={"pid": state["pid"]})
     fault = None if answer.get("ok") else answer.get("fault") or "vanished"
     status = parse_status(read_or_empty(status_file))
+    _refuse_changed(status, log)
     if fault == "abort" or status.abort:
         raise ToolFailed(f"the profiled worker measured nothing: {status.abort or answer.get('reason')} "
                          f"(log: {state.get('log')})")

@@ -33,6 +33,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +59,8 @@ class Space:
     # The problem shapes the configs are tuned for (None: one problem, built into `build`). With
     # shapes, build(config, shape) and compile(config, shape).
     shapes: list[Any] | None = None
+    # target_fingerprint of the source load_target read this Space from ("": not loaded by load_target)
+    fingerprint: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.configs:
@@ -105,12 +108,48 @@ class Space:
             return self.build(self.configs[config_id])
         return self.build(self.configs[config_id], self.shapes[shape])
 
+    def as_read(self) -> dict:
+        """What nsprof read of this space, for a worker to check that it loads the same
+        (nsprof.worker.protocol.Job.expect): {"configs": [each config's canonical JSON, by id],
+        "shapes": [each shape's] or None, "fingerprint": its source's, "" if unknown}."""
+        from nsprof.store import config_json
+
+        return {"configs": [config_json(c) for c in self.configs],
+                "shapes": None if self.shapes is None else [shape_json(s) for s in self.shapes],
+                "fingerprint": self.fingerprint}
+
+    def changes_since(self, read: dict) -> str | None:
+        """How this space differs from what nsprof read of it (`read`: as_read()), in one line; None
+        when it does not. A config's JSON is compared without the memory addresses that an object's
+        default text holds (`<X object at 0x...>`): they differ in every process."""
+        now = self.as_read()
+        for what, word in (("configs", "config"), ("shapes", "shape")):
+            was, is_now = read.get(what), now[what]
+            if was is None and is_now is None:
+                continue
+            if was is None or is_now is None or len(was) != len(is_now):
+                count = "no" if is_now is None else len(is_now)
+                return f"it lists {count} {word}s now, not {'none' if was is None else len(was)}"
+            for index, (old, new) in enumerate(zip(was, is_now)):
+                if _ADDRESS.sub("0x", old) != _ADDRESS.sub("0x", new):
+                    return f"{word} {index} is {_cut(new)} now, not {_cut(old)}"
+        if read.get("fingerprint") and now["fingerprint"] != read["fingerprint"]:
+            return "its source is not the one nsprof read (the target's file, or a module it imports, was edited)"
+        return None
+
     def compile_at(self, config_id: int, shape: int | None = None):
         if self.compile is None:
             return None
         if self.shapes is None:
             return self.compile(self.configs[config_id])
         return self.compile(self.configs[config_id], self.shapes[shape])
+
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+
+
+def _cut(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def config_label(config: Any) -> str:
@@ -157,6 +196,12 @@ def load_target(spec: str) -> Space:
         obj = obj()
     if not isinstance(obj, Space):
         raise TargetError(f"{spec} is a {type(obj).__name__}, not an nsprof.Space")
+    # After the import, never before: an edit between the two then gives the new source's fingerprint
+    # to the old code (a worker's check refuses it), never the old fingerprint to the new code.
+    try:
+        obj.fingerprint = target_fingerprint(spec)
+    except OSError as exc:
+        raise TargetError(f"reading the source of {where} failed: {exc}") from exc
     return obj
 
 

@@ -23,7 +23,7 @@ from nsprof.analysis.confidence import Decision, decide
 from nsprof.analysis.ranking import rank
 from nsprof.cluster import sharded
 from nsprof.drivers import registry
-from nsprof.errors import NsprofError
+from nsprof.errors import NsprofError, TargetChanged
 from nsprof.measure import FastTimers, GroundTruth, Measured
 from nsprof.render.tables import describe_pick
 from nsprof.reports.checks import one_line
@@ -161,7 +161,7 @@ def _a_timer_ranks(settings: TuneSettings) -> bool:
 def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, config_ids: list[int], on_progress,
                  on_rows: Callable[[object], None] | None = None,
                  on_device: Callable[[dict | None], None] | None = None, plan: Plan | None = None,
-                 n_shapes: int = 0, on_measured: Callable[[Measured], None] | None = None):
+                 n_shapes: int = 0, on_measured: Callable[[Measured], None] | None = None, space=None):
     """Tidy rows for `config_ids` under `backend`: kernels for ground truths (compiled first, see
     nsprof.profile.profile_result); for a fast timer one row per config holding the timer's
     statistic as rep 0. Failed configs are rows with an error.
@@ -176,19 +176,24 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
     With `n_shapes` (a target with shapes), config_ids are point ids (nsprof.schema.Points): every
     (shape, config) pair in the one session; the rows carry their shape.
     on_measured gets the whole Measured (its phases among the rest).
+
+    `space`: the target as tune read it (nsprof.space.load_target), under whose configs the rows are
+    stored: every worker checks that it loads the same (Space.as_read), or measures nothing
+    (nsprof.errors.TargetChanged). None: read here (profile_result), or not checked.
     """
     shaped = {"n_shapes": n_shapes} if n_shapes else {}
+    expect = space.as_read() if space is not None else None
     if plan is not None:
         truth = GroundTruth(_profile_settings(backend, settings))
         measured = truth.interleave(target, list(plan.configs), plan.rounds, plan.first_rep, n_configs=n,
-                                    on_progress=on_progress, on_rows=on_rows)
+                                    on_progress=on_progress, on_rows=on_rows, expect=expect)
     elif _is_truth(backend):
         from nsprof.profile import profile_result
 
         profile_settings = _profile_settings(backend, settings)
         measured: Measured = profile_result(target, profile_settings,
                                             **({"points": config_ids} if n_shapes else {"config_ids": config_ids}),
-                                            on_progress=on_progress, on_rows=on_rows,
+                                            on_progress=on_progress, on_rows=on_rows, space=space,
                                             backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None)
     else:
         import tempfile
@@ -198,7 +203,8 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
         timers = sharded(FastTimers([name], settings.profile, work_dir / f"timer-{name}", timer_reps=settings.timer_reps,
                                     stat=settings.stat, labels=key_labels(backend, settings), failure_source=name),
                          settings.cluster)
-        measured = timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows, **shaped)
+        measured = timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows, expect=expect,
+                              **shaped)
     if on_device is not None:
         on_device(measured.device)
     if on_measured is not None:
@@ -255,7 +261,7 @@ class _Stored:
         return _select_stored(store.frame(**self.group, shape_json=self.shape_json, config_id=list(self.wanted_json)),
                               self.wanted_json, adaptive)
 
-    def session(self, target: str, backend: str, n: int, plan: Plan, number: int, on_progress):
+    def session(self, target: str, backend: str, n: int, plan: Plan, number: int, on_progress, space=None):
         """One adaptive session, stored as a run of its own (marked ADAPTIVE_RUN), each config's
         rows in one transaction as the session hands them over; returns its rows."""
         from dataclasses import asdict
@@ -276,7 +282,8 @@ class _Stored:
                                                      **self.group), config_rows)
 
             return _recorded(store, run_id, lambda: measure_rows(target, n, backend, self.settings, list(plan.configs),
-                                                                  on_progress, on_rows=store_rows, plan=plan))
+                                                                  on_progress, on_rows=store_rows, plan=plan,
+                                                                  space=space))
 
     def merged(self):
         from nsprof.store import ResultStore
@@ -300,7 +307,7 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
     # variant (ncu@base-warm) is stored as its backend: its clock and cache labels say the rest.
     stored_backend = split_truth(backend)[0] if truth else f"{backend}:{settings.stat}"
     gpu = which_gpu(0) if settings.cluster is None else cluster_gpu(settings.cluster)
-    group = {"fingerprint": target_fingerprint(target), "gpu": gpu.key, "backend": stored_backend,
+    group = {"fingerprint": space.fingerprint or target_fingerprint(target), "gpu": gpu.key, "backend": stored_backend,
              "tool_version": tool_version, **key_labels(backend, settings)}
     wanted_json = {c: config_json(space.configs[c]) for c in wanted}
     with ResultStore(settings.store) as store:
@@ -327,7 +334,7 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
 
             def measure():
                 rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress,
-                                    on_rows=store_rows, on_device=devices.append, on_measured=on_measured)
+                                    on_rows=store_rows, on_device=devices.append, on_measured=on_measured, space=space)
                 store_rows(rows)  # what was not handed over yet
                 return rows
 
@@ -365,14 +372,14 @@ def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: l
     if settings.use_store:
         rows, stored = _measure_stored(target, space, truth, settings, wanted, timed, notes, on_measured=runs.append)
     else:
-        rows, stored = measure_rows(target, n, truth, settings, wanted, timed, on_measured=runs.append), None
+        rows, stored = measure_rows(target, n, truth, settings, wanted, timed, on_measured=runs.append, space=space), None
     first_pass_wall_s = time.monotonic() - began
     first_pass_phases = _timing(runs[0]) if runs else None
     adaptive = None
     if stage is not None and settings.cluster is not None and _is_truth(truth):
         notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
     elif stage is not None:
-        rows, adaptive = _adaptive(target, n, truth, settings, rows, stored, cost_of_first_pass(), stage)
+        rows, adaptive = _adaptive(target, n, truth, settings, rows, stored, cost_of_first_pass(), stage, space)
         if _is_truth(truth):
             notes.append(adaptive.describe())
     result = _ranked(space, truth, settings, rows, notes, adaptive, first_pass_wall_s, first_pass_phases)
@@ -455,6 +462,8 @@ def _explain(target: str, space, pair, results: dict, settings: TuneSettings, st
     for changed, name in variants:
         try:
             ranked = rank_truth(target, space, name, settings, contenders, stage(name, len(contenders)), [])
+        except TargetChanged:
+            raise  # no probe of the target as read can be measured any more
         except NsprofError as exc:  # measured nothing there: say so, keep the others
             explanation.probes.append(crosstruth.Probe(name, changed, truth_labels(name, settings), None, [],
                                                        crosstruth.UNKNOWN))
@@ -519,7 +528,8 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
         precompile(space, config_ids=wanted)
     prescreen_table = None
     if settings.prescreen:
-        rows = measure_rows(target, n, settings.prescreen, settings, wanted, stage(settings.prescreen, len(wanted)))
+        rows = measure_rows(target, n, settings.prescreen, settings, wanted, stage(settings.prescreen, len(wanted)),
+                            space=space)
         prescreen_table = rank(config_summary(rows), settings.stat)
         prescreen_table.insert(2, "config", [config_label(space.configs[int(c)]) for c in prescreen_table["config_id"]])
         wanted = [int(c) for c in prescreen_table[prescreen_table["error"].isna()]["config_id"].head(settings.prescreen_top)]
@@ -586,7 +596,8 @@ def _timed(progress, settings: TuneSettings):
     return timed, cost
 
 
-def _adaptive(target: str, n: int, truth: str, settings: TuneSettings, rows, stored: _Stored | None, cost, stage):
+def _adaptive(target: str, n: int, truth: str, settings: TuneSettings, rows, stored: _Stored | None, cost, stage,
+              space=None):
     """Adaptive reps for the contenders (nsprof.adaptive.refine), each session through the results
     store when there is one."""
     import pandas as pd
@@ -596,8 +607,8 @@ def _adaptive(target: str, n: int, truth: str, settings: TuneSettings, rows, sto
     def measure(plan: Plan, number: int):
         progress = stage(f"{truth} adaptive {number}", len(plan.configs))
         if stored is not None:
-            return stored.session(target, truth, n, plan, number, progress)
-        return measure_rows(target, n, truth, settings, list(plan.configs), progress, plan=plan)
+            return stored.session(target, truth, n, plan, number, progress, space)
+        return measure_rows(target, n, truth, settings, list(plan.configs), progress, plan=plan, space=space)
 
     def merge(rows, kept):
         return stored.merged() if stored is not None else pd.concat([rows, kept], ignore_index=True)
@@ -749,7 +760,7 @@ def rank_shapes(target: str, space, truth: str, settings: TuneSettings, wanted: 
                                           on_measured=runs.append)
     else:
         rows = measure_rows(target, len(space.configs), truth, settings, layout.all(wanted), on_progress,
-                            n_shapes=layout.n_shapes, on_measured=runs.append)
+                            n_shapes=layout.n_shapes, on_measured=runs.append, space=space)
         by_shape = {shape: rows[(rows["shape"] == shape).fillna(False).astype(bool)]
                     for shape in range(layout.n_shapes)}
     first_pass_wall_s = time.monotonic() - began
@@ -789,7 +800,7 @@ def _measure_stored_shapes(target: str, space, backend: str, settings: TuneSetti
     tool_version = GroundTruth(_profile_settings(backend, settings)).tool_version() if truth else ""
     stored_backend = split_truth(backend)[0] if truth else f"{backend}:{settings.stat}"
     gpu = which_gpu(0)
-    group = {"fingerprint": target_fingerprint(target), "gpu": gpu.key, "backend": stored_backend,
+    group = {"fingerprint": space.fingerprint or target_fingerprint(target), "gpu": gpu.key, "backend": stored_backend,
              "tool_version": tool_version, **key_labels(backend, settings)}
     wanted_json = {c: config_json(space.configs[c]) for c in wanted}
     shape_jsons = [shape_json(shape) for shape in space.shapes]
@@ -821,7 +832,7 @@ def _measure_stored_shapes(target: str, space, backend: str, settings: TuneSetti
                 devices: list[dict | None] = []
                 rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress,
                                     on_rows=store_rows, on_device=devices.append, n_shapes=layout.n_shapes,
-                                    on_measured=on_measured)
+                                    on_measured=on_measured, space=space)
                 store_rows(rows)  # what was not handed over yet
                 status = "ok" if rows["error"].isna().any() else "nothing measured"
             except KeyboardInterrupt:

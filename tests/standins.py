@@ -9,7 +9,8 @@ none, or with `config_ns=False`, which leaves the target unimported in nsprof's 
 a config's optional "ns_reps" list gives rep r the value ns_reps[r % len], for reps that vary;
 (for a job with shapes: "ns_shapes", one value per shape, and rows named only by their range names);
 its optional "ns_at" maps "<clock_control>-<cache_control>" of the rows' labels to the value under
-those conditions, for truths that disagree);
+those conditions, for truths that disagree; its optional "ns_on" maps the CUDA_VISIBLE_DEVICES of the
+process reading the report to the value on that "GPU", for GPUs that differ while the config does not);
 "ns_sigma" multiplies it by 1 + ns_sigma·z, z a standard normal drawn per (config, rep) from a
 generator seeded by the config's "seed", its id and the rep, so that a rep's value does not depend
 on when or in which session it was measured):
@@ -148,6 +149,8 @@ class StatusDriver(Driver):
         return report
 
     def read(self, report, settings):
+        import os
+
         from nsprof.errors import ReportError
         from nsprof.schema import make_frame
         from nsprof.space import load_target
@@ -164,6 +167,9 @@ class StatusDriver(Driver):
             at = configs[c].get("ns_at", {}).get(f"{labels['clock_control']}-{labels['cache_control']}")
             if at is not None:  # what this config takes under these clock and cache conditions
                 return float(at)
+            on = configs[c].get("ns_on", {}).get(os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+            if on is not None:  # what this config takes on this "GPU"
+                return float(on)
             per_rep = configs[c].get("ns_reps")
             ns = float(per_rep[rep % len(per_rep)] if per_rep else configs[c].get("ns", 1000 + c))
             sigma = configs[c].get("ns_sigma")
@@ -230,11 +236,11 @@ class NamedGpus(Backend):
     def in_subfolder(self, name):
         return NamedGpus(self.inner.in_subfolder(name))
 
-    def run(self, target, config_ids, device=0, *, n_configs, on_progress=None, on_rows=None):
+    def run(self, target, config_ids, device=0, *, n_configs, on_progress=None, on_rows=None, expect=None):
         import os
 
         measured = self.inner.run(target, config_ids, device, n_configs=n_configs, on_progress=on_progress,
-                                  on_rows=on_rows)
+                                  on_rows=on_rows, expect=expect)
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         measured.device = {"uuid": f"GPU-standin-{visible}", "name": MODELS.get(visible, "NVIDIA H200")}
         return measured

@@ -31,8 +31,9 @@ from nsprof.settings import ClusterSettings, ProfileSettings, TuneSettings  # no
 BACKEND = "dask_standin"
 DEVICES = ClusterSettings(devices=(0, 1))
 
-# Config 0 (the calibration config) is 10% slower on "GPU" 1: the target reads the worker's
-# CUDA_VISIBLE_DEVICES when the stand-in reads its report there. Each launch leaves a mark
+# Config 0 (the calibration config) is 10% slower on "GPU" 1: the stand-in reads the worker's
+# CUDA_VISIBLE_DEVICES when it reads its report there (the config's "ns_on": the config itself is the
+# same on every worker, as the worker checks). Each launch leaves a mark
 # naming its config, its GPU and its Dask worker's pid (the worker's parent), and sleeps a little
 # so that batches overlap and a worker can be killed in the middle of one.
 TARGET = """
@@ -42,7 +43,7 @@ import nsprof.space
 MARKS = pathlib.Path(__file__).with_name("marks")
 GPU = os.environ.get("CUDA_VISIBLE_DEVICES", "0")
 SLEEP = float(os.environ.get("STANDIN_SLEEP_S", "0.05"))
-configs = [{"ns": 1000.0 * (1.1 if GPU == "1" else 1.0)}] + [{"ns": 2000.0 + 100 * i} for i in range(1, N)]
+configs = [{"ns": 1000.0, "ns_on": {"1": 1100.0}}] + [{"ns": 2000.0 + 100 * i} for i in range(1, N)]
 
 def build(config):
     index = configs.index(config)

@@ -354,6 +354,19 @@ def _check_shapes(job: Job, space) -> None:
                            f"not the {job.n_configs} and {job.n_shapes} this job was made for (edited meanwhile?)")
 
 
+def _check_expected(job: Job, space, status: Status) -> None:
+    """The target is the one nsprof read (job.expect), or nothing is measured: what this job measures is
+    stored under the configs and source nsprof read (an edit since, while tune ran, would put the edited
+    configs' numbers under the old ones' keys)."""
+    from nsprof.errors import TargetChanged
+
+    what = space.changes_since(job.expect) if job.expect else None
+    if what is not None:
+        reason = f"the target {job.target} changed since nsprof read it: {what}"
+        status.write("changed", json.dumps(reason))
+        raise TargetChanged(reason)
+
+
 def run_job(job: Job, status: Status, devices: dict | None = None) -> int:
     """Run `job`; `devices` (kind -> Device): the serving worker's, created once and kept (nsprof.worker.serving)."""
     from nsprof.space import load_target
@@ -361,6 +374,7 @@ def run_job(job: Job, status: Status, devices: dict | None = None) -> int:
     try:
         space = load_target(job.target)
         status.mark("target")
+        _check_expected(job, space, status)
         _check_shapes(job, space)
         device = devices.get(space.device) if devices is not None else None
         device = device or Device(space.device)

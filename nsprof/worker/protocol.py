@@ -9,6 +9,8 @@ progress bar, enforce per-config timeouts and restart after a crash:
     device <json>              after CUDA init: {"uuid": "GPU-...", "name": ..., "index": n};
                                {"uuid": "", "name": "cpu"} for a cpu space
     abort <json reason>        the target could not be loaded (or CUDA not initialised)
+    changed <json reason>      before `abort`: the target loaded is not the one nsprof read (Job.expect):
+                               it was edited meanwhile, and nothing of it is measured
     start <cfg> | done <cfg> | fail <cfg> <json reason>
                                (<cfg> is a point id: the config id, or for a job with shapes the
                                (shape, config) pair's id, nsprof.schema.Points)
@@ -81,6 +83,10 @@ class Job:
     # compiled the configs before). Bounded by compile_timeout_s per point.
     compile_here: bool = False
     compile_timeout_s: float = 600.0  # ProfileSettings.compile_timeout_s
+    # What nsprof read of the target (nsprof.space.Space.as_read: each config's canonical JSON, the
+    # shapes', the source's fingerprint), under which it keys what this job measures: the worker refuses
+    # a target that differs (a `changed` line) before it measures anything. {}: nothing to check.
+    expect: dict = field(default_factory=dict)
 
     @property
     def points(self):
@@ -139,6 +145,7 @@ class RunStatus:
     device: dict | None = None  # {"uuid", "name", ...} of the device the worker measured on
     watch: dict | None = None  # how the worker watches for nsprof's death (nsprof.worker.watch_parent)
     abort: str | None = None  # why the worker could not start (target import, CUDA init)
+    changed: str | None = None  # why the target loaded is not the one nsprof read (then abort says so too)
     served: dict | None = None  # {"job": n, "server": pid}: run by nsprof serve's worker (its n-th job)
     # (t, word, arg) of every `at` line, in file order: when each line was written, and the marks
     times: list[tuple[float, str, str]] = field(default_factory=list)
@@ -216,8 +223,8 @@ def parse_status(text: str) -> RunStatus:
             elif word in ("device", "watch", "served"):
                 value = _json_or_text(rest)
                 setattr(status, word, value if isinstance(value, dict) else None)
-            elif word == "abort":
-                status.abort = str(_json_or_text(rest))
+            elif word in ("abort", "changed"):
+                setattr(status, word, str(_json_or_text(rest)))
             elif word == "at":
                 t, _, event = rest.partition(" ")
                 what, _, arg = event.partition(" ")

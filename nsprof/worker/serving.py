@@ -9,9 +9,22 @@ same ranges, the same status file, ending with `end`), on the devices it already
 status file starts with `pid` and `served {"job": N, "server": PID}`, so that a reader can tell
 a served job from a standalone one and which worker ran it.
 
+A job of another target than the last one this process ran (its file, or a module target's name and
+folder: _target_place) runs in a fresh image of this process: the worker execs itself (same pid, the
+profiler's injection inherited, the server's descriptors kept), imports and creates the CUDA context
+again, then runs that job. A target's import and builds can change process-wide state that no module
+reload undoes: numpy.seterr, torch.backends.cuda.matmul.allow_tf32 and the like, the globals of an
+installed package. A fresh image is the only way a job sees exactly what a standalone worker sees. Not
+fork-per-job from a warm parent: CUDA does not survive a fork once initialised (the parent could then
+hold no context, and every job would pay for it), and nsys does not trace a forked child that does not
+exec (--trace-fork-before-exec, off by default, "relies on undefined behavior"). Jobs of the same target
+share the warm image: the state its earlier jobs left is that target's own (docs/serve.md, Limits).
+
 The worker's own status file, DIR/worker.status (nsprof.worker.protocol.Status lines):
-    pid <pid>                  first
+    pid <pid>                  first (again after each fresh image)
     ready <json>               imports done, ready for jobs: {"watch": ..., "device": ... or null}
+    fresh <json>               job n is of another target than the last: {"job": n, "target": ...}; this
+                               process execs itself, and the fresh image runs job n first (DIR/pending.json)
     job <n> <code>             job n is over: 0 (ended), EXIT_CONTEXT_LOST (the worker exits now),
                                JOB_ABORTED (the job could not run: its status file says why)
     stopped                    SIGTERM: it stopped (the current job is cut short) and exits
@@ -35,6 +48,7 @@ JOB_ABORTED = 6  # a job that could not run (its target did not load, its files 
 JOBS_FIFO = "jobs"
 WORKER_STATUS = "worker.status"
 WORKER_INFO = "worker.json"
+PENDING = "pending.json"  # the job request a fresh image runs first
 
 
 def _warm(devices: dict) -> dict | None:
@@ -125,6 +139,38 @@ class _Place:
                 os.environ[name] = value
 
 
+def _target_place(request: dict) -> str | None:
+    """Which target a job request's job measures: its file, resolved from the client's folder (any
+    attribute of it: one module), or a module target's name and that folder; None where the job cannot
+    be read (the job itself then says why)."""
+    from nsprof.errors import TargetError
+    from nsprof.space import split_target
+
+    try:
+        where, _ = split_target(Job.read(Path(request["job"])).target)
+    except (OSError, ValueError, TypeError, KeyError, TargetError):
+        return None
+    cwd = Path(request.get("cwd") or os.getcwd())
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        return str((cwd / where).resolve())
+    return f"{where} in {cwd}"
+
+
+def _fresh_image(serve_dir: Path, request: dict, place: _Place, watch_fd: int) -> None:
+    """Run `request` in a fresh image of this process (see the module's docstring): exec'd with the
+    worker's own start folder and environment (the profiler's injection in it), the death pipe kept."""
+    (serve_dir / PENDING).write_text(json.dumps(request))
+    if watch_fd >= 0:
+        try:
+            os.set_inheritable(watch_fd, True)  # watch_parent made it close on exec
+        except OSError:
+            pass  # not open (the pipe did not arrive): the fresh image watches its parent instead
+    os.chdir(place.start_cwd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "nsprof.worker", "--serve", str(serve_dir)], place.environ)
+
+
 def _serve_job(request: dict, devices: dict, place: _Place) -> int:
     status = None
     try:
@@ -159,19 +205,31 @@ def serve(serve_dir: Path) -> int:
                              watch_inode=int(info.get("watch_inode", 0))))
     signal.signal(signal.SIGTERM, request_stop)
     devices: dict = {}
+    pending = serve_dir / PENDING
     try:
         described = _warm(devices)
         place = _Place()  # after torch's import: what it set stays
+        served = None  # the target this image has run (_target_place)
         # Read and write: the FIFO never reports EOF, and opening it never waits for the server.
         with open(os.open(serve_dir / JOBS_FIFO, os.O_RDWR), encoding="utf-8", buffering=1) as jobs:
             own.write("ready", json.dumps({"watch": watch, "device": described}))
             while True:
-                line = jobs.readline().strip()
+                if pending.exists():  # the job this fresh image was exec'd for
+                    line = pending.read_text()
+                    pending.unlink()
+                else:
+                    line = jobs.readline().strip()
                 if not line:
                     continue
                 if line == "exit":
                     return 0
                 request = json.loads(line)
+                target = _target_place(request)
+                if served is not None and target is not None and target != served:
+                    own.write("fresh", json.dumps({"job": request["n"], "target": target}))
+                    own.close()
+                    _fresh_image(serve_dir, request, place, int(info.get("watch_fd", -1)))
+                served = target if target is not None else served
                 code = _serve_job(request, devices, place)
                 own.write("job", request["n"], code)
                 if code == EXIT_CONTEXT_LOST:
