@@ -106,3 +106,27 @@ def test_an_illegal_address_in_a_served_job_ends_the_server_and_loses_nothing(tm
     assert not state_file.exists()
     assert not _running(state["worker_pid"])
     assert os.path.exists(tmp_path / "faulty" / "part0.status")
+
+
+def test_jobs_of_two_targets_in_turn_are_each_measured_by_one_served_worker_under_nsys(tmp_path, nsys_server):
+    """A job whose target differs from the last one's makes the serving worker start afresh in place
+    (its pid, nsys's injection and the GPU lock kept; docs/serve.md): under the real nsys each job's
+    kernels must still be traced, and the job after it, of the first target again, too."""
+    _needs("tilelang")
+    _needs("triton")
+    proc, state, state_file = nsys_server
+    healthy = str(FIXTURES.parent / "targets" / "faulty_gpu.py") + ":healthy"
+    for name, target, configs in (("a", GEMM, f"{SEED}"), ("b", healthy, "0,1"), ("c", GEMM, f"{SEED}")):
+        done = _profile(tmp_path, name, target, configs)
+        assert done.returncode == 0, (name, done.stderr)
+        assert f"measured by nsprof serve (pid {state['pid']}" in done.stderr, (name, done.stderr)
+        status = parse_status((tmp_path / name / "served.status").read_text())
+        assert status.pid == state["worker_pid"] and status.ended, name
+        rows = [row for row in json.loads(done.stdout) if row["error"] is None]
+        wanted = {int(c) for c in configs.split(",")}
+        assert {row["config_id"] for row in rows} == wanted, (name, rows[:3])
+        for config_id in wanted:
+            assert sum(1 for row in rows if row["config_id"] == config_id and row["mode"] == "direct") >= 5, name
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0
+    assert not _running(state["worker_pid"])
