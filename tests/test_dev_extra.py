@@ -27,7 +27,9 @@ def installed_by_the_readme_command() -> set[str]:
     """The distributions `pip install -e '.[dev]'` asks for: the dependencies and the [dev] extra."""
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {_requirement_name(r) for r in [*project["dependencies"], *project["optional-dependencies"]["dev"]]}
+    return {
+        _requirement_name(r) for r in [*project["dependencies"], *project["optional-dependencies"]["dev"]]
+    }
 
 
 def skipped_without() -> dict[str, list[str]]:
@@ -37,9 +39,14 @@ def skipped_without() -> dict[str, list[str]]:
         if path.name.startswith("test_gpu_"):  # GPU tests: their extras (torch, triton, tilelang, cupti)
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "importorskip" and node.args
-                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "importorskip"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 module = node.args[0].value.split(".")[0]
                 if module not in sys.stdlib_module_names:
                     found.setdefault(module, []).append(path.name)
@@ -60,4 +67,6 @@ def test_every_module_a_cpu_test_skips_without_is_installed_by_the_readme_comman
         provided_by = {_normalized(d) for d in distributions.get(module, [module])}
         if not provided_by & wanted:
             missing[module] = files
-    assert missing == {}, f"add to [dev] in pyproject.toml (or the tests never run from the README): {missing}"
+    assert missing == {}, (
+        f"add to [dev] in pyproject.toml (or the tests never run from the README): {missing}"
+    )
