@@ -494,17 +494,17 @@ def cross_truth(target: str, space, results: dict, settings: TuneSettings, stage
 
 
 def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[int] | None = None,
-         on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None) -> TuneResult:
+         on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None, space=None) -> TuneResult:
     """Rank every config under each truth of `settings` (rank_truth), compare the truths' winners
     when there are several (cross_truth), and feed the deploy truth's ranking back to the target's
     tuner. The result is the deploy truth's ranking, carrying every truth's (`truths`) and the
-    comparison (`cross`)."""
+    comparison (`cross`). `space`: the target's Space where the caller has loaded it already."""
     from nsprof.profile import check_config_ids, config_summary, precompile
     from nsprof.space import load_target
 
     settings = settings or TuneSettings()
     check_truths(settings)
-    space = load_target(target)
+    space = space or load_target(target)
     n = len(space.configs)
     wanted = list(range(n)) if config_ids is None else check_config_ids(config_ids, n)
     stage = on_stage or (lambda name, count: None)

@@ -171,8 +171,10 @@ def describe_truth(truth: Truth, settings: ValidateSettings, rows: list[dict]) -
 
 
 def validate(target: str, settings: ValidateSettings | None = None,
-             on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None) -> ValidateResult:
-    """Run every step; `on_stage(name, n_configs)` returns a progress callback for that stage."""
+             on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None,
+             space=None) -> ValidateResult:
+    """Run every step; `on_stage(name, n_configs)` returns a progress callback for that stage.
+    `space`: the target's Space where the caller has loaded it already."""
     import pandas as pd
 
     from nsprof.analysis import agreement as agree
@@ -184,7 +186,7 @@ def validate(target: str, settings: ValidateSettings | None = None,
 
     settings = settings or ValidateSettings()
     conditioned = resolve_truths(settings)  # a truth that takes no condition: one line, before any work
-    space = load_target(target)
+    space = space or load_target(target)
     n = len(space.configs)
     if space.shapes is not None:
         from nsprof.errors import NsprofError
