@@ -722,7 +722,7 @@ def tune(target, backend, truth_list, deploy, explain, mode, stat, reps, max_rep
                                 explain=explain, cluster=_cluster_settings(devices, scheduler, verbose))
         check_truths(settings)
         space = _load_target(target)
-        for name in settings.ranked_truths:  # after the options' and target's checks: a missing tool is one line
+        for name in settings.ranked_truths:  # after the options and the target: a missing tool is one line
             if split_truth(name)[0] in ground_truths():
                 get_driver(split_truth(name)[0])
         with results_only_on_stdout():
