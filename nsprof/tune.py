@@ -15,7 +15,6 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from nsprof.analysis import crosstruth
 from nsprof.analysis.adaptive import AdaptiveSummary, Plan, first_pass_cost
@@ -191,14 +190,17 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
                                             on_progress=on_progress, on_rows=on_rows,
                                             backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None)
     else:
-        import tempfile
+        from nsprof.session import work_folder
 
         name = TIMER_BACKENDS[backend]
-        work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-tune-"))
-        timers = sharded(FastTimers([name], settings.profile, work_dir / f"timer-{name}", timer_reps=settings.timer_reps,
-                                    stat=settings.stat, labels=key_labels(backend, settings), failure_source=name),
-                         settings.cluster)
-        measured = timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows, **shaped)
+        with work_folder(settings.work_dir, "nsprof-tune-") as work_dir:  # a temporary one is removed
+            timers = sharded(FastTimers([name], settings.profile, work_dir / f"timer-{name}",
+                                        timer_reps=settings.timer_reps, stat=settings.stat,
+                                        labels=key_labels(backend, settings), failure_source=name),
+                             settings.cluster)
+            measured = timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows, **shaped)
+        if settings.work_dir is None:
+            measured.work_dir = None
     if on_device is not None:
         on_device(measured.device)
     if on_measured is not None:
