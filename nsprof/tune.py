@@ -377,9 +377,19 @@ def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: l
         rows, adaptive = _adaptive(target, n, truth, settings, rows, stored, cost_of_first_pass(), stage)
         if _is_truth(truth):
             notes.append(adaptive.describe())
+    # A session keeps its temporary folder when a config failed (its logs say why): name it.
+    kept = [m.work_dir for m in runs if settings.work_dir is None and m.work_dir is not None]
+    notes += [f"the reports and logs of a run with failed configs are kept in {folder}" for folder in kept]
     result = _ranked(space, truth, settings, rows, notes, adaptive, first_pass_wall_s, first_pass_phases)
     if result.best_config_id is None:
-        check_measured(rows)
+        try:
+            check_measured(rows)
+        except NsprofError as exc:
+            if not kept:
+                raise
+            from nsprof.session import kept_in
+
+            raise kept_in(exc, kept[0]) from None
     return result
 
 
