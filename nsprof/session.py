@@ -537,10 +537,12 @@ def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _R
             finally:
                 part.parse_s = time.monotonic() - began
         except NsprofError as exc:
-            if not abnormal:
+            if status.done and not abnormal:
                 raise _explained(exc, log) from None
             # A profiler whose target was killed may write a report without its kernels (nsys:
-            # CUPTI buffers are flushed at a clean exit only).
+            # CUPTI buffers are flushed at a clean exit only); and where no config of the run got
+            # to `done` (each failed: to compile, to build), no kernel of ours was launched: an
+            # empty report (nsys: no kernel table) is what it should be, the status says why.
             part.report = None
             lost_reason = lost_reason or str(exc)
         else:
