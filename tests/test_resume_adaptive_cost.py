@@ -75,7 +75,9 @@ def test_a_resume_plans_adaptive_reps_with_the_stored_first_pass_cost(standin_nc
     again = tune(TARGET, _settings(tmp_path, resume=True))
     assert "resumed: 5 of 5 configs came from the results store" in again.notes
     assert again.adaptive.stopped == rules.BUDGET and again.adaptive.sessions == 0
-    assert again.adaptive.note == first.adaptive.note  # the same plan refused, for the same cost
+    # the same plan refused for the same cost (the budget left, after it, is a matter of the clock)
+    assert again.adaptive.note.split(", and ")[0] == first.adaptive.note.split(", and ")[0]
+    assert "assumed" not in again.adaptive.note
     with ResultStore(tmp_path / "r.sqlite") as results:
         runs = results.runs()
         rows = results.frame()
