@@ -1,7 +1,8 @@
 """A compute-bound 4096 x 4096 x 4096 fp16 TileLang GEMM as an nsprof config space.
 
 The control of `nsprof validate`'s goals: ~0.5 ms per call, where every timer and both
-tools rank configs the same way (DESIGN.md measured Kendall τ = 1.0 on such a space).
+tools rank configs the same way (Kendall τ = 1.0 was measured on such a space
+on the H200).
 The kernel is examples/gemm_tilelang.py's, at another shape and tile sizes.
 
     nsprof validate examples/gemm4096_tilelang.py:space

@@ -1,4 +1,4 @@
-"""The seed GEMM of DESIGN.md as an nsprof config space (TileLang).
+"""The seed GEMM (examples/seed_gemm.py's kernel) as an nsprof config space (TileLang).
 
 M=1, N=1024, K=1024, fp16 in, fp32 accumulate: a µs kernel where fast timers disagree.
 32 configs: block_N × block_K × num_stages. Some may fail to compile or run; nsprof

@@ -1,4 +1,4 @@
-"""The seed request's kernel: M=1, N=1024, K=1024 fp16 GEMM in TileLang (DESIGN.md).
+"""The seed request's kernel: M=1, N=1024, K=1024 fp16 GEMM in TileLang.
 
 The request measured it six ways (event 8.77 µs, cupti 4.64, do_bench 8.40,
 do_bench_cudagraph 3.65, ncu 5.38, ncu in a graph 5.18) and asked which to trust.

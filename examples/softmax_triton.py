@@ -7,7 +7,7 @@ Triton's autotuner (see examples/matmul_triton.py):
     nsprof tune examples/softmax_triton.py:tuned_space --backend nsys --mode graph
 
 The second kernel of `nsprof validate`'s goals: 17-36 µs per call on an H200, many
-configs within 1% of each other (DESIGN.md), so even the ground truths' own repeatability
+configs within 1% of each other (measured on the H200: BENCHMARKS.md), so even the ground truths' own repeatability
 is lower than for the seed GEMM.
 
     nsprof validate examples/softmax_triton.py:space

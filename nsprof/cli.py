@@ -412,24 +412,31 @@ def profile(target, backend, mode, reps, warmup, timeout_s, clock_control, cache
     settings = ProfileSettings(backend=backend, modes=_mode_tuple(mode), reps=reps, warmup=warmup,
                                timeout_s=timeout_s, clock_control=clock_control, cache_control=cache_control,
                                graph_profiling=graph_profiling, work_dir=work_dir, wait_gpu=wait)
+    space = _load_target(target)
     truth = GroundTruth(settings)  # a missing tool is one line before any work starts
     try:
-        _profile(target, settings, truth, ids, backend, as_json, csv_path,
+        _profile(target, space, settings, truth, ids, backend, as_json, csv_path,
                  _cluster_settings(devices, scheduler, verbose))
     finally:
         _close_clusters()
 
 
-def _profile(target, settings, truth, ids, backend, as_json, csv_path, cluster) -> None:
+def _load_target(target: str):
+    """TARGET's Space, loaded before nsprof looks for its tools: a missing file or attribute, or a
+    module that does not import, is the one line a run gives, not a tool missing too."""
+    from nsprof.space import load_target
+
+    with results_only_on_stdout():  # the target's import may print
+        return load_target(target)
+
+
+def _profile(target, space, settings, truth, ids, backend, as_json, csv_path, cluster) -> None:
     from nsprof.cluster import sharded
     from nsprof.profile import check_measured, config_summary, profile_result
     from nsprof.render.json import write_rows
     from nsprof.render.tables import format_config_summary
-    from nsprof.space import load_target
 
     truth = sharded(truth, cluster)
-    with results_only_on_stdout():  # the target's import may print
-        space = load_target(target)
     n_configs = len(space.configs)
     if ids is not None:
         from nsprof.profile import check_config_ids
@@ -582,13 +589,14 @@ def validate(target, timers, external, truth, matched, mode, reps, timer_reps, r
         resolve_truths(settings)  # a condition a tool cannot take, --matched without ncu: one line
     except NsprofError as exc:
         raise click.BadParameter(str(exc), param_hint="--matched" if "--matched" in str(exc) else "--truth") from None
+    space = _load_target(target)
     for backend in backends:
         get_driver(backend)  # a missing tool is one line, before any work
     bars = _StageBars()
     try:
         settings = replace(settings, cluster=_cluster_settings(devices, scheduler, verbose))
         with results_only_on_stdout():
-            result = run_validate(target, settings, on_stage=bars)
+            result = run_validate(target, settings, on_stage=bars, space=space)
     finally:
         bars.close()
         _close_clusters()
@@ -713,11 +721,12 @@ def tune(target, backend, truth_list, deploy, explain, mode, stat, reps, max_rep
                                 max_reps=max_reps, budget_s=budget_s,
                                 explain=explain, cluster=_cluster_settings(devices, scheduler, verbose))
         check_truths(settings)
-        for name in settings.ranked_truths:  # after the options' own checks: a missing tool is one line
+        space = _load_target(target)
+        for name in settings.ranked_truths:  # after the options and the target: a missing tool is one line
             if split_truth(name)[0] in ground_truths():
                 get_driver(split_truth(name)[0])
         with results_only_on_stdout():
-            result = run_tune(target, settings, config_ids=_config_ids(config_list), on_stage=bars)
+            result = run_tune(target, settings, config_ids=_config_ids(config_list), on_stage=bars, space=space)
     finally:
         bars.close()
         _close_clusters()

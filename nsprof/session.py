@@ -24,12 +24,13 @@ profiler it runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -362,8 +363,8 @@ def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileS
                                 on_rows, Points(n_configs, n_shapes))
     except NsprofError as exc:
         # The logs explain the failure: keep them and say where they are.
-        if temporary and str(work_dir) not in str(exc):
-            raise type(exc)(f"{exc} (reports and logs kept in {work_dir})") from exc
+        if temporary:
+            raise kept_in(exc, work_dir) from exc
         raise
     if temporary and not result.failures:
         import shutil
@@ -374,6 +375,41 @@ def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileS
             return result  # not all of it could go: the result still names the folder
         result.work_dir, result.reports = None, []
     return result
+
+
+def kept_in(exc: NsprofError, folder: Path) -> NsprofError:
+    """`exc`, its message naming `folder` (kept: its logs explain the failure), of the same class
+    and attributes (GpuBusy's holder among them)."""
+    import copy
+
+    if str(folder) in str(exc):
+        return exc
+    noted = copy.copy(exc)
+    noted.args = (f"{exc} (reports and logs kept in {folder})",)
+    return noted
+
+
+@contextlib.contextmanager
+def work_folder(given: Path | None, prefix: str) -> Iterator[Path]:
+    """The folder a command's sessions put their reports and logs in: `given` (--work-dir: kept), or
+    a temporary one (prefix `prefix`) that is removed when the body ends, unless it ends in an
+    NsprofError, whose message then names the folder kept (as a session's own temporary folder)."""
+    if given is not None:
+        folder = Path(given)
+        folder.mkdir(parents=True, exist_ok=True)
+        yield folder
+        return
+    import shutil
+
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    except NsprofError as exc:
+        raise kept_in(exc, folder) from exc
+    except BaseException:  # Ctrl-C, SIGTERM, an internal error: nothing there is named to the user
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def failure_frame(failures: dict[int, str], settings: ProfileSettings, driver: Driver, points: Points | None = None):
@@ -520,10 +556,12 @@ def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _R
             finally:
                 part.parse_s = time.monotonic() - began
         except NsprofError as exc:
-            if not abnormal:
+            if status.done and not abnormal:
                 raise _explained(exc, log) from None
             # A profiler whose target was killed may write a report without its kernels (nsys:
-            # CUPTI buffers are flushed at a clean exit only).
+            # CUPTI buffers are flushed at a clean exit only); and where no config of the run got
+            # to `done` (each failed: to compile, to build), no kernel of ours was launched: an
+            # empty report (nsys: no kernel table) is what it should be, the status says why.
             part.report = None
             lost_reason = lost_reason or str(exc)
         else:

@@ -15,10 +15,9 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from nsprof.analysis import crosstruth
-from nsprof.analysis.adaptive import AdaptiveSummary, Plan, first_pass_cost
+from nsprof.analysis.adaptive import AdaptiveSummary, Cost, Plan, first_pass_cost
 from nsprof.analysis.confidence import Decision, decide
 from nsprof.analysis.ranking import rank
 from nsprof.cluster import sharded
@@ -196,15 +195,18 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
                                             on_progress=on_progress, on_rows=on_rows, space=space,
                                             backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None)
     else:
-        import tempfile
+        from nsprof.session import work_folder
 
         name = TIMER_BACKENDS[backend]
-        work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-tune-"))
-        timers = sharded(FastTimers([name], settings.profile, work_dir / f"timer-{name}", timer_reps=settings.timer_reps,
-                                    stat=settings.stat, labels=key_labels(backend, settings), failure_source=name),
-                         settings.cluster)
-        measured = timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows, expect=expect,
-                              **shaped)
+        with work_folder(settings.work_dir, "nsprof-tune-") as work_dir:  # a temporary one is removed
+            timers = sharded(FastTimers([name], settings.profile, work_dir / f"timer-{name}",
+                                        timer_reps=settings.timer_reps, stat=settings.stat,
+                                        labels=key_labels(backend, settings), failure_source=name),
+                             settings.cluster)
+            measured = timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows,
+                                  expect=expect, **shaped)
+        if settings.work_dir is None:
+            measured.work_dir = None
     if on_device is not None:
         on_device(measured.device)
     if on_measured is not None:
@@ -213,6 +215,7 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
 
 
 ADAPTIVE_RUN = "adaptive_session"  # the key in a stored run's settings that marks a session of adaptive reps
+FIRST_PASS_COST = "first_pass_cost"  # the key in a stored first pass's settings: the cost model it measured
 
 
 def _select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int]):
@@ -250,9 +253,32 @@ class _Stored:
     space's rows and today's configs."""
 
     def __init__(self, settings: TuneSettings, group: dict, wanted_json: dict[int, str], gpu_uuid: str,
-                 shape_json: str = "") -> None:
+                 shape_json: str = "", run_id: int | None = None) -> None:
         self.settings, self.group, self.wanted_json, self.gpu_uuid = settings, group, wanted_json, gpu_uuid
         self.shape_json = shape_json  # the one shape these rows are of ("": a target without shapes)
+        self.run_id = run_id  # this tune's first-pass run (None: every config came from the store)
+
+    def first_pass_cost(self, cost: Cost) -> Cost:
+        """The cost model the adaptive sessions plan with. This first pass's, recorded with its run,
+        where it measured enough to say (Cost.measured); otherwise (a resume that found the configs
+        stored) the one recorded with the latest stored first pass that the ranked rows come from, so
+        that a resume decides as the tune it resumes did; the defaults where none was recorded."""
+        from dataclasses import asdict
+
+        from nsprof.store import ResultStore
+
+        with ResultStore(self.settings.store) as store:
+            if cost.measured:
+                if self.run_id is not None:
+                    store.note_run(self.run_id, **{FIRST_PASS_COST: asdict(cost)})
+                return cost
+            ranked = {int(r) for r in self.rows(store)["run_id"].dropna()}
+            runs = store.runs()
+        for run_id, text in sorted(zip(runs["id"], runs["settings_json"]), reverse=True):
+            if int(run_id) in ranked and isinstance(text, str) and f'"{FIRST_PASS_COST}"' in text:
+                recorded = json.loads(text)[FIRST_PASS_COST]
+                return Cost(float(recorded["startup_s"]), float(recorded["visit_s"]))
+        return cost
 
     def rows(self, store):
         runs = store.runs()
@@ -316,6 +342,7 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
             todo = store.missing(group, wanted, config_jsons=wanted_json, retry_failed=settings.retry_failed,
                                  retry_if=lambda reason: retryable(reason, settings.timeout_s))
             notes.append(f"resumed: {len(wanted) - len(todo)} of {len(wanted)} configs came from the results store")
+        run_id = None
         if todo:
             run_id = store.start_run(target=target, settings=settings, gpu_uuid=gpu.uuid, **group)
             stored_ids: set[int] = set()
@@ -348,7 +375,7 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
                 store.relabel_gpu(run_id, ran_on.key, ran_on.uuid)
                 notes.append(f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such")
                 group["gpu"] = ran_on.key
-        context = _Stored(settings, group, wanted_json, gpu.uuid)
+        context = _Stored(settings, group, wanted_json, gpu.uuid, run_id=run_id)
         return context.rows(store), context
 
 
@@ -379,12 +406,23 @@ def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: l
     if stage is not None and settings.cluster is not None and _is_truth(truth):
         notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
     elif stage is not None:
-        rows, adaptive = _adaptive(target, n, truth, settings, rows, stored, cost_of_first_pass(), stage, space)
+        cost = cost_of_first_pass() if stored is None else stored.first_pass_cost(cost_of_first_pass())
+        rows, adaptive = _adaptive(target, n, truth, settings, rows, stored, cost, stage, space)
         if _is_truth(truth):
             notes.append(adaptive.describe())
+    # A session keeps its temporary folder when a config failed (its logs say why): name it.
+    kept = [m.work_dir for m in runs if settings.work_dir is None and m.work_dir is not None]
+    notes += [f"the reports and logs of a run with failed configs are kept in {folder}" for folder in kept]
     result = _ranked(space, truth, settings, rows, notes, adaptive, first_pass_wall_s, first_pass_phases)
     if result.best_config_id is None:
-        check_measured(rows)
+        try:
+            check_measured(rows)
+        except NsprofError as exc:
+            if not kept:
+                raise
+            from nsprof.session import kept_in
+
+            raise kept_in(exc, kept[0]) from None
     return result
 
 
@@ -503,17 +541,17 @@ def cross_truth(target: str, space, results: dict, settings: TuneSettings, stage
 
 
 def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[int] | None = None,
-         on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None) -> TuneResult:
+         on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None, space=None) -> TuneResult:
     """Rank every config under each truth of `settings` (rank_truth), compare the truths' winners
     when there are several (cross_truth), and feed the deploy truth's ranking back to the target's
     tuner. The result is the deploy truth's ranking, carrying every truth's (`truths`) and the
-    comparison (`cross`)."""
+    comparison (`cross`). `space`: the target's Space where the caller has loaded it already."""
     from nsprof.profile import check_config_ids, config_summary, precompile
     from nsprof.space import load_target
 
     settings = settings or TuneSettings()
     check_truths(settings)
-    space = load_target(target)
+    space = space or load_target(target)
     n = len(space.configs)
     wanted = list(range(n)) if config_ids is None else check_config_ids(config_ids, n)
     stage = on_stage or (lambda name, count: None)

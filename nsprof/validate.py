@@ -15,7 +15,6 @@ Orchestration over nsprof.measure's Backends:
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 from nsprof.cluster import sharded
 from nsprof.errors import NsprofError
 from nsprof.measure import FastTimers, GroundTruth
+from nsprof.session import work_folder
 from nsprof.settings import Truth, ValidateSettings
 
 __all__ = ["ValidateResult", "ValidateSettings", "matched_pairs", "resolve_truths", "run_timers", "run_truth",
@@ -170,32 +170,13 @@ def describe_truth(truth: Truth, settings: ValidateSettings, rows: list[dict]) -
     return words
 
 
-def validate(target: str, settings: ValidateSettings | None = None,
-             on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None) -> ValidateResult:
-    """Run every step; `on_stage(name, n_configs)` returns a progress callback for that stage."""
-    import pandas as pd
-
-    from nsprof.analysis import agreement as agree
-    from nsprof.profile import precompile
-    from nsprof.render.tables import format_verdict
-    from nsprof.space import load_target
-    from nsprof.timers.specs import available_external, expand
+def _measure(target: str, space, names: list[str], conditioned: list[Truth], settings: ValidateSettings,
+             work_dir: Path, stage):
+    """Every timer, then every truth (twice with repeat_truth), their runs in `work_dir`: per-config
+    rows, failures, the truths' methods, the repeated truths' rows and how each method was taken."""
     from nsprof.timers.specs import conditions as conditions_of
 
-    settings = settings or ValidateSettings()
-    conditioned = resolve_truths(settings)  # a truth that takes no condition: one line, before any work
-    space = load_target(target)
     n = len(space.configs)
-    if space.shapes is not None:
-        from nsprof.errors import NsprofError
-
-        raise NsprofError("validate does not take a target with shapes yet: give it a Space of one shape")
-    if settings.cluster is None:  # a cluster compiles each batch where it runs
-        precompile(space)
-    work_dir = Path(settings.work_dir or tempfile.mkdtemp(prefix="nsprof-validate-"))
-    work_dir.mkdir(parents=True, exist_ok=True)
-    names = expand(list(settings.timers)) + (available_external() if settings.external else [])
-    stage = on_stage or (lambda name, count: None)
     rows, failures = run_timers(target, n, names, settings, work_dir, stage("timers", n * len(timer_groups(names))))
     conditions = {name: conditions_of(name) for name in names}
     truths, repeat_rows = [], []
@@ -214,6 +195,36 @@ def validate(target: str, settings: ValidateSettings | None = None,
             conditions[truth.method(mode)] = (
                 describe_truth(truth, settings, [r for r in truth_rows if r["method"] == truth.method(mode)])
                 + (", kernel node of a replayed graph" if mode == "graph" else ", direct launch"))
+    return rows, failures, truths, repeat_rows, conditions
+
+
+def validate(target: str, settings: ValidateSettings | None = None,
+             on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None,
+             space=None) -> ValidateResult:
+    """Run every step; `on_stage(name, n_configs)` returns a progress callback for that stage.
+    `space`: the target's Space where the caller has loaded it already."""
+    import pandas as pd
+
+    from nsprof.analysis import agreement as agree
+    from nsprof.profile import precompile
+    from nsprof.render.tables import format_verdict
+    from nsprof.space import load_target
+    from nsprof.timers.specs import available_external, expand
+
+    settings = settings or ValidateSettings()
+    conditioned = resolve_truths(settings)  # a truth that takes no condition: one line, before any work
+    space = space or load_target(target)
+    if space.shapes is not None:
+        from nsprof.errors import NsprofError
+
+        raise NsprofError("validate does not take a target with shapes yet: give it a Space of one shape")
+    if settings.cluster is None:  # a cluster compiles each batch where it runs
+        precompile(space)
+    names = expand(list(settings.timers)) + (available_external() if settings.external else [])
+    stage = on_stage or (lambda name, count: None)
+    with work_folder(settings.work_dir, "nsprof-validate-") as work_dir:  # a temporary one is removed
+        rows, failures, truths, repeat_rows, conditions = _measure(target, space, names, conditioned, settings,
+                                                                   work_dir, stage)
     columns = ["config_id", "method", "value_ns", "ci_low_ns", "ci_high_ns", "clock_hz"]
     per_config = pd.DataFrame(rows, columns=columns)
     timers = [m for m in names if m in set(per_config["method"])]

@@ -1,7 +1,7 @@
 """The small program that scripts/capture_fixtures.py runs under ncu and nsys.
 
 Launches, inside NVTX ranges:
-- two configs of the seed TileLang GEMM (M=1, N=1024, K=1024, fp16; DESIGN.md), and
+- two configs of the seed TileLang GEMM (M=1, N=1024, K=1024, fp16: examples/seed_gemm.py), and
 - a torch op that launches two kernels (matmul then relu),
 each as plain launches ("direct") and as replays of a captured CUDA graph ("graph").
 Ranges live in the "nsprof" domain (registered strings) nested in an outer range

@@ -363,7 +363,7 @@ def test_verdict_weak_and_mode_floor():
 
 
 def test_design_seed_shape():
-    # Shaped like DESIGN.md's seed GEMM (µs): cold-L2 timers track ncu (which flushes caches),
+    # Shaped like the seed GEMM's numbers on the H200 (µs): cold-L2 timers track ncu (which flushes caches),
     # warm-L2 timers track nsys, events sit on a ~7.5 µs launch floor and track neither.
     cold = [5.3, 5.5, 5.2, 6.0, 5.8, 5.4, 6.3, 5.6]
     warm = [3.0, 2.9, 3.2, 3.1, 2.95, 3.3, 3.05, 3.15]

@@ -334,7 +334,7 @@ def test_bad_truth_and_deploy_values_are_one_line(tmp_path, args, message):
 
 
 def test_a_probe_far_above_the_other_truth_is_flagged(truths, tmp_path):
-    """DESIGN.md: ncu with free clocks once read µs kernels 35-80x too long; such a probe is flagged."""
+    """On the H200, ncu with free clocks once read µs kernels 35-80x too long; such a probe is flagged."""
     from nsprof.render.tables import format_tune
     from nsprof.tune import tune
 

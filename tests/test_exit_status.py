@@ -28,7 +28,10 @@ ALL_FAIL = textwrap.dedent("""
 
 
 def nsprof(*args, cwd):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    # Temporary folders in the test's own folder: a run that fails keeps (and names) its logs' folder.
+    (Path(cwd) / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "TMPDIR": str(Path(cwd) / "tmp")}
     return subprocess.run([sys.executable, str(STANDINS), *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=300)
 
@@ -51,6 +54,10 @@ def test_no_config_measured_is_a_one_line_error(tmp_path, command):
     else:
         with ResultStore(tmp_path / "r.sqlite") as store:
             assert store.runs()["status"].tolist() == ["nothing measured"]
+    # the session's temporary folder, kept for its logs, is named: in the error (tune), in the header (profile)
+    kept = list((tmp_path / "tmp").iterdir())
+    assert len(kept) == 1 and (kept[0] / "part0.log").is_file()
+    assert f"kept in {kept[0]}" in result.stdout + result.stderr
 
 
 def test_profile_csv_dash_is_standard_output(tmp_path):

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
 GEMM = str(ROOT / "examples" / "gemm_tilelang.py") + ":space"
 SEED = 13  # block_N=32, block_K=128, num_stages=4: the seed request's config
-# DESIGN.md, H200: ncu base clocks 5.19-5.73 µs (direct and graph node); nsys 2.88-3.23 µs.
+# Measured by hand on the H200: ncu base clocks 5.19-5.73 µs (direct and graph node); nsys 2.88-3.23 µs.
 RANGES_US = {"ncu": (4.6, 6.5), "nsys": (2.5, 3.8)}
 
 

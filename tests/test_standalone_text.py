@@ -19,3 +19,34 @@ def test_package_cites_no_outside_document():
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if any(name in line for name in OUTSIDE_DOCUMENTS)]
     assert cited == []
+
+
+def _tracked_files(root: Path) -> list[Path]:
+    """The repository's tracked files (git ls-files), or, outside a git checkout, every file under it
+    but .git's and caches."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, timeout=60, check=True)
+        return [root / name for name in listed.stdout.decode().split("\0") if name]
+    except (OSError, subprocess.SubprocessError):
+        skip = {".git", "__pycache__", ".nsprof", ".pytest_cache", ".ruff_cache"}
+        return [p for p in root.rglob("*") if p.is_file() and not skip & set(p.relative_to(root).parts)]
+
+
+def test_no_project_file_cites_an_outside_document():
+    """Docs, examples, scripts, fixtures and tests too: the project stands alone (this file names the
+    documents only to look for them)."""
+    root = PACKAGE.parent
+    files = [path for path in _tracked_files(root) if path.resolve() != Path(__file__).resolve()]
+    assert len(files) > 50 and any(path.name == "README.md" for path in files)
+    cited = []
+    for path in files:
+        if not path.is_file():  # deleted in the work tree, still in the index
+            continue
+        data = path.read_bytes()
+        for name in OUTSIDE_DOCUMENTS:
+            for number, line in enumerate(data.splitlines(), 1):
+                if name.encode() in line:
+                    cited.append(f"{path.relative_to(root)}:{number}: {name}")
+    assert cited == []

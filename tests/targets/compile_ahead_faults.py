@@ -56,3 +56,4 @@ needs = _space("needs", ["needs", "needs", "needs"])
 hanging = _space("hanging", ["ok", "hang", "ok"])
 stuck = _space("stuck", ["hang", "hang", "hang"])  # every compile hangs: the step is stalled
 restarting = _space("restarting", ["ok", "fail", "crash", "ok", "fail", "ok"])
+failing = _space("failing", ["fail", "fail"])  # no config compiles: the worker launches no kernel

@@ -59,3 +59,12 @@ slow = nsprof.space.Space(
     build=build,
     device="cpu",
 )
+
+# tests/test_gpu_faults.py's space on the CPU: configs 0 and 4 alike (the stand-in profiler measures
+# each at its "ns": they tie), a crash, a hang and an error between them.
+like_faulty_gpu = nsprof.space.Space(
+    name="like_faulty_gpu",
+    configs=[{"kind": k, "ns": 1000.0} for k in ["ok", "crash", "hang", "raise", "ok"]],
+    build=build,
+    device="cpu",
+)

@@ -1,0 +1,176 @@
+"""What nsprof leaves in $TMPDIR (issue 24): the folders it makes for a run's reports and logs
+(nsprof-tune-*, nsprof-validate-*, a session's nsprof-*) go when the run ends well; --work-dir's
+folder stays, as the user asked; a folder whose logs explain an error stays and the error names it.
+
+Each test points $TMPDIR (and Python's tempfile, which reads it once) at a fresh folder of its own
+and runs tune and validate in-process, their workers in real child processes, under stand-ins: a
+stand-in profiler (tests/standins.py) as the ground truth "cond" and the stand-in fast timers
+(tests/targets/standin_timers.py) as the bare worker."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from standins import StatusDriver  # noqa: E402
+
+from nsprof.drivers import registry  # noqa: E402
+from nsprof.drivers.none import PlainDriver  # noqa: E402
+from nsprof.errors import NsprofError, ReportError  # noqa: E402
+
+STANDIN_TIMERS = Path(__file__).parent / "targets" / "standin_timers.py"
+TARGET = """
+import nsprof.space
+
+
+class Launch:
+    def __init__(self, config):
+        self.timer_ns = {"cupti": config["ns"], "cupti_cold": config["ns"], "event": config["ns"]}
+
+    def __call__(self):
+        return None
+
+
+space = nsprof.space.Space(configs=[{"ns": 1000.0 + 100 * i} for i in range(3)], build=Launch, device="cpu")
+"""
+
+
+class StandinTimers(PlainDriver):
+    """The bare worker, with the fast timers stood in for (no GPU here)."""
+
+    locks_gpu = False
+
+    def build_command(self, settings, job_file, report_base):
+        return [settings.python, str(STANDIN_TIMERS), str(job_file)]
+
+
+class Unreadable(StatusDriver):
+    """A profiler whose report cannot be read (as a truncated report): the run ends in an error."""
+
+    def read(self, report, settings):
+        raise ReportError(f"{Path(report).name}: truncated report (stand-in)")
+
+
+@pytest.fixture
+def fresh_tmp(tmp_path, monkeypatch):
+    folder = tmp_path / "tmpdir"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+@pytest.fixture
+def target(tmp_path):
+    registry.register("cond", StatusDriver)
+    registry.register("bad", Unreadable)
+    registry.register("none", StandinTimers, ground_truth=False)
+    (tmp_path / "t.py").write_text(TARGET)
+    yield str(tmp_path / "t.py") + ":space"
+    registry.register("none", "nsprof.drivers.none:PlainDriver", ground_truth=False)
+    registry.unregister("cond")
+    registry.unregister("bad")
+
+
+def _tune(target, **settings):
+    from nsprof.tune import TuneSettings, tune
+
+    return tune(
+        target,
+        TuneSettings(
+            **{
+                "mode": "direct",
+                "reps": 2,
+                "timeout_s": 60,
+                "use_store": False,
+                "feed_back": False,
+                "tuner_pick": False,
+                "budget_s": 0,
+                **settings,
+            }
+        ),
+    )
+
+
+def test_tune_with_a_fast_timer_leaves_nothing(target, fresh_tmp):
+    result = _tune(target, backend="cupti")
+    assert result.best_config_id == 0
+    assert sorted(p.name for p in fresh_tmp.iterdir()) == []
+
+
+def test_tune_with_a_prescreen_leaves_nothing(target, fresh_tmp):
+    result = _tune(target, backend="cond", prescreen="cupti", prescreen_top=2)
+    assert result.best_config_id == 0 and sorted(result.table["config_id"]) == [0, 1]
+    assert sorted(p.name for p in fresh_tmp.iterdir()) == []
+
+
+def test_validate_leaves_nothing(target, fresh_tmp):
+    from nsprof.settings import ValidateSettings
+    from nsprof.validate import validate
+
+    result = validate(
+        target,
+        ValidateSettings(
+            timers=("cupti",),
+            external=False,
+            truths=("cond",),
+            modes=("direct",),
+            reps=2,
+            timer_reps=3,
+            timeout_s=60,
+        ),
+    )
+    assert set(result.per_config["method"]) == {"cupti", "cupti_cold", "cond:direct"}
+    assert sorted(p.name for p in fresh_tmp.iterdir()) == []
+
+
+def test_the_work_dir_asked_for_is_kept(target, fresh_tmp, tmp_path):
+    from nsprof.settings import ValidateSettings
+    from nsprof.validate import validate
+
+    _tune(target, backend="cupti", work_dir=tmp_path / "tune-work")
+    validate(
+        target,
+        ValidateSettings(
+            timers=("cupti",),
+            external=False,
+            truths=("cond",),
+            modes=("direct",),
+            reps=2,
+            timer_reps=3,
+            timeout_s=60,
+            repeat_truth=False,
+            work_dir=tmp_path / "work",
+        ),
+    )
+    assert (tmp_path / "tune-work" / "timer-cupti" / "timers.jsonl").is_file()
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["cond_a", "timers0"]
+    assert sorted(p.name for p in fresh_tmp.iterdir()) == []
+
+
+def test_a_folder_whose_logs_explain_an_error_is_kept_and_named(target, fresh_tmp):
+    from nsprof.settings import ValidateSettings
+    from nsprof.validate import validate
+
+    with pytest.raises(NsprofError, match="truncated report") as caught:
+        validate(
+            target,
+            ValidateSettings(
+                timers=("cupti",),
+                external=False,
+                truths=("bad",),
+                modes=("direct",),
+                reps=2,
+                timer_reps=3,
+                timeout_s=60,
+            ),
+        )
+    left = sorted(fresh_tmp.iterdir())
+    assert [p.name.startswith("nsprof-validate-") for p in left] == [True]
+    assert str(caught.value).endswith(f"(reports and logs kept in {left[0]})")
+    assert any(left[0].rglob("*.log"))  # what it names holds the run's logs
