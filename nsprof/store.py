@@ -319,17 +319,6 @@ class ResultStore:
             if cursor.rowcount != 1:
                 raise ValueError(f"results store {self.path} has no run {run_id}")
 
-    def note_run(self, run_id: int, **facts: Any) -> None:
-        """Add facts learnt while a run ran (JSON values) to its settings_json, beside its settings."""
-        with self._lock, self._errors(f"noting run {run_id}"), self._transaction() as db:
-            found = db.execute("SELECT settings_json FROM runs WHERE id = ?", (int(run_id),)).fetchone()
-            if found is None:
-                raise ValueError(f"results store {self.path} has no run {run_id}")
-            settings = json.loads(found[0]) if found[0] else {}
-            settings.update(facts)
-            db.execute("UPDATE runs SET settings_json = ? WHERE id = ?",
-                       (json.dumps(settings, sort_keys=True, default=str), int(run_id)))
-
     def relabel_gpu(self, run_id: int, gpu: str, gpu_uuid: str) -> None:
         """Key a run's rows by the GPU its worker says it measured on (one transaction)."""
         with self._lock, self._errors(f"relabelling run {run_id}"), self._transaction() as db:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nsprof.analysis import crosstruth
-from nsprof.analysis.adaptive import AdaptiveSummary, Cost, Plan, first_pass_cost
+from nsprof.analysis.adaptive import AdaptiveSummary, Plan, first_pass_cost
 from nsprof.analysis.confidence import Decision, decide
 from nsprof.analysis.ranking import rank
 from nsprof.cluster import sharded
@@ -215,7 +215,6 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
 
 
 ADAPTIVE_RUN = "adaptive_session"  # the key in a stored run's settings that marks a session of adaptive reps
-FIRST_PASS_COST = "first_pass_cost"  # the key in a stored first pass's settings: the cost model it measured
 
 
 def _select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int]):
@@ -253,32 +252,9 @@ class _Stored:
     space's rows and today's configs."""
 
     def __init__(self, settings: TuneSettings, group: dict, wanted_json: dict[int, str], gpu_uuid: str,
-                 shape_json: str = "", run_id: int | None = None) -> None:
+                 shape_json: str = "") -> None:
         self.settings, self.group, self.wanted_json, self.gpu_uuid = settings, group, wanted_json, gpu_uuid
         self.shape_json = shape_json  # the one shape these rows are of ("": a target without shapes)
-        self.run_id = run_id  # this tune's first-pass run (None: every config came from the store)
-
-    def first_pass_cost(self, cost: Cost) -> Cost:
-        """The cost model the adaptive sessions plan with. This first pass's, recorded with its run,
-        where it measured enough to say (Cost.measured); otherwise (a resume that found the configs
-        stored) the one recorded with the latest stored first pass that the ranked rows come from, so
-        that a resume decides as the tune it resumes did; the defaults where none was recorded."""
-        from dataclasses import asdict
-
-        from nsprof.store import ResultStore
-
-        with ResultStore(self.settings.store) as store:
-            if cost.measured:
-                if self.run_id is not None:
-                    store.note_run(self.run_id, **{FIRST_PASS_COST: asdict(cost)})
-                return cost
-            ranked = {int(r) for r in self.rows(store)["run_id"].dropna()}
-            runs = store.runs()
-        for run_id, text in sorted(zip(runs["id"], runs["settings_json"]), reverse=True):
-            if int(run_id) in ranked and isinstance(text, str) and f'"{FIRST_PASS_COST}"' in text:
-                recorded = json.loads(text)[FIRST_PASS_COST]
-                return Cost(float(recorded["startup_s"]), float(recorded["visit_s"]))
-        return cost
 
     def rows(self, store):
         runs = store.runs()
@@ -342,7 +318,6 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
             todo = store.missing(group, wanted, config_jsons=wanted_json, retry_failed=settings.retry_failed,
                                  retry_if=lambda reason: retryable(reason, settings.timeout_s))
             notes.append(f"resumed: {len(wanted) - len(todo)} of {len(wanted)} configs came from the results store")
-        run_id = None
         if todo:
             run_id = store.start_run(target=target, settings=settings, gpu_uuid=gpu.uuid, **group)
             stored_ids: set[int] = set()
@@ -375,7 +350,7 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
                 store.relabel_gpu(run_id, ran_on.key, ran_on.uuid)
                 notes.append(f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such")
                 group["gpu"] = ran_on.key
-        context = _Stored(settings, group, wanted_json, gpu.uuid, run_id=run_id)
+        context = _Stored(settings, group, wanted_json, gpu.uuid)
         return context.rows(store), context
 
 
@@ -406,8 +381,7 @@ def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: l
     if stage is not None and settings.cluster is not None and _is_truth(truth):
         notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
     elif stage is not None:
-        cost = cost_of_first_pass() if stored is None else stored.first_pass_cost(cost_of_first_pass())
-        rows, adaptive = _adaptive(target, n, truth, settings, rows, stored, cost, stage, space)
+        rows, adaptive = _adaptive(target, n, truth, settings, rows, stored, cost_of_first_pass(), stage, space)
         if _is_truth(truth):
             notes.append(adaptive.describe())
     # A session keeps its temporary folder when a config failed (its logs say why): name it.
