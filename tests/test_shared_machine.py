@@ -426,31 +426,6 @@ def test_serve_never_writes_its_state_through_links_planted_at_guessable_names(t
     assert victim.read_text() == "precious\n"
 
 
-def test_a_socket_path_too_long_for_a_unix_socket_still_serves(tmp_path, monkeypatch):
-    """issue 24: under a long $TMPDIR (the tests' lock folder lies in it) the socket's path passed a Unix
-    socket's 107 bytes and the server refused to start. It falls back to a short path to the same socket."""
-    deep = tmp_path / ("d" * 60) / ("e" * 60)
-    monkeypatch.setenv("NSPROF_LOCK_DIR", str(deep / "locks"))
-    state_file, sock = serve_paths()
-    assert len(os.fsencode(str(sock))) > 107
-    scratch = deep / "server.tmp"
-    scratch.mkdir(parents=True)
-    server = subprocess.Popen([sys.executable, str(STANDINS), "serve", "--backend", "nsys", "--idle-exit", "60"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              env={**_client_env(tmp_path), "TMPDIR": str(scratch)})
-    try:
-        assert wait_for(lambda: state_file.exists() or server.poll() is not None, WAIT_S)
-        assert server.poll() is None, server.stderr.read()
-        assert json.loads(state_file.read_text())["socket"] == str(sock) and sock.is_socket()
-        done = _profile(tmp_path, "served")
-        assert done.returncode == 0, done.stderr
-        assert _measured(done) == [0, 2, 4] and "measured by nsprof serve" in done.stderr
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.communicate(timeout=WAIT_S)
-    assert server.returncode == 0 and not sock.exists() and not state_file.exists()
-
-
 # --- the GPU lock -----------------------------------------------------------------------------------------
 
 
