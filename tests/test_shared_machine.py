@@ -9,7 +9,8 @@ API. These tests need root (to become another uid) and are skipped with the reas
 
 None of them leans on the kernel's link protection: they pass with fs.protected_symlinks=0 (this
 machine's setting when they were written; /proc/sys/fs/protected_symlinks), since nsprof opens its
-files with O_NOFOLLOW and creates them with O_EXCL, and never writes another user's file.
+files with O_NOFOLLOW and creates them with O_EXCL, and never writes another user's file. With 1 they
+pass too, but then the kernel refuses to follow those links as well, and the link tests prove less.
 """
 
 from __future__ import annotations
@@ -261,25 +262,55 @@ def _client_env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, SECRET: "stolen-by-nobody", "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
 
 
-def _profile(tmp_path: Path, name: str, *args, backend: str = "nsys", configs: str = "0,2,4",
-             timeout_s: float = WAIT_S) -> subprocess.CompletedProcess:
+def _profile(
+    tmp_path: Path, name: str, *args, backend: str = "nsys", configs: str = "0,2,4", timeout_s: float = WAIT_S
+) -> subprocess.CompletedProcess:
     """nsprof's real CLI (stand-in profilers) as root: `nsprof profile` of the healthy configs."""
-    return subprocess.run([sys.executable, str(STANDINS), "profile", HEALTHY, "--backend", backend, "--configs", configs,
-                           "--mode", "direct", "--reps", "1", "--warmup", "0", "--json", "--work-dir",
-                           str(tmp_path / name), *args],
-                          capture_output=True, text=True, timeout=timeout_s, env=_client_env(tmp_path))
+    return subprocess.run(
+        [
+            sys.executable,
+            str(STANDINS),
+            "profile",
+            HEALTHY,
+            "--backend",
+            backend,
+            "--configs",
+            configs,
+            "--mode",
+            "direct",
+            "--reps",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+            "--work-dir",
+            str(tmp_path / name),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=_client_env(tmp_path),
+    )
 
 
-IDENTITY = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nimport standins\nstandins.install()\n"
-            "from nsprof.drivers import registry\nfrom nsprof.settings import ProfileSettings\n"
-            "from nsprof.serve_client import identity\n"
-            "print(json.dumps(identity(registry.get_driver('nsys'), ProfileSettings(backend='nsys'))))\n")
+IDENTITY = (
+    "import json, sys\nsys.path.insert(0, sys.argv[1])\nimport standins\nstandins.install()\n"
+    "from nsprof.drivers import registry\nfrom nsprof.settings import ProfileSettings\n"
+    "from nsprof.serve_client import identity\n"
+    "print(json.dumps(identity(registry.get_driver('nsys'), ProfileSettings(backend='nsys'))))\n"
+)
 
 
 def _identity(tmp_path: Path) -> dict:
     """What a client of _profile's environment asks of a server (readable by anyone who sees a state file)."""
-    done = subprocess.run([sys.executable, "-c", IDENTITY, str(TESTS)], capture_output=True, text=True, timeout=WAIT_S,
-                          env=_client_env(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", IDENTITY, str(TESTS)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        env=_client_env(tmp_path),
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -306,7 +337,9 @@ def _one_error_line(stderr: str) -> str:
 # --- serve: the client talks only to a server of its own uid ------------------------------------------
 
 
-def test_a_state_file_and_socket_of_another_user_get_no_job_and_the_run_is_standalone(tmp_path, shared, other_user):
+def test_a_state_file_and_socket_of_another_user_get_no_job_and_the_run_is_standalone(
+    tmp_path, shared, other_user
+):
     """The issue's repro: the other user wrote a state file of their own (a copied identity, their pid and
     their socket) where a client looks for a server, and answered its ping: root's job request went to that
     socket with its whole environment. Planted both where nsprof looked (beside the lock) and as the
@@ -316,7 +349,13 @@ def test_a_state_file_and_socket_of_another_user_get_no_job_and_the_run_is_stand
     identity = _identity(tmp_path)
 
     def spoof(me):
-        state = {"pid": os.getpid(), "worker_pid": os.getpid(), "identity": identity, "socket": sock, "log": ""}
+        state = {
+            "pid": os.getpid(),
+            "worker_pid": os.getpid(),
+            "identity": identity,
+            "socket": sock,
+            "log": "",
+        }
         _fake_server(me, sock, dict.fromkeys(state_paths, json.dumps(state)), True)
 
     attacker = other_user(spoof)
@@ -324,15 +363,18 @@ def test_a_state_file_and_socket_of_another_user_get_no_job_and_the_run_is_stand
     done = _profile(tmp_path, "run")
     attacker.tell("report")
     got = attacker.read()
-    assert got["bytes"] == 0 and not got["secret"], \
+    assert got["bytes"] == 0 and not got["secret"], (
         f"the other user's socket received {got['bytes']} bytes of root's job (secret sent: {got['secret']})"
+    )
     assert done.returncode == 0, done.stderr
     assert _measured(done) == [0, 2, 4]
     assert "measured by nsprof serve" not in done.stderr
     assert (tmp_path / "run" / "part0.status").exists(), "measured standalone"
 
 
-def test_a_never_answering_socket_of_another_user_gets_nothing_and_costs_a_short_bound(tmp_path, shared, other_user):
+def test_a_never_answering_socket_of_another_user_gets_nothing_and_costs_a_short_bound(
+    tmp_path, shared, other_user
+):
     """root's own state file names a socket that another user listens on and never answers (SO_PEERCRED is
     the check: the state file is root's). Today's client waited out the ping, took the silence for a busy
     server, sent its job (and environment) and waited for the job's whole bound."""
@@ -341,12 +383,23 @@ def test_a_never_answering_socket_of_another_user_gets_nothing_and_costs_a_short
     assert attacker.read() == {"ready": True}
     state_file = serve_paths()[0]
     state_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    state_file.write_text(json.dumps({"pid": attacker.pid, "worker_pid": attacker.pid, "identity": _identity(tmp_path),
-                                      "socket": sock, "log": ""}))
+    state_file.write_text(
+        json.dumps(
+            {
+                "pid": attacker.pid,
+                "worker_pid": attacker.pid,
+                "identity": _identity(tmp_path),
+                "socket": sock,
+                "log": "",
+            }
+        )
+    )
     done = _profile(tmp_path, "run")  # on today's main this ran past WAIT_S (TimeoutExpired)
     attacker.tell("report")
     got = attacker.read()
-    assert got["bytes"] == 0 and not got["secret"], f"root's client sent {got['bytes']} bytes to another user's socket"
+    assert got["bytes"] == 0 and not got["secret"], (
+        f"root's client sent {got['bytes']} bytes to another user's socket"
+    )
     assert done.returncode == 0, done.stderr
     assert _measured(done) == [0, 2, 4] and "measured by nsprof serve" not in done.stderr
 
@@ -357,8 +410,12 @@ def test_serve_keeps_its_files_in_a_folder_only_its_user_can_enter(tmp_path, sha
     scratch = tmp_path / "server.tmp"
     scratch.mkdir()
     err = open(tmp_path / "server.err", "w")
-    server = subprocess.Popen([sys.executable, str(STANDINS), "serve", "--backend", "nsys", "--idle-exit", "60"],
-                              stdout=subprocess.DEVNULL, stderr=err, env={**_client_env(tmp_path), "TMPDIR": str(scratch)})
+    server = subprocess.Popen(
+        [sys.executable, str(STANDINS), "serve", "--backend", "nsys", "--idle-exit", "60"],
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+        env={**_client_env(tmp_path), "TMPDIR": str(scratch)},
+    )
     try:
         state_file, sock = serve_paths()
         assert wait_for(lambda: state_file.exists() or server.poll() is not None, WAIT_S)
@@ -390,8 +447,13 @@ def test_serve_refuses_a_per_user_folder_that_another_user_made(tmp_path, shared
         me.say({"made": folder != shared})
 
     assert other_user(squat).read()["made"], f"serve's files lie in the shared folder {shared} itself"
-    done = subprocess.run([sys.executable, str(STANDINS), "serve", "--backend", "nsys", "--idle-exit", "5"],
-                          capture_output=True, text=True, timeout=WAIT_S, env=_client_env(tmp_path))
+    done = subprocess.run(
+        [sys.executable, str(STANDINS), "serve", "--backend", "nsys", "--idle-exit", "5"],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        env=_client_env(tmp_path),
+    )
     assert done.returncode == 2, done.stderr
     line = _one_error_line(done.stderr)
     assert str(folder) in line and f"uid {OTHER}" in line
@@ -405,14 +467,20 @@ def test_serve_never_writes_its_state_through_links_planted_at_guessable_names(t
     template = str(shared / (lock_path(0).stem + ".serve.json.{pid}.tmp"))
     last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
     pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
-    links = {template.replace("{pid}", str(pid)): str(victim) for pid in range(last + 1, min(last + 3000, pid_max))}
+    links = {
+        template.replace("{pid}", str(pid)): str(victim) for pid in range(last + 1, min(last + 3000, pid_max))
+    }
     attacker = other_user(_plant_links, links)
     assert attacker.read() == {"planted": len(links)}
     scratch = tmp_path / "server.tmp"
     scratch.mkdir()
-    server = subprocess.Popen([sys.executable, str(STANDINS), "serve", "--backend", "nsys", "--idle-exit", "60"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              env={**_client_env(tmp_path), "TMPDIR": str(scratch)})
+    server = subprocess.Popen(
+        [sys.executable, str(STANDINS), "serve", "--backend", "nsys", "--idle-exit", "60"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**_client_env(tmp_path), "TMPDIR": str(scratch)},
+    )
     try:
         attacker.tell(f"pid {server.pid} {template}")
         assert attacker.read() == {"planted": str(server.pid)}
@@ -444,6 +512,21 @@ def test_a_link_planted_at_the_lock_name_is_never_written_through(tmp_path, shar
         with gpu_lock(0):
             pytest.fail("took a lock through a link")
     assert victim.read_text() == "precious\n"
+
+
+def test_a_fifo_planted_at_the_lock_name_is_refused_in_one_line(tmp_path, shared, other_user):
+    """A FIFO at the lock's name: today's main said only "nsprof: error: Invalid argument" (its ftruncate),
+    and a read-only open without O_NONBLOCK would wait for a writer forever. It is refused, named."""
+
+    def plant(me):
+        os.mkfifo(lock_path(0), 0o666)
+        me.say({"planted": 1})
+
+    assert other_user(plant).read() == {"planted": 1}
+    done = _profile(tmp_path, "run", backend="ncu")
+    assert done.returncode == 2, done.stderr
+    line = _one_error_line(done.stderr)
+    assert str(lock_path(0)) in line and "not a regular file" in line and f"uid {OTHER}" in line
 
 
 def test_links_planted_at_the_holder_records_name_are_never_written_through(tmp_path, shared, other_user):
@@ -493,21 +576,53 @@ def test_two_users_share_one_gpu(tmp_path, shared, other_user, maker):
     busy = _profile(tmp_path, "busy", backend="ncu")
     assert busy.returncode == 2
     line = _one_error_line(busy.stderr)
-    assert f"being profiled by another nsprof (pid {held}, uid {OTHER}" in line and "tune x.py:space" in line, line
+    assert (
+        f"being profiled by another nsprof (pid {held}, uid {OTHER}" in line and "tune x.py:space" in line
+    ), line
     with pytest.raises(GpuBusy) as caught:
         with gpu_lock(0):
             pytest.fail("took a lock another user holds")
     assert caught.value.holder["pid"] == held
-    waiting = subprocess.Popen([sys.executable, str(STANDINS), "profile", HEALTHY, "--backend", "ncu", "--configs", "0",
-                                "--mode", "direct", "--reps", "1", "--warmup", "0", "--json", "--wait",
-                                "--work-dir", str(tmp_path / "waits")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=_client_env(tmp_path))
+    waiting = subprocess.Popen(
+        [
+            sys.executable,
+            str(STANDINS),
+            "profile",
+            HEALTHY,
+            "--backend",
+            "ncu",
+            "--configs",
+            "0",
+            "--mode",
+            "direct",
+            "--reps",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+            "--wait",
+            "--work-dir",
+            str(tmp_path / "waits"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_client_env(tmp_path),
+    )
     try:
         inode = lock.stat().st_ino
         # --wait blocks in flock: the kernel lists the waiter (/proc/locks "->" lines) before the lock is free
-        assert wait_for(lambda: any(line.split()[1] == "->" and line.split()[6].endswith(f":{inode}")
-                                    for line in Path("/proc/locks").read_text().splitlines()
-                                    if len(line.split()) > 6) or waiting.poll() is not None, WAIT_S)
+        assert wait_for(
+            lambda: (
+                any(
+                    line.split()[1] == "->" and line.split()[6].endswith(f":{inode}")
+                    for line in Path("/proc/locks").read_text().splitlines()
+                    if len(line.split()) > 6
+                )
+                or waiting.poll() is not None
+            ),
+            WAIT_S,
+        )
         assert waiting.poll() is None, waiting.communicate()
         attacker.tell("release")
         assert attacker.read() == {"released": True}

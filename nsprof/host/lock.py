@@ -287,11 +287,11 @@ def holder_record(lock: Path, fd: int | None = None) -> dict[str, Any] | None:
     own = fd is None
     if own:
         try:
-            fd = _open_lock_file(lock)
-        except NsprofError:
+            fd = os.open(lock, _OPEN_FLAGS)  # never made here: no lock file, no holder
+        except OSError:
             return None
     try:
-        pid = _kernel_holder(fd)
+        pid = _kernel_holder(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else None
     finally:
         if own:
             os.close(fd)
