@@ -8,9 +8,12 @@ hands the job to the worker, follows the job's status file with the same bounds 
 `nsys stop`, which writes the report) and answers the client. The client reads the report with
 its own driver (finish, read), exactly as a standalone session reads a part.
 
-Files, next to the GPU lock (nsprof.host.lock.lock_dir): `<lock name>.serve.json` (the state:
-pids, backend, tool, what a client must share with it, the socket) and `nsprof-<8 hex of the lock name>.serve.sock`
-(a Unix socket, mode 0600). The socket speaks JSON lines: a client sends {"op": "ping"} (answer:
+Files, in this user's own folder beside the GPU lock (nsprof.host.lock.lock_dir), `nsprof-serve-<uid>`
+(mode 0700; one that another user made first is refused in one line): `<lock name>.serve.json` (the
+state, mode 0600: pids, backend, tool, what a client must share with it, the socket; written as a
+temporary file of mkstemp's, renamed) and `nsprof-<8 hex of the lock name>.serve.sock` (a Unix socket,
+mode 0600; through a short path to its folder where its own is too long for a socket's address). Only a
+client of the same user uses it (nsprof.serve_client; docs/trust.md). The socket speaks JSON lines: a client sends {"op": "ping"} (answer:
 the state and whether a job runs) or {"op": "job", "job", "status", "report_base", "cwd" (the four
 absolute paths; cwd: the client's folder, where the worker runs the job), "environ" (the client's
 environment, the job's), "timeout_s", "phase_bound_s", "wait"}; the server answers {"queued": true} while another job runs (only with
@@ -47,11 +50,13 @@ from nsprof.serve_client import (
     POLL_S,
     REQUEST_TIMEOUT_S,
     START_BOUND_S,
+    check_folder,
     identity,
     read_or_empty,
     receive_line,
     send_line,
     serve_paths,
+    unix_address,
 )
 
 EXIT_FAULT = 1  # the server's exit status when a job's fault ended it
@@ -109,9 +114,6 @@ class _Server:
         for path in (self.state_path, self.socket_path):
             if path.exists() or path.is_symlink():
                 path.unlink()
-        if len(os.fsencode(str(self.socket_path))) > 100:
-            raise NsprofError(f"the socket path {self.socket_path} is too long for a Unix socket: set "
-                              "NSPROF_LOCK_DIR to a shorter folder")
         (self.dir / WORKER_INFO).write_text(json.dumps({"watch_fd": pipe.read_fd, "watch_inode": pipe.inode,
                                                         "server": os.getpid()}))
         os.mkfifo(self.dir / JOBS_FIFO, 0o600)
@@ -122,6 +124,7 @@ class _Server:
         ready = self._wait_ready()
         self.fifo = os.open(self.dir / JOBS_FIFO, os.O_RDWR)
         self.listener = self._listen()
+        import tempfile
         from datetime import datetime
 
         self.state = {"pid": os.getpid(), "worker_pid": self.worker_pid, "backend": self.settings.backend,
@@ -129,9 +132,16 @@ class _Server:
                       "command": command, "session": self.session, "device": ready.get("device"),
                       "started_unix": time.time(), "started": datetime.now().astimezone().isoformat(timespec="seconds"),
                       "idle_exit_s": self.idle_exit_s, "socket": str(self.socket_path), "log": str(self.log_path)}
-        temporary = self.state_path.with_name(self.state_path.name + f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(self.state, indent=1) + "\n")
-        os.replace(temporary, self.state_path)
+        check_folder(self.state_path.parent)  # still this user's own
+        # O_EXCL, mode 0600, a name nobody can guess: never written through a link, never readable by others
+        handle, temporary = tempfile.mkstemp(prefix=".state.", suffix=".tmp", dir=self.state_path.parent)
+        try:
+            with os.fdopen(handle, "w") as out:
+                out.write(json.dumps(self.state, indent=1) + "\n")
+            os.replace(temporary, self.state_path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
 
     def _wait_ready(self) -> dict:
         from nsprof.worker.protocol import parse_status
@@ -164,7 +174,8 @@ class _Server:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         umask = os.umask(0o177)
         try:
-            listener.bind(str(self.socket_path))
+            with unix_address(self.socket_path) as address:
+                listener.bind(address)
         finally:
             os.umask(umask)
         os.chmod(self.socket_path, 0o600)
@@ -379,6 +390,7 @@ def serve(backend: str, idle_exit_s: float = DEFAULT_IDLE_EXIT_S, wait: bool = F
         raise NsprofError("--idle-exit must be positive")
     settings = ProfileSettings(backend=backend)
     driver = registry.get_driver(backend)
+    check_folder(serve_paths()[0].parent, create=True)  # this user's own, before anything starts
     with gpu_lock(0, wait=wait):
         server = _Server(driver, settings, idle_exit_s)
 

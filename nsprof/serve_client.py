@@ -11,16 +11,27 @@ the end {"ok": true} or {"ok": false, "fault": "crash"|"timeout"|"stalled"|"tool
 
 A client uses a server only when its state names the same backend, driver, tool, Python,
 nsprof and environment (identity: every variable but a terminal session's); NSPROF_SERVE=0 in the environment turns serving off for a client.
+
+Only a server of the client's own user is ever used (docs/trust.md): the state file and the socket
+lie in a folder of that user's, `<lock dir>/nsprof-serve-<uid>` (serve_paths), mode 0700, which
+the client checks (owner, mode, no link) before it reads the state; the state file must be that
+user's own regular file (fstat of the file opened with O_NOFOLLOW); and the socket's peer must be of
+that user too (SO_PEERCRED, connect), checked before anything is sent, so that a job's request
+and the environment in it never reach another user's process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from nsprof.errors import NsprofError
 from nsprof.worker.protocol import AT_START
 
 SERVE_ENV = "NSPROF_SERVE"  # 0/off/no/false: never use a server
@@ -41,16 +52,107 @@ def serve_enabled() -> bool:
     return os.environ.get(SERVE_ENV, "1").strip().lower() not in ("0", "no", "off", "false")
 
 
+SOCKET_PATH_MAX = 100  # a Unix socket's address holds 107 bytes: longer paths go through their folder (unix_address)
+STATE_LIMIT = 1 << 20
+
+
+class UntrustedPeer(OSError):
+    """A socket whose listening process is another user's: nothing is sent to it."""
+
+
 def serve_paths(device: int = 0) -> tuple[Path, Path]:
-    """(state file, socket) of the server of CUDA device `device`'s GPU, beside its lock file."""
+    """(state file, socket) of this user's server of CUDA device `device`'s GPU, in this user's folder beside
+    the GPU's lock: one per user (`nsprof-serve-<uid>`), mode 0700 (check_folder)."""
     from nsprof.host.gpu import which_gpu
     from nsprof.host.lock import lock_path
 
     lock = lock_path(which_gpu(device))
-    # A Unix socket's path holds 107 bytes: the socket is named by a digest of the lock's name (a GPU's
-    # UUID alone is 40 characters), so that a lock folder as deep as pytest's still fits.
+    folder = lock.parent / f"nsprof-serve-{os.geteuid()}"
+    # A GPU's UUID alone is 40 characters: the socket is named by a digest of the lock's name, so that its
+    # path mostly fits a Unix socket's address (else unix_address goes through its folder).
     digest = hashlib.sha256(lock.stem.encode()).hexdigest()[:8]
-    return lock.with_name(lock.stem + STATE_SUFFIX), lock.with_name(f"nsprof-{digest}{SOCKET_SUFFIX}")
+    return folder / (lock.stem + STATE_SUFFIX), folder / f"nsprof-{digest}{SOCKET_SUFFIX}"
+
+
+def check_folder(folder: Path, *, create: bool = False) -> bool:
+    """Whether `folder` is there (made, mode 0700, with `create`) as this user's own: a real folder (no
+    link), of this user, that nobody else may enter. A folder at its name that is not is refused in one line
+    (NsprofError): another user may have made it first, in a folder that all can write."""
+    if create:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(folder, 0o700)
+            os.chmod(folder, 0o700)  # the umask may have taken the owner's bits
+        except FileExistsError:
+            pass
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return False
+    mine = os.geteuid()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != mine or st.st_mode & 0o077:
+        what = "folder" if stat.S_ISDIR(st.st_mode) else "symbolic link" if stat.S_ISLNK(st.st_mode) else "file"
+        raise NsprofError(f"nsprof serve's folder {folder} is not this user's own (a {what} of uid {st.st_uid}, "
+                          f"mode {stat.S_IMODE(st.st_mode):04o}; it must be a folder of uid {mine}, mode 0700): "
+                          "not used; remove it, or set NSPROF_LOCK_DIR")
+    return True
+
+
+def read_state(path: Path) -> dict:
+    """A server's state file, if it is this user's own regular file that nobody else can write (opened
+    without following a link); FileNotFoundError where there is none, NsprofError where it is not this
+    user's, OSError or ValueError where it cannot be read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise NsprofError(f"nsprof serve's state file {path} is not this user's own (uid {st.st_uid}, "
+                              f"mode {stat.S_IMODE(st.st_mode):04o}): not used")
+        data = os.read(fd, STATE_LIMIT)
+    finally:
+        os.close(fd)
+    state = json.loads(data)
+    if not isinstance(state, dict):
+        raise ValueError("not a JSON object")
+    return state
+
+
+@contextlib.contextmanager
+def unix_address(path: Path) -> Iterator[str]:
+    """The address to bind or connect a Unix socket at `path`: the path itself, or, where it is longer than
+    a socket's address holds (a deep lock folder: a long $TMPDIR), a short path to the same file through
+    its folder's descriptor (/proc/self/fd/N/name)."""
+    if len(os.fsencode(str(path))) <= SOCKET_PATH_MAX:
+        yield str(path)
+        return
+    if not Path("/proc/self/fd").is_dir():
+        raise NsprofError(f"the socket path {path} is too long for a Unix socket: set NSPROF_LOCK_DIR to a "
+                          "shorter folder")
+    folder = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{folder}/{path.name}"
+    finally:
+        os.close(folder)
+
+
+def connect(socket_path: str, timeout_s: float):
+    """A connection to the server listening at socket_path, within timeout_s, once its peer is known to be
+    this user's (SO_PEERCRED: the listening process's uid): UntrustedPeer otherwise, before anything is sent."""
+    import socket
+    import struct
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(timeout_s)
+        with unix_address(Path(socket_path)) as address:
+            conn.connect(address)
+        pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        if uid != os.geteuid():
+            raise UntrustedPeer(f"its socket {socket_path} is another user's (uid {uid}, pid {pid}); nothing was sent")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 # Variables of a shell or terminal session, not of a measurement: a server started in another terminal
@@ -169,18 +271,16 @@ def receive_line(conn, timeout_s: float) -> dict | None:
 
 
 def _ask(socket_path: str, message: dict, timeout_s: float) -> dict:
-    """Send one message and read one answer (OSError when there is no answer)."""
-    import socket
-
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(timeout_s)
-        conn.connect(socket_path)
+    """Send one message and read one answer (OSError when there is no answer; UntrustedPeer, before
+    sending, when the socket is another user's)."""
+    with connect(socket_path, timeout_s) as conn:
         if not send_line(conn, message):
             raise OSError("the server closed the connection")
         answer = receive_line(conn, timeout_s)
     if answer is None:
         raise TimeoutError(f"no answer within {timeout_s:g} s")
     return answer
+
 
 def _running(pid) -> bool:
     """Alive and not a zombie; False for anything in a state file that is no pid."""
@@ -194,14 +294,13 @@ def _remove_stale(state_path: Path, state: dict) -> bool:
     the GPU lock. A live server holds the lock for its whole life: a pid this process cannot see (a server
     in another pid namespace sharing the lock folder) is no proof of its death, and no new server can write
     its files meanwhile. Whether no server holds the lock (its files are gone)."""
-    from nsprof.errors import NsprofError
     from nsprof.host.lock import gpu_lock
 
     try:
         with gpu_lock(0):
             try:
-                now = json.loads(state_path.read_text())
-            except (OSError, ValueError):
+                now = read_state(state_path)
+            except (OSError, ValueError, NsprofError):
                 return True  # gone already: not that dead server's any more
             if now.get("pid") != state.get("pid"):
                 return True  # a new server's, written before this client took the lock: it is dead too
@@ -224,9 +323,13 @@ def find_server(driver, settings) -> tuple[dict | None, str | None]:
         return None, None
     state_path, _ = serve_paths()
     try:
-        state = json.loads(state_path.read_text())
+        if not check_folder(state_path.parent):
+            return None, None
+        state = read_state(state_path)
     except FileNotFoundError:
         return None, None
+    except NsprofError as exc:
+        return None, str(exc)
     except (OSError, ValueError) as exc:
         return None, f"nsprof serve's state file {state_path} cannot be read ({exc})"
     pid = state.get("pid")
@@ -244,6 +347,9 @@ def find_server(driver, settings) -> tuple[dict | None, str | None]:
         # report before the server answers anyone): busy, and the job request waits in its queue or is
         # refused as busy; the server's own waits are bounded.
         return {**state, "busy": True}, None
+    except UntrustedPeer as exc:
+        _remove_stale(state_path, state)  # this user's state naming a socket that is not: no server of its own
+        return None, f"nsprof serve (pid {pid}) is not used: {exc}"
     except (OSError, KeyError) as exc:
         if _remove_stale(state_path, state):
             return None, None  # no server holds the lock: its pid was another process's by now
@@ -256,7 +362,6 @@ def submit(state: dict, request: dict, status_file: Path, settings, notify) -> t
     file's progress goes to notify as a session's does. A server that vanishes, or stops
     answering past the job's bounds, gives {"ok": False, "fault": "vanished", ...}."""
     import select
-    import socket
 
     from nsprof.worker.protocol import RunStatus
 
@@ -266,12 +371,13 @@ def submit(state: dict, request: dict, status_file: Path, settings, notify) -> t
         return {"ok": False, "fault": "vanished", "config": None, "reason": f"nsprof serve (pid {pid}) {why}"}
 
     bound = settings.timeout_s + settings.phase_bound_s + SERVE_GRACE_S
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn = connect(str(state["socket"]), PING_TIMEOUT_S)  # its peer this user's: the request holds the environment
+    except OSError as exc:
+        return vanished(f"could not be reached ({exc})"), False
     started = False
     try:
         try:
-            conn.settimeout(PING_TIMEOUT_S)
-            conn.connect(str(state["socket"]))
             conn.sendall((json.dumps(request) + "\n").encode())
         except OSError as exc:
             return vanished(f"could not be reached ({exc})"), False

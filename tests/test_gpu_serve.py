@@ -49,7 +49,7 @@ def nsys_server(tmp_path, own_gpu_lock_folder):
     state_file = None
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
-        found = list(own_gpu_lock_folder.glob("*.serve.json")) if own_gpu_lock_folder.exists() else []
+        found = list(own_gpu_lock_folder.glob("nsprof-serve-*/*.serve.json")) if own_gpu_lock_folder.exists() else []
         if found:
             state_file = found[0]
             break

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -16,7 +15,7 @@ import pytest
 
 from nsprof.errors import GpuBusy, NsprofError
 from nsprof.host.gpu import Gpu, which_gpu
-from nsprof.host.lock import gpu_lock, lock_path
+from nsprof.host.lock import gpu_lock, holder_record, lock_path, record_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,12 +83,13 @@ def test_wait_takes_the_lock_once_the_holder_lets_go(holder, capfd):
     began = time.monotonic()
     with gpu_lock(0, wait=True, timeout_s=60) as path:
         waited_s = time.monotonic() - began
-        record = json.loads(path.read_text())
+        record = holder_record(path)
         assert record["pid"] == os.getpid()
     assert child.wait(timeout=30) == 0
     assert 0.3 < waited_s < 30
     assert capfd.readouterr() == ("", "")  # waiting is silent
-    assert lock_path(0).read_text() == ""  # released: nobody named
+    assert holder_record(lock_path(0)) is None  # released: nobody named
+    assert not record_path(lock_path(0), os.geteuid()).exists() and lock_path(0).read_text() == ""
 
 
 def test_wait_without_timeout_blocks_until_release(holder):
@@ -115,9 +115,9 @@ def test_a_sigkilled_holder_frees_the_gpu(holder):
             pass
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
-    assert json.loads(lock_path(0).read_text())["pid"] == child.pid  # its record is still there...
+    assert holder_record(lock_path(0))["pid"] == child.pid  # its record is still there...
     with gpu_lock(0) as path:  # ...but the lock died with it
-        assert json.loads(path.read_text())["pid"] == os.getpid()
+        assert holder_record(path)["pid"] == os.getpid()
 
 
 PROBE = "from nsprof.host.lock import gpu_lock\nwith gpu_lock(0):\n    print('free')\n"

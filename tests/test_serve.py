@@ -15,7 +15,7 @@ import pytest
 from conftest import FIXTURES, wait_for
 from conftest import running as _running
 
-from nsprof.host.lock import gpu_lock
+from nsprof.host.lock import gpu_lock, lock_dir
 from nsprof.worker.protocol import parse_status
 
 TARGETS = FIXTURES.parent / "targets"
@@ -25,18 +25,30 @@ GATE = str(TARGETS / "serve_gate.py") + ":space"
 DEADLINE_S = 60.0  # generous: a busy machine must not fail these; a hang never ends at all
 
 
+def _serve_folder(lock_dir: Path) -> Path:
+    """This user's folder for its server's files, in the lock's folder."""
+    return lock_dir / f"nsprof-serve-{os.geteuid()}"
+
+
 def _state_file(lock_dir: Path) -> Path:
     from nsprof.serve_client import serve_paths
 
-    assert serve_paths()[0].parent == lock_dir
+    assert serve_paths()[0].parent == _serve_folder(lock_dir)
     return serve_paths()[0]
 
 
 def _socket(lock_dir: Path) -> Path:
     from nsprof.serve_client import serve_paths
 
-    assert serve_paths()[1].parent == lock_dir
+    assert serve_paths()[1].parent == _serve_folder(lock_dir)
     return serve_paths()[1]
+
+
+def _make_serve_folder(lock_dir: Path) -> None:
+    """The folder a server makes (mode 0700), for a test that writes a server's files itself."""
+    from nsprof.serve_client import check_folder
+
+    assert check_folder(_serve_folder(lock_dir), create=True)
 
 
 @pytest.fixture
@@ -56,7 +68,7 @@ def server(tmp_path, own_gpu_lock_folder, monkeypatch):
         started.append(proc)
         for name, value in (env or {}).items():
             monkeypatch.setenv(name, value)
-        state_file = _state_file(own_gpu_lock_folder)
+        state_file = _state_file(lock_dir())  # the test's own (conftest), or the one `env` names
         assert wait_for(lambda: state_file.exists() or proc.poll() is not None), "the server never started"
         assert proc.poll() is None, (tmp_path / f"server{len(started) - 1}.err").read_text()
         return proc, json.loads(state_file.read_text())
@@ -262,7 +274,7 @@ def test_a_dead_or_unfitting_servers_state_is_told_apart(tmp_path, own_gpu_lock_
 
     driver = standins.StatusDriver()
     settings = ProfileSettings(backend="nsys")
-    own_gpu_lock_folder.mkdir(parents=True, exist_ok=True)
+    _make_serve_folder(own_gpu_lock_folder)
     state_file = _state_file(own_gpu_lock_folder)
     assert find_server(driver, settings) == (None, None)  # no server
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -306,8 +318,29 @@ def test_the_socket_of_a_gpu_named_by_its_uuid_fits_a_unix_socket_path(own_gpu_l
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-765d8652-190c-2afc-a912-c353311f4958")
     state, socket_path = serve_paths()
     assert "765d8652" in state.name, "the state file keeps the lock's name"
-    assert socket_path.parent == own_gpu_lock_folder and socket_path.name.endswith(".serve.sock")
-    assert len(os.fsencode(str(socket_path))) - len(os.fsencode(str(own_gpu_lock_folder))) <= 30
+    assert socket_path.parent == _serve_folder(own_gpu_lock_folder) and socket_path.name.endswith(".serve.sock")
+    assert len(os.fsencode(str(socket_path))) - len(os.fsencode(str(own_gpu_lock_folder))) <= 50
+
+
+def test_a_socket_path_too_long_for_a_unix_socket_still_serves(tmp_path, server):
+    """issue 24: under a long $TMPDIR (the tests' lock folder lies in it) the socket's path passed a Unix
+    socket's 107 bytes and the server refused to start. It binds, and clients connect, through a short
+    path to the same socket."""
+    from nsprof.serve_client import serve_paths
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    locks = deep / "locks"
+    deep.mkdir(parents=True)
+    proc, state = server("--idle-exit", "120", env={"NSPROF_LOCK_DIR": str(locks), "TMPDIR": str(deep)})
+    socket_path = serve_paths()[1]
+    assert len(os.fsencode(str(socket_path))) > 107 and socket_path.parent.parent == locks
+    assert state["socket"] == str(socket_path) and socket_path.is_socket()
+    done = _client(tmp_path, "served")
+    assert done.returncode == 0, done.stderr
+    assert _measured(_rows(done)) == {0: 2, 2: 2, 4: 2}
+    assert f"measured by nsprof serve (pid {state['pid']}" in done.stderr
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, locks) == 0
 
 
 def _hold_a_job(tmp_path: Path, name: str, env: dict | None = None) -> subprocess.Popen:
@@ -598,7 +631,7 @@ def test_a_servers_files_are_removed_only_while_nobody_holds_the_gpu_lock(tmp_pa
     from nsprof.settings import ProfileSettings
 
     driver, settings = standins.StatusDriver(), ProfileSettings(backend="nsys")
-    own_gpu_lock_folder.mkdir(parents=True, exist_ok=True)
+    _make_serve_folder(own_gpu_lock_folder)
     release = tmp_path / "release"
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\nfrom pathlib import Path\nfrom nsprof.host.lock import gpu_lock\n"
@@ -630,7 +663,7 @@ def test_a_dead_servers_pid_taken_by_another_process_is_told_apart(tmp_path, own
     from nsprof.settings import ProfileSettings
 
     driver, settings = standins.StatusDriver(), ProfileSettings(backend="nsys")
-    own_gpu_lock_folder.mkdir(parents=True, exist_ok=True)
+    _make_serve_folder(own_gpu_lock_folder)
     other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         state_file, socket_file = _state_file(own_gpu_lock_folder), _socket(own_gpu_lock_folder)

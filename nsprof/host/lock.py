@@ -13,7 +13,18 @@ nsprof itself was killed.
 Two profilers on one GPU corrupt each other's numbers (ncu serialises kernels and locks
 clocks; another process's kernels share the SMs). flock is released by the kernel when the
 holder's process dies, however it dies, so a crashed nsprof never leaves a stale lock.
-The file holds the holder's pid, command line and start time as JSON, for the busy message.
+
+On a machine that several users share (docs/trust.md), the lock folder is writable by all:
+- the lock file is created by whoever comes first, with O_CREAT|O_EXCL, mode 0644: every user
+  can open it (read-only is enough for flock), only its maker could write it, and nsprof never
+  writes or truncates it. It is opened with O_NOFOLLOW|O_NONBLOCK and must be a regular file: a
+  link or a FIFO planted at its name is refused in one line, never followed.
+- who holds it is the kernel's word (/proc/locks: the holder's pid); the holder's record (pid,
+  command line, start time, as JSON) is kept for the busy message in a file of the holder's own
+  user beside the lock, `<lock name>.<uid>.holder` (record_path), mode 0644, written by a
+  temporary file (tempfile.mkstemp: O_EXCL, a name nobody can guess) renamed onto it, so never
+  through a link. A record is believed only from a file its holder's uid owns, naming the pid
+  the kernel names, and printed with its control characters escaped.
 """
 
 from __future__ import annotations
@@ -24,7 +35,9 @@ import errno
 import fcntl
 import json
 import os
+import pwd
 import shlex
+import stat
 import sys
 import tempfile
 import threading
@@ -34,7 +47,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nsprof.errors import GpuBusy
+from nsprof.errors import GpuBusy, NsprofError
 from nsprof.host.gpu import Gpu, which_gpu
 
 _POLL_S = 0.05
@@ -158,50 +171,175 @@ def inherited_lock_holders() -> list[tuple[int, str]]:
     return [(pid, _command_of(pid)) for pid in _flock_holders(files)[0]]
 
 
-def _open_lock_file(path: Path) -> tuple[int, bool]:
-    """(fd, writable). Never O_CREAT on an existing file: with fs.protected_regular (the default on
-    many distributions) that fails in /tmp for a file another user created."""
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+LOCK_MODE = 0o644  # every user can open (and flock) it; only its maker could write it, and nobody does
+RECORD_LIMIT = 65536
+
+
+def _owner(path: Path) -> str:
+    try:
+        return f"uid {os.lstat(path).st_uid}"
+    except OSError:
+        return "an unknown owner"
+
+
+def _open_lock_file(path: Path) -> int:
+    """A read-only descriptor of the lock file, created (O_EXCL, LOCK_MODE) if there is none. A link, or
+    anything but a regular file, at its name is refused (NsprofError): never followed, never written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         try:
-            return os.open(path, os.O_RDWR), True
+            fd = os.open(path, _OPEN_FLAGS)
         except FileNotFoundError:
-            pass
-        except PermissionError:
-            # another user's lock file without write permission: flock works on a read-only fd too
-            return os.open(path, os.O_RDONLY), False
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            continue  # created by someone else between the two opens
-        with contextlib.suppress(OSError):
-            os.fchmod(fd, 0o666)  # the umask took write permission away from other users
-        return fd, True
+            try:
+                fd = os.open(path, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, LOCK_MODE)
+            except FileExistsError:
+                continue  # created by someone else between the two opens
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, LOCK_MODE)  # the umask may have taken the others' read permission
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise NsprofError(f"the GPU lock {path} is a symbolic link (made by {_owner(path)}), not a lock "
+                                  "file: nsprof does not follow it; remove it, or set NSPROF_LOCK_DIR") from None
+            raise NsprofError(f"the GPU lock {path} cannot be opened ({exc.strerror})") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise NsprofError(f"the GPU lock {path} is not a regular file (made by {_owner(path)}): remove it, "
+                              "or set NSPROF_LOCK_DIR")
+        return fd
 
 
-def _read_holder(fd: int) -> dict[str, Any] | None:
+def record_path(lock: Path, uid: int) -> Path:
+    """The holder's record of `lock` that a process of user `uid` writes while it holds it."""
+    return lock.with_name(f"{lock.name}.{uid}.holder")
+
+
+def _write_record(lock: Path, record: dict[str, Any]) -> None:
+    """This user's holder record of `lock`: a fresh temporary file (O_EXCL) renamed onto its name, so that
+    nothing is written through a link planted there. Where it cannot be (a file of another user's at the
+    name), there is none: the busy message then names the holder from /proc."""
     try:
-        holder = json.loads(os.pread(fd, 65536, 0).decode("utf-8", "replace") or "null")
+        fd, temporary = tempfile.mkstemp(prefix=f".{lock.name}.", suffix=".tmp", dir=lock.parent)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(record))
+            os.fchmod(out.fileno(), 0o644)
+        os.replace(temporary, record_path(lock, os.geteuid()))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+
+
+def _clear_record(lock: Path) -> None:
+    path = record_path(lock, os.geteuid())
+    with contextlib.suppress(OSError):
+        if os.lstat(path).st_uid == os.geteuid():  # this user's, not a file another user put at its name
+            os.unlink(path)
+
+
+def _kernel_holder(fd: int) -> int | None:
+    """The pid that holds the flock on the open file of `fd`, as the kernel lists it (/proc/locks)."""
+    st = os.fstat(fd)
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        words = line.split()
+        if len(words) >= 6 and words[1] == "FLOCK" and words[5] == where and words[4].isdigit():
+            return int(words[4]) or None  # 0: a process this pid namespace does not see
+    return None
+
+
+def _uid_of(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def _read_record(lock: Path, uid: int) -> dict[str, Any] | None:
+    """The record in `uid`'s holder file of `lock`, if that file is a regular file of that uid's."""
+    try:
+        fd = os.open(record_path(lock, uid), _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+            return None
+        holder = json.loads(os.read(fd, RECORD_LIMIT).decode("utf-8", "replace") or "null")
     except (OSError, ValueError):
-        return None  # empty (the holder has not written yet) or half written
+        return None  # half written, or not JSON
+    finally:
+        os.close(fd)
     return holder if isinstance(holder, dict) else None
+
+
+def holder_record(lock: Path, fd: int | None = None) -> dict[str, Any] | None:
+    """Who holds `lock`: the kernel's pid, with its user's record when that record names the same pid (else
+    the pid, its uid and command line from /proc); the record of this user's last holder where the kernel
+    names none (this process holds no descriptor of it: `fd` None, or /proc/locks says nothing)."""
+    own = fd is None
+    if own:
+        try:
+            fd = os.open(lock, _OPEN_FLAGS)  # never made here: no lock file, no holder
+        except OSError:
+            return None
+    try:
+        pid = _kernel_holder(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    finally:
+        if own:
+            os.close(fd)
+    if pid is None:
+        return _read_record(lock, os.geteuid())
+    uid = _uid_of(pid)
+    record = _read_record(lock, os.geteuid() if uid is None else uid)
+    if not record or record.get("pid") != pid:
+        record = {"pid": pid, "command": _command_of(pid)}
+    if uid is not None:
+        record["uid"] = uid
+    return record
+
+
+def shown(text: str) -> str:
+    """`text` with its control characters (and other unprintable ones: bidirectional overrides) escaped, as
+    Python writes them: a line of another user's that cannot drive the terminal it is printed on."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"user {shown(pwd.getpwuid(uid).pw_name)}"
+    except (KeyError, OverflowError):
+        return f"uid {uid}"
 
 
 def _describe(holder: dict[str, Any] | None) -> str:
     if not holder:
         return "another nsprof"
     parts = []
-    if "pid" in holder:
-        parts.append(f"pid {holder['pid']}")
+    pid = holder.get("pid")
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        parts.append(f"pid {pid}")
+    uid = holder.get("uid")
+    if isinstance(uid, int) and uid != os.geteuid():
+        parts.append(_user(uid))
     started = holder.get("started_unix")
     if isinstance(started, (int, float)):
-        when = datetime.fromtimestamp(started)
-        parts.append("started " + when.strftime("%H:%M:%S" if when.date() == datetime.now().date()
-                                                else "%Y-%m-%d %H:%M:%S"))
+        with contextlib.suppress(OverflowError, OSError, ValueError):
+            when = datetime.fromtimestamp(started)
+            parts.append("started " + when.strftime("%H:%M:%S" if when.date() == datetime.now().date()
+                                                    else "%Y-%m-%d %H:%M:%S"))
     text = ", ".join(parts)
     command = str(holder.get("command") or "")
     if command:
         command = command if len(command) <= 80 else command[:79] + "…"
+        command = shown(command)
         text = f"{text}: {command}" if text else command
     return f"another nsprof ({text})" if text else "another nsprof"
 
@@ -225,7 +363,7 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
     """
     gpu = which_gpu(device)
     path = lock_path(gpu)
-    key = str(path.resolve())
+    key = str(path.parent.resolve() / path.name)  # never through a link planted at its name
     with _held_lock:
         if key in _held:
             raise GpuBusy(f"{gpu} is already locked by this process ({path})", device=device, path=path,
@@ -233,25 +371,20 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
         _held[key] = -1
     fd = -1
     try:
-        fd, writable = _open_lock_file(path)
+        fd = _open_lock_file(path)
         _acquire(fd, gpu, path, wait=wait, timeout_s=timeout_s, device=device)
         with _held_lock:
             _held[key] = fd
         _taken_here().add(key)
-        if writable:
-            record = {"pid": os.getpid(), "command": _command_line(), "started_unix": time.time(),
-                      "started": datetime.now().astimezone().isoformat(timespec="seconds"),
-                      "gpu": dataclasses.asdict(gpu)}
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(record).encode(), 0)
+        _write_record(path, {"pid": os.getpid(), "command": _command_line(), "started_unix": time.time(),
+                             "started": datetime.now().astimezone().isoformat(timespec="seconds"),
+                             "gpu": dataclasses.asdict(gpu)})
         try:
             yield path
         finally:
-            if writable:
-                # Cleared before unlocking so the file never names a process that is gone (a killed
-                # holder's record stays, but only until the next holder overwrites it).
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, 0)
+            # Removed before unlocking so that it never names a process that is gone (a killed holder's
+            # record stays, but the kernel then names another pid, or none, and it is not believed).
+            _clear_record(path)
     finally:
         _taken_here().discard(key)
         with _held_lock:
@@ -273,7 +406,7 @@ def _acquire(fd: int, gpu: Gpu, path: Path, *, wait: bool, timeout_s: float | No
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise
         if not wait or (deadline is not None and time.monotonic() >= deadline):
-            holder = _read_holder(fd)
+            holder = holder_record(path, fd)
             advice = "wait for it or pass --wait" if not wait else f"still busy after {timeout_s:g} s"
             raise GpuBusy(f"{gpu} is being profiled by {_describe(holder)}; {advice}",
                           device=device, path=path, holder=holder)
