@@ -49,7 +49,10 @@ DEFAULT_DOMAIN = "<default domain>"
 NSPROF_DOMAIN = "nsprof"
 MODES = ("direct", "graph")
 
-_RANGE_RE = re.compile(r"^cfg(?P<config>\d+)(?:\.s(?P<shape>\d+))?\.(?P<mode>direct|graph)\.r(?P<rep>\d+)$")
+# Ids are int64 in the table: a name with a longer number (or a non-ASCII digit) is not
+# nsprof's, only a name.
+_ID = r"[0-9]{1,18}"
+_RANGE_RE = re.compile(rf"^cfg(?P<config>{_ID})(?:\.s(?P<shape>{_ID}))?\.(?P<mode>direct|graph)\.r(?P<rep>{_ID})$")
 
 
 class RangeName(NamedTuple):

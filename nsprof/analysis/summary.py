@@ -39,9 +39,10 @@ def kernel_key(frame):
 
 
 def natural_key(text) -> tuple:
-    """A sort key putting cfg2 before cfg10: digit runs compare as numbers."""
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
-                 for part in re.split(r"(\d+)", str(text)) if part)
+    """A sort key putting cfg2 before cfg10: digit runs compare as numbers (by length without
+    leading zeros, then digit by digit: no int(), which refuses a run of 4,300 digits)."""
+    return tuple((0, len(part.lstrip("0")), part.lstrip("0")) if part.isascii() and part.isdigit() else (1, 0, part)
+                 for part in re.split(r"([0-9]+)", str(text)) if part)
 
 
 def range_key(name) -> tuple:
