@@ -171,18 +171,35 @@ def analyze(files, kernel_re, range_re, sort_by, top, timeunit, no_warmup, names
         checked_plot_path(plot_path)
     _refuse_overwriting_inputs(files, {"--csv": csv_path, "--parquet": parquet_path, "--plot": plot_path})
     width = None if wide else NAME_WIDTH
-    frames = []
+    frames, read_files, unreadable = [], [], []
     for path in files:
-        frame = read_report(path, domain=domain)
+        try:
+            frame = read_report(path, domain=domain)
+        except NsprofError as exc:  # named at the end; the other reports are still shown
+            message = str(exc)
+            unreadable.append(message if message.startswith(shown_name(path)) else f"{shown_name(path)}: {message}")
+            continue
         for warning in frame.attrs.get("warnings", []):
             click.echo(f"nsprof: warning: {shown_name(path)}: {warning}", err=True)
         frame.insert(0, "file", str(path))
         frames.append(frame)
+        read_files.append(path)
+    files = read_files
+
+    def done() -> None:
+        """Each report that could not be read, one line each, then exit status 2."""
+        if unreadable:
+            for message in unreadable:
+                click.echo(f"nsprof: error: {message}", err=True)
+            click.get_current_context().exit(EXIT_ERROR)
+
+    if not frames or (compare and unreadable):
+        return done()
     tidy = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     _write_exports(tidy, csv_path, parquet_path)
     if as_json:
         write_rows(tidy, sys.stdout)
-        return
+        return done()
     printed = not to_stdout  # the summary or comparison goes to stdout unless something else does
 
     def chosen(summary):
@@ -191,7 +208,7 @@ def analyze(files, kernel_re, range_re, sort_by, top, timeunit, no_warmup, names
     if compare:
         _analyze_compare(files, frames, chosen, compare_frames, timeunit, width, names, style, plot_path, printed,
                          describe_report, format_compare, compare_note)
-        return
+        return done()
     summaries = [(path, frame, chosen(summarize(frame))) for path, frame in zip(files, frames)]
     if plot_path:
         from nsprof.render.analyze_plot import durations_plot
@@ -201,7 +218,7 @@ def analyze(files, kernel_re, range_re, sort_by, top, timeunit, no_warmup, names
         if plot_path != "-":
             click.echo(f"wrote {plot_path}", err=True)
     if not printed:
-        return
+        return done()
     if style in ("csv", "json"):
         from nsprof.render.json import summary_records
 
@@ -213,7 +230,7 @@ def analyze(files, kernel_re, range_re, sort_by, top, timeunit, no_warmup, names
         else:
             columns = ["file", *(c for c in summaries[0][2].columns if c != "group")]
             pd.DataFrame(rows, columns=columns).to_csv(sys.stdout, index=False)
-        return
+        return done()
     for path, frame, summary in summaries:
         click.echo(f"{path}  ({describe_report(frame)})")
         if style == "markdown":
@@ -222,6 +239,7 @@ def analyze(files, kernel_re, range_re, sort_by, top, timeunit, no_warmup, names
         for note in summary_notes(frame, summary, width, names):
             click.echo(note)
         click.echo("")
+    done()
 
 
 def _one_on_stdout(**claims: bool) -> bool:

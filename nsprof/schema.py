@@ -49,7 +49,10 @@ DEFAULT_DOMAIN = "<default domain>"
 NSPROF_DOMAIN = "nsprof"
 MODES = ("direct", "graph")
 
-_RANGE_RE = re.compile(r"^cfg(?P<config>\d+)(?:\.s(?P<shape>\d+))?\.(?P<mode>direct|graph)\.r(?P<rep>\d+)$")
+# Ids are int64 in the table: a name with a longer number (or a non-ASCII digit) is not
+# nsprof's, only a name.
+_ID = r"[0-9]{1,18}"
+_RANGE_RE = re.compile(rf"^cfg(?P<config>{_ID})(?:\.s(?P<shape>{_ID}))?\.(?P<mode>direct|graph)\.r(?P<rep>{_ID})$")
 
 
 class RangeName(NamedTuple):
@@ -150,28 +153,41 @@ def make_frame(rows: list[dict] | dict[str, list]):
     """Build a tidy DataFrame from row dicts (or columns), filling what rows lack.
 
     Fills config_id/mode/rep/shape from nsprof range names where the rows do not set them, and
-    casts every column to its dtype.
+    casts every column to its dtype. Built column by column and assembled once: a small
+    report (a few dozen rows) would otherwise pay for many inserts and casts of the whole frame.
     """
     import pandas as pd
 
     frame = pd.DataFrame(rows)
+    columns = {}
     for column, dtype in COLUMN_DTYPES.items():
         if column not in frame.columns:
-            empty = float("nan") if dtype == "float64" else pd.NA
-            frame[column] = pd.Series([empty] * len(frame), index=frame.index, dtype=dtype)
+            columns[column] = None
         elif dtype == "float64" and frame[column].dtype == object:
-            frame[column] = pd.to_numeric(frame[column], errors="coerce")
-    frame = frame[COLUMNS]
-    if len(frame) and frame["range"].notna().any():
+            columns[column] = pd.to_numeric(frame[column], errors="coerce")
+        else:
+            columns[column] = frame[column]
+    if len(frame) and columns["range"] is not None and columns["range"].notna().any():
         # Parse each distinct range name once; reports repeat names many times.
-        parsed = {n: parse_range_name(n) for n in frame["range"].dropna().unique() if isinstance(n, str)}
+        names = columns["range"]
+        parsed = {n: parse_range_name(n) for n in names.dropna().unique() if isinstance(n, str)}
         parsed = {n: p for n, p in parsed.items() if p}
         for position, column in enumerate(("config_id", "mode", "rep", "shape")):
             if not parsed:
                 break
-            from_name = frame["range"].map({n: p[position] for n, p in parsed.items()})
-            if frame[column].isna().all():
-                frame[column] = from_name
+            from_name = names.map({n: p[position] for n, p in parsed.items()})
+            given = columns[column]
+            if given is None or given.isna().all():
+                columns[column] = from_name
             else:
-                frame[column] = frame[column].astype(object).where(frame[column].notna(), from_name)
-    return frame.astype(COLUMN_DTYPES)
+                columns[column] = given.astype(object).where(given.notna(), from_name)
+    out = {}
+    for column in COLUMNS:
+        dtype = COLUMN_DTYPES[column]
+        values = columns[column]
+        if values is None:
+            empty = float("nan") if dtype == "float64" else pd.NA
+            out[column] = pd.Series([empty] * len(frame), index=frame.index, dtype=dtype)
+        else:
+            out[column] = values.astype(dtype)
+    return pd.DataFrame(out, index=frame.index)

@@ -154,6 +154,7 @@ class ResultStore:
         except OSError as exc:
             raise StoreError(f"cannot create the folder of results store {self.path}: "
                              f"{_one_line(exc)}") from None
+        self._refuse_foreign()
         try:
             # isolation_level=None: no implicit transactions; add() opens and closes its own.
             self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
@@ -172,6 +173,43 @@ class ResultStore:
             raise
 
     # -- opening ---------------------------------------------------------------------------
+
+    def _refuse_foreign(self) -> None:
+        """Refuse another program's SQLite file, or a newer nsprof's store, before anything
+        writes to it: opening read-write switches a file to WAL (its header changes on disk)
+        and may leave -wal and -shm files beside it. So an existing file is read first through
+        a read-only connection; a new or empty file, or one with no table yet, is nsprof's to
+        make. What the read-only look cannot settle (a file that is no database, a locked one)
+        is left to the normal open, whose errors say why."""
+        try:
+            if self.path.stat().st_size == 0:
+                return
+        except OSError:
+            return  # missing: created below
+        try:
+            conn = sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro", uri=True, timeout=self.busy_timeout_s)
+        except sqlite3.Error:
+            return
+        try:
+            try:
+                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            except sqlite3.Error:
+                return
+            if not tables:
+                return
+            row = None
+            if "meta" in tables:
+                try:
+                    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                except sqlite3.OperationalError as exc:
+                    if "locked" in str(exc) or "busy" in str(exc):
+                        return
+                    # another program's `meta`, without nsprof's columns: row stays None
+        finally:
+            conn.close()
+        problem = self._schema_problem(row)
+        if problem:
+            raise StoreError(problem)
 
     def _enable_wal(self) -> None:
         """WAL: readers never block the writer, and a killed writer leaves only uncommitted frames behind.
@@ -208,17 +246,24 @@ class ResultStore:
         row = None
         if "meta" in tables:
             row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        problem = self._schema_problem(row)
+        if problem:
+            raise StoreError(problem)
+        self._add_shape_columns()
+
+    def _schema_problem(self, row: tuple | None) -> str | None:
+        """Why a file whose meta table gave `row` for schema_version (None: no such row or
+        table) is not a store this nsprof may open; None when it is."""
         if row is None or not str(row[0]).isdigit():
-            raise StoreError(f"{self.path} is an SQLite file but not an nsprof results store; "
-                             "move it away or pass another store path")
+            return (f"{self.path} is an SQLite file but not an nsprof results store; "
+                    "move it away or pass another store path")
         version = int(row[0])
         if version > SCHEMA_VERSION:
-            raise StoreError(f"results store {self.path} has schema version {version}, written by a newer "
-                             f"nsprof (this one reads up to {SCHEMA_VERSION}); upgrade nsprof or use another "
-                             "store path")
+            return (f"results store {self.path} has schema version {version}, written by a newer "
+                    f"nsprof (this one reads up to {SCHEMA_VERSION}); upgrade nsprof or use another store path")
         if version < 1:
-            raise StoreError(f"results store {self.path} has an invalid schema version {version}")
-        self._add_shape_columns()
+            return f"results store {self.path} has an invalid schema version {version}"
+        return None
 
     def _add_shape_columns(self) -> None:
         """A store from before shapes gets their columns (every old row: no shape). Additive, so

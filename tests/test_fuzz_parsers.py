@@ -655,11 +655,18 @@ def test_regression_sqlite_errors_are_one_short_line(work, name, script, message
     ],
 )
 def test_regression_ncu_rep_native_crash_is_a_report_error(work, ncu_report, name, offset, payload):
+    from nsprof.reports.ncu_rep import load_actions
+
     path = work / "regression-abort.ncu-rep"
     path.write_bytes(_ncu_rep_with(name, offset, payload, insert=True))
+    # The loader's own process dies; the child's crash is the error, not nsprof's.
     with pytest.raises(ReportError, match="ncu_report crashed reading it") as info:
-        read_report(path)
+        load_actions(path, **NCU_REP_LIMITS)
     assert "SIGABRT" in str(info.value) and "\n" not in str(info.value)
+    # read_report no longer gets that far: the inserted bytes break the block layout.
+    with pytest.raises(ReportError, match="truncated or damaged") as info:
+        read_report(path)
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize(("offset", "payload"), [(9613079, b"\xd0"), (9613688, b"\xff\xff\xff\x7f")])

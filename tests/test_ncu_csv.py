@@ -384,3 +384,54 @@ def test_exported_csv_records_no_clock_control():
     frame.attrs["kind"] = "ncu-csv"
     text = describe_report(frame)
     assert "clock control unknown" in text and "base" not in text
+
+
+# --- huge integers where a name or an id belongs (issue 24) --------------------------------
+
+HUGE = "9" * 5000  # past Python's 4,300-digit limit for int(str)
+
+
+def _analyze_json(path):
+    """`nsprof analyze --format json` of one file through the CLI: (exit status, summary rows)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from nsprof.cli import cli
+
+    result = CliRunner().invoke(cli, ["analyze", "--format", "json", str(path)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.exit_code, json.loads(result.stdout) if result.exit_code == 0 else result.stderr
+
+
+@pytest.mark.parametrize(("name", "pooled_as"), [
+    (HUGE, HUGE),  # a range named by a number is a name
+    (f"cfg{HUGE}.direct.r0", f"cfg{HUGE}.direct.r0"),  # no config id fits int64: not nsprof's range
+    (f"cfg0.direct.r{HUGE}", f"cfg0.direct.r{HUGE}"),
+    (f"cfg0.s{HUGE}.direct.r0", f"cfg0.s{HUGE}.direct.r0"),
+    ("cfg99999999999999999999.direct.r0", "cfg99999999999999999999.direct.r0"),  # 20 digits: past int64
+], ids=["number", "config", "rep", "shape", "past-int64"])
+def test_huge_integer_in_an_nvtx_range_name_is_read_as_text(tmp_path, name, pooled_as):
+    path = tmp_path / "huge.csv"
+    path.write_text(RAW.read_text().replace("cfg0.direct.r0", name))
+    status, rows = _analyze_json(path)
+    assert status == 0, rows
+    by_range = {row["range"]: row for row in rows}
+    assert by_range[pooled_as]["count"] == 1  # cfg0.direct.r0's one kernel, under its own name
+    assert by_range["cfg0.direct"]["count"] == 2  # the other two reps of cfg0 still pool
+    assert sum(row["count"] for row in rows) == 27
+
+
+@pytest.mark.parametrize("tid", [HUGE, "7" * 25], ids=["5000-digits", "past-int64"])
+def test_huge_thread_id_in_an_nvtx_cell_is_no_thread_id(tmp_path, tid):
+    path = tmp_path / "tid.csv"
+    text = RAW.read_text()
+    assert text.count('"452  ""nsprof:nsprof') > 1
+    path.write_text(text.replace('"452  ""nsprof:nsprof', f'"{tid}  ""nsprof:nsprof', 1))
+    status, rows = _analyze_json(path)
+    assert status == 0, rows
+    unchanged = [{**row, "file": str(path)} for row in _analyze_json(RAW)[1]]
+    assert rows == unchanged  # the thread id decides no range
+    frame = read_ncu_csv(path)
+    before = read_ncu_csv(RAW)["tid"]
+    assert frame["tid"].isna().sum() == before.isna().sum() + 1 and set(frame["tid"].dropna()) == {452}

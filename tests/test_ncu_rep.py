@@ -102,9 +102,11 @@ def test_read_report_sniffs_ncu_rep(ncu_rep_dir):
     ("content", "message"),
     [
         (b"", "empty file"),
-        (b"NVR\0" + bytes(range(256)) * 20, "holds no results"),
+        (b"NVR\0" + bytes(range(256)) * 20, "truncated"),  # its first size runs past the end
+        (b"NVR\0\2\0\0\0\x08\x07", "holds no (results|profiled kernels)"),  # a file header, no block
         (b"garbage that is not a report" * 10, "bad magic"),
     ],
+    ids=["empty", "garbage-after-magic", "header-only", "no-magic"],
 )
 def test_bad_ncu_rep_inputs(tmp_path, content, message):
     path = tmp_path / "bad.ncu-rep"
@@ -114,18 +116,49 @@ def test_bad_ncu_rep_inputs(tmp_path, content, message):
     assert "\n" not in str(info.value)
 
 
-def test_truncated_ncu_rep_keeps_what_it_can_or_says_so(ncu_rep_dir, tmp_path):
+def _cut_offsets(size: int) -> list[int]:
+    """Cut points all over a report: the header's first bytes, a fixed spread, the last bytes."""
+    spread = range(97, size, size // 150 + 1)
+    return sorted({1, 4, 5, 8, 9, 12, 100, 145, 150, *spread, size - 4, size - 1})
+
+
+@pytest.mark.parametrize("name", ["fixture_node", "fixture_graph", "fixture_clock_none", "fixture_clock_default"])
+def test_truncated_ncu_rep_is_refused_at_every_cut(ncu_rep_dir, tmp_path, name):
+    # ncu_report reads a cut report as a smaller one (the results after the cut are gone,
+    # a half-written one loses its metrics): nsprof refuses it, whatever the cut point,
+    # and reads the uncut file exactly.
+    from nsprof.reports.ncu_rep import block_ends
+
+    data = (ncu_rep_dir / f"{name}.ncu-rep").read_bytes()
+    ends = block_ends(ncu_rep_dir / f"{name}.ncu-rep")
+    assert ends[-1] == len(data) and len(ends) == len(set(ends)) and len(ends) < 100
+    path = tmp_path / "cut.ncu-rep"
+    offsets = [size for size in _cut_offsets(len(data)) if size not in ends]
+    assert len(offsets) > 150
+    for size in offsets:
+        path.write_bytes(data[:size])
+        with pytest.raises(ReportError) as info:
+            read_ncu_rep(path)
+        message = str(info.value)
+        assert "\n" not in message and ("truncated" in message or "bad magic" in message), (size, message)
+    assert len(read_ncu_rep(ncu_rep_dir / f"{name}.ncu-rep")) == len(direct_read(ncu_rep_dir / f"{name}.ncu-rep"))
+
+
+def test_truncated_ncu_rep_at_2mb_is_one_line_and_no_table(ncu_rep_dir, tmp_path):
+    """The issue's case through the command line: a report cut at 2,000,000 bytes."""
+    import subprocess
+    import sys
+
     data = (ncu_rep_dir / "fixture_node.ncu-rep").read_bytes()
-    for size in (100_000, len(data) // 2):
+    for size in (len(data) - 1000, 2_000_000, len(data) // 2):
         path = tmp_path / f"cut{size}.ncu-rep"
         path.write_bytes(data[:size])
-        try:
-            frame = read_ncu_rep(path)
-        except ReportError as exc:
-            assert "no results" in str(exc) or "no profiled kernels" in str(exc)
-        else:
-            assert 0 < len(frame) < 27
-            assert frame["duration_ns"].notna().all()
+        proc = subprocess.run([sys.executable, "-m", "nsprof", "analyze", str(path)], capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 2, (size, proc.stdout, proc.stderr)
+        assert proc.stdout == ""
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"nsprof: error: {path}: truncated"), proc.stderr
 
 
 # --- clock control as the report records it (issue 11) -------------------------------------

@@ -1001,3 +1001,31 @@ def test_an_export_without_demangled_names_keys_by_what_it_has(tmp_path):
                                     " JOIN StringIds s ON s.id = k.mangledName"))
     frame = read_nsys_sqlite(path)
     assert sorted(frame["kernel_full"]) == sorted(mangled.values())
+
+
+# --- huge integers in range names (issue 24) -----------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["9" * 5000, f"cfg{'9' * 5000}.direct.r0", f"cfg0.direct.r{'9' * 5000}"],
+                         ids=["number", "config", "rep"])
+def test_huge_integer_in_a_range_name_is_read_as_text(tmp_path, name):
+    import json
+    import shutil
+
+    from click.testing import CliRunner
+
+    from nsprof.cli import cli
+
+    path = tmp_path / "huge.sqlite"
+    shutil.copyfile(FIXTURE, path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("UPDATE StringIds SET value = ? WHERE value = 'cfg0.direct.r0'", (name,)).rowcount == 1
+    conn.close()
+    result = CliRunner().invoke(cli, ["analyze", "--format", "json", str(path)])
+    assert result.exit_code == 0, (result.stderr, repr(result.exception))
+    rows = json.loads(result.stdout)
+    by_range = {row["range"]: row for row in rows}
+    assert by_range[name]["count"] == 1  # cfg0.direct.r0's one launch, under its own name
+    assert by_range["cfg0.direct"]["count"] == 2
+    frame = read_nsys_sqlite(path)
+    assert frame.loc[frame["range"] == name, "config_id"].isna().all()

@@ -405,6 +405,65 @@ def test_another_programs_sqlite_is_not_taken_over(tmp_path):
         ResultStore(path)
 
 
+def _journal_mode(path) -> str:
+    raw = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+    try:
+        return raw.execute("PRAGMA journal_mode").fetchone()[0]
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("script", [
+    "CREATE TABLE notes (text TEXT); INSERT INTO notes VALUES ('mine')",
+    # nsprof's table names, without its schema version: still not nsprof's
+    "CREATE TABLE meta (key TEXT, value TEXT); CREATE TABLE measurements (x); PRAGMA user_version = 3",
+    "PRAGMA user_version = 42; CREATE TABLE runs (id INTEGER)",
+    "CREATE TABLE meta (name TEXT, size INTEGER); INSERT INTO meta VALUES ('a', 1)",
+], ids=["notes", "meta-without-version", "user-version", "meta-of-another-program"])
+def test_a_refused_foreign_sqlite_is_left_byte_for_byte(tmp_path, script):
+    path = tmp_path / "other.sqlite"
+    raw = sqlite3.connect(path)
+    raw.executescript(script)
+    raw.close()
+    before, mode = path.read_bytes(), _journal_mode(path)
+    assert mode == "delete"
+    with pytest.raises(StoreError, match="not an nsprof results store") as caught:
+        ResultStore(path)
+    assert "\n" not in str(caught.value)
+    assert path.read_bytes() == before
+    assert _journal_mode(path) == mode
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.sqlite"]  # no -wal, -shm or -journal left
+
+
+def test_a_refused_newer_store_is_left_byte_for_byte(tmp_path):
+    path = tmp_path / "results.sqlite"
+    ResultStore(path).close()
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA journal_mode=DELETE")
+    with raw:
+        raw.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    raw.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="written by a newer nsprof"):
+        ResultStore(path)
+    assert path.read_bytes() == before and _journal_mode(path) == "delete"
+
+
+def test_the_store_command_line_leaves_a_foreign_sqlite_alone(tmp_path):
+    from click.testing import CliRunner
+
+    from nsprof.cli import cli
+
+    path = tmp_path / "other.sqlite"
+    raw = sqlite3.connect(path)
+    raw.executescript("CREATE TABLE notes (text TEXT); INSERT INTO notes VALUES ('mine')")
+    raw.close()
+    before = path.read_bytes()
+    result = CliRunner().invoke(cli, ["results", "--store", str(path)])
+    assert isinstance(result.exception, StoreError) and "not an nsprof results store" in str(result.exception)
+    assert path.read_bytes() == before and _journal_mode(path) == "delete"
+
+
 def test_damaged_pages_give_one_line_when_read(tmp_path):
     path = tmp_path / "results.sqlite"
     with ResultStore(path) as store:

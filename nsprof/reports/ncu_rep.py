@@ -2,8 +2,9 @@
 
 Reads kernel workloads and whole-graph workloads (`--graph-profiling graph`, workload type
 GRAPH), their NVTX state (push/pop stacks and start/end ranges per domain), duration,
-cycles and clock. ncu_report loads a garbage file silently with zero ranges, so the magic
-bytes and the result count are checked here.
+cycles and clock. ncu_report loads a garbage file silently with zero ranges, and a cut one
+as a smaller report, so the magic bytes, the block layout (block_ends) and the result
+count are checked here.
 
 ncu_report is native code that a corrupt report can crash (fuzzing found inserted bytes
 that fail a protobuf CHECK and abort the interpreter), so the report is loaded in a child
@@ -14,6 +15,7 @@ there is a ReportError here.
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 
@@ -254,6 +256,94 @@ def _path_start(text: bytes, argv0_start: int) -> int:
     return space + 1 if space != -1 else 0
 
 
+# The file's layout (the one ncu_report reads): NCU_REP_MAGIC, a little-endian uint32 size
+# and that many bytes of file header, then blocks to the end of the file, each a uint32
+# size, a BlockHeader protobuf of that size, and a payload whose size is the header's field
+# 5 (PayloadSize; fields 1 and 2 count the payload's sources and results). ncu appends one
+# block per profiled result, so a cut report ends inside a block: the last block's declared
+# size runs past the end of the file. (A cut exactly between two blocks leaves a shorter
+# report that is complete in form; nothing in the file tells the two apart.)
+_PAYLOAD_SIZE_FIELD = 5
+
+
+def _varint(data: bytes, index: int) -> tuple[int, int]:
+    value = shift = 0
+    while index < len(data) and shift < 64:
+        byte = data[index]
+        index += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, index
+    raise ValueError("varint runs past its message")
+
+
+def _payload_size(header: bytes) -> int:
+    """PayloadSize of one BlockHeader protobuf (0 when absent); ValueError when it is not one."""
+    index, size = 0, 0
+    while index < len(header):
+        key, index = _varint(header, index)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, index = _varint(header, index)
+            if field == _PAYLOAD_SIZE_FIELD:
+                size = value
+        elif wire == 2:
+            length, index = _varint(header, index)
+            index += length
+        elif wire in (1, 5):
+            index += 8 if wire == 1 else 4
+        else:
+            raise ValueError(f"wire type {wire}")
+        if index > len(header):
+            raise ValueError("field runs past its message")
+    return size
+
+
+def block_ends(path: Path) -> list[int]:
+    """The byte offsets where the .ncu-rep's file header and each block end; the last is the
+    file's size. ReportError when a block (or the header) runs past the end of the file, or a
+    block header is not one: the report was cut while ncu wrote it, or is damaged.
+
+    Reads only the headers (payloads are skipped), so a multi-GB report costs little.
+    """
+    import struct
+
+    ends: list[int] = []
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        position, what = len(NCU_REP_MAGIC), "file header"
+        while True:
+            handle.seek(position)
+            prefix = handle.read(4)
+            if len(prefix) < 4:
+                raise _truncated(path, what, position, 4, size)
+            (length,) = struct.unpack("<I", prefix)
+            if position + 4 + length > size:
+                raise _truncated(path, what, position, 4 + length, size)
+            header = handle.read(length)
+            payload = 0
+            if ends:  # a block: its header says how long its payload is
+                try:
+                    payload = _payload_size(header)
+                except ValueError:
+                    raise ReportError(f"{path.name}: truncated or damaged .ncu-rep: the header of block "
+                                      f"{len(ends)} (byte {position:,}) is not readable") from None
+            end = position + 4 + length + payload
+            if end > size:
+                raise _truncated(path, what, position, end - position, size)
+            ends.append(end)
+            if end == size:
+                return ends
+            position, what = end, f"block {len(ends)}"
+
+
+def _truncated(path: Path, what: str, position: int, needed: int, size: int) -> ReportError:
+    return ReportError(f"{path.name}: truncated or damaged .ncu-rep: its {what} at byte {position:,} needs "
+                       f"{needed:,} bytes, "
+                       f"the file ends {size - position:,} bytes later (a cut report would silently lose results)")
+
+
 def _first(metrics: dict, names) -> float | None:
     return next((metrics[name] for name in names if name in metrics), None)
 
@@ -277,6 +367,7 @@ def read_ncu_rep(path, *, domain: str | None = None, clock_control: str | None =
     head = read_head(path, len(NCU_REP_MAGIC))
     if head != NCU_REP_MAGIC:
         raise ReportError(f"{path.name}: not an Nsight Compute report (bad magic bytes)")
+    block_ends(path)  # a cut report loads as a smaller one: refused before the loader runs
     n_ranges, actions = load_actions(path, timeout_s=timeout_s, max_memory_bytes=max_memory_bytes)
     recorded = recorded_settings(path)
     # A label given by the caller (nsprof's own runs know their settings) wins over the file.

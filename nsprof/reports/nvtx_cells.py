@@ -74,8 +74,12 @@ def parse_csv_cells(push_pop_cell: str | None, start_end_cell: str | None) -> Nv
 
 
 def thread_id(push_pop_cell: str | None) -> int | None:
-    head = (push_pop_cell or "").strip().split(" ", 1)[0]
-    return int(head) if head.isdigit() else None
+    return _tid((push_pop_cell or "").strip().split(" ", 1)[0])
+
+
+def _tid(text: str) -> int | None:
+    # A thread id longer than int64's digits (the tidy column) is damage, not an id.
+    return int(text) if text.isascii() and text.isdigit() and len(text.lstrip("0")) <= 18 else None
 
 
 # The shape nearly every push/pop cell has: a thread id, then k entries of exactly eight
@@ -130,7 +134,7 @@ def parse_csv_columns(push_pop, start_end, domain: str | None = None, *, rows: i
     empty[empty] = uniques[empty].str.fullmatch(r"\s*([0-9]+\s*)?").to_numpy(dtype=bool)
     # No range open: a thread id at most.
     heads = uniques[empty].str.strip()
-    tids[empty] = [int(h) if h else None for h in heads.tolist()]
+    tids[empty] = [_tid(h) for h in heads.tolist()]
     done |= empty
     for k in sorted(set(depth[candidate & ~done].tolist())):
         if not 1 <= k <= _MAX_PLAIN_DEPTH:
@@ -159,7 +163,7 @@ def parse_csv_columns(push_pop, start_end, domain: str | None = None, *, rows: i
             innermost_domain = np.where(keep, innermost_domain, None)
         ranges[index] = innermost
         domains[index] = innermost_domain
-        tids[index] = [int(t) for t in parts["tid"].tolist()]
+        tids[index] = [_tid(t) for t in parts["tid"].tolist()]
         done[index] = True
     for position in np.flatnonzero(~done):
         pp_cell, se_cell = pp_uniques[pair_pp[position]], se_uniques[pair_se[position]]
