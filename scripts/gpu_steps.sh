@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 14's GPU steps, each bounded, results in one tarball ($OUT/r.tgz, rewritten after every step):
-#   source .device/setup.sh && bash scripts/gpu_issue14.sh STEP...
+# GPU steps, each bounded, results in one tarball ($OUT/r.tgz, rewritten after every step):
+#   source .device/setup.sh && bash scripts/gpu_steps.sh STEP...
 # Steps (in the order worth running; seconds are rough H200 figures with cold caches):
 #   serve         scripts/bench_serve.py: plain tune vs tune against nsprof serve (~150 s)
 #   tune          scripts/bench_tune.py --warm --rounds 1: TileLang's autotune vs nsprof tune (~250 s)
@@ -15,6 +15,10 @@
 #   gpu_serve     pytest -m gpu -k serve
 #   gpu_faults    pytest tests/test_gpu_faults.py tests/test_gpu_integrations.py (~400 s)
 #   gpu_rest      pytest the other gpu tests (~150 s)
+#   gpu_shapes_tr the Triton half of gpu_shapes alone
+#   resume_ncu    the faulty space's resume under ncu alone (issue 24)
+#   compile_fail  nsprof profile of two TileLang configs that do not compile, under nsys (issue 24):
+#                 the configs' compile errors, exit 2, not a report-reading error
 set -u
 OUTROOT=${OUT:-/tmp/nsprof-gpu}; R=$OUTROOT/r; mkdir -p "$R"
 pack() { tar -czf "$OUTROOT/r.tgz" -C "$OUTROOT" r 2>/dev/null; }
@@ -40,6 +44,10 @@ for s in "$@"; do
     gpu_faults) step gpu_faults 580 $PYTEST -m gpu tests/test_gpu_faults.py tests/test_gpu_integrations.py ;;
     gpu_rest) step gpu_rest 400 $PYTEST -m gpu tests/test_gpu_profile.py tests/test_gpu_signals.py \
                 tests/test_gpu_timers.py tests/test_gpu_identity.py ;;
+    gpu_shapes_tr) step gpu_shapes_tr 420 $PYTEST -m gpu -k "not tilelang" tests/test_gpu_shapes.py ;;
+    resume_ncu) step resume_ncu 300 $PYTEST -m gpu -k "resume and ncu" tests/test_gpu_faults.py ;;
+    compile_fail) step compile_fail 200 python3 -m nsprof profile examples/gemm_tilelang.py:space --backend nsys \
+                    --configs 0,1 --work-dir "$R/compile_fail" ;;
     *) echo "unknown step $s" ;;
   esac
 done
