@@ -174,3 +174,26 @@ def test_a_folder_whose_logs_explain_an_error_is_kept_and_named(target, fresh_tm
     assert [p.name.startswith("nsprof-validate-") for p in left] == [True]
     assert str(caught.value).endswith(f"(reports and logs kept in {left[0]})")
     assert any(left[0].rglob("*.log"))  # what it names holds the run's logs
+
+
+def test_an_error_before_anything_ran_leaves_no_folder_and_keeps_its_own_kind(tmp_path, monkeypatch):
+    """A busy GPU ends a tune before its session wrote anything: the empty temporary folder goes and
+    the GpuBusy is raised as it was (once it failed to be copied: 'GpuBusy.__init__() missing 3
+    required keyword-only arguments', an internal error). A folder with logs in it is named, and the
+    error keeps its class and attributes."""
+    from nsprof.errors import GpuBusy
+    from nsprof.session import work_folder
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    busy = GpuBusy("GPU 0 is being profiled by another nsprof", device=0, path=tmp_path / "x.lock", holder={"pid": 1})
+    with pytest.raises(GpuBusy) as raised:
+        with work_folder(None, "nsprof-tune-"):
+            raise busy
+    assert raised.value is busy and list(tmp_path.iterdir()) == []
+    with pytest.raises(GpuBusy) as raised:
+        with work_folder(None, "nsprof-tune-") as folder:
+            (folder / "part0.log").write_text("why it failed")
+            raise busy
+    assert str(folder) in str(raised.value) and raised.value.holder == {"pid": 1} and raised.value.device == 0
+    assert (folder / "part0.log").exists()
