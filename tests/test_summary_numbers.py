@@ -28,12 +28,22 @@ def pandas_summary(frame):
     duration = by["duration_ns"]
     firsts = by[["kernel", "clock_control", "cache_control"]].first()
     medians = by[["cycles", "clock_hz"]].median()
-    agg = pd.DataFrame({
-        "kernel": firsts["kernel"], "count": duration.count(), "median_ns": duration.median(),
-        "min_ns": duration.min(), "max_ns": duration.max(), "total_ns": duration.sum(), "mean_ns": duration.mean(),
-        "std_ns": duration.std(), "median_cycles": medians["cycles"], "median_clock_hz": medians["clock_hz"],
-        "clock_control": firsts["clock_control"], "cache_control": firsts["cache_control"],
-    }).reset_index()
+    agg = pd.DataFrame(
+        {
+            "kernel": firsts["kernel"],
+            "count": duration.count(),
+            "median_ns": duration.median(),
+            "min_ns": duration.min(),
+            "max_ns": duration.max(),
+            "total_ns": duration.sum(),
+            "mean_ns": duration.mean(),
+            "std_ns": duration.std(),
+            "median_cycles": medians["cycles"],
+            "median_clock_hz": medians["clock_hz"],
+            "clock_control": firsts["clock_control"],
+            "cache_control": firsts["cache_control"],
+        }
+    ).reset_index()
     agg["cv"] = agg["std_ns"] / agg["mean_ns"]
     agg["count"] = agg["count"].astype("int64")
     agg["total_ns"] = agg["total_ns"].where(agg["count"] > 0)
@@ -53,17 +63,22 @@ def random_report(seed: int):
     durations[rng.random(n) < 0.1] = np.nan
     if seed % 3 == 0:
         durations[: n // 2] = durations[0]  # ties and a constant group
-    return make_frame([{
-        "source": ["ncu", "nsys"][int(rng.integers(0, 2))] if seed % 2 else "ncu",
-        "range": ranges[int(rng.integers(0, len(ranges)))],
-        "kernel": ["gemm", "relu", None][int(rng.integers(0, 3))],
-        "kernel_full": [None, "void gemm<1>()", "void gemm<2>()"][int(rng.integers(0, 3))],
-        "duration_ns": durations[i],
-        "cycles": float(rng.integers(1, 10**7)) if rng.random() < 0.8 else None,
-        "clock_hz": float(rng.uniform(1e9, 2e9)) if rng.random() < 0.8 else None,
-        "clock_control": [None, "base", "none"][int(rng.integers(0, 3))],
-        "cache_control": "all",
-    } for i in range(n)])
+    return make_frame(
+        [
+            {
+                "source": ["ncu", "nsys"][int(rng.integers(0, 2))] if seed % 2 else "ncu",
+                "range": ranges[int(rng.integers(0, len(ranges)))],
+                "kernel": ["gemm", "relu", None][int(rng.integers(0, 3))],
+                "kernel_full": [None, "void gemm<1>()", "void gemm<2>()"][int(rng.integers(0, 3))],
+                "duration_ns": durations[i],
+                "cycles": float(rng.integers(1, 10**7)) if rng.random() < 0.8 else None,
+                "clock_hz": float(rng.uniform(1e9, 2e9)) if rng.random() < 0.8 else None,
+                "clock_control": [None, "base", "none"][int(rng.integers(0, 3))],
+                "cache_control": "all",
+            }
+            for i in range(n)
+        ]
+    )
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -72,8 +87,9 @@ def test_summary_numbers_are_pandas_groupby_numbers(seed):
     assert_frame_equal(summarize(frame), pandas_summary(frame), check_exact=True)
 
 
-@pytest.mark.parametrize("name", ["fixture_node_raw.csv", "fixture_graph_raw.csv", "fixture_node_details.csv",
-                                  "fixture.sqlite"])
+@pytest.mark.parametrize(
+    "name", ["fixture_node_raw.csv", "fixture_graph_raw.csv", "fixture_node_details.csv", "fixture.sqlite"]
+)
 def test_summary_of_each_fixture_is_pandas_groupby_summary(name):
     frame = read_report(FIXTURES / name)
     assert_frame_equal(summarize(frame), pandas_summary(frame), check_exact=True)
