@@ -150,44 +150,55 @@ class Points:
 
 
 def make_frame(rows: list[dict] | dict[str, list]):
-    """Build a tidy DataFrame from row dicts (or columns), filling what rows lack.
+    """Build a tidy DataFrame from row dicts (or columns: equal-length lists), filling what rows lack.
 
     Fills config_id/mode/rep/shape from nsprof range names where the rows do not set them, and
-    casts every column to its dtype. Built column by column and assembled once: a small
-    report (a few dozen rows) would otherwise pay for many inserts and casts of the whole frame.
+    casts every column to its dtype. Columns are built as lists and each cast once: a small
+    report (a few dozen rows) would otherwise pay more for pandas' work per column than for
+    its rows. Integers stay exact (an id of 18 digits is not read through float64).
     """
     import pandas as pd
 
-    frame = pd.DataFrame(rows)
-    columns = {}
-    for column, dtype in COLUMN_DTYPES.items():
-        if column not in frame.columns:
-            columns[column] = None
-        elif dtype == "float64" and frame[column].dtype == object:
-            columns[column] = pd.to_numeric(frame[column], errors="coerce")
-        else:
-            columns[column] = frame[column]
-    if len(frame) and columns["range"] is not None and columns["range"].notna().any():
+    if isinstance(rows, dict):
+        columns = {column: list(values) for column, values in rows.items()}
+        lengths = {len(values) for values in columns.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"columns of different lengths {sorted(lengths)}")
+        n = lengths.pop() if lengths else 0
+    else:
+        frame = pd.DataFrame(rows)
+        n = len(frame)
+        columns = {column: frame[column].astype(object).tolist() for column in frame.columns}
+    names = columns.get("range")
+    if n and names is not None:
         # Parse each distinct range name once; reports repeat names many times.
-        names = columns["range"]
-        parsed = {n: parse_range_name(n) for n in names.dropna().unique() if isinstance(n, str)}
-        parsed = {n: p for n, p in parsed.items() if p}
+        parsed = {name: parse_range_name(name) for name in dict.fromkeys(names) if isinstance(name, str)}
+        parsed = {name: p for name, p in parsed.items() if p}
         for position, column in enumerate(("config_id", "mode", "rep", "shape")):
             if not parsed:
                 break
-            from_name = names.map({n: p[position] for n, p in parsed.items()})
-            given = columns[column]
-            if given is None or given.isna().all():
-                columns[column] = from_name
-            else:
-                columns[column] = given.astype(object).where(given.notna(), from_name)
+            from_name = [parsed[name][position] if name in parsed else None for name in names]
+            given = columns.get(column)
+            columns[column] = from_name if given is None else [
+                named if _missing(value) else value for value, named in zip(given, from_name)]
     out = {}
     for column in COLUMNS:
         dtype = COLUMN_DTYPES[column]
-        values = columns[column]
+        values = columns.get(column)
         if values is None:
-            empty = float("nan") if dtype == "float64" else pd.NA
-            out[column] = pd.Series([empty] * len(frame), index=frame.index, dtype=dtype)
+            values = [None] * n
+        if dtype == "float64":
+            if any(isinstance(value, str) for value in values):
+                out[column] = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").astype(dtype)
+            else:
+                out[column] = pd.Series([float("nan") if _missing(v) else v for v in values], dtype=dtype)
         else:
-            out[column] = values.astype(dtype)
-    return pd.DataFrame(out, index=frame.index)
+            out[column] = pd.array([None if _missing(v) else v for v in values], dtype=dtype)
+    return pd.DataFrame(out, index=pd.RangeIndex(n))
+
+
+def _missing(value) -> bool:
+    """None, NaN, pd.NA or NaT: what pandas' isna() calls missing, for one value."""
+    import pandas as pd
+
+    return value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and value != value)

@@ -6,6 +6,7 @@ Each step takes a DataFrame and returns a new one; nothing here reads files, wor
 
 from __future__ import annotations
 
+import math
 import re
 
 NO_RANGE = "(no range)"
@@ -20,18 +21,50 @@ SUMMARY_COLUMNS = [
 SORTS = ("range", "median", "total", "count", "name")
 
 
+def _missing(value) -> bool:
+    """None or NaN: a missing cell of _lists' columns."""
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def _lists(frame, columns) -> dict[str, list]:
+    """Columns of `frame` as lists of Python values, None for pd.NA; None for a column it lacks."""
+    import pandas as pd
+
+    return {column: [None if value is pd.NA else value for value in frame[column].tolist()] if column in frame
+            else None for column in columns}
+
+
+def _divide(a: float, b: float) -> float:
+    """a / b as numpy divides float64: inf or NaN where b is 0."""
+    if b == 0:
+        return float("nan") if a == 0 or a != a else math.copysign(float("inf"), a) * math.copysign(1.0, b)
+    return a / b
+
+
+def _group_labels(config_id: list, mode: list, range_: list, shape: list | None) -> list:
+    """`group` of each row (add_group): `cfg<id>[.s<shape>].<mode>` where the row has a config
+    (missing where its mode is), else its range, "(no range)" where it has none."""
+    labels = []
+    for i, config in enumerate(config_id):
+        if _missing(config):
+            labels.append(NO_RANGE if _missing(range_[i]) else str(range_[i]))
+        elif _missing(mode[i]):
+            labels.append(None)
+        else:
+            part = "" if shape is None or _missing(shape[i]) else f".s{shape[i]}"
+            labels.append(f"cfg{config}{part}.{mode[i]}")
+    return labels
+
+
 def add_group(frame):
     """A `group` column: `cfg<id>.<mode>` (`cfg<id>.s<shape>.<mode>` for a target's shapes) for
     nsprof's ranges (reps pooled), else the range."""
     import pandas as pd
 
     frame = frame.copy()
-    has_cfg = frame["config_id"].notna()
-    group = frame["range"].astype("string").fillna(NO_RANGE)
-    shape = (".s" + frame["shape"].astype("string")).fillna("") if "shape" in frame else ""
-    cfg = "cfg" + frame["config_id"].astype("string") + shape + "." + frame["mode"].astype("string")
-    group = group.where(~has_cfg, cfg)
-    frame["group"] = pd.Series(group, index=frame.index, dtype="string")
+    cells = _lists(frame, ("config_id", "mode", "range", "shape"))
+    group = _group_labels(cells["config_id"], cells["mode"], cells["range"], cells["shape"])
+    frame["group"] = pd.Series(pd.array(group, dtype="string"), index=frame.index)
     return frame
 
 
@@ -53,44 +86,90 @@ def range_key(name) -> tuple:
     return (str(name) == NO_RANGE, natural_key(name))
 
 
+# The statistics of one group's values computed as pandas' groupby computes them (its cython
+# kernels), so that the numbers are the same to the last bit: the variance by Welford's update
+# (sample variance, ddof 1), the median the mean of the two middle values. Sums and means are
+# pandas' own (summarize): the order in which its kernel adds is not documented.
+# tests/test_summary_numbers.py holds them to pandas' groupby.
+def sample_std(values: list[float]) -> float:
+    count, mean, m2 = 0, 0.0, 0.0
+    for value in values:
+        count += 1
+        old = mean
+        mean += (value - old) / count
+        m2 += (value - mean) * (value - old)
+    return math.sqrt(m2 / (count - 1)) if count > 1 else float("nan")
+
+
+def median(values: list[float]) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def summarize(frame):
     """One row per source × range × kernel (by full name): count, median, min, max, mean, std, CV,
     total, share of the source's kernel time (`time_pct`, 0-100), cycles, clock. `range` is
     `cfg<id>.<mode>` for nsprof's ranges (reps pooled), else the NVTX range; `group` is the same
     column under its old name, kept for one release. `kernel` is the short name for display;
     `kernel_full` the key. Rows in order of first appearance (see `order`)."""
+    import numpy as np
     import pandas as pd
 
-    grouped = add_group(frame)
-    grouped["kernel_full"] = kernel_key(grouped)
-    grouped["kernel"] = grouped["kernel"].fillna("?")
-    keys = ["source", "group", "kernel_full"]
-    # Each statistic straight from the groupby (the same cython kernels as .agg(name=(column,
-    # how)), without its per-aggregation machinery: a small report's summary costs a third).
-    by = grouped.groupby(keys, sort=False, dropna=False)
-    duration = by["duration_ns"]
-    firsts = by[["kernel", "clock_control", "cache_control"]].first()
-    medians = by[["cycles", "clock_hz"]].median()
-    agg = pd.DataFrame({
-        "kernel": firsts["kernel"],
-        "count": duration.count(),  # rows with a duration: an empty one is not a sample
-        "median_ns": duration.median(),
-        "min_ns": duration.min(),
-        "max_ns": duration.max(),
-        "total_ns": duration.sum(),
-        "mean_ns": duration.mean(),
-        "std_ns": duration.std(),
-        "median_cycles": medians["cycles"],
-        "median_clock_hz": medians["clock_hz"],
-        "clock_control": firsts["clock_control"],
-        "cache_control": firsts["cache_control"],
-    }).reset_index()
-    agg["cv"] = agg["std_ns"] / agg["mean_ns"]
-    agg["count"] = agg["count"].astype("int64")
-    agg["total_ns"] = agg["total_ns"].where(agg["count"] > 0)
-    agg["time_pct"] = 100 * agg["total_ns"] / agg.groupby("source", dropna=False)["total_ns"].transform("sum")
-    agg["range"] = agg["group"]
-    return pd.DataFrame(agg[SUMMARY_COLUMNS])
+    # Grouped in plain Python (a report has few rows; pandas' groupby costs more per call than
+    # the rows do), with pandas' arithmetic: sample_std, median, and its own sums and means.
+    cells = _lists(frame, ("source", "config_id", "mode", "range", "shape", "kernel", "kernel_full", "duration_ns",
+                           "cycles", "clock_hz", "clock_control", "cache_control"))
+    group = _group_labels(cells["config_id"], cells["mode"], cells["range"], cells["shape"])
+    kernel = ["?" if _missing(k) else k for k in cells["kernel"]]
+    full = kernel if cells["kernel_full"] is None else [
+        k if _missing(f) else f for f, k in zip(cells["kernel_full"], kernel)]
+    rows: dict[tuple, list[int]] = {}
+    codes = []  # each row's group, numbered in order of first appearance (as groupby(sort=False) numbers them)
+    for i, key in enumerate(zip(cells["source"], group, full)):
+        members = rows.setdefault(key, [])
+        if not members:
+            codes.append(len(rows) - 1)
+        else:
+            codes.append(codes[members[0]])
+        members.append(i)
+    by = pd.Series(cells["duration_ns"], dtype="float64").groupby(np.array(codes, dtype="intp"), sort=False)
+    sums, means = by.sum().tolist(), by.mean().tolist()
+
+    def present(column, members):
+        return [v for v in (cells[column][i] for i in members) if not _missing(v)]
+
+    def first(column, members):
+        return next(iter(present(column, members)), None)
+
+    stats = {column: [] for column in SUMMARY_COLUMNS}
+    for position, ((source, label, kernel_full), members) in enumerate(rows.items()):
+        durations = present("duration_ns", members)
+        count = len(durations)
+        std = sample_std(durations)
+        for column, value in (
+                ("source", source), ("range", label), ("kernel", kernel[members[0]]),
+                ("kernel_full", kernel_full), ("count", count), ("median_ns", median(durations)),
+                ("min_ns", min(durations, default=float("nan"))), ("max_ns", max(durations, default=float("nan"))),
+                ("mean_ns", means[position]), ("std_ns", std), ("cv", _divide(std, means[position])),
+                ("total_ns", sums[position] if count else float("nan")),
+                ("median_cycles", median(present("cycles", members))),
+                ("median_clock_hz", median(present("clock_hz", members))),
+                ("clock_control", first("clock_control", members)),
+                ("cache_control", first("cache_control", members)), ("group", label)):
+            stats[column].append(value)
+    sources = {source: None for source in stats["source"]}
+    source_codes = np.array([list(sources).index(source) for source in stats["source"]], dtype="intp")
+    source_total = pd.Series(stats["total_ns"], dtype="float64").groupby(source_codes, sort=False).transform("sum")
+    stats["time_pct"] = [_divide(100 * total, whole) for total, whole in zip(stats["total_ns"], source_total.tolist())]
+    text = {"source": frame["source"].dtype, "range": "string", "group": "string", "kernel": frame["kernel"].dtype,
+            "kernel_full": (frame["kernel_full"] if "kernel_full" in frame else frame["kernel"]).dtype,
+            "clock_control": frame["clock_control"].dtype, "cache_control": frame["cache_control"].dtype}
+    return pd.DataFrame({column: pd.array(values, dtype=text[column]) if column in text
+                         else pd.array(values, dtype="int64" if column == "count" else "float64")
+                         for column, values in stats.items()}, columns=SUMMARY_COLUMNS)
 
 
 def samples(frame, summary):
@@ -130,8 +209,11 @@ def order(summary, by: str = "range", top: int | None = None):
     the first `top` rows of each source."""
     if by not in SORTS:
         raise ValueError(f"sort by one of {SORTS}, not {by!r}")
-    position = range(len(summary))
-    rows = list(zip(position, summary.itertuples(index=False)))
+    from types import SimpleNamespace
+
+    used = ("range", "median_ns", "total_ns", "count", "kernel", "kernel_full")
+    columns = {column: summary[column].tolist() for column in used}
+    rows = [(i, SimpleNamespace(**{column: columns[column][i] for column in used})) for i in range(len(summary))]
 
     def nan_last(value):
         return (value != value, -(value if value == value else 0))

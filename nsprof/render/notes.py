@@ -14,8 +14,16 @@ SHARED_NAMES_NOTE = ("note: kernels marked #1, #2, ... share a short name (or wo
                      "own row by full name, its number the same in every view: see them with --names demangled --wide")
 
 
+def _ncu_values(frame, column: str) -> list:
+    """The values of `column` in the ncu rows of `frame`, in row order (missing ones left out)."""
+    import pandas as pd
+
+    return [value for source, value in zip(frame["source"].tolist(), frame[column].tolist())
+            if source is not pd.NA and source == "ncu" and value is not pd.NA and value == value]
+
+
 def _label(frame, column: str, option: str, default: str) -> str:
-    values = frame.loc[frame["source"].eq("ncu"), column].dropna().unique().tolist()
+    values = list(dict.fromkeys(_ncu_values(frame, column)))
     name = option.removeprefix("--").replace("-", " ")
     if values:
         where = frame.attrs.get("labels_from", {}).get(column)
@@ -33,7 +41,7 @@ def describe_report(frame) -> str:
     .ncu-rep, ncu's notes above a CSV table) or from the caller's labels; nothing is assumed.
     """
     notes = [f"{len(frame)} rows", frame.attrs.get("kind", "?")]
-    if frame["source"].eq("ncu").any():
+    if any(source is not None and source == "ncu" for source in frame["source"].dropna().tolist()):
         notes.append(_label(frame, "clock_control", "--clock-control", "base"))
         notes.append(_label(frame, "cache_control", "--cache-control", "all"))
     else:
@@ -44,10 +52,13 @@ def describe_report(frame) -> str:
 def graph_profiling_note(frame) -> str | None:
     """The note for a report captured with ncu --graph-profiling graph, naming every row kind
     it inflates (whole-graph rows and plain kernel rows alike), or None."""
-    ncu = frame[frame["source"].eq("ncu")]
-    if frame.attrs.get("graph_profiling") != "graph" and not ncu["workload"].eq("graph").any():
+    import pandas as pd
+
+    workloads = ["kernel" if workload is pd.NA else workload for source, workload in
+                 zip(frame["source"].tolist(), frame["workload"].tolist()) if source is not pd.NA and source == "ncu"]
+    if frame.attrs.get("graph_profiling") != "graph" and "graph" not in workloads:
         return None
-    counts = ncu["workload"].fillna("kernel").value_counts()
+    counts = {"graph": workloads.count("graph"), "kernel": workloads.count("kernel")}
     kinds = []
     if counts.get("graph", 0):
         kinds.append(f"{counts['graph']} 'graph' row(s), each a whole graph and not a kernel")

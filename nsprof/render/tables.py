@@ -46,7 +46,8 @@ def _kernel_cells(summary, width: int | None, by: tuple[str, ...], names: str) -
     short = [str(k) for k in summary["kernel"].fillna("?")]
     full = [str(k) for k in summary["kernel_full"].fillna(summary["kernel"]).fillna("?")]
     shown = full if names == "demangled" else short
-    groups = [tuple(str(summary[c].iloc[i]) for c in by if c in summary) for i in range(len(summary))]
+    by_columns = [[str(value) for value in summary[c].tolist()] for c in by if c in summary]
+    groups = list(zip(*by_columns)) if by_columns else [()] * len(summary)
 
     def numbered(key) -> dict[tuple, dict[str, int]]:
         """Each set of rows (by key(i)) holding several full names: those names numbered 1, 2, ...

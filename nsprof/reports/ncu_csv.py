@@ -198,12 +198,14 @@ def read_ncu_csv(path, *, domain: str | None = None, clock_control: str | None =
             raise ReportError(f"{path.name}: ncu details CSV without column(s) {', '.join(missing)}")
         frame, problems = _details(body, columns, path, domain, decimal)
     elif "Kernel Name" in columns:
-        frame, problems = _raw(body, columns, path, domain, decimal)
+        small = _raw_small(body, columns, path, domain, decimal)
+        frame, problems = small if small is not None else _raw(body, columns, path, domain, decimal)
     else:
         raise ReportError(f"{path.name}: CSV is not an ncu raw or details page (no 'Kernel Name' column)")
     # A label given by the caller (nsprof's own runs know their settings) wins over the file.
-    frame["clock_control"] = clock_control or recorded.get("clock_control")
-    frame["cache_control"] = cache_control or recorded.get("cache_control")
+    rows = len(frame["duration_ns"])
+    frame["clock_control"] = [clock_control or recorded.get("clock_control")] * rows
+    frame["cache_control"] = [cache_control or recorded.get("cache_control")] * rows
     result = make_frame(frame)
     if result.empty:
         raise ReportError(f"{path.name}: ncu CSV holds no profiled kernels")
@@ -331,6 +333,143 @@ def _raw(body: bytes, columns: list[str], path: Path, domain, decimal):
         if column:
             out[key] = to_numbers(data[column], mark) * _scale(kind, units[column], path)
     return pd.DataFrame(out), problems
+
+
+# Up to this many rows a raw page is read by the csv module into lists, cell by cell (a few
+# ms); pandas' whole-column path costs some 50 ms whatever the size, and wins on large files.
+SMALL_ROWS = 2000
+_PLAIN_NUMBER = re.compile(r"-?[0-9]{1,17}(?:\.[0-9]{1,17})?")  # what float() and pandas read alike
+
+
+def _table_rows(body: bytes, columns: list[str], wanted: list[str]) -> list[list[str]] | None:
+    """The cells of `wanted` columns, row by row, as _read_columns would give them, or None where
+    the table is not one the csv module reads exactly as pandas (invalid UTF-8, ragged rows, a
+    line break inside a cell, repeated column names, more than SMALL_ROWS rows)."""
+    import csv
+
+    if len(set(columns)) != len(columns) or body.count(b"\n") > SMALL_ROWS + 2:
+        return None
+    try:
+        text = body.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        records = list(reader)
+    except csv.Error:
+        return None
+    if len(records) != reader.line_num or records[0] != columns:
+        return None  # a record over several lines (a quoted line break)
+    positions = [columns.index(c) for c in wanted]
+    # pandas' pyarrow reader reads its default NA spellings as empty cells; its C reader keeps them.
+    if csv_engine() == "pyarrow":
+        from pandas._libs.parsers import STR_NA_VALUES as empty
+    else:
+        empty = ()
+    rows = []
+    for record in records[1:]:
+        if not record:  # a blank line: both readers skip it
+            continue
+        if len(record) != len(columns):
+            return None
+        rows.append(["" if record[i] in empty else record[i] for i in positions])
+    return rows
+
+
+def _plain_numbers(cells: list[str], problems: dict | None) -> list[float] | None:
+    """to_numbers(cells, ".") for cells that are plain numbers or empty ('n/a', ...), else None."""
+    values = []
+    missing = 0
+    for cell in cells:
+        if _PLAIN_NUMBER.fullmatch(cell):
+            values.append(float(cell))
+        elif cell.strip() in _MISSING:
+            values.append(float("nan"))
+            missing += 1
+        else:
+            return None
+    if problems is not None:
+        problems["missing"] = problems.get("missing", 0) + missing
+    return values
+
+
+def _raw_small(body: bytes, columns: list[str], path: Path, domain, decimal):
+    """_raw's columns (as lists) and problems for a small raw page of plain numbers, or None for
+    _raw to read it: the same answers, without pandas' cost per column."""
+    import numpy as np
+
+    from nsprof.reports.nvtx_cells import cell_attribution
+
+    duration = _pick(columns, DURATION_METRICS)
+    if duration is None:
+        return None
+    cycles, clock = _pick(columns, CYCLES_METRICS), _pick(columns, CLOCK_METRICS)
+    push_pop, start_end = _nvtx_columns(columns)
+    wanted = [c for c in dict.fromkeys(["ID", "Kernel Name", duration, cycles, clock, push_pop, start_end,
+                                        "Process ID", "Device", "Stream"]) if c and c in columns]
+    rows = _table_rows(body, columns, wanted)
+    if not rows:
+        return None  # no rows: _raw says so
+    at = {c: i for i, c in enumerate(wanted)}
+    units = {c: "" for c in wanted}
+    if rows[0][0].strip() == "":  # the units row
+        units = dict(zip(wanted, rows[0]))
+        rows = rows[1:]
+    rows = [r for r in rows if re.fullmatch(_ID_PATTERN, r[0].strip())]
+    if not rows or any(r[0] != r[0].strip() for r in rows):
+        return None
+    n = len(rows)
+    cells = {c: [r[at[c]] for r in rows] for c in wanted}
+    metric_cols = [c for c in (duration, cycles, clock) if c]
+    mark = decimal or detect_decimal_mark([v for c in metric_cols for v in cells[c][:2000]])
+    if mark != ".":
+        return None
+    problems: dict = {}
+    numbers = {}
+    for key, column in (("duration_ns", duration), ("cycles", cycles), ("clock_hz", clock)):
+        if column:
+            numbers[key] = _plain_numbers(cells[column], problems if key == "duration_ns" else None)
+            if numbers[key] is None:
+                return None
+    if push_pop or start_end:
+        pairs = list(zip(cells[push_pop] if push_pop else [""] * n, cells[start_end] if start_end else [""] * n))
+        attributed = {pair: cell_attribution(*pair, domain) for pair in dict.fromkeys(pairs)}
+        nvtx = dict(zip(("range", "domain", "nvtx_path", "tid"), zip(*(attributed[pair] for pair in pairs))))
+        nvtx = {key: list(values) for key, values in nvtx.items()}
+    else:
+        nvtx = {key: [None] * n for key in ("range", "domain", "nvtx_path", "tid")}
+    kernel = cells["Kernel Name"]
+    short = {name: short_kernel_name(name) for name in dict.fromkeys(kernel)}
+    out = {
+        "source": ["ncu"] * n,
+        **nvtx,
+        "kernel": [short[k] for k in kernel],
+        "kernel_full": kernel,
+        "workload": ["graph" if k == "graph" else "kernel" for k in kernel],
+        "launch_id": [int(i) for i in cells["ID"]],
+        **{key: _small_ints(cells.get(column), n) for key, column in (("pid", "Process ID"), ("device", "Device"),
+                                                                     ("stream", "Stream"))},
+    }
+    for key in ("tid", "pid", "device", "stream"):  # ints beside None: kept exact, not read as floats
+        out[key] = np.array(out[key], dtype=object)
+    scale = _scale("duration", units[duration], path)
+    out["duration_ns"] = [v * scale for v in numbers["duration_ns"]]
+    for key, column, kind in (("cycles", cycles, "cycles"), ("clock_hz", clock, "clock")):
+        if column:
+            scale = _scale(kind, units[column], path)
+            out[key] = [v * scale for v in numbers[key]]
+    return out, problems
+
+
+def _small_ints(values: list[str] | None, n: int) -> list:
+    """_ints for a column as a list."""
+    if values is None:
+        return [None] * n
+    mapping = {}
+    for raw in dict.fromkeys(values):
+        digits = re.sub(r"[,.\s]", "", raw)
+        mapping[raw] = int(digits) if re.fullmatch(_SMALL_INT_PATTERN, digits) else None
+    return [mapping[v] for v in values]
 
 
 def _details(body: bytes, columns: list[str], path: Path, domain, decimal):

@@ -88,12 +88,41 @@ def _tid(text: str) -> int | None:
 # name, a filter's domain missing) goes through parse_csv_cells, one distinct cell at a time.
 _FIELD = r'[^":]*'
 _MAX_PLAIN_DEPTH = 8
+# ASCII whitespace, spelled out: RE2's \s is this class, Python's also matches other characters.
+_SPACE = r"[\t\n\f\r ]"
+_EMPTY_CELL = rf"{_SPACE}*([0-9]+{_SPACE}*)?"  # no range open: a thread id at most
 
 
 def _plain_cell_pattern(depth: int) -> str:
     """Thread id `tid`, then entry j's domain `d<j>` and range `r<j>` (RE2 and re alike)."""
-    entries = "".join(rf'\s+"(?P<d{j}>{_FIELD}):(?P<r{j}>{_FIELD})(?::{_FIELD}){{6}}"' for j in range(depth))
-    return rf"^\s*(?P<tid>[0-9]+){entries}\s*$"
+    entries = "".join(rf'{_SPACE}+"(?P<d{j}>{_FIELD}):(?P<r{j}>{_FIELD})(?::{_FIELD}){{6}}"' for j in range(depth))
+    return rf"^{_SPACE}*(?P<tid>[0-9]+){entries}{_SPACE}*$"
+
+
+_EMPTY_CELL_RE = re.compile(_EMPTY_CELL)
+_PLAIN_CELL_RES = {k: re.compile(_plain_cell_pattern(k)) for k in range(1, _MAX_PLAIN_DEPTH + 1)}
+
+
+def cell_attribution(push_pop_cell: str, start_end_cell: str, domain: str | None = None) -> tuple:
+    """(range, domain, nvtx_path, tid) of one row's pair of cells: parse_csv_columns' answer for
+    one pair, by the same patterns (for a report of few rows, where whole-column work costs more
+    than it saves)."""
+    if '"' not in start_end_cell:
+        depth = push_pop_cell.count('"') // 2
+        if depth == 0 and _EMPTY_CELL_RE.fullmatch(push_pop_cell):
+            return None, None, None, _tid(push_pop_cell.strip())
+        match = _PLAIN_CELL_RES[depth].fullmatch(push_pop_cell) if 1 <= depth <= _MAX_PLAIN_DEPTH else None
+        if match:
+            domains = {match[f"d{j}"] or DEFAULT_DOMAIN for j in range(depth)}
+            if len(domains) == 1:
+                (own,) = domains
+                names = [match[f"r{j}"] for j in range(depth)]
+                path = f"{own}@{'/'.join(names)}"
+                if domain is not None and own != domain:
+                    return None, None, path, _tid(match["tid"])
+                return names[-1], own, path, _tid(match["tid"])
+    state = parse_csv_cells(push_pop_cell, start_end_cell)
+    return (*state.innermost(domain), state.path(), thread_id(push_pop_cell))
 
 
 def parse_csv_columns(push_pop, start_end, domain: str | None = None, *, rows: int = 0) -> dict[str, list]:
@@ -131,7 +160,7 @@ def parse_csv_columns(push_pop, start_end, domain: str | None = None, *, rows: i
     candidate = ~se_open[pair_se]
     depth = (uniques.str.count('"').to_numpy(dtype="int64") // 2)
     empty = candidate & (depth == 0)
-    empty[empty] = uniques[empty].str.fullmatch(r"\s*([0-9]+\s*)?").to_numpy(dtype=bool)
+    empty[empty] = uniques[empty].str.fullmatch(_EMPTY_CELL).to_numpy(dtype=bool)
     # No range open: a thread id at most.
     heads = uniques[empty].str.strip()
     tids[empty] = [_tid(h) for h in heads.tolist()]
