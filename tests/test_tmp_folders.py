@@ -109,22 +109,17 @@ def test_tune_with_a_prescreen_leaves_nothing(target, fresh_tmp):
     assert sorted(p.name for p in fresh_tmp.iterdir()) == []
 
 
-def test_validate_leaves_nothing(target, fresh_tmp):
+def _validate(target, **extra):
     from nsprof.settings import ValidateSettings
     from nsprof.validate import validate
 
-    result = validate(
-        target,
-        ValidateSettings(
-            timers=("cupti",),
-            external=False,
-            truths=("cond",),
-            modes=("direct",),
-            reps=2,
-            timer_reps=3,
-            timeout_s=60,
-        ),
-    )
+    settings = {"timers": ("cupti",), "external": False, "truths": ("cond",), "modes": ("direct",), "reps": 2,
+                "timer_reps": 3, "timeout_s": 60, **extra}
+    return validate(target, ValidateSettings(**settings))
+
+
+def test_validate_leaves_nothing(target, fresh_tmp):
+    result = _validate(target)
     assert set(result.per_config["method"]) == {"cupti", "cupti_cold", "cond:direct"}
     assert sorted(p.name for p in fresh_tmp.iterdir()) == []
 
@@ -154,22 +149,8 @@ def test_the_work_dir_asked_for_is_kept(target, fresh_tmp, tmp_path):
 
 
 def test_a_folder_whose_logs_explain_an_error_is_kept_and_named(target, fresh_tmp):
-    from nsprof.settings import ValidateSettings
-    from nsprof.validate import validate
-
     with pytest.raises(NsprofError, match="truncated report") as caught:
-        validate(
-            target,
-            ValidateSettings(
-                timers=("cupti",),
-                external=False,
-                truths=("bad",),
-                modes=("direct",),
-                reps=2,
-                timer_reps=3,
-                timeout_s=60,
-            ),
-        )
+        _validate(target, truths=("bad",))
     left = sorted(fresh_tmp.iterdir())
     assert [p.name.startswith("nsprof-validate-") for p in left] == [True]
     assert str(caught.value).endswith(f"(reports and logs kept in {left[0]})")
