@@ -125,24 +125,8 @@ def test_validate_leaves_nothing(target, fresh_tmp):
 
 
 def test_the_work_dir_asked_for_is_kept(target, fresh_tmp, tmp_path):
-    from nsprof.settings import ValidateSettings
-    from nsprof.validate import validate
-
     _tune(target, backend="cupti", work_dir=tmp_path / "tune-work")
-    validate(
-        target,
-        ValidateSettings(
-            timers=("cupti",),
-            external=False,
-            truths=("cond",),
-            modes=("direct",),
-            reps=2,
-            timer_reps=3,
-            timeout_s=60,
-            repeat_truth=False,
-            work_dir=tmp_path / "work",
-        ),
-    )
+    _validate(target, repeat_truth=False, work_dir=tmp_path / "work")
     assert (tmp_path / "tune-work" / "timer-cupti" / "timers.jsonl").is_file()
     assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["cond_a", "timers0"]
     assert sorted(p.name for p in fresh_tmp.iterdir()) == []
