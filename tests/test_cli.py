@@ -130,6 +130,35 @@ def test_import_is_light():
     assert result.stdout.strip() == ""
 
 
+def test_import_nsprof_does_no_registering_and_settings_know_the_backends_without_the_registry():
+    """`import nsprof` imports no driver registry (no work done by an import), and the settings
+    check backend names without it."""
+    code = ("import sys, nsprof; from nsprof.settings import ProfileSettings, TuneSettings, backends, ground_truths; "
+            "loaded = 'nsprof.drivers.registry' in sys.modules; "
+            "ProfileSettings(backend='nsys'); TuneSettings(backend='cupti'); "
+            "print(loaded, backends(), ground_truths())")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False ('ncu', 'nsys', 'none') ('ncu', 'nsys')"
+
+
+def test_a_registered_backend_is_one_the_settings_take_until_it_is_unregistered():
+    from nsprof.drivers import registry
+    from nsprof.errors import NsprofError
+    from nsprof.settings import ProfileSettings, backends, ground_truths
+
+    registry.register("extra_truth", "nsprof.drivers.nsys:NsysDriver")
+    try:
+        assert ProfileSettings(backend="extra_truth").backend == "extra_truth"
+        assert backends()[-1] == "extra_truth" and ground_truths()[-1] == "extra_truth"
+        assert registry.names() == backends() and registry.ground_truths() == ground_truths()
+    finally:
+        registry.unregister("extra_truth")
+    assert "extra_truth" not in backends() and "extra_truth" not in ground_truths()
+    with pytest.raises(NsprofError, match="backend must be one of"):
+        ProfileSettings(backend="extra_truth")
+
+
 def test_compare_flags_rows_an_order_of_magnitude_apart():
     # the graph-profiling run of the same workload measured every kernel 30-74x longer
     result = nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_graph_raw.csv")
