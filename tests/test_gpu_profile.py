@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_nsprof
 
 from nsprof.profile import config_summary, profile_result
 from nsprof.settings import ProfileSettings
@@ -47,7 +46,6 @@ def test_seed_gemm_durations_match_design_ranges(backend, tmp_path):
 
 
 def test_doctor_on_gpu_machine():
-    result = subprocess.run([sys.executable, "-m", "nsprof", "doctor"], capture_output=True, text=True,
-                            timeout=600)
+    result = run_nsprof("doctor", timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[ok  ] GPU" in result.stdout and "ground truth available from: ncu" in result.stdout
