@@ -22,8 +22,3 @@ def __getattr__(name: str):
 
         return summarize
     raise AttributeError(f"module 'nsprof' has no attribute {name!r}")
-
-
-# The backend names ProfileSettings accepts are the driver registry's: registering them is cheap
-# (the drivers themselves load when first asked for).
-import nsprof.drivers.registry  # noqa: E402, F401

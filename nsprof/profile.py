@@ -6,8 +6,6 @@
 
     result = profile_result("examples/gemm_tilelang.py:space", ProfileSettings(backend="nsys"))
     config_summary(result.frame, result.configs)
-
-`profile()` returns the frame alone, with the result in its attrs, as it always has.
 """
 
 from __future__ import annotations
@@ -193,17 +191,6 @@ class ProfileResult(Measured):
     # space has no compile step or the backend compiles itself.
     precompile_s: float = 0.0
 
-    def frame_with_attrs(self):
-        """The frame with this result in its attrs (what profile() has always returned)."""
-        self.frame.attrs.update({
-            "target": self.target, "backend": self.backend, "configs": self.configs,
-            "reports": [str(p) for p in self.reports],
-            # None: nothing kept (a clean run's temporary folder is removed, see run_session)
-            "work_dir": str(self.work_dir) if self.work_dir else None,
-            "wall_s": self.wall_s, "failures": self.failures, "device": self.device, "phases": self.phases,
-            "precompile_s": self.precompile_s})
-        return self.frame
-
 
 def profile_result(target: str, settings: ProfileSettings | None = None, *, config_ids: list[int] | None = None,
                    on_progress: Callable[[str, int, str], None] | None = None, jobs: int | None = None,
@@ -297,20 +284,6 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
         notes=(list(measured.notes) if measured else []) + kept_log,
         phases=dict(measured.phases) if measured else {},
         config_phases=dict(measured.config_phases) if measured else {}, precompile_s=precompile_s)
-
-
-def profile(target: str, settings: ProfileSettings | None = None, *, config_ids: list[int] | None = None,
-            on_progress: Callable[[str, int, str], None] | None = None, jobs: int | None = None,
-            on_rows: Callable[[object], None] | None = None):
-    """Measure every config (or `config_ids`) of `target`; returns the tidy DataFrame.
-
-    Rows: one per kernel execution inside nsprof's ranges, plus one per failed config
-    (duration NaN, `error` set). attrs (kept for compatibility; profile_result gives the same
-    as a ProfileResult): target, backend, configs, reports, wall_s, failures, device (what the
-    worker measured on: {"uuid", "name", ...}). on_rows: see profile_result.
-    """
-    return profile_result(target, settings, config_ids=config_ids, on_progress=on_progress, jobs=jobs,
-                          on_rows=on_rows).frame_with_attrs()
 
 
 def config_summary(frame, configs: list | None = None):

@@ -2,15 +2,14 @@
 
 ProfileSettings is one measuring session's; TuneSettings and ValidateSettings hold the
 commands' own choices and build the ProfileSettings they measure with once (`.profile`).
-Backend names are the driver registry's (nsprof.drivers.registry, above this module), which
-tells this module its names through backend_names_from when it is imported.
+Backend names are kept here (BUILTIN_BACKENDS, and those nsprof.drivers.registry.register adds through
+add_backend), so that the settings check them without importing the drivers.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -39,7 +38,10 @@ DEFAULT_CONDITION = "base-cold"
 TRUTH_VARIANTS = {f"{clock}-{l2}": {"clock_control": TRUTH_CLOCKS[clock], "cache_control": TRUTH_L2[l2]}
                   for clock in TRUTH_CLOCKS for l2 in TRUTH_L2 if f"{clock}-{l2}" != DEFAULT_CONDITION}
 
-_registry: dict[str, Callable[[], tuple[str, ...]]] = {}
+# Every backend name -> whether it is a ground truth (it measures under a profiler and writes a report).
+# The drivers behind them are nsprof.drivers.registry's, which checks that it has one for each.
+BUILTIN_BACKENDS = {"ncu": True, "nsys": True, NO_PROFILER: False}
+_backends: dict[str, bool] = dict(BUILTIN_BACKENDS)
 
 
 def split_truth(name: str) -> tuple[str, str]:
@@ -80,20 +82,24 @@ def check_truth(name: str) -> str:
                       + (f" (or a variant such as {variants})" if variants else ""))
 
 
-def backend_names_from(names: Callable[[], tuple[str, ...]], truths: Callable[[], tuple[str, ...]]) -> None:
-    """The driver registry installs its lists here: every backend name, and the ground truths
-    (the backends that write a report)."""
-    _registry["names"], _registry["truths"] = names, truths
+def add_backend(name: str, ground_truth: bool) -> None:
+    """Make `name` a backend the settings take (nsprof.drivers.registry.register calls it)."""
+    _backends[name] = ground_truth
+
+
+def remove_backend(name: str) -> None:
+    """Forget backend `name` (nsprof.drivers.registry.unregister calls it)."""
+    _backends.pop(name, None)
 
 
 def backends() -> tuple[str, ...]:
-    """Every registered backend name."""
-    return _registry["names"]() if "names" in _registry else ()
+    """Every backend name, in registration order."""
+    return tuple(_backends)
 
 
 def ground_truths() -> tuple[str, ...]:
-    """The registered backends that measure under a profiler (ncu, nsys, ...)."""
-    return _registry["truths"]() if "truths" in _registry else ()
+    """The backends that measure under a profiler (ncu, nsys, ...), in registration order."""
+    return tuple(name for name, truth in _backends.items() if truth)
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from nsprof.errors import TargetError
-from nsprof.tuner import TunerHook, hook_from_meta
+from nsprof.tuner import TunerHook
 
 
 @dataclass
@@ -53,7 +53,6 @@ class Space:
     # "cuda": launches are asynchronous on the current CUDA stream (torch); "cpu": plain
     # Python calls (used by nsprof's own tests of the worker's fault handling).
     device: str = "cuda"
-    meta: dict[str, Any] = field(default_factory=dict)
     # The autotuner behind these configs: its own pick, and the feed-back of nsprof's ranking.
     tuner: TunerHook | None = None
     # The problem shapes the configs are tuned for (None: one problem, built into `build`). With
@@ -79,8 +78,6 @@ class Space:
                                       f"({shape_json(shape)}); list each once")
         if self.device not in ("cuda", "cpu"):
             raise TargetError(f"space {self.name!r}: device must be 'cuda' or 'cpu'")
-        if self.tuner is None:  # a Space of the older form: meta={"tuner_pick": ..., "feed_back": ...}
-            self.tuner = hook_from_meta(self.meta)
 
     def label(self, config_id: int) -> str:
         """A short readable name for one config: k=v pairs."""
@@ -304,7 +301,3 @@ def _module_files(dotted: str, base: Path, limit: Path) -> list[Path]:
 def shape_json(shape: Any) -> str:
     """The canonical JSON text of one shape (sorted keys; tuples as lists), as the results store keys it."""
     return json.dumps(shape, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def configs_json(space: Space) -> str:
-    return json.dumps(space.configs, default=str)

@@ -9,19 +9,13 @@ A hook does two things, each optional to the tuner behind it:
   for a call at that shape; {shape index: line}.
 
 The concrete hooks are in nsprof.integrations (Triton, TileLang). A Space carries its hook
-in `Space.tuner`; `tune` runs each call in a fresh child process of its own. A user Space
-that still sets the older `meta={"tuner_pick": ..., "feed_back": ..., "feed_back_to": ...}`
-is adapted into a hook here (`MetaTunerHook`), in this one place.
+in `Space.tuner`; `tune` runs each call in a fresh child process of its own.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from typing import Any
-
-# The Space.meta keys of the older form, adapted by MetaTunerHook.
-META_KEYS = ("tuner_pick", "feed_back", "feed_back_to")
+from collections.abc import Mapping
 
 
 class TunerHook(ABC):
@@ -59,30 +53,3 @@ class TunerHook(ABC):
         on what was written}. A hook over a tuner without per-shape entries does not override it."""
         raise NotImplementedError(f"{self.name} takes the ranking of one shape only (its hook has no "
                                   "feed_back_shapes)")
-
-
-class MetaTunerHook(TunerHook):
-    """A hook over the older Space.meta callables (kept so that existing user Spaces work)."""
-
-    def __init__(self, meta: Mapping[str, Any]) -> None:
-        self._pick: Callable[[], Any] | None = meta.get("tuner_pick")
-        self._feed_back: Callable[[Mapping[int, float]], Any] | None = meta.get("feed_back")
-        self.name = meta.get("feed_back_to", TunerHook.name)
-        self.can_pick = self._pick is not None
-        self.can_feed_back = self._feed_back is not None
-
-    def pick(self) -> dict | None:
-        return None if self._pick is None else self._pick()
-
-    def feed_back(self, latencies_ms: Mapping[int, float]) -> str:
-        if self._feed_back is None:
-            raise NotImplementedError("this Space's meta has no feed_back")
-        # An older callable may return any JSON value; tune shows it as written.
-        return self._feed_back(latencies_ms)
-
-
-def hook_from_meta(meta: Mapping[str, Any]) -> TunerHook | None:
-    """The hook of a Space that sets the older meta keys, or None when it sets neither callable."""
-    if meta.get("tuner_pick") is None and meta.get("feed_back") is None:
-        return None
-    return MetaTunerHook(meta)

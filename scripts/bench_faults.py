@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from targets.faulty_gpu import kill_profiler_at  # noqa: E402
 
-from nsprof.profile import profile  # noqa: E402
+from nsprof.profile import profile_result  # noqa: E402
 from nsprof.settings import ProfileSettings  # noqa: E402
 
 TARGETS = ROOT / "tests" / "targets" / "faulty_gpu.py"
@@ -55,17 +55,17 @@ def one(backend: str, space: str, faulty: set[int], kill: bool) -> dict:
             thread = threading.Thread(target=kill_profiler_at, args=(work_dir, backend, 2, killed), daemon=True)
             thread.start()
         start = time.perf_counter()
-        frame = profile(f"{TARGETS}:{space}", ProfileSettings(backend=backend, modes=MODES, reps=REPS, warmup=1,
-                                                              timeout_s=20, work_dir=work_dir))
+        result = profile_result(f"{TARGETS}:{space}", ProfileSettings(backend=backend, modes=MODES, reps=REPS,
+                                                                      warmup=1, timeout_s=20, work_dir=work_dir))
         wall = time.perf_counter() - start
         if thread is not None:
             thread.join(timeout=5)
         # what the killed profiler left holding the GPU lock, which nsprof killed (its log notes)
         left = [line.split("==NSPROF== ", 1)[1][:160] for log in sorted(work_dir.glob("part*.log"))
                 for line in log.read_text(errors="replace").splitlines() if "left holding the GPU lock" in line]
-    n = len(frame.attrs["configs"])
-    failures = frame.attrs["failures"]
-    rows = frame[frame["error"].isna()]
+    n = len(result.configs)
+    failures = result.failures
+    rows = result.frame[result.frame["error"].isna()]
     got = {(int(c), m, int(r)) for c, m, r in zip(rows["config_id"], rows["mode"], rows["rep"])}
     # The config the profiler was killed on (if the kill caught it running) is the fault's own victim.
     victims = set(failures) & {2} if kill else set()

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from nsprof.drivers.ncu import METRICS  # noqa: E402
 from nsprof.host.tools import find_ncu, find_nsys  # noqa: E402
-from nsprof.profile import config_summary, precompile, profile  # noqa: E402
+from nsprof.profile import config_summary, precompile, profile_result  # noqa: E402
 from nsprof.reports import read_report  # noqa: E402
 from nsprof.settings import ProfileSettings  # noqa: E402
 from nsprof.space import load_target  # noqa: E402
@@ -85,10 +85,11 @@ def main() -> None:
     for backend in ("ncu", "nsys"):
         with tempfile.TemporaryDirectory() as work:
             settings = ProfileSettings(backend=backend, reps=5, work_dir=Path(work))
-            frame, wall_all = timed(lambda s=settings: profile(GEMM, s))
+            result, wall_all = timed(lambda s=settings: profile_result(GEMM, s))
         with tempfile.TemporaryDirectory() as work:
             settings = ProfileSettings(backend=backend, reps=5, work_dir=Path(work))
-            _, wall_8 = timed(lambda s=settings: profile(GEMM, s, config_ids=eight))
+            _, wall_8 = timed(lambda s=settings: profile_result(GEMM, s, config_ids=eight))
+        frame = result.frame
         summary = config_summary(frame, space.configs)
         results[backend] = summary.to_dict("records")
         measured = int(summary["error"].isna().sum())
@@ -96,14 +97,14 @@ def main() -> None:
             "wall_all_s": round(wall_all, 2), "wall_8_s": round(wall_8, 2),
             "marginal_per_config_s": round((wall_all - wall_8) / (n - len(eight)), 3),
             "config_mode_rows_measured": measured,
-            "failed_configs": {str(k): v for k, v in frame.attrs["failures"].items()},
+            "failed_configs": {str(k): v for k, v in result.failures.items()},
             "seed_median_ns": medians(frame, SEED),
         }
     per_config = []
     for config_id in [SEED, working[0], working[-1]][: args.per_config_samples]:
         with tempfile.TemporaryDirectory() as work:
             settings = ProfileSettings(backend="ncu", reps=5, work_dir=Path(work))
-            _, wall = timed(lambda s=settings, c=config_id: profile(GEMM, s, config_ids=[c]))
+            _, wall = timed(lambda s=settings, c=config_id: profile_result(GEMM, s, config_ids=[c]))
         per_config.append(round(wall, 2))
     figures["ncu_one_process_per_config_s"] = per_config
     per_config_mean = sum(per_config) / len(per_config)

@@ -11,8 +11,10 @@ TileLang's tuner is stopped right after it computed the key (nothing is tuned or
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,8 +55,12 @@ print("KEYS " + json.dumps(seen))
 
 
 def keys(order: list[int], first: str = "-") -> list[dict]:
-    done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT / "examples"), json.dumps(order), first],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    # In a folder of its own: TileLang's autotuner opens ./autotuner.log in its cwd (it left one at the root).
+    with tempfile.TemporaryDirectory(prefix="nsprof-probe-keys-") as folder:
+        done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT / "examples"), json.dumps(order), first],
+                              capture_output=True, text=True, cwd=folder, timeout=300,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
     for line in done.stdout.splitlines():
         if line.startswith("KEYS "):
             return json.loads(line[5:])

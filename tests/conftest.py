@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import functools
 import lzma
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parents[1]
+STANDINS = Path(__file__).parent / "standins.py"
 
 
 @functools.cache
@@ -25,6 +29,15 @@ def gpu_available() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
+def pytest_configure(config):
+    """Every child process of a test imports this checkout's nsprof, whatever its cwd: the checkout
+    comes first on PYTHONPATH for the whole run (one environment for all, so that a server and the
+    clients a test starts find each other fit)."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if paths[:1] != [str(REPO)]:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *paths])
+
+
 def pytest_collection_modifyitems(config, items):
     if gpu_available():
         return
@@ -32,6 +45,26 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def run_nsprof(*args, env: dict[str, str | None] | None = None, cwd: Path | str | None = None,
+               timeout: float = 300, standins: bool = False, **run_kwargs) -> subprocess.CompletedProcess:
+    """nsprof's command line in a child process, run to its end: `python -m nsprof ARGS`, or with
+    `standins` `python tests/standins.py ARGS` (every ncu and nsys session a stand-in: no tool needed).
+
+    env: variables set over os.environ's (a value None removes one). stdout and stderr are captured, as
+    text unless text=False; the other run_kwargs (input, stdin) go to subprocess.run.
+    """
+    environment = dict(os.environ)
+    for name, value in (env or {}).items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = str(value)
+    program = [str(STANDINS)] if standins else ["-m", "nsprof"]
+    run_kwargs.setdefault("text", True)
+    return subprocess.run([sys.executable, *program, *map(str, args)], capture_output=True, env=environment,
+                          cwd=cwd, timeout=timeout, **run_kwargs)
 
 
 def wait_for(predicate, timeout_s: float = 60.0) -> bool:

@@ -21,7 +21,7 @@ import sys
 from collections import defaultdict
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, run_nsprof
 from test_nsys import connect_ro, expected_fixture_rows
 
 RAW = FIXTURES / "fixture_node_raw.csv"
@@ -32,13 +32,8 @@ CFG = re.compile(r"cfg(\d+)\.(direct|graph)\.r\d+")
 NO_RANGE = "(no range)"
 
 
-def nsprof(*args, cwd=None, text=True):
-    return subprocess.run([sys.executable, "-m", "nsprof", "analyze", *map(str, args)],
-                          capture_output=True, text=text, cwd=cwd, timeout=120)
-
-
 def ok(*args, **kwargs):
-    result = nsprof(*args, **kwargs)
+    result = run_nsprof("analyze", *args, **kwargs)
     assert result.returncode == 0, result.stderr
     return result
 
@@ -137,7 +132,7 @@ def test_kernel_and_range_filters():
     # the short name matches too (ncu's --kernel-name regex: matches the function name)
     names = {r["kernel"] for r in csv_rows(ok(SQLITE, "--kernel", "^gemm_kernel$", "--format", "csv").stdout)}
     assert names == {"gemm_kernel"}
-    bad = nsprof(SQLITE, "--kernel", "(")
+    bad = run_nsprof("analyze", SQLITE, "--kernel", "(")
     assert bad.returncode == 2 and "regular expression" in bad.stderr and len(bad.stderr.splitlines()) == 1
 
 
@@ -295,7 +290,7 @@ def test_dash_is_standard_output(tmp_path):
     rows = csv_rows(result.stdout)
     assert len(rows) == len(ncu_kernels()) == 27
     assert [float(r["duration_ns"]) for r in rows] == pytest.approx([k["duration_ns"] for k in ncu_kernels()])
-    both = nsprof(RAW, "--csv", "-", "--json")
+    both = run_nsprof("analyze", RAW, "--csv", "-", "--json")
     assert both.returncode == 2 and "standard output" in both.stderr
 
 
@@ -387,7 +382,7 @@ def test_durations_plot_holds_each_range_and_its_kernels(tmp_path):
     # through the command line: a file, or PNG on standard output
     ok(SQLITE, "--plot", tmp_path / "cli.svg")
     assert (tmp_path / "cli.svg").read_text().lstrip().startswith("<?xml")
-    png = nsprof(RAW, "--plot", "-", text=False)
+    png = run_nsprof("analyze", RAW, "--plot", "-", text=False)
     assert png.returncode == 0 and png.stdout[:4] == b"\x89PNG"
 
 
@@ -414,7 +409,7 @@ def test_plot_without_matplotlib_is_one_line(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.strip() == "nsprof: error: --plot needs matplotlib: pip install 'nsprof[plot]'"
-    bad = nsprof(RAW, "--plot", tmp_path / "x.txt")
+    bad = run_nsprof("analyze", RAW, "--plot", tmp_path / "x.txt")
     assert bad.returncode == 2 and ".png" in bad.stderr
 
 

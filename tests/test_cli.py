@@ -8,29 +8,24 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, run_nsprof
 
 RAW = FIXTURES / "fixture_node_raw.csv"
-
-
-def nsprof(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "nsprof", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
 def test_help_for_every_command():
     from nsprof.cli import cli
 
-    top = nsprof("--help")
+    top = run_nsprof("--help")
     assert top.returncode == 0 and "analyze" in top.stdout
     for name in cli.commands:
-        result = nsprof(name, "--help")
+        result = run_nsprof(name, "--help")
         assert result.returncode == 0, name
         assert "Usage:" in result.stdout and len(result.stdout.splitlines()) > 4
 
 
 def test_analyze_prints_summary_per_config():
-    result = nsprof("analyze", RAW)
+    result = run_nsprof("analyze", RAW)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     cfg0 = next(line for line in lines if line.startswith("ncu") and "cfg0.direct" in line)
@@ -45,7 +40,7 @@ def test_analyze_prints_summary_per_config():
 
 
 def test_analyze_json_rows():
-    result = nsprof("analyze", RAW, "--json")
+    result = run_nsprof("analyze", RAW, "--json")
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert len(rows) == 27
@@ -59,7 +54,7 @@ def test_analyze_json_rows():
 
 def test_analyze_csv_export(tmp_path):
     out = tmp_path / "rows.csv"
-    result = nsprof("analyze", RAW, "--csv", out)
+    result = run_nsprof("analyze", RAW, "--csv", out)
     assert result.returncode == 0, result.stderr
     with open(out, newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -67,7 +62,7 @@ def test_analyze_csv_export(tmp_path):
 
 
 def test_compare_two_reports(tmp_path):
-    result = nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_node_details.csv")
+    result = run_nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_node_details.csv")
     assert result.returncode == 0, result.stderr
     cfg0 = next(line for line in result.stdout.splitlines() if line.startswith("cfg0.direct"))
     # independent: medians of cfg0.direct durations in each file, by the csv module
@@ -82,7 +77,7 @@ def test_compare_two_reports(tmp_path):
 
 
 def test_compare_needs_two_files():
-    result = nsprof("analyze", "--compare", RAW)
+    result = run_nsprof("analyze", "--compare", RAW)
     assert result.returncode == 2
     assert "exactly two" in result.stderr
 
@@ -100,7 +95,7 @@ def test_compare_needs_two_files():
 def test_bad_inputs_give_one_line_and_exit_2(tmp_path, make, message):
     path = tmp_path / "input.dat"
     make(path)
-    result = nsprof("analyze", path)
+    result = run_nsprof("analyze", path)
     assert result.returncode == 2
     assert result.stdout == ""
     err = result.stderr.strip()
@@ -114,10 +109,10 @@ def test_parquet_without_pyarrow_is_a_clear_error(tmp_path):
     try:
         import pyarrow  # noqa: F401
     except ImportError:
-        result = nsprof("analyze", RAW, "--parquet", tmp_path / "x.parquet")
+        result = run_nsprof("analyze", RAW, "--parquet", tmp_path / "x.parquet")
         assert result.returncode == 2 and "pyarrow" in result.stderr
     else:
-        result = nsprof("analyze", RAW, "--parquet", tmp_path / "x.parquet")
+        result = run_nsprof("analyze", RAW, "--parquet", tmp_path / "x.parquet")
         assert result.returncode == 0 and (tmp_path / "x.parquet").stat().st_size > 0
 
 
@@ -130,12 +125,41 @@ def test_import_is_light():
     assert result.stdout.strip() == ""
 
 
+def test_import_nsprof_does_no_registering_and_settings_know_the_backends_without_the_registry():
+    """`import nsprof` imports no driver registry (no work done by an import), and the settings
+    check backend names without it."""
+    code = ("import sys, nsprof; from nsprof.settings import ProfileSettings, TuneSettings, backends, ground_truths; "
+            "loaded = 'nsprof.drivers.registry' in sys.modules; "
+            "ProfileSettings(backend='nsys'); TuneSettings(backend='cupti'); "
+            "print(loaded, backends(), ground_truths())")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False ('ncu', 'nsys', 'none') ('ncu', 'nsys')"
+
+
+def test_a_registered_backend_is_one_the_settings_take_until_it_is_unregistered():
+    from nsprof.drivers import registry
+    from nsprof.errors import NsprofError
+    from nsprof.settings import ProfileSettings, backends, ground_truths
+
+    registry.register("extra_truth", "nsprof.drivers.nsys:NsysDriver")
+    try:
+        assert ProfileSettings(backend="extra_truth").backend == "extra_truth"
+        assert backends()[-1] == "extra_truth" and ground_truths()[-1] == "extra_truth"
+        assert registry.names() == backends() and registry.ground_truths() == ground_truths()
+    finally:
+        registry.unregister("extra_truth")
+    assert "extra_truth" not in backends() and "extra_truth" not in ground_truths()
+    with pytest.raises(NsprofError, match="backend must be one of"):
+        ProfileSettings(backend="extra_truth")
+
+
 def test_compare_flags_rows_an_order_of_magnitude_apart():
     # the graph-profiling run of the same workload measured every kernel 30-74x longer
-    result = nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_graph_raw.csv")
+    result = run_nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_graph_raw.csv")
     assert result.returncode == 0, result.stderr
     assert "differ more than 10x" in result.stdout
-    plain = nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_node_details.csv")
+    plain = run_nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_node_details.csv")
     assert "differ more than 10x" not in plain.stdout
 
 
@@ -176,7 +200,7 @@ def test_kernels_sharing_a_short_name_print_as_distinct_rows():
     with sqlite3.connect(sqlite.resolve().as_uri() + "?mode=ro", uri=True) as conn:
         kernels, distinct = conn.execute(
             "SELECT count(*), count(DISTINCT demangledName) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
-    result = nsprof("analyze", sqlite)
+    result = run_nsprof("analyze", sqlite)
     assert result.returncode == 0, result.stderr
     rows = _table_rows(result.stdout)
     cells = [(row[1], row[2]) for row in rows]  # range, kernel
@@ -205,7 +229,7 @@ def test_names_that_differ_past_the_display_width_never_print_as_one_row(tmp_pat
             "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE shortName IN (?, ?)", ids).fetchone()[0]
         conn.execute("DELETE FROM NVTX_EVENTS")
     for args, kernel_cell in (((path,), 2), (("--compare", path, path), 1)):
-        result = nsprof("analyze", *args)
+        result = run_nsprof("analyze", *args)
         assert result.returncode == 0, result.stderr
         rows = [row for row in _table_rows(result.stdout) if row[kernel_cell].startswith("kkk")]
         labels = [row[kernel_cell] for row in rows]

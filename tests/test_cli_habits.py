@@ -14,13 +14,11 @@ The rule for "the same options", command by command:
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_nsprof
 
 from nsprof import __version__
 from nsprof.cli import cli
@@ -29,11 +27,6 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 COMMANDS = sorted(cli.commands)
 LONG = re.compile(r"--[a-z][a-z0-9-]*")
 ALWAYS = {"--help", "--version"}
-
-
-def nsprof(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "nsprof", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
 
 
 def help_options(help_text: str) -> set[str]:
@@ -83,7 +76,7 @@ def readme_examples() -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def helps() -> dict[str, str]:
-    return {name: nsprof(name, "--help").stdout for name in COMMANDS}
+    return {name: run_nsprof(name, "--help").stdout for name in COMMANDS}
 
 
 def test_the_rule_reads_the_help_option_column_only():
@@ -95,7 +88,7 @@ def test_the_rule_reads_the_help_option_column_only():
 def test_version_on_nsprof_and_every_command():
     for args in [[], *[[name] for name in COMMANDS]]:
         for flag in ("-V", "--version"):
-            done = nsprof(*args, flag)
+            done = run_nsprof(*args, flag)
             assert done.returncode == 0 and done.stdout == f"nsprof, version {__version__}\n", (args, flag, done)
 
 
@@ -134,7 +127,7 @@ def test_readme_documents_shell_completion():
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_the_completion_script_the_readme_names(shell):
-    done = nsprof(env={"_NSPROF_COMPLETE": f"{shell}_source"})
+    done = run_nsprof(env={"_NSPROF_COMPLETE": f"{shell}_source"})
     assert done.returncode == 0
     assert "_NSPROF_COMPLETE" in done.stdout and f"{shell}_complete" in done.stdout
 
@@ -142,7 +135,7 @@ def test_the_completion_script_the_readme_names(shell):
 def test_completion_completes_commands_options_and_choices():
     def complete(words: str) -> list[str]:
         parts = words.split(" ")
-        done = nsprof(env={"_NSPROF_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(len(parts) - 1)})
+        done = run_nsprof(env={"_NSPROF_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(len(parts) - 1)})
         assert done.returncode == 0, done.stderr
         return [line.split(",", 1)[1] for line in done.stdout.splitlines()]
 

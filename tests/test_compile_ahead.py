@@ -5,17 +5,14 @@ the real compile step), on a CPU space whose compile can only finish while the s
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, run_nsprof
 
 from nsprof.worker.compile import END, marker, state, write_marker
 
 TARGET = str(FIXTURES.parent / "targets" / "compile_ahead.py")
-STANDINS = FIXTURES.parent / "standins.py"
 ROOT = FIXTURES.parents[1]
 
 
@@ -23,11 +20,10 @@ def _profile(tmp_path, space: str, *extra: str, env: dict | None = None):
     folder = tmp_path / "ahead"
     folder.mkdir(exist_ok=True)
     (tmp_path / "tmp").mkdir(exist_ok=True)  # where the compile step's folder goes (kept when a config failed)
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
+    environment = {"PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
                    "NSPROF_TEST_AHEAD_DIR": str(folder), "TMPDIR": str(tmp_path / "tmp"), **(env or {})}
-    done = subprocess.run([sys.executable, str(STANDINS), "profile", f"{TARGET}:{space}", "--backend", "nsys",
-                           "--mode", "direct", "--reps", "2", "--work-dir", str(tmp_path / "work"), "--json", *extra],
-                          capture_output=True, text=True, env=environment, timeout=300)
+    done = run_nsprof("profile", f"{TARGET}:{space}", "--backend", "nsys", "--mode", "direct", "--reps", "2",
+                      "--work-dir", str(tmp_path / "work"), "--json", *extra, env=environment, standins=True)
     return done, folder
 
 

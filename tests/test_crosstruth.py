@@ -11,14 +11,13 @@ computed here from those numbers, independently of nsprof.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import run_nsprof
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -32,7 +31,6 @@ from nsprof.errors import NsprofError  # noqa: E402
 from nsprof.settings import TuneSettings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-STANDINS = Path(__file__).parent / "standins.py"
 
 # Under "base-all" (lab / ncu: clocks locked, caches flushed) config 0 wins; under "none-none"
 # (field / nsys, and lab with both changed) config 1 does. With warm L2 alone ("base-none") the
@@ -270,10 +268,8 @@ def test_verdict_and_cause_rules():
 
 def _cli(tmp_path, *args, ns_at=L2_EXPLAINS):
     (tmp_path / "t.py").write_text(TARGET.format(ns_at=ns_at))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path),
-           "FEED_FILE": str(tmp_path / "fed.json")}
-    return subprocess.run([sys.executable, str(STANDINS), *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    env = {"PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path), "FEED_FILE": str(tmp_path / "fed.json")}
+    return run_nsprof(*args, cwd=tmp_path, env=env, standins=True)
 
 
 def test_the_cli_ranks_under_ncu_and_nsys_and_records_the_deploy(tmp_path):

@@ -13,15 +13,13 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, running, wait_for
+from conftest import FIXTURES, run_nsprof, running, wait_for
 
 from nsprof.drivers.ncu import PERMISSION_FIX
 
-REPO = Path(__file__).resolve().parent.parent
 TARGET = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":space"
 # Two configs that run cleanly, one rep, direct launches only (graph mode needs CUDA).
 QUICK = ["--mode", "direct", "--configs", "0,2", "--reps", "1", "--warmup", "0", "--timeout", "30"]
@@ -46,21 +44,13 @@ def fake_tool(folder: Path, name: str, before: str = "", after: str = "", status
     return tool
 
 
-def bare_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+def bare_env(tmp_path: Path, **extra: str) -> dict[str, str | None]:
     """No NSPROF_NCU/NSYS, a PATH holding only tmp_path/bin (no nvidia-smi, ncu or nsys from
-    the machine), temporary folders under tmp_path, and this checkout's nsprof."""
-    env = {k: v for k, v in os.environ.items() if k not in ("NSPROF_NCU", "NSPROF_NSYS", "NSPROF_DEBUG")}
+    the machine), temporary folders under tmp_path (run_nsprof's env: None removes a variable)."""
     (tmp_path / "bin").mkdir(exist_ok=True)
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    env.update(PATH=str(tmp_path / "bin"), TMPDIR=str(tmp_path / "tmp"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    env.update(extra)
-    return env
-
-
-def nsprof(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nsprof", *args], capture_output=True, text=True, env=env,
-                          cwd=REPO, timeout=180)
+    return {"NSPROF_NCU": None, "NSPROF_NSYS": None, "NSPROF_DEBUG": None, "PATH": str(tmp_path / "bin"),
+            "TMPDIR": str(tmp_path / "tmp"), **extra}
 
 
 def one_error_line(result: subprocess.CompletedProcess, label: str | None = None) -> str:
@@ -82,7 +72,7 @@ def tool_on_machine(name: str, env: dict[str, str], monkeypatch) -> bool:
     from nsprof.host.tools import find_ncu, find_nsys
 
     for key in ("PATH", "NSPROF_NCU", "NSPROF_NSYS"):
-        if key in env:
+        if env.get(key) is not None:
             monkeypatch.setenv(key, env[key])
         else:
             monkeypatch.delenv(key, raising=False)
@@ -93,7 +83,7 @@ def tool_on_machine(name: str, env: dict[str, str], monkeypatch) -> bool:
 
 
 def test_doctor_without_gpu_says_so(tmp_path):
-    result = nsprof(bare_env(tmp_path), "doctor")
+    result = run_nsprof("doctor", env=bare_env(tmp_path))
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
     gpu = next(line for line in result.stdout.splitlines() if " GPU " in line)
@@ -108,7 +98,7 @@ def test_doctor_with_a_broken_driver_says_so(tmp_path):
     smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it couldn'\"'\"'t communicate with the "
                    "NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.'\nexit 9\n")
     smi.chmod(0o755)
-    result = nsprof(bare_env(tmp_path), "doctor")
+    result = run_nsprof("doctor", env=bare_env(tmp_path))
     assert result.returncode == 1, result.stderr
     gpu = next(line for line in result.stdout.splitlines() if " GPU " in line)
     assert gpu.startswith("[FAIL]") and "couldn't communicate with the NVIDIA driver" in gpu
@@ -123,7 +113,7 @@ def test_profile_without_the_tool_is_one_line(tmp_path, monkeypatch, backend, me
     env = bare_env(tmp_path)
     if tool_on_machine(backend, env, monkeypatch):
         pytest.skip(f"{backend} is installed in a standard folder here")
-    line = one_error_line(nsprof(env, "profile", TARGET, "--backend", backend, *QUICK))
+    line = one_error_line(run_nsprof("profile", TARGET, "--backend", backend, *QUICK, env=env))
     assert line.startswith(f"nsprof: error: {message}")
     assert not list((tmp_path / "tmp").iterdir())  # nothing started, nothing left behind
 
@@ -132,8 +122,8 @@ def test_profile_without_the_tool_is_one_line(tmp_path, monkeypatch, backend, me
 def test_tool_variable_pointing_nowhere_is_one_line(tmp_path, variable):
     missing = tmp_path / "no such folder" / "tool"
     backend = "ncu" if variable == "NSPROF_NCU" else "nsys"
-    line = one_error_line(nsprof(bare_env(tmp_path, **{variable: str(missing)}), "profile", TARGET,
-                                 "--backend", backend, *QUICK))
+    line = one_error_line(run_nsprof("profile", TARGET, "--backend", backend, *QUICK,
+                                      env=bare_env(tmp_path, **{variable: str(missing)})))
     assert line == f"nsprof: error: {variable}={missing} is not an executable file"
 
 
@@ -148,7 +138,7 @@ def test_counters_not_permitted(tmp_path):
         "Performance Counters on the target device 0. For instructions on enabling permissions and to get "
         "more information see https://developer.nvidia.com/ERR_NVGPUCTRPERM'"),
         after="echo '==PROF== Disconnected from process 4242'")
-    line = one_error_line(nsprof(bare_env(tmp_path), "profile", TARGET, "--backend", "ncu", *QUICK), "ncu")
+    line = one_error_line(run_nsprof("profile", TARGET, "--backend", "ncu", *QUICK, env=bare_env(tmp_path)), "ncu")
     assert PERMISSION_FIX in line
     assert "ncu wrote no report" in line
 
@@ -166,7 +156,7 @@ def test_nsys_importer_missing_a_library(tmp_path):
                         "echo \"$0: error while loading shared libraries: libdw.so.1: cannot open shared object "
                         "file: No such file or directory\" >&2\necho 'Import failed.' >&2\nexit 127\n")
     importer.chmod(0o755)
-    line = one_error_line(nsprof(bare_env(tmp_path), "profile", TARGET, "--backend", "nsys", *QUICK), "nsys")
+    line = one_error_line(run_nsprof("profile", TARGET, "--backend", "nsys", *QUICK, env=bare_env(tmp_path)), "nsys")
     assert "QdstrmImporter cannot run: shared library libdw.so.1 is missing" in line
 
 
@@ -184,8 +174,8 @@ def test_nsys_importer_that_hangs_is_killed_after_its_bound(tmp_path):
     importer.chmod(0o755)
     work = tmp_path / "wd"
     try:
-        line = one_error_line(nsprof(bare_env(tmp_path, NSPROF_CONVERT_TIMEOUT_S="1"), "profile", TARGET,
-                                     "--backend", "nsys", *QUICK, "--work-dir", str(work)), "nsys")
+        line = one_error_line(run_nsprof("profile", TARGET, "--backend", "nsys", *QUICK, "--work-dir", str(work),
+                                          env=bare_env(tmp_path, NSPROF_CONVERT_TIMEOUT_S="1")), "nsys")
         qdstrm = work / "part0.qdstrm"
         assert "QdstrmImporter did not finish within 1 s ($NSPROF_CONVERT_TIMEOUT_S); killed it." in line, line
         assert f"{qdstrm} is kept, nothing measured is lost" in line, line
@@ -205,7 +195,7 @@ def test_disk_full(tmp_path, report):
     fake_tool(tmp_path / "bin", "ncu", after=(
         f"{write}\n"
         "echo '==ERROR== Failed to save report to '\"$out\"'.ncu-rep: No space left on device' >&2"), status=1)
-    line = one_error_line(nsprof(bare_env(tmp_path), "profile", TARGET, "--backend", "ncu", *QUICK), "ncu")
+    line = one_error_line(run_nsprof("profile", TARGET, "--backend", "ncu", *QUICK, env=bare_env(tmp_path)), "ncu")
     assert "is full (==ERROR== Failed to save report" in line and "No space left on device" in line
     assert "--work-dir" in line  # the way out
 
@@ -215,7 +205,7 @@ def test_fake_tools_run_the_real_worker(tmp_path):
     status file through, and the run ends as a clean one would, minus the report."""
     marker = tmp_path / "argv.txt"
     fake_tool(tmp_path / "bin", "ncu", before=f"echo \"$@\" > {shlex.quote(str(marker))}")
-    result = nsprof(bare_env(tmp_path), "profile", TARGET, "--backend", "ncu", *QUICK)
+    result = run_nsprof("profile", TARGET, "--backend", "ncu", *QUICK, env=bare_env(tmp_path))
     argv = marker.read_text().split()
     assert argv[1:3] == ["-m", "nsprof.worker"] and argv[3].endswith(".job.json")
     assert "ncu wrote no report: worker exited with status 0" in one_error_line(result, "ncu")

@@ -4,18 +4,12 @@ in a child process with a stand-in profiler (tests/standins.py)."""
 from __future__ import annotations
 
 import csv
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+from conftest import run_nsprof
 
 from nsprof.store import ResultStore
-
-STANDINS = Path(__file__).parent / "standins.py"
-ROOT = Path(__file__).resolve().parents[1]
 
 ALL_FAIL = textwrap.dedent("""
     from nsprof.space import Space
@@ -27,20 +21,19 @@ ALL_FAIL = textwrap.dedent("""
 """)
 
 
-def nsprof(*args, cwd):
-    # Temporary folders in the test's own folder: a run that fails keeps (and names) its logs' folder.
-    (Path(cwd) / "tmp").mkdir(exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "TMPDIR": str(Path(cwd) / "tmp")}
-    return subprocess.run([sys.executable, str(STANDINS), *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=300)
+@pytest.fixture
+def own_tmp(tmp_path) -> dict[str, str]:
+    """Temporary folders in the test's own folder: a run that fails keeps (and names) its logs' folder."""
+    (tmp_path / "tmp").mkdir()
+    return {"TMPDIR": str(tmp_path / "tmp")}
 
 
 @pytest.mark.parametrize("command", ["profile", "tune"])
-def test_no_config_measured_is_a_one_line_error(tmp_path, command):
+def test_no_config_measured_is_a_one_line_error(tmp_path, own_tmp, command):
     (tmp_path / "broken.py").write_text(ALL_FAIL)
     extra = ["--csv", tmp_path / "rows.csv"] if command == "profile" else ["--store", tmp_path / "r.sqlite"]
-    result = nsprof(command, "broken.py:space", "--backend", "ncu", "--timeout", "30", *extra, cwd=tmp_path)
+    result = run_nsprof(command, "broken.py:space", "--backend", "ncu", "--timeout", "30", *extra, cwd=tmp_path,
+                        env=own_tmp, standins=True)
     assert result.returncode != 0, result.stdout
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("nsprof: error: no config was measured: all 2 failed (config 0: build failed: "
@@ -60,7 +53,7 @@ def test_no_config_measured_is_a_one_line_error(tmp_path, command):
     assert f"kept in {kept[0]}" in result.stdout + result.stderr
 
 
-def test_profile_csv_dash_is_standard_output(tmp_path):
+def test_profile_csv_dash_is_standard_output(tmp_path, own_tmp):
     """`-` means standard output wherever a path is taken: the rows go there, the table to stderr,
     and no file called "-" appears."""
     (tmp_path / "ok.py").write_text(textwrap.dedent("""
@@ -69,13 +62,14 @@ def test_profile_csv_dash_is_standard_output(tmp_path):
         space = Space(name="ok", configs=[{"ns": 1500}, {"ns": 2500}], build=lambda config: (lambda: None),
                       device="cpu")
     """))
-    result = nsprof("profile", "ok.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2",
-                    "--csv", "-", cwd=tmp_path)
+    result = run_nsprof("profile", "ok.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2",
+                        "--csv", "-", cwd=tmp_path, env=own_tmp, standins=True)
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "-").exists()
     rows = list(csv.DictReader(result.stdout.splitlines()))
     assert sorted({(r["config_id"], float(r["duration_ns"])) for r in rows}) == [("0", 1500.0), ("1", 2500.0)]
     assert len(rows) == 4  # 2 configs x 1 mode x 2 reps, one stand-in kernel each
     assert "median µs" in result.stderr
-    both = nsprof("profile", "ok.py:space", "--backend", "ncu", "--csv", "-", "--json", cwd=tmp_path)
+    both = run_nsprof("profile", "ok.py:space", "--backend", "ncu", "--csv", "-", "--json", cwd=tmp_path,
+                      env=own_tmp, standins=True)
     assert both.returncode == 2 and "both write to standard output" in both.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import FIXTURES
 
-from nsprof.profile import config_summary, profile
+from nsprof.profile import config_summary, profile_result
 from nsprof.settings import ProfileSettings
 
 pytestmark = pytest.mark.gpu
@@ -15,8 +15,9 @@ TARGET = str(FIXTURES.parent / "targets" / "faulty_gpu.py") + ":space"
 @pytest.mark.parametrize("backend", ["ncu", "nsys"])
 def test_faults_are_recorded_and_the_rest_measured(backend, tmp_path):
     pytest.importorskip("triton")
-    frame = profile(TARGET, ProfileSettings(backend=backend, reps=3, warmup=1, timeout_s=20, work_dir=tmp_path))
-    failures = frame.attrs["failures"]
+    result = profile_result(TARGET, ProfileSettings(backend=backend, reps=3, warmup=1, timeout_s=20,
+                                                    work_dir=tmp_path))
+    frame, failures = result.frame, result.failures
     assert set(failures) == {1, 2, 3}, failures
     assert "illegal" in failures[1].lower() or "cuda" in failures[1].lower(), failures[1]
     assert failures[2].startswith("timeout"), failures[2]
@@ -68,10 +69,11 @@ def test_a_profiler_killed_mid_way_costs_one_config(backend, tmp_path):
     killed = []
     thread = threading.Thread(target=kill_profiler_at, args=(tmp_path, backend, 2, killed), daemon=True)
     thread.start()
-    frame = profile(target, ProfileSettings(backend=backend, reps=20, warmup=1, timeout_s=60, work_dir=tmp_path))
+    result = profile_result(target, ProfileSettings(backend=backend, reps=20, warmup=1, timeout_s=60,
+                                                    work_dir=tmp_path))
     thread.join(timeout=5)
     assert killed, "the profiler was never seen"
-    failures = frame.attrs["failures"]
+    frame, failures = result.frame, result.failures
     assert set(failures) <= {2}, failures
     summary = config_summary(frame)
     measured_rows = summary[summary["error"].isna()]

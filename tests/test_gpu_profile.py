@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_nsprof
 
-from nsprof.profile import config_summary, profile
+from nsprof.profile import config_summary, profile_result
 from nsprof.settings import ProfileSettings
 
 pytestmark = pytest.mark.gpu
@@ -29,7 +28,8 @@ def test_seed_config_is_the_seed_request():
 @pytest.mark.parametrize("backend", ["ncu", "nsys"])
 def test_seed_gemm_durations_match_design_ranges(backend, tmp_path):
     pytest.importorskip("tilelang")
-    frame = profile(GEMM, ProfileSettings(backend=backend, reps=5, work_dir=tmp_path), config_ids=[SEED, 0])
+    frame = profile_result(GEMM, ProfileSettings(backend=backend, reps=5, work_dir=tmp_path),
+                           config_ids=[SEED, 0]).frame
     summary = config_summary(frame).set_index(["config_id", "mode"])
     low, high = RANGES_US[backend]
     for mode in ("direct", "graph"):
@@ -46,7 +46,6 @@ def test_seed_gemm_durations_match_design_ranges(backend, tmp_path):
 
 
 def test_doctor_on_gpu_machine():
-    result = subprocess.run([sys.executable, "-m", "nsprof", "doctor"], capture_output=True, text=True,
-                            timeout=600)
+    result = run_nsprof("doctor", timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[ok  ] GPU" in result.stdout and "ground truth available from: ncu" in result.stdout

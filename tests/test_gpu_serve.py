@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, run_nsprof
 from conftest import running as _running
 
 from nsprof.worker.protocol import parse_status
@@ -66,9 +66,8 @@ def nsys_server(tmp_path, own_gpu_lock_folder):
 
 
 def _profile(tmp_path: Path, name: str, target: str, configs: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nsprof", "profile", target, "--backend", "nsys", "--configs", configs,
-                           "--reps", "5", "--json", "--work-dir", str(tmp_path / name)],
-                          capture_output=True, text=True, timeout=600)
+    return run_nsprof("profile", target, "--backend", "nsys", "--configs", configs, "--reps", "5", "--json",
+                      "--work-dir", str(tmp_path / name), timeout=600)
 
 
 def test_two_commands_share_one_worker_under_nsys_and_measure_the_design_range(tmp_path, nsys_server):

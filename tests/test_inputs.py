@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, run_nsprof
 
 RAW = FIXTURES / "fixture_node_raw.csv"
 SQLITE = FIXTURES / "fixture.sqlite"
@@ -36,11 +36,6 @@ def env(**extra: str) -> dict[str, str]:
 
 def nsprof_argv(*args) -> list[str]:
     return [sys.executable, "-m", "nsprof", *map(str, args)]
-
-
-def run(*args, stdin=None, input_bytes=None, **extra) -> subprocess.CompletedProcess:
-    return subprocess.run(nsprof_argv(*args), stdin=stdin, input=input_bytes, capture_output=True,
-                          timeout=DEADLINE_S, env=env(**extra))
 
 
 def raw_kernel_count() -> int:
@@ -68,7 +63,7 @@ def test_fifo_with_a_writer_process_is_read_once(tmp_path):
     # A real writer process: the FIFO can only be read once, so a second read would be empty.
     writer = subprocess.Popen(["/bin/sh", "-c", f'cat "{RAW}" > "{fifo}"'])
     try:
-        result = run("analyze", fifo, "--json")
+        result = run_nsprof("analyze", fifo, "--json", text=False)
     finally:
         writer.wait(timeout=DEADLINE_S)
     assert result.returncode == 0, result.stderr.decode()
@@ -80,14 +75,14 @@ def test_fifo_with_a_writer_process_is_read_once(tmp_path):
 def test_fifo_without_a_writer_fails_instead_of_hanging(tmp_path):
     fifo = tmp_path / "nobody-writes.csv"
     os.mkfifo(fifo)
-    result = run("analyze", fifo, NSPROF_STREAM_WAIT_S="1")
+    result = run_nsprof("analyze", fifo, env={"NSPROF_STREAM_WAIT_S": "1"}, text=False)
     assert_one_line_error(result, str(fifo), "no data")
 
 
 def test_stdin_pipe_via_dash_and_dev_stdin():
     data = RAW.read_bytes()
     for name in ("-", "/dev/stdin"):
-        result = run("analyze", name, "--json", input_bytes=data)
+        result = run_nsprof("analyze", name, "--json", input=data, text=False)
         assert result.returncode == 0, (name, result.stderr.decode())
         assert len(json.loads(result.stdout)) == raw_kernel_count(), name
 
@@ -105,13 +100,14 @@ def test_process_substitution_is_read_once():
 def test_sqlite_through_a_pipe():
     with sqlite3.connect(SQLITE.resolve().as_uri() + "?mode=ro", uri=True) as conn:
         kernels = conn.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
-    result = run("analyze", "-", "--json", input_bytes=SQLITE.read_bytes())
+    result = run_nsprof("analyze", "-", "--json", input=SQLITE.read_bytes(), text=False)
     assert result.returncode == 0, result.stderr.decode()
     assert len(json.loads(result.stdout)) == kernels
 
 
 def test_a_pipe_larger_than_the_bound_is_refused():
-    result = run("analyze", "-", input_bytes=RAW.read_bytes(), NSPROF_MAX_STREAM_BYTES="1000")
+    result = run_nsprof("analyze", "-", input=RAW.read_bytes(), env={"NSPROF_MAX_STREAM_BYTES": "1000"},
+                        text=False)
     assert_one_line_error(result, "standard input", "1000 bytes")
 
 
@@ -119,7 +115,7 @@ def test_dash_on_a_terminal_is_refused():
     pty = pytest.importorskip("pty")
     leader, follower = pty.openpty()
     try:
-        result = run("analyze", "-", stdin=follower)
+        result = run_nsprof("analyze", "-", stdin=follower, text=False)
     finally:
         os.close(leader)
         os.close(follower)
@@ -165,7 +161,7 @@ def test_output_equal_to_an_input_is_refused(tmp_path, option, alias):
         out.symlink_to(report)
     elif alias == "hardlink":
         os.link(report, out)
-    result = run("analyze", report, option, out)
+    result = run_nsprof("analyze", report, option, out, text=False)
     assert_one_line_error(result, "would overwrite", str(report))
     assert report.read_bytes() == before
 
@@ -186,35 +182,33 @@ def test_compressed_reports_are_named_by_content(tmp_path, name, pack, tool):
             archive.write(RAW, "r.csv")
     else:
         path.write_bytes(pack(RAW.read_bytes()))
-    result = run("analyze", path)
+    result = run_nsprof("analyze", path, text=False)
     assert_one_line_error(result, str(path), f"{tool}-compressed")
 
 
 def test_symlink_loop_is_named(tmp_path):
     loop = tmp_path / "loop.csv"
     loop.symlink_to(loop)
-    line = assert_one_line_error(run("analyze", loop), str(loop), "symbolic link")
+    line = assert_one_line_error(run_nsprof("analyze", loop, text=False), str(loop), "symbolic link")
     assert "no such file" not in line
 
 
 def test_dangling_symlink_names_its_target(tmp_path):
     link = tmp_path / "link.csv"
     link.symlink_to(tmp_path / "gone.csv")
-    assert_one_line_error(run("analyze", link), str(link), "gone.csv")
+    assert_one_line_error(run_nsprof("analyze", link, text=False), str(link), "gone.csv")
 
 
 def test_errors_show_the_path_as_given(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "empty.sqlite").write_bytes(b"")
     (tmp_path / "sub" / "junk.csv").write_text("name,value\nx,1\n")
-    result = subprocess.run(nsprof_argv("analyze", "sub/empty.sqlite"), capture_output=True, text=True,
-                            timeout=DEADLINE_S, env=env(), cwd=tmp_path)
+    result = run_nsprof("analyze", "sub/empty.sqlite", cwd=tmp_path)
     assert_one_line_error(result, "sub/empty.sqlite: empty file")
-    result = subprocess.run(nsprof_argv("analyze", "sub/junk.csv"), capture_output=True, text=True,
-                            timeout=DEADLINE_S, env=env(), cwd=tmp_path)
+    result = run_nsprof("analyze", "sub/junk.csv", cwd=tmp_path)
     assert_one_line_error(result, "sub/junk.csv: not a report")
     # /dev/null is a character device: read once as a stream, named as given
-    assert_one_line_error(run("analyze", "/dev/null"), "/dev/null: empty")
+    assert_one_line_error(run_nsprof("analyze", "/dev/null", text=False), "/dev/null: empty")
 
 
 def test_unreadable_file_names_permission(tmp_path):
@@ -223,4 +217,4 @@ def test_unreadable_file_names_permission(tmp_path):
     path = tmp_path / "secret.csv"
     shutil.copy(RAW, path)
     path.chmod(0)
-    assert_one_line_error(run("analyze", path), str(path), "permission denied")
+    assert_one_line_error(run_nsprof("analyze", path, text=False), str(path), "permission denied")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, run_nsprof
 
 from nsprof.errors import ReportError, ToolNotFound
 from nsprof.host.tools import find_nsys
@@ -908,17 +908,6 @@ def test_a_locked_rollback_journal_database_names_the_lock(tmp_path, monkeypatch
 # --- silent gaps: what a report lacks is said in one line --------------------------------------
 
 
-def _cli(*args):
-    import os
-    import subprocess
-    import sys
-
-    repo = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "nsprof", "analyze", *map(str, args)], capture_output=True,
-                          text=True, timeout=120, env=env)
-
-
 @pytest.mark.parametrize(
     ("sql", "fragments"),
     [
@@ -932,7 +921,7 @@ def test_a_missing_table_is_one_warning_line(tmp_path, sql, fragments):
     shutil.copyfile(FIXTURE, path)
     with sqlite3.connect(path) as conn:
         conn.execute(sql)
-    result = _cli(path)
+    result = run_nsprof("analyze", path)
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if line.startswith("nsprof: warning:")]
     assert len(warnings) == 1, result.stderr
@@ -942,14 +931,14 @@ def test_a_missing_table_is_one_warning_line(tmp_path, sql, fragments):
 
 
 def test_the_intact_fixture_gives_no_warning():
-    result = _cli(FIXTURE, "--domain", "nsprof")
+    result = run_nsprof("analyze", FIXTURE, "--domain", "nsprof")
     assert result.returncode == 0 and result.stderr == "", result.stderr
 
 
 def test_an_unknown_domain_is_one_warning_line():
     con = connect_ro(FIXTURE)
     domains = {DEFAULT_DOMAIN, *(text for (text,) in con.execute("SELECT text FROM NVTX_EVENTS WHERE eventType = 75"))}
-    result = _cli(FIXTURE, "--domain", "nsprf")
+    result = run_nsprof("analyze", FIXTURE, "--domain", "nsprf")
     assert result.returncode == 0, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"nsprof: warning: {FIXTURE}: "), result.stderr

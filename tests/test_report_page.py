@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import run_nsprof
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "benchmarks" / "results" / "validate_seed_gemm.json"
-STANDINS = Path(__file__).parent / "standins.py"
 TRUTHS = ["ncu:direct", "ncu:graph", "nsys:direct", "nsys:graph"]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
@@ -321,9 +321,9 @@ def test_tune_plot_and_html_through_the_cli(tmp_path):
         "import nsprof.space\n"
         "space = nsprof.space.Space(configs=[{'ns': 3000.0}, {'ns': 1000.0}, {'ns': 2000.0}],\n"
         "                           build=lambda c: (lambda: None), device='cpu')\n")
-    done = subprocess.run([sys.executable, str(STANDINS), "tune", "t.py:space", "--backend", "ncu", "--mode", "direct",
-                           "--reps", "2", "--no-store", "--no-feed-back", "--no-tuner-pick", "--plot", "out/r.png",
-                           "--html", "out/r.html"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    done = run_nsprof("tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-store",
+                      "--no-feed-back", "--no-tuner-pick", "--plot", "out/r.png", "--html", "out/r.html",
+                      cwd=tmp_path, standins=True)
     assert done.returncode == 0, done.stderr
     assert "wrote out/r.png" in done.stderr and "wrote out/r.html" in done.stderr
     assert matplotlib.image.imread(tmp_path / "out" / "r.png").shape[0] > 100
@@ -341,10 +341,9 @@ def test_validate_html_through_the_cli(tmp_path):
         "import nsprof.space\n"
         "space = nsprof.space.Space(configs=[{'ns': 3000.0}, {'ns': 1000.0}, {'ns': 2000.0}],\n"
         "                           build=lambda c: (lambda: None), device='cpu')\n")
-    done = subprocess.run([sys.executable, str(STANDINS), "validate", "t.py:space", "--timers", "event",
-                           "--no-external", "--truth", "ncu,nsys", "--mode", "direct", "--reps", "2",
-                           "--timer-reps", "3", "--timeout", "30", "--html", "v.html"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    done = run_nsprof("validate", "t.py:space", "--timers", "event", "--no-external", "--truth", "ncu,nsys",
+                      "--mode", "direct", "--reps", "2", "--timer-reps", "3", "--timeout", "30", "--html", "v.html",
+                      cwd=tmp_path, standins=True)
     assert done.returncode == 0, done.stderr
     assert "wrote v.html" in done.stderr
     page = Page((tmp_path / "v.html").read_text())
@@ -358,8 +357,7 @@ def test_validate_html_through_the_cli(tmp_path):
 
 
 def test_a_bad_plot_name_fails_before_any_work(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "nsprof", "tune", "nowhere.py:space", "--backend", "graph",
-                           "--plot", "r.txt"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    done = run_nsprof("tune", "nowhere.py:space", "--backend", "graph", "--plot", "r.txt", cwd=tmp_path, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip() == "nsprof: error: --plot: r.txt: use a .png, .svg or .pdf file name, or - for PNG on standard output"
 
@@ -418,29 +416,25 @@ def test_dash_is_standard_output_for_tune_validate_and_results(tmp_path):
         "space = nsprof.space.Space(configs=[{'ns': 3000.0}, {'ns': 1000.0}],\n"
         "                           build=lambda c: (lambda: None), device='cpu')\n")
 
-    def nsprof(*args, binary=False):
-        return subprocess.run([sys.executable, str(STANDINS), *args], capture_output=True, text=not binary,
-                              cwd=tmp_path, timeout=300)
-
     tune = ["tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-feed-back",
             "--no-tuner-pick", "--store", "r.sqlite"]
-    page = nsprof(*tune, "--html", "-")
+    page = run_nsprof(*tune, "--html", "-", cwd=tmp_path, standins=True)
     assert page.returncode == 0, page.stderr
     header, *rows = Page(page.stdout).tables["ranked"]
     assert [r[1] for r in rows] == ["1", "0"]
     assert "rank" in page.stderr and "ns=1000.0" in page.stderr  # the ranked table, on stderr
-    png = nsprof(*tune, "--plot", "-", binary=True)
+    png = run_nsprof(*tune, "--plot", "-", cwd=tmp_path, standins=True, text=False)
     assert png.returncode == 0, png.stderr
     assert png.stdout.startswith(b"\x89PNG\r\n\x1a\n")
-    both = nsprof(*tune, "--plot", "-", "--json")
+    both = run_nsprof(*tune, "--plot", "-", "--json", cwd=tmp_path, standins=True)
     assert both.returncode == 2 and "would both write to standard output" in both.stderr
-    exported = nsprof("results", "--store", "r.sqlite", "--export", "-")
+    exported = run_nsprof("results", "--store", "r.sqlite", "--export", "-", cwd=tmp_path, standins=True)
     assert exported.returncode == 0, exported.stderr
     stored = list(csv.DictReader(exported.stdout.splitlines()))
     assert {r["config_id"] for r in stored} == {"0", "1"} and len(stored) == 2 * 2 * 2  # 2 tunes x 2 configs x 2 reps
     validate = ["validate", "t.py:space", "--timers", "event", "--no-external", "--truth", "ncu", "--mode",
                 "direct", "--reps", "2", "--timer-reps", "3", "--timeout", "30"]
-    saved = nsprof(*validate, "--save", "-")
+    saved = run_nsprof(*validate, "--save", "-", cwd=tmp_path, standins=True)
     assert saved.returncode == 0, saved.stderr
     assert set(json.loads(saved.stdout)) >= {"agreement", "per_config"}
     assert "ncu" in saved.stderr  # the tables went to stderr

@@ -225,11 +225,11 @@ def test_a_named_work_dir_is_always_kept(tmp_path, private_tmp):
     assert list(private_tmp.iterdir()) == []
 
 
-def test_profile_attrs_follow_the_folder(private_tmp):
-    from nsprof.profile import profile
+def test_a_profile_result_follows_the_folder(private_tmp):
+    from nsprof.profile import profile_result
 
-    clean = profile(TARGET, _settings(), config_ids=[0, 2])
-    assert clean.attrs["work_dir"] is None and clean.attrs["reports"] == []
-    faulty = profile(TARGET, _settings(), config_ids=[0, 5])
-    assert faulty.attrs["work_dir"] and Path(faulty.attrs["work_dir"]).is_dir()
-    assert set(faulty.attrs["failures"]) == {5}
+    clean = profile_result(TARGET, _settings(), config_ids=[0, 2])
+    assert clean.work_dir is None and clean.reports == []
+    faulty = profile_result(TARGET, _settings(), config_ids=[0, 5])
+    assert faulty.work_dir and Path(faulty.work_dir).is_dir()
+    assert set(faulty.failures) == {5}

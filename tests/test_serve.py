@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, wait_for
+from conftest import FIXTURES, run_nsprof, wait_for
 from conftest import running as _running
 
 from nsprof.host.lock import gpu_lock, lock_dir
@@ -82,10 +82,9 @@ def server(tmp_path, own_gpu_lock_folder, monkeypatch):
 
 def _client(tmp_path: Path, name: str, *args, target: str = HEALTHY, configs: str = "0,2,4", backend: str = "nsys",
             env: dict | None = None, cwd: Path | None = None, work_dir: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(STANDINS), "profile", target, "--backend", backend, "--configs", configs,
-                           "--mode", "direct", "--reps", "2", "--warmup", "0", "--json", "--work-dir",
-                           work_dir or str(tmp_path / name), *args],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})}, cwd=cwd)
+    return run_nsprof("profile", target, "--backend", backend, "--configs", configs, "--mode", "direct", "--reps", "2",
+                      "--warmup", "0", "--json", "--work-dir", work_dir or str(tmp_path / name), *args, env=env,
+                      cwd=cwd, standins=True)
 
 
 def _rows(done: subprocess.CompletedProcess) -> list[dict]:
@@ -258,9 +257,7 @@ def test_a_busy_server_refuses_a_second_client_unless_it_waits(tmp_path, server,
 
 @pytest.mark.parametrize("runner", ["standins", "nsprof"])
 def test_serve_refuses_ncu_in_one_line(tmp_path, runner):
-    program = [str(STANDINS)] if runner == "standins" else ["-m", "nsprof"]
-    done = subprocess.run([sys.executable, *program, "serve", "--backend", "ncu"], capture_output=True, text=True,
-                          timeout=60)
+    done = run_nsprof("serve", "--backend", "ncu", standins=runner == "standins", timeout=60)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("nsprof: error: ncu cannot serve") and "--nvtx" in lines[0], lines

@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, wait_for
+from conftest import FIXTURES, run_nsprof, wait_for
 
 from nsprof.errors import GpuBusy, NsprofError
 from nsprof.host.gpu import which_gpu
@@ -266,31 +266,26 @@ def _profile(
     tmp_path: Path, name: str, *args, backend: str = "nsys", configs: str = "0,2,4", timeout_s: float = WAIT_S
 ) -> subprocess.CompletedProcess:
     """nsprof's real CLI (stand-in profilers) as root: `nsprof profile` of the healthy configs."""
-    return subprocess.run(
-        [
-            sys.executable,
-            str(STANDINS),
-            "profile",
-            HEALTHY,
-            "--backend",
-            backend,
-            "--configs",
-            configs,
-            "--mode",
-            "direct",
-            "--reps",
-            "1",
-            "--warmup",
-            "0",
-            "--json",
-            "--work-dir",
-            str(tmp_path / name),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
+    return run_nsprof(
+        "profile",
+        HEALTHY,
+        "--backend",
+        backend,
+        "--configs",
+        configs,
+        "--mode",
+        "direct",
+        "--reps",
+        "1",
+        "--warmup",
+        "0",
+        "--json",
+        "--work-dir",
+        str(tmp_path / name),
+        *args,
         timeout=timeout_s,
         env=_client_env(tmp_path),
+        standins=True,
     )
 
 

@@ -125,7 +125,7 @@ def test_tune_through_the_store_resumes_only_missing_configs(tmp_path, monkeypat
     assert list(runs["status"]) == ["ok", "ok"] and set(runs["backend"]) == {"ncu"}
 
 
-def _tuner_space(pick_id, calls, fail_feed_back=False, style="hook"):
+def _tuner_space(pick_id, calls, fail_feed_back=False):
     from nsprof.space import Space
     from nsprof.tuner import TunerHook
 
@@ -141,9 +141,6 @@ def _tuner_space(pick_id, calls, fail_feed_back=False, style="hook"):
         return "stored"
 
     configs = [{"i": i} for i in range(32)]
-    if style == "meta":  # the older form, still taken: adapted into a TunerHook by the Space
-        return Space(name="tuned", configs=configs, build=lambda config: (lambda: None),
-                     meta={"tuner_pick": tuner_pick, "feed_back": feed_back, "feed_back_to": "Triton's autotuner"})
 
     class Hook(TunerHook):
         name = "Triton's autotuner"
@@ -158,15 +155,14 @@ def _tuner_space(pick_id, calls, fail_feed_back=False, style="hook"):
     return Space(name="tuned", configs=configs, build=lambda config: (lambda: None), tuner=Hook())
 
 
-@pytest.mark.parametrize("style", ["hook", "meta"])
 @pytest.mark.parametrize("fail_feed_back", [False, True])
-def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatch, fail_feed_back, style):
+def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatch, fail_feed_back):
     from nsprof import tune as tune_module
 
     order, medians = independent_order("profile_ncu.csv", "graph")
     pick = order[2]  # the tuner's own timer chose the third-best config
     calls = []
-    space = _tuner_space(pick, calls, fail_feed_back, style)
+    space = _tuner_space(pick, calls, fail_feed_back)
     monkeypatch.setattr("nsprof.space.load_target", lambda target: space)
     # The pick and the feed-back run in a child process (tested below with a real one); here, in this process.
     monkeypatch.setattr(tune_module, "tuner_in_child",
@@ -257,24 +253,18 @@ class Hook(TunerHook):
 
 configs = [{"i": 0}, {"i": 1}, {"i": 2}]
 space = Space(name="f", configs=configs, build=lambda c: (lambda: None), device="cpu", tuner=Hook())
-# the older form, still taken
-meta_space = Space(name="f", configs=configs, build=lambda c: (lambda: None), device="cpu",
-                   meta={"feed_back": feed_back})
 """
 
 
-@pytest.mark.parametrize("attr", ["space", "meta_space"])
-def test_the_feed_back_runs_in_a_fresh_child_process(tmp_path, attr):
+def test_the_feed_back_runs_in_a_fresh_child_process(tmp_path):
     import json
 
     from nsprof.tune import tuner_in_child
 
     target = tmp_path / "feed_target.py"
     target.write_text(FEED_TARGET)
-    stored = tuner_in_child(f"{target}:{attr}", "feed_back", [{0: 0.003, 2: 0.001}], TuneSettings(backend="ncu"), 3)
-    if attr == "space":
-        stored = json.loads(stored)
-    assert stored == {"best": 2, "keys": [0, 2], "types": ["int"]}
+    stored = tuner_in_child(f"{target}:space", "feed_back", [{0: 0.003, 2: 0.001}], TuneSettings(backend="ncu"), 3)
+    assert json.loads(stored) == {"best": 2, "keys": [0, 2], "types": ["int"]}
 
 
 def test_measure_rows_measures_under_the_backend_it_is_given(monkeypatch):
@@ -301,19 +291,21 @@ def test_measure_rows_measures_under_the_backend_it_is_given(monkeypatch):
     assert key_labels("ncu", settings)["clock_control"] == "base"
 
 
-def test_a_space_of_the_older_meta_form_still_feeds_back():
-    """Spaces written before TunerHook set meta callables; the Space adapts them into a hook."""
-    from nsprof.space import Space
-    from nsprof.tuner import MetaTunerHook
+def test_a_space_with_tuner_callables_in_meta_is_refused_in_one_line(tmp_path):
+    """A Space takes its tuner as a TunerHook (tuner=...) only: callables in meta= would never be
+    called, so such a Space is refused where it is read, not measured with its feed-back lost."""
+    from nsprof.errors import TargetError
+    from nsprof.space import load_target
 
-    fed = []
-    space = Space(name="old", configs=[{"i": 0}, {"i": 1}], build=lambda c: (lambda: None),
-                  meta={"feed_back": lambda latencies_ms: fed.append(dict(latencies_ms)) or "stored",
-                        "feed_back_to": "my tuner"})
-    assert isinstance(space.tuner, MetaTunerHook)
-    assert (space.tuner.name, space.tuner.can_pick, space.tuner.can_feed_back) == ("my tuner", False, True)
-    assert space.tuner.feed_back({1: 0.5}) == "stored" and fed == [{1: 0.5}]
-    assert Space(name="plain", configs=[{"i": 0}], build=lambda c: (lambda: None)).tuner is None
+    target = tmp_path / "meta_target.py"
+    target.write_text("from nsprof.space import Space\n"
+                      "space = Space(name='m', configs=[{'i': 0}], build=lambda c: (lambda: None), device='cpu',\n"
+                      "              meta={'feed_back': lambda latencies_ms: 'stored'})\n")
+    with pytest.raises(TargetError) as info:
+        load_target(f"{target}:space")
+    assert "\n" not in str(info.value)
+    assert str(info.value).startswith(f"importing {target} failed: TypeError: ")
+    assert "unexpected keyword argument 'meta'" in str(info.value)
 
 
 def test_the_tuner_hook_calls_are_pick_and_feed_back_only():

@@ -32,9 +32,8 @@ __all__ = ["Explanation", "Pair", "Probe", "cause", "compare", "condition_words"
            "erratic", "relative", "split_truth", "truth_name", "verdict", "winner"]
 
 AGREE, TIED, DISAGREE, UNKNOWN, UNTESTED = "agree", "tied", "disagree", "unknown", "untested"
-# The conditions a truth's rows are labelled with, and what changing each one is called.
+# The conditions a truth's rows are labelled with.
 CONDITIONS = ("cache_control", "clock_control")
-CONDITION_NAMES = {"cache_control": "the L2 state", "clock_control": "the clocks"}
 def condition_words(labels: dict[str, str], mode: str | None = None) -> str:
     """The conditions of `labels` in words: "cold L2, clocks locked to base, CUDA-graph kernel nodes"."""
     cache = {"all": "cold L2 (caches flushed)", "none": "warm L2"}.get(labels.get("cache_control", ""),

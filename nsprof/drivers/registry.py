@@ -3,46 +3,45 @@
     from nsprof.drivers.registry import get_driver
     driver = get_driver("ncu")  # its tool found, or ToolNotFound in one line
 
-ProfileSettings (below this module) checks its backend against these names through
-nsprof.settings.backend_names_from, installed when this module is imported (nsprof's
-package import does that).
+The names themselves are nsprof.settings' (below this module, so that settings check them without
+importing the drivers): register() adds one there, and the built-in ones are checked against
+settings.BUILTIN_BACKENDS here.
 """
 
 from __future__ import annotations
 
 import importlib
 
+from nsprof import settings
 from nsprof.errors import NsprofError
-from nsprof.settings import NO_PROFILER, backend_names_from
+from nsprof.settings import NO_PROFILER
 
 # name -> a Driver subclass, or "module:Class" (imported when first asked for)
-_DRIVERS: dict[str, object] = {}
-_TRUTHS: list[str] = []
+_DRIVERS: dict[str, object] = {
+    "ncu": "nsprof.drivers.ncu:NcuDriver",
+    "nsys": "nsprof.drivers.nsys:NsysDriver",
+    NO_PROFILER: "nsprof.drivers.none:PlainDriver",
+}
+if set(_DRIVERS) != set(settings.BUILTIN_BACKENDS):
+    raise ImportError(f"the driver registry's built-in backends {sorted(_DRIVERS)} are not the settings' "
+                      f"{sorted(settings.BUILTIN_BACKENDS)}")
 
 
 def register(name: str, driver, ground_truth: bool = True) -> None:
     """Make `name` a backend: `driver` is a Driver subclass (or "module:Class") whose create()
     gives the driver to run. A ground truth can be profiled, tuned by and validated against."""
     _DRIVERS[name] = driver
-    if ground_truth and name not in _TRUTHS:
-        _TRUTHS.append(name)
+    settings.add_backend(name, ground_truth)
 
 
 def unregister(name: str) -> None:
     """Forget backend `name` (a test's stand-in, say)."""
     _DRIVERS.pop(name, None)
-    if name in _TRUTHS:
-        _TRUTHS.remove(name)
+    settings.remove_backend(name)
 
 
-def names() -> tuple[str, ...]:
-    """Every registered backend name, in registration order."""
-    return tuple(_DRIVERS)
-
-
-def ground_truths() -> tuple[str, ...]:
-    """The registered backends that measure under a profiler."""
-    return tuple(_TRUTHS)
+names = settings.backends  # every backend name, in registration order
+ground_truths = settings.ground_truths  # the backends that measure under a profiler
 
 
 def driver_class(name: str):
@@ -59,12 +58,6 @@ def driver_class(name: str):
 def get_driver(name: str):
     """The driver for backend `name`, ready to run (its tool found)."""
     return driver_class(name).create()
-
-
-register("ncu", "nsprof.drivers.ncu:NcuDriver")
-register("nsys", "nsprof.drivers.nsys:NsysDriver")
-register(NO_PROFILER, "nsprof.drivers.none:PlainDriver", ground_truth=False)
-backend_names_from(names, ground_truths)
 
 
 def controllable() -> list[str]:

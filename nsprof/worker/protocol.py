@@ -234,10 +234,6 @@ def parse_status(text: str) -> RunStatus:
     return status
 
 
-# The phases of one worker run, in order: each is the time from the previous boundary seen to its own.
-RUN_PHASES = ("tool_start", "worker_start", "target_import", "cuda_init", "configs", "worker_exit", "tool_exit")
-
-
 def run_phases(status: RunStatus, launched: float, worker_gone: float | None,
                exited: float) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
     """Where one worker run's time went: ({phase: s}, {config_id: {"build": s, "measure": s}}).
