@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_nsprof
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,13 +27,14 @@ print(json.dumps(next(iter(matmul._tuner_cache.values()))[1]))
 
 def test_tilelang_autotune_returns_nsprofs_winner(tmp_path):
     pytest.importorskip("tilelang")
-    tune = run_nsprof("tune", str(ROOT / "examples/autotune_tilelang.py:space"), "--backend", "ncu", "--mode",
-                      "graph", "--store", str(tmp_path / "r.sqlite"), "--json", cwd=tmp_path, timeout=600)
+    tune = subprocess.run([sys.executable, "-m", "nsprof", "tune", "examples/autotune_tilelang.py:space",
+                           "--backend", "ncu", "--mode", "graph", "--store", str(tmp_path / "r.sqlite"), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert tune.returncode == 0, tune.stderr[-2000:]
     document = json.loads(tune.stdout)
     assert any("handed to TileLang" in note for note in document["notes"]), document["notes"]
     check = subprocess.run([sys.executable, "-c", CHECK, str(ROOT / "examples")], capture_output=True, text=True,
-                           cwd=tmp_path, timeout=600)
+                           cwd=ROOT, timeout=600)
     assert check.returncode == 0, check.stderr[-2000:]
     chosen = json.loads(check.stdout.strip().splitlines()[-1])
     assert {k: chosen[k] for k in document["best_config"]} == document["best_config"]
@@ -62,8 +62,9 @@ print(json.dumps(config_dict(matmul_kernel.best_config)))
 
 def test_triton_autotune_returns_nsprofs_winner(tmp_path):
     pytest.importorskip("triton")
-    tune = run_nsprof("tune", str(ROOT / "examples/matmul_triton.py:space"), "--backend", "ncu", "--mode", "graph",
-                      "--store", str(tmp_path / "r.sqlite"), "--json", cwd=tmp_path, timeout=900)
+    tune = subprocess.run([sys.executable, "-m", "nsprof", "tune", "examples/matmul_triton.py:space",
+                           "--backend", "ncu", "--mode", "graph", "--store", str(tmp_path / "r.sqlite"), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert tune.returncode == 0, tune.stderr[-2000:]
     document = json.loads(tune.stdout)
     assert any("handed to Triton's autotuner" in note for note in document["notes"]), document["notes"]
@@ -72,7 +73,7 @@ def test_triton_autotune_returns_nsprofs_winner(tmp_path):
     print("TRITON PICK:", json.dumps(pick["config"]), "nsprof best:", json.dumps(document["best_config"]),
           [n for n in document["notes"] if "picks config" in n])
     check = subprocess.run([sys.executable, "-c", CHECK_TRITON, str(ROOT / "examples")], capture_output=True,
-                           text=True, cwd=tmp_path, timeout=600)
+                           text=True, cwd=ROOT, timeout=600)
     assert check.returncode == 0, check.stderr[-2000:]
     chosen = json.loads(check.stdout.strip().splitlines()[-1])
     assert chosen == document["best_config"]
@@ -98,14 +99,15 @@ print(json.dumps(config_dict(autotuned().best_config)))
 
 def test_triton_softmax_autotune_returns_nsprofs_winner_under_nsys(tmp_path):
     pytest.importorskip("triton")
-    tune = run_nsprof("tune", str(ROOT / "examples/softmax_triton.py:tuned_space"), "--backend", "nsys", "--mode",
-                      "graph", "--no-store", "--json", cwd=tmp_path, timeout=900)
+    tune = subprocess.run([sys.executable, "-m", "nsprof", "tune", "examples/softmax_triton.py:tuned_space",
+                           "--backend", "nsys", "--mode", "graph", "--no-store", "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert tune.returncode == 0, tune.stderr[-2000:]
     document = json.loads(tune.stdout)
     assert any("handed to Triton's autotuner" in note for note in document["notes"]), document["notes"]
     print("SOFTMAX:", [n for n in document["notes"] if "picks config" in n], "nsprof best:", document["best_config"])
     check = subprocess.run([sys.executable, "-c", CHECK_SOFTMAX, str(ROOT / "examples")], capture_output=True,
-                           text=True, cwd=tmp_path, timeout=600)
+                           text=True, cwd=ROOT, timeout=600)
     assert check.returncode == 0, check.stderr[-2000:]
     assert json.loads(check.stdout.strip().splitlines()[-1]) == document["best_config"]
 
@@ -116,9 +118,10 @@ def test_a_second_tune_replaces_the_first_winner_in_tilelangs_cache(tmp_path):
     pytest.importorskip("tilelang")
     winners = []
     for backend, configs in (("nsys", "0,1,2,3,4,5"), ("ncu", "12,13,14,15,16,17")):
-        tune = run_nsprof("tune", str(ROOT / "examples/autotune_tilelang.py:space"), "--backend", backend, "--mode",
-                          "graph", "--configs", configs, "--no-tuner-pick", "--store", str(tmp_path / "r.sqlite"),
-                          "--json", cwd=tmp_path, timeout=600)
+        tune = subprocess.run([sys.executable, "-m", "nsprof", "tune", "examples/autotune_tilelang.py:space",
+                               "--backend", backend, "--mode", "graph", "--configs", configs, "--no-tuner-pick",
+                               "--store", str(tmp_path / "r.sqlite"), "--json"],
+                              capture_output=True, text=True, cwd=ROOT, timeout=600)
         assert tune.returncode == 0, tune.stderr[-2000:]
         document = json.loads(tune.stdout)
         note = next(n for n in document["notes"] if "handed to TileLang" in n)
@@ -126,7 +129,7 @@ def test_a_second_tune_replaces_the_first_winner_in_tilelangs_cache(tmp_path):
         assert note.endswith(str(document["best_config"])), note  # the note names the entry read back from disk
     assert winners[0] != winners[1]
     check = subprocess.run([sys.executable, "-c", CHECK, str(ROOT / "examples")], capture_output=True, text=True,
-                           cwd=tmp_path, timeout=600)
+                           cwd=ROOT, timeout=600)
     assert check.returncode == 0, check.stderr[-2000:]
     chosen = json.loads(check.stdout.strip().splitlines()[-1])
     assert {k: chosen[k] for k in winners[1]} == winners[1]

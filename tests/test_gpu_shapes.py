@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_nsprof
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,9 +37,9 @@ print(json.dumps(chosen))
 
 
 def _tune(target: str, backend: str, tmp_path: Path) -> dict:
-    # Run from the test's folder: TileLang's autotuner writes ./autotuner.log in the cwd of every run.
-    tune = run_nsprof("tune", str(ROOT / target), "--backend", backend, "--mode", "graph", "--store",
-                      str(tmp_path / "r.sqlite"), "--json", cwd=tmp_path, timeout=1800)
+    tune = subprocess.run([sys.executable, "-m", "nsprof", "tune", target, "--backend", backend, "--mode", "graph",
+                           "--store", str(tmp_path / "r.sqlite"), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=1800)
     assert tune.returncode == 0, tune.stderr[-3000:]
     document = json.loads(tune.stdout)
     assert len(document["shapes"]) == 4
@@ -53,7 +52,7 @@ def test_triton_autotune_returns_nsprofs_winner_at_every_shape(tmp_path):
     for shape in document["shapes"]:
         assert any("handed to Triton's autotuner" in note for note in shape["notes"]), shape["notes"]
     check = subprocess.run([sys.executable, "-c", CHECK_TRITON, str(ROOT / "examples")], capture_output=True,
-                           text=True, cwd=tmp_path, timeout=600)
+                           text=True, cwd=ROOT, timeout=600)
     assert check.returncode == 0, check.stderr[-3000:]
     chosen = json.loads(check.stdout.strip().splitlines()[-1])
     print("TRITON SHAPES:", [(s["shape_value"], s["best_config"]) for s in document["shapes"]])
@@ -95,7 +94,7 @@ def test_tilelang_autotune_returns_nsprofs_winner_at_every_shape(tmp_path):
     for shape in document["shapes"]:
         assert any("handed to TileLang" in note for note in shape["notes"]), shape["notes"]
     check = subprocess.run([sys.executable, "-c", CHECK_TILELANG, str(ROOT / "examples")], capture_output=True,
-                           text=True, cwd=tmp_path, timeout=900)
+                           text=True, cwd=ROOT, timeout=900)
     assert check.returncode == 0, check.stderr[-3000:]
     found = json.loads(check.stdout.strip().splitlines()[-1])
     print("TILELANG SHAPES:", [(s["shape_value"], s["best_config"]) for s in document["shapes"]], json.dumps(found))

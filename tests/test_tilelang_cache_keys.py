@@ -52,10 +52,9 @@ print("CHOSEN " + json.dumps(chosen, default=str))
 """
 
 
-def _run(script: str, *args: str, env: dict, cwd: Path) -> str:
-    # cwd: the test's folder, since TileLang's autotuner writes ./autotuner.log wherever it runs
+def _run(script: str, *args: str, env: dict) -> str:
     done = subprocess.run([sys.executable, "-c", script, str(ROOT / "examples"), *args], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=900)
+                          text=True, cwd=ROOT, env=env, timeout=900)
     assert done.returncode == 0, (done.stdout[-1500:], done.stderr[-1500:])
     return next(line for line in done.stdout.splitlines() if line.startswith(("WRITTEN ", "CHOSEN ")))
 
@@ -70,10 +69,10 @@ def test_a_process_calling_shape_after_shape_finds_each_shapes_winner(tmp_path):
     winners = {0: 1, 1: 2}  # shape -> the config index nsprof measured fastest there: different per shape
     for shape, best in winners.items():
         latencies = {index: (1.0 if index == best else 2.0 + index) for index in range(4)}
-        answer = json.loads(_run(FEED_BACK, str(shape), json.dumps(latencies), env=env, cwd=tmp_path)[len("WRITTEN "):])
+        answer = json.loads(_run(FEED_BACK, str(shape), json.dumps(latencies), env=env)[len("WRITTEN "):])
         CONFIGS = answer["configs"]  # noqa: N806 - the kernel's own list, read where TileLang is imported
         assert {k: answer["written"][k] for k in CONFIGS[best]} == CONFIGS[best]
     for order in ([0, 1], [1, 0]):  # either shape may be a process's first call
-        chosen = json.loads(_run(CALLS, json.dumps(order), env=env, cwd=tmp_path)[len("CHOSEN "):])
+        chosen = json.loads(_run(CALLS, json.dumps(order), env=env)[len("CHOSEN "):])
         assert [{k: c[k] for k in CONFIGS[winners[s]]} for c, s in zip(chosen, order)] == \
             [CONFIGS[winners[s]] for s in order], order
