@@ -67,7 +67,7 @@ class Measured:
     """What one session (or one nsprof.measure.Backend run) measured."""
 
     frame: object  # the tidy DataFrame (nsprof.schema): measurements, and a row per failed config
-    failures: dict[int, str] = field(default_factory=dict)  # config_id -> why it failed
+    failures: dict[int, str] = field(default_factory=dict)  # config_id -> why it failed (nsprof.schema.Failure: its kind too)
     # what the (first) worker measured on, as it said after CUDA init: {"uuid", "name", ...}
     device: dict | None = None
     reports: list[Path] = field(default_factory=list)  # empty when the temporary work dir was removed

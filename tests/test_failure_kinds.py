@@ -70,22 +70,50 @@ SLOW_BUILD = textwrap.dedent("""
 def nsprof(tmp_path, *args):
     """nsprof's CLI with the stand-in profiler, in a child process."""
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "TMPDIR": str(tmp_path / "tmp")}
-    return subprocess.run([sys.executable, str(STANDINS), *map(str, args)], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "TMPDIR": str(tmp_path / "tmp"),
+    }
+    return subprocess.run(
+        [sys.executable, str(STANDINS), *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_each_cause_gets_its_kind_where_it_is_known(tmp_path):
     target = tmp_path / "kinds.py"
     target.write_text(EVERY_CAUSE.format(targets=str(TARGETS)))
-    done = nsprof(tmp_path, "profile", f"{target}:space", "--backend", "ncu", "--mode", "direct", "--reps", "1",
-                  "--timeout", "3", "--work-dir", tmp_path / "work", "--json")
+    done = nsprof(
+        tmp_path,
+        "profile",
+        f"{target}:space",
+        "--backend",
+        "ncu",
+        "--mode",
+        "direct",
+        "--reps",
+        "1",
+        "--timeout",
+        "3",
+        "--work-dir",
+        tmp_path / "work",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     kinds = {row["config_id"]: (row["failure_kind"], row["timeout_s"]) for row in rows if row["error"]}
-    assert kinds == {1: ("crash", None), 2: ("timeout", 3.0), 3: ("crash", None), 4: ("compile", None),
-                     5: ("lost", None)}
+    assert kinds == {
+        1: ("crash", None),
+        2: ("timeout", 3.0),
+        3: ("crash", None),
+        4: ("compile", None),
+        5: ("lost", None),
+    }
     measured = [row for row in rows if row["error"] is None]
     assert {row["config_id"] for row in measured} == {0, 6}
     assert all(row["failure_kind"] is None and row["timeout_s"] is None for row in measured)
@@ -103,20 +131,32 @@ def test_configs_a_run_stopped_before_are_not_run_and_a_build_that_raised_is_a_c
 
     driver = StatusDriver.for_session()
     monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
-    settings = ProfileSettings(backend="ncu", modes=("direct",), reps=1, warmup=0, timeout_s=2, work_dir=tmp_path,
-                               max_restarts=1)
+    settings = ProfileSettings(
+        backend="ncu", modes=("direct",), reps=1, warmup=0, timeout_s=2, work_dir=tmp_path, max_restarts=1
+    )
     result = run_session(str(TARGETS / "faulty_cpu.py") + ":space", 9, settings)
     # 0 and 2 ran; 1 crashed; the one restart hung on 3; the rest never ran (5 would have raised, 6 failed
     # to build: not run says nothing of them)
-    assert {c: f.kind for c, f in result.failures.items()} == {1: "crash", 3: "timeout", 4: "not_run",
-                                                               5: "not_run", 6: "not_run", 7: "not_run", 8: "not_run"}
+    assert {c: f.kind for c, f in result.failures.items()} == {
+        1: "crash",
+        3: "timeout",
+        4: "not_run",
+        5: "not_run",
+        6: "not_run",
+        7: "not_run",
+        8: "not_run",
+    }
     rows = result.frame[result.frame["error"].notna()].set_index("config_id")
     assert rows["failure_kind"].to_dict() == {c: f.kind for c, f in result.failures.items()}
     assert rows.loc[3, "timeout_s"] == 2.0 and rows["timeout_s"].drop(3).isna().all()
     assert result.frame[result.frame["error"].isna()]["failure_kind"].isna().all()
 
-    full = run_session(str(TARGETS / "faulty_cpu.py") + ":space", 9,
-                       replace(settings, max_restarts=10, work_dir=tmp_path / "full"), config_ids=[5, 6])
+    full = run_session(
+        str(TARGETS / "faulty_cpu.py") + ":space",
+        9,
+        replace(settings, max_restarts=10, work_dir=tmp_path / "full"),
+        config_ids=[5, 6],
+    )
     assert {c: f.kind for c, f in full.failures.items()} == {5: "crash", 6: "crash"}
     assert full.failures[6].startswith("build failed")
 
@@ -124,10 +164,15 @@ def test_configs_a_run_stopped_before_are_not_run_and_a_build_that_raised_is_a_c
 def test_a_status_line_says_its_kind_and_one_without_reads_as_a_crash():
     from nsprof.worker.protocol import parse_status
 
-    status = parse_status('fail 1 compile "compile failed: X: y"\nfail 2 "CUDA error: boom"\n'
-                          'fail 3 timeout "timeout: odd words"\n')
+    status = parse_status(
+        'fail 1 compile "compile failed: X: y"\nfail 2 "CUDA error: boom"\n'
+        'fail 3 timeout "timeout: odd words"\n'
+    )
     assert [(c, f, f.kind) for c, f in status.failed.items()] == [
-        (1, "compile failed: X: y", "compile"), (2, "CUDA error: boom", "crash"), (3, "timeout: odd words", "timeout")]
+        (1, "compile failed: X: y", "compile"),
+        (2, "CUDA error: boom", "crash"),
+        (3, "timeout: odd words", "timeout"),
+    ]
 
 
 def test_the_profilers_own_failures_are_tool_failures(tmp_path):
@@ -147,8 +192,15 @@ def test_kinds_are_one_set_each_with_its_meaning():
         Failure("boom", "oops")
 
 
-GROUP = {"fingerprint": "f", "gpu": "g", "backend": "ncu", "mode": "direct", "clock_control": "base",
-         "cache_control": "all", "tool_version": "v"}
+GROUP = {
+    "fingerprint": "f",
+    "gpu": "g",
+    "backend": "ncu",
+    "mode": "direct",
+    "clock_control": "base",
+    "cache_control": "all",
+    "tool_version": "v",
+}
 
 
 def _key(config_id: int) -> MeasurementKey:
@@ -156,8 +208,11 @@ def _key(config_id: int) -> MeasurementKey:
 
 
 def test_the_store_keeps_each_failures_kind_and_bound(tmp_path):
-    failures = {0: Failure("timeout: still running after 2 s", "timeout", 2.0),
-                1: Failure("compile failed: X: y", "compile"), 2: Failure("not run: restarts spent", "not_run")}
+    failures = {
+        0: Failure("timeout: still running after 2 s", "timeout", 2.0),
+        1: Failure("compile failed: X: y", "compile"),
+        2: Failure("not run: restarts spent", "not_run"),
+    }
     frame = failure_frame(failures, source="ncu", mode="direct", clock_control="base", cache_control="all")
     with ResultStore(tmp_path / "r.sqlite") as store:
         run = store.start_run()
@@ -233,18 +288,37 @@ def test_a_store_from_before_kinds_gets_them_once_from_its_words(tmp_path):
     with sqlite3.connect(path) as db:
         db.executescript(_V1_SCHEMA)
         for config_id, (reason, _, _) in enumerate(OLD_REASONS):
-            db.execute("INSERT INTO measurements (run_id, fingerprint, config_id, config_json, gpu, backend, mode, "
-                       "clock_control, cache_control, tool_version, error) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       (GROUP["fingerprint"], config_id, config_json({"i": config_id}), GROUP["gpu"], GROUP["backend"],
-                        GROUP["mode"], GROUP["clock_control"], GROUP["cache_control"], GROUP["tool_version"], reason))
-        db.execute("INSERT INTO measurements (run_id, fingerprint, config_id, config_json, gpu, backend, mode, "
-                   "clock_control, cache_control, tool_version, kernel, rep, duration_ns) "
-                   "VALUES (1, 'f', 99, '{}', 'g', 'ncu', 'direct', 'base', 'all', 'v', 'k', 0, 5.0)")
+            db.execute(
+                "INSERT INTO measurements (run_id, fingerprint, config_id, config_json, gpu, backend, mode, "
+                "clock_control, cache_control, tool_version, error) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    GROUP["fingerprint"],
+                    config_id,
+                    config_json({"i": config_id}),
+                    GROUP["gpu"],
+                    GROUP["backend"],
+                    GROUP["mode"],
+                    GROUP["clock_control"],
+                    GROUP["cache_control"],
+                    GROUP["tool_version"],
+                    reason,
+                ),
+            )
+        db.execute(
+            "INSERT INTO measurements (run_id, fingerprint, config_id, config_json, gpu, backend, mode, "
+            "clock_control, cache_control, tool_version, kernel, rep, duration_ns) "
+            "VALUES (1, 'f', 99, '{}', 'g', 'ncu', 'direct', 'base', 'all', 'v', 'k', 0, 5.0)"
+        )
     db.close()
     with ResultStore(path) as store:
         stored = store.frame().set_index("config_id")
-    got = {reason: (stored.loc[c, "failure_kind"], None if pd.isna(stored.loc[c, "timeout_s"]) else
-                    stored.loc[c, "timeout_s"]) for c, (reason, _, _) in enumerate(OLD_REASONS)}
+    got = {
+        reason: (
+            stored.loc[c, "failure_kind"],
+            None if pd.isna(stored.loc[c, "timeout_s"]) else stored.loc[c, "timeout_s"],
+        )
+        for c, (reason, _, _) in enumerate(OLD_REASONS)
+    }
     assert got == {reason: (kind, bound) for reason, kind, bound in OLD_REASONS}
     assert pd.isna(stored.loc[99, "failure_kind"]) and stored.loc[99, "duration_ns"] == 5.0
     raw = sqlite3.connect(path)
@@ -255,8 +329,9 @@ def test_a_store_from_before_kinds_gets_them_once_from_its_words(tmp_path):
     raw.close()
     with ResultStore(path) as store:
         assert store.frame(config_id=9)["failure_kind"].tolist() == ["lost"]
-        retried = store.missing(GROUP, list(range(len(OLD_REASONS))),
-                                retry_if=lambda failure: retryable(failure, 5.0))
+        retried = store.missing(
+            GROUP, list(range(len(OLD_REASONS))), retry_if=lambda failure: retryable(failure, 5.0)
+        )
     assert retried == [0, 2, 3, 4, 6, 9]  # the 2 s timeout under 5 s; not run, lost, tool; 9 by its kind now
 
 
@@ -272,8 +347,13 @@ def test_the_retry_rule_tests_the_kind_not_the_words():
 def _stored(store_path) -> dict[int, list]:
     with ResultStore(store_path) as store:
         frame = store.frame()
-    return {int(c): [(int(run), None if pd.isna(kind) else kind) for run, kind in zip(rows["run_id"], rows["failure_kind"])]
-            for c, rows in frame.groupby("config_id")}
+    return {
+        int(c): [
+            (int(run), None if pd.isna(kind) else kind)
+            for run, kind in zip(rows["run_id"], rows["failure_kind"])
+        ]
+        for c, rows in frame.groupby("config_id")
+    }
 
 
 def test_resume_with_a_longer_timeout_measures_a_timed_out_config_again_but_not_a_compile_failure(tmp_path):
@@ -282,8 +362,24 @@ def test_resume_with_a_longer_timeout_measures_a_timed_out_config_again_but_not_
     store = tmp_path / "results.sqlite"
 
     def tune(*extra):
-        done = nsprof(tmp_path, "tune", f"{target}:space", "--backend", "ncu", "--mode", "direct", "--reps", "1",
-                      "--budget-s", "0", "--no-feed-back", "--no-tuner-pick", "--store", store, *extra)
+        done = nsprof(
+            tmp_path,
+            "tune",
+            f"{target}:space",
+            "--backend",
+            "ncu",
+            "--mode",
+            "direct",
+            "--reps",
+            "1",
+            "--budget-s",
+            "0",
+            "--no-feed-back",
+            "--no-tuner-pick",
+            "--store",
+            store,
+            *extra,
+        )
         assert done.returncode == 0, done.stderr
         return done
 
