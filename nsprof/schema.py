@@ -69,7 +69,8 @@ FAILURE_KINDS: dict[str, str] = {
 class Failure(str):
     """Why one config failed: the reason in one line (the str itself: what every reader prints and
     compares), with its `kind` (FAILURE_KINDS) and, for a timeout, the bound it ran past (`timeout_s`).
-    A str, so that every map of config -> reason carries the kind without a second map beside it."""
+    A str (its repr too), so that every map of config -> reason carries the kind without a second map
+    beside it, and reads as it did."""
 
     kind: str
     timeout_s: float | None
@@ -84,10 +85,6 @@ class Failure(str):
 
     def __reduce__(self):  # pickled whole (Dask sends a batch's failures back)
         return Failure, (str(self), self.kind, self.timeout_s)
-
-    def __repr__(self) -> str:
-        bound = "" if self.timeout_s is None else f", timeout_s={self.timeout_s:g}"
-        return f"Failure({str(self)!r}, {self.kind!r}{bound})"
 
     @classmethod
     def of(cls, reason: str) -> Failure:
