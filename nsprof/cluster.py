@@ -354,7 +354,7 @@ class Sharded(Backend):
             on_progress: Progress | None = None, on_rows: OnRows | None = None, expect: dict | None = None) -> Measured:
         import pandas as pd
 
-        from nsprof.schema import make_frame
+        from nsprof.schema import Failure, make_frame
 
         if device != 0:
             raise NsprofError("a Dask run measures on its workers' GPUs (--devices), not on one device of its own")
@@ -389,7 +389,7 @@ class Sharded(Backend):
                     raise
                 except Exception as exc:  # noqa: BLE001 - the batch's workers died (KilledWorker) or it raised
                     why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-                    lost = {c: f"not run: its Dask batch failed ({why})" for c in batch}
+                    lost = {c: Failure(f"not run: its Dask batch failed ({why})", "not_run") for c in batch}
                     frame = self.inner.failure_frame(lost)
                     result = {"frame": frame, "failures": lost, "device": None, "worker": "?"}
                 if "error" in result:
@@ -411,7 +411,7 @@ class Sharded(Backend):
                         medians.setdefault(who, []).append(value)
                 unrun = sorted(set(batch) - set(own["config_id"].dropna().astype(int)))
                 if unrun:  # never seen: a session hands back every config it was given
-                    missing = {c: "not run: its batch's result held no row of it" for c in unrun}
+                    missing = {c: Failure("not run: its batch's result held no row of it", "not_run") for c in unrun}
                     own = pd.concat([own, self.inner.failure_frame(missing)], ignore_index=True)
                     result["failures"] = {**result.get("failures", {}), **missing}
                 failures.update({c: why for c, why in result.get("failures", {}).items() if c in set(batch)})

@@ -57,11 +57,9 @@ class Backend(ABC):
     def failure_frame(self, failures: dict[int, str], points=None):
         """Rows for configs that failed before this backend ran them (a compile step), labelled
         as its own rows are; keyed by point id (`points`, nsprof.schema.Points) for a target with shapes."""
-        from nsprof.schema import Points, make_frame
+        from nsprof.schema import failure_frame
 
-        points = points or Points(0)
-        return make_frame([{"source": self.name, **points.rows(c), "error": e, **self.labels}
-                           for c, e in sorted(failures.items())])
+        return failure_frame(failures, points, source=self.name, **self.labels)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -171,15 +169,15 @@ class FastTimers(Backend):
 
     def frame(self, rows: list[dict], failures: dict[int, str], points=None):
         """The worker's result rows (and the configs it died on: point ids, `points`) as tidy rows."""
-        from nsprof.schema import Points, make_frame
+        from nsprof.schema import Failure, Points, make_frame
 
         points = points or Points(0)
         labels = self._labels
         out = []
         for row in rows:
             where = {"config_id": row["config_id"], "shape": row.get("shape")}
-            if row.get("error"):
-                out.append({**where, "error": row["error"], "source": row["method"], **labels})
+            if row.get("error"):  # the method raised (the worker's result line says so)
+                out.append({**where, **Failure(row["error"], "crash").columns(), "source": row["method"], **labels})
                 continue
             clock_mhz = (row.get("conditions") or {}).get("sm_clock_mhz_after")
             out.append({**where, "rep": 0, "kernel": row["method"], "source": row["method"],
@@ -188,7 +186,8 @@ class FastTimers(Backend):
         have = {(r["config_id"], r["shape"]) for r in out}
         for point, reason in failures.items():
             if points.split(point) not in have:  # a config whose every method failed has its rows already
-                out.append({**points.rows(point), "error": reason, "source": self.failure_source, **labels})
+                out.append({**points.rows(point), **Failure.of(reason).columns(), "source": self.failure_source,
+                            **labels})
         return make_frame(out)
 
     def run(self, target: str, config_ids: list[int] | None, device: int = 0, *, n_configs: int,

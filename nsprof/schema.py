@@ -2,6 +2,9 @@
 
 Every parser returns a pandas DataFrame with exactly COLUMNS, in this order, with these
 dtypes. Everything downstream (analyze, profile, validate, tune) consumes it.
+
+Also here: what names a measurement (range names, RangeName, Points), and what a failed config
+is (FAILURE_KINDS, Failure, failure_frame: the one builder of failure rows).
 """
 
 from __future__ import annotations
@@ -42,8 +45,58 @@ COLUMN_DTYPES: dict[str, str] = {
     # Index of the problem shape in the target's `shapes` (nsprof range names cfg<id>.s<shape>...);
     # <NA> for a target without shapes and for old reports. Last, so that old column positions stay.
     "shape": "Int64",
+    # A failed row's kind (FAILURE_KINDS), beside its reason in `error`; <NA> for a measurement. For
+    # kind timeout, timeout_s is the bound it ran past (NaN otherwise): what a resume compares with
+    # its own --timeout. After `shape`, so that old column positions stay.
+    "failure_kind": "string[python]",
+    "timeout_s": "float64",
 }
 COLUMNS: list[str] = list(COLUMN_DTYPES)
+
+# What ended a config without a measurement, set where the cause is known (the worker, the session,
+# the compile step, the cluster); the retry rule of a resume (nsprof.tune.retryable) tests these.
+FAILURE_KINDS: dict[str, str] = {
+    "timeout": "it ran past --timeout (the bound: timeout_s); measured again under a longer one",
+    "crash": "it failed as it ran: it raised, or its worker died under it (illegal address, abort, out of memory)",
+    "compile": "it did not compile, or not within --compile-timeout (or the compile step ended without it)",
+    "not_run": "it never ran: the worker did not start, the restarts were spent, its Dask batch failed",
+    "lost": "it ran, but what it measured was lost through no fault of its own: a report lost it, or its "
+            "worker was killed from outside (SIGKILL, SIGTERM, SIGHUP, SIGINT)",
+    "tool": "the profiler or the host could not measure it: counters not permitted, a full disk",
+}
+
+
+class Failure(str):
+    """Why one config failed: the reason in one line (the str itself: what every reader prints and
+    compares), with its `kind` (FAILURE_KINDS) and, for a timeout, the bound it ran past (`timeout_s`).
+    A str (its repr too), so that every map of config -> reason carries the kind without a second map
+    beside it, and reads as it did."""
+
+    kind: str
+    timeout_s: float | None
+
+    def __new__(cls, reason: str, kind: str, timeout_s: float | None = None) -> Failure:
+        if kind not in FAILURE_KINDS:
+            raise ValueError(f"failure kind must be one of {', '.join(FAILURE_KINDS)}, not {kind!r}")
+        self = super().__new__(cls, reason)
+        self.kind = kind
+        self.timeout_s = None if timeout_s is None else float(timeout_s)
+        return self
+
+    def __reduce__(self):  # pickled whole (Dask sends a batch's failures back)
+        return Failure, (str(self), self.kind, self.timeout_s)
+
+    @classmethod
+    def of(cls, reason: str) -> Failure:
+        """`reason` as a Failure: itself when it is one; a plain str (a reason from outside nsprof's own
+        sources, which all set the kind) is a crash: the config's own failure, not retried unasked."""
+        return reason if isinstance(reason, Failure) else cls(str(reason), "crash")
+
+    def columns(self) -> dict:
+        """The tidy columns of a failed row: error, failure_kind, timeout_s."""
+        return {"error": str(self), "failure_kind": self.kind,
+                "timeout_s": float("nan") if self.timeout_s is None else self.timeout_s}
+
 
 DEFAULT_DOMAIN = "<default domain>"
 NSPROF_DOMAIN = "nsprof"
@@ -202,3 +255,12 @@ def _missing(value) -> bool:
     import pandas as pd
 
     return value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and value != value)
+
+
+def failure_frame(failures, points: Points | None = None, **labels):
+    """One tidy row per failed point of `failures` ({point id: reason}, in id order; point ids of
+    `points`, config ids without it) with its kind and bound (Failure.columns), and `labels` (source,
+    clock_control, ...): every failure row nsprof makes is made here."""
+    points = points or Points(0)
+    return make_frame([{**labels, **points.rows(point), **Failure.of(reason).columns()}
+                       for point, reason in sorted(failures.items())])

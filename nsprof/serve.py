@@ -19,7 +19,8 @@ absolute paths; cwd: the client's folder, where the worker runs the job), "envir
 environment, the job's), "timeout_s", "phase_bound_s", "wait"}; the server answers {"queued": true} while another job runs (only with
 "wait"; without it {"ok": false, "busy": true}), {"started": true} when the job starts, and at the
 end {"ok": true} or {"ok": false, "fault": "crash"|"timeout"|"stalled"|"tool"|"abort"|"closing",
-"config": id or null, "reason": one line}.
+"config": id or null, "reason": one line}, a crash's with "kind" too (nsprof.schema.FAILURE_KINDS, as the
+server's driver read it from the log).
 
 Faults are kept simple: when a job goes wrong (the worker died, a config ran past its timeout,
 the worker stalled, nsys failed) the server answers, then ends itself (nsys shutdown, its files
@@ -314,7 +315,8 @@ class _Server:
                 lost = "lost its CUDA context" if code == EXIT_CONTEXT_LOST else "died"
                 self.fault = f"the worker {lost} in job {n}"
                 reason = self.driver.crash_reason(self.log_path, self.proc.poll())
-                return {"ok": False, "fault": "crash", "config": status.current, "reason": reason}
+                return {"ok": False, "fault": "crash", "config": status.current, "reason": str(reason),
+                        "kind": reason.kind}
             passed = bounds.passed(text, status, time.monotonic())
             if passed == "timeout":
                 kill_pid(self.worker_pid)

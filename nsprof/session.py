@@ -47,7 +47,7 @@ from nsprof.host.children import (
     pid_alive,
 )
 from nsprof.reports.checks import one_line
-from nsprof.schema import Points
+from nsprof.schema import FAILURE_KINDS, Failure, Points, failure_frame
 from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import Bounds, Job, RunStatus, parse_status, run_phases
 
@@ -67,7 +67,7 @@ class Measured:
     """What one session (or one nsprof.measure.Backend run) measured."""
 
     frame: object  # the tidy DataFrame (nsprof.schema): measurements, and a row per failed config
-    failures: dict[int, str] = field(default_factory=dict)  # config_id -> why it failed
+    failures: dict[int, str] = field(default_factory=dict)  # config_id -> why it failed (nsprof.schema.Failure: its kind too)
     # what the (first) worker measured on, as it said after CUDA init: {"uuid", "name", ...}
     device: dict | None = None
     reports: list[Path] = field(default_factory=list)  # empty when the temporary work dir was removed
@@ -415,14 +415,9 @@ def work_folder(given: Path | None, prefix: str) -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def failure_frame(failures: dict[int, str], settings: ProfileSettings, driver: Driver, points: Points | None = None):
-    """One tidy row per failed config (keyed by point id: `points`), labelled as `driver`'s
-    measurements under `settings` are."""
-    from nsprof.schema import make_frame
-
-    points = points or Points(0)
-    return make_frame([{"source": settings.backend, **points.rows(cfg), "error": reason, **driver.labels(settings)}
-                       for cfg, reason in sorted(failures.items())])
+def _failure_rows(failures: dict[int, str], settings: ProfileSettings, driver: Driver, points: Points | None = None):
+    """nsprof.schema.failure_frame's rows, labelled as `driver`'s measurements under `settings` are."""
+    return failure_frame(failures, points, source=settings.backend, **driver.labels(settings))
 
 
 def _job(target: str, ids: list[int], status_file: Path, settings: ProfileSettings, points: Points,
@@ -454,7 +449,7 @@ def _salvage(driver, settings: ProfileSettings, base: Path, log: Path, hand_over
     """After an interrupt: hand over what the interrupted part finished (whole configs only,
     and the failures it recorded). A report that cannot be read loses only this part."""
     status = parse_status(base.with_suffix(".status").read_text(errors="replace"))
-    frames = [failure_frame(status.failed, settings, driver, points)] if status.failed else []
+    frames = [_failure_rows(status.failed, settings, driver, points)] if status.failed else []
     try:
         report = driver.finish(base, log)
         if report is not None:
@@ -529,7 +524,7 @@ def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _R
     part = _Part(status=status, failures=dict(status.failed))
     crashed = status.current
     if crashed is not None:
-        part.failures[crashed] = (f"timeout: still running after {settings.timeout_s:g} s" if crashed == end.timed_out
+        part.failures[crashed] = (timeout_failure(settings.timeout_s) if crashed == end.timed_out
                                   else driver.crash_reason(log, end.returncode))
     # A worker that did not reach its end (crashed, timed out, lost its CUDA context, killed
     # with its profiler or for hanging) may take its report, or the report's kernels, with it.
@@ -607,7 +602,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
     def settle(new_failures: dict[int, str], kept=None) -> None:
         """Record what became final, and hand it over at once."""
         failures.update(new_failures)
-        new = [f for f in (kept, failure_frame(new_failures, settings, driver, points) if new_failures else None)
+        new = [f for f in (kept, _failure_rows(new_failures, settings, driver, points) if new_failures else None)
                if f is not None and len(f)]
         frames.extend(new)
         if new:
@@ -644,9 +639,9 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                     # Measured but not (whole) in the report: measure again, then call it a failure.
                     retries[config_id] = retries.get(config_id, 0) + 1
                     if retries[config_id] > MAX_LOST_RETRIES:
-                        part.failures[config_id] = (
+                        part.failures[config_id] = Failure(
                             f"measured {MAX_LOST_RETRIES + 1} times, but {settings.backend}'s report lost it each time"
-                            + (f" ({one_line(why, 120)})" if why else ""))
+                            + (f" ({one_line(why, 120)})" if why else ""), "lost")
                     else:
                         requeued.append(config_id)
                 for config_id in requeued:
@@ -666,7 +661,7 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                 if not measured_any:
                     raise ToolFailed(f"the profiled worker measured nothing: {reason} (log: {log})")
                 # Keep what the earlier parts measured; nothing is known against the configs left.
-                not_run = {c: f"not run: the worker failed to start: {reason}" for c in remaining}
+                not_run = {c: Failure(f"not run: the worker failed to start: {reason}", "not_run") for c in remaining}
                 for config_id, why in not_run.items():
                     notify("fail", config_id, why)
                 settle(not_run)
@@ -678,8 +673,8 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
     finally:
         pipe.close()
     if remaining:  # the restart budget ran out before these ran
-        not_run = {c: (f"not run: the worker was restarted {settings.max_restarts} times "
-                       "(raise ProfileSettings.max_restarts)") for c in remaining}
+        not_run = {c: Failure(f"not run: the worker was restarted {settings.max_restarts} times "
+                              "(raise ProfileSettings.max_restarts)", "not_run") for c in remaining}
         for config_id, why in not_run.items():
             notify("fail", config_id, why)
         settle(not_run)
@@ -689,6 +684,11 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
     return Measured(frame=frame, reports=reports, failures=failures, work_dir=work_dir,
                     wall_s=ended_at - started_at, device=device, phases=timing.total(),
                     config_phases=timing.configs)
+
+
+def timeout_failure(timeout_s: float) -> Failure:
+    """A config that ran past its window of `timeout_s` (kind timeout, its bound kept as a number)."""
+    return Failure(f"timeout: still running after {timeout_s:g} s", "timeout", timeout_s)
 
 
 PHASES_FILE = "phases.json"  # in the session's work folder: every run's phases (see _Timing.write)
@@ -840,7 +840,12 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
         crashed = status.current
         if crashed is not None and crashed not in status.failed:
             if fault in ("crash", "timeout") and answer.get("config") == crashed:
-                part.failures[crashed] = answer.get("reason") or part.failures[crashed]
+                # The server knows the cause: its timeout (the bound this request gave it), or its
+                # worker's crash with the kind the server's driver read from the log.
+                part.failures[crashed] = (timeout_failure(settings.timeout_s) if fault == "timeout" else
+                                          Failure(answer.get("reason") or part.failures[crashed],
+                                                  answer.get("kind") if answer.get("kind") in FAILURE_KINDS
+                                                  else "crash"))
                 notify("fail", crashed, part.failures[crashed])
             else:  # the server went away under it: not this config's fault, it is measured again
                 part.failures.pop(crashed, None)
@@ -849,7 +854,7 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
             frames.append(part.kept)
             kept_ids = set(int(c) for c in points.of_frame(part.kept).dropna())
         if failures:
-            frames.append(failure_frame(failures, settings, driver, points))
+            frames.append(_failure_rows(failures, settings, driver, points))
         if frames:
             hand_over(pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0])
     remaining = [c for c in ids if c not in kept_ids and c not in failures]

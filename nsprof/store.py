@@ -12,7 +12,10 @@ A `MeasurementKey` names what a number depends on (target source, config, GPU, t
 settings, and for a target with shapes the shape: its JSON in `shape_json`, its index in
 `shape`); `missing()` answers "which configs still need measuring under this key" (for one
 shape: `shape_json=`). Stores written before shapes are read as they are: their rows have
-shape_json "" (no shape), the columns being added when such a store is opened.
+shape_json "" (no shape), the columns being added when such a store is opened. A failure row keeps
+its kind (nsprof.schema.FAILURE_KINDS) and a timeout's bound beside its reason; a store from before
+kinds (schema version 1) gets them when it is opened, derived once from the reasons' words
+(_migrate_to_kinds), and nowhere else are those words read.
 Each `add` is one transaction, so a crash, SIGKILL or Ctrl-C leaves whole configs or none.
 Only plain SQL values are stored (text, integers, reals); settings are JSON text.
 """
@@ -23,6 +26,7 @@ import contextlib
 import dataclasses
 import json
 import numbers
+import re
 import sqlite3
 import sys
 import threading
@@ -33,8 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from nsprof.errors import StoreError
+from nsprof.schema import FAILURE_KINDS, Failure
 
-SCHEMA_VERSION = 1
+# 2: failure_kind and timeout_s. Not additive as shapes were: an older nsprof would write failures
+# without a kind, so it refuses a version 2 store (a newer nsprof's) instead.
+SCHEMA_VERSION = 2
 DEFAULT_PATH = Path(".nsprof") / "results.sqlite"
 
 # What a measurement depends on. The order is the column order of the table and of frame().
@@ -47,7 +54,10 @@ ROW_FIELDS = ("kernel", "rep", "duration_ns", "cycles", "clock_hz", "graph_node"
 # The problem shape a row was measured at, beside its config (MeasurementKey.shape_json, .shape):
 # "" and NULL for a target without shapes. Columns added to stores from before shapes on opening.
 SHAPE_FIELDS = ("shape_json", "shape")
-MEASUREMENT_COLUMNS = ("run_id", *KEY_FIELDS, *ROW_FIELDS, *SHAPE_FIELDS)  # shape last: old positions stay
+# A failure row's kind (nsprof.schema.FAILURE_KINDS) and, for a timeout, the bound it ran past; NULL
+# for a measurement. Last, after the shape: old positions stay.
+FAILURE_FIELDS = ("failure_kind", "timeout_s")
+MEASUREMENT_COLUMNS = ("run_id", *KEY_FIELDS, *ROW_FIELDS, *SHAPE_FIELDS, *FAILURE_FIELDS)
 RUN_COLUMNS = ("id", "started_at", "target", "fingerprint", "gpu", "gpu_uuid", "backend", "mode",
                "clock_control", "cache_control", "tool_version", "nsprof_version", "settings_json",
                "finished_at", "status")
@@ -56,7 +66,7 @@ RUN_LABELS = ("target", "fingerprint", "gpu", "gpu_uuid", "backend", "mode", "cl
               "tool_version", "settings")
 
 _INT_FIELDS = {"config_id", "rep", "graph_node", "shape"}
-_FLOAT_FIELDS = {"duration_ns", "cycles", "clock_hz"}
+_FLOAT_FIELDS = {"duration_ns", "cycles", "clock_hz", "timeout_s"}
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -79,6 +89,7 @@ CREATE TABLE measurements (
     shape_json TEXT NOT NULL DEFAULT '', shape INTEGER,
     kernel TEXT, rep INTEGER, duration_ns REAL, cycles REAL, clock_hz REAL, graph_node INTEGER,
     error TEXT,
+    failure_kind TEXT, timeout_s REAL,
     -- a row is either a measurement or a failure with its reason, never both or neither
     CHECK ((error IS NULL) <> (duration_ns IS NULL))
 );
@@ -86,6 +97,26 @@ CREATE INDEX measurements_key ON measurements
     (fingerprint, gpu, backend, mode, clock_control, cache_control, tool_version, config_id);
 CREATE INDEX measurements_run ON measurements (run_id);
 """
+
+
+# How nsprof worded failures before they had kinds (schema version 1), for _migrate_to_kinds only:
+# nowhere else is a reason's text read for what it means.
+_OLD_TIMEOUT = re.compile(r"^timeout: still running after ([0-9.e+]+) s")
+_OLD_KINDS = (
+    ("not_run", re.compile(r"^not run: ")),
+    ("lost", re.compile(r"^(measured \d+ times, but |worker killed by signal SIG(KILL|TERM|HUP|INT)\b)")),
+    ("tool", re.compile(r"^(profiling counters are not permitted|the disk holding )")),
+    ("compile", re.compile(r"^(compile failed: |compile timed out: |not compiled: )")),
+)
+
+
+def kind_from_words(reason: str) -> tuple[str, float | None]:
+    """(kind, timeout_s) of a failure stored before kinds, from its reason as nsprof worded it then;
+    a reason of no other kind is a crash (the config's own failure, as the old retry rule took it)."""
+    timed_out = _OLD_TIMEOUT.match(reason)
+    if timed_out:
+        return "timeout", float(timed_out.group(1))
+    return next((kind for kind, words in _OLD_KINDS if words.match(reason)), "crash"), None
 
 
 def config_json(config: Any) -> str:
@@ -250,6 +281,8 @@ class ResultStore:
         if problem:
             raise StoreError(problem)
         self._add_shape_columns()
+        if int(row[0]) < SCHEMA_VERSION:
+            self._migrate_to_kinds()
 
     def _schema_problem(self, row: tuple | None) -> str | None:
         """Why a file whose meta table gave `row` for schema_version (None: no such row or
@@ -279,6 +312,23 @@ class ResultStore:
                 self._db.execute("ALTER TABLE measurements ADD COLUMN shape_json TEXT NOT NULL DEFAULT ''")
             if "shape" not in have:
                 self._db.execute("ALTER TABLE measurements ADD COLUMN shape INTEGER")
+
+    def _migrate_to_kinds(self) -> None:
+        """Version 1 -> 2: the failure columns, and each old failure's kind (and a timeout's bound)
+        derived once from its reason (kind_from_words), in one transaction with the version's bump."""
+        with self._transaction() as db:
+            (version,) = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if int(version) >= SCHEMA_VERSION:
+                return  # another process migrated it meanwhile
+            have = {row[1] for row in db.execute("PRAGMA table_info(measurements)")}
+            if "failure_kind" not in have:
+                db.execute("ALTER TABLE measurements ADD COLUMN failure_kind TEXT")
+            if "timeout_s" not in have:
+                db.execute("ALTER TABLE measurements ADD COLUMN timeout_s REAL")
+            reasons = [row[0] for row in db.execute("SELECT DISTINCT error FROM measurements WHERE error IS NOT NULL")]
+            db.executemany("UPDATE measurements SET failure_kind = ?, timeout_s = ? WHERE error = ?",
+                           [(*kind_from_words(reason), reason) for reason in reasons])
+            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -374,8 +424,10 @@ class ResultStore:
 
     def add(self, run_id: int, key: MeasurementKey, frame_or_rows: Any) -> int:
         """Write one config's rows (a tidy DataFrame or an iterable of row dicts) in one transaction;
-        returns how many. Rows keep kernel, rep, duration_ns, cycles, clock_hz, graph_node and error;
-        a row's config_id, mode, clock_control and cache_control, where set, must agree with `key`."""
+        returns how many. Rows keep kernel, rep, duration_ns, cycles, clock_hz, graph_node, error and a
+        failure's failure_kind (nsprof.schema.FAILURE_KINDS, or the kind of an error that is an
+        nsprof.schema.Failure) and timeout_s; a row's config_id, mode, clock_control and cache_control,
+        where set, must agree with `key`."""
         if not isinstance(key, MeasurementKey):
             raise TypeError(f"key must be a MeasurementKey, not {type(key).__name__}")
         key_values = tuple(getattr(key, name) for name in KEY_FIELDS)
@@ -388,7 +440,8 @@ class ResultStore:
             nonlocal written
             for row in _records(frame_or_rows):
                 written += 1
-                yield (int(run_id), *key_values, *_row_values(row, key), *shape_values)
+                values = _row_values(row, key)
+                yield (int(run_id), *key_values, *values[:len(ROW_FIELDS)], *shape_values, *values[len(ROW_FIELDS):])
 
         with self._lock, self._errors(f"writing config {key.config_id}"), self._transaction() as db:
             try:
@@ -404,29 +457,32 @@ class ResultStore:
 
     def missing(self, key_without_config: Mapping[str, str], config_ids: Iterable[int], *,
                 config_jsons: Mapping[int, str] | None = None, retry_failed: bool = False,
-                retry_if: Callable[[str], bool] | None = None, shape_json: str = "") -> list[int]:
+                retry_if: Callable[[Failure], bool] | None = None, shape_json: str = "") -> list[int]:
         """The config_ids (in the order given) with nothing stored yet under this key, at the shape
         `shape_json` (nsprof.space.shape_json; "" for a target without shapes).
 
         config_jsons ({config_id: config_json(config)}): a config counts only where its stored rows
         were taken of the same config (an id names another config once the space is edited).
         Each config is judged by its latest run. A config whose rows there are all failures counts
-        as done, unless retry_failed, or retry_if(reason) is true for one of them (a failure that
-        says nothing about the config: a timeout shorter than today's, a restart budget spent).
+        as done, unless retry_failed, or retry_if(failure) is true for one of them (an
+        nsprof.schema.Failure: its reason, kind and bound; nsprof.tune.retryable tests the kind).
         Rows of runs that crashed count too: each config's rows were committed whole.
         """
         where, params = self._group_where(key_without_config)
         where, params = f"{where} AND shape_json = ?", (*params, str(shape_json))
         with self._lock, self._errors("reading"):
             rows = self._db.execute(
-                f"SELECT config_id, config_json, run_id, error FROM measurements WHERE {where}", params).fetchall()
+                f"SELECT config_id, config_json, run_id, error, failure_kind, timeout_s FROM measurements "
+                f"WHERE {where}", params).fetchall()
         latest: dict[int, int] = {}
-        errors: dict[tuple[int, int], list[str | None]] = {}
-        for config_id, config_text, run_id, error in rows:
+        errors: dict[tuple[int, int], list[Failure | None]] = {}
+        for config_id, config_text, run_id, error, kind, bound in rows:
             if config_jsons is not None and config_jsons.get(config_id) != config_text:
                 continue
             latest[config_id] = max(run_id, latest.get(config_id, run_id))
-            errors.setdefault((config_id, run_id), []).append(error)
+            # (a kind the store lacks, written past nsprof: the config's own failure, as Failure.of takes it)
+            failure = None if error is None else Failure(error, kind if kind in FAILURE_KINDS else "crash", bound)
+            errors.setdefault((config_id, run_id), []).append(failure)
 
         def done(config_id: int) -> bool:
             if config_id not in latest:
@@ -507,7 +563,8 @@ class ResultStore:
 def _records(frame_or_rows: Any) -> Iterator[Mapping[str, Any]]:
     """Rows of a DataFrame or an iterable of mappings, lazily (the caller may stream them)."""
     if hasattr(frame_or_rows, "to_dict") and hasattr(frame_or_rows, "columns"):
-        wanted = [c for c in ("config_id", "shape", "mode", "clock_control", "cache_control", *ROW_FIELDS)
+        wanted = [c for c in ("config_id", "shape", "mode", "clock_control", "cache_control", *ROW_FIELDS,
+                              *FAILURE_FIELDS)
                   if c in frame_or_rows.columns]
         yield from frame_or_rows[wanted].to_dict("records")
         return
@@ -558,7 +615,17 @@ def _row_values(row: Mapping[str, Any], key: MeasurementKey) -> tuple:
     if (duration is None) == (error is None):
         raise ValueError(f"config {key.config_id}: each row needs a duration_ns or an error, not both "
                          f"or neither (got duration_ns={duration!r}, error={error!r})")
-    return tuple(values)
+    kind, bound = row.get("failure_kind"), row.get("timeout_s")
+    if _missing(kind) and isinstance(row.get("error"), Failure):
+        kind, bound = row["error"].kind, row["error"].timeout_s
+    kind, bound = None if _missing(kind) else str(kind), None if _missing(bound) else float(bound)
+    if error is None and (kind is not None or bound is not None):
+        raise ValueError(f"config {key.config_id}: a measurement has no failure_kind or timeout_s "
+                         f"(got {kind!r}, {bound!r})")
+    if error is not None and kind not in FAILURE_KINDS:
+        raise ValueError(f"config {key.config_id}: a failure row needs its failure_kind, one of "
+                         f"{', '.join(FAILURE_KINDS)} (got {kind!r} for {error!r})")
+    return (*values, kind, bound)
 
 
 def _filter_sql(filters: Mapping[str, Any], columns: tuple[str, ...]) -> tuple[str, tuple]:

@@ -12,7 +12,6 @@ first and sends only the best `prescreen_top` to the ground truth.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,6 +25,7 @@ from nsprof.errors import NsprofError, TargetChanged
 from nsprof.measure import FastTimers, GroundTruth, Measured
 from nsprof.render.tables import describe_pick
 from nsprof.reports.checks import one_line
+from nsprof.schema import Failure
 from nsprof.settings import TIMER_BACKENDS, TuneSettings, ground_truths, split_truth
 from nsprof.space import config_label
 
@@ -135,20 +135,18 @@ def key_labels(backend: str, settings: TuneSettings) -> dict[str, str]:
             "cache_control": "all" if name.endswith("cold") else "none"}
 
 
-# Failure reasons that say nothing about the config itself: the session gave up on it (restarts
-# spent, a worker that failed to start, a report lost again and again) or something outside
-# killed the worker. See nsprof.session for the wording.
-_NOT_THE_CONFIG = re.compile(r"^(not run: |measured \d+ times, but |worker killed by signal SIG(KILL|TERM|HUP|INT)\b"
-                             r"|profiling counters are not permitted|the disk holding )")
-_TIMEOUT = re.compile(r"^timeout: still running after ([0-9.e+]+) s")
+# The kinds of failure that say nothing about the config itself: the session gave up on it (restarts
+# spent, a worker that failed to start, a report lost again and again), something outside killed the
+# worker, or the profiler or host could not measure (nsprof.schema.FAILURE_KINDS).
+_NOT_THE_CONFIG = ("not_run", "lost", "tool")
 
 
-def retryable(reason: str, timeout_s: float) -> bool:
-    """Whether a stored failure is worth measuring again under `timeout_s` without being asked."""
-    timed_out = _TIMEOUT.match(reason)
-    if timed_out:
-        return float(timed_out.group(1)) < timeout_s  # resumed with a longer --timeout
-    return bool(_NOT_THE_CONFIG.match(reason))
+def retryable(failure: Failure, timeout_s: float) -> bool:
+    """Whether a stored failure is worth measuring again under `timeout_s` without being asked: by its
+    kind; a timeout when `timeout_s` is longer than the bound it ran past (resumed with a longer --timeout)."""
+    if failure.kind == "timeout":
+        return failure.timeout_s is not None and failure.timeout_s < timeout_s
+    return failure.kind in _NOT_THE_CONFIG
 
 
 def _a_timer_ranks(settings: TuneSettings) -> bool:
@@ -316,7 +314,7 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
         todo = list(wanted)
         if settings.resume:
             todo = store.missing(group, wanted, config_jsons=wanted_json, retry_failed=settings.retry_failed,
-                                 retry_if=lambda reason: retryable(reason, settings.timeout_s))
+                                 retry_if=lambda failure: retryable(failure, settings.timeout_s))
             notes.append(f"resumed: {len(wanted) - len(todo)} of {len(wanted)} configs came from the results store")
         if todo:
             run_id = store.start_run(target=target, settings=settings, gpu_uuid=gpu.uuid, **group)
@@ -821,7 +819,7 @@ def _measure_stored_shapes(target: str, space, backend: str, settings: TuneSetti
         if settings.resume:
             todo = [layout.id(c, shape) for shape in range(layout.n_shapes)
                     for c in store.missing(group, wanted, config_jsons=wanted_json, retry_failed=settings.retry_failed,
-                                           retry_if=lambda reason: retryable(reason, settings.timeout_s),
+                                           retry_if=lambda failure: retryable(failure, settings.timeout_s),
                                            shape_json=shape_jsons[shape])]
             total = len(wanted) * layout.n_shapes
             notes.append(f"resumed: {total - len(todo)} of {total} (shape, config) pairs came from the results store")

@@ -17,12 +17,12 @@ import pytest
 
 from nsprof import tune as tune_module
 from nsprof.errors import NsprofError
-from nsprof.schema import make_frame
+from nsprof.schema import Failure, make_frame
 from nsprof.store import ResultStore
 from nsprof.tune import TuneSettings
 
 TRUTH: dict[str, float] = {}  # config's canonical JSON -> the duration the stand-in measures
-FAILURES: dict[str, str] = {}  # config's canonical JSON -> the failure the stand-in reports
+FAILURES: dict[str, str] = {}  # config's canonical JSON -> the failure the stand-in reports (a Failure: its kind)
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def measured(monkeypatch):
         for config_id in config_ids:
             key = config_json(configs[config_id])
             if key in FAILURES:
-                rows.append({"source": backend, "config_id": config_id, "error": FAILURES[key]})
+                rows.append({"source": backend, "config_id": config_id, **Failure.of(FAILURES[key]).columns()})
                 continue
             for rep in range(3):
                 rows.append({"source": backend, "config_id": config_id, "mode": settings.mode, "rep": rep,
@@ -144,15 +144,19 @@ def test_resumed_rows_are_checked_against_the_current_configs(tmp_path, measured
 
 
 @pytest.mark.parametrize("reason, retried", [
-    ("not run: the worker was restarted 50 times (raise ProfileSettings.max_restarts)", True),
-    ("not run: the worker failed to start: importing target.py failed", True),
-    ("measured 3 times, but ncu's report lost it each time", True),
-    ("timeout: still running after 2 s", True),  # resumed with --timeout 5
-    ("timeout: still running after 5 s", False),
-    ("worker killed by signal SIGKILL", True),
-    ("build failed: ValueError: no such tile size", False),
-    ("CUDA error: an illegal memory access was encountered", False),
-    ("compile failed: RuntimeError: too much shared memory", False),
+    (Failure("not run: the worker was restarted 50 times (raise ProfileSettings.max_restarts)", "not_run"), True),
+    (Failure("not run: the worker failed to start: importing target.py failed", "not_run"), True),
+    (Failure("measured 3 times, but ncu's report lost it each time", "lost"), True),
+    (Failure("timeout: still running after 2 s", "timeout", 2.0), True),  # resumed with --timeout 5
+    (Failure("timeout: still running after 5 s", "timeout", 5.0), False),
+    (Failure("worker killed by signal SIGKILL", "lost"), True),
+    (Failure("profiling counters are not permitted for this user", "tool"), True),
+    (Failure("build failed: ValueError: no such tile size", "crash"), False),
+    (Failure("CUDA error: an illegal memory access was encountered", "crash"), False),
+    (Failure("compile failed: RuntimeError: too much shared memory", "compile"), False),
+    # the kind decides, whatever the words
+    (Failure("timeout: still running after 2 s", "crash"), False),
+    (Failure("CUDA error: an illegal memory access was encountered", "lost"), True),
 ])
 def test_resume_retries_failures_that_say_nothing_about_the_config(tmp_path, measured, reason, retried):
     configs = [{"ns": 1000}, {"ns": 2000}]

@@ -186,6 +186,7 @@ def test_a_worker_crash_in_a_served_job_loses_nothing_and_ends_the_server(tmp_pa
     assert _measured(rows) == {0: 2, 2: 2}, "nothing measured is lost, nothing is measured twice"
     failed = {row["config_id"]: row["error"] for row in rows if row["error"] is not None}
     assert list(failed) == [1] and "illegal memory access" in failed[1]
+    assert [row["failure_kind"] for row in rows if row["error"] is not None] == ["crash"]
     served = _status(tmp_path, "crash")
     assert served.pid == state["worker_pid"] and served.done == [0] and served.current == 1
     standalone = _status(tmp_path, "crash", "part0")
@@ -393,6 +394,8 @@ def test_a_config_past_its_timeout_in_a_served_job_fails_and_the_rest_is_measure
     assert _measured(rows) == {0: 2, 4: 2}
     failed = {row["config_id"]: row["error"] for row in rows if row["error"] is not None}
     assert list(failed) == [3] and failed[3].startswith("timeout: still running after 1 s")
+    kinds = [(row["failure_kind"], row["timeout_s"]) for row in rows if row["error"] is not None]
+    assert kinds == [("timeout", 1.0)]  # the server's fault says what it was, and the bound it ran past
     assert _status(tmp_path, "timeout").done == [0] and _status(tmp_path, "timeout", "part0").done == [4]
     assert _ended(proc, own_gpu_lock_folder) == 1
     assert "ran past its timeout" in (tmp_path / "server0.err").read_text()

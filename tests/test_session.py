@@ -333,6 +333,8 @@ def test_a_config_whose_reps_never_all_reach_the_report_fails_with_that_reason(t
     assert set(result.failures) == {0, 1, 2, 3}
     assert result.failures[0] == ("measured 3 times, but nsys's report lost it each time "
                                   "(the report held only some of its reps)")
+    assert {f.kind for f in result.failures.values()} == {"lost"}
+    assert set(result.frame["failure_kind"].dropna()) == {"lost"}
 
 
 # --- Issue 10: hangs outside a config's window, failed restarts, cut-off reps, hooks ---------------
@@ -398,6 +400,7 @@ def test_a_restart_that_fails_to_start_keeps_what_earlier_parts_measured(tmp_pat
     for config_id in (4, 5):
         reason = result.failures[config_id]
         assert reason.startswith("not run: the worker failed to start: "), reason
+        assert reason.kind == "not_run"
         assert ("cuInit failed" if how == "fails" else "did not start within 3 s") in reason, reason
     rows = result.frame[result.frame["error"].notna()]
     assert sorted(rows["config_id"]) == [3, 4, 5]

@@ -50,8 +50,8 @@ def rows(config_id: int, count: int = 3, base_ns: float = 1000.0) -> list[dict]:
             for rep in range(count)]
 
 
-def failure(config_id: int, reason: str = "compile failed: boom") -> list[dict]:
-    return [{"config_id": config_id, "error": reason}]
+def failure(config_id: int, reason: str = "compile failed: boom", kind: str = "compile") -> list[dict]:
+    return [{"config_id": config_id, "error": reason, "failure_kind": kind}]
 
 
 def child_env() -> dict[str, str]:
@@ -67,8 +67,11 @@ def store(tmp_path):
 
 @pytest.fixture(scope="module")
 def profile_rows():
-    """Real rows: 32 configs measured under ncu on an H200, both modes, 9 of them failures."""
-    return make_frame(pd.read_csv(FIXTURES / "profile_ncu.csv"))
+    """Real rows: 32 configs measured under ncu on an H200, both modes, 9 of them failures (of configs
+    that did not compile or build: taken before failures had kinds, which are given here)."""
+    frame = pd.read_csv(FIXTURES / "profile_ncu.csv")
+    frame.loc[frame["error"].notna(), "failure_kind"] = "compile"
+    return make_frame(frame)
 
 
 def test_real_rows_round_trip_with_their_values(store, profile_rows):

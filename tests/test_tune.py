@@ -78,7 +78,9 @@ def test_settings_are_validated(kwargs):
 
 
 def fixture_rows(config_ids, mode="graph"):
+    # taken before failures had kinds: its failures are configs that did not compile or build
     frame = make_frame(pd.read_csv(FIXTURES / "profile_ncu.csv").to_dict("list"))
+    frame.loc[frame["error"].notna(), "failure_kind"] = "compile"
     keep = frame["config_id"].isin(config_ids) & (frame["mode"].isna() | (frame["mode"] == mode))
     return frame[keep].reset_index(drop=True)
 

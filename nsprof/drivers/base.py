@@ -11,6 +11,7 @@ import signal
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from nsprof.schema import Failure
 from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import START_MARKER
 
@@ -38,19 +39,26 @@ def lines_since_start(log: Path) -> list[str]:
     return [ln.strip() for ln in lines if ln.strip()]
 
 
-def worker_failure(log: Path, returncode: int | None, ignore_prefix: str | None = None) -> str:
-    """One line saying why a worker died, from its log after the last config-start marker.
+# Signals that come from outside the config (a user, `timeout`, a scheduler, a closed terminal, the
+# OOM killer): a worker killed by one of these lost its config (kind lost), which is measured again.
+OUTSIDE_SIGNALS = ("SIGKILL", "SIGTERM", "SIGHUP", "SIGINT")
+
+
+def worker_failure(log: Path, returncode: int | None, ignore_prefix: str | None = None) -> Failure:
+    """Why a worker died during a config, in one line, from its log after the last config-start marker:
+    a crash, or lost where a signal from outside (OUTSIDE_SIGNALS) killed it with nothing in the log.
     Lines starting with `ignore_prefix` (a profiler's own chatter) are not reasons."""
     lines = lines_since_start(log)
     for marker in REASON_MARKERS:
         for line in reversed(lines[-200:]):
             if marker in line and not (ignore_prefix and line.startswith(ignore_prefix)):
-                return line[:300]
+                return Failure(line[:300], "crash")
     if returncode is not None and returncode < 0:
-        return f"worker killed by signal {signal.Signals(-returncode).name}"
+        name = signal.Signals(-returncode).name
+        return Failure(f"worker killed by signal {name}", "lost" if name in OUTSIDE_SIGNALS else "crash")
     # nsprof's own notes in the log (==NSPROF== phases, lock sweeps) say nothing of why it died
     own = [line for line in lines if not line.startswith("==NSPROF==")]
-    return f"worker exited with status {returncode}" + (f": {own[-1][:200]}" if own else "")
+    return Failure(f"worker exited with status {returncode}" + (f": {own[-1][:200]}" if own else ""), "crash")
 
 
 def disk_full(log: Path) -> str | None:
@@ -151,8 +159,8 @@ class Driver(ABC):
         """What a client's driver must share with the server's to use it (besides the backend)."""
         return {"driver": type(self).__name__, "tool": str(getattr(self, "executable", ""))}
 
-    def crash_reason(self, log: Path, returncode: int | None) -> str:
-        """One line saying why the worker died during a config."""
+    def crash_reason(self, log: Path, returncode: int | None) -> Failure:
+        """Why the worker died during a config, in one line, with its kind (worker_failure's)."""
         return worker_failure(log, returncode, self.chatter_prefix)
 
     def diagnose(self, log: Path, returncode: int | None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nsprof.drivers.base import ToolDriver, disk_full, lines_since_start, log_lines, worker_failure
-from nsprof.schema import NSPROF_DOMAIN
+from nsprof.schema import NSPROF_DOMAIN, Failure
 from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import worker_command
 
@@ -64,9 +64,9 @@ class NcuDriver(ToolDriver):
 
         return read_ncu_rep(report, domain=NSPROF_DOMAIN, **self.labels(settings))
 
-    def crash_reason(self, log: Path, returncode: int | None) -> str:
+    def crash_reason(self, log: Path, returncode: int | None) -> Failure:
         if any("ERR_NVGPUCTRPERM" in line for line in lines_since_start(log)):
-            return PERMISSION_FIX
+            return Failure(PERMISSION_FIX, "tool")
         return worker_failure(log, returncode, self.chatter_prefix)
 
     def diagnose(self, log: Path, returncode: int | None) -> str:

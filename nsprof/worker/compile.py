@@ -23,6 +23,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from nsprof.schema import Failure
+
 END = "end"
 
 
@@ -37,9 +39,9 @@ def write_marker(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def compile_reason(exc: BaseException) -> str:
-    """One line: why a config did not compile (as nsprof.profile.precompile words it)."""
-    return f"compile failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+def compile_reason(exc: BaseException) -> Failure:
+    """One line: why a config did not compile (as nsprof.profile.precompile words it); kind compile."""
+    return Failure(f"compile failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", "compile")
 
 
 def state(folder: Path, point: int) -> tuple[str, str] | None:

@@ -216,14 +216,14 @@ def _configs(job: Job, space, device: Device, status: Status):
         elif here:
             why = _compile_here(space, points, config_id, status, job.compile_timeout_s)
         if why is not None:
-            status.write("fail", config_id, json.dumps(why))
+            status.fail(config_id, why, "compile")
             continue
         status.write("start", config_id)
         print(START_MARKER, config_id, file=sys.stderr, flush=True)
         try:
             launch = space.build_at(*points.split(config_id))
         except Exception as exc:
-            status.write("fail", config_id, json.dumps("build failed: " + _reason(exc)))
+            status.fail(config_id, "build failed: " + _reason(exc), "crash")
             traceback.print_exc()
             if not device.healthy():
                 return
@@ -424,7 +424,7 @@ def _warm_and_capture(job: Job, device: Device, launch):
 
 def _failed(status: Status, device: Device, config_id: int, exc: Exception) -> bool:
     """Report config `config_id` failed; whether the CUDA context survived it."""
-    status.write("fail", config_id, json.dumps(_reason(exc)))
+    status.fail(config_id, _reason(exc), "crash")
     traceback.print_exc()
     return device.healthy()
 
@@ -511,13 +511,13 @@ def _run_timers(job: Job, space, device: Device, status: Status) -> int:
                     results.flush()
                     traceback.print_exc()
                     if not device.healthy():
-                        status.write("fail", config_id, json.dumps("; ".join(errors)))
+                        status.fail(config_id, "; ".join(errors), "crash")
                         return EXIT_CONTEXT_LOST
                     continue
                 results.write(json.dumps({**where, "method": method, **measured}) + "\n")
                 results.flush()
             if errors and len(errors) == len(job.timers):
-                status.write("fail", config_id, json.dumps("; ".join(errors)))
+                status.fail(config_id, "; ".join(errors), "crash")
             else:
                 status.write("done", config_id)
     if not device.healthy():

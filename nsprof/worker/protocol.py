@@ -11,7 +11,9 @@ progress bar, enforce per-config timeouts and restart after a crash:
     abort <json reason>        the target could not be loaded (or CUDA not initialised)
     changed <json reason>      before `abort`: the target loaded is not the one nsprof read (Job.expect):
                                it was edited meanwhile, and nothing of it is measured
-    start <cfg> | done <cfg> | fail <cfg> <json reason>
+    start <cfg> | done <cfg> | fail <cfg> <kind> <json reason>
+                               (<kind>: nsprof.schema.FAILURE_KINDS, what the worker knows the cause
+                               was; a fail line without one reads as a crash)
                                (<cfg> is a point id: the config id, or for a job with shapes the
                                (shape, config) pair's id, nsprof.schema.Points)
                                (an interleaved job writes start before each visit of a config, and
@@ -36,6 +38,8 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from nsprof.schema import FAILURE_KINDS, Failure
 
 EXIT_CONTEXT_LOST = 3
 EXIT_STOPPED = 4  # nsprof asked it to stop (it was interrupted); it stopped cleanly
@@ -125,6 +129,10 @@ class Status:
         self._handle.write(f"at {now:.6f} {' '.join(str(p) for p in event)}\n")
         self._handle.flush()
 
+    def fail(self, config_id: int, reason: str, kind: str) -> None:
+        """A `fail` line: the config failed for good in this worker, of `kind` (nsprof.schema.FAILURE_KINDS)."""
+        self.write("fail", config_id, kind, json.dumps(str(reason)))
+
     def device(self, info: dict) -> None:
         self.write("device", json.dumps(info))
 
@@ -139,7 +147,7 @@ class RunStatus:
     pid: int | None = None
     started: list[int] = field(default_factory=list)
     done: list[int] = field(default_factory=list)
-    failed: dict[int, str] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)  # config -> nsprof.schema.Failure
     ended: bool = False
     stopped: bool = False  # stopped early, cleanly, because nsprof asked (it was interrupted)
     device: dict | None = None  # {"uuid", "name", ...} of the device the worker measured on
@@ -215,7 +223,9 @@ def parse_status(text: str) -> RunStatus:
                 status.done.append(int(rest))
             elif word == "fail":
                 cfg, _, reason = rest.partition(" ")
-                status.failed[int(cfg)] = _json_or_text(reason)
+                kind, _, after = reason.partition(" ")
+                kind, reason = (kind, after) if kind in FAILURE_KINDS else ("crash", reason)
+                status.failed[int(cfg)] = Failure(str(_json_or_text(reason)), kind)
             elif word == "end":
                 status.ended = True
             elif word == "stopped":
