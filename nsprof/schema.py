@@ -189,6 +189,9 @@ def make_frame(rows: list[dict] | dict[str, list]):
         dtype = COLUMN_DTYPES[column]
         values = columns.get(column)
         if values is None:
+            if dtype == "Int64":  # a column the report lacks
+                out[column] = pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.bool_))
+                continue
             values = [None] * n
         if dtype == "float64":
             if any(isinstance(value, str) for value in values):
@@ -196,7 +199,7 @@ def make_frame(rows: list[dict] | dict[str, list]):
             else:
                 out[column] = np.array([float("nan") if _missing(v) else v for v in values], dtype=np.float64)
             continue
-        values = [None if _missing(v) else v for v in values]
+        values = [None if v is None or _missing(v) else v for v in values]
         if dtype == "Int64" and all(v is None or type(v) is int for v in values):
             try:  # plain ints: the array built directly (pd.array's checks cost more than a small column)
                 out[column] = pd.arrays.IntegerArray(np.array([0 if v is None else v for v in values], dtype=np.int64),
