@@ -234,20 +234,46 @@ def make_frame(rows: list[dict] | dict[str, list]):
             given = columns.get(column)
             columns[column] = from_name if given is None else [
                 named if _missing(value) else value for value, named in zip(given, from_name)]
+    import numpy as np
+
+    dtypes = _dtypes()
     out = {}
     for column in COLUMNS:
         dtype = COLUMN_DTYPES[column]
         values = columns.get(column)
         if values is None:
+            if dtype == "Int64":  # a column the report lacks
+                out[column] = pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.bool_))
+                continue
             values = [None] * n
         if dtype == "float64":
             if any(isinstance(value, str) for value in values):
                 out[column] = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").astype(dtype)
             else:
-                out[column] = pd.Series([float("nan") if _missing(v) else v for v in values], dtype=dtype)
-        else:
-            out[column] = pd.array([None if _missing(v) else v for v in values], dtype=dtype)
-    return pd.DataFrame(out, index=pd.RangeIndex(n))
+                out[column] = np.array([float("nan") if _missing(v) else v for v in values], dtype=np.float64)
+            continue
+        values = [None if v is None or _missing(v) else v for v in values]
+        if dtype == "Int64" and all(v is None or type(v) is int for v in values):
+            try:  # plain ints: the array built directly (pd.array's checks cost more than a small column)
+                out[column] = pd.arrays.IntegerArray(np.array([0 if v is None else v for v in values], dtype=np.int64),
+                                                     np.array([v is None for v in values], dtype=np.bool_))
+                continue
+            except OverflowError:
+                pass  # pd.array says what is wrong
+        out[column] = pd.array(values, dtype=dtypes[dtype])
+    return pd.DataFrame(out, index=pd.RangeIndex(n), copy=False)
+
+
+_DTYPES: dict = {}
+
+
+def _dtypes() -> dict:
+    """COLUMN_DTYPES' names -> pandas dtype objects, built once (looking a name up costs more than a small column)."""
+    if not _DTYPES:
+        import pandas as pd
+
+        _DTYPES.update({name: pd.api.types.pandas_dtype(name) for name in set(COLUMN_DTYPES.values())})
+    return _DTYPES
 
 
 def _missing(value) -> bool:

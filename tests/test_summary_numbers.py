@@ -98,3 +98,33 @@ def test_summary_of_each_fixture_is_pandas_groupby_summary(name):
 def test_summary_of_a_report_without_rows_has_the_columns():
     summary = summarize(make_frame([]))
     assert list(summary.columns) == SUMMARY_COLUMNS and summary.empty
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_group_sums_are_pandas_groupby_sums_and_means(seed):
+    """group_sums adds as pandas' groupby does, on both of its paths (rows of each group together
+    and no NaN: numpy's reduceat; else the Kahan-compensated kernel), infinities and NaN included."""
+    import warnings
+
+    from nsprof.analysis.summary import group_sums
+
+    rng = np.random.default_rng(seed)
+    for trial in range(300):
+        n = int(rng.integers(1, 700))
+        values = (10 ** rng.uniform(-1, 9, n) * rng.choice([1, -1], n)).tolist()
+        if trial % 4 == 0:
+            values = [v if rng.random() < 0.9 else float("nan") for v in values]
+        if trial % 7 == 0:
+            values = [v if rng.random() < 0.97 else float(rng.choice([np.inf, -np.inf])) for v in values]
+        drawn = rng.integers(0, int(rng.integers(1, 6)), n).tolist()
+        numbering: dict = {}
+        codes = [numbering.setdefault(c, len(numbering)) for c in (sorted(drawn) if trial % 2 else drawn)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # inf - inf in numpy's reduceat
+            by = pd.Series(values, dtype="float64").groupby(np.array(codes, dtype="intp"), sort=False)
+            expected_sums, expected_means = by.sum().to_numpy(), by.mean().to_numpy()
+        sums, counts = group_sums(values, codes, len(numbering))
+        means = [total / count if count else float("nan") for total, count in zip(sums, counts)]
+        np.testing.assert_array_equal(np.array(sums), expected_sums)
+        np.testing.assert_array_equal(np.array(means), expected_means)
+        assert counts == by.count().tolist()

@@ -86,11 +86,65 @@ def range_key(name) -> tuple:
     return (str(name) == NO_RANGE, natural_key(name))
 
 
-# The statistics of one group's values computed as pandas' groupby computes them (its cython
-# kernels), so that the numbers are the same to the last bit: the variance by Welford's update
-# (sample variance, ddof 1), the median the mean of the two middle values. Sums and means are
-# pandas' own (summarize): the order in which its kernel adds is not documented.
+# The statistics of one group's values computed as pandas' groupby computes them, so that the
+# numbers are the same to the last bit: the variance by Welford's update (sample variance, ddof
+# 1), the median the mean of the two middle values, sums as group_sums says.
 # tests/test_summary_numbers.py holds them to pandas' groupby.
+def group_sums(values: list[float], codes: list[int], groups: int) -> tuple[list[float], list[int]]:
+    """Each group's sum of its values that are not NaN, and how many those are, added as pandas'
+    groupby sum adds them: where each group's rows are together and no value is NaN, numpy's
+    add.reduceat (a group's first value plus numpy's pairwise sum of the rest); else its cython
+    kernel's Kahan-compensated sum in row order (a NaN compensation, as an infinity leaves it,
+    reset to 0)."""
+    counts = [0] * groups
+    for value, code in zip(values, codes):
+        if value == value:
+            counts[code] += 1
+    if all(a <= b for a, b in zip(codes, codes[1:])) and sum(counts) == len(values):
+        sums = [0.0] * groups
+        start = 0
+        for end in range(1, len(codes) + 1):
+            if end == len(codes) or codes[end] != codes[start]:
+                sums[codes[start]] = values[start] + _pairwise_sum(values, start + 1, end)
+                start = end
+        return sums, counts
+    sums, compensation = [0.0] * groups, [0.0] * groups
+    for value, code in zip(values, codes):
+        if value != value:
+            continue
+        y = value - compensation[code]
+        t = sums[code] + y
+        c = t - sums[code] - y
+        compensation[code] = 0.0 if c != c else c
+        sums[code] = t
+    return sums, counts
+
+
+def _pairwise_sum(values: list[float], start: int, end: int) -> float:
+    """numpy's pairwise_sum of float64 values[start:end] (8 partial sums per block of up to 128)."""
+    n = end - start
+    if n < 8:
+        total = 0.0
+        for i in range(start, end):
+            total += values[i]
+        return total
+    if n <= 128:
+        r = values[start:start + 8]
+        i = start + 8
+        stop = end - n % 8
+        while i < stop:
+            for j in range(8):
+                r[j] += values[i + j]
+            i += 8
+        total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        for k in range(i, end):
+            total += values[k]
+        return total
+    half = n // 2
+    half -= half % 8
+    return _pairwise_sum(values, start, start + half) + _pairwise_sum(values, start + half, end)
+
+
 def sample_std(values: list[float]) -> float:
     count, mean, m2 = 0, 0.0, 0.0
     for value in values:
@@ -119,7 +173,7 @@ def summarize(frame):
     import pandas as pd
 
     # Grouped in plain Python (a report has few rows; pandas' groupby costs more per call than
-    # the rows do), with pandas' arithmetic: sample_std, median, and its own sums and means.
+    # the rows do), with pandas' arithmetic: sample_std, median, group_sums.
     cells = _lists(frame, ("source", "config_id", "mode", "range", "shape", "kernel", "kernel_full", "duration_ns",
                            "cycles", "clock_hz", "clock_control", "cache_control"))
     group = _group_labels(cells["config_id"], cells["mode"], cells["range"], cells["shape"])
@@ -135,8 +189,9 @@ def summarize(frame):
         else:
             codes.append(codes[members[0]])
         members.append(i)
-    by = pd.Series(cells["duration_ns"], dtype="float64").groupby(np.array(codes, dtype="intp"), sort=False)
-    sums, means = by.sum().tolist(), by.mean().tolist()
+    durations_ = [float("nan") if d is None else d for d in cells["duration_ns"]]
+    sums, counts = group_sums(durations_, codes, len(rows))
+    means = [total / count if count else float("nan") for total, count in zip(sums, counts)]
 
     def present(column, members):
         return [v for v in (cells[column][i] for i in members) if not _missing(v)]
@@ -161,15 +216,28 @@ def summarize(frame):
                 ("cache_control", first("cache_control", members)), ("group", label)):
             stats[column].append(value)
     sources = {source: None for source in stats["source"]}
-    source_codes = np.array([list(sources).index(source) for source in stats["source"]], dtype="intp")
-    source_total = pd.Series(stats["total_ns"], dtype="float64").groupby(source_codes, sort=False).transform("sum")
-    stats["time_pct"] = [_divide(100 * total, whole) for total, whole in zip(stats["total_ns"], source_total.tolist())]
-    text = {"source": frame["source"].dtype, "range": "string", "group": "string", "kernel": frame["kernel"].dtype,
+    source_codes = [list(sources).index(source) for source in stats["source"]]
+    source_sums = group_sums(stats["total_ns"], source_codes, len(sources))[0]
+    stats["time_pct"] = [_divide(100 * total, source_sums[code]) for total, code in zip(stats["total_ns"], source_codes)]
+    string = _string_dtype()
+    text = {"source": frame["source"].dtype, "range": string, "group": string, "kernel": frame["kernel"].dtype,
             "kernel_full": (frame["kernel_full"] if "kernel_full" in frame else frame["kernel"]).dtype,
             "clock_control": frame["clock_control"].dtype, "cache_control": frame["cache_control"].dtype}
     return pd.DataFrame({column: pd.array(values, dtype=text[column]) if column in text
-                         else pd.array(values, dtype="int64" if column == "count" else "float64")
-                         for column, values in stats.items()}, columns=SUMMARY_COLUMNS)
+                         else np.array(values, dtype=np.int64 if column == "count" else np.float64)
+                         for column, values in stats.items()}, columns=SUMMARY_COLUMNS, copy=False)
+
+
+_STRING: list = []
+
+
+def _string_dtype():
+    """pandas' "string" dtype, looked up once (the lookup costs more than a small column)."""
+    if not _STRING:
+        import pandas as pd
+
+        _STRING.append(pd.api.types.pandas_dtype("string"))
+    return _STRING[0]
 
 
 def samples(frame, summary):

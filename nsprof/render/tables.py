@@ -8,6 +8,7 @@ nothing here measures or prints.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from nsprof.analysis import crosstruth
@@ -43,8 +44,8 @@ NAME_WIDTH = 48
 
 def _kernel_cells(summary, width: int | None, by: tuple[str, ...], names: str) -> tuple[list[str], list[bool]]:
     """kernel_labels' cells, and whether each is numbered."""
-    short = [str(k) for k in summary["kernel"].fillna("?")]
-    full = [str(k) for k in summary["kernel_full"].fillna(summary["kernel"]).fillna("?")]
+    short = ["?" if is_missing(k) else str(k) for k in summary["kernel"].tolist()]
+    full = [s if is_missing(f) else str(f) for f, s in zip(summary["kernel_full"].tolist(), short)]
     shown = full if names == "demangled" else short
     by_columns = [[str(value) for value in summary[c].tolist()] for c in by if c in summary]
     groups = list(zip(*by_columns)) if by_columns else [()] * len(summary)
@@ -113,7 +114,11 @@ def format_summary(summary, unit: str = "us", width: int | None = NAME_WIDTH, na
     headers = ["source", "range", "kernel", "n", f"median {u}", f"min {u}", f"max {u}", f"mean {u}",
                f"std {u}", "cv %", f"total {u}", "% of time", "cycles", "clock GHz"]
     rows = []
-    for rec, kernel in zip(summary.itertuples(index=False), kernel_labels(summary, width, names=names)):
+    columns = ("source", "range", "count", "median_ns", "min_ns", "max_ns", "mean_ns", "std_ns", "cv", "total_ns",
+               "time_pct", "median_cycles", "median_clock_hz")
+    records = [SimpleNamespace(**dict(zip(columns, values)))
+               for values in zip(*(summary[column].tolist() for column in columns))]
+    for rec, kernel in zip(records, kernel_labels(summary, width, names=names)):
         rows.append([
             rec.source, middle(str(rec.range), None if width is None else 32), kernel, str(rec.count),
             duration(rec.median_ns, unit), duration(rec.min_ns, unit), duration(rec.max_ns, unit),

@@ -214,7 +214,7 @@ def read_ncu_csv(path, *, domain: str | None = None, clock_control: str | None =
     result.attrs["warnings"] = warnings
     result.attrs["labels_from"] = {key: "ncu's notes above the table" for key in recorded}
     # ncu profiles graphs whole (--graph-profiling graph) for the whole run or not at all.
-    if result["workload"].eq("graph").any():
+    if any(type(workload) is str and workload == "graph" for workload in result["workload"].tolist()):
         result.attrs["graph_profiling"] = "graph"
     return result
 
