@@ -15,8 +15,10 @@ import tilelang.language as T
 
 from nsprof.integrations.tilelang import autotune_space
 
-CONFIGS = [{"block_N": bn, "block_K": bk, "num_stages": st}
-           for bn, bk, st in itertools.product((32, 64, 128), (64, 128, 256), (2, 4))]
+CONFIGS = [
+    {"block_N": bn, "block_K": bk, "num_stages": st}
+    for bn, bk, st in itertools.product((32, 64, 128), (64, 128, 256), (2, 4))
+]
 
 
 @tilelang.autotune(configs=CONFIGS)

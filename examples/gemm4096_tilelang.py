@@ -21,8 +21,9 @@ SHAPE = (4096, 4096, 4096)
 
 
 def compile_config(config: dict):
-    return make_kernel(config["block_N"], config["block_K"], config["num_stages"], shape=SHAPE,
-                       block_M=config["block_M"])
+    return make_kernel(
+        config["block_N"], config["block_K"], config["num_stages"], shape=SHAPE, block_M=config["block_M"]
+    )
 
 
 def build(config: dict):

@@ -29,7 +29,9 @@ def build_at(config: dict, shape):
     return build(config, shape=tuple(shape), kernel=compile_config(config, shape))
 
 
-space = Space(name="gemm_shapes_tilelang", configs=CONFIGS, shapes=SHAPES, build=build_at, compile=compile_config)
+space = Space(
+    name="gemm_shapes_tilelang", configs=CONFIGS, shapes=SHAPES, build=build_at, compile=compile_config
+)
 
 
 def autotuned():

@@ -26,13 +26,20 @@ def make_shape_inputs(shape: dict):
 def space():
     from nsprof.integrations.triton import autotune_space
 
-    return autotune_space(matmul_kernel, make_shape_inputs, grid, check=check, shapes=SHAPES,
-                          name="matmul_shapes_triton")
+    return autotune_space(
+        matmul_kernel, make_shape_inputs, grid, check=check, shapes=SHAPES, name="matmul_shapes_triton"
+    )
 
 
 def one_shape():
     """The same space at M = 1024 alone: one shape's cost, beside the four shapes' (scripts/bench_shapes.py)."""
     from nsprof.integrations.triton import autotune_space
 
-    return autotune_space(matmul_kernel, make_shape_inputs, grid, check=check, shapes=SHAPES[-1:],
-                          name="matmul_shapes_triton_m1024")
+    return autotune_space(
+        matmul_kernel,
+        make_shape_inputs,
+        grid,
+        check=check,
+        shapes=SHAPES[-1:],
+        name="matmul_shapes_triton_m1024",
+    )

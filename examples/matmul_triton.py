@@ -21,15 +21,33 @@ M = N = K = 1024
 
 CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_warps=w, num_stages=s)
-    for (bm, bn, bk), (w, s) in itertools.product([(64, 64, 32), (64, 128, 32), (128, 64, 32), (128, 128, 32),
-                                                   (128, 128, 64), (64, 64, 64)], [(4, 3), (4, 4), (8, 3)])
+    for (bm, bn, bk), (w, s) in itertools.product(
+        [(64, 64, 32), (64, 128, 32), (128, 64, 32), (128, 128, 32), (128, 128, 64), (64, 64, 64)],
+        [(4, 3), (4, 4), (8, 3)],
+    )
 ]
 
 
 @triton.autotune(configs=CONFIGS, key=["M", "N", "K"], cache_results=True)
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+def matmul_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -64,7 +82,20 @@ def make_inputs(m=M, n=N, k=K):
     a = torch.randn(m, k, device="cuda", dtype=torch.float16)
     b = torch.randn(k, n, device="cuda", dtype=torch.float16)
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
-    return (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)), {}
+    return (
+        a,
+        b,
+        c,
+        m,
+        n,
+        k,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+    ), {}
 
 
 def check(args, kwargs):
@@ -78,8 +109,20 @@ def check(args, kwargs):
 def matmul(a, b):
     """The user's call: Triton's autotuner picks (or loads) the config."""
     c = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.float16)
-    matmul_kernel[grid](a, b, c, a.shape[0], b.shape[1], a.shape[1], a.stride(0), a.stride(1), b.stride(0),
-                        b.stride(1), c.stride(0), c.stride(1))
+    matmul_kernel[grid](
+        a,
+        b,
+        c,
+        a.shape[0],
+        b.shape[1],
+        a.shape[1],
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+    )
     return c
 
 
@@ -93,10 +136,20 @@ def space():
 # (03-matrix-multiplication), where ncu and nsys picked different winners.
 TUTORIAL_CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_stages=s, num_warps=w)
-    for bm, bn, bk, s, w in [(128, 256, 64, 3, 8), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4), (128, 64, 32, 4, 4),
-                             (64, 128, 32, 4, 4), (128, 32, 32, 4, 4), (64, 32, 32, 5, 2), (32, 64, 32, 5, 2)]
+    for bm, bn, bk, s, w in [
+        (128, 256, 64, 3, 8),
+        (64, 256, 32, 4, 4),
+        (128, 128, 32, 4, 4),
+        (128, 64, 32, 4, 4),
+        (64, 128, 32, 4, 4),
+        (128, 32, 32, 4, 4),
+        (64, 32, 32, 5, 2),
+        (32, 64, 32, 5, 2),
+    ]
 ]
-matmul_kernel_512 = triton.autotune(configs=TUTORIAL_CONFIGS, key=["M", "N", "K"], cache_results=True)(matmul_kernel.fn)
+matmul_kernel_512 = triton.autotune(configs=TUTORIAL_CONFIGS, key=["M", "N", "K"], cache_results=True)(
+    matmul_kernel.fn
+)
 
 
 def make_inputs_512():

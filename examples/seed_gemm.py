@@ -16,5 +16,9 @@ from gemm_tilelang import CONFIGS, build, compile_config
 from nsprof.space import Space
 
 space = Space(name="seed_gemm", configs=CONFIGS, build=build, compile=compile_config)
-seed = Space(name="seed_gemm_one", configs=[{"block_N": 32, "block_K": 128, "num_stages": 4}], build=build,
-             compile=compile_config)
+seed = Space(
+    name="seed_gemm_one",
+    configs=[{"block_N": 32, "block_K": 128, "num_stages": 4}],
+    build=build,
+    compile=compile_config,
+)

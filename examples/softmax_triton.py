@@ -56,8 +56,16 @@ def build(config: dict):
     grid = (triton.cdiv(ROWS, rows_per_program),)
 
     def launch():
-        kernel[grid](y, x, ROWS, COLS, ROWS_PER_PROGRAM=rows_per_program, BLOCK=COLS,
-                     num_warps=config["num_warps"], num_stages=config["num_stages"])
+        kernel[grid](
+            y,
+            x,
+            ROWS,
+            COLS,
+            ROWS_PER_PROGRAM=rows_per_program,
+            BLOCK=COLS,
+            num_warps=config["num_warps"],
+            num_stages=config["num_stages"],
+        )
 
     launch()
     torch.cuda.synchronize()
@@ -80,8 +88,12 @@ def autotuned():
     """The kernel as a user's `@triton.autotune` kernel over the same configs."""
     import triton
 
-    configs = [triton.Config({"ROWS_PER_PROGRAM": c["rows_per_program"]}, num_warps=c["num_warps"],
-                             num_stages=c["num_stages"]) for c in CONFIGS]
+    configs = [
+        triton.Config(
+            {"ROWS_PER_PROGRAM": c["rows_per_program"]}, num_warps=c["num_warps"], num_stages=c["num_stages"]
+        )
+        for c in CONFIGS
+    ]
     return triton.autotune(configs=configs, key=["n_rows", "n_cols"], cache_results=True)(_kernel())
 
 

@@ -75,9 +75,15 @@ def _decide(rows, stat: str):
     return decide(rank(config_summary(rows), stat), stat)
 
 
-def refine(rows, settings: TuneSettings, *, measure: Callable[[Plan, int], object],
-           merge: Callable[[object, object], object], cost: Cost,
-           clock: Callable[[], float] = time.monotonic) -> tuple[object, AdaptiveSummary]:
+def refine(
+    rows,
+    settings: TuneSettings,
+    *,
+    measure: Callable[[Plan, int], object],
+    merge: Callable[[object, object], object],
+    cost: Cost,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[object, AdaptiveSummary]:
     """Adaptive reps over the first pass's tidy `rows`; returns all rows and what was done.
 
     measure(plan, session_number) runs one interleaved session and returns its tidy rows (tune's
@@ -105,14 +111,20 @@ def refine(rows, settings: TuneSettings, *, measure: Callable[[Plan, int], objec
         plan = plan_rules.plan_session(configs, reps, next_reps(rows), max_reps, left, cost)
         if plan is None:
             summary.stopped = plan_rules.BUDGET
-            summary.note = (f"not started: session {summary.sessions + 1} would cost a start-up (~{cost.startup_s:.1f} s"
-                            f"{'' if cost.measured else ', assumed'}) and {cost.visit_s * len(configs):.2f} s a round "
-                            f"over {len(configs)} contenders, and {max(left, 0.0):.1f} s of the budget are left")
+            summary.note = (
+                f"not started: session {summary.sessions + 1} would cost a start-up (~{cost.startup_s:.1f} s"
+                f"{'' if cost.measured else ', assumed'}) and {cost.visit_s * len(configs):.2f} s a round "
+                f"over {len(configs)} contenders, and {max(left, 0.0):.1f} s of the budget are left"
+            )
             break
         session = summary.sessions + 1
         began = clock()
-        entry = {"configs": list(plan.configs), "rounds": plan.rounds,
-                 "first_rep": {str(c): r for c, r in plan.first_rep.items()}, "expected_s": plan.expected_s}
+        entry = {
+            "configs": list(plan.configs),
+            "rounds": plan.rounds,
+            "first_rep": {str(c): r for c, r in plan.first_rep.items()},
+            "expected_s": plan.expected_s,
+        }
         summary.history.append(entry)
         summary.sessions = session
         try:
@@ -137,11 +149,17 @@ def refine(rows, settings: TuneSettings, *, measure: Callable[[Plan, int], objec
             touched.update(int(c) for c in kept["config_id"].unique())
         if failed or not kept_reps:
             summary.stopped = plan_rules.FAILED
-            why = "; ".join(f"config {c}: {one_line(str(e), 120)}" for c, e in
-                            frame.loc[frame["error"].notna(), ["config_id", "error"]].drop_duplicates("config_id")
-                            .itertuples(index=False))
-            summary.note = (f"session {session} measured {kept_reps} of its {plan.visits} planned reps"
-                            + (f" ({why})" if why else "") + "; the ranking stands on the reps kept")
+            why = "; ".join(
+                f"config {c}: {one_line(str(e), 120)}"
+                for c, e in frame.loc[frame["error"].notna(), ["config_id", "error"]]
+                .drop_duplicates("config_id")
+                .itertuples(index=False)
+            )
+            summary.note = (
+                f"session {session} measured {kept_reps} of its {plan.visits} planned reps"
+                + (f" ({why})" if why else "")
+                + "; the ranking stands on the reps kept"
+            )
             break
     summary.wall_s = clock() - started
     final = rep_counts(rows)

@@ -48,7 +48,9 @@ START_TIMEOUT_S = 120.0  # for a LocalCluster's workers, or an existing cluster'
 LOCK_WAIT_S = 30.0  # a batch re-run on a restarted worker waits this long for the dead one's children
 BATCH_RETRIES = 1  # Dask's retries of a batch that raised (a worker that died is Dask's allowed-failures)
 
-_clients: dict[ClusterSettings, tuple[object, object | None]] = {}  # settings -> (Client, LocalCluster or None)
+_clients: dict[
+    ClusterSettings, tuple[object, object | None]
+] = {}  # settings -> (Client, LocalCluster or None)
 _clients_lock = threading.Lock()
 
 
@@ -89,9 +91,11 @@ def _connect_existing(distributed, address: str):
     while not gpu_workers(client):
         if time.monotonic() > deadline:
             client.close()
-            raise NsprofError(f"no worker of the Dask cluster at {address} offers the resource {GPU_RESOURCE} "
-                              f"after {START_TIMEOUT_S:g} s; start one per GPU with "
-                              f"CUDA_VISIBLE_DEVICES=N dask worker {address} --nthreads 1 --resources {GPU_RESOURCE}=1")
+            raise NsprofError(
+                f"no worker of the Dask cluster at {address} offers the resource {GPU_RESOURCE} "
+                f"after {START_TIMEOUT_S:g} s; start one per GPU with "
+                f"CUDA_VISIBLE_DEVICES=N dask worker {address} --nthreads 1 --resources {GPU_RESOURCE}=1"
+            )
         time.sleep(0.2)
     return client
 
@@ -101,12 +105,23 @@ def _start_local(distributed, devices: tuple[int, ...]):
     {"GPU": 1}, its environment pinning CUDA_VISIBLE_DEVICES (nvidia-smi's order) to its GPU."""
     import logging
 
-    cluster = distributed.LocalCluster(n_workers=0, processes=True, threads_per_worker=1, dashboard_address=None,
-                                       memory_limit=0, silence_logs=logging.ERROR)
+    cluster = distributed.LocalCluster(
+        n_workers=0,
+        processes=True,
+        threads_per_worker=1,
+        dashboard_address=None,
+        memory_limit=0,
+        silence_logs=logging.ERROR,
+    )
     base = dict(cluster.new_spec["options"])
     for device in devices:
-        options = {**base, "nthreads": 1, "memory_limit": 0, "resources": {GPU_RESOURCE: 1},
-                   "env": {"CUDA_VISIBLE_DEVICES": str(device), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}}
+        options = {
+            **base,
+            "nthreads": 1,
+            "memory_limit": 0,
+            "resources": {GPU_RESOURCE: 1},
+            "env": {"CUDA_VISIBLE_DEVICES": str(device), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+        }
         cluster.worker_spec[f"gpu{device}"] = {"cls": distributed.Nanny, "options": options}
     cluster.scale(len(devices))  # the spec above, as it stands: starts its workers
     client = distributed.Client(cluster)
@@ -115,8 +130,9 @@ def _start_local(distributed, devices: tuple[int, ...]):
     except TimeoutError:
         client.close()
         cluster.close()
-        raise NsprofError(f"the local Dask cluster's {len(devices)} workers did not start within "
-                          f"{START_TIMEOUT_S:g} s") from None
+        raise NsprofError(
+            f"the local Dask cluster's {len(devices)} workers did not start within {START_TIMEOUT_S:g} s"
+        ) from None
     return client, cluster
 
 
@@ -139,8 +155,11 @@ atexit.register(close)
 
 def gpu_workers(client) -> dict[str, dict]:
     """{address: scheduler's worker info} of the workers that offer the GPU resource."""
-    workers = client.scheduler_info(n_workers=-1)["workers"] if _takes_n_workers(client) else \
-        client.scheduler_info()["workers"]
+    workers = (
+        client.scheduler_info(n_workers=-1)["workers"]
+        if _takes_n_workers(client)
+        else client.scheduler_info()["workers"]
+    )
     return {address: info for address, info in workers.items() if info.get("resources", {}).get(GPU_RESOURCE)}
 
 
@@ -156,8 +175,11 @@ def _worker_gpu() -> dict:
 
     from nsprof.host.gpu import which_gpu
 
-    return {**dataclasses.asdict(which_gpu(0)), "pid": os.getpid(),
-            "visible": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+    return {
+        **dataclasses.asdict(which_gpu(0)),
+        "pid": os.getpid(),
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+    }
 
 
 def worker_gpus(client) -> dict[str, dict]:
@@ -170,9 +192,13 @@ def _one_model(names: dict[str, str], what: str) -> str:
     """The one GPU model of `names` ({who: model}, "" unknown), or the refusal."""
     models = sorted({name for name in names.values() if name})
     if len(models) > 1:
-        per = "; ".join(f"{model}: {', '.join(sorted(w for w, n in names.items() if n == model))}" for model in models)
-        raise NsprofError(f"{what} run on different GPU models ({per}): nsprof never ranks configs measured on "
-                          "different models together; choose GPUs of one model")
+        per = "; ".join(
+            f"{model}: {', '.join(sorted(w for w, n in names.items() if n == model))}" for model in models
+        )
+        raise NsprofError(
+            f"{what} run on different GPU models ({per}): nsprof never ranks configs measured on "
+            "different models together; choose GPUs of one model"
+        )
     return models[0] if models else ""
 
 
@@ -180,10 +206,14 @@ def cluster_gpu(settings: ClusterSettings) -> Gpu:
     """The GPU a run on this cluster is keyed by: its one model and its GPUs' UUIDs (sorted, joined
     by commas); a mixture of models is refused here, before anything runs."""
     gpus = worker_gpus(connect(settings))
-    _one_model({f"worker {info.get('visible') or address}": info.get("name", "") for address, info in gpus.items()},
-               "the Dask workers")
-    return _combined([info.get("uuid", "") for info in gpus.values()],
-                     next((info.get("name", "") for info in gpus.values() if info.get("name")), ""))
+    _one_model(
+        {f"worker {info.get('visible') or address}": info.get("name", "") for address, info in gpus.items()},
+        "the Dask workers",
+    )
+    return _combined(
+        [info.get("uuid", "") for info in gpus.values()],
+        next((info.get("name", "") for info in gpus.values() if info.get("name")), ""),
+    )
 
 
 def _combined(uuids, name: str) -> Gpu:
@@ -196,7 +226,7 @@ def shard(config_ids: list[int], workers: int, batch_size: int | None = None) ->
     if not config_ids:
         return []
     size = batch_size or math.ceil(len(config_ids) / max(1, workers))
-    return [config_ids[i:i + size] for i in range(0, len(config_ids), size)]
+    return [config_ids[i : i + size] for i in range(0, len(config_ids), size)]
 
 
 def _absolute_target(target: str) -> str:
@@ -207,8 +237,16 @@ def _absolute_target(target: str) -> str:
     return target
 
 
-def _run_batch(backend: Backend, target: str, batch: list[int], n_configs: int, calibration: int | None,
-               topic: str, index: int, expect: dict | None = None) -> dict:
+def _run_batch(
+    backend: Backend,
+    target: str,
+    batch: list[int],
+    n_configs: int,
+    calibration: int | None,
+    topic: str,
+    index: int,
+    expect: dict | None = None,
+) -> dict:
     """On a Dask worker: compile and measure one batch (and the calibration config) in one session
     on this worker's GPU, holding its lock; progress goes to the client as events on `topic`."""
     from distributed import get_worker
@@ -217,8 +255,13 @@ def _run_batch(backend: Backend, target: str, batch: list[int], n_configs: int, 
     from nsprof.profile import profile_result
 
     worker = get_worker()
-    me = {"worker": str(worker.name), "address": worker.address, "pid": os.getpid(), "batch": index,
-          "attempt": uuid.uuid4().hex}
+    me = {
+        "worker": str(worker.name),
+        "address": worker.address,
+        "pid": os.getpid(),
+        "batch": index,
+        "attempt": uuid.uuid4().hex,
+    }
 
     def send(**message) -> None:
         try:
@@ -244,7 +287,9 @@ def _run_batch(backend: Backend, target: str, batch: list[int], n_configs: int, 
                 with gpu_lock(0):
                     break
             except GpuBusy:
-                if time.monotonic() > deadline or getattr(getattr(backend, "settings", None), "wait_gpu", False):
+                if time.monotonic() > deadline or getattr(
+                    getattr(backend, "settings", None), "wait_gpu", False
+                ):
                     break  # the session says who holds it, or waits (--wait)
                 time.sleep(0.2)
         result = profile_result(target, backend=backend, config_ids=ids, on_progress=progress, expect=expect)
@@ -252,8 +297,14 @@ def _run_batch(backend: Backend, target: str, batch: list[int], n_configs: int, 
         send(event="error", detail=str(exc)[:300])
         return {**me, "error": f"{type(exc).__name__}: {exc}"}
     send(event="end")
-    return {**me, "frame": result.frame, "failures": dict(result.failures), "device": result.device,
-            "wall_s": time.monotonic() - started, "work_dir": str(result.work_dir) if result.work_dir else None}
+    return {
+        **me,
+        "frame": result.frame,
+        "failures": dict(result.failures),
+        "device": result.device,
+        "wall_s": time.monotonic() - started,
+        "work_dir": str(result.work_dir) if result.work_dir else None,
+    }
 
 
 def _calibration_median(frame, config_id: int) -> float | None:
@@ -270,8 +321,11 @@ def calibration_note(config_id: int, medians: dict[str, float], model: str) -> s
     shown = ", ".join(f"{who} {value / 1e3:.3f} µs" for who, value in sorted(medians.items()))
     low, high = min(medians.values()), max(medians.values())
     spread = (high / low - 1) * 100 if low > 0 else float("nan")
-    return (f"calibration: config {config_id} measured on each of {len(medians)} GPUs"
-            + (f" ({model})" if model else "") + f": medians {shown}; they differ by {spread:.1f}%")
+    return (
+        f"calibration: config {config_id} measured on each of {len(medians)} GPUs"
+        + (f" ({model})" if model else "")
+        + f": medians {shown}; they differ by {spread:.1f}%"
+    )
 
 
 class _Follow:
@@ -315,8 +369,10 @@ class _Follow:
             self.attempts[batch] = message
             configs = self.batches[batch] if isinstance(batch, int) and batch < len(self.batches) else []
             if before is not None:
-                self.say(f"{where}: batch {batch} again (its run on worker {before.get('worker')} did not "
-                         "come back)")
+                self.say(
+                    f"{where}: batch {batch} again (its run on worker {before.get('worker')} did not "
+                    "come back)"
+                )
             else:
                 self.say(f"{where}: batch {batch} started ({len(configs)} configs)")
         elif kind in ("done", "fail", "retry"):
@@ -350,19 +406,35 @@ class Sharded(Backend):
     def tool_version(self) -> str:
         return self.inner.tool_version()
 
-    def run(self, target: str, config_ids: list[int] | None, device: int = 0, *, n_configs: int,
-            on_progress: Progress | None = None, on_rows: OnRows | None = None, expect: dict | None = None) -> Measured:
+    def run(
+        self,
+        target: str,
+        config_ids: list[int] | None,
+        device: int = 0,
+        *,
+        n_configs: int,
+        on_progress: Progress | None = None,
+        on_rows: OnRows | None = None,
+        expect: dict | None = None,
+    ) -> Measured:
         import pandas as pd
 
         from nsprof.schema import Failure, make_frame
 
         if device != 0:
-            raise NsprofError("a Dask run measures on its workers' GPUs (--devices), not on one device of its own")
+            raise NsprofError(
+                "a Dask run measures on its workers' GPUs (--devices), not on one device of its own"
+            )
         distributed = _dask()
         client = connect(self.settings)
         gpus = worker_gpus(client)
-        _one_model({f"worker {info.get('visible') or address}": info.get("name", "") for address, info in gpus.items()},
-                   "the Dask workers")
+        _one_model(
+            {
+                f"worker {info.get('visible') or address}": info.get("name", "")
+                for address, info in gpus.items()
+            },
+            "the Dask workers",
+        )
         ids = list(range(n_configs) if config_ids is None else config_ids)
         batches = shard(ids, len(gpus), self.settings.batch_size)
         calibration = ids[0] if self.settings.calibrate and len(gpus) > 1 and len(batches) > 1 else None
@@ -372,10 +444,24 @@ class Sharded(Backend):
         client.subscribe_topic(topic, follow.event)
         started = time.monotonic()
         where = _absolute_target(target)
-        futures = {client.submit(_run_batch, self.inner.in_subfolder(f"batch{k}"), where, batch, n_configs,
-                                 calibration, topic, k, expect, key=f"nsprof-batch-{job}-{k}",
-                                 resources={GPU_RESOURCE: 1}, retries=BATCH_RETRIES, pure=False): k
-                   for k, batch in enumerate(batches)}
+        futures = {
+            client.submit(
+                _run_batch,
+                self.inner.in_subfolder(f"batch{k}"),
+                where,
+                batch,
+                n_configs,
+                calibration,
+                topic,
+                k,
+                expect,
+                key=f"nsprof-batch-{job}-{k}",
+                resources={GPU_RESOURCE: 1},
+                retries=BATCH_RETRIES,
+                pure=False,
+            ): k
+            for k, batch in enumerate(batches)
+        }
         follow.say(f"{len(ids)} configs in {len(batches)} batches over {len(gpus)} GPU workers")
         frames, failures, devices, medians = [], {}, {}, {}
         model = ""
@@ -393,15 +479,22 @@ class Sharded(Backend):
                     frame = self.inner.failure_frame(lost)
                     result = {"frame": frame, "failures": lost, "device": None, "worker": "?"}
                 if "error" in result:
-                    raise NsprofError(f"batch {k} (configs {batch[0]}..{batch[-1]}) on Dask worker "
-                                      f"{result['worker']}: {result['error']}")
+                    raise NsprofError(
+                        f"batch {k} (configs {batch[0]}..{batch[-1]}) on Dask worker "
+                        f"{result['worker']}: {result['error']}"
+                    )
                 device = result.get("device") or {}
                 name = str(device.get("name") or "")
                 if name and name != "cpu":
                     devices[k] = device
-                    model = _one_model({f"configs {batches[j][0]}..{batches[j][-1]} (worker "
-                                        f"{(devices[j].get('uuid') or '?')})": devices[j].get("name", "")
-                                        for j in devices}, "configs were")
+                    model = _one_model(
+                        {
+                            f"configs {batches[j][0]}..{batches[j][-1]} (worker "
+                            f"{(devices[j].get('uuid') or '?')})": devices[j].get("name", "")
+                            for j in devices
+                        },
+                        "configs were",
+                    )
                 frame = result["frame"]
                 own = frame[frame["config_id"].isin(batch)]
                 if calibration is not None:
@@ -411,7 +504,9 @@ class Sharded(Backend):
                         medians.setdefault(who, []).append(value)
                 unrun = sorted(set(batch) - set(own["config_id"].dropna().astype(int)))
                 if unrun:  # never seen: a session hands back every config it was given
-                    missing = {c: Failure("not run: its batch's result held no row of it", "not_run") for c in unrun}
+                    missing = {
+                        c: Failure("not run: its batch's result held no row of it", "not_run") for c in unrun
+                    }
                     own = pd.concat([own, self.inner.failure_frame(missing)], ignore_index=True)
                     result["failures"] = {**result.get("failures", {}), **missing}
                 failures.update({c: why for c, why in result.get("failures", {}).items() if c in set(batch)})
@@ -420,8 +515,10 @@ class Sharded(Backend):
                 frames.append(own)
                 if on_rows is not None and len(own):
                     on_rows(own)
-                follow.say(f"batch {k} back from worker {result.get('worker')} "
-                           f"({len(follow.counted)}/{len(ids)} configs)")
+                follow.say(
+                    f"batch {k} back from worker {result.get('worker')} "
+                    f"({len(follow.counted)}/{len(ids)} configs)"
+                )
         except BaseException:
             client.cancel(list(futures))
             raise
@@ -438,9 +535,13 @@ class Sharded(Backend):
             print(f"nsprof: {note}", file=sys.stderr, flush=True)
         combined = _combined([d.get("uuid", "") for d in devices.values()], model) if devices else None
         frame = pd.concat(frames, ignore_index=True) if frames else make_frame([])
-        return Measured(frame=frame, failures=failures,
-                        device={"uuid": combined.uuid, "name": combined.name} if combined else None,
-                        wall_s=time.monotonic() - started, notes=notes)
+        return Measured(
+            frame=frame,
+            failures=failures,
+            device={"uuid": combined.uuid, "name": combined.name} if combined else None,
+            wall_s=time.monotonic() - started,
+            notes=notes,
+        )
 
     @staticmethod
     def count_final(follow: _Follow, config_id: int, failures: dict[int, str]) -> None:

@@ -33,8 +33,9 @@ def gpu_check() -> Check:
     smi = shutil.which("nvidia-smi")
     if not smi:
         return Check("GPU", False, "no NVIDIA driver here (nvidia-smi not on PATH)")
-    code, out = _run([smi, "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem",
-                      "--format=csv,noheader"])
+    code, out = _run(
+        [smi, "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem", "--format=csv,noheader"]
+    )
     if code != 0 or not out:
         return Check("GPU", False, f"nvidia-smi failed: {out.splitlines()[-1] if out else code}")
     lines = out.splitlines()
@@ -58,7 +59,9 @@ def tool_checks() -> list[Check]:
             checks.append(Check(name, False, str(exc)))
             continue
         if tool is None:
-            checks.append(Check(name, False, f"not found (PATH, NSPROF_{name.upper()}, usual install folders)"))
+            checks.append(
+                Check(name, False, f"not found (PATH, NSPROF_{name.upper()}, usual install folders)")
+            )
             continue
         code, out = _run([str(tool.path), "--version"])
         version = out.splitlines()[-1] if out else "?"
@@ -71,8 +74,10 @@ def tool_checks() -> list[Check]:
 
 
 def torch_check() -> Check:
-    code, out = _run([sys.executable, "-c",
-                      "import torch; print(torch.__version__, torch.cuda.is_available())"], timeout=120)
+    code, out = _run(
+        [sys.executable, "-c", "import torch; print(torch.__version__, torch.cuda.is_available())"],
+        timeout=120,
+    )
     if code != 0:
         return Check("torch", False, "not importable: " + (out.splitlines()[-1] if out else "?"))
     version, cuda = out.split()[-2:]
@@ -95,8 +100,9 @@ def ground_truth_check(backend: str) -> Check:
         return Check(f"{backend} run", False, frame["error"].dropna().iloc[0])
     summary = config_summary(frame)
     parts = [f"{r.mode} {r.median_ns / 1e3:.2f} µs" for r in summary.itertuples()]
-    return Check(f"{backend} run", len(summary) == 2,
-                 f"tiny add kernel: {', '.join(parts)} ({result.wall_s:.1f} s)")
+    return Check(
+        f"{backend} run", len(summary) == 2, f"tiny add kernel: {', '.join(parts)} ({result.wall_s:.1f} s)"
+    )
 
 
 def run_doctor(run_kernels: bool = True) -> tuple[list[Check], bool]:
@@ -116,7 +122,10 @@ def run_doctor(run_kernels: bool = True) -> tuple[list[Check], bool]:
                     checks.append(run)
                     if run.ok:
                         available.append(tool.name)
-    verdict = (f"ground truth available from: {', '.join(available)}" if available
-               else "no ground truth available here")
+    verdict = (
+        f"ground truth available from: {', '.join(available)}"
+        if available
+        else "no ground truth available here"
+    )
     checks.append(Check("verdict", bool(available), verdict))
     return checks, bool(available)

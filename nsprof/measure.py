@@ -44,8 +44,17 @@ class Backend(ABC):
         return False
 
     @abstractmethod
-    def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
-            on_progress: Progress | None = None, on_rows: OnRows | None = None, expect: dict | None = None) -> Measured:
+    def run(
+        self,
+        target: str,
+        config_ids: list[int],
+        device: int = 0,
+        *,
+        n_configs: int,
+        on_progress: Progress | None = None,
+        on_rows: OnRows | None = None,
+        expect: dict | None = None,
+    ) -> Measured:
         """Measure `config_ids` of `target` (a Space of `n_configs`) on GPU `device`.
 
         on_progress(event, config_id, detail) follows the configs; on_rows(frame) gets the rows
@@ -109,9 +118,20 @@ class GroundTruth(Backend):
 
         return find_server(self.driver, self.settings)[0] is not None
 
-    def run(self, target: str, config_ids: list[int], device: int = 0, *, n_configs: int,
-            on_progress: Progress | None = None, on_rows: OnRows | None = None, n_shapes: int = 0,
-            compiled: str = "", compile_here: bool = False, expect: dict | None = None) -> Measured:
+    def run(
+        self,
+        target: str,
+        config_ids: list[int],
+        device: int = 0,
+        *,
+        n_configs: int,
+        on_progress: Progress | None = None,
+        on_rows: OnRows | None = None,
+        n_shapes: int = 0,
+        compiled: str = "",
+        compile_here: bool = False,
+        expect: dict | None = None,
+    ) -> Measured:
         """As Backend.run; with `n_shapes`, config_ids are point ids (nsprof.schema.Points): every
         (shape, config) pair in one session. `compiled`: the folder of the compile step beside it
         (nsprof.profile.CompileAhead; see nsprof.worker.protocol.Job.compiled); `compile_here`: the
@@ -119,15 +139,37 @@ class GroundTruth(Backend):
         from nsprof.session import run_session
 
         _one_gpu(device)
-        extra = {**({"compiled": compiled} if compiled else {}), **({"compile_here": True} if compile_here else {}),
-                 **({"expect": expect} if expect else {})}
-        return run_session(target, n_configs, self.settings, config_ids=config_ids, on_progress=on_progress,
-                           on_rows=on_rows, driver=self.driver, n_shapes=n_shapes, job_extra=extra or None)
+        extra = {
+            **({"compiled": compiled} if compiled else {}),
+            **({"compile_here": True} if compile_here else {}),
+            **({"expect": expect} if expect else {}),
+        }
+        return run_session(
+            target,
+            n_configs,
+            self.settings,
+            config_ids=config_ids,
+            on_progress=on_progress,
+            on_rows=on_rows,
+            driver=self.driver,
+            n_shapes=n_shapes,
+            job_extra=extra or None,
+        )
 
-
-    def interleave(self, target: str, config_ids: list[int], rounds: int, first_rep: dict[int, int], device: int = 0,
-                   *, n_configs: int, on_progress: Progress | None = None, on_rows: OnRows | None = None,
-                   n_shapes: int = 0, expect: dict | None = None) -> Measured:
+    def interleave(
+        self,
+        target: str,
+        config_ids: list[int],
+        rounds: int,
+        first_rep: dict[int, int],
+        device: int = 0,
+        *,
+        n_configs: int,
+        on_progress: Progress | None = None,
+        on_rows: OnRows | None = None,
+        n_shapes: int = 0,
+        expect: dict | None = None,
+    ) -> Measured:
         """Adaptive reps (nsprof.adaptive): `rounds` rounds over `config_ids` in one session, one
         visit per config and round in the order given (A B C A B C ...), config c's reps numbered
         from first_rep[c] (nsprof.worker.program's interleaved job). --timeout bounds each visit.
@@ -137,10 +179,21 @@ class GroundTruth(Backend):
 
         _one_gpu(device)
         settings = replace(self.settings, reps=rounds, max_restarts=0)
-        return run_session(target, n_configs, settings, config_ids=config_ids, on_progress=on_progress,
-                           on_rows=on_rows, driver=self.driver, n_shapes=n_shapes,
-                           job_extra={"interleave": True, "first_rep": {str(c): int(r) for c, r in first_rep.items()},
-                                      **({"expect": expect} if expect else {})})
+        return run_session(
+            target,
+            n_configs,
+            settings,
+            config_ids=config_ids,
+            on_progress=on_progress,
+            on_rows=on_rows,
+            driver=self.driver,
+            n_shapes=n_shapes,
+            job_extra={
+                "interleave": True,
+                "first_rep": {str(c): int(r) for c, r in first_rep.items()},
+                **({"expect": expect} if expect else {}),
+            },
+        )
 
 
 class FastTimers(Backend):
@@ -152,12 +205,22 @@ class FastTimers(Backend):
     A config whose worker died is a row with source `failure_source`.
     """
 
-    def __init__(self, methods: list[str], settings: ProfileSettings, work_dir: Path, *, timer_reps: int = 100,
-                 stat: str = "median", labels: dict[str, str] | None = None, failure_source: str = "timers") -> None:
+    def __init__(
+        self,
+        methods: list[str],
+        settings: ProfileSettings,
+        work_dir: Path,
+        *,
+        timer_reps: int = 100,
+        stat: str = "median",
+        labels: dict[str, str] | None = None,
+        failure_source: str = "timers",
+    ) -> None:
         self.methods = list(methods)
         self.name = "+".join(self.methods)
-        self.settings = replace(settings, backend=NO_PROFILER, modes=("direct",), reps=1, warmup=3,
-                                work_dir=Path(work_dir))
+        self.settings = replace(
+            settings, backend=NO_PROFILER, modes=("direct",), reps=1, warmup=3, work_dir=Path(work_dir)
+        )
         self.timer_reps = timer_reps
         self.value = "median_ns" if stat == "median" else "min_ns"
         self._labels = dict(labels or {})
@@ -177,22 +240,47 @@ class FastTimers(Backend):
         for row in rows:
             where = {"config_id": row["config_id"], "shape": row.get("shape")}
             if row.get("error"):  # the method raised (the worker's result line says so)
-                out.append({**where, **Failure(row["error"], "crash").columns(), "source": row["method"], **labels})
+                out.append(
+                    {**where, **Failure(row["error"], "crash").columns(), "source": row["method"], **labels}
+                )
                 continue
             clock_mhz = (row.get("conditions") or {}).get("sm_clock_mhz_after")
-            out.append({**where, "rep": 0, "kernel": row["method"], "source": row["method"],
-                        "duration_ns": row.get(self.value),
-                        "clock_hz": None if clock_mhz is None else clock_mhz * 1e6, **labels})
+            out.append(
+                {
+                    **where,
+                    "rep": 0,
+                    "kernel": row["method"],
+                    "source": row["method"],
+                    "duration_ns": row.get(self.value),
+                    "clock_hz": None if clock_mhz is None else clock_mhz * 1e6,
+                    **labels,
+                }
+            )
         have = {(r["config_id"], r["shape"]) for r in out}
         for point, reason in failures.items():
             if points.split(point) not in have:  # a config whose every method failed has its rows already
-                out.append({**points.rows(point), **Failure.of(reason).columns(), "source": self.failure_source,
-                            **labels})
+                out.append(
+                    {
+                        **points.rows(point),
+                        **Failure.of(reason).columns(),
+                        "source": self.failure_source,
+                        **labels,
+                    }
+                )
         return make_frame(out)
 
-    def run(self, target: str, config_ids: list[int] | None, device: int = 0, *, n_configs: int,
-            on_progress: Progress | None = None, on_rows: OnRows | None = None, n_shapes: int = 0,
-            expect: dict | None = None) -> Measured:
+    def run(
+        self,
+        target: str,
+        config_ids: list[int] | None,
+        device: int = 0,
+        *,
+        n_configs: int,
+        on_progress: Progress | None = None,
+        on_rows: OnRows | None = None,
+        n_shapes: int = 0,
+        expect: dict | None = None,
+    ) -> Measured:
         from nsprof.schema import Points
         from nsprof.session import run_session
 
@@ -207,7 +295,7 @@ class FastTimers(Backend):
         def written() -> list[dict]:
             # whole lines only: the worker may be writing the next one
             text = results.read_text()
-            return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
+            return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
 
         handed: set[int] = set()  # the points whose rows on_rows has had
 
@@ -226,14 +314,31 @@ class FastTimers(Backend):
                 on_progress(event, point, detail)
 
         try:
-            session = run_session(target, n_configs, self.settings, config_ids=config_ids, on_progress=progress,
-                                  n_shapes=n_shapes, job_extra={"task": "timers", "timers": self.methods,
-                                             "timer_reps": self.timer_reps, "results": str(results),
-                                             **({"expect": expect} if expect else {})})
+            session = run_session(
+                target,
+                n_configs,
+                self.settings,
+                config_ids=config_ids,
+                on_progress=progress,
+                n_shapes=n_shapes,
+                job_extra={
+                    "task": "timers",
+                    "timers": self.methods,
+                    "timer_reps": self.timer_reps,
+                    "results": str(results),
+                    **({"expect": expect} if expect else {}),
+                },
+            )
         except KeyboardInterrupt:
             if on_rows is not None:
                 on_rows(self.frame([row for row in written() if point_of(row) not in handed], {}))
             raise
-        return Measured(frame=self.frame(written(), session.failures, points), failures=session.failures,
-                        device=session.device, work_dir=work_dir, wall_s=session.wall_s, phases=session.phases,
-                        config_phases=session.config_phases)
+        return Measured(
+            frame=self.frame(written(), session.failures, points),
+            failures=session.failures,
+            device=session.device,
+            work_dir=work_dir,
+            wall_s=session.wall_s,
+            phases=session.phases,
+            config_phases=session.config_phases,
+        )

@@ -44,14 +44,20 @@ def check_measured(frame) -> None:
 
     if (frame["error"].isna() & frame["duration_ns"].notna()).any():
         return
-    failed = frame[frame["error"].notna() & frame["config_id"].notna()].sort_values("config_id", kind="stable")
-    first = (f" (config {int(failed.iloc[0]['config_id'])}: {one_line(str(failed.iloc[0]['error']), 200)})"
-             if len(failed) else "")
+    failed = frame[frame["error"].notna() & frame["config_id"].notna()].sort_values(
+        "config_id", kind="stable"
+    )
+    first = (
+        f" (config {int(failed.iloc[0]['config_id'])}: {one_line(str(failed.iloc[0]['error']), 200)})"
+        if len(failed)
+        else ""
+    )
     raise NsprofError(f"no config was measured: all {failed['config_id'].nunique()} failed{first}")
 
 
-def precompile(space, jobs: int | None = None, log: str | None = None,
-               config_ids: list[int] | None = None) -> dict[int, str]:
+def precompile(
+    space, jobs: int | None = None, log: str | None = None, config_ids: list[int] | None = None
+) -> dict[int, str]:
     """Run the space's compile step for every config in parallel; {config_id: error} for failures.
     For a space with shapes the ids are point ids (Space.points: every (shape, config) by default).
 
@@ -103,8 +109,9 @@ class CompileAhead:
         self._stopping = False  # finish() stops the step: its death is no news for the worker
 
     @classmethod
-    def start(cls, target: str, space, points: list[int], jobs: int | None = None,
-              python: str | None = None) -> CompileAhead:
+    def start(
+        cls, target: str, space, points: list[int], jobs: int | None = None, python: str | None = None
+    ) -> CompileAhead:
         import json
         import subprocess
         import sys
@@ -114,14 +121,28 @@ class CompileAhead:
         folder = Path(tempfile.mkdtemp(prefix="nsprof-compile-"))
         layout = space.points
         job = folder / "job.json"
-        job.write_text(json.dumps({"target": target, "points": list(points), "n_configs": layout.n_configs,
-                                   "n_shapes": layout.n_shapes, "folder": str(folder),
-                                   "jobs": jobs or min(8, os.cpu_count() or 1)}))
+        job.write_text(
+            json.dumps(
+                {
+                    "target": target,
+                    "points": list(points),
+                    "n_configs": layout.n_configs,
+                    "n_shapes": layout.n_shapes,
+                    "folder": str(folder),
+                    "jobs": jobs or min(8, os.cpu_count() or 1),
+                }
+            )
+        )
         log = folder / "compile.log"
         with open(log, "wb") as handle:
-            proc = subprocess.Popen([python or sys.executable, "-m", "nsprof.worker.compile", str(job)],
-                                    stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=dies_with_nsprof())
+            proc = subprocess.Popen(
+                [python or sys.executable, "-m", "nsprof.worker.compile", str(job)],
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=dies_with_nsprof(),
+            )
         ahead = cls(folder, proc, log)
         ahead._watch()
         return ahead
@@ -192,10 +213,19 @@ class ProfileResult(Measured):
     precompile_s: float = 0.0
 
 
-def profile_result(target: str, settings: ProfileSettings | None = None, *, config_ids: list[int] | None = None,
-                   on_progress: Callable[[str, int, str], None] | None = None, jobs: int | None = None,
-                   on_rows: Callable[[object], None] | None = None, backend: Backend | None = None,
-                   space=None, points: list[int] | None = None, expect: dict | None = None) -> ProfileResult:
+def profile_result(
+    target: str,
+    settings: ProfileSettings | None = None,
+    *,
+    config_ids: list[int] | None = None,
+    on_progress: Callable[[str, int, str], None] | None = None,
+    jobs: int | None = None,
+    on_rows: Callable[[object], None] | None = None,
+    backend: Backend | None = None,
+    space=None,
+    points: list[int] | None = None,
+    expect: dict | None = None,
+) -> ProfileResult:
     """Compile, then measure every config (or `config_ids`) of `target` with `backend` (default:
     the ground truth settings.backend names).
 
@@ -251,16 +281,27 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
     frames = []
     compile_frame = None
     if compile_failures:
-        compile_frame = backend.failure_frame(compile_failures, layout) if shaped else \
-            backend.failure_frame(compile_failures)
+        compile_frame = (
+            backend.failure_frame(compile_failures, layout)
+            if shaped
+            else backend.failure_frame(compile_failures)
+        )
         if on_rows:
             on_rows(compile_frame)
     measured = None
     if to_run:
         try:
-            measured = backend.run(target, to_run, n_configs=n_configs, on_progress=on_progress, on_rows=on_rows,
-                                   expect=expect, **shaped, **where,
-                                   **({"compiled": str(ahead.folder)} if ahead else {}))
+            measured = backend.run(
+                target,
+                to_run,
+                n_configs=n_configs,
+                on_progress=on_progress,
+                on_rows=on_rows,
+                expect=expect,
+                **shaped,
+                **where,
+                **({"compiled": str(ahead.folder)} if ahead else {}),
+            )
         finally:
             if ahead is not None:
                 ahead.finish()
@@ -274,16 +315,27 @@ def profile_result(target: str, settings: ProfileSettings | None = None, *, conf
     if measured is not None and measured.work_dir is not None:
         from nsprof.session import add_to_phases_file
 
-        add_to_phases_file(measured.work_dir, precompile_s=precompile_s,
-                           **({"compile_ahead_s": ahead.seconds} if ahead else {}))
+        add_to_phases_file(
+            measured.work_dir,
+            precompile_s=precompile_s,
+            **({"compile_ahead_s": ahead.seconds} if ahead else {}),
+        )
     return ProfileResult(
-        frame=frame, target=target, backend=backend.name, configs=space.configs, labels=backend.labels,
+        frame=frame,
+        target=target,
+        backend=backend.name,
+        configs=space.configs,
+        labels=backend.labels,
         failures={**(measured.failures if measured else {}), **compile_failures},
-        reports=list(measured.reports) if measured else [], work_dir=measured.work_dir if measured else None,
-        wall_s=measured.wall_s if measured else 0.0, device=measured.device if measured else None,
+        reports=list(measured.reports) if measured else [],
+        work_dir=measured.work_dir if measured else None,
+        wall_s=measured.wall_s if measured else 0.0,
+        device=measured.device if measured else None,
         notes=(list(measured.notes) if measured else []) + kept_log,
         phases=dict(measured.phases) if measured else {},
-        config_phases=dict(measured.config_phases) if measured else {}, precompile_s=precompile_s)
+        config_phases=dict(measured.config_phases) if measured else {},
+        precompile_s=precompile_s,
+    )
 
 
 def config_summary(frame, configs: list | None = None):
@@ -309,28 +361,67 @@ def config_summary(frame, configs: list | None = None):
         *where, mode = key
         median = float(group["duration_ns"].median())
         interval = median_interval(group["duration_ns"].to_numpy())
-        rows.append({
-            **{k: int(v) for k, v in zip(keys, where)}, "mode": mode, "reps": len(group),
-            "kernels": int(group["kernels"].median()),
-            "median_ns": median, "min_ns": float(group["duration_ns"].min()),
-            "max_ns": float(group["duration_ns"].max()),
-            "spread": float((group["duration_ns"].max() - group["duration_ns"].min()) / median) if median else float("nan"),
-            "median_cycles": float(group["cycles"].median()), "median_clock_hz": float(group["clock_hz"].median()),
-            "ci_low_ns": interval.low, "ci_high_ns": interval.high, "ci_coverage": interval.coverage,
-            "error": None,
-        })
+        rows.append(
+            {
+                **{k: int(v) for k, v in zip(keys, where)},
+                "mode": mode,
+                "reps": len(group),
+                "kernels": int(group["kernels"].median()),
+                "median_ns": median,
+                "min_ns": float(group["duration_ns"].min()),
+                "max_ns": float(group["duration_ns"].max()),
+                "spread": float((group["duration_ns"].max() - group["duration_ns"].min()) / median)
+                if median
+                else float("nan"),
+                "median_cycles": float(group["cycles"].median()),
+                "median_clock_hz": float(group["clock_hz"].median()),
+                "ci_low_ns": interval.low,
+                "ci_high_ns": interval.high,
+                "ci_coverage": interval.coverage,
+                "error": None,
+            }
+        )
     for rec in frame[frame["error"].notna()].itertuples():
         where = {"config_id": int(rec.config_id)}
         if shaped:
             where["shape"] = None if pd.isna(rec.shape) else int(rec.shape)
-        rows.append({**where, "mode": None, "reps": 0, "kernels": 0,
-                     "median_ns": float("nan"), "min_ns": float("nan"), "max_ns": float("nan"),
-                     "spread": float("nan"), "median_cycles": float("nan"),
-                     "median_clock_hz": float("nan"), "ci_low_ns": float("nan"), "ci_high_ns": float("nan"),
-                     "ci_coverage": float("nan"), "error": rec.error})
-    summary = pd.DataFrame(rows, columns=[*keys, "mode", "reps", "kernels", "median_ns", "min_ns",
-                                          "max_ns", "spread", "median_cycles", "median_clock_hz", "ci_low_ns", "ci_high_ns",
-                                          "ci_coverage", "error"])
+        rows.append(
+            {
+                **where,
+                "mode": None,
+                "reps": 0,
+                "kernels": 0,
+                "median_ns": float("nan"),
+                "min_ns": float("nan"),
+                "max_ns": float("nan"),
+                "spread": float("nan"),
+                "median_cycles": float("nan"),
+                "median_clock_hz": float("nan"),
+                "ci_low_ns": float("nan"),
+                "ci_high_ns": float("nan"),
+                "ci_coverage": float("nan"),
+                "error": rec.error,
+            }
+        )
+    summary = pd.DataFrame(
+        rows,
+        columns=[
+            *keys,
+            "mode",
+            "reps",
+            "kernels",
+            "median_ns",
+            "min_ns",
+            "max_ns",
+            "spread",
+            "median_cycles",
+            "median_clock_hz",
+            "ci_low_ns",
+            "ci_high_ns",
+            "ci_coverage",
+            "error",
+        ],
+    )
     if configs is not None:
         summary.insert(len(keys), "config", [config_label(configs[c]) for c in summary["config_id"]])
     return summary.sort_values([*keys, "mode"], na_position="last").reset_index(drop=True)

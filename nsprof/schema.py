@@ -61,7 +61,7 @@ FAILURE_KINDS: dict[str, str] = {
     "compile": "it did not compile, or not within --compile-timeout (or the compile step ended without it)",
     "not_run": "it never ran: the worker did not start, the restarts were spent, its Dask batch failed",
     "lost": "it ran, but what it measured was lost through no fault of its own: a report lost it, or its "
-            "worker was killed from outside (SIGKILL, SIGTERM, SIGHUP, SIGINT)",
+    "worker was killed from outside (SIGKILL, SIGTERM, SIGHUP, SIGINT)",
     "tool": "the profiler or the host could not measure it: counters not permitted, a full disk",
 }
 
@@ -94,8 +94,11 @@ class Failure(str):
 
     def columns(self) -> dict:
         """The tidy columns of a failed row: error, failure_kind, timeout_s."""
-        return {"error": str(self), "failure_kind": self.kind,
-                "timeout_s": float("nan") if self.timeout_s is None else self.timeout_s}
+        return {
+            "error": str(self),
+            "failure_kind": self.kind,
+            "timeout_s": float("nan") if self.timeout_s is None else self.timeout_s,
+        }
 
 
 DEFAULT_DOMAIN = "<default domain>"
@@ -105,7 +108,9 @@ MODES = ("direct", "graph")
 # Ids are int64 in the table: a name with a longer number (or a non-ASCII digit) is not
 # nsprof's, only a name.
 _ID = r"[0-9]{1,18}"
-_RANGE_RE = re.compile(rf"^cfg(?P<config>{_ID})(?:\.s(?P<shape>{_ID}))?\.(?P<mode>direct|graph)\.r(?P<rep>{_ID})$")
+_RANGE_RE = re.compile(
+    rf"^cfg(?P<config>{_ID})(?:\.s(?P<shape>{_ID}))?\.(?P<mode>direct|graph)\.r(?P<rep>{_ID})$"
+)
 
 
 class RangeName(NamedTuple):
@@ -137,7 +142,9 @@ def parse_range_name(name: str | None) -> RangeName | None:
     if not match:
         return None
     shape = match["shape"]
-    return RangeName(int(match["config"]), match["mode"], int(match["rep"]), None if shape is None else int(shape))
+    return RangeName(
+        int(match["config"]), match["mode"], int(match["rep"]), None if shape is None else int(shape)
+    )
 
 
 @dataclass(frozen=True)
@@ -232,8 +239,11 @@ def make_frame(rows: list[dict] | dict[str, list]):
                 break
             from_name = [parsed[name][position] if name in parsed else None for name in names]
             given = columns.get(column)
-            columns[column] = from_name if given is None else [
-                named if _missing(value) else value for value, named in zip(given, from_name)]
+            columns[column] = (
+                from_name
+                if given is None
+                else [named if _missing(value) else value for value, named in zip(given, from_name)]
+            )
     import numpy as np
 
     dtypes = _dtypes()
@@ -255,8 +265,10 @@ def make_frame(rows: list[dict] | dict[str, list]):
         values = [None if v is None or _missing(v) else v for v in values]
         if dtype == "Int64" and all(v is None or type(v) is int for v in values):
             try:  # plain ints: the array built directly (pd.array's checks cost more than a small column)
-                out[column] = pd.arrays.IntegerArray(np.array([0 if v is None else v for v in values], dtype=np.int64),
-                                                     np.array([v is None for v in values], dtype=np.bool_))
+                out[column] = pd.arrays.IntegerArray(
+                    np.array([0 if v is None else v for v in values], dtype=np.int64),
+                    np.array([v is None for v in values], dtype=np.bool_),
+                )
                 continue
             except OverflowError:
                 pass  # pd.array says what is wrong
@@ -288,5 +300,9 @@ def failure_frame(failures, points: Points | None = None, **labels):
     `points`, config ids without it) with its kind and bound (Failure.columns), and `labels` (source,
     clock_control, ...): every failure row nsprof makes is made here."""
     points = points or Points(0)
-    return make_frame([{**labels, **points.rows(point), **Failure.of(reason).columns()}
-                       for point, reason in sorted(failures.items())])
+    return make_frame(
+        [
+            {**labels, **points.rows(point), **Failure.of(reason).columns()}
+            for point, reason in sorted(failures.items())
+        ]
+    )

@@ -63,8 +63,15 @@ from nsprof.serve_client import (
 EXIT_FAULT = 1  # the server's exit status when a job's fault ended it
 
 
-JOB_FIELDS = {"job": str, "status": str, "report_base": str, "cwd": str, "environ": dict, "timeout_s": (int, float),
-              "phase_bound_s": (int, float)}
+JOB_FIELDS = {
+    "job": str,
+    "status": str,
+    "report_base": str,
+    "cwd": str,
+    "environ": dict,
+    "timeout_s": (int, float),
+    "phase_bound_s": (int, float),
+}
 PATH_FIELDS = ("job", "status", "report_base", "cwd")  # absolute: the server's folder is not the client's
 
 
@@ -72,7 +79,9 @@ def _missing(request: dict) -> str:
     """What a job request lacks, in words ("" when it is whole)."""
     wrong = [name for name, kind in JOB_FIELDS.items() if not isinstance(request.get(name), kind)]
     wrong += [name for name in PATH_FIELDS if name not in wrong and not os.path.isabs(request[name])]
-    if "environ" not in wrong and not all(isinstance(k, str) and isinstance(v, str) for k, v in request["environ"].items()):
+    if "environ" not in wrong and not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in request["environ"].items()
+    ):
         wrong.append("environ")
     return f"the job request lacks {', '.join(wrong)} (as absolute paths)" if wrong else ""
 
@@ -115,8 +124,9 @@ class _Server:
         for path in (self.state_path, self.socket_path):
             if path.exists() or path.is_symlink():
                 path.unlink()
-        (self.dir / WORKER_INFO).write_text(json.dumps({"watch_fd": pipe.read_fd, "watch_inode": pipe.inode,
-                                                        "server": os.getpid()}))
+        (self.dir / WORKER_INFO).write_text(
+            json.dumps({"watch_fd": pipe.read_fd, "watch_inode": pipe.inode, "server": os.getpid()})
+        )
         os.mkfifo(self.dir / JOBS_FIFO, 0o600)
         (self.dir / WORKER_STATUS).write_text("")
         command = self.driver.serve_command(self.settings, self.dir, self.session)
@@ -128,11 +138,21 @@ class _Server:
         import tempfile
         from datetime import datetime
 
-        self.state = {"pid": os.getpid(), "worker_pid": self.worker_pid, "backend": self.settings.backend,
-                      "tool_version": self.driver.tool_version(), "identity": identity(self.driver, self.settings),
-                      "command": command, "session": self.session, "device": ready.get("device"),
-                      "started_unix": time.time(), "started": datetime.now().astimezone().isoformat(timespec="seconds"),
-                      "idle_exit_s": self.idle_exit_s, "socket": str(self.socket_path), "log": str(self.log_path)}
+        self.state = {
+            "pid": os.getpid(),
+            "worker_pid": self.worker_pid,
+            "backend": self.settings.backend,
+            "tool_version": self.driver.tool_version(),
+            "identity": identity(self.driver, self.settings),
+            "command": command,
+            "session": self.session,
+            "device": ready.get("device"),
+            "started_unix": time.time(),
+            "started": datetime.now().astimezone().isoformat(timespec="seconds"),
+            "idle_exit_s": self.idle_exit_s,
+            "socket": str(self.socket_path),
+            "log": str(self.log_path),
+        }
         check_folder(self.state_path.parent)  # still this user's own
         # O_EXCL, mode 0600, a name nobody can guess: never written through a link, never readable by others
         handle, temporary = tempfile.mkstemp(prefix=".state.", suffix=".tmp", dir=self.state_path.parent)
@@ -154,19 +174,27 @@ class _Server:
             self.worker_pid = parse_status(text).pid
             for line in text.split("\n")[:-1]:  # whole lines only
                 if line.startswith("ready "):
-                    return json.loads(line[len("ready "):])
+                    return json.loads(line[len("ready ") :])
             # A profiler that exits with 0 may have left its worker running on its own (a launcher):
             # then only the worker's own lines, and the bound, say whether it started.
             started = self.worker_pid is not None
-            gone = (started and not self.worker_alive()
-                    or self.proc.poll() is not None and (self.proc.returncode != 0 or started))
+            gone = (
+                started
+                and not self.worker_alive()
+                or self.proc.poll() is not None
+                and (self.proc.returncode != 0 or started)
+            )
             if gone:
-                raise ToolFailed(f"the serving worker did not start: "
-                                 f"{self.driver.diagnose(self.log_path, self.proc.returncode)} (log: {self.log_path})")
+                raise ToolFailed(
+                    f"the serving worker did not start: "
+                    f"{self.driver.diagnose(self.log_path, self.proc.returncode)} (log: {self.log_path})"
+                )
             if self.closing:
                 raise NsprofError(f"{self.closing} while the serving worker started")
             if time.monotonic() > deadline:
-                raise ToolFailed(f"the serving worker did not start within {START_BOUND_S:g} s (log: {self.log_path})")
+                raise ToolFailed(
+                    f"the serving worker did not start within {START_BOUND_S:g} s (log: {self.log_path})"
+                )
             time.sleep(POLL_S)
 
     def _listen(self):
@@ -268,12 +296,24 @@ class _Server:
         except NsprofError as exc:
             self.fault = f"the profiler could not start a collection: {exc}"
             return {"ok": False, "fault": "tool", "config": None, "reason": str(exc)}
-        line = json.dumps({"job": request["job"], "n": n, "server": os.getpid(), "cwd": request["cwd"],
-                           "environ": request["environ"]}) + "\n"
+        line = (
+            json.dumps(
+                {
+                    "job": request["job"],
+                    "n": n,
+                    "server": os.getpid(),
+                    "cwd": request["cwd"],
+                    "environ": request["environ"],
+                }
+            )
+            + "\n"
+        )
         data = line.encode()
         while data:  # a line longer than the pipe's atomic size (the client's environment) may go in parts
-            data = data[os.write(self.fifo, data):]
-        answer = self._follow(n, Path(request["status"]), float(request["timeout_s"]), float(request["phase_bound_s"]))
+            data = data[os.write(self.fifo, data) :]
+        answer = self._follow(
+            n, Path(request["status"]), float(request["timeout_s"]), float(request["phase_bound_s"])
+        )
         try:
             self.driver.serve_stop(self.session, base, self.log)
         except NsprofError as exc:
@@ -306,8 +346,12 @@ class _Server:
             if code == 0:
                 return {"ok": True}
             if code == JOB_ABORTED:
-                return {"ok": False, "fault": "abort", "config": None,
-                        "reason": status.abort or f"the job could not run (log: {self.log_path})"}
+                return {
+                    "ok": False,
+                    "fault": "abort",
+                    "config": None,
+                    "reason": status.abort or f"the job could not run (log: {self.log_path})",
+                }
             if code is not None or not self.worker_alive():
                 code = self._job_code(n) if code is None else code
                 if code == 0:
@@ -315,14 +359,23 @@ class _Server:
                 lost = "lost its CUDA context" if code == EXIT_CONTEXT_LOST else "died"
                 self.fault = f"the worker {lost} in job {n}"
                 reason = self.driver.crash_reason(self.log_path, self.proc.poll())
-                return {"ok": False, "fault": "crash", "config": status.current, "reason": str(reason),
-                        "kind": reason.kind}
+                return {
+                    "ok": False,
+                    "fault": "crash",
+                    "config": status.current,
+                    "reason": str(reason),
+                    "kind": reason.kind,
+                }
             passed = bounds.passed(text, status, time.monotonic())
             if passed == "timeout":
                 kill_pid(self.worker_pid)
                 self.fault = f"config {status.current} of job {n} ran past its timeout ({timeout_s:g} s)"
-                return {"ok": False, "fault": "timeout", "config": status.current,
-                        "reason": f"timeout: still running after {timeout_s:g} s"}
+                return {
+                    "ok": False,
+                    "fault": "timeout",
+                    "config": status.current,
+                    "reason": f"timeout: still running after {timeout_s:g} s",
+                }
             if passed == "stalled":
                 kill_pid(self.worker_pid)
                 self.fault = f"job {n} made no progress for {bound_s:g} s"
@@ -345,7 +398,10 @@ class _Server:
                 self.note("its socket was removed already")
         why = self.fault or self.closing or "ending"
         for conn, _ in self.queue:
-            send_line(conn, {"ok": False, "fault": "closing", "config": None, "reason": f"nsprof serve ended: {why}"})
+            send_line(
+                conn,
+                {"ok": False, "fault": "closing", "config": None, "reason": f"nsprof serve ended: {why}"},
+            )
             conn.close()
         self.queue = []
         if self.proc is not None:
@@ -408,8 +464,10 @@ def serve(backend: str, idle_exit_s: float = DEFAULT_IDLE_EXIT_S, wait: bool = F
             except BaseException:
                 server.fault = server.fault or "it did not start"
                 raise
-            server.say(f"pid {os.getpid()}, worker pid {server.worker_pid} under {backend}; "
-                       f"listening on {server.socket_path}; ends after {idle_exit_s:g} s without a job")
+            server.say(
+                f"pid {os.getpid()}, worker pid {server.worker_pid} under {backend}; "
+                f"listening on {server.socket_path}; ends after {idle_exit_s:g} s without a job"
+            )
             code = server.loop()
         finally:
             server.end(pipe)

@@ -52,7 +52,9 @@ def serve_enabled() -> bool:
     return os.environ.get(SERVE_ENV, "1").strip().lower() not in ("0", "no", "off", "false")
 
 
-SOCKET_PATH_MAX = 100  # a Unix socket's address holds 107 bytes: longer paths go through their folder (unix_address)
+SOCKET_PATH_MAX = (
+    100  # a Unix socket's address holds 107 bytes: longer paths go through their folder (unix_address)
+)
 STATE_LIMIT = 1 << 20
 
 
@@ -91,10 +93,14 @@ def check_folder(folder: Path, *, create: bool = False) -> bool:
         return False
     mine = os.geteuid()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != mine or st.st_mode & 0o077:
-        what = "folder" if stat.S_ISDIR(st.st_mode) else "symbolic link" if stat.S_ISLNK(st.st_mode) else "file"
-        raise NsprofError(f"nsprof serve's folder {folder} is not this user's own (a {what} of uid {st.st_uid}, "
-                          f"mode {stat.S_IMODE(st.st_mode):04o}; it must be a folder of uid {mine}, mode 0700): "
-                          "not used; remove it, or set NSPROF_LOCK_DIR")
+        what = (
+            "folder" if stat.S_ISDIR(st.st_mode) else "symbolic link" if stat.S_ISLNK(st.st_mode) else "file"
+        )
+        raise NsprofError(
+            f"nsprof serve's folder {folder} is not this user's own (a {what} of uid {st.st_uid}, "
+            f"mode {stat.S_IMODE(st.st_mode):04o}; it must be a folder of uid {mine}, mode 0700): "
+            "not used; remove it, or set NSPROF_LOCK_DIR"
+        )
     return True
 
 
@@ -106,8 +112,10 @@ def read_state(path: Path) -> dict:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            raise NsprofError(f"nsprof serve's state file {path} is not this user's own (uid {st.st_uid}, "
-                              f"mode {stat.S_IMODE(st.st_mode):04o}): not used")
+            raise NsprofError(
+                f"nsprof serve's state file {path} is not this user's own (uid {st.st_uid}, "
+                f"mode {stat.S_IMODE(st.st_mode):04o}): not used"
+            )
         data = os.read(fd, STATE_LIMIT)
     finally:
         os.close(fd)
@@ -126,8 +134,9 @@ def unix_address(path: Path) -> Iterator[str]:
         yield str(path)
         return
     if not Path("/proc/self/fd").is_dir():
-        raise NsprofError(f"the socket path {path} is too long for a Unix socket: set NSPROF_LOCK_DIR to a "
-                          "shorter folder")
+        raise NsprofError(
+            f"the socket path {path} is too long for a Unix socket: set NSPROF_LOCK_DIR to a shorter folder"
+        )
     folder = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         yield f"/proc/self/fd/{folder}/{path.name}"
@@ -146,9 +155,13 @@ def connect(socket_path: str, timeout_s: float):
         conn.settimeout(timeout_s)
         with unix_address(Path(socket_path)) as address:
             conn.connect(address)
-        pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        pid, uid, _ = struct.unpack(
+            "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        )
         if uid != os.geteuid():
-            raise UntrustedPeer(f"its socket {socket_path} is another user's (uid {uid}, pid {pid}); nothing was sent")
+            raise UntrustedPeer(
+                f"its socket {socket_path} is another user's (uid {uid}, pid {pid}); nothing was sent"
+            )
     except BaseException:
         conn.close()
         raise
@@ -157,12 +170,54 @@ def connect(socket_path: str, timeout_s: float):
 
 # Variables of a shell or terminal session, not of a measurement: a server started in another terminal
 # (or by the tests, with a folder of its own for its temporary files) may differ in these.
-SESSION_VARIABLES = frozenset({
-    "_", "PWD", "OLDPWD", "SHLVL", "TERM", "COLORTERM", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "TERM_SESSION_ID",
-    "TMUX", "TMUX_PANE", "STY", "WINDOW", "WINDOWID", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK",
-    "SSH_AGENT_PID", "GPG_TTY", "DISPLAY", "XAUTHORITY", "LINES", "COLUMNS", "PS1", "PS2", "PS4", "PROMPT_COMMAND",
-    "HISTFILE", "HISTSIZE", "HISTFILESIZE", "HISTCONTROL", "LS_COLORS", "LESSOPEN", "LESSCLOSE", "MAIL",
-    "XDG_SESSION_ID", "XDG_VTNR", "WT_SESSION", "TMPDIR", "TMP", "TEMP", "PYTEST_CURRENT_TEST", SERVE_ENV})
+SESSION_VARIABLES = frozenset(
+    {
+        "_",
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "TERM",
+        "COLORTERM",
+        "TERM_PROGRAM",
+        "TERM_PROGRAM_VERSION",
+        "TERM_SESSION_ID",
+        "TMUX",
+        "TMUX_PANE",
+        "STY",
+        "WINDOW",
+        "WINDOWID",
+        "SSH_CLIENT",
+        "SSH_CONNECTION",
+        "SSH_TTY",
+        "SSH_AUTH_SOCK",
+        "SSH_AGENT_PID",
+        "GPG_TTY",
+        "DISPLAY",
+        "XAUTHORITY",
+        "LINES",
+        "COLUMNS",
+        "PS1",
+        "PS2",
+        "PS4",
+        "PROMPT_COMMAND",
+        "HISTFILE",
+        "HISTSIZE",
+        "HISTFILESIZE",
+        "HISTCONTROL",
+        "LS_COLORS",
+        "LESSOPEN",
+        "LESSCLOSE",
+        "MAIL",
+        "XDG_SESSION_ID",
+        "XDG_VTNR",
+        "WT_SESSION",
+        "TMPDIR",
+        "TMP",
+        "TEMP",
+        "PYTEST_CURRENT_TEST",
+        SERVE_ENV,
+    }
+)
 SESSION_PREFIXES = ("VSCODE_", "KITTY_", "ITERM_", "KONSOLE_", "GNOME_TERMINAL_", "VTE_")
 
 
@@ -190,11 +245,15 @@ def environment(environ=None) -> dict[str, str]:
         # What a process reads only as it starts (CUDA, the loader, Python, torch's allocator) is what a
         # served job cannot be given: those as they are now; the rest as this process started, since a
         # served job gets this process's environment as it is now (the request's "environ").
-        environ = {name: value for name, value in _start_environment().items() if not name.startswith(AT_START)}
+        environ = {
+            name: value for name, value in _start_environment().items() if not name.startswith(AT_START)
+        }
         environ.update({name: value for name, value in os.environ.items() if name.startswith(AT_START)})
-    return {name: hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
-            for name, value in sorted(environ.items())
-            if name not in SESSION_VARIABLES and not name.startswith(SESSION_PREFIXES)}
+    return {
+        name: hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
+        for name, value in sorted(environ.items())
+        if name not in SESSION_VARIABLES and not name.startswith(SESSION_PREFIXES)
+    }
 
 
 def source_digest(package: Path) -> str:
@@ -217,9 +276,15 @@ def identity(driver, settings) -> dict:
     import nsprof
 
     package = Path(nsprof.__file__).resolve().parent
-    return {"backend": settings.backend, **driver.serve_identity(), "python": settings.python,
-            "nsprof": str(package), "version": nsprof.__version__, "source": source_digest(package),
-            "environment": environment()}
+    return {
+        "backend": settings.backend,
+        **driver.serve_identity(),
+        "python": settings.python,
+        "nsprof": str(package),
+        "version": nsprof.__version__,
+        "source": source_digest(package),
+        "environment": environment(),
+    }
 
 
 def _differences(theirs: dict, mine: dict) -> list[str]:
@@ -304,7 +369,9 @@ def _remove_stale(state_path: Path, state: dict) -> bool:
                 return True  # gone already: not that dead server's any more
             if now.get("pid") != state.get("pid"):
                 return True  # a new server's, written before this client took the lock: it is dead too
-            named = Path(str(state.get("socket") or ""))  # the socket that server made (an older nsprof named it otherwise)
+            named = Path(
+                str(state.get("socket") or "")
+            )  # the socket that server made (an older nsprof named it otherwise)
             mine = [named] if named.name.endswith(SOCKET_SUFFIX) and named.parent == state_path.parent else []
             for path in (state_path, serve_paths()[1], *mine):
                 try:
@@ -348,7 +415,9 @@ def find_server(driver, settings) -> tuple[dict | None, str | None]:
         # refused as busy; the server's own waits are bounded.
         return {**state, "busy": True}, None
     except UntrustedPeer as exc:
-        _remove_stale(state_path, state)  # this user's state naming a socket that is not: no server of its own
+        _remove_stale(
+            state_path, state
+        )  # this user's state naming a socket that is not: no server of its own
         return None, f"nsprof serve (pid {pid}) is not used: {exc}"
     except (OSError, KeyError) as exc:
         if _remove_stale(state_path, state):
@@ -372,7 +441,9 @@ def submit(state: dict, request: dict, status_file: Path, settings, notify) -> t
 
     bound = settings.timeout_s + settings.phase_bound_s + SERVE_GRACE_S
     try:
-        conn = connect(str(state["socket"]), PING_TIMEOUT_S)  # its peer this user's: the request holds the environment
+        conn = connect(
+            str(state["socket"]), PING_TIMEOUT_S
+        )  # its peer this user's: the request holds the environment
     except OSError as exc:
         return vanished(f"could not be reached ({exc})"), False
     started = False
@@ -432,7 +503,7 @@ def _progress(status_file: Path, seen, notify, text: str | None = None):
     from nsprof.worker.protocol import parse_status
 
     status = parse_status(read_or_empty(status_file) if text is None else text)
-    for cfg in status.done[len(seen.done):]:
+    for cfg in status.done[len(seen.done) :]:
         notify("done", cfg, "")
     for cfg in status.failed:
         if cfg not in seen.failed:

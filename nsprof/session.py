@@ -56,6 +56,7 @@ MAX_LOST_RETRIES = 2  # a config measured but lost with a crashed run's report i
 GRACE_S = 60.0  # after killing a worker, how long the profiler gets to write its report
 STOP_GRACE_S = 15.0  # after asking a worker to stop (nsprof interrupted), how long before it is killed
 
+
 def _explained(exc: NsprofError, log: Path) -> NsprofError:
     """A full disk explains a missing or truncated report better than the parser can."""
     full = disk_full(log)
@@ -67,7 +68,9 @@ class Measured:
     """What one session (or one nsprof.measure.Backend run) measured."""
 
     frame: object  # the tidy DataFrame (nsprof.schema): measurements, and a row per failed config
-    failures: dict[int, str] = field(default_factory=dict)  # config_id -> why it failed (nsprof.schema.Failure: its kind too)
+    failures: dict[int, str] = field(
+        default_factory=dict
+    )  # config_id -> why it failed (nsprof.schema.Failure: its kind too)
     # what the (first) worker measured on, as it said after CUDA init: {"uuid", "name", ...}
     device: dict | None = None
     reports: list[Path] = field(default_factory=list)  # empty when the temporary work dir was removed
@@ -75,7 +78,9 @@ class Measured:
     # failures); a folder the user named, or any folder of a run with failures, is kept.
     work_dir: Path | None = None
     wall_s: float = 0.0
-    notes: list[str] = field(default_factory=list)  # what the run has to say about its numbers (nsprof.cluster)
+    notes: list[str] = field(
+        default_factory=list
+    )  # what the run has to say about its numbers (nsprof.cluster)
     # Where wall_s went, in seconds, summed over the worker runs: the phases seen, in order
     # (nsprof.worker.protocol.run_phases: tool_start ... tool_exit, then the session's own
     # cleanup, export and parse; see PHASES). They sum to at most wall_s; empty where not recorded.
@@ -84,7 +89,9 @@ class Measured:
     config_phases: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
-def _incomplete(measured, done: list[int], settings: ProfileSettings, points: Points | None = None) -> dict[int, str]:
+def _incomplete(
+    measured, done: list[int], settings: ProfileSettings, points: Points | None = None
+) -> dict[int, str]:
     """For each config of `done` with rows in the report that is not whole there: why not.
 
     Whole means every (mode, rep) range is there and every rep of a mode has as many kernels
@@ -113,7 +120,9 @@ def _incomplete(measured, done: list[int], settings: ProfileSettings, points: Po
     return reasons
 
 
-def _complete_configs(measured, done: list[int], settings: ProfileSettings, points: Points | None = None) -> set[int]:
+def _complete_configs(
+    measured, done: list[int], settings: ProfileSettings, points: Points | None = None
+) -> set[int]:
     """The configs (point ids) of `done` that are whole in the report (see _incomplete)."""
     point = (points or Points(0)).of_frame(measured)
     present = set(point[point.isin(done).fillna(False).astype(bool)].astype(int))
@@ -143,14 +152,24 @@ def _kill_left_worker(status_file: Path, job_file: Path) -> None:
         kill_pid(pid)
 
 
-
-
-
 # Every phase a session records, in order: a worker run's (nsprof.worker.protocol.run_phases),
 # then nsprof's own after each run: cleanup (making sure nothing of the run is left), export (the
 # driver's finish: nsys export to SQLite) and parse (the driver's read).
-PHASES = ("tool_start", "worker_start", "target_import", "cuda_init", "compile_wait", "build", "measure", "between",
-          "worker_exit", "tool_exit", "cleanup", "export", "parse")
+PHASES = (
+    "tool_start",
+    "worker_start",
+    "target_import",
+    "cuda_init",
+    "compile_wait",
+    "build",
+    "measure",
+    "between",
+    "worker_exit",
+    "tool_exit",
+    "cleanup",
+    "export",
+    "parse",
+)
 
 
 @dataclass
@@ -181,8 +200,12 @@ def _phase(status: RunStatus) -> str:
     return "between"
 
 
-_PHASE_WORDS = {"start": "while starting", "between": "between two configs", "exit": "at exit (after its last config)",
-                "report": "while the profiler wrote its report (the worker had exited)"}
+_PHASE_WORDS = {
+    "start": "while starting",
+    "between": "between two configs",
+    "exit": "at exit (after its last config)",
+    "report": "while the profiler wrote its report (the worker had exited)",
+}
 
 
 def _end_run(proc, pid: int | None, kill_worker: bool = True) -> None:
@@ -216,10 +239,14 @@ def _follow(proc, status_file: Path, settings: ProfileSettings, notify, log_hand
         polled = time.monotonic()
         text = status_file.read_text(errors="replace")
         status = parse_status(text)
-        if worker_gone is None and status.pid is not None and (status.ended or status.stopped or returncode is not None) \
-                and not pid_alive(status.pid):
+        if (
+            worker_gone is None
+            and status.pid is not None
+            and (status.ended or status.stopped or returncode is not None)
+            and not pid_alive(status.pid)
+        ):
             worker_gone = polled
-        for cfg in status.done[len(seen.done):]:
+        for cfg in status.done[len(seen.done) :]:
             notify("done", cfg, "")
         for cfg in status.failed:
             if cfg not in seen.failed:
@@ -235,8 +262,11 @@ def _follow(proc, status_file: Path, settings: ProfileSettings, notify, log_hand
                 continue
             if passed == "stalled":
                 stalled = _phase(status)
-                note(log_handle, f"no progress for {settings.phase_bound_s:g} s {_PHASE_WORDS[stalled]}: "
-                                  "nsprof stopped the run")
+                note(
+                    log_handle,
+                    f"no progress for {settings.phase_bound_s:g} s {_PHASE_WORDS[stalled]}: "
+                    "nsprof stopped the run",
+                )
                 # A worker already gone ("report") is not killed: its pid may be another's by now.
                 _end_run(proc, status.pid, kill_worker=stalled != "report")
                 continue
@@ -277,6 +307,7 @@ def interrupt_on_termination() -> None:
     as a KeyboardInterrupt they stop the session's children and keep what was measured. A
     signal that is ignored already (nohup) stays ignored. Call it from the main thread.
     """
+
     def interrupt(signum, frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -285,11 +316,17 @@ def interrupt_on_termination() -> None:
             signal.signal(signum, interrupt)
 
 
-def run_session(target: str, n_configs: int, settings: ProfileSettings, config_ids: list[int] | None = None,
-                on_progress: Callable[[str, int, str], None] | None = None,
-                job_extra: dict | None = None,
-                on_rows: Callable[[object], None] | None = None, driver: Driver | None = None,
-                n_shapes: int = 0) -> Measured:
+def run_session(
+    target: str,
+    n_configs: int,
+    settings: ProfileSettings,
+    config_ids: list[int] | None = None,
+    on_progress: Callable[[str, int, str], None] | None = None,
+    job_extra: dict | None = None,
+    on_rows: Callable[[object], None] | None = None,
+    driver: Driver | None = None,
+    n_shapes: int = 0,
+) -> Measured:
     """Measure `config_ids` (default: all) of `target` under settings.backend (its driver from
     nsprof.drivers.registry, unless `driver` is given).
 
@@ -321,29 +358,48 @@ def run_session(target: str, n_configs: int, settings: ProfileSettings, config_i
 
     driver = driver or registry.get_driver(settings.backend)
     server, unfit = None, None
-    if getattr(driver, "serves", False):  # an `nsprof serve` of this GPU (it holds the lock): measure through it
+    if getattr(
+        driver, "serves", False
+    ):  # an `nsprof serve` of this GPU (it holds the lock): measure through it
         from nsprof.serve_client import find_server
 
         server, unfit = find_server(driver, settings)
     if server is not None:
-        return _run_session(driver, target, n_configs, settings, config_ids, on_progress, job_extra, on_rows,
-                            n_shapes, server=server)
+        return _run_session(
+            driver,
+            target,
+            n_configs,
+            settings,
+            config_ids,
+            on_progress,
+            job_extra,
+            on_rows,
+            n_shapes,
+            server=server,
+        )
     try:
         with gpu_lock(0, wait=settings.wait_gpu) if driver.locks_gpu else contextlib.nullcontext():
-            return _run_session(driver, target, n_configs, settings, config_ids, on_progress, job_extra, on_rows,
-                                n_shapes)
+            return _run_session(
+                driver, target, n_configs, settings, config_ids, on_progress, job_extra, on_rows, n_shapes
+            )
     except GpuBusy as exc:
         if unfit and unfit not in str(exc):
             raise GpuBusy(f"{exc} ({unfit})", device=exc.device, path=exc.path, holder=exc.holder) from None
         raise
 
 
-def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileSettings,
-                 config_ids: list[int] | None = None,
-                 on_progress: Callable[[str, int, str], None] | None = None,
-                 job_extra: dict | None = None,
-                 on_rows: Callable[[object], None] | None = None, n_shapes: int = 0,
-                 server: dict | None = None) -> Measured:
+def _run_session(
+    driver: Driver,
+    target: str,
+    n_configs: int,
+    settings: ProfileSettings,
+    config_ids: list[int] | None = None,
+    on_progress: Callable[[str, int, str], None] | None = None,
+    job_extra: dict | None = None,
+    on_rows: Callable[[object], None] | None = None,
+    n_shapes: int = 0,
+    server: dict | None = None,
+) -> Measured:
     """Measure `config_ids` (default: all) of `target` under settings.backend (through the `nsprof
     serve` of `server`, its state, when given: _run_served).
 
@@ -356,11 +412,32 @@ def _run_session(driver: Driver, target: str, n_configs: int, settings: ProfileS
     work_dir.mkdir(parents=True, exist_ok=True)
     try:
         if server is not None:
-            result = _run_served(server, driver, target, n_configs, settings, config_ids, on_progress, job_extra,
-                                on_rows, work_dir, Points(n_configs, n_shapes))
+            result = _run_served(
+                server,
+                driver,
+                target,
+                n_configs,
+                settings,
+                config_ids,
+                on_progress,
+                job_extra,
+                on_rows,
+                work_dir,
+                Points(n_configs, n_shapes),
+            )
         else:
-            result = _run_parts(target, n_configs, settings, config_ids, on_progress, job_extra, driver, work_dir,
-                                on_rows, Points(n_configs, n_shapes))
+            result = _run_parts(
+                target,
+                n_configs,
+                settings,
+                config_ids,
+                on_progress,
+                job_extra,
+                driver,
+                work_dir,
+                on_rows,
+                Points(n_configs, n_shapes),
+            )
     except NsprofError as exc:
         # The logs explain the failure: keep them and say where they are.
         if temporary:
@@ -382,7 +459,9 @@ def kept_in(exc: NsprofError, folder: Path) -> NsprofError:
     and attributes (GpuBusy's holder among them)."""
     if str(folder) in str(exc):
         return exc
-    noted = type(exc).__new__(type(exc))  # not copy.copy: it calls __init__ with args alone (GpuBusy's need keywords)
+    noted = type(exc).__new__(
+        type(exc)
+    )  # not copy.copy: it calls __init__ with args alone (GpuBusy's need keywords)
     noted.__dict__.update(exc.__dict__)
     noted.args = (f"{exc} (reports and logs kept in {folder})",)
     return noted
@@ -415,26 +494,46 @@ def work_folder(given: Path | None, prefix: str) -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _failure_rows(failures: dict[int, str], settings: ProfileSettings, driver: Driver, points: Points | None = None):
+def _failure_rows(
+    failures: dict[int, str], settings: ProfileSettings, driver: Driver, points: Points | None = None
+):
     """nsprof.schema.failure_frame's rows, labelled as `driver`'s measurements under `settings` are."""
     return failure_frame(failures, points, source=settings.backend, **driver.labels(settings))
 
 
-def _job(target: str, ids: list[int], status_file: Path, settings: ProfileSettings, points: Points,
-         job_extra: dict | None, **more) -> Job:
+def _job(
+    target: str,
+    ids: list[int],
+    status_file: Path,
+    settings: ProfileSettings,
+    points: Points,
+    job_extra: dict | None,
+    **more,
+) -> Job:
     """The worker's job for `ids` under `settings` (a standalone part's, or a served one's)."""
     shapes = {"n_configs": points.n_configs, "n_shapes": points.n_shapes} if points.shaped else {}
-    return Job(target=target, config_ids=ids, status=str(status_file), modes=list(settings.modes),
-               reps=settings.reps, warmup=settings.warmup, compile_timeout_s=settings.compile_timeout_s,
-               **shapes, **more, **(job_extra or {}))
+    return Job(
+        target=target,
+        config_ids=ids,
+        status=str(status_file),
+        modes=list(settings.modes),
+        reps=settings.reps,
+        warmup=settings.warmup,
+        compile_timeout_s=settings.compile_timeout_s,
+        **shapes,
+        **more,
+        **(job_extra or {}),
+    )
 
 
 def _refuse_changed(status: RunStatus, log: Path) -> None:
     """A worker that found the target changed since nsprof read it (Job.expect) measured nothing: the
     session ends there, whatever the earlier parts measured (handed over already, of the target as read)."""
     if status.changed:
-        raise TargetChanged(f"{status.changed}; the worker measured nothing of it (run nsprof again to measure "
-                            f"the target as it is now; log: {log})")
+        raise TargetChanged(
+            f"{status.changed}; the worker measured nothing of it (run nsprof again to measure "
+            f"the target as it is now; log: {log})"
+        )
 
 
 def _remove_leftovers(driver: Driver, base: Path) -> None:
@@ -465,8 +564,15 @@ def _salvage(driver, settings: ProfileSettings, base: Path, log: Path, hand_over
         hand_over(pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0])
 
 
-def _run_worker(command: list[str], log: Path, status_file: Path, job_file: Path, settings: ProfileSettings,
-                notify, pipe: DeathPipe) -> _RunEnd:
+def _run_worker(
+    command: list[str],
+    log: Path,
+    status_file: Path,
+    job_file: Path,
+    settings: ProfileSettings,
+    notify,
+    pipe: DeathPipe,
+) -> _RunEnd:
     """Start the profiler (which starts the worker) and follow it to its end; nothing of it is
     left running on return, nor when an interrupt or an error goes through."""
     with open(log, "w") as log_handle:
@@ -518,24 +624,32 @@ class _Part:
     parse_s: float = 0.0  # the driver's read
 
 
-def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _RunEnd, points: Points) -> _Part:
+def _read_part(
+    driver, settings: ProfileSettings, base: Path, log: Path, end: _RunEnd, points: Points
+) -> _Part:
     """The status and report of one finished worker run: what it measured whole, what failed."""
     status = parse_status(base.with_suffix(".status").read_text(errors="replace"))
     part = _Part(status=status, failures=dict(status.failed))
     crashed = status.current
     if crashed is not None:
-        part.failures[crashed] = (timeout_failure(settings.timeout_s) if crashed == end.timed_out
-                                  else driver.crash_reason(log, end.returncode))
+        part.failures[crashed] = (
+            timeout_failure(settings.timeout_s)
+            if crashed == end.timed_out
+            else driver.crash_reason(log, end.returncode)
+        )
     # A worker that did not reach its end (crashed, timed out, lost its CUDA context, killed
     # with its profiler or for hanging) may take its report, or the report's kernels, with it.
     abnormal = crashed is not None or not status.ended or end.stalled is not None or end.returncode < 0
     lost_reason = ""
     if end.stalled == "exit":
-        lost_reason = (f"the worker hung at exit and was killed after {settings.phase_bound_s:g} s"
-                       + (f"; {driver.clean_exit_note}" if driver.clean_exit_note else ""))
+        lost_reason = f"the worker hung at exit and was killed after {settings.phase_bound_s:g} s" + (
+            f"; {driver.clean_exit_note}" if driver.clean_exit_note else ""
+        )
     elif end.stalled == "report":
-        lost_reason = (f"{settings.backend} was still writing its report {settings.phase_bound_s:g} s "
-                       "after the worker's last status line")
+        lost_reason = (
+            f"{settings.backend} was still writing its report {settings.phase_bound_s:g} s "
+            "after the worker's last status line"
+        )
     measured, incomplete, complete = None, {}, set()
     began = time.monotonic()
     try:
@@ -570,17 +684,26 @@ def _read_part(driver, settings: ProfileSettings, base: Path, log: Path, end: _R
             complete = _complete_configs(measured, status.done, settings, points)
             part.kept = _rows_of(measured, complete, points)
     elif status.done and not abnormal and driver.writes_report:
-        raise ToolFailed(f"{settings.backend} wrote no report: {driver.diagnose(log, end.returncode)} "
-                         f"(log: {log})")
+        raise ToolFailed(
+            f"{settings.backend} wrote no report: {driver.diagnose(log, end.returncode)} (log: {log})"
+        )
     if driver.writes_report:
         part.lost = {c: incomplete.get(c) or lost_reason for c in status.done if c not in complete}
     return part
 
 
-def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_ids: list[int] | None,
-               on_progress: Callable[[str, int, str], None] | None, job_extra: dict | None, driver,
-               work_dir: Path, on_rows: Callable[[object], None] | None = None,
-               points: Points | None = None) -> Measured:
+def _run_parts(
+    target: str,
+    n_configs: int,
+    settings: ProfileSettings,
+    config_ids: list[int] | None,
+    on_progress: Callable[[str, int, str], None] | None,
+    job_extra: dict | None,
+    driver,
+    work_dir: Path,
+    on_rows: Callable[[object], None] | None = None,
+    points: Points | None = None,
+) -> Measured:
     """The session proper: worker runs ("parts") until every config is measured or failed."""
     import pandas as pd
 
@@ -602,8 +725,11 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
     def settle(new_failures: dict[int, str], kept=None) -> None:
         """Record what became final, and hand it over at once."""
         failures.update(new_failures)
-        new = [f for f in (kept, _failure_rows(new_failures, settings, driver, points) if new_failures else None)
-               if f is not None and len(f)]
+        new = [
+            f
+            for f in (kept, _failure_rows(new_failures, settings, driver, points) if new_failures else None)
+            if f is not None and len(f)
+        ]
         frames.extend(new)
         if new:
             hand_over(pd.concat(new, ignore_index=True) if len(new) > 1 else new[0])
@@ -618,8 +744,16 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
             status_file = base.with_suffix(".status")
             status_file.write_text("")
             log = base.with_suffix(".log")
-            job = _job(target, remaining, status_file, settings, points, job_extra, watch_fd=pipe.read_fd,
-                       watch_inode=pipe.inode)
+            job = _job(
+                target,
+                remaining,
+                status_file,
+                settings,
+                points,
+                job_extra,
+                watch_fd=pipe.read_fd,
+                watch_inode=pipe.inode,
+            )
             job_file = job.write(base.with_suffix(".job.json"))
             command = driver.build_command(settings, job_file, base)
             settled = False
@@ -641,7 +775,9 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                     if retries[config_id] > MAX_LOST_RETRIES:
                         part.failures[config_id] = Failure(
                             f"measured {MAX_LOST_RETRIES + 1} times, but {settings.backend}'s report lost it each time"
-                            + (f" ({one_line(why, 120)})" if why else ""), "lost")
+                            + (f" ({one_line(why, 120)})" if why else ""),
+                            "lost",
+                        )
                     else:
                         requeued.append(config_id)
                 for config_id in requeued:
@@ -661,7 +797,9 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
                 if not measured_any:
                     raise ToolFailed(f"the profiled worker measured nothing: {reason} (log: {log})")
                 # Keep what the earlier parts measured; nothing is known against the configs left.
-                not_run = {c: Failure(f"not run: the worker failed to start: {reason}", "not_run") for c in remaining}
+                not_run = {
+                    c: Failure(f"not run: the worker failed to start: {reason}", "not_run") for c in remaining
+                }
                 for config_id, why in not_run.items():
                     notify("fail", config_id, why)
                 settle(not_run)
@@ -673,17 +811,30 @@ def _run_parts(target: str, n_configs: int, settings: ProfileSettings, config_id
     finally:
         pipe.close()
     if remaining:  # the restart budget ran out before these ran
-        not_run = {c: Failure(f"not run: the worker was restarted {settings.max_restarts} times "
-                              "(raise ProfileSettings.max_restarts)", "not_run") for c in remaining}
+        not_run = {
+            c: Failure(
+                f"not run: the worker was restarted {settings.max_restarts} times "
+                "(raise ProfileSettings.max_restarts)",
+                "not_run",
+            )
+            for c in remaining
+        }
         for config_id, why in not_run.items():
             notify("fail", config_id, why)
         settle(not_run)
     frame = pd.concat(frames, ignore_index=True) if frames else make_frame([])
     ended_at = time.monotonic()
     timing.write(work_dir / PHASES_FILE, started_at, ended_at)
-    return Measured(frame=frame, reports=reports, failures=failures, work_dir=work_dir,
-                    wall_s=ended_at - started_at, device=device, phases=timing.total(),
-                    config_phases=timing.configs)
+    return Measured(
+        frame=frame,
+        reports=reports,
+        failures=failures,
+        work_dir=work_dir,
+        wall_s=ended_at - started_at,
+        device=device,
+        phases=timing.total(),
+        config_phases=timing.configs,
+    )
 
 
 def timeout_failure(timeout_s: float) -> Failure:
@@ -694,11 +845,17 @@ def timeout_failure(timeout_s: float) -> Failure:
 PHASES_FILE = "phases.json"  # in the session's work folder: every run's phases (see _Timing.write)
 
 
-def timing_record(wall_s: float, phases: dict[str, float], configs: dict[int, dict[str, float]], **extra) -> dict:
+def timing_record(
+    wall_s: float, phases: dict[str, float], configs: dict[int, dict[str, float]], **extra
+) -> dict:
     """Where a session's time went, as JSON takes it (PHASES_FILE, tune --json's first_pass_phases):
     {"wall_s", "phases": {name: s}, "configs": {"<id>": {"build": s, "measure": s}}, ...extra}."""
-    return {"wall_s": wall_s, **extra, "phases": dict(phases),
-            "configs": {str(c): dict(t) for c, t in sorted(configs.items())}}
+    return {
+        "wall_s": wall_s,
+        **extra,
+        "phases": dict(phases),
+        "configs": {str(c): dict(t) for c, t in sorted(configs.items())},
+    }
 
 
 def add_to_phases_file(work_dir: Path, **fields) -> None:
@@ -750,22 +907,32 @@ class _Timing:
         the whole command on the same clock); a folder that cannot take it goes without."""
         import json
 
-        record = {"began": started_at, "ended": ended_at,
-                  **timing_record(ended_at - started_at, self.total(), self.configs), "runs": self.runs}
+        record = {
+            "began": started_at,
+            "ended": ended_at,
+            **timing_record(ended_at - started_at, self.total(), self.configs),
+            "runs": self.runs,
+        }
         try:
             path.write_text(json.dumps(record, indent=1) + "\n")
         except OSError:
             pass
 
 
-def _start_failure(status: RunStatus, end: _RunEnd, settings: ProfileSettings, log: Path, driver: Driver) -> str:
+def _start_failure(
+    status: RunStatus, end: _RunEnd, settings: ProfileSettings, log: Path, driver: Driver
+) -> str:
     """One line saying why a worker reached no config."""
     if status.abort:
         return status.abort
     if end.stalled == "start":
-        doing = ("before it ran (the profiler's or Python's start-up)" if status.pid is None
-                 else "loading the target or initialising CUDA" if status.device is None
-                 else "before its first config")
+        doing = (
+            "before it ran (the profiler's or Python's start-up)"
+            if status.pid is None
+            else "loading the target or initialising CUDA"
+            if status.device is None
+            else "before its first config"
+        )
         return f"the worker did not start within {settings.phase_bound_s:g} s (it hung {doing})"
     return driver.diagnose(log, end.returncode)
 
@@ -788,8 +955,19 @@ def _served_base(work_dir: Path, driver) -> Path:
     raise ToolFailed(f"{work_dir} holds 10000 served jobs' files already: pass another --work-dir")
 
 
-def _run_served(state: dict, driver, target: str, n_configs: int, settings, config_ids, on_progress, job_extra,
-                on_rows, work_dir: Path, points):
+def _run_served(
+    state: dict,
+    driver,
+    target: str,
+    n_configs: int,
+    settings,
+    config_ids,
+    on_progress,
+    job_extra,
+    on_rows,
+    work_dir: Path,
+    points,
+):
     """A session through the `nsprof serve` of `state` (nsprof.serve_client.find_server): one job of
     its worker, read as a part is read (_read_part); what a fault there left unmeasured (whole
     configs only count) is measured standalone (_run_parts), under the GPU lock once the server
@@ -810,28 +988,49 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
     base = _served_base(Path(work_dir).absolute(), driver)
     status_file = base.with_suffix(".status")
     log = base.with_suffix(".log")
-    log.write_text(f"==NSPROF== measured by nsprof serve (pid {state['pid']}, worker pid {state.get('worker_pid')}); "
-                   f"the worker's log: {state.get('log')}\n")
+    log.write_text(
+        f"==NSPROF== measured by nsprof serve (pid {state['pid']}, worker pid {state.get('worker_pid')}); "
+        f"the worker's log: {state.get('log')}\n"
+    )
     job = _job(target, ids, status_file, settings, points, job_extra)
     job_file = job.write(base.with_suffix(".job.json"))
-    request = {"op": "job", "job": str(job_file), "status": str(status_file), "report_base": str(base), "cwd": os.getcwd(),
-               "environ": dict(os.environ),
-               "timeout_s": settings.timeout_s, "phase_bound_s": settings.phase_bound_s, "wait": settings.wait_gpu}
+    request = {
+        "op": "job",
+        "job": str(job_file),
+        "status": str(status_file),
+        "report_base": str(base),
+        "cwd": os.getcwd(),
+        "environ": dict(os.environ),
+        "timeout_s": settings.timeout_s,
+        "phase_bound_s": settings.phase_bound_s,
+        "wait": settings.wait_gpu,
+    }
     answer, started = submit(state, request, status_file, settings, notify)
     answered = time.monotonic()
     if answer.get("busy"):
-        raise GpuBusy(f"nsprof serve (pid {state['pid']}) is measuring another job on this GPU; wait for it or "
-                      "pass --wait", device=0, path=Path(state.get("socket", "")), holder={"pid": state["pid"]})
+        raise GpuBusy(
+            f"nsprof serve (pid {state['pid']}) is measuring another job on this GPU; wait for it or "
+            "pass --wait",
+            device=0,
+            path=Path(state.get("socket", "")),
+            holder={"pid": state["pid"]},
+        )
     fault = None if answer.get("ok") else answer.get("fault") or "vanished"
     status = parse_status(read_or_empty(status_file))
     _refuse_changed(status, log)
     if fault == "abort" or status.abort:
-        raise ToolFailed(f"the profiled worker measured nothing: {status.abort or answer.get('reason')} "
-                         f"(log: {state.get('log')})")
-    end = _RunEnd(returncode=0 if fault is None else -int(signal.SIGKILL),
-                  timed_out=answer.get("config") if fault == "timeout" else None,
-                  stalled="between" if fault == "stalled" else None,
-                  launched=began, exited=answered, cleaned=answered)
+        raise ToolFailed(
+            f"the profiled worker measured nothing: {status.abort or answer.get('reason')} "
+            f"(log: {state.get('log')})"
+        )
+    end = _RunEnd(
+        returncode=0 if fault is None else -int(signal.SIGKILL),
+        timed_out=answer.get("config") if fault == "timeout" else None,
+        stalled="between" if fault == "stalled" else None,
+        launched=began,
+        exited=answered,
+        cleaned=answered,
+    )
     frames, failures = [], {}
     kept_ids: set[int] = set()
     part = None
@@ -842,10 +1041,14 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
             if fault in ("crash", "timeout") and answer.get("config") == crashed:
                 # The server knows the cause: its timeout (the bound this request gave it), or its
                 # worker's crash with the kind the server's driver read from the log.
-                part.failures[crashed] = (timeout_failure(settings.timeout_s) if fault == "timeout" else
-                                          Failure(answer.get("reason") or part.failures[crashed],
-                                                  answer.get("kind") if answer.get("kind") in FAILURE_KINDS
-                                                  else "crash"))
+                part.failures[crashed] = (
+                    timeout_failure(settings.timeout_s)
+                    if fault == "timeout"
+                    else Failure(
+                        answer.get("reason") or part.failures[crashed],
+                        answer.get("kind") if answer.get("kind") in FAILURE_KINDS else "crash",
+                    )
+                )
                 notify("fail", crashed, part.failures[crashed])
             else:  # the server went away under it: not this config's fault, it is measured again
                 part.failures.pop(crashed, None)
@@ -869,22 +1072,42 @@ def _run_served(state: dict, driver, target: str, n_configs: int, settings, conf
         words = f"measured by nsprof serve (pid {state['pid']}, worker pid {state.get('worker_pid')})"
         notes.append(words)
         print(f"nsprof: {words}", file=sys.stderr, flush=True)
-    measured = Measured(frame=pd.concat(frames, ignore_index=True) if frames else make_frame([]),
-                        failures=failures, device=status.device,
-                        reports=[part.report] if part is not None and part.report is not None else [],
-                        work_dir=work_dir, notes=notes, phases=timing.total(), config_phases=timing.configs)
+    measured = Measured(
+        frame=pd.concat(frames, ignore_index=True) if frames else make_frame([]),
+        failures=failures,
+        device=status.device,
+        reports=[part.report] if part is not None and part.report is not None else [],
+        work_dir=work_dir,
+        notes=notes,
+        phases=timing.total(),
+        config_phases=timing.configs,
+    )
     if remaining:
         why = one_line(str(answer.get("reason") or fault), 200)
-        words = (f"nsprof serve (pid {state['pid']}) ended during this run ({why}); {len(remaining)} configs "
-                 "measured without it")
+        words = (
+            f"nsprof serve (pid {state['pid']}) ended during this run ({why}); {len(remaining)} configs "
+            "measured without it"
+        )
         notes.append(words)
         print(f"nsprof: {words}", file=sys.stderr, flush=True)
         # The server releases the GPU once it has shut its worker down.
         with gpu_lock(0, wait=True, timeout_s=None if settings.wait_gpu else EXIT_WAIT_S):
-            rest = _run_parts(target, n_configs, settings, remaining, on_progress, job_extra, driver, work_dir,
-                              on_rows, points)
+            rest = _run_parts(
+                target,
+                n_configs,
+                settings,
+                remaining,
+                on_progress,
+                job_extra,
+                driver,
+                work_dir,
+                on_rows,
+                points,
+            )
         measured = _merged(measured, rest)
-        timing.runs += _runs_in_phases_file(work_dir / PHASES_FILE)  # the standalone session's, after the served run
+        timing.runs += _runs_in_phases_file(
+            work_dir / PHASES_FILE
+        )  # the standalone session's, after the served run
         timing.configs = measured.config_phases
     measured.wall_s = time.monotonic() - began
     timing.write(work_dir / PHASES_FILE, began, time.monotonic())
@@ -905,7 +1128,9 @@ def _merged(first, second):
     import pandas as pd
 
     frames = [f for f in (first.frame, second.frame) if len(f)]
-    first.frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else (frames[0] if frames else first.frame)
+    first.frame = (
+        pd.concat(frames, ignore_index=True) if len(frames) > 1 else (frames[0] if frames else first.frame)
+    )
     first.failures.update(second.failures)
     first.device = first.device or second.device
     first.reports.extend(second.reports)
@@ -917,4 +1142,3 @@ def _merged(first, second):
         for name, seconds in times.items():
             entry[name] = entry.get(name, 0.0) + seconds
     return first
-

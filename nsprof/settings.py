@@ -27,16 +27,26 @@ STATS = ("median", "min")
 # validate's truth conditions (`ncu@free-warm`): the word -> ProfileSettings' clock_control / cache_control
 TRUTH_CLOCKS = {"base": "base", "free": "none"}
 TRUTH_L2 = {"cold": "all", "warm": "none"}
-TIMER_BACKENDS = {"graph": "graph_warm", "graph_cold": "graph_cold", "cupti": "cupti", "cupti_cold": "cupti_cold",
-                  "event": "event", "event_cold": "event_cold"}
+TIMER_BACKENDS = {
+    "graph": "graph_warm",
+    "graph_cold": "graph_cold",
+    "cupti": "cupti",
+    "cupti_cold": "cupti_cold",
+    "event": "event",
+    "event_cold": "event_cold",
+}
 
 # A truth (tune --truth, --deploy; validate --truth) is a ground-truth backend, or one with the
 # condition it runs under where its driver honours clock and cache control, as `TOOL@CLOCK-L2`
 # (Truth below): ncu@base-warm (L2 not flushed), ncu@free-cold (clocks not locked), ncu@free-warm
 # (both). No condition (or @base-cold): ProfileSettings' defaults.
 DEFAULT_CONDITION = "base-cold"
-TRUTH_VARIANTS = {f"{clock}-{l2}": {"clock_control": TRUTH_CLOCKS[clock], "cache_control": TRUTH_L2[l2]}
-                  for clock in TRUTH_CLOCKS for l2 in TRUTH_L2 if f"{clock}-{l2}" != DEFAULT_CONDITION}
+TRUTH_VARIANTS = {
+    f"{clock}-{l2}": {"clock_control": TRUTH_CLOCKS[clock], "cache_control": TRUTH_L2[l2]}
+    for clock in TRUTH_CLOCKS
+    for l2 in TRUTH_L2
+    if f"{clock}-{l2}" != DEFAULT_CONDITION
+}
 
 # Every backend name -> whether it is a ground truth (it measures under a profiler and writes a report).
 # The drivers behind them are nsprof.drivers.registry's, which checks that it has one for each.
@@ -75,11 +85,14 @@ def check_truth(name: str) -> str:
     if backend in truths:
         return backend
     if name in TIMER_BACKENDS:
-        raise NsprofError(f"--truth takes ground truths ({', '.join(truths)}); {name} is a fast timer: "
-                          f"use --backend {name}")
+        raise NsprofError(
+            f"--truth takes ground truths ({', '.join(truths)}); {name} is a fast timer: use --backend {name}"
+        )
     variants = ", ".join(f"{truths[0]}@{s}" for s in TRUTH_VARIANTS) if truths else ""
-    raise NsprofError(f"unknown truth {name!r}: choose from {', '.join(truths)}"
-                      + (f" (or a variant such as {variants})" if variants else ""))
+    raise NsprofError(
+        f"unknown truth {name!r}: choose from {', '.join(truths)}"
+        + (f" (or a variant such as {variants})" if variants else "")
+    )
 
 
 def add_backend(name: str, ground_truth: bool) -> None:
@@ -133,8 +146,10 @@ class ProfileSettings:
     def __post_init__(self) -> None:
         checks = [
             (self.backend in backends(), f"backend must be one of {backends()}"),
-            (bool(self.modes) and all(m in ("direct", "graph") for m in self.modes),
-             "modes must be direct and/or graph"),
+            (
+                bool(self.modes) and all(m in ("direct", "graph") for m in self.modes),
+                "modes must be direct and/or graph",
+            ),
             (self.reps >= 1, "reps must be at least 1"),
             (self.warmup >= 0, "warmup must be 0 or more"),
             (self.timeout_s > 0, "timeout must be positive"),
@@ -172,14 +187,24 @@ class ClusterSettings:
     calibrate: bool = True  # every worker also measures the first config, to compare the GPUs
 
     def __post_init__(self) -> None:
-        _check([
-            (bool(self.devices) != bool(self.scheduler), "give either --devices or --scheduler, not both"),
-            (all(isinstance(d, int) and d >= 0 for d in self.devices), "--devices takes GPU indices 0, 1, ..."),
-            (len(set(self.devices)) == len(self.devices), "--devices names a GPU twice"),
-            (not self.scheduler or "://" in self.scheduler,
-             f"--scheduler takes an address such as tcp://host:8786, not {self.scheduler!r}"),
-            (self.batch_size is None or self.batch_size >= 1, "batch size must be at least 1"),
-        ])
+        _check(
+            [
+                (
+                    bool(self.devices) != bool(self.scheduler),
+                    "give either --devices or --scheduler, not both",
+                ),
+                (
+                    all(isinstance(d, int) and d >= 0 for d in self.devices),
+                    "--devices takes GPU indices 0, 1, ...",
+                ),
+                (len(set(self.devices)) == len(self.devices), "--devices names a GPU twice"),
+                (
+                    not self.scheduler or "://" in self.scheduler,
+                    f"--scheduler takes an address such as tcp://host:8786, not {self.scheduler!r}",
+                ),
+                (self.batch_size is None or self.batch_size >= 1, "batch size must be at least 1"),
+            ]
+        )
 
 
 def _check(checks: list[tuple[bool, str]]) -> None:
@@ -232,8 +257,9 @@ class TuneSettings:
             given = tuple(self.truths) or ((self.backend,) if self.backend in truths else ())
             given = tuple(canonical_truth(n) for n in given)
             if not given:
-                raise NsprofError(f"--deploy {self.deploy} needs ground truths (--truth), not the fast timer "
-                                  f"{self.backend}")
+                raise NsprofError(
+                    f"--deploy {self.deploy} needs ground truths (--truth), not the fast timer {self.backend}"
+                )
             for name in given:
                 check_truth(name)
             if len(set(given)) != len(given):
@@ -241,23 +267,33 @@ class TuneSettings:
             deploy = canonical_truth(self.deploy) if self.deploy else given[0]
             if deploy not in given:
                 check_truth(deploy)
-                raise NsprofError(f"--deploy {deploy} is not one of the truths ranked ({','.join(given)}): "
-                                  f"add it to --truth")
+                raise NsprofError(
+                    f"--deploy {deploy} is not one of the truths ranked ({','.join(given)}): "
+                    f"add it to --truth"
+                )
             object.__setattr__(self, "truths", given)
             object.__setattr__(self, "deploy", deploy)
             object.__setattr__(self, "backend", split_truth(deploy)[0])
-        _check([
-            (self.backend in truths or self.backend in TIMER_BACKENDS,
-             f"unknown backend {self.backend!r}: choose from {', '.join(truths + tuple(TIMER_BACKENDS))}"),
-            (self.mode in MODES, "mode must be direct or graph"),
-            (self.stat in STATS, "stat must be median or min"),
-            (self.prescreen is None or self.prescreen in TIMER_BACKENDS,
-             f"--prescreen takes a fast timer: {', '.join(TIMER_BACKENDS)}"),
-            (self.prescreen_top >= 1, "--top must be at least 1"),
-            (self.max_reps is None or self.max_reps >= self.reps,
-             f"--max-reps ({self.max_reps}) must be at least --reps ({self.reps})"),
-            (self.budget_s >= 0, "--budget-s must be 0 (no adaptive reps) or more"),
-        ])
+        _check(
+            [
+                (
+                    self.backend in truths or self.backend in TIMER_BACKENDS,
+                    f"unknown backend {self.backend!r}: choose from {', '.join(truths + tuple(TIMER_BACKENDS))}",
+                ),
+                (self.mode in MODES, "mode must be direct or graph"),
+                (self.stat in STATS, "stat must be median or min"),
+                (
+                    self.prescreen is None or self.prescreen in TIMER_BACKENDS,
+                    f"--prescreen takes a fast timer: {', '.join(TIMER_BACKENDS)}",
+                ),
+                (self.prescreen_top >= 1, "--top must be at least 1"),
+                (
+                    self.max_reps is None or self.max_reps >= self.reps,
+                    f"--max-reps ({self.max_reps}) must be at least --reps ({self.reps})",
+                ),
+                (self.budget_s >= 0, "--budget-s must be 0 (no adaptive reps) or more"),
+            ]
+        )
         self.profile  # noqa: B018 - built once, so that its own checks run now
 
     @property
@@ -292,8 +328,14 @@ class TuneSettings:
     def profile(self) -> ProfileSettings:
         """The session settings every measurement of this tune runs with (a fast timer's
         session runs bare: nsprof.measure.FastTimers)."""
-        return ProfileSettings(backend=self.backend if self.ground_truth else NO_PROFILER, modes=(self.mode,),
-                               reps=self.reps, timeout_s=self.timeout_s, work_dir=self.work_dir, wait_gpu=self.wait)
+        return ProfileSettings(
+            backend=self.backend if self.ground_truth else NO_PROFILER,
+            modes=(self.mode,),
+            reps=self.reps,
+            timeout_s=self.timeout_s,
+            work_dir=self.work_dir,
+            wait_gpu=self.wait,
+        )
 
 
 @dataclass(frozen=True)
@@ -314,8 +356,10 @@ class Truth:
         backend, condition = split_truth(spec)
         if "@" in spec and backend == spec:  # split_truth knows no such condition
             backend = spec.partition("@")[0]
-            raise NsprofError(f"truth {spec!r}: a condition is @CLOCK-L2 with CLOCK one of "
-                              f"{', '.join(TRUTH_CLOCKS)} and L2 one of {', '.join(TRUTH_L2)} (e.g. {backend}@free-warm)")
+            raise NsprofError(
+                f"truth {spec!r}: a condition is @CLOCK-L2 with CLOCK one of "
+                f"{', '.join(TRUTH_CLOCKS)} and L2 one of {', '.join(TRUTH_L2)} (e.g. {backend}@free-warm)"
+            )
         if not condition:
             return cls(backend)
         clock, l2 = condition.split("-")
@@ -362,13 +406,23 @@ class ValidateSettings:
     def __post_init__(self) -> None:
         truths = ground_truths()
         parsed = [Truth.parse(t) for t in self.truths]  # a bad condition: one line
-        _check([(bool(parsed), "give at least one truth"),
+        _check(
+            [
+                (bool(parsed), "give at least one truth"),
                 (all(t.backend in truths for t in parsed), f"truths must be some of {', '.join(truths)}"),
-                (self.timer_reps >= 1, "timer reps must be at least 1")])
+                (self.timer_reps >= 1, "timer reps must be at least 1"),
+            ]
+        )
         self.profile  # noqa: B018 - built once, so that its own checks run now
 
     @cached_property
     def profile(self) -> ProfileSettings:
         """The ground truths' session settings (the backend and work_dir are set per run)."""
-        return ProfileSettings(backend=NO_PROFILER, modes=tuple(self.modes), reps=self.reps,
-                               timeout_s=self.timeout_s, work_dir=self.work_dir, wait_gpu=self.wait)
+        return ProfileSettings(
+            backend=NO_PROFILER,
+            modes=tuple(self.modes),
+            reps=self.reps,
+            timeout_s=self.timeout_s,
+            work_dir=self.work_dir,
+            wait_gpu=self.wait,
+        )

@@ -66,16 +66,22 @@ class Space:
             raise TargetError(f"space {self.name!r} has no configs")
         if self.shapes is not None:
             if isinstance(self.shapes, (str, bytes, dict)) or not hasattr(self.shapes, "__len__"):
-                raise TargetError(f"space {self.name!r}: shapes must be a list, not {type(self.shapes).__name__}")
+                raise TargetError(
+                    f"space {self.name!r}: shapes must be a list, not {type(self.shapes).__name__}"
+                )
             self.shapes = list(self.shapes)
             if not self.shapes:
-                raise TargetError(f"space {self.name!r}: shapes is an empty list (leave it out for no shapes)")
+                raise TargetError(
+                    f"space {self.name!r}: shapes is an empty list (leave it out for no shapes)"
+                )
             seen: dict[str, int] = {}
             for index, shape in enumerate(self.shapes):  # the store keys a shape by its JSON
                 first = seen.setdefault(shape_json(shape), index)
                 if first != index:
-                    raise TargetError(f"space {self.name!r}: shapes {first} and {index} are the same shape "
-                                      f"({shape_json(shape)}); list each once")
+                    raise TargetError(
+                        f"space {self.name!r}: shapes {first} and {index} are the same shape "
+                        f"({shape_json(shape)}); list each once"
+                    )
         if self.device not in ("cuda", "cpu"):
             raise TargetError(f"space {self.name!r}: device must be 'cuda' or 'cpu'")
 
@@ -111,9 +117,11 @@ class Space:
         "shapes": [each shape's] or None, "fingerprint": its source's, "" if unknown}."""
         from nsprof.store import config_json
 
-        return {"configs": [config_json(c) for c in self.configs],
-                "shapes": None if self.shapes is None else [shape_json(s) for s in self.shapes],
-                "fingerprint": self.fingerprint}
+        return {
+            "configs": [config_json(c) for c in self.configs],
+            "shapes": None if self.shapes is None else [shape_json(s) for s in self.shapes],
+            "fingerprint": self.fingerprint,
+        }
 
     def changes_since(self, read: dict) -> str | None:
         """How this space differs from what nsprof read of it (`read`: as_read()), in one line; None
@@ -146,7 +154,7 @@ _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
 
 def _cut(text: str, limit: int = 160) -> str:
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def config_label(config: Any) -> str:
@@ -271,8 +279,9 @@ def imported_sources(start: Path, search: Path, limit: Path | None = None) -> se
                     for _ in range(node.level - 1):
                         base = base.parent
                 module = node.module or ""
-                names = [(module, base)] + [(f"{module}.{alias.name}" if module else alias.name, base)
-                                            for alias in node.names]
+                names = [(module, base)] + [
+                    (f"{module}.{alias.name}" if module else alias.name, base) for alias in node.names
+                ]
                 # a plain `from x import y` also finds x next to the importing file (sys.path[0])
                 if not node.level and package != search:
                     names += [(module, package)]

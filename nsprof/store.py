@@ -45,8 +45,17 @@ SCHEMA_VERSION = 2
 DEFAULT_PATH = Path(".nsprof") / "results.sqlite"
 
 # What a measurement depends on. The order is the column order of the table and of frame().
-KEY_FIELDS = ("fingerprint", "config_id", "config_json", "gpu", "backend", "mode", "clock_control",
-              "cache_control", "tool_version")
+KEY_FIELDS = (
+    "fingerprint",
+    "config_id",
+    "config_json",
+    "gpu",
+    "backend",
+    "mode",
+    "clock_control",
+    "cache_control",
+    "tool_version",
+)
 # The key of a whole config space: what missing() is asked about.
 GROUP_FIELDS = tuple(f for f in KEY_FIELDS if f not in ("config_id", "config_json"))
 # The tidy-table columns a measurement row keeps (see nsprof.schema).
@@ -58,12 +67,36 @@ SHAPE_FIELDS = ("shape_json", "shape")
 # for a measurement. Last, after the shape: old positions stay.
 FAILURE_FIELDS = ("failure_kind", "timeout_s")
 MEASUREMENT_COLUMNS = ("run_id", *KEY_FIELDS, *ROW_FIELDS, *SHAPE_FIELDS, *FAILURE_FIELDS)
-RUN_COLUMNS = ("id", "started_at", "target", "fingerprint", "gpu", "gpu_uuid", "backend", "mode",
-               "clock_control", "cache_control", "tool_version", "nsprof_version", "settings_json",
-               "finished_at", "status")
+RUN_COLUMNS = (
+    "id",
+    "started_at",
+    "target",
+    "fingerprint",
+    "gpu",
+    "gpu_uuid",
+    "backend",
+    "mode",
+    "clock_control",
+    "cache_control",
+    "tool_version",
+    "nsprof_version",
+    "settings_json",
+    "finished_at",
+    "status",
+)
 # What start_run(**labels) accepts; the rest of a run's columns nsprof fills in itself.
-RUN_LABELS = ("target", "fingerprint", "gpu", "gpu_uuid", "backend", "mode", "clock_control", "cache_control",
-              "tool_version", "settings")
+RUN_LABELS = (
+    "target",
+    "fingerprint",
+    "gpu",
+    "gpu_uuid",
+    "backend",
+    "mode",
+    "clock_control",
+    "cache_control",
+    "tool_version",
+    "settings",
+)
 
 _INT_FIELDS = {"config_id", "rep", "graph_node", "shape"}
 _FLOAT_FIELDS = {"duration_ns", "cycles", "clock_hz", "timeout_s"}
@@ -183,13 +216,15 @@ class ResultStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreError(f"cannot create the folder of results store {self.path}: "
-                             f"{_one_line(exc)}") from None
+            raise StoreError(
+                f"cannot create the folder of results store {self.path}: {_one_line(exc)}"
+            ) from None
         self._refuse_foreign()
         try:
             # isolation_level=None: no implicit transactions; add() opens and closes its own.
-            self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
-                                         check_same_thread=False)
+            self._conn = sqlite3.connect(
+                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+            )
             self._enable_wal()
             # NORMAL: no fsync per commit; a WAL file stays consistent, only power loss can lose
             # the last commits
@@ -218,12 +253,16 @@ class ResultStore:
         except OSError:
             return  # missing: created below
         try:
-            conn = sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro", uri=True, timeout=self.busy_timeout_s)
+            conn = sqlite3.connect(
+                self.path.resolve().as_uri() + "?mode=ro", uri=True, timeout=self.busy_timeout_s
+            )
         except sqlite3.Error:
             return
         try:
             try:
-                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                tables = {
+                    row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                }
             except sqlite3.Error:
                 return
             if not tables:
@@ -288,12 +327,16 @@ class ResultStore:
         """Why a file whose meta table gave `row` for schema_version (None: no such row or
         table) is not a store this nsprof may open; None when it is."""
         if row is None or not str(row[0]).isdigit():
-            return (f"{self.path} is an SQLite file but not an nsprof results store; "
-                    "move it away or pass another store path")
+            return (
+                f"{self.path} is an SQLite file but not an nsprof results store; "
+                "move it away or pass another store path"
+            )
         version = int(row[0])
         if version > SCHEMA_VERSION:
-            return (f"results store {self.path} has schema version {version}, written by a newer "
-                    f"nsprof (this one reads up to {SCHEMA_VERSION}); upgrade nsprof or use another store path")
+            return (
+                f"results store {self.path} has schema version {version}, written by a newer "
+                f"nsprof (this one reads up to {SCHEMA_VERSION}); upgrade nsprof or use another store path"
+            )
         if version < 1:
             return f"results store {self.path} has an invalid schema version {version}"
         return None
@@ -301,6 +344,7 @@ class ResultStore:
     def _add_shape_columns(self) -> None:
         """A store from before shapes gets their columns (every old row: no shape). Additive, so
         the schema version stays and an older nsprof still reads and writes the store."""
+
         def columns() -> set[str]:
             return {row[1] for row in self._db.execute("PRAGMA table_info(measurements)")}
 
@@ -325,9 +369,14 @@ class ResultStore:
                 db.execute("ALTER TABLE measurements ADD COLUMN failure_kind TEXT")
             if "timeout_s" not in have:
                 db.execute("ALTER TABLE measurements ADD COLUMN timeout_s REAL")
-            reasons = [row[0] for row in db.execute("SELECT DISTINCT error FROM measurements WHERE error IS NOT NULL")]
-            db.executemany("UPDATE measurements SET failure_kind = ?, timeout_s = ? WHERE error = ?",
-                           [(*kind_from_words(reason), reason) for reason in reasons])
+            reasons = [
+                row[0]
+                for row in db.execute("SELECT DISTINCT error FROM measurements WHERE error IS NOT NULL")
+            ]
+            db.executemany(
+                "UPDATE measurements SET failure_kind = ?, timeout_s = ? WHERE error = ?",
+                [(*kind_from_words(reason), reason) for reason in reasons],
+            )
             db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     @property
@@ -360,8 +409,11 @@ class ResultStore:
             raise  # a bug in nsprof, not a problem of the file
         except sqlite3.DatabaseError as exc:
             text = str(exc)
-            hint = (f" (another process held it for over {self.busy_timeout_s:g} s)"
-                    if "locked" in text or "busy" in text else "")
+            hint = (
+                f" (another process held it for over {self.busy_timeout_s:g} s)"
+                if "locked" in text or "busy" in text
+                else ""
+            )
             raise StoreError(f"results store {self.path}: {what} failed: {_one_line(exc)}{hint}") from None
 
     def close(self) -> None:
@@ -409,8 +461,9 @@ class ResultStore:
     def finish_run(self, run_id: int, status: str = "ok") -> None:
         """Mark a run finished (status: ok, failed, interrupted, ... free text)."""
         with self._lock, self._errors(f"finishing run {run_id}"), self._transaction() as db:
-            cursor = db.execute("UPDATE runs SET finished_at = ?, status = ? WHERE id = ?",
-                                (_now(), str(status), int(run_id)))
+            cursor = db.execute(
+                "UPDATE runs SET finished_at = ?, status = ? WHERE id = ?", (_now(), str(status), int(run_id))
+            )
             if cursor.rowcount != 1:
                 raise ValueError(f"results store {self.path} has no run {run_id}")
 
@@ -441,7 +494,13 @@ class ResultStore:
             for row in _records(frame_or_rows):
                 written += 1
                 values = _row_values(row, key)
-                yield (int(run_id), *key_values, *values[:len(ROW_FIELDS)], *shape_values, *values[len(ROW_FIELDS):])
+                yield (
+                    int(run_id),
+                    *key_values,
+                    *values[: len(ROW_FIELDS)],
+                    *shape_values,
+                    *values[len(ROW_FIELDS) :],
+                )
 
         with self._lock, self._errors(f"writing config {key.config_id}"), self._transaction() as db:
             try:
@@ -451,13 +510,21 @@ class ResultStore:
                     raise ValueError(f"results store {self.path} has no run {run_id}") from None
                 raise
             if written == 0:
-                raise ValueError(f"no rows for config {key.config_id}: a failed config is a row with "
-                                 "error set")
+                raise ValueError(
+                    f"no rows for config {key.config_id}: a failed config is a row with error set"
+                )
         return written
 
-    def missing(self, key_without_config: Mapping[str, str], config_ids: Iterable[int], *,
-                config_jsons: Mapping[int, str] | None = None, retry_failed: bool = False,
-                retry_if: Callable[[Failure], bool] | None = None, shape_json: str = "") -> list[int]:
+    def missing(
+        self,
+        key_without_config: Mapping[str, str],
+        config_ids: Iterable[int],
+        *,
+        config_jsons: Mapping[int, str] | None = None,
+        retry_failed: bool = False,
+        retry_if: Callable[[Failure], bool] | None = None,
+        shape_json: str = "",
+    ) -> list[int]:
         """The config_ids (in the order given) with nothing stored yet under this key, at the shape
         `shape_json` (nsprof.space.shape_json; "" for a target without shapes).
 
@@ -473,7 +540,9 @@ class ResultStore:
         with self._lock, self._errors("reading"):
             rows = self._db.execute(
                 f"SELECT config_id, config_json, run_id, error, failure_kind, timeout_s FROM measurements "
-                f"WHERE {where}", params).fetchall()
+                f"WHERE {where}",
+                params,
+            ).fetchall()
         latest: dict[int, int] = {}
         errors: dict[tuple[int, int], list[Failure | None]] = {}
         for config_id, config_text, run_id, error, kind, bound in rows:
@@ -481,7 +550,9 @@ class ResultStore:
                 continue
             latest[config_id] = max(run_id, latest.get(config_id, run_id))
             # (a kind the store lacks, written past nsprof: the config's own failure, as Failure.of takes it)
-            failure = None if error is None else Failure(error, kind if kind in FAILURE_KINDS else "crash", bound)
+            failure = (
+                None if error is None else Failure(error, kind if kind in FAILURE_KINDS else "crash", bound)
+            )
             errors.setdefault((config_id, run_id), []).append(failure)
 
         def done(config_id: int) -> bool:
@@ -504,8 +575,10 @@ class ResultStore:
                 problems.append(f"lacks {sorted(set(GROUP_FIELDS) - given)}")
             if given - set(GROUP_FIELDS):
                 problems.append(f"has unexpected {sorted(given - set(GROUP_FIELDS))}")
-            raise ValueError(f"the key without config {' and '.join(problems)} (it needs exactly "
-                             f"{', '.join(GROUP_FIELDS)}; MeasurementKey.without_config() gives it)")
+            raise ValueError(
+                f"the key without config {' and '.join(problems)} (it needs exactly "
+                f"{', '.join(GROUP_FIELDS)}; MeasurementKey.without_config() gives it)"
+            )
         where = " AND ".join(f"{name} = ?" for name in GROUP_FIELDS)
         return where, tuple(str(key_without_config[name]) for name in GROUP_FIELDS)
 
@@ -536,8 +609,9 @@ class ResultStore:
         # Column by column from the Python values: going through a float64 frame first would round
         # integers above 2**53 (and then refuse to cast them to Int64).
         values = list(zip(*records)) if records else [()] * len(columns)
-        return pd.DataFrame({name: pd.Series(list(column), dtype=dtypes[name])
-                             for name, column in zip(columns, values)})
+        return pd.DataFrame(
+            {name: pd.Series(list(column), dtype=dtypes[name]) for name, column in zip(columns, values)}
+        )
 
     def export(self, path: str | Path, **filters: Any) -> int:
         """Write frame(**filters) to .csv, .json (an array of records) or .parquet; returns the row count."""
@@ -563,9 +637,19 @@ class ResultStore:
 def _records(frame_or_rows: Any) -> Iterator[Mapping[str, Any]]:
     """Rows of a DataFrame or an iterable of mappings, lazily (the caller may stream them)."""
     if hasattr(frame_or_rows, "to_dict") and hasattr(frame_or_rows, "columns"):
-        wanted = [c for c in ("config_id", "shape", "mode", "clock_control", "cache_control", *ROW_FIELDS,
-                              *FAILURE_FIELDS)
-                  if c in frame_or_rows.columns]
+        wanted = [
+            c
+            for c in (
+                "config_id",
+                "shape",
+                "mode",
+                "clock_control",
+                "cache_control",
+                *ROW_FIELDS,
+                *FAILURE_FIELDS,
+            )
+            if c in frame_or_rows.columns
+        ]
         yield from frame_or_rows[wanted].to_dict("records")
         return
     if isinstance(frame_or_rows, Mapping):
@@ -594,12 +678,16 @@ def _row_values(row: Mapping[str, Any], key: MeasurementKey) -> tuple:
         expected = getattr(key, name)
         same = int(value) == expected if name == "config_id" else str(value) == expected
         if not same:
-            raise ValueError(f"a row has {name}={value!r} but the key says {expected!r}; "
-                             "add() takes the rows of one key (split the frame first)")
+            raise ValueError(
+                f"a row has {name}={value!r} but the key says {expected!r}; "
+                "add() takes the rows of one key (split the frame first)"
+            )
     shape = row.get("shape")
     if (None if _missing(shape) else int(shape)) != key.shape:
-        raise ValueError(f"a row has shape={None if _missing(shape) else int(shape)!r} but the key says "
-                         f"{key.shape!r}; add() takes the rows of one (shape, config) (split the frame first)")
+        raise ValueError(
+            f"a row has shape={None if _missing(shape) else int(shape)!r} but the key says "
+            f"{key.shape!r}; add() takes the rows of one (shape, config) (split the frame first)"
+        )
     values: list[Any] = []
     for name in ROW_FIELDS:
         value = row.get(name)
@@ -613,18 +701,24 @@ def _row_values(row: Mapping[str, Any], key: MeasurementKey) -> tuple:
             values.append(str(value))
     duration, error = values[ROW_FIELDS.index("duration_ns")], values[ROW_FIELDS.index("error")]
     if (duration is None) == (error is None):
-        raise ValueError(f"config {key.config_id}: each row needs a duration_ns or an error, not both "
-                         f"or neither (got duration_ns={duration!r}, error={error!r})")
+        raise ValueError(
+            f"config {key.config_id}: each row needs a duration_ns or an error, not both "
+            f"or neither (got duration_ns={duration!r}, error={error!r})"
+        )
     kind, bound = row.get("failure_kind"), row.get("timeout_s")
     if _missing(kind) and isinstance(row.get("error"), Failure):
         kind, bound = row["error"].kind, row["error"].timeout_s
     kind, bound = None if _missing(kind) else str(kind), None if _missing(bound) else float(bound)
     if error is None and (kind is not None or bound is not None):
-        raise ValueError(f"config {key.config_id}: a measurement has no failure_kind or timeout_s "
-                         f"(got {kind!r}, {bound!r})")
+        raise ValueError(
+            f"config {key.config_id}: a measurement has no failure_kind or timeout_s "
+            f"(got {kind!r}, {bound!r})"
+        )
     if error is not None and kind not in FAILURE_KINDS:
-        raise ValueError(f"config {key.config_id}: a failure row needs its failure_kind, one of "
-                         f"{', '.join(FAILURE_KINDS)} (got {kind!r} for {error!r})")
+        raise ValueError(
+            f"config {key.config_id}: a failure row needs its failure_kind, one of "
+            f"{', '.join(FAILURE_KINDS)} (got {kind!r} for {error!r})"
+        )
     return (*values, kind, bound)
 
 

@@ -29,8 +29,19 @@ from nsprof.schema import Failure
 from nsprof.settings import TIMER_BACKENDS, TuneSettings, ground_truths, split_truth
 from nsprof.space import config_label
 
-__all__ = ["TIMER_BACKENDS", "CrossTruth", "TuneResult", "TuneSettings", "check_truths", "key_labels", "measure_rows",
-           "rank_truth", "retryable", "tune"]
+__all__ = [
+    "TIMER_BACKENDS",
+    "CrossTruth",
+    "TuneResult",
+    "TuneSettings",
+    "check_truths",
+    "key_labels",
+    "measure_rows",
+    "rank_truth",
+    "retryable",
+    "tune",
+]
+
 
 @dataclass
 class TuneResult:
@@ -48,7 +59,9 @@ class TuneResult:
     # stands, and the command exits non-zero after printing it.
     errors: list[str] = field(default_factory=list)
     stat: str = "median"  # the statistic ranked by
-    truth: str = ""  # the truth ranked under (a backend, or a variant such as ncu@base-warm); "" for `backend`
+    truth: str = (
+        ""  # the truth ranked under (a backend, or a variant such as ncu@base-warm); "" for `backend`
+    )
     labels: dict = field(default_factory=dict)  # the conditions its rows were taken under (key_labels)
     # Cross-truth tuning (the result of tune() is the deploy truth's ranking; these are set on it):
     # every truth's ranking in --truth order (this one among them), the comparison, and the deploy truth.
@@ -60,6 +73,7 @@ class TuneResult:
     def rankings(self) -> dict:
         """Every truth's ranking, {truth: TuneResult}, in the order ranked (just this one when alone)."""
         return self.truths or {self.truth or self.backend: self}
+
     # What the adaptive reps did: sessions, reps, why they stopped (nsprof.adaptive); None: not tried
     adaptive: AdaptiveSummary | None = None
     first_pass_wall_s: float | None = None  # the first pass's wall time (measuring, through the store)
@@ -131,8 +145,11 @@ def key_labels(backend: str, settings: TuneSettings) -> dict[str, str]:
     if _is_truth(backend):
         return {"mode": settings.mode, **truth_labels(backend, settings)}
     name = TIMER_BACKENDS[backend]
-    return {"mode": "graph" if name.startswith("graph") else "direct", "clock_control": "none",
-            "cache_control": "all" if name.endswith("cold") else "none"}
+    return {
+        "mode": "graph" if name.startswith("graph") else "direct",
+        "clock_control": "none",
+        "cache_control": "all" if name.endswith("cold") else "none",
+    }
 
 
 # The kinds of failure that say nothing about the config itself: the session gave up on it (restarts
@@ -155,10 +172,20 @@ def _a_timer_ranks(settings: TuneSettings) -> bool:
     return not all(_is_truth(truth) for truth in settings.ranked_truths)
 
 
-def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, config_ids: list[int], on_progress,
-                 on_rows: Callable[[object], None] | None = None,
-                 on_device: Callable[[dict | None], None] | None = None, plan: Plan | None = None,
-                 n_shapes: int = 0, on_measured: Callable[[Measured], None] | None = None, space=None):
+def measure_rows(
+    target: str,
+    n: int,
+    backend: str,
+    settings: TuneSettings,
+    config_ids: list[int],
+    on_progress,
+    on_rows: Callable[[object], None] | None = None,
+    on_device: Callable[[dict | None], None] | None = None,
+    plan: Plan | None = None,
+    n_shapes: int = 0,
+    on_measured: Callable[[Measured], None] | None = None,
+    space=None,
+):
     """Tidy rows for `config_ids` under `backend`: kernels for ground truths (compiled first, see
     nsprof.profile.profile_result); for a fast timer one row per config holding the timer's
     statistic as rep 0. Failed configs are rows with an error.
@@ -182,27 +209,55 @@ def measure_rows(target: str, n: int, backend: str, settings: TuneSettings, conf
     expect = space.as_read() if space is not None else None
     if plan is not None:
         truth = GroundTruth(_profile_settings(backend, settings))
-        measured = truth.interleave(target, list(plan.configs), plan.rounds, plan.first_rep, n_configs=n,
-                                    on_progress=on_progress, on_rows=on_rows, expect=expect)
+        measured = truth.interleave(
+            target,
+            list(plan.configs),
+            plan.rounds,
+            plan.first_rep,
+            n_configs=n,
+            on_progress=on_progress,
+            on_rows=on_rows,
+            expect=expect,
+        )
     elif _is_truth(backend):
         from nsprof.profile import profile_result
 
         profile_settings = _profile_settings(backend, settings)
-        measured: Measured = profile_result(target, profile_settings,
-                                            **({"points": config_ids} if n_shapes else {"config_ids": config_ids}),
-                                            on_progress=on_progress, on_rows=on_rows, space=space,
-                                            backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None)
+        measured: Measured = profile_result(
+            target,
+            profile_settings,
+            **({"points": config_ids} if n_shapes else {"config_ids": config_ids}),
+            on_progress=on_progress,
+            on_rows=on_rows,
+            space=space,
+            backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None,
+        )
     else:
         from nsprof.session import work_folder
 
         name = TIMER_BACKENDS[backend]
         with work_folder(settings.work_dir, "nsprof-tune-") as work_dir:  # a temporary one is removed
-            timers = sharded(FastTimers([name], settings.profile, work_dir / f"timer-{name}",
-                                        timer_reps=settings.timer_reps, stat=settings.stat,
-                                        labels=key_labels(backend, settings), failure_source=name),
-                             settings.cluster)
-            measured = timers.run(target, config_ids, n_configs=n, on_progress=on_progress, on_rows=on_rows,
-                                  expect=expect, **shaped)
+            timers = sharded(
+                FastTimers(
+                    [name],
+                    settings.profile,
+                    work_dir / f"timer-{name}",
+                    timer_reps=settings.timer_reps,
+                    stat=settings.stat,
+                    labels=key_labels(backend, settings),
+                    failure_source=name,
+                ),
+                settings.cluster,
+            )
+            measured = timers.run(
+                target,
+                config_ids,
+                n_configs=n,
+                on_progress=on_progress,
+                on_rows=on_rows,
+                expect=expect,
+                **shaped,
+            )
         if settings.work_dir is None:
             measured.work_dir = None
     if on_device is not None:
@@ -220,7 +275,9 @@ def _select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int])
     config once the space is edited); of each config its latest first-pass run (resumed runs can
     hold a config twice) and the adaptive sessions stored after it, which add reps to it; a rep
     held twice is the later run's."""
-    stored = stored[[wanted_json.get(int(c)) == text for c, text in zip(stored["config_id"], stored["config_json"])]]
+    stored = stored[
+        [wanted_json.get(int(c)) == text for c, text in zip(stored["config_id"], stored["config_json"])]
+    ]
     adaptive = stored["run_id"].isin(list(adaptive_runs))
     base = stored[~adaptive].groupby("config_id")["run_id"].max()
     first = stored["config_id"].map(base)
@@ -249,17 +306,29 @@ class _Stored:
     """What tune needs to go back to the results store after its first pass: the key of the
     space's rows and today's configs."""
 
-    def __init__(self, settings: TuneSettings, group: dict, wanted_json: dict[int, str], gpu_uuid: str,
-                 shape_json: str = "") -> None:
+    def __init__(
+        self,
+        settings: TuneSettings,
+        group: dict,
+        wanted_json: dict[int, str],
+        gpu_uuid: str,
+        shape_json: str = "",
+    ) -> None:
         self.settings, self.group, self.wanted_json, self.gpu_uuid = settings, group, wanted_json, gpu_uuid
         self.shape_json = shape_json  # the one shape these rows are of ("": a target without shapes)
 
     def rows(self, store):
         runs = store.runs()
-        adaptive = {int(i) for i, text in zip(runs["id"], runs["settings_json"])
-                    if isinstance(text, str) and f'"{ADAPTIVE_RUN}"' in text}
-        return _select_stored(store.frame(**self.group, shape_json=self.shape_json, config_id=list(self.wanted_json)),
-                              self.wanted_json, adaptive)
+        adaptive = {
+            int(i)
+            for i, text in zip(runs["id"], runs["settings_json"])
+            if isinstance(text, str) and f'"{ADAPTIVE_RUN}"' in text
+        }
+        return _select_stored(
+            store.frame(**self.group, shape_json=self.shape_json, config_id=list(self.wanted_json)),
+            self.wanted_json,
+            adaptive,
+        )
 
     def session(self, target: str, backend: str, n: int, plan: Plan, number: int, on_progress, space=None):
         """One adaptive session, stored as a run of its own (marked ADAPTIVE_RUN), each config's
@@ -269,8 +338,12 @@ class _Stored:
         from nsprof.store import MeasurementKey, ResultStore
 
         with ResultStore(self.settings.store) as store:
-            labels = {**asdict(self.settings), ADAPTIVE_RUN: number, "configs": list(plan.configs),
-                      "rounds": plan.rounds}
+            labels = {
+                **asdict(self.settings),
+                ADAPTIVE_RUN: number,
+                "configs": list(plan.configs),
+                "rounds": plan.rounds,
+            }
             run_id = store.start_run(target=target, settings=labels, gpu_uuid=self.gpu_uuid, **self.group)
 
             def store_rows(frame) -> None:
@@ -278,12 +351,31 @@ class _Stored:
 
                 kept = planned_rows(frame, plan)
                 for config_id, config_rows in kept.groupby("config_id", sort=True):
-                    store.add(run_id, MeasurementKey(config_id=int(config_id), config_json=self.wanted_json[int(config_id)],
-                                                     **self.group), config_rows)
+                    store.add(
+                        run_id,
+                        MeasurementKey(
+                            config_id=int(config_id),
+                            config_json=self.wanted_json[int(config_id)],
+                            **self.group,
+                        ),
+                        config_rows,
+                    )
 
-            return _recorded(store, run_id, lambda: measure_rows(target, n, backend, self.settings, list(plan.configs),
-                                                                  on_progress, on_rows=store_rows, plan=plan,
-                                                                  space=space))
+            return _recorded(
+                store,
+                run_id,
+                lambda: measure_rows(
+                    target,
+                    n,
+                    backend,
+                    self.settings,
+                    list(plan.configs),
+                    on_progress,
+                    on_rows=store_rows,
+                    plan=plan,
+                    space=space,
+                ),
+            )
 
     def merged(self):
         from nsprof.store import ResultStore
@@ -292,8 +384,16 @@ class _Stored:
             return self.rows(store)
 
 
-def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wanted: list[int], on_progress,
-                    notes: list[str], on_measured: Callable[[Measured], None] | None = None):
+def _measure_stored(
+    target: str,
+    space,
+    backend: str,
+    settings: TuneSettings,
+    wanted: list[int],
+    on_progress,
+    notes: list[str],
+    on_measured: Callable[[Measured], None] | None = None,
+):
     """measure_rows through the results store: resume, one transaction per config, GPU lock.
     Returns the rows to rank (see _select_stored) and the _Stored context for adaptive sessions."""
     from nsprof.cluster import cluster_gpu
@@ -307,15 +407,27 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
     # variant (ncu@base-warm) is stored as its backend: its clock and cache labels say the rest.
     stored_backend = split_truth(backend)[0] if truth else f"{backend}:{settings.stat}"
     gpu = which_gpu(0) if settings.cluster is None else cluster_gpu(settings.cluster)
-    group = {"fingerprint": space.fingerprint or target_fingerprint(target), "gpu": gpu.key, "backend": stored_backend,
-             "tool_version": tool_version, **key_labels(backend, settings)}
+    group = {
+        "fingerprint": space.fingerprint or target_fingerprint(target),
+        "gpu": gpu.key,
+        "backend": stored_backend,
+        "tool_version": tool_version,
+        **key_labels(backend, settings),
+    }
     wanted_json = {c: config_json(space.configs[c]) for c in wanted}
     with ResultStore(settings.store) as store:
         todo = list(wanted)
         if settings.resume:
-            todo = store.missing(group, wanted, config_jsons=wanted_json, retry_failed=settings.retry_failed,
-                                 retry_if=lambda failure: retryable(failure, settings.timeout_s))
-            notes.append(f"resumed: {len(wanted) - len(todo)} of {len(wanted)} configs came from the results store")
+            todo = store.missing(
+                group,
+                wanted,
+                config_jsons=wanted_json,
+                retry_failed=settings.retry_failed,
+                retry_if=lambda failure: retryable(failure, settings.timeout_s),
+            )
+            notes.append(
+                f"resumed: {len(wanted) - len(todo)} of {len(wanted)} configs came from the results store"
+            )
         if todo:
             run_id = store.start_run(target=target, settings=settings, gpu_uuid=gpu.uuid, **group)
             stored_ids: set[int] = set()
@@ -326,15 +438,28 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
                     config_id = int(config_id)
                     if config_id in stored_ids or config_id not in wanted_json:
                         continue
-                    store.add(run_id, MeasurementKey(config_id=config_id, config_json=wanted_json[config_id],
-                                                     **group), config_rows)
+                    store.add(
+                        run_id,
+                        MeasurementKey(config_id=config_id, config_json=wanted_json[config_id], **group),
+                        config_rows,
+                    )
                     stored_ids.add(config_id)
 
             devices: list[dict | None] = []
 
             def measure():
-                rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress,
-                                    on_rows=store_rows, on_device=devices.append, on_measured=on_measured, space=space)
+                rows = measure_rows(
+                    target,
+                    len(space.configs),
+                    backend,
+                    settings,
+                    todo,
+                    on_progress,
+                    on_rows=store_rows,
+                    on_device=devices.append,
+                    on_measured=on_measured,
+                    space=space,
+                )
                 store_rows(rows)  # what was not handed over yet
                 return rows
 
@@ -346,14 +471,24 @@ def _measure_stored(target: str, space, backend: str, settings: TuneSettings, wa
                 # The worker measured on another GPU than nvidia-smi's numbering suggested
                 # (CUDA_DEVICE_ORDER): its own word is the key.
                 store.relabel_gpu(run_id, ran_on.key, ran_on.uuid)
-                notes.append(f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such")
+                notes.append(
+                    f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such"
+                )
                 group["gpu"] = ran_on.key
         context = _Stored(settings, group, wanted_json, gpu.uuid)
         return context.rows(store), context
 
 
-def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: list[int], on_progress,
-               notes: list[str] | None = None, stage=None) -> TuneResult:
+def rank_truth(
+    target: str,
+    space,
+    truth: str,
+    settings: TuneSettings,
+    wanted: list[int],
+    on_progress,
+    notes: list[str] | None = None,
+    stage=None,
+) -> TuneResult:
     """Rank configs `wanted` of `space` under one truth (a ground truth, a variant such as
     ncu@base-warm, or a fast timer): measured (through the results store unless settings.use_store is
     off), summarised per config and ranked by settings.stat. Raises when nothing was measured.
@@ -370,16 +505,23 @@ def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: l
     began = time.monotonic()
     runs: list[Measured] = []
     if settings.use_store:
-        rows, stored = _measure_stored(target, space, truth, settings, wanted, timed, notes, on_measured=runs.append)
+        rows, stored = _measure_stored(
+            target, space, truth, settings, wanted, timed, notes, on_measured=runs.append
+        )
     else:
-        rows, stored = measure_rows(target, n, truth, settings, wanted, timed, on_measured=runs.append, space=space), None
+        rows, stored = (
+            measure_rows(target, n, truth, settings, wanted, timed, on_measured=runs.append, space=space),
+            None,
+        )
     first_pass_wall_s = time.monotonic() - began
     first_pass_phases = _timing(runs[0]) if runs else None
     adaptive = None
     if stage is not None and settings.cluster is not None and _is_truth(truth):
         notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
     elif stage is not None:
-        rows, adaptive = _adaptive(target, n, truth, settings, rows, stored, cost_of_first_pass(), stage, space)
+        rows, adaptive = _adaptive(
+            target, n, truth, settings, rows, stored, cost_of_first_pass(), stage, space
+        )
         if _is_truth(truth):
             notes.append(adaptive.describe())
     # A session keeps its temporary folder when a config failed (its logs say why): name it.
@@ -398,8 +540,16 @@ def rank_truth(target: str, space, truth: str, settings: TuneSettings, wanted: l
     return result
 
 
-def _ranked(space, truth: str, settings: TuneSettings, rows, notes: list[str], adaptive=None,
-            first_pass_wall_s: float | None = None, first_pass_phases: dict | None = None) -> TuneResult:
+def _ranked(
+    space,
+    truth: str,
+    settings: TuneSettings,
+    rows,
+    notes: list[str],
+    adaptive=None,
+    first_pass_wall_s: float | None = None,
+    first_pass_phases: dict | None = None,
+) -> TuneResult:
     """The TuneResult of rows of one truth (and one shape): summarised per config, ranked by settings.stat."""
     from nsprof.profile import config_summary
 
@@ -407,17 +557,32 @@ def _ranked(space, truth: str, settings: TuneSettings, rows, notes: list[str], a
     backend = split_truth(truth)[0]
     if _is_truth(truth):
         conditions = registry.driver_class(backend).conditions(_profile_settings(truth, settings))
-        reps = (f"{settings.reps} reps" if adaptive is None or not adaptive.reps else
-                f"{settings.reps} reps, the contenders' up to {max(adaptive.reps_per_config.values())} (adaptive)")
-        label = (f"{truth}, mode {settings.mode}, {settings.stat} of {reps}"
-                 + (f", {conditions}" if conditions else ""))
+        reps = (
+            f"{settings.reps} reps"
+            if adaptive is None or not adaptive.reps
+            else f"{settings.reps} reps, the contenders' up to {max(adaptive.reps_per_config.values())} (adaptive)"
+        )
+        label = f"{truth}, mode {settings.mode}, {settings.stat} of {reps}" + (
+            f", {conditions}" if conditions else ""
+        )
     else:
         label = f"fast timer {TIMER_BACKENDS[truth]}, {settings.stat} of {settings.timer_reps} samples"
     table = rank(summary, settings.stat)
     table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
-    return TuneResult(table, space.configs, backend, label, None, notes, stat=settings.stat, truth=truth,
-                      labels=key_labels(truth, settings), adaptive=adaptive, first_pass_wall_s=first_pass_wall_s,
-                      first_pass_phases=first_pass_phases)
+    return TuneResult(
+        table,
+        space.configs,
+        backend,
+        label,
+        None,
+        notes,
+        stat=settings.stat,
+        truth=truth,
+        labels=key_labels(truth, settings),
+        adaptive=adaptive,
+        first_pass_wall_s=first_pass_wall_s,
+        first_pass_phases=first_pass_phases,
+    )
 
 
 def _timing(measured: Measured) -> dict | None:
@@ -426,11 +591,17 @@ def _timing(measured: Measured) -> dict | None:
 
     if not measured.phases:
         return None
-    return timing_record(measured.wall_s, measured.phases, measured.config_phases,
-                         precompile_s=getattr(measured, "precompile_s", 0.0))
+    return timing_record(
+        measured.wall_s,
+        measured.phases,
+        measured.config_phases,
+        precompile_s=getattr(measured, "precompile_s", 0.0),
+    )
 
 
-def _probes(probed: str, other: str, results: dict, settings: TuneSettings) -> list[tuple[list[str], str]] | None:
+def _probes(
+    probed: str, other: str, results: dict, settings: TuneSettings
+) -> list[tuple[list[str], str]] | None:
     """The truths that measure like `probed` with each condition in which it differs from `other`
     set as `other` has it (one at a time, then all together): [(conditions changed, truth name)];
     None when `probed`'s driver cannot change one of them (nsys: neither clocks nor caches)."""
@@ -451,22 +622,34 @@ def _probes(probed: str, other: str, results: dict, settings: TuneSettings) -> l
     return out
 
 
-def _explain(target: str, space, pair, results: dict, settings: TuneSettings, stage) -> crosstruth.Explanation:
+def _explain(
+    target: str, space, pair, results: dict, settings: TuneSettings, stage
+) -> crosstruth.Explanation:
     """Why two truths disagree: the contenders (both winners, both tie sets) measured again under
     one truth's backend with each condition in which the two differ set as the other has it."""
     contenders = crosstruth.contenders(pair)
     if not crosstruth.differing(results[pair.a].labels, results[pair.b].labels):
-        return crosstruth.Explanation(pair, pair.a, pair.b, contenders,
-                                      reason=f"{pair.a} and {pair.b} measure under the same clock and cache "
-                                             "conditions: the tools themselves differ")
+        return crosstruth.Explanation(
+            pair,
+            pair.a,
+            pair.b,
+            contenders,
+            reason=f"{pair.a} and {pair.b} measure under the same clock and cache "
+            "conditions: the tools themselves differ",
+        )
     for probed, other in ((pair.a, pair.b), (pair.b, pair.a)):
         variants = _probes(probed, other, results, settings)
         if variants is not None:
             break
     else:
-        return crosstruth.Explanation(pair, pair.a, pair.b, contenders,
-                                      reason=f"neither {split_truth(pair.a)[0]} nor {split_truth(pair.b)[0]} "
-                                             "can change the conditions in which they differ")
+        return crosstruth.Explanation(
+            pair,
+            pair.a,
+            pair.b,
+            contenders,
+            reason=f"neither {split_truth(pair.a)[0]} nor {split_truth(pair.b)[0]} "
+            "can change the conditions in which they differ",
+        )
     explanation = crosstruth.Explanation(pair, probed, other, contenders)
     goal_winner, goal_ties = crosstruth.winner(results[other].table, settings.stat)
     for changed, name in variants:
@@ -475,18 +658,29 @@ def _explain(target: str, space, pair, results: dict, settings: TuneSettings, st
         except TargetChanged:
             raise  # no probe of the target as read can be measured any more
         except NsprofError as exc:  # measured nothing there: say so, keep the others
-            explanation.probes.append(crosstruth.Probe(name, changed, truth_labels(name, settings), None, [],
-                                                       crosstruth.UNKNOWN))
+            explanation.probes.append(
+                crosstruth.Probe(name, changed, truth_labels(name, settings), None, [], crosstruth.UNKNOWN)
+            )
             explanation.reason = one_line(str(exc), 200)
             continue
         won, ties = crosstruth.winner(ranked.table, settings.stat)
-        explanation.probes.append(crosstruth.Probe(name, changed, ranked.labels, won, ties,
-                                                   crosstruth.verdict(won, ties, goal_winner, goal_ties),
-                                                   ranked.table))
+        explanation.probes.append(
+            crosstruth.Probe(
+                name,
+                changed,
+                ranked.labels,
+                won,
+                ties,
+                crosstruth.verdict(won, ties, goal_winner, goal_ties),
+                ranked.table,
+            )
+        )
         ratio = crosstruth.erratic(ranked.table, results[other].table)
         if ratio is not None:
-            explanation.warnings.append(f"{name} measured the contenders {ratio:.1f}x as long as {other} did: its "
-                                        "numbers look erratic on this machine, so its pick says little")
+            explanation.warnings.append(
+                f"{name} measured the contenders {ratio:.1f}x as long as {other} did: its "
+                "numbers look erratic on this machine, so its pick says little"
+            )
     explanation.cause = crosstruth.cause(explanation.probes)
     return explanation
 
@@ -498,22 +692,34 @@ def cross_truth(target: str, space, results: dict, settings: TuneSettings, stage
     names = list(results)
     cross = CrossTruth()
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             pair = crosstruth.compare(a, results[a].table, b, results[b].table, settings.stat)
             cross.pairs.append(pair)
             if pair.verdict != crosstruth.DISAGREE or not settings.explain:
                 continue
             if stage is None:
-                cross.explanations.append(crosstruth.Explanation(
-                    pair, a, b, crosstruth.contenders(pair),
-                    reason="the probes that explain a disagreement are not run per shape yet"))
+                cross.explanations.append(
+                    crosstruth.Explanation(
+                        pair,
+                        a,
+                        b,
+                        crosstruth.contenders(pair),
+                        reason="the probes that explain a disagreement are not run per shape yet",
+                    )
+                )
             else:
                 cross.explanations.append(_explain(target, space, pair, results, settings, stage))
     return cross
 
 
-def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[int] | None = None,
-         on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None, space=None) -> TuneResult:
+def tune(
+    target: str,
+    settings: TuneSettings | None = None,
+    *,
+    config_ids: list[int] | None = None,
+    on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None,
+    space=None,
+) -> TuneResult:
     """Rank every config under each truth of `settings` (rank_truth), compare the truths' winners
     when there are several (cross_truth), and feed the deploy truth's ranking back to the target's
     tuner. The result is the deploy truth's ranking, carrying every truth's (`truths`) and the
@@ -529,8 +735,9 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
     stage = on_stage or (lambda name, count: None)
     if space.shapes is not None:
         return tune_shapes(target, space, settings, wanted, stage)
-    if settings.cluster is None and (settings.prescreen or _a_timer_ranks(settings)
-                                     or settings.use_store and settings.resume):
+    if settings.cluster is None and (
+        settings.prescreen or _a_timer_ranks(settings) or settings.use_store and settings.resume
+    ):
         # The fast timers (a prescreen, or a timer that ranks: FastTimers) do not compile; a resumed
         # first pass may measure nothing, and the adaptive sessions (GroundTruth.interleave) do not
         # compile either (a cluster compiles each batch where it runs; otherwise each ground
@@ -538,15 +745,31 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
         precompile(space, config_ids=wanted)
     prescreen_table = None
     if settings.prescreen:
-        rows = measure_rows(target, n, settings.prescreen, settings, wanted, stage(settings.prescreen, len(wanted)),
-                            space=space)
+        rows = measure_rows(
+            target,
+            n,
+            settings.prescreen,
+            settings,
+            wanted,
+            stage(settings.prescreen, len(wanted)),
+            space=space,
+        )
         prescreen_table = rank(config_summary(rows), settings.stat)
-        prescreen_table.insert(2, "config", [config_label(space.configs[int(c)]) for c in prescreen_table["config_id"]])
-        wanted = [int(c) for c in prescreen_table[prescreen_table["error"].isna()]["config_id"].head(settings.prescreen_top)]
+        prescreen_table.insert(
+            2, "config", [config_label(space.configs[int(c)]) for c in prescreen_table["config_id"]]
+        )
+        wanted = [
+            int(c)
+            for c in prescreen_table[prescreen_table["error"].isna()]["config_id"].head(
+                settings.prescreen_top
+            )
+        ]
         if not wanted:
             raise NsprofError(f"the prescreen timer {settings.prescreen} measured no config")
-    results = {truth: rank_truth(target, space, truth, settings, wanted, stage(truth, len(wanted)), stage=stage)
-               for truth in settings.ranked_truths}
+    results = {
+        truth: rank_truth(target, space, truth, settings, wanted, stage(truth, len(wanted)), stage=stage)
+        for truth in settings.ranked_truths
+    }
     deploy = settings.deploy_truth
     result = results[deploy]
     result.prescreen = prescreen_table
@@ -561,7 +784,9 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
         try:
             result.tuner_pick = tuner_pick_in_child(target, settings, n)
         except Exception as exc:  # the user's tuner failed: the ranking still stands
-            result.errors.append(f"the target's own autotuner failed: {one_line(f'{type(exc).__name__}: {exc}', 300)}")
+            result.errors.append(
+                f"the target's own autotuner failed: {one_line(f'{type(exc).__name__}: {exc}', 300)}"
+            )
         else:
             if result.tuner_pick is not None:  # None: the tuner could not say
                 notes.append(describe_pick(result.tuner_pick, table))
@@ -571,19 +796,24 @@ def tune(target: str, settings: TuneSettings | None = None, *, config_ids: list[
         try:
             stored = tuner_in_child(target, "feed_back", [latencies_ms], settings, n)
         except Exception as exc:
-            result.errors.append(f"feeding the ranking back to {tuner.name} failed: "
-                                 f"{one_line(f'{type(exc).__name__}: {exc}', 300)}")
+            result.errors.append(
+                f"feeding the ranking back to {tuner.name} failed: "
+                f"{one_line(f'{type(exc).__name__}: {exc}', 300)}"
+            )
         else:
-            notes.append(f"handed to {tuner.name} for deploy condition {deploy} "
-                         f"({crosstruth.condition_words(result.labels, result.labels.get('mode'))}): {stored}")
+            notes.append(
+                f"handed to {tuner.name} for deploy condition {deploy} "
+                f"({crosstruth.condition_words(result.labels, result.labels.get('mode'))}): {stored}"
+            )
     if prescreen_table is not None and best is not None:
         position = wanted.index(best) + 1
         notes.append(f"the ground-truth winner was #{position} of the prescreen's top {len(wanted)}")
         if position == len(wanted):
-            notes.append("it was the last one sent to ground truth: a better config may lie outside the "
-                         "prescreened set; raise --top")
+            notes.append(
+                "it was the last one sent to ground truth: a better config may lie outside the "
+                "prescreened set; raise --top"
+            )
     return result
-
 
 
 def _timed(progress, settings: TuneSettings):
@@ -606,8 +836,17 @@ def _timed(progress, settings: TuneSettings):
     return timed, cost
 
 
-def _adaptive(target: str, n: int, truth: str, settings: TuneSettings, rows, stored: _Stored | None, cost, stage,
-              space=None):
+def _adaptive(
+    target: str,
+    n: int,
+    truth: str,
+    settings: TuneSettings,
+    rows,
+    stored: _Stored | None,
+    cost,
+    stage,
+    space=None,
+):
     """Adaptive reps for the contenders (nsprof.adaptive.refine), each session through the results
     store when there is one."""
     import pandas as pd
@@ -666,15 +905,22 @@ def tuner_in_child(target: str, name: str, args: list, settings: TuneSettings, n
     timeout = settings.timeout_s * max(1, n_configs)
     with gpu_lock(0, wait=settings.wait):
         try:
-            done = subprocess.run([sys.executable, "-c", _TUNER_CHILD, target, name, json.dumps(args)],
-                                  capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout)
+            done = subprocess.run(
+                [sys.executable, "-c", _TUNER_CHILD, target, name, json.dumps(args)],
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             raise NsprofError(f"it ran past {timeout:g} s (--timeout times the number of configs)") from None
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(RESULT_MARKER):
-            return json.loads(line[len(RESULT_MARKER):])
+            return json.loads(line[len(RESULT_MARKER) :])
     lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-    raise NsprofError(f"its process exited with status {done.returncode}" + (f": {lines[-1]}" if lines else ""))
+    raise NsprofError(
+        f"its process exited with status {done.returncode}" + (f": {lines[-1]}" if lines else "")
+    )
 
 
 def tuner_pick_in_child(target: str, settings: TuneSettings, n_configs: int) -> dict | None:
@@ -683,6 +929,7 @@ def tuner_pick_in_child(target: str, settings: TuneSettings, n_configs: int) -> 
 
 
 # -- a target with shapes -------------------------------------------------------------------------
+
 
 def tune_shapes(target: str, space, settings: TuneSettings, wanted: list[int], stage) -> TuneResult:
     """tune() for a Space with shapes: every (shape, config) pair of `wanted` measured in one profiled
@@ -705,8 +952,10 @@ def tune_shapes(target: str, space, settings: TuneSettings, wanted: list[int], s
         from nsprof.profile import precompile
 
         precompile(space, config_ids=points)  # a fast timer's sessions (FastTimers) do not compile
-    per_truth = {truth: rank_shapes(target, space, truth, settings, wanted, stage(truth, len(points)))
-                 for truth in settings.ranked_truths}
+    per_truth = {
+        truth: rank_shapes(target, space, truth, settings, wanted, stage(truth, len(points)))
+        for truth in settings.ranked_truths
+    }
     deploy = settings.deploy_truth
     shapes = []
     for shape in range(layout.n_shapes):
@@ -727,32 +976,49 @@ def tune_shapes(target: str, space, settings: TuneSettings, wanted: list[int], s
     for result in shapes:
         measured = result.table[result.table["error"].isna() & result.table["value_ns"].notna()]
         if result.best_config_id is not None:
-            latencies[result.shape] = {int(c): float(v) / 1e6 for c, v in zip(measured["config_id"], measured["value_ns"])}
-    if settings.feed_back and tuner is not None and tuner.can_feed_back and latencies \
-            and not tuner.can_feed_back_shapes:
-        first.notes.append(f"not fed back: {tuner.name} takes the ranking of one shape only (its hook has no "
-                           "feed_back_shapes)")
+            latencies[result.shape] = {
+                int(c): float(v) / 1e6 for c, v in zip(measured["config_id"], measured["value_ns"])
+            }
+    if (
+        settings.feed_back
+        and tuner is not None
+        and tuner.can_feed_back
+        and latencies
+        and not tuner.can_feed_back_shapes
+    ):
+        first.notes.append(
+            f"not fed back: {tuner.name} takes the ranking of one shape only (its hook has no "
+            "feed_back_shapes)"
+        )
     elif settings.feed_back and tuner is not None and tuner.can_feed_back and latencies:
         try:
             if tuner.feed_back_shapes_apart:  # each shape's key computed in a process of its own
                 stored = {}
                 for shape, by_config in latencies.items():
-                    stored.update(tuner_in_child(target, "feed_back_shapes", [{shape: by_config}], settings, n))
+                    stored.update(
+                        tuner_in_child(target, "feed_back_shapes", [{shape: by_config}], settings, n)
+                    )
             else:
                 stored = tuner_in_child(target, "feed_back_shapes", [latencies], settings, len(points))
         except Exception as exc:
-            first.errors.append(f"feeding the rankings back to {tuner.name} failed: "
-                                f"{one_line(f'{type(exc).__name__}: {exc}', 300)}")
+            first.errors.append(
+                f"feeding the rankings back to {tuner.name} failed: "
+                f"{one_line(f'{type(exc).__name__}: {exc}', 300)}"
+            )
         else:
             words = crosstruth.condition_words(first.labels, first.labels.get("mode"))
             for result in shapes:
                 line = stored.get(str(result.shape)) if isinstance(stored, dict) else None
                 if line is not None:
-                    result.notes.append(f"handed to {tuner.name} for deploy condition {deploy} ({words}): {line}")
+                    result.notes.append(
+                        f"handed to {tuner.name} for deploy condition {deploy} ({words}): {line}"
+                    )
     return first
 
 
-def rank_shapes(target: str, space, truth: str, settings: TuneSettings, wanted: list[int], on_progress) -> list:
+def rank_shapes(
+    target: str, space, truth: str, settings: TuneSettings, wanted: list[int], on_progress
+) -> list:
     """Every shape's ranking under one truth ([TuneResult], in shape order): configs `wanted` at every
     shape measured in one session (through the results store, keyed by shape, unless settings.use_store
     is off; --resume measures only the (shape, config) pairs it lacks). Raises when nothing was measured
@@ -766,25 +1032,46 @@ def rank_shapes(target: str, space, truth: str, settings: TuneSettings, wanted: 
     began = time.monotonic()
     runs: list[Measured] = []
     if settings.use_store:
-        by_shape = _measure_stored_shapes(target, space, truth, settings, wanted, on_progress, notes,
-                                          on_measured=runs.append)
+        by_shape = _measure_stored_shapes(
+            target, space, truth, settings, wanted, on_progress, notes, on_measured=runs.append
+        )
     else:
-        rows = measure_rows(target, len(space.configs), truth, settings, layout.all(wanted), on_progress,
-                            n_shapes=layout.n_shapes, on_measured=runs.append, space=space)
-        by_shape = {shape: rows[(rows["shape"] == shape).fillna(False).astype(bool)]
-                    for shape in range(layout.n_shapes)}
+        rows = measure_rows(
+            target,
+            len(space.configs),
+            truth,
+            settings,
+            layout.all(wanted),
+            on_progress,
+            n_shapes=layout.n_shapes,
+            on_measured=runs.append,
+            space=space,
+        )
+        by_shape = {
+            shape: rows[(rows["shape"] == shape).fillna(False).astype(bool)]
+            for shape in range(layout.n_shapes)
+        }
     first_pass_wall_s = time.monotonic() - began
     if _is_truth(truth) and settings.budget_s > 0:
-        notes.append(f"no adaptive reps: they are not run per shape yet (this target has {layout.n_shapes} "
-                     "shapes); raise --reps to separate close configs")
+        notes.append(
+            f"no adaptive reps: they are not run per shape yet (this target has {layout.n_shapes} "
+            "shapes); raise --reps to separate close configs"
+        )
     results = []
     for shape in range(layout.n_shapes):
         import pandas as pd
 
         rows = by_shape[shape].copy()
         rows["shape"] = pd.Series(pd.NA, index=rows.index, dtype="Int64")  # one shape: ranked as configs are
-        result = _ranked(space, truth, settings, rows, list(notes), first_pass_wall_s=first_pass_wall_s,
-                         first_pass_phases=_timing(runs[0]) if runs else None)
+        result = _ranked(
+            space,
+            truth,
+            settings,
+            rows,
+            list(notes),
+            first_pass_wall_s=first_pass_wall_s,
+            first_pass_phases=_timing(runs[0]) if runs else None,
+        )
         result.shape, result.shape_value = shape, space.shapes[shape]
         if result.best_config_id is None:
             result.notes.append(f"no config was measured at shape {shape} ({space.shape_label(shape)})")
@@ -796,8 +1083,16 @@ def rank_shapes(target: str, space, truth: str, settings: TuneSettings, wanted: 
     return results
 
 
-def _measure_stored_shapes(target: str, space, backend: str, settings: TuneSettings, wanted: list[int],
-                           on_progress, notes: list[str], on_measured=None) -> dict:
+def _measure_stored_shapes(
+    target: str,
+    space,
+    backend: str,
+    settings: TuneSettings,
+    wanted: list[int],
+    on_progress,
+    notes: list[str],
+    on_measured=None,
+) -> dict:
     """_measure_stored for a target with shapes: one run, one session over every (shape, config) pair
     the store lacks, each pair's rows in one transaction, keyed by the shape's JSON beside the config's.
     Returns {shape index: the rows to rank of that shape} (_select_stored, per shape)."""
@@ -810,19 +1105,34 @@ def _measure_stored_shapes(target: str, space, backend: str, settings: TuneSetti
     tool_version = GroundTruth(_profile_settings(backend, settings)).tool_version() if truth else ""
     stored_backend = split_truth(backend)[0] if truth else f"{backend}:{settings.stat}"
     gpu = which_gpu(0)
-    group = {"fingerprint": space.fingerprint or target_fingerprint(target), "gpu": gpu.key, "backend": stored_backend,
-             "tool_version": tool_version, **key_labels(backend, settings)}
+    group = {
+        "fingerprint": space.fingerprint or target_fingerprint(target),
+        "gpu": gpu.key,
+        "backend": stored_backend,
+        "tool_version": tool_version,
+        **key_labels(backend, settings),
+    }
     wanted_json = {c: config_json(space.configs[c]) for c in wanted}
     shape_jsons = [shape_json(shape) for shape in space.shapes]
     with ResultStore(settings.store) as store:
         todo = layout.all(wanted)
         if settings.resume:
-            todo = [layout.id(c, shape) for shape in range(layout.n_shapes)
-                    for c in store.missing(group, wanted, config_jsons=wanted_json, retry_failed=settings.retry_failed,
-                                           retry_if=lambda failure: retryable(failure, settings.timeout_s),
-                                           shape_json=shape_jsons[shape])]
+            todo = [
+                layout.id(c, shape)
+                for shape in range(layout.n_shapes)
+                for c in store.missing(
+                    group,
+                    wanted,
+                    config_jsons=wanted_json,
+                    retry_failed=settings.retry_failed,
+                    retry_if=lambda failure: retryable(failure, settings.timeout_s),
+                    shape_json=shape_jsons[shape],
+                )
+            ]
             total = len(wanted) * layout.n_shapes
-            notes.append(f"resumed: {total - len(todo)} of {total} (shape, config) pairs came from the results store")
+            notes.append(
+                f"resumed: {total - len(todo)} of {total} (shape, config) pairs came from the results store"
+            )
         if todo:
             run_id = store.start_run(target=target, settings=settings, gpu_uuid=gpu.uuid, **group)
             status = "failed"
@@ -834,15 +1144,34 @@ def _measure_stored_shapes(target: str, space, backend: str, settings: TuneSetti
                     shape, config_id = int(shape), int(config_id)
                     if (shape, config_id) in stored_ids or config_id not in wanted_json:
                         continue
-                    store.add(run_id, MeasurementKey(config_id=config_id, config_json=wanted_json[config_id],
-                                                     shape_json=shape_jsons[shape], shape=shape, **group), pair_rows)
+                    store.add(
+                        run_id,
+                        MeasurementKey(
+                            config_id=config_id,
+                            config_json=wanted_json[config_id],
+                            shape_json=shape_jsons[shape],
+                            shape=shape,
+                            **group,
+                        ),
+                        pair_rows,
+                    )
                     stored_ids.add((shape, config_id))
 
             try:
                 devices: list[dict | None] = []
-                rows = measure_rows(target, len(space.configs), backend, settings, todo, on_progress,
-                                    on_rows=store_rows, on_device=devices.append, n_shapes=layout.n_shapes,
-                                    on_measured=on_measured, space=space)
+                rows = measure_rows(
+                    target,
+                    len(space.configs),
+                    backend,
+                    settings,
+                    todo,
+                    on_progress,
+                    on_rows=store_rows,
+                    on_device=devices.append,
+                    n_shapes=layout.n_shapes,
+                    on_measured=on_measured,
+                    space=space,
+                )
                 store_rows(rows)  # what was not handed over yet
                 status = "ok" if rows["error"].isna().any() else "nothing measured"
             except KeyboardInterrupt:
@@ -853,7 +1182,11 @@ def _measure_stored_shapes(target: str, space, backend: str, settings: TuneSetti
             ran_on = gpu_of(devices[0] if devices else None)
             if ran_on is not None and ran_on.uuid != gpu.uuid:
                 store.relabel_gpu(run_id, ran_on.key, ran_on.uuid)
-                notes.append(f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such")
+                notes.append(
+                    f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such"
+                )
                 group["gpu"] = ran_on.key
-        return {shape: _Stored(settings, group, wanted_json, gpu.uuid, shape_jsons[shape]).rows(store)
-                for shape in range(layout.n_shapes)}
+        return {
+            shape: _Stored(settings, group, wanted_json, gpu.uuid, shape_jsons[shape]).rows(store)
+            for shape in range(layout.n_shapes)
+        }

@@ -51,5 +51,6 @@ class TunerHook(ABC):
         """For a Space with shapes: each shape's ranking (shape index -> config index -> ms) into the
         tuner's cache under the key the tuner computes for a call at that shape; {shape index: one line
         on what was written}. A hook over a tuner without per-shape entries does not override it."""
-        raise NotImplementedError(f"{self.name} takes the ranking of one shape only (its hook has no "
-                                  "feed_back_shapes)")
+        raise NotImplementedError(
+            f"{self.name} takes the ranking of one shape only (its hook has no feed_back_shapes)"
+        )

@@ -25,8 +25,17 @@ from nsprof.measure import FastTimers, GroundTruth
 from nsprof.session import work_folder
 from nsprof.settings import Truth, ValidateSettings
 
-__all__ = ["ValidateResult", "ValidateSettings", "matched_pairs", "resolve_truths", "run_timers", "run_truth",
-           "timer_groups", "truth_rows", "validate"]
+__all__ = [
+    "ValidateResult",
+    "ValidateSettings",
+    "matched_pairs",
+    "resolve_truths",
+    "run_timers",
+    "run_truth",
+    "timer_groups",
+    "truth_rows",
+    "validate",
+]
 # --matched: the conditions each timer is matched with (clocks free: the timers run at the card's own)
 MATCHED_CLOCK = "free"
 
@@ -58,14 +67,22 @@ def timer_groups(names: list[str]) -> list[list[str]]:
     return [group for group in (plain, own_cupti, external) if group]
 
 
-def run_timers(target: str, n_configs: int, names: list[str], settings: ValidateSettings, work_dir: Path,
-               on_progress=None) -> tuple[list[dict], dict]:
+def run_timers(
+    target: str,
+    n_configs: int,
+    names: list[str],
+    settings: ValidateSettings,
+    work_dir: Path,
+    on_progress=None,
+) -> tuple[list[dict], dict]:
     """Every timer group in its own worker process (a FastTimers backend each): per-config rows
     {config_id, method, value_ns} and failures {(method or "timers", config_id): reason}."""
     rows: list[dict] = []
     failures: dict = {}
     for index, group in enumerate(timer_groups(names)):
-        timers = FastTimers(group, settings.profile, work_dir / f"timers{index}", timer_reps=settings.timer_reps)
+        timers = FastTimers(
+            group, settings.profile, work_dir / f"timers{index}", timer_reps=settings.timer_reps
+        )
         backend = sharded(timers, settings.cluster)
         measured = backend.run(target, None, n_configs=n_configs, on_progress=on_progress)
         failures.update({("timers", cfg): reason for cfg, reason in measured.failures.items()})
@@ -91,20 +108,28 @@ def resolve_truths(settings: ValidateSettings) -> list[Truth]:
     if settings.matched:
         bases = [t for t in truths if driver_class(t.backend).controls_conditions]
         if not bases:
-            raise NsprofError(f"--matched needs a truth that controls clocks and caches "
-                              f"({', '.join(controllable()) or 'ncu'}) among --truth")
+            raise NsprofError(
+                f"--matched needs a truth that controls clocks and caches "
+                f"({', '.join(controllable()) or 'ncu'}) among --truth"
+            )
         truths += [Truth(t.backend, MATCHED_CLOCK, l2) for t in bases for l2 in ("cold", "warm")]
     return list(dict.fromkeys(truths))
 
 
 def truth_profile(truth: Truth, settings: ValidateSettings, work_dir: Path):
     """The session settings of one truth's run: the backend, its condition, the run's folder."""
-    return replace(settings.profile, backend=truth.backend, clock_control=truth.clock_control,
-                   cache_control=truth.cache_control, work_dir=work_dir)
+    return replace(
+        settings.profile,
+        backend=truth.backend,
+        clock_control=truth.clock_control,
+        cache_control=truth.cache_control,
+        work_dir=work_dir,
+    )
 
 
-def run_truth(target: str, truth: Truth | str, settings: ValidateSettings, work_dir: Path, on_progress=None,
-              space=None):
+def run_truth(
+    target: str, truth: Truth | str, settings: ValidateSettings, work_dir: Path, on_progress=None, space=None
+):
     """One ground truth (under its condition) over every config: per-config rows {config_id,
     method, value_ns, ci_low_ns, ci_high_ns, clock_hz} (method: Truth.method(mode), value: the
     median of the reps, with the median's interval) and failures {(truth name, config_id): reason}."""
@@ -112,8 +137,13 @@ def run_truth(target: str, truth: Truth | str, settings: ValidateSettings, work_
 
     truth = Truth.parse(truth) if isinstance(truth, str) else truth
     profile_settings = truth_profile(truth, settings, work_dir)
-    result = profile_result(target, profile_settings, on_progress=on_progress, space=space,
-                            backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None)
+    result = profile_result(
+        target,
+        profile_settings,
+        on_progress=on_progress,
+        space=space,
+        backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None,
+    )
     failures = {(truth.name, int(c)): reason for c, reason in result.failures.items()}
     return truth_rows(result.frame, truth), failures
 
@@ -124,9 +154,18 @@ def truth_rows(frame, truth: Truth) -> list[dict]:
     from nsprof.profile import config_summary
 
     summary = config_summary(frame)
-    return [{"config_id": int(r.config_id), "method": truth.method(r.mode), "value_ns": r.median_ns,
-             "ci_low_ns": r.ci_low_ns, "ci_high_ns": r.ci_high_ns, "clock_hz": r.median_clock_hz}
-            for r in summary.itertuples() if isinstance(r.mode, str)]
+    return [
+        {
+            "config_id": int(r.config_id),
+            "method": truth.method(r.mode),
+            "value_ns": r.median_ns,
+            "ci_low_ns": r.ci_low_ns,
+            "ci_high_ns": r.ci_high_ns,
+            "clock_hz": r.median_clock_hz,
+        }
+        for r in summary.itertuples()
+        if isinstance(r.mode, str)
+    ]
 
 
 def matched_pairs(timers: list[str], truths: list[Truth], modes) -> list[dict]:
@@ -146,8 +185,15 @@ def matched_pairs(timers: list[str], truths: list[Truth], modes) -> list[dict]:
             if matched.name not in names:
                 continue
             for mode in modes:
-                pairs.append({"timer": timer, "l2": l2, "mode": mode, "matched_truth": matched.method(mode),
-                              "unmatched_truth": Truth(backend).method(mode) if backend in names else None})
+                pairs.append(
+                    {
+                        "timer": timer,
+                        "l2": l2,
+                        "mode": mode,
+                        "matched_truth": matched.method(mode),
+                        "unmatched_truth": Truth(backend).method(mode) if backend in names else None,
+                    }
+                )
     return pairs
 
 
@@ -162,45 +208,61 @@ def describe_truth(truth: Truth, settings: ValidateSettings, rows: list[dict]) -
     profile = truth_profile(truth, settings, Path("."))
     words = driver.conditions(profile) or "the tool's own conditions"
     if driver.controls_conditions:
-        words = (f"{truth.backend} --clock-control {profile.clock_control} --cache-control {profile.cache_control} "
-                 f"({words})")
+        words = (
+            f"{truth.backend} --clock-control {profile.clock_control} --cache-control {profile.cache_control} "
+            f"({words})"
+        )
     clocks = [r["clock_hz"] for r in rows if r.get("clock_hz") is not None and not math.isnan(r["clock_hz"])]
     if clocks:
         words += f", measured median clock {statistics.median(clocks) / 1e9:.2f} GHz"
     return words
 
 
-def _measure(target: str, space, names: list[str], conditioned: list[Truth], settings: ValidateSettings,
-             work_dir: Path, stage):
+def _measure(
+    target: str,
+    space,
+    names: list[str],
+    conditioned: list[Truth],
+    settings: ValidateSettings,
+    work_dir: Path,
+    stage,
+):
     """Every timer, then every truth (twice with repeat_truth), their runs in `work_dir`: per-config
     rows, failures, the truths' methods, the repeated truths' rows and how each method was taken."""
     from nsprof.timers.specs import conditions as conditions_of
 
     n = len(space.configs)
-    rows, failures = run_timers(target, n, names, settings, work_dir, stage("timers", n * len(timer_groups(names))))
+    rows, failures = run_timers(
+        target, n, names, settings, work_dir, stage("timers", n * len(timer_groups(names)))
+    )
     conditions = {name: conditions_of(name) for name in names}
     truths, repeat_rows = [], []
     for truth in conditioned:
         folder = truth.name.replace("@", "-")
-        truth_rows, truth_failures = run_truth(target, truth, settings, work_dir / f"{folder}_a",
-                                               stage(truth.name, n), space)
+        truth_rows, truth_failures = run_truth(
+            target, truth, settings, work_dir / f"{folder}_a", stage(truth.name, n), space
+        )
         rows += truth_rows
         failures.update(truth_failures)
         truths += [truth.method(mode) for mode in settings.modes]
         if settings.repeat_truth:
-            again, _ = run_truth(target, truth, settings, work_dir / f"{folder}_b", stage(f"{truth.name} again", n),
-                                 space)
+            again, _ = run_truth(
+                target, truth, settings, work_dir / f"{folder}_b", stage(f"{truth.name} again", n), space
+            )
             repeat_rows += again
         for mode in settings.modes:
-            conditions[truth.method(mode)] = (
-                describe_truth(truth, settings, [r for r in truth_rows if r["method"] == truth.method(mode)])
-                + (", kernel node of a replayed graph" if mode == "graph" else ", direct launch"))
+            conditions[truth.method(mode)] = describe_truth(
+                truth, settings, [r for r in truth_rows if r["method"] == truth.method(mode)]
+            ) + (", kernel node of a replayed graph" if mode == "graph" else ", direct launch")
     return rows, failures, truths, repeat_rows, conditions
 
 
-def validate(target: str, settings: ValidateSettings | None = None,
-             on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None,
-             space=None) -> ValidateResult:
+def validate(
+    target: str,
+    settings: ValidateSettings | None = None,
+    on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None,
+    space=None,
+) -> ValidateResult:
     """Run every step; `on_stage(name, n_configs)` returns a progress callback for that stage.
     `space`: the target's Space where the caller has loaded it already."""
     import pandas as pd
@@ -223,8 +285,9 @@ def validate(target: str, settings: ValidateSettings | None = None,
     names = expand(list(settings.timers)) + (available_external() if settings.external else [])
     stage = on_stage or (lambda name, count: None)
     with work_folder(settings.work_dir, "nsprof-validate-") as work_dir:  # a temporary one is removed
-        rows, failures, truths, repeat_rows, conditions = _measure(target, space, names, conditioned, settings,
-                                                                   work_dir, stage)
+        rows, failures, truths, repeat_rows, conditions = _measure(
+            target, space, names, conditioned, settings, work_dir, stage
+        )
     columns = ["config_id", "method", "value_ns", "ci_low_ns", "ci_high_ns", "clock_hz"]
     per_config = pd.DataFrame(rows, columns=columns)
     timers = [m for m in names if m in set(per_config["method"])]
@@ -237,7 +300,16 @@ def validate(target: str, settings: ValidateSettings | None = None,
     pairs = matched_pairs(timers, conditioned, settings.modes)
     matched = agree.matched_agreement(table, floors, pairs) if pairs else None
     verdict = format_verdict(table, floors)
-    return ValidateResult(per_config=per_config, agreement=table, floors=floors, verdict=verdict, timers=timers,
-                          truths=truths, configs=space.configs, failures=failures, matched=matched,
-                          conditions={m: conditions[m] for m in [*timers, *truths] if m in conditions},
-                          repeat=repeat)
+    return ValidateResult(
+        per_config=per_config,
+        agreement=table,
+        floors=floors,
+        verdict=verdict,
+        timers=timers,
+        truths=truths,
+        configs=space.configs,
+        failures=failures,
+        matched=matched,
+        conditions={m: conditions[m] for m in [*timers, *truths] if m in conditions},
+        repeat=repeat,
+    )

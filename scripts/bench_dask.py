@@ -44,8 +44,12 @@ def _shape_configs():
 def _kernel(config):
     from gemm_tilelang import make_kernel
 
-    return make_kernel(config["block_N"], config["block_K"], config["num_stages"],
-                       shape=(config["M"], config["N"], config["K"]))
+    return make_kernel(
+        config["block_N"],
+        config["block_K"],
+        config["num_stages"],
+        shape=(config["M"], config["N"], config["K"]),
+    )
 
 
 def _build(config):
@@ -75,18 +79,38 @@ def run_tune(target: str, backend: str, devices: tuple[int, ...] | None, reps: i
         cluster.connect(settings_cluster)
         start_s = time.perf_counter() - started
     started = time.perf_counter()
-    result = tune(target, TuneSettings(backend=backend, mode="graph", reps=reps, use_store=False, feed_back=False,
-                                       tuner_pick=False, budget_s=0, cluster=settings_cluster))  # first pass only: adaptive reps are not spread over a cluster yet
+    result = tune(
+        target,
+        TuneSettings(
+            backend=backend,
+            mode="graph",
+            reps=reps,
+            use_store=False,
+            feed_back=False,
+            tuner_pick=False,
+            budget_s=0,
+            cluster=settings_cluster,
+        ),
+    )  # first pass only: adaptive reps are not spread over a cluster yet
     wall = time.perf_counter() - started
     cluster.close()
     table = result.table
     measured = table[table["error"].isna() & table["value_ns"].notna()]
-    return {"target": target, "backend": backend, "devices": list(devices or []), "wall_s": wall,
-            "cluster_start_s": start_s, "configs": int(len(table)), "measured": int(len(measured)),
-            "configs_per_s": len(table) / wall if wall else None, "best": result.best_config_id,
-            "tie_set": result.tie_set,
-            "rows": json.loads(table[["config_id", "value_ns", "ci_low_ns", "ci_high_ns", "error"]]
-                               .to_json(orient="records"))}
+    return {
+        "target": target,
+        "backend": backend,
+        "devices": list(devices or []),
+        "wall_s": wall,
+        "cluster_start_s": start_s,
+        "configs": int(len(table)),
+        "measured": int(len(measured)),
+        "configs_per_s": len(table) / wall if wall else None,
+        "best": result.best_config_id,
+        "tie_set": result.tie_set,
+        "rows": json.loads(
+            table[["config_id", "value_ns", "ci_low_ns", "ci_high_ns", "error"]].to_json(orient="records")
+        ),
+    }
 
 
 def _medians(step: dict) -> dict[int, float]:
@@ -101,8 +125,13 @@ def compare(a: dict, b: dict) -> dict:
     shared = sorted(set(ma) & set(mb))
     tau = kendalltau([ma[c] for c in shared], [mb[c] for c in shared]).statistic if len(shared) > 1 else None
     ratios = sorted(mb[c] / ma[c] for c in shared if ma[c])
-    return {"same_winner": a["best"] == b["best"], "winner_in_tie_set": b["best"] in a["tie_set"],
-            "kendall_tau": tau, "median_ratio": ratios[len(ratios) // 2] if ratios else None, "shared": len(shared)}
+    return {
+        "same_winner": a["best"] == b["best"],
+        "winner_in_tie_set": b["best"] in a["tie_set"],
+        "kendall_tau": tau,
+        "median_ratio": ratios[len(ratios) // 2] if ratios else None,
+        "shared": len(shared),
+    }
 
 
 def per_shape(step: dict) -> dict[str, dict]:
@@ -110,14 +139,28 @@ def per_shape(step: dict) -> dict[str, dict]:
     configs = _shape_configs()
     out = {}
     for shape in SHAPES:
-        rows = [r for r in step["rows"] if r["value_ns"] is not None
-                and (configs[r["config_id"]]["M"], configs[r["config_id"]]["N"], configs[r["config_id"]]["K"]) == shape]
+        rows = [
+            r
+            for r in step["rows"]
+            if r["value_ns"] is not None
+            and (configs[r["config_id"]]["M"], configs[r["config_id"]]["N"], configs[r["config_id"]]["K"])
+            == shape
+        ]
         if not rows:
             continue
         best = min(rows, key=lambda r: (r["value_ns"], r["config_id"]))
-        ties = [r["config_id"] for r in rows if r["ci_low_ns"] is not None and best["ci_high_ns"] is not None
-                and r["ci_low_ns"] <= best["ci_high_ns"] and r["ci_high_ns"] >= best["ci_low_ns"]]
-        out["x".join(map(str, shape))] = {"best": best["config_id"], "tie_set": sorted(set(ties) | {best["config_id"]})}
+        ties = [
+            r["config_id"]
+            for r in rows
+            if r["ci_low_ns"] is not None
+            and best["ci_high_ns"] is not None
+            and r["ci_low_ns"] <= best["ci_high_ns"]
+            and r["ci_high_ns"] >= best["ci_low_ns"]
+        ]
+        out["x".join(map(str, shape))] = {
+            "best": best["config_id"],
+            "tie_set": sorted(set(ties) | {best["config_id"]}),
+        }
     return out
 
 
@@ -129,8 +172,10 @@ def table(steps: dict) -> str:
         values = sorted(_medians(step).values())
         if not values:
             continue
-        lines.append(f"{name:<28} {step['wall_s']:>8.1f} {step['configs_per_s']:>7.2f} {values[0] / 1e3:>9.3f} "
-                     f"{values[len(values) // 2] / 1e3:>10.3f} {values[-1] / 1e3:>9.3f}")
+        lines.append(
+            f"{name:<28} {step['wall_s']:>8.1f} {step['configs_per_s']:>7.2f} {values[0] / 1e3:>9.3f} "
+            f"{values[len(values) // 2] / 1e3:>10.3f} {values[-1] / 1e3:>9.3f}"
+        )
     return "\n".join(lines)
 
 
@@ -141,8 +186,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    document: dict = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
-                      "reps": args.reps, "steps": {}, "comparisons": {}}
+    document: dict = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "reps": args.reps,
+        "steps": {},
+        "comparisons": {},
+    }
 
     def save() -> None:
         args.out.write_text(json.dumps(document, indent=1, default=str) + "\n")
@@ -158,21 +208,32 @@ def main() -> None:
     document["comparisons"]["seed: --devices 0 vs no Dask"] = {
         **compare(steps["nsys seed, no Dask"], steps["nsys seed, --devices 0"]),
         "dask_overhead_s": steps["nsys seed, --devices 0"]["wall_s"] - steps["nsys seed, no Dask"]["wall_s"],
-        "cluster_start_s": steps["nsys seed, --devices 0"]["cluster_start_s"]}
+        "cluster_start_s": steps["nsys seed, --devices 0"]["cluster_start_s"],
+    }
     save()
     if args.two:
         precompile(load_target(SHAPES_TARGET))
         for backend in ("ncu", "nsys"):
             one = steps[f"{backend} shapes, --devices 0"] = run_tune(SHAPES_TARGET, backend, (0,), args.reps)
             save()
-            two = steps[f"{backend} shapes, --devices 0,1"] = run_tune(SHAPES_TARGET, backend, (0, 1), args.reps)
+            two = steps[f"{backend} shapes, --devices 0,1"] = run_tune(
+                SHAPES_TARGET, backend, (0, 1), args.reps
+            )
             a, b = per_shape(one), per_shape(two)
             document["comparisons"][f"{backend} shapes: 2 GPUs vs 1"] = {
-                "throughput_ratio": two["configs_per_s"] / one["configs_per_s"] if one["configs_per_s"] else None,
-                "per_shape": {shape: {"one": a[shape], "two": b.get(shape),
-                                      "same_or_tied": b.get(shape, {}).get("best") in a[shape]["tie_set"]}
-                              for shape in a},
-                **compare(one, two)}
+                "throughput_ratio": two["configs_per_s"] / one["configs_per_s"]
+                if one["configs_per_s"]
+                else None,
+                "per_shape": {
+                    shape: {
+                        "one": a[shape],
+                        "two": b.get(shape),
+                        "same_or_tied": b.get(shape, {}).get("best") in a[shape]["tie_set"],
+                    }
+                    for shape in a
+                },
+                **compare(one, two),
+            }
             save()
     print(table(steps))
     for name, comparison in document["comparisons"].items():

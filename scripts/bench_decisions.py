@@ -32,8 +32,22 @@ SPACES = "examples/seed_gemm.py:space,examples/softmax_triton.py:space,examples/
 
 
 def one_run(space: str, extra: list[str]) -> dict:
-    argv = [sys.executable, "-m", "nsprof", "tune", space, "--truth", "ncu,nsys", "--mode", "graph", "--json",
-            "--no-store", "--no-tuner-pick", "--no-feed-back", *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "nsprof",
+        "tune",
+        space,
+        "--truth",
+        "ncu,nsys",
+        "--mode",
+        "graph",
+        "--json",
+        "--no-store",
+        "--no-tuner-pick",
+        "--no-feed-back",
+        *extra,
+    ]
     started = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True)
     wall = time.monotonic() - started
@@ -43,16 +57,22 @@ def one_run(space: str, extra: list[str]) -> dict:
         return entry
     document = json.loads(done.stdout)
     entry["verdict"] = document.get("verdict")
-    entry["agreement"] = [{k: p.get(k) for k in ("a", "b", "verdict", "a_under_b", "b_under_a", "words")}
-                          for p in document.get("agreement", [])]
-    entry["explanations"] = [{"cause": e.get("cause"), "words": e.get("words")} for e in document.get("explanations", [])]
+    entry["agreement"] = [
+        {k: p.get(k) for k in ("a", "b", "verdict", "a_under_b", "b_under_a", "words")}
+        for p in document.get("agreement", [])
+    ]
+    entry["explanations"] = [
+        {"cause": e.get("cause"), "words": e.get("words")} for e in document.get("explanations", [])
+    ]
     entry["truths"] = {}
     for ranking in document.get("truths", []):
         decision = ranking.get("decision") or {}
         adaptive = ranking.get("adaptive") or {}
         entry["truths"][ranking["truth"]] = {
-            "winner": ranking.get("best_config_id"), "tie_set": ranking.get("tie_set"),
-            "kind": decision.get("kind"), "words": decision.get("words"),
+            "winner": ranking.get("best_config_id"),
+            "tie_set": ranking.get("tie_set"),
+            "kind": decision.get("kind"),
+            "words": decision.get("words"),
             "first_pass_wall_s": ranking.get("first_pass_wall_s"),
             "adaptive": {k: adaptive.get(k) for k in ("stopped", "sessions", "reps", "wall_s", "words")},
         }
@@ -69,27 +89,53 @@ def goals(runs: list[dict]) -> list[str]:
         truths = sorted({t for e in ok for t in e["truths"]})
         for truth in truths:
             decisions = [e["truths"][truth] for e in ok if truth in e["truths"]]
-            outside = [(a["winner"], b["tie_set"]) for a in decisions for b in decisions
-                       if a["kind"] == "winner" and a["winner"] not in (b["tie_set"] or [])]
+            outside = [
+                (a["winner"], b["tie_set"])
+                for a in decisions
+                for b in decisions
+                if a["kind"] == "winner" and a["winner"] not in (b["tie_set"] or [])
+            ]
             sizes = [len(d["tie_set"] or []) for d in decisions]
-            costs = [d["adaptive"]["wall_s"] / d["first_pass_wall_s"] for d in decisions
-                     if d["adaptive"].get("wall_s") is not None and d["first_pass_wall_s"]]
-            lines.append(f"{space} {truth}: winners {[d['winner'] for d in decisions]}, tie sets {sizes}; "
-                         + ("no winner outside another run's tie set" if not outside else
-                            f"GOAL MISSED: winner outside another run's tie set {outside}")
-                         + (f"; adaptive cost best/median/worst {min(costs):.0%}/{statistics.median(costs):.0%}/"
-                            f"{max(costs):.0%} of the first pass" + (" (GOAL MISSED: > 30%)" if max(costs) > 0.30
-                                                                     else "") if costs else "; no adaptive reps ran"))
+            costs = [
+                d["adaptive"]["wall_s"] / d["first_pass_wall_s"]
+                for d in decisions
+                if d["adaptive"].get("wall_s") is not None and d["first_pass_wall_s"]
+            ]
+            lines.append(
+                f"{space} {truth}: winners {[d['winner'] for d in decisions]}, tie sets {sizes}; "
+                + (
+                    "no winner outside another run's tie set"
+                    if not outside
+                    else f"GOAL MISSED: winner outside another run's tie set {outside}"
+                )
+                + (
+                    f"; adaptive cost best/median/worst {min(costs):.0%}/{statistics.median(costs):.0%}/"
+                    f"{max(costs):.0%} of the first pass"
+                    + (" (GOAL MISSED: > 30%)" if max(costs) > 0.30 else "")
+                    if costs
+                    else "; no adaptive reps ran"
+                )
+            )
         disagree = [e for e in ok if any(p["verdict"] == "disagree" for p in e["agreement"])]
         if disagree:
-            explained = [e for e in disagree if e["explanations"] and all(x["cause"] for x in e["explanations"])]
-            lines.append(f"{space}: ncu and nsys disagree in {len(disagree)} of {len(ok)} runs; "
-                         f"a cause named in {len(explained)}" + ("" if len(disagree) == len(ok) else
-                                                                 " (the runs do not all agree on whether they disagree)"))
+            explained = [
+                e for e in disagree if e["explanations"] and all(x["cause"] for x in e["explanations"])
+            ]
+            lines.append(
+                f"{space}: ncu and nsys disagree in {len(disagree)} of {len(ok)} runs; "
+                f"a cause named in {len(explained)}"
+                + (
+                    ""
+                    if len(disagree) == len(ok)
+                    else " (the runs do not all agree on whether they disagree)"
+                )
+            )
         walls = [e["wall_s"] for e in ok]
         if walls:
-            lines.append(f"{space}: wall best/median/worst {min(walls):.1f}/{statistics.median(walls):.1f}/"
-                         f"{max(walls):.1f} s over {len(walls)} runs ({len(entries) - len(ok)} failed)")
+            lines.append(
+                f"{space}: wall best/median/worst {min(walls):.1f}/{statistics.median(walls):.1f}/"
+                f"{max(walls):.1f} s over {len(walls)} runs ({len(entries) - len(ok)} failed)"
+            )
     return lines
 
 
@@ -97,8 +143,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spaces", default=SPACES)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--start", type=int, default=0, help="the first run's number (to add runs to another file)")
-    parser.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier outputs whose runs count too")
+    parser.add_argument(
+        "--start", type=int, default=0, help="the first run's number (to add runs to another file)"
+    )
+    parser.add_argument(
+        "--merge", type=Path, nargs="*", default=[], help="earlier outputs whose runs count too"
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("extra", nargs="*", help="more nsprof tune options (after --)")
     args = parser.parse_args()
@@ -116,8 +166,11 @@ def main() -> int:
             result["runs"].append(entry)
             result["goals"] = goals(result["runs"])
             args.out.write_text(json.dumps(result, indent=1, default=str))
-            print(f"{space} run {index}: rc {entry['rc']}, {entry['wall_s']:.1f} s: "
-                  + (entry.get("error") or str(entry.get("verdict"))), flush=True)
+            print(
+                f"{space} run {index}: rc {entry['rc']}, {entry['wall_s']:.1f} s: "
+                + (entry.get("error") or str(entry.get("verdict"))),
+                flush=True,
+            )
     print("\n".join(result.get("goals", [])))
     return 0
 

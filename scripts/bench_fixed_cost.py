@@ -45,10 +45,25 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SESSION_PHASES = ("tool_start", "worker_start", "target_import", "cuda_init", "compile_wait", "build", "measure",
-                  "between", "worker_exit", "tool_exit", "cleanup", "export", "parse")
+SESSION_PHASES = (
+    "tool_start",
+    "worker_start",
+    "target_import",
+    "cuda_init",
+    "compile_wait",
+    "build",
+    "measure",
+    "between",
+    "worker_exit",
+    "tool_exit",
+    "cleanup",
+    "export",
+    "parse",
+)
 ORDER = ("nsprof_start", "precompile", *SESSION_PHASES, "session_other", "nsprof_end", "total")
-PHASES_FILE = "phases.json"  # nsprof.session.PHASES_FILE (not imported: this script runs nsprof as a user does)
+PHASES_FILE = (
+    "phases.json"  # nsprof.session.PHASES_FILE (not imported: this script runs nsprof as a user does)
+)
 
 
 VARIANTS = {"ahead": {"NSPROF_COMPILE_AHEAD": "1"}, "first": {"NSPROF_COMPILE_AHEAD": "0"}}
@@ -72,18 +87,43 @@ def medians(csv_path: Path) -> dict[str, float]:
     return {key: statistics.median(values) for key, values in grouped.items()}
 
 
-def one_run(nsprof: list[str], target: str, backend: str, mode: str, extra: list[str], timeout_s: float,
-            env: dict | None = None) -> dict:
+def one_run(
+    nsprof: list[str],
+    target: str,
+    backend: str,
+    mode: str,
+    extra: list[str],
+    timeout_s: float,
+    env: dict | None = None,
+) -> dict:
     """Run the command once in a fresh process; its phases, from outside and from phases.json."""
     with tempfile.TemporaryDirectory(prefix="bench-fixed-cost-") as folder:
         work = Path(folder) / "work"
         rows = Path(folder) / "rows.csv"
-        argv = [*nsprof, "profile", target, "--backend", backend, "--mode", mode, "--work-dir", str(work),
-                "--csv", str(rows), *extra]
+        argv = [
+            *nsprof,
+            "profile",
+            target,
+            "--backend",
+            backend,
+            "--mode",
+            mode,
+            "--work-dir",
+            str(work),
+            "--csv",
+            str(rows),
+            *extra,
+        ]
         spawned = time.monotonic()
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT,
-                                  env={**os.environ, **(env or {})})
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                cwd=ROOT,
+                env={**os.environ, **(env or {})},
+            )
         except subprocess.TimeoutExpired:
             return {"argv": argv, "error": f"timed out after {timeout_s:g} s"}
         exited = time.monotonic()
@@ -104,11 +144,16 @@ def one_run(nsprof: list[str], target: str, backend: str, mode: str, extra: list
         phases["nsprof_end"] = exited - record["ended"]
         phases["total"] = exited - spawned
         configs = record.get("configs", {})
-        run.update(phases=phases, session_wall_s=record["wall_s"], runs=len(record.get("runs", [])),
-                   compile_ahead_s=record.get("compile_ahead_s"),
-                   configs=configs, configs_measured=len(configs),
-                   build_per_config_median_s=_median([c["build"] for c in configs.values()]),
-                   measure_per_config_median_s=_median([c["measure"] for c in configs.values()]))
+        run.update(
+            phases=phases,
+            session_wall_s=record["wall_s"],
+            runs=len(record.get("runs", [])),
+            compile_ahead_s=record.get("compile_ahead_s"),
+            configs=configs,
+            configs_measured=len(configs),
+            build_per_config_median_s=_median([c["build"] for c in configs.values()]),
+            measure_per_config_median_s=_median([c["measure"] for c in configs.values()]),
+        )
         return run
 
 
@@ -120,6 +165,7 @@ def same_truth(runs_a: list[dict], runs_b: list[dict]) -> dict:
     """Do two variants measure the same thing? The median over config-modes of |median_b / median_a
     - 1| (each config-mode's median over the variant's runs), against the same figure between two
     runs of one variant (each variant's consecutive runs: the tool's own run-to-run noise)."""
+
     def pooled(runs):
         keyed: dict[str, list[float]] = {}
         for run in runs:
@@ -134,6 +180,7 @@ def same_truth(runs_a: list[dict], runs_b: list[dict]) -> dict:
         measured = [r["medians_ns"] for r in runs if r.get("medians_ns")]
         for first, second in zip(measured, measured[1:]):
             within += [abs(second[k] / first[k] - 1) for k in first if k in second and first[k] > 0]
+
     def pct(values: list[float]) -> float:
         return 100 * statistics.median(values) if values else float("nan")
 
@@ -146,28 +193,45 @@ def table(runs: list[dict]) -> str:
     if not good:
         return "  (no run recorded phases)"
     rows = [(name, [r["phases"][name] for r in good if name in r["phases"]]) for name in ORDER]
-    rows += [("build per config (median)", [r["build_per_config_median_s"] for r in good
-                                            if r["build_per_config_median_s"] is not None]),
-             ("measure per config (median)", [r["measure_per_config_median_s"] for r in good
-                                              if r["measure_per_config_median_s"] is not None])]
+    rows += [
+        (
+            "build per config (median)",
+            [r["build_per_config_median_s"] for r in good if r["build_per_config_median_s"] is not None],
+        ),
+        (
+            "measure per config (median)",
+            [r["measure_per_config_median_s"] for r in good if r["measure_per_config_median_s"] is not None],
+        ),
+    ]
     total = statistics.median(r["phases"]["total"] for r in good)
     lines = [f"  {'phase':<28}{'best s':>9}{'median s':>10}{'worst s':>9}{'% of total':>12}"]
     for name, values in rows:
         if not values:
             continue
         median = statistics.median(values)
-        share = f"{100 * median / total:.1f}" if total and not name.endswith("(median)") and name != "total" else ""
+        share = (
+            f"{100 * median / total:.1f}"
+            if total and not name.endswith("(median)") and name != "total"
+            else ""
+        )
         lines.append(f"  {name:<28}{min(values):>9.3f}{median:>10.3f}{max(values):>9.3f}{share:>12}")
     return "\n".join(lines)
 
 
 def environment() -> dict:
-    info = {"date": datetime.date.today().isoformat(), "python": platform.python_version(),
-            "cpu_cores": os.cpu_count(), "host": platform.node()}
+    info = {
+        "date": datetime.date.today().isoformat(),
+        "python": platform.python_version(),
+        "cpu_cores": os.cpu_count(),
+        "host": platform.node(),
+    }
     smi = shutil.which("nvidia-smi")
     if smi:
-        info["gpu"] = subprocess.run([smi, "--query-gpu=name,driver_version,clocks.max.sm", "--format=csv,noheader"],
-                                     capture_output=True, text=True).stdout.strip()
+        info["gpu"] = subprocess.run(
+            [smi, "--query-gpu=name,driver_version,clocks.max.sm", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
     try:
         sys.path.insert(0, str(ROOT))
         from nsprof.host import tools
@@ -184,22 +248,38 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON, rewritten after every run")
     parser.add_argument("--runs", type=int, default=3, help="counted runs per tool (after one warm-up)")
-    parser.add_argument("--backends", default="nsys,ncu", help="tools to run, in order (nsprof --backend names)")
+    parser.add_argument(
+        "--backends", default="nsys,ncu", help="tools to run, in order (nsprof --backend names)"
+    )
     parser.add_argument("--target", default="examples/seed_gemm.py:space")
     parser.add_argument("--mode", default="graph", choices=["direct", "graph", "both"])
-    parser.add_argument("--nsprof", default=f"{shlex.quote(sys.executable)} -m nsprof",
-                        help="the command that runs nsprof (a stand-in's CLI in the CPU test)")
+    parser.add_argument(
+        "--nsprof",
+        default=f"{shlex.quote(sys.executable)} -m nsprof",
+        help="the command that runs nsprof (a stand-in's CLI in the CPU test)",
+    )
     parser.add_argument("--extra", default="", help="more options for nsprof profile, e.g. '--reps 5'")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one run may take")
     parser.add_argument("--no-warmup", action="store_true", help="skip the warm-up run (the CPU test)")
-    parser.add_argument("--variants", default="ahead",
-                        help="ahead (compile beside the session), first (compile before it, NSPROF_COMPILE_AHEAD=0) "
-                             "or both, comma-separated: runs alternate between them, and the per-config medians "
-                             "of each are compared with the run-to-run noise of one")
+    parser.add_argument(
+        "--variants",
+        default="ahead",
+        help="ahead (compile beside the session), first (compile before it, NSPROF_COMPILE_AHEAD=0) "
+        "or both, comma-separated: runs alternate between them, and the per-config medians "
+        "of each are compared with the run-to-run noise of one",
+    )
     args = parser.parse_args(argv)
     nsprof, extra = shlex.split(args.nsprof), shlex.split(args.extra)
-    record = {"benchmark": "bench_fixed_cost", "environment": environment(), "target": args.target,
-              "mode": args.mode, "nsprof": nsprof, "extra": extra, "phase_order": list(ORDER), "tools": {}}
+    record = {
+        "benchmark": "bench_fixed_cost",
+        "environment": environment(),
+        "target": args.target,
+        "mode": args.mode,
+        "nsprof": nsprof,
+        "extra": extra,
+        "phase_order": list(ORDER),
+        "tools": {},
+    }
 
     def save() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -218,30 +298,42 @@ def main(argv: list[str] | None = None) -> int:
             record["tools"][name] = {"warmup": None, "runs": []}
         if not args.no_warmup:
             entry = record["tools"][names[variants[0]]]
-            entry["warmup"] = one_run(nsprof, args.target, backend, args.mode, extra, args.timeout,
-                                      VARIANTS[variants[0]])
+            entry["warmup"] = one_run(
+                nsprof, args.target, backend, args.mode, extra, args.timeout, VARIANTS[variants[0]]
+            )
             save()
-            print(f"{backend}: warm-up {entry['warmup'].get('total_s', float('nan')):.1f} s"
-                  + (f" ({entry['warmup']['error']})" if "error" in entry["warmup"] else ""), flush=True)
+            print(
+                f"{backend}: warm-up {entry['warmup'].get('total_s', float('nan')):.1f} s"
+                + (f" ({entry['warmup']['error']})" if "error" in entry["warmup"] else ""),
+                flush=True,
+            )
         for number in range(args.runs):
             for variant in variants:  # alternating, so that drift hits every variant alike
                 run = one_run(nsprof, args.target, backend, args.mode, extra, args.timeout, VARIANTS[variant])
                 record["tools"][names[variant]]["runs"].append(run)
                 save()
-                print(f"{names[variant]}: run {number + 1}/{args.runs} {run.get('total_s', float('nan')):.1f} s"
-                      + (f" ({run['error']})" if "error" in run else ""), flush=True)
+                print(
+                    f"{names[variant]}: run {number + 1}/{args.runs} {run.get('total_s', float('nan')):.1f} s"
+                    + (f" ({run['error']})" if "error" in run else ""),
+                    flush=True,
+                )
         if len(variants) == 2:
             record.setdefault("same_truth", {})[backend] = same_truth(
-                *(record["tools"][names[v]]["runs"] for v in variants))
+                *(record["tools"][names[v]]["runs"] for v in variants)
+            )
             save()
     for backend, entry in record["tools"].items():
         good = [r for r in entry["runs"] if "phases" in r]
-        print(f"\n{backend}: {args.target} --mode {args.mode}, {len(good)} of {len(entry['runs'])} runs with phases")
+        print(
+            f"\n{backend}: {args.target} --mode {args.mode}, {len(good)} of {len(entry['runs'])} runs with phases"
+        )
         print(table(entry["runs"]))
     for backend, check in record.get("same_truth", {}).items():
-        print(f"\n{backend}: per-config medians, {variants[1]} / {variants[0]} over {check['pairs']} config-modes: "
-              f"median |ratio - 1| {check['between_pct']:.2f}% between the variants, "
-              f"{check['within_pct']:.2f}% between runs of one variant (its own noise)")
+        print(
+            f"\n{backend}: per-config medians, {variants[1]} / {variants[0]} over {check['pairs']} config-modes: "
+            f"median |ratio - 1| {check['between_pct']:.2f}% between the variants, "
+            f"{check['within_pct']:.2f}% between runs of one variant (its own noise)"
+        )
     failed = [r for e in record["tools"].values() for r in e["runs"] if "error" in r]
     return 1 if failed else 0
 

@@ -148,9 +148,9 @@ def build_nsys_db(out: Path, n_kernels: int, n_ranges: int) -> dict:
     conn.commit()
     counts = {
         "kernels": conn.execute(f"SELECT count(*) FROM {kernel_t}").fetchone()[0],
-        "nvtx_ranges": conn.execute(
-            f"SELECT count(*) FROM {nvtx_t} WHERE eventType IN ({types})"
-        ).fetchone()[0],
+        "nvtx_ranges": conn.execute(f"SELECT count(*) FROM {nvtx_t} WHERE eventType IN ({types})").fetchone()[
+            0
+        ],
         "runtime_rows": conn.execute(f"SELECT count(*) FROM {runtime_t}").fetchone()[0],
     }
     conn.close()
@@ -169,9 +169,11 @@ _TILES = [(m, n, k) for m in (64, 128, 256) for n in (16, 32, 64, 128, 256) for 
 def _cutlass_name(config_id: int) -> str:
     m, n, k = _TILES[config_id % len(_TILES)]
     stages = 2 + config_id // len(_TILES) % 5
-    return (f"void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::"
-            f"GemmShape<{m}, {n}, {k}>, cutlass::gemm::collective::StageCount<{stages}>, "
-            f"cutlass::half_t, cutlass::layout::RowMajor, float>>(T1::Params)")
+    return (
+        f"void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::"
+        f"GemmShape<{m}, {n}, {k}>, cutlass::gemm::collective::StageCount<{stages}>, "
+        f"cutlass::half_t, cutlass::layout::RowMajor, float>>(T1::Params)"
+    )
 
 
 def build_ncu_csv(out: Path, n_rows: int, reps: int = 5) -> dict:
@@ -229,8 +231,13 @@ def build_ncu_csv(out: Path, n_rows: int, reps: int = 5) -> dict:
                         writer.writerow(row)
                         written += 1
             config_id += 1
-    return {"rows": n_rows, "configs": config_id, "nvtx_ranges": ranges, "kernel_names": len(names),
-            "file_mib": round(out.stat().st_size / 2**20, 1)}
+    return {
+        "rows": n_rows,
+        "configs": config_id,
+        "nvtx_ranges": ranges,
+        "kernel_names": len(names),
+        "file_mib": round(out.stat().st_size / 2**20, 1),
+    }
 
 
 def time_parse(kind: str, path: Path, runs: int = 3, env: dict | None = None) -> dict:
@@ -363,8 +370,9 @@ def _spread(results: list[dict]) -> dict:
     picks = {"best": ordered[0], "median": ordered[len(ordered) // 2], "worst": ordered[-1]}
     figure = {f"{name}_s": round(r["wall_s"], 3) for name, r in picks.items()}
     figure |= {f"{name}_peak_rss_mib": round(r["peak_rss_mib"], 1) for name, r in picks.items()}
-    figure["runs"] = [{"wall_s": round(r["wall_s"], 3), "peak_rss_mib": round(r["peak_rss_mib"], 1)}
-                      for r in results]
+    figure["runs"] = [
+        {"wall_s": round(r["wall_s"], 3), "peak_rss_mib": round(r["peak_rss_mib"], 1)} for r in results
+    ]
     return figure
 
 
@@ -413,10 +421,12 @@ def main_nsys(work: Path, args) -> bool:
     RESULTS_NSYS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS_NSYS.write_text(json.dumps(report, indent=2) + "\n")
     for name, fig in figures.items():
-        print(f"{name:<18} best/median/worst {fig['best_s']:.2f}/{fig['median_s']:.2f}/{fig['worst_s']:.2f} s,"
-              f" peak RSS {fig['best_peak_rss_mib']:.0f}/{fig['median_peak_rss_mib']:.0f}/"
-              f"{fig['worst_peak_rss_mib']:.0f} MiB" + ("" if "pass" not in fig else
-                                                        f"  goal {fig['goal_s']} s: {'met' if fig['pass'] else 'MISSED'}"))
+        print(
+            f"{name:<18} best/median/worst {fig['best_s']:.2f}/{fig['median_s']:.2f}/{fig['worst_s']:.2f} s,"
+            f" peak RSS {fig['best_peak_rss_mib']:.0f}/{fig['median_peak_rss_mib']:.0f}/"
+            f"{fig['worst_peak_rss_mib']:.0f} MiB"
+            + ("" if "pass" not in fig else f"  goal {fig['goal_s']} s: {'met' if fig['pass'] else 'MISSED'}")
+        )
     print(f"wrote {RESULTS_NSYS.relative_to(REPO)}")
     return report["pass"]
 
@@ -439,10 +449,15 @@ _PARTS = {"all": ",".join(SECTIONS), "nsys": "nsys", "ncu": ",".join(NCU_SECTION
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=None,
-                        help=f"comma-separated sections to run (of {', '.join(SECTIONS)}; default: all)")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help=f"comma-separated sections to run (of {', '.join(SECTIONS)}; default: all)",
+    )
     parser.add_argument("--part", choices=list(_PARTS), default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--runs", type=int, default=5, help="parses per input, each in a fresh process (>= 3)")
+    parser.add_argument(
+        "--runs", type=int, default=5, help="parses per input, each in a fresh process (>= 3)"
+    )
     parser.add_argument("--kernels", type=int, default=1_000_000, help="nsys: kernels in the SQLite")
     parser.add_argument("--ranges", type=int, default=100_000, help="nsys: NVTX ranges in the SQLite")
     parser.add_argument("--csv-rows", type=int, default=100_000, help="ncu: rows in the raw CSV")
@@ -454,14 +469,17 @@ def main() -> int:
     wanted = [name.strip() for name in only.split(",") if name.strip()]
     unknown = [name for name in wanted if name not in SECTIONS]
     if unknown or not wanted:
-        parser.error(f"unknown section(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(SECTIONS)}")
+        parser.error(
+            f"unknown section(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(SECTIONS)}"
+        )
     wanted_ncu = [name for name in wanted if name in NCU_SECTIONS]
     if wanted_ncu and not _ncu_csv_available():
         parser.error("nsprof/reports/ncu_csv.py not found")
 
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    figures: dict[str, dict] = {name: fig for name, fig in previous.get("figures", {}).items()
-                                if name in NCU_SECTIONS}  # nsys figures live in RESULTS_NSYS
+    figures: dict[str, dict] = {
+        name: fig for name, fig in previous.get("figures", {}).items() if name in NCU_SECTIONS
+    }  # nsys figures live in RESULTS_NSYS
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     work = args.keep or Path(tempfile.mkdtemp(prefix="nsprof-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -497,16 +515,20 @@ def main() -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
 
-    print(f"\n{'input':<17} {'rows':>10} {'MiB':>7} {'best s':>7} {'median':>7} {'worst':>7} {'goal':>5}"
-          f" {'peak MiB':>8}  ok")
+    print(
+        f"\n{'input':<17} {'rows':>10} {'MiB':>7} {'best s':>7} {'median':>7} {'worst':>7} {'goal':>5}"
+        f" {'peak MiB':>8}  ok"
+    )
     for name, fig in figures.items():
         rows = fig.get("kernels", fig.get("rows"))
         verdict = "pass" if fig["pass"] else "FAIL"
         if fig["pass"] and not fig.get("worst_pass", True):
             verdict += " (best run only)"
-        print(f"{name:<17} {rows:>10,} {fig['file_mib']:>7} {fig['wall_s']:>7.2f} {fig.get('median_s', 0):>7.2f}"
-              f" {fig.get('worst_s', 0):>7.2f} {fig['goal_s']:>5.1f} {fig['peak_rss_mib']:>8.0f}  {verdict}"
-              + ("" if name in wanted else f"  (from {fig.get('date', previous.get('date', '?'))})"))
+        print(
+            f"{name:<17} {rows:>10,} {fig['file_mib']:>7} {fig['wall_s']:>7.2f} {fig.get('median_s', 0):>7.2f}"
+            f" {fig.get('worst_s', 0):>7.2f} {fig['goal_s']:>5.1f} {fig['peak_rss_mib']:>8.0f}  {verdict}"
+            + ("" if name in wanted else f"  (from {fig.get('date', previous.get('date', '?'))})")
+        )
     print(f"wrote {RESULTS.relative_to(REPO)}")
     return 0 if report["pass"] and nsys_pass else 1
 

@@ -46,21 +46,55 @@ def timed(fn):
 
 def medians(frame, config_id):
     summary = config_summary(frame).set_index(["config_id", "mode"])
-    return {mode: round(float(summary.loc[(config_id, mode), "median_ns"]), 1)
-            for mode in ("direct", "graph") if (config_id, mode) in summary.index}
+    return {
+        mode: round(float(summary.loc[(config_id, mode), "median_ns"]), 1)
+        for mode in ("direct", "graph")
+        if (config_id, mode) in summary.index
+    }
 
 
 def hand_run(tool: str, work: Path) -> dict:
     workload = ROOT / "scripts" / "fixture_workload.py"
     if tool == "ncu":
-        cmd = [str(find_ncu().path), "--nvtx", "--nvtx-include", "nsprof@nsprof/", "--metrics", ",".join(METRICS),
-               "--clock-control", "base", "--cache-control", "all", "-f", "-o", str(work / "hand"),
-               sys.executable, str(workload), "--reps", "5"]
+        cmd = [
+            str(find_ncu().path),
+            "--nvtx",
+            "--nvtx-include",
+            "nsprof@nsprof/",
+            "--metrics",
+            ",".join(METRICS),
+            "--clock-control",
+            "base",
+            "--cache-control",
+            "all",
+            "-f",
+            "-o",
+            str(work / "hand"),
+            sys.executable,
+            str(workload),
+            "--reps",
+            "5",
+        ]
         report = work / "hand.ncu-rep"
     else:
-        cmd = [str(find_nsys().path), "profile", "-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none",
-               "--cuda-graph-trace=node", "-f", "true", "-o", str(work / "hand"), sys.executable, str(workload),
-               "--reps", "5"]
+        cmd = [
+            str(find_nsys().path),
+            "profile",
+            "-t",
+            "cuda,nvtx",
+            "-s",
+            "none",
+            "--cpuctxsw=none",
+            "--cuda-graph-trace=node",
+            "-f",
+            "true",
+            "-o",
+            str(work / "hand"),
+            sys.executable,
+            str(workload),
+            "--reps",
+            "5",
+        ]
         report = work / "hand.nsys-rep"
     _, wall = timed(lambda: subprocess.run(cmd, capture_output=True, check=True))
     frame = read_report(report, domain="nsprof")
@@ -94,7 +128,8 @@ def main() -> None:
         results[backend] = summary.to_dict("records")
         measured = int(summary["error"].isna().sum())
         figures[backend] = {
-            "wall_all_s": round(wall_all, 2), "wall_8_s": round(wall_8, 2),
+            "wall_all_s": round(wall_all, 2),
+            "wall_8_s": round(wall_8, 2),
             "marginal_per_config_s": round((wall_all - wall_8) / (n - len(eight)), 3),
             "config_mode_rows_measured": measured,
             "failed_configs": {str(k): v for k, v in result.failures.items()},
@@ -110,34 +145,57 @@ def main() -> None:
     per_config_mean = sum(per_config) / len(per_config)
     # The same work both ways: every config that compiles, one ncu process each vs one session.
     figures["ncu_per_config_extrapolated_s"] = round(per_config_mean * len(working), 1)
-    figures["ncu_speedup_vs_per_config"] = round(per_config_mean * len(working) / figures["ncu"]["wall_all_s"], 1)
+    figures["ncu_speedup_vs_per_config"] = round(
+        per_config_mean * len(working) / figures["ncu"]["wall_all_s"], 1
+    )
     with tempfile.TemporaryDirectory() as work:
         figures["hand_ncu"] = hand_run("ncu", Path(work))
         figures["hand_nsys"] = hand_run("nsys", Path(work))
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip()
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     import torch
 
     record = {
-        "benchmark": "bench_profile", "date": datetime.date.today().isoformat(), "gpu": smi,
-        "cpu_cores": __import__("os").cpu_count(), "python": platform.python_version(),
-        "torch": torch.__version__, "figures": figures, "per_config": results,
-        "goals": {"ncu_speedup_vs_per_config": ">= 15", "ncu_marginal_s": "<= 0.25", "nsys_marginal_s": "<= 0.05",
-                  "ncu_wall_all_s": "<= 20", "nsys_wall_all_s": "<= 15"},
+        "benchmark": "bench_profile",
+        "date": datetime.date.today().isoformat(),
+        "gpu": smi,
+        "cpu_cores": __import__("os").cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "figures": figures,
+        "per_config": results,
+        "goals": {
+            "ncu_speedup_vs_per_config": ">= 15",
+            "ncu_marginal_s": "<= 0.25",
+            "nsys_marginal_s": "<= 0.05",
+            "ncu_wall_all_s": "<= 20",
+            "nsys_wall_all_s": "<= 15",
+        },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1, default=str) + "\n")
     f = figures
-    print(f"precompile {n} configs: cold {f['precompile_cold_s']:.1f} s, warm {f['precompile_warm_s']:.1f} s; "
-          f"compile failures {len(f['compile_failures'])}")
-    print(f"{'':8}{'all s':>8}{'8 cfg s':>9}{'marg s':>8}  seed direct/graph ns   hand-run seed direct/graph ns")
+    print(
+        f"precompile {n} configs: cold {f['precompile_cold_s']:.1f} s, warm {f['precompile_warm_s']:.1f} s; "
+        f"compile failures {len(f['compile_failures'])}"
+    )
+    print(
+        f"{'':8}{'all s':>8}{'8 cfg s':>9}{'marg s':>8}  seed direct/graph ns   hand-run seed direct/graph ns"
+    )
     for tool in ("ncu", "nsys"):
         g = f[tool]
         h = f[f"hand_{tool}"]["seed_median_ns"]
-        print(f"{tool:8}{g['wall_all_s']:>8}{g['wall_8_s']:>9}{g['marginal_per_config_s']:>8}  "
-              f"{g['seed_median_ns']}   {h}")
-    print(f"ncu one process per config: {per_config} s each -> {f['ncu_per_config_extrapolated_s']} s "
-          f"for the {len(working)} that compile; batched is {f['ncu_speedup_vs_per_config']}x faster")
+        print(
+            f"{tool:8}{g['wall_all_s']:>8}{g['wall_8_s']:>9}{g['marginal_per_config_s']:>8}  "
+            f"{g['seed_median_ns']}   {h}"
+        )
+    print(
+        f"ncu one process per config: {per_config} s each -> {f['ncu_per_config_extrapolated_s']} s "
+        f"for the {len(working)} that compile; batched is {f['ncu_speedup_vs_per_config']}x faster"
+    )
 
 
 if __name__ == "__main__":

@@ -32,8 +32,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def tune(target: str, extra: list[str], env: dict, timeout_s: float) -> dict:
-    command = [sys.executable, "-m", "nsprof", "tune", target, "--backend", "nsys", "--mode", "graph", "--no-store",
-               "--no-feed-back", "--json", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "nsprof",
+        "tune",
+        target,
+        "--backend",
+        "nsys",
+        "--mode",
+        "graph",
+        "--no-store",
+        "--no-feed-back",
+        "--json",
+        *extra,
+    ]
     began = time.monotonic()
     try:
         done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout_s)
@@ -44,8 +57,11 @@ def tune(target: str, extra: list[str], env: dict, timeout_s: float) -> dict:
         result["error"] = (done.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
         return result
     document = json.loads(done.stdout)
-    result["values_ns"] = {str(r["config_id"]): r["value_ns"] for r in document.get("ranked", [])
-                           if r.get("value_ns") is not None}
+    result["values_ns"] = {
+        str(r["config_id"]): r["value_ns"]
+        for r in document.get("ranked", [])
+        if r.get("value_ns") is not None
+    }
     result["best_config"] = document.get("best_config")
     result["notes"] = [n for n in document.get("notes", []) if "serve" in n]
     result["phases"] = (document.get("first_pass_phases") or {}).get("phases")
@@ -53,7 +69,12 @@ def tune(target: str, extra: list[str], env: dict, timeout_s: float) -> dict:
 
 
 def spread(values: list[float]) -> dict:
-    return {"best_s": min(values), "median_s": statistics.median(values), "worst_s": max(values), "runs": len(values)}
+    return {
+        "best_s": min(values),
+        "median_s": statistics.median(values),
+        "worst_s": max(values),
+        "runs": len(values),
+    }
 
 
 def distance(a: dict, b: dict) -> float | None:
@@ -72,8 +93,15 @@ def main() -> int:
     args = parser.parse_args()
     extra = args.extra.split()
     plain_env = {**os.environ, "NSPROF_SERVE": "0"}
-    document = {"benchmark": "bench_serve", "date": datetime.date.today().isoformat(), "host": platform.node(),
-                "target": args.target, "plain": [], "served": [], "server": {}}
+    document = {
+        "benchmark": "bench_serve",
+        "date": datetime.date.today().isoformat(),
+        "host": platform.node(),
+        "target": args.target,
+        "plain": [],
+        "served": [],
+        "server": {},
+    }
 
     def save() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -83,7 +111,9 @@ def main() -> int:
     save()
     for _ in range(args.rounds):
         document["plain"].append(tune(args.target, extra, plain_env, args.timeout))
-        print(f"plain: {document['plain'][-1].get('wall_s', float('nan')):.1f} s", file=sys.stderr, flush=True)
+        print(
+            f"plain: {document['plain'][-1].get('wall_s', float('nan')):.1f} s", file=sys.stderr, flush=True
+        )
         save()
     sys.path.insert(0, str(ROOT))
     from nsprof.serve_client import serve_paths
@@ -91,18 +121,31 @@ def main() -> int:
     state, sock = serve_paths()
     log = open(args.out.with_suffix(".server.log"), "w")
     began = time.monotonic()
-    server = subprocess.Popen([sys.executable, "-m", "nsprof", "serve", "--backend", "nsys", "--idle-exit", "300"],
-                              stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "nsprof", "serve", "--backend", "nsys", "--idle-exit", "300"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     try:
-        while not (state.exists() and sock.exists()) and server.poll() is None and time.monotonic() - began < 120:
+        while (
+            not (state.exists() and sock.exists())
+            and server.poll() is None
+            and time.monotonic() - began < 120
+        ):
             time.sleep(0.1)
         document["server"]["ready_s"] = time.monotonic() - began if state.exists() else None
         for number in range(args.rounds + 1):
             run = tune(args.target, extra, dict(os.environ), args.timeout)
             run["first"] = number == 0
             document["served"].append(run)
-            print(f"served{' (first)' if number == 0 else ''}: {run.get('wall_s', float('nan')):.1f} s "
-                  f"{run.get('notes', '')} {run.get('error', '')}", file=sys.stderr, flush=True)
+            print(
+                f"served{' (first)' if number == 0 else ''}: {run.get('wall_s', float('nan')):.1f} s "
+                f"{run.get('notes', '')} {run.get('error', '')}",
+                file=sys.stderr,
+                flush=True,
+            )
             save()
     finally:
         server.send_signal(signal.SIGTERM)
@@ -125,24 +168,37 @@ def main() -> int:
     if first:
         summary["served_first_s"] = first[0]["wall_s"]
     if plain and served:
-        pooled = lambda runs: {k: statistics.median([r["values_ns"][k] for r in runs if k in r["values_ns"]])  # noqa: E731
-                               for k in runs[0]["values_ns"]}
+
+        def pooled(runs):
+            return {
+                k: statistics.median([r["values_ns"][k] for r in runs if k in r["values_ns"]])
+                for k in runs[0]["values_ns"]
+            }
+
         summary["served_vs_plain_pct"] = distance(pooled(plain), pooled(served))
-        summary["plain_run_to_run_pct"] = distance(plain[0]["values_ns"], plain[1]["values_ns"]) if len(plain) > 1 else None
+        summary["plain_run_to_run_pct"] = (
+            distance(plain[0]["values_ns"], plain[1]["values_ns"]) if len(plain) > 1 else None
+        )
         summary["same_winner"] = {r["best_config"] == plain[0]["best_config"] for r in served} == {True}
     document["summary"] = summary
     save()
     for name in ("plain", "served"):
         if name in summary:
             row = summary[name]
-            print(f"{name:8} best {row['best_s']:.1f} s  median {row['median_s']:.1f} s  worst {row['worst_s']:.1f} s")
+            print(
+                f"{name:8} best {row['best_s']:.1f} s  median {row['median_s']:.1f} s  worst {row['worst_s']:.1f} s"
+            )
     if "served_first_s" in summary:
         print(f"first served run: {summary['served_first_s']:.1f} s")
     if "served_vs_plain_pct" in summary:
-        print(f"served vs plain per-config values: {summary['served_vs_plain_pct']:.2f}% (plain run to run: "
-              f"{summary['plain_run_to_run_pct'] if summary['plain_run_to_run_pct'] is None else round(summary['plain_run_to_run_pct'], 2)}%)"
-              f", same winner: {summary['same_winner']}")
-    print(f"server: exit {document['server'].get('exit_code')}, files left {document['server'].get('files_left')}")
+        print(
+            f"served vs plain per-config values: {summary['served_vs_plain_pct']:.2f}% (plain run to run: "
+            f"{summary['plain_run_to_run_pct'] if summary['plain_run_to_run_pct'] is None else round(summary['plain_run_to_run_pct'], 2)}%)"
+            f", same winner: {summary['same_winner']}"
+        )
+    print(
+        f"server: exit {document['server'].get('exit_code')}, files left {document['server'].get('files_left')}"
+    )
     return 0 if plain and served else 1
 
 

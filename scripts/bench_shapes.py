@@ -23,14 +23,28 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = {"four_shapes": "examples/matmul_shapes_triton.py:space", "one_shape": "examples/matmul_shapes_triton.py:one_shape"}
+TARGETS = {
+    "four_shapes": "examples/matmul_shapes_triton.py:space",
+    "one_shape": "examples/matmul_shapes_triton.py:one_shape",
+}
 GOAL = 2.0
 
 
 def run(target: str, backend: str, cache: Path, timeout_s: float) -> dict:
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache / "triton"), "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "nsprof", "tune", target, "--backend", backend, "--mode", "graph", "--no-store",
-               "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "nsprof",
+        "tune",
+        target,
+        "--backend",
+        backend,
+        "--mode",
+        "graph",
+        "--no-store",
+        "--json",
+    ]
     began = time.monotonic()
     try:
         done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout_s)
@@ -53,8 +67,16 @@ def main() -> int:
     parser.add_argument("--backend", default="nsys")
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args()
-    document = {"benchmark": "bench_shapes", "date": datetime.date.today().isoformat(), "host": platform.node(),
-                "backend": args.backend, "targets": TARGETS, "goal_ratio": GOAL, "warmup": {}, "rounds": []}
+    document = {
+        "benchmark": "bench_shapes",
+        "date": datetime.date.today().isoformat(),
+        "host": platform.node(),
+        "backend": args.backend,
+        "targets": TARGETS,
+        "goal_ratio": GOAL,
+        "warmup": {},
+        "rounds": [],
+    }
 
     def save() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -63,20 +85,36 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="nsprof-bench-shapes-") as scratch:
         for name, target in TARGETS.items():
             document["warmup"][name] = run(target, args.backend, Path(scratch), args.timeout)
-            print(f"warm-up {name}: {document['warmup'][name].get('wall_s', float('nan')):.1f} s", file=sys.stderr,
-                  flush=True)
+            print(
+                f"warm-up {name}: {document['warmup'][name].get('wall_s', float('nan')):.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
             save()
         for number in range(args.rounds):
             for name, target in TARGETS.items():
-                result = {"name": name, "round": number, **run(target, args.backend, Path(scratch), args.timeout)}
+                result = {
+                    "name": name,
+                    "round": number,
+                    **run(target, args.backend, Path(scratch), args.timeout),
+                }
                 document["rounds"].append(result)
-                print(f"round {number + 1} {name}: {result.get('wall_s', float('nan')):.1f} s "
-                      f"{result.get('error', '')}", file=sys.stderr, flush=True)
+                print(
+                    f"round {number + 1} {name}: {result.get('wall_s', float('nan')):.1f} s "
+                    f"{result.get('error', '')}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 save()
-    walls = {name: [r["wall_s"] for r in document["rounds"] if r["name"] == name and "error" not in r]
-             for name in TARGETS}
-    summary = {name: {"best_s": min(v), "median_s": statistics.median(v), "worst_s": max(v), "runs": len(v)}
-               for name, v in walls.items() if v}
+    walls = {
+        name: [r["wall_s"] for r in document["rounds"] if r["name"] == name and "error" not in r]
+        for name in TARGETS
+    }
+    summary = {
+        name: {"best_s": min(v), "median_s": statistics.median(v), "worst_s": max(v), "runs": len(v)}
+        for name, v in walls.items()
+        if v
+    }
     if len(summary) == 2:
         ratio = summary["four_shapes"]["median_s"] / summary["one_shape"]["median_s"]
         summary["ratio"] = {"four_over_one": ratio, "goal": GOAL, "met": ratio <= GOAL}
@@ -85,10 +123,14 @@ def main() -> int:
     for name in TARGETS:
         if name in summary:
             row = summary[name]
-            print(f"{name:12} best {row['best_s']:.1f} s  median {row['median_s']:.1f} s  worst {row['worst_s']:.1f} s")
+            print(
+                f"{name:12} best {row['best_s']:.1f} s  median {row['median_s']:.1f} s  worst {row['worst_s']:.1f} s"
+            )
     if "ratio" in summary:
         verdict = "met" if summary["ratio"]["met"] else "MISSED"
-        print(f"four shapes / one shape: {summary['ratio']['four_over_one']:.2f}x (goal <= {GOAL:g}x: {verdict})")
+        print(
+            f"four shapes / one shape: {summary['ratio']['four_over_one']:.2f}x (goal <= {GOAL:g}x: {verdict})"
+        )
     return 0 if "ratio" in summary else 1
 
 

@@ -46,15 +46,23 @@ print(json.dumps(next(iter(matmul._tuner_cache.values()))[1]))
 
 def run(name: str, command: list[str], scratch: Path, shared: bool = False) -> dict:
     cache = scratch / ("shared" if shared else name)
-    env = {**os.environ, "TILELANG_CACHE_DIR": str(cache / "tilelang"), "TRITON_CACHE_DIR": str(cache / "triton"),
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "TILELANG_CACHE_DIR": str(cache / "tilelang"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+        "PYTHONUNBUFFERED": "1",
+    }
     if shared and name == "tilelang_event":
         env["TILELANG_AUTO_TUNING_DISABLE_CACHE"] = "1"  # benchmark again, from the warm kernel cache
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800)
     wall = time.perf_counter() - start
-    result = {"name": name, "command": " ".join(command[1:]) if command[0] == sys.executable else command,
-              "wall_s": round(wall, 2), "returncode": done.returncode}
+    result = {
+        "name": name,
+        "command": " ".join(command[1:]) if command[0] == sys.executable else command,
+        "wall_s": round(wall, 2),
+        "returncode": done.returncode,
+    }
     if done.returncode != 0:
         result["stderr_tail"] = done.stderr[-1500:]
         return result
@@ -65,8 +73,10 @@ def run(name: str, command: list[str], scratch: Path, shared: bool = False) -> d
     else:
         result["picked"] = document["best_config"]
         result["notes"] = document["notes"]
-        result["ranked"] = [{k: r.get(k) for k in ("rank", "config_id", "config", "value_ns", "error")}
-                            for r in document["ranked"]]
+        result["ranked"] = [
+            {k: r.get(k) for k in ("rank", "config_id", "config", "value_ns", "error")}
+            for r in document["ranked"]
+        ]
     return result
 
 
@@ -82,8 +92,10 @@ def main() -> None:
         ("tilelang_event", [sys.executable, "-c", TILELANG_TUNE, str(ROOT / "examples")]),
         ("nsprof_ncu_graph", nsprof + ["--backend", "ncu", "--mode", "graph"]),
         ("nsprof_nsys_graph", nsprof + ["--backend", "nsys", "--mode", "graph"]),
-        ("nsprof_prescreen_graph_top4", nsprof + ["--backend", "ncu", "--mode", "graph", "--prescreen", "graph",
-                                                  "--top", "4"]),
+        (
+            "nsprof_prescreen_graph_top4",
+            nsprof + ["--backend", "ncu", "--mode", "graph", "--prescreen", "graph", "--top", "4"],
+        ),
     ]
     if args.contenders:
         wanted = args.contenders.split(",")
@@ -94,7 +106,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nsprof-bench-tune-") as scratch:
         for name, command in contenders:
             results.append(run(name, command, Path(scratch)))
-            print(f"{name}: {results[-1]['wall_s']} s, rc {results[-1]['returncode']}", file=sys.stderr, flush=True)
+            print(
+                f"{name}: {results[-1]['wall_s']} s, rc {results[-1]['returncode']}",
+                file=sys.stderr,
+                flush=True,
+            )
     by_name = {r["name"]: r for r in results}
     truth = by_name["nsprof_ncu_graph"].get("ranked", [])
     base = by_name["tilelang_event"]["wall_s"]
@@ -102,19 +118,29 @@ def main() -> None:
         r["vs_tilelang"] = round(r["wall_s"] / base, 2)
         picked = r.get("picked")
         for row in truth:
-            if picked is not None and all(f"{k}={v}" in (row["config"] or "").split(",") for k, v in picked.items()):
+            if picked is not None and all(
+                f"{k}={v}" in (row["config"] or "").split(",") for k, v in picked.items()
+            ):
                 r["pick_ncu_rank"], r["pick_ncu_graph_ns"] = row["rank"], row["value_ns"]
     goals = {"nsprof_nsys_graph": 1.5, "nsprof_ncu_graph": 2.0}
     document = {
-        "benchmark": "bench_tune", "date": datetime.date.today().isoformat(), "host": platform.node(),
-        "python": platform.python_version(), "space": TARGET, "goals_vs_tilelang": goals, "results": results,
+        "benchmark": "bench_tune",
+        "date": datetime.date.today().isoformat(),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "space": TARGET,
+        "goals_vs_tilelang": goals,
+        "results": results,
     }
     try:
         import tilelang
         import torch
 
-        document["versions"] = {"tilelang": tilelang.__version__, "torch": torch.__version__,
-                                "gpu": torch.cuda.get_device_name(0)}
+        document["versions"] = {
+            "tilelang": tilelang.__version__,
+            "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(0),
+        }
     except Exception as exc:  # the figures stand without the version line; say why it is missing
         document["versions"] = {"error": f"{type(exc).__name__}: {exc}"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -123,8 +149,10 @@ def main() -> None:
     for r in results:
         goal = goals.get(r["name"])
         ns = r.get("pick_ncu_graph_ns")
-        print(f"{r['name']:30} {r['wall_s']:8.1f} {r['vs_tilelang']:10.2f} {goal or '':>6}  {r.get('picked')} "
-              f"(#{r.get('pick_ncu_rank')}, {ns / 1e3 if ns else float('nan'):.3f})  rc={r['returncode']}")
+        print(
+            f"{r['name']:30} {r['wall_s']:8.1f} {r['vs_tilelang']:10.2f} {goal or '':>6}  {r.get('picked')} "
+            f"(#{r.get('pick_ncu_rank')}, {ns / 1e3 if ns else float('nan'):.3f})  rc={r['returncode']}"
+        )
 
 
 def warm(contenders, args) -> None:
@@ -132,9 +160,16 @@ def warm(contenders, args) -> None:
     import statistics
 
     goals = {"nsprof_nsys_graph": 1.0, "nsprof_ncu_graph": 1.5}
-    document = {"benchmark": "bench_tune --warm", "date": datetime.date.today().isoformat(), "host": platform.node(),
-                "python": platform.python_version(), "space": TARGET, "goals_vs_tilelang": goals,
-                "warmup": [], "rounds": []}
+    document = {
+        "benchmark": "bench_tune --warm",
+        "date": datetime.date.today().isoformat(),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "space": TARGET,
+        "goals_vs_tilelang": goals,
+        "warmup": [],
+        "rounds": [],
+    }
 
     def save() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -150,11 +185,16 @@ def warm(contenders, args) -> None:
                 result = run(name, command, Path(scratch), shared=True)
                 result["round"] = number
                 document["rounds"].append(result)
-                print(f"round {number + 1} {name}: {result['wall_s']} s rc {result['returncode']}", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"round {number + 1} {name}: {result['wall_s']} s rc {result['returncode']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 save()
-    walls = {name: [r["wall_s"] for r in document["rounds"] if r["name"] == name and r["returncode"] == 0]
-             for name, _ in contenders}
+    walls = {
+        name: [r["wall_s"] for r in document["rounds"] if r["name"] == name and r["returncode"] == 0]
+        for name, _ in contenders
+    }
     base = statistics.median(walls["tilelang_event"]) if walls.get("tilelang_event") else None
     summary = {}
     for name, values in walls.items():
@@ -163,17 +203,25 @@ def warm(contenders, args) -> None:
         median = statistics.median(values)
         ratio = median / base if base else None
         goal = goals.get(name)
-        summary[name] = {"best_s": min(values), "median_s": median, "worst_s": max(values), "runs": len(values),
-                         "vs_tilelang": ratio, "goal": goal,
-                         "met": None if goal is None or ratio is None else ratio <= goal}
+        summary[name] = {
+            "best_s": min(values),
+            "median_s": median,
+            "worst_s": max(values),
+            "runs": len(values),
+            "vs_tilelang": ratio,
+            "goal": goal,
+            "met": None if goal is None or ratio is None else ratio <= goal,
+        }
     document["summary"] = summary
     save()
     print(f"{'contender':30} {'best s':>8} {'median s':>9} {'worst s':>8} {'x TileLang':>10} {'goal':>6}")
     for name, row in summary.items():
         ratio = f"{row['vs_tilelang']:.2f}" if row["vs_tilelang"] is not None else ""
         verdict = "" if row["met"] is None else ("met" if row["met"] else "MISSED")
-        print(f"{name:30} {row['best_s']:8.1f} {row['median_s']:9.1f} {row['worst_s']:8.1f} {ratio:>10} "
-              f"{row['goal'] or '':>6} {verdict}")
+        print(
+            f"{name:30} {row['best_s']:8.1f} {row['median_s']:9.1f} {row['worst_s']:8.1f} {ratio:>10} "
+            f"{row['goal'] or '':>6} {verdict}"
+        )
 
 
 if __name__ == "__main__":

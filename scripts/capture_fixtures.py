@@ -50,8 +50,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("outdir", type=Path)
     parser.add_argument("--tar", type=Path, help="also pack OUTDIR into this .tar.gz")
-    parser.add_argument("--only-clock", action="store_true",
-                        help="capture only the clock-control reports (step 4)")
+    parser.add_argument(
+        "--only-clock", action="store_true", help="capture only the clock-control reports (step 4)"
+    )
     args = parser.parse_args()
     out: Path = args.outdir
     out.mkdir(parents=True, exist_ok=True)
@@ -64,8 +65,21 @@ def main() -> None:
         capture_clock_reports(ncu, python, out, commands)
         finish(out, ncu, nsys, commands, args.tar, record="capture_clock.json")
         return
-    common = [str(ncu), "--nvtx", "--nvtx-include", "nsprof@nsprof/", "--nvtx-include", "startend",
-              "--metrics", METRICS, "--clock-control", "base", "--cache-control", "all", "-f"]
+    common = [
+        str(ncu),
+        "--nvtx",
+        "--nvtx-include",
+        "nsprof@nsprof/",
+        "--nvtx-include",
+        "startend",
+        "--metrics",
+        METRICS,
+        "--clock-control",
+        "base",
+        "--cache-control",
+        "all",
+        "-f",
+    ]
     for mode in ("node", "graph"):
         rep = out / f"fixture_{mode}.ncu-rep"
         cmd = common + ["--graph-profiling", mode, "-o", str(rep.with_suffix("")), python, str(WORKLOAD)]
@@ -86,8 +100,22 @@ def main() -> None:
     print("locales:", locales[:20])
 
     nsys_base = out / "fixture"
-    cmd = [str(nsys), "profile", "-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none",
-           "--cuda-graph-trace=node", "-f", "true", "-o", str(nsys_base), python, str(WORKLOAD)]
+    cmd = [
+        str(nsys),
+        "profile",
+        "-t",
+        "cuda,nvtx",
+        "-s",
+        "none",
+        "--cpuctxsw=none",
+        "--cuda-graph-trace=node",
+        "-f",
+        "true",
+        "-o",
+        str(nsys_base),
+        python,
+        str(WORKLOAD),
+    ]
     commands["nsys"] = cmd
     run(cmd, out / "nsys.log")
     rep = nsys_base.with_suffix(".nsys-rep")
@@ -99,8 +127,17 @@ def main() -> None:
             commands["import"] = [str(importer), "-i", str(qdstrm)]
             run(commands["import"], out / "import.log")
     if rep.exists():
-        commands["export"] = [str(nsys), "export", "--type", "sqlite", "-f", "true",
-                              "-o", str(nsys_base.with_suffix(".sqlite")), str(rep)]
+        commands["export"] = [
+            str(nsys),
+            "export",
+            "--type",
+            "sqlite",
+            "-f",
+            "true",
+            "-o",
+            str(nsys_base.with_suffix(".sqlite")),
+            str(rep),
+        ]
         run(commands["export"], out / "export.log")
     if qdstrm.exists() and rep.exists():
         qdstrm.unlink()
@@ -110,8 +147,16 @@ def main() -> None:
 
 def capture_clock_reports(ncu: Path, python: str, out: Path, commands: dict[str, list[str]]) -> None:
     """Step 4: the same workload with free clocks and caches, and with ncu's own defaults."""
-    nvtx = [str(ncu), "--nvtx", "--nvtx-include", "nsprof@nsprof/", "--nvtx-include", "startend",
-            "--metrics", METRICS]
+    nvtx = [
+        str(ncu),
+        "--nvtx",
+        "--nvtx-include",
+        "nsprof@nsprof/",
+        "--nvtx-include",
+        "startend",
+        "--metrics",
+        METRICS,
+    ]
     runs = {"clock_none": ["--clock-control", "none", "--cache-control", "none"], "clock_default": []}
     for name, flags in runs.items():
         rep = out / f"fixture_{name}.ncu-rep"
@@ -124,11 +169,23 @@ def capture_clock_reports(ncu: Path, python: str, out: Path, commands: dict[str,
         subprocess.run(csv_cmd, stdout=handle, stderr=subprocess.STDOUT)
 
 
-def finish(out: Path, ncu: Path, nsys: Path, commands: dict[str, list[str]], tar: Path | None,
-           record: str = "capture.json") -> None:
+def finish(
+    out: Path,
+    ncu: Path,
+    nsys: Path,
+    commands: dict[str, list[str]],
+    tar: Path | None,
+    record: str = "capture.json",
+) -> None:
     smi = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem",
-         "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+        [
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem",
+            "--format=csv,noheader",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     import torch
 
     info = {

@@ -42,15 +42,23 @@ def main() -> None:
     timed("import torch", lambda: __import__("torch"))
     import torch
 
-    timed("torch CUDA init (first synchronize)", lambda: (torch.zeros(1, device="cuda"), torch.cuda.synchronize()))
+    timed(
+        "torch CUDA init (first synchronize)",
+        lambda: (torch.zeros(1, device="cuda"), torch.cuda.synchronize()),
+    )
     timed("import tilelang", lambda: __import__("tilelang"))
     gemm = timed("import examples/gemm_tilelang", lambda: __import__("gemm_tilelang"))
     configs = gemm.CONFIGS
     with ThreadPoolExecutor(8) as pool:
-        out = timed(f"compile {len(configs)} configs, 8 threads", lambda: list(pool.map(lambda c: _compile(gemm, c), configs)))
+        out = timed(
+            f"compile {len(configs)} configs, 8 threads",
+            lambda: list(pool.map(lambda c: _compile(gemm, c), configs)),
+        )
     print("failed to compile:", sum(isinstance(o, Exception) for o in out))
     timed(f"compile {len(configs)} configs, sequential", lambda: [_compile(gemm, c) for c in configs])
-    timed(f"build {len(configs)} configs (compile, inputs, check)", lambda: [_build(gemm, c) for c in configs])
+    timed(
+        f"build {len(configs)} configs (compile, inputs, check)", lambda: [_build(gemm, c) for c in configs]
+    )
 
 
 if __name__ == "__main__":

@@ -44,22 +44,43 @@ def per_config(csv_path: Path) -> dict[int, dict]:
     out = {}
     for config, values in sorted(by_config.items()):
         median = statistics.median(values)
-        out[config] = {"median_ns": median, "spread": (max(values) - min(values)) / median, "reps": len(values),
-                       "clock_mhz": statistics.median(clocks[config]) / 1e6 if clocks[config] else None}
+        out[config] = {
+            "median_ns": median,
+            "spread": (max(values) - min(values)) / median,
+            "reps": len(values),
+            "clock_mhz": statistics.median(clocks[config]) / 1e6 if clocks[config] else None,
+        }
     return out
 
 
 def run(target: str, configs: str, backend: str, clock: str, cache: str, work: Path) -> dict:
     out_csv = work / f"{backend}-{clock}-{cache}-{time.monotonic_ns()}.csv"
-    argv = [sys.executable, "-m", "nsprof", "profile", target, "--backend", backend, "--mode", "graph",
-            "--configs", configs, "--csv", str(out_csv)]
+    argv = [
+        sys.executable,
+        "-m",
+        "nsprof",
+        "profile",
+        target,
+        "--backend",
+        backend,
+        "--mode",
+        "graph",
+        "--configs",
+        configs,
+        "--csv",
+        str(out_csv),
+    ]
     if backend == "ncu":
         argv += ["--clock-control", clock, "--cache-control", cache]
     started = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True)
     wall = time.monotonic() - started
     if done.returncode != 0:
-        return {"rc": done.returncode, "error": (done.stderr.strip().splitlines() or ["?"])[-1], "wall_s": wall}
+        return {
+            "rc": done.returncode,
+            "error": (done.stderr.strip().splitlines() or ["?"])[-1],
+            "wall_s": wall,
+        }
     return {"rc": 0, "wall_s": wall, "configs": per_config(out_csv)}
 
 
@@ -71,27 +92,44 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="nsprof-probe-"))
-    result = {"target": args.target, "configs": args.configs, "machine": platform.node(),
-              "date": time.strftime("%Y-%m-%d"), "runs": []}
+    result = {
+        "target": args.target,
+        "configs": args.configs,
+        "machine": platform.node(),
+        "date": time.strftime("%Y-%m-%d"),
+        "runs": [],
+    }
     plan = [("ncu", clock, cache) for clock, cache in CONDITIONS] + [("nsys", "none", "none")]
     for index in range(args.runs):
         for backend, clock, cache in plan:
-            entry = {"run": index, "backend": backend, "clock_control": clock, "cache_control": cache,
-                     **run(args.target, args.configs, backend, clock, cache, work)}
+            entry = {
+                "run": index,
+                "backend": backend,
+                "clock_control": clock,
+                "cache_control": cache,
+                **run(args.target, args.configs, backend, clock, cache, work),
+            }
             result["runs"].append(entry)
             args.out.write_text(json.dumps(result, indent=1))  # after each step: a timeout keeps what ran
-    print(f"{'tool':5} {'clock':5} {'cache':5} run  " + "  ".join(f"cfg{c:>3} µs (spread, MHz)" for c in
-                                                                 args.configs.split(",")))
+    print(
+        f"{'tool':5} {'clock':5} {'cache':5} run  "
+        + "  ".join(f"cfg{c:>3} µs (spread, MHz)" for c in args.configs.split(","))
+    )
     for entry in result["runs"]:
-        head = f"{entry['backend']:5} {entry['clock_control']:5} {entry['cache_control']:5} {entry['run']:3}  "
+        head = (
+            f"{entry['backend']:5} {entry['clock_control']:5} {entry['cache_control']:5} {entry['run']:3}  "
+        )
         if entry["rc"] != 0:
             print(head + f"failed: {entry['error']}")
             continue
         cells = []
         for c in args.configs.split(","):
             v = entry["configs"].get(int(c)) or entry["configs"].get(c)
-            cells.append("-" if v is None else f"{v['median_ns'] / 1e3:7.2f} ({v['spread']:.1%}, "
-                         f"{v['clock_mhz'] or 0:.0f})")
+            cells.append(
+                "-"
+                if v is None
+                else f"{v['median_ns'] / 1e3:7.2f} ({v['spread']:.1%}, {v['clock_mhz'] or 0:.0f})"
+            )
         print(head + "  ".join(cells))
     return 0
 

@@ -13,8 +13,10 @@ import os
 import subprocess
 import sys
 
-CHILD = ("import os, sys\nfd = int(sys.argv[1])\ntry:\n    os.fstat(fd)\n    print('FD-OK', flush=True)\n"
-         "except OSError as exc:\n    print('FD-MISSING', exc, flush=True)\n")
+CHILD = (
+    "import os, sys\nfd = int(sys.argv[1])\ntry:\n    os.fstat(fd)\n    print('FD-OK', flush=True)\n"
+    "except OSError as exc:\n    print('FD-MISSING', exc, flush=True)\n"
+)
 
 
 def main() -> None:
@@ -26,19 +28,36 @@ def main() -> None:
     if ncu:
         tools["ncu"] = [str(ncu.path), "--target-processes", "all"]
     if nsys:
-        tools["nsys"] = [str(nsys.path), "profile", "-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none", "-o",
-                         "/tmp/probe_fd", "--force-overwrite", "true"]
+        tools["nsys"] = [
+            str(nsys.path),
+            "profile",
+            "-t",
+            "cuda,nvtx",
+            "-s",
+            "none",
+            "--cpuctxsw=none",
+            "-o",
+            "/tmp/probe_fd",
+            "--force-overwrite",
+            "true",
+        ]
     for name, prefix in tools.items():
-        done = subprocess.run([*prefix, sys.executable, "-c", CHILD, str(read_end)], pass_fds=(read_end,),
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [*prefix, sys.executable, "-c", CHILD, str(read_end)],
+            pass_fds=(read_end,),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("FD-")]
         print(f"fd through {name}: {lines[-1] if lines else 'no output'} (rc {done.returncode})")
     os.close(write_end)
     import torch
 
     props = torch.cuda.get_device_properties(0)
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip()
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=index,uuid,name", "--format=csv,noheader"], capture_output=True, text=True
+    ).stdout.strip()
     print(f"torch uuid: {props.uuid!s} name: {props.name} | nvidia-smi: {smi}")
 
 

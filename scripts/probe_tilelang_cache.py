@@ -1,8 +1,8 @@
 """Which TileLang autotuner cache entry a process reads and writes (debugging feed-back on a GPU):
 
-    source .device/setup.sh && python3 scripts/probe_tilelang_cache.py feed 0   # nsprof's winner: config 0
-    source .device/setup.sh && python3 scripts/probe_tilelang_cache.py feed 12
-    source .device/setup.sh && python3 scripts/probe_tilelang_cache.py read     # what a user's call loads
+source .device/setup.sh && python3 scripts/probe_tilelang_cache.py feed 0   # nsprof's winner: config 0
+source .device/setup.sh && python3 scripts/probe_tilelang_cache.py feed 12
+source .device/setup.sh && python3 scripts/probe_tilelang_cache.py read     # what a user's call loads
 """
 
 from __future__ import annotations
@@ -21,9 +21,15 @@ original_key = AutoTuner.generate_cache_key
 
 def show_key(self, parameters, extra_parameters):
     key = original_key(self, parameters, extra_parameters)
-    parts = {"compile_args": hash(self.compile_args), "profile_args": hash(self.profile_args),
-             "configs": hashlib.sha1(json.dumps(self.configs, sort_keys=True, default=str).encode()).hexdigest()[:8],
-             "kernel_parameters": str(self._kernel_parameters)[:80], "extra": extra_parameters}
+    parts = {
+        "compile_args": hash(self.compile_args),
+        "profile_args": hash(self.profile_args),
+        "configs": hashlib.sha1(json.dumps(self.configs, sort_keys=True, default=str).encode()).hexdigest()[
+            :8
+        ],
+        "kernel_parameters": str(self._kernel_parameters)[:80],
+        "extra": extra_parameters,
+    }
     print("KEY", key, self.cache_dir, json.dumps(parts, default=str), flush=True)
     return key
 
@@ -39,6 +45,7 @@ if sys.argv[1] == "feed":
     other = 12 if winner == 0 else 0
     print("WROTE", feed_back(matmul, (1, 1024, 1024), {winner: 0.001, other: 0.002}), flush=True)
 else:
+
     def refuse(*args, **kwargs):
         raise SystemExit("TileLang benchmarked again")
 

@@ -57,10 +57,17 @@ print("KEYS " + json.dumps(seen))
 def keys(order: list[int], first: str = "-") -> list[dict]:
     # In a folder of its own: TileLang's autotuner opens ./autotuner.log in its cwd (it left one at the root).
     with tempfile.TemporaryDirectory(prefix="nsprof-probe-keys-") as folder:
-        done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT / "examples"), json.dumps(order), first],
-                              capture_output=True, text=True, cwd=folder, timeout=300,
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                  filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, str(ROOT / "examples"), json.dumps(order), first],
+            capture_output=True,
+            text=True,
+            cwd=folder,
+            timeout=300,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            },
+        )
     for line in done.stdout.splitlines():
         if line.startswith("KEYS "):
             return json.loads(line[5:])
@@ -73,8 +80,10 @@ def main() -> int:
     compiled = keys([0, 1], first="3")
     print("shape  fresh        sequence     compiled-first")
     for i in range(4):
-        print(f"{i:5}  {fresh[i]['key'][:10]}   {sequence[i]['key'][:10]}   "
-              f"{compiled[i]['key'][:10] if i < len(compiled) else '-'}")
+        print(
+            f"{i:5}  {fresh[i]['key'][:10]}   {sequence[i]['key'][:10]}   "
+            f"{compiled[i]['key'][:10] if i < len(compiled) else '-'}"
+        )
     for name, runs in (("sequence", sequence), ("compiled", compiled)):
         for i, run in enumerate(runs):
             differ = {k: (fresh[i][k], run[k]) for k in run if k != "key" and run[k] != fresh[i][k]}

@@ -47,8 +47,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def run_nsprof(*args, env: dict[str, str | None] | None = None, cwd: Path | str | None = None,
-               timeout: float = 300, standins: bool = False, **run_kwargs) -> subprocess.CompletedProcess:
+def run_nsprof(
+    *args,
+    env: dict[str, str | None] | None = None,
+    cwd: Path | str | None = None,
+    timeout: float = 300,
+    standins: bool = False,
+    **run_kwargs,
+) -> subprocess.CompletedProcess:
     """nsprof's command line in a child process, run to its end: `python -m nsprof ARGS`, or with
     `standins` `python tests/standins.py ARGS` (every ncu and nsys session a stand-in: no tool needed).
 
@@ -63,8 +69,14 @@ def run_nsprof(*args, env: dict[str, str | None] | None = None, cwd: Path | str 
             environment[name] = str(value)
     program = [str(STANDINS)] if standins else ["-m", "nsprof"]
     run_kwargs.setdefault("text", True)
-    return subprocess.run([sys.executable, *program, *map(str, args)], capture_output=True, env=environment,
-                          cwd=cwd, timeout=timeout, **run_kwargs)
+    return subprocess.run(
+        [sys.executable, *program, *map(str, args)],
+        capture_output=True,
+        env=environment,
+        cwd=cwd,
+        timeout=timeout,
+        **run_kwargs,
+    )
 
 
 def wait_for(predicate, timeout_s: float = 60.0) -> bool:

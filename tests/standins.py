@@ -51,8 +51,14 @@ class StatusDriver(Driver):
         if cls.labels_like is not None and "serves" not in cls.__dict__:  # serves where that tool does
             cls.serves, cls.serve_refusal = cls.labels_like.serves, cls.labels_like.serve_refusal
 
-    def __init__(self, kernels: int = 1, lossy: bool = False, profiler_flags: list[str] | None = None,
-                 empty_is_error: bool = False, config_ns: bool = True) -> None:
+    def __init__(
+        self,
+        kernels: int = 1,
+        lossy: bool = False,
+        profiler_flags: list[str] | None = None,
+        empty_is_error: bool = False,
+        config_ns: bool = True,
+    ) -> None:
         self.kernels = kernels
         self.config_ns = config_ns
         self.lossy = lossy
@@ -84,8 +90,15 @@ class StatusDriver(Driver):
         command = worker_command(settings, job_file)
         if self.profiler_flags is not None:
             exit_file = report_base.with_suffix(".exit")
-            return [sys.executable, str(FAKE_PROFILER), *self.profiler_flags, "--exit-file", str(exit_file), "--",
-                    *command]
+            return [
+                sys.executable,
+                str(FAKE_PROFILER),
+                *self.profiler_flags,
+                "--exit-file",
+                str(exit_file),
+                "--",
+                *command,
+            ]
         agent = os.environ.get("NSPROF_STANDIN_AGENT")
         if not agent:
             return command
@@ -99,7 +112,7 @@ class StatusDriver(Driver):
     # nsprof serve: the real serving worker, bare (or under the stand-in profiler: profiler_flags, or for the
     # CLI's stand-in $NSPROF_STANDIN_SERVE_PROFILER, its flags or "-" for none); a collection is a line in the
     # server's log, and the report is still derived from each job's status file (finish). With
-# $NSPROF_STANDIN_STOP_GATE a collection's stop waits until that file exists (at most 120 s), as a slow `nsys stop`.
+    # $NSPROF_STANDIN_STOP_GATE a collection's stop waits until that file exists (at most 120 s), as a slow `nsys stop`.
     serves = True
 
     def serve_command(self, settings, serve_dir, session):
@@ -109,7 +122,9 @@ class StatusDriver(Driver):
 
         command = serve_worker_command(settings, serve_dir)
         flags = self.profiler_flags
-        if flags is None and os.environ.get("NSPROF_STANDIN_SERVE_PROFILER"):  # the CLI's stand-in, under a profiler
+        if flags is None and os.environ.get(
+            "NSPROF_STANDIN_SERVE_PROFILER"
+        ):  # the CLI's stand-in, under a profiler
             flags = os.environ["NSPROF_STANDIN_SERVE_PROFILER"].split()
         if flags is not None:
             return [sys.executable, str(FAKE_PROFILER), *[f for f in flags if f != "-"], "--", *command]
@@ -125,7 +140,9 @@ class StatusDriver(Driver):
 
         log.write(f"==NSPROF== standin stop --session={session}\n")
         log.flush()
-        gate = os.environ.get("NSPROF_STANDIN_STOP_GATE")  # a slow `nsys stop` (a long job's report): until it exists
+        gate = os.environ.get(
+            "NSPROF_STANDIN_STOP_GATE"
+        )  # a slow `nsys stop` (a long job's report): until it exists
         deadline = time.monotonic() + 120
         while gate and not Path(gate).exists() and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -144,8 +161,11 @@ class StatusDriver(Driver):
             clean = clean and exit_file.exists() and int(exit_file.read_text() or -1) >= 0
         job = json.loads(report_base.with_suffix(".job.json").read_text())
         report = report_base.with_suffix(self.suffix)
-        report.write_text(json.dumps({"done": status.done if clean or not self.lossy else [], "job": job,
-                                      "pid": status.pid}))
+        report.write_text(
+            json.dumps(
+                {"done": status.done if clean or not self.lossy else [], "job": job, "pid": status.pid}
+            )
+        )
         return report
 
     def read(self, report, settings):
@@ -184,11 +204,23 @@ class StatusDriver(Driver):
         job = Job(**data["job"])  # its rep numbers: an interleaved job's continue after the first pass's
         if job.n_shapes:
             return self._read_shapes(job, data, configs, labels, settings)
-        return make_frame([{"source": settings.backend, "config_id": c, "mode": mode, "rep": rep, "kernel": f"k{k}",
-                            "duration_ns": duration(c, rep), **labels}
-                           for c in data["done"] for mode in settings.modes for rep in job.rep_numbers(c)
-                           for k in range(self.kernels)])
-
+        return make_frame(
+            [
+                {
+                    "source": settings.backend,
+                    "config_id": c,
+                    "mode": mode,
+                    "rep": rep,
+                    "kernel": f"k{k}",
+                    "duration_ns": duration(c, rep),
+                    **labels,
+                }
+                for c in data["done"]
+                for mode in settings.modes
+                for rep in job.rep_numbers(c)
+                for k in range(self.kernels)
+            ]
+        )
 
     def _read_shapes(self, job, data, configs, labels, settings):
         """A job with shapes: its ids are point ids. Each row is named only by its range name, as a real
@@ -211,9 +243,16 @@ class StatusDriver(Driver):
             for mode in settings.modes:
                 for rep in job.rep_numbers(point):
                     for k in range(self.kernels):
-                        rows.append({"source": settings.backend, "range": range_name(c, mode, rep, shape),
-                                     "kernel": f"k{k}", "duration_ns": duration(c, shape), "pid": data.get("pid"),
-                                     **labels})
+                        rows.append(
+                            {
+                                "source": settings.backend,
+                                "range": range_name(c, mode, rep, shape),
+                                "kernel": f"k{k}",
+                                "duration_ns": duration(c, shape),
+                                "pid": data.get("pid"),
+                                **labels,
+                            }
+                        )
         return make_frame(rows)
 
 
@@ -239,11 +278,19 @@ class NamedGpus(Backend):
     def run(self, target, config_ids, device=0, *, n_configs, on_progress=None, on_rows=None, expect=None):
         import os
 
-        measured = self.inner.run(target, config_ids, device, n_configs=n_configs, on_progress=on_progress,
-                                  on_rows=on_rows, expect=expect)
+        measured = self.inner.run(
+            target,
+            config_ids,
+            device,
+            n_configs=n_configs,
+            on_progress=on_progress,
+            on_rows=on_rows,
+            expect=expect,
+        )
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         measured.device = {"uuid": f"GPU-standin-{visible}", "name": MODELS.get(visible, "NVIDIA H200")}
         return measured
+
 
 def install() -> None:
     """Make every ncu/nsys session of this process use the stand-in (and need no tool on PATH),
@@ -251,7 +298,9 @@ def install() -> None:
     from nsprof.drivers import registry
 
     for name in ("ncu", "nsys"):
-        registry.register(name, type(f"StatusDriver_{name}", (StatusDriver,), {"labels_like": registry.driver_class(name)}))
+        registry.register(
+            name, type(f"StatusDriver_{name}", (StatusDriver,), {"labels_like": registry.driver_class(name)})
+        )
 
 
 if __name__ == "__main__":
@@ -260,4 +309,3 @@ if __name__ == "__main__":
 
     sys.argv[0] = "nsprof"
     main()
-

@@ -39,7 +39,10 @@ def test_stop_reason_names_why_the_reps_stop():
     assert rules.stop_reason(Decision("untested", 3, [3]), {3: 1}, 20) == rules.UNTESTED
     assert rules.stop_reason(_tie(1, 2), {1: 20, 2: 20}, 20) == rules.MAX_REPS
     assert rules.stop_reason(_tie(1, 2), {1: 20, 2: 5}, 20) is None  # one contender can still gain reps
-    assert rules.session_configs(_tie(2, 1, 4), {1: 20, 2: 5, 4: 6}, 20) == [2, 4]  # rank order, below the cap
+    assert rules.session_configs(_tie(2, 1, 4), {1: 20, 2: 5, 4: 6}, 20) == [
+        2,
+        4,
+    ]  # rank order, below the cap
 
 
 def test_a_session_does_every_rep_left_when_they_cost_less_than_a_start_up():
@@ -57,7 +60,9 @@ def test_a_dear_session_doubles_the_reps_and_the_budget_caps_it():
     capped = rules.plan_session([0, 1], {0: 5, 1: 5}, {0: 5, 1: 5}, 20, 16.5, cost)
     assert capped.rounds == 3  # (16.5 - 10) / 2 s a round
     assert rules.plan_session([0, 1], {0: 5, 1: 5}, {0: 5, 1: 5}, 20, 11.9, cost) is None  # no whole round
-    assert rules.plan_session([0, 1], {0: 5, 1: 5}, {0: 5, 1: 5}, 20, 5.0, cost) is None  # not even a start-up
+    assert (
+        rules.plan_session([0, 1], {0: 5, 1: 5}, {0: 5, 1: 5}, 20, 5.0, cost) is None
+    )  # not even a start-up
     # rep numbers come from next_rep (one past the highest held), not from the count of reps
     assert rules.plan_session([0, 1], {0: 5, 1: 5}, {0: 9, 1: 5}, 20, 100.0, cost).first_rep == {0: 9, 1: 5}
     with pytest.raises(ValueError, match="max_reps"):
@@ -66,7 +71,9 @@ def test_a_dear_session_doubles_the_reps_and_the_budget_caps_it():
 
 def test_the_cost_model_comes_from_when_the_first_pass_configs_finished():
     # 4 configs done 1 s apart after a 9 s start-up, 1 s of tear-down: wall 13 s
-    cost = rules.first_pass_cost(13.0, [(9.0, True), (10.0, True), (11.0, True), (12.0, True)], reps=5, warmup=3)
+    cost = rules.first_pass_cost(
+        13.0, [(9.0, True), (10.0, True), (11.0, True), (12.0, True)], reps=5, warmup=3
+    )
     assert cost.measured and cost.visit_s == pytest.approx(4 / 8)  # (warmup + 1) of (warmup + reps) launches
     assert cost.startup_s == pytest.approx(13.0 - 4 * 1.0)
     unknown = rules.first_pass_cost(13.0, [(9.0, True)], reps=5, warmup=3)  # one config: no gap to measure
@@ -91,18 +98,35 @@ def test_a_failed_config_s_time_is_not_a_visit_s_cost():
 
 def _rows(reps_by_config: dict[int, list[float]], first: dict[int, int] | None = None):
     first = first or {}
-    return make_frame([{"source": "x", "config_id": c, "mode": "direct", "rep": first.get(c, 0) + i, "kernel": "k",
-                        "duration_ns": v} for c, values in reps_by_config.items() for i, v in enumerate(values)])
+    return make_frame(
+        [
+            {
+                "source": "x",
+                "config_id": c,
+                "mode": "direct",
+                "rep": first.get(c, 0) + i,
+                "kernel": "k",
+                "duration_ns": v,
+            }
+            for c, values in reps_by_config.items()
+            for i, v in enumerate(values)
+        ]
+    )
 
 
 def test_only_the_planned_configs_and_reps_are_kept():
     from nsprof.adaptive import next_reps, planned_rows, rep_counts
 
     plan = Plan((0, 1), 2, {0: 5, 1: 7}, 0.0)
-    frame = pd.concat([_rows({0: [1.0, 2.0], 1: [3.0, 4.0]}, {0: 5, 1: 7}),
-                       _rows({0: [9.0]}, {0: 0}),  # a rep 0 of config 0: held already, not planned
-                       _rows({2: [5.0, 6.0]}, {2: 5}),  # another config's rows
-                       make_frame([{"source": "x", "config_id": 1, "error": "boom"}])], ignore_index=True)
+    frame = pd.concat(
+        [
+            _rows({0: [1.0, 2.0], 1: [3.0, 4.0]}, {0: 5, 1: 7}),
+            _rows({0: [9.0]}, {0: 0}),  # a rep 0 of config 0: held already, not planned
+            _rows({2: [5.0, 6.0]}, {2: 5}),  # another config's rows
+            make_frame([{"source": "x", "config_id": 1, "error": "boom"}]),
+        ],
+        ignore_index=True,
+    )
     kept = planned_rows(frame, plan)
     assert sorted(zip(kept["config_id"], kept["rep"])) == [(0, 5), (0, 6), (1, 7), (1, 8)]
     rows = _rows({0: [1.0] * 5, 3: [2.0] * 3}, {3: 4})
@@ -113,13 +137,30 @@ def test_the_store_keeps_a_configs_first_pass_and_the_adaptive_sessions_after_it
     from nsprof.tune import _select_stored
 
     def stored(run_id, config_id, reps):
-        return [{"run_id": run_id, "config_id": config_id, "config_json": f"c{config_id}", "mode": "graph",
-                 "rep": r, "duration_ns": 1.0, "error": None} for r in reps]
+        return [
+            {
+                "run_id": run_id,
+                "config_id": config_id,
+                "config_json": f"c{config_id}",
+                "mode": "graph",
+                "rep": r,
+                "duration_ns": 1.0,
+                "error": None,
+            }
+            for r in reps
+        ]
 
-    frame = pd.DataFrame(stored(1, 0, range(5)) + stored(2, 0, range(5, 20))  # pass, then its adaptive session
-                         + stored(3, 0, range(5))  # a new first pass: the old adaptive reps no longer count
-                         + stored(4, 0, range(5, 10)) + stored(1, 1, range(5)) + stored(2, 1, range(5, 20))
-                         + stored(5, 2, range(5)) + stored(6, 2, range(5, 10)) + stored(7, 2, range(5, 10)))
+    frame = pd.DataFrame(
+        stored(1, 0, range(5))
+        + stored(2, 0, range(5, 20))  # pass, then its adaptive session
+        + stored(3, 0, range(5))  # a new first pass: the old adaptive reps no longer count
+        + stored(4, 0, range(5, 10))
+        + stored(1, 1, range(5))
+        + stored(2, 1, range(5, 20))
+        + stored(5, 2, range(5))
+        + stored(6, 2, range(5, 10))
+        + stored(7, 2, range(5, 10))
+    )
     kept = _select_stored(frame, {0: "c0", 1: "c1", 2: "c2"}, adaptive_runs={2, 4, 6, 7})
     runs = kept.groupby("config_id")["run_id"].agg(lambda r: sorted(set(r))).to_dict()
     assert runs == {0: [3, 4], 1: [1, 2], 2: [5, 7]}  # config 2's reps 5-9 twice: the later run's
@@ -153,8 +194,11 @@ space = nsprof.space.Space(configs={configs!r}, build=build, device="cpu")
 
 # Configs 0 and 1 are 4% apart with 3% noise: 5 reps cannot tell them apart (their [min, max]
 # overlap), 20 can. Config 2 is far behind and never a contender.
-SEPARABLE = [{"id": 0, "ns": 1000.0, "ns_sigma": 0.03}, {"id": 1, "ns": 1040.0, "ns_sigma": 0.03},
-             {"id": 2, "ns": 3000.0, "ns_sigma": 0.01}]
+SEPARABLE = [
+    {"id": 0, "ns": 1000.0, "ns_sigma": 0.03},
+    {"id": 1, "ns": 1040.0, "ns_sigma": 0.03},
+    {"id": 2, "ns": 3000.0, "ns_sigma": 0.01},
+]
 # Three configs drawn from one distribution: indistinguishable however many reps.
 IDENTICAL = [{"id": i, "ns": 1000.0, "ns_sigma": 0.03, "seed": 7} for i in range(3)]
 
@@ -175,8 +219,19 @@ def noisy(tmp_path, monkeypatch):
 
 
 def _settings(tmp_path, **kwargs):
-    return TuneSettings(**{"backend": "noisy", "mode": "direct", "reps": 5, "timeout_s": 30, "use_store": False,
-                           "feed_back": False, "tuner_pick": False, "work_dir": tmp_path / "work", **kwargs})
+    return TuneSettings(
+        **{
+            "backend": "noisy",
+            "mode": "direct",
+            "reps": 5,
+            "timeout_s": 30,
+            "use_store": False,
+            "feed_back": False,
+            "tuner_pick": False,
+            "work_dir": tmp_path / "work",
+            **kwargs,
+        }
+    )
 
 
 def _sessions(log: Path) -> list[list[int]]:
@@ -204,8 +259,16 @@ def _first_pass_ties(configs) -> bool:
     import random
 
     def draws(c):
-        return [configs[c]["ns"] * (1 + configs[c]["ns_sigma"] * random.Random(f"{configs[c].get('seed', 0)}:{c}:{r}")
-                .gauss(0.0, 1.0)) for r in range(5)]
+        return [
+            configs[c]["ns"]
+            * (
+                1
+                + configs[c]["ns_sigma"]
+                * random.Random(f"{configs[c].get('seed', 0)}:{c}:{r}").gauss(0.0, 1.0)
+            )
+            for r in range(5)
+        ]
+
     a, b = draws(0), draws(1)
     return min(b) <= max(a) and min(a) <= max(b)
 
@@ -238,7 +301,9 @@ def test_well_separated_configs_get_a_winner_and_only_the_contenders_are_measure
     document = json.loads(tune_document(result))
     assert document["adaptive"]["stopped"] == "separated"
     assert document["adaptive"]["sessions"] == adaptive.sessions and document["decision"]["kind"] == "winner"
-    assert "interleaved session" in format_ranked(result) and "stopped: the best is separated" in format_ranked(result)
+    assert "interleaved session" in format_ranked(
+        result
+    ) and "stopped: the best is separated" in format_ranked(result)
 
 
 def test_identical_configs_end_as_a_tie_at_max_reps(noisy, tmp_path):
@@ -260,8 +325,10 @@ def test_identical_configs_end_as_a_tie_at_max_reps(noisy, tmp_path):
     text = format_ranked(result)
     assert f"these {len(members)} configs are indistinguishable here (±" in text
     assert "every contender reached --max-reps 12" in text
-    assert all(set(session) <= set(members) | set(result.adaptive.history[0]["configs"])
-               for session in _sessions(log)[1:])
+    assert all(
+        set(session) <= set(members) | set(result.adaptive.history[0]["configs"])
+        for session in _sessions(log)[1:]
+    )
 
 
 def test_budget_zero_means_no_adaptive_session_and_a_budget_too_small_says_so(noisy, tmp_path):
@@ -307,8 +374,10 @@ def test_adaptive_reps_are_stored_and_resume_measures_nothing_again(noisy, tmp_p
     resumed = tune(target, _settings(tmp_path, use_store=True, store=store, max_reps=10, resume=True))
     assert _sessions(log) == []  # nothing measured again: every contender has its 10 reps
     assert resumed.adaptive.stopped == rules.MAX_REPS and resumed.adaptive.sessions == 0
-    pd.testing.assert_frame_equal(resumed.table[["config_id", "value_ns", "reps"]].reset_index(drop=True),
-                                  first.table[["config_id", "value_ns", "reps"]].reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        resumed.table[["config_id", "value_ns", "reps"]].reset_index(drop=True),
+        first.table[["config_id", "value_ns", "reps"]].reset_index(drop=True),
+    )
     # A fresh first pass (no --resume) starts over: the old adaptive reps are not mixed in.
     log.write_text("")
     fresh = tune(target, _settings(tmp_path, use_store=True, store=store, budget_s=0))
@@ -322,14 +391,33 @@ def test_cli_takes_the_adaptive_options(noisy, tmp_path):
 
     target, _ = noisy(IDENTICAL)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "NSPROF_LOCK_DIR": str(tmp_path)}
-    standin_cli = [sys.executable, str(Path(__file__).parent / "standins.py"), "tune", target, "--backend", "nsys",
-                   "--mode", "direct", "--no-store", "--no-feed-back", "--no-tuner-pick"]
-    bad = subprocess.run(standin_cli + ["--reps", "5", "--max-reps", "3"], capture_output=True, text=True, env=env)
+    standin_cli = [
+        sys.executable,
+        str(Path(__file__).parent / "standins.py"),
+        "tune",
+        target,
+        "--backend",
+        "nsys",
+        "--mode",
+        "direct",
+        "--no-store",
+        "--no-feed-back",
+        "--no-tuner-pick",
+    ]
+    bad = subprocess.run(
+        standin_cli + ["--reps", "5", "--max-reps", "3"], capture_output=True, text=True, env=env
+    )
     assert bad.returncode != 0 and "--max-reps (3) must be at least --reps (5)" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) <= 3  # usage, help hint, the one line
-    done = subprocess.run(standin_cli + ["--json", "--max-reps", "8", "--budget-s", "600",
-                                         "--work-dir", str(tmp_path / "cli")], capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        standin_cli + ["--json", "--max-reps", "8", "--budget-s", "600", "--work-dir", str(tmp_path / "cli")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert document["adaptive"]["max_reps"] == 8 and document["adaptive"]["budget_s"] == 600
-    assert document["adaptive"]["stopped"] in ("max_reps", "separated") and document["adaptive"]["sessions"] >= 1
+    assert (
+        document["adaptive"]["stopped"] in ("max_reps", "separated") and document["adaptive"]["sessions"] >= 1
+    )

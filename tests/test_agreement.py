@@ -160,8 +160,19 @@ def row(df: pd.DataFrame, timer: str, truth: str) -> pd.Series:
 
 
 def test_agreement_shape(agree):
-    assert list(agree.columns) == ["timer", "truth", "n", "bias", "kendall_tau", "spearman_rho", "same_best",
-                                   "timer_pick", "truth_best", "regret", "top_k_hit"]
+    assert list(agree.columns) == [
+        "timer",
+        "truth",
+        "n",
+        "bias",
+        "kendall_tau",
+        "spearman_rho",
+        "same_best",
+        "timer_pick",
+        "truth_best",
+        "regret",
+        "top_k_hit",
+    ]
     # truths outer, timers inner, in the order given
     assert list(zip(agree["truth"], agree["timer"])) == [(g, t) for g in TRUTHS for t in TIMERS]
     assert agree.attrs["k"] == 3
@@ -252,7 +263,9 @@ def test_top_k_parameter(per_config):
 
 
 def test_duplicate_rows_pool_by_median():
-    pc = pd.DataFrame({"config_id": [0, 0, 0, 1], "method": ["t", "t", "t", "t"], "value_ns": [1.0, 5.0, 3.0, 9.0]})
+    pc = pd.DataFrame(
+        {"config_id": [0, 0, 0, 1], "method": ["t", "t", "t", "t"], "value_ns": [1.0, 5.0, 3.0, 9.0]}
+    )
     pc = pd.concat([pc, long({"g": [3e-3, 9e-3]})])
     r = agreement(pc, ["t"], ["g"]).iloc[0]
     assert r["bias"] == pytest.approx(1.0)  # median of 1,5,3 = 3 against 3
@@ -289,7 +302,9 @@ def test_noise_floor_unmatched_configs():
 
 
 def test_mode_floor():
-    pc = long({"ncu:direct": [10, 12, 11, 20], "ncu:graph": [11.2, 12, 10.8, 20], "nsys:direct": [1, 2, 3, 4]})
+    pc = long(
+        {"ncu:direct": [10, 12, 11, 20], "ncu:graph": [11.2, 12, 10.8, 20], "nsys:direct": [1, 2, 3, 4]}
+    )
     floors = mode_floor(pc, ["ncu:direct", "ncu:graph", "nsys:direct"])
     # nsys has no sibling mode: no row
     assert floors["truth"].tolist() == ["ncu:direct", "ncu:graph"]
@@ -318,10 +333,15 @@ def test_recommend_floor_widens_the_tie():
     # "sharp": τ 0.87, regret 5%; "close": τ 0.80, regret 0. Without a floor τ decides (0.87).
     # With the truth's own floor at 0.82, both are ≥ 0.82 − 0.03 = 0.79: τ cannot tell them apart
     # beyond the truth's noise, so regret decides. A floor of 0.95 (band 0.92) takes neither in.
-    df = pd.DataFrame({
-        "timer": ["sharp", "close"], "truth": ["g", "g"], "n": [10, 10], "kendall_tau": [0.87, 0.80],
-        "regret": [0.05, 0.0],
-    })
+    df = pd.DataFrame(
+        {
+            "timer": ["sharp", "close"],
+            "truth": ["g", "g"],
+            "n": [10, 10],
+            "kendall_tau": [0.87, 0.80],
+            "regret": [0.05, 0.0],
+        }
+    )
     assert recommend(df) == {"g": "sharp"}
     assert recommend(df, {"g": 0.82}) == {"g": "close"}
     assert recommend(df, {"g": 0.95}) == {"g": "sharp"}
@@ -357,8 +377,16 @@ def test_verdict_weak_and_mode_floor():
     pc = long({"g": [1, 2, 3, 4], "t": [4, 3, 1, 2]})
     df = agreement(pc, ["t"], ["g"])
     assert "no timer ranks configs reliably; best is t" in verdict(df)
-    floors = pd.DataFrame({"truth": ["g"], "against": ["g2"], "n": [4], "kendall_tau": [0.9],
-                           "median_rel_change": [0.0], "max_rel_change": [0.0]})
+    floors = pd.DataFrame(
+        {
+            "truth": ["g"],
+            "against": ["g2"],
+            "n": [4],
+            "kendall_tau": [0.9],
+            "median_rel_change": [0.0],
+            "max_rel_change": [0.0],
+        }
+    )
     assert "g's agreement with g2 τ 0.90" in verdict(df, floors)
 
 
@@ -367,13 +395,15 @@ def test_design_seed_shape():
     # warm-L2 timers track nsys, events sit on a ~7.5 µs launch floor and track neither.
     cold = [5.3, 5.5, 5.2, 6.0, 5.8, 5.4, 6.3, 5.6]
     warm = [3.0, 2.9, 3.2, 3.1, 2.95, 3.3, 3.05, 3.15]
-    pc = long({
-        "ncu:direct": cold,
-        "nsys:direct": warm,
-        "tilelang_cupti": [c * 0.76 for c in cold],
-        "graph_warm": [w * 1.2 for w in warm],
-        "event": [7.6, 7.4, 7.5, 7.45, 7.55, 7.52, 7.48, 7.58],
-    })
+    pc = long(
+        {
+            "ncu:direct": cold,
+            "nsys:direct": warm,
+            "tilelang_cupti": [c * 0.76 for c in cold],
+            "graph_warm": [w * 1.2 for w in warm],
+            "event": [7.6, 7.4, 7.5, 7.45, 7.55, 7.52, 7.48, 7.58],
+        }
+    )
     df = agreement(pc, ["event", "tilelang_cupti", "graph_warm"], ["ncu:direct", "nsys:direct"])
     assert recommend(df) == {"ncu:direct": "tilelang_cupti", "nsys:direct": "graph_warm"}
     text = verdict(df, {"ncu:direct": 0.95, "nsys:direct": 0.99})
@@ -390,10 +420,35 @@ def test_design_seed_shape():
 def test_format_agreement(agree):
     text = format_agreement(agree, {"ncu:direct": 0.95})
     lines = text.splitlines()
-    assert lines[0].split() == ["timer", "truth", "n", "bias", "×", "τ", "ρ", "same", "best", "regret", "%",
-                                "top-3", "floor", "τ"]
+    assert lines[0].split() == [
+        "timer",
+        "truth",
+        "n",
+        "bias",
+        "×",
+        "τ",
+        "ρ",
+        "same",
+        "best",
+        "regret",
+        "%",
+        "top-3",
+        "floor",
+        "τ",
+    ]
     assert len(lines) == 2 + len(TIMERS) * len(TRUTHS)
-    assert lines[3].split() == ["event", "ncu:direct", "5", "2.273", "0.400", "0.600", "no", "20.0", "yes", "0.950"]
+    assert lines[3].split() == [
+        "event",
+        "ncu:direct",
+        "5",
+        "2.273",
+        "0.400",
+        "0.600",
+        "no",
+        "20.0",
+        "yes",
+        "0.950",
+    ]
     # the unmeasured timer shows dashes, and nsys has no floor
     assert lines[-1].split() == ["triton_do_bench", "nsys:graph", "0", "-", "-", "-", "-", "-", "-", "-"]
     assert "floor" not in format_agreement(agree)
@@ -419,12 +474,24 @@ def test_to_json_round_trip(agree, per_config):
     assert "NaN" not in text
     assert len(doc["agreement"]) == len(agree)
     first = doc["agreement"][0]
-    assert first == {"timer": "cupti", "truth": "ncu:direct", "n": 5, "bias": 0.5, "kendall_tau": 1.0,
-                     "spearman_rho": 1.0, "same_best": True, "timer_pick": 0, "truth_best": 0, "regret": 0.0,
-                     "top_k_hit": True}
+    assert first == {
+        "timer": "cupti",
+        "truth": "ncu:direct",
+        "n": 5,
+        "bias": 0.5,
+        "kendall_tau": 1.0,
+        "spearman_rho": 1.0,
+        "same_best": True,
+        "timer_pick": 0,
+        "truth_best": 0,
+        "regret": 0.0,
+        "top_k_hit": True,
+    }
     empty = next(r for r in doc["agreement"] if r["timer"] == "triton_do_bench")
     assert empty["n"] == 0
-    assert all(empty[k] is None for k in ("bias", "kendall_tau", "same_best", "timer_pick", "regret", "top_k_hit"))
+    assert all(
+        empty[k] is None for k in ("bias", "kendall_tau", "same_best", "timer_pick", "regret", "top_k_hit")
+    )
     missing = [r for r in doc["per_config"] if r["method"] == "graph_warm" and r["config_id"] == 1]
     assert missing == [{"config_id": 1, "method": "graph_warm", "value_ns": None}]
     # a uniform 1% shift keeps the ranking: τ 1, every change 1%

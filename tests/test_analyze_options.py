@@ -44,7 +44,7 @@ def table_rows(stdout: str) -> tuple[list[str], list[list[str]]]:
     rule = next(i for i, line in enumerate(lines) if line.startswith("---"))
     header = re.split(r"\s{2,}", lines[rule - 1].strip())
     rows = []
-    for line in lines[rule + 1:]:
+    for line in lines[rule + 1 :]:
         if not line.strip() or line.startswith(("note:", "only in", "over ")):
             break
         rows.append(re.split(r"\s{2,}", line.strip()))
@@ -70,11 +70,24 @@ def ncu_kernels() -> list[dict]:
     out = []
     for r in rows:
         match = CFG.search(r[PP])
-        group = (f"cfg{match[1]}.{match[2]}" if match else "torch_push" if "torch_push" in r[PP]
-                 else "startend" if "startend" in r[SS] else NO_RANGE)
-        out.append({"range": group, "kernel": short_of(r["Kernel Name"]), "full": r["Kernel Name"],
-                    "duration_ns": float(r["gpu__time_duration.sum"]) * 1e3,  # the units row says us
-                    "cycles": float(r["gpc__cycles_elapsed.max"].replace(",", ""))})
+        group = (
+            f"cfg{match[1]}.{match[2]}"
+            if match
+            else "torch_push"
+            if "torch_push" in r[PP]
+            else "startend"
+            if "startend" in r[SS]
+            else NO_RANGE
+        )
+        out.append(
+            {
+                "range": group,
+                "kernel": short_of(r["Kernel Name"]),
+                "full": r["Kernel Name"],
+                "duration_ns": float(r["gpu__time_duration.sum"]) * 1e3,  # the units row says us
+                "cycles": float(r["gpc__cycles_elapsed.max"].replace(",", "")),
+            }
+        )
     return out
 
 
@@ -82,14 +95,21 @@ def nsys_kernels(path=SQLITE) -> list[dict]:
     """The SQLite's kernels with their range (as analyze names it) and full (demangled) name."""
     rows = expected_fixture_rows(path)
     with connect_ro(path) as con:
-        fulls = [f for (f,) in con.execute(
-            "SELECT d.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON d.id = k.demangledName"
-            " ORDER BY k.start, k.rowid")]
+        fulls = [
+            f
+            for (f,) in con.execute(
+                "SELECT d.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON d.id = k.demangledName"
+                " ORDER BY k.start, k.rowid"
+            )
+        ]
     assert len(fulls) == len(rows)
     out = []
     for row, full in zip(rows, fulls):
-        group = (f"cfg{row['config_id']}.{CFG.fullmatch(row['range'])[2]}" if row["config_id"] is not None
-                 else row["range"] or NO_RANGE)
+        group = (
+            f"cfg{row['config_id']}.{CFG.fullmatch(row['range'])[2]}"
+            if row["config_id"] is not None
+            else row["range"] or NO_RANGE
+        )
         out.append({"range": group, "kernel": row["kernel"], "full": full, "duration_ns": row["duration_ns"]})
     return out
 
@@ -126,8 +146,11 @@ def tau_b(x, y) -> float:
 def test_kernel_and_range_filters():
     kernels = nsys_kernels()
     out = csv_rows(ok(SQLITE, "--kernel", "elementwise", "--range", r"^cfg2\.", "--format", "csv").stdout)
-    expected = {key: len(v) for key, v in by_key(kernels).items()
-                if re.search("elementwise", key[1]) and key[0].startswith("cfg2.")}
+    expected = {
+        key: len(v)
+        for key, v in by_key(kernels).items()
+        if re.search("elementwise", key[1]) and key[0].startswith("cfg2.")
+    }
     assert expected and {(r["range"], r["kernel_full"]): int(r["count"]) for r in out} == expected
     # the short name matches too (ncu's --kernel-name regex: matches the function name)
     names = {r["kernel"] for r in csv_rows(ok(SQLITE, "--kernel", "^gemm_kernel$", "--format", "csv").stdout)}
@@ -197,7 +220,16 @@ def test_max_total_and_share_of_time_columns():
     groups = by_key(kernels, ("range", "kernel"))
     everything = sum(k["duration_ns"] for k in kernels)
     header, rows = table_rows(ok(SQLITE, "--range", "cfg1.direct").stdout)
-    assert header[4:12] == ["median µs", "min µs", "max µs", "mean µs", "std µs", "cv %", "total µs", "% of time"]
+    assert header[4:12] == [
+        "median µs",
+        "min µs",
+        "max µs",
+        "mean µs",
+        "std µs",
+        "cv %",
+        "total µs",
+        "% of time",
+    ]
     (row,) = rows
     durations = groups[("cfg1.direct", "gemm_kernel")]
     assert row[6] == f"{max(durations) / 1e3:,.3f}"
@@ -214,7 +246,9 @@ def test_columns_empty_for_the_whole_report_are_dropped():
     assert rows[0][header.index("cycles")] == f"{statistics.median(cycles):,.0f}"
 
 
-@pytest.mark.parametrize(("unit", "scale", "fmt"), [("ns", 1, ",.0f"), ("us", 1e3, ",.3f"), ("ms", 1e6, ",.6f")])
+@pytest.mark.parametrize(
+    ("unit", "scale", "fmt"), [("ns", 1, ",.0f"), ("us", 1e3, ",.3f"), ("ms", 1e6, ",.6f")]
+)
 def test_timeunit(unit, scale, fmt):
     durations = [k["duration_ns"] for k in ncu_kernels() if k["range"] == "cfg1.graph"]
     header, rows = table_rows(ok(RAW, "--range", "cfg1.graph", "--timeunit", unit).stdout)
@@ -300,8 +334,9 @@ def test_summarize_calls_its_key_column_range():
     summary = nsprof.summarize(nsprof.read_report(RAW))
     assert "range" in summary and (summary["range"] == summary["group"]).all()  # group: one release more
     groups = by_key(ncu_kernels(), ("range", "kernel"))
-    assert {(r, k): n for r, k, n in zip(summary["range"], summary["kernel"], summary["count"])} == \
-        {key: len(v) for key, v in groups.items()}
+    assert {(r, k): n for r, k, n in zip(summary["range"], summary["kernel"], summary["count"])} == {
+        key: len(v) for key, v in groups.items()
+    }
 
 
 # --- compare ---------------------------------------------------------------------------------------
@@ -350,11 +385,14 @@ def test_compare_format_json_and_filters():
     assert document["only_in_b"] == [NO_RANGE] and document["only_in_a"] == []
     assert [r["range"] for r in document["per_range"]] == shared
     for r in document["per_range"]:
-        assert r["a_ns"] == pytest.approx(times[r["range"]][0]) and r["b_ns"] == pytest.approx(times[r["range"]][1])
+        assert r["a_ns"] == pytest.approx(times[r["range"]][0]) and r["b_ns"] == pytest.approx(
+            times[r["range"]][1]
+        )
     assert document["overall"]["ranges"] == len(shared) and document["overall"]["same_fastest"] is True
     rows = csv_rows(ok("--compare", RAW, SQLITE, "--format", "csv", "--kernel", "gemm", "--no-warmup").stdout)
-    assert {(r["range"], int(r["count_a"]), int(r["count_b"])) for r in rows} == \
-        {(k[0], len(a[k]), len(b[k])) for k in a if k[1] == "gemm_kernel"}
+    assert {(r["range"], int(r["count_a"]), int(r["count_b"])) for r in rows} == {
+        (k[0], len(a[k]), len(b[k])) for k in a if k[1] == "gemm_kernel"
+    }
 
 
 # --- plots -------------------------------------------------------------------------------------------
@@ -393,7 +431,9 @@ def test_ratio_plot_holds_the_shared_ranges(tmp_path):
     from nsprof.reports import read_report
 
     _, _, shared, times = _expected_compare()
-    fig = ratio_plot(per_range(compare(read_report(RAW), read_report(SQLITE))), "a", "b", str(tmp_path / "r.png"))
+    fig = ratio_plot(
+        per_range(compare(read_report(RAW), read_report(SQLITE))), "a", "b", str(tmp_path / "r.png")
+    )
     assert (tmp_path / "r.png").stat().st_size > 1000
     (ax,) = fig.axes
     assert [t.get_text() for t in ax.get_xticklabels()] == shared
@@ -403,10 +443,16 @@ def test_ratio_plot_holds_the_shared_ranges(tmp_path):
 
 
 def test_plot_without_matplotlib_is_one_line(tmp_path):
-    code = ("import sys; sys.modules['matplotlib'] = None; sys.argv = ['nsprof', 'analyze', sys.argv[1], "
-            "'--plot', sys.argv[2]]; from nsprof.cli import main; main()")
-    result = subprocess.run([sys.executable, "-c", code, str(RAW), str(tmp_path / "x.png")],
-                            capture_output=True, text=True, timeout=120)
+    code = (
+        "import sys; sys.modules['matplotlib'] = None; sys.argv = ['nsprof', 'analyze', sys.argv[1], "
+        "'--plot', sys.argv[2]]; from nsprof.cli import main; main()"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(RAW), str(tmp_path / "x.png")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.strip() == "nsprof: error: --plot needs matplotlib: pip install 'nsprof[plot]'"
     bad = run_nsprof("analyze", RAW, "--plot", tmp_path / "x.txt")

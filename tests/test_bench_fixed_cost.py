@@ -19,8 +19,25 @@ TARGET = str(ROOT / "tests" / "targets" / "phases.py") + ":timed"
 
 def _bench(tmp_path, *args: str):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks")}
-    return subprocess.run([sys.executable, str(SCRIPT), "--nsprof", STANDIN_CLI, "--target", TARGET, "--mode", "direct",
-                           "--extra", "--reps 1", *args], capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--nsprof",
+            STANDIN_CLI,
+            "--target",
+            TARGET,
+            "--mode",
+            "direct",
+            "--extra",
+            "--reps 1",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 def test_the_benchmark_runs_each_tool_and_splits_every_run_into_phases(tmp_path):
@@ -38,7 +55,9 @@ def test_the_benchmark_runs_each_tool_and_splits_every_run_into_phases(tmp_path)
             assert list(phases) == order, (tool, list(phases))
             assert min(phases.values()) >= 0, phases
             # the phases other than the total tile the whole process's time
-            assert sum(v for k, v in phases.items() if k != "total") == pytest.approx(phases["total"], abs=1e-6)
+            assert sum(v for k, v in phases.items() if k != "total") == pytest.approx(
+                phases["total"], abs=1e-6
+            )
             assert run["configs_measured"] == 3
             assert phases["build"] >= 0.3 and phases["measure"] >= 0.5  # config 0's build, config 1's launch
         assert f"\n{tool}: " in done.stdout
@@ -49,7 +68,9 @@ def test_the_benchmark_runs_each_tool_and_splits_every_run_into_phases(tmp_path)
 
 def test_a_run_past_its_timeout_is_recorded_and_the_file_keeps_what_ran(tmp_path):
     out = tmp_path / "fixed.json"
-    done = _bench(tmp_path, "--out", str(out), "--runs", "1", "--backends", "nsys", "--no-warmup", "--timeout", "0.2")
+    done = _bench(
+        tmp_path, "--out", str(out), "--runs", "1", "--backends", "nsys", "--no-warmup", "--timeout", "0.2"
+    )
     assert done.returncode == 1
     record = json.loads(out.read_text())
     (run,) = record["tools"]["nsys"]["runs"]

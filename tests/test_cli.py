@@ -32,8 +32,11 @@ def test_analyze_prints_summary_per_config():
     # independent: median of cfg0.direct.r* durations in the raw CSV (in µs, 3 decimals)
     with open(RAW, newline="") as handle:
         rows = list(csv.DictReader(handle))[1:]
-    values = sorted(float(r["gpu__time_duration.sum"]) for r in rows
-                    if "cfg0.direct.r" in r["thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"])
+    values = sorted(
+        float(r["gpu__time_duration.sum"])
+        for r in rows
+        if "cfg0.direct.r" in r["thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"]
+    )
     assert len(values) == 3
     assert f"{values[1]:.3f}" in cfg0.split()
     assert "clock control unknown (not recorded in this report)" in result.stdout
@@ -68,11 +71,17 @@ def test_compare_two_reports(tmp_path):
     # independent: medians of cfg0.direct durations in each file, by the csv module
     pp = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
     with open(RAW, newline="") as handle:
-        raw = sorted(float(r["gpu__time_duration.sum"]) for r in list(csv.DictReader(handle))[1:]
-                     if "cfg0.direct.r" in r[pp])
+        raw = sorted(
+            float(r["gpu__time_duration.sum"])
+            for r in list(csv.DictReader(handle))[1:]
+            if "cfg0.direct.r" in r[pp]
+        )
     with open(FIXTURES / "fixture_node_details.csv", newline="") as handle:
-        det = sorted(float(r["Metric Value"]) for r in csv.DictReader(handle)
-                     if "cfg0.direct.r" in r[pp] and r["Metric Name"] == "gpu__time_duration.sum")
+        det = sorted(
+            float(r["Metric Value"])
+            for r in csv.DictReader(handle)
+            if "cfg0.direct.r" in r[pp] and r["Metric Name"] == "gpu__time_duration.sum"
+        )
     assert cfg0.split()[2:5] == [f"{raw[1]:.3f}", f"{det[1]:.3f}", f"{det[1] / raw[1]:.3f}"]
 
 
@@ -117,9 +126,11 @@ def test_parquet_without_pyarrow_is_a_clear_error(tmp_path):
 
 
 def test_import_is_light():
-    code = ("import sys, nsprof, nsprof.cli, nsprof.schema, nsprof.host.tools; "
-            "heavy = [m for m in ('torch', 'tilelang', 'cupti', 'subprocess', 'pandas', 'ncu_report', 'triton') "
-            "if m in sys.modules]; print(','.join(heavy))")
+    code = (
+        "import sys, nsprof, nsprof.cli, nsprof.schema, nsprof.host.tools; "
+        "heavy = [m for m in ('torch', 'tilelang', 'cupti', 'subprocess', 'pandas', 'ncu_report', 'triton') "
+        "if m in sys.modules]; print(','.join(heavy))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
@@ -128,10 +139,12 @@ def test_import_is_light():
 def test_import_nsprof_does_no_registering_and_settings_know_the_backends_without_the_registry():
     """`import nsprof` imports no driver registry (no work done by an import), and the settings
     check backend names without it."""
-    code = ("import sys, nsprof; from nsprof.settings import ProfileSettings, TuneSettings, backends, ground_truths; "
-            "loaded = 'nsprof.drivers.registry' in sys.modules; "
-            "ProfileSettings(backend='nsys'); TuneSettings(backend='cupti'); "
-            "print(loaded, backends(), ground_truths())")
+    code = (
+        "import sys, nsprof; from nsprof.settings import ProfileSettings, TuneSettings, backends, ground_truths; "
+        "loaded = 'nsprof.drivers.registry' in sys.modules; "
+        "ProfileSettings(backend='nsys'); TuneSettings(backend='cupti'); "
+        "print(loaded, backends(), ground_truths())"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False ('ncu', 'nsys', 'none') ('ncu', 'nsys')"
@@ -165,11 +178,13 @@ def test_compare_flags_rows_an_order_of_magnitude_apart():
 
 def test_user_code_output_goes_to_stderr_so_json_on_stdout_stays_clean():
     # TileLang logs to stdout; a --json result must still parse. Python- and C-level writes alike.
-    code = ("import os\nfrom nsprof.host.redirect import results_only_on_stdout\n"
-            "with results_only_on_stdout():\n"
-            "    print('python noise')\n"
-            "    os.write(1, b'c noise\\n')\n"
-            "print('{\"result\": 1}')\n")
+    code = (
+        "import os\nfrom nsprof.host.redirect import results_only_on_stdout\n"
+        "with results_only_on_stdout():\n"
+        "    print('python noise')\n"
+        "    os.write(1, b'c noise\\n')\n"
+        "print('{\"result\": 1}')\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout == '{"result": 1}\n'
@@ -199,7 +214,8 @@ def test_kernels_sharing_a_short_name_print_as_distinct_rows():
     sqlite = FIXTURES / "fixture.sqlite"
     with sqlite3.connect(sqlite.resolve().as_uri() + "?mode=ro", uri=True) as conn:
         kernels, distinct = conn.execute(
-            "SELECT count(*), count(DISTINCT demangledName) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+            "SELECT count(*), count(DISTINCT demangledName) FROM CUPTI_ACTIVITY_KIND_KERNEL"
+        ).fetchone()
     result = run_nsprof("analyze", sqlite)
     assert result.returncode == 0, result.stderr
     rows = _table_rows(result.stdout)
@@ -218,15 +234,20 @@ def test_names_that_differ_past_the_display_width_never_print_as_one_row(tmp_pat
     shutil.copy(FIXTURES / "fixture.sqlite", path)
     base = "k" * 70
     with sqlite3.connect(path) as conn:
-        ids = [i for (i,) in conn.execute(
-            "SELECT DISTINCT k.shortName FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName"
-            " WHERE s.value IN ('gemm_kernel', 'nvjet_sm90_hsh_64x24_64x16_2x4_h_bz_NNT')")]
+        ids = [
+            i
+            for (i,) in conn.execute(
+                "SELECT DISTINCT k.shortName FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName"
+                " WHERE s.value IN ('gemm_kernel', 'nvjet_sm90_hsh_64x24_64x16_2x4_h_bz_NNT')"
+            )
+        ]
         assert len(ids) == 2
         for suffix, string_id in zip(("_one", "_two"), ids):
             conn.execute("UPDATE StringIds SET value = ? WHERE id = ?", (base + suffix, string_id))
         # both names in one group: their kernels all outside any range
         expected = conn.execute(
-            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE shortName IN (?, ?)", ids).fetchone()[0]
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE shortName IN (?, ?)", ids
+        ).fetchone()[0]
         conn.execute("DELETE FROM NVTX_EVENTS")
     for args, kernel_cell in (((path,), 2), (("--compare", path, path), 1)):
         result = run_nsprof("analyze", *args)
@@ -245,6 +266,8 @@ def test_json_rows_are_written_in_chunks_with_the_same_text(monkeypatch, capsys)
     frame = read_report(FIXTURES / "fixture.sqlite")
     monkeypatch.setattr(render_json, "JSON_CHUNK_ROWS", 7)  # 65 rows: 10 chunks
     render_json.write_rows(frame, sys.stdout)
-    assert json.loads(capsys.readouterr().out) == json.loads(frame.to_json(orient="records", force_ascii=False))
+    assert json.loads(capsys.readouterr().out) == json.loads(
+        frame.to_json(orient="records", force_ascii=False)
+    )
     render_json.write_rows(frame.iloc[:0], sys.stdout)
     assert json.loads(capsys.readouterr().out) == []

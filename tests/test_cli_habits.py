@@ -47,7 +47,7 @@ def readme_section(title: str) -> str:
     text = README.read_text()
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
-    return text[start: end if end > 0 else len(text)]
+    return text[start : end if end > 0 else len(text)]
 
 
 def readme_bullets() -> dict[str, str]:
@@ -80,8 +80,10 @@ def helps() -> dict[str, str]:
 
 
 def test_the_rule_reads_the_help_option_column_only():
-    text = ("Usage: x\n\nOptions:\n  --prescreen [graph|cupti]  Only the best --top go on.\n"
-            "  --feed-back / --no-feed-back\n                  Hand it back.\n  -V, --version  Show.\n")
+    text = (
+        "Usage: x\n\nOptions:\n  --prescreen [graph|cupti]  Only the best --top go on.\n"
+        "  --feed-back / --no-feed-back\n                  Hand it back.\n  -V, --version  Show.\n"
+    )
     assert help_options(text) == {"--prescreen", "--feed-back", "--no-feed-back", "--version"}
 
 
@@ -89,7 +91,11 @@ def test_version_on_nsprof_and_every_command():
     for args in [[], *[[name] for name in COMMANDS]]:
         for flag in ("-V", "--version"):
             done = run_nsprof(*args, flag)
-            assert done.returncode == 0 and done.stdout == f"nsprof, version {__version__}\n", (args, flag, done)
+            assert done.returncode == 0 and done.stdout == f"nsprof, version {__version__}\n", (
+                args,
+                flag,
+                done,
+            )
 
 
 def test_every_help_names_help_and_version(helps):
@@ -104,8 +110,10 @@ def test_readme_lists_exactly_the_options_each_help_names(helps):
         in_help = help_options(helps[name]) - ALWAYS
         in_readme = set(LONG.findall(bullets[name]))
         assert in_help, name
-        assert in_readme == in_help, (f"nsprof {name}: only in --help: {sorted(in_help - in_readme)}; "
-                                      f"only in README: {sorted(in_readme - in_help)}")
+        assert in_readme == in_help, (
+            f"nsprof {name}: only in --help: {sorted(in_help - in_readme)}; "
+            f"only in README: {sorted(in_readme - in_help)}"
+        )
 
 
 def test_readme_examples_use_only_real_options(helps):
@@ -135,7 +143,9 @@ def test_the_completion_script_the_readme_names(shell):
 def test_completion_completes_commands_options_and_choices():
     def complete(words: str) -> list[str]:
         parts = words.split(" ")
-        done = run_nsprof(env={"_NSPROF_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(len(parts) - 1)})
+        done = run_nsprof(
+            env={"_NSPROF_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(len(parts) - 1)}
+        )
         assert done.returncode == 0, done.stderr
         return [line.split(",", 1)[1] for line in done.stdout.splitlines()]
 

@@ -84,8 +84,15 @@ def target(tmp_path, client, monkeypatch):
 
 
 def _settings(tmp_path, **kwargs) -> ProfileSettings:
-    return ProfileSettings(backend=BACKEND, modes=("direct",), reps=2, warmup=0, timeout_s=60,
-                           work_dir=tmp_path / "work", **kwargs)
+    return ProfileSettings(
+        backend=BACKEND,
+        modes=("direct",),
+        reps=2,
+        warmup=0,
+        timeout_s=60,
+        work_dir=tmp_path / "work",
+        **kwargs,
+    )
 
 
 def _marks(tmp_path) -> list[tuple[int, str, int]]:
@@ -103,8 +110,13 @@ def test_batches_over_two_workers_merge_into_each_config_once(target, tmp_path, 
 
     handed, progress = [], []
     backend = Sharded(GroundTruth(_settings(tmp_path)), ClusterSettings(devices=(0, 1), batch_size=3))
-    measured = backend.run(target, list(range(10)), n_configs=10, on_rows=handed.append,
-                           on_progress=lambda event, config_id, detail: progress.append((event, config_id)))
+    measured = backend.run(
+        target,
+        list(range(10)),
+        n_configs=10,
+        on_rows=handed.append,
+        on_progress=lambda event, config_id, detail: progress.append((event, config_id)),
+    )
     assert measured.failures == {}
     # every config exactly once, with its own rows: 2 reps, its own duration
     summary = config_summary(measured.frame).set_index("config_id")
@@ -147,9 +159,20 @@ def test_the_store_is_written_by_the_client_alone(target, tmp_path, client):
 
     client.run(guard)
     store = tmp_path / "results.sqlite"
-    ranked = tune(target, TuneSettings(backend=BACKEND, mode="direct", reps=2, timeout_s=60, store=store,
-                                       work_dir=tmp_path / "tune", feed_back=False, tuner_pick=False,
-                                       cluster=DEVICES))
+    ranked = tune(
+        target,
+        TuneSettings(
+            backend=BACKEND,
+            mode="direct",
+            reps=2,
+            timeout_s=60,
+            store=store,
+            work_dir=tmp_path / "tune",
+            feed_back=False,
+            tuner_pick=False,
+            cluster=DEVICES,
+        ),
+    )
     assert set(client.run(opened).values()) == {False}
     assert ranked.best_config_id == 0
     assert list(ranked.table["config_id"])[1:] == list(range(1, 10))
@@ -160,8 +183,20 @@ def test_the_store_is_written_by_the_client_alone(target, tmp_path, client):
     assert len(rows) == 10 * 2  # each config's reps once: the calibration copies were not stored
     # --resume finds everything in the store: nothing goes to the cluster
     before = len(_marks(tmp_path))
-    again = tune(target, TuneSettings(backend=BACKEND, mode="direct", reps=2, timeout_s=60, store=store,
-                                      resume=True, feed_back=False, tuner_pick=False, cluster=DEVICES))
+    again = tune(
+        target,
+        TuneSettings(
+            backend=BACKEND,
+            mode="direct",
+            reps=2,
+            timeout_s=60,
+            store=store,
+            resume=True,
+            feed_back=False,
+            tuner_pick=False,
+            cluster=DEVICES,
+        ),
+    )
     assert again.best_config_id == 0 and len(_marks(tmp_path)) == before
 
 
@@ -169,7 +204,9 @@ def test_gpus_of_two_models_are_never_ranked_together(target, tmp_path, client):
     from nsprof.cluster import Sharded, cluster_gpu
 
     handed = []
-    backend = Sharded(NamedGpus(GroundTruth(_settings(tmp_path))), ClusterSettings(devices=(0, 1), batch_size=5))
+    backend = Sharded(
+        NamedGpus(GroundTruth(_settings(tmp_path))), ClusterSettings(devices=(0, 1), batch_size=5)
+    )
     with pytest.raises(NsprofError, match="different GPU models .*never ranks") as raised:
         backend.run(target, list(range(10)), n_configs=10, on_rows=handed.append)
     assert "\n" not in str(raised.value)
@@ -239,36 +276,50 @@ def test_a_dask_worker_killed_mid_batch_loses_nothing(target, tmp_path, client, 
     # The killed worker's batch ran again in another process
     killed_configs = {config for config, _, pid in _marks(tmp_path) if pid == victim}
     assert killed_configs
-    assert all(any(config == c and pid != victim for c, _, pid in _marks(tmp_path)) for config in killed_configs)
+    assert all(
+        any(config == c and pid != victim for c, _, pid in _marks(tmp_path)) for config in killed_configs
+    )
 
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = ("import sys; sys.path.insert(0, sys.argv.pop(1)); import standins; standins.install(); "
-       "from nsprof.cli import main; sys.argv[0] = 'nsprof'; main()")
+CLI = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); import standins; standins.install(); "
+    "from nsprof.cli import main; sys.argv[0] = 'nsprof'; main()"
+)
 
 
 def _nsprof(*args, cwd, env=None):
     import subprocess
 
-    return subprocess.run([sys.executable, "-c", CLI, str(Path(__file__).parent), *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-c", CLI, str(Path(__file__).parent), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--devices", "0,x"], "--devices takes GPU indices"),
-    (["--devices", "0", "--scheduler", "tcp://127.0.0.1:1"], "either --devices or --scheduler, not both"),
-    (["--scheduler", "localhost"], "--scheduler takes an address"),
-    (["--verbose"], "--verbose shows the Dask workers' state"),
-    (["--devices", "0,0"], "names a GPU twice"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--devices", "0,x"], "--devices takes GPU indices"),
+        (["--devices", "0", "--scheduler", "tcp://127.0.0.1:1"], "either --devices or --scheduler, not both"),
+        (["--scheduler", "localhost"], "--scheduler takes an address"),
+        (["--verbose"], "--verbose shows the Dask workers' state"),
+        (["--devices", "0,0"], "names a GPU twice"),
+    ],
+)
 def test_bad_cluster_options_are_one_line(tmp_path, args, message):
     from click.testing import CliRunner
 
     from nsprof.cli import cli
 
     (tmp_path / "t.py").write_text(TARGET.replace("range(1, N)", "range(1, 3)"))
-    result = CliRunner().invoke(cli, ["tune", str(tmp_path / "t.py:space"), "--backend", "graph", "--no-store", *args])
+    result = CliRunner().invoke(
+        cli, ["tune", str(tmp_path / "t.py:space"), "--backend", "graph", "--no-store", *args]
+    )
     assert result.exit_code == 2 and message in result.output, result.output
 
 
@@ -276,9 +327,23 @@ def test_tune_devices_through_the_cli(tmp_path):
     """`nsprof tune --devices 0,1 --verbose` end to end (its own LocalCluster, in a child nsprof):
     one ranking, per-worker state, the calibration line, a store written."""
     (tmp_path / "t.py").write_text(TARGET.replace("range(1, N)", "range(1, 6)"))
-    done = _nsprof("tune", "t.py:space", "--backend", "nsys", "--mode", "direct", "--reps", "2", "--devices", "0,1",
-                   "--verbose", "--json", "--no-feed-back", cwd=tmp_path,
-                   env={"NSPROF_LOCK_DIR": str(tmp_path / "locks")})
+    done = _nsprof(
+        "tune",
+        "t.py:space",
+        "--backend",
+        "nsys",
+        "--mode",
+        "direct",
+        "--reps",
+        "2",
+        "--devices",
+        "0,1",
+        "--verbose",
+        "--json",
+        "--no-feed-back",
+        cwd=tmp_path,
+        env={"NSPROF_LOCK_DIR": str(tmp_path / "locks")},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     import json
 

@@ -19,11 +19,32 @@ ROOT = FIXTURES.parents[1]
 def _profile(tmp_path, space: str, *extra: str, env: dict | None = None):
     folder = tmp_path / "ahead"
     folder.mkdir(exist_ok=True)
-    (tmp_path / "tmp").mkdir(exist_ok=True)  # where the compile step's folder goes (kept when a config failed)
-    environment = {"PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
-                   "NSPROF_TEST_AHEAD_DIR": str(folder), "TMPDIR": str(tmp_path / "tmp"), **(env or {})}
-    done = run_nsprof("profile", f"{TARGET}:{space}", "--backend", "nsys", "--mode", "direct", "--reps", "2",
-                      "--work-dir", str(tmp_path / "work"), "--json", *extra, env=environment, standins=True)
+    (tmp_path / "tmp").mkdir(
+        exist_ok=True
+    )  # where the compile step's folder goes (kept when a config failed)
+    environment = {
+        "PYTHONPATH": str(ROOT),
+        "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
+        "NSPROF_TEST_AHEAD_DIR": str(folder),
+        "TMPDIR": str(tmp_path / "tmp"),
+        **(env or {}),
+    }
+    done = run_nsprof(
+        "profile",
+        f"{TARGET}:{space}",
+        "--backend",
+        "nsys",
+        "--mode",
+        "direct",
+        "--reps",
+        "2",
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--json",
+        *extra,
+        env=environment,
+        standins=True,
+    )
     return done, folder
 
 
@@ -40,10 +61,14 @@ def test_configs_compile_while_the_session_runs_and_a_compile_failure_is_one_fai
     measured = sorted({r["config_id"] for r in rows if r["error"] is None})
     assert measured == [0, 1, 3]
     failed = [r for r in rows if r["error"] is not None]
-    assert [r["config_id"] for r in failed] == [2]  # one row, not one from the compile step and one from the worker
+    assert [r["config_id"] for r in failed] == [
+        2
+    ]  # one row, not one from the compile step and one from the worker
     assert failed[0]["error"].startswith("compile failed: ValueError: no valid tile")
     # each config compiled once, in the compile step (the worker's build does not compile)
-    assert sorted((folder / "compiled.log").read_text().split("\n")[:-1]) == [f"compiled {i}" for i in (0, 1, 3)]
+    assert sorted((folder / "compiled.log").read_text().split("\n")[:-1]) == [
+        f"compiled {i}" for i in (0, 1, 3)
+    ]
     record = json.loads((tmp_path / "work" / "phases.json").read_text())
     assert record["compile_ahead_s"] > 0
     assert "compile_wait" in record["phases"]  # configs 1 and 3 waited for their compile
@@ -52,7 +77,9 @@ def test_configs_compile_while_the_session_runs_and_a_compile_failure_is_one_fai
 def test_without_compile_ahead_the_space_compiles_first(tmp_path):
     # NSPROF_COMPILE_AHEAD=0: the compile step runs before the session, so config 1 (which needs
     # config 0 built) cannot compile (it could wait forever: 1 s is its bound); the rest as before
-    done, folder = _profile(tmp_path, "overlapped", env={"NSPROF_COMPILE_AHEAD": "0", "NSPROF_TEST_AFTER0_WAIT_S": "1"})
+    done, folder = _profile(
+        tmp_path, "overlapped", env={"NSPROF_COMPILE_AHEAD": "0", "NSPROF_TEST_AFTER0_WAIT_S": "1"}
+    )
     assert done.returncode == 0, done.stderr
     rows = _rows(done)
     errors = {r["config_id"]: r["error"] for r in rows if r["error"] is not None}
@@ -93,8 +120,14 @@ def test_the_compile_step_leaves_no_process_and_keeps_its_folder_only_on_failure
     folders = list((tmp_path / "tmp").glob("nsprof-compile-*"))
     assert len(folders) == 1 and (folders[0] / "compile.log").exists()
     assert f"the compilers' output is kept in {folders[0] / 'compile.log'}" in done.stderr  # said where
-    assert (folders[0] / "2.fail").exists() if space == "overlapped" else "status 7" in (folders[0] / END).read_text()
-    alive = subprocess.run(["pgrep", "-f", f"nsprof.worker.compile {folders[0]}"], capture_output=True, text=True)
+    assert (
+        (folders[0] / "2.fail").exists()
+        if space == "overlapped"
+        else "status 7" in (folders[0] / END).read_text()
+    )
+    alive = subprocess.run(
+        ["pgrep", "-f", f"nsprof.worker.compile {folders[0]}"], capture_output=True, text=True
+    )
     assert alive.stdout.strip() == ""
 
 

@@ -31,11 +31,35 @@ def _start(tmp_path, space: str, *extra: str):
     folder = tmp_path / "ahead"
     folder.mkdir(exist_ok=True)
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
-           "NSPROF_TEST_AHEAD_DIR": str(folder), "TMPDIR": str(tmp_path / "tmp")}
-    proc = subprocess.Popen([sys.executable, str(STANDINS), "profile", f"{TARGET}:{space}", "--backend", "nsys",
-                             "--mode", "direct", "--reps", "2", "--work-dir", str(tmp_path / "work"), "--json", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
+        "NSPROF_TEST_AHEAD_DIR": str(folder),
+        "TMPDIR": str(tmp_path / "tmp"),
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(STANDINS),
+            "profile",
+            f"{TARGET}:{space}",
+            "--backend",
+            "nsys",
+            "--mode",
+            "direct",
+            "--reps",
+            "2",
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--json",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     return proc, folder
 
 
@@ -64,7 +88,9 @@ def test_no_compiler_child_outlives_nsprof(tmp_path, signum):
         deadline = time.monotonic() + 10
         while _alive(child) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _alive(child), f"the compiler's child {child} outlived nsprof ({signal.Signals(signum).name})"
+        assert not _alive(child), (
+            f"the compiler's child {child} outlived nsprof ({signal.Signals(signum).name})"
+        )
     finally:
         if (folder / "child.pid").exists() and _alive(int((folder / "child.pid").read_text())):
             os.kill(int((folder / "child.pid").read_text()), signal.SIGKILL)
@@ -84,6 +110,7 @@ def test_finish_of_a_running_step_leaves_no_folder_and_no_traceback(tmp_path, mo
     monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
+
     monkeypatch.setattr(tempfile, "tempdir", None)
     folder = tmp_path / "ahead"
     folder.mkdir()
@@ -144,8 +171,17 @@ def test_a_resumed_tune_compiles_the_configs_its_adaptive_sessions_measure(tmp_p
         configs = [{"id": i, "ns": 1000.0, "ns_sigma": 0.03, "seed": 7} for i in range(3)]  # ties
         (tmp_path / "t.py").write_text(COMPILED_TARGET.format(artifacts=str(artifacts), configs=configs))
         target = str(tmp_path / "t.py") + ":space"
-        settings = dict(backend="noisy", mode="direct", reps=5, timeout_s=30, feed_back=False, tuner_pick=False,
-                        work_dir=tmp_path / "work", use_store=True, store=tmp_path / "results.sqlite")
+        settings = dict(
+            backend="noisy",
+            mode="direct",
+            reps=5,
+            timeout_s=30,
+            feed_back=False,
+            tuner_pick=False,
+            work_dir=tmp_path / "work",
+            use_store=True,
+            store=tmp_path / "results.sqlite",
+        )
         first = tune(target, TuneSettings(**settings, budget_s=0))  # the first pass only, stored
         assert first.adaptive.sessions == 0
         for path in artifacts.iterdir():
@@ -171,9 +207,19 @@ def _tune_with_event(tmp_path, monkeypatch, target_text) -> Path:
     artifacts.mkdir()
     (tmp_path / "t.py").write_text(target_text(artifacts))
     try:
-        tune(str(tmp_path / "t.py") + ":space", TuneSettings(backend="event", mode="direct", reps=2, timeout_s=30,
-                                                             use_store=False, feed_back=False, tuner_pick=False,
-                                                             work_dir=tmp_path / "work"))
+        tune(
+            str(tmp_path / "t.py") + ":space",
+            TuneSettings(
+                backend="event",
+                mode="direct",
+                reps=2,
+                timeout_s=30,
+                use_store=False,
+                feed_back=False,
+                tuner_pick=False,
+                work_dir=tmp_path / "work",
+            ),
+        )
     except NsprofError as exc:
         print("tune:", exc)
     return artifacts
@@ -183,8 +229,13 @@ def test_tune_with_a_fast_timer_as_its_backend_compiles_first(tmp_path, monkeypa
     # tune --backend event (a fast timer ranks): its sessions are FastTimers', which do not go
     # through profile_result, so nothing compiles them unless tune does (until a1785df it did,
     # for every tune without a cluster). Without a GPU the timers fail; the compile must run first.
-    artifacts = _tune_with_event(tmp_path, monkeypatch, lambda artifacts: COMPILED_TARGET.format(
-        artifacts=str(artifacts), configs=[{"id": i} for i in range(2)]))
+    artifacts = _tune_with_event(
+        tmp_path,
+        monkeypatch,
+        lambda artifacts: COMPILED_TARGET.format(
+            artifacts=str(artifacts), configs=[{"id": i} for i in range(2)]
+        ),
+    )
     assert sorted(p.name for p in artifacts.iterdir()) == ["artifact-0", "artifact-1"], "never compiled"
 
 
@@ -207,12 +258,18 @@ def _hang_run(tmp_path, space: str, text: str = HANG_SCRIPT) -> str:
     folder = tmp_path / "ahead"
     folder.mkdir()
     script = tmp_path / "hang.py"
-    script.write_text(text.format(tests=str(Path(__file__).parent), target=f"{TARGET}:{space}",
-                                         work=str(tmp_path / "work")))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
-           "NSPROF_TEST_AHEAD_DIR": str(folder)}
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    script.write_text(
+        text.format(tests=str(Path(__file__).parent), target=f"{TARGET}:{space}", work=str(tmp_path / "work"))
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
+        "NSPROF_TEST_AHEAD_DIR": str(folder),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         out, err = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
@@ -240,7 +297,6 @@ def test_a_stalled_compile_step_fails_the_rest_at_once(tmp_path):
     assert text.count("not compiled: the compile step made no progress for 2 s") == 2, text[-2000:]
 
 
-
 COMPILE_HERE_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
@@ -261,8 +317,10 @@ def test_a_compile_that_hangs_in_the_worker_is_bounded(tmp_path):
     # returns. It runs in a thread while the worker writes `wait` lines, so neither --timeout nor the
     # phase bound applies; compile_timeout_s fails it, and configs 0 and 2 are measured.
     out = _hang_run(tmp_path, "hanging", COMPILE_HERE_SCRIPT)
-    assert "FAILURES {1: 'compile timed out: not compiled after 2 s (its compile still runs in the worker)'}" \
-        in out, out
+    assert (
+        "FAILURES {1: 'compile timed out: not compiled after 2 s (its compile still runs in the worker)'}"
+        in out
+    ), out
     assert "MEASURED [0, 2]" in out, out
 
 
@@ -287,8 +345,9 @@ space = nsprof.space.Space(configs=[{{"id": 0}}, {{"id": 1}}], shapes=[{{"n": 1}
 
 def test_tune_of_a_target_with_shapes_and_a_fast_timer_compiles_first(tmp_path, monkeypatch):
     # as above, for tune_shapes (which compiled every point first until a1785df)
-    artifacts = _tune_with_event(tmp_path, monkeypatch, lambda artifacts: SHAPED_TARGET.format(
-        artifacts=str(artifacts)))
+    artifacts = _tune_with_event(
+        tmp_path, monkeypatch, lambda artifacts: SHAPED_TARGET.format(artifacts=str(artifacts))
+    )
     assert len(list(artifacts.iterdir())) == 4, "never compiled"
 
 
@@ -306,7 +365,9 @@ def test_a_new_part_after_a_crash_waits_on_the_same_markers_and_a_compile_failur
     for c in (1, 4):
         assert len(errors[c]) == 1 and errors[c][0].startswith("compile failed: ValueError"), errors[c]
     assert len(errors[2]) == 1 and errors[2][0] is not None
-    assert sorted((folder / "compiled.log").read_text().split()) == sorted("compiled 0 compiled 2 compiled 3 compiled 5".split())
+    assert sorted((folder / "compiled.log").read_text().split()) == sorted(
+        "compiled 0 compiled 2 compiled 3 compiled 5".split()
+    )
     assert (tmp_path / "work" / "part1.status").exists()  # the configs after the crash ran in a new part
     assert "\nstart 3\n" in (tmp_path / "work" / "part1.status").read_text()
 

@@ -36,6 +36,7 @@ STANDINS = Path(__file__).parent / "standins.py"
 
 # --------------------------------------------------------------------------- the interval
 
+
 def brute_coverage(n: int, k: int) -> float:
     """P(x(k) ≤ median ≤ x(n+1-k)): the interval holds the median exactly when at least k reps
     fall below it and at least k above; each rep is below with probability ½. Counted over all
@@ -81,8 +82,15 @@ def test_interval_matches_sorting_by_hand(n, seed):
 def test_one_rep_or_none_has_no_interval_and_nan_reps_are_dropped():
     for reps in ([], [1000.0], [float("nan"), 1000.0]):
         interval = median_interval(reps)
-        assert interval.low != interval.low and interval.high != interval.high and interval.coverage != interval.coverage
-    assert (median_interval([3.0, float("nan"), 1.0, 2.0]).low, median_interval([3.0, float("nan"), 1.0]).high) == (1.0, 3.0)
+        assert (
+            interval.low != interval.low
+            and interval.high != interval.high
+            and interval.coverage != interval.coverage
+        )
+    assert (
+        median_interval([3.0, float("nan"), 1.0, 2.0]).low,
+        median_interval([3.0, float("nan"), 1.0]).high,
+    ) == (1.0, 3.0)
 
 
 def test_the_stated_coverage_is_what_one_gets():
@@ -97,6 +105,7 @@ def test_the_stated_coverage_is_what_one_gets():
 
 
 # --------------------------------------------------------------------------- ties on the real seed-space reps
+
 
 def fixture_reps(name, mode):
     """{config_id: [per-rep summed duration_ns]} read straight from the csv."""
@@ -127,15 +136,22 @@ def independent_ties(name, mode):
     order = sorted(reps, key=lambda c: (medians[c], c))
     intervals = {c: brute_interval(reps[c])[:2] for c in reps}
     best_low, best_high = intervals[order[0]]
-    return order, intervals, [c for c in order if intervals[c][0] <= best_high and best_low <= intervals[c][1]]
+    return (
+        order,
+        intervals,
+        [c for c in order if intervals[c][0] <= best_high and best_low <= intervals[c][1]],
+    )
 
 
-@pytest.mark.parametrize("name,mode,expected", [
-    ("profile_ncu.csv", "graph", [15, 13]),    # 15's reps 4992..5440 ns, 13's 5440..5696: touching ends
-    ("profile_ncu.csv", "direct", [15]),       # 15's 5152..5280, 13's 5312..5696: apart
-    ("profile_nsys.csv", "graph", [15, 13]),
-    ("profile_nsys.csv", "direct", [15, 13]),
-])
+@pytest.mark.parametrize(
+    "name,mode,expected",
+    [
+        ("profile_ncu.csv", "graph", [15, 13]),  # 15's reps 4992..5440 ns, 13's 5440..5696: touching ends
+        ("profile_ncu.csv", "direct", [15]),  # 15's 5152..5280, 13's 5312..5696: apart
+        ("profile_nsys.csv", "graph", [15, 13]),
+        ("profile_nsys.csv", "direct", [15, 13]),
+    ],
+)
 def test_tie_set_on_the_recorded_seed_space(name, mode, expected):
     result = ranked_fixture(name, mode)
     order, intervals, tie_set = independent_ties(name, mode)
@@ -157,14 +173,33 @@ def test_table_and_json_show_the_interval_and_the_tie():
     text = format_ranked(result)
     lines = text.splitlines()
     assert lines[0] == "ranked by profile_ncu.csv, mode graph"
-    assert lines[1].split() == ["rank", "id", "config", "µs", "low", "µs", "high", "µs", "spread", "%", "cycles",
-                                "clock", "GHz", "vs", "best", "tie", "error"]
+    assert lines[1].split() == [
+        "rank",
+        "id",
+        "config",
+        "µs",
+        "low",
+        "µs",
+        "high",
+        "µs",
+        "spread",
+        "%",
+        "cycles",
+        "clock",
+        "GHz",
+        "vs",
+        "best",
+        "tie",
+        "error",
+    ]
     first, second, third = lines[3].split(), lines[4].split(), lines[5].split()
     assert first[:6] == ["1", "15", "c15", "5.216", "4.992", "5.440"] and "tie" in first
     assert second[:6] == ["2", "13", "c13", "5.504", "5.440", "5.696"] and "tie" in second
     assert "tie" not in third
-    assert ("note: these 2 configs are indistinguishable here (±4.3%): 15, 13 (each one's interval overlaps "
-            "the best's); feeding back 15, the lowest median, then the lower config id") in lines
+    assert (
+        "note: these 2 configs are indistinguishable here (±4.3%): 15, 13 (each one's interval overlaps "
+        "the best's); feeding back 15, the lowest median, then the lower config id"
+    ) in lines
     assert any(line.startswith(f"note: intervals: {METHOD}, 95% asked, 93.8% achieved") for line in lines)
 
     doc = json.loads(tune_document(result))
@@ -176,8 +211,16 @@ def test_table_and_json_show_the_interval_and_the_tie():
     assert doc["decision"]["half_width"] == pytest.approx((5440 - 4992) / 2 / 5216)
     assert "indistinguishable" in doc["decision"]["words"]
     rows = {r["config_id"]: r for r in doc["ranked"]}
-    assert (rows[15]["ci_low_ns"], rows[15]["ci_high_ns"], rows[15]["tied_with_best"]) == (4992.0, 5440.0, True)
-    assert rows[14]["tied_with_best"] is False and rows[31]["ci_low_ns"] is None and rows[31]["tied_with_best"] is False
+    assert (rows[15]["ci_low_ns"], rows[15]["ci_high_ns"], rows[15]["tied_with_best"]) == (
+        4992.0,
+        5440.0,
+        True,
+    )
+    assert (
+        rows[14]["tied_with_best"] is False
+        and rows[31]["ci_low_ns"] is None
+        and rows[31]["tied_with_best"] is False
+    )
 
 
 def test_a_clear_winner_is_named_winner():
@@ -186,7 +229,10 @@ def test_a_clear_winner_is_named_winner():
     assert decision.kind == "winner" and decision.members == [15] and decision.second == 13
     assert decision.margin == pytest.approx((5312 - 5280) / 5280)
     text = format_ranked(result)
-    assert "note: config 15 is the winner: its interval (±1.2%) does not overlap #2's (config 13, 0.6% apart)" in text
+    assert (
+        "note: config 15 is the winner: its interval (±1.2%) does not overlap #2's (config 13, 0.6% apart)"
+        in text
+    )
     assert not any(line.split()[-2:-1] == ["tie"] for line in text.splitlines()[3:])
     doc = json.loads(tune_document(result))
     assert doc["tie_set"] == [15] and doc["decision"]["kind"] == "winner" and "members" not in doc["decision"]
@@ -204,9 +250,13 @@ def test_stat_min_ranks_by_min_and_ties_by_the_median_interval():
 
 # --------------------------------------------------------------------------- the rule: stable, stated
 
+
 def synthetic(reps_by_config):
-    rows = [{"source": "ncu", "config_id": c, "mode": "graph", "rep": r, "kernel": "k", "duration_ns": float(v)}
-            for c, reps in reps_by_config.items() for r, v in enumerate(reps)]
+    rows = [
+        {"source": "ncu", "config_id": c, "mode": "graph", "rep": r, "kernel": "k", "duration_ns": float(v)}
+        for c, reps in reps_by_config.items()
+        for r, v in enumerate(reps)
+    ]
     return make_frame(pd.DataFrame(rows).to_dict("list"))
 
 
@@ -242,12 +292,17 @@ def test_one_rep_per_config_is_untested_and_keeps_the_lowest():
     text = format_ranked(result)
     assert "untested against the noise" in text and "intervals: none (fewer than 2 reps" in text
     doc = json.loads(tune_document(result))
-    assert doc["tie_set"] == [1] and doc["decision"]["kind"] == "untested" and doc["interval"]["achieved"] is None
+    assert (
+        doc["tie_set"] == [1]
+        and doc["decision"]["kind"] == "untested"
+        and doc["interval"]["achieved"] is None
+    )
 
 
 def test_rank_without_interval_columns_still_ranks():
-    per_config = pd.DataFrame({"config_id": [0, 1], "median_ns": [2.0, 1.0], "min_ns": [2.0, 1.0],
-                               "error": [None, None]})
+    per_config = pd.DataFrame(
+        {"config_id": [0, 1], "median_ns": [2.0, 1.0], "min_ns": [2.0, 1.0], "error": [None, None]}
+    )
     table = rank(per_config, "median")
     assert table["config_id"].tolist() == [1, 0] and decide(table).kind == "untested"
 
@@ -269,10 +324,29 @@ CPU_TARGET = textwrap.dedent("""
 def test_cli_tune_json_shows_intervals_tie_set_and_decision(tmp_path):
     (tmp_path / "noisy.py").write_text(CPU_TARGET)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks")}
-    base = [sys.executable, str(STANDINS), "tune", "noisy.py:space", "--backend", "ncu", "--mode", "direct",
-            "--no-store", "--timeout", "120", "--budget-s", "0"]  # the first pass's intervals: no adaptive reps
-    done = subprocess.run([*base, "--json", "--work-dir", "wd1"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    base = [
+        sys.executable,
+        str(STANDINS),
+        "tune",
+        "noisy.py:space",
+        "--backend",
+        "ncu",
+        "--mode",
+        "direct",
+        "--no-store",
+        "--timeout",
+        "120",
+        "--budget-s",
+        "0",
+    ]  # the first pass's intervals: no adaptive reps
+    done = subprocess.run(
+        [*base, "--json", "--work-dir", "wd1"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["interval"]["method"] == METHOD and doc["interval"]["level"] == 0.95
@@ -285,8 +359,14 @@ def test_cli_tune_json_shows_intervals_tie_set_and_decision(tmp_path):
     assert (rows[0]["ci_low_ns"], rows[0]["ci_high_ns"]) == (1000.0, 1060.0)
     assert [rows[c]["tied_with_best"] for c in range(4)] == [True, False, True, False]
 
-    text = subprocess.run([*base, "--configs", "1,2,3", "--work-dir", "wd2"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    text = subprocess.run(
+        [*base, "--configs", "1,2,3", "--work-dir", "wd2"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert text.returncode == 0, text.stderr
     assert "note: config 2 is the winner: its interval (±2.5%) does not overlap #2's (config 1" in text.stdout
     assert "best: config 2 (name=c,ns_reps=[990, 1000, 1005, 1040, 1010])" in text.stdout

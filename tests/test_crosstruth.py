@@ -50,8 +50,11 @@ CLOCKS_EXPLAIN = {
 AGREE = {0: {"base-all": 900, "none-none": 500}, 1: {"base-all": 1000, "none-none": 600}}
 # The lab picks 1; the field measures 0 and 1 alike (a tie, fed back by the lower id: 0): a
 # one-sided tie, as ncu and nsys on the H200's 512³ Triton matmul (issue 13), so they disagree.
-ONE_SIDED = {0: {"base-all": 1000, "none-none": 500}, 1: {"base-all": 900, "none-none": 500},
-        2: {"base-all": 1200, "none-none": 700}}
+ONE_SIDED = {
+    0: {"base-all": 1000, "none-none": 500},
+    1: {"base-all": 900, "none-none": 500},
+    2: {"base-all": 1200, "none-none": 700},
+}
 
 TARGET = textwrap.dedent("""
     import json, os
@@ -107,8 +110,14 @@ def truths(tmp_path, monkeypatch):
 
 
 def settings(tmp_path, **kwargs):
-    base = {"mode": "direct", "reps": 3, "timeout_s": 60, "store": tmp_path / "r.sqlite", "work_dir": tmp_path / "wd",
-            "tuner_pick": False}
+    base = {
+        "mode": "direct",
+        "reps": 3,
+        "timeout_s": 60,
+        "store": tmp_path / "r.sqlite",
+        "work_dir": tmp_path / "wd",
+        "tuner_pick": False,
+    }
     return TuneSettings(**{**base, **kwargs})
 
 
@@ -133,8 +142,16 @@ def test_disagreeing_truths_say_by_how_much_and_the_l2_state_explains_it(truths,
     assert explanation.contenders == [0, 1]  # both winners (no ties here); config 2 is not measured again
     probes = {p.truth: p for p in explanation.probes}
     assert set(probes) == {"lab@base-warm", "lab@free-cold", "lab@free-warm"}
-    assert probes["lab@base-warm"].winner == best_of({c: lab_ns(L2_EXPLAINS, "base-none")[c] for c in (0, 1)}) == 1
-    assert probes["lab@free-cold"].winner == best_of({c: lab_ns(L2_EXPLAINS, "none-all")[c] for c in (0, 1)}) == 0
+    assert (
+        probes["lab@base-warm"].winner
+        == best_of({c: lab_ns(L2_EXPLAINS, "base-none")[c] for c in (0, 1)})
+        == 1
+    )
+    assert (
+        probes["lab@free-cold"].winner
+        == best_of({c: lab_ns(L2_EXPLAINS, "none-all")[c] for c in (0, 1)})
+        == 0
+    )
     assert probes["lab@free-warm"].winner == 1
     assert sorted(int(c) for c in probes["lab@base-warm"].table["config_id"]) == [0, 1]
     assert explanation.cause == "cache_control"
@@ -153,8 +170,11 @@ def test_disagreeing_truths_say_by_how_much_and_the_l2_state_explains_it(truths,
     # The deploy truth's ranking is what the tuner got (in its own process), and the note says so.
     fed = json.loads((tmp_path / "fed.json").read_text())
     assert {int(c): v for c, v in fed.items()} == pytest.approx({c: v / 1e6 for c, v in lab.items()})
-    assert any(note.startswith("handed to the stand-in tuner for deploy condition lab (cold L2")
-               and note.endswith(f"stored config {lab_best}") for note in result.notes)
+    assert any(
+        note.startswith("handed to the stand-in tuner for deploy condition lab (cold L2")
+        and note.endswith(f"stored config {lab_best}")
+        for note in result.notes
+    )
 
 
 def test_when_the_clocks_explain_it_the_verdict_says_the_clocks(truths, tmp_path):
@@ -165,8 +185,11 @@ def test_when_the_clocks_explain_it_the_verdict_says_the_clocks(truths, tmp_path
     probes = {p.truth: p.winner for p in explanation.probes}
     warm = lab_ns(CLOCKS_EXPLAIN, "base-none")
     free = lab_ns(CLOCKS_EXPLAIN, "none-all")
-    assert probes == {"lab@base-warm": best_of({c: warm[c] for c in (0, 1)}), "lab@free-cold": best_of(
-        {c: free[c] for c in (0, 1)}), "lab@free-warm": 1}
+    assert probes == {
+        "lab@base-warm": best_of({c: warm[c] for c in (0, 1)}),
+        "lab@free-cold": best_of({c: free[c] for c in (0, 1)}),
+        "lab@free-warm": 1,
+    }
     assert probes["lab@base-warm"] == 0 and probes["lab@free-cold"] == 1
     assert explanation.cause == "clock_control"
 
@@ -179,8 +202,10 @@ def test_agreeing_truths_are_said_so_and_a_one_sided_tie_is_a_disagreement(truth
     assert [p.verdict for p in agreed.cross.pairs] == ["agree"] and agreed.cross.explanations == []
     assert format_tune(agreed).splitlines()[-1].startswith("verdict: lab and field agree on config 0")
 
-    one_sided = tune(truths(ONE_SIDED, "one_sided_target"), settings(tmp_path / "t", truths=("lab", "field"),
-                                                                       feed_back=False))
+    one_sided = tune(
+        truths(ONE_SIDED, "one_sided_target"),
+        settings(tmp_path / "t", truths=("lab", "field"), feed_back=False),
+    )
     (pair,) = one_sided.cross.pairs
     lab, field = lab_ns(ONE_SIDED, "base-all"), lab_ns(ONE_SIDED, "none-none")
     assert pair.winner_a == best_of(lab) == 1
@@ -201,22 +226,36 @@ def test_deploy_picks_what_is_fed_back_and_the_store_records_it(truths, tmp_path
     assert result.deploy == "field" and result.truth == "field" and result.best_config_id == best_of(field)
     fed = json.loads((tmp_path / "fed.json").read_text())
     assert {int(c): v for c, v in fed.items()} == pytest.approx({c: v / 1e6 for c, v in field.items()})
-    assert any("for deploy condition field (warm L2, the card's own clocks, direct launches)" in n
-               for n in result.notes)
+    assert any(
+        "for deploy condition field (warm L2, the card's own clocks, direct launches)" in n
+        for n in result.notes
+    )
 
     db = sqlite3.connect(tmp_path / "r.sqlite")
-    runs = db.execute("SELECT backend, clock_control, cache_control, settings_json FROM runs ORDER BY id").fetchall()
+    runs = db.execute(
+        "SELECT backend, clock_control, cache_control, settings_json FROM runs ORDER BY id"
+    ).fetchall()
     assert [(b, clock, cache) for b, clock, cache, _ in runs] == [
-        ("lab", "base", "all"), ("field", "none", "none"),  # the two truths, every config
-        ("lab", "base", "none"), ("lab", "none", "all"), ("lab", "none", "none")]  # the probes
+        ("lab", "base", "all"),
+        ("field", "none", "none"),  # the two truths, every config
+        ("lab", "base", "none"),
+        ("lab", "none", "all"),
+        ("lab", "none", "none"),
+    ]  # the probes
     for *_, settings_json in runs:
         recorded = json.loads(settings_json)
         assert recorded["deploy"] == "field" and recorded["truths"] == ["lab", "field"]
-    probed = db.execute("SELECT DISTINCT config_id FROM measurements WHERE backend = 'lab' AND "
-                        "cache_control = 'none' ORDER BY config_id").fetchall()
+    probed = db.execute(
+        "SELECT DISTINCT config_id FROM measurements WHERE backend = 'lab' AND "
+        "cache_control = 'none' ORDER BY config_id"
+    ).fetchall()
     assert probed == [(0,), (1,)]  # only the contenders were measured again
-    warm = dict(db.execute("SELECT config_id, duration_ns FROM measurements WHERE backend = 'lab' AND "
-                           "clock_control = 'base' AND cache_control = 'none'").fetchall())
+    warm = dict(
+        db.execute(
+            "SELECT config_id, duration_ns FROM measurements WHERE backend = 'lab' AND "
+            "clock_control = 'base' AND cache_control = 'none'"
+        ).fetchall()
+    )
     assert warm == {c: lab_ns(L2_EXPLAINS, "base-none")[c] for c in (0, 1)}
     db.close()
 
@@ -253,11 +292,22 @@ def test_verdict_and_cause_rules():
         return crosstruth.Probe("x", changed, {}, 0, [0], verdict)
 
     cache, clock, both = ["cache_control"], ["clock_control"], ["cache_control", "clock_control"]
-    assert crosstruth.cause([probe(cache, "agree"), probe(clock, "disagree"), probe(both, "agree")]) == "cache_control"
-    assert crosstruth.cause([probe(cache, "disagree"), probe(clock, "tied"), probe(both, "agree")]) == "clock_control"
+    assert (
+        crosstruth.cause([probe(cache, "agree"), probe(clock, "disagree"), probe(both, "agree")])
+        == "cache_control"
+    )
+    assert (
+        crosstruth.cause([probe(cache, "disagree"), probe(clock, "tied"), probe(both, "agree")])
+        == "clock_control"
+    )
     assert crosstruth.cause([probe(cache, "agree"), probe(clock, "agree"), probe(both, "agree")]) == "either"
-    assert crosstruth.cause([probe(cache, "disagree"), probe(clock, "disagree"), probe(both, "agree")]) == "both"
-    assert crosstruth.cause([probe(cache, "disagree"), probe(clock, "disagree"), probe(both, "disagree")]) == "neither"
+    assert (
+        crosstruth.cause([probe(cache, "disagree"), probe(clock, "disagree"), probe(both, "agree")]) == "both"
+    )
+    assert (
+        crosstruth.cause([probe(cache, "disagree"), probe(clock, "disagree"), probe(both, "disagree")])
+        == "neither"
+    )
     assert crosstruth.cause([probe(cache, "unknown")]) == "not measured"
     assert crosstruth.split_truth("ncu@free-warm") == ("ncu", "free-warm")
     assert crosstruth.truth_name("ncu", {"clock_control": "base", "cache_control": "none"}) == "ncu@base-warm"
@@ -274,8 +324,25 @@ def _cli(tmp_path, *args, ns_at=L2_EXPLAINS):
 
 def test_the_cli_ranks_under_ncu_and_nsys_and_records_the_deploy(tmp_path):
     """tests/standins.py stands in for ncu and nsys (their row labels, here in child processes)."""
-    done = _cli(tmp_path, "tune", "t.py:space", "--truth", "ncu,nsys", "--deploy", "nsys", "--mode", "direct",
-                "--reps", "3", "--store", "r.sqlite", "--work-dir", "wd", "--no-tuner-pick", "--json")
+    done = _cli(
+        tmp_path,
+        "tune",
+        "t.py:space",
+        "--truth",
+        "ncu,nsys",
+        "--deploy",
+        "nsys",
+        "--mode",
+        "direct",
+        "--reps",
+        "3",
+        "--store",
+        "r.sqlite",
+        "--work-dir",
+        "wd",
+        "--no-tuner-pick",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     ncu, nsys = lab_ns(L2_EXPLAINS, "base-all"), lab_ns(L2_EXPLAINS, "none-none")
@@ -289,8 +356,11 @@ def test_the_cli_ranks_under_ncu_and_nsys_and_records_the_deploy(tmp_path):
     assert pair["b_under_a"] * 100 == pytest.approx(pct_slower(ncu, best_of(nsys), best_of(ncu)))
     (explanation,) = doc["explanations"]
     assert explanation["cause"] == "cache_control" and explanation["words"] == "the L2 state explains it"
-    assert {p["truth"]: p["winner"] for p in explanation["probes"]} == {"ncu@base-warm": 1, "ncu@free-cold": 0,
-                                                                      "ncu@free-warm": 1}
+    assert {p["truth"]: p["winner"] for p in explanation["probes"]} == {
+        "ncu@base-warm": 1,
+        "ncu@free-cold": 0,
+        "ncu@free-warm": 1,
+    }
     assert "the L2 state explains it" in doc["verdict"]
     fed = json.loads((tmp_path / "fed.json").read_text())
     assert best_of({int(c): v for c, v in fed.items()}) == best_of(nsys)
@@ -303,29 +373,63 @@ def test_the_cli_ranks_under_ncu_and_nsys_and_records_the_deploy(tmp_path):
 
 
 def test_the_cli_prints_one_table_per_truth_and_a_closing_verdict(tmp_path):
-    done = _cli(tmp_path, "tune", "t.py:space", "--truth", "ncu,nsys", "--mode", "direct", "--reps", "3",
-                "--no-store", "--work-dir", "wd", "--no-tuner-pick", "--no-explain", ns_at=AGREE)
+    done = _cli(
+        tmp_path,
+        "tune",
+        "t.py:space",
+        "--truth",
+        "ncu,nsys",
+        "--mode",
+        "direct",
+        "--reps",
+        "3",
+        "--no-store",
+        "--work-dir",
+        "wd",
+        "--no-tuner-pick",
+        "--no-explain",
+        ns_at=AGREE,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert sum(line.startswith("ranked by ncu") for line in lines) == 1
     assert sum(line.startswith("ranked by nsys") for line in lines) == 1
-    assert lines[-1] == ("verdict: ncu and nsys agree on config 0; deploy ncu (cold L2 (caches flushed), clocks "
-                         "locked to base, direct launches): its winner, config 0, is the one fed back")
+    assert lines[-1] == (
+        "verdict: ncu and nsys agree on config 0; deploy ncu (cold L2 (caches flushed), clocks "
+        "locked to base, direct launches): its winner, config 0, is the one fed back"
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--truth", "ncu,graph"], "nsprof: error: --truth takes ground truths (ncu, nsys); graph is a fast timer"),
-    (["--truth", "ncu,,nsys"], "nsprof: error: --truth takes ground truths separated by commas"),
-    (["--truth", "nsys@base-warm"], "nsprof: error: unknown truth 'nsys@base-warm': nsys does not control clocks or caches"),
-    (["--truth", "ncu,nsys", "--deploy", "ncu@base-warm"], "nsprof: error: --deploy ncu@base-warm is not one of the truths"),
-    (["--deploy", "nsys"], "nsprof: error: --deploy nsys is not one of the truths ranked (ncu)"),
-    (["--backend", "nsys", "--truth", "ncu,nsys"], "nsprof: error: --backend nsys and --truth ncu,nsys contradict"),
-    (["--backend", "cupti", "--deploy", "ncu"], "nsprof: error: --deploy ncu needs ground truths"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--truth", "ncu,graph"],
+            "nsprof: error: --truth takes ground truths (ncu, nsys); graph is a fast timer",
+        ),
+        (["--truth", "ncu,,nsys"], "nsprof: error: --truth takes ground truths separated by commas"),
+        (
+            ["--truth", "nsys@base-warm"],
+            "nsprof: error: unknown truth 'nsys@base-warm': nsys does not control clocks or caches",
+        ),
+        (
+            ["--truth", "ncu,nsys", "--deploy", "ncu@base-warm"],
+            "nsprof: error: --deploy ncu@base-warm is not one of the truths",
+        ),
+        (["--deploy", "nsys"], "nsprof: error: --deploy nsys is not one of the truths ranked (ncu)"),
+        (
+            ["--backend", "nsys", "--truth", "ncu,nsys"],
+            "nsprof: error: --backend nsys and --truth ncu,nsys contradict",
+        ),
+        (["--backend", "cupti", "--deploy", "ncu"], "nsprof: error: --deploy ncu needs ground truths"),
+    ],
+)
 def test_bad_truth_and_deploy_values_are_one_line(tmp_path, args, message):
     done = _cli(tmp_path, "tune", "t.py:space", "--no-store", *args)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and done.stderr.startswith(message), done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and done.stderr.startswith(message), (
+        done.stderr
+    )
     assert not (tmp_path / "fed.json").exists()
 
 
@@ -335,13 +439,17 @@ def test_a_probe_far_above_the_other_truth_is_flagged(truths, tmp_path):
     from nsprof.tune import tune
 
     erratic = {c: {**at, "none-all": at["none-all"] * 50} for c, at in L2_EXPLAINS.items()}
-    result = tune(truths(erratic, "erratic_target"), settings(tmp_path, truths=("lab", "field"), feed_back=False))
+    result = tune(
+        truths(erratic, "erratic_target"), settings(tmp_path, truths=("lab", "field"), feed_back=False)
+    )
     (explanation,) = result.cross.explanations
     free, field = lab_ns(erratic, "none-all"), lab_ns(erratic, "none-none")
     ratio = sorted(free[c] / field[c] for c in (0, 1))
     expected = (ratio[0] + ratio[1]) / 2  # the median of two
-    assert explanation.warnings == [f"lab@free-cold measured the contenders {expected:.1f}x as long as field did: its "
-                                    "numbers look erratic on this machine, so its pick says little"]
+    assert explanation.warnings == [
+        f"lab@free-cold measured the contenders {expected:.1f}x as long as field did: its "
+        "numbers look erratic on this machine, so its pick says little"
+    ]
     assert explanation.cause == "cache_control"  # the erratic probe is the one that did not flip
     assert "(warning: lab@free-cold measured" in format_tune(result)
 
@@ -355,8 +463,12 @@ def test_results_reads_runs_recorded_before_the_deploy_field(tmp_path):
     with ResultStore(tmp_path / "r.sqlite") as store:
         store.start_run(target="old.py:space", backend="ncu", mode="graph", settings={"backend": "ncu"})
         store.start_run(target="bare.py:space", backend="nsys", mode="graph")
-        store.start_run(target="new.py:space", backend="nsys", mode="graph",
-                        settings=TuneSettings(truths=("ncu", "nsys"), deploy="nsys"))
+        store.start_run(
+            target="new.py:space",
+            backend="nsys",
+            mode="graph",
+            settings=TuneSettings(truths=("ncu", "nsys"), deploy="nsys"),
+        )
         runs = store.runs()
     assert SCHEMA_VERSION == 2  # made 2 by failure kinds: the deploy field needed no change
     rows = format_runs(runs, {}).splitlines()[2:]

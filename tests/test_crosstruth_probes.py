@@ -12,8 +12,10 @@ def test_a_probe_is_never_the_truth_it_is_judged_against(truths, tmp_path):  # n
 
     # lab (base-all) picks 0; lab@free-warm (none-none) picks 1; warm L2 alone keeps 0 and free clocks
     # alone give 1 in CLOCKS_EXPLAIN, so change the target to one where neither single change flips it:
-    table = {0: {"base-all": 1000, "base-none": 950, "none-all": 900, "none-none": 700},
-             1: {"base-all": 1100, "base-none": 1050, "none-all": 950, "none-none": 600}}
+    table = {
+        0: {"base-all": 1000, "base-none": 950, "none-all": 900, "none-none": 700},
+        1: {"base-all": 1100, "base-none": 1050, "none-all": 950, "none-none": 600},
+    }
     target = truths(table)
     first = tune(target, settings(tmp_path, truths=("lab", "lab@free-warm"), budget_s=0))
     (explanation,) = first.cross.explanations

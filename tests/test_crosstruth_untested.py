@@ -17,4 +17,7 @@ def test_one_rep_truths_are_not_said_to_disagree(truths, tmp_path):  # noqa: F81
     result = tune(truths(table), settings(tmp_path, truths=("lab", "field"), reps=1, budget_s=0))
     (pair,) = result.cross.pairs
     assert stability(Pick(pair.winner_a), Pick(pair.winner_b)) == "untested"  # validate's rule
-    assert pair.verdict != "disagree", (pair.verdict, [p.truth for e in result.cross.explanations for p in e.probes])
+    assert pair.verdict != "disagree", (
+        pair.verdict,
+        [p.truth for e in result.cross.explanations for p in e.probes],
+    )

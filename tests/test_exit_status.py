@@ -32,12 +32,24 @@ def own_tmp(tmp_path) -> dict[str, str]:
 def test_no_config_measured_is_a_one_line_error(tmp_path, own_tmp, command):
     (tmp_path / "broken.py").write_text(ALL_FAIL)
     extra = ["--csv", tmp_path / "rows.csv"] if command == "profile" else ["--store", tmp_path / "r.sqlite"]
-    result = run_nsprof(command, "broken.py:space", "--backend", "ncu", "--timeout", "30", *extra, cwd=tmp_path,
-                        env=own_tmp, standins=True)
+    result = run_nsprof(
+        command,
+        "broken.py:space",
+        "--backend",
+        "ncu",
+        "--timeout",
+        "30",
+        *extra,
+        cwd=tmp_path,
+        env=own_tmp,
+        standins=True,
+    )
     assert result.returncode != 0, result.stdout
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("nsprof: error: no config was measured: all 2 failed (config 0: build failed: "
-                           "ValueError: no tile size 8"), result.stderr
+    assert last.startswith(
+        "nsprof: error: no config was measured: all 2 failed (config 0: build failed: "
+        "ValueError: no tile size 8"
+    ), result.stderr
     assert "Traceback" not in result.stderr
     if command == "profile":  # the failures are still data, written where asked
         with open(tmp_path / "rows.csv", newline="") as handle:
@@ -56,20 +68,45 @@ def test_no_config_measured_is_a_one_line_error(tmp_path, own_tmp, command):
 def test_profile_csv_dash_is_standard_output(tmp_path, own_tmp):
     """`-` means standard output wherever a path is taken: the rows go there, the table to stderr,
     and no file called "-" appears."""
-    (tmp_path / "ok.py").write_text(textwrap.dedent("""
+    (tmp_path / "ok.py").write_text(
+        textwrap.dedent("""
         from nsprof.space import Space
 
         space = Space(name="ok", configs=[{"ns": 1500}, {"ns": 2500}], build=lambda config: (lambda: None),
                       device="cpu")
-    """))
-    result = run_nsprof("profile", "ok.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2",
-                        "--csv", "-", cwd=tmp_path, env=own_tmp, standins=True)
+    """)
+    )
+    result = run_nsprof(
+        "profile",
+        "ok.py:space",
+        "--backend",
+        "ncu",
+        "--mode",
+        "direct",
+        "--reps",
+        "2",
+        "--csv",
+        "-",
+        cwd=tmp_path,
+        env=own_tmp,
+        standins=True,
+    )
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "-").exists()
     rows = list(csv.DictReader(result.stdout.splitlines()))
     assert sorted({(r["config_id"], float(r["duration_ns"])) for r in rows}) == [("0", 1500.0), ("1", 2500.0)]
     assert len(rows) == 4  # 2 configs x 1 mode x 2 reps, one stand-in kernel each
     assert "median µs" in result.stderr
-    both = run_nsprof("profile", "ok.py:space", "--backend", "ncu", "--csv", "-", "--json", cwd=tmp_path,
-                      env=own_tmp, standins=True)
+    both = run_nsprof(
+        "profile",
+        "ok.py:space",
+        "--backend",
+        "ncu",
+        "--csv",
+        "-",
+        "--json",
+        cwd=tmp_path,
+        env=own_tmp,
+        standins=True,
+    )
     assert both.returncode == 2 and "both write to standard output" in both.stderr

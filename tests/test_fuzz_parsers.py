@@ -51,11 +51,18 @@ from nsprof.reports.nsys.reader import read_nsys_sqlite
 from nsprof.schema import COLUMN_DTYPES, COLUMNS
 
 REPO = Path(__file__).resolve().parent.parent
-CSV_SEEDS = {name: (FIXTURES / name).read_bytes()
-             for name in ("fixture_node_raw.csv", "fixture_graph_raw.csv", "fixture_node_details.csv")}
+CSV_SEEDS = {
+    name: (FIXTURES / name).read_bytes()
+    for name in ("fixture_node_raw.csv", "fixture_graph_raw.csv", "fixture_node_details.csv")
+}
 RAW_SEEDS = [name for name in CSV_SEEDS if name.endswith("_raw.csv")]
 SQLITE_SEED = (FIXTURES / "fixture.sqlite").read_bytes()
-KERNEL, RUNTIME, NVTX, STRINGS = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "StringIds"
+KERNEL, RUNTIME, NVTX, STRINGS = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "NVTX_EVENTS",
+    "StringIds",
+)
 
 # Cases per test; together well over 1,000 (test_fuzz_case_count checks), about a minute
 # on two cores. The .ncu-rep cases start a child process each (~0.2 s), hence fewer.
@@ -77,9 +84,13 @@ NCU_REP_LIMITS = {"timeout_s": 30.0, "max_memory_bytes": 1 << 30}
 def fuzz_settings(name: str, deadline_s: float = 10.0):
     # derandomize: the same cases every run; database=None: nothing written to .hypothesis/.
     # The deadline is generous because CI machines are shared; typical cases take 10-50 ms.
-    return settings(max_examples=EXAMPLES[name], derandomize=True, database=None,
-                    deadline=timedelta(seconds=deadline_s),
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    return settings(
+        max_examples=EXAMPLES[name],
+        derandomize=True,
+        database=None,
+        deadline=timedelta(seconds=deadline_s),
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
 
 
 class Hang(Exception):
@@ -108,7 +119,8 @@ def assert_tidy(frame) -> None:
     assert isinstance(frame, pd.DataFrame)
     assert list(frame.columns) == COLUMNS
     assert {name: str(dtype) for name, dtype in frame.dtypes.items()} == {
-        name: str(pd.api.types.pandas_dtype(dtype)) for name, dtype in COLUMN_DTYPES.items()}
+        name: str(pd.api.types.pandas_dtype(dtype)) for name, dtype in COLUMN_DTYPES.items()
+    }
     assert len(frame) > 0
     for column in ("duration_ns", "cycles", "clock_hz"):
         values = frame[column].dropna()
@@ -153,16 +165,21 @@ def work(tmp_path_factory) -> Path:
 def byte_edits(draw, size: int, max_edits: int = 3):
     """A list of edits for a `size`-byte seed, offsets biased to the head and tail where the
     headers, tables and length fields are."""
-    offset = st.one_of(st.integers(0, min(size, 4096)), st.integers(0, size),
-                       st.integers(max(0, size - 65536), size))
+    offset = st.one_of(
+        st.integers(0, min(size, 4096)), st.integers(0, size), st.integers(max(0, size - 65536), size)
+    )
     edit = st.one_of(
         st.tuples(st.just("truncate"), st.integers(0, size)),
         st.tuples(st.just("flip"), offset, st.integers(0, 7)),
         st.tuples(st.just("insert"), offset, st.binary(min_size=1, max_size=64)),
         st.tuples(st.just("delete"), offset, st.integers(1, 64)),
         st.tuples(st.just("overwrite"), offset, st.binary(min_size=1, max_size=512)),
-        st.tuples(st.just("fill"), offset, st.sampled_from([b"\0", b"\xff", b'"', b",", b"\n"]),
-                  st.integers(1, 4096)),
+        st.tuples(
+            st.just("fill"),
+            offset,
+            st.sampled_from([b"\0", b"\xff", b'"', b",", b"\n"]),
+            st.integers(1, 4096),
+        ),
     )
     return draw(st.lists(edit, min_size=1, max_size=max_edits))
 
@@ -172,20 +189,20 @@ def apply_edits(data: bytes, edits) -> bytes:
     for edit in edits:
         kind, args = edit[0], edit[1:]
         if kind == "truncate":
-            del out[args[0]:]
+            del out[args[0] :]
         elif not out:
             continue
         elif kind == "flip":
             position = min(args[0], len(out) - 1)
             out[position] ^= 1 << args[1]
         elif kind == "insert":
-            out[args[0]:args[0]] = args[1]
+            out[args[0] : args[0]] = args[1]
         elif kind == "delete":
-            del out[args[0]:args[0] + args[1]]
+            del out[args[0] : args[0] + args[1]]
         elif kind == "overwrite":
-            out[args[0]:args[0] + len(args[1])] = args[1]
+            out[args[0] : args[0] + len(args[1])] = args[1]
         elif kind == "fill":
-            out[args[0]:args[0] + args[2]] = args[1] * args[2]
+            out[args[0] : args[0] + args[2]] = args[1] * args[2]
     return bytes(out)
 
 
@@ -249,9 +266,33 @@ def _structure_edit(data: bytes, edit) -> bytes:
 
 NO_NUL = st.characters(blacklist_characters="\0")
 CELL_VALUES = st.one_of(
-    st.sampled_from(["", "n/a", "-5.664", "inf", "-inf", "nan", "1e308", "1e400", "99999999999999999999999",
-                     "-1", "5,664.5", "5.664,5", "1.2.3", "0x10", "\u0665\u0660", "\u00b2", "us", "msecond",
-                     '"', '""', "\\", "\x85", "\u2028"]),
+    st.sampled_from(
+        [
+            "",
+            "n/a",
+            "-5.664",
+            "inf",
+            "-inf",
+            "nan",
+            "1e308",
+            "1e400",
+            "99999999999999999999999",
+            "-1",
+            "5,664.5",
+            "5.664,5",
+            "1.2.3",
+            "0x10",
+            "\u0665\u0660",
+            "\u00b2",
+            "us",
+            "msecond",
+            '"',
+            '""',
+            "\\",
+            "\x85",
+            "\u2028",
+        ]
+    ),
     # No NUL: one in the first 4 KB makes the file "binary data" at once (byte edits add them).
     st.text(NO_NUL, max_size=30),
 )
@@ -260,13 +301,26 @@ STRUCTURE_EDIT = st.one_of(
     st.tuples(st.just("drop"), st.integers(0, 60)),
     st.tuples(st.just("duplicate"), st.integers(0, 60), st.integers(0, 60)),
     st.tuples(st.just("huge_cell"), st.integers(0, 60), st.sampled_from([b"x", b"\xe9", b'"', b","])),
-    st.tuples(st.just("encoding"), st.sampled_from(["latin-1", "utf-16", "utf-16-le", "utf-16-be", "cp1252",
-                                                    "utf-32"])),
+    st.tuples(
+        st.just("encoding"),
+        st.sampled_from(["latin-1", "utf-16", "utf-16-le", "utf-16-be", "cp1252", "utf-32"]),
+    ),
     st.tuples(st.just("line_endings"), st.sampled_from([b"\r\n", b"\r", b"\n\n", b"\x85"])),
     st.tuples(st.just("cell"), st.integers(0, 60), st.integers(0, 300), CELL_VALUES),
-    st.tuples(st.just("junk_line"), st.integers(0, 60),
-              st.sampled_from([b"==PROF== Disconnected", b"==ERROR== unknown", b'"ID","Kernel Name"', b"",
-                               b'"0"', b"\xff\xfe\x00"])),
+    st.tuples(
+        st.just("junk_line"),
+        st.integers(0, 60),
+        st.sampled_from(
+            [
+                b"==PROF== Disconnected",
+                b"==ERROR== unknown",
+                b'"ID","Kernel Name"',
+                b"",
+                b'"0"',
+                b"\xff\xfe\x00",
+            ]
+        ),
+    ),
 )
 
 
@@ -284,20 +338,36 @@ def test_ncu_csv_survives_structural_mutations(work, data):
     check_outcome(read_ncu_csv, path, "ncu_csv_structure")
 
 
-NCU_HEADERS = ["ID", "Kernel Name", "gpu__time_duration.sum", "gpc__cycles_elapsed.max",
-               "gpc__cycles_elapsed.avg.per_second", "Metric Name", "Metric Unit", "Metric Value",
-               "Process ID", "Device", "Stream", "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"]
+NCU_HEADERS = [
+    "ID",
+    "Kernel Name",
+    "gpu__time_duration.sum",
+    "gpc__cycles_elapsed.max",
+    "gpc__cycles_elapsed.avg.per_second",
+    "Metric Name",
+    "Metric Unit",
+    "Metric Value",
+    "Process ID",
+    "Device",
+    "Stream",
+    "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg",
+]
 
 
 @fuzz_settings("ncu_csv_other_tools")
-@given(header=st.lists(st.one_of(st.sampled_from(NCU_HEADERS), st.text(NO_NUL, max_size=12)), min_size=1,
-                       max_size=8),
-       units=st.one_of(st.none(), st.lists(st.sampled_from(["", "ns", "us", "msecond", "cycle", "Ghz", "furlong"]),
-                                           max_size=10)),
-       rows=st.lists(st.lists(CELL_VALUES, min_size=0, max_size=9), max_size=8),
-       quoting=st.sampled_from([csv.QUOTE_ALL, csv.QUOTE_MINIMAL]),
-       ncu_like=st.sampled_from(["no", "id", "kernel"]),
-       duration_unit=st.sampled_from(["us", "ns", "msecond", "usecond", "", "furlong"]))
+@given(
+    header=st.lists(
+        st.one_of(st.sampled_from(NCU_HEADERS), st.text(NO_NUL, max_size=12)), min_size=1, max_size=8
+    ),
+    units=st.one_of(
+        st.none(),
+        st.lists(st.sampled_from(["", "ns", "us", "msecond", "cycle", "Ghz", "furlong"]), max_size=10),
+    ),
+    rows=st.lists(st.lists(CELL_VALUES, min_size=0, max_size=9), max_size=8),
+    quoting=st.sampled_from([csv.QUOTE_ALL, csv.QUOTE_MINIMAL]),
+    ncu_like=st.sampled_from(["no", "id", "kernel"]),
+    duration_unit=st.sampled_from(["us", "ns", "msecond", "usecond", "", "furlong"]),
+)
 def test_ncu_csv_survives_other_tools_csv(work, header, units, rows, quoting, ncu_like, duration_unit):
     """CSV written by anything else: random headers (often with ncu's column names) and cells;
     some pass for an ncu raw page (ID, Kernel Name, duration, a units row, numeric IDs)."""
@@ -335,40 +405,80 @@ def _page_size(data: bytes) -> int:
 def test_nsys_sqlite_survives_byte_mutations(work, data):
     """Truncation, bit flips, inserted/deleted bytes and corrupt pages in the middle."""
     page = _page_size(SQLITE_SEED)
-    corrupt_page = st.tuples(st.just("overwrite"), st.integers(page, len(SQLITE_SEED) - 1),
-                             st.binary(min_size=1, max_size=page))
-    edits = data.draw(st.one_of(byte_edits(len(SQLITE_SEED)), st.lists(corrupt_page, min_size=1, max_size=3)),
-                      label="edits")
+    corrupt_page = st.tuples(
+        st.just("overwrite"), st.integers(page, len(SQLITE_SEED) - 1), st.binary(min_size=1, max_size=page)
+    )
+    edits = data.draw(
+        st.one_of(byte_edits(len(SQLITE_SEED)), st.lists(corrupt_page, min_size=1, max_size=3)), label="edits"
+    )
     path = work / "bytes.sqlite"
     path.write_bytes(apply_edits(SQLITE_SEED, edits))
     check_outcome(read_nsys_sqlite, path, "nsys_sqlite_bytes")
 
 
 TABLE_COLUMNS = {
-    KERNEL: ["start", "end", "correlationId", "shortName", "demangledName", "globalPid", "deviceId", "streamId",
-             "graphNodeId"],
+    KERNEL: [
+        "start",
+        "end",
+        "correlationId",
+        "shortName",
+        "demangledName",
+        "globalPid",
+        "deviceId",
+        "streamId",
+        "graphNodeId",
+    ],
     RUNTIME: ["start", "end", "correlationId", "globalTid", "nameId"],
     NVTX: ["start", "end", "eventType", "globalTid", "textId", "text", "domainId"],
     STRINGS: ["id", "value"],
     "META_DATA_EXPORT": ["name", "value"],
 }
-ODD_VALUES = st.sampled_from(["NULL", "'abc'", "1.5", "X'00ff'", "X'ff80'", "-1", "0", "9223372036854775807",
-                              "-9223372036854775808", "1e300", "''", "'\u00e9' || char(0) || 'x'"])
+ODD_VALUES = st.sampled_from(
+    [
+        "NULL",
+        "'abc'",
+        "1.5",
+        "X'00ff'",
+        "X'ff80'",
+        "-1",
+        "0",
+        "9223372036854775807",
+        "-9223372036854775808",
+        "1e300",
+        "''",
+        "'\u00e9' || char(0) || 'x'",
+    ]
+)
 ROWS = st.sampled_from(["", " WHERE rowid % 2 = 0", " WHERE rowid % 7 = 3", " WHERE rowid = 1"])
 
 
 def _relax(table: str) -> str:
     # CREATE TABLE AS drops NOT NULL and type constraints, so any value can go anywhere.
-    return (f'CREATE TABLE relaxed AS SELECT * FROM "{table}"; DROP TABLE "{table}";'
-            f' ALTER TABLE relaxed RENAME TO "{table}";')
+    return (
+        f'CREATE TABLE relaxed AS SELECT * FROM "{table}"; DROP TABLE "{table}";'
+        f' ALTER TABLE relaxed RENAME TO "{table}";'
+    )
 
 
 @st.composite
 def sql_edits(draw):
     table = draw(st.sampled_from(sorted(TABLE_COLUMNS)))
     column = draw(st.sampled_from(TABLE_COLUMNS[table]))
-    kind = draw(st.sampled_from(["drop_table", "drop_column", "set", "duplicate_rows", "delete_rows",
-                                 "negative_durations", "never_ends", "swap_ids", "empty_table"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "drop_table",
+                "drop_column",
+                "set",
+                "duplicate_rows",
+                "delete_rows",
+                "negative_durations",
+                "never_ends",
+                "swap_ids",
+                "empty_table",
+            ]
+        )
+    )
     where = draw(ROWS)
     if kind == "drop_table":
         return f'DROP TABLE "{table}"'
@@ -385,9 +495,13 @@ def sql_edits(draw):
     if kind == "never_ends":
         return _relax(NVTX) + f'UPDATE {NVTX} SET "end" = NULL{where}'
     if kind == "swap_ids":  # duplicate correlation ids and string ids
-        return (_relax(KERNEL) + _relax(RUNTIME) + _relax(STRINGS)
-                + f"UPDATE {KERNEL} SET correlationId = 7{where}; UPDATE {RUNTIME} SET correlationId = 7{where};"
-                f" UPDATE {STRINGS} SET id = 7{where}")
+        return (
+            _relax(KERNEL)
+            + _relax(RUNTIME)
+            + _relax(STRINGS)
+            + f"UPDATE {KERNEL} SET correlationId = 7{where}; UPDATE {RUNTIME} SET correlationId = 7{where};"
+            f" UPDATE {STRINGS} SET id = 7{where}"
+        )
     return f'DELETE FROM "{table}"'
 
 
@@ -414,8 +528,10 @@ def test_nsys_sqlite_survives_schema_mutations(work, edits):
 def ncu_rep_seeds() -> dict[str, bytes]:
     """The .ncu-rep fixtures, decompressed (not a fixture argument: hypothesis would print
     20 MB of it with every falsifying example)."""
-    return {packed.name[: -len(".xz")]: lzma.decompress(packed.read_bytes())
-            for packed in sorted(FIXTURES.glob("*.ncu-rep.xz"))}
+    return {
+        packed.name[: -len(".xz")]: lzma.decompress(packed.read_bytes())
+        for packed in sorted(FIXTURES.glob("*.ncu-rep.xz"))
+    }
 
 
 @pytest.fixture(scope="module")
@@ -443,8 +559,18 @@ def test_ncu_rep_survives_byte_mutations(work, ncu_report, data):
 
 # --- the sniffing entry point --------------------------------------------------------------
 
-MAGICS = [b"SQLite format 3\0", b"NVR\0", b"NVIDIA Tegra Profiler Report", b"==PROF==", b'"ID","', b"\xef\xbb\xbf",
-          b"\xff\xfe", b"\xfd7zXZ\0", b"PK\3\4", b""]
+MAGICS = [
+    b"SQLite format 3\0",
+    b"NVR\0",
+    b"NVIDIA Tegra Profiler Report",
+    b"==PROF==",
+    b'"ID","',
+    b"\xef\xbb\xbf",
+    b"\xff\xfe",
+    b"\xfd7zXZ\0",
+    b"PK\3\4",
+    b"",
+]
 
 
 @fuzz_settings("read_report", deadline_s=60.0)
@@ -458,10 +584,11 @@ def test_read_report_survives_any_kind(work, ncu_report, fake_nsys, data):
     content = seeds[name]
     magic = data.draw(st.sampled_from(MAGICS), label="magic")
     if magic:
-        content = magic + content[data.draw(st.integers(0, 64), label="cut"):]
+        content = magic + content[data.draw(st.integers(0, 64), label="cut") :]
     content = apply_edits(content, data.draw(byte_edits(len(content), max_edits=2), label="edits"))
-    suffix = data.draw(st.sampled_from([".csv", ".sqlite", ".ncu-rep", ".qdstrm", ".xz", ".txt", ""]),
-                       label="suffix")
+    suffix = data.draw(
+        st.sampled_from([".csv", ".sqlite", ".ncu-rep", ".qdstrm", ".xz", ".txt", ""]), label="suffix"
+    )
     path = work / f"any{suffix}"
     path.write_bytes(content)
     check_outcome(_read_any, path, "read_report")
@@ -500,7 +627,7 @@ def _read_any(path):
 
 def _without_line(content: bytes, index: int) -> bytes:
     lines = content.split(b"\n")
-    return b"\n".join(lines[:index] + lines[index + 1:])
+    return b"\n".join(lines[:index] + lines[index + 1 :])
 
 
 def _raw_csv_with(old: bytes, new: bytes, seed: str = "fixture_node_raw.csv") -> bytes:
@@ -511,7 +638,7 @@ def _raw_csv_with(old: bytes, new: bytes, seed: str = "fixture_node_raw.csv") ->
 
 def _ncu_rep_with(name: str, offset: int, payload: bytes, insert: bool) -> bytes:
     data = bytearray(ncu_rep_seeds()[name])
-    data[offset:offset if insert else offset + len(payload)] = payload
+    data[offset : offset if insert else offset + len(payload)] = payload
     return bytes(data)
 
 
@@ -529,8 +656,11 @@ def _sqlite_with(path: Path, script: str) -> Path:
         # csv.Error escaped from the header row (a bare carriage return in it)
         ("cr-header", CSV_SEEDS["fixture_node_raw.csv"].replace(b"\n", b"\r"), "malformed ncu CSV header"),
         # KeyError 'Kernel Name': a details page whose header lost that column (latin-1 é)
-        ("no-kernel-column", CSV_SEEDS["fixture_node_details.csv"].replace(b'"Kernel Name"', b'"K\xe9rnel Name"'),
-         "without column(s) Kernel Name"),
+        (
+            "no-kernel-column",
+            CSV_SEEDS["fixture_node_details.csv"].replace(b'"Kernel Name"', b'"K\xe9rnel Name"'),
+            "without column(s) Kernel Name",
+        ),
         # "unknown unit ''" said nothing about the cause: the units row was gone
         ("no-units-row", _without_line(CSV_SEEDS["fixture_node_raw.csv"], 1), "units row"),
     ],
@@ -584,8 +714,10 @@ def test_regression_utf16_csv_is_read(work):
     # PowerShell's `>` writes UTF-16: "not a report nsprof reads" before.
     path = work / "regression-utf16.csv"
     path.write_bytes(CSV_SEEDS["fixture_node_raw.csv"].decode("utf-8").encode("utf-16"))
-    assert read_report(path)["duration_ns"].tolist() == read_ncu_csv(FIXTURES / "fixture_node_raw.csv")[
-        "duration_ns"].tolist()
+    assert (
+        read_report(path)["duration_ns"].tolist()
+        == read_ncu_csv(FIXTURES / "fixture_node_raw.csv")["duration_ns"].tolist()
+    )
 
 
 @pytest.mark.parametrize(
@@ -611,9 +743,11 @@ def test_regression_sqlite_odd_cells_give_a_table(work, name, script):
 
 def test_regression_sqlite_null_start_has_no_duration(work):
     # end - NULL gave durations of about 9.2e18 ns; end < start gave negative ones.
-    path = _sqlite_with(work / "regression-null-start.sqlite",
-                        _relax(KERNEL) + f'UPDATE {KERNEL} SET start = NULL WHERE rowid % 3 = 0;'
-                        f' UPDATE {KERNEL} SET "end" = start - 1000 WHERE rowid % 3 = 1')
+    path = _sqlite_with(
+        work / "regression-null-start.sqlite",
+        _relax(KERNEL) + f"UPDATE {KERNEL} SET start = NULL WHERE rowid % 3 = 0;"
+        f' UPDATE {KERNEL} SET "end" = start - 1000 WHERE rowid % 3 = 1',
+    )
     frame = read_nsys_sqlite(path)
     assert len(frame) == 65
     assert frame["duration_ns"].isna().sum() == 21 + 22  # rowid % 3 == 0 and == 1
@@ -626,16 +760,26 @@ def test_regression_sqlite_null_start_has_no_duration(work):
     ("name", "script", "message"),
     [
         # UnicodeDecodeError: SQLite's error message quoted a schema that is not UTF-8
-        ("schema-not-utf8", f"PRAGMA writable_schema = ON; UPDATE sqlite_master SET sql = "
-                            f"CAST(X'435245415445205441424c4520ff80' AS TEXT) WHERE name = '{KERNEL}'",
-         "malformed database schema"),
+        (
+            "schema-not-utf8",
+            f"PRAGMA writable_schema = ON; UPDATE sqlite_master SET sql = "
+            f"CAST(X'435245415445205441424c4520ff80' AS TEXT) WHERE name = '{KERNEL}'",
+            "malformed database schema",
+        ),
         # the same message over many lines (SQLite quoted a multi-line CREATE TABLE)
-        ("schema-multiline", f"PRAGMA writable_schema = ON; UPDATE sqlite_master SET sql = "
-                             f"'CREATE TABLE x (a, -- one' || char(10) || 'b`, c' || char(10) || ')' "
-                             f"WHERE name = '{KERNEL}'", "malformed database schema"),
+        (
+            "schema-multiline",
+            f"PRAGMA writable_schema = ON; UPDATE sqlite_master SET sql = "
+            f"'CREATE TABLE x (a, -- one' || char(10) || 'b`, c' || char(10) || ')' "
+            f"WHERE name = '{KERNEL}'",
+            "malformed database schema",
+        ),
         # a blob in an integer column: the message quoted all of the column's values
-        ("blob-in-int-column", f"UPDATE {KERNEL} SET correlationId = X'00ff' WHERE rowid % 3 = 0",
-         "not integers"),
+        (
+            "blob-in-int-column",
+            f"UPDATE {KERNEL} SET correlationId = X'00ff' WHERE rowid % 3 = 0",
+            "not integers",
+        ),
     ],
 )
 def test_regression_sqlite_errors_are_one_short_line(work, name, script, message):
@@ -710,15 +854,28 @@ def test_cli_reports_mutated_files_in_one_line(tmp_path, ncu_report):
         "cut.ncu-rep": ncu_rep_seeds()["fixture_node.ncu-rep"][:1000],
     }
     _sqlite_with(tmp_path / "no-kernels.sqlite", f"DROP TABLE {KERNEL}")
-    _sqlite_with(tmp_path / "bad-schema.sqlite", f"PRAGMA writable_schema = ON; UPDATE sqlite_master SET sql = "
-                 f"CAST(X'435245415445205441424c4520ff80' AS TEXT) WHERE name = '{KERNEL}'")
+    _sqlite_with(
+        tmp_path / "bad-schema.sqlite",
+        f"PRAGMA writable_schema = ON; UPDATE sqlite_master SET sql = "
+        f"CAST(X'435245415445205441424c4520ff80' AS TEXT) WHERE name = '{KERNEL}'",
+    )
     for name, content in files.items():
         (tmp_path / name).write_bytes(content)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     names = [*files, "no-kernels.sqlite", "bad-schema.sqlite"]
-    procs = {name: subprocess.Popen([sys.executable, "-m", "nsprof", "analyze", str(tmp_path / name)],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for name in names}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "nsprof", "analyze", str(tmp_path / name)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for name in names
+    }
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 2, (name, proc.returncode, err)
@@ -733,7 +890,10 @@ def test_fuzz_case_count(capsys):
         pytest.skip("only part of the fuzz module ran")
     total = sum(COUNTS[name] for name in EXAMPLES)
     with capsys.disabled():
-        parts = ", ".join(f"{name} {COUNTS[name]} ({OUTCOMES[(name, 'table')]} tables, "
-                          f"{OUTCOMES[(name, 'error')]} ReportErrors)" for name in EXAMPLES)
+        parts = ", ".join(
+            f"{name} {COUNTS[name]} ({OUTCOMES[(name, 'table')]} tables, "
+            f"{OUTCOMES[(name, 'error')]} ReportErrors)"
+            for name in EXAMPLES
+        )
         print(f"\nfuzz cases: {total} in all: {parts}")
     assert total >= 1000

@@ -15,8 +15,9 @@ TARGET = str(FIXTURES.parent / "targets" / "faulty_gpu.py") + ":space"
 @pytest.mark.parametrize("backend", ["ncu", "nsys"])
 def test_faults_are_recorded_and_the_rest_measured(backend, tmp_path):
     pytest.importorskip("triton")
-    result = profile_result(TARGET, ProfileSettings(backend=backend, reps=3, warmup=1, timeout_s=20,
-                                                    work_dir=tmp_path))
+    result = profile_result(
+        TARGET, ProfileSettings(backend=backend, reps=3, warmup=1, timeout_s=20, work_dir=tmp_path)
+    )
     frame, failures = result.frame, result.failures
     assert set(failures) == {1, 2, 3}, failures
     assert "illegal" in failures[1].lower() or "cuda" in failures[1].lower(), failures[1]
@@ -26,8 +27,10 @@ def test_faults_are_recorded_and_the_rest_measured(backend, tmp_path):
     measured = summary[summary["error"].isna()]
     assert sorted(set(measured["config_id"])) == [0, 4]
     assert (measured["reps"] == 3).all()
-    print(f"FAULTS {backend}: injected 3, configs measured {sorted(set(measured['config_id']))}, "
-          f"reasons {failures}")
+    print(
+        f"FAULTS {backend}: injected 3, configs measured {sorted(set(measured['config_id']))}, "
+        f"reasons {failures}"
+    )
 
 
 @pytest.mark.parametrize("backend", ["ncu", "nsys"])
@@ -37,13 +40,19 @@ def test_faults_leave_the_store_consistent_and_resume_measures_nothing_twice(bac
     from nsprof.tune import TuneSettings, tune
 
     store = tmp_path / "results.sqlite"
-    settings = TuneSettings(backend=backend, mode="direct", reps=3, timeout_s=20, store=store, work_dir=tmp_path)
+    settings = TuneSettings(
+        backend=backend, mode="direct", reps=3, timeout_s=20, store=store, work_dir=tmp_path
+    )
     first = tune(TARGET, settings)
     assert first.best_config_id in (0, 4)
     with ResultStore(store) as results:
         runs_before = list(results.runs()["id"])  # the first pass, and its adaptive session if one ran
-    again = tune(TARGET, TuneSettings(backend=backend, mode="direct", reps=3, timeout_s=20, store=store,
-                                      work_dir=tmp_path, resume=True))
+    again = tune(
+        TARGET,
+        TuneSettings(
+            backend=backend, mode="direct", reps=3, timeout_s=20, store=store, work_dir=tmp_path, resume=True
+        ),
+    )
     assert "resumed: 5 of 5 configs came from the results store" in again.notes
     with ResultStore(store) as results:
         runs = results.runs()
@@ -69,8 +78,9 @@ def test_a_profiler_killed_mid_way_costs_one_config(backend, tmp_path):
     killed = []
     thread = threading.Thread(target=kill_profiler_at, args=(tmp_path, backend, 2, killed), daemon=True)
     thread.start()
-    result = profile_result(target, ProfileSettings(backend=backend, reps=20, warmup=1, timeout_s=60,
-                                                    work_dir=tmp_path))
+    result = profile_result(
+        target, ProfileSettings(backend=backend, reps=20, warmup=1, timeout_s=60, work_dir=tmp_path)
+    )
     thread.join(timeout=5)
     assert killed, "the profiler was never seen"
     frame, failures = result.frame, result.failures

@@ -33,7 +33,8 @@ def two_gpus(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(textwrap.dedent(f"""\
+    smi.write_text(
+        textwrap.dedent(f"""\
         #!{sys.executable}
         import sys
         gpus = {list(zip(range(2), uuids, names))!r}
@@ -47,16 +48,21 @@ def two_gpus(tmp_path):
         for index, uid, name in gpus if query else []:
             fields = {{"index": str(index), "uuid": uid, "name": name}}
             print(", ".join(fields.get(q, "N/A") for q in query.split(",")))
-    """))
+    """)
+    )
     smi.chmod(0o755)
     yield {"path": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "uuids": uuids, "names": names}
     for uid in uuids:  # the machine-wide folder: leave nothing of this test's there
         (Path("/tmp") / f"nsprof-{uid}.lock").unlink(missing_ok=True)
 
 
-HOLD = "import sys, time\nfrom nsprof.host.lock import gpu_lock\nwith gpu_lock(int(sys.argv[1])) as p:\n" \
-       "    print(p, flush=True)\n    time.sleep(120)\n"
-TRY = "import sys\nfrom nsprof.host.lock import gpu_lock\nwith gpu_lock(int(sys.argv[1])) as p:\n    print(p)\n"
+HOLD = (
+    "import sys, time\nfrom nsprof.host.lock import gpu_lock\nwith gpu_lock(int(sys.argv[1])) as p:\n"
+    "    print(p, flush=True)\n    time.sleep(120)\n"
+)
+TRY = (
+    "import sys\nfrom nsprof.host.lock import gpu_lock\nwith gpu_lock(int(sys.argv[1])) as p:\n    print(p)\n"
+)
 
 
 def _env(tmp_path, two_gpus, **extra):
@@ -70,17 +76,31 @@ def test_one_gpu_is_one_lock_whatever_the_job_calls_it(tmp_path, two_gpus):
     # cuda:0 (CUDA_VISIBLE_DEVICES=1), the second as cuda:1.
     (tmp_path / "job1").mkdir()
     (tmp_path / "job2").mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, "0"], stdout=subprocess.PIPE, text=True,
-                              env=_env(tmp_path, two_gpus, TMPDIR=str(tmp_path / "job1"), CUDA_VISIBLE_DEVICES="1"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_env(tmp_path, two_gpus, TMPDIR=str(tmp_path / "job1"), CUDA_VISIBLE_DEVICES="1"),
+    )
     try:
         held = holder.stdout.readline().strip()
         assert held == f"/tmp/nsprof-{two_gpus['uuids'][1]}.lock"
-        second = subprocess.run([sys.executable, "-c", TRY, "1"], capture_output=True, text=True, timeout=60,
-                                env=_env(tmp_path, two_gpus, TMPDIR=str(tmp_path / "job2")))
+        second = subprocess.run(
+            [sys.executable, "-c", TRY, "1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_env(tmp_path, two_gpus, TMPDIR=str(tmp_path / "job2")),
+        )
         assert second.returncode != 0
         assert "GpuBusy" in second.stderr and two_gpus["uuids"][1] in second.stderr
-        other = subprocess.run([sys.executable, "-c", TRY, "0"], capture_output=True, text=True, timeout=60,
-                               env=_env(tmp_path, two_gpus, TMPDIR=str(tmp_path / "job2")))
+        other = subprocess.run(
+            [sys.executable, "-c", TRY, "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_env(tmp_path, two_gpus, TMPDIR=str(tmp_path / "job2")),
+        )
         assert other.returncode == 0, other.stderr  # GPU 0 is free
     finally:
         holder.kill()
@@ -90,8 +110,25 @@ def test_one_gpu_is_one_lock_whatever_the_job_calls_it(tmp_path, two_gpus):
 def test_results_are_keyed_by_the_gpu_that_ran(tmp_path, two_gpus):
     (tmp_path / "cpu.py").write_text(CPU_TARGET)
     env = _env(tmp_path, two_gpus, CUDA_VISIBLE_DEVICES="1", NSPROF_LOCK_DIR=str(tmp_path / "locks"))
-    done = subprocess.run([sys.executable, str(STANDINS), "tune", "cpu.py:space", "--backend", "ncu", "--mode", "direct", "--store",
-                           "r.sqlite"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(STANDINS),
+            "tune",
+            "cpu.py:space",
+            "--backend",
+            "ncu",
+            "--mode",
+            "direct",
+            "--store",
+            "r.sqlite",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     with ResultStore(tmp_path / "r.sqlite") as store:
         rows, runs = store.frame(), store.runs()
@@ -99,9 +136,15 @@ def test_results_are_keyed_by_the_gpu_that_ran(tmp_path, two_gpus):
     assert runs["gpu_uuid"].tolist() == [two_gpus["uuids"][1]]
 
 
-@pytest.mark.parametrize("command", [["tune", "--backend", "event", "--no-store"], ["tune", "--backend", "ncu",
-                                     "--prescreen", "graph", "--no-store"], ["validate", "--truth", "ncu"],
-                                     ["profile", "--backend", "ncu"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["tune", "--backend", "event", "--no-store"],
+        ["tune", "--backend", "ncu", "--prescreen", "graph", "--no-store"],
+        ["validate", "--truth", "ncu"],
+        ["profile", "--backend", "ncu"],
+    ],
+)
 def test_every_command_that_measures_takes_the_gpu_lock(tmp_path, two_gpus, command):
     (tmp_path / "cpu.py").write_text(CPU_TARGET)
     env = _env(tmp_path, two_gpus, NSPROF_LOCK_DIR=str(tmp_path / "locks"))
@@ -109,16 +152,32 @@ def test_every_command_that_measures_takes_the_gpu_lock(tmp_path, two_gpus, comm
     try:
         holder.stdout.readline()
         name, *options = command
-        busy = subprocess.run([sys.executable, str(STANDINS), name, "cpu.py:space", *options], capture_output=True,
-                              text=True, cwd=tmp_path, env=env, timeout=300)
+        busy = subprocess.run(
+            [sys.executable, str(STANDINS), name, "cpu.py:space", *options],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=300,
+        )
         assert busy.returncode == 2, busy.stderr
-        assert busy.stderr.strip().splitlines()[-1].startswith(
-            f"nsprof: error: GPU 0 (NVIDIA H200, {two_gpus['uuids'][0]}) is being profiled by another nsprof (pid "
-            f"{holder.pid}"), busy.stderr
+        assert (
+            busy.stderr.strip()
+            .splitlines()[-1]
+            .startswith(
+                f"nsprof: error: GPU 0 (NVIDIA H200, {two_gpus['uuids'][0]}) is being profiled by another nsprof (pid "
+                f"{holder.pid}"
+            )
+        ), busy.stderr
         # --wait: blocks while the GPU is held, then measures
-        waiting = subprocess.Popen([sys.executable, str(STANDINS), name, "cpu.py:space", *options, "--wait",
-                                    "--work-dir", "wd"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   cwd=tmp_path, env=env)
+        waiting = subprocess.Popen(
+            [sys.executable, str(STANDINS), name, "cpu.py:space", *options, "--wait", "--work-dir", "wd"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+        )
         time.sleep(2)
         assert waiting.poll() is None, waiting.communicate()
         assert not list((tmp_path / "wd").rglob("*.status")), "measuring began while the GPU was held"

@@ -28,8 +28,9 @@ def test_seed_config_is_the_seed_request():
 @pytest.mark.parametrize("backend", ["ncu", "nsys"])
 def test_seed_gemm_durations_match_design_ranges(backend, tmp_path):
     pytest.importorskip("tilelang")
-    frame = profile_result(GEMM, ProfileSettings(backend=backend, reps=5, work_dir=tmp_path),
-                           config_ids=[SEED, 0]).frame
+    frame = profile_result(
+        GEMM, ProfileSettings(backend=backend, reps=5, work_dir=tmp_path), config_ids=[SEED, 0]
+    ).frame
     summary = config_summary(frame).set_index(["config_id", "mode"])
     low, high = RANGES_US[backend]
     for mode in ("direct", "graph"):

@@ -44,12 +44,19 @@ def nsys_server(tmp_path, own_gpu_lock_folder):
     if find_nsys(required=False) is None:
         pytest.skip("nsys not found")
     err = open(tmp_path / "server.err", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "nsprof", "serve", "--backend", "nsys", "--idle-exit", "300"],
-                            stdout=subprocess.DEVNULL, stderr=err)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nsprof", "serve", "--backend", "nsys", "--idle-exit", "300"],
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+    )
     state_file = None
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
-        found = list(own_gpu_lock_folder.glob("nsprof-serve-*/*.serve.json")) if own_gpu_lock_folder.exists() else []
+        found = (
+            list(own_gpu_lock_folder.glob("nsprof-serve-*/*.serve.json"))
+            if own_gpu_lock_folder.exists()
+            else []
+        )
         if found:
             state_file = found[0]
             break
@@ -66,8 +73,20 @@ def nsys_server(tmp_path, own_gpu_lock_folder):
 
 
 def _profile(tmp_path: Path, name: str, target: str, configs: str) -> subprocess.CompletedProcess:
-    return run_nsprof("profile", target, "--backend", "nsys", "--configs", configs, "--reps", "5", "--json",
-                      "--work-dir", str(tmp_path / name), timeout=600)
+    return run_nsprof(
+        "profile",
+        target,
+        "--backend",
+        "nsys",
+        "--configs",
+        configs,
+        "--reps",
+        "5",
+        "--json",
+        "--work-dir",
+        str(tmp_path / name),
+        timeout=600,
+    )
 
 
 def test_two_commands_share_one_worker_under_nsys_and_measure_the_design_range(tmp_path, nsys_server):
@@ -125,7 +144,9 @@ def test_jobs_of_two_targets_in_turn_are_each_measured_by_one_served_worker_unde
         wanted = {int(c) for c in configs.split(",")}
         assert {row["config_id"] for row in rows} == wanted, (name, rows[:3])
         for config_id in wanted:
-            assert sum(1 for row in rows if row["config_id"] == config_id and row["mode"] == "direct") >= 5, name
+            assert sum(1 for row in rows if row["config_id"] == config_id and row["mode"] == "direct") >= 5, (
+                name
+            )
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 0
     assert not _running(state["worker_pid"])

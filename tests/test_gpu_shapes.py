@@ -37,9 +37,26 @@ print(json.dumps(chosen))
 
 
 def _tune(target: str, backend: str, tmp_path: Path) -> dict:
-    tune = subprocess.run([sys.executable, "-m", "nsprof", "tune", target, "--backend", backend, "--mode", "graph",
-                           "--store", str(tmp_path / "r.sqlite"), "--json"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    tune = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nsprof",
+            "tune",
+            target,
+            "--backend",
+            backend,
+            "--mode",
+            "graph",
+            "--store",
+            str(tmp_path / "r.sqlite"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=1800,
+    )
     assert tune.returncode == 0, tune.stderr[-3000:]
     document = json.loads(tune.stdout)
     assert len(document["shapes"]) == 4
@@ -51,8 +68,13 @@ def test_triton_autotune_returns_nsprofs_winner_at_every_shape(tmp_path):
     document = _tune("examples/matmul_shapes_triton.py:space", "nsys", tmp_path)
     for shape in document["shapes"]:
         assert any("handed to Triton's autotuner" in note for note in shape["notes"]), shape["notes"]
-    check = subprocess.run([sys.executable, "-c", CHECK_TRITON, str(ROOT / "examples")], capture_output=True,
-                           text=True, cwd=ROOT, timeout=600)
+    check = subprocess.run(
+        [sys.executable, "-c", CHECK_TRITON, str(ROOT / "examples")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert check.returncode == 0, check.stderr[-3000:]
     chosen = json.loads(check.stdout.strip().splitlines()[-1])
     print("TRITON SHAPES:", [(s["shape_value"], s["best_config"]) for s in document["shapes"]])
@@ -93,11 +115,20 @@ def test_tilelang_autotune_returns_nsprofs_winner_at_every_shape(tmp_path):
     document = _tune("examples/gemm_shapes_tilelang.py:autotuned", "ncu", tmp_path)
     for shape in document["shapes"]:
         assert any("handed to TileLang" in note for note in shape["notes"]), shape["notes"]
-    check = subprocess.run([sys.executable, "-c", CHECK_TILELANG, str(ROOT / "examples")], capture_output=True,
-                           text=True, cwd=ROOT, timeout=900)
+    check = subprocess.run(
+        [sys.executable, "-c", CHECK_TILELANG, str(ROOT / "examples")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+    )
     assert check.returncode == 0, check.stderr[-3000:]
     found = json.loads(check.stdout.strip().splitlines()[-1])
-    print("TILELANG SHAPES:", [(s["shape_value"], s["best_config"]) for s in document["shapes"]], json.dumps(found))
+    print(
+        "TILELANG SHAPES:",
+        [(s["shape_value"], s["best_config"]) for s in document["shapes"]],
+        json.dumps(found),
+    )
     chosen = found["chosen"]
     assert not [c for c in chosen if "failed" in c], (found, [s["notes"] for s in document["shapes"]])
     for got, shape in zip(chosen, document["shapes"]):

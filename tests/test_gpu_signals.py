@@ -51,11 +51,15 @@ def _members(sessions: set[int]) -> list[int]:
 @pytest.mark.parametrize("backend", ["ncu", "nsys"])
 def test_gpu_the_death_pipe_reaches_the_worker_through_the_profiler(backend, tmp_path):
     pytest.importorskip("torch")
-    settings = ProfileSettings(backend=backend, modes=("direct",), reps=1, warmup=1, timeout_s=120, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend=backend, modes=("direct",), reps=1, warmup=1, timeout_s=120, work_dir=tmp_path
+    )
     result = run_session(HEALTHY, 4, settings, config_ids=[0])
     watch = parse_status((tmp_path / "part0.status").read_text()).watch
     print(f"WATCH {backend}: {watch}")
-    assert watch["pipe"] is True, watch  # False: the profiler closed it; the worker watches its parent instead
+    assert watch["pipe"] is True, (
+        watch
+    )  # False: the profiler closed it; the worker watches its parent instead
     assert result.device and result.device["uuid"].startswith(("GPU-", "MIG-")), result.device
 
 
@@ -63,13 +67,19 @@ def test_gpu_the_worker_reports_the_device_it_used(tmp_path):
     pytest.importorskip("torch")
     import os
 
-    settings = ProfileSettings(backend="none", modes=("direct",), reps=1, warmup=1, timeout_s=120, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="none", modes=("direct",), reps=1, warmup=1, timeout_s=120, work_dir=tmp_path
+    )
     device = run_session(HEALTHY, 4, settings, config_ids=[0]).device
     print(f"DEVICE: {device}")
     assert device["name"] and device["uuid"].startswith(("GPU-", "MIG-"))
     if not os.environ.get("CUDA_VISIBLE_DEVICES"):
-        smi = subprocess.run(["nvidia-smi", "-i", str(device["index"]), "--query-gpu=uuid,name", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=60).stdout.strip()
+        smi = subprocess.run(
+            ["nvidia-smi", "-i", str(device["index"]), "--query-gpu=uuid,name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.strip()
         assert smi.split(", ")[0] == device["uuid"], (smi, device)
 
 
@@ -77,9 +87,23 @@ def test_gpu_the_worker_reports_the_device_it_used(tmp_path):
 def test_gpu_no_process_outlives_a_sigkilled_nsprof(backend, tmp_path):
     pytest.importorskip("torch")
     work = tmp_path / "work"
-    proc = _start(tmp_path, {"driver": None, "target": SLOW, "n_configs": 12, "rows": str(tmp_path / "rows.jsonl"),
-                             "settings": {"backend": backend, "modes": ["direct"], "reps": 5, "warmup": 1,
-                                          "timeout_s": 600, "work_dir": str(work)}})
+    proc = _start(
+        tmp_path,
+        {
+            "driver": None,
+            "target": SLOW,
+            "n_configs": 12,
+            "rows": str(tmp_path / "rows.jsonl"),
+            "settings": {
+                "backend": backend,
+                "modes": ["direct"],
+                "reps": 5,
+                "warmup": 1,
+                "timeout_s": 600,
+                "work_dir": str(work),
+            },
+        },
+    )
     worker = _wait_until_measuring(proc, work / "part0.status", config_id=1)
     session = _sessions(worker)
     print(f"KILL {backend}: session {session}: {_members(session)}")
@@ -96,9 +120,23 @@ def test_gpu_no_process_outlives_a_sigkilled_nsprof(backend, tmp_path):
 def test_gpu_sigterm_keeps_what_was_measured_and_leaves_no_process(backend, tmp_path):
     pytest.importorskip("torch")
     work = tmp_path / "work"
-    proc = _start(tmp_path, {"driver": None, "target": SLOW, "n_configs": 12, "rows": str(tmp_path / "rows.jsonl"),
-                             "settings": {"backend": backend, "modes": ["direct", "graph"], "reps": 3, "warmup": 1,
-                                          "timeout_s": 600, "work_dir": str(work)}})
+    proc = _start(
+        tmp_path,
+        {
+            "driver": None,
+            "target": SLOW,
+            "n_configs": 12,
+            "rows": str(tmp_path / "rows.jsonl"),
+            "settings": {
+                "backend": backend,
+                "modes": ["direct", "graph"],
+                "reps": 3,
+                "warmup": 1,
+                "timeout_s": 600,
+                "work_dir": str(work),
+            },
+        },
+    )
     status_file = work / "part0.status"
     worker = _wait_until_measuring(proc, status_file, config_id=2)
     session = _sessions(worker)

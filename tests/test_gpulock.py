@@ -46,8 +46,13 @@ def holder(tmp_path):
 
     def start(hold_s: float = 120.0) -> subprocess.Popen:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        child = subprocess.Popen([sys.executable, str(script), "tune", "x.py:space", str(hold_s)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        child = subprocess.Popen(
+            [sys.executable, str(script), "tune", "x.py:space", str(hold_s)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         started.append(child)
         assert child.stdout.readline() == "locked\n", child.stderr.read()
         return child
@@ -69,8 +74,10 @@ def test_second_acquirer_fails_fast_naming_the_holder(holder):
             pytest.fail("took a lock another process holds")
     assert time.monotonic() - began < 1.0
     message = str(caught.value)
-    pattern = (rf"GPU 0 is being profiled by another nsprof \(pid {child.pid}, started \d\d:\d\d:\d\d: "
-               r"nsprof tune x\.py:space 120\.0\); wait for it or pass --wait")
+    pattern = (
+        rf"GPU 0 is being profiled by another nsprof \(pid {child.pid}, started \d\d:\d\d:\d\d: "
+        r"nsprof tune x\.py:space 120\.0\); wait for it or pass --wait"
+    )
     assert re.fullmatch(pattern, message), message
     assert isinstance(caught.value, NsprofError)
     assert caught.value.holder["pid"] == child.pid and caught.value.device == 0
@@ -124,8 +131,13 @@ PROBE = "from nsprof.host.lock import gpu_lock\nwith gpu_lock(0):\n    print('fr
 
 
 def probe() -> str:
-    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     return result.stdout.strip() or result.stderr.strip().splitlines()[-1]
 
 
@@ -184,8 +196,9 @@ def test_each_threads_session_passes_on_and_sweeps_only_its_own_gpus_lock(tmp_pa
     def orphan_holding(fds) -> int:
         # A child holding the lock that is no longer a descendant (setsid, its shell gone): what a
         # killed profiler's agent is.
-        child = subprocess.Popen(["sh", "-c", "setsid sleep 30 & echo $!"], stdout=subprocess.PIPE, text=True,
-                                 pass_fds=fds)
+        child = subprocess.Popen(
+            ["sh", "-c", "setsid sleep 30 & echo $!"], stdout=subprocess.PIPE, text=True, pass_fds=fds
+        )
         pid = int(child.stdout.readline())
         child.wait()
         return pid

@@ -106,8 +106,9 @@ def test_sqlite_through_a_pipe():
 
 
 def test_a_pipe_larger_than_the_bound_is_refused():
-    result = run_nsprof("analyze", "-", input=RAW.read_bytes(), env={"NSPROF_MAX_STREAM_BYTES": "1000"},
-                        text=False)
+    result = run_nsprof(
+        "analyze", "-", input=RAW.read_bytes(), env={"NSPROF_MAX_STREAM_BYTES": "1000"}, text=False
+    )
     assert_one_line_error(result, "standard input", "1000 bytes")
 
 
@@ -130,14 +131,16 @@ def test_closed_pipe_exits_0_with_nothing_on_stderr(tmp_path):
     big = tmp_path / "big.csv"
     lines = RAW.read_text().splitlines(keepends=True)
     header = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
-    body = lines[header + 2:]
+    body = lines[header + 2 :]
     big.write_text("".join(lines[: header + 2]) + "".join(body * 400))
     for args in (("analyze", big, "--json"), ("analyze", big)):
-        nsprof = subprocess.Popen(nsprof_argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=env())
+        nsprof = subprocess.Popen(
+            nsprof_argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env()
+        )
         # A reader like `head -1`: one line, then it closes its end.
-        reader = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.buffer.readline()"],
-                                  stdin=nsprof.stdout)
+        reader = subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.stdin.buffer.readline()"], stdin=nsprof.stdout
+        )
         nsprof.stdout.close()
         reader.wait(timeout=DEADLINE_S)
         err = nsprof.stderr.read()
@@ -154,8 +157,12 @@ def test_output_equal_to_an_input_is_refused(tmp_path, option, alias):
     report = tmp_path / "r.csv"
     shutil.copy(RAW, report)
     before = report.read_bytes()
-    out = {"same": report, "relative": tmp_path / "sub" / ".." / "r.csv",
-           "symlink": tmp_path / "link.csv", "hardlink": tmp_path / "hard.csv"}[alias]
+    out = {
+        "same": report,
+        "relative": tmp_path / "sub" / ".." / "r.csv",
+        "symlink": tmp_path / "link.csv",
+        "hardlink": tmp_path / "hard.csv",
+    }[alias]
     (tmp_path / "sub").mkdir()
     if alias == "symlink":
         out.symlink_to(report)
@@ -171,9 +178,14 @@ def test_output_equal_to_an_input_is_refused(tmp_path, option, alias):
 
 @pytest.mark.parametrize(
     ("name", "pack", "tool"),
-    [("r.csv.gz", gzip.compress, "gzip"), ("r.dat", gzip.compress, "gzip"), ("r.dat", lzma.compress, "xz"),
-     ("r.dat", bz2.compress, "bzip2"), ("r.dat", None, "zip"),
-     ("r.dat", lambda d: bytes.fromhex("28b52ffd") + d[:100], "zstd")],
+    [
+        ("r.csv.gz", gzip.compress, "gzip"),
+        ("r.dat", gzip.compress, "gzip"),
+        ("r.dat", lzma.compress, "xz"),
+        ("r.dat", bz2.compress, "bzip2"),
+        ("r.dat", None, "zip"),
+        ("r.dat", lambda d: bytes.fromhex("28b52ffd") + d[:100], "zstd"),
+    ],
 )
 def test_compressed_reports_are_named_by_content(tmp_path, name, pack, tool):
     path = tmp_path / name

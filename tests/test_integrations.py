@@ -32,8 +32,9 @@ def test_quantiles_in_milliseconds(fake_measure):
     assert bench.nsprof_timer == "graph"
 
 
-@pytest.mark.parametrize(("mode", "expected_ms"), [("median", 0.003), ("min", 0.001), ("max", 0.005),
-                                                   ("mean", 0.003)])
+@pytest.mark.parametrize(
+    ("mode", "expected_ms"), [("median", 0.003), ("min", 0.001), ("max", 0.005), ("mean", 0.003)]
+)
 def test_return_modes(fake_measure, mode, expected_ms):
     assert triton_hook.do_bench()(lambda: None, return_mode=mode) == pytest.approx(expected_ms)
 
@@ -71,8 +72,12 @@ class _Autotuner:
 
 
 def test_autotune_space_launches_the_jit_function_with_each_configs_meta_parameters():
-    tuned = _Autotuner([_Config({"BLOCK": 64}, num_warps=4, num_stages=2),
-                        _Config({"BLOCK": 128}, num_warps=8, num_stages=3, maxnreg=128)])
+    tuned = _Autotuner(
+        [
+            _Config({"BLOCK": 64}, num_warps=4, num_stages=2),
+            _Config({"BLOCK": 128}, num_warps=8, num_stages=3, maxnreg=128),
+        ]
+    )
     inputs = []
 
     def make_inputs():
@@ -81,16 +86,25 @@ def test_autotune_space_launches_the_jit_function_with_each_configs_meta_paramet
 
     checked = []
     space = triton_hook.autotune_space(tuned, make_inputs, (16,), check=lambda a, k: checked.append(a[0]))
-    assert space.configs == [{"BLOCK": 64, "num_warps": 4, "num_ctas": 1, "num_stages": 2},
-                             {"BLOCK": 128, "num_warps": 8, "num_ctas": 1, "num_stages": 3, "maxnreg": 128}]
+    assert space.configs == [
+        {"BLOCK": 64, "num_warps": 4, "num_ctas": 1, "num_stages": 2},
+        {"BLOCK": 128, "num_warps": 8, "num_ctas": 1, "num_stages": 3, "maxnreg": 128},
+    ]
     launch = space.build(space.configs[1])
     assert checked == [inputs[0]]  # the output is checked after the first launch
     launch()
-    expected = ((16,), (inputs[0], 1024), {"eps": 1e-5, "BLOCK": 128, "num_warps": 8, "num_ctas": 1,
-                                          "num_stages": 3, "maxnreg": 128})
+    expected = (
+        (16,),
+        (inputs[0], 1024),
+        {"eps": 1e-5, "BLOCK": 128, "num_warps": 8, "num_ctas": 1, "num_stages": 3, "maxnreg": 128},
+    )
     assert tuned.fn.launches == [expected, expected]
     assert isinstance(space.tuner, triton_hook.TritonHook)
-    assert (space.tuner.name, space.tuner.can_pick, space.tuner.can_feed_back) == ("Triton's autotuner", True, True)
+    assert (space.tuner.name, space.tuner.can_pick, space.tuner.can_feed_back) == (
+        "Triton's autotuner",
+        True,
+        True,
+    )
 
 
 def test_autotune_space_refuses_what_is_not_an_autotuned_kernel():

@@ -46,9 +46,25 @@ def _wait_for(predicate, what: str, timeout_s: float = 120) -> None:
 def test_a_stopped_tune_keeps_every_finished_config(tmp_path, signum):
     (tmp_path / "stoppable.py").write_text(TARGET)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, str(STANDINS), "tune", "stoppable.py:space", "--backend", "ncu", "--mode", "direct",
-               "--store", "r.sqlite", "--work-dir", "wd", "--timeout", "600"]
-    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = [
+        sys.executable,
+        str(STANDINS),
+        "tune",
+        "stoppable.py:space",
+        "--backend",
+        "ncu",
+        "--mode",
+        "direct",
+        "--store",
+        "r.sqlite",
+        "--work-dir",
+        "wd",
+        "--timeout",
+        "600",
+    ]
+    proc = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     status = tmp_path / "wd" / "part0.status"
     _wait_for(lambda: status.exists() and "start 7\n" in status.read_text(), "config 7 to start")
     proc.send_signal(signum)
@@ -59,10 +75,18 @@ def test_a_stopped_tune_keeps_every_finished_config(tmp_path, signum):
         rows, runs = store.frame(), store.runs()
     measured = rows[rows["error"].isna()]
     assert sorted(set(measured["config_id"])) == list(range(7))
-    assert measured.groupby("config_id")["duration_ns"].first().to_dict() == {i: 1000.0 + 100 * i for i in range(7)}
+    assert measured.groupby("config_id")["duration_ns"].first().to_dict() == {
+        i: 1000.0 + 100 * i for i in range(7)
+    }
     assert runs["status"].tolist() == ["interrupted"]
     # --resume measures only the configs the stopped run did not finish
-    resumed = subprocess.run([*command[:-2], "--timeout", "600", "--resume", "--configs", "0,1,2,3,4,5,6,8,9",
-                              "--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        [*command[:-2], "--timeout", "600", "--resume", "--configs", "0,1,2,3,4,5,6,8,9", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed: 7 of 9 configs came from the results store" in resumed.stdout

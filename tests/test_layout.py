@@ -22,8 +22,15 @@ LAYERS = [
     ["nsprof.session"],
     ["nsprof.measure"],
     ["nsprof.render", "nsprof.integrations"],
-    ["nsprof.profile", "nsprof.validate", "nsprof.adaptive", "nsprof.tune", "nsprof.doctor", "nsprof.cluster",
-     "nsprof.serve"],
+    [
+        "nsprof.profile",
+        "nsprof.validate",
+        "nsprof.adaptive",
+        "nsprof.tune",
+        "nsprof.doctor",
+        "nsprof.cluster",
+        "nsprof.serve",
+    ],
     ["nsprof.cli", "nsprof.__main__", "nsprof"],
 ]
 
@@ -69,28 +76,40 @@ def _layer(module: str) -> int:
 
 def test_no_module_imports_a_private_name_of_another():
     modules = _modules()
-    private = [f"{name} imports {target}.{what}" for name, path in modules.items()
-               for target, what in _imports(name, path, modules)
-               if what.startswith("_") and not what.startswith("__") and target != name]
-    private += [f"{name} imports {target}" for name, path in modules.items()
-                for target, _ in _imports(name, path, modules)
-                if target.rpartition(".")[2].startswith("_") and not target.endswith("__main__")
-                and target.rpartition(".")[0] != name.rpartition(".")[0]]
+    private = [
+        f"{name} imports {target}.{what}"
+        for name, path in modules.items()
+        for target, what in _imports(name, path, modules)
+        if what.startswith("_") and not what.startswith("__") and target != name
+    ]
+    private += [
+        f"{name} imports {target}"
+        for name, path in modules.items()
+        for target, _ in _imports(name, path, modules)
+        if target.rpartition(".")[2].startswith("_")
+        and not target.endswith("__main__")
+        and target.rpartition(".")[0] != name.rpartition(".")[0]
+    ]
     assert not private, "\n".join(private)
 
 
 def test_nothing_below_reaches_up():
     modules = _modules()
-    upward = [f"{name} (layer {_layer(name)}) imports {target} (layer {_layer(target)})"
-              for name, path in modules.items() for target, _ in _imports(name, path, modules)
-              if target != "nsprof" and _layer(target) > _layer(name)]
+    upward = [
+        f"{name} (layer {_layer(name)}) imports {target} (layer {_layer(target)})"
+        for name, path in modules.items()
+        for target, _ in _imports(name, path, modules)
+        if target != "nsprof" and _layer(target) > _layer(name)
+    ]
     assert not upward, "\n".join(upward)
 
 
 def test_the_import_graph_has_no_cycle():
     modules = _modules()
-    graph = {name: {t for t, _ in _imports(name, path, modules) if t in modules and t != name and t != "nsprof"}
-             for name, path in modules.items()}
+    graph = {
+        name: {t for t, _ in _imports(name, path, modules) if t in modules and t != name and t != "nsprof"}
+        for name, path in modules.items()
+    }
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     cycles = []
 
@@ -98,7 +117,9 @@ def test_the_import_graph_has_no_cycle():
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]) if nxt in path else f"{node} -> {nxt}")
+                cycles.append(
+                    " -> ".join(path[path.index(nxt) :] + [nxt]) if nxt in path else f"{node} -> {nxt}"
+                )
             elif nxt not in state:
                 visit(nxt, path + [nxt])
         state[node] = 2

@@ -37,13 +37,29 @@ HANGS = textwrap.dedent("""
 """)
 
 
-
 def test_the_lock_outlives_a_sigkilled_nsprof_until_its_children_are_gone(tmp_path):
     (tmp_path / "hangs.py").write_text(HANGS)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # NSPROF_LOCK_DIR: this test's own (conftest)
-    nsprof = subprocess.Popen([sys.executable, str(STANDINS), "profile", "hangs.py:space", "--backend", "ncu",
-                               "--mode", "direct", "--timeout", "600", "--work-dir", "wd"], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    nsprof = subprocess.Popen(
+        [
+            sys.executable,
+            str(STANDINS),
+            "profile",
+            "hangs.py:space",
+            "--backend",
+            "ncu",
+            "--mode",
+            "direct",
+            "--timeout",
+            "600",
+            "--work-dir",
+            "wd",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     status = tmp_path / "wd" / "part0.status"
     deadline = time.monotonic() + 120
     while not (status.exists() and "start 1\n" in status.read_text()):
@@ -75,9 +91,26 @@ def test_a_profilers_agent_holding_the_lock_goes_when_nsprof_is_sigkilled(tmp_pa
     (tmp_path / "hangs.py").write_text(HANGS)
     agent_pid = tmp_path / "agent.pid"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_STANDIN_AGENT": str(agent_pid)}
-    nsprof = subprocess.Popen([sys.executable, str(STANDINS), "profile", "hangs.py:space", "--backend", "nsys",
-                               "--mode", "direct", "--timeout", "600", "--work-dir", "wd"], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    nsprof = subprocess.Popen(
+        [
+            sys.executable,
+            str(STANDINS),
+            "profile",
+            "hangs.py:space",
+            "--backend",
+            "nsys",
+            "--mode",
+            "direct",
+            "--timeout",
+            "600",
+            "--work-dir",
+            "wd",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     status = tmp_path / "wd" / "part0.status"
     deadline = time.monotonic() + 120
     while not (status.exists() and "start 1\n" in status.read_text() and agent_pid.exists()):
@@ -115,7 +148,9 @@ STOPPABLE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
 def test_a_profilers_agent_holding_the_lock_goes_when_nsprof_is_interrupted(tmp_path, signum):
     """Ctrl-C, SIGTERM or SIGHUP: nsprof stops its worker cleanly and exits; nsys's agent (in a session
     of its own, holding the GPU lock's descriptor) must not outlive it: once nsprof has exited, the lock
@@ -123,16 +158,41 @@ def test_a_profilers_agent_holding_the_lock_goes_when_nsprof_is_interrupted(tmp_
     (tmp_path / "stoppable.py").write_text(STOPPABLE)
     agent_pid = tmp_path / "agent.pid"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_STANDIN_AGENT": str(agent_pid)}
-    nsprof = subprocess.Popen([sys.executable, str(STANDINS), "profile", "stoppable.py:space", "--backend", "nsys",
-                               "--mode", "direct", "--timeout", "600", "--work-dir", "wd"], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              # Ctrl-C reaches a Python that did not start with SIGINT ignored (a background job)
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    nsprof = subprocess.Popen(
+        [
+            sys.executable,
+            str(STANDINS),
+            "profile",
+            "stoppable.py:space",
+            "--backend",
+            "nsys",
+            "--mode",
+            "direct",
+            "--timeout",
+            "600",
+            "--work-dir",
+            "wd",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        # Ctrl-C reaches a Python that did not start with SIGINT ignored (a background job)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     status = tmp_path / "wd" / "part0.status"
     agent = None
     try:
-        assert wait_for(lambda: status.exists() and "start 1\n" in status.read_text() and agent_pid.exists()
-                        and agent_pid.read_text().strip() != "", 120), "config 1 never started"
+        assert wait_for(
+            lambda: (
+                status.exists()
+                and "start 1\n" in status.read_text()
+                and agent_pid.exists()
+                and agent_pid.read_text().strip() != ""
+            ),
+            120,
+        ), "config 1 never started"
         agent = int(agent_pid.read_text())
         assert running(agent)
         nsprof.send_signal(signum)

@@ -33,15 +33,17 @@ def independent_raw(path):
         # domain listed; its second ':'-field is the range name (no ':' in these names).
         entries = re.findall(r'"([^"]+)"', row[col[PP_COL]].replace('""', '"'))
         se = re.findall(r'"([^"]+)"', row[col[SE_COL]].replace('""', '"'))
-        out.append({
-            "id": int(row[col["ID"]]),
-            "entries": [e.split(":")[:2] for e in entries],
-            "start_end": [e.split(":")[2] for e in se],
-            "kernel": row[col["Kernel Name"]],
-            "ns": float(row[col["gpu__time_duration.sum"]]) * 1e3,
-            "cycles": float(row[col["gpc__cycles_elapsed.max"]]),
-            "hz": float(row[col["gpc__cycles_elapsed.avg.per_second"]]) * 1e9,
-        })
+        out.append(
+            {
+                "id": int(row[col["ID"]]),
+                "entries": [e.split(":")[:2] for e in entries],
+                "start_end": [e.split(":")[2] for e in se],
+                "kernel": row[col["Kernel Name"]],
+                "ns": float(row[col["gpu__time_duration.sum"]]) * 1e3,
+                "cycles": float(row[col["gpc__cycles_elapsed.max"]]),
+                "hz": float(row[col["gpc__cycles_elapsed.avg.per_second"]]) * 1e9,
+            }
+        )
     return out
 
 
@@ -77,12 +79,20 @@ def test_raw_page_ranges_configs_modes_reps():
     assert torch_rows["kernel"].iloc[0] == "gemm_kernel"
     # the start/end range holds the two kernels of one mm_relu call
     start_end = frame[frame["range"] == "startend"]
-    assert start_end["kernel"].tolist() == ["nvjet_sm90_hsh_64x24_64x16_2x4_h_bz_NNT",
-                                           "vectorized_elementwise_kernel"]
+    assert start_end["kernel"].tolist() == [
+        "nvjet_sm90_hsh_64x24_64x16_2x4_h_bz_NNT",
+        "vectorized_elementwise_kernel",
+    ]
     # every configured range shows up 3 times per kernel it launches
     counts = frame.dropna(subset=["config_id"]).groupby(["config_id", "mode"]).size()
-    assert counts.to_dict() == {(0, "direct"): 3, (0, "graph"): 3, (1, "direct"): 3,
-                                (1, "graph"): 3, (2, "direct"): 6, (2, "graph"): 6}
+    assert counts.to_dict() == {
+        (0, "direct"): 3,
+        (0, "graph"): 3,
+        (1, "direct"): 3,
+        (1, "graph"): 3,
+        (2, "direct"): 6,
+        (2, "graph"): 6,
+    }
 
 
 def test_details_page_agrees_with_raw_page_to_its_rounding():
@@ -148,8 +158,14 @@ def test_thousands_separators_in_metric_values(tmp_path):
 
 @pytest.mark.parametrize(
     ("values", "mark"),
-    [(["5,537.04"], "."), (["27.595.520"], ","), (["5,66", "1,37"], ","), (["1,980,000"], "."),
-     (["5.66", "7,785"], "."), (["5.537,04"], ",")],
+    [
+        (["5,537.04"], "."),
+        (["27.595.520"], ","),
+        (["5,66", "1,37"], ","),
+        (["1,980,000"], "."),
+        (["5.66", "7,785"], "."),
+        (["5.537,04"], ","),
+    ],
 )
 def test_decimal_mark_detection(values, mark):
     assert detect_decimal_mark(values) == mark
@@ -234,8 +250,14 @@ def to_locale(path, out, group: str, decimal: str):
     with open(path, newline="") as handle:
         rows = list(csv.reader(handle))
     header, units = rows[0], rows[1]
-    columns = {header.index(name): name for name in
-               ("gpu__time_duration.sum", "gpc__cycles_elapsed.max", "gpc__cycles_elapsed.avg.per_second")}
+    columns = {
+        header.index(name): name
+        for name in (
+            "gpu__time_duration.sum",
+            "gpc__cycles_elapsed.max",
+            "gpc__cycles_elapsed.avg.per_second",
+        )
+    }
     expected = []
     for index in columns:
         unit, factor = _TO_BASE_UNIT[units[index].lower()]
@@ -251,8 +273,16 @@ def to_locale(path, out, group: str, decimal: str):
 
 @pytest.mark.parametrize(
     ("group", "decimal"),
-    [(" ", ","), ("\u00a0", ","), ("\u202f", ","), ("'", "."), ("\u2019", "."), (".", ","), (",", "."),
-     (" ", ".")],
+    [
+        (" ", ","),
+        ("\u00a0", ","),
+        ("\u202f", ","),
+        ("'", "."),
+        ("\u2019", "."),
+        (".", ","),
+        (",", "."),
+        (" ", "."),
+    ],
     ids=["space", "nbsp", "narrow-nbsp", "apostrophe", "right-quote", "de", "en", "space-dot"],
 )
 def test_group_separators_of_every_locale(tmp_path, group, decimal):
@@ -320,8 +350,9 @@ def test_analyze_warns_on_stderr_for_rows_without_duration(tmp_path):
     path = tmp_path / "na.csv"
     with open(path, "w", newline="") as handle:
         csv.writer(handle, quoting=csv.QUOTE_ALL).writerows(rows)
-    result = subprocess.run([sys.executable, "-m", "nsprof", "analyze", str(path)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "nsprof", "analyze", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stderr.splitlines() if "no duration" in line]
     assert len(lines) == 1 and "1 of 27" in lines[0]
@@ -333,7 +364,7 @@ def test_analyze_warns_on_stderr_for_rows_without_duration(tmp_path):
 
 
 def _program_output(size: int) -> str:
-    line = "step 17: loss 0.4213, 1,024 tokens/s \"ID\" not a header\n"
+    line = 'step 17: loss 0.4213, 1,024 tokens/s "ID" not a header\n'
     return line * (size // len(line) + 1)
 
 
@@ -404,13 +435,17 @@ def _analyze_json(path):
     return result.exit_code, json.loads(result.stdout) if result.exit_code == 0 else result.stderr
 
 
-@pytest.mark.parametrize(("name", "pooled_as"), [
-    (HUGE, HUGE),  # a range named by a number is a name
-    (f"cfg{HUGE}.direct.r0", f"cfg{HUGE}.direct.r0"),  # no config id fits int64: not nsprof's range
-    (f"cfg0.direct.r{HUGE}", f"cfg0.direct.r{HUGE}"),
-    (f"cfg0.s{HUGE}.direct.r0", f"cfg0.s{HUGE}.direct.r0"),
-    ("cfg99999999999999999999.direct.r0", "cfg99999999999999999999.direct.r0"),  # 20 digits: past int64
-], ids=["number", "config", "rep", "shape", "past-int64"])
+@pytest.mark.parametrize(
+    ("name", "pooled_as"),
+    [
+        (HUGE, HUGE),  # a range named by a number is a name
+        (f"cfg{HUGE}.direct.r0", f"cfg{HUGE}.direct.r0"),  # no config id fits int64: not nsprof's range
+        (f"cfg0.direct.r{HUGE}", f"cfg0.direct.r{HUGE}"),
+        (f"cfg0.s{HUGE}.direct.r0", f"cfg0.s{HUGE}.direct.r0"),
+        ("cfg99999999999999999999.direct.r0", "cfg99999999999999999999.direct.r0"),  # 20 digits: past int64
+    ],
+    ids=["number", "config", "rep", "shape", "past-int64"],
+)
 def test_huge_integer_in_an_nvtx_range_name_is_read_as_text(tmp_path, name, pooled_as):
     path = tmp_path / "huge.csv"
     path.write_text(RAW.read_text().replace("cfg0.direct.r0", name))

@@ -38,13 +38,20 @@ def direct_read(path):
         for a in range(rng.num_actions()):
             action = rng.action_by_idx(a)
             state = action.nvtx_state()
-            stacks = {state.domain_by_id(d).name(): list(state.domain_by_id(d).push_pop_ranges())
-                      for d in state.domains()}
-            out.append((action.name(), action.workload_type(),
-                        action.metric_by_name("gpu__time_duration.sum").as_double(),
-                        action.metric_by_name("gpc__cycles_elapsed.max").as_double(),
-                        action.metric_by_name("gpc__cycles_elapsed.avg.per_second").as_double(),
-                        stacks.get("nsprof", [])))
+            stacks = {
+                state.domain_by_id(d).name(): list(state.domain_by_id(d).push_pop_ranges())
+                for d in state.domains()
+            }
+            out.append(
+                (
+                    action.name(),
+                    action.workload_type(),
+                    action.metric_by_name("gpu__time_duration.sum").as_double(),
+                    action.metric_by_name("gpc__cycles_elapsed.max").as_double(),
+                    action.metric_by_name("gpc__cycles_elapsed.avg.per_second").as_double(),
+                    stacks.get("nsprof", []),
+                )
+            )
     return out
 
 
@@ -89,7 +96,9 @@ def test_start_end_and_default_domain_ranges(ncu_rep_dir):
     frame = read_ncu_rep(ncu_rep_dir / "fixture_node.ncu-rep")
     assert frame[frame["range"] == "torch_push"]["domain"].tolist() == ["<default domain>"]
     assert frame[frame["range"] == "startend"]["kernel"].tolist() == [
-        "nvjet_sm90_hsh_64x24_64x16_2x4_h_bz_NNT", "vectorized_elementwise_kernel"]
+        "nvjet_sm90_hsh_64x24_64x16_2x4_h_bz_NNT",
+        "vectorized_elementwise_kernel",
+    ]
 
 
 def test_read_report_sniffs_ncu_rep(ncu_rep_dir):
@@ -122,7 +131,9 @@ def _cut_offsets(size: int) -> list[int]:
     return sorted({1, 4, 5, 8, 9, 12, 100, 145, 150, *spread, size - 4, size - 1})
 
 
-@pytest.mark.parametrize("name", ["fixture_node", "fixture_graph", "fixture_clock_none", "fixture_clock_default"])
+@pytest.mark.parametrize(
+    "name", ["fixture_node", "fixture_graph", "fixture_clock_none", "fixture_clock_default"]
+)
 def test_truncated_ncu_rep_is_refused_at_every_cut(ncu_rep_dir, tmp_path, name):
     # ncu_report reads a cut report as a smaller one (the results after the cut are gone,
     # a half-written one loses its metrics): nsprof refuses it, whatever the cut point,
@@ -141,7 +152,9 @@ def test_truncated_ncu_rep_is_refused_at_every_cut(ncu_rep_dir, tmp_path, name):
             read_ncu_rep(path)
         message = str(info.value)
         assert "\n" not in message and ("truncated" in message or "bad magic" in message), (size, message)
-    assert len(read_ncu_rep(ncu_rep_dir / f"{name}.ncu-rep")) == len(direct_read(ncu_rep_dir / f"{name}.ncu-rep"))
+    assert len(read_ncu_rep(ncu_rep_dir / f"{name}.ncu-rep")) == len(
+        direct_read(ncu_rep_dir / f"{name}.ncu-rep")
+    )
 
 
 def test_truncated_ncu_rep_at_2mb_is_one_line_and_no_table(ncu_rep_dir, tmp_path):
@@ -153,8 +166,12 @@ def test_truncated_ncu_rep_at_2mb_is_one_line_and_no_table(ncu_rep_dir, tmp_path
     for size in (len(data) - 1000, 2_000_000, len(data) // 2):
         path = tmp_path / f"cut{size}.ncu-rep"
         path.write_bytes(data[:size])
-        proc = subprocess.run([sys.executable, "-m", "nsprof", "analyze", str(path)], capture_output=True,
-                              text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "nsprof", "analyze", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 2, (size, proc.stdout, proc.stderr)
         assert proc.stdout == ""
         lines = proc.stderr.strip().splitlines()
@@ -181,10 +198,15 @@ def _median_clock_hz(path) -> float:
     return statistics.median(row[4] for row in direct_read(path))
 
 
-@pytest.mark.parametrize(("report", "command"), [
-    ("fixture_node", "ncu_node"), ("fixture_graph", "ncu_graph"),
-    ("fixture_clock_none", "ncu_clock_none"), ("fixture_clock_default", "ncu_clock_default"),
-])
+@pytest.mark.parametrize(
+    ("report", "command"),
+    [
+        ("fixture_node", "ncu_node"),
+        ("fixture_graph", "ncu_graph"),
+        ("fixture_clock_none", "ncu_clock_none"),
+        ("fixture_clock_default", "ncu_clock_default"),
+    ],
+)
 def test_clock_and_cache_control_come_from_the_report(ncu_rep_dir, report, command):
     frame = read_report(ncu_rep_dir / f"{report}.ncu-rep")
     for column, flag in (("clock_control", "--clock-control"), ("cache_control", "--cache-control")):
@@ -207,17 +229,24 @@ def test_caller_labels_win_over_the_record(ncu_rep_dir):
     assert set(frame["clock_control"]) == {"base"}
 
 
-@pytest.mark.parametrize(("report", "expected"), [
-    ("fixture_clock_none.ncu-rep", "clock control none (from the report's ncu command line)"),
-    ("fixture_node.ncu-rep", "clock control base (from the report's ncu command line)"),
-    ("fixture_clock_default.ncu-rep", "clock control unknown"),
-])
+@pytest.mark.parametrize(
+    ("report", "expected"),
+    [
+        ("fixture_clock_none.ncu-rep", "clock control none (from the report's ncu command line)"),
+        ("fixture_node.ncu-rep", "clock control base (from the report's ncu command line)"),
+        ("fixture_clock_default.ncu-rep", "clock control unknown"),
+    ],
+)
 def test_analyze_says_the_recorded_clock_control(ncu_rep_dir, report, expected):
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "nsprof", "analyze", str(ncu_rep_dir / report)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "nsprof", "analyze", str(ncu_rep_dir / report)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     header = result.stdout.splitlines()[0]
     assert expected in header
@@ -269,9 +298,12 @@ def test_analyze_prints_the_graph_profiling_note_for_kernel_rows(ncu_rep_dir):
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "nsprof", "analyze",
-                             str(ncu_rep_dir / "fixture_graph.ncu-rep")],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "nsprof", "analyze", str(ncu_rep_dir / "fixture_graph.ncu-rep")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     notes = [line for line in result.stdout.splitlines() if "--graph-profiling graph" in line]
     assert len(notes) == 1 and "'kernel' row(s)" in notes[0] and "'graph' row(s)" in notes[0]

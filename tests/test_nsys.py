@@ -182,9 +182,7 @@ def test_graph_replays_have_graph_nodes(frame):
     con = connect_ro(FIXTURE)
     nodes = {
         corr: node
-        for corr, node in con.execute(
-            "SELECT correlationId, graphNodeId FROM CUPTI_ACTIVITY_KIND_KERNEL"
-        )
+        for corr, node in con.execute("SELECT correlationId, graphNodeId FROM CUPTI_ACTIVITY_KIND_KERNEL")
     }
     graph = frame[frame["range"].str.contains(".graph.", regex=False, na=False)]
     direct = frame[frame["range"].str.contains(".direct.", regex=False, na=False)]
@@ -566,8 +564,7 @@ def test_no_runtime_or_nvtx_tables(tmp_path):
     db = make_db(
         tmp_path / "bare.sqlite",
         [
-            "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER,"
-            " demangledName INTEGER)",
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, demangledName INTEGER)",
             "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)",
             "INSERT INTO StringIds VALUES (1, 'void ns::my_kernel<4, float>(float*, int)')",
             "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10, 25, 1), (30, 31, 99)",
@@ -771,7 +768,9 @@ def test_export_that_never_returns_is_killed(tmp_path, monkeypatch):
         raise AssertionError("the export's child process still runs")
 
 
-def test_the_conversion_bound_follows_the_reports_size_and_the_environment_overrides_it(tmp_path, monkeypatch):
+def test_the_conversion_bound_follows_the_reports_size_and_the_environment_overrides_it(
+    tmp_path, monkeypatch
+):
     from nsprof.reports.nsys.convert import CONVERT_BASE_S, CONVERT_S_PER_MB, conversion_bound_s
 
     monkeypatch.delenv("NSPROF_CONVERT_TIMEOUT_S", raising=False)
@@ -781,7 +780,9 @@ def test_the_conversion_bound_follows_the_reports_size_and_the_environment_overr
         handle.truncate(1000 * 10**6)  # sparse: 1 GB without writing it
     assert conversion_bound_s(small) == pytest.approx(CONVERT_BASE_S + CONVERT_S_PER_MB * 0.001)
     assert conversion_bound_s(large) == pytest.approx(CONVERT_BASE_S + CONVERT_S_PER_MB * 1000)
-    assert conversion_bound_s(small) < 900 < conversion_bound_s(large)  # below the old fixed bound for a small report
+    assert (
+        conversion_bound_s(small) < 900 < conversion_bound_s(large)
+    )  # below the old fixed bound for a small report
     monkeypatch.setenv("NSPROF_CONVERT_TIMEOUT_S", "2.5")
     assert conversion_bound_s(small) == conversion_bound_s(large) == 2.5
     monkeypatch.setenv("NSPROF_CONVERT_TIMEOUT_S", "soon")
@@ -803,15 +804,25 @@ def test_analyze_of_an_nsys_rep_whose_export_hangs_is_one_line_after_the_bound(t
     nsys = fake_nsys(tmp_path, f'sleep 3600 &\necho $! > "{helper_pid}"\nwait\n')
     report = tmp_path / "run.nsys-rep"
     shutil.copyfile(NSYS_REP, report)
-    env = {**os.environ, "NSPROF_NSYS": str(nsys), "NSPROF_CONVERT_TIMEOUT_S": "1",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {
+        **os.environ,
+        "NSPROF_NSYS": str(nsys),
+        "NSPROF_CONVERT_TIMEOUT_S": "1",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
     try:
-        result = subprocess.run([sys.executable, "-m", "nsprof", "analyze", str(report)], capture_output=True,
-                                text=True, env=env, timeout=300)
+        result = subprocess.run(
+            [sys.executable, "-m", "nsprof", "analyze", str(report)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert result.returncode == 2, result.stderr
         assert result.stderr.strip().splitlines() == [
             f"nsprof: error: {report}: nsys export did not finish within 1 s ($NSPROF_CONVERT_TIMEOUT_S); killed it. "
-            f"The report is kept, nothing measured is lost: `nsprof analyze {report}` exports it again"], result.stderr
+            f"The report is kept, nothing measured is lost: `nsprof analyze {report}` exports it again"
+        ], result.stderr
         assert report.read_bytes() == NSYS_REP.read_bytes()
         helper = int(helper_pid.read_text())
         assert wait_for(lambda: not running(helper)), "the export's own child outlived the kill"
@@ -862,8 +873,11 @@ def test_mode_comes_from_nsprofs_range_name_not_the_graph_node(tmp_path):
             "SELECT k.correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
             "ON r.correlationId = k.correlationId JOIN NVTX_EVENTS n ON n.eventType = 59 "
             "AND r.start BETWEEN n.start AND n.end AND r.globalTid = n.globalTid "
-            "JOIN StringIds s ON s.id = n.textId WHERE s.value = 'cfg0.direct.r0'").fetchone()[0]
-        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphNodeId = 1 WHERE correlationId = ?", (correlation,))
+            "JOIN StringIds s ON s.id = n.textId WHERE s.value = 'cfg0.direct.r0'"
+        ).fetchone()[0]
+        conn.execute(
+            "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphNodeId = 1 WHERE correlationId = ?", (correlation,)
+        )
     frame = read_nsys_sqlite(path, domain="nsprof")
     row = frame[frame["range"] == "cfg0.direct.r0"].iloc[0]
     assert row["graph_node"] == 1 and row["mode"] == "direct"
@@ -885,13 +899,19 @@ def test_a_locked_rollback_journal_database_names_the_lock(tmp_path, monkeypatch
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # rollback journal
     # A real writer process holds the exclusive lock until its stdin closes.
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sqlite3, sys\n"
-         f"conn = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
-         "conn.execute('BEGIN EXCLUSIVE')\n"
-         "print('locked', flush=True)\n"
-         "sys.stdin.read()\n"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys\n"
+            f"conn = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+            "conn.execute('BEGIN EXCLUSIVE')\n"
+            "print('locked', flush=True)\n"
+            "sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         monkeypatch.setattr(nsys_module, "_BUSY_TIMEOUT_S", 0.2, raising=False)
@@ -937,7 +957,10 @@ def test_the_intact_fixture_gives_no_warning():
 
 def test_an_unknown_domain_is_one_warning_line():
     con = connect_ro(FIXTURE)
-    domains = {DEFAULT_DOMAIN, *(text for (text,) in con.execute("SELECT text FROM NVTX_EVENTS WHERE eventType = 75"))}
+    domains = {
+        DEFAULT_DOMAIN,
+        *(text for (text,) in con.execute("SELECT text FROM NVTX_EVENTS WHERE eventType = 75")),
+    }
     result = run_nsprof("analyze", FIXTURE, "--domain", "nsprf")
     assert result.returncode == 0, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -970,7 +993,9 @@ def test_rows_carry_the_full_name_and_the_short_one():
     shorts = [short for short, _ in expected.values()]
     assert shorts.count("vectorized_elementwise_kernel") == 5  # the fixture's pooled case
     frame = read_nsys_sqlite(FIXTURE)
-    assert frame.columns.tolist() == COLUMNS and frame["kernel_full"].dtype == pd.api.types.pandas_dtype(COLUMN_DTYPES["kernel_full"])
+    assert frame.columns.tolist() == COLUMNS and frame["kernel_full"].dtype == pd.api.types.pandas_dtype(
+        COLUMN_DTYPES["kernel_full"]
+    )
     assert dict(zip(frame["kernel_full"], frame["kernel"])) == {full: s for full, (s, _) in expected.items()}
     # one summary row per full name (all kernels in one group), with that kernel's own median
     summary = summarize(frame.assign(range=pd.NA, config_id=pd.NA))
@@ -986,8 +1011,12 @@ def test_an_export_without_demangled_names_keys_by_what_it_has(tmp_path):
     shutil.copyfile(FIXTURE, path)
     with sqlite3.connect(path) as conn:
         conn.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN demangledName")
-        mangled = dict(conn.execute("SELECT k.rowid, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k"
-                                    " JOIN StringIds s ON s.id = k.mangledName"))
+        mangled = dict(
+            conn.execute(
+                "SELECT k.rowid, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k"
+                " JOIN StringIds s ON s.id = k.mangledName"
+            )
+        )
     frame = read_nsys_sqlite(path)
     assert sorted(frame["kernel_full"]) == sorted(mangled.values())
 
@@ -995,8 +1024,11 @@ def test_an_export_without_demangled_names_keys_by_what_it_has(tmp_path):
 # --- huge integers in range names (issue 24) -----------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["9" * 5000, f"cfg{'9' * 5000}.direct.r0", f"cfg0.direct.r{'9' * 5000}"],
-                         ids=["number", "config", "rep"])
+@pytest.mark.parametrize(
+    "name",
+    ["9" * 5000, f"cfg{'9' * 5000}.direct.r0", f"cfg0.direct.r{'9' * 5000}"],
+    ids=["number", "config", "rep"],
+)
 def test_huge_integer_in_a_range_name_is_read_as_text(tmp_path, name):
     import json
     import shutil
@@ -1008,7 +1040,10 @@ def test_huge_integer_in_a_range_name_is_read_as_text(tmp_path, name):
     path = tmp_path / "huge.sqlite"
     shutil.copyfile(FIXTURE, path)
     with sqlite3.connect(path) as conn:
-        assert conn.execute("UPDATE StringIds SET value = ? WHERE value = 'cfg0.direct.r0'", (name,)).rowcount == 1
+        assert (
+            conn.execute("UPDATE StringIds SET value = ? WHERE value = 'cfg0.direct.r0'", (name,)).rowcount
+            == 1
+        )
     conn.close()
     result = CliRunner().invoke(cli, ["analyze", "--format", "json", str(path)])
     assert result.exit_code == 0, (result.stderr, repr(result.exception))

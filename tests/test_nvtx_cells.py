@@ -35,7 +35,13 @@ CELLS = [
     '7  "dom:a""q:none:none:RGB:0xff:REGISTERED:a""q" ',  # an escaped quote in a name
     f"7  {entry('dom', 'x', 'other:msg:with:colons')} ",
     "".join(f"  {entry('d', f'r{i}')}" for i in range(10)).join(["9", " "]),  # deeper than 8
-    "452", "", "  ", "\u00a0452 ", "junk", f"x {entry('d', 'r')}", '"unbalanced',
+    "452",
+    "",
+    "  ",
+    "\u00a0452 ",
+    "junk",
+    f"x {entry('d', 'r')}",
+    '"unbalanced',
 ]
 START_END = ["", " ", ' "0:<default domain>:startend:none:none:none:none:none:none" ']
 
@@ -75,8 +81,10 @@ def cells(draw):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(cells(), st.sampled_from(START_END)), min_size=1, max_size=12),
-       st.sampled_from([None, "nsprof", "<default domain>"]))
+@given(
+    st.lists(st.tuples(cells(), st.sampled_from(START_END)), min_size=1, max_size=12),
+    st.sampled_from([None, "nsprof", "<default domain>"]),
+)
 def test_columns_match_cells_on_generated_cells(pairs, domain):
     push_pop, start_end = [p for p, _ in pairs], [s for _, s in pairs]
     got = parse_csv_columns(pd.Series(push_pop), pd.Series(start_end), domain)

@@ -23,8 +23,20 @@ PHASES_TARGET = str(TARGETS / "phases.py")
 STANDINS = FIXTURES.parent / "standins.py"
 ROOT = FIXTURES.parents[1]
 
-WORKER_RUN = ["tool_start", "worker_start", "target_import", "cuda_init", "build", "measure", "between",
-              "worker_exit", "tool_exit", "cleanup", "export", "parse"]
+WORKER_RUN = [
+    "tool_start",
+    "worker_start",
+    "target_import",
+    "cuda_init",
+    "build",
+    "measure",
+    "between",
+    "worker_exit",
+    "tool_exit",
+    "cleanup",
+    "export",
+    "parse",
+]
 
 
 def _standin(monkeypatch, **kwargs):
@@ -49,14 +61,24 @@ def _check_sums(result) -> None:
 def test_every_phase_of_a_clean_run_is_there_in_order_and_fits_the_wall(tmp_path, monkeypatch, profiled):
     if profiled:
         _standin(monkeypatch, profiler_flags=[])
-    settings = ProfileSettings(backend="nsys" if profiled else "none", modes=("direct",), reps=2, warmup=1,
-                               timeout_s=30, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="nsys" if profiled else "none",
+        modes=("direct",),
+        reps=2,
+        warmup=1,
+        timeout_s=30,
+        work_dir=tmp_path,
+    )
     result = run_session(PHASES_TARGET + ":healthy", 4, settings)
-    assert list(result.phases) == WORKER_RUN == [p for p in PHASES if p != "compile_wait"]  # nothing to compile
+    assert (
+        list(result.phases) == WORKER_RUN == [p for p in PHASES if p != "compile_wait"]
+    )  # nothing to compile
     _check_sums(result)
     assert sorted(result.config_phases) == [0, 1, 2, 3]
     # the log says the same, in one line per worker run
-    line = [ln for ln in (tmp_path / "part0.log").read_text().splitlines() if ln.startswith("==NSPROF== phases:")]
+    line = [
+        ln for ln in (tmp_path / "part0.log").read_text().splitlines() if ln.startswith("==NSPROF== phases:")
+    ]
     assert len(line) == 1 and all(name in line[0] for name in WORKER_RUN)
     record = json.loads((tmp_path / PHASES_FILE).read_text())
     assert record["phases"] == pytest.approx(result.phases) and len(record["runs"]) == 1
@@ -70,7 +92,9 @@ def test_known_delays_land_in_their_own_phases(tmp_path, monkeypatch):
     _standin(monkeypatch, profiler_flags=["--start-delay", "1", "--exit-delay", "1"])
     monkeypatch.setenv("NSPROF_TEST_SLOW_IMPORT", "1")
     monkeypatch.setenv("NSPROF_TEST_SLOW_EXIT", "1")
-    settings = ProfileSettings(backend="ncu", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="ncu", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path
+    )
     result = run_session(PHASES_TARGET + ":timed", 3, settings)
     assert result.failures == {}
     phases = result.phases
@@ -90,8 +114,9 @@ def test_a_run_with_restarts_sums_its_worker_runs(tmp_path, monkeypatch):
     with its own phases in phases.json, summed in Measured.phases."""
     poison = tmp_path / "poison"
     monkeypatch.setenv("NSPROF_TEST_POISON", str(poison))
-    settings = ProfileSettings(backend="none", modes=("direct",), reps=1, warmup=0, timeout_s=10, work_dir=tmp_path,
-                               max_restarts=1)
+    settings = ProfileSettings(
+        backend="none", modes=("direct",), reps=1, warmup=0, timeout_s=10, work_dir=tmp_path, max_restarts=1
+    )
 
     def remove_poison(event, config_id, detail):
         if event == "fail" and poison.exists():
@@ -109,30 +134,67 @@ def test_a_run_with_restarts_sums_its_worker_runs(tmp_path, monkeypatch):
 
 
 def _status(lines: list[tuple[float, str]]) -> RunStatus:
-    text = "".join(f"{line}\nat {t} {line}\n" if not line.startswith("@") else f"at {t} {line[1:]}\n"
-                   for t, line in lines)
+    text = "".join(
+        f"{line}\nat {t} {line}\n" if not line.startswith("@") else f"at {t} {line[1:]}\n"
+        for t, line in lines
+    )
     return parse_status(text)
 
 
 def test_run_phases_from_known_times():
-    status = _status([(101.0, "pid 7"), (100.5, "@process"), (101.0, "watch {}"), (103.0, "@target"),
-                      (104.0, 'device {"name": "cpu"}'), (104.1, "start 0"), (104.3, "@built 0"), (105.3, "done 0"),
-                      (105.3, "start 1"), (105.4, 'fail 1 "build failed: no"'), (105.5, "end")])
+    status = _status(
+        [
+            (101.0, "pid 7"),
+            (100.5, "@process"),
+            (101.0, "watch {}"),
+            (103.0, "@target"),
+            (104.0, 'device {"name": "cpu"}'),
+            (104.1, "start 0"),
+            (104.3, "@built 0"),
+            (105.3, "done 0"),
+            (105.3, "start 1"),
+            (105.4, 'fail 1 "build failed: no"'),
+            (105.5, "end"),
+        ]
+    )
     phases, configs = run_phases(status, launched=100.0, worker_gone=106.0, exited=107.0)
-    assert phases == pytest.approx({"tool_start": 0.5, "worker_start": 0.5, "target_import": 2.0, "cuda_init": 1.0,
-                                    "build": 0.3, "measure": 1.0, "between": 0.2, "worker_exit": 0.5,
-                                    "tool_exit": 1.0})
-    assert configs == {0: pytest.approx({"build": 0.2, "measure": 1.0}), 1: pytest.approx({"build": 0.1,
-                                                                                           "measure": 0.0})}
+    assert phases == pytest.approx(
+        {
+            "tool_start": 0.5,
+            "worker_start": 0.5,
+            "target_import": 2.0,
+            "cuda_init": 1.0,
+            "build": 0.3,
+            "measure": 1.0,
+            "between": 0.2,
+            "worker_exit": 0.5,
+            "tool_exit": 1.0,
+        }
+    )
+    assert configs == {
+        0: pytest.approx({"build": 0.2, "measure": 1.0}),
+        1: pytest.approx({"build": 0.1, "measure": 0.0}),
+    }
 
 
 def test_run_phases_put_the_waits_for_the_compile_step_in_compile_wait():
     # configs waiting for the compile step beside the session (wait lines before any start line):
     # config 0 failed to compile after 2 s, config 1 waited 1 s, then built and ran. Seen on the
     # H200: ~3 s of such waits were called "between", and the build and measure scaled down.
-    status = _status([(10.0, "pid 7"), (11.0, 'device {"name": "cpu"}'), (11.0, "wait 0"), (12.0, "wait 0"),
-                      (13.0, 'fail 0 "compile failed: X: y"'), (13.0, "wait 1"), (14.0, "start 1"),
-                      (14.5, "@built 1"), (15.5, "done 1"), (15.5, "end")])
+    status = _status(
+        [
+            (10.0, "pid 7"),
+            (11.0, 'device {"name": "cpu"}'),
+            (11.0, "wait 0"),
+            (12.0, "wait 0"),
+            (13.0, 'fail 0 "compile failed: X: y"'),
+            (13.0, "wait 1"),
+            (14.0, "start 1"),
+            (14.5, "@built 1"),
+            (15.5, "done 1"),
+            (15.5, "end"),
+        ]
+    )
     phases, configs = run_phases(status, launched=10.0, worker_gone=16.0, exited=16.0)
     assert phases["compile_wait"] == pytest.approx(3.0)
     assert phases["build"] == pytest.approx(0.5) and phases["measure"] == pytest.approx(1.0)
@@ -143,12 +205,28 @@ def test_run_phases_put_the_waits_for_the_compile_step_in_compile_wait():
 
 def test_run_phases_of_an_interleaved_job_count_every_visit():
     # build 0, build 1, then two rounds of visits (0 1 0 1), then done lines
-    status = _status([(10.0, "pid 7"), (10.0, "device {}"), (10.0, "start 0"), (10.5, "@built 0"), (11.0, "start 1"),
-                      (11.5, "@built 1"), (12.0, "start 0"), (13.0, "start 1"), (14.0, "start 0"), (15.0, "start 1"),
-                      (16.0, "done 0"), (16.0, "done 1"), (16.0, "end")])
+    status = _status(
+        [
+            (10.0, "pid 7"),
+            (10.0, "device {}"),
+            (10.0, "start 0"),
+            (10.5, "@built 0"),
+            (11.0, "start 1"),
+            (11.5, "@built 1"),
+            (12.0, "start 0"),
+            (13.0, "start 1"),
+            (14.0, "start 0"),
+            (15.0, "start 1"),
+            (16.0, "done 0"),
+            (16.0, "done 1"),
+            (16.0, "end"),
+        ]
+    )
     phases, configs = run_phases(status, launched=10.0, worker_gone=16.0, exited=16.0)
-    assert configs == {0: pytest.approx({"build": 0.5, "measure": 0.5 + 1 + 1}),
-                       1: pytest.approx({"build": 0.5, "measure": 0.5 + 1 + 1})}
+    assert configs == {
+        0: pytest.approx({"build": 0.5, "measure": 0.5 + 1 + 1}),
+        1: pytest.approx({"build": 0.5, "measure": 0.5 + 1 + 1}),
+    }
     assert phases["build"] + phases["measure"] == pytest.approx(6.0)
 
 
@@ -178,8 +256,13 @@ def test_status_lines_still_parse_with_their_times(tmp_path):
     status.write("fail", 3, json.dumps("ValueError: bad 4 5"))
     parsed = parse_status((tmp_path / "status").read_text())
     assert parsed.pid == 12 and parsed.failed == {3: "ValueError: bad 4 5"} and parsed.current is None
-    assert [(w, a) for _, w, a in parsed.times] == [("pid", "12"), ("process", ""), ("start", "3"), ("built", "3"),
-                                                    ("fail", "3")]
+    assert [(w, a) for _, w, a in parsed.times] == [
+        ("pid", "12"),
+        ("process", ""),
+        ("start", "3"),
+        ("built", "3"),
+        ("fail", "3"),
+    ]
     assert parsed.time_of("process") == 1.5
 
 
@@ -189,9 +272,25 @@ def _cli_env(tmp_path) -> dict:
 
 def test_profile_keeps_phases_json_with_the_precompile_time(tmp_path):
     work = tmp_path / "work"
-    done = subprocess.run([sys.executable, str(STANDINS), "profile", PHASES_TARGET + ":timed", "--backend", "nsys",
-                           "--mode", "direct", "--reps", "1", "--work-dir", str(work)],
-                          capture_output=True, text=True, env=_cli_env(tmp_path))
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(STANDINS),
+            "profile",
+            PHASES_TARGET + ":timed",
+            "--backend",
+            "nsys",
+            "--mode",
+            "direct",
+            "--reps",
+            "1",
+            "--work-dir",
+            str(work),
+        ],
+        capture_output=True,
+        text=True,
+        env=_cli_env(tmp_path),
+    )
     assert done.returncode == 0, done.stderr
     record = json.loads((work / PHASES_FILE).read_text())
     assert record["precompile_s"] >= 0 and list(record["phases"]) == WORKER_RUN
@@ -199,9 +298,29 @@ def test_profile_keeps_phases_json_with_the_precompile_time(tmp_path):
 
 
 def test_tune_json_says_where_the_first_pass_went(tmp_path):
-    done = subprocess.run([sys.executable, str(STANDINS), "tune", PHASES_TARGET + ":timed", "--backend", "nsys",
-                           "--mode", "direct", "--reps", "2", "--max-reps", "2", "--no-store", "--no-feed-back", "--no-tuner-pick",
-                           "--json"], capture_output=True, text=True, env=_cli_env(tmp_path))
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(STANDINS),
+            "tune",
+            PHASES_TARGET + ":timed",
+            "--backend",
+            "nsys",
+            "--mode",
+            "direct",
+            "--reps",
+            "2",
+            "--max-reps",
+            "2",
+            "--no-store",
+            "--no-feed-back",
+            "--no-tuner-pick",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=_cli_env(tmp_path),
+    )
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     timing = document["first_pass_phases"]

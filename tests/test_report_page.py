@@ -34,6 +34,7 @@ pytest.importorskip("matplotlib.image")
 
 # --------------------------------------------------------------------------- helpers
 
+
 class Page(HTMLParser):
     """Tables (by id: rows of cell texts, the header row first) and images of an HTML page."""
 
@@ -89,13 +90,15 @@ def ranked_table(with_ci=True, with_ties=True):
     """A ranked table as nsprof.analysis.ranking.rank makes it (config 4 failed), by hand."""
     from nsprof.analysis.ranking import rank
 
-    summary = pd.DataFrame({
-        "config_id": [0, 1, 2, 3, 4],
-        "median_ns": [3000.0, 1000.0, 2000.0, 1040.0, float("nan")],
-        "min_ns": [2900.0, 990.0, 1950.0, 1000.0, float("nan")],
-        "spread": [0.02, 0.01, 0.03, 0.05, float("nan")],
-        "error": [None, None, None, None, "timeout: still running after 120 s"],
-    })
+    summary = pd.DataFrame(
+        {
+            "config_id": [0, 1, 2, 3, 4],
+            "median_ns": [3000.0, 1000.0, 2000.0, 1040.0, float("nan")],
+            "min_ns": [2900.0, 990.0, 1950.0, 1000.0, float("nan")],
+            "spread": [0.02, 0.01, 0.03, 0.05, float("nan")],
+            "error": [None, None, None, None, "timeout: still running after 120 s"],
+        }
+    )
     table = rank(summary)
     table.insert(2, "config", [f"block_N={16 * (c + 1)},stages={c % 3 + 2}" for c in table["config_id"]])
     if with_ci:
@@ -110,8 +113,14 @@ def tune_result(table):
     from nsprof.tune import TuneResult
 
     configs = [{"block_N": 16 * (c + 1), "stages": c % 3 + 2} for c in range(5)]
-    return TuneResult(table, configs, "ncu", "ncu, mode graph, median of 5 reps", notes=["a note"],
-                      errors=["feeding the ranking back to x failed: y"])
+    return TuneResult(
+        table,
+        configs,
+        "ncu",
+        "ncu, mode graph, median of 5 reps",
+        notes=["a note"],
+        errors=["feeding the ranking back to x failed: y"],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -131,9 +140,16 @@ def validate_result(record):
         sys.path.remove(str(ROOT / "examples"))
     per_config = pd.DataFrame(record["per_config"])
     timers = sorted({r["timer"] for r in record["agreement"]})
-    return ValidateResult(per_config=per_config, agreement=pd.DataFrame(record["agreement"]),
-                          floors=pd.DataFrame(record["noise_floor"]), verdict=record["verdict"], timers=timers,
-                          truths=TRUTHS, configs=CONFIGS, failures={("cupti", 4): "a made-up failure"})
+    return ValidateResult(
+        per_config=per_config,
+        agreement=pd.DataFrame(record["agreement"]),
+        floors=pd.DataFrame(record["noise_floor"]),
+        verdict=record["verdict"],
+        timers=timers,
+        truths=TRUTHS,
+        configs=CONFIGS,
+        failures={("cupti", 4): "a made-up failure"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +163,7 @@ def validate_html(validate_result, tmp_path_factory):
 
 # --------------------------------------------------------------------------- tune --plot
 
+
 def test_tune_plot_draws_each_measured_config_with_its_interval_and_the_tie_set():
     from matplotlib.collections import LineCollection
 
@@ -158,8 +175,12 @@ def test_tune_plot_draws_each_measured_config_with_its_interval_and_the_tie_set(
     # measured configs in rank order: 1 (1000), 3 (1040), 2 (2000), 0 (3000); 4 failed
     assert sorted(points(ax), key=lambda p: p[1]) == [(1.0, 0), (1.04, 1), (2.0, 2), (3.0, 3)]
     labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert labels == ["1: block_N=32,stages=3", "3: block_N=64,stages=2", "2: block_N=48,stages=4",
-                      "0: block_N=16,stages=2"]
+    assert labels == [
+        "1: block_N=32,stages=3",
+        "3: block_N=64,stages=2",
+        "2: block_N=48,stages=4",
+        "0: block_N=16,stages=2",
+    ]
     tied = [c for c in ax.collections if c.get_gid() == "tied"]
     assert len(tied) == 1 and [tuple(p) for p in tied[0].get_offsets()] == [(1.0, 0), (1.04, 1)]
     bars = [c for c in ax.collections if isinstance(c, LineCollection)]
@@ -227,6 +248,7 @@ def test_missing_matplotlib_is_one_line(monkeypatch):
 
 # --------------------------------------------------------------------------- the page
 
+
 def assert_self_contained(text: str) -> None:
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text, re.I)
     assert "<script" not in text.lower() and "<link" not in text.lower() and "@import" not in text
@@ -266,10 +288,14 @@ def test_validate_page_holds_every_config_and_the_recorded_numbers(validate_html
         assert cells["τ"] == f"{rec['kendall_tau']:.3f}" and cells["ρ"] == f"{rec['spearman_rho']:.3f}"
         assert cells["regret %"] == f"{rec['regret'] * 100:.1f}"
         assert cells["same best"] == ("yes" if rec["same_best"] else "no")
-        assert cells["timer's pick"] == str(rec["timer_pick"]) and cells["truth's best"] == str(rec["truth_best"])
+        assert cells["timer's pick"] == str(rec["timer_pick"]) and cells["truth's best"] == str(
+            rec["truth_best"]
+        )
 
     header, *rows = page.tables["noise-floor"]
-    assert [(r[0], r[3]) for r in rows] == [(f["truth"], f"{f['kendall_tau']:.3f}") for f in record["noise_floor"]]
+    assert [(r[0], r[3]) for r in rows] == [
+        (f["truth"], f"{f['kendall_tau']:.3f}") for f in record["noise_floor"]
+    ]
     for line in record["verdict"].splitlines():
         assert line in text
     assert "cupti failed on config 4: a made-up failure" in text
@@ -320,17 +346,37 @@ def test_tune_plot_and_html_through_the_cli(tmp_path):
     (tmp_path / "t.py").write_text(
         "import nsprof.space\n"
         "space = nsprof.space.Space(configs=[{'ns': 3000.0}, {'ns': 1000.0}, {'ns': 2000.0}],\n"
-        "                           build=lambda c: (lambda: None), device='cpu')\n")
-    done = run_nsprof("tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-store",
-                      "--no-feed-back", "--no-tuner-pick", "--plot", "out/r.png", "--html", "out/r.html",
-                      cwd=tmp_path, standins=True)
+        "                           build=lambda c: (lambda: None), device='cpu')\n"
+    )
+    done = run_nsprof(
+        "tune",
+        "t.py:space",
+        "--backend",
+        "ncu",
+        "--mode",
+        "direct",
+        "--reps",
+        "2",
+        "--no-store",
+        "--no-feed-back",
+        "--no-tuner-pick",
+        "--plot",
+        "out/r.png",
+        "--html",
+        "out/r.html",
+        cwd=tmp_path,
+        standins=True,
+    )
     assert done.returncode == 0, done.stderr
     assert "wrote out/r.png" in done.stderr and "wrote out/r.html" in done.stderr
     assert matplotlib.image.imread(tmp_path / "out" / "r.png").shape[0] > 100
     page = Page((tmp_path / "out" / "r.html").read_text())
     header, *rows = page.tables["ranked"]
-    assert [(r[1], r[2], r[3]) for r in rows] == [("1", "ns=1000.0", "1.000"), ("2", "ns=2000.0", "2.000"),
-                                                  ("0", "ns=3000.0", "3.000")]
+    assert [(r[1], r[2], r[3]) for r in rows] == [
+        ("1", "ns=1000.0", "1.000"),
+        ("2", "ns=2000.0", "2.000"),
+        ("0", "ns=3000.0", "3.000"),
+    ]
     assert len(page.images) == 1
 
 
@@ -340,26 +386,54 @@ def test_validate_html_through_the_cli(tmp_path):
     (tmp_path / "t.py").write_text(
         "import nsprof.space\n"
         "space = nsprof.space.Space(configs=[{'ns': 3000.0}, {'ns': 1000.0}, {'ns': 2000.0}],\n"
-        "                           build=lambda c: (lambda: None), device='cpu')\n")
-    done = run_nsprof("validate", "t.py:space", "--timers", "event", "--no-external", "--truth", "ncu,nsys",
-                      "--mode", "direct", "--reps", "2", "--timer-reps", "3", "--timeout", "30", "--html", "v.html",
-                      cwd=tmp_path, standins=True)
+        "                           build=lambda c: (lambda: None), device='cpu')\n"
+    )
+    done = run_nsprof(
+        "validate",
+        "t.py:space",
+        "--timers",
+        "event",
+        "--no-external",
+        "--truth",
+        "ncu,nsys",
+        "--mode",
+        "direct",
+        "--reps",
+        "2",
+        "--timer-reps",
+        "3",
+        "--timeout",
+        "30",
+        "--html",
+        "v.html",
+        cwd=tmp_path,
+        standins=True,
+    )
     assert done.returncode == 0, done.stderr
     assert "wrote v.html" in done.stderr
     page = Page((tmp_path / "v.html").read_text())
     header, *rows = page.tables["per-config"]
     cells = [dict(zip(header, r)) for r in rows]
     assert [(c["id"], c["config"], c["ncu:direct µs"], c["nsys:direct µs"]) for c in cells] == [
-        ("0", "ns=3000.0", "3.000", "3.000"), ("1", "ns=1000.0", "1.000", "1.000"), ("2", "ns=2000.0", "2.000", "2.000")]
+        ("0", "ns=3000.0", "3.000", "3.000"),
+        ("1", "ns=1000.0", "1.000", "1.000"),
+        ("2", "ns=2000.0", "2.000", "2.000"),
+    ]
     assert {(r[0], r[1]) for r in page.tables["agreement"][1:]} == {
-        (t, g) for t in ("event", "event_cold") for g in ("ncu:direct", "nsys:direct")}
+        (t, g) for t in ("event", "event_cold") for g in ("ncu:direct", "nsys:direct")
+    }
     assert len(page.images) == 1 and decode_png(page.images[0]["src"]).shape[0] > 100
 
 
 def test_a_bad_plot_name_fails_before_any_work(tmp_path):
-    done = run_nsprof("tune", "nowhere.py:space", "--backend", "graph", "--plot", "r.txt", cwd=tmp_path, timeout=60)
+    done = run_nsprof(
+        "tune", "nowhere.py:space", "--backend", "graph", "--plot", "r.txt", cwd=tmp_path, timeout=60
+    )
     assert done.returncode == 2
-    assert done.stderr.strip() == "nsprof: error: --plot: r.txt: use a .png, .svg or .pdf file name, or - for PNG on standard output"
+    assert (
+        done.stderr.strip()
+        == "nsprof: error: --plot: r.txt: use a .png, .svg or .pdf file name, or - for PNG on standard output"
+    )
 
 
 # --------------------------------------------------------------------------- a real browser
@@ -376,18 +450,35 @@ window.addEventListener("load", () => {
 
 
 def chromium(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                           "--no-first-run", "--hide-scrollbars", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--no-first-run",
+            "--hide-scrollbars",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium): the page is "
-                                             "checked by html.parser above, not in a browser")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no chromium on PATH (apt-get install chromium): the page is "
+    "checked by html.parser above, not in a browser",
+)
 def test_the_page_renders_in_headless_chromium(validate_html, record, tmp_path):
     # The DOM as the browser built it: the tables, and images that loaded and decoded. The check
     # runs in a copy with a script added (the page itself has none).
     probe = tmp_path / "probe.html"
-    probe.write_text(validate_html.read_text(encoding="utf-8").replace("</body>", LOADED + "</body>"),
-                     encoding="utf-8")
+    probe.write_text(
+        validate_html.read_text(encoding="utf-8").replace("</body>", LOADED + "</body>"), encoding="utf-8"
+    )
     dom = chromium("--virtual-time-budget=10000", "--dump-dom", probe.as_uri()).stdout
     body = re.search(r"<body([^>]*)>", dom)
     assert body, dom[:500]
@@ -414,10 +505,23 @@ def test_dash_is_standard_output_for_tune_validate_and_results(tmp_path):
     (tmp_path / "t.py").write_text(
         "import nsprof.space\n"
         "space = nsprof.space.Space(configs=[{'ns': 3000.0}, {'ns': 1000.0}],\n"
-        "                           build=lambda c: (lambda: None), device='cpu')\n")
+        "                           build=lambda c: (lambda: None), device='cpu')\n"
+    )
 
-    tune = ["tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-feed-back",
-            "--no-tuner-pick", "--store", "r.sqlite"]
+    tune = [
+        "tune",
+        "t.py:space",
+        "--backend",
+        "ncu",
+        "--mode",
+        "direct",
+        "--reps",
+        "2",
+        "--no-feed-back",
+        "--no-tuner-pick",
+        "--store",
+        "r.sqlite",
+    ]
     page = run_nsprof(*tune, "--html", "-", cwd=tmp_path, standins=True)
     assert page.returncode == 0, page.stderr
     header, *rows = Page(page.stdout).tables["ranked"]
@@ -431,9 +535,26 @@ def test_dash_is_standard_output_for_tune_validate_and_results(tmp_path):
     exported = run_nsprof("results", "--store", "r.sqlite", "--export", "-", cwd=tmp_path, standins=True)
     assert exported.returncode == 0, exported.stderr
     stored = list(csv.DictReader(exported.stdout.splitlines()))
-    assert {r["config_id"] for r in stored} == {"0", "1"} and len(stored) == 2 * 2 * 2  # 2 tunes x 2 configs x 2 reps
-    validate = ["validate", "t.py:space", "--timers", "event", "--no-external", "--truth", "ncu", "--mode",
-                "direct", "--reps", "2", "--timer-reps", "3", "--timeout", "30"]
+    assert {r["config_id"] for r in stored} == {"0", "1"} and len(
+        stored
+    ) == 2 * 2 * 2  # 2 tunes x 2 configs x 2 reps
+    validate = [
+        "validate",
+        "t.py:space",
+        "--timers",
+        "event",
+        "--no-external",
+        "--truth",
+        "ncu",
+        "--mode",
+        "direct",
+        "--reps",
+        "2",
+        "--timer-reps",
+        "3",
+        "--timeout",
+        "30",
+    ]
     saved = run_nsprof(*validate, "--save", "-", cwd=tmp_path, standins=True)
     assert saved.returncode == 0, saved.stderr
     assert set(json.loads(saved.stdout)) >= {"agreement", "per_config"}

@@ -22,7 +22,9 @@ from nsprof.store import ResultStore
 from nsprof.tune import TuneSettings
 
 TRUTH: dict[str, float] = {}  # config's canonical JSON -> the duration the stand-in measures
-FAILURES: dict[str, str] = {}  # config's canonical JSON -> the failure the stand-in reports (a Failure: its kind)
+FAILURES: dict[
+    str, str
+] = {}  # config's canonical JSON -> the failure the stand-in reports (a Failure: its kind)
 
 
 @pytest.fixture
@@ -42,11 +44,21 @@ def measured(monkeypatch):
         for config_id in config_ids:
             key = config_json(configs[config_id])
             if key in FAILURES:
-                rows.append({"source": backend, "config_id": config_id, **Failure.of(FAILURES[key]).columns()})
+                rows.append(
+                    {"source": backend, "config_id": config_id, **Failure.of(FAILURES[key]).columns()}
+                )
                 continue
             for rep in range(3):
-                rows.append({"source": backend, "config_id": config_id, "mode": settings.mode, "rep": rep,
-                             "kernel": "k", "duration_ns": TRUTH[key]})
+                rows.append(
+                    {
+                        "source": backend,
+                        "config_id": config_id,
+                        "mode": settings.mode,
+                        "rep": rep,
+                        "kernel": "k",
+                        "duration_ns": TRUTH[key],
+                    }
+                )
         return make_frame(rows)
 
     monkeypatch.setattr(tune_module, "measure_rows", stand_in)
@@ -65,12 +77,16 @@ def _write_split_target(folder, configs):
     """A target that imports its configs and kernel from a helper module beside it (as
     examples/seed_gemm.py does), under a module name unique to this test."""
     helper = f"kernels_{uuid.uuid4().hex[:8]}"
-    (folder / f"{helper}.py").write_text(f"CONFIGS = {configs!r}\n\ndef build(config):\n    return lambda: None\n")
-    (folder / "target.py").write_text(textwrap.dedent(f"""
+    (folder / f"{helper}.py").write_text(
+        f"CONFIGS = {configs!r}\n\ndef build(config):\n    return lambda: None\n"
+    )
+    (folder / "target.py").write_text(
+        textwrap.dedent(f"""
         from {helper} import CONFIGS, build
         from nsprof.space import Space
         space = Space(name="split", configs=CONFIGS, build=build, device="cpu")
-    """))
+    """)
+    )
     return helper
 
 
@@ -84,7 +100,9 @@ def test_editing_an_imported_module_invalidates_what_it_built(tmp_path, measured
     assert first.best_config_id == 0
     # The user makes config 0 a slow one, in the helper module only; a new process imports it afresh.
     edited = [{"ns": 9000}, *configs[1:]]
-    (tmp_path / f"{helper}.py").write_text(f"CONFIGS = {edited!r}\n\ndef build(config):\n    return lambda: None\n")
+    (tmp_path / f"{helper}.py").write_text(
+        f"CONFIGS = {edited!r}\n\ndef build(config):\n    return lambda: None\n"
+    )
     sys.modules.pop(helper, None)
     _truth(edited)
     resumed = tune_module.tune(target, TuneSettings(backend="ncu", store=store, resume=True))
@@ -98,12 +116,14 @@ def test_editing_an_imported_module_invalidates_what_it_built(tmp_path, measured
 def _write_json_target(folder, configs):
     """A target whose configs come from a data file: its source does not change when they do."""
     (folder / "configs.json").write_text(json.dumps(configs))
-    (folder / "target.py").write_text(textwrap.dedent("""
+    (folder / "target.py").write_text(
+        textwrap.dedent("""
         import json, pathlib
         from nsprof.space import Space
         CONFIGS = json.loads((pathlib.Path(__file__).parent / "configs.json").read_text())
         space = Space(name="data", configs=CONFIGS, build=lambda c: (lambda: None), device="cpu")
-    """))
+    """)
+    )
     return f"{folder / 'target.py'}:space"
 
 
@@ -143,21 +163,29 @@ def test_resumed_rows_are_checked_against_the_current_configs(tmp_path, measured
     assert resumed.table.set_index("config_id").loc[1, "value_ns"] == 2000.0
 
 
-@pytest.mark.parametrize("reason, retried", [
-    (Failure("not run: the worker was restarted 50 times (raise ProfileSettings.max_restarts)", "not_run"), True),
-    (Failure("not run: the worker failed to start: importing target.py failed", "not_run"), True),
-    (Failure("measured 3 times, but ncu's report lost it each time", "lost"), True),
-    (Failure("timeout: still running after 2 s", "timeout", 2.0), True),  # resumed with --timeout 5
-    (Failure("timeout: still running after 5 s", "timeout", 5.0), False),
-    (Failure("worker killed by signal SIGKILL", "lost"), True),
-    (Failure("profiling counters are not permitted for this user", "tool"), True),
-    (Failure("build failed: ValueError: no such tile size", "crash"), False),
-    (Failure("CUDA error: an illegal memory access was encountered", "crash"), False),
-    (Failure("compile failed: RuntimeError: too much shared memory", "compile"), False),
-    # the kind decides, whatever the words
-    (Failure("timeout: still running after 2 s", "crash"), False),
-    (Failure("CUDA error: an illegal memory access was encountered", "lost"), True),
-])
+@pytest.mark.parametrize(
+    "reason, retried",
+    [
+        (
+            Failure(
+                "not run: the worker was restarted 50 times (raise ProfileSettings.max_restarts)", "not_run"
+            ),
+            True,
+        ),
+        (Failure("not run: the worker failed to start: importing target.py failed", "not_run"), True),
+        (Failure("measured 3 times, but ncu's report lost it each time", "lost"), True),
+        (Failure("timeout: still running after 2 s", "timeout", 2.0), True),  # resumed with --timeout 5
+        (Failure("timeout: still running after 5 s", "timeout", 5.0), False),
+        (Failure("worker killed by signal SIGKILL", "lost"), True),
+        (Failure("profiling counters are not permitted for this user", "tool"), True),
+        (Failure("build failed: ValueError: no such tile size", "crash"), False),
+        (Failure("CUDA error: an illegal memory access was encountered", "crash"), False),
+        (Failure("compile failed: RuntimeError: too much shared memory", "compile"), False),
+        # the kind decides, whatever the words
+        (Failure("timeout: still running after 2 s", "crash"), False),
+        (Failure("CUDA error: an illegal memory access was encountered", "lost"), True),
+    ],
+)
 def test_resume_retries_failures_that_say_nothing_about_the_config(tmp_path, measured, reason, retried):
     configs = [{"ns": 1000}, {"ns": 2000}]
     target = _write_json_target(tmp_path, configs)
@@ -183,7 +211,9 @@ def test_retry_failed_measures_every_failure_again(tmp_path, measured):
     store = tmp_path / "results.sqlite"
     tune_module.tune(target, TuneSettings(backend="ncu", store=store))
     FAILURES.clear()
-    resumed = tune_module.tune(target, TuneSettings(backend="ncu", store=store, resume=True, retry_failed=True))
+    resumed = tune_module.tune(
+        target, TuneSettings(backend="ncu", store=store, resume=True, retry_failed=True)
+    )
     assert measured[-1] == [1]
     assert resumed.table.set_index("config_id").loc[1, "value_ns"] == 2000.0
 
@@ -191,8 +221,12 @@ def test_retry_failed_measures_every_failure_again(tmp_path, measured):
 def test_a_tune_that_measured_nothing_is_an_error_and_not_stored_as_ok(tmp_path, measured):
     configs = [{"ns": 1000}, {"ns": 2000}]
     target = _write_json_target(tmp_path, configs)
-    FAILURES.update({'{"ns":1000}': "compile failed: RuntimeError: boom",
-                     '{"ns":2000}': "compile failed: RuntimeError: bang"})
+    FAILURES.update(
+        {
+            '{"ns":1000}': "compile failed: RuntimeError: boom",
+            '{"ns":2000}': "compile failed: RuntimeError: bang",
+        }
+    )
     store = tmp_path / "results.sqlite"
     with pytest.raises(NsprofError) as info:
         tune_module.tune(target, TuneSettings(backend="ncu", store=store))

@@ -47,13 +47,26 @@ def standin_ncu():
 def _settings(tmp_path, **extra):
     from nsprof.tune import TuneSettings
 
-    return TuneSettings(**{"backend": "ncu", "mode": "direct", "reps": 2, "max_reps": 4, "timeout_s": 8,
-                           "budget_s": 12, "store": tmp_path / "r.sqlite", "work_dir": tmp_path / "work",
-                           "feed_back": False, "tuner_pick": False, **extra})
+    return TuneSettings(
+        **{
+            "backend": "ncu",
+            "mode": "direct",
+            "reps": 2,
+            "max_reps": 4,
+            "timeout_s": 8,
+            "budget_s": 12,
+            "store": tmp_path / "r.sqlite",
+            "work_dir": tmp_path / "work",
+            "feed_back": False,
+            "tuner_pick": False,
+            **extra,
+        }
+    )
 
 
-def test_a_hang_between_the_contenders_does_not_price_out_their_session_and_resume_adds_no_run(standin_ncu,
-                                                                                                 tmp_path):
+def test_a_hang_between_the_contenders_does_not_price_out_their_session_and_resume_adds_no_run(
+    standin_ncu, tmp_path
+):
     from nsprof.analysis import adaptive as rules
     from nsprof.store import ResultStore
     from nsprof.tune import tune

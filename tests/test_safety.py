@@ -27,7 +27,7 @@ PACKAGE = REPO / "nsprof"
 TARGET = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":space"
 # A folder and file names that break naive quoting, URIs and encodings.
 ODD_FOLDER = "dir with spaces, 'quotes\" & ünïcödé ✓"
-ODD_STEM = "it's a \"report\" #1 ?x=y ü"
+ODD_STEM = 'it\'s a "report" #1 ?x=y ü'
 
 
 def python_sources() -> list[Path]:
@@ -72,8 +72,11 @@ def test_nsys_reader_never_writes_the_report(tmp_path, read_only):
 
 def test_every_parser_leaves_its_input_alone(tmp_path, ncu_rep_dir):
     pytest.importorskip("ncu_report")
-    inputs = [FIXTURES / "fixture_node_raw.csv", FIXTURES / "fixture_node_details.csv",
-              ncu_rep_dir / "fixture_node.ncu-rep"]
+    inputs = [
+        FIXTURES / "fixture_node_raw.csv",
+        FIXTURES / "fixture_node_details.csv",
+        ncu_rep_dir / "fixture_node.ncu-rep",
+    ]
     for source in inputs:
         copy = tmp_path / source.name
         shutil.copy2(source, copy)
@@ -97,12 +100,21 @@ def test_no_shell_strings():
             if not isinstance(node, ast.Call):
                 continue
             name = _dotted(node.func)
-            if name in ("os.system", "os.popen", "subprocess.getoutput", "subprocess.getstatusoutput",
-                        "system", "popen", "getoutput", "getstatusoutput"):
+            if name in (
+                "os.system",
+                "os.popen",
+                "subprocess.getoutput",
+                "subprocess.getstatusoutput",
+                "system",
+                "popen",
+                "getoutput",
+                "getstatusoutput",
+            ):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: {name}()")
             for keyword in node.keywords:
-                if keyword.arg == "shell" and not (isinstance(keyword.value, ast.Constant)
-                                                   and keyword.value.value is False):
+                if keyword.arg == "shell" and not (
+                    isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+                ):
                     found.append(f"{path.relative_to(REPO)}:{node.lineno}: shell=...")
     assert not found, found
 
@@ -115,17 +127,33 @@ def test_no_unpickling():
         where = path.relative_to(REPO)
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import | ast.ImportFrom):
-                modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                modules = (
+                    [alias.name for alias in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                )
                 for module in modules:
-                    if module.split(".")[0] in ("pickle", "cPickle", "_pickle", "dill", "cloudpickle", "shelve",
-                                                "joblib", "marshal"):
+                    if module.split(".")[0] in (
+                        "pickle",
+                        "cPickle",
+                        "_pickle",
+                        "dill",
+                        "cloudpickle",
+                        "shelve",
+                        "joblib",
+                        "marshal",
+                    ):
                         found.append(f"{where}:{node.lineno}: import {module}")
             if isinstance(node, ast.ImportFrom) and any(a.name == "read_pickle" for a in node.names):
                 found.append(f"{where}:{node.lineno}: import read_pickle")
             if isinstance(node, ast.Call):
                 name = _dotted(node.func)
-                if name.endswith("read_pickle") or name in ("torch.load", "np.load", "numpy.load") and any(
-                        k.arg == "allow_pickle" for k in node.keywords) or name == "torch.load":
+                if (
+                    name.endswith("read_pickle")
+                    or name in ("torch.load", "np.load", "numpy.load")
+                    and any(k.arg == "allow_pickle" for k in node.keywords)
+                    or name == "torch.load"
+                ):
                     found.append(f"{where}:{node.lineno}: {name}()")
     assert not found, found
 
@@ -134,9 +162,11 @@ def test_the_scans_find_what_they_look_for(tmp_path, monkeypatch):
     """The two scans above are not vacuous: they flag a planted offender."""
     fake = tmp_path / "nsprof"
     fake.mkdir()
-    (fake / "bad.py").write_text("import pickle\nimport os\nimport numpy as np\nimport subprocess\n"
-                                 "os.system('ls')\nsubprocess.run('ls', shell=True)\n"
-                                 "np.load('x.npy', allow_pickle=True)\n")
+    (fake / "bad.py").write_text(
+        "import pickle\nimport os\nimport numpy as np\nimport subprocess\n"
+        "os.system('ls')\nsubprocess.run('ls', shell=True)\n"
+        "np.load('x.npy', allow_pickle=True)\n"
+    )
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
     with pytest.raises(AssertionError, match="os.system"):
@@ -153,24 +183,40 @@ def test_odd_paths_work_for_every_report_kind(tmp_path, ncu_rep_dir):
     pytest.importorskip("ncu_report")
     folder = tmp_path / ODD_FOLDER
     folder.mkdir()
-    sources = {".csv": FIXTURES / "fixture_node_raw.csv", " details.csv": FIXTURES / "fixture_node_details.csv",
-               ".sqlite": FIXTURES / "fixture.sqlite", ".ncu-rep": ncu_rep_dir / "fixture_node.ncu-rep",
-               ".nsys-rep": FIXTURES / "fixture.nsys-rep"}
+    sources = {
+        ".csv": FIXTURES / "fixture_node_raw.csv",
+        " details.csv": FIXTURES / "fixture_node_details.csv",
+        ".sqlite": FIXTURES / "fixture.sqlite",
+        ".ncu-rep": ncu_rep_dir / "fixture_node.ncu-rep",
+        ".nsys-rep": FIXTURES / "fixture.nsys-rep",
+    }
     # .nsys-rep is exported by nsys: a stand-in copies the fixture's own export to -o's path.
     nsys = tmp_path / "bin" / "nsys"
     nsys.parent.mkdir()
-    nsys.write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=\"$2\"; shift; done\n"
-                    f"cp {shlex.quote(str(FIXTURES / 'fixture.sqlite'))} \"$out\"\n")
+    nsys.write_text(
+        '#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && out="$2"; shift; done\n'
+        f'cp {shlex.quote(str(FIXTURES / "fixture.sqlite"))} "$out"\n'
+    )
     nsys.chmod(0o755)
-    env = {**os.environ, "NSPROF_NSYS": str(nsys),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "NSPROF_NSYS": str(nsys),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     procs = {}
     for suffix, source in sources.items():
         path = folder / f"{ODD_STEM}{suffix}"
         shutil.copy(source, path)
-        procs[suffix] = (path, subprocess.Popen([sys.executable, "-m", "nsprof", "analyze", str(path), "--json"],
-                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                                env=env))
+        procs[suffix] = (
+            path,
+            subprocess.Popen(
+                [sys.executable, "-m", "nsprof", "analyze", str(path), "--json"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            ),
+        )
     for suffix, (path, proc) in procs.items():
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, (suffix, err)

@@ -39,23 +39,46 @@ def test_profile_tune_and_validate_run_through_a_registered_driver(seam, tmp_pat
     from nsprof.tune import tune
     from nsprof.validate import validate
 
-    settings = ProfileSettings(backend="seam", modes=("direct",), reps=2, warmup=0, timeout_s=30,
-                               work_dir=tmp_path / "profile")
+    settings = ProfileSettings(
+        backend="seam", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path / "profile"
+    )
     result = profile_result(seam, settings)
     assert result.backend == "seam" and result.failures == {}
     summary = config_summary(result.frame, result.configs)
     assert summary.set_index("config_id")["median_ns"].to_dict() == {0: 3000.0, 1: 1000.0, 2: 2000.0}
     assert set(result.frame["source"]) == {"seam"}
 
-    ranked = tune(seam, TuneSettings(backend="seam", mode="direct", reps=2, timeout_s=30, use_store=False,
-                                     work_dir=tmp_path / "tune", feed_back=False, tuner_pick=False))
+    ranked = tune(
+        seam,
+        TuneSettings(
+            backend="seam",
+            mode="direct",
+            reps=2,
+            timeout_s=30,
+            use_store=False,
+            work_dir=tmp_path / "tune",
+            feed_back=False,
+            tuner_pick=False,
+        ),
+    )
     assert ranked.best_config_id == 1
     assert list(ranked.table["config_id"]) == [1, 2, 0]
 
     # The fast timers run in their own bare worker (FastTimers); without a GPU they fail, each
     # failure recorded against its timer and config.
-    checked = validate(seam, ValidateSettings(timers=("event",), external=False, truths=("seam",), modes=("direct",),
-                                              reps=2, timer_reps=3, timeout_s=30, work_dir=tmp_path / "validate"))
+    checked = validate(
+        seam,
+        ValidateSettings(
+            timers=("event",),
+            external=False,
+            truths=("seam",),
+            modes=("direct",),
+            reps=2,
+            timer_reps=3,
+            timeout_s=30,
+            work_dir=tmp_path / "validate",
+        ),
+    )
     assert checked.truths == ["seam:direct"]
     per_config = checked.per_config
     truth = per_config[per_config["method"] == "seam:direct"]

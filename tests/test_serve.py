@@ -58,13 +58,21 @@ def server(tmp_path, own_gpu_lock_folder, monkeypatch):
     environment (a client uses only a server of its own environment)."""
     started = []
 
-    def start(*args, env: dict | None = None, backend: str = "nsys", cwd: Path | None = None) -> tuple[subprocess.Popen, dict]:
+    def start(
+        *args, env: dict | None = None, backend: str = "nsys", cwd: Path | None = None
+    ) -> tuple[subprocess.Popen, dict]:
         err = open(tmp_path / f"server{len(started)}.err", "w")
-        scratch = tmp_path / f"server{len(started)}.tmp"  # the server's own folder (its log, FIFO) goes in $TMPDIR
+        scratch = (
+            tmp_path / f"server{len(started)}.tmp"
+        )  # the server's own folder (its log, FIFO) goes in $TMPDIR
         scratch.mkdir()
-        proc = subprocess.Popen([sys.executable, str(STANDINS), "serve", "--backend", backend, *args],
-                                stdout=subprocess.DEVNULL, stderr=err, cwd=cwd,
-                                env={**os.environ, "TMPDIR": str(scratch), **(env or {})})
+        proc = subprocess.Popen(
+            [sys.executable, str(STANDINS), "serve", "--backend", backend, *args],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=cwd,
+            env={**os.environ, "TMPDIR": str(scratch), **(env or {})},
+        )
         started.append(proc)
         for name, value in (env or {}).items():
             monkeypatch.setenv(name, value)
@@ -80,11 +88,38 @@ def server(tmp_path, own_gpu_lock_folder, monkeypatch):
         proc.wait(timeout=60)
 
 
-def _client(tmp_path: Path, name: str, *args, target: str = HEALTHY, configs: str = "0,2,4", backend: str = "nsys",
-            env: dict | None = None, cwd: Path | None = None, work_dir: str | None = None) -> subprocess.CompletedProcess:
-    return run_nsprof("profile", target, "--backend", backend, "--configs", configs, "--mode", "direct", "--reps", "2",
-                      "--warmup", "0", "--json", "--work-dir", work_dir or str(tmp_path / name), *args, env=env,
-                      cwd=cwd, standins=True)
+def _client(
+    tmp_path: Path,
+    name: str,
+    *args,
+    target: str = HEALTHY,
+    configs: str = "0,2,4",
+    backend: str = "nsys",
+    env: dict | None = None,
+    cwd: Path | None = None,
+    work_dir: str | None = None,
+) -> subprocess.CompletedProcess:
+    return run_nsprof(
+        "profile",
+        target,
+        "--backend",
+        backend,
+        "--configs",
+        configs,
+        "--mode",
+        "direct",
+        "--reps",
+        "2",
+        "--warmup",
+        "0",
+        "--json",
+        "--work-dir",
+        work_dir or str(tmp_path / name),
+        *args,
+        env=env,
+        cwd=cwd,
+        standins=True,
+    )
 
 
 def _rows(done: subprocess.CompletedProcess) -> list[dict]:
@@ -160,7 +195,9 @@ def test_the_server_ends_by_itself_when_idle(tmp_path, server, own_gpu_lock_fold
 
 
 @pytest.mark.parametrize("under", list(UNDER))
-def test_a_sigkilled_server_leaves_nothing_and_clients_run_standalone(tmp_path, server, own_gpu_lock_folder, under):
+def test_a_sigkilled_server_leaves_nothing_and_clients_run_standalone(
+    tmp_path, server, own_gpu_lock_folder, under
+):
     proc, state = server("--idle-exit", "120", env=UNDER[under])
     proc.kill()
     proc.wait(timeout=DEADLINE_S)
@@ -169,16 +206,20 @@ def test_a_sigkilled_server_leaves_nothing_and_clients_run_standalone(tmp_path, 
     done = _client(tmp_path, "after")
     assert done.returncode == 0, done.stderr
     assert _measured(_rows(done)) == {0: 2, 2: 2, 4: 2}
-    assert not (tmp_path / "after" / "served.status").exists() and (tmp_path / "after" / "part0.status").exists()
+    assert (
+        not (tmp_path / "after" / "served.status").exists() and (tmp_path / "after" / "part0.status").exists()
+    )
     assert "nsprof serve" not in done.stderr
-    assert not _state_file(own_gpu_lock_folder).exists() and not _socket(own_gpu_lock_folder).exists(), \
+    assert not _state_file(own_gpu_lock_folder).exists() and not _socket(own_gpu_lock_folder).exists(), (
         "the client removed the dead server's files"
+    )
     assert _lock_is_free()
 
 
 @pytest.mark.parametrize("under", list(UNDER))
-def test_a_worker_crash_in_a_served_job_loses_nothing_and_ends_the_server(tmp_path, server, own_gpu_lock_folder,
-                                                                          under):
+def test_a_worker_crash_in_a_served_job_loses_nothing_and_ends_the_server(
+    tmp_path, server, own_gpu_lock_folder, under
+):
     proc, state = server("--idle-exit", "120", env=UNDER[under])
     done = _client(tmp_path, "crash", configs="0,1,2")
     assert done.returncode == 0, done.stderr
@@ -202,11 +243,19 @@ def test_a_server_of_another_backend_is_not_used(tmp_path, server, own_gpu_lock_
     busy = _client(tmp_path, "ncu", backend="ncu")
     assert busy.returncode == 2
     lines = busy.stderr.strip().splitlines()
-    assert lines[-1].startswith("nsprof: error:") and "being profiled by" in lines[-1] and str(state["pid"]) in lines[-1]
+    assert (
+        lines[-1].startswith("nsprof: error:")
+        and "being profiled by" in lines[-1]
+        and str(state["pid"]) in lines[-1]
+    )
     assert not (tmp_path / "ncu" / "served.status").exists()
     # NSPROF_SERVE=0: a client of the same backend does not use it either
     off = _client(tmp_path, "off", env={"NSPROF_SERVE": "0"})
-    assert off.returncode == 2 and "being profiled by" in off.stderr and not (tmp_path / "off" / "served.status").exists()
+    assert (
+        off.returncode == 2
+        and "being profiled by" in off.stderr
+        and not (tmp_path / "off" / "served.status").exists()
+    )
     proc.send_signal(signal.SIGTERM)
     assert _ended(proc, own_gpu_lock_folder) == 0
 
@@ -223,20 +272,69 @@ def test_a_client_of_another_backend_waits_for_the_server_to_end(tmp_path, serve
 def test_a_busy_server_refuses_a_second_client_unless_it_waits(tmp_path, server, own_gpu_lock_folder):
     gate = tmp_path / "gate"
     proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
-    holder = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--mode", "direct",
-                               "--reps", "1", "--warmup", "0", "--json", "--work-dir", str(tmp_path / "holder")],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            str(STANDINS),
+            "profile",
+            GATE,
+            "--backend",
+            "nsys",
+            "--mode",
+            "direct",
+            "--reps",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+            "--work-dir",
+            str(tmp_path / "holder"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        assert wait_for(lambda: (tmp_path / "holder" / "served.status").exists()
-                         and 1 in _status(tmp_path, "holder").started)
+        assert wait_for(
+            lambda: (
+                (tmp_path / "holder" / "served.status").exists() and 1 in _status(tmp_path, "holder").started
+            )
+        )
         refused = _client(tmp_path, "refused", target=GATE, configs="0")
-        assert refused.returncode == 2 and "is measuring another job" in refused.stderr.strip().splitlines()[-1]
-        waiting = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--configs", "0,2",
-                                    "--mode", "direct", "--reps", "1", "--warmup", "0", "--json", "--wait",
-                                    "--work-dir", str(tmp_path / "waiting")],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert wait_for(lambda: (tmp_path / "waiting" / "served.status").exists() or waiting.poll() is not None)
-        assert waiting.poll() is None and (tmp_path / "waiting" / "served.status").read_text() == "", "it waits its turn"
+        assert (
+            refused.returncode == 2 and "is measuring another job" in refused.stderr.strip().splitlines()[-1]
+        )
+        waiting = subprocess.Popen(
+            [
+                sys.executable,
+                str(STANDINS),
+                "profile",
+                GATE,
+                "--backend",
+                "nsys",
+                "--configs",
+                "0,2",
+                "--mode",
+                "direct",
+                "--reps",
+                "1",
+                "--warmup",
+                "0",
+                "--json",
+                "--wait",
+                "--work-dir",
+                str(tmp_path / "waiting"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert wait_for(
+            lambda: (tmp_path / "waiting" / "served.status").exists() or waiting.poll() is not None
+        )
+        assert waiting.poll() is None and (tmp_path / "waiting" / "served.status").read_text() == "", (
+            "it waits its turn"
+        )
         gate.write_text("")
         out, err = holder.communicate(timeout=120)
         assert holder.returncode == 0, err
@@ -261,7 +359,9 @@ def test_serve_refuses_ncu_in_one_line(tmp_path, runner):
     done = run_nsprof("serve", "--backend", "ncu", standins=runner == "standins", timeout=60)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("nsprof: error: ncu cannot serve") and "--nvtx" in lines[0], lines
+    assert (
+        len(lines) == 1 and lines[0].startswith("nsprof: error: ncu cannot serve") and "--nvtx" in lines[0]
+    ), lines
 
 
 def test_a_dead_or_unfitting_servers_state_is_told_apart(tmp_path, own_gpu_lock_folder, monkeypatch):
@@ -275,12 +375,30 @@ def test_a_dead_or_unfitting_servers_state_is_told_apart(tmp_path, own_gpu_lock_
     _make_serve_folder(own_gpu_lock_folder)
     state_file = _state_file(own_gpu_lock_folder)
     assert find_server(driver, settings) == (None, None)  # no server
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    state_file.write_text(json.dumps({"pid": int(dead.stdout), "identity": identity(driver, settings),
-                                      "socket": str(_socket(own_gpu_lock_folder))}))
-    assert find_server(driver, settings) == (None, None) and not state_file.exists(), "a dead server's file goes"
-    state_file.write_text(json.dumps({"pid": os.getpid(), "identity": {**identity(driver, settings), "backend": "ncu"},
-                                      "socket": str(_socket(own_gpu_lock_folder))}))
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    state_file.write_text(
+        json.dumps(
+            {
+                "pid": int(dead.stdout),
+                "identity": identity(driver, settings),
+                "socket": str(_socket(own_gpu_lock_folder)),
+            }
+        )
+    )
+    assert find_server(driver, settings) == (None, None) and not state_file.exists(), (
+        "a dead server's file goes"
+    )
+    state_file.write_text(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "identity": {**identity(driver, settings), "backend": "ncu"},
+                "socket": str(_socket(own_gpu_lock_folder)),
+            }
+        )
+    )
     server, unfit = find_server(driver, settings)
     assert server is None and "does not fit this run" in unfit and "backend 'ncu', not 'nsys'" in unfit
     assert state_file.exists(), "a live server's file stays"
@@ -288,7 +406,9 @@ def test_a_dead_or_unfitting_servers_state_is_told_apart(tmp_path, own_gpu_lock_
     assert find_server(driver, settings) == (None, None)
 
 
-def test_a_served_job_starts_no_compile_step_its_warm_worker_compiles_each_config(tmp_path, server, own_gpu_lock_folder):
+def test_a_served_job_starts_no_compile_step_its_warm_worker_compiles_each_config(
+    tmp_path, server, own_gpu_lock_folder
+):
     """On the H200 a served tune waited 7-10 s for the compile step beside it (a fresh process paying
     torch's and TileLang's imports). The served worker compiles each config itself, before its window:
     a config that does not compile is one failed row with the compiler's reason, as standalone."""
@@ -296,7 +416,9 @@ def test_a_served_job_starts_no_compile_step_its_warm_worker_compiles_each_confi
     folder.mkdir()
     env = {"NSPROF_TEST_AHEAD_DIR": str(folder)}
     _, state = server("--idle-exit", "120", env=env)
-    done = _client(tmp_path, "c", target=str(TARGETS / "compile_in_worker.py") + ":space", configs="0,1,2", env=env)
+    done = _client(
+        tmp_path, "c", target=str(TARGETS / "compile_in_worker.py") + ":space", configs="0,1,2", env=env
+    )
     assert done.returncode == 0, done.stderr
     rows = _rows(done)
     assert _measured(rows) == {0: 2, 2: 2}
@@ -304,8 +426,9 @@ def test_a_served_job_starts_no_compile_step_its_warm_worker_compiles_each_confi
     assert failed == ["compile failed: ValueError: no valid tile for this config (simulated)"], failed
     assert _status(tmp_path, "c").pid == state["worker_pid"]
     compiled = sorted(line.split() for line in (folder / "compiled.log").read_text().splitlines())
-    assert compiled == [["0", str(state["worker_pid"])], ["2", str(state["worker_pid"])]], \
+    assert compiled == [["0", str(state["worker_pid"])], ["2", str(state["worker_pid"])]], (
         "each config compiled once, in the served worker: no compile step beside it, nothing in the client"
+    )
 
 
 def test_the_socket_of_a_gpu_named_by_its_uuid_fits_a_unix_socket_path(own_gpu_lock_folder, monkeypatch):
@@ -316,7 +439,9 @@ def test_the_socket_of_a_gpu_named_by_its_uuid_fits_a_unix_socket_path(own_gpu_l
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-765d8652-190c-2afc-a912-c353311f4958")
     state, socket_path = serve_paths()
     assert "765d8652" in state.name, "the state file keeps the lock's name"
-    assert socket_path.parent == _serve_folder(own_gpu_lock_folder) and socket_path.name.endswith(".serve.sock")
+    assert socket_path.parent == _serve_folder(own_gpu_lock_folder) and socket_path.name.endswith(
+        ".serve.sock"
+    )
     assert len(os.fsencode(str(socket_path))) - len(os.fsencode(str(own_gpu_lock_folder))) <= 50
 
 
@@ -343,11 +468,36 @@ def test_a_socket_path_too_long_for_a_unix_socket_still_serves(tmp_path, server)
 
 def _hold_a_job(tmp_path: Path, name: str, env: dict | None = None) -> subprocess.Popen:
     """A client whose served job stays open at config 1 until the gate file exists."""
-    proc = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--mode", "direct",
-                             "--reps", "1", "--warmup", "0", "--json", "--work-dir", str(tmp_path / name)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
-    assert wait_for(lambda: (tmp_path / name / "served.status").exists() and 1 in _status(tmp_path, name).started
-                     or proc.poll() is not None)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(STANDINS),
+            "profile",
+            GATE,
+            "--backend",
+            "nsys",
+            "--mode",
+            "direct",
+            "--reps",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+            "--work-dir",
+            str(tmp_path / name),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    assert wait_for(
+        lambda: (
+            (tmp_path / name / "served.status").exists()
+            and 1 in _status(tmp_path, name).started
+            or proc.poll() is not None
+        )
+    )
     assert proc.poll() is None, proc.communicate()
     return proc
 
@@ -361,13 +511,16 @@ def test_sigterm_ends_the_server_after_the_current_job(tmp_path, server, own_gpu
     out, err = holder.communicate(timeout=120)
     assert holder.returncode == 0, err
     assert _measured(json.loads(out)) == {0: 1, 1: 1, 2: 1}
-    assert _status(tmp_path, "holder").ended and not (tmp_path / "holder" / "part0.status").exists(), \
+    assert _status(tmp_path, "holder").ended and not (tmp_path / "holder" / "part0.status").exists(), (
         "the job the server had begun was finished by it"
+    )
     assert _ended(proc, own_gpu_lock_folder) == 0
     assert _lock_is_free()
 
 
-def test_a_client_whose_server_is_killed_mid_job_measures_the_rest_standalone(tmp_path, server, own_gpu_lock_folder):
+def test_a_client_whose_server_is_killed_mid_job_measures_the_rest_standalone(
+    tmp_path, server, own_gpu_lock_folder
+):
     gate = tmp_path / "gate"
     proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
     holder = _hold_a_job(tmp_path, "holder", env={"NSPROF_TEST_GATE": str(gate)})
@@ -377,16 +530,18 @@ def test_a_client_whose_server_is_killed_mid_job_measures_the_rest_standalone(tm
     out, err = holder.communicate(timeout=120)
     assert holder.returncode == 0, err
     rows = json.loads(out)
-    assert _measured(rows) == {0: 1, 1: 1, 2: 1} and not any(row["error"] for row in rows), \
+    assert _measured(rows) == {0: 1, 1: 1, 2: 1} and not any(row["error"] for row in rows), (
         "the config the server died under is measured again, not failed"
+    )
     assert _status(tmp_path, "holder").done == [0]
     assert _status(tmp_path, "holder", "part0").done == [1, 2]
     assert wait_for(lambda: not _running(state["worker_pid"]))
     assert _lock_is_free()
 
 
-def test_a_config_past_its_timeout_in_a_served_job_fails_and_the_rest_is_measured(tmp_path, server,
-                                                                                   own_gpu_lock_folder):
+def test_a_config_past_its_timeout_in_a_served_job_fails_and_the_rest_is_measured(
+    tmp_path, server, own_gpu_lock_folder
+):
     proc, state = server("--idle-exit", "120")
     done = _client(tmp_path, "timeout", "--timeout", "1", configs="0,3,4")  # config 3 hangs
     assert done.returncode == 0, done.stderr
@@ -403,18 +558,26 @@ def test_a_config_past_its_timeout_in_a_served_job_fails_and_the_rest_is_measure
     assert _lock_is_free()
 
 
-def test_a_target_that_does_not_load_in_the_worker_ends_the_job_not_the_server(tmp_path, server,
-                                                                                own_gpu_lock_folder):
-    broken = tmp_path / "broken.py"  # it loads in the client (the CLI loads it first), not in the serving worker
-    broken.write_text("import sys\n\nimport nsprof.space\n\nif 'nsprof.worker.serving' in sys.modules:\n"
-                      "    raise RuntimeError('cuInit failed: CUDA_ERROR_NO_DEVICE (simulated start-up failure)')\n"
-                      "space = nsprof.space.Space(name='b', configs=[{}, {}], build=lambda c: lambda: None, "
-                      "device='cpu')\n")
+def test_a_target_that_does_not_load_in_the_worker_ends_the_job_not_the_server(
+    tmp_path, server, own_gpu_lock_folder
+):
+    broken = (
+        tmp_path / "broken.py"
+    )  # it loads in the client (the CLI loads it first), not in the serving worker
+    broken.write_text(
+        "import sys\n\nimport nsprof.space\n\nif 'nsprof.worker.serving' in sys.modules:\n"
+        "    raise RuntimeError('cuInit failed: CUDA_ERROR_NO_DEVICE (simulated start-up failure)')\n"
+        "space = nsprof.space.Space(name='b', configs=[{}, {}], build=lambda c: lambda: None, "
+        "device='cpu')\n"
+    )
     proc, state = server("--idle-exit", "120")
     done = _client(tmp_path, "broken", target=f"{broken}:space", configs="0,1")
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("nsprof: error: the profiled worker measured nothing") and "CUDA_ERROR_NO_DEVICE" in last
+    assert (
+        last.startswith("nsprof: error: the profiled worker measured nothing")
+        and "CUDA_ERROR_NO_DEVICE" in last
+    )
     assert proc.poll() is None and _running(state["worker_pid"])
     again = _client(tmp_path, "again")
     assert again.returncode == 0 and _status(tmp_path, "again").pid == state["worker_pid"]
@@ -429,22 +592,32 @@ def test_the_nsys_serve_commands_put_each_option_where_nsys_takes_it(tmp_path):
 
     calls = tmp_path / "calls"
     fake = tmp_path / "nsys"
-    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n[ \"$1\" = shutdown ] && exit 3\nexit 0\n")
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n[ "$1" = shutdown ] && exit 3\nexit 0\n')
     fake.chmod(0o755)
     driver = NsysDriver(fake)
     launch = driver.serve_command(ProfileSettings(backend="nsys"), tmp_path / "dir", "nsprof-serve-1")
-    assert launch[:6] == [str(fake), "launch", "--session-new=nsprof-serve-1", "--trace=cuda,nvtx",
-                          "--cuda-graph-trace=node", sys.executable]
+    assert launch[:6] == [
+        str(fake),
+        "launch",
+        "--session-new=nsprof-serve-1",
+        "--trace=cuda,nvtx",
+        "--cuda-graph-trace=node",
+        sys.executable,
+    ]
     assert launch[6:] == ["-m", "nsprof.worker", "--serve", str(tmp_path / "dir")]
-    assert not any(word.startswith(("--sample", "--cpuctxsw")) for word in launch), "launch refuses them (2025.3.1)"
+    assert not any(word.startswith(("--sample", "--cpuctxsw")) for word in launch), (
+        "launch refuses them (2025.3.1)"
+    )
     with open(tmp_path / "log", "w") as log:
         driver.serve_start("nsprof-serve-1", tmp_path / "served", log)
         driver.serve_stop("nsprof-serve-1", tmp_path / "served", log)
         with pytest.raises(ToolFailed, match="^nsys shutdown failed with status 3"):
             driver.serve_shutdown("nsprof-serve-1", log)
     start, stop, shutdown = calls.read_text().splitlines()
-    assert start == (f"start --session=nsprof-serve-1 --sample=none --cpuctxsw=none -o {tmp_path / 'served'} "
-                     "--force-overwrite=true")
+    assert start == (
+        f"start --session=nsprof-serve-1 --sample=none --cpuctxsw=none -o {tmp_path / 'served'} "
+        "--force-overwrite=true"
+    )
     assert "--trace" not in start, "start refuses --trace (2025.3.1)"
     assert stop == "stop --session=nsprof-serve-1"
     assert shutdown == "shutdown --session=nsprof-serve-1 --kill sigkill"
@@ -473,19 +646,20 @@ def test_a_client_stopped_mid_job_leaves_the_server_serving(tmp_path, server, ow
 GATE_SOURCE = (TARGETS / "serve_gate.py").read_text()  # configs 0 and 2 are plain CPU configs
 
 # A target of the same name in the server's folder that is not the client's: every build fails there.
-WRONG_SOURCE = '''
+WRONG_SOURCE = """
 import nsprof.space
 
 def build(config):
     raise ValueError("the server's own t.py was measured, not the client's")
 
 space = nsprof.space.Space(name="wrong", configs=[{"kind": "ok"}] * 3, build=build, device="cpu")
-'''
+"""
 
 
 @pytest.mark.parametrize("work_dir", ["absolute", "relative"])
-def test_a_relative_target_and_work_dir_are_the_clients_not_the_servers(tmp_path, server, own_gpu_lock_folder,
-                                                                         work_dir):
+def test_a_relative_target_and_work_dir_are_the_clients_not_the_servers(
+    tmp_path, server, own_gpu_lock_folder, work_dir
+):
     """The client's cwd decides what a relative target path (and --work-dir) names, as standalone."""
     server_cwd, client_cwd = tmp_path / "server_cwd", tmp_path / "client_cwd"
     server_cwd.mkdir()
@@ -493,8 +667,14 @@ def test_a_relative_target_and_work_dir_are_the_clients_not_the_servers(tmp_path
     (server_cwd / "t.py").write_text(WRONG_SOURCE)
     (client_cwd / "t.py").write_text(GATE_SOURCE)
     proc, state = server("--idle-exit", "120", cwd=server_cwd)
-    done = _client(tmp_path, "w", target="t.py:space", configs="0,2", cwd=client_cwd,
-                   work_dir=str(tmp_path / "w") if work_dir == "absolute" else "w")
+    done = _client(
+        tmp_path,
+        "w",
+        target="t.py:space",
+        configs="0,2",
+        cwd=client_cwd,
+        work_dir=str(tmp_path / "w") if work_dir == "absolute" else "w",
+    )
     assert done.returncode == 0, done.stderr
     rows = _rows(done)
     assert not [row["error"] for row in rows if row["error"]], "the server's t.py was measured"
@@ -512,8 +692,11 @@ def test_a_server_started_in_another_environment_is_not_used(tmp_path, server, o
     """A variable the target (or CUDA, or Python) reads differs between the server and the client: the
     served worker would measure under the server's, so the client must not use it (here: GPU busy)."""
     proc, state = server("--idle-exit", "120")
-    value = {"NSPROF_TEST_GATE": str(tmp_path / "gate"), "CUDA_VISIBLE_DEVICES": "0,1",
-             "PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}"}[variable]
+    value = {
+        "NSPROF_TEST_GATE": str(tmp_path / "gate"),
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}",
+    }[variable]
     done = _client(tmp_path, "other", target=GATE, configs="0,2", env={variable: value})
     assert not (tmp_path / "other" / "served.status").exists(), "a server of another environment measured it"
     assert done.returncode == 2
@@ -523,7 +706,7 @@ def test_a_server_started_in_another_environment_is_not_used(tmp_path, server, o
     assert _ended(proc, own_gpu_lock_folder) == 0
 
 
-HELPER_CHECK = '''
+HELPER_CHECK = """
 from pathlib import Path
 
 import helper
@@ -536,7 +719,7 @@ def build(config):
     return lambda: None
 
 space = nsprof.space.Space(name="helper", configs=[{"kind": "ok"}] * 2, build=build, device="cpu")
-'''
+"""
 
 
 def test_a_served_target_imports_its_own_helpers_not_an_earlier_jobs(tmp_path, server, own_gpu_lock_folder):
@@ -557,17 +740,19 @@ def test_a_served_target_imports_its_own_helpers_not_an_earlier_jobs(tmp_path, s
     assert _ended(proc, own_gpu_lock_folder) == 0
 
 
-HEAVY_SOURCE = '''
+HEAVY_SOURCE = """
 import sys
 
 # Like torch: a package that cannot be imported twice into one process (its registrations, its CUDA state).
 if getattr(sys, "_heavy_imported", False):
     raise RuntimeError("heavy was imported a second time into this process")
 sys._heavy_imported = True
-'''
+"""
 
 
-def test_a_package_installed_below_the_targets_folder_is_not_imported_again(tmp_path, server, own_gpu_lock_folder):
+def test_a_package_installed_below_the_targets_folder_is_not_imported_again(
+    tmp_path, server, own_gpu_lock_folder
+):
     """A project whose virtual environment lies in its own folder (uv's .venv): the packages it installs are
     under the target's folder, but they are not the target's helpers, and must not be dropped and imported
     again for the next job (torch cannot be)."""
@@ -587,7 +772,9 @@ def test_a_package_installed_below_the_targets_folder_is_not_imported_again(tmp_
     assert _ended(proc, own_gpu_lock_folder) == 0
 
 
-def test_a_job_abandoned_by_its_client_never_writes_into_the_next_runs_files(tmp_path, server, own_gpu_lock_folder):
+def test_a_job_abandoned_by_its_client_never_writes_into_the_next_runs_files(
+    tmp_path, server, own_gpu_lock_folder
+):
     """Ctrl-C leaves the server running the abandoned job (it writes its status and report into the client's
     folder until it ends); the same command run again with the same --work-dir must not read that job's lines
     or report as its own."""
@@ -597,14 +784,39 @@ def test_a_job_abandoned_by_its_client_never_writes_into_the_next_runs_files(tmp
     holder.send_signal(signal.SIGTERM)  # acts as Ctrl-C
     holder.communicate(timeout=60)
     assert holder.returncode == 130
-    again = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--configs", "2",
-                              "--mode", "direct", "--reps", "1", "--warmup", "0", "--json", "--wait",
-                              "--work-dir", str(tmp_path / "w")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+    again = subprocess.Popen(
+        [
+            sys.executable,
+            str(STANDINS),
+            "profile",
+            GATE,
+            "--backend",
+            "nsys",
+            "--configs",
+            "2",
+            "--mode",
+            "direct",
+            "--reps",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+            "--wait",
+            "--work-dir",
+            str(tmp_path / "w"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # The new run's status file is there (empty: the abandoned job waits in config 1, writing nothing).
-        assert wait_for(lambda: any(path.stat().st_size == 0 for path in (tmp_path / "w").glob("served*.status"))
-                         or again.poll() is not None)
+        assert wait_for(
+            lambda: (
+                any(path.stat().st_size == 0 for path in (tmp_path / "w").glob("served*.status"))
+                or again.poll() is not None
+            )
+        )
         gate.write_text("")  # the abandoned job goes on: configs 1 and 2
         out, err = again.communicate(timeout=120)
     finally:
@@ -616,7 +828,9 @@ def test_a_job_abandoned_by_its_client_never_writes_into_the_next_runs_files(tmp
     assert _measured(json.loads(out)) == {2: 1}, "the abandoned job's configs were taken for this run's"
     served = [parse_status(path.read_text()) for path in (tmp_path / "w").glob("served*.status")]
     mine = [status for status in served if status.served and status.served["job"] == 2]
-    assert len(mine) == 1 and mine[0].done == [2] and mine[0].ended, "this run's status holds its own job only"
+    assert len(mine) == 1 and mine[0].done == [2] and mine[0].ended, (
+        "this run's status holds its own job only"
+    )
     proc.send_signal(signal.SIGTERM)
     assert _ended(proc, own_gpu_lock_folder) == 0
 
@@ -633,25 +847,48 @@ def test_a_servers_files_are_removed_only_while_nobody_holds_the_gpu_lock(tmp_pa
     driver, settings = standins.StatusDriver(), ProfileSettings(backend="nsys")
     _make_serve_folder(own_gpu_lock_folder)
     release = tmp_path / "release"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom pathlib import Path\nfrom nsprof.host.lock import gpu_lock\n"
-        "with gpu_lock(0):\n    print('held', flush=True)\n"
-        "    while not Path(sys.argv[1]).exists():\n        time.sleep(0.02)\n"), str(release)],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "NSPROF_LOCK_DIR": str(own_gpu_lock_folder)})
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time\nfrom pathlib import Path\nfrom nsprof.host.lock import gpu_lock\n"
+                "with gpu_lock(0):\n    print('held', flush=True)\n"
+                "    while not Path(sys.argv[1]).exists():\n        time.sleep(0.02)\n"
+            ),
+            str(release),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "NSPROF_LOCK_DIR": str(own_gpu_lock_folder)},
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
-        unseen = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        unseen = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+        )
         state_file, socket_file = _state_file(own_gpu_lock_folder), _socket(own_gpu_lock_folder)
-        state_file.write_text(json.dumps({"pid": int(unseen.stdout), "identity": identity(driver, settings),
-                                          "socket": str(socket_file)}))
+        state_file.write_text(
+            json.dumps(
+                {
+                    "pid": int(unseen.stdout),
+                    "identity": identity(driver, settings),
+                    "socket": str(socket_file),
+                }
+            )
+        )
         socket_file.write_text("")
         assert find_server(driver, settings)[0] is None
-        assert state_file.exists() and socket_file.exists(), "a client removed the files of a lock holder's server"
+        assert state_file.exists() and socket_file.exists(), (
+            "a client removed the files of a lock holder's server"
+        )
     finally:
         release.write_text("")
         holder.wait(timeout=DEADLINE_S)
     assert find_server(driver, settings) == (None, None)
-    assert not state_file.exists() and not socket_file.exists(), "a dead server's files go once the lock is free"
+    assert not state_file.exists() and not socket_file.exists(), (
+        "a dead server's files go once the lock is free"
+    )
 
 
 def test_a_dead_servers_pid_taken_by_another_process_is_told_apart(tmp_path, own_gpu_lock_folder):
@@ -667,8 +904,9 @@ def test_a_dead_servers_pid_taken_by_another_process_is_told_apart(tmp_path, own
     other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         state_file, socket_file = _state_file(own_gpu_lock_folder), _socket(own_gpu_lock_folder)
-        state_file.write_text(json.dumps({"pid": other.pid, "identity": identity(driver, settings),
-                                          "socket": str(socket_file)}))
+        state_file.write_text(
+            json.dumps({"pid": other.pid, "identity": identity(driver, settings), "socket": str(socket_file)})
+        )
         socket_file.write_text("")  # a socket file without a listener
         assert find_server(driver, settings) == (None, None)
         assert not state_file.exists() and not socket_file.exists()
@@ -676,12 +914,16 @@ def test_a_dead_servers_pid_taken_by_another_process_is_told_apart(tmp_path, own
         other.communicate(timeout=DEADLINE_S)
 
 
-def test_a_variable_an_earlier_served_target_set_is_not_seen_by_the_next_job(tmp_path, server, own_gpu_lock_folder):
+def test_a_variable_an_earlier_served_target_set_is_not_seen_by_the_next_job(
+    tmp_path, server, own_gpu_lock_folder
+):
     """A target may set environment variables at import (a cache folder, CUDA_LAUNCH_BLOCKING): a fresh worker
     never sees another target's; the served worker must not either."""
     (tmp_path / "a.py").write_text("import os\nos.environ['NSPROF_TEST_LEFT'] = 'by a.py'\n" + GATE_SOURCE)
-    (tmp_path / "b.py").write_text("import os\nif 'NSPROF_TEST_LEFT' in os.environ:\n"
-                                   "    raise RuntimeError('b.py sees a variable of a.py')\n" + GATE_SOURCE)
+    (tmp_path / "b.py").write_text(
+        "import os\nif 'NSPROF_TEST_LEFT' in os.environ:\n"
+        "    raise RuntimeError('b.py sees a variable of a.py')\n" + GATE_SOURCE
+    )
     proc, state = server("--idle-exit", "120")
     first = _client(tmp_path, "first", target=f"{tmp_path / 'a.py'}:space", configs="0")
     assert first.returncode == 0, first.stderr
@@ -692,7 +934,9 @@ def test_a_variable_an_earlier_served_target_set_is_not_seen_by_the_next_job(tmp
     assert _ended(proc, own_gpu_lock_folder) == 0
 
 
-def test_a_variable_the_client_set_after_it_started_is_the_served_jobs_too(tmp_path, server, own_gpu_lock_folder):
+def test_a_variable_the_client_set_after_it_started_is_the_served_jobs_too(
+    tmp_path, server, own_gpu_lock_folder
+):
     """A program that sets a variable before it measures (os.environ in a notebook; here the target's import in
     the CLI's own process) gives it to a standalone worker, which inherits its environment: a served job
     must get it too."""
@@ -704,7 +948,8 @@ def test_a_variable_the_client_set_after_it_started_is_the_served_jobs_too(tmp_p
         "    if os.environ.get('NSPROF_TEST_SET_BY_CLIENT') != 'yes':\n"
         "        raise RuntimeError('the job does not have the client environment')\n"
         "    return lambda: None\n\n"
-        "space = nsprof.space.Space(name='c', configs=[{}, {}], build=build, device='cpu')\n")
+        "space = nsprof.space.Space(name='c', configs=[{}, {}], build=build, device='cpu')\n"
+    )
     standalone = _client(tmp_path, "alone", target=f"{tmp_path / 'c.py'}:space", configs="0,1")
     assert standalone.returncode == 0 and _measured(_rows(standalone)) == {0: 2, 1: 2}, standalone.stderr
     proc, state = server("--idle-exit", "120")
@@ -755,28 +1000,73 @@ def test_a_server_of_nsprof_as_it_was_before_an_edit_does_not_fit(tmp_path, own_
     assert [d for d in _differences({**mine, "source": edited}, mine) if d.startswith("source")]
 
 
-def test_a_client_that_comes_while_the_server_writes_a_report_waits_in_its_queue(tmp_path, server,
-                                                                                own_gpu_lock_folder):
+def test_a_client_that_comes_while_the_server_writes_a_report_waits_in_its_queue(
+    tmp_path, server, own_gpu_lock_folder
+):
     """`nsys stop` writes a long job's report synchronously, and the server answers no ping meanwhile: a client
     with --wait that comes then must queue for the server (it holds the GPU lock until it idles out), not take
     the silence for a server that does not fit and wait for the lock."""
     stop_gate = tmp_path / "stop-gate"
     proc, state = server("--idle-exit", "5", env={"NSPROF_STANDIN_STOP_GATE": str(stop_gate)})
-    first = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--configs", "0",
-                              "--mode", "direct", "--reps", "1", "--warmup", "0", "--json",
-                              "--work-dir", str(tmp_path / "first")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            str(STANDINS),
+            "profile",
+            GATE,
+            "--backend",
+            "nsys",
+            "--configs",
+            "0",
+            "--mode",
+            "direct",
+            "--reps",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+            "--work-dir",
+            str(tmp_path / "first"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        assert wait_for(lambda: (tmp_path / "first" / "served.status").exists()
-                         and _status(tmp_path, "first").ended), "the first job ran; its stop now waits"
-        second = subprocess.Popen([sys.executable, str(STANDINS), "profile", GATE, "--backend", "nsys", "--configs",
-                                   "2", "--mode", "direct", "--reps", "1", "--warmup", "0", "--json", "--wait",
-                                   "--work-dir", str(tmp_path / "second")], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+        assert wait_for(
+            lambda: (tmp_path / "first" / "served.status").exists() and _status(tmp_path, "first").ended
+        ), "the first job ran; its stop now waits"
+        second = subprocess.Popen(
+            [
+                sys.executable,
+                str(STANDINS),
+                "profile",
+                GATE,
+                "--backend",
+                "nsys",
+                "--configs",
+                "2",
+                "--mode",
+                "direct",
+                "--reps",
+                "1",
+                "--warmup",
+                "0",
+                "--json",
+                "--wait",
+                "--work-dir",
+                str(tmp_path / "second"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         from nsprof.serve_client import PING_TIMEOUT_S
 
         try:
-            second.wait(timeout=PING_TIMEOUT_S + 5)  # its ping runs out meanwhile (nothing is asserted on this wait)
+            second.wait(
+                timeout=PING_TIMEOUT_S + 5
+            )  # its ping runs out meanwhile (nothing is asserted on this wait)
         except subprocess.TimeoutExpired:
             pass
         stop_gate.write_text("")
@@ -787,5 +1077,7 @@ def test_a_client_that_comes_while_the_server_writes_a_report_waits_in_its_queue
     assert second.returncode == 0, err
     assert _measured(json.loads(out)) == {2: 1}
     status = _status(tmp_path, "second")
-    assert status.pid == state["worker_pid"] and status.served["job"] == 2, "it was served after the first job"
+    assert status.pid == state["worker_pid"] and status.served["job"] == 2, (
+        "it was served after the first job"
+    )
     assert _ended(proc, own_gpu_lock_folder) == 0

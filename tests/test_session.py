@@ -22,8 +22,9 @@ TARGET = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":space"
 
 def test_faults_are_recorded_and_every_other_config_runs(tmp_path):
     events = []
-    settings = ProfileSettings(backend="none", modes=("direct",), reps=2, warmup=1, timeout_s=3,
-                               work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="none", modes=("direct",), reps=2, warmup=1, timeout_s=3, work_dir=tmp_path
+    )
     result = run_session(TARGET, 9, settings, on_progress=lambda e, c, d: events.append((e, c)))
     assert set(result.failures) == {1, 3, 5, 6, 7}
     assert "illegal memory access" in result.failures[1]
@@ -63,8 +64,14 @@ def test_job_round_trip(tmp_path):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"backend": "perf"}, {"reps": 0}, {"modes": ()}, {"modes": ("fast",)}, {"clock_control": "boost"},
-     {"timeout_s": 0}],
+    [
+        {"backend": "perf"},
+        {"reps": 0},
+        {"modes": ()},
+        {"modes": ("fast",)},
+        {"clock_control": "boost"},
+        {"timeout_s": 0},
+    ],
 )
 def test_settings_are_validated(kwargs):
     with pytest.raises(NsprofError):
@@ -95,27 +102,39 @@ class _LossyDriver(Driver):
         done = json.loads(report.read_text())
         if not done:
             raise ReportError(f"{report.name}: no CUDA kernel table")
-        return make_frame([{"source": "lossy", "config_id": c, "mode": "direct", "rep": 0, "duration_ns": 1000.0 + c}
-                           for c in done])
+        return make_frame(
+            [
+                {"source": "lossy", "config_id": c, "mode": "direct", "rep": 0, "duration_ns": 1000.0 + c}
+                for c in done
+            ]
+        )
 
 
 def test_configs_lost_with_a_crashed_runs_report_are_measured_again(tmp_path, monkeypatch):
     monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: _LossyDriver())
     events = []
-    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=3, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=3, work_dir=tmp_path
+    )
     result = run_session(TARGET, 9, settings, on_progress=lambda e, c, d: events.append((e, c)))
     assert set(result.failures) == {1, 3, 5, 6, 7}
     measured = result.frame[result.frame["error"].isna()]
     assert sorted(measured["config_id"]) == [0, 2, 4, 8]  # nothing measured is lost
-    assert measured.set_index("config_id")["duration_ns"].to_dict() == {0: 1000.0, 2: 1002.0, 4: 1004.0,
-                                                                       8: 1008.0}
+    assert measured.set_index("config_id")["duration_ns"].to_dict() == {
+        0: 1000.0,
+        2: 1002.0,
+        4: 1004.0,
+        8: 1008.0,
+    }
     retried = [c for e, c in events if e == "retry"]
     assert retried == [0, 2, 4]  # lost with the runs that config 1, 3 and 7 crashed
 
 
 def test_a_build_that_crashes_or_hangs_is_that_configs_failure(tmp_path):
     target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":build_faults"
-    settings = ProfileSettings(backend="none", modes=("direct",), reps=1, warmup=0, timeout_s=3, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="none", modes=("direct",), reps=1, warmup=0, timeout_s=3, work_dir=tmp_path
+    )
     result = run_session(target, 5, settings)
     assert "SIGABRT" in result.failures[1]
     assert result.failures[3].startswith("timeout")
@@ -123,8 +142,9 @@ def test_a_build_that_crashes_or_hangs_is_that_configs_failure(tmp_path):
 
 
 def test_configs_left_when_restarts_run_out_are_failed_rows(tmp_path):
-    settings = ProfileSettings(backend="none", modes=("direct",), reps=1, warmup=0, timeout_s=2, work_dir=tmp_path,
-                               max_restarts=1)
+    settings = ProfileSettings(
+        backend="none", modes=("direct",), reps=1, warmup=0, timeout_s=2, work_dir=tmp_path, max_restarts=1
+    )
     result = run_session(TARGET, 9, settings)
     assert set(result.failures) == set(range(9)) - {0, 2}  # 0, 2 ran; 1 crashed; the one restart hung on 3
     assert result.failures[4].startswith("not run: the worker was restarted 1 times")
@@ -138,13 +158,17 @@ def test_ctrl_c_kills_the_worker(tmp_path):
     import sys
     import time
 
-    code = ("import sys; from nsprof.settings import ProfileSettings; from nsprof.session import run_session; "
-            f"run_session({TARGET!r}, 9, ProfileSettings(backend='none', modes=('direct',), reps=1, warmup=0, "
-            f"timeout_s=600, work_dir={str(tmp_path)!r}), config_ids=[3])")
+    code = (
+        "import sys; from nsprof.settings import ProfileSettings; from nsprof.session import run_session; "
+        f"run_session({TARGET!r}, 9, ProfileSettings(backend='none', modes=('direct',), reps=1, warmup=0, "
+        f"timeout_s=600, work_dir={str(tmp_path)!r}), config_ids=[3])"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
     status_file = tmp_path / "part0.status"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and "start 3" not in (status_file.read_text() if status_file.exists() else ""):
+    while time.monotonic() < deadline and "start 3" not in (
+        status_file.read_text() if status_file.exists() else ""
+    ):
         time.sleep(0.1)
     worker_pid = parse_status(status_file.read_text()).pid
     proc.send_signal(signal.SIGINT)
@@ -168,15 +192,19 @@ class _DyingProfiler(_LossyDriver):
         if self.runs > 1:
             return worker_command(settings, job_file)
         status = report_base.with_suffix(".status")
-        script = ('status="$1"; shift; "$@" & '
-                  f'while ! grep -q "^start {self.die_at}$" "$status" 2>/dev/null; do sleep 0.05; done; kill -9 $$')
+        script = (
+            'status="$1"; shift; "$@" & '
+            f'while ! grep -q "^start {self.die_at}$" "$status" 2>/dev/null; do sleep 0.05; done; kill -9 $$'
+        )
         return ["sh", "-c", script, "sh", str(status), *worker_command(settings, job_file)]
 
 
 def test_a_killed_profiler_costs_only_the_config_it_was_on(tmp_path, monkeypatch):
     driver = _DyingProfiler(die_at=2)
     monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
-    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path
+    )
     target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
     result = run_session(target, 4, settings)
     assert set(result.failures) == {2} and "SIGKILL" in result.failures[2]
@@ -200,7 +228,9 @@ class _DyingProfilerOwnGroup(_DyingProfiler):
 def test_a_killed_profilers_worker_in_a_group_of_its_own_is_not_left_running(tmp_path, monkeypatch):
     driver = _DyingProfilerOwnGroup(die_at=2)
     monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
-    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path
+    )
     left_running = []
 
     def on_rows(frame):  # part 0 is over: its worker must be gone before the next one starts
@@ -208,10 +238,11 @@ def test_a_killed_profilers_worker_in_a_group_of_its_own_is_not_left_running(tmp
             left_running.append(_running(parse_status((tmp_path / "part0.status").read_text()).pid))
 
     # config 2 sleeps for an hour: left running, the first worker would measure beside the next
-    result = run_session(str(FIXTURES.parent / "targets" / "phases.py") + ":hanging", 4, settings, on_rows=on_rows)
+    result = run_session(
+        str(FIXTURES.parent / "targets" / "phases.py") + ":hanging", 4, settings, on_rows=on_rows
+    )
     assert left_running == [False], "the killed profiler's worker was left running"
     assert set(result.failures) == {2}
-
 
 
 class _DyingProfilerWithHelper(_DyingProfiler):
@@ -236,7 +267,9 @@ def test_what_a_killed_profiler_left_holding_the_gpu_lock_is_killed(tmp_path, mo
     helper_pid = tmp_path / "helper.pid"
     driver = _DyingProfilerWithHelper(die_at=2, helper_pid=helper_pid)
     monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
-    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path
+    )
     target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
     result = run_session(target, 4, settings)  # under the GPU lock, whose descriptor the helper inherits
     assert sorted(result.frame[result.frame["error"].isna()]["config_id"]) == [0, 1, 3]
@@ -267,8 +300,10 @@ class _ContextLostProfiler(_LossyDriver):
         if self.runs > 1:
             return worker_command(settings, job_file)
         status = report_base.with_suffix(".status")
-        script = ('printf \'start 0\\ndone 0\\nstart 1\\nfail 1 "CUDA error: an illegal memory access"\\n\' '
-                  '>> "$1"; exit 3')
+        script = (
+            "printf 'start 0\\ndone 0\\nstart 1\\nfail 1 \"CUDA error: an illegal memory access\"\\n' "
+            '>> "$1"; exit 3'
+        )
         return ["sh", "-c", script, "sh", str(status)]
 
 
@@ -276,7 +311,9 @@ def test_a_run_that_lost_its_context_after_a_recorded_failure_loses_nothing(tmp_
     driver = _ContextLostProfiler()
     monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
     events = []
-    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="nsys", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path
+    )
     target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
     result = run_session(target, 4, settings, on_progress=lambda e, c, d: events.append((e, c)))
     assert result.failures == {1: "CUDA error: an illegal memory access"}
@@ -302,15 +339,28 @@ class _PartialReportProfiler(_DyingProfiler):
         from nsprof.schema import make_frame
 
         reps = json.loads(report.read_text())
-        return make_frame([{"source": "partial", "config_id": int(c), "mode": "direct", "rep": r,
-                            "duration_ns": 1000.0 + int(c)} for c, rs in reps.items() for r in rs])
+        return make_frame(
+            [
+                {
+                    "source": "partial",
+                    "config_id": int(c),
+                    "mode": "direct",
+                    "rep": r,
+                    "duration_ns": 1000.0 + int(c),
+                }
+                for c, rs in reps.items()
+                for r in rs
+            ]
+        )
 
 
 def test_a_config_only_partly_in_a_cut_off_report_is_measured_again_whole(tmp_path, monkeypatch):
     driver = _PartialReportProfiler(die_at=2)
     monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
     events = []
-    settings = ProfileSettings(backend="ncu", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="ncu", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path
+    )
     target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
     result = run_session(target, 4, settings, on_progress=lambda e, c, d: events.append((e, c)))
     first = parse_status((tmp_path / "part0.status").read_text())
@@ -327,12 +377,15 @@ def test_a_config_whose_reps_never_all_reach_the_report_fails_with_that_reason(t
     # _LossyDriver's report has rep 0 only; 2 reps were asked for: each config is measured
     # again (a cut-off report looks the same), then recorded as failed, saying why.
     monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: _LossyDriver())
-    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="nsys", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path
+    )
     target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
     result = run_session(target, 4, settings)
     assert set(result.failures) == {0, 1, 2, 3}
-    assert result.failures[0] == ("measured 3 times, but nsys's report lost it each time "
-                                  "(the report held only some of its reps)")
+    assert result.failures[0] == (
+        "measured 3 times, but nsys's report lost it each time (the report held only some of its reps)"
+    )
     assert {f.kind for f in result.failures.values()} == {"lost"}
     assert set(result.frame["failure_kind"].dropna()) == {"lost"}
 
@@ -357,8 +410,15 @@ def test_a_worker_that_hangs_while_starting_is_one_clear_error(tmp_path, monkeyp
     monkeypatch.setenv("NSPROF_TEST_HANG", "start")  # the target's import sleeps for an hour
     if profiled:
         _standin(monkeypatch, profiler_flags=[])
-    settings = ProfileSettings(backend="ncu" if profiled else "none", modes=("direct",), reps=1, warmup=0,
-                               timeout_s=2, phase_timeout_s=3, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="ncu" if profiled else "none",
+        modes=("direct",),
+        reps=1,
+        warmup=0,
+        timeout_s=2,
+        phase_timeout_s=3,
+        work_dir=tmp_path,
+    )
     with pytest.raises(ToolFailed) as caught:
         run_session(PHASES + ":healthy", 4, settings)
     message = str(caught.value)
@@ -372,14 +432,23 @@ def test_a_worker_that_hangs_at_exit_loses_nothing(tmp_path, monkeypatch, profil
     monkeypatch.setenv("NSPROF_TEST_HANG", "exit")  # an atexit handler sleeps for an hour
     if profiled:
         _standin(monkeypatch, profiler_flags=[])
-    settings = ProfileSettings(backend="ncu" if profiled else "none", modes=("direct",), reps=2, warmup=0,
-                               timeout_s=2, phase_timeout_s=3, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="ncu" if profiled else "none",
+        modes=("direct",),
+        reps=2,
+        warmup=0,
+        timeout_s=2,
+        phase_timeout_s=3,
+        work_dir=tmp_path,
+    )
     result = run_session(PHASES + ":healthy", 4, settings)
     assert result.failures == {}
     assert len(list(tmp_path.glob("part*.status"))) == 1  # nothing to measure again
     if profiled:
         measured = result.frame[result.frame["error"].isna()]
-        assert measured.groupby("config_id").size().to_dict() == {c: 4 for c in range(4)}  # 2 reps x 2 kernels
+        assert measured.groupby("config_id").size().to_dict() == {
+            c: 4 for c in range(4)
+        }  # 2 reps x 2 kernels
     assert not _running(parse_status((tmp_path / "part0.status").read_text()).pid)
 
 
@@ -390,8 +459,15 @@ def test_a_restart_that_fails_to_start_keeps_what_earlier_parts_measured(tmp_pat
     if how == "hangs":
         monkeypatch.setenv("NSPROF_TEST_POISON_HANG", "1")
     _standin(monkeypatch)
-    settings = ProfileSettings(backend="ncu", modes=("direct",), reps=2, warmup=0, timeout_s=5, phase_timeout_s=3,
-                               work_dir=tmp_path / "work")
+    settings = ProfileSettings(
+        backend="ncu",
+        modes=("direct",),
+        reps=2,
+        warmup=0,
+        timeout_s=5,
+        phase_timeout_s=3,
+        work_dir=tmp_path / "work",
+    )
     result = run_session(PHASES + ":restart", 6, settings)
     measured = result.frame[result.frame["error"].isna()]
     assert sorted(set(measured["config_id"])) == [0, 1, 2]
@@ -423,16 +499,30 @@ class _CutKernelProfiler(_DyingProfiler):
         from nsprof.schema import make_frame
 
         kernels = json.loads(report.read_text())
-        return make_frame([{"source": "cut", "config_id": int(c), "mode": "direct", "rep": rep, "kernel": f"k{k}",
-                            "duration_ns": 1000.0} for c, counts in kernels.items()
-                           for rep, count in enumerate(counts) for k in range(count)])
+        return make_frame(
+            [
+                {
+                    "source": "cut",
+                    "config_id": int(c),
+                    "mode": "direct",
+                    "rep": rep,
+                    "kernel": f"k{k}",
+                    "duration_ns": 1000.0,
+                }
+                for c, counts in kernels.items()
+                for rep, count in enumerate(counts)
+                for k in range(count)
+            ]
+        )
 
 
 def test_a_rep_with_a_missing_kernel_is_not_a_measurement(tmp_path, monkeypatch):
     driver = _CutKernelProfiler(die_at=2)
     monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
     events = []
-    settings = ProfileSettings(backend="ncu", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="ncu", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path
+    )
     target = str(FIXTURES.parent / "targets" / "faulty_cpu.py") + ":slow"
     result = run_session(target, 4, settings, on_progress=lambda e, c, d: events.append((e, c)))
     cut = parse_status((tmp_path / "part0.status").read_text()).done[-1]
@@ -457,10 +547,14 @@ def test_complete_configs_needs_every_rep_to_have_its_kernels():
                     count = 1  # cut off between the two kernels of the last rep
                 if config_id == 3 and mode == "graph":
                     count = 1  # a whole-graph workload: one row per rep, the same in every rep
-                rows += [{"config_id": config_id, "mode": mode, "rep": rep, "kernel": f"k{k}", "duration_ns": 1.0}
-                         for k in range(count)]
+                rows += [
+                    {"config_id": config_id, "mode": mode, "rep": rep, "kernel": f"k{k}", "duration_ns": 1.0}
+                    for k in range(count)
+                ]
     frame = make_frame(rows)
-    frame = frame[~((frame["config_id"] == 2) & (frame["rep"] == 2) & (frame["mode"] == "graph"))]  # a missing rep
+    frame = frame[
+        ~((frame["config_id"] == 2) & (frame["rep"] == 2) & (frame["mode"] == "graph"))
+    ]  # a missing rep
     assert _complete_configs(frame, [0, 1, 2, 3], settings) == {0, 3}
     assert _complete_configs(frame, [1, 3], settings) == {3}
 
@@ -474,11 +568,17 @@ def test_on_rows_gets_each_parts_configs_as_soon_as_its_report_is_read(tmp_path,
     def on_rows(frame):
         calls.append((len(list(tmp_path.glob("part*.status"))), frame.copy()))
 
-    settings = ProfileSettings(backend="ncu", modes=("direct",), reps=2, warmup=0, timeout_s=3, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="ncu", modes=("direct",), reps=2, warmup=0, timeout_s=3, work_dir=tmp_path
+    )
     result = run_session(TARGET, 9, settings, on_rows=on_rows)
     # part 0: config 0 measured, 1 crashed; part 1: 2, 3 timed out; part 2: 4, 5, 6, 7; part 3: 8
     assert [(parts, sorted(set(frame["config_id"]))) for parts, frame in calls] == [
-        (1, [0, 1]), (2, [2, 3]), (3, [4, 5, 6, 7]), (4, [8])]
+        (1, [0, 1]),
+        (2, [2, 3]),
+        (3, [4, 5, 6, 7]),
+        (4, [8]),
+    ]
     # every row of the result went through on_rows exactly once, failures included
     order = ["config_id", "rep", "kernel"]
     combined = pd.concat([frame for _, frame in calls]).sort_values(order).reset_index(drop=True)
@@ -495,7 +595,9 @@ def test_ctrl_c_hands_over_the_interrupted_parts_whole_configs_then_raises(tmp_p
         if event == "done" and config_id == 1:
             raise KeyboardInterrupt
 
-    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="nsys", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path
+    )
     with pytest.raises(KeyboardInterrupt):
         run_session(PHASES + ":interruptible", 10, settings, on_progress=ctrl_c, on_rows=calls.append)
     status = parse_status((tmp_path / "part0.status").read_text())
@@ -507,7 +609,9 @@ def test_ctrl_c_hands_over_the_interrupted_parts_whole_configs_then_raises(tmp_p
 
 
 def test_the_worker_reports_its_device(tmp_path):
-    settings = ProfileSettings(backend="none", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="none", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path
+    )
     result = run_session(PHASES + ":healthy", 4, settings)
     assert result.device == {"uuid": "", "name": "cpu"}
     assert parse_status((tmp_path / "part0.status").read_text()).device == {"uuid": "", "name": "cpu"}
@@ -526,7 +630,11 @@ def test_the_status_protocol_reads_what_the_worker_writes(tmp_path):
     status.write("stopped")
     parsed = parse_status(path.read_text())
     assert parsed.pid == 12 and parsed.done == [0] and parsed.stopped and not parsed.ended
-    assert parsed.device == {"uuid": "GPU-5f2b3c1e-0000-1111-2222-333344445555", "name": "NVIDIA H200", "index": 0}
+    assert parsed.device == {
+        "uuid": "GPU-5f2b3c1e-0000-1111-2222-333344445555",
+        "name": "NVIDIA H200",
+        "index": 0,
+    }
 
 
 def test_ctrl_c_while_the_worker_exits_lets_it_exit_cleanly(tmp_path, monkeypatch):
@@ -542,7 +650,9 @@ def test_ctrl_c_while_the_worker_exits_lets_it_exit_cleanly(tmp_path, monkeypatc
         if event == "done" and config_id == 3:
             raise KeyboardInterrupt
 
-    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path)
+    settings = ProfileSettings(
+        backend="nsys", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path
+    )
     with pytest.raises(KeyboardInterrupt):
         run_session(PHASES + ":healthy", 4, settings, on_progress=ctrl_c, on_rows=calls.append)
     assert int((tmp_path / "part0.exit").read_text()) >= 0, "the worker was killed by a signal"

@@ -84,12 +84,22 @@ def shaped(tmp_path, monkeypatch):
 def _settings(tmp_path, **kwargs):
     from nsprof.tune import TuneSettings
 
-    return TuneSettings(**{"backend": "seam", "mode": "direct", "reps": 3, "timeout_s": 30,
-                           "store": tmp_path / "results.sqlite", "work_dir": tmp_path / "work",
-                           "tuner_pick": False, **kwargs})
+    return TuneSettings(
+        **{
+            "backend": "seam",
+            "mode": "direct",
+            "reps": 3,
+            "timeout_s": 30,
+            "store": tmp_path / "results.sqlite",
+            "work_dir": tmp_path / "work",
+            "tuner_pick": False,
+            **kwargs,
+        }
+    )
 
 
 # -- range names ---------------------------------------------------------------------------------
+
 
 def test_range_names_carry_the_shape_and_old_names_still_parse():
     from nsprof.schema import make_frame, parse_range_name, range_name
@@ -125,9 +135,15 @@ def test_point_ids_split_back_to_their_shape_and_config():
     assert all(points.id(*points.split(p)) == p for p in ids)
     with pytest.raises(ValueError):
         points.split(12)
-    frame = make_frame([{"range": "cfg2.s3.direct.r0"}, {"range": "cfg2.direct.r0"}, {"range": "cfg7.s0.direct.r0"}])
+    frame = make_frame(
+        [{"range": "cfg2.s3.direct.r0"}, {"range": "cfg2.direct.r0"}, {"range": "cfg7.s0.direct.r0"}]
+    )
     # a row with no shape, or a config outside the layout, belongs to no point
-    assert points.of_frame(frame).tolist()[0] == 11 and points.of_frame(frame).isna().tolist() == [False, True, True]
+    assert points.of_frame(frame).tolist()[0] == 11 and points.of_frame(frame).isna().tolist() == [
+        False,
+        True,
+        True,
+    ]
     assert Points(3).of_frame(frame).isna().tolist() == [True, False, True]  # no shapes: only unshaped rows
 
 
@@ -150,17 +166,21 @@ def test_space_shapes_are_checked():
 
 # -- one session ---------------------------------------------------------------------------------
 
+
 def test_profile_measures_every_shape_and_config_in_one_worker(shaped, tmp_path):
     from nsprof.profile import config_summary, profile_result
     from nsprof.settings import ProfileSettings
 
-    settings = ProfileSettings(backend="seam", modes=("direct",), reps=2, warmup=0, timeout_s=30,
-                               work_dir=tmp_path / "profile")
+    settings = ProfileSettings(
+        backend="seam", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path / "profile"
+    )
     result = profile_result(shaped + ":space", settings)
     frame = result.frame
     assert result.failures == {}
     assert frame["pid"].nunique() == 1  # one worker measured every pair
-    assert sorted(set(zip(frame["shape"], frame["config_id"]))) == [(s, c) for s in range(3) for c in range(3)]
+    assert sorted(set(zip(frame["shape"], frame["config_id"]))) == [
+        (s, c) for s in range(3) for c in range(3)
+    ]
     assert list((tmp_path / "profile").glob("part*.status")) == [tmp_path / "profile" / "part0.status"]
     summary = config_summary(frame)
     medians = {(int(r.shape), int(r.config_id)): r.median_ns for r in summary.itertuples()}
@@ -186,21 +206,28 @@ def test_tune_ranks_each_shape_stores_it_and_feeds_every_winner_back(shaped, tmp
 
     # the store: every row under its shape, each (shape, config) with its own reps
     with sqlite3.connect(tmp_path / "results.sqlite") as db:
-        rows = db.execute("SELECT shape, shape_json, config_id, COUNT(*), MIN(duration_ns), MAX(duration_ns) "
-                          "FROM measurements GROUP BY shape, shape_json, config_id ORDER BY shape, config_id").fetchall()
+        rows = db.execute(
+            "SELECT shape, shape_json, config_id, COUNT(*), MIN(duration_ns), MAX(duration_ns) "
+            "FROM measurements GROUP BY shape, shape_json, config_id ORDER BY shape, config_id"
+        ).fetchall()
     shapes_json = ['{"M":1}', '{"M":16}', '{"M":128}']
     assert rows == [(s, shapes_json[s], c, 3, NS[s][c], NS[s][c]) for s in range(3) for c in range(3)]
 
     # the feed-back: one fresh child process got every shape's ranking, and stored each shape's winner
     fed = json.loads((tmp_path / "fed.json").read_text())
     assert {key: entry["best"] for key, entry in fed.items()} == {
-        '{"M": 1}': WINNERS[0], '{"M": 16}': WINNERS[1], '{"M": 128}': WINNERS[2]}
+        '{"M": 1}': WINNERS[0],
+        '{"M": 16}': WINNERS[1],
+        '{"M": 128}': WINNERS[2],
+    }
     assert len({entry["pid"] for entry in fed.values()}) == 1
     import os
 
     assert next(iter(fed.values()))["pid"] != os.getpid()
     assert fed['{"M": 16}']["latencies_ms"] == {str(c): NS[1][c] / 1e6 for c in range(3)}
-    assert any("handed to the stand-in tuner" in n and "config 2 for M=16" in n for n in result.shapes[1].notes)
+    assert any(
+        "handed to the stand-in tuner" in n and "config 2 for M=16" in n for n in result.shapes[1].notes
+    )
 
     # the compact table: a row per shape, its winner, the winner's time, the runner-up, the tie state
     text = format_tune(result)
@@ -228,15 +255,38 @@ def test_resume_measures_only_the_missing_shape_and_config(shaped, tmp_path):
     with sqlite3.connect(tmp_path / "results.sqlite") as db:
         second = db.execute("SELECT DISTINCT shape, config_id FROM measurements WHERE run_id = 2").fetchall()
     assert second == [(1, 2)]
-    assert {r.shape: r.best_config_id for r in resumed.shapes} == WINNERS  # shape 1's winner came back measured
+    assert {
+        r.shape: r.best_config_id for r in resumed.shapes
+    } == WINNERS  # shape 1's winner came back measured
     assert list(resumed.shapes[1].table["value_ns"]) == sorted(NS[1])
 
 
 def test_tune_json_and_cli_carry_every_shape(shaped, tmp_path):
-    command = [sys.executable, str(STANDINS), "tune", shaped + ":space", "--backend", "nsys", "--mode", "direct",
-               "--reps", "3", "--store", str(tmp_path / "cli.sqlite"), "--no-tuner-pick", "--no-feed-back", "--json"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    command = [
+        sys.executable,
+        str(STANDINS),
+        "tune",
+        shaped + ":space",
+        "--backend",
+        "nsys",
+        "--mode",
+        "direct",
+        "--reps",
+        "3",
+        "--store",
+        str(tmp_path / "cli.sqlite"),
+        "--no-tuner-pick",
+        "--no-feed-back",
+        "--json",
+    ]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert [s["shape"] for s in document["shapes"]] == [0, 1, 2]
@@ -260,14 +310,26 @@ def test_two_truths_are_compared_per_shape(shaped, tmp_path):
     registry.register("lab", type("Lab", (StatusDriver,), {"labels_like": NcuDriver}))
     registry.register("field", type("Field", (StatusDriver,), {"labels_like": NsysDriver}))
     lab, field = {0: [3, 1, 2], 1: [1, 5, 9]}, {0: [3, 1, 2], 1: [9, 5, 1]}  # µs per shape, config
-    configs = [{"i": c, "ns_shapes_at": {"base-all": [lab[s][c] * 1e3 for s in (0, 1)],
-                                         "none-none": [field[s][c] * 1e3 for s in (0, 1)]}} for c in range(3)]
+    configs = [
+        {
+            "i": c,
+            "ns_shapes_at": {
+                "base-all": [lab[s][c] * 1e3 for s in (0, 1)],
+                "none-none": [field[s][c] * 1e3 for s in (0, 1)],
+            },
+        }
+        for c in range(3)
+    ]
     target = tmp_path / "truths.py"
-    target.write_text("import nsprof.space\n"
-                      f"space = nsprof.space.Space(configs={configs!r}, shapes=[1, 16], "
-                      "build=lambda c, s: (lambda: None), device='cpu')\n")
+    target.write_text(
+        "import nsprof.space\n"
+        f"space = nsprof.space.Space(configs={configs!r}, shapes=[1, 16], "
+        "build=lambda c, s: (lambda: None), device='cpu')\n"
+    )
     try:
-        result = tune(f"{target}:space", _settings(tmp_path, backend="lab", truths=("lab", "field"), deploy="field"))
+        result = tune(
+            f"{target}:space", _settings(tmp_path, backend="lab", truths=("lab", "field"), deploy="field")
+        )
     finally:
         registry.unregister("lab")
         registry.unregister("field")
@@ -291,8 +353,9 @@ def test_a_worker_refuses_a_target_whose_shapes_changed(shaped, tmp_path):
     from nsprof.session import run_session
     from nsprof.settings import ProfileSettings
 
-    settings = ProfileSettings(backend="seam", modes=("direct",), reps=1, warmup=0, timeout_s=30,
-                               work_dir=tmp_path / "stale")
+    settings = ProfileSettings(
+        backend="seam", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path / "stale"
+    )
     with pytest.raises(NsprofError, match="3 configs and 3 shapes now, not the 3 and 4"):
         run_session(shaped + ":space", 3, settings, config_ids=[0, 11], n_shapes=4)
     with pytest.raises(NsprofError, match="lists 3 shapes, but this job measures none"):
@@ -321,20 +384,37 @@ def test_a_store_from_before_shapes_is_read_and_extended(tmp_path):
                 cache_control, tool_version, kernel, rep, duration_ns)
                 VALUES (1, 'f', 0, '{}', 'g', 'ncu', 'graph', 'base', 'all', 'v', 'k', 0, 5.0);
         """)
-    group = {"fingerprint": "f", "gpu": "g", "backend": "ncu", "mode": "graph", "clock_control": "base",
-             "cache_control": "all", "tool_version": "v"}
+    group = {
+        "fingerprint": "f",
+        "gpu": "g",
+        "backend": "ncu",
+        "mode": "graph",
+        "clock_control": "base",
+        "cache_control": "all",
+        "tool_version": "v",
+    }
     with ResultStore(path) as store:
         old = store.frame()
-        assert old["shape_json"].tolist() == [""] and old["shape"].isna().all() and old["duration_ns"].tolist() == [5.0]
+        assert (
+            old["shape_json"].tolist() == [""]
+            and old["shape"].isna().all()
+            and old["duration_ns"].tolist() == [5.0]
+        )
         assert store.missing(group, [0, 1]) == [1]  # the old row is config 0 without a shape
         assert store.missing(group, [0, 1], shape_json='{"M":1}') == [0, 1]  # no shape has any yet
         run = store.start_run(target="t.py:space")
-        store.add(run, MeasurementKey(**group, config_id=0, config_json="{}", shape_json='{"M":1}', shape=0),
-                  [{"kernel": "k", "rep": 0, "duration_ns": 7.0, "shape": 0}])
+        store.add(
+            run,
+            MeasurementKey(**group, config_id=0, config_json="{}", shape_json='{"M":1}', shape=0),
+            [{"kernel": "k", "rep": 0, "duration_ns": 7.0, "shape": 0}],
+        )
         assert store.missing(group, [0, 1], shape_json='{"M":1}') == [1]
         with pytest.raises(ValueError, match="shape=1 but the key says 0"):
-            store.add(run, MeasurementKey(**group, config_id=1, config_json="{}", shape_json='{"M":1}', shape=0),
-                      [{"kernel": "k", "rep": 0, "duration_ns": 7.0, "shape": 1}])
+            store.add(
+                run,
+                MeasurementKey(**group, config_id=1, config_json="{}", shape_json='{"M":1}', shape=0),
+                [{"kernel": "k", "rep": 0, "duration_ns": 7.0, "shape": 1}],
+            )
 
 
 def test_a_plain_space_in_the_same_file_tunes_as_before(shaped, tmp_path):
@@ -351,15 +431,24 @@ def test_validate_and_prescreen_refuse_shapes_in_one_line(shaped, tmp_path):
 
     with pytest.raises(NsprofError, match="--prescreen does not take a target with shapes"):
         tune(shaped + ":space", _settings(tmp_path, prescreen="graph"))
-    done = subprocess.run([sys.executable, str(STANDINS), "validate", shaped + ":space", "--truth", "ncu"],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    done = subprocess.run(
+        [sys.executable, str(STANDINS), "validate", shaped + ":space", "--truth", "ncu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1].endswith(
-        "validate does not take a target with shapes yet: give it a Space of one shape")
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .endswith("validate does not take a target with shapes yet: give it a Space of one shape")
+    )
 
 
 # -- the integrations, with their tuners replaced (the GPU test: tests/test_gpu_shapes.py) ------------
+
 
 def test_triton_space_with_shapes_builds_and_feeds_back_each_shape_on_its_own_inputs(monkeypatch):
     from test_integrations import _Autotuner, _Config
@@ -391,7 +480,10 @@ def test_triton_space_with_shapes_builds_and_feeds_back_each_shape_on_its_own_in
     lines = space.tuner.feed_back_shapes({0: {0: 0.2, 1: 0.1}, 1: {0: 0.1, 1: 0.3}})
     assert fed == [(1, {0: 0.2, 1: 0.1}), (16, {0: 0.1, 1: 0.3})]  # each shape's ranking, on its own inputs
     # Triton's own key for each shape's call: the key=[...] values, then the tensors' dtypes
-    assert lines == {0: "best 1, key (1, 4096, 'torch.float16')", 1: "best 0, key (16, 4096, 'torch.float16')"}
+    assert lines == {
+        0: "best 1, key (1, 4096, 'torch.float16')",
+        1: "best 0, key (16, 4096, 'torch.float16')",
+    }
     assert not space.tuner.feed_back_shapes_apart
 
 
@@ -428,8 +520,13 @@ def test_tilelang_space_over_call_argument_tuples(monkeypatch):
     space.build_at(1, 1)()
     assert compiled == [("compile", (16, 4096, 4096), {"block_N": 64}), ("run", (16, 4096, 4096))]
     fed = []
-    monkeypatch.setattr(tilelang_hook, "feed_back", lambda autotuned, args, latencies_ms, kwargs:
-                        fed.append((args, dict(latencies_ms))) or {"block_N": 32})
+    monkeypatch.setattr(
+        tilelang_hook,
+        "feed_back",
+        lambda autotuned, args, latencies_ms, kwargs: (
+            fed.append((args, dict(latencies_ms))) or {"block_N": 32}
+        ),
+    )
     lines = space.tuner.feed_back_shapes({1: {0: 0.1, 1: 0.2}})
     assert fed == [((16, 4096, 4096), {0: 0.1, 1: 0.2})]  # that shape's call arguments: TileLang's key
     assert lines == {1: "{'block_N': 32} for call (16, 4096, 4096)"}
@@ -449,10 +546,14 @@ def test_a_tuner_fed_one_shape_at_a_time_gets_each_from_a_fresh_process(shaped, 
     from nsprof.tune import tune
 
     path = Path(shaped)
-    path.write_text(path.read_text().replace('name = "the stand-in tuner"',
-                                             'name = "the stand-in tuner"\n    feed_back_shapes_apart = True')
-                    .replace('with open(os.environ["SHAPES_FED"], "w")', 'with open(os.environ["SHAPES_FED"], "a")')
-                    .replace("json.dump(written, handle)", "handle.write(json.dumps(written) + '\\n')"))
+    path.write_text(
+        path.read_text()
+        .replace(
+            'name = "the stand-in tuner"', 'name = "the stand-in tuner"\n    feed_back_shapes_apart = True'
+        )
+        .replace('with open(os.environ["SHAPES_FED"], "w")', 'with open(os.environ["SHAPES_FED"], "a")')
+        .replace("json.dump(written, handle)", "handle.write(json.dumps(written) + '\\n')")
+    )
     result = tune(shaped + ":space", _settings(tmp_path))
     calls = [json.loads(line) for line in (tmp_path / "fed.json").read_text().splitlines()]
     assert [len(call) for call in calls] == [1, 1, 1]  # one shape per call

@@ -1,4 +1,5 @@
 """Regressions found in review of shapes and phases: each failed before its fix."""
+
 from __future__ import annotations
 
 import subprocess
@@ -42,17 +43,31 @@ def _target(tmp_path, shapes, ns, name="t.py"):
 def _settings(tmp_path, **kwargs):
     from nsprof.tune import TuneSettings
 
-    return TuneSettings(**{"backend": "seam", "mode": "direct", "reps": 3, "timeout_s": 30,
-                           "store": tmp_path / "results.sqlite", "work_dir": tmp_path / "work",
-                           "tuner_pick": False, "feed_back": False, **kwargs})
+    return TuneSettings(
+        **{
+            "backend": "seam",
+            "mode": "direct",
+            "reps": 3,
+            "timeout_s": 30,
+            "store": tmp_path / "results.sqlite",
+            "work_dir": tmp_path / "work",
+            "tuner_pick": False,
+            "feed_back": False,
+            **kwargs,
+        }
+    )
 
 
 def test_two_shapes_with_the_same_json_are_refused_in_one_line(seam, tmp_path):
     # [1, 2] and (1, 2) (or two equal shapes) have one shape_json, the store's key of a shape: their
     # rows would be mixed, so such a shape list is refused before anything is measured
     target = _target(tmp_path, "[[1, 2], (1, 2)]", "[[1000.0, 3000.0], [2000.0, 500.0]]")
-    done = subprocess.run([sys.executable, str(STANDINS), "tune", target, "--backend", "nsys", "--no-store"],
-                          capture_output=True, text=True, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(STANDINS), "tune", target, "--backend", "nsys", "--no-store"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
     line = done.stderr.strip().splitlines()[-1]
     assert "shapes 0 and 1 are the same shape ([1,2])" in line
@@ -76,8 +91,9 @@ def test_a_worker_that_cannot_start_is_not_explained_by_nsprofs_own_phases_line(
     from nsprof.settings import ProfileSettings
 
     (tmp_path / "exits.py").write_text(EXITS)
-    settings = ProfileSettings(backend="seam", modes=("direct",), reps=1, warmup=0, timeout_s=30,
-                               work_dir=tmp_path / "w")
+    settings = ProfileSettings(
+        backend="seam", modes=("direct",), reps=1, warmup=0, timeout_s=30, work_dir=tmp_path / "w"
+    )
     with pytest.raises(NsprofError) as caught:
         run_session(str(tmp_path / "exits.py") + ":space", 1, settings)
     assert "worker exited with status 3" in str(caught.value)
@@ -89,16 +105,41 @@ def test_store_export_of_a_target_without_shapes_keeps_its_column_positions(tmp_
     # inserts shape_json and shape between tool_version and kernel
     from nsprof.store import MeasurementKey, ResultStore
 
-    key = MeasurementKey(fingerprint="f", config_id=0, config_json="{}", gpu="g", backend="nsys", mode="direct",
-                         clock_control="none", cache_control="none", tool_version="1")
+    key = MeasurementKey(
+        fingerprint="f",
+        config_id=0,
+        config_json="{}",
+        gpu="g",
+        backend="nsys",
+        mode="direct",
+        clock_control="none",
+        cache_control="none",
+        tool_version="1",
+    )
     with ResultStore(tmp_path / "r.sqlite") as store:
         store.add(store.start_run(target="t"), key, [{"kernel": "k", "rep": 0, "duration_ns": 5.0}])
         store.export(tmp_path / "rows.csv")
     header = (tmp_path / "rows.csv").read_text().splitlines()[0].split(",")
-    before = ["run_id", "fingerprint", "config_id", "config_json", "gpu", "backend", "mode", "clock_control",
-              "cache_control", "tool_version", "kernel", "rep", "duration_ns", "cycles", "clock_hz", "graph_node",
-              "error"]
-    assert header[:len(before)] == before
+    before = [
+        "run_id",
+        "fingerprint",
+        "config_id",
+        "config_json",
+        "gpu",
+        "backend",
+        "mode",
+        "clock_control",
+        "cache_control",
+        "tool_version",
+        "kernel",
+        "rep",
+        "duration_ns",
+        "cycles",
+        "clock_hz",
+        "graph_node",
+        "error",
+    ]
+    assert header[: len(before)] == before
 
 
 ONE_SHAPE_HOOK = """
@@ -122,9 +163,26 @@ def test_a_hook_without_feed_back_shapes_is_a_note_not_a_failure_and_the_phases_
     import json
 
     (tmp_path / "hook.py").write_text(ONE_SHAPE_HOOK)
-    done = subprocess.run([sys.executable, str(STANDINS), "tune", str(tmp_path / "hook.py") + ":space", "--backend",
-                           "nsys", "--mode", "direct", "--reps", "2", "--no-store", "--no-tuner-pick", "--json"],
-                          capture_output=True, text=True, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(STANDINS),
+            "tune",
+            str(tmp_path / "hook.py") + ":space",
+            "--backend",
+            "nsys",
+            "--mode",
+            "direct",
+            "--reps",
+            "2",
+            "--no-store",
+            "--no-tuner-pick",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     notes = [note for shape in document["shapes"] for note in shape["notes"]] + document["notes"]

@@ -22,7 +22,6 @@ HANGING = str(TARGETS / "phases.py") + ":hanging"
 DEADLINE_S = 30.0  # generous: a busy CI box must not fail these; a leak never ends at all
 
 
-
 def _parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
@@ -30,22 +29,44 @@ def _parent_of(pid: int) -> int:
 def _start(tmp_path: Path, spec: dict) -> subprocess.Popen:
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec))
-    return subprocess.Popen([sys.executable, str(TARGETS / "run_nsprof.py"), str(spec_file)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(TARGETS / "run_nsprof.py"), str(spec_file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
-def _session_spec(tmp_path: Path, driver: dict | None, backend: str = "none", target: str = INTERRUPTIBLE,
-                  **settings) -> dict:
+def _session_spec(
+    tmp_path: Path, driver: dict | None, backend: str = "none", target: str = INTERRUPTIBLE, **settings
+) -> dict:
     n_configs = 4 if target == HANGING else 10
-    return {"driver": driver, "target": target, "n_configs": n_configs, "rows": str(tmp_path / "rows.jsonl"),
-            "settings": {"backend": backend, "modes": ["direct"], "reps": 2, "warmup": 0, "timeout_s": 600,
-                         "work_dir": str(tmp_path / "work"), **settings}}
+    return {
+        "driver": driver,
+        "target": target,
+        "n_configs": n_configs,
+        "rows": str(tmp_path / "rows.jsonl"),
+        "settings": {
+            "backend": backend,
+            "modes": ["direct"],
+            "reps": 2,
+            "warmup": 0,
+            "timeout_s": 600,
+            "work_dir": str(tmp_path / "work"),
+            **settings,
+        },
+    }
 
 
 def _wait_until_measuring(proc: subprocess.Popen, status_file: Path, config_id: int = 2) -> int:
     """The worker's pid, once it has started config `config_id`."""
-    reached = wait_for(lambda: status_file.exists() and config_id in parse_status(status_file.read_text()).started
-                        or proc.poll() is not None)
+    reached = wait_for(
+        lambda: (
+            status_file.exists()
+            and config_id in parse_status(status_file.read_text()).started
+            or proc.poll() is not None
+        )
+    )
     assert reached and proc.poll() is None, proc.communicate()
     return parse_status(status_file.read_text()).pid
 
@@ -63,8 +84,9 @@ KILL_CASES = {
 @pytest.mark.parametrize("case", list(KILL_CASES))
 def test_no_child_outlives_a_sigkilled_nsprof(tmp_path, case):
     driver = KILL_CASES[case]
-    proc = _start(tmp_path, _session_spec(tmp_path, driver, backend="none" if driver is None else "ncu",
-                                          target=HANGING))
+    proc = _start(
+        tmp_path, _session_spec(tmp_path, driver, backend="none" if driver is None else "ncu", target=HANGING)
+    )
     worker = _wait_until_measuring(proc, tmp_path / "work" / "part0.status")
     children = [worker] if driver is None else [worker, _parent_of(worker)]
     proc.send_signal(signal.SIGKILL)
@@ -102,9 +124,25 @@ def test_sigterm_and_sighup_act_like_ctrl_c_and_keep_what_was_measured(tmp_path,
 
 def test_nsprof_profile_stopped_by_sigterm_says_one_line_and_leaves_nothing_running(tmp_path):
     work = tmp_path / "work"
-    spec = {"driver": {"lossy": True, "profiler_flags": []},
-            "argv": ["profile", INTERRUPTIBLE, "--backend", "nsys", "--mode", "direct", "--reps", "2",
-                     "--warmup", "0", "--timeout", "600", "--work-dir", str(work)]}
+    spec = {
+        "driver": {"lossy": True, "profiler_flags": []},
+        "argv": [
+            "profile",
+            INTERRUPTIBLE,
+            "--backend",
+            "nsys",
+            "--mode",
+            "direct",
+            "--reps",
+            "2",
+            "--warmup",
+            "0",
+            "--timeout",
+            "600",
+            "--work-dir",
+            str(work),
+        ],
+    }
     proc = _start(tmp_path, spec)
     worker = _wait_until_measuring(proc, work / "part0.status")
     profiler = _parent_of(worker)

@@ -33,10 +33,24 @@ class NoNewReport(StatusDriver):
 def test_a_report_left_by_an_earlier_run_in_the_work_dir_is_never_read_as_this_runs(tmp_path):
     # an earlier run (same --work-dir, same config ids) left part0's report, holding configs 0-3
     stale = tmp_path / f"part0{NoNewReport.suffix}"
-    stale.write_text(json.dumps({"done": [0, 1, 2, 3], "pid": 1,
-                                 "job": {"target": TARGET, "config_ids": [0, 1, 2, 3], "status": "", "reps": 2,
-                                         "modes": ["direct"]}}))
-    settings = ProfileSettings(backend="nsys", modes=("direct",), reps=2, warmup=1, timeout_s=30, work_dir=tmp_path)
+    stale.write_text(
+        json.dumps(
+            {
+                "done": [0, 1, 2, 3],
+                "pid": 1,
+                "job": {
+                    "target": TARGET,
+                    "config_ids": [0, 1, 2, 3],
+                    "status": "",
+                    "reps": 2,
+                    "modes": ["direct"],
+                },
+            }
+        )
+    )
+    settings = ProfileSettings(
+        backend="nsys", modes=("direct",), reps=2, warmup=1, timeout_s=30, work_dir=tmp_path
+    )
     # this run's profiler wrote no report: that is an error in one line, not the old run's rows
     with pytest.raises(ToolFailed, match="wrote no report"):
         run_session(TARGET, 4, settings, driver=NoNewReport.for_session())
@@ -49,4 +63,7 @@ def test_nsys_removes_its_qdstrm_and_export_too(tmp_path):
 
     base = tmp_path / "part0"
     assert sorted(p.name for p in NsysDriver(Path("nsys")).report_files(base)) == [
-        "part0.nsys-rep", "part0.qdstrm", "part0.sqlite"]
+        "part0.nsys-rep",
+        "part0.qdstrm",
+        "part0.sqlite",
+    ]

@@ -14,10 +14,12 @@ OUTSIDE_DOCUMENTS = ("DESIGN.md", "SEED.md", "STYLE.md")
 def test_package_cites_no_outside_document():
     sources = sorted(PACKAGE.rglob("*.py"))
     assert len(sources) > 20  # the package itself, not an empty folder
-    cited = [f"{path.relative_to(PACKAGE)}:{number}"
-             for path in sources
-             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-             if any(name in line for name in OUTSIDE_DOCUMENTS)]
+    cited = [
+        f"{path.relative_to(PACKAGE)}:{number}"
+        for path in sources
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if any(name in line for name in OUTSIDE_DOCUMENTS)
+    ]
     assert cited == []
 
 
@@ -27,7 +29,9 @@ def _tracked_files(root: Path) -> list[Path]:
     import subprocess
 
     try:
-        listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, timeout=60, check=True)
+        listed = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=root, capture_output=True, timeout=60, check=True
+        )
         return [root / name for name in listed.stdout.decode().split("\0") if name]
     except (OSError, subprocess.SubprocessError):
         skip = {".git", "__pycache__", ".nsprof", ".pytest_cache", ".ruff_cache"}

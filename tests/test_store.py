@@ -34,8 +34,15 @@ from nsprof.store import (
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
-GROUP = {"fingerprint": "0123456789abcdef", "gpu": "NVIDIA H200", "backend": "ncu", "mode": "direct",
-         "clock_control": "base", "cache_control": "all", "tool_version": "2025.3.1"}
+GROUP = {
+    "fingerprint": "0123456789abcdef",
+    "gpu": "NVIDIA H200",
+    "backend": "ncu",
+    "mode": "direct",
+    "clock_control": "base",
+    "cache_control": "all",
+    "tool_version": "2025.3.1",
+}
 
 
 def key_for(config_id: int, **changes: str) -> MeasurementKey:
@@ -45,9 +52,18 @@ def key_for(config_id: int, **changes: str) -> MeasurementKey:
 
 
 def rows(config_id: int, count: int = 3, base_ns: float = 1000.0) -> list[dict]:
-    return [{"config_id": config_id, "mode": "direct", "rep": rep, "kernel": "gemm_kernel",
-             "duration_ns": base_ns + rep, "cycles": 1.5 * (base_ns + rep), "clock_hz": 1.98e9}
-            for rep in range(count)]
+    return [
+        {
+            "config_id": config_id,
+            "mode": "direct",
+            "rep": rep,
+            "kernel": "gemm_kernel",
+            "duration_ns": base_ns + rep,
+            "cycles": 1.5 * (base_ns + rep),
+            "clock_hz": 1.98e9,
+        }
+        for rep in range(count)
+    ]
 
 
 def failure(config_id: int, reason: str = "compile failed: boom", kind: str = "compile") -> list[dict]:
@@ -91,8 +107,19 @@ def test_real_rows_round_trip_with_their_values(store, profile_rows):
     stored = store.frame()
     assert list(stored.columns) == list(MEASUREMENT_COLUMNS)
     assert len(stored) == len(expected) == 239 + 9  # the 9 failures stored under both modes
-    for column in ("config_id", "mode", "rep", "kernel", "duration_ns", "cycles", "clock_hz", "graph_node",
-                   "error", "clock_control", "cache_control"):
+    for column in (
+        "config_id",
+        "mode",
+        "rep",
+        "kernel",
+        "duration_ns",
+        "cycles",
+        "clock_hz",
+        "graph_node",
+        "error",
+        "clock_control",
+        "cache_control",
+    ):
         assert stored[column].dtype == pd.api.types.pandas_dtype(COLUMN_DTYPES[column]), column
         pd.testing.assert_series_equal(stored[column], expected[column], check_names=False)
     assert (stored["run_id"] == run_id).all()
@@ -102,14 +129,20 @@ def test_real_rows_round_trip_with_their_values(store, profile_rows):
     assert failed["duration_ns"].isna().all() and failed["error"].str.contains("failed:").all()
     assert sorted(failed["config_id"].unique()) == [0, 1, 2, 3, 4, 5, 6, 7, 31]
     # the tidy helpers work on what comes back
-    pd.testing.assert_frame_equal(config_summary(stored[stored["mode"] == "graph"]),
-                                  config_summary(expected[expected["mode"] == "graph"]))
+    pd.testing.assert_frame_equal(
+        config_summary(stored[stored["mode"] == "graph"]),
+        config_summary(expected[expected["mode"] == "graph"]),
+    )
 
     # plain SQL values only
     raw = sqlite3.connect(store.path)
-    kinds = {row for row in raw.execute(
-        "SELECT DISTINCT typeof(config_id), typeof(rep), typeof(duration_ns), typeof(cycles), "
-        "typeof(clock_hz), typeof(kernel), typeof(error), typeof(config_json) FROM measurements")}
+    kinds = {
+        row
+        for row in raw.execute(
+            "SELECT DISTINCT typeof(config_id), typeof(rep), typeof(duration_ns), typeof(cycles), "
+            "typeof(clock_hz), typeof(kernel), typeof(error), typeof(config_json) FROM measurements"
+        )
+    }
     raw.close()
     assert {kind for row in kinds for kind in row} <= {"integer", "real", "text", "null"}
 
@@ -119,8 +152,11 @@ def test_frame_filters(store):
     for config_id in range(4):
         store.add(run_id, key_for(config_id), rows(config_id))
     store.add(run_id, key_for(4), failure(4))
-    store.add(run_id, key_for(0, backend="nsys", clock_control="none", cache_control="none"),
-              [{"rep": 0, "kernel": "k", "duration_ns": 5.0}])
+    store.add(
+        run_id,
+        key_for(0, backend="nsys", clock_control="none", cache_control="none"),
+        [{"rep": 0, "kernel": "k", "duration_ns": 5.0}],
+    )
 
     assert sorted(store.frame(config_id=[1, 3])["config_id"].unique()) == [1, 3]
     assert set(store.frame(backend="nsys")["duration_ns"]) == {5.0}
@@ -268,8 +304,13 @@ CRASHING_WRITER = textwrap.dedent("""
 
 def test_sigkill_mid_write_leaves_whole_configs_only(tmp_path):
     path = tmp_path / "results.sqlite"
-    child = subprocess.Popen([sys.executable, "-c", CRASHING_WRITER, str(path)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=child_env())
+    child = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_WRITER, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
     try:
         line = child.stdout.readline()
         assert line == "mid-write\n", child.stderr.read()
@@ -320,9 +361,16 @@ CONCURRENT_WRITER = textwrap.dedent("""
 def test_two_processes_write_one_store_at_once(tmp_path):
     path = tmp_path / "new" / "results.sqlite"
     go = tmp_path / "go"
-    writers = [subprocess.Popen([sys.executable, "-c", CONCURRENT_WRITER, str(path), gpu, str(go)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
-               for gpu in ("gpu-a", "gpu-b")]
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONCURRENT_WRITER, str(path), gpu, str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
+        for gpu in ("gpu-a", "gpu-b")
+    ]
     time.sleep(0.5)  # let both interpreters start and wait at the line
     go.touch()
     for writer in writers:
@@ -360,10 +408,16 @@ def test_many_processes_create_one_new_store_together(tmp_path):
     # Switching a new file to WAL takes a lock SQLite does not wait for: openers must retry.
     for round_ in range(2):
         path, go = tmp_path / f"r{round_}" / "results.sqlite", tmp_path / f"go{round_}"
-        openers = [subprocess.Popen([sys.executable, "-c", OPENER, str(path), str(go), str(i)],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    env=child_env())
-                   for i in range(6)]
+        openers = [
+            subprocess.Popen(
+                [sys.executable, "-c", OPENER, str(path), str(go), str(i)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=child_env(),
+            )
+            for i in range(6)
+        ]
         time.sleep(0.8)
         go.touch()
         for opener in openers:
@@ -386,8 +440,9 @@ def test_newer_schema_is_refused(tmp_path):
     assert "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize("content", [b"this is not a database\n" * 300,
-                                     b"SQLite format 3\x00" + b"\xff" * 4000])
+@pytest.mark.parametrize(
+    "content", [b"this is not a database\n" * 300, b"SQLite format 3\x00" + b"\xff" * 4000]
+)
 def test_garbage_file_gives_one_line_and_is_left_alone(tmp_path, content):
     path = tmp_path / "results.sqlite"
     path.write_bytes(content)
@@ -416,13 +471,17 @@ def _journal_mode(path) -> str:
         raw.close()
 
 
-@pytest.mark.parametrize("script", [
-    "CREATE TABLE notes (text TEXT); INSERT INTO notes VALUES ('mine')",
-    # nsprof's table names, without its schema version: still not nsprof's
-    "CREATE TABLE meta (key TEXT, value TEXT); CREATE TABLE measurements (x); PRAGMA user_version = 3",
-    "PRAGMA user_version = 42; CREATE TABLE runs (id INTEGER)",
-    "CREATE TABLE meta (name TEXT, size INTEGER); INSERT INTO meta VALUES ('a', 1)",
-], ids=["notes", "meta-without-version", "user-version", "meta-of-another-program"])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "CREATE TABLE notes (text TEXT); INSERT INTO notes VALUES ('mine')",
+        # nsprof's table names, without its schema version: still not nsprof's
+        "CREATE TABLE meta (key TEXT, value TEXT); CREATE TABLE measurements (x); PRAGMA user_version = 3",
+        "PRAGMA user_version = 42; CREATE TABLE runs (id INTEGER)",
+        "CREATE TABLE meta (name TEXT, size INTEGER); INSERT INTO meta VALUES ('a', 1)",
+    ],
+    ids=["notes", "meta-without-version", "user-version", "meta-of-another-program"],
+)
 def test_a_refused_foreign_sqlite_is_left_byte_for_byte(tmp_path, script):
     path = tmp_path / "other.sqlite"
     raw = sqlite3.connect(path)
@@ -476,7 +535,7 @@ def test_damaged_pages_give_one_line_when_read(tmp_path):
     data = bytearray(path.read_bytes())
     page = 4096
     assert len(data) > 20 * page
-    data[10 * page: len(data) - 2 * page] = os.urandom(len(data) - 12 * page)
+    data[10 * page : len(data) - 2 * page] = os.urandom(len(data) - 12 * page)
     path.write_bytes(bytes(data))
     with pytest.raises(StoreError) as caught:  # at opening or at the first read, never a raw sqlite3 error
         with ResultStore(path) as store:
@@ -506,13 +565,13 @@ def test_closed_store_says_so(tmp_path):
 def test_export_by_suffix(store, tmp_path):
     run_id = store.start_run()
     store.add(run_id, key_for(0), rows(0))
-    store.add(run_id, key_for(1), failure(1, "crashed: SIGSEGV, \"quoted\", ünïcode"))
+    store.add(run_id, key_for(1), failure(1, 'crashed: SIGSEGV, "quoted", ünïcode'))
 
     assert store.export(tmp_path / "all.csv") == 4
     from_csv = pd.read_csv(tmp_path / "all.csv")
     assert list(from_csv.columns) == list(MEASUREMENT_COLUMNS)
     assert list(from_csv["duration_ns"][:3]) == [1000.0, 1001.0, 1002.0]
-    assert from_csv["error"].iloc[3] == "crashed: SIGSEGV, \"quoted\", ünïcode"
+    assert from_csv["error"].iloc[3] == 'crashed: SIGSEGV, "quoted", ünïcode'
 
     assert store.export(tmp_path / "ok.json", error=None) == 3
     records = json.loads((tmp_path / "ok.json").read_text(encoding="utf-8"))
@@ -528,10 +587,13 @@ def test_export_by_suffix(store, tmp_path):
 
 
 def test_importing_the_store_stays_light():
-    code = ("import sys, nsprof.store, nsprof.host.lock; "
-            "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                            env=child_env())
+    code = (
+        "import sys, nsprof.store, nsprof.host.lock; "
+        "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=child_env()
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
@@ -540,11 +602,22 @@ finite = st.floats(allow_nan=False, allow_infinity=False)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.fixed_dictionaries({
-    "rep": st.integers(0, 2**62), "kernel": st.text(max_size=40), "duration_ns": finite,
-    "cycles": st.one_of(st.none(), finite), "clock_hz": st.one_of(st.none(), finite),
-    "graph_node": st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
-}), min_size=1, max_size=20))
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "rep": st.integers(0, 2**62),
+                "kernel": st.text(max_size=40),
+                "duration_ns": finite,
+                "cycles": st.one_of(st.none(), finite),
+                "clock_hz": st.one_of(st.none(), finite),
+                "graph_node": st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+            }
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
 def test_any_rows_come_back_exactly(tmp_path_factory, generated):
     path = tmp_path_factory.getbasetemp() / "hypothesis.sqlite"
     with ResultStore(path) as store:
@@ -555,4 +628,4 @@ def test_any_rows_come_back_exactly(tmp_path_factory, generated):
     assert len(back) == len(generated)
     for written, read in zip(generated, back):
         for name, value in written.items():
-            assert (pd.isna(read[name]) if value is None else read[name] == value), (name, value, read[name])
+            assert pd.isna(read[name]) if value is None else read[name] == value, (name, value, read[name])

@@ -20,8 +20,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("tilelang") is None or shutil.which("nvcc") is None,
-                                reason="needs TileLang and nvcc")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("tilelang") is None or shutil.which("nvcc") is None,
+    reason="needs TileLang and nvcc",
+)
 
 FEED_BACK = r"""
 import json, sys
@@ -53,8 +55,14 @@ print("CHOSEN " + json.dumps(chosen, default=str))
 
 
 def _run(script: str, *args: str, env: dict) -> str:
-    done = subprocess.run([sys.executable, "-c", script, str(ROOT / "examples"), *args], capture_output=True,
-                          text=True, cwd=ROOT, env=env, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT / "examples"), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
+    )
     assert done.returncode == 0, (done.stdout[-1500:], done.stderr[-1500:])
     return next(line for line in done.stdout.splitlines() if line.startswith(("WRITTEN ", "CHOSEN ")))
 
@@ -62,17 +70,21 @@ def _run(script: str, *args: str, env: dict) -> str:
 def test_a_process_calling_shape_after_shape_finds_each_shapes_winner(tmp_path):
     import torch
 
-    env = {**os.environ, "TILELANG_CACHE_DIR": str(tmp_path / "tilelang"), "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = {
+        **os.environ,
+        "TILELANG_CACHE_DIR": str(tmp_path / "tilelang"),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
     if not torch.cuda.is_available():
         env["TILELANG_DEFAULT_TARGET"] = json.dumps({"kind": "cuda", "arch": "sm_90a"})
     winners = {0: 1, 1: 2}  # shape -> the config index nsprof measured fastest there: different per shape
     for shape, best in winners.items():
         latencies = {index: (1.0 if index == best else 2.0 + index) for index in range(4)}
-        answer = json.loads(_run(FEED_BACK, str(shape), json.dumps(latencies), env=env)[len("WRITTEN "):])
+        answer = json.loads(_run(FEED_BACK, str(shape), json.dumps(latencies), env=env)[len("WRITTEN ") :])
         CONFIGS = answer["configs"]  # noqa: N806 - the kernel's own list, read where TileLang is imported
         assert {k: answer["written"][k] for k in CONFIGS[best]} == CONFIGS[best]
     for order in ([0, 1], [1, 0]):  # either shape may be a process's first call
-        chosen = json.loads(_run(CALLS, json.dumps(order), env=env)[len("CHOSEN "):])
-        assert [{k: c[k] for k in CONFIGS[winners[s]]} for c, s in zip(chosen, order)] == \
-            [CONFIGS[winners[s]] for s in order], order
+        chosen = json.loads(_run(CALLS, json.dumps(order), env=env)[len("CHOSEN ") :])
+        assert [{k: c[k] for k in CONFIGS[winners[s]]} for c, s in zip(chosen, order)] == [
+            CONFIGS[winners[s]] for s in order
+        ], order

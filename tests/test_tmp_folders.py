@@ -113,8 +113,16 @@ def _validate(target, **extra):
     from nsprof.settings import ValidateSettings
     from nsprof.validate import validate
 
-    settings = {"timers": ("cupti",), "external": False, "truths": ("cond",), "modes": ("direct",), "reps": 2,
-                "timer_reps": 3, "timeout_s": 60, **extra}
+    settings = {
+        "timers": ("cupti",),
+        "external": False,
+        "truths": ("cond",),
+        "modes": ("direct",),
+        "reps": 2,
+        "timer_reps": 3,
+        "timeout_s": 60,
+        **extra,
+    }
     return validate(target, ValidateSettings(**settings))
 
 
@@ -151,7 +159,9 @@ def test_an_error_before_anything_ran_leaves_no_folder_and_keeps_its_own_kind(tm
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)
-    busy = GpuBusy("GPU 0 is being profiled by another nsprof", device=0, path=tmp_path / "x.lock", holder={"pid": 1})
+    busy = GpuBusy(
+        "GPU 0 is being profiled by another nsprof", device=0, path=tmp_path / "x.lock", holder={"pid": 1}
+    )
     with pytest.raises(GpuBusy) as raised:
         with work_folder(None, "nsprof-tune-"):
             raise busy

@@ -70,8 +70,10 @@ def test_format_names_best_and_label():
     assert result.best_config == {"id": order[0]}
 
 
-@pytest.mark.parametrize("kwargs", [{"backend": "perf"}, {"mode": "both"}, {"stat": "mean"},
-                                    {"prescreen": "ncu"}, {"prescreen_top": 0}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"backend": "perf"}, {"mode": "both"}, {"stat": "mean"}, {"prescreen": "ncu"}, {"prescreen_top": 0}],
+)
 def test_settings_are_validated(kwargs):
     with pytest.raises(NsprofError):
         TuneSettings(**kwargs)
@@ -109,8 +111,9 @@ def test_tune_through_the_store_resumes_only_missing_configs(tmp_path, monkeypat
     settings = TuneSettings(backend="ncu", mode="graph", store=store, budget_s=0)
     first = tune_module.tune(gemm_target, settings, config_ids=list(range(0, 20)))
     assert measured_calls == [list(range(0, 20))]
-    resumed = tune_module.tune(gemm_target, TuneSettings(backend="ncu", mode="graph", store=store, resume=True,
-                                                         budget_s=0))
+    resumed = tune_module.tune(
+        gemm_target, TuneSettings(backend="ncu", mode="graph", store=store, resume=True, budget_s=0)
+    )
     assert measured_calls[1] == list(range(20, 32))  # only what the store lacked
     assert "resumed: 20 of 32 configs came from the results store" in resumed.notes
     order, medians = independent_order("profile_ncu.csv", "graph")
@@ -133,8 +136,13 @@ def _tuner_space(pick_id, calls, fail_feed_back=False):
 
     def tuner_pick():
         calls.append("pick")
-        return {"tuner": "Triton's autotuner", "timer": "Triton's do_bench (CUDA events)", "config_id": pick_id,
-                "config": {"i": pick_id}, "timings_ms": {}}
+        return {
+            "tuner": "Triton's autotuner",
+            "timer": "Triton's do_bench (CUDA events)",
+            "config_id": pick_id,
+            "config": {"i": pick_id},
+            "timings_ms": {},
+        }
 
     def feed_back(latencies_ms):
         calls.append(("feed_back", dict(latencies_ms)))
@@ -154,7 +162,7 @@ def _tuner_space(pick_id, calls, fail_feed_back=False):
         def feed_back(self, latencies_ms):
             return feed_back(latencies_ms)
 
-    return Space(name="tuned", configs=configs, build=lambda config: (lambda: None), tuner=Hook())
+    return Space(name="tuned", configs=configs, build=lambda config: lambda: None, tuner=Hook())
 
 
 @pytest.mark.parametrize("fail_feed_back", [False, True])
@@ -167,10 +175,16 @@ def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatc
     space = _tuner_space(pick, calls, fail_feed_back)
     monkeypatch.setattr("nsprof.space.load_target", lambda target: space)
     # The pick and the feed-back run in a child process (tested below with a real one); here, in this process.
-    monkeypatch.setattr(tune_module, "tuner_in_child",
-                        lambda target, name, args, settings, n: getattr(space.tuner, name)(*args))
-    monkeypatch.setattr(tune_module, "measure_rows", lambda target, n, backend, settings, ids, progress, **unused:
-                        fixture_rows(ids))
+    monkeypatch.setattr(
+        tune_module,
+        "tuner_in_child",
+        lambda target, name, args, settings, n: getattr(space.tuner, name)(*args),
+    )
+    monkeypatch.setattr(
+        tune_module,
+        "measure_rows",
+        lambda target, n, backend, settings, ids, progress, **unused: fixture_rows(ids),
+    )
     monkeypatch.setattr("nsprof.profile.precompile", lambda space, jobs=None, log=None, config_ids=None: {})
     result = tune_module.tune("tuned.py:space", TuneSettings(backend="ncu", mode="graph", use_store=False))
     assert calls[0] == "pick"  # measured before the feed-back makes the tuner pick nsprof's winner
@@ -178,17 +192,23 @@ def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatc
     assert sorted(fed) == sorted(order)
     assert fed == pytest.approx({c: medians[c] / 1e6 for c in order})  # ms
     expected_pct = (medians[pick] / medians[order[0]] - 1) * 100
-    assert f"picks config {pick} (i={pick}): ground truth ranks it #3, {expected_pct:+.1f}% vs the best" in \
-        " ".join(result.notes)
+    assert (
+        f"picks config {pick} (i={pick}): ground truth ranks it #3, {expected_pct:+.1f}% vs the best"
+        in " ".join(result.notes)
+    )
     assert result.tuner_pick["config_id"] == pick
     if fail_feed_back:
-        assert result.errors == ["feeding the ranking back to Triton's autotuner failed: "
-                                 "RuntimeError: cache directory is read-only"]
+        assert result.errors == [
+            "feeding the ranking back to Triton's autotuner failed: "
+            "RuntimeError: cache directory is read-only"
+        ]
     else:
         assert result.errors == []
         # The note says which condition's winner was stored (the one truth here: ncu's).
-        assert ("handed to Triton's autotuner for deploy condition ncu (cold L2 (caches flushed), clocks locked to "
-                "base, in a CUDA graph): stored") in result.notes
+        assert (
+            "handed to Triton's autotuner for deploy condition ncu (cold L2 (caches flushed), clocks locked to "
+            "base, in a CUDA graph): stored"
+        ) in result.notes
 
 
 PICK_TARGET = """
@@ -227,16 +247,22 @@ def test_the_tuners_own_pick_runs_in_a_child_process(tmp_path, monkeypatch, kind
     settings = TuneSettings(backend="ncu", timeout_s=1.5)
     if kind == "ok":
         pick = tuner_pick_in_child(f"{target}:space", settings, 2)
-        assert pick == {"tuner": "t", "timer": "own", "config_id": 1, "config": {"i": 1},
-                        "timings_ms": {"0": 2.0, "1": 1.0}}
+        assert pick == {
+            "tuner": "t",
+            "timer": "own",
+            "config_id": 1,
+            "config": {"i": 1},
+            "timings_ms": {"0": 2.0, "1": 1.0},
+        }
         return
     with pytest.raises(NsprofError) as info:
         tuner_pick_in_child(f"{target}:space", settings, 2)
     if kind == "hang":
         assert str(info.value) == "it ran past 3 s (--timeout times the number of configs)"
     else:
-        assert str(info.value) == ("its process exited with status 1: CUDA error: an illegal memory access "
-                                   "was encountered")
+        assert str(info.value) == (
+            "its process exited with status 1: CUDA error: an illegal memory access was encountered"
+        )
 
 
 FEED_TARGET = """
@@ -265,7 +291,9 @@ def test_the_feed_back_runs_in_a_fresh_child_process(tmp_path):
 
     target = tmp_path / "feed_target.py"
     target.write_text(FEED_TARGET)
-    stored = tuner_in_child(f"{target}:space", "feed_back", [{0: 0.003, 2: 0.001}], TuneSettings(backend="ncu"), 3)
+    stored = tuner_in_child(
+        f"{target}:space", "feed_back", [{0: 0.003, 2: 0.001}], TuneSettings(backend="ncu"), 3
+    )
     assert json.loads(stored) == {"best": 2, "keys": [0, 2], "types": ["int"]}
 
 
@@ -300,9 +328,11 @@ def test_a_space_with_tuner_callables_in_meta_is_refused_in_one_line(tmp_path):
     from nsprof.space import load_target
 
     target = tmp_path / "meta_target.py"
-    target.write_text("from nsprof.space import Space\n"
-                      "space = Space(name='m', configs=[{'i': 0}], build=lambda c: (lambda: None), device='cpu',\n"
-                      "              meta={'feed_back': lambda latencies_ms: 'stored'})\n")
+    target.write_text(
+        "from nsprof.space import Space\n"
+        "space = Space(name='m', configs=[{'i': 0}], build=lambda c: (lambda: None), device='cpu',\n"
+        "              meta={'feed_back': lambda latencies_ms: 'stored'})\n"
+    )
     with pytest.raises(TargetError) as info:
         load_target(f"{target}:space")
     assert "\n" not in str(info.value)

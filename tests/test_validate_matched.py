@@ -104,16 +104,44 @@ def test_validate_matched_measures_ncu_like_truths_under_each_timers_conditions(
     from nsprof.cli import cli
 
     saved = tmp_path / "validate.json"
-    result = CliRunner().invoke(cli, [
-        "validate", target, "--timers", "cupti", "--no-external", "--truth", "cond", "--matched", "--mode", "direct",
-        "--reps", "2", "--timer-reps", "3", "--timeout", "30", "--work-dir", str(tmp_path / "work"),
-        "--save", str(saved)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "validate",
+            target,
+            "--timers",
+            "cupti",
+            "--no-external",
+            "--truth",
+            "cond",
+            "--matched",
+            "--mode",
+            "direct",
+            "--reps",
+            "2",
+            "--timer-reps",
+            "3",
+            "--timeout",
+            "30",
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--save",
+            str(saved),
+        ],
+    )
     assert result.exit_code == 0, result.output
     # the unmatched truth and both matched conditions, each run twice (its floor)
-    assert sorted(ConditionDriver.sessions) == sorted([("base", "all")] * 2 + [("none", "all")] * 2
-                                                      + [("none", "none")] * 2)
-    for folder in ("cond_a", "cond_b", "cond-free-cold_a", "cond-free-cold_b", "cond-free-warm_a",
-                   "cond-free-warm_b"):
+    assert sorted(ConditionDriver.sessions) == sorted(
+        [("base", "all")] * 2 + [("none", "all")] * 2 + [("none", "none")] * 2
+    )
+    for folder in (
+        "cond_a",
+        "cond_b",
+        "cond-free-cold_a",
+        "cond-free-cold_b",
+        "cond-free-warm_a",
+        "cond-free-warm_b",
+    ):
         assert (tmp_path / "work" / folder).is_dir()
 
     warm = [ns["none-none"] for ns in NS]
@@ -133,16 +161,22 @@ def test_validate_matched_measures_ncu_like_truths_under_each_timers_conditions(
         assert row["unmatched_at_floor"] is False
     assert "--clock-control none --cache-control none" in document["conditions"]["cond@free-warm:direct"]
     assert "--clock-control base --cache-control all" in document["conditions"]["cond:direct"]
-    assert "L2 warm" in document["conditions"]["cupti"] and "L2 flushed" in document["conditions"]["cupti_cold"]
+    assert (
+        "L2 warm" in document["conditions"]["cupti"] and "L2 flushed" in document["conditions"]["cupti_cold"]
+    )
     stability = {r["truth"]: r["winners"] for r in document["noise_floor"]}
-    assert stability == {"cond:direct": "same", "cond@free-cold:direct": "same", "cond@free-warm:direct": "same"}
+    assert stability == {
+        "cond:direct": "same",
+        "cond@free-cold:direct": "same",
+        "cond@free-warm:direct": "same",
+    }
 
     # the table: each timer's matched τ beside that truth's floor, and the unmatched one beside its own
     lines = result.output.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("matched conditions:"))
     header = lines[start + 1].split()
     assert header[:4] == ["timer", "L2", "mode", "matched"]
-    cells = {line.split()[0]: line.split() for line in lines[start + 3:start + 5]}
+    cells = {line.split()[0]: line.split() for line in lines[start + 3 : start + 5]}
     assert cells["cupti"][1:7] == ["warm", "direct", "cond@free-warm:direct", "1.000", "1.000", "yes"]
     assert cells["cupti"][7:] == ["cond:direct", f"{tau(warm, base):.3f}", "1.000", "no"]
     assert cells["cupti_cold"][1:7] == ["cold", "direct", "cond@free-cold:direct", "1.000", "1.000", "yes"]
@@ -151,12 +185,15 @@ def test_validate_matched_measures_ncu_like_truths_under_each_timers_conditions(
     assert "how each was taken:" in result.output and "same winner: config 2" in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--truth", "nsys@free-warm"], "nsys does not control clocks or caches"),
-    (["--truth", "nsys", "--matched"], "--matched needs a truth that controls clocks and caches"),
-    (["--truth", "ncu@fast-cold"], "CLOCK-L2"),
-    (["--truth", "perf@free-warm"], "choose from"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--truth", "nsys@free-warm"], "nsys does not control clocks or caches"),
+        (["--truth", "nsys", "--matched"], "--matched needs a truth that controls clocks and caches"),
+        (["--truth", "ncu@fast-cold"], "CLOCK-L2"),
+        (["--truth", "perf@free-warm"], "choose from"),
+    ],
+)
 def test_a_condition_a_truth_cannot_take_is_one_line(args, message, tmp_path):
     from nsprof.cli import cli
 

@@ -42,7 +42,9 @@ def tau_b(pairs):
                 concordant += 1
             else:
                 discordant += 1
-    return (concordant - discordant) / ((concordant + discordant + ties_x) * (concordant + discordant + ties_y)) ** 0.5
+    return (concordant - discordant) / (
+        (concordant + discordant + ties_x) * (concordant + discordant + ties_y)
+    ) ** 0.5
 
 
 def test_recorded_agreement_recomputes(record):
@@ -67,8 +69,11 @@ def test_recorded_agreement_recomputes(record):
 
 def test_tables_render_from_the_record(record):
     per_config = pd.DataFrame(record["per_config"])
-    table = agreement(per_config, sorted({r["timer"] for r in record["agreement"]}),
-                            ["ncu:direct", "ncu:graph", "nsys:direct", "nsys:graph"])
+    table = agreement(
+        per_config,
+        sorted({r["timer"] for r in record["agreement"]}),
+        ["ncu:direct", "ncu:graph", "nsys:direct", "nsys:graph"],
+    )
     text = format_agreement(table)
     assert text.count("\n") >= 44 + 1
     assert "cupti" in text and "nsys:graph" in text

@@ -57,7 +57,10 @@ def test_same_winner_direct_against_graph_of_one_ncu_run():
     rows = pd.DataFrame(truth_rows(recorded("profile_ncu.csv"), Truth("ncu")))
     floors = winner_stability(mode_floor(rows, ["ncu:direct", "ncu:graph"]), rows)
     direct = floors.set_index("truth").loc["ncu:direct"]
-    want_direct, want_graph = expected_pick("profile_ncu.csv", "direct"), expected_pick("profile_ncu.csv", "graph")
+    want_direct, want_graph = (
+        expected_pick("profile_ncu.csv", "direct"),
+        expected_pick("profile_ncu.csv", "graph"),
+    )
     assert want_direct[0] == want_graph[0]  # the case this test is about: one winner in both modes
     assert (direct["winner"], direct["tie_set"]) == want_direct
     assert (direct["winner_against"], direct["tie_set_against"]) == want_graph
@@ -71,9 +74,15 @@ def test_tied_winners_each_inside_the_other_runs_tie_set():
     again = pd.DataFrame(truth_rows(recorded("profile_nsys.csv", reps=[0, 1, 3], modes=("graph",)), truth))
     floors = winner_stability(noise_floor(first, again), first, again)
     row = floors.iloc[0]
-    want_a, want_b = expected_pick("profile_nsys.csv", "graph"), expected_pick("profile_nsys.csv", "graph", [0, 1, 3])
+    want_a, want_b = (
+        expected_pick("profile_nsys.csv", "graph"),
+        expected_pick("profile_nsys.csv", "graph", [0, 1, 3]),
+    )
     assert want_a[0] != want_b[0] and want_b[0] in want_a[1] and want_a[0] in want_b[1]  # a tie, both ways
-    assert (row["winner"], row["tie_set"], row["winner_against"], row["tie_set_against"]) == (*want_a, *want_b)
+    assert (row["winner"], row["tie_set"], row["winner_against"], row["tie_set_against"]) == (
+        *want_a,
+        *want_b,
+    )
     assert row["truth"] == "nsys:graph" and row["winners"] == "tied"
     text = format_floors(floors)
     assert f"tied: config {want_a[0]} vs {want_b[0]} in the repeat" in text
@@ -95,10 +104,15 @@ def test_different_winners_one_outside_the_other_runs_tie_set():
     first = pd.DataFrame(truth_rows(recorded("profile_nsys.csv", reps=[0, 1, 3], modes=("graph",)), truth))
     again = pd.DataFrame(truth_rows(recorded("profile_nsys.csv", reps=[2, 4], modes=("graph",)), truth))
     row = winner_stability(noise_floor(first, again), first, again).iloc[0]
-    want_a, want_b = expected_pick("profile_nsys.csv", "graph", [0, 1, 3]), expected_pick("profile_nsys.csv", "graph",
-                                                                                          [2, 4])
+    want_a, want_b = (
+        expected_pick("profile_nsys.csv", "graph", [0, 1, 3]),
+        expected_pick("profile_nsys.csv", "graph", [2, 4]),
+    )
     assert want_a[0] != want_b[0] and want_a[0] not in want_b[1]  # the case: not a tie both ways
-    assert (row["winner"], row["tie_set"], row["winner_against"], row["tie_set_against"]) == (*want_a, *want_b)
+    assert (row["winner"], row["tie_set"], row["winner_against"], row["tie_set_against"]) == (
+        *want_a,
+        *want_b,
+    )
     assert row["winners"] == "different"
     text = format_floors(winner_stability(noise_floor(first, again), first, again))
     assert f"{want_a[0]} outside the repeat's tie set {{{', '.join(map(str, want_b[1]))}}}" in text
@@ -109,8 +123,12 @@ def test_one_rep_per_config_has_no_tie_set_to_test():
     first = pd.DataFrame(truth_rows(recorded("profile_nsys.csv", reps=[0], modes=("graph",)), truth))
     again = pd.DataFrame(truth_rows(recorded("profile_nsys.csv", reps=[3], modes=("graph",)), truth))
     row = winner_stability(noise_floor(first, again), first, again).iloc[0]
-    expected = {"same" if expected_pick("profile_nsys.csv", "graph", [0])[0]
-                == expected_pick("profile_nsys.csv", "graph", [3])[0] else "untested"}
+    expected = {
+        "same"
+        if expected_pick("profile_nsys.csv", "graph", [0])[0]
+        == expected_pick("profile_nsys.csv", "graph", [3])[0]
+        else "untested"
+    }
     assert row["tie_set"] is None and row["tie_set_against"] is None
     assert {row["winners"]} == expected
 
@@ -123,21 +141,35 @@ def test_the_validate_page_shows_winner_stability():
     floors = winner_stability(mode_floor(rows, ["ncu:direct", "ncu:graph"]), rows)
     per_config = pd.concat([rows, rows[rows["method"] == "ncu:direct"].assign(method="cupti")])
     table = agreement(per_config, ["cupti"], ["ncu:direct", "ncu:graph"])
-    page = validate_page(ValidateResult(per_config=per_config, agreement=table, floors=floors, verdict="v",
-                                        timers=["cupti"], truths=["ncu:direct", "ncu:graph"], configs=None,
-                                        conditions={"ncu:direct": "ncu --clock-control base"}))
-    floor_html = page[page.index('id="noise-floor"'):]
-    floor_html = floor_html[:floor_html.index("</table>")]
+    page = validate_page(
+        ValidateResult(
+            per_config=per_config,
+            agreement=table,
+            floors=floors,
+            verdict="v",
+            timers=["cupti"],
+            truths=["ncu:direct", "ncu:graph"],
+            configs=None,
+            conditions={"ncu:direct": "ncu --clock-control base"},
+        )
+    )
+    floor_html = page[page.index('id="noise-floor"') :]
+    floor_html = floor_html[: floor_html.index("</table>")]
     assert "<th>winners</th>" in floor_html
     assert f"same winner: config {expected_pick('profile_ncu.csv', 'direct')[0]}" in floor_html
     assert 'id="conditions"' in page and "ncu --clock-control base" in page
 
 
-@pytest.mark.parametrize("spec, name, clock, cache", [
-    ("ncu", "ncu", "base", "all"), ("ncu@base-cold", "ncu", "base", "all"), ("ncu@free-warm", "ncu@free-warm", "none",
-                                                                           "none"),
-    ("ncu@free-cold", "ncu@free-cold", "none", "all"), ("ncu@base-warm", "ncu@base-warm", "base", "none"),
-])
+@pytest.mark.parametrize(
+    "spec, name, clock, cache",
+    [
+        ("ncu", "ncu", "base", "all"),
+        ("ncu@base-cold", "ncu", "base", "all"),
+        ("ncu@free-warm", "ncu@free-warm", "none", "none"),
+        ("ncu@free-cold", "ncu@free-cold", "none", "all"),
+        ("ncu@base-warm", "ncu@base-warm", "base", "none"),
+    ],
+)
 def test_truth_conditions_parse(spec, name, clock, cache):
     truth = Truth.parse(spec)
     assert (truth.name, truth.clock_control, truth.cache_control) == (name, clock, cache)

@@ -114,8 +114,14 @@ def session_configs(decision, reps: dict[int, int], max_reps: int) -> list[int]:
     return [c for c in contenders(decision) if reps.get(c, 0) < max_reps]
 
 
-def plan_session(configs: list[int], reps: dict[int, int], next_rep: dict[int, int], max_reps: int,
-                 budget_left_s: float, cost: Cost) -> Plan | None:
+def plan_session(
+    configs: list[int],
+    reps: dict[int, int],
+    next_rep: dict[int, int],
+    max_reps: int,
+    budget_left_s: float,
+    cost: Cost,
+) -> Plan | None:
     """The next session over `configs` (session_configs: each below max_reps), or None where the budget left cannot pay a start-up and
     one round. reps: each config's rep count so far; next_rep: the first free rep number of each
     (reps continue after the ones they have, so range names stay unique per config)."""
@@ -134,8 +140,12 @@ def plan_session(configs: list[int], reps: dict[int, int], next_rep: dict[int, i
     if affordable < 1:
         return None
     rounds = min(rounds, affordable)
-    return Plan(tuple(configs), rounds, {c: int(next_rep.get(c, reps.get(c, 0))) for c in configs},
-                cost.startup_s + rounds * round_s)
+    return Plan(
+        tuple(configs),
+        rounds,
+        {c: int(next_rep.get(c, reps.get(c, 0))) for c in configs},
+        cost.startup_s + rounds * round_s,
+    )
 
 
 @dataclass
@@ -154,22 +164,36 @@ class AdaptiveSummary:
     note: str = ""  # why a session was not started or what failed, in words
 
     def describe(self) -> str:
-        words = {SEPARATED: "the best is separated", MAX_REPS: f"every contender reached --max-reps {self.max_reps}",
-                 BUDGET: f"the budget (--budget-s {self.budget_s:g}) cannot pay another session",
-                 OFF: "off (--budget-s 0)", UNTESTED: "no interval to separate (fewer than 2 reps)",
-                 FAST_TIMER: "not done for a fast timer (one number per config)",
-                 FAILED: "an adaptive session failed"}[self.stopped]
+        words = {
+            SEPARATED: "the best is separated",
+            MAX_REPS: f"every contender reached --max-reps {self.max_reps}",
+            BUDGET: f"the budget (--budget-s {self.budget_s:g}) cannot pay another session",
+            OFF: "off (--budget-s 0)",
+            UNTESTED: "no interval to separate (fewer than 2 reps)",
+            FAST_TIMER: "not done for a fast timer (one number per config)",
+            FAILED: "an adaptive session failed",
+        }[self.stopped]
         if self.stopped in (OFF, FAST_TIMER, UNTESTED):
             return f"adaptive reps: {words}"
         if self.sessions == 0 and self.stopped == SEPARATED:
             return "adaptive reps: none needed (the first pass separated the best)"
-        done = (f"{self.reps} reps in {self.sessions} interleaved session{'s' * (self.sessions != 1)} "
-                f"({self.wall_s:.1f} s)")
+        done = (
+            f"{self.reps} reps in {self.sessions} interleaved session{'s' * (self.sessions != 1)} "
+            f"({self.wall_s:.1f} s)"
+        )
         line = f"adaptive reps: {done}; stopped: {words}"
         return line + (f"; {self.note}" if self.note else "")
 
     def as_json(self) -> dict:
-        return {"stopped": self.stopped, "sessions": self.sessions, "reps": self.reps, "wall_s": self.wall_s,
-                "max_reps": self.max_reps, "budget_s": self.budget_s, "history": self.history,
-                "reps_per_config": {str(k): v for k, v in self.reps_per_config.items()}, "note": self.note,
-                "words": self.describe()}
+        return {
+            "stopped": self.stopped,
+            "sessions": self.sessions,
+            "reps": self.reps,
+            "wall_s": self.wall_s,
+            "max_reps": self.max_reps,
+            "budget_s": self.budget_s,
+            "history": self.history,
+            "reps_per_config": {str(k): v for k, v in self.reps_per_config.items()},
+            "note": self.note,
+            "words": self.describe(),
+        }

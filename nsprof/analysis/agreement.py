@@ -27,14 +27,35 @@ if TYPE_CHECKING:
     import pandas as pd
 
 AGREEMENT_COLUMNS = [
-    "timer", "truth", "n", "bias", "kendall_tau", "spearman_rho", "same_best", "timer_pick",
-    "truth_best", "regret", "top_k_hit",
+    "timer",
+    "truth",
+    "n",
+    "bias",
+    "kendall_tau",
+    "spearman_rho",
+    "same_best",
+    "timer_pick",
+    "truth_best",
+    "regret",
+    "top_k_hit",
 ]
 FLOOR_COLUMNS = ["truth", "against", "n", "kendall_tau", "median_rel_change", "max_rel_change"]
 # winner_stability's columns, added beside a floor's
 STABILITY_COLUMNS = ["winner", "winner_against", "tie_set", "tie_set_against", "winners"]
-MATCHED_COLUMNS = ["timer", "l2", "mode", "matched_truth", "matched_tau", "matched_floor", "matched_at_floor",
-                   "matched_regret", "unmatched_truth", "unmatched_tau", "unmatched_floor", "unmatched_at_floor"]
+MATCHED_COLUMNS = [
+    "timer",
+    "l2",
+    "mode",
+    "matched_truth",
+    "matched_tau",
+    "matched_floor",
+    "matched_at_floor",
+    "matched_regret",
+    "unmatched_truth",
+    "unmatched_tau",
+    "unmatched_floor",
+    "unmatched_at_floor",
+]
 # A timer whose τ is this close to the truth's own repeatability τ cannot be told apart from
 # re-running the truth: the remaining disagreement is the truth's noise, not the timer's fault.
 FLOOR_MARGIN = 0.03
@@ -45,6 +66,7 @@ WEAK_TAU = 0.5
 
 
 # --------------------------------------------------------------------------- agreement
+
 
 def wide(per_config: pd.DataFrame, methods: Sequence[str] | None = None) -> pd.DataFrame:
     """configs × methods of `value_ns` (duplicates pooled by median); `methods` fixes the columns."""
@@ -71,9 +93,15 @@ def _pair_stats(timer: np.ndarray, truth: np.ndarray, ids: np.ndarray, k: int) -
     both = np.isfinite(timer) & np.isfinite(truth)
     t, g, cid = timer[both], truth[both], ids[both]
     out: dict[str, Any] = {
-        "n": int(both.sum()), "bias": float("nan"), "kendall_tau": float("nan"),
-        "spearman_rho": float("nan"), "same_best": None, "timer_pick": None, "truth_best": None,
-        "regret": float("nan"), "top_k_hit": None,
+        "n": int(both.sum()),
+        "bias": float("nan"),
+        "kendall_tau": float("nan"),
+        "spearman_rho": float("nan"),
+        "same_best": None,
+        "timer_pick": None,
+        "truth_best": None,
+        "regret": float("nan"),
+        "top_k_hit": None,
     }
     if out["n"] == 0:
         return out
@@ -98,7 +126,9 @@ def _pair_stats(timer: np.ndarray, truth: np.ndarray, ids: np.ndarray, k: int) -
     return out
 
 
-def agreement(per_config: pd.DataFrame, timers: Sequence[str], truths: Sequence[str], k: int = 3) -> pd.DataFrame:
+def agreement(
+    per_config: pd.DataFrame, timers: Sequence[str], truths: Sequence[str], k: int = 3
+) -> pd.DataFrame:
     """One row per truth × timer (truths outer, so each truth's timers sit together).
 
     Columns: timer, truth, n (configs both measured), bias (median of timer/truth), kendall_tau,
@@ -133,6 +163,7 @@ def agreement(per_config: pd.DataFrame, timers: Sequence[str], truths: Sequence[
 
 # --------------------------------------------------------------------------- noise floor
 
+
 def _floor_row(truth: str, against: str, a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
     import numpy as np
 
@@ -142,7 +173,10 @@ def _floor_row(truth: str, against: str, a: np.ndarray, b: np.ndarray) -> dict[s
         rel = np.abs(b / a - 1.0)
     rel = rel[np.isfinite(rel)]
     return {
-        "truth": truth, "against": against, "n": int(both.sum()), "kendall_tau": kendall_tau_b(a, b),
+        "truth": truth,
+        "against": against,
+        "n": int(both.sum()),
+        "kendall_tau": kendall_tau_b(a, b),
         "median_rel_change": float(np.median(rel)) if rel.size else float("nan"),
         "max_rel_change": float(np.max(rel)) if rel.size else float("nan"),
     }
@@ -156,7 +190,9 @@ def _floor_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return df
 
 
-def noise_floor(run_a: pd.DataFrame, run_b: pd.DataFrame, truths: Sequence[str] | None = None) -> pd.DataFrame:
+def noise_floor(
+    run_a: pd.DataFrame, run_b: pd.DataFrame, truths: Sequence[str] | None = None
+) -> pd.DataFrame:
     """The truth's repeatability: per method found in both runs, τ between the runs and how far
     per-config values moved (|b/a − 1|: median and max over configs both runs measured).
 
@@ -187,7 +223,9 @@ def mode_floor(per_config: pd.DataFrame, truths: Sequence[str]) -> pd.DataFrame:
         for other in truths:
             other_tool, _, other_mode = other.partition(":")
             if other != truth and other_tool == tool and other_mode != mode:
-                rows.append(_floor_row(truth, other, table[truth].to_numpy(float), table[other].to_numpy(float)))
+                rows.append(
+                    _floor_row(truth, other, table[truth].to_numpy(float), table[other].to_numpy(float))
+                )
                 break
     return _floor_frame(rows)
 
@@ -200,7 +238,9 @@ def _runs_rows(frame: pd.DataFrame, method: str, configs) -> pd.DataFrame:
     return out
 
 
-def winner_stability(floors: pd.DataFrame, first: pd.DataFrame, repeat: pd.DataFrame | None = None) -> pd.DataFrame:
+def winner_stability(
+    floors: pd.DataFrame, first: pd.DataFrame, repeat: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """`floors` with, beside each floor, whether its two sides picked the same winner.
 
     A floor row compares a truth's run (`first`, method = truth) with its repeat (`repeat`,
@@ -242,8 +282,11 @@ def _measured(frame: pd.DataFrame, method: str) -> set:
     return set(rows.loc[np.isfinite(values), "config_id"])
 
 
-def matched_agreement(agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float] | None,
-                      pairs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+def matched_agreement(
+    agreement_df: pd.DataFrame,
+    floors: pd.DataFrame | Mapping[str, float] | None,
+    pairs: Sequence[Mapping[str, Any]],
+) -> pd.DataFrame:
     """Each timer against the truth measured under its own conditions, beside that truth's floor,
     and against the unmatched truth beside its floor.
 
@@ -271,10 +314,22 @@ def matched_agreement(agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping
         timer = str(p["timer"])
         m_tau, m_floor, m_at, m_regret = side(p.get("matched_truth"))
         u_tau, u_floor, u_at, _ = side(p.get("unmatched_truth"))
-        rows.append({"timer": timer, "l2": p.get("l2"), "mode": p.get("mode"), "matched_truth": p.get("matched_truth"),
-                     "matched_tau": m_tau, "matched_floor": m_floor, "matched_at_floor": m_at,
-                     "matched_regret": m_regret, "unmatched_truth": p.get("unmatched_truth"), "unmatched_tau": u_tau,
-                     "unmatched_floor": u_floor, "unmatched_at_floor": u_at})
+        rows.append(
+            {
+                "timer": timer,
+                "l2": p.get("l2"),
+                "mode": p.get("mode"),
+                "matched_truth": p.get("matched_truth"),
+                "matched_tau": m_tau,
+                "matched_floor": m_floor,
+                "matched_at_floor": m_at,
+                "matched_regret": m_regret,
+                "unmatched_truth": p.get("unmatched_truth"),
+                "unmatched_tau": u_tau,
+                "unmatched_floor": u_floor,
+                "unmatched_at_floor": u_at,
+            }
+        )
     return pd.DataFrame(rows, columns=MATCHED_COLUMNS)
 
 
@@ -304,6 +359,7 @@ def floor_against(floors: pd.DataFrame | Mapping[str, float] | None) -> dict[str
 
 
 # --------------------------------------------------------------------------- recommendation
+
 
 def _candidates(rows: pd.DataFrame, floor: float | None) -> pd.DataFrame:
     """The timers whose τ cannot be separated from the best one's."""
@@ -366,7 +422,9 @@ class Verdict:
         return self.kendall_tau >= WEAK_TAU
 
 
-def verdicts(agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float] | None = None) -> list[Verdict]:
+def verdicts(
+    agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float] | None = None
+) -> list[Verdict]:
     """One Verdict per truth, in the order truths first appear in the agreement table."""
     fmap = floor_map(floors)
     against = floor_against(floors)
@@ -380,9 +438,24 @@ def verdicts(agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, flo
         rows = agreement_df[agreement_df["truth"] == truth]
         rec = rows[rows["timer"] == picks[truth]].iloc[0]
         floor = fmap.get(truth)
-        near = () if floor is None else tuple(
-            str(r.timer) for r in rows.itertuples()
-            if not is_missing(r.kendall_tau) and r.kendall_tau >= floor - FLOOR_MARGIN)
-        out.append(Verdict(truth, str(rec["timer"]), float(rec["kendall_tau"]), float(rec["regret"]), floor,
-                           against.get(truth, "repeat"), near))
+        near = (
+            ()
+            if floor is None
+            else tuple(
+                str(r.timer)
+                for r in rows.itertuples()
+                if not is_missing(r.kendall_tau) and r.kendall_tau >= floor - FLOOR_MARGIN
+            )
+        )
+        out.append(
+            Verdict(
+                truth,
+                str(rec["timer"]),
+                float(rec["kendall_tau"]),
+                float(rec["regret"]),
+                floor,
+                against.get(truth, "repeat"),
+                near,
+            )
+        )
     return out

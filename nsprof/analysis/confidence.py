@@ -155,7 +155,9 @@ class Pick:
 def pick(rows) -> Pick:
     """The Pick over `rows` (columns config_id, value_ns, ci_low_ns, ci_high_ns; NaN values skipped)."""
     measured = []
-    for cid, value, low, high in zip(rows["config_id"], rows["value_ns"], rows["ci_low_ns"], rows["ci_high_ns"]):
+    for cid, value, low, high in zip(
+        rows["config_id"], rows["value_ns"], rows["ci_low_ns"], rows["ci_high_ns"]
+    ):
         value = float(value)
         if value == value:
             measured.append((value, int(cid), float(low), float(high)))

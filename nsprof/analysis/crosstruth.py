@@ -28,18 +28,36 @@ from dataclasses import dataclass, field
 from nsprof.analysis.confidence import decide
 from nsprof.settings import split_truth, truth_name
 
-__all__ = ["Explanation", "Pair", "Probe", "cause", "compare", "condition_words", "contenders", "differing",
-           "erratic", "relative", "split_truth", "truth_name", "verdict", "winner"]
+__all__ = [
+    "Explanation",
+    "Pair",
+    "Probe",
+    "cause",
+    "compare",
+    "condition_words",
+    "contenders",
+    "differing",
+    "erratic",
+    "relative",
+    "split_truth",
+    "truth_name",
+    "verdict",
+    "winner",
+]
 
 AGREE, TIED, DISAGREE, UNKNOWN, UNTESTED = "agree", "tied", "disagree", "unknown", "untested"
 # The conditions a truth's rows are labelled with.
 CONDITIONS = ("cache_control", "clock_control")
+
+
 def condition_words(labels: dict[str, str], mode: str | None = None) -> str:
     """The conditions of `labels` in words: "cold L2, clocks locked to base, CUDA-graph kernel nodes"."""
-    cache = {"all": "cold L2 (caches flushed)", "none": "warm L2"}.get(labels.get("cache_control", ""),
-                                                                     "L2 state unknown")
-    clock = {"base": "clocks locked to base", "none": "the card's own clocks"}.get(labels.get("clock_control", ""),
-                                                                                 "clocks unknown")
+    cache = {"all": "cold L2 (caches flushed)", "none": "warm L2"}.get(
+        labels.get("cache_control", ""), "L2 state unknown"
+    )
+    clock = {"base": "clocks locked to base", "none": "the card's own clocks"}.get(
+        labels.get("clock_control", ""), "clocks unknown"
+    )
     words = [cache, clock]
     if mode == "graph":
         words.append("in a CUDA graph")
@@ -54,8 +72,9 @@ def winner(table, stat: str = "median") -> tuple[int | None, list[int]]:
     decision = decide(table, stat)
     if decision.kind == "untested":
         return decision.config_id, []
-    return decision.config_id, list(decision.members) or ([] if decision.config_id is None else
-                                                          [decision.config_id])
+    return decision.config_id, list(decision.members) or (
+        [] if decision.config_id is None else [decision.config_id]
+    )
 
 
 def verdict(winner_a: int | None, ties_a: list[int], winner_b: int | None, ties_b: list[int]) -> str:
@@ -104,8 +123,17 @@ def compare(a: str, table_a, b: str, table_b, stat: str = "median") -> Pair:
     """Truth `a`'s ranking against truth `b`'s."""
     winner_a, ties_a = winner(table_a, stat)
     winner_b, ties_b = winner(table_b, stat)
-    return Pair(a, b, winner_a, winner_b, ties_a, ties_b, verdict(winner_a, ties_a, winner_b, ties_b),
-                relative(table_b, winner_a, winner_b), relative(table_a, winner_b, winner_a))
+    return Pair(
+        a,
+        b,
+        winner_a,
+        winner_b,
+        ties_a,
+        ties_b,
+        verdict(winner_a, ties_a, winner_b, ties_b),
+        relative(table_b, winner_a, winner_b),
+        relative(table_a, winner_b, winner_a),
+    )
 
 
 def differing(labels_a: dict[str, str], labels_b: dict[str, str]) -> list[str]:

@@ -15,8 +15,24 @@ NO_RANGE = "(no range)"
 MIN_TAU_RANGES = 4
 # `group` is `range` under its old name, kept for one release (nsprof 0.x readers of summarize())
 SUMMARY_COLUMNS = [
-    "source", "range", "kernel", "kernel_full", "count", "median_ns", "min_ns", "max_ns", "mean_ns", "std_ns",
-    "cv", "total_ns", "time_pct", "median_cycles", "median_clock_hz", "clock_control", "cache_control", "group",
+    "source",
+    "range",
+    "kernel",
+    "kernel_full",
+    "count",
+    "median_ns",
+    "min_ns",
+    "max_ns",
+    "mean_ns",
+    "std_ns",
+    "cv",
+    "total_ns",
+    "time_pct",
+    "median_cycles",
+    "median_clock_hz",
+    "clock_control",
+    "cache_control",
+    "group",
 ]
 SORTS = ("range", "median", "total", "count", "name")
 
@@ -30,8 +46,12 @@ def _lists(frame, columns) -> dict[str, list]:
     """Columns of `frame` as lists of Python values, None for pd.NA; None for a column it lacks."""
     import pandas as pd
 
-    return {column: [None if value is pd.NA else value for value in frame[column].tolist()] if column in frame
-            else None for column in columns}
+    return {
+        column: [None if value is pd.NA else value for value in frame[column].tolist()]
+        if column in frame
+        else None
+        for column in columns
+    }
 
 
 def _divide(a: float, b: float) -> float:
@@ -77,8 +97,11 @@ def kernel_key(frame):
 def natural_key(text) -> tuple:
     """A sort key putting cfg2 before cfg10: digit runs compare as numbers (by length without
     leading zeros, then digit by digit: no int(), which refuses a run of 4,300 digits)."""
-    return tuple((0, len(part.lstrip("0")), part.lstrip("0")) if part.isascii() and part.isdigit() else (1, 0, part)
-                 for part in re.split(r"([0-9]+)", str(text)) if part)
+    return tuple(
+        (0, len(part.lstrip("0")), part.lstrip("0")) if part.isascii() and part.isdigit() else (1, 0, part)
+        for part in re.split(r"([0-9]+)", str(text))
+        if part
+    )
 
 
 def range_key(name) -> tuple:
@@ -129,7 +152,7 @@ def _pairwise_sum(values: list[float], start: int, end: int) -> float:
             total += values[i]
         return total
     if n <= 128:
-        r = values[start:start + 8]
+        r = values[start : start + 8]
         i = start + 8
         stop = end - n % 8
         while i < stop:
@@ -174,12 +197,30 @@ def summarize(frame):
 
     # Grouped in plain Python (a report has few rows; pandas' groupby costs more per call than
     # the rows do), with pandas' arithmetic: sample_std, median, group_sums.
-    cells = _lists(frame, ("source", "config_id", "mode", "range", "shape", "kernel", "kernel_full", "duration_ns",
-                           "cycles", "clock_hz", "clock_control", "cache_control"))
+    cells = _lists(
+        frame,
+        (
+            "source",
+            "config_id",
+            "mode",
+            "range",
+            "shape",
+            "kernel",
+            "kernel_full",
+            "duration_ns",
+            "cycles",
+            "clock_hz",
+            "clock_control",
+            "cache_control",
+        ),
+    )
     group = _group_labels(cells["config_id"], cells["mode"], cells["range"], cells["shape"])
     kernel = ["?" if _missing(k) else k for k in cells["kernel"]]
-    full = kernel if cells["kernel_full"] is None else [
-        k if _missing(f) else f for f, k in zip(cells["kernel_full"], kernel)]
+    full = (
+        kernel
+        if cells["kernel_full"] is None
+        else [k if _missing(f) else f for f, k in zip(cells["kernel_full"], kernel)]
+    )
     rows: dict[tuple, list[int]] = {}
     codes = []  # each row's group, numbered in order of first appearance (as groupby(sort=False) numbers them)
     for i, key in enumerate(zip(cells["source"], group, full)):
@@ -205,27 +246,51 @@ def summarize(frame):
         count = len(durations)
         std = sample_std(durations)
         for column, value in (
-                ("source", source), ("range", label), ("kernel", kernel[members[0]]),
-                ("kernel_full", kernel_full), ("count", count), ("median_ns", median(durations)),
-                ("min_ns", min(durations, default=float("nan"))), ("max_ns", max(durations, default=float("nan"))),
-                ("mean_ns", means[position]), ("std_ns", std), ("cv", _divide(std, means[position])),
-                ("total_ns", sums[position] if count else float("nan")),
-                ("median_cycles", median(present("cycles", members))),
-                ("median_clock_hz", median(present("clock_hz", members))),
-                ("clock_control", first("clock_control", members)),
-                ("cache_control", first("cache_control", members)), ("group", label)):
+            ("source", source),
+            ("range", label),
+            ("kernel", kernel[members[0]]),
+            ("kernel_full", kernel_full),
+            ("count", count),
+            ("median_ns", median(durations)),
+            ("min_ns", min(durations, default=float("nan"))),
+            ("max_ns", max(durations, default=float("nan"))),
+            ("mean_ns", means[position]),
+            ("std_ns", std),
+            ("cv", _divide(std, means[position])),
+            ("total_ns", sums[position] if count else float("nan")),
+            ("median_cycles", median(present("cycles", members))),
+            ("median_clock_hz", median(present("clock_hz", members))),
+            ("clock_control", first("clock_control", members)),
+            ("cache_control", first("cache_control", members)),
+            ("group", label),
+        ):
             stats[column].append(value)
     sources = {source: None for source in stats["source"]}
     source_codes = [list(sources).index(source) for source in stats["source"]]
     source_sums = group_sums(stats["total_ns"], source_codes, len(sources))[0]
-    stats["time_pct"] = [_divide(100 * total, source_sums[code]) for total, code in zip(stats["total_ns"], source_codes)]
+    stats["time_pct"] = [
+        _divide(100 * total, source_sums[code]) for total, code in zip(stats["total_ns"], source_codes)
+    ]
     string = _string_dtype()
-    text = {"source": frame["source"].dtype, "range": string, "group": string, "kernel": frame["kernel"].dtype,
-            "kernel_full": (frame["kernel_full"] if "kernel_full" in frame else frame["kernel"]).dtype,
-            "clock_control": frame["clock_control"].dtype, "cache_control": frame["cache_control"].dtype}
-    return pd.DataFrame({column: pd.array(values, dtype=text[column]) if column in text
-                         else np.array(values, dtype=np.int64 if column == "count" else np.float64)
-                         for column, values in stats.items()}, columns=SUMMARY_COLUMNS, copy=False)
+    text = {
+        "source": frame["source"].dtype,
+        "range": string,
+        "group": string,
+        "kernel": frame["kernel"].dtype,
+        "kernel_full": (frame["kernel_full"] if "kernel_full" in frame else frame["kernel"]).dtype,
+        "clock_control": frame["clock_control"].dtype,
+        "cache_control": frame["cache_control"].dtype,
+    }
+    return pd.DataFrame(
+        {
+            column: pd.array(values, dtype=text[column])
+            if column in text
+            else np.array(values, dtype=np.int64 if column == "count" else np.float64)
+            for column, values in stats.items()
+        },
+        columns=SUMMARY_COLUMNS,
+        copy=False,
+    )
 
 
 _STRING: list = []
@@ -246,8 +311,14 @@ def samples(frame, summary):
     import pandas as pd
 
     grouped = add_group(frame)
-    out = pd.DataFrame({"range": grouped["group"], "kernel_full": kernel_key(grouped),
-                        "kernel": grouped["kernel"].fillna("?"), "duration_ns": grouped["duration_ns"]})
+    out = pd.DataFrame(
+        {
+            "range": grouped["group"],
+            "kernel_full": kernel_key(grouped),
+            "kernel": grouped["kernel"].fillna("?"),
+            "duration_ns": grouped["duration_ns"],
+        }
+    )
     keys = set(zip(summary["range"].astype(str), summary["kernel_full"].astype(str)))
     keep = [(str(r), str(k)) in keys for r, k in zip(out["range"], out["kernel_full"])]
     out = out[keep]
@@ -281,7 +352,9 @@ def order(summary, by: str = "range", top: int | None = None):
 
     used = ("range", "median_ns", "total_ns", "count", "kernel", "kernel_full")
     columns = {column: summary[column].tolist() for column in used}
-    rows = [(i, SimpleNamespace(**{column: columns[column][i] for column in used})) for i in range(len(summary))]
+    rows = [
+        (i, SimpleNamespace(**{column: columns[column][i] for column in used})) for i in range(len(summary))
+    ]
 
     def nan_last(value):
         return (value != value, -(value if value == value else 0))
@@ -310,8 +383,9 @@ def median_intervals(frame):
     grouped = add_group(frame)
     grouped["kernel_full"] = kernel_key(grouped)
     rows = []
-    for (source, group, kernel), durations in grouped.groupby(["source", "group", "kernel_full"], sort=False,
-                                                              dropna=False)["duration_ns"]:
+    for (source, group, kernel), durations in grouped.groupby(
+        ["source", "group", "kernel_full"], sort=False, dropna=False
+    )["duration_ns"]:
         interval = median_interval(durations.to_numpy(dtype=float, na_value=float("nan")))
         rows.append((source, group, kernel, interval.low, interval.high))
     return pd.DataFrame(rows, columns=["source", "range", "kernel_full", "ci_low_ns", "ci_high_ns"])
@@ -329,12 +403,33 @@ def compare(frame_a, frame_b):
     """
     import pandas as pd
 
-    columns = ["range", "kernel", "kernel_full", "count", "median_ns", "median_cycles", "ci_low_ns", "ci_high_ns"]
-    a, b = (summarize(frame).merge(median_intervals(frame), on=["source", "range", "kernel_full"], how="left")[columns]
-            for frame in (frame_a, frame_b))
-    joined = a.merge(b.drop(columns="kernel"), on=["range", "kernel_full"], how="outer",
-                     suffixes=("_a", "_b"), sort=False, indicator=True)
-    joined["kernel"] = joined["kernel"].fillna(joined["kernel_full"].map(dict(zip(b["kernel_full"], b["kernel"]))))
+    columns = [
+        "range",
+        "kernel",
+        "kernel_full",
+        "count",
+        "median_ns",
+        "median_cycles",
+        "ci_low_ns",
+        "ci_high_ns",
+    ]
+    a, b = (
+        summarize(frame).merge(median_intervals(frame), on=["source", "range", "kernel_full"], how="left")[
+            columns
+        ]
+        for frame in (frame_a, frame_b)
+    )
+    joined = a.merge(
+        b.drop(columns="kernel"),
+        on=["range", "kernel_full"],
+        how="outer",
+        suffixes=("_a", "_b"),
+        sort=False,
+        indicator=True,
+    )
+    joined["kernel"] = joined["kernel"].fillna(
+        joined["kernel_full"].map(dict(zip(b["kernel_full"], b["kernel"])))
+    )
     only_a = joined[joined["_merge"] == "left_only"]
     only_b = joined[joined["_merge"] == "right_only"]
     pairs = []
@@ -376,16 +471,28 @@ def per_range(joined):
     NaN where a kernel has no interval (fewer than 2 durations)."""
     import pandas as pd
 
-    both = joined[joined["median_ns_a"].notna() & joined["median_ns_b"].notna()
-                  & (joined["range"].astype(str) != NO_RANGE)]
+    both = joined[
+        joined["median_ns_a"].notna()
+        & joined["median_ns_b"].notna()
+        & (joined["range"].astype(str) != NO_RANGE)
+    ]
 
     def whole(values):  # a sum that is NaN when any part is
         return values.sum(skipna=False)
 
-    out = both.groupby("range", sort=False).agg(
-        a_ns=("median_ns_a", "sum"), b_ns=("median_ns_b", "sum"), kernels=("kernel_full", "count"),
-        a_low_ns=("ci_low_ns_a", whole), a_high_ns=("ci_high_ns_a", whole),
-        b_low_ns=("ci_low_ns_b", whole), b_high_ns=("ci_high_ns_b", whole)).reset_index()
+    out = (
+        both.groupby("range", sort=False)
+        .agg(
+            a_ns=("median_ns_a", "sum"),
+            b_ns=("median_ns_b", "sum"),
+            kernels=("kernel_full", "count"),
+            a_low_ns=("ci_low_ns_a", whole),
+            a_high_ns=("ci_high_ns_a", whole),
+            b_low_ns=("ci_low_ns_b", whole),
+            b_high_ns=("ci_high_ns_b", whole),
+        )
+        .reset_index()
+    )
     out["ratio"] = out["b_ns"] / out["a_ns"]
     out = out[["range", "a_ns", "b_ns", "kernels", "ratio", "a_low_ns", "a_high_ns", "b_low_ns", "b_high_ns"]]
     out = out.iloc[sorted(range(len(out)), key=lambda i: range_key(out["range"].iloc[i]))]
@@ -410,9 +517,18 @@ def compare_overall(joined) -> dict:
 
     ranges = per_range(joined)
     if not len(ranges):
-        return {"ranges": 0, "geomean_ratio": None, "kendall_tau": None, "kendall_tau_min_ranges": MIN_TAU_RANGES,
-                "fastest_a": None, "fastest_b": None, "same_fastest": None, "fastest": None, "tie_set_a": None,
-                "tie_set_b": None}
+        return {
+            "ranges": 0,
+            "geomean_ratio": None,
+            "kendall_tau": None,
+            "kendall_tau_min_ranges": MIN_TAU_RANGES,
+            "fastest_a": None,
+            "fastest_b": None,
+            "same_fastest": None,
+            "fastest": None,
+            "tie_set_a": None,
+            "tie_set_b": None,
+        }
     ratio = ranges["ratio"].to_numpy(float)
     ok = np.isfinite(ratio) & (ratio > 0)
     geomean = float(np.exp(np.log(ratio[ok]).mean())) if ok.any() else None
@@ -422,15 +538,33 @@ def compare_overall(joined) -> dict:
         tau = None if tau != tau else tau
     names = [str(r) for r in ranges["range"]]
     # pick's "config id" is the range's place in natural order: its tie rule, the lower id, is the earlier range
-    picks = [pick(pd.DataFrame({"config_id": range(len(ranges)), "value_ns": ranges[f"{side}_ns"],
-                                "ci_low_ns": ranges[f"{side}_low_ns"], "ci_high_ns": ranges[f"{side}_high_ns"]}))
-             for side in ("a", "b")]
+    picks = [
+        pick(
+            pd.DataFrame(
+                {
+                    "config_id": range(len(ranges)),
+                    "value_ns": ranges[f"{side}_ns"],
+                    "ci_low_ns": ranges[f"{side}_low_ns"],
+                    "ci_high_ns": ranges[f"{side}_high_ns"],
+                }
+            )
+        )
+        for side in ("a", "b")
+    ]
     fastest_a, fastest_b = (names[p.winner] for p in picks)
     tie_a, tie_b = (None if p.tie_set is None else [names[i] for i in p.tie_set] for p in picks)
-    return {"ranges": len(ranges), "geomean_ratio": geomean, "kendall_tau": tau,
-            "kendall_tau_min_ranges": MIN_TAU_RANGES, "fastest_a": fastest_a, "fastest_b": fastest_b,
-            "same_fastest": fastest_a == fastest_b, "fastest": stability(*picks), "tie_set_a": tie_a,
-            "tie_set_b": tie_b}
+    return {
+        "ranges": len(ranges),
+        "geomean_ratio": geomean,
+        "kendall_tau": tau,
+        "kendall_tau_min_ranges": MIN_TAU_RANGES,
+        "fastest_a": fastest_a,
+        "fastest_b": fastest_b,
+        "same_fastest": fastest_a == fastest_b,
+        "fastest": stability(*picks),
+        "tie_set_a": tie_a,
+        "tie_set_b": tie_b,
+    }
 
 
 def far_apart(joined, factor: float = 10.0):

@@ -16,8 +16,17 @@ from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import START_MARKER
 
 # Log lines that name why a worker died, most specific first.
-REASON_MARKERS = ("illegal memory access", "an illegal", "out of memory", "CUDA error", "Error", "error", "Killed",
-                  "Aborted", "Segmentation fault")
+REASON_MARKERS = (
+    "illegal memory access",
+    "an illegal",
+    "out of memory",
+    "CUDA error",
+    "Error",
+    "error",
+    "Killed",
+    "Aborted",
+    "Segmentation fault",
+)
 # How the tools and the kernel say that the disk is full.
 DISK_FULL = ("No space left on device", "Disk quota exceeded", "ENOSPC")
 
@@ -35,7 +44,7 @@ def lines_since_start(log: Path) -> list[str]:
         return []
     lines = log.read_text(errors="replace").splitlines()
     if any(START_MARKER in ln for ln in lines):  # what follows the marker's own line
-        lines = lines[max(i for i, ln in enumerate(lines) if START_MARKER in ln) + 1:]
+        lines = lines[max(i for i, ln in enumerate(lines) if START_MARKER in ln) + 1 :]
     return [ln.strip() for ln in lines if ln.strip()]
 
 
@@ -66,8 +75,10 @@ def disk_full(log: Path) -> str | None:
     line = next((ln for ln in log_lines(log) if any(marker in ln for marker in DISK_FULL)), None)
     if line is None:
         return None
-    return (f"the disk holding {log.parent} is full ({line[:200]}); free space there or pass --work-dir "
-            "on another disk")
+    return (
+        f"the disk holding {log.parent} is full ({line[:200]}); free space there or pass --work-dir "
+        "on another disk"
+    )
 
 
 class Driver(ABC):

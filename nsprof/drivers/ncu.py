@@ -11,9 +11,11 @@ from nsprof.worker.protocol import worker_command
 
 METRICS = ("gpu__time_duration.sum", "gpc__cycles_elapsed.max", "gpc__cycles_elapsed.avg.per_second")
 
-PERMISSION_FIX = ("profiling counters are not permitted for this user (ERR_NVGPUCTRPERM): run as root, "
-                  "or load the driver with NVreg_RestrictProfilingToAdminUsers=0 "
-                  "(https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
+PERMISSION_FIX = (
+    "profiling counters are not permitted for this user (ERR_NVGPUCTRPERM): run as root, "
+    "or load the driver with NVreg_RestrictProfilingToAdminUsers=0 "
+    "(https://developer.nvidia.com/ERR_NVGPUCTRPERM)"
+)
 
 
 class NcuDriver(ToolDriver):
@@ -22,9 +24,11 @@ class NcuDriver(ToolDriver):
     chatter_prefix = "==PROF=="
     controls_conditions = True
     # Verified on the H200 with ncu 2025.3.1 (docs/serve.md): attach mode cannot serve jobs.
-    serve_refusal = ("ncu cannot serve: ncu 2025.3.1's --mode attach refuses --nvtx (which nsprof's ranges need), "
-                     "an attach did not end after --launch-count, and a second attach failed (docs/serve.md); "
-                     "use --backend nsys")
+    serve_refusal = (
+        "ncu cannot serve: ncu 2025.3.1's --mode attach refuses --nvtx (which nsprof's ranges need), "
+        "an attach did not end after --launch-count, and a second attach failed (docs/serve.md); "
+        "use --backend nsys"
+    )
 
     @classmethod
     def find(cls, required: bool = True):
@@ -46,12 +50,20 @@ class NcuDriver(ToolDriver):
         # graph capture happen outside it and cost nothing.
         return [
             str(self.executable),
-            "--nvtx", "--nvtx-include", f"{NSPROF_DOMAIN}@{NSPROF_DOMAIN}/",
-            "--metrics", ",".join(METRICS),
-            "--clock-control", settings.clock_control,
-            "--cache-control", settings.cache_control,
-            "--graph-profiling", settings.graph_profiling,
-            "--force-overwrite", "--export", str(report_base),
+            "--nvtx",
+            "--nvtx-include",
+            f"{NSPROF_DOMAIN}@{NSPROF_DOMAIN}/",
+            "--metrics",
+            ",".join(METRICS),
+            "--clock-control",
+            settings.clock_control,
+            "--cache-control",
+            settings.cache_control,
+            "--graph-profiling",
+            settings.graph_profiling,
+            "--force-overwrite",
+            "--export",
+            str(report_base),
             *worker_command(settings, job_file),
         ]
 

@@ -34,7 +34,9 @@ class NsysDriver(ToolDriver):
         notes = f"QdstrmImporter: {importer or 'not found'}"
         if importer and shutil.which("ldd"):
             try:
-                ldd = subprocess.run(["ldd", str(importer)], capture_output=True, text=True, timeout=60).stdout
+                ldd = subprocess.run(
+                    ["ldd", str(importer)], capture_output=True, text=True, timeout=60
+                ).stdout
             except (OSError, subprocess.TimeoutExpired):
                 ldd = ""
             missing = [ln.split()[0] for ln in ldd.splitlines() if "not found" in ln]
@@ -50,10 +52,20 @@ class NsysDriver(ToolDriver):
         # CUDA + NVTX trace only: with default CPU sampling one small run wrote a 2.2 GB
         # .qdstrm and took 2.5 min on an H200; node-level graph trace gives per-kernel rows.
         return [
-            str(self.executable), "profile",
-            "--trace", "cuda,nvtx", "--sample", "none", "--cpuctxsw", "none",
-            "--cuda-graph-trace", "node",
-            "--force-overwrite", "true", "--output", str(report_base),
+            str(self.executable),
+            "profile",
+            "--trace",
+            "cuda,nvtx",
+            "--sample",
+            "none",
+            "--cpuctxsw",
+            "none",
+            "--cuda-graph-trace",
+            "node",
+            "--force-overwrite",
+            "true",
+            "--output",
+            str(report_base),
             *worker_command(settings, job_file),
         ]
 
@@ -65,8 +77,14 @@ class NsysDriver(ToolDriver):
     def serve_command(self, settings: ProfileSettings, serve_dir: Path, session: str) -> list[str]:
         from nsprof.worker.protocol import serve_worker_command
 
-        return [str(self.executable), "launch", f"--session-new={session}", "--trace=cuda,nvtx",
-                "--cuda-graph-trace=node", *serve_worker_command(settings, serve_dir)]
+        return [
+            str(self.executable),
+            "launch",
+            f"--session-new={session}",
+            "--trace=cuda,nvtx",
+            "--cuda-graph-trace=node",
+            *serve_worker_command(settings, serve_dir),
+        ]
 
     def _step(self, words: list[str], log, timeout_s: float) -> None:
         import subprocess
@@ -78,18 +96,37 @@ class NsysDriver(ToolDriver):
         log.flush()
         try:
             # A session of its own: a Ctrl-C in the server's terminal must not cut an `nsys stop` short.
-            done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  timeout=timeout_s, start_new_session=True)
+            done = subprocess.run(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                timeout=timeout_s,
+                start_new_session=True,
+            )
         except subprocess.TimeoutExpired:
-            raise ToolFailed(f"nsys {words[0]} did not return within {timeout_s:g} s (log: {log.name})") from None
+            raise ToolFailed(
+                f"nsys {words[0]} did not return within {timeout_s:g} s (log: {log.name})"
+            ) from None
         except OSError as exc:
             raise ToolFailed(f"nsys {words[0]} could not run: {exc}") from None
         if done.returncode != 0:
             raise ToolFailed(f"nsys {words[0]} failed with status {done.returncode} (log: {log.name})")
 
     def serve_start(self, session: str, report_base: Path, log) -> None:
-        self._step(["start", f"--session={session}", "--sample=none", "--cpuctxsw=none", "-o", str(report_base),
-                    "--force-overwrite=true"], log, 120)
+        self._step(
+            [
+                "start",
+                f"--session={session}",
+                "--sample=none",
+                "--cpuctxsw=none",
+                "-o",
+                str(report_base),
+                "--force-overwrite=true",
+            ],
+            log,
+            120,
+        )
 
     def serve_stop(self, session: str, report_base: Path, log) -> None:
         self._step(["stop", f"--session={session}"], log, 300)  # 3 s on the H200; it writes the report

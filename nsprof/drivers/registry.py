@@ -23,8 +23,10 @@ _DRIVERS: dict[str, object] = {
     NO_PROFILER: "nsprof.drivers.none:PlainDriver",
 }
 if set(_DRIVERS) != set(settings.BUILTIN_BACKENDS):
-    raise ImportError(f"the driver registry's built-in backends {sorted(_DRIVERS)} are not the settings' "
-                      f"{sorted(settings.BUILTIN_BACKENDS)}")
+    raise ImportError(
+        f"the driver registry's built-in backends {sorted(_DRIVERS)} are not the settings' "
+        f"{sorted(settings.BUILTIN_BACKENDS)}"
+    )
 
 
 def register(name: str, driver, ground_truth: bool = True) -> None:
@@ -69,5 +71,7 @@ def check_condition(backend: str, truth: str) -> None:
     """Truth `truth` names a condition (ncu@free-warm): an NsprofError in one line unless `backend`'s
     driver controls clocks and caches."""
     if not driver_class(backend).controls_conditions:
-        raise NsprofError(f"unknown truth {truth!r}: {backend} does not control clocks or caches, so it takes no "
-                          f"condition (conditions such as @free-warm are for {', '.join(controllable()) or 'ncu'})")
+        raise NsprofError(
+            f"unknown truth {truth!r}: {backend} does not control clocks or caches, so it takes no "
+            f"condition (conditions such as @free-warm are for {', '.join(controllable()) or 'ncu'})"
+        )

@@ -103,9 +103,15 @@ def launch_child(command: list[str], log_handle, pipe: DeathPipe):
     # Its own process session, so that the whole tree (profiler, worker, their helpers) can be
     # killed as one group and a terminal's Ctrl-C reaches only nsprof, which stops it cleanly.
     # The GPU lock's descriptor goes along: the lock is held while any of them lives.
-    return subprocess.Popen(command, stdout=log_handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, pass_fds=(pipe.read_fd, *held_fds()),
-                            preexec_fn=dies_with_nsprof())
+    return subprocess.Popen(
+        command,
+        stdout=log_handle,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        pass_fds=(pipe.read_fd, *held_fds()),
+        preexec_fn=dies_with_nsprof(),
+    )
 
 
 def kill_lock_holders_left(log_handle) -> None:

@@ -43,8 +43,13 @@ def _smi_gpus() -> tuple[tuple[int, str, str], ...]:
     if not smi:
         return ()
     try:
-        out = subprocess.run([smi, "--query-gpu=index,uuid,name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            [smi, "--query-gpu=index,uuid,name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ()
     gpus = []

@@ -129,7 +129,13 @@ def _descends_from_me(pid: int, parent_of: dict[int, int]) -> bool:
 
 def _command_of(pid: int) -> str:
     try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        return (
+            (Path("/proc") / str(pid) / "cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode("utf-8", "replace")
+            .strip()
+        )
     except OSError:
         return ""
 
@@ -162,8 +168,10 @@ def inherited_lock_holders() -> list[tuple[int, str]]:
     files = set()
     for entry in fd_dir.iterdir():
         with contextlib.suppress(OSError):
-            if (os.readlink(entry).rsplit("/", 1)[-1].startswith("nsprof-")
-                    and "FLOCK" in (Path("/proc/self/fdinfo") / entry.name).read_text()):
+            if (
+                os.readlink(entry).rsplit("/", 1)[-1].startswith("nsprof-")
+                and "FLOCK" in (Path("/proc/self/fdinfo") / entry.name).read_text()
+            ):
                 st = entry.stat()
                 files.add((st.st_dev, st.st_ino))
     if not files:
@@ -199,14 +207,18 @@ def _open_lock_file(path: Path) -> int:
                 os.fchmod(fd, LOCK_MODE)  # the umask may have taken the others' read permission
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise NsprofError(f"the GPU lock {path} is a symbolic link (made by {_owner(path)}), not a lock "
-                                  "file: nsprof does not follow it; remove it, or set NSPROF_LOCK_DIR") from None
+                raise NsprofError(
+                    f"the GPU lock {path} is a symbolic link (made by {_owner(path)}), not a lock "
+                    "file: nsprof does not follow it; remove it, or set NSPROF_LOCK_DIR"
+                ) from None
             raise NsprofError(f"the GPU lock {path} cannot be opened ({exc.strerror})") from None
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             os.close(fd)
-            raise NsprofError(f"the GPU lock {path} is not a regular file (made by {_owner(path)}): remove it, "
-                              "or set NSPROF_LOCK_DIR")
+            raise NsprofError(
+                f"the GPU lock {path} is not a regular file (made by {_owner(path)}): remove it, "
+                "or set NSPROF_LOCK_DIR"
+            )
         return fd
 
 
@@ -333,8 +345,10 @@ def _describe(holder: dict[str, Any] | None) -> str:
     if isinstance(started, (int, float)):
         with contextlib.suppress(OverflowError, OSError, ValueError):
             when = datetime.fromtimestamp(started)
-            parts.append("started " + when.strftime("%H:%M:%S" if when.date() == datetime.now().date()
-                                                    else "%Y-%m-%d %H:%M:%S"))
+            parts.append(
+                "started "
+                + when.strftime("%H:%M:%S" if when.date() == datetime.now().date() else "%Y-%m-%d %H:%M:%S")
+            )
     text = ", ".join(parts)
     command = str(holder.get("command") or "")
     if command:
@@ -366,8 +380,12 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
     key = str(path.parent.resolve() / path.name)  # never through a link planted at its name
     with _held_lock:
         if key in _held:
-            raise GpuBusy(f"{gpu} is already locked by this process ({path})", device=device, path=path,
-                          holder={"pid": os.getpid()})
+            raise GpuBusy(
+                f"{gpu} is already locked by this process ({path})",
+                device=device,
+                path=path,
+                holder={"pid": os.getpid()},
+            )
         _held[key] = -1
     fd = -1
     try:
@@ -376,9 +394,16 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
         with _held_lock:
             _held[key] = fd
         _taken_here().add(key)
-        _write_record(path, {"pid": os.getpid(), "command": _command_line(), "started_unix": time.time(),
-                             "started": datetime.now().astimezone().isoformat(timespec="seconds"),
-                             "gpu": dataclasses.asdict(gpu)})
+        _write_record(
+            path,
+            {
+                "pid": os.getpid(),
+                "command": _command_line(),
+                "started_unix": time.time(),
+                "started": datetime.now().astimezone().isoformat(timespec="seconds"),
+                "gpu": dataclasses.asdict(gpu),
+            },
+        )
         try:
             yield path
         finally:
@@ -408,6 +433,10 @@ def _acquire(fd: int, gpu: Gpu, path: Path, *, wait: bool, timeout_s: float | No
         if not wait or (deadline is not None and time.monotonic() >= deadline):
             holder = holder_record(path, fd)
             advice = "wait for it or pass --wait" if not wait else f"still busy after {timeout_s:g} s"
-            raise GpuBusy(f"{gpu} is being profiled by {_describe(holder)}; {advice}",
-                          device=device, path=path, holder=holder)
+            raise GpuBusy(
+                f"{gpu} is being profiled by {_describe(holder)}; {advice}",
+                device=device,
+                path=path,
+                holder=holder,
+            )
         time.sleep(_POLL_S)

@@ -77,8 +77,13 @@ def autotune_space(autotuned, *args, **kwargs) -> Space:
 
     name = getattr(getattr(autotuned, "jit_impl", None), "func", None)
     # nsprof tune calls space.tuner.feed_back with its measured latencies once it has ranked them.
-    return Space(name=getattr(name, "__name__", "tilelang_autotune"), configs=configs, build=build,
-                 compile=compile_config, tuner=TileLangHook(autotuned, args, kwargs))
+    return Space(
+        name=getattr(name, "__name__", "tilelang_autotune"),
+        configs=configs,
+        build=build,
+        compile=compile_config,
+        tuner=TileLangHook(autotuned, args, kwargs),
+    )
 
 
 def autotune_shapes(autotuned, shapes, **kwargs) -> Space:
@@ -91,8 +96,10 @@ def autotune_shapes(autotuned, shapes, **kwargs) -> Space:
     configs = _configs(autotuned, calls[0], kwargs)
     for call in calls[1:]:
         if _configs(autotuned, call, kwargs) != configs:
-            raise NsprofError(f"the kernel's configs at {call} differ from those at {calls[0]}: one Space "
-                              "ranks one config list; make a Space per config list")
+            raise NsprofError(
+                f"the kernel's configs at {call} differ from those at {calls[0]}: one Space "
+                "ranks one config list; make a Space per config list"
+            )
 
     def compile_config(config, shape):
         return _compile(autotuned, tuple(shape), kwargs, config)
@@ -103,8 +110,14 @@ def autotune_shapes(autotuned, shapes, **kwargs) -> Space:
         return lambda: kernel(*inputs)
 
     name = getattr(getattr(autotuned, "jit_impl", None), "func", None)
-    return Space(name=getattr(name, "__name__", "tilelang_autotune"), configs=configs, build=build,
-                 compile=compile_config, shapes=calls, tuner=TileLangHook(autotuned, calls[0], kwargs, shapes=calls))
+    return Space(
+        name=getattr(name, "__name__", "tilelang_autotune"),
+        configs=configs,
+        build=build,
+        compile=compile_config,
+        shapes=calls,
+        tuner=TileLangHook(autotuned, calls[0], kwargs, shapes=calls),
+    )
 
 
 class TileLangHook(TunerHook):
@@ -116,7 +129,9 @@ class TileLangHook(TunerHook):
 
     feed_back_shapes_apart = True  # TileLang's key depends on what the process compiled before
 
-    def __init__(self, autotuned, args: tuple, kwargs: dict | None = None, shapes: list[tuple] | None = None) -> None:
+    def __init__(
+        self, autotuned, args: tuple, kwargs: dict | None = None, shapes: list[tuple] | None = None
+    ) -> None:
         self.autotuned, self.args, self.kwargs = autotuned, args, dict(kwargs or {})
         self.shapes = shapes
 
@@ -132,7 +147,9 @@ class TileLangHook(TunerHook):
         written = {}
         for shape, latencies_ms in sorted(latencies_by_shape.items()):
             entry = feed_back(self.autotuned, self.shapes[int(shape)], latencies_ms, self.kwargs)
-            written[int(shape)] = f"{json.loads(json.dumps(entry, default=str))} for call {self.shapes[int(shape)]}"
+            written[int(shape)] = (
+                f"{json.loads(json.dumps(entry, default=str))} for call {self.shapes[int(shape)]}"
+            )
         return written
 
 
@@ -147,8 +164,9 @@ def _benchmark_replaced(latency_by_source: Callable[[], Mapping[str, float]]):
 
     original = getattr(AutoTuner, "_benchmark_target", None)
     if original is None:
-        raise NsprofError("this TileLang has no AutoTuner._benchmark_target; nsprof's feed-back supports "
-                          "TileLang 0.1.15")
+        raise NsprofError(
+            "this TileLang has no AutoTuner._benchmark_target; nsprof's feed-back supports TileLang 0.1.15"
+        )
     made: list[Mapping[str, float]] = []
     making = threading.Lock()
 
@@ -227,8 +245,10 @@ def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs:
         raise NsprofError("no measured config to feed back")
 
     def by_source() -> dict[str, float]:
-        return {_compile(autotuned, args, kwargs, configs[index]).get_kernel_source(): float(latency)
-                for index, latency in latencies_ms.items()}
+        return {
+            _compile(autotuned, args, kwargs, configs[index]).get_kernel_source(): float(latency)
+            for index, latency in latencies_ms.items()
+        }
 
     # TileLang's key holds the kernel's out_idx, and TileLang rewrites that list in place when it loads the
     # kernel from a cache (out_idx=[-1] becomes [2]): a process's first call computes one key, every call
@@ -245,14 +265,20 @@ def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs:
         with _benchmark_replaced(by_source), _cache_entry_replaced(autotuned, written):
             autotuned.compile(*args, **kwargs)
         if "config" not in written:
-            raise NsprofError("TileLang wrote no autotuner cache entry (is TILELANG_AUTO_TUNING_DISABLE_CACHE set, "
-                              "or does the kernel pass ref_prog/supply_prog, which TileLang does not cache?)")
+            raise NsprofError(
+                "TileLang wrote no autotuner cache entry (is TILELANG_AUTO_TUNING_DISABLE_CACHE set, "
+                "or does the kernel pass ref_prog/supply_prog, which TileLang does not cache?)"
+            )
         entries.append(written)
         try:
             loaded = AutotuneResult.load_from_disk(written["path"], written["compile_args"])
-        except Exception as exc:  # its own exception types (TVM, cloudpickle, a missing file): one line with the path
-            raise NsprofError(f"TileLang cannot load the autotuner cache entry it wrote at {written['path']}: "
-                              f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
+        except (
+            Exception
+        ) as exc:  # its own exception types (TVM, cloudpickle, a missing file): one line with the path
+            raise NsprofError(
+                f"TileLang cannot load the autotuner cache entry it wrote at {written['path']}: "
+                f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+            ) from None
         if loaded is None:
             raise NsprofError(f"TileLang cannot load the autotuner cache entry it wrote at {written['path']}")
         if getattr(autotuned.jit_impl, "out_idx", None) == declared:
@@ -261,5 +287,7 @@ def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs:
     best = configs[min(latencies_ms, key=lambda index: (latencies_ms[index], index))]
     for written in entries:
         if {k: written["config"].get(k) for k in best} != best:
-            raise NsprofError(f"TileLang's cache at {written['path']} holds {written['config']}, not nsprof's best {best}")
+            raise NsprofError(
+                f"TileLang's cache at {written['path']} holds {written['config']}, not nsprof's best {best}"
+            )
     return entries[0]["config"]

@@ -71,8 +71,12 @@ def do_bench(timer: str = "cupti", *, l2: str = "warm", reps: int = 50, warmup: 
     if timer not in TIMERS:
         raise ValueError(f"timer must be one of {TIMERS}")
 
-    def bench(kernel_call: Callable[[], object], quantiles: Sequence[float] | None = None,
-              return_mode: str = "median", **_ignored) -> float | list[float]:
+    def bench(
+        kernel_call: Callable[[], object],
+        quantiles: Sequence[float] | None = None,
+        return_mode: str = "median",
+        **_ignored,
+    ) -> float | list[float]:
         from nsprof.timers import measure
 
         result = measure(kernel_call, timer=timer, reps=reps, warmup=warmup, l2=l2)
@@ -114,14 +118,22 @@ def config_dict(config) -> dict[str, Any]:
 def _autotuner_configs(autotuned) -> list:
     configs = getattr(autotuned, "configs", None)
     if not configs or not hasattr(autotuned, "fn"):
-        raise NsprofError("not a @triton.autotune kernel: it has no configs (decorate it with "
-                          "@triton.autotune(configs=[...], key=[...]))")
+        raise NsprofError(
+            "not a @triton.autotune kernel: it has no configs (decorate it with "
+            "@triton.autotune(configs=[...], key=[...]))"
+        )
     return list(configs)
 
 
-def autotune_space(autotuned, make_inputs: Callable[..., tuple[tuple, dict]], grid, *,
-                   check: Callable[[tuple, dict], None] | None = None, name: str | None = None,
-                   shapes: Sequence[Any] | None = None) -> Space:
+def autotune_space(
+    autotuned,
+    make_inputs: Callable[..., tuple[tuple, dict]],
+    grid,
+    *,
+    check: Callable[[tuple, dict], None] | None = None,
+    name: str | None = None,
+    shapes: Sequence[Any] | None = None,
+) -> Space:
     """An nsprof Space over an `@triton.autotune` kernel's configs.
 
     make_inputs() returns (args, kwargs) for one call of the kernel, with fresh random tensors
@@ -151,9 +163,13 @@ def autotune_space(autotuned, make_inputs: Callable[..., tuple[tuple, dict]], gr
         return launch
 
     base = getattr(autotuned, "base_fn", None) or getattr(autotuned, "fn", None)
-    return Space(name=name or getattr(base, "__name__", "triton_autotune"), configs=flat, build=build,
-                 tuner=TritonHook(autotuned, make_inputs, grid, shapes),
-                 shapes=None if shapes is None else list(shapes))
+    return Space(
+        name=name or getattr(base, "__name__", "triton_autotune"),
+        configs=flat,
+        build=build,
+        tuner=TritonHook(autotuned, make_inputs, grid, shapes),
+        shapes=None if shapes is None else list(shapes),
+    )
 
 
 class TritonHook(TunerHook):
@@ -163,8 +179,13 @@ class TritonHook(TunerHook):
     name = "Triton's autotuner"
     can_pick = True
 
-    def __init__(self, autotuned, make_inputs: Callable[..., tuple[tuple, dict]], grid,
-                 shapes: Sequence[Any] | None = None) -> None:
+    def __init__(
+        self,
+        autotuned,
+        make_inputs: Callable[..., tuple[tuple, dict]],
+        grid,
+        shapes: Sequence[Any] | None = None,
+    ) -> None:
         self.autotuned, self.make_inputs, self.grid = autotuned, make_inputs, grid
         self.shapes = None if shapes is None else list(shapes)
 
@@ -181,8 +202,9 @@ class TritonHook(TunerHook):
         written = {}
         for shape, latencies_ms in sorted(latencies_by_shape.items()):
             value = self.shapes[int(shape)]
-            written[int(shape)] = feed_back(self.autotuned, lambda value=value: self.make_inputs(value), self.grid,
-                                            latencies_ms)
+            written[int(shape)] = feed_back(
+                self.autotuned, lambda value=value: self.make_inputs(value), self.grid, latencies_ms
+            )
             written[int(shape)] += f", key {cache_key(self.autotuned, self.make_inputs(value))}"
         return written
 
@@ -218,8 +240,13 @@ def triton_pick(autotuned, make_inputs, grid) -> dict[str, Any]:
     timer = getattr(bench, "nsprof_timer", None)
     return {
         "tuner": "Triton's autotuner",
-        "timer": f"nsprof {timer}" if timer else ("Triton's do_bench (CUDA events)" if bench is None
-                                                  else getattr(bench, "__name__", "a custom do_bench")),
+        "timer": f"nsprof {timer}"
+        if timer
+        else (
+            "Triton's do_bench (CUDA events)"
+            if bench is None
+            else getattr(bench, "__name__", "a custom do_bench")
+        ),
         "config_id": _index_of(configs, best),
         "config": config_dict(best),
         "timings_ms": {str(_index_of(configs, c)): _first(t) for c, t in timings.items()},
@@ -272,9 +299,13 @@ def feed_back(autotuned, make_inputs, grid, latencies_ms: Mapping[int, float]) -
         return "nothing to feed back: with one config Triton's autotuner runs it without tuning"
     best = config_dict(configs[min(latencies_ms, key=lambda i: (latencies_ms[i], i))])
     if not hasattr(autotuned, "check_disk_cache") or not hasattr(autotuned, "_bench"):
-        raise NsprofError("this Triton's autotuner has no _bench/check_disk_cache; nsprof's feed-back "
-                          "supports Triton 3.2 to 3.6")
-    by_config = {json.dumps(config_dict(configs[i]), sort_keys=True): float(ms) for i, ms in latencies_ms.items()}
+        raise NsprofError(
+            "this Triton's autotuner has no _bench/check_disk_cache; nsprof's feed-back "
+            "supports Triton 3.2 to 3.6"
+        )
+    by_config = {
+        json.dumps(config_dict(configs[i]), sort_keys=True): float(ms) for i, ms in latencies_ms.items()
+    }
 
     def nsprof_bench(*args, config, **meta):
         ms = by_config.get(json.dumps(config_dict(config), sort_keys=True), math.inf)
@@ -295,11 +326,15 @@ def feed_back(autotuned, make_inputs, grid, latencies_ms: Mapping[int, float]) -
         autotuned.cache_results = saved
     chosen = config_dict(autotuned.best_config)
     if chosen != best:
-        raise NsprofError(f"Triton's autotuner chose {chosen}, not nsprof's best {best}: its "
-                          "prune_configs_by left nsprof's best out of what it benchmarks, or changed the configs")
+        raise NsprofError(
+            f"Triton's autotuner chose {chosen}, not nsprof's best {best}: its "
+            "prune_configs_by left nsprof's best out of what it benchmarks, or changed the configs"
+        )
     if not persistent:
         return f"{chosen} (this process only: Triton caches no choice for configs with a pre_hook)"
-    where = "" if saved else "; set cache_results=True or TRITON_CACHE_AUTOTUNING=1 for other processes to use it"
+    where = (
+        "" if saved else "; set cache_results=True or TRITON_CACHE_AUTOTUNING=1 for other processes to use it"
+    )
     return f"{chosen} (written to Triton's autotuning cache{where})"
 
 

@@ -47,8 +47,9 @@ def durations_plot(panels, path: str | None, unit: str = "us"):
     from nsprof.render.text import TIME_UNITS
 
     scale = TIME_UNITS[unit][0]
-    fig, axes = _figure(len(panels), width=max(6.0, 1.0 + 0.9 * max(
-        (s["range"].nunique() for _, s in panels), default=1)))
+    fig, axes = _figure(
+        len(panels), width=max(6.0, 1.0 + 0.9 * max((s["range"].nunique() for _, s in panels), default=1))
+    )
     for ax, (title, samples) in zip(axes, panels):
         ranges = sorted(samples["range"].astype(str).unique(), key=range_key)
         kernels = list(dict.fromkeys(samples["kernel_full"].astype(str)))
@@ -58,13 +59,26 @@ def durations_plot(panels, path: str | None, unit: str = "us"):
             rows = samples[samples["range"].astype(str) == name]
             y = rows["duration_ns"].to_numpy(float) / scale
             jitter = rng.uniform(-0.18, 0.18, len(y))
-            ax.scatter(x + jitter, y, s=14, alpha=0.75, c=[color[k] for k in rows["kernel_full"].astype(str)],
-                       gid=name, label="_nolegend_")
+            ax.scatter(
+                x + jitter,
+                y,
+                s=14,
+                alpha=0.75,
+                c=[color[k] for k in rows["kernel_full"].astype(str)],
+                gid=name,
+                label="_nolegend_",
+            )
             for kernel, durations in rows.groupby(rows["kernel_full"].astype(str))["duration_ns"]:
-                ax.hlines(float(durations.median()) / scale, x - 0.3, x + 0.3, color=color[kernel], linewidth=1.2)
+                ax.hlines(
+                    float(durations.median()) / scale, x - 0.3, x + 0.3, color=color[kernel], linewidth=1.2
+                )
         _log_if_spread(ax, samples["duration_ns"].to_numpy(float) / scale)
-        ax.set_xticks(range(len(ranges)), ranges, rotation=30 if len(ranges) > 4 else 0,
-                      ha="right" if len(ranges) > 4 else "center")
+        ax.set_xticks(
+            range(len(ranges)),
+            ranges,
+            rotation=30 if len(ranges) > 4 else 0,
+            ha="right" if len(ranges) > 4 else "center",
+        )
         ax.set_xlim(-0.6, len(ranges) - 0.4)
         ax.set_ylabel(f"kernel duration, {UNIT_LABELS[unit]}")
         ax.set_title(title, fontsize="medium")
@@ -93,10 +107,16 @@ def ratio_plot(ranges, name_a: str, name_b: str, path: str | None, geomean: floa
     if geomean is not None:
         ax.axhline(geomean, color="C1", linewidth=1, label=f"geometric mean {geomean:.3f}")
     _log_if_spread(ax, list(ratio) + [1.0])
-    ax.set_xticks(range(len(names)), names, rotation=30 if len(names) > 4 else 0,
-                  ha="right" if len(names) > 4 else "center")
+    ax.set_xticks(
+        range(len(names)),
+        names,
+        rotation=30 if len(names) > 4 else 0,
+        ha="right" if len(names) > 4 else "center",
+    )
     ax.set_ylabel("B/A")
-    ax.set_title(f"per range, B/A of the kernels' median durations\nA {name_a}, B {name_b}", fontsize="medium")
+    ax.set_title(
+        f"per range, B/A of the kernels' median durations\nA {name_a}, B {name_b}", fontsize="medium"
+    )
     ax.legend(fontsize="x-small", loc="best")
     if path is not None:
         save_figure(fig, path)

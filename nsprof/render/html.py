@@ -49,16 +49,23 @@ def attr(value) -> str:
     return html.escape(str(value), quote=True)
 
 
-def table_html(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric: Iterable[int] = (),
-               table_id: str | None = None, row_classes: Sequence[str] | None = None) -> str:
+def table_html(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    numeric: Iterable[int] = (),
+    table_id: str | None = None,
+    row_classes: Sequence[str] | None = None,
+) -> str:
     """An HTML table of text cells (escaped); columns in `numeric` are right-aligned."""
     numeric = set(numeric)
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = []
     for index, row in enumerate(rows):
         cls = row_classes[index] if row_classes is not None and row_classes[index] else ""
-        cells = "".join(f'<td class="n">{esc(c)}</td>' if i in numeric else f"<td>{esc(c)}</td>"
-                        for i, c in enumerate(row))
+        cells = "".join(
+            f'<td class="n">{esc(c)}</td>' if i in numeric else f"<td>{esc(c)}</td>"
+            for i, c in enumerate(row)
+        )
         body.append(f'<tr class="{cls}">{cells}</tr>' if cls else f"<tr>{cells}</tr>")
     ident = f' id="{attr(table_id)}"' if table_id else ""
     return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
@@ -67,7 +74,9 @@ def table_html(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric: I
 def image_html(png: bytes, alt: str, image_id: str | None = None) -> str:
     """A PNG as an <img> with a base64 data: URI (nothing to fetch)."""
     ident = f' id="{attr(image_id)}"' if image_id else ""
-    return f'<img{ident} alt="{attr(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+    return (
+        f'<img{ident} alt="{attr(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+    )
 
 
 def figure_html(make_figure: Callable[[], object], alt: str, image_id: str) -> str:
@@ -84,17 +93,19 @@ def figure_html(make_figure: Callable[[], object], alt: str, image_id: str) -> s
 def page(title: str, body: Sequence[str]) -> str:
     """A whole HTML document: `body` parts (HTML) under a heading, with the style inline."""
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>",
-        f"<h1>{esc(title)}</h1>",
-        f'<p class="meta">written by nsprof {esc(__version__)} on {when}</p>',
-        *body,
-        "</body></html>",
-        "",
-    ])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>",
+            f"<h1>{esc(title)}</h1>",
+            f'<p class="meta">written by nsprof {esc(__version__)} on {when}</p>',
+            *body,
+            "</body></html>",
+            "",
+        ]
+    )
 
 
 def _lines(items: Iterable[str], cls: str) -> str:
@@ -113,28 +124,54 @@ def _label(configs, config_id) -> str:
 
 # --------------------------------------------------------------------------- nsprof validate
 
+
 def per_config_table(per_config, configs=None) -> str:
     """Configs as rows, methods as columns, µs (format_per_config's cells)."""
     table = wide(per_config, None)
     headers = ["id"] + (["config"] if configs is not None else []) + [f"{m} µs" for m in table.columns]
     rows = []
     for cid, values in table.iterrows():
-        rows.append([str(cid)] + ([_label(configs, cid)] if configs is not None else [])
-                    + [us(None if is_missing(v) else v) for v in values])
+        rows.append(
+            [str(cid)]
+            + ([_label(configs, cid)] if configs is not None else [])
+            + [us(None if is_missing(v) else v) for v in values]
+        )
     first = 2 if configs is not None else 1
     return table_html(headers, rows, numeric={0, *range(first, len(headers))}, table_id="per-config")
 
 
 def agreement_table(agreement_df) -> str:
     k = agreement_df.attrs.get("k", 3)
-    headers = ["timer", "truth", "n", "bias ×", "τ", "ρ", "same best", "regret %", f"top-{k}", "timer's pick",
-               "truth's best"]
+    headers = [
+        "timer",
+        "truth",
+        "n",
+        "bias ×",
+        "τ",
+        "ρ",
+        "same best",
+        "regret %",
+        f"top-{k}",
+        "timer's pick",
+        "truth's best",
+    ]
     rows = []
     for r in agreement_df.to_dict("records"):
-        rows.append([str(r["timer"]), str(r["truth"]), str(r["n"]), num(r["bias"], ".3f"),
-                     num(r["kendall_tau"], ".3f"), num(r["spearman_rho"], ".3f"), yes_no(r["same_best"]),
-                     num(None if is_missing(r["regret"]) else r["regret"] * 100, ".1f"),
-                     yes_no(r.get("top_k_hit")), _int(r.get("timer_pick")), _int(r.get("truth_best"))])
+        rows.append(
+            [
+                str(r["timer"]),
+                str(r["truth"]),
+                str(r["n"]),
+                num(r["bias"], ".3f"),
+                num(r["kendall_tau"], ".3f"),
+                num(r["spearman_rho"], ".3f"),
+                yes_no(r["same_best"]),
+                num(None if is_missing(r["regret"]) else r["regret"] * 100, ".1f"),
+                yes_no(r.get("top_k_hit")),
+                _int(r.get("timer_pick")),
+                _int(r.get("truth_best")),
+            ]
+        )
     return table_html(headers, rows, numeric=set(range(2, len(headers))) - {6, 8}, table_id="agreement")
 
 
@@ -146,14 +183,22 @@ def floor_table(floors) -> str:
     from nsprof.render.tables import describe_winners
 
     stability = "winners" in floors
-    headers = ["truth", "against", "n", "τ", "median change %", "max change %"] + (["winners"] if stability else [])
+    headers = ["truth", "against", "n", "τ", "median change %", "max change %"] + (
+        ["winners"] if stability else []
+    )
     rows = []
     for r in floors.to_dict("records"):
-        rows.append([str(r.get("truth")), str(r.get("against", "-")), str(r.get("n", "-")),
-                     num(r.get("kendall_tau"), ".3f"),
-                     num(None if is_missing(r.get("median_rel_change")) else r["median_rel_change"] * 100, ".1f"),
-                     num(None if is_missing(r.get("max_rel_change")) else r["max_rel_change"] * 100, ".1f")]
-                    + ([describe_winners(r)] if stability else []))
+        rows.append(
+            [
+                str(r.get("truth")),
+                str(r.get("against", "-")),
+                str(r.get("n", "-")),
+                num(r.get("kendall_tau"), ".3f"),
+                num(None if is_missing(r.get("median_rel_change")) else r["median_rel_change"] * 100, ".1f"),
+                num(None if is_missing(r.get("max_rel_change")) else r["max_rel_change"] * 100, ".1f"),
+            ]
+            + ([describe_winners(r)] if stability else [])
+        )
     return table_html(headers, rows, numeric={2, 3, 4, 5}, table_id="noise-floor")
 
 
@@ -162,20 +207,44 @@ def matched_table(matched) -> str:
     against the unmatched truth (format_matched's cells)."""
     if matched is None or not len(matched):
         return ""
-    headers = ["timer", "L2", "mode", "matched truth", "τ", "floor τ", "at floor", "unmatched truth", "τ", "floor τ",
-               "at floor"]
+    headers = [
+        "timer",
+        "L2",
+        "mode",
+        "matched truth",
+        "τ",
+        "floor τ",
+        "at floor",
+        "unmatched truth",
+        "τ",
+        "floor τ",
+        "at floor",
+    ]
     rows = []
     for r in matched.to_dict("records"):
-        rows.append([str(r["timer"]), str(r["l2"]), str(r["mode"]), str(r["matched_truth"]), num(r["matched_tau"], ".3f"),
-                     num(r["matched_floor"], ".3f"), yes_no(r["matched_at_floor"]),
-                     "-" if r["unmatched_truth"] is None else str(r["unmatched_truth"]), num(r["unmatched_tau"], ".3f"),
-                     num(r["unmatched_floor"], ".3f"), yes_no(r["unmatched_at_floor"])])
+        rows.append(
+            [
+                str(r["timer"]),
+                str(r["l2"]),
+                str(r["mode"]),
+                str(r["matched_truth"]),
+                num(r["matched_tau"], ".3f"),
+                num(r["matched_floor"], ".3f"),
+                yes_no(r["matched_at_floor"]),
+                "-" if r["unmatched_truth"] is None else str(r["unmatched_truth"]),
+                num(r["unmatched_tau"], ".3f"),
+                num(r["unmatched_floor"], ".3f"),
+                yes_no(r["unmatched_at_floor"]),
+            ]
+        )
     return table_html(headers, rows, numeric={4, 5, 8, 9}, table_id="matched")
 
 
 def conditions_table(conditions) -> str:
     rows = [[str(m), str(words)] for m, words in (conditions or {}).items()]
-    return table_html(["method", "how it was taken"], rows, numeric=set(), table_id="conditions") if rows else ""
+    return (
+        table_html(["method", "how it was taken"], rows, numeric=set(), table_id="conditions") if rows else ""
+    )
 
 
 def validate_page(result, title: str = "nsprof validate") -> str:
@@ -183,23 +252,40 @@ def validate_page(result, title: str = "nsprof validate") -> str:
     the ground truths' floors, the agreement plot, the per-config values, the failures."""
     from nsprof.render.plot import agreement_figure
 
-    body = ["<h2>Verdict</h2>", f'<pre id="verdict">{esc(result.verdict)}</pre>',
-            "<h2>Agreement of each fast timer with each ground truth</h2>", agreement_table(result.agreement)]
+    body = [
+        "<h2>Verdict</h2>",
+        f'<pre id="verdict">{esc(result.verdict)}</pre>',
+        "<h2>Agreement of each fast timer with each ground truth</h2>",
+        agreement_table(result.agreement),
+    ]
     floors = floor_table(result.floors)
     if floors:
         body += ["<h2>Ground truths' own repeatability (noise floor) and winner stability</h2>", floors]
     matched = matched_table(getattr(result, "matched", None))
     if matched:
-        body += ["<h2>Matched conditions: each timer against ncu under its own clocks and L2 state</h2>", matched]
+        body += [
+            "<h2>Matched conditions: each timer against ncu under its own clocks and L2 state</h2>",
+            matched,
+        ]
     conditions = conditions_table(getattr(result, "conditions", None))
     if conditions:
         body += ["<h2>How each number was taken</h2>", conditions]
-    body += ["<h2>Agreement plot</h2>",
-             figure_html(lambda: agreement_figure(result.per_config, result.agreement, result.timers, result.truths,
-                                                  floors=result.floors), "agreement plot", "agreement-plot"),
-             "<h2>Per config (µs)</h2>", per_config_table(result.per_config, result.configs)]
-    failures = [f"{method} failed on config {config_id}: {reason}"
-                for (method, config_id), reason in sorted((result.failures or {}).items(), key=str)]
+    body += [
+        "<h2>Agreement plot</h2>",
+        figure_html(
+            lambda: agreement_figure(
+                result.per_config, result.agreement, result.timers, result.truths, floors=result.floors
+            ),
+            "agreement plot",
+            "agreement-plot",
+        ),
+        "<h2>Per config (µs)</h2>",
+        per_config_table(result.per_config, result.configs),
+    ]
+    failures = [
+        f"{method} failed on config {config_id}: {reason}"
+        for (method, config_id), reason in sorted((result.failures or {}).items(), key=str)
+    ]
     if failures:
         body += ["<h2>Failures</h2>", _lines(failures, "error")]
     return page(title, body)
@@ -207,27 +293,40 @@ def validate_page(result, title: str = "nsprof validate") -> str:
 
 # --------------------------------------------------------------------------- nsprof tune
 
+
 def ranked_table(table, table_id: str = "ranked") -> str:
     """tune's ranked table; interval columns and the tie set when the table has them."""
     has_ci = "ci_low_ns" in table and "ci_high_ns" in table
     has_tie = "tied_with_best" in table
-    headers = ["rank", "id", "config", "µs"] + (["interval µs"] if has_ci else []) + (["tied"] if has_tie else [])
+    headers = (
+        ["rank", "id", "config", "µs"] + (["interval µs"] if has_ci else []) + (["tied"] if has_tie else [])
+    )
     headers += ["spread %", "cycles", "clock GHz", "vs best", "error"]
     rows, classes = [], []
     for r in table.to_dict("records"):
-        row = ["-" if is_missing(r.get("rank")) else str(int(r["rank"])), str(int(r["config_id"])),
-               "-" if is_missing(r.get("config")) else str(r["config"]), us(r.get("value_ns"))]
+        row = [
+            "-" if is_missing(r.get("rank")) else str(int(r["rank"])),
+            str(int(r["config_id"])),
+            "-" if is_missing(r.get("config")) else str(r["config"]),
+            us(r.get("value_ns")),
+        ]
         if has_ci:
-            row.append("-" if is_missing(r.get("ci_low_ns")) or is_missing(r.get("ci_high_ns"))
-                       else f"{us(r['ci_low_ns'])} – {us(r['ci_high_ns'])}")
+            row.append(
+                "-"
+                if is_missing(r.get("ci_low_ns")) or is_missing(r.get("ci_high_ns"))
+                else f"{us(r['ci_low_ns'])} – {us(r['ci_high_ns'])}"
+            )
         tied = has_tie and not is_missing(r.get("tied_with_best")) and bool(r["tied_with_best"])
         if has_tie:
             row.append(yes_no(r.get("tied_with_best")))
         spread, clock = r.get("spread"), r.get("median_clock_hz")
-        row += [num(None if is_missing(spread) else spread * 100, ".1f"), num(r.get("median_cycles"), ",.0f"),
-                num(None if is_missing(clock) else clock / 1e9, ".3f"),
-                "-" if is_missing(r.get("vs_best")) else f"+{r['vs_best'] * 100:.1f}%",
-                "-" if is_missing(r.get("error")) else str(r["error"])]
+        row += [
+            num(None if is_missing(spread) else spread * 100, ".1f"),
+            num(r.get("median_cycles"), ",.0f"),
+            num(None if is_missing(clock) else clock / 1e9, ".3f"),
+            "-" if is_missing(r.get("vs_best")) else f"+{r['vs_best'] * 100:.1f}%",
+            "-" if is_missing(r.get("error")) else str(r["error"]),
+        ]
         rows.append(row)
         classes.append("tied" if tied else "")
     numeric = {i for i, h in enumerate(headers) if h not in ("config", "tied", "error")}
@@ -242,11 +341,19 @@ def tune_page(result, title: str = "nsprof tune") -> str:
     body = [f'<p id="label">ranked by {esc(result.label)}</p>']
     best = result.best_config_id
     if best is not None:
-        body.append(f'<p id="best"><b>best: config {best} ({esc(config_label(result.configs[best]))})</b></p>')
-    body += [_lines(result.notes, "note"), _lines(result.errors, "error"), "<h2>Ranking plot</h2>",
-             figure_html(lambda: tune_figure(result.table, f"ranked by {result.label}"), "ranking plot",
-                         "ranking-plot"),
-             "<h2>Ranked configs</h2>", ranked_table(result.table)]
+        body.append(
+            f'<p id="best"><b>best: config {best} ({esc(config_label(result.configs[best]))})</b></p>'
+        )
+    body += [
+        _lines(result.notes, "note"),
+        _lines(result.errors, "error"),
+        "<h2>Ranking plot</h2>",
+        figure_html(
+            lambda: tune_figure(result.table, f"ranked by {result.label}"), "ranking plot", "ranking-plot"
+        ),
+        "<h2>Ranked configs</h2>",
+        ranked_table(result.table),
+    ]
     if result.prescreen is not None:
         body += ["<h2>Prescreen</h2>", ranked_table(result.prescreen, "prescreen")]
     return page(title, body)

@@ -110,15 +110,27 @@ def tune_document(result) -> str:
 
     decision = result.decision
     coverages = [float(c) for c in result.table.loc[result.table["rank"].notna(), "ci_coverage"] if c == c]
-    interval = {"method": METHOD, "level": LEVEL, "achieved": min(coverages) if coverages else None,
-                "of": "median"}
-    document = {"label": result.label, "best_config_id": result.best_config_id, "best_config": result.best_config,
-                "notes": result.notes, "tuner_pick": result.tuner_pick, "errors": result.errors,
-                "stat": result.stat, "interval": interval, "tie_set": result.tie_set,
-                "decision": {**decision.as_json(), "words": describe_decision(result)},
-                "adaptive": None if result.adaptive is None else result.adaptive.as_json(),
-                "first_pass_phases": result.first_pass_phases,
-                "ranked": json.loads(result.table.to_json(orient="records"))}
+    interval = {
+        "method": METHOD,
+        "level": LEVEL,
+        "achieved": min(coverages) if coverages else None,
+        "of": "median",
+    }
+    document = {
+        "label": result.label,
+        "best_config_id": result.best_config_id,
+        "best_config": result.best_config,
+        "notes": result.notes,
+        "tuner_pick": result.tuner_pick,
+        "errors": result.errors,
+        "stat": result.stat,
+        "interval": interval,
+        "tie_set": result.tie_set,
+        "decision": {**decision.as_json(), "words": describe_decision(result)},
+        "adaptive": None if result.adaptive is None else result.adaptive.as_json(),
+        "first_pass_phases": result.first_pass_phases,
+        "ranked": json.loads(result.table.to_json(orient="records")),
+    }
     document.update(cross_truth_document(result))
     if getattr(result, "shapes", None):
         # A target with shapes: the top-level fields are the first shape's; every shape's in full here.
@@ -131,21 +143,35 @@ def shape_document(result) -> dict:
     shape says (its truths' rankings, their agreement, its notes)."""
     from nsprof.render.tables import describe_decision
 
-    return {"shape": result.shape, "shape_value": jsonable(result.shape_value), "label": result.label,
-            "best_config_id": result.best_config_id, "best_config": result.best_config, "notes": result.notes,
-            "tie_set": result.tie_set, "decision": {**result.decision.as_json(), "words": describe_decision(result)},
-            "ranked": json.loads(result.table.to_json(orient="records")), **cross_truth_document(result)}
+    return {
+        "shape": result.shape,
+        "shape_value": jsonable(result.shape_value),
+        "label": result.label,
+        "best_config_id": result.best_config_id,
+        "best_config": result.best_config,
+        "notes": result.notes,
+        "tie_set": result.tie_set,
+        "decision": {**result.decision.as_json(), "words": describe_decision(result)},
+        "ranked": json.loads(result.table.to_json(orient="records")),
+        **cross_truth_document(result),
+    }
 
 
 def _ranking(ranked) -> dict:
     from nsprof.render.tables import describe_decision
 
-    return {"truth": ranked.truth or ranked.backend, "label": ranked.label, "labels": jsonable(ranked.labels),
-            "best_config_id": ranked.best_config_id, "tie_set": ranked.tie_set,
-            "first_pass_wall_s": ranked.first_pass_wall_s, "first_pass_phases": ranked.first_pass_phases,
-            "adaptive": None if ranked.adaptive is None else ranked.adaptive.as_json(),
-            "decision": {**ranked.decision.as_json(), "words": describe_decision(ranked)},
-            "ranked": json.loads(ranked.table.to_json(orient="records"))}
+    return {
+        "truth": ranked.truth or ranked.backend,
+        "label": ranked.label,
+        "labels": jsonable(ranked.labels),
+        "best_config_id": ranked.best_config_id,
+        "tie_set": ranked.tie_set,
+        "first_pass_wall_s": ranked.first_pass_wall_s,
+        "first_pass_phases": ranked.first_pass_phases,
+        "adaptive": None if ranked.adaptive is None else ranked.adaptive.as_json(),
+        "decision": {**ranked.decision.as_json(), "words": describe_decision(ranked)},
+        "ranked": json.loads(ranked.table.to_json(orient="records")),
+    }
 
 
 def cross_truth_document(result) -> dict:
@@ -156,25 +182,57 @@ def cross_truth_document(result) -> dict:
     from nsprof.render.tables import describe_cause, describe_decision, describe_pair, describe_verdict
 
     labels = result.labels or {}
-    deploy = {"truth": result.deploy or result.truth or result.backend, "labels": jsonable(labels),
-              "conditions": condition_words(labels, labels.get("mode")) if labels else None,
-              "config_id": result.best_config_id}
+    deploy = {
+        "truth": result.deploy or result.truth or result.backend,
+        "labels": jsonable(labels),
+        "conditions": condition_words(labels, labels.get("mode")) if labels else None,
+        "config_id": result.best_config_id,
+    }
     cross = result.cross
     if cross is None:
-        return {"deploy": deploy, "truths": [_ranking(r) for r in result.rankings.values()], "agreement": [],
-                "explanations": [], "verdict": describe_decision(result)}
+        return {
+            "deploy": deploy,
+            "truths": [_ranking(r) for r in result.rankings.values()],
+            "agreement": [],
+            "explanations": [],
+            "verdict": describe_decision(result),
+        }
     pairs = [{**jsonable(vars(pair)), "words": describe_pair(pair)} for pair in cross.pairs]
     explanations = []
     for e in cross.explanations:
-        probes = [{"truth": p.truth, "changed": p.changed, "labels": jsonable(p.labels), "winner": p.winner,
-                   "tie_set": p.ties, "verdict": p.verdict,
-                   "ranked": [] if p.table is None else json.loads(p.table.to_json(orient="records"))}
-                  for p in e.probes]
-        explanations.append({"a": e.pair.a, "b": e.pair.b, "probed": e.probed, "target": e.target,
-                             "contenders": e.contenders, "cause": e.cause, "words": describe_cause(e),
-                             "reason": e.reason or None, "warnings": e.warnings, "probes": probes})
-    return {"deploy": deploy, "truths": [_ranking(r) for r in result.rankings.values()], "agreement": pairs,
-            "explanations": explanations, "verdict": describe_verdict(result)}
+        probes = [
+            {
+                "truth": p.truth,
+                "changed": p.changed,
+                "labels": jsonable(p.labels),
+                "winner": p.winner,
+                "tie_set": p.ties,
+                "verdict": p.verdict,
+                "ranked": [] if p.table is None else json.loads(p.table.to_json(orient="records")),
+            }
+            for p in e.probes
+        ]
+        explanations.append(
+            {
+                "a": e.pair.a,
+                "b": e.pair.b,
+                "probed": e.probed,
+                "target": e.target,
+                "contenders": e.contenders,
+                "cause": e.cause,
+                "words": describe_cause(e),
+                "reason": e.reason or None,
+                "warnings": e.warnings,
+                "probes": probes,
+            }
+        )
+    return {
+        "deploy": deploy,
+        "truths": [_ranking(r) for r in result.rankings.values()],
+        "agreement": pairs,
+        "explanations": explanations,
+        "verdict": describe_verdict(result),
+    }
 
 
 def summary_records(summaries) -> list[dict[str, Any]]:
@@ -182,7 +240,9 @@ def summary_records(summaries) -> list[dict[str, Any]]:
     `file` first, without the old `group` column (durations in ns)."""
     out = []
     for file, summary in summaries:
-        out += [{"file": str(file), **row} for row in records(summary.drop(columns=["group"], errors="ignore"))]
+        out += [
+            {"file": str(file), **row} for row in records(summary.drop(columns=["group"], errors="ignore"))
+        ]
     return out
 
 
@@ -192,8 +252,13 @@ def compare_document(joined, file_a: str, file_b: str) -> str:
     from nsprof.analysis.summary import compare_overall, one_side_ranges, per_range
 
     only_a, only_b = one_side_ranges(joined)
-    document = {"a": str(file_a), "b": str(file_b),
-                "rows": records(joined.drop(columns=["group"], errors="ignore")),
-                "only_in_a": only_a, "only_in_b": only_b, "per_range": records(per_range(joined)),
-                "overall": jsonable(compare_overall(joined))}
+    document = {
+        "a": str(file_a),
+        "b": str(file_b),
+        "rows": records(joined.drop(columns=["group"], errors="ignore")),
+        "only_in_a": only_a,
+        "only_in_b": only_b,
+        "per_range": records(per_range(joined)),
+        "overall": jsonable(compare_overall(joined)),
+    }
     return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)

@@ -10,16 +10,21 @@ from __future__ import annotations
 from nsprof.analysis.summary import far_apart
 from nsprof.render.tables import NAME_WIDTH, shares_short_names
 
-SHARED_NAMES_NOTE = ("note: kernels marked #1, #2, ... share a short name (or would print alike); each is its "
-                     "own row by full name, its number the same in every view: see them with --names demangled --wide")
+SHARED_NAMES_NOTE = (
+    "note: kernels marked #1, #2, ... share a short name (or would print alike); each is its "
+    "own row by full name, its number the same in every view: see them with --names demangled --wide"
+)
 
 
 def _ncu_values(frame, column: str) -> list:
     """The values of `column` in the ncu rows of `frame`, in row order (missing ones left out)."""
     import pandas as pd
 
-    return [value for source, value in zip(frame["source"].tolist(), frame[column].tolist())
-            if source is not pd.NA and source == "ncu" and value is not pd.NA and value == value]
+    return [
+        value
+        for source, value in zip(frame["source"].tolist(), frame[column].tolist())
+        if source is not pd.NA and source == "ncu" and value is not pd.NA and value == value
+    ]
 
 
 def _label(frame, column: str, option: str, default: str) -> str:
@@ -29,8 +34,10 @@ def _label(frame, column: str, option: str, default: str) -> str:
         where = frame.attrs.get("labels_from", {}).get(column)
         return f"{name} {','.join(sorted(values))}" + (f" (from {where})" if where else "")
     if frame.attrs.get("ncu_command_line"):
-        return (f"{name} unknown (the report's ncu command line does not set {option}: ncu's default, "
-                f"{default}, applies unless an ncu config file set another)")
+        return (
+            f"{name} unknown (the report's ncu command line does not set {option}: ncu's default, "
+            f"{default}, applies unless an ncu config file set another)"
+        )
     return f"{name} unknown (not recorded in this report)"
 
 
@@ -54,8 +61,11 @@ def graph_profiling_note(frame) -> str | None:
     it inflates (whole-graph rows and plain kernel rows alike), or None."""
     import pandas as pd
 
-    workloads = ["kernel" if workload is pd.NA else workload for source, workload in
-                 zip(frame["source"].tolist(), frame["workload"].tolist()) if source is not pd.NA and source == "ncu"]
+    workloads = [
+        "kernel" if workload is pd.NA else workload
+        for source, workload in zip(frame["source"].tolist(), frame["workload"].tolist())
+        if source is not pd.NA and source == "ncu"
+    ]
     if frame.attrs.get("graph_profiling") != "graph" and "graph" not in workloads:
         return None
     counts = {"graph": workloads.count("graph"), "kernel": workloads.count("kernel")}
@@ -64,10 +74,12 @@ def graph_profiling_note(frame) -> str | None:
         kinds.append(f"{counts['graph']} 'graph' row(s), each a whole graph and not a kernel")
     if counts.get("kernel", 0):
         kinds.append(f"{counts['kernel']} 'kernel' row(s), plain launches included")
-    return ("note: this report was captured with ncu --graph-profiling graph, which inflates every row "
-            f"in it ({'; '.join(kinds)}). On an H200, µs kernels profiled this way took 19-83x as long as "
-            "the same kernels profiled per node, their cycles inflated alike. Profile with "
-            "--graph-profiling node for per-kernel durations.")
+    return (
+        "note: this report was captured with ncu --graph-profiling graph, which inflates every row "
+        f"in it ({'; '.join(kinds)}). On an H200, µs kernels profiled this way took 19-83x as long as "
+        "the same kernels profiled per node, their cycles inflated alike. Profile with "
+        "--graph-profiling node for per-kernel durations."
+    )
 
 
 def summary_notes(frame, summary, width: int | None = NAME_WIDTH, names: str = "short") -> list[str]:
@@ -85,5 +97,7 @@ def compare_note(joined) -> str | None:
         return None
     # ncu with --clock-control none, or any --graph-profiling graph run, measured µs
     # kernels 30-80x too long on the H200.
-    return (f"note: {len(far)} row(s) differ more than 10x between A and B: for µs kernels that "
-            "points at ncu --clock-control none or --graph-profiling graph, not at the kernel")
+    return (
+        f"note: {len(far)} row(s) differ more than 10x between A and B: for µs kernels that "
+        "points at ncu --clock-control none or --graph-profiling graph, not at the kernel"
+    )

@@ -36,8 +36,9 @@ def plot_path(path: str, option: str = "--plot"):
         return "-"
     out = Path(path)
     if out.suffix.lower() not in PLOT_SUFFIXES:
-        raise NsprofError(f"{option}: {out.name}: use a .png, .svg or .pdf file name, or - for PNG on "
-                          "standard output")
+        raise NsprofError(
+            f"{option}: {out.name}: use a .png, .svg or .pdf file name, or - for PNG on standard output"
+        )
     return out
 
 
@@ -140,17 +141,32 @@ def agreement_figure(
         for truth in truths:
             sel = agreement_df[(agreement_df["timer"] == timer) & (agreement_df["truth"] == truth)]
             taus.append(float(sel["kendall_tau"].iloc[0]) if len(sel) else float("nan"))
-        ax.bar(x - 0.4 + width * (i + 0.5), np.nan_to_num(np.array(taus), nan=0.0), width,
-               color=colors[timer], label=timer)
+        ax.bar(
+            x - 0.4 + width * (i + 0.5),
+            np.nan_to_num(np.array(taus), nan=0.0),
+            width,
+            color=colors[timer],
+            label=timer,
+        )
     labelled = False
     for j, truth in enumerate(truths):
         if truth in fmap:
-            ax.hlines(fmap[truth], j - 0.45, j + 0.45, color="black", linewidth=2,
-                      label=None if labelled else "truth's noise floor")
+            ax.hlines(
+                fmap[truth],
+                j - 0.45,
+                j + 0.45,
+                color="black",
+                linewidth=2,
+                label=None if labelled else "truth's noise floor",
+            )
             labelled = True
     ax.axhline(0, color="0.5", linewidth=0.8)
     ax.set_xticks(x, truths, rotation=20, ha="right")
-    lowest = np.nanmin(agreement_df["kendall_tau"].to_numpy(float)) if agreement_df["kendall_tau"].notna().any() else 0
+    lowest = (
+        np.nanmin(agreement_df["kendall_tau"].to_numpy(float))
+        if agreement_df["kendall_tau"].notna().any()
+        else 0
+    )
     ax.set_ylim(min(0.0, float(lowest)) - 0.05, 1.05)
     ax.set_ylabel("Kendall τ")
     ax.set_title("ranking agreement")

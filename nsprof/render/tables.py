@@ -42,7 +42,9 @@ if TYPE_CHECKING:
 NAME_WIDTH = 48
 
 
-def _kernel_cells(summary, width: int | None, by: tuple[str, ...], names: str) -> tuple[list[str], list[bool]]:
+def _kernel_cells(
+    summary, width: int | None, by: tuple[str, ...], names: str
+) -> tuple[list[str], list[bool]]:
     """kernel_labels' cells, and whether each is numbered."""
     short = ["?" if is_missing(k) else str(k) for k in summary["kernel"].tolist()]
     full = [s if is_missing(f) else str(f) for f, s in zip(summary["kernel_full"].tolist(), short)]
@@ -83,8 +85,9 @@ def _kernel_cells(summary, width: int | None, by: tuple[str, ...], names: str) -
     return labels, [n is not None for n in number]
 
 
-def kernel_labels(summary, width: int | None = NAME_WIDTH, by: tuple[str, ...] = ("source",),
-                  names: str = "short") -> list[str]:
+def kernel_labels(
+    summary, width: int | None = NAME_WIDTH, by: tuple[str, ...] = ("source",), names: str = "short"
+) -> list[str]:
     """The kernel cell of each summary row: the short name (`names="demangled"`: the full one),
     numbered ` #1`, ` #2`, ... where kernels of one `by` group (a report) share a short name.
     A kernel's number is its full name's, counted in the order the rows come, so that it is the
@@ -102,37 +105,88 @@ def shares_short_names(summary, width: int | None = NAME_WIDTH, names: str = "sh
 
 def _cells(headers: list[str], rows: list[list[str]], right: set[int], keep: int, style: str) -> str:
     headers, rows, right = drop_empty_columns(headers, rows, keep, right)
-    return render_markdown(headers, rows, right) if style == "markdown" else render_table(headers, rows, right)
+    return (
+        render_markdown(headers, rows, right) if style == "markdown" else render_table(headers, rows, right)
+    )
 
 
-def format_summary(summary, unit: str = "us", width: int | None = NAME_WIDTH, names: str = "short",
-                   style: str = "table") -> str:
+def format_summary(
+    summary, unit: str = "us", width: int | None = NAME_WIDTH, names: str = "short", style: str = "table"
+) -> str:
     """analyze's table of a summary (analysis.summary.summarize's rows, in the order given):
     durations in `unit` (ns, us, ms), kernel names per kernel_labels, as a fixed-width table or
     (`style="markdown"`) a Markdown one. Columns with no value in any row are left out."""
     u = UNIT_LABELS[unit]
-    headers = ["source", "range", "kernel", "n", f"median {u}", f"min {u}", f"max {u}", f"mean {u}",
-               f"std {u}", "cv %", f"total {u}", "% of time", "cycles", "clock GHz"]
+    headers = [
+        "source",
+        "range",
+        "kernel",
+        "n",
+        f"median {u}",
+        f"min {u}",
+        f"max {u}",
+        f"mean {u}",
+        f"std {u}",
+        "cv %",
+        f"total {u}",
+        "% of time",
+        "cycles",
+        "clock GHz",
+    ]
     rows = []
-    columns = ("source", "range", "count", "median_ns", "min_ns", "max_ns", "mean_ns", "std_ns", "cv", "total_ns",
-               "time_pct", "median_cycles", "median_clock_hz")
-    records = [SimpleNamespace(**dict(zip(columns, values)))
-               for values in zip(*(summary[column].tolist() for column in columns))]
+    columns = (
+        "source",
+        "range",
+        "count",
+        "median_ns",
+        "min_ns",
+        "max_ns",
+        "mean_ns",
+        "std_ns",
+        "cv",
+        "total_ns",
+        "time_pct",
+        "median_cycles",
+        "median_clock_hz",
+    )
+    records = [
+        SimpleNamespace(**dict(zip(columns, values)))
+        for values in zip(*(summary[column].tolist() for column in columns))
+    ]
     for rec, kernel in zip(records, kernel_labels(summary, width, names=names)):
-        rows.append([
-            rec.source, middle(str(rec.range), None if width is None else 32), kernel, str(rec.count),
-            duration(rec.median_ns, unit), duration(rec.min_ns, unit), duration(rec.max_ns, unit),
-            duration(rec.mean_ns, unit), duration(rec.std_ns, unit),
-            num(rec.cv * 100 if rec.cv == rec.cv else float("nan"), ".1f"),
-            duration(rec.total_ns, unit), num(rec.time_pct, ".1f"),
-            num(rec.median_cycles, ",.0f"),
-            num(rec.median_clock_hz / 1e9 if rec.median_clock_hz == rec.median_clock_hz else float("nan"), ".3f"),
-        ])
+        rows.append(
+            [
+                rec.source,
+                middle(str(rec.range), None if width is None else 32),
+                kernel,
+                str(rec.count),
+                duration(rec.median_ns, unit),
+                duration(rec.min_ns, unit),
+                duration(rec.max_ns, unit),
+                duration(rec.mean_ns, unit),
+                duration(rec.std_ns, unit),
+                num(rec.cv * 100 if rec.cv == rec.cv else float("nan"), ".1f"),
+                duration(rec.total_ns, unit),
+                num(rec.time_pct, ".1f"),
+                num(rec.median_cycles, ",.0f"),
+                num(
+                    rec.median_clock_hz / 1e9 if rec.median_clock_hz == rec.median_clock_hz else float("nan"),
+                    ".3f",
+                ),
+            ]
+        )
     return _cells(headers, rows, set(range(3, len(headers))), 4, style)
 
 
-def format_compare(joined, name_a: str, name_b: str, unit: str = "us", width: int | None = NAME_WIDTH,
-                   names: str = "short", style: str = "table") -> str:
+def format_compare(
+    joined,
+    name_a: str,
+    name_b: str,
+    unit: str = "us",
+    width: int | None = NAME_WIDTH,
+    names: str = "short",
+    style: str = "table",
+) -> str:
     """analyze --compare's table (analysis.summary.compare's rows), the ranges found on one side
     only named once under it instead of as rows, then the closing line over the shared ranges
     (analysis.summary.compare_overall)."""
@@ -140,15 +194,30 @@ def format_compare(joined, name_a: str, name_b: str, unit: str = "us", width: in
     one_sided = set(only_a) | set(only_b)
     shown = joined[~joined["range"].astype(str).isin(one_sided)]
     u = UNIT_LABELS[unit]
-    headers = ["range", "kernel", f"A {u} ({short(name_a, 20)})", f"B {u} ({short(name_b, 20)})",
-               "B/A", "n A", "n B", "cycles B/A"]
+    headers = [
+        "range",
+        "kernel",
+        f"A {u} ({short(name_a, 20)})",
+        f"B {u} ({short(name_b, 20)})",
+        "B/A",
+        "n A",
+        "n B",
+        "cycles B/A",
+    ]
     rows = []
     for rec, kernel in zip(shown.itertuples(index=False), kernel_labels(shown, width, names=names)):
-        rows.append([
-            middle(str(rec.range), None if width is None else 32), kernel, duration(rec.median_ns_a, unit),
-            duration(rec.median_ns_b, unit), num(rec.ratio, ".3f"), str(rec.count_a), str(rec.count_b),
-            num(rec.cycles_ratio, ".3f"),
-        ])
+        rows.append(
+            [
+                middle(str(rec.range), None if width is None else 32),
+                kernel,
+                duration(rec.median_ns_a, unit),
+                duration(rec.median_ns_b, unit),
+                num(rec.ratio, ".3f"),
+                str(rec.count_a),
+                str(rec.count_b),
+                num(rec.cycles_ratio, ".3f"),
+            ]
+        )
     lines = [_cells(headers, rows, set(range(2, len(headers))), 7, style), ""]
     for side, ranges in (("A", only_a), ("B", only_b)):
         if ranges:
@@ -161,12 +230,14 @@ def format_compare(joined, name_a: str, name_b: str, unit: str = "us", width: in
 def describe_overall(overall: dict) -> str:
     """The closing line of a comparison (`overall`: analysis.summary.compare_overall's)."""
     if not overall["ranges"]:
-        return "no range measured on both sides (\"(no range)\" not counted)"
-    head = f"over {overall['ranges']} shared range(s) (\"(no range)\" not counted): "
+        return 'no range measured on both sides ("(no range)" not counted)'
+    head = f'over {overall["ranges"]} shared range(s) ("(no range)" not counted): '
     parts = [f"geometric-mean B/A {num(overall['geomean_ratio'], '.3f')}"]
     if overall["ranges"] < overall["kendall_tau_min_ranges"]:
-        parts.append(f"Kendall τ not computed: {overall['ranges']} shared range{'s' if overall['ranges'] > 1 else ''}, "
-                     f"τ needs {overall['kendall_tau_min_ranges']} or more")
+        parts.append(
+            f"Kendall τ not computed: {overall['ranges']} shared range{'s' if overall['ranges'] > 1 else ''}, "
+            f"τ needs {overall['kendall_tau_min_ranges']} or more"
+        )
     else:
         parts.append(f"Kendall τ {num(overall['kendall_tau'], '.3f')}")
     parts.append(describe_fastest(overall))
@@ -192,39 +263,71 @@ def describe_fastest(overall: dict) -> str:
 
 # --------------------------------------------------------------------------- nsprof profile, tune, results
 
+
 def format_config_summary(summary) -> str:
     """The per-config table of `nsprof profile` (from nsprof.profile.config_summary), then the best."""
     shaped = "shape" in summary
-    headers = ["id", "config", "mode", "median µs", "min µs", "spread %", "reps", "kernels", "cycles",
-               "clock GHz", "error"]
+    headers = [
+        "id",
+        "config",
+        "mode",
+        "median µs",
+        "min µs",
+        "spread %",
+        "reps",
+        "kernels",
+        "cycles",
+        "clock GHz",
+        "error",
+    ]
     rows = []
     for r in summary.itertuples():
-        rows.append([str(r.config_id), text(getattr(r, "config", ""), 40), text(r.mode), us(r.median_ns),
-                     us(r.min_ns), num(r.spread * 100, ".1f"), str(r.reps), str(r.kernels),
-                     num(r.median_cycles, ",.0f"), num(r.median_clock_hz / 1e9, ".3f"), text(r.error, 60)])
+        rows.append(
+            [
+                str(r.config_id),
+                text(getattr(r, "config", ""), 40),
+                text(r.mode),
+                us(r.median_ns),
+                us(r.min_ns),
+                num(r.spread * 100, ".1f"),
+                str(r.reps),
+                str(r.kernels),
+                num(r.median_cycles, ",.0f"),
+                num(r.median_clock_hz / 1e9, ".3f"),
+                text(r.error, 60),
+            ]
+        )
         if shaped:
             rows[-1].insert(0, text(r.shape))
     if shaped:
         headers.insert(0, "shape")
-    table = render_table(headers, rows, right={0, 3, 4, 5, 6, 7, 8, 9} if not shaped else {0, 1, 4, 5, 6, 7, 8, 9, 10})
+    table = render_table(
+        headers, rows, right={0, 3, 4, 5, 6, 7, 8, 9} if not shaped else {0, 1, 4, 5, 6, 7, 8, 9, 10}
+    )
     measured = summary[summary["error"].isna() & summary["median_ns"].notna()]
     if shaped:
         for shape, rows_of_shape in measured.groupby("shape", sort=True):
             best = rows_of_shape.loc[rows_of_shape["median_ns"].idxmin()]
             label = f" ({best['config']})" if "config" in summary else ""
-            table += (f"\nbest at shape {int(shape)}: config {best['config_id']}{label} {best['mode']}, "
-                      f"{best['median_ns'] / 1e3:.3f} µs median")
+            table += (
+                f"\nbest at shape {int(shape)}: config {best['config_id']}{label} {best['mode']}, "
+                f"{best['median_ns'] / 1e3:.3f} µs median"
+            )
     elif len(measured):
         best = measured.loc[measured["median_ns"].idxmin()]
         label = f" ({best['config']})" if "config" in summary else ""
-        table += (f"\nbest: config {best['config_id']}{label} {best['mode']}, "
-                  f"{best['median_ns'] / 1e3:.3f} µs median")
+        table += (
+            f"\nbest: config {best['config_id']}{label} {best['mode']}, "
+            f"{best['median_ns'] / 1e3:.3f} µs median"
+        )
     return table
 
 
 def describe_pick(pick: dict, table) -> str:
     """One line: the tuner's own choice, and where the ground truth ranks it (`table`: analysis.ranking.rank's)."""
-    head = f"{pick['tuner']} ({pick['timer']}) picks config {pick['config_id']} ({config_label(pick['config'])})"
+    head = (
+        f"{pick['tuner']} ({pick['timer']}) picks config {pick['config_id']} ({config_label(pick['config'])})"
+    )
     row = table[table["config_id"] == pick["config_id"]]
     if pick["config_id"] is None or row.empty or is_missing(row.iloc[0]["rank"]):
         return head + "; the ground truth has no measurement of it"
@@ -244,8 +347,11 @@ def describe_interval(result) -> str:
     coverages = _coverages(result.table)
     if not coverages:
         return f"intervals: none (fewer than 2 reps per config; {METHOD}s need 2 or more)"
-    achieved = (f"{coverages[0] * 100:.1f}%" if len(coverages) == 1
-                else f"{coverages[0] * 100:.1f}-{coverages[-1] * 100:.1f}%")
+    achieved = (
+        f"{coverages[0] * 100:.1f}%"
+        if len(coverages) == 1
+        else f"{coverages[0] * 100:.1f}-{coverages[-1] * 100:.1f}%"
+    )
     line = f"intervals: {METHOD}, {LEVEL * 100:.0f}% asked, {achieved} achieved"
     if coverages[0] < LEVEL:
         line += " (too few reps to reach it: such a config's interval is its [min, max])"
@@ -261,37 +367,63 @@ def describe_decision(result) -> str:
     if decision.config_id is None:
         return "no config was measured"
     if decision.kind == "untested":
-        return (f"config {decision.config_id} has the lowest {stat}, untested against the noise: "
-                "there are too few reps per config for an interval")
+        return (
+            f"config {decision.config_id} has the lowest {stat}, untested against the noise: "
+            "there are too few reps per config for an interval"
+        )
     half = f"±{decision.half_width * 100:.1f}%"
     if decision.kind == "tie":
         members = ", ".join(str(c) for c in decision.members)
-        return (f"these {len(decision.members)} configs are indistinguishable here ({half}): {members} "
-                f"(each one's interval overlaps the best's); feeding back {decision.config_id}, "
-                f"{decision.rule}")
+        return (
+            f"these {len(decision.members)} configs are indistinguishable here ({half}): {members} "
+            f"(each one's interval overlaps the best's); feeding back {decision.config_id}, "
+            f"{decision.rule}"
+        )
     if decision.second is None:
         return f"config {decision.config_id} is the only config measured"
     apart = "" if decision.margin != decision.margin else f", {abs(decision.margin) * 100:.1f}% apart"
-    return (f"config {decision.config_id} is the winner: its interval ({half}) does not overlap "
-            f"#2's (config {decision.second}{apart})")
+    return (
+        f"config {decision.config_id} is the winner: its interval ({half}) does not overlap "
+        f"#2's (config {decision.second}{apart})"
+    )
 
 
 def format_ranked(result) -> str:
     """`nsprof tune`'s output: how the numbers were taken, the ranked table, the best, the
     interval and the decision (winner or tie), the notes (`result`: an nsprof.tune.TuneResult)."""
-    headers = ["rank", "id", "config", "µs", "low µs", "high µs", "spread %", "cycles", "clock GHz", "vs best",
-               "tie", "error"]
+    headers = [
+        "rank",
+        "id",
+        "config",
+        "µs",
+        "low µs",
+        "high µs",
+        "spread %",
+        "cycles",
+        "clock GHz",
+        "vs best",
+        "tie",
+        "error",
+    ]
     tie = result.decision.kind == "tie"
     rows = []
     for r in result.table.itertuples():
-        rows.append([text(r.rank), str(r.config_id), text(r.config, 44), us(r.value_ns),
-                     us(getattr(r, "ci_low_ns", float("nan"))), us(getattr(r, "ci_high_ns", float("nan"))),
-                     num(getattr(r, "spread", float("nan")) * 100, ".1f"),
-                     num(getattr(r, "median_cycles", float("nan")), ",.0f"),
-                     num(getattr(r, "median_clock_hz", float("nan")) / 1e9, ".3f"),
-                     "-" if r.vs_best != r.vs_best else f"+{r.vs_best * 100:.1f}%",
-                     "tie" if tie and bool(getattr(r, "tied_with_best", False)) else "",
-                     text(r.error, 50)])
+        rows.append(
+            [
+                text(r.rank),
+                str(r.config_id),
+                text(r.config, 44),
+                us(r.value_ns),
+                us(getattr(r, "ci_low_ns", float("nan"))),
+                us(getattr(r, "ci_high_ns", float("nan"))),
+                num(getattr(r, "spread", float("nan")) * 100, ".1f"),
+                num(getattr(r, "median_cycles", float("nan")), ",.0f"),
+                num(getattr(r, "median_clock_hz", float("nan")) / 1e9, ".3f"),
+                "-" if r.vs_best != r.vs_best else f"+{r.vs_best * 100:.1f}%",
+                "tie" if tie and bool(getattr(r, "tied_with_best", False)) else "",
+                text(r.error, 50),
+            ]
+        )
     lines = [f"ranked by {result.label}", render_table(headers, rows, right={0, 1, 3, 4, 5, 6, 7, 8, 9})]
     best = result.best_config_id
     if best is not None:
@@ -302,15 +434,21 @@ def format_ranked(result) -> str:
     return "\n".join(lines)
 
 
-CHANGED_TO = {("cache_control", "none"): "warm L2", ("cache_control", "all"): "cold L2",
-              ("clock_control", "none"): "the card's own clocks", ("clock_control", "base"): "clocks locked to base"}
+CHANGED_TO = {
+    ("cache_control", "none"): "warm L2",
+    ("cache_control", "all"): "cold L2",
+    ("clock_control", "none"): "the card's own clocks",
+    ("clock_control", "base"): "clocks locked to base",
+}
 CAUSE_WORDS = {
     "cache_control": "the L2 state explains it",
     "clock_control": "the clocks explain it",
     "either": "the L2 state alone explains it, and so do the clocks alone",
     "both": "only the L2 state and the clocks together explain it",
-    "neither": ("neither the L2 state nor the clocks explains it: the tools differ in more than these "
-                "conditions (launch path, the profiler's own overhead), or the gap is noise"),
+    "neither": (
+        "neither the L2 state nor the clocks explains it: the tools differ in more than these "
+        "conditions (launch path, the profiler's own overhead), or the gap is noise"
+    ),
     "not measured": "the contenders could not be measured again, so nothing explains it yet",
 }
 
@@ -329,13 +467,19 @@ def describe_pair(pair) -> str:
     if pair.verdict == crosstruth.AGREE:
         return f"{a} and {b} agree: both pick config {pair.winner_a}"
     if pair.verdict == crosstruth.UNTESTED:
-        return (f"{a} and {b} cannot be told apart or against each other: {a} picks config {pair.winner_a}, "
-                f"{b} config {pair.winner_b}, with too few reps for an interval (--reps 2 or more)")
+        return (
+            f"{a} and {b} cannot be told apart or against each other: {a} picks config {pair.winner_a}, "
+            f"{b} config {pair.winner_b}, with too few reps for an interval (--reps 2 or more)"
+        )
     if pair.verdict == crosstruth.TIED:
-        return (f"{a} and {b} are tied: {a} picks config {pair.winner_a}, {b} config {pair.winner_b}, and each "
-                f"is inside the other's tie set (neither can tell them apart)")
-    line = (f"{a} and {b} disagree: {a} picks config {pair.winner_a}, {b} config {pair.winner_b}; "
-            f"{a}'s winner is {_pct(pair.a_under_b)} under {b}, {b}'s winner {_pct(pair.b_under_a)} under {a}")
+        return (
+            f"{a} and {b} are tied: {a} picks config {pair.winner_a}, {b} config {pair.winner_b}, and each "
+            f"is inside the other's tie set (neither can tell them apart)"
+        )
+    line = (
+        f"{a} and {b} disagree: {a} picks config {pair.winner_a}, {b} config {pair.winner_b}; "
+        f"{a}'s winner is {_pct(pair.a_under_b)} under {b}, {b}'s winner {_pct(pair.b_under_a)} under {a}"
+    )
     for x, y, won, ties in ((a, b, pair.winner_a, pair.ties_b), (b, a, pair.winner_b, pair.ties_a)):
         if won in ties:  # one-sided: y cannot tell x's winner from its own, x can
             line += f"; {x}'s winner is tied for best under {y}, so it is the safe pick under both"
@@ -371,8 +515,10 @@ def describe_explanation(explanation) -> str:
     probed = crosstruth.split_truth(explanation.probed)[0]
     clauses = "; ".join(describe_probe(p, explanation.target, target_winner) for p in explanation.probes)
     warnings = "".join(f" (warning: {w})" for w in explanation.warnings)
-    return (f"contenders {', '.join(str(c) for c in explanation.contenders)} measured again under {probed}: "
-            f"{clauses}. So {describe_cause(explanation)}{warnings}")
+    return (
+        f"contenders {', '.join(str(c) for c in explanation.contenders)} measured again under {probed}: "
+        f"{clauses}. So {describe_cause(explanation)}{warnings}"
+    )
 
 
 def deploy_words(result) -> str:
@@ -381,7 +527,9 @@ def deploy_words(result) -> str:
     words = crosstruth.condition_words(result.labels, result.labels.get("mode")) if result.labels else ""
     best = result.best_config_id
     head = f"deploy {deploy}" + (f" ({words})" if words else "")
-    return head + (": no config measured" if best is None else f": its winner, config {best}, is the one fed back")
+    return head + (
+        ": no config measured" if best is None else f": its winner, config {best}, is the one fed back"
+    )
 
 
 def describe_verdict(result) -> str:
@@ -389,10 +537,12 @@ def describe_verdict(result) -> str:
     cross = result.cross
     parts = []
     explained = {(e.pair.a, e.pair.b): e for e in (cross.explanations if cross else [])}
-    for pair in (cross.pairs if cross else []):
+    for pair in cross.pairs if cross else []:
         if pair.verdict == crosstruth.DISAGREE:
-            part = (f"{pair.a} and {pair.b} disagree ({pair.a}'s winner {_pct(pair.a_under_b)} under {pair.b}, "
-                    f"{pair.b}'s {_pct(pair.b_under_a)} under {pair.a})")
+            part = (
+                f"{pair.a} and {pair.b} disagree ({pair.a}'s winner {_pct(pair.a_under_b)} under {pair.b}, "
+                f"{pair.b}'s {_pct(pair.b_under_a)} under {pair.a})"
+            )
             if (pair.a, pair.b) in explained:
                 part += f": {describe_cause(explained[(pair.a, pair.b)])}"
         elif pair.verdict == crosstruth.TIED:
@@ -435,9 +585,18 @@ def format_shapes(shapes, truth: str | None = None) -> str:
             if len(others):
                 second = str(int(others.iloc[0]["config_id"]))
                 behind = f"+{(float(others.iloc[0]['value_ns']) / float(measured.iloc[0]['value_ns']) - 1) * 100:.1f}%"
-        rows.append([str(shaped.shape), text(config_label(shaped.shape_value), 24), "-" if best is None else str(best),
-                     "" if best is None else text(config_label(result.configs[best]), 40), value, second, behind,
-                     tie_state(result)])
+        rows.append(
+            [
+                str(shaped.shape),
+                text(config_label(shaped.shape_value), 24),
+                "-" if best is None else str(best),
+                "" if best is None else text(config_label(result.configs[best]), 40),
+                value,
+                second,
+                behind,
+                tie_state(result),
+            ]
+        )
     label = (shapes[0].rankings[truth] if truth else shapes[0]).label
     return f"ranked by {label}, per shape\n" + render_table(headers, rows, right={0, 2, 4, 5, 6})
 
@@ -460,8 +619,13 @@ def format_tune_shapes(result) -> str:
     lines = []
     if len(truths) > 1:
         for shaped in shapes:
-            lines += [f"cross-truth, shape {shaped.shape}: {describe_pair(pair)}" for pair in shaped.cross.pairs]
-            lines += [f"cross-truth, shape {shaped.shape}: {describe_explanation(e)}" for e in shaped.cross.explanations]
+            lines += [
+                f"cross-truth, shape {shaped.shape}: {describe_pair(pair)}" for pair in shaped.cross.pairs
+            ]
+            lines += [
+                f"cross-truth, shape {shaped.shape}: {describe_explanation(e)}"
+                for e in shaped.cross.explanations
+            ]
     intervals = sorted({describe_interval(s) for s in shapes})
     lines += [f"note: {line}" for line in intervals]
     lines += [f"note: {note}" for note in _shape_notes(shapes)]
@@ -487,13 +651,27 @@ def format_tune(result) -> str:
 
 def format_runs(runs, counts) -> str:
     """`nsprof results`: one row per run of the results store (`counts`: rows per run id)."""
-    rows = [[str(r.id), text(r.started_at, 19), text(r.target, 40), text(r.backend), text(r.mode),
-             text(getattr(r, "clock_control", None)), text(getattr(r, "cache_control", None)),
-             text(r.gpu, 20), str(int(counts.get(r.id, 0))) if len(runs) else "0", text(r.status),
-             run_deploy(getattr(r, "settings_json", None))]
-            for r in runs.itertuples()]
-    return render_table(["run", "started", "target", "backend", "mode", "clock", "cache", "gpu", "rows", "status",
-                         "deploy"], rows, right={0, 8})
+    rows = [
+        [
+            str(r.id),
+            text(r.started_at, 19),
+            text(r.target, 40),
+            text(r.backend),
+            text(r.mode),
+            text(getattr(r, "clock_control", None)),
+            text(getattr(r, "cache_control", None)),
+            text(r.gpu, 20),
+            str(int(counts.get(r.id, 0))) if len(runs) else "0",
+            text(r.status),
+            run_deploy(getattr(r, "settings_json", None)),
+        ]
+        for r in runs.itertuples()
+    ]
+    return render_table(
+        ["run", "started", "target", "backend", "mode", "clock", "cache", "gpu", "rows", "status", "deploy"],
+        rows,
+        right={0, 8},
+    )
 
 
 def run_deploy(settings_json) -> str:
@@ -511,6 +689,7 @@ def run_deploy(settings_json) -> str:
 
 
 # --------------------------------------------------------------------------- nsprof validate
+
 
 def _winners_by_truth(floors) -> dict[str, str]:
     if floors is None or isinstance(floors, Mapping) or "winners" not in floors:
@@ -536,8 +715,10 @@ def describe_winners(row: Mapping) -> str:
         return f"same winner: config {a}"
     tie_a, tie_b = row.get("tie_set"), row.get("tie_set_against")
     if kind == "tied":
-        return (f"tied: config {a} vs {b} in {side}, each inside the other's tie set "
-                f"({_ids(tie_a)} / {_ids(tie_b)})")
+        return (
+            f"tied: config {a} vs {b} in {side}, each inside the other's tie set "
+            f"({_ids(tie_a)} / {_ids(tie_b)})"
+        )
     if kind == "untested":
         return f"different: config {a} vs {b} in {side}, no interval to test a tie (fewer than 2 reps)"
     outside = []
@@ -556,10 +737,17 @@ def format_floors(floors) -> str:
     headers = ["truth", "against", "n", "floor τ", "median change %", "max change %", "winners"]
     rows = []
     for r in floors.to_dict("records"):
-        rows.append([str(r["truth"]), str(r["against"]), str(r["n"]), num(r["kendall_tau"], ".3f"),
-                     num(None if is_missing(r["median_rel_change"]) else r["median_rel_change"] * 100, ".1f"),
-                     num(None if is_missing(r["max_rel_change"]) else r["max_rel_change"] * 100, ".1f"),
-                     describe_winners(r)])
+        rows.append(
+            [
+                str(r["truth"]),
+                str(r["against"]),
+                str(r["n"]),
+                num(r["kendall_tau"], ".3f"),
+                num(None if is_missing(r["median_rel_change"]) else r["median_rel_change"] * 100, ".1f"),
+                num(None if is_missing(r["max_rel_change"]) else r["max_rel_change"] * 100, ".1f"),
+                describe_winners(r),
+            ]
+        )
     return render_table(headers, rows, right={2, 3, 4, 5})
 
 
@@ -569,18 +757,42 @@ def format_matched(matched) -> str:
     (analysis.agreement.matched_agreement's table); then, per matched truth, the best timer."""
     if matched is None or not len(matched):
         return ""
-    headers = ["timer", "L2", "mode", "matched truth", "τ", "floor τ", "at floor", "unmatched truth", "τ",
-               "floor τ", "at floor"]
+    headers = [
+        "timer",
+        "L2",
+        "mode",
+        "matched truth",
+        "τ",
+        "floor τ",
+        "at floor",
+        "unmatched truth",
+        "τ",
+        "floor τ",
+        "at floor",
+    ]
     rows = []
     for r in matched.to_dict("records"):
-        rows.append([str(r["timer"]), text(r["l2"]), text(r["mode"]), text(r["matched_truth"]),
-                     num(r["matched_tau"], ".3f"), num(r["matched_floor"], ".3f"), yes_no(r["matched_at_floor"]),
-                     text(r["unmatched_truth"]), num(r["unmatched_tau"], ".3f"), num(r["unmatched_floor"], ".3f"),
-                     yes_no(r["unmatched_at_floor"])])
-    lines = ["matched conditions: each timer against the truth run with clocks free (--clock-control none), as the "
-             "timers run, and in the timer's own L2 state (cold: --cache-control all, warm: --cache-control none), "
-             "beside the unmatched truth (the tool's defaults: base clocks, L2 flushed)",
-             render_table(headers, rows, right={4, 5, 8, 9})]
+        rows.append(
+            [
+                str(r["timer"]),
+                text(r["l2"]),
+                text(r["mode"]),
+                text(r["matched_truth"]),
+                num(r["matched_tau"], ".3f"),
+                num(r["matched_floor"], ".3f"),
+                yes_no(r["matched_at_floor"]),
+                text(r["unmatched_truth"]),
+                num(r["unmatched_tau"], ".3f"),
+                num(r["unmatched_floor"], ".3f"),
+                yes_no(r["unmatched_at_floor"]),
+            ]
+        )
+    lines = [
+        "matched conditions: each timer against the truth run with clocks free (--clock-control none), as the "
+        "timers run, and in the timer's own L2 state (cold: --cache-control all, warm: --cache-control none), "
+        "beside the unmatched truth (the tool's defaults: base clocks, L2 flushed)",
+        render_table(headers, rows, right={4, 5, 8, 9}),
+    ]
     for truth, group in matched.groupby("matched_truth", sort=False):
         scored = group[group["matched_tau"].notna()]
         if scored.empty:
@@ -603,7 +815,9 @@ def format_conditions(conditions: Mapping[str, str]) -> str:
     if not conditions:
         return ""
     width = max(len(m) for m in conditions)
-    return "\n".join(["how each was taken:"] + [f"  {m:<{width}}  {words}" for m, words in conditions.items()])
+    return "\n".join(
+        ["how each was taken:"] + [f"  {m:<{width}}  {words}" for m, words in conditions.items()]
+    )
 
 
 def format_agreement(df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float] | None = None) -> str:
@@ -620,17 +834,26 @@ def format_agreement(df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float
     rows = []
     for rec in df.itertuples(index=False):
         row = [
-            str(rec.timer), str(rec.truth), str(rec.n), num(rec.bias, ".3f"), num(rec.kendall_tau, ".3f"),
-            num(rec.spearman_rho, ".3f"), yes_no(rec.same_best),
-            num(None if is_missing(rec.regret) else rec.regret * 100, ".1f"), yes_no(rec.top_k_hit),
+            str(rec.timer),
+            str(rec.truth),
+            str(rec.n),
+            num(rec.bias, ".3f"),
+            num(rec.kendall_tau, ".3f"),
+            num(rec.spearman_rho, ".3f"),
+            yes_no(rec.same_best),
+            num(None if is_missing(rec.regret) else rec.regret * 100, ".1f"),
+            yes_no(rec.top_k_hit),
         ]
         if fmap:
             row.append(num(fmap.get(str(rec.truth)), ".3f"))
         if winners:
             row.append(winners.get(str(rec.truth), "-"))
         rows.append(row)
-    return render_table(headers, rows, right=set(range(2, len(headers))) - {len(headers) - 1} if winners
-                        else set(range(2, len(headers))))
+    return render_table(
+        headers,
+        rows,
+        right=set(range(2, len(headers))) - {len(headers) - 1} if winners else set(range(2, len(headers))),
+    )
 
 
 def format_per_config(
@@ -651,7 +874,9 @@ def format_per_config(
     return render_table(headers, rows, right={0, *range(first_number, len(headers))})
 
 
-def format_verdict(agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float] | None = None) -> str:
+def format_verdict(
+    agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float] | None = None
+) -> str:
     """One line per truth: which timer tracks it best, its τ and regret, and the truth's own floor
     (the words for analysis.agreement.verdicts)."""
     lines = []
@@ -659,8 +884,11 @@ def format_verdict(agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[st
         if v.timer is None:
             lines.append(f"vs {v.truth}: no timer could be compared (fewer than 2 configs measured by both).")
             continue
-        head = (f"vs {v.truth}: {v.timer} tracks best" if v.reliable
-                else f"vs {v.truth}: no timer ranks configs reliably; best is {v.timer}")
+        head = (
+            f"vs {v.truth}: {v.timer} tracks best"
+            if v.reliable
+            else f"vs {v.truth}: no timer ranks configs reliably; best is {v.timer}"
+        )
         stats = f"τ {v.kendall_tau:.2f}, regret {pct(v.regret)}"
         if v.floor is None:
             lines.append(f"{head} ({stats}).")
@@ -672,6 +900,8 @@ def format_verdict(agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[st
         elif v.near_floor == (v.timer,):
             lines.append(f"{head} ({stats}), as good as the ground truth's own repeatability.")
         else:
-            lines.append(f"{head} ({stats}); {', '.join(v.near_floor)} within {FLOOR_MARGIN:.2f} of that τ: "
-                         "as good as the ground truth's own repeatability.")
+            lines.append(
+                f"{head} ({stats}); {', '.join(v.near_floor)} within {FLOOR_MARGIN:.2f} of that τ: "
+                "as good as the ground truth's own repeatability."
+            )
     return "\n".join(lines)

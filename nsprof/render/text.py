@@ -56,6 +56,7 @@ def _common_prefix(a: str, b: str) -> int:
 def _word(value: str, i: int, step: int, reach: int = 12) -> int:
     """Position i moved out to the edge of the identifier it is in (step -1: to its start, +1: to
     its end), where that edge is at most `reach` characters away; else i."""
+
     def inside(ch: str) -> bool:
         return ch.isalnum() or ch == "_"
 
@@ -92,10 +93,13 @@ def apart(value: str, others, width: int | None = 48) -> str:
     if not others or width < 5:
         return middle(value, width)
     prefixes = [_common_prefix(value, o) for o in others]
-    suffixes = [min(_common_prefix(value[::-1], o[::-1]), min(len(value), len(o)) - p)
-                for o, p in zip(others, prefixes)]
+    suffixes = [
+        min(_common_prefix(value[::-1], o[::-1]), min(len(value), len(o)) - p)
+        for o, p in zip(others, prefixes)
+    ]
     lo = _argument_start(value, min(prefixes))
     hi = _word(value, len(value) - min(suffixes), +1)
+
     # widened, a word at a time, until it reads as itself: a piece of some length that none of `others` holds
     def vague() -> bool:
         return hi - lo < PIECE or any(value[lo:hi] in o for o in others)
@@ -106,14 +110,17 @@ def apart(value: str, others, width: int | None = 48) -> str:
             hi = _word(value, hi + 1, +1)
     end = len(value) - hi  # characters after the differing part
     if (hi - lo) + (lo > 0) + (end > 0) > width:
+
         def window(start: int) -> str:
             room = width - (start > 0)
-            text = value[start:start + room]
+            text = value[start : start + room]
             return ("…" if start > 0 else "") + (text if start + room >= len(value) else text[:-1] + "…")
 
         starts = sorted({_argument_start(value, p) for p in prefixes})
-        return max((window(b) for b in starts),
-                   key=lambda w: sum(any(piece not in o for piece in w.split("…") if piece) for o in others))
+        return max(
+            (window(b) for b in starts),
+            key=lambda w: sum(any(piece not in o for piece in w.split("…") if piece) for o in others),
+        )
     head = tail = 0  # characters kept of the start (up to lo) and of the end (up to `end`)
 
     def length(h: int, t: int) -> int:
@@ -126,8 +133,13 @@ def apart(value: str, others, width: int | None = 48) -> str:
             head, grew = head + 1, True
         if tail < end and length(head, tail + 1) <= width:
             tail, grew = tail + 1, True
-    return (value[:head] + ("…" if head < lo else "") + value[lo:hi] + ("…" if tail < end else "")
-            + (value[len(value) - tail:] if tail else ""))
+    return (
+        value[:head]
+        + ("…" if head < lo else "")
+        + value[lo:hi]
+        + ("…" if tail < end else "")
+        + (value[len(value) - tail :] if tail else "")
+    )
 
 
 TIME_UNITS = {"ns": (1.0, ",.0f"), "us": (1e3, ",.3f"), "ms": (1e6, ",.6f")}
@@ -156,7 +168,9 @@ def render_table(headers: list[str], rows: list[list[str]], right: set[int] | No
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
 
     def line(cells):
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        )
 
     out = [line(headers), "  ".join("-" * w for w in widths)]
     out += [line(r) for r in rows]
@@ -170,17 +184,23 @@ def render_markdown(headers: list[str], rows: list[list[str]], right: set[int] |
     def cell(value: str) -> str:
         return value.replace("|", "\\|")
 
-    out = ["| " + " | ".join(cell(h) for h in headers) + " |",
-           "|" + "|".join("---:" if i in right else "---" for i in range(len(headers))) + "|"]
+    out = [
+        "| " + " | ".join(cell(h) for h in headers) + " |",
+        "|" + "|".join("---:" if i in right else "---" for i in range(len(headers))) + "|",
+    ]
     out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
 
 
-def drop_empty_columns(headers: list[str], rows: list[list[str]], keep: int,
-                       right: set[int] | None = None) -> tuple[list[str], list[list[str]], set[int]]:
+def drop_empty_columns(
+    headers: list[str], rows: list[list[str]], keep: int, right: set[int] | None = None
+) -> tuple[list[str], list[list[str]], set[int]]:
     """Headers, rows and right-aligned columns without the columns past the first `keep` whose
     every cell is "-" (cycles and clock of an nsys report, say)."""
     right = right if right is not None else set(range(1, len(headers)))
     kept = [i for i in range(len(headers)) if i < keep or not rows or any(r[i] != "-" for r in rows)]
-    return ([headers[i] for i in kept], [[r[i] for i in kept] for r in rows],
-            {n for n, i in enumerate(kept) if i in right})
+    return (
+        [headers[i] for i in kept],
+        [[r[i] for i in kept] for r in rows],
+        {n for n, i in enumerate(kept) if i in right},
+    )

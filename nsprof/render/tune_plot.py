@@ -52,17 +52,41 @@ def tune_figure(table, title: str | None = None):
         ok = np.isfinite(low) & np.isfinite(high)
         if ok.any():
             xerr = np.vstack([np.clip(values - low, 0, None), np.clip(high - values, 0, None)])
-            ax.errorbar(values[ok], y[ok], xerr=xerr[:, ok], fmt="none", ecolor="0.35", elinewidth=1.2,
-                        capsize=3, label="interval", gid="intervals")
+            ax.errorbar(
+                values[ok],
+                y[ok],
+                xerr=xerr[:, ok],
+                fmt="none",
+                ecolor="0.35",
+                elinewidth=1.2,
+                capsize=3,
+                label="interval",
+                gid="intervals",
+            )
     tied = np.array([not is_missing(v) and bool(v) for v in measured.get("tied_with_best", [None] * n)], bool)
     if tied.sum() < 2:
         tied[:] = False  # the best alone is tied only with itself: no tie to mark
     if (~tied).any() or not n:
-        ax.scatter(values[~tied], y[~tied], s=30, color="C0", zorder=3, gid="configs",
-                   label="measured" if tied.any() else None)
+        ax.scatter(
+            values[~tied],
+            y[~tied],
+            s=30,
+            color="C0",
+            zorder=3,
+            gid="configs",
+            label="measured" if tied.any() else None,
+        )
     if tied.any():
-        ax.scatter(values[tied], y[tied], s=42, color="C3", marker="D", zorder=3, gid="tied",
-                   label="tied with the best")
+        ax.scatter(
+            values[tied],
+            y[tied],
+            s=42,
+            color="C3",
+            marker="D",
+            zorder=3,
+            gid="tied",
+            label="tied with the best",
+        )
     ax.set_yticks(y, ticks, fontsize="small")
     ax.set_ylim(max(n, 1) - 0.5, -0.5)  # rank 1 at the top
     if n and np.nanmin(values) > 0 and np.nanmax(values) / np.nanmin(values) > 10:
@@ -76,8 +100,15 @@ def tune_figure(table, title: str | None = None):
         ax.legend(fontsize="small", loc="lower right")
     if len(failed):
         ids = ", ".join(str(int(c)) for c in failed["config_id"])
-        fig.text(0.01, 0.005, f"not measured (failed): config {ids}", fontsize="small", color="C3",
-                 va="bottom", gid="failed")
+        fig.text(
+            0.01,
+            0.005,
+            f"not measured (failed): config {ids}",
+            fontsize="small",
+            color="C3",
+            va="bottom",
+            gid="failed",
+        )
     if not n:
         ax.text(0.5, 0.5, "no config measured", ha="center", va="center", transform=ax.transAxes)
     return fig

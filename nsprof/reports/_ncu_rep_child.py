@@ -48,14 +48,16 @@ def _actions(context, metric_names: list[str]) -> list[dict]:
                         push_pop[name] = pushed
                     if started:
                         start_end[name] = started
-            actions.append({
-                "name": _text(action.name()),
-                "full_name": _text(action.name(action.NameBase_DEMANGLED)),
-                "workload_type": int(action.workload_type()),
-                "metrics": metrics,
-                "push_pop": push_pop,
-                "start_end": start_end,
-            })
+            actions.append(
+                {
+                    "name": _text(action.name()),
+                    "full_name": _text(action.name(action.NameBase_DEMANGLED)),
+                    "workload_type": int(action.workload_type()),
+                    "metrics": metrics,
+                    "push_pop": push_pop,
+                    "start_end": start_end,
+                }
+            )
     return actions
 
 

@@ -33,8 +33,9 @@ def blank_impossible(frame, columns: tuple[str, ...] = MEASURED) -> list[str]:
         bad = np.isinf(values) | (values < 0)
         if bad.any():
             frame[column] = frame[column].mask(bad)
-            warnings.append(f"{int(bad.sum())} {column} value(s) negative or infinite (corrupt report?); "
-                            "left empty")
+            warnings.append(
+                f"{int(bad.sum())} {column} value(s) negative or infinite (corrupt report?); left empty"
+            )
     return warnings
 
 

@@ -127,6 +127,5 @@ def _copy_stream(fd: int, copy: Path, shown: str, *, nonblocking: bool) -> None:
 
 def _no_data(shown: str, wait_s: float) -> ReportError:
     return ReportError(
-        f"{shown}: no data for {wait_s:g} s (a FIFO that nothing writes to?); {STREAM_WAIT_ENV}"
-        " sets the wait"
+        f"{shown}: no data for {wait_s:g} s (a FIFO that nothing writes to?); {STREAM_WAIT_ENV} sets the wait"
     )

@@ -88,12 +88,21 @@ def _unfinished_capture(head: bytes, shown: str) -> str:
 
 # In sniffing order: magic bytes first, then refusals, then ncu CSV (text, tested last).
 REGISTRY: tuple[ReportKind, ...] = (
-    ReportKind("nsys-sqlite", lambda head, path: head.startswith(SQLITE_MAGIC),
-               reader="nsprof.reports.nsys.reader:read_nsys_sqlite"),
-    ReportKind("ncu-rep", lambda head, path: head.startswith(NCU_REP_MAGIC),
-               reader="nsprof.reports.ncu_rep:read_ncu_rep"),
-    ReportKind("nsys-rep", lambda head, path: head.startswith(NSYS_REP_MAGIC),
-               reader="nsprof.reports.nsys.reader:read_nsys_rep"),
+    ReportKind(
+        "nsys-sqlite",
+        lambda head, path: head.startswith(SQLITE_MAGIC),
+        reader="nsprof.reports.nsys.reader:read_nsys_sqlite",
+    ),
+    ReportKind(
+        "ncu-rep",
+        lambda head, path: head.startswith(NCU_REP_MAGIC),
+        reader="nsprof.reports.ncu_rep:read_ncu_rep",
+    ),
+    ReportKind(
+        "nsys-rep",
+        lambda head, path: head.startswith(NSYS_REP_MAGIC),
+        reader="nsprof.reports.nsys.reader:read_nsys_rep",
+    ),
     ReportKind("compressed", lambda head, path: compression_of(head) is not None, refusal=_compressed),
     ReportKind("qdstrm", lambda head, path: path.suffix == QDSTRM_SUFFIX, refusal=_unfinished_capture),
     ReportKind("ncu-csv", _is_ncu_csv, reader="nsprof.reports.ncu_csv:read_ncu_csv"),
@@ -115,6 +124,4 @@ def sniff_kind(path: str | os.PathLike, *, shown: str | None = None) -> str:
             if kind.refusal is not None:
                 raise ReportError(kind.refusal(head, shown))
             return kind.name
-    raise ReportError(
-        f"{shown}: not a report nsprof reads (ncu CSV, .ncu-rep, nsys .sqlite or .nsys-rep)"
-    )
+    raise ReportError(f"{shown}: not a report nsprof reads (ncu CSV, .ncu-rep, nsys .sqlite or .nsys-rep)")

@@ -28,11 +28,27 @@ DURATION_METRICS = ("gpu__time_duration.sum", "gpu__time_duration.avg", "Duratio
 CYCLES_METRICS = ("gpc__cycles_elapsed.max", "Elapsed Cycles")
 CLOCK_METRICS = ("gpc__cycles_elapsed.avg.per_second", "SM Frequency", "sm__cycles_elapsed.avg.per_second")
 
-_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6,
-            "s": 1e9, "second": 1e9}
+_TIME_NS = {
+    "ns": 1.0,
+    "nsecond": 1.0,
+    "us": 1e3,
+    "usecond": 1e3,
+    "ms": 1e6,
+    "msecond": 1e6,
+    "s": 1e9,
+    "second": 1e9,
+}
 _CYCLES = {"cycle": 1.0, "kcycle": 1e3, "mcycle": 1e6, "gcycle": 1e9}
-_FREQ_HZ = {"hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9, "cycle/second": 1.0,
-            "cycle/usecond": 1e6, "cycle/nsecond": 1e9, "cycle/msecond": 1e3}
+_FREQ_HZ = {
+    "hz": 1.0,
+    "khz": 1e3,
+    "mhz": 1e6,
+    "ghz": 1e9,
+    "cycle/second": 1.0,
+    "cycle/usecond": 1e6,
+    "cycle/nsecond": 1e9,
+    "cycle/msecond": 1e3,
+}
 _SCALES = {"duration": _TIME_NS, "cycles": _CYCLES, "clock": _FREQ_HZ}
 
 
@@ -42,8 +58,9 @@ def _scale(kind: str, unit: str, path: Path) -> float:
     if unit == "" and kind == "cycles":
         return 1.0
     if not unit and kind != "cycles":
-        raise ReportError(f"{path.name}: no unit for the {kind} metric; is the units row under the "
-                          "header missing or moved?")
+        raise ReportError(
+            f"{path.name}: no unit for the {kind} metric; is the units row under the header missing or moved?"
+        )
     if unit not in table:
         raise ReportError(f"{path.name}: unknown unit {unit!r} for the {kind} metric")
     return table[unit]
@@ -87,8 +104,10 @@ def number_pattern(decimal: str) -> str:
     """The whole-cell pattern of a number written with `decimal` as its decimal mark."""
     thousands = "," if decimal == "." else "."
     group = f"(?:{_GROUP_CLASS}|{re.escape(thousands)})"
-    return (rf"[+-]?(?:[0-9]{{1,3}}(?:{group}[0-9]{{3}})+|[0-9]+)(?:{re.escape(decimal)}[0-9]*)?"
-            r"(?:[eE][+-]?[0-9]+)?")
+    return (
+        rf"[+-]?(?:[0-9]{{1,3}}(?:{group}[0-9]{{3}})+|[0-9]+)(?:{re.escape(decimal)}[0-9]*)?"
+        r"(?:[eE][+-]?[0-9]+)?"
+    )
 
 
 def to_numbers(series, decimal: str, problems: dict | None = None):
@@ -134,8 +153,10 @@ def duration_warning(problems: dict, total: int) -> str | None:
     if unreadable:
         examples = ", ".join(repr(e) for e in problems.get("examples", [])[:3])
         parts.append(f"{unreadable} not a number ({examples})")
-    return (f"{missing + unreadable} of {total} kernel row(s) have no duration: {'; '.join(parts)}; "
-            "they are kept with an empty duration and left out of n, median and the other statistics")
+    return (
+        f"{missing + unreadable} of {total} kernel row(s) have no duration: {'; '.join(parts)}; "
+        "they are kept with an empty duration and left out of n, median and the other statistics"
+    )
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -154,8 +175,10 @@ def _read_bytes(path: Path) -> bytes:
 # ncu's own notes when it leaves clocks or caches alone (--clock-control none,
 # --cache-control none); a CSV captured straight from the profiling run has them above the
 # table, a CSV exported later with --import has no such lines.
-_PREAMBLE_LABELS = ((b"Running with unmodified GPU clocks", "clock_control", "none"),
-                    (b"Running with uncontrolled GPU caches", "cache_control", "none"))
+_PREAMBLE_LABELS = (
+    (b"Running with unmodified GPU clocks", "clock_control", "none"),
+    (b"Running with uncontrolled GPU caches", "cache_control", "none"),
+)
 
 
 def preamble_labels(preamble: bytes) -> dict[str, str]:
@@ -169,8 +192,14 @@ _SMALL_INT_PATTERN = r"[0-9]{1,15}"
 _DETAILS_COLUMNS = ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value")
 
 
-def read_ncu_csv(path, *, domain: str | None = None, clock_control: str | None = None,
-                 cache_control: str | None = None, decimal: str | None = None):
+def read_ncu_csv(
+    path,
+    *,
+    domain: str | None = None,
+    clock_control: str | None = None,
+    cache_control: str | None = None,
+    decimal: str | None = None,
+):
     """Parse an `ncu --csv --page raw|details` export into the tidy table."""
     import csv
 
@@ -235,14 +264,22 @@ def _read_columns(body: bytes, usecols: list[str], path: Path):
 
     if csv_engine() == "pyarrow":
         try:
-            frame = pd.read_csv(io.BytesIO(body), usecols=usecols, dtype=str, engine="pyarrow",
-                                encoding="utf-8-sig")
+            frame = pd.read_csv(
+                io.BytesIO(body), usecols=usecols, dtype=str, engine="pyarrow", encoding="utf-8-sig"
+            )
             return frame.fillna("")
         except Exception:  # noqa: BLE001 - invalid UTF-8, ragged rows: the C reader below decides
             pass
     try:
-        return pd.read_csv(io.BytesIO(body), usecols=usecols, dtype=str, keep_default_na=False,
-                           engine="c", encoding="utf-8-sig", encoding_errors="replace")
+        return pd.read_csv(
+            io.BytesIO(body),
+            usecols=usecols,
+            dtype=str,
+            keep_default_na=False,
+            engine="c",
+            encoding="utf-8-sig",
+            encoding_errors="replace",
+        )
     except (pd.errors.ParserError, ValueError, UnicodeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ReportError(f"{path.name}: malformed ncu CSV ({first})") from None
@@ -263,8 +300,9 @@ def _identity(data, push_pop: str | None, start_end: str | None, domain: str | N
     import pandas as pd
 
     n = len(data)
-    nvtx = parse_csv_columns(data[push_pop] if push_pop else None,
-                             data[start_end] if start_end else None, domain, rows=n)
+    nvtx = parse_csv_columns(
+        data[push_pop] if push_pop else None, data[start_end] if start_end else None, domain, rows=n
+    )
     kernel = data["Kernel Name"]
     return {
         "source": ["ncu"] * n,
@@ -309,8 +347,18 @@ def _raw(body: bytes, columns: list[str], path: Path, domain, decimal):
         )
     cycles, clock = _pick(columns, CYCLES_METRICS), _pick(columns, CLOCK_METRICS)
     push_pop, start_end = _nvtx_columns(columns)
-    wanted = ["ID", "Kernel Name", duration, cycles, clock, push_pop, start_end,
-              "Process ID", "Device", "Stream"]
+    wanted = [
+        "ID",
+        "Kernel Name",
+        duration,
+        cycles,
+        clock,
+        push_pop,
+        start_end,
+        "Process ID",
+        "Device",
+        "Stream",
+    ]
     usecols = [c for c in dict.fromkeys(wanted) if c and c in columns]
     data = _read_columns(body, usecols, path)
     if data.empty:
@@ -328,7 +376,9 @@ def _raw(body: bytes, columns: list[str], path: Path, domain, decimal):
     mark = decimal or detect_decimal_mark([v for c in metric_cols for v in data[c].tolist()[:2000]])
     out = _identity(data, push_pop, start_end, domain)
     problems: dict = {}
-    out["duration_ns"] = to_numbers(data[duration], mark, problems) * _scale("duration", units[duration], path)
+    out["duration_ns"] = to_numbers(data[duration], mark, problems) * _scale(
+        "duration", units[duration], path
+    )
     for key, column, kind in (("cycles", cycles, "cycles"), ("clock_hz", clock, "clock")):
         if column:
             out[key] = to_numbers(data[column], mark) * _scale(kind, units[column], path)
@@ -405,8 +455,24 @@ def _raw_small(body: bytes, columns: list[str], path: Path, domain, decimal):
         return None
     cycles, clock = _pick(columns, CYCLES_METRICS), _pick(columns, CLOCK_METRICS)
     push_pop, start_end = _nvtx_columns(columns)
-    wanted = [c for c in dict.fromkeys(["ID", "Kernel Name", duration, cycles, clock, push_pop, start_end,
-                                        "Process ID", "Device", "Stream"]) if c and c in columns]
+    wanted = [
+        c
+        for c in dict.fromkeys(
+            [
+                "ID",
+                "Kernel Name",
+                duration,
+                cycles,
+                clock,
+                push_pop,
+                start_end,
+                "Process ID",
+                "Device",
+                "Stream",
+            ]
+        )
+        if c and c in columns
+    ]
     rows = _table_rows(body, columns, wanted)
     if not rows:
         return None  # no rows: _raw says so
@@ -432,7 +498,9 @@ def _raw_small(body: bytes, columns: list[str], path: Path, domain, decimal):
             if numbers[key] is None:
                 return None
     if push_pop or start_end:
-        pairs = list(zip(cells[push_pop] if push_pop else [""] * n, cells[start_end] if start_end else [""] * n))
+        pairs = list(
+            zip(cells[push_pop] if push_pop else [""] * n, cells[start_end] if start_end else [""] * n)
+        )
         attributed = {pair: cell_attribution(*pair, domain) for pair in dict.fromkeys(pairs)}
         nvtx = dict(zip(("range", "domain", "nvtx_path", "tid"), zip(*(attributed[pair] for pair in pairs))))
         nvtx = {key: list(values) for key, values in nvtx.items()}
@@ -447,8 +515,10 @@ def _raw_small(body: bytes, columns: list[str], path: Path, domain, decimal):
         "kernel_full": kernel,
         "workload": ["graph" if k == "graph" else "kernel" for k in kernel],
         "launch_id": [int(i) for i in cells["ID"]],
-        **{key: _small_ints(cells.get(column), n) for key, column in (("pid", "Process ID"), ("device", "Device"),
-                                                                     ("stream", "Stream"))},
+        **{
+            key: _small_ints(cells.get(column), n)
+            for key, column in (("pid", "Process ID"), ("device", "Device"), ("stream", "Stream"))
+        },
     }
     for key in ("tid", "pid", "device", "stream"):  # ints beside None: kept exact, not read as floats
         out[key] = np.array(out[key], dtype=object)
@@ -476,8 +546,22 @@ def _details(body: bytes, columns: list[str], path: Path, domain, decimal):
     import pandas as pd
 
     push_pop, start_end = _nvtx_columns(columns)
-    usecols = [c for c in ["ID", "Kernel Name", push_pop, start_end, "Process ID", "Device",
-                           "Stream", "Metric Name", "Metric Unit", "Metric Value"] if c]
+    usecols = [
+        c
+        for c in [
+            "ID",
+            "Kernel Name",
+            push_pop,
+            start_end,
+            "Process ID",
+            "Device",
+            "Stream",
+            "Metric Name",
+            "Metric Unit",
+            "Metric Value",
+        ]
+        if c
+    ]
     usecols = [c for c in usecols if c in columns]
     data = _read_columns(body, usecols, path)
     data = data[data["ID"].str.strip().str.fullmatch(_ID_PATTERN, na=False)]
@@ -493,8 +577,11 @@ def _details(body: bytes, columns: list[str], path: Path, domain, decimal):
     first = data.drop_duplicates("ID").reset_index(drop=True)
     out = pd.DataFrame(_identity(first, push_pop, start_end, domain))
     problems: dict = {}
-    for key, metric, kind in (("duration_ns", duration, "duration"), ("cycles", cycles, "cycles"),
-                              ("clock_hz", clock, "clock")):
+    for key, metric, kind in (
+        ("duration_ns", duration, "duration"),
+        ("cycles", cycles, "cycles"),
+        ("clock_hz", clock, "clock"),
+    ):
         if metric is None:
             continue
         rows = data[data["Metric Name"] == metric].drop_duplicates("ID")

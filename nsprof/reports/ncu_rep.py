@@ -48,9 +48,16 @@ def _ncu_python_dirs() -> list[Path]:
     if ncu is not None:
         real = ncu.path.resolve()
         dirs.append(real.parent / "extras" / "python")
-        dirs += [Path(p) for p in sorted(glob.glob(str(real.parent.parent / "nsight-compute*" / "extras" / "python")),
-                                          reverse=True)]
-    for pattern in ("/usr/local/cuda*/nsight-compute*/extras/python", "/opt/nvidia/nsight-compute/*/extras/python"):
+        dirs += [
+            Path(p)
+            for p in sorted(
+                glob.glob(str(real.parent.parent / "nsight-compute*" / "extras" / "python")), reverse=True
+            )
+        ]
+    for pattern in (
+        "/usr/local/cuda*/nsight-compute*/extras/python",
+        "/opt/nvidia/nsight-compute/*/extras/python",
+    ):
         dirs += [Path(p) for p in sorted(glob.glob(pattern), reverse=True)]
     return [d for d in dict.fromkeys(dirs) if (d / "ncu_report.py").is_file()]
 
@@ -69,8 +76,10 @@ def ncu_report_folder() -> str:
     folders = _ncu_python_dirs()
     if folders:
         return str(folders[0])
-    raise ReportError("reading .ncu-rep needs NVIDIA's ncu_report module: pip install ncu-report "
-                      "(or install Nsight Compute, whose extras/python folder has it)")
+    raise ReportError(
+        "reading .ncu-rep needs NVIDIA's ncu_report module: pip install ncu-report "
+        "(or install Nsight Compute, whose extras/python folder has it)"
+    )
 
 
 def _crash_detail(stderr: str) -> str:
@@ -79,12 +88,13 @@ def _crash_detail(stderr: str) -> str:
     for marker in ("Check failed", "terminate called", "what():", "Error", "error"):
         for line in lines:
             if marker in line:
-                return one_line(line[line.find(marker):], 160)
+                return one_line(line[line.find(marker) :], 160)
     return one_line(lines[-1], 160) if lines else ""
 
 
-def load_actions(path: Path, *, timeout_s: float | None = None,
-                 max_memory_bytes: int | None = None) -> tuple[int, list[dict]]:
+def load_actions(
+    path: Path, *, timeout_s: float | None = None, max_memory_bytes: int | None = None
+) -> tuple[int, list[dict]]:
     """(number of ranges, one dict per result) of an .ncu-rep, read by ncu_report in a child process.
 
     Each dict: name, workload_type, metrics {name: value} (those of _METRICS present),
@@ -99,13 +109,21 @@ def load_actions(path: Path, *, timeout_s: float | None = None,
     folder = ncu_report_folder()
     timeout_s = LOAD_TIMEOUT_S if timeout_s is None else timeout_s
     # -S: no site initialisation (the folder holding ncu_report is passed explicitly).
-    argv = [sys.executable, "-S", str(Path(__file__).with_name("_ncu_rep_child.py")), str(path), folder,
-            str(max_memory_bytes or 0), json.dumps(list(_METRICS))]
+    argv = [
+        sys.executable,
+        "-S",
+        str(Path(__file__).with_name("_ncu_rep_child.py")),
+        str(path),
+        folder,
+        str(max_memory_bytes or 0),
+        json.dumps(list(_METRICS)),
+    ]
     try:
         proc = subprocess.run(argv, capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        raise ReportError(f"{path.name}: ncu_report did not finish reading it within {timeout_s:g} s "
-                          "(corrupt report?)") from None
+        raise ReportError(
+            f"{path.name}: ncu_report did not finish reading it within {timeout_s:g} s (corrupt report?)"
+        ) from None
     except OSError as exc:
         raise ReportError(f"{path.name}: cannot start a process to read it ({exc.strerror})") from None
     stderr = proc.stderr.decode("utf-8", "replace")
@@ -118,14 +136,17 @@ def load_actions(path: Path, *, timeout_s: float | None = None,
         else:
             how = f"exit status {proc.returncode}"
         detail = _crash_detail(stderr)
-        raise ReportError(f"{path.name}: NVIDIA's ncu_report crashed reading it ({how}"
-                          f"{': ' + detail if detail else ''}); the report is corrupt or truncated"
-                          f"{_limit_note(max_memory_bytes)}")
+        raise ReportError(
+            f"{path.name}: NVIDIA's ncu_report crashed reading it ({how}"
+            f"{': ' + detail if detail else ''}); the report is corrupt or truncated"
+            f"{_limit_note(max_memory_bytes)}"
+        )
     try:
         output = json.loads(proc.stdout)
     except ValueError:
-        raise ReportError(f"{path.name}: the ncu_report reader gave no result "
-                          f"({_crash_detail(stderr) or 'no output'})") from None
+        raise ReportError(
+            f"{path.name}: the ncu_report reader gave no result ({_crash_detail(stderr) or 'no output'})"
+        ) from None
     if "error" in output:
         raise ReportError(f"{path.name}: {one_line(output['error'])}{_limit_note(max_memory_bytes)}")
     return output["ranges"], output["actions"]
@@ -140,31 +161,107 @@ def _limit_note(max_memory_bytes: int | None) -> str:
 
 # ncu's options that take no value. Any other option is taken to take one; an option this
 # list lacks stops the reading where its value and the program could be confused.
-_NCU_FLAGS = frozenset({
-    "-h", "--help", "-v", "--version", "--nvtx", "--call-stack", "--support-32bit", "-f",
-    "--force-overwrite", "--open-in-ui", "--quiet", "--csv", "--list-sets", "--list-sections",
-    "--list-rules", "--list-metrics", "--list-chips", "--query-metrics", "--disable-extra-suffixes",
-    "--null-stdin", "--details-all", "--fp", "--print-fp", "--print-rule-details", "--verbose",
-    "--lockstep-kernel-launch", "--print-metric-attribution",
-})
-_NCU_VALUE_OPTIONS = frozenset({
-    "--metrics", "--section", "--set", "--nvtx-include", "--nvtx-exclude", "-o", "--export",
-    "--graph-profiling", "--cache-control", "--clock-control", "-k", "--kernel-name", "--kernel-id",
-    "-c", "--launch-count", "-s", "--launch-skip", "--launch-skip-before-match", "--target-processes",
-    "--target-processes-filter", "--replay-mode", "--app-replay-buffer", "--app-replay-match",
-    "--app-replay-mode", "--range-replay-options", "--mode", "--devices", "--kernel-name-base",
-    "--filter-mode", "--range-filter", "--section-folder", "--section-folder-recursive",
-    "--import-source", "--source-folders", "--config-file", "--config-file-path", "--log-file",
-    "--page", "--print-summary", "--print-units", "--print-nvtx-rename", "--print-kernel-base",
-    "--apply-rules", "--rule", "--call-stack-type", "--hostname", "-p", "--port",
-    "--max-connections", "--check-exit-code", "--preload-library", "--injection-path-64",
-    "--pm-sampling-interval", "--pm-sampling-buffer-size", "--pm-sampling-max-passes",
-    "--warp-sampling-interval", "--warp-sampling-max-passes", "--warp-sampling-buffer-size",
-    "--kill", "--resolve-source-file",
-})
+_NCU_FLAGS = frozenset(
+    {
+        "-h",
+        "--help",
+        "-v",
+        "--version",
+        "--nvtx",
+        "--call-stack",
+        "--support-32bit",
+        "-f",
+        "--force-overwrite",
+        "--open-in-ui",
+        "--quiet",
+        "--csv",
+        "--list-sets",
+        "--list-sections",
+        "--list-rules",
+        "--list-metrics",
+        "--list-chips",
+        "--query-metrics",
+        "--disable-extra-suffixes",
+        "--null-stdin",
+        "--details-all",
+        "--fp",
+        "--print-fp",
+        "--print-rule-details",
+        "--verbose",
+        "--lockstep-kernel-launch",
+        "--print-metric-attribution",
+    }
+)
+_NCU_VALUE_OPTIONS = frozenset(
+    {
+        "--metrics",
+        "--section",
+        "--set",
+        "--nvtx-include",
+        "--nvtx-exclude",
+        "-o",
+        "--export",
+        "--graph-profiling",
+        "--cache-control",
+        "--clock-control",
+        "-k",
+        "--kernel-name",
+        "--kernel-id",
+        "-c",
+        "--launch-count",
+        "-s",
+        "--launch-skip",
+        "--launch-skip-before-match",
+        "--target-processes",
+        "--target-processes-filter",
+        "--replay-mode",
+        "--app-replay-buffer",
+        "--app-replay-match",
+        "--app-replay-mode",
+        "--range-replay-options",
+        "--mode",
+        "--devices",
+        "--kernel-name-base",
+        "--filter-mode",
+        "--range-filter",
+        "--section-folder",
+        "--section-folder-recursive",
+        "--import-source",
+        "--source-folders",
+        "--config-file",
+        "--config-file-path",
+        "--log-file",
+        "--page",
+        "--print-summary",
+        "--print-units",
+        "--print-nvtx-rename",
+        "--print-kernel-base",
+        "--apply-rules",
+        "--rule",
+        "--call-stack-type",
+        "--hostname",
+        "-p",
+        "--port",
+        "--max-connections",
+        "--check-exit-code",
+        "--preload-library",
+        "--injection-path-64",
+        "--pm-sampling-interval",
+        "--pm-sampling-buffer-size",
+        "--pm-sampling-max-passes",
+        "--warp-sampling-interval",
+        "--warp-sampling-max-passes",
+        "--warp-sampling-buffer-size",
+        "--kill",
+        "--resolve-source-file",
+    }
+)
 # What the report's own command line can say about the labels of its rows.
-RECORDED_OPTIONS = {"--clock-control": "clock_control", "--cache-control": "cache_control",
-                    "--graph-profiling": "graph_profiling"}
+RECORDED_OPTIONS = {
+    "--clock-control": "clock_control",
+    "--cache-control": "cache_control",
+    "--graph-profiling": "graph_profiling",
+}
 # The ncu command line is one protobuf string near the start of the report (70 KB into the
 # fixtures); reading a bounded prefix keeps a multi-GB report cheap.
 COMMAND_SCAN_BYTES = 64 * 2**20
@@ -234,7 +331,7 @@ def recorded_settings(path: Path) -> dict:
                 text = bytes(data[start:stop])
                 argv0 = _NCU_ARGV0.search(text, 0, position - start + 8)
                 if argv0:
-                    command = text[_path_start(text, argv0.start()):].decode("utf-8", "replace")
+                    command = text[_path_start(text, argv0.start()) :].decode("utf-8", "replace")
                     options = ncu_options(command)
                     if options is not None:
                         lines += 1
@@ -327,8 +424,10 @@ def block_ends(path: Path) -> list[int]:
                 try:
                     payload = _payload_size(header)
                 except ValueError:
-                    raise ReportError(f"{path.name}: truncated or damaged .ncu-rep: the header of block "
-                                      f"{len(ends)} (byte {position:,}) is not readable") from None
+                    raise ReportError(
+                        f"{path.name}: truncated or damaged .ncu-rep: the header of block "
+                        f"{len(ends)} (byte {position:,}) is not readable"
+                    ) from None
             end = position + 4 + length + payload
             if end > size:
                 raise _truncated(path, what, position, end - position, size)
@@ -339,9 +438,11 @@ def block_ends(path: Path) -> list[int]:
 
 
 def _truncated(path: Path, what: str, position: int, needed: int, size: int) -> ReportError:
-    return ReportError(f"{path.name}: truncated or damaged .ncu-rep: its {what} at byte {position:,} needs "
-                       f"{needed:,} bytes, "
-                       f"the file ends {size - position:,} bytes later (a cut report would silently lose results)")
+    return ReportError(
+        f"{path.name}: truncated or damaged .ncu-rep: its {what} at byte {position:,} needs "
+        f"{needed:,} bytes, "
+        f"the file ends {size - position:,} bytes later (a cut report would silently lose results)"
+    )
 
 
 def _first(metrics: dict, names) -> float | None:
@@ -355,9 +456,15 @@ def _int_value(value: float | None) -> int | None:
     return int(value)
 
 
-def read_ncu_rep(path, *, domain: str | None = None, clock_control: str | None = None,
-                 cache_control: str | None = None, timeout_s: float | None = None,
-                 max_memory_bytes: int | None = None):
+def read_ncu_rep(
+    path,
+    *,
+    domain: str | None = None,
+    clock_control: str | None = None,
+    cache_control: str | None = None,
+    timeout_s: float | None = None,
+    max_memory_bytes: int | None = None,
+):
     """Parse an `.ncu-rep` into the tidy table (one row per kernel or graph workload).
 
     timeout_s / max_memory_bytes bound the child process that runs NVIDIA's loader
@@ -376,35 +483,38 @@ def read_ncu_rep(path, *, domain: str | None = None, clock_control: str | None =
     clock_control = clock_control or recorded["clock_control"]
     cache_control = cache_control or recorded["cache_control"]
     if n_ranges == 0:
-        raise ReportError(f"{path.name}: the report holds no results (truncated or corrupt"
-                          f"{_limit_note(max_memory_bytes)}?)")
+        raise ReportError(
+            f"{path.name}: the report holds no results (truncated or corrupt{_limit_note(max_memory_bytes)}?)"
+        )
     rows = []
     for action in actions:
         state = NvtxState(push_pop=action["push_pop"], start_end=action["start_end"])
         name, dom = state.innermost(domain)
         is_graph = action["workload_type"] == _WORKLOAD_GRAPH
         metrics = action["metrics"]
-        rows.append({
-            "source": "ncu",
-            "range": name,
-            "domain": dom,
-            "nvtx_path": state.path(),
-            "kernel": action["name"],
-            "kernel_full": action.get("full_name"),  # rows group by it; `kernel` is for display
-            "workload": "graph" if is_graph else "kernel",
-            # nsprof's range name says the mode (a direct-mode launch may replay a graph);
-            # outside nsprof's ranges a whole-graph workload is graph mode.
-            "mode": None if parse_range_name(name) else ("graph" if is_graph else None),
-            "duration_ns": _first(metrics, DURATION_METRICS),
-            "cycles": _first(metrics, CYCLES_METRICS),
-            "clock_hz": _first(metrics, CLOCK_METRICS),
-            "launch_id": len(rows),
-            "pid": _int_value(metrics.get("launch__process_id")),
-            "device": _int_value(metrics.get("launch__device_id")),
-            "stream": _int_value(metrics.get("launch__stream_id")),
-            "clock_control": clock_control,
-            "cache_control": cache_control,
-        })
+        rows.append(
+            {
+                "source": "ncu",
+                "range": name,
+                "domain": dom,
+                "nvtx_path": state.path(),
+                "kernel": action["name"],
+                "kernel_full": action.get("full_name"),  # rows group by it; `kernel` is for display
+                "workload": "graph" if is_graph else "kernel",
+                # nsprof's range name says the mode (a direct-mode launch may replay a graph);
+                # outside nsprof's ranges a whole-graph workload is graph mode.
+                "mode": None if parse_range_name(name) else ("graph" if is_graph else None),
+                "duration_ns": _first(metrics, DURATION_METRICS),
+                "cycles": _first(metrics, CYCLES_METRICS),
+                "clock_hz": _first(metrics, CLOCK_METRICS),
+                "launch_id": len(rows),
+                "pid": _int_value(metrics.get("launch__process_id")),
+                "device": _int_value(metrics.get("launch__device_id")),
+                "stream": _int_value(metrics.get("launch__stream_id")),
+                "clock_control": clock_control,
+                "cache_control": cache_control,
+            }
+        )
     if not rows:
         raise ReportError(f"{path.name}: the report holds no profiled kernels")
     frame = make_frame(rows)

@@ -95,7 +95,9 @@ _EMPTY_CELL = rf"{_SPACE}*([0-9]+{_SPACE}*)?"  # no range open: a thread id at m
 
 def _plain_cell_pattern(depth: int) -> str:
     """Thread id `tid`, then entry j's domain `d<j>` and range `r<j>` (RE2 and re alike)."""
-    entries = "".join(rf'{_SPACE}+"(?P<d{j}>{_FIELD}):(?P<r{j}>{_FIELD})(?::{_FIELD}){{6}}"' for j in range(depth))
+    entries = "".join(
+        rf'{_SPACE}+"(?P<d{j}>{_FIELD}):(?P<r{j}>{_FIELD})(?::{_FIELD}){{6}}"' for j in range(depth)
+    )
     return rf"^{_SPACE}*(?P<tid>[0-9]+){entries}{_SPACE}*$"
 
 
@@ -149,7 +151,9 @@ def parse_csv_columns(push_pop, start_end, domain: str | None = None, *, rows: i
     dtype = "string[pyarrow]" if _has_pyarrow() else "string[python]"
     uniques = pd.Series(np.asarray(pp_uniques, dtype=object)[pair_pp], dtype=dtype)
     # An open start/end range (a quote in its cell) makes a pair the slow path's.
-    se_open = pd.Series(np.asarray(se_uniques, dtype=object)).str.contains('"', regex=False).to_numpy(dtype=bool)
+    se_open = (
+        pd.Series(np.asarray(se_uniques, dtype=object)).str.contains('"', regex=False).to_numpy(dtype=bool)
+    )
     count = len(uniques)
     ranges = np.full(count, None, dtype=object)
     domains = np.full(count, None, dtype=object)
@@ -158,7 +162,7 @@ def parse_csv_columns(push_pop, start_end, domain: str | None = None, *, rows: i
     done = np.zeros(count, dtype=bool)
 
     candidate = ~se_open[pair_se]
-    depth = (uniques.str.count('"').to_numpy(dtype="int64") // 2)
+    depth = uniques.str.count('"').to_numpy(dtype="int64") // 2
     empty = candidate & (depth == 0)
     empty[empty] = uniques[empty].str.fullmatch(_EMPTY_CELL).to_numpy(dtype=bool)
     # No range open: a thread id at most.

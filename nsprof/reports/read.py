@@ -45,7 +45,7 @@ def _named_as_given(message: str, local: Path, shown: str) -> str:
     message = message.replace(str(local), shown)
     for prefix in (str(local), local.name):
         if message.startswith(prefix + ":"):
-            return shown + message[len(prefix):]
+            return shown + message[len(prefix) :]
     return message
 
 
@@ -57,5 +57,7 @@ def _domain_warnings(frame, domain: str) -> list[str]:
     for path in frame["nvtx_path"].dropna().unique():
         seen.update(part.split("@", 1)[0] for part in str(path).split(";") if "@" in part)
     known = ", ".join(sorted(seen)) or "none"
-    return [f"no kernel ran inside an NVTX range of domain {domain!r} (domains here: {known}); "
-            "every kernel is '(no range)'"]
+    return [
+        f"no kernel ran inside an NVTX range of domain {domain!r} (domains here: {known}); "
+        "every kernel is '(no range)'"
+    ]

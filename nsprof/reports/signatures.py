@@ -21,8 +21,9 @@ UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 # The table's header row: ncu may print ==PROF== lines and the program's own output first.
-_HEADER_RE = re.compile(b"^(?:" + re.escape(UTF8_BOM) + b")?" + re.escape(NCU_CSV_HEADER)
-                        + b'[^\r\n]*"Kernel Name"', re.M)
+_HEADER_RE = re.compile(
+    b"^(?:" + re.escape(UTF8_BOM) + b")?" + re.escape(NCU_CSV_HEADER) + b'[^\r\n]*"Kernel Name"', re.M
+)
 _ANY_HEADER_RE = re.compile(b"^(?:" + re.escape(UTF8_BOM) + b")?" + re.escape(NCU_CSV_HEADER), re.M)
 # How far into a file the header row is looked for when telling what kind of file it is
 # (the parser itself reads the whole file).

@@ -30,8 +30,15 @@ TIMERS = tuple(_TIMING)
 __all__ = ["TIMERS", "TimerResult", "measure"]
 
 
-def measure(fn: Callable[[], object], timer: str = "event", *, reps: int = 100, warmup: int = 10,
-            l2: str = "warm", calls_per_graph: int = 20) -> TimerResult:
+def measure(
+    fn: Callable[[], object],
+    timer: str = "event",
+    *,
+    reps: int = 100,
+    warmup: int = 10,
+    l2: str = "warm",
+    calls_per_graph: int = 20,
+) -> TimerResult:
     """Time `fn` (a zero-argument launch) with one of TIMERS; `reps` samples per call.
 
     l2: "warm" (no flush) or "cold" (L2 flushed before every call). For "graph", one

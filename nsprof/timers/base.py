@@ -34,9 +34,14 @@ class TimerResult:
         return float(min(valid)) if valid else float("nan")
 
     def as_dict(self) -> dict:
-        return {"timer": self.timer, "median_ns": self.median_ns, "min_ns": self.min_ns,
-                "samples_ns": self.samples_ns, "invalid_samples": len(self.samples_ns) - len(self.valid_ns),
-                "conditions": self.conditions}
+        return {
+            "timer": self.timer,
+            "median_ns": self.median_ns,
+            "min_ns": self.min_ns,
+            "samples_ns": self.samples_ns,
+            "invalid_samples": len(self.samples_ns) - len(self.valid_ns),
+            "conditions": self.conditions,
+        }
 
 
 class Flusher:

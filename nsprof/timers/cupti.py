@@ -98,6 +98,8 @@ def time_cupti(fn, reps: int, l2: str, calls_per_graph: int = 1) -> tuple[list[f
         kernel_counts.append(len(durations))
         samples.append(float(sum(durations)) if durations else float("nan"))
     if not any(kernel_counts):
-        raise NsprofError("the cupti timer saw no kernel launched by the call (is another CUPTI client, "
-                          "such as torch.profiler, active?)")
+        raise NsprofError(
+            "the cupti timer saw no kernel launched by the call (is another CUPTI client, "
+            "such as torch.profiler, active?)"
+        )
     return samples, {"launch": "direct", "kernels_per_call": max(set(kernel_counts), key=kernel_counts.count)}

@@ -47,5 +47,8 @@ def time_graph(fn, reps: int, l2: str, calls_per_graph: int) -> tuple[list[float
         flush_ns.append(flushes / calls_per_graph)
         samples.append((total - flushes) / calls_per_graph)
     flush_ns.sort()
-    return samples, {"launch": "graph", "calls_per_graph": calls_per_graph,
-                     "flush_ns_median": flush_ns[len(flush_ns) // 2]}
+    return samples, {
+        "launch": "graph",
+        "calls_per_graph": calls_per_graph,
+        "flush_ns_median": flush_ns[len(flush_ns) // 2],
+    }

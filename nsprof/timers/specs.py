@@ -13,19 +13,27 @@ OWN = {
     "graph_warm": ("graph", "warm"),
     "graph_cold": ("graph", "cold"),
 }
-FAMILIES = {"event": ["event", "event_cold"], "cupti": ["cupti", "cupti_cold"],
-            "graph": ["graph_warm", "graph_cold"]}
+FAMILIES = {
+    "event": ["event", "event_cold"],
+    "cupti": ["cupti", "cupti_cold"],
+    "graph": ["graph_warm", "graph_cold"],
+}
 EXTERNAL = ("tilelang_event", "tilelang_cupti", "tilelang_cudagraph", "triton_do_bench", "triton_cudagraph")
 # The tuners' own timers' L2 state (docs/timers.md): TileLang's event and cupti backends and
 # triton.testing.do_bench flush L2 before each call; the CUDA-graph ones never do.
-EXTERNAL_L2 = {"tilelang_event": "cold", "tilelang_cupti": "cold", "tilelang_cudagraph": "warm",
-               "triton_do_bench": "cold", "triton_cudagraph": "warm"}
+EXTERNAL_L2 = {
+    "tilelang_event": "cold",
+    "tilelang_cupti": "cold",
+    "tilelang_cudagraph": "warm",
+    "triton_do_bench": "cold",
+    "triton_cudagraph": "warm",
+}
 # How each method launches: graph replay or a direct call.
 GRAPH_METHODS = ("graph_warm", "graph_cold", "tilelang_cudagraph", "triton_cudagraph")
 
 
 def l2_state(name: str) -> str | None:
-    """"cold" or "warm": the L2 state a timer method measures in (None: not a known method)."""
+    """ "cold" or "warm": the L2 state a timer method measures in (None: not a known method)."""
     return OWN[name][1] if name in OWN else EXTERNAL_L2.get(name)
 
 

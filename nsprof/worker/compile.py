@@ -88,11 +88,19 @@ def run(job: dict) -> int:
     try:
         space = load_target(job["target"])
     except Exception as exc:
-        write_marker(folder / END, f"the target did not load for the compile step: {type(exc).__name__}: "
-                                   f"{' '.join(str(exc).split())[:200]}")
+        write_marker(
+            folder / END,
+            f"the target did not load for the compile step: {type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:200]}",
+        )
         raise
-    compile_each(space, Points(job["n_configs"], job["n_shapes"]), job["points"], job["jobs"],
-                 lambda point, reason: write_marker(marker(folder, point, reason is None), reason or ""))
+    compile_each(
+        space,
+        Points(job["n_configs"], job["n_shapes"]),
+        job["points"],
+        job["jobs"],
+        lambda point, reason: write_marker(marker(folder, point, reason is None), reason or ""),
+    )
     write_marker(folder / END, "")
     return 0
 
@@ -112,6 +120,7 @@ def _reap_group_when_gone() -> None:
     if os.fork() != 0:
         return
     try:
+
         def kill_group(*_) -> None:
             os.killpg(0, signal.SIGKILL)
 

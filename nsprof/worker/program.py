@@ -76,8 +76,11 @@ def _kill_run_lock_holders() -> None:
     from nsprof.host.lock import inherited_lock_holders
 
     for pid, command in inherited_lock_holders():
-        print(f"==NSPROF== worker kills pid {pid}, which holds the GPU lock: {command[:200]}", file=sys.stderr,
-              flush=True)
+        print(
+            f"==NSPROF== worker kills pid {pid}, which holds the GPU lock: {command[:200]}",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -130,8 +133,9 @@ def watch_parent(job: Job) -> dict:
         return info
     if pipe:
         os.set_inheritable(job.watch_fd, False)  # the target's own subprocesses need not hold it
-    threading.Thread(target=_watch, args=(job.watch_fd if pipe else None, parent), daemon=True,
-                     name="nsprof-parent-watch").start()
+    threading.Thread(
+        target=_watch, args=(job.watch_fd if pipe else None, parent), daemon=True, name="nsprof-parent-watch"
+    ).start()
     return info
 
 
@@ -299,7 +303,9 @@ class _CompileWait:
                 return f"not compiled: the compile step made no progress for {self.timeout_s:g} s"
             if now - began > self.timeout_s:
                 self.stalled = self._finished() == finished
-                return f"compile timed out: not compiled after {self.timeout_s:g} s (the compile step still ran)"
+                return (
+                    f"compile timed out: not compiled after {self.timeout_s:g} s (the compile step still ran)"
+                )
             if last_line is None or now - last_line >= WAIT_LINE_S:
                 status.write("wait", point)
                 last_line = now
@@ -350,8 +356,10 @@ def _check_shapes(job: Job, space) -> None:
     if job.n_shapes == 0 and space.shapes is not None:
         raise RuntimeError(f"the target lists {len(space.shapes)} shapes, but this job measures none")
     if job.n_shapes and (space.n_shapes, len(space.configs)) != (job.n_shapes, job.n_configs):
-        raise RuntimeError(f"the target has {len(space.configs)} configs and {space.n_shapes} shapes now, "
-                           f"not the {job.n_configs} and {job.n_shapes} this job was made for (edited meanwhile?)")
+        raise RuntimeError(
+            f"the target has {len(space.configs)} configs and {space.n_shapes} shapes now, "
+            f"not the {job.n_configs} and {job.n_shapes} this job was made for (edited meanwhile?)"
+        )
 
 
 def _check_expected(job: Job, space, status: Status) -> None:
@@ -532,8 +540,6 @@ def main(argv: list[str] | None = None) -> None:
         print("usage: python -m nsprof.worker JOB.json | --serve DIR", file=sys.stderr)
         sys.exit(2)
     sys.exit(run(Job.read(Path(argv[0]))))
-
-
 
 
 if __name__ == "__main__":

@@ -47,7 +47,6 @@ EXIT_PARENT_GONE = 5  # nsprof died (or, where its pipe did not arrive, the prof
 START_MARKER = "==NSPROF== start config"  # in the log, so a crash's reason is read after it
 
 
-
 @dataclass
 class Job:
     target: str
@@ -120,7 +119,9 @@ class Status:
         """A status line, and the `at` line saying when it was written (one write, one flush)."""
         now = time.monotonic()
         line = " ".join(str(p) for p in parts)
-        self._handle.write(f"{line}\nat {now:.6f} {line[:120]}\n" if parts and parts[0] != "at" else line + "\n")
+        self._handle.write(
+            f"{line}\nat {now:.6f} {line[:120]}\n" if parts and parts[0] != "at" else line + "\n"
+        )
         self._handle.flush()
 
     def mark(self, *event, at: float | None = None) -> None:
@@ -198,7 +199,13 @@ class Bounds:
         return None
 
 
-_CONFIG_WORDS = ("start", "built", "done", "fail", "wait")  # their argument is a config id (then, maybe, more)
+_CONFIG_WORDS = (
+    "start",
+    "built",
+    "done",
+    "fail",
+    "wait",
+)  # their argument is a config id (then, maybe, more)
 
 
 def _json_or_text(text: str):
@@ -244,8 +251,9 @@ def parse_status(text: str) -> RunStatus:
     return status
 
 
-def run_phases(status: RunStatus, launched: float, worker_gone: float | None,
-               exited: float) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+def run_phases(
+    status: RunStatus, launched: float, worker_gone: float | None, exited: float
+) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
     """Where one worker run's time went: ({phase: s}, {config_id: {"build": s, "measure": s}}).
 
     From nsprof's own times (`launched`: just before the profiler's exec; `worker_gone`: when it
@@ -270,8 +278,12 @@ def run_phases(status: RunStatus, launched: float, worker_gone: float | None,
     # compile step (or a config that failed to compile) before any start line.
     opened = [t for t, word, _ in status.times if word in ("start", "wait", "fail")]
     first_start = min(opened) if opened else None
-    starting = [("tool_start", status.time_of("process")), ("worker_start", status.time_of("pid")),
-                ("target_import", status.time_of("target")), ("cuda_init", status.time_of("device"))]
+    starting = [
+        ("tool_start", status.time_of("process")),
+        ("worker_start", status.time_of("pid")),
+        ("target_import", status.time_of("target")),
+        ("cuda_init", status.time_of("device")),
+    ]
     if first_start is None:
         # No config began (the target did not import, CUDA did not start): the worker's last line
         # ends the phase it was in.
@@ -303,8 +315,18 @@ def run_phases(status: RunStatus, launched: float, worker_gone: float | None,
         if wait:
             phases["compile_wait"] = wait * scale
         phases["between"] = phases.get("between", 0.0) + window - (build + measure + wait) * scale
-    order = ("tool_start", "worker_start", "target_import", "cuda_init", "compile_wait", "build", "measure",
-             "between", "worker_exit", "tool_exit")
+    order = (
+        "tool_start",
+        "worker_start",
+        "target_import",
+        "cuda_init",
+        "compile_wait",
+        "build",
+        "measure",
+        "between",
+        "worker_exit",
+        "tool_exit",
+    )
     return {name: phases[name] for name in order if name in phases}, configs
 
 

@@ -56,16 +56,22 @@ def _warm(devices: dict) -> dict | None:
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
-        print("==NSPROF== serving worker: torch is not installed; jobs run on the cpu devices only",
-              file=sys.stderr, flush=True)
+        print(
+            "==NSPROF== serving worker: torch is not installed; jobs run on the cpu devices only",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
     try:
         device = Device("cuda")
         described = device.describe()
         device.sync()
     except Exception as exc:  # no GPU here: a cpu space still runs; a cuda job then fails in its own status
-        print(f"==NSPROF== serving worker: no CUDA context ({type(exc).__name__}: {exc})", file=sys.stderr,
-              flush=True)
+        print(
+            f"==NSPROF== serving worker: no CUDA context ({type(exc).__name__}: {exc})",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
     devices["cuda"] = device
     return described
@@ -168,7 +174,9 @@ def _fresh_image(serve_dir: Path, request: dict, place: _Place, watch_fd: int) -
     os.chdir(place.start_cwd)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "nsprof.worker", "--serve", str(serve_dir)], place.environ)
+    os.execve(
+        sys.executable, [sys.executable, "-m", "nsprof.worker", "--serve", str(serve_dir)], place.environ
+    )
 
 
 def _serve_job(request: dict, devices: dict, place: _Place) -> int:
@@ -181,7 +189,9 @@ def _serve_job(request: dict, devices: dict, place: _Place) -> int:
         try:
             place.enter(request.get("cwd"), request.get("environ"))
         except OSError as exc:
-            status.write("abort", json.dumps(f"the client's folder {request.get('cwd')} cannot be entered: {exc}"))
+            status.write(
+                "abort", json.dumps(f"the client's folder {request.get('cwd')} cannot be entered: {exc}")
+            )
             raise
         _forget_target_modules(job.target, place.folders)
         return run_job(job, status, devices)
@@ -201,8 +211,15 @@ def serve(serve_dir: Path) -> int:
     info = json.loads((serve_dir / WORKER_INFO).read_text())
     own = Status(str(serve_dir / WORKER_STATUS))
     own.write("pid", os.getpid())
-    watch = watch_parent(Job(target="", config_ids=[], status="", watch_fd=int(info.get("watch_fd", -1)),
-                             watch_inode=int(info.get("watch_inode", 0))))
+    watch = watch_parent(
+        Job(
+            target="",
+            config_ids=[],
+            status="",
+            watch_fd=int(info.get("watch_fd", -1)),
+            watch_inode=int(info.get("watch_inode", 0)),
+        )
+    )
     signal.signal(signal.SIGTERM, request_stop)
     devices: dict = {}
     pending = serve_dir / PENDING

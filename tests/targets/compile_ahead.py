@@ -44,8 +44,13 @@ def build(config):
 
 
 def _space(name, kinds):
-    return nsprof.space.Space(name=name, configs=[{"i": i, "kind": k} for i, k in enumerate(kinds)], build=build,
-                              compile=compile_config, device="cpu")
+    return nsprof.space.Space(
+        name=name,
+        configs=[{"i": i, "kind": k} for i, k in enumerate(kinds)],
+        build=build,
+        compile=compile_config,
+        device="cpu",
+    )
 
 
 overlapped = _space("overlapped", ["ok", "after0", "fail", "after0"])

@@ -47,8 +47,13 @@ def build(config):
 
 
 def _space(name, kinds, **extra):
-    return nsprof.space.Space(name=name, configs=[{"i": i, "kind": k, **extra} for i, k in enumerate(kinds)],
-                              build=build, compile=compile_config, device="cpu")
+    return nsprof.space.Space(
+        name=name,
+        configs=[{"i": i, "kind": k, **extra} for i, k in enumerate(kinds)],
+        build=build,
+        compile=compile_config,
+        device="cpu",
+    )
 
 
 spawning = _space("spawning", ["ok", "spawn", "ok"])

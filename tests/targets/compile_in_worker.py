@@ -21,5 +21,10 @@ def build(config):
     return lambda: None
 
 
-space = nsprof.space.Space(name="compile_in_worker", configs=[{"i": i, "kind": k} for i, k in enumerate(["ok", "fail", "ok"])],
-                           build=build, compile=compile_config, device="cpu")
+space = nsprof.space.Space(
+    name="compile_in_worker",
+    configs=[{"i": i, "kind": k} for i, k in enumerate(["ok", "fail", "ok"])],
+    build=build,
+    compile=compile_config,
+    device="cpu",
+)

@@ -22,7 +22,7 @@ import time
 if __name__ == "__main__":
     args = sys.argv[1:]
     split = args.index("--")
-    flags, command = args[:split], args[split + 1:]
+    flags, command = args[:split], args[split + 1 :]
     if "--outlive-parent" in flags:
         import ctypes
 

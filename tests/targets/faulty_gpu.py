@@ -74,8 +74,11 @@ def profiler_pids(work_dir, tool: str) -> list[int]:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv and Path(argv[0].decode(errors="replace")).name == tool and any(
-                str(work_dir).encode() in a for a in argv):
+        if (
+            argv
+            and Path(argv[0].decode(errors="replace")).name == tool
+            and any(str(work_dir).encode() in a for a in argv)
+        ):
             pids.append(int(proc.name))
     return pids
 

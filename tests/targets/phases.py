@@ -55,18 +55,30 @@ def build(config):
 healthy = nsprof.space.Space(name="healthy", configs=[{"kind": "ok"}] * 4, build=build, device="cpu")
 
 # Configs 0-2 measured, 3 crashes the worker and makes the next one fail to start.
-restart = nsprof.space.Space(name="restart", configs=[{"kind": k} for k in ["ok", "ok", "ok", "poison", "ok", "ok"]],
-                             build=build, device="cpu")
+restart = nsprof.space.Space(
+    name="restart",
+    configs=[{"kind": k} for k in ["ok", "ok", "ok", "poison", "ok", "ok"]],
+    build=build,
+    device="cpu",
+)
 
 # Two quick configs, then slow ones: time to signal nsprof while it measures.
-interruptible = nsprof.space.Space(name="interruptible",
-                                   configs=[{"kind": k} for k in ["ok", "ok"] + ["slow"] * 8],
-                                   build=build, device="cpu")
+interruptible = nsprof.space.Space(
+    name="interruptible",
+    configs=[{"kind": k} for k in ["ok", "ok"] + ["slow"] * 8],
+    build=build,
+    device="cpu",
+)
 
 # Two quick configs, then one that never ends: nsprof killed while it runs must not leave it.
-hanging = nsprof.space.Space(name="hanging", configs=[{"kind": k} for k in ["ok", "ok", "hang", "ok"]],
-                             build=build, device="cpu")
+hanging = nsprof.space.Space(
+    name="hanging", configs=[{"kind": k} for k in ["ok", "ok", "hang", "ok"]], build=build, device="cpu"
+)
 
 # Known minimum times per phase: config 0 builds for 0.3 s, config 1 runs 0.5 s per launch.
-timed = nsprof.space.Space(name="timed", configs=[{"kind": "ok", "build_s": 0.3}, {"kind": "slow"}, {"kind": "ok"}],
-                           build=build, device="cpu")
+timed = nsprof.space.Space(
+    name="timed",
+    configs=[{"kind": "ok", "build_s": 0.3}, {"kind": "slow"}, {"kind": "ok"}],
+    build=build,
+    device="cpu",
+)

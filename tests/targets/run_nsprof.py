@@ -35,8 +35,9 @@ if __name__ == "__main__":
 
     settings = ProfileSettings(**spec["settings"])
     try:
-        nsprof.session.run_session(spec["target"], spec["n_configs"], settings, config_ids=spec.get("config_ids"),
-                                   on_rows=on_rows)
+        nsprof.session.run_session(
+            spec["target"], spec["n_configs"], settings, config_ids=spec.get("config_ids"), on_rows=on_rows
+        )
     except KeyboardInterrupt:
         rows.write('"interrupted"\n')
         sys.exit(130)

@@ -21,4 +21,6 @@ def build(config):
     return launch
 
 
-space = nsprof.space.Space(name="gate", configs=[{"kind": k} for k in ["ok", "gate", "ok"]], build=build, device="cpu")
+space = nsprof.space.Space(
+    name="gate", configs=[{"kind": k} for k in ["ok", "gate", "ok"]], build=build, device="cpu"
+)

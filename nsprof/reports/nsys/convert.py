@@ -64,8 +64,16 @@ def _run_bounded(argv: list[str], bound_s: float):
 
     from nsprof.host.children import dies_with_nsprof
 
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, errors="replace", start_new_session=True, preexec_fn=dies_with_nsprof())
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+        preexec_fn=dies_with_nsprof(),
+    )
     try:
         stdout, stderr = proc.communicate(timeout=bound_s)
     except BaseException as exc:
@@ -147,7 +155,9 @@ def import_qdstrm(nsys: Path, qdstrm: Path, log: Path) -> Path:
 
     importer = find_qdstrm_importer(nsys)
     if importer is None:
-        raise ToolFailed(f"nsys left {qdstrm.name} and no .nsys-rep, and QdstrmImporter was not found near {nsys}")
+        raise ToolFailed(
+            f"nsys left {qdstrm.name} and no .nsys-rep, and QdstrmImporter was not found near {nsys}"
+        )
     report = qdstrm.with_suffix(".nsys-rep")
     bound_s = conversion_bound_s(qdstrm)
     try:
@@ -158,9 +168,11 @@ def import_qdstrm(nsys: Path, qdstrm: Path, log: Path) -> Path:
         report.unlink(missing_ok=True)  # half written: never to be read as the run's report
         with open(log, "a") as handle:
             handle.write(f"==NSPROF== killed {importer}: still running after {bound_s:g} s\n")
-        raise ToolFailed(f"QdstrmImporter did not finish within {bound_s:g} s ({_bound_words(bound_s, qdstrm)}); "
-                         f"killed it. {qdstrm} is kept, nothing measured is lost: `{importer} -i {qdstrm}` "
-                         f"makes its .nsys-rep for `nsprof analyze` (log: {log})")
+        raise ToolFailed(
+            f"QdstrmImporter did not finish within {bound_s:g} s ({_bound_words(bound_s, qdstrm)}); "
+            f"killed it. {qdstrm} is kept, nothing measured is lost: `{importer} -i {qdstrm}` "
+            f"makes its .nsys-rep for `nsprof analyze` (log: {log})"
+        )
     output = proc.stdout + proc.stderr
     with open(log, "a") as handle:
         handle.write(output)
@@ -169,8 +181,10 @@ def import_qdstrm(nsys: Path, qdstrm: Path, log: Path) -> Path:
         # output earlier in the log (nsys runs the importer itself first).
         library = missing_library(output) or missing_library(log.read_text(errors="replace"))
         if library:
-            raise ToolFailed(f"QdstrmImporter cannot run: shared library {library} is missing; install the "
-                             f"package that provides it or add its folder to LD_LIBRARY_PATH (log: {log})")
+            raise ToolFailed(
+                f"QdstrmImporter cannot run: shared library {library} is missing; install the "
+                f"package that provides it or add its folder to LD_LIBRARY_PATH (log: {log})"
+            )
         lines = [line.strip() for line in output.splitlines() if line.strip()]
         detail = f": {lines[-1][:200]}" if lines else f" (exit status {proc.returncode})"
         raise ToolFailed(f"QdstrmImporter failed on {qdstrm.name}{detail} (log: {log})")

@@ -76,8 +76,7 @@ def read_nvtx_ranges(path: Path, strings: dict[int, str]) -> NvtxRanges | None:
             {
                 rowid: as_text(text)
                 for rowid, text in conn.execute(
-                    f"SELECT rowid, text FROM {NVTX_TABLE} WHERE eventType IN (?, ?)"
-                    " AND text IS NOT NULL",
+                    f"SELECT rowid, text FROM {NVTX_TABLE} WHERE eventType IN (?, ?) AND text IS NOT NULL",
                     (NVTX_PUSH_POP, NVTX_START_END),
                 )
             }
@@ -294,9 +293,7 @@ def attribute_nvtx(
             latest = np.searchsorted(start, t, side="right") - 1
             if push_pop:
                 # Parent = the latest earlier range that outlasts this one (they nest).
-                local_parent = _last_reaching(
-                    levels, np.arange(-1, len(members) - 1, dtype=np.int64), end
-                )
+                local_parent = _last_reaching(levels, np.arange(-1, len(members) - 1, dtype=np.int64), end)
                 parent[members] = np.where(local_parent >= 0, members[local_parent], -1)
                 # Walk up from the latest-started range until one still holds t: one numpy
                 # step per nesting level.

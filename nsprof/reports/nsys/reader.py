@@ -207,12 +207,13 @@ def _survey(path: Path) -> _Export:
             raise ReportError(f"{path}: {KERNEL_TABLE} has no start/end columns")
         if conn.execute(f"SELECT 1 FROM {KERNEL_TABLE} LIMIT 1").fetchone() is None:
             raise ReportError(
-                f"{path}: the CUDA kernel table has no rows; did a kernel run while nsys"
-                " traced CUDA?"
+                f"{path}: the CUDA kernel table has no rows; did a kernel run while nsys traced CUDA?"
             )
         meta: dict[str, str | None] = {}
         if META_TABLE in tables and {"name", "value"} <= table_columns(conn, META_TABLE):
-            meta = {name: as_text(value) for name, value in conn.execute(f"SELECT name, value FROM {META_TABLE}")}
+            meta = {
+                name: as_text(value) for name, value in conn.execute(f"SELECT name, value FROM {META_TABLE}")
+            }
 
         def columns_of(table: str) -> set[str]:
             return table_columns(conn, table) if table in tables else set()
@@ -296,7 +297,9 @@ class _Calls:
     nvtx_path: np.ndarray  # object: the path of every range holding the call, or None
 
 
-def _read_tables(path: Path, export: _Export, domain: str | None) -> tuple[NvtxRanges | None, _Calls, _Kernels]:
+def _read_tables(
+    path: Path, export: _Export, domain: str | None
+) -> tuple[NvtxRanges | None, _Calls, _Kernels]:
     """NVTX ranges, launch calls (attributed to the ranges) and kernels, read in parallel.
 
     Independent reads in parallel threads (sqlite3 drops the GIL while SQLite works); the
@@ -335,17 +338,21 @@ def _read_tables(path: Path, export: _Export, domain: str | None) -> tuple[NvtxR
         rt_inner, rt_path = attribute_nvtx(rt_start, rt_thread, ranges, domain)
         start_ns, end_ns, corr, name_id, full_id, packed, global_pid, graph_node = kernels()
     calls = _Calls(corr=rt_corr, thread=rt_thread, start=rt_start, inner=rt_inner, nvtx_path=rt_path)
-    return ranges, calls, _Kernels(
-        start_ns=start_ns,
-        end_ns=end_ns,
-        corr=corr,
-        name_id=name_id,
-        full_id=full_id,
-        # deviceId and streamId came packed in one value (NA both when either is NULL).
-        device=np.where(packed != NULL, packed >> 32, NULL),
-        stream=np.where(packed != NULL, packed & 0xFFFFFFFF, NULL),
-        global_pid=global_pid,
-        graph_node=graph_node,
+    return (
+        ranges,
+        calls,
+        _Kernels(
+            start_ns=start_ns,
+            end_ns=end_ns,
+            corr=corr,
+            name_id=name_id,
+            full_id=full_id,
+            # deviceId and streamId came packed in one value (NA both when either is NULL).
+            device=np.where(packed != NULL, packed >> 32, NULL),
+            stream=np.where(packed != NULL, packed & 0xFFFFFFFF, NULL),
+            global_pid=global_pid,
+            graph_node=graph_node,
+        ),
     )
 
 
@@ -447,7 +454,9 @@ def _range_labels(inner: np.ndarray, ranges: NvtxRanges | None) -> tuple[dict, n
         code = ranges.name_code[index]
         config_id[held] = np.array([p[0] if p else NULL for p in parsed], np.int64)[code]
         rep[held] = np.array([p[2] if p else NULL for p in parsed], np.int64)[code]
-        shape[held] = np.array([p.shape if p and p.shape is not None else NULL for p in parsed], np.int64)[code]
+        shape[held] = np.array([p.shape if p and p.shape is not None else NULL for p in parsed], np.int64)[
+            code
+        ]
         named_mode[held] = np.array([p[1] if p else None for p in parsed], dtype=object)[code]
     columns = {
         "range": string_array(range_name, ~held),

@@ -60,8 +60,7 @@ def check_sqlite_file(path: Path) -> None:
     (valid_for,) = struct.unpack(">I", header[92:96])
     if change_counter == valid_for and pages and size < pages * page_size:
         raise ReportError(
-            f"{path}: truncated SQLite file ({size} of {pages * page_size} bytes);"
-            " copy or export it again"
+            f"{path}: truncated SQLite file ({size} of {pages * page_size} bytes); copy or export it again"
         )
 
 
@@ -123,14 +122,12 @@ def sqlite_errors_reported(path: Path) -> Iterator[None]:
                 " admits no reader meanwhile): wait for the writer to finish, or copy the file"
             ) from None
         raise ReportError(
-            f"{path}: unreadable SQLite database ({one_line(exc, 200)}); is the file truncated"
-            " or corrupt?"
+            f"{path}: unreadable SQLite database ({one_line(exc, 200)}); is the file truncated or corrupt?"
         ) from None
     except sqlite3.Error as exc:  # "file is not a database", "malformed", ...
         # one_line: SQLite quotes whole multi-line table definitions in some messages.
         raise ReportError(
-            f"{path}: unreadable SQLite database ({one_line(exc, 200)}); is the file truncated"
-            " or corrupt?"
+            f"{path}: unreadable SQLite database ({one_line(exc, 200)}); is the file truncated or corrupt?"
         ) from None
     except UnicodeDecodeError as exc:
         # Python decodes SQLite's own error messages strictly; a damaged schema quoted in one
@@ -196,9 +193,7 @@ def _concat(chunks: list[list[np.ndarray]], width: int) -> list[np.ndarray]:
     return [np.concatenate(column) for column in zip(*chunks)]
 
 
-def read_int_columns(
-    path: Path, table: str, exprs: Sequence[str], where: str = ""
-) -> list[np.ndarray]:
+def read_int_columns(path: Path, table: str, exprs: Sequence[str], where: str = "") -> list[np.ndarray]:
     """Integer expressions over `table` (rows in rowid order), read chunk by chunk here."""
     with closing(connect(path)) as conn:
         chunks = _rowid_chunks(conn, table)
