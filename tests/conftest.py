@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,18 @@ def pytest_configure(config):
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if paths[:1] != [str(REPO)]:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *paths])
+    # nsprof keeps the temporary folder whose logs explain a failure (and a SIGKILLed nsprof cannot
+    # remove its own): the suite's go to a folder of the run's own, removed at its end, not into the
+    # machine's $TMPDIR. Child processes inherit it; tempfile reads $TMPDIR once, hence the reset.
+    config._nsprof_tmp = tempfile.mkdtemp(prefix="nsprof-tests-")
+    os.environ["TMPDIR"] = config._nsprof_tmp
+    tempfile.tempdir = None
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_nsprof_tmp", None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
