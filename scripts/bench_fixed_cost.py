@@ -45,21 +45,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SESSION_PHASES = (
-    "tool_start",
-    "worker_start",
-    "target_import",
-    "cuda_init",
-    "compile_wait",
-    "build",
-    "measure",
-    "between",
-    "worker_exit",
-    "tool_exit",
-    "cleanup",
-    "export",
-    "parse",
-)
+sys.path.insert(0, str(ROOT))
+
+from nsprof.session import PHASES as SESSION_PHASES  # noqa: E402  (the checkout's own)
+
 ORDER = ("nsprof_start", "precompile", *SESSION_PHASES, "session_other", "nsprof_end", "total")
 PHASES_FILE = (
     "phases.json"  # nsprof.session.PHASES_FILE (not imported: this script runs nsprof as a user does)

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from nsprof import __version__
 from nsprof.analysis.agreement import floor_map, wide
 from nsprof.analysis.stats import is_missing
+from nsprof.render.tables import MATCHED_HEADERS
 from nsprof.render.text import num, us, yes_no
 from nsprof.space import config_label
 
@@ -207,19 +208,7 @@ def matched_table(matched) -> str:
     against the unmatched truth (format_matched's cells)."""
     if matched is None or not len(matched):
         return ""
-    headers = [
-        "timer",
-        "L2",
-        "mode",
-        "matched truth",
-        "τ",
-        "floor τ",
-        "at floor",
-        "unmatched truth",
-        "τ",
-        "floor τ",
-        "at floor",
-    ]
+    headers = list(MATCHED_HEADERS)
     rows = []
     for r in matched.to_dict("records"):
         rows.append(

@@ -751,25 +751,29 @@ def format_floors(floors) -> str:
     return render_table(headers, rows, right={2, 3, 4, 5})
 
 
+# The columns of a matched-conditions table (validate), in the terminal and on the page.
+MATCHED_HEADERS = (
+    "timer",
+    "L2",
+    "mode",
+    "matched truth",
+    "τ",
+    "floor τ",
+    "at floor",
+    "unmatched truth",
+    "τ",
+    "floor τ",
+    "at floor",
+)
+
+
 def format_matched(matched) -> str:
     """Each timer against the truth taken under its own conditions (clocks free, its L2 state)
     beside that truth's floor, and against the unmatched truth beside its floor
     (analysis.agreement.matched_agreement's table); then, per matched truth, the best timer."""
     if matched is None or not len(matched):
         return ""
-    headers = [
-        "timer",
-        "L2",
-        "mode",
-        "matched truth",
-        "τ",
-        "floor τ",
-        "at floor",
-        "unmatched truth",
-        "τ",
-        "floor τ",
-        "at floor",
-    ]
+    headers = list(MATCHED_HEADERS)
     rows = []
     for r in matched.to_dict("records"):
         rows.append(
