@@ -30,7 +30,9 @@ def compile_config(config):
         raise ValueError("no valid tile (simulated)")
     if kind == "spawn":
         child = subprocess.Popen(["sleep", "300"])
-        (_DIR / "child.pid").write_text(str(child.pid))
+        # written whole, then renamed: a reader that sees child.pid sees the pid in it
+        (_DIR / "child.pid.tmp").write_text(str(child.pid))
+        os.replace(_DIR / "child.pid.tmp", _DIR / "child.pid")
         child.wait()
     (_DIR / f"artifact-{config['i']}").write_text("compiled")
     with open(_DIR / "compiled.log", "a") as log:
