@@ -3,8 +3,8 @@
 The server holds GPU 0's lock for its whole life, starts the serving worker once under the
 profiler (Driver.serve_command: `nsys launch`, nsprof.worker.serving), and then runs one job at a
 time: it starts a collection into the client's report base (Driver.serve_start: `nsys start`),
-hands the job to the worker, follows the job's status file with the same bounds as a session
-(a config's --timeout, the phase bound outside configs), ends the collection (Driver.serve_stop:
+hands the job to the worker, follows the job's status file in the session's own loop and bounds
+(nsprof.session.supervise.follow: a config's --timeout, the phase bound outside configs), ends the collection (Driver.serve_stop:
 `nsys stop`, which writes the report) and answers the client. The client reads the report with
 its own driver (finish, read), exactly as a standalone session reads a part.
 
@@ -333,54 +333,66 @@ class _Server:
         return None
 
     def _follow(self, n: int, status_file: Path, timeout_s: float, bound_s: float) -> dict:
-        """Follow job n until the worker says it is over, or a bound or the worker's death ends it."""
-        from nsprof.host.children import kill_pid
-        from nsprof.worker.protocol import EXIT_CONTEXT_LOST, Bounds, parse_status
+        """Follow job n until the worker says it is over, or a bound or the worker's death ends it (the
+        session's own loop, nsprof.session.supervise.follow); between polls, clients are answered."""
+        from nsprof.session.supervise import follow
+
+        def decide(code, status, passed) -> dict | None:
+            answer = self._outcome(n, code, status) or self._bound(n, status, passed, timeout_s, bound_s)
+            if answer is None:
+                self.answer_waiting(POLL_S)
+            return answer
+
+        return follow(status_file, timeout_s, bound_s, lambda: self._job_code(n), decide)
+
+    def _outcome(self, n: int, code: int | None, status) -> dict | None:
+        """Job n's answer once its end line (`code`) came, or its worker died; None while it runs."""
+        from nsprof.worker.protocol import EXIT_CONTEXT_LOST
         from nsprof.worker.serving import JOB_ABORTED
 
-        bounds = Bounds(timeout_s, bound_s, time.monotonic())
-        while True:
-            code = self._job_code(n)
-            text = read_or_empty(status_file)
-            status = parse_status(text)
-            if code == 0:
-                return {"ok": True}
-            if code == JOB_ABORTED:
-                return {
-                    "ok": False,
-                    "fault": "abort",
-                    "config": None,
-                    "reason": status.abort or f"the job could not run (log: {self.log_path})",
-                }
-            if code is not None or not self.worker_alive():
-                code = self._job_code(n) if code is None else code
-                if code == 0:
-                    return {"ok": True}
-                lost = "lost its CUDA context" if code == EXIT_CONTEXT_LOST else "died"
-                self.fault = f"the worker {lost} in job {n}"
-                reason = self.driver.crash_reason(self.log_path, self.proc.poll())
-                return {
-                    "ok": False,
-                    "fault": "crash",
-                    "config": status.current,
-                    "reason": str(reason),
-                    "kind": reason.kind,
-                }
-            passed = bounds.passed(text, status, time.monotonic())
-            if passed == "timeout":
-                kill_pid(self.worker_pid)
-                self.fault = f"config {status.current} of job {n} ran past its timeout ({timeout_s:g} s)"
-                return {
-                    "ok": False,
-                    "fault": "timeout",
-                    "config": status.current,
-                    "reason": f"timeout: still running after {timeout_s:g} s",
-                }
-            if passed == "stalled":
-                kill_pid(self.worker_pid)
-                self.fault = f"job {n} made no progress for {bound_s:g} s"
-                return {"ok": False, "fault": "stalled", "config": None, "reason": self.fault}
-            self.answer_waiting(POLL_S)
+        if code == 0:
+            return {"ok": True}
+        if code == JOB_ABORTED:
+            return {
+                "ok": False,
+                "fault": "abort",
+                "config": None,
+                "reason": status.abort or f"the job could not run (log: {self.log_path})",
+            }
+        if code is None and self.worker_alive():
+            return None
+        code = self._job_code(n) if code is None else code
+        if code == 0:
+            return {"ok": True}
+        lost = "lost its CUDA context" if code == EXIT_CONTEXT_LOST else "died"
+        self.fault = f"the worker {lost} in job {n}"
+        reason = self.driver.crash_reason(self.log_path, self.proc.poll())
+        return {
+            "ok": False,
+            "fault": "crash",
+            "config": status.current,
+            "reason": str(reason),
+            "kind": reason.kind,
+        }
+
+    def _bound(self, n: int, status, passed: str | None, timeout_s: float, bound_s: float) -> dict | None:
+        """Job n's answer when its worker went past a bound (the worker is killed); None otherwise."""
+        from nsprof.host.children import kill_pid
+
+        if passed == "timeout":
+            kill_pid(self.worker_pid)
+            self.fault = f"config {status.current} of job {n} ran past its timeout ({timeout_s:g} s)"
+            return {
+                "ok": False,
+                "fault": "timeout",
+                "config": status.current,
+                "reason": f"timeout: still running after {timeout_s:g} s",
+            }
+        if passed == "stalled":
+            kill_pid(self.worker_pid)
+            self.fault = f"job {n} made no progress for {bound_s:g} s"
+            return {"ok": False, "fault": "stalled", "config": None, "reason": self.fault}
+        return None
 
     # -- end
 

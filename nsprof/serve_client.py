@@ -432,7 +432,7 @@ def submit(state: dict, request: dict, status_file: Path, settings, notify) -> t
     answering past the job's bounds, gives {"ok": False, "fault": "vanished", ...}."""
     import select
 
-    from nsprof.worker.protocol import RunStatus
+    from nsprof.worker.protocol import Progress, parse_status
 
     pid = state["pid"]
 
@@ -454,7 +454,7 @@ def submit(state: dict, request: dict, status_file: Path, settings, notify) -> t
             return vanished(f"could not be reached ({exc})"), False
         conn.setblocking(False)
         buffer = b""
-        seen, seen_lines = RunStatus(), -1
+        progress, seen_lines = Progress(notify), -1
         last_line_at = time.monotonic()
         while True:
             readable, _, _ = select.select([conn], [], [], POLL_S)
@@ -475,11 +475,11 @@ def submit(state: dict, request: dict, status_file: Path, settings, notify) -> t
                     if message.get("started"):
                         started, last_line_at = True, time.monotonic()
                     elif "ok" in message:
-                        _progress(status_file, seen, notify)
+                        progress.tell(parse_status(read_or_empty(status_file)))
                         return message, started
             if started:
                 text = read_or_empty(status_file)
-                seen = _progress(status_file, seen, notify, text)
+                progress.tell(parse_status(text))
                 lines = sum(1 for ln in text.splitlines() if not ln.startswith("at "))
                 if lines != seen_lines:
                     seen_lines, last_line_at = lines, time.monotonic()
@@ -496,16 +496,3 @@ def read_or_empty(path: Path) -> str:
         return path.read_text(errors="replace")
     except FileNotFoundError:
         return ""
-
-
-def _progress(status_file: Path, seen, notify, text: str | None = None):
-    """Notify what the status file says beyond `seen`; the status now."""
-    from nsprof.worker.protocol import parse_status
-
-    status = parse_status(read_or_empty(status_file) if text is None else text)
-    for cfg in status.done[len(seen.done) :]:
-        notify("done", cfg, "")
-    for cfg in status.failed:
-        if cfg not in seen.failed:
-            notify("fail", cfg, status.failed[cfg])
-    return status

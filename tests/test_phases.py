@@ -14,7 +14,8 @@ import sys
 import pytest
 from conftest import FIXTURES
 
-from nsprof.session import PHASES, PHASES_FILE, POLL_S, run_session
+from nsprof.session import PHASES, PHASES_FILE, run_session
+from nsprof.session.supervise import POLL_S
 from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import RunStatus, parse_status, run_phases
 

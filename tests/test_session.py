@@ -535,7 +535,7 @@ def test_a_rep_with_a_missing_kernel_is_not_a_measurement(tmp_path, monkeypatch)
 
 def test_complete_configs_needs_every_rep_to_have_its_kernels():
     from nsprof.schema import make_frame
-    from nsprof.session import _complete_configs
+    from nsprof.session.parts import complete_configs
 
     settings = ProfileSettings(backend="ncu", modes=("direct", "graph"), reps=3)
     rows = []
@@ -555,8 +555,8 @@ def test_complete_configs_needs_every_rep_to_have_its_kernels():
     frame = frame[
         ~((frame["config_id"] == 2) & (frame["rep"] == 2) & (frame["mode"] == "graph"))
     ]  # a missing rep
-    assert _complete_configs(frame, [0, 1, 2, 3], settings) == {0, 3}
-    assert _complete_configs(frame, [1, 3], settings) == {3}
+    assert complete_configs(frame, [0, 1, 2, 3], settings) == {0, 3}
+    assert complete_configs(frame, [1, 3], settings) == {3}
 
 
 def test_on_rows_gets_each_parts_configs_as_soon_as_its_report_is_read(tmp_path, monkeypatch):

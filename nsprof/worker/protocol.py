@@ -171,8 +171,29 @@ class RunStatus:
         return None
 
 
+class Progress:
+    """What a follower of a worker's status file tells its `notify(event, id, detail)` (nsprof.session,
+    nsprof.serve_client): each new `done` line once ("done", id, ""), each new `fail` once ("fail", id,
+    its Failure)."""
+
+    def __init__(self, notify=None) -> None:
+        self.notify = notify
+        self.seen = RunStatus()
+
+    def tell(self, status: RunStatus) -> RunStatus:
+        """Notify what `status` says beyond the last one told; `status`."""
+        if self.notify is not None:
+            for cfg in status.done[len(self.seen.done) :]:
+                self.notify("done", cfg, "")
+            for cfg in status.failed:
+                if cfg not in self.seen.failed:
+                    self.notify("fail", cfg, status.failed[cfg])
+        self.seen = status
+        return status
+
+
 class Bounds:
-    """The bounds a follower of a worker's status file keeps (nsprof.session, nsprof.serve): a
+    """The bounds a follower of a worker's status file keeps (nsprof.session.supervise.follow): a
     config may run `timeout_s` from each of its start lines (an interleaved job has several);
     outside a config the worker may go `bound_s` without a new status line. The worker's `at`
     marks only time what it does: they are no progress."""

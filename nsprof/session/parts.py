@@ -1,0 +1,401 @@
+"""A standalone session: worker runs ("parts") until every config is measured or failed.
+
+Holds run_parts (the session proper), Part and read_part (what one finished run leaves: its whole
+configs, its failures, what it lost), make_job (the worker's Job, a part's or a served job's),
+failure_rows, refuse_changed, timeout_failure, and complete_configs (which configs a report holds
+whole).
+
+When a worker dies (illegal address, abort, out of memory, timeout) its config is recorded as
+failed with the reason, and a new worker starts at the next config. Each run writes its own report
+part; every part is read, so nothing measured is lost. A config measured but not whole in its
+part's report (a report cut off when its profiler was killed) is measured again, at most
+MAX_LOST_RETRIES times, after the configs that have not run yet.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from nsprof.drivers.base import Driver, disk_full
+from nsprof.errors import NsprofError, TargetChanged, ToolFailed
+from nsprof.host.children import DeathPipe
+from nsprof.reports.checks import one_line
+from nsprof.schema import Failure, Points, failure_frame
+from nsprof.session.request import Measured, SessionRun
+from nsprof.session.supervise import RunEnd, run_worker
+from nsprof.session.timing import PHASES_FILE, Timing
+from nsprof.settings import ProfileSettings
+from nsprof.worker.protocol import Job, RunStatus, parse_status
+
+MAX_LOST_RETRIES = 2  # a config measured but lost with a crashed run's report is measured again
+
+
+def timeout_failure(timeout_s: float) -> Failure:
+    """A config that ran past its window of `timeout_s` (kind timeout, its bound kept as a number)."""
+    return Failure(f"timeout: still running after {timeout_s:g} s", "timeout", timeout_s)
+
+
+def failure_rows(failures: dict[int, str], run: SessionRun):
+    """nsprof.schema.failure_frame's rows, labelled as the run driver's measurements are."""
+    settings = run.settings
+    return failure_frame(failures, run.points, source=settings.backend, **run.driver.labels(settings))
+
+
+def make_job(run: SessionRun, ids: list[int], status_file: Path, **more) -> Job:
+    """The worker's job for `ids` of `run` (a standalone part's, or a served one's)."""
+    points, settings = run.points, run.settings
+    shapes = {"n_configs": points.n_configs, "n_shapes": points.n_shapes} if points.shaped else {}
+    return Job(
+        target=run.target,
+        config_ids=ids,
+        status=str(status_file),
+        modes=list(settings.modes),
+        reps=settings.reps,
+        warmup=settings.warmup,
+        compile_timeout_s=settings.compile_timeout_s,
+        **shapes,
+        **more,
+        **(run.job_extra or {}),
+    )
+
+
+def refuse_changed(status: RunStatus, log: Path) -> None:
+    """A worker that found the target changed since nsprof read it (Job.expect) measured nothing: the
+    session ends there, whatever the earlier parts measured (handed over already, of the target as read)."""
+    if status.changed:
+        raise TargetChanged(
+            f"{status.changed}; the worker measured nothing of it (run nsprof again to measure "
+            f"the target as it is now; log: {log})"
+        )
+
+
+def _incomplete(measured, done: list[int], settings: ProfileSettings, points: Points) -> dict[int, str]:
+    """For each config of `done` with rows in the report that is not whole there: why not.
+
+    Whole means every (mode, rep) range is there and every rep of a mode has as many kernels
+    as that mode's other reps: a report cut off mid-write (a profiler killed, ncu streaming its
+    report to disk) can lose a rep's last kernels without losing its range. (With one rep per
+    mode there is nothing to compare a rep with; modes are not compared with each other, since
+    a whole-graph workload is one row per rep.) `done` and the keys are point ids of `points`.
+    """
+    point = points.of_frame(measured)
+    rows = measured.assign(point=point)[point.isin(done).fillna(False).astype(bool)]
+    if rows.empty:
+        return {}
+    expected = len(set(settings.modes)) * settings.reps
+    per_rep = rows.groupby(["point", "mode", "rep"], dropna=False).size()
+    reasons = {}
+    for config_id, counts in per_rep.groupby(level="point"):
+        if len(counts) < expected:
+            reasons[int(config_id)] = "the report held only some of its reps"
+            continue
+        for mode, mode_counts in counts.groupby(level="mode", dropna=False):
+            if mode_counts.nunique() > 1:
+                per = ", ".join(str(int(n)) for n in mode_counts)
+                reasons[int(config_id)] = f"its {mode} reps held different numbers of kernels ({per})"
+                break
+    return reasons
+
+
+def complete_configs(
+    measured, done: list[int], settings: ProfileSettings, points: Points | None = None
+) -> set[int]:
+    """The configs (point ids of `points`; config ids without it) of `done` that are whole in the
+    report (see _incomplete)."""
+    points = points or Points(0)
+    point = points.of_frame(measured)
+    present = set(point[point.isin(done).fillna(False).astype(bool)].astype(int))
+    return present - set(_incomplete(measured, done, settings, points))
+
+
+def _rows_of(measured, ids: set[int], points: Points):
+    """The rows of `measured` that belong to these point ids."""
+    return measured[points.of_frame(measured).isin(list(ids)).fillna(False).astype(bool)]
+
+
+def _explained(exc: NsprofError, log: Path) -> NsprofError:
+    """A full disk explains a missing or truncated report better than the parser can."""
+    full = disk_full(log)
+    return ToolFailed(f"{full} (log: {log})") if full else exc
+
+
+class Part:
+    """What one worker run leaves for the session."""
+
+    def __init__(self, status: RunStatus) -> None:
+        self.status = status
+        self.kept = None  # the rows of its whole configs
+        self.failures: dict[int, str] = dict(status.failed)  # configs that failed in it, for good
+        self.lost: dict[int, str] = {}  # done, but not whole in the report: why
+        self.report: Path | None = None
+        self.export_s = 0.0  # the driver's finish (nsys: export to SQLite)
+        self.parse_s = 0.0  # the driver's read
+
+
+def _lost_reason(end: RunEnd, settings: ProfileSettings, driver: Driver) -> str:
+    """Why a run that went past its phase bound may have lost what it measured ("" if it did not)."""
+    if end.stalled == "exit":
+        return f"the worker hung at exit and was killed after {settings.phase_bound_s:g} s" + (
+            f"; {driver.clean_exit_note}" if driver.clean_exit_note else ""
+        )
+    if end.stalled == "report":
+        return (
+            f"{settings.backend} was still writing its report {settings.phase_bound_s:g} s "
+            "after the worker's last status line"
+        )
+    return ""
+
+
+def read_part(run: SessionRun, base: Path, log: Path, end: RunEnd) -> Part:
+    """The status and report of one finished worker run: what it measured whole, what failed."""
+    settings, driver = run.settings, run.driver
+    part = Part(parse_status(base.with_suffix(".status").read_text(errors="replace")))
+    crashed = part.status.current
+    if crashed is not None:
+        part.failures[crashed] = (
+            timeout_failure(settings.timeout_s)
+            if crashed == end.timed_out
+            else driver.crash_reason(log, end.returncode)
+        )
+    # A worker that did not reach its end (crashed, timed out, lost its CUDA context, killed
+    # with its profiler or for hanging) may take its report, or the report's kernels, with it.
+    abnormal = crashed is not None or not part.status.ended or end.stalled is not None or end.returncode < 0
+    complete, incomplete, lost_reason = _read_report(
+        part, run, base, log, end, abnormal, _lost_reason(end, settings, driver)
+    )
+    if driver.writes_report:
+        done = part.status.done
+        part.lost = {c: incomplete.get(c) or lost_reason for c in done if c not in complete}
+    return part
+
+
+def _read_report(part: Part, run: SessionRun, base, log, end: RunEnd, abnormal: bool, lost_reason: str):
+    """Read the part's report into `part` (report, kept, export_s, parse_s): (its whole configs, why
+    each other config it ran is not whole, why the report lost what it did). A report that cannot be
+    read after a normal run that finished configs is an error; after an abnormal one, a loss."""
+    settings, driver, done = run.settings, run.driver, part.status.done
+    measured, incomplete, complete = None, {}, set()
+    began = time.monotonic()
+    try:
+        part.report = driver.finish(base, log)
+    except NsprofError as exc:
+        if done and not abnormal:
+            raise _explained(exc, log) from None
+        lost_reason = lost_reason or str(exc)
+    finally:
+        part.export_s = time.monotonic() - began
+    if part.report is not None:
+        began = time.monotonic()
+        try:
+            try:
+                measured = driver.read(part.report, settings)
+            finally:
+                part.parse_s = time.monotonic() - began
+        except NsprofError as exc:
+            if done and not abnormal:
+                raise _explained(exc, log) from None
+            # A profiler whose target was killed may write a report without its kernels (nsys:
+            # CUPTI buffers are flushed at a clean exit only); and where no config of the run got
+            # to `done` (each failed: to compile, to build), no kernel of ours was launched: an
+            # empty report (nsys: no kernel table) is what it should be, the status says why.
+            part.report = None
+            lost_reason = lost_reason or str(exc)
+        else:
+            # Only whole configs count as measured: a report can be cut off mid-write (ncu's
+            # streams to disk) when the profiler is killed, even after its orphaned worker
+            # reached its end. A partial config is measured again whole.
+            incomplete = _incomplete(measured, done, settings, run.points)
+            complete = complete_configs(measured, done, settings, run.points)
+            part.kept = _rows_of(measured, complete, run.points)
+    elif done and not abnormal and driver.writes_report:
+        raise ToolFailed(
+            f"{settings.backend} wrote no report: {driver.diagnose(log, end.returncode)} (log: {log})"
+        )
+    return complete, incomplete, lost_reason
+
+
+def _salvage(run: SessionRun, base: Path, log: Path) -> None:
+    """After an interrupt: hand over what the interrupted part finished (whole configs only,
+    and the failures it recorded). A report that cannot be read loses only this part."""
+    driver, settings, points = run.driver, run.settings, run.points
+    status = parse_status(base.with_suffix(".status").read_text(errors="replace"))
+    frames = [failure_rows(status.failed, run)] if status.failed else []
+    try:
+        report = driver.finish(base, log)
+        if report is not None:
+            measured = driver.read(report, settings)
+            complete = complete_configs(measured, status.done, settings, points) - set(status.failed)
+            frames.insert(0, _rows_of(measured, complete, points))
+    except NsprofError:
+        pass
+    _hand_over(run, frames)
+
+
+def _hand_over(run: SessionRun, frames: list) -> None:
+    """Give run's on_rows the rows of `frames` (those with rows) in one frame, if there are any."""
+    frames = [frame for frame in frames if frame is not None and len(frame)]
+    if frames:
+        import pandas as pd
+
+        run.hand_over(pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0])
+
+
+def _start_failure(
+    status: RunStatus, end: RunEnd, settings: ProfileSettings, log: Path, driver: Driver
+) -> str:
+    """One line saying why a worker reached no config."""
+    if status.abort:
+        return status.abort
+    if end.stalled == "start":
+        doing = (
+            "before it ran (the profiler's or Python's start-up)"
+            if status.pid is None
+            else "loading the target or initialising CUDA"
+            if status.device is None
+            else "before its first config"
+        )
+        return f"the worker did not start within {settings.phase_bound_s:g} s (it hung {doing})"
+    return driver.diagnose(log, end.returncode)
+
+
+def _remove_leftovers(driver: Driver, base: Path) -> None:
+    """Remove the report files an earlier run of this driver left under this part's name in a
+    reused work folder: a profiler that writes no report this time must not have the old one read
+    as this run's (the driver's finish takes whatever lies at the part's report path)."""
+    for path in driver.report_files(base):
+        path.unlink(missing_ok=True)
+
+
+class _Parts:
+    """One standalone session across its parts: what became final, and where its time went."""
+
+    def __init__(self, run: SessionRun) -> None:
+        self.run = run
+        self.reports: list[Path] = []
+        self.failures: dict[int, str] = {}
+        self.frames: list = []
+        self.retries: dict[int, int] = {}
+        self.measured_any = False  # did any part keep a measurement (or, with no profiler, finish a config)?
+        self.device: dict | None = None
+        self.started_at = time.monotonic()
+        self.timing = Timing()
+
+    def settle(self, new_failures: dict[int, str], kept=None) -> None:
+        """Record what became final, and hand it over at once."""
+        self.failures.update(new_failures)
+        new = [kept, failure_rows(new_failures, self.run) if new_failures else None]
+        new = [frame for frame in new if frame is not None and len(frame)]
+        self.frames.extend(new)
+        _hand_over(self.run, new)
+
+    def give_up(self, ids: list[int], why: str) -> None:
+        """These configs are not run: each fails with `why` (kind not_run)."""
+        not_run = {c: Failure(why, "not_run") for c in ids}
+        for config_id, failure in not_run.items():
+            self.run.notify("fail", config_id, failure)
+        self.settle(not_run)
+
+    def part(self, number: int, remaining: list[int], pipe: DeathPipe) -> list[int]:
+        """Worker run `number`, of the configs `remaining`: the configs left after it (lost ones last)."""
+        run = self.run
+        base = run.work_dir / f"part{number}"
+        _remove_leftovers(run.driver, base)
+        status_file = base.with_suffix(".status")
+        status_file.write_text("")
+        log = base.with_suffix(".log")
+        job = make_job(run, remaining, status_file, watch_fd=pipe.read_fd, watch_inode=pipe.inode)
+        job_file = job.write(base.with_suffix(".job.json"))
+        command = run.driver.build_command(run.settings, job_file, base)
+        settled = False
+        try:
+            end = run_worker(command, log, status_file, job_file, run.settings, run.notify, pipe)
+            refuse_changed(parse_status(status_file.read_text(errors="replace")), log)
+            part = read_part(run, base, log, end)
+            requeued = self._take(part, end, log)
+            settled = True
+            self.settle(part.failures, part.kept)
+        except KeyboardInterrupt:
+            if not settled:
+                _salvage(run, base, log)
+            raise
+        progressed = (set(part.status.done) - set(requeued)) | set(part.failures)
+        if not progressed and not requeued:
+            # The worker never reached a config: it could not start (or hung while starting).
+            reason = _start_failure(part.status, end, run.settings, log, run.driver)
+            if not self.measured_any:
+                raise ToolFailed(f"the profiled worker measured nothing: {reason} (log: {log})")
+            # Keep what the earlier parts measured; nothing is known against the configs left.
+            self.give_up(remaining, f"not run: the worker failed to start: {reason}")
+            return []
+        # Lost configs go last, after the configs that have not run yet: a config that crashes
+        # the worker again then cannot take them down with it a second time.
+        return [c for c in remaining if c not in progressed and c not in requeued] + requeued
+
+    def _take(self, part: Part, end: RunEnd, log: Path) -> list[int]:
+        """Take in a part read: its times, device, report, and what it lost; the configs to measure again."""
+        run, status = self.run, part.status
+        self.timing.add(part, end, log)
+        self.device = self.device or status.device
+        if status.current is not None:
+            run.notify("fail", status.current, part.failures[status.current])
+        if part.report is not None:
+            self.reports.append(part.report)
+        requeued = []
+        for config_id, why in part.lost.items():
+            # Measured but not (whole) in the report: measure again, then call it a failure.
+            self.retries[config_id] = self.retries.get(config_id, 0) + 1
+            if self.retries[config_id] > MAX_LOST_RETRIES:
+                part.failures[config_id] = Failure(
+                    f"measured {MAX_LOST_RETRIES + 1} times, but {run.settings.backend}'s report lost it each time"
+                    + (f" ({one_line(why, 120)})" if why else ""),
+                    "lost",
+                )
+            else:
+                requeued.append(config_id)
+        for config_id in requeued:
+            run.notify("retry", config_id, "its report was lost with the crashed run; measuring again")
+        if not run.driver.writes_report and status.done or part.kept is not None and len(part.kept):
+            self.measured_any = True
+        return requeued
+
+    def measured(self) -> Measured:
+        """What the session measured, its phases written to its work folder."""
+        import pandas as pd
+
+        from nsprof.schema import make_frame
+
+        frame = pd.concat(self.frames, ignore_index=True) if self.frames else make_frame([])
+        ended_at = time.monotonic()
+        self.timing.write(self.run.work_dir / PHASES_FILE, self.started_at, ended_at)
+        return Measured(
+            frame=frame,
+            reports=self.reports,
+            failures=self.failures,
+            work_dir=self.run.work_dir,
+            wall_s=ended_at - self.started_at,
+            device=self.device,
+            phases=self.timing.total(),
+            config_phases=self.timing.configs,
+        )
+
+
+def run_parts(run: SessionRun) -> Measured:
+    """The session proper: worker runs ("parts") until every config of `run` is measured or failed."""
+    session = _Parts(run)
+    remaining = list(run.ids)
+    pipe = DeathPipe()
+    try:
+        for number in range(run.settings.max_restarts + 1):
+            if not remaining:
+                break
+            remaining = session.part(number, remaining, pipe)
+    finally:
+        pipe.close()
+    if remaining:  # the restart budget ran out before these ran
+        session.give_up(
+            remaining,
+            f"not run: the worker was restarted {run.settings.max_restarts} times "
+            "(raise ProfileSettings.max_restarts)",
+        )
+    return session.measured()

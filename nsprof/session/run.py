@@ -1,0 +1,119 @@
+"""run_session: measure configs of a target under a profiler, in one session.
+
+Holds run_session (the GPU lock, or an `nsprof serve` to measure through) and the session's own
+temporary folder, removed after a clean run and named when anything failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from nsprof.drivers import registry
+from nsprof.drivers.base import Driver
+from nsprof.errors import GpuBusy, NsprofError
+from nsprof.schema import Points
+from nsprof.session.folders import kept_in
+from nsprof.session.parts import run_parts
+from nsprof.session.request import Measured, SessionRun
+from nsprof.session.served import run_served
+from nsprof.settings import ProfileSettings
+
+
+def run_session(
+    target: str,
+    n_configs: int,
+    settings: ProfileSettings,
+    config_ids: list[int] | None = None,
+    on_progress: Callable[[str, int, str], None] | None = None,
+    job_extra: dict | None = None,
+    on_rows: Callable[[object], None] | None = None,
+    driver: Driver | None = None,
+    n_shapes: int = 0,
+) -> Measured:
+    """Measure `config_ids` (default: all) of `target` under settings.backend (its driver from
+    nsprof.drivers.registry, unless `driver` is given).
+
+    For a target with `n_shapes` shapes the ids are point ids (nsprof.schema.Points(n_configs,
+    n_shapes): every (shape, config) pair of one session), and so are the keys of
+    Measured.failures and the ids given to on_progress; every row names its own config_id and
+    shape.
+
+    Every session holds the GPU lock (nsprof.host.lock), the fast timers' too: two nsprof runs
+    never measure on the same GPU at once. The profiler and worker inherit the lock's
+    descriptor, so it stays held while either lives. Where an `nsprof serve` of the same backend
+    runs for the GPU (nsprof.serve; not with NSPROF_SERVE=0), the session is one job of its
+    long-lived worker instead: the server holds the lock, and what a fault there leaves
+    unmeasured is measured here, standalone, once the server has ended.
+
+    on_rows(frame) is called once per worker run ("part"), as soon as its report is read, with
+    the tidy rows (nsprof.schema.make_frame) of every config that became final in it: the
+    measurements of whole configs, and a row with `error` set for each config that failed;
+    configs left unrun at the end come in a last call. Every row of Measured.frame comes
+    through on_rows exactly once. On KeyboardInterrupt (SIGTERM and SIGHUP too, after
+    nsprof.session.supervise.interrupt_on_termination) the worker is asked to stop cleanly, and
+    the interrupted part's whole configs (and the failures it recorded) are handed over before
+    the interrupt goes on; the config it was measuring is neither measured nor failed. An
+    exception raised by on_rows goes through (the children are stopped first).
+
+    Without settings.work_dir the reports and logs go to a temporary folder, removed after
+    a clean run (every config measured) and kept, named in Measured.work_dir or in the
+    exception's message, when anything failed.
+    """
+    from nsprof.host.lock import gpu_lock
+
+    driver = driver or registry.get_driver(settings.backend)
+    request = {
+        "target": target,
+        "ids": tuple(config_ids if config_ids is not None else range(n_configs)),
+        "points": Points(n_configs, n_shapes),
+        "settings": settings,
+        "driver": driver,
+        "job_extra": job_extra,
+        **({"notify": on_progress} if on_progress is not None else {}),
+        **({"hand_over": on_rows} if on_rows is not None else {}),
+    }
+    server, unfit = None, None
+    # An `nsprof serve` of this GPU (it holds the lock): measure through it.
+    if getattr(driver, "serves", False):
+        from nsprof.serve_client import find_server
+
+        server, unfit = find_server(driver, settings)
+    if server is not None:
+        return _in_folder(request, server)
+    try:
+        with gpu_lock(0, wait=settings.wait_gpu) if driver.locks_gpu else contextlib.nullcontext():
+            return _in_folder(request, None)
+    except GpuBusy as exc:
+        if unfit and unfit not in str(exc):
+            raise GpuBusy(f"{exc} ({unfit})", device=exc.device, path=exc.path, holder=exc.holder) from None
+        raise
+
+
+def _in_folder(request: dict, server: dict | None) -> Measured:
+    """The session of `request` (SessionRun's fields but its folder) in its work folder
+    (settings.work_dir, or a temporary one), through the `nsprof serve` of `server` (its state) when
+    given."""
+    settings = request["settings"]
+    temporary = settings.work_dir is None
+    work_dir = Path(tempfile.mkdtemp(prefix="nsprof-")) if temporary else Path(settings.work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    run = SessionRun(work_dir=work_dir, **request)
+    try:
+        result = run_served(run, server) if server is not None else run_parts(run)
+    except NsprofError as exc:
+        # The logs explain the failure: keep them and say where they are.
+        if temporary:
+            raise kept_in(exc, work_dir) from exc
+        raise
+    if temporary and not result.failures:
+        import shutil
+
+        try:
+            shutil.rmtree(work_dir)
+        except OSError:
+            return result  # not all of it could go: the result still names the folder
+        result.work_dir, result.reports = None, []
+    return result
