@@ -23,6 +23,7 @@ and the environment in it never reach another user's process.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -426,6 +427,11 @@ def find_server(driver, settings) -> tuple[dict | None, str | None]:
     return {**state, "busy": bool(answer.get("busy"))}, None
 
 
+def _vanished(pid: int, why: str) -> dict:
+    """The answer of a server that went away (`why`) without one."""
+    return {"ok": False, "fault": "vanished", "config": None, "reason": f"nsprof serve (pid {pid}) {why}"}
+
+
 def submit(state: dict, request: dict, status_file: Path, settings, notify) -> tuple[dict, bool]:
     """Send a job and follow it: (the server's last answer, whether the job started). The status
     file's progress goes to notify as a session's does. A server that vanishes, or stops
@@ -435,10 +441,7 @@ def submit(state: dict, request: dict, status_file: Path, settings, notify) -> t
     from nsprof.worker.protocol import Progress, parse_status
 
     pid = state["pid"]
-
-    def vanished(why: str) -> dict:
-        return {"ok": False, "fault": "vanished", "config": None, "reason": f"nsprof serve (pid {pid}) {why}"}
-
+    vanished = functools.partial(_vanished, pid)
     bound = settings.timeout_s + settings.phase_bound_s + SERVE_GRACE_S
     try:
         conn = connect(

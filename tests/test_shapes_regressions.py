@@ -84,8 +84,8 @@ if "nsprof.worker.program" in sys.modules:
 
 
 def test_a_worker_that_cannot_start_is_not_explained_by_nsprofs_own_phases_line(seam, tmp_path):
-    # _Timing.add writes '==NSPROF== phases: ...' into the part's log before _start_failure reads
-    # the log's last line as the reason
+    # nsprof.session.timing.Timing.add writes '==NSPROF== phases: ...' into the part's log before the
+    # session reads the log's last line as the reason the worker did not start
     from nsprof.errors import NsprofError
     from nsprof.session import run_session
     from nsprof.settings import ProfileSettings

@@ -2,6 +2,16 @@
 
 Holds run_session (the GPU lock, or an `nsprof serve` to measure through) and the session's own
 temporary folder, removed after a clean run and named when anything failed.
+
+What a session hands over as it goes: on_rows(frame) is called once per worker run ("part"), as
+soon as its report is read, with the tidy rows (nsprof.schema.make_frame) of every config that
+became final in it: the measurements of whole configs, and a row with `error` set for each config
+that failed; configs left unrun at the end come in a last call. Every row of Measured.frame comes
+through on_rows exactly once. On KeyboardInterrupt (SIGTERM and SIGHUP too, after
+nsprof.session.supervise.interrupt_on_termination) the worker is asked to stop cleanly, and the
+interrupted part's whole configs (and the failures it recorded) are handed over before the
+interrupt goes on; the config it was measuring is neither measured nor failed. An exception raised
+by on_rows goes through (the children are stopped first).
 """
 
 from __future__ import annotations
@@ -48,15 +58,7 @@ def run_session(
     long-lived worker instead: the server holds the lock, and what a fault there leaves
     unmeasured is measured here, standalone, once the server has ended.
 
-    on_rows(frame) is called once per worker run ("part"), as soon as its report is read, with
-    the tidy rows (nsprof.schema.make_frame) of every config that became final in it: the
-    measurements of whole configs, and a row with `error` set for each config that failed;
-    configs left unrun at the end come in a last call. Every row of Measured.frame comes
-    through on_rows exactly once. On KeyboardInterrupt (SIGTERM and SIGHUP too, after
-    nsprof.session.supervise.interrupt_on_termination) the worker is asked to stop cleanly, and
-    the interrupted part's whole configs (and the failures it recorded) are handed over before
-    the interrupt goes on; the config it was measuring is neither measured nor failed. An
-    exception raised by on_rows goes through (the children are stopped first).
+    on_rows and the interrupt: see this module's docstring.
 
     Without settings.work_dir the reports and logs go to a temporary folder, removed after
     a clean run (every config measured) and kept, named in Measured.work_dir or in the
