@@ -93,7 +93,7 @@ def _refuse(state: dict, answer: dict, status: RunStatus, log: Path) -> None:
             holder={"pid": state["pid"]},
         )
     refuse_changed(status, log)
-    if answer.get("fault") == "abort" or status.abort:
+    if _fault(answer) == "abort" or status.abort:
         raise ToolFailed(
             f"the profiled worker measured nothing: {status.abort or answer.get('reason')} "
             f"(log: {state.get('log')})"
