@@ -241,4 +241,6 @@ def test_the_tuners_own_pick_is_asked_per_shape_in_a_child_process(make_target, 
     one = tune(target.replace(":space", ":one_shape"), _settings(tmp_path, tuner_pick=True))
     assert not (tmp_path / "picked.json").exists()
     assert all(r.tuner_pick is None for r in one.shapes)
-    assert "the stand-in tuner's own pick is not asked: its hook picks at one shape only" in one.shapes[0].notes
+    assert (
+        "the stand-in tuner's own pick is not asked: its hook picks at one shape only" in one.shapes[0].notes
+    )
