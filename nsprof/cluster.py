@@ -38,6 +38,7 @@ from pathlib import Path
 
 from nsprof.errors import GpuBusy, NsprofError
 from nsprof.host.gpu import Gpu
+from nsprof.schema import Points
 from nsprof.measure import Backend, OnRows, Progress
 from nsprof.session import Measured
 from nsprof.settings import ClusterSettings
@@ -246,9 +247,11 @@ def _run_batch(
     topic: str,
     index: int,
     expect: dict | None = None,
+    n_shapes: int = 0,
 ) -> dict:
     """On a Dask worker: compile and measure one batch (and the calibration config) in one session
-    on this worker's GPU, holding its lock; progress goes to the client as events on `topic`."""
+    on this worker's GPU, holding its lock; progress goes to the client as events on `topic`. With
+    `n_shapes` (a target with shapes), the batch's ids are point ids (nsprof.schema.Points)."""
     from distributed import get_worker
 
     from nsprof.host.lock import gpu_lock
@@ -292,7 +295,13 @@ def _run_batch(
                 ):
                     break  # the session says who holds it, or waits (--wait)
                 time.sleep(0.2)
-        result = profile_result(target, backend=backend, config_ids=ids, on_progress=progress, expect=expect)
+        result = profile_result(
+            target,
+            backend=backend,
+            **({"points": ids} if n_shapes else {"config_ids": ids}),
+            on_progress=progress,
+            expect=expect,
+        )
     except NsprofError as exc:
         send(event="error", detail=str(exc)[:300])
         return {**me, "error": f"{type(exc).__name__}: {exc}"}
@@ -307,9 +316,9 @@ def _run_batch(
     }
 
 
-def _calibration_median(frame, config_id: int) -> float | None:
-    """The config's median over reps of the per-rep duration (summed over its kernels)."""
-    rows = frame[(frame["config_id"] == config_id) & frame["error"].isna() & frame["duration_ns"].notna()]
+def _calibration_median(frame, point: int, layout: Points) -> float | None:
+    """The point's median over reps of the per-rep duration (summed over its kernels)."""
+    rows = frame[(layout.of_frame(frame) == point).fillna(False) & frame["error"].isna() & frame["duration_ns"].notna()]
     if rows.empty:
         return None
     per_rep = rows.groupby(["mode", "rep"], dropna=False)["duration_ns"].sum()
@@ -400,8 +409,8 @@ class Sharded(Backend):
     def labels(self) -> dict[str, str]:
         return self.inner.labels
 
-    def failure_frame(self, failures: dict[int, str]):
-        return self.inner.failure_frame(failures)
+    def failure_frame(self, failures: dict[int, str], points=None):
+        return self.inner.failure_frame(failures, points)
 
     def tool_version(self) -> str:
         return self.inner.tool_version()
@@ -416,10 +425,16 @@ class Sharded(Backend):
         on_progress: Progress | None = None,
         on_rows: OnRows | None = None,
         expect: dict | None = None,
+        n_shapes: int = 0,
     ) -> Measured:
+        """As Backend.run; with `n_shapes`, config_ids are point ids (nsprof.schema.Points), batched
+        as they come (shape by shape)."""
         import pandas as pd
 
         from nsprof.schema import Failure, make_frame
+
+        layout = Points(n_configs, n_shapes)
+        points = {"points": layout} if layout.shaped else {}
 
         if device != 0:
             raise NsprofError(
@@ -455,6 +470,7 @@ class Sharded(Backend):
                 topic,
                 k,
                 expect,
+                n_shapes,
                 key=f"nsprof-batch-{job}-{k}",
                 resources={GPU_RESOURCE: 1},
                 retries=BATCH_RETRIES,
@@ -476,7 +492,7 @@ class Sharded(Backend):
                 except Exception as exc:  # noqa: BLE001 - the batch's workers died (KilledWorker) or it raised
                     why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
                     lost = {c: Failure(f"not run: its Dask batch failed ({why})", "not_run") for c in batch}
-                    frame = self.inner.failure_frame(lost)
+                    frame = self.inner.failure_frame(lost, **points)
                     result = {"frame": frame, "failures": lost, "device": None, "worker": "?"}
                 if "error" in result:
                     raise NsprofError(
@@ -496,18 +512,18 @@ class Sharded(Backend):
                         "configs were",
                     )
                 frame = result["frame"]
-                own = frame[frame["config_id"].isin(batch)]
+                own = frame[layout.of_frame(frame).isin(batch).fillna(False).astype(bool)]
                 if calibration is not None:
-                    value = _calibration_median(frame, calibration)
+                    value = _calibration_median(frame, calibration, layout)
                     if value is not None:
                         who = device.get("uuid") or f"worker {result['worker']}"
                         medians.setdefault(who, []).append(value)
-                unrun = sorted(set(batch) - set(own["config_id"].dropna().astype(int)))
+                unrun = sorted(set(batch) - set(layout.of_frame(own).dropna().astype(int)))
                 if unrun:  # never seen: a session hands back every config it was given
                     missing = {
                         c: Failure("not run: its batch's result held no row of it", "not_run") for c in unrun
                     }
-                    own = pd.concat([own, self.inner.failure_frame(missing)], ignore_index=True)
+                    own = pd.concat([own, self.inner.failure_frame(missing, **points)], ignore_index=True)
                     result["failures"] = {**result.get("failures", {}), **missing}
                 failures.update({c: why for c, why in result.get("failures", {}).items() if c in set(batch)})
                 for config_id in batch:

@@ -258,10 +258,6 @@ def profile_result(
     elif layout.shaped:
         wanted = layout.all(wanted)
     shaped = {"n_shapes": layout.n_shapes} if layout.shaped else {}
-    if shaped and getattr(backend, "compiles_itself", False):
-        from nsprof.errors import NsprofError
-
-        raise NsprofError("a target with shapes is not spread over a cluster yet (--devices, --scheduler)")
     began = time.monotonic()
     ahead = None
     compile_failures, where = {}, {}

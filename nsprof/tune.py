@@ -5,16 +5,25 @@
 
 Orchestration over nsprof.measure's Backends: ground truths (ncu, nsys, or any registered
 driver) run through nsprof.profile (compile, then GroundTruth); fast timers (graph, cupti,
-event and their variants) through FastTimers. `prescreen` ranks all configs with a fast timer
-first and sends only the best `prescreen_top` to the ground truth.
+event and their variants) through FastTimers. One path for every target: a target without
+shapes is one shape, and every step works per shape:
+
+- the first pass measures every (shape, config) point in one session per truth, through the
+  results store (resume per point), then ranks each shape on its own (rank_truth);
+- adaptive reps measure every shape's contenders in the same interleaved sessions (nsprof.adaptive);
+- `prescreen` ranks each shape with a fast timer first and sends each shape's best
+  `prescreen_top` to the ground truth;
+- several truths are compared at each shape, and a disagreement is explained by probes that
+  measure every disagreeing shape's contenders together (cross_truth);
+- the tuner's own pick and the feed-back, per shape (nsprof.feedback).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from nsprof import feedback
 from nsprof.analysis import crosstruth
 from nsprof.analysis.adaptive import AdaptiveSummary, Plan, first_pass_cost
 from nsprof.analysis.confidence import Decision, decide
@@ -23,7 +32,6 @@ from nsprof.cluster import sharded
 from nsprof.drivers import registry
 from nsprof.errors import NsprofError, TargetChanged
 from nsprof.measure import FastTimers, GroundTruth, Measured
-from nsprof.render.tables import describe_pick
 from nsprof.reports.checks import one_line
 from nsprof.schema import Failure
 from nsprof.settings import TIMER_BACKENDS, TuneSettings, ground_truths, split_truth
@@ -172,6 +180,13 @@ def _a_timer_ranks(settings: TuneSettings) -> bool:
     return not all(_is_truth(truth) for truth in settings.ranked_truths)
 
 
+def shape_keys(space) -> list[int | None]:
+    """The shapes a tune ranks on their own, in order: each shape index of a target with shapes,
+    or [None]: a target without shapes is one shape."""
+    layout = space.points
+    return list(range(layout.n_shapes)) if layout.shaped else [None]
+
+
 def measure_rows(
     target: str,
     n: int,
@@ -190,16 +205,16 @@ def measure_rows(
     nsprof.profile.profile_result); for a fast timer one row per config holding the timer's
     statistic as rep 0. Failed configs are rows with an error.
 
+    With `n_shapes` (a target with shapes), config_ids are point ids (nsprof.schema.Points): every
+    (shape, config) pair in the one session; the rows carry their shape.
+
     on_rows(frame) gets whole configs' rows as they are known (each worker run's, and on Ctrl-C
     or SIGTERM what was finished), so that they can be stored before the run ends. on_device(device)
     gets what the worker measured on ({"uuid", "name"}, or None where it did not say).
+    on_measured gets the whole Measured (its phases among the rest).
 
     With `plan` (a ground truth only): one interleaved session of adaptive reps over plan.configs
     (nsprof.measure.GroundTruth.interleave) instead of a first pass over config_ids.
-
-    With `n_shapes` (a target with shapes), config_ids are point ids (nsprof.schema.Points): every
-    (shape, config) pair in the one session; the rows carry their shape.
-    on_measured gets the whole Measured (its phases among the rest).
 
     `space`: the target as tune read it (nsprof.space.load_target), under whose configs the rows are
     stored: every worker checks that it loads the same (Space.as_read), or measures nothing
@@ -218,6 +233,7 @@ def measure_rows(
             on_progress=on_progress,
             on_rows=on_rows,
             expect=expect,
+            **shaped,
         )
     elif _is_truth(backend):
         from nsprof.profile import profile_result
@@ -271,13 +287,14 @@ ADAPTIVE_RUN = "adaptive_session"  # the key in a stored run's settings that mar
 
 
 def _select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int]):
-    """Of stored rows, those tune ranks: only rows taken of today's configs (an id names another
-    config once the space is edited); of each config its latest first-pass run (resumed runs can
-    hold a config twice) and the adaptive sessions stored after it, which add reps to it; a rep
-    held twice is the later run's."""
-    stored = stored[
-        [wanted_json.get(int(c)) == text for c, text in zip(stored["config_id"], stored["config_json"])]
-    ]
+    """Of stored rows of one shape, those tune ranks: only rows taken of today's configs (an id
+    names another config once the space is edited); of each config its latest first-pass run
+    (resumed runs can hold a config twice) and the adaptive sessions stored after it, which add
+    reps to it; a rep held twice is the later run's."""
+    import pandas as pd
+
+    today = [wanted_json.get(int(c)) == text for c, text in zip(stored["config_id"], stored["config_json"])]
+    stored = stored[pd.Series(today, index=stored.index, dtype=bool)]
     adaptive = stored["run_id"].isin(list(adaptive_runs))
     base = stored[~adaptive].groupby("config_id")["run_id"].max()
     first = stored["config_id"].map(base)
@@ -303,39 +320,75 @@ def _recorded(store, run_id: int, measure: Callable[[], object]):
 
 
 class _Stored:
-    """What tune needs to go back to the results store after its first pass: the key of the
-    space's rows and today's configs."""
+    """A truth's rows in the results store: the key of the space's rows (`group`), today's configs
+    (`wanted_json`) and the shapes' JSON (one "" for a target without shapes). Stores a session's
+    rows point by point, and reads back the rows to rank."""
 
     def __init__(
-        self,
-        settings: TuneSettings,
-        group: dict,
-        wanted_json: dict[int, str],
-        gpu_uuid: str,
-        shape_json: str = "",
-    ) -> None:
+        self, settings: TuneSettings, space, group: dict, wanted_json: dict[int, str], gpu_uuid: str
+    ):
+        from nsprof.space import shape_json
+
         self.settings, self.group, self.wanted_json, self.gpu_uuid = settings, group, wanted_json, gpu_uuid
-        self.shape_json = shape_json  # the one shape these rows are of ("": a target without shapes)
+        self.layout = space.points
+        self.shape_jsons = {
+            shape: "" if shape is None else shape_json(space.shapes[shape]) for shape in shape_keys(space)
+        }
+
+    def key(self, config_id: int, shape: int | None):
+        from nsprof.store import MeasurementKey
+
+        return MeasurementKey(
+            config_id=config_id,
+            config_json=self.wanted_json[config_id],
+            shape_json=self.shape_jsons[shape],
+            shape=shape,
+            **self.group,
+        )
+
+    def add(self, store, run_id: int, frame, done: set | None = None) -> None:
+        """Each point's rows of `frame` in one transaction (each once, with `done`: Ctrl-C or SIGTERM
+        keeps every point stored as soon as it was whole)."""
+        import pandas as pd
+
+        for (shape, config_id), rows in frame.groupby(["shape", "config_id"], sort=True, dropna=False):
+            if pd.isna(config_id):
+                continue
+            point = (None if pd.isna(shape) else int(shape), int(config_id))
+            if (done is not None and point in done) or point[1] not in self.wanted_json:
+                continue
+            if point[0] not in self.shape_jsons:
+                continue  # a row of another shape than the target has: never stored under one of its
+            store.add(run_id, self.key(point[1], point[0]), rows)
+            if done is not None:
+                done.add(point)
 
     def rows(self, store):
+        import pandas as pd
+
         runs = store.runs()
         adaptive = {
             int(i)
             for i, text in zip(runs["id"], runs["settings_json"])
             if isinstance(text, str) and f'"{ADAPTIVE_RUN}"' in text
         }
-        return _select_stored(
-            store.frame(**self.group, shape_json=self.shape_json, config_id=list(self.wanted_json)),
-            self.wanted_json,
-            adaptive,
-        )
+        per_shape = [
+            _select_stored(
+                store.frame(**self.group, shape_json=text, config_id=list(self.wanted_json)),
+                self.wanted_json,
+                adaptive,
+            )
+            for text in self.shape_jsons.values()
+        ]
+        return per_shape[0] if len(per_shape) == 1 else pd.concat(per_shape, ignore_index=True)
 
     def session(self, target: str, backend: str, n: int, plan: Plan, number: int, on_progress, space=None):
-        """One adaptive session, stored as a run of its own (marked ADAPTIVE_RUN), each config's
+        """One adaptive session, stored as a run of its own (marked ADAPTIVE_RUN), each point's
         rows in one transaction as the session hands them over; returns its rows."""
         from dataclasses import asdict
 
-        from nsprof.store import MeasurementKey, ResultStore
+        from nsprof.adaptive import planned_rows
+        from nsprof.store import ResultStore
 
         with ResultStore(self.settings.store) as store:
             labels = {
@@ -347,19 +400,7 @@ class _Stored:
             run_id = store.start_run(target=target, settings=labels, gpu_uuid=self.gpu_uuid, **self.group)
 
             def store_rows(frame) -> None:
-                from nsprof.adaptive import planned_rows
-
-                kept = planned_rows(frame, plan)
-                for config_id, config_rows in kept.groupby("config_id", sort=True):
-                    store.add(
-                        run_id,
-                        MeasurementKey(
-                            config_id=int(config_id),
-                            config_json=self.wanted_json[int(config_id)],
-                            **self.group,
-                        ),
-                        config_rows,
-                    )
+                self.add(store, run_id, planned_rows(frame, plan, self.layout))
 
             return _recorded(
                 store,
@@ -373,6 +414,7 @@ class _Stored:
                     on_progress,
                     on_rows=store_rows,
                     plan=plan,
+                    n_shapes=self.layout.n_shapes,
                     space=space,
                 ),
             )
@@ -384,23 +426,34 @@ class _Stored:
             return self.rows(store)
 
 
+def _by_shape(space, points: list[int]) -> dict[int | None, list[int]]:
+    """The config ids among `points` at each shape (shape_keys order; a shape without any is left out)."""
+    layout = space.points
+    out: dict[int | None, list[int]] = {}
+    for point in points:
+        config_id, shape = layout.split(point)
+        out.setdefault(shape, []).append(config_id)
+    return {shape: out[shape] for shape in shape_keys(space) if shape in out}
+
+
 def _measure_stored(
     target: str,
     space,
     backend: str,
     settings: TuneSettings,
-    wanted: list[int],
+    points: list[int],
     on_progress,
     notes: list[str],
     on_measured: Callable[[Measured], None] | None = None,
 ):
-    """measure_rows through the results store: resume, one transaction per config, GPU lock.
+    """measure_rows through the results store: resume per point, one transaction per point, GPU lock.
     Returns the rows to rank (see _select_stored) and the _Stored context for adaptive sessions."""
     from nsprof.cluster import cluster_gpu
     from nsprof.host.gpu import gpu_of, which_gpu
     from nsprof.space import target_fingerprint
-    from nsprof.store import MeasurementKey, ResultStore, config_json
+    from nsprof.store import ResultStore, config_json
 
+    layout = space.points
     truth = _is_truth(backend)
     tool_version = GroundTruth(_profile_settings(backend, settings)).tool_version() if truth else ""
     # A fast timer's row holds the statistic asked for, so that is part of what it measured. A truth's
@@ -414,37 +467,31 @@ def _measure_stored(
         "tool_version": tool_version,
         **key_labels(backend, settings),
     }
-    wanted_json = {c: config_json(space.configs[c]) for c in wanted}
+    wanted = _by_shape(space, points)
+    wanted_json = {c: config_json(space.configs[c]) for configs in wanted.values() for c in configs}
+    context = _Stored(settings, space, group, wanted_json, gpu.uuid)
     with ResultStore(settings.store) as store:
-        todo = list(wanted)
+        todo = list(points)
         if settings.resume:
-            todo = store.missing(
-                group,
-                wanted,
-                config_jsons=wanted_json,
-                retry_failed=settings.retry_failed,
-                retry_if=lambda failure: retryable(failure, settings.timeout_s),
-            )
+            todo = [
+                layout.id(c, shape)
+                for shape, configs in wanted.items()
+                for c in store.missing(
+                    group,
+                    configs,
+                    config_jsons=wanted_json,
+                    retry_failed=settings.retry_failed,
+                    retry_if=lambda failure: retryable(failure, settings.timeout_s),
+                    shape_json=context.shape_jsons[shape],
+                )
+            ]
+            unit = "(shape, config) pairs" if layout.shaped else "configs"
             notes.append(
-                f"resumed: {len(wanted) - len(todo)} of {len(wanted)} configs came from the results store"
+                f"resumed: {len(points) - len(todo)} of {len(points)} {unit} came from the results store"
             )
         if todo:
             run_id = store.start_run(target=target, settings=settings, gpu_uuid=gpu.uuid, **group)
-            stored_ids: set[int] = set()
-
-            def store_rows(frame) -> None:
-                # Each config once, as soon as it is whole: Ctrl-C or SIGTERM keeps it.
-                for config_id, config_rows in frame.groupby("config_id", sort=True):
-                    config_id = int(config_id)
-                    if config_id in stored_ids or config_id not in wanted_json:
-                        continue
-                    store.add(
-                        run_id,
-                        MeasurementKey(config_id=config_id, config_json=wanted_json[config_id], **group),
-                        config_rows,
-                    )
-                    stored_ids.add(config_id)
-
+            done: set = set()
             devices: list[dict | None] = []
 
             def measure():
@@ -455,12 +502,13 @@ def _measure_stored(
                     settings,
                     todo,
                     on_progress,
-                    on_rows=store_rows,
+                    on_rows=lambda frame: context.add(store, run_id, frame, done),
                     on_device=devices.append,
+                    n_shapes=layout.n_shapes,
                     on_measured=on_measured,
                     space=space,
                 )
-                store_rows(rows)  # what was not handed over yet
+                context.add(store, run_id, rows, done)  # what was not handed over yet
                 return rows
 
             _recorded(store, run_id, measure)
@@ -475,7 +523,6 @@ def _measure_stored(
                     f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such"
                 )
                 group["gpu"] = ran_on.key
-        context = _Stored(settings, group, wanted_json, gpu.uuid)
         return context.rows(store), context
 
 
@@ -484,51 +531,80 @@ def rank_truth(
     space,
     truth: str,
     settings: TuneSettings,
-    wanted: list[int],
+    points: list[int],
     on_progress,
     notes: list[str] | None = None,
     stage=None,
-) -> TuneResult:
-    """Rank configs `wanted` of `space` under one truth (a ground truth, a variant such as
-    ncu@base-warm, or a fast timer): measured (through the results store unless settings.use_store is
-    off), summarised per config and ranked by settings.stat. Raises when nothing was measured.
+) -> dict:
+    """Rank the points `points` of `space` (nsprof.schema.Points: config ids for a target without
+    shapes) under one truth (a ground truth, a variant such as ncu@base-warm, or a fast timer),
+    each shape on its own: {shape: TuneResult} for every shape of shape_keys(space), measured in
+    one session (through the results store unless settings.use_store is off), summarised per config
+    and ranked by settings.stat. Raises when nothing was measured at any shape.
+
     Every ranking of a tune goes through here, one truth at a time. With `stage` (the progress
     bars' factory), the contenders left tied after the first pass get adaptive reps (within
-    settings.budget_s for this truth: nsprof.adaptive); without it (the cross-truth probes), none."""
+    settings.budget_s for this truth: nsprof.adaptive), every shape's in the same sessions;
+    without it (the cross-truth probes), none."""
     import time
 
+    from nsprof.adaptive import of_shape
     from nsprof.profile import check_measured
 
     notes = [] if notes is None else notes
-    n = len(space.configs)
+    layout = space.points
     timed, cost_of_first_pass = _timed(on_progress, settings)
     began = time.monotonic()
     runs: list[Measured] = []
     if settings.use_store:
         rows, stored = _measure_stored(
-            target, space, truth, settings, wanted, timed, notes, on_measured=runs.append
+            target, space, truth, settings, points, timed, notes, on_measured=runs.append
         )
     else:
-        rows, stored = (
-            measure_rows(target, n, truth, settings, wanted, timed, on_measured=runs.append, space=space),
-            None,
+        rows = measure_rows(
+            target,
+            len(space.configs),
+            truth,
+            settings,
+            points,
+            timed,
+            n_shapes=layout.n_shapes,
+            on_measured=runs.append,
+            space=space,
         )
+        stored = None
     first_pass_wall_s = time.monotonic() - began
     first_pass_phases = _timing(runs[0]) if runs else None
-    adaptive = None
+    adaptive: dict = {}
     if stage is not None and settings.cluster is not None and _is_truth(truth):
         notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
     elif stage is not None:
-        rows, adaptive = _adaptive(
-            target, n, truth, settings, rows, stored, cost_of_first_pass(), stage, space
-        )
-        if _is_truth(truth):
-            notes.append(adaptive.describe())
+        rows, adaptive = _adaptive(target, space, truth, settings, rows, stored, cost_of_first_pass(), stage)
     # A session keeps its temporary folder when a config failed (its logs say why): name it.
     kept = [m.work_dir for m in runs if settings.work_dir is None and m.work_dir is not None]
-    notes += [f"the reports and logs of a run with failed configs are kept in {folder}" for folder in kept]
-    result = _ranked(space, truth, settings, rows, notes, adaptive, first_pass_wall_s, first_pass_phases)
-    if result.best_config_id is None:
+    kept_notes = [
+        f"the reports and logs of a run with failed configs are kept in {folder}" for folder in kept
+    ]
+    results = {}
+    for shape in shape_keys(space):
+        summary = adaptive.get(shape)
+        said = [summary.describe()] if summary is not None and _is_truth(truth) else []
+        result = _ranked(
+            space,
+            truth,
+            settings,
+            of_shape(rows, shape),
+            [*notes, *said, *kept_notes],
+            summary,
+            first_pass_wall_s,
+            first_pass_phases,
+        )
+        if shape is not None:
+            result.shape, result.shape_value = shape, space.shapes[shape]
+            if result.best_config_id is None:
+                result.notes.append(f"no config was measured at shape {shape} ({space.shape_label(shape)})")
+        results[shape] = result
+    if all(result.best_config_id is None for result in results.values()):
         try:
             check_measured(rows)
         except NsprofError as exc:
@@ -537,7 +613,7 @@ def rank_truth(
             from nsprof.session import kept_in
 
             raise kept_in(exc, kept[0]) from None
-    return result
+    return results
 
 
 def _ranked(
@@ -622,200 +698,6 @@ def _probes(
     return out
 
 
-def _explain(
-    target: str, space, pair, results: dict, settings: TuneSettings, stage
-) -> crosstruth.Explanation:
-    """Why two truths disagree: the contenders (both winners, both tie sets) measured again under
-    one truth's backend with each condition in which the two differ set as the other has it."""
-    contenders = crosstruth.contenders(pair)
-    if not crosstruth.differing(results[pair.a].labels, results[pair.b].labels):
-        return crosstruth.Explanation(
-            pair,
-            pair.a,
-            pair.b,
-            contenders,
-            reason=f"{pair.a} and {pair.b} measure under the same clock and cache "
-            "conditions: the tools themselves differ",
-        )
-    for probed, other in ((pair.a, pair.b), (pair.b, pair.a)):
-        variants = _probes(probed, other, results, settings)
-        if variants is not None:
-            break
-    else:
-        return crosstruth.Explanation(
-            pair,
-            pair.a,
-            pair.b,
-            contenders,
-            reason=f"neither {split_truth(pair.a)[0]} nor {split_truth(pair.b)[0]} "
-            "can change the conditions in which they differ",
-        )
-    explanation = crosstruth.Explanation(pair, probed, other, contenders)
-    goal_winner, goal_ties = crosstruth.winner(results[other].table, settings.stat)
-    for changed, name in variants:
-        try:
-            ranked = rank_truth(target, space, name, settings, contenders, stage(name, len(contenders)), [])
-        except TargetChanged:
-            raise  # no probe of the target as read can be measured any more
-        except NsprofError as exc:  # measured nothing there: say so, keep the others
-            explanation.probes.append(
-                crosstruth.Probe(name, changed, truth_labels(name, settings), None, [], crosstruth.UNKNOWN)
-            )
-            explanation.reason = one_line(str(exc), 200)
-            continue
-        won, ties = crosstruth.winner(ranked.table, settings.stat)
-        explanation.probes.append(
-            crosstruth.Probe(
-                name,
-                changed,
-                ranked.labels,
-                won,
-                ties,
-                crosstruth.verdict(won, ties, goal_winner, goal_ties),
-                ranked.table,
-            )
-        )
-        ratio = crosstruth.erratic(ranked.table, results[other].table)
-        if ratio is not None:
-            explanation.warnings.append(
-                f"{name} measured the contenders {ratio:.1f}x as long as {other} did: its "
-                "numbers look erratic on this machine, so its pick says little"
-            )
-    explanation.cause = crosstruth.cause(explanation.probes)
-    return explanation
-
-
-def cross_truth(target: str, space, results: dict, settings: TuneSettings, stage=None) -> CrossTruth:
-    """Every pair of truths compared, in --truth order; each disagreeing pair explained (settings.explain)
-    by probes of its contenders, or, without `stage` (one shape of several: the probes would need
-    one more session per shape), with a reason saying it was not probed."""
-    names = list(results)
-    cross = CrossTruth()
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            pair = crosstruth.compare(a, results[a].table, b, results[b].table, settings.stat)
-            cross.pairs.append(pair)
-            if pair.verdict != crosstruth.DISAGREE or not settings.explain:
-                continue
-            if stage is None:
-                cross.explanations.append(
-                    crosstruth.Explanation(
-                        pair,
-                        a,
-                        b,
-                        crosstruth.contenders(pair),
-                        reason="the probes that explain a disagreement are not run per shape yet",
-                    )
-                )
-            else:
-                cross.explanations.append(_explain(target, space, pair, results, settings, stage))
-    return cross
-
-
-def tune(
-    target: str,
-    settings: TuneSettings | None = None,
-    *,
-    config_ids: list[int] | None = None,
-    on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None,
-    space=None,
-) -> TuneResult:
-    """Rank every config under each truth of `settings` (rank_truth), compare the truths' winners
-    when there are several (cross_truth), and feed the deploy truth's ranking back to the target's
-    tuner. The result is the deploy truth's ranking, carrying every truth's (`truths`) and the
-    comparison (`cross`). `space`: the target's Space where the caller has loaded it already."""
-    from nsprof.profile import check_config_ids, config_summary, precompile
-    from nsprof.space import load_target
-
-    settings = settings or TuneSettings()
-    check_truths(settings)
-    space = space or load_target(target)
-    n = len(space.configs)
-    wanted = list(range(n)) if config_ids is None else check_config_ids(config_ids, n)
-    stage = on_stage or (lambda name, count: None)
-    if space.shapes is not None:
-        return tune_shapes(target, space, settings, wanted, stage)
-    if settings.cluster is None and (
-        settings.prescreen or _a_timer_ranks(settings) or settings.use_store and settings.resume
-    ):
-        # The fast timers (a prescreen, or a timer that ranks: FastTimers) do not compile; a resumed
-        # first pass may measure nothing, and the adaptive sessions (GroundTruth.interleave) do not
-        # compile either (a cluster compiles each batch where it runs; otherwise each ground
-        # truth's session compiles beside itself: profile_result)
-        precompile(space, config_ids=wanted)
-    prescreen_table = None
-    if settings.prescreen:
-        rows = measure_rows(
-            target,
-            n,
-            settings.prescreen,
-            settings,
-            wanted,
-            stage(settings.prescreen, len(wanted)),
-            space=space,
-        )
-        prescreen_table = rank(config_summary(rows), settings.stat)
-        prescreen_table.insert(
-            2, "config", [config_label(space.configs[int(c)]) for c in prescreen_table["config_id"]]
-        )
-        wanted = [
-            int(c)
-            for c in prescreen_table[prescreen_table["error"].isna()]["config_id"].head(
-                settings.prescreen_top
-            )
-        ]
-        if not wanted:
-            raise NsprofError(f"the prescreen timer {settings.prescreen} measured no config")
-    results = {
-        truth: rank_truth(target, space, truth, settings, wanted, stage(truth, len(wanted)), stage=stage)
-        for truth in settings.ranked_truths
-    }
-    deploy = settings.deploy_truth
-    result = results[deploy]
-    result.prescreen = prescreen_table
-    result.deploy = deploy
-    if len(results) > 1:
-        result.truths = results
-        result.cross = cross_truth(target, space, results, settings, stage)
-    notes, table, best = result.notes, result.table, result.best_config_id
-    tuner = space.tuner
-    if settings.tuner_pick and tuner is not None and tuner.can_pick and best is not None:
-        # Before the feed-back below, which makes the tuner pick nsprof's winner.
-        try:
-            result.tuner_pick = tuner_pick_in_child(target, settings, n)
-        except Exception as exc:  # the user's tuner failed: the ranking still stands
-            result.errors.append(
-                f"the target's own autotuner failed: {one_line(f'{type(exc).__name__}: {exc}', 300)}"
-            )
-        else:
-            if result.tuner_pick is not None:  # None: the tuner could not say
-                notes.append(describe_pick(result.tuner_pick, table))
-    if settings.feed_back and tuner is not None and tuner.can_feed_back and best is not None:
-        measured = table[table["error"].isna() & table["value_ns"].notna()]
-        latencies_ms = {int(c): float(v) / 1e6 for c, v in zip(measured["config_id"], measured["value_ns"])}
-        try:
-            stored = tuner_in_child(target, "feed_back", [latencies_ms], settings, n)
-        except Exception as exc:
-            result.errors.append(
-                f"feeding the ranking back to {tuner.name} failed: "
-                f"{one_line(f'{type(exc).__name__}: {exc}', 300)}"
-            )
-        else:
-            notes.append(
-                f"handed to {tuner.name} for deploy condition {deploy} "
-                f"({crosstruth.condition_words(result.labels, result.labels.get('mode'))}): {stored}"
-            )
-    if prescreen_table is not None and best is not None:
-        position = wanted.index(best) + 1
-        notes.append(f"the ground-truth winner was #{position} of the prescreen's top {len(wanted)}")
-        if position == len(wanted):
-            notes.append(
-                "it was the last one sent to ground truth: a better config may lie outside the "
-                "prescreened set; raise --top"
-            )
-    return result
-
-
 def _timed(progress, settings: TuneSettings):
     """The first pass's progress callback, timing when each config finishes, and a function giving
     the cost model (nsprof.analysis.adaptive.first_pass_cost) from those times."""
@@ -836,357 +718,229 @@ def _timed(progress, settings: TuneSettings):
     return timed, cost
 
 
-def _adaptive(
+def _explain(target: str, space, pairs: dict, rankings: dict, settings: TuneSettings, stage) -> dict:
+    """Why two truths disagree, at each shape in `pairs` ({shape: crosstruth.Pair} of one pair of
+    truths): the contenders (both winners, both tie sets) measured again under one truth's backend
+    with each condition in which the two differ set as the other has it, every shape's contenders
+    in the same session per probe. `rankings`: {shape: {truth: TuneResult}}. {shape: Explanation}."""
+    pair = next(iter(pairs.values()))
+    a, b = pair.a, pair.b
+    some = rankings[next(iter(pairs))]
+    contenders = {shape: crosstruth.contenders(p) for shape, p in pairs.items()}
+
+    def unexplained(reason: str) -> dict:
+        return {
+            shape: crosstruth.Explanation(p, a, b, contenders[shape], reason=reason)
+            for shape, p in pairs.items()
+        }
+
+    if not crosstruth.differing(some[a].labels, some[b].labels):
+        return unexplained(
+            f"{a} and {b} measure under the same clock and cache conditions: the tools themselves differ"
+        )
+    for probed, other in ((a, b), (b, a)):
+        variants = _probes(probed, other, some, settings)
+        if variants is not None:
+            break
+    else:
+        return unexplained(
+            f"neither {split_truth(a)[0]} nor {split_truth(b)[0]} can change the conditions in which they differ"
+        )
+    explanations = {
+        shape: crosstruth.Explanation(p, probed, other, contenders[shape]) for shape, p in pairs.items()
+    }
+    layout = space.points
+    points = [layout.id(c, shape) for shape, configs in contenders.items() for c in configs]
+    for changed, name in variants:
+        try:
+            ranked = rank_truth(target, space, name, settings, points, stage(name, len(points)), [])
+        except TargetChanged:
+            raise  # no probe of the target as read can be measured any more
+        except NsprofError as exc:  # measured nothing there: say so, keep the others
+            for explanation in explanations.values():
+                explanation.probes.append(
+                    crosstruth.Probe(
+                        name, changed, truth_labels(name, settings), None, [], crosstruth.UNKNOWN
+                    )
+                )
+                explanation.reason = one_line(str(exc), 200)
+            continue
+        for shape, explanation in explanations.items():
+            goal = rankings[shape][other].table
+            goal_winner, goal_ties = crosstruth.winner(goal, settings.stat)
+            table = ranked[shape].table
+            won, ties = crosstruth.winner(table, settings.stat)
+            verdict = crosstruth.verdict(won, ties, goal_winner, goal_ties)
+            explanation.probes.append(
+                crosstruth.Probe(name, changed, ranked[shape].labels, won, ties, verdict, table)
+            )
+            ratio = crosstruth.erratic(table, goal)
+            if ratio is not None:
+                explanation.warnings.append(
+                    f"{name} measured the contenders {ratio:.1f}x as long as {other} did: its "
+                    "numbers look erratic on this machine, so its pick says little"
+                )
+    for explanation in explanations.values():
+        explanation.cause = crosstruth.cause(explanation.probes)
+    return explanations
+
+
+def cross_truth(target: str, space, rankings: dict, settings: TuneSettings, stage) -> dict:
+    """Every pair of truths compared at each shape, in --truth order; each disagreeing pair explained
+    (settings.explain) by probes of its contenders (_explain). `rankings`: {shape: {truth:
+    TuneResult}}; returns {shape: CrossTruth}."""
+    crosses = {shape: CrossTruth() for shape in rankings}
+    names = list(next(iter(rankings.values())))
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            disagree = {}
+            for shape, results in rankings.items():
+                pair = crosstruth.compare(a, results[a].table, b, results[b].table, settings.stat)
+                crosses[shape].pairs.append(pair)
+                if pair.verdict == crosstruth.DISAGREE and settings.explain:
+                    disagree[shape] = pair
+            if disagree:
+                for shape, explanation in _explain(
+                    target, space, disagree, rankings, settings, stage
+                ).items():
+                    crosses[shape].explanations.append(explanation)
+    return crosses
+
+
+def tune(
     target: str,
-    n: int,
-    truth: str,
-    settings: TuneSettings,
-    rows,
-    stored: _Stored | None,
-    cost,
-    stage,
+    settings: TuneSettings | None = None,
+    *,
+    config_ids: list[int] | None = None,
+    on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None,
     space=None,
+) -> TuneResult:
+    """Rank every config under each truth of `settings` (rank_truth), at each shape of a target with
+    shapes, compare the truths' winners when there are several (cross_truth), ask the target's
+    tuner what it picks itself, and feed the deploy truth's ranking back to it. The result is the
+    deploy truth's ranking, carrying every truth's (`truths`) and the comparison (`cross`); for a
+    target with shapes, the first shape's, carrying every shape's in `shapes`. `space`: the
+    target's Space where the caller has loaded it already."""
+    from nsprof.profile import check_config_ids, precompile
+    from nsprof.space import load_target
+
+    settings = settings or TuneSettings()
+    check_truths(settings)
+    space = space or load_target(target)
+    n = len(space.configs)
+    wanted = list(range(n)) if config_ids is None else check_config_ids(config_ids, n)
+    stage = on_stage or (lambda name, count: None)
+    points = space.points.all(wanted)
+    if settings.cluster is None and (
+        settings.prescreen or _a_timer_ranks(settings) or settings.use_store and settings.resume
+    ):
+        # The fast timers (a prescreen, or a timer that ranks: FastTimers) do not compile; a resumed
+        # first pass may measure nothing, and the adaptive sessions (GroundTruth.interleave) do not
+        # compile either (a cluster compiles each batch where it runs; otherwise each ground
+        # truth's session compiles beside itself: profile_result)
+        precompile(space, config_ids=points)
+    prescreened = {}
+    if settings.prescreen:
+        points, prescreened = _prescreen(target, space, settings, points, stage)
+    per_truth = {
+        truth: rank_truth(target, space, truth, settings, points, stage(truth, len(points)), stage=stage)
+        for truth in settings.ranked_truths
+    }
+    deploy = settings.deploy_truth
+    rankings = {shape: {truth: per_truth[truth][shape] for truth in per_truth} for shape in shape_keys(space)}
+    crosses = cross_truth(target, space, rankings, settings, stage) if len(per_truth) > 1 else {}
+    results = []
+    for shape, truths in rankings.items():
+        result = truths[deploy]
+        result.deploy, result.prescreen, result.cross = deploy, prescreened.get(shape), crosses.get(shape)
+        if len(truths) > 1:
+            result.truths = truths
+        results.append(result)
+    feedback.tuner_picks(
+        target, space, results, settings
+    )  # before the feed-back, which makes it pick nsprof's
+    feedback.feed_back(target, space, results, settings)
+    for result in results:
+        _prescreen_notes(result, space, points)
+    first = results[0]
+    if space.points.shaped:
+        first.shapes = results
+    return first
+
+
+def _prescreen(target: str, space, settings: TuneSettings, points: list[int], stage):
+    """The fast timer settings.prescreen over `points`, ranked at each shape: the best
+    settings.prescreen_top of each shape's measured configs go on to the ground truth.
+    Returns those points and each shape's ranked table, {shape: table}."""
+    from nsprof.adaptive import of_shape
+    from nsprof.profile import config_summary
+
+    layout = space.points
+    rows = measure_rows(
+        target,
+        len(space.configs),
+        settings.prescreen,
+        settings,
+        points,
+        stage(settings.prescreen, len(points)),
+        n_shapes=layout.n_shapes,
+        space=space,
+    )
+    tables, kept = {}, []
+    for shape in shape_keys(space):
+        table = rank(config_summary(of_shape(rows, shape)), settings.stat)
+        table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
+        top = table[table["error"].isna()]["config_id"].head(settings.prescreen_top)
+        kept += [layout.id(int(c), shape) for c in top]
+        tables[shape] = table
+    if not kept:
+        raise NsprofError(f"the prescreen timer {settings.prescreen} measured no config")
+    return kept, tables
+
+
+def _prescreen_notes(result: TuneResult, space, points: list[int]) -> None:
+    """Where the ground-truth winner stood in its shape's prescreen."""
+    best = result.best_config_id
+    if result.prescreen is None or best is None:
+        return
+    sent = _by_shape(space, points).get(result.shape, [])
+    position = sent.index(best) + 1
+    result.notes.append(f"the ground-truth winner was #{position} of the prescreen's top {len(sent)}")
+    if position == len(sent):
+        result.notes.append(
+            "it was the last one sent to ground truth: a better config may lie outside the "
+            "prescreened set; raise --top"
+        )
+
+
+def _adaptive(
+    target: str, space, truth: str, settings: TuneSettings, rows, stored: _Stored | None, cost, stage
 ):
-    """Adaptive reps for the contenders (nsprof.adaptive.refine), each session through the results
-    store when there is one."""
+    """Adaptive reps for every shape's contenders (nsprof.adaptive.refine), each session through the
+    results store when there is one. Returns the rows and {shape: AdaptiveSummary}."""
     import pandas as pd
 
     from nsprof.adaptive import refine
+
+    n, layout = len(space.configs), space.points
 
     def measure(plan: Plan, number: int):
         progress = stage(f"{truth} adaptive {number}", len(plan.configs))
         if stored is not None:
             return stored.session(target, truth, n, plan, number, progress, space)
-        return measure_rows(target, n, truth, settings, list(plan.configs), progress, plan=plan, space=space)
+        return measure_rows(
+            target,
+            n,
+            truth,
+            settings,
+            list(plan.configs),
+            progress,
+            plan=plan,
+            n_shapes=layout.n_shapes,
+            space=space,
+        )
 
     def merge(rows, kept):
         return stored.merged() if stored is not None else pd.concat([rows, kept], ignore_index=True)
 
-    return refine(rows, settings, measure=measure, merge=merge, cost=cost)
-
-
-RESULT_MARKER = "NSPROF_RESULT "
-
-TUNER_CALLS = ("pick", "feed_back", "feed_back_shapes")
-
-_TUNER_CHILD = (
-    "import json, sys\n"
-    "from nsprof.space import load_target\n"
-    "name, args = sys.argv[2], json.loads(sys.argv[3])\n"
-    "if name == 'feed_back':\n"
-    "    args = [{int(k): float(v) for k, v in args[0].items()}]\n"
-    "if name == 'feed_back_shapes':\n"
-    "    args = [{int(s): {int(k): float(v) for k, v in by.items()} for s, by in args[0].items()}]\n"
-    "tuner = load_target(sys.argv[1]).tuner\n"
-    "if tuner is None:\n"
-    "    sys.exit(f'{sys.argv[1]} has no tuner hook (Space.tuner)')\n"
-    "result = getattr(tuner, name)(*args)\n"
-    f"print({RESULT_MARKER!r} + json.dumps(result, default=str), flush=True)\n"
-)
-
-
-def tuner_in_child(target: str, name: str, args: list, settings: TuneSettings, n_configs: int):
-    """Run the target Space's tuner hook, `space.tuner.<name>(*args)` ("pick" or "feed_back"), in
-    a fresh child process; its result comes back as JSON.
-
-    Its own benchmark loop runs user kernels: a child keeps a hang (timeout: the per-config
-    timeout times the number of configs) or a lost CUDA context out of nsprof's process, and
-    the GPU lock keeps other nsprof runs off the GPU meanwhile. A fresh process also computes
-    the tuner's cache key exactly as the user's own next process will (TileLang's key is not
-    the same in a process that has compiled configs already).
-    """
-    import subprocess
-    import sys
-
-    from nsprof.host.lock import gpu_lock
-
-    if name not in TUNER_CALLS:
-        raise ValueError(f"a tuner hook call is one of {TUNER_CALLS}, not {name!r}")
-    timeout = settings.timeout_s * max(1, n_configs)
-    with gpu_lock(0, wait=settings.wait):
-        try:
-            done = subprocess.run(
-                [sys.executable, "-c", _TUNER_CHILD, target, name, json.dumps(args)],
-                capture_output=True,
-                text=True,
-                stdin=subprocess.DEVNULL,
-                timeout=timeout,
-            )
-        except subprocess.TimeoutExpired:
-            raise NsprofError(f"it ran past {timeout:g} s (--timeout times the number of configs)") from None
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith(RESULT_MARKER):
-            return json.loads(line[len(RESULT_MARKER) :])
-    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-    raise NsprofError(
-        f"its process exited with status {done.returncode}" + (f": {lines[-1]}" if lines else "")
-    )
-
-
-def tuner_pick_in_child(target: str, settings: TuneSettings, n_configs: int) -> dict | None:
-    """What the target's own autotuner picks with its own timer (its Space's tuner.pick())."""
-    return tuner_in_child(target, "pick", [], settings, n_configs)
-
-
-# -- a target with shapes -------------------------------------------------------------------------
-
-
-def tune_shapes(target: str, space, settings: TuneSettings, wanted: list[int], stage) -> TuneResult:
-    """tune() for a Space with shapes: every (shape, config) pair of `wanted` measured in one profiled
-    session per truth, then each shape ranked on its own (as rank_truth ranks a space without shapes),
-    the truths compared per shape, and every shape's deploy winner fed back to the target's tuner in one
-    child process, under the key the tuner computes for that shape's call (TunerHook.feed_back_shapes).
-
-    Returns the first shape's ranking, carrying every shape's in `shapes` (each with its own `truths`
-    and `cross` when several truths are ranked). Not yet per shape, each said in the notes: adaptive
-    reps, the probes that explain a disagreement, the tuner's own pick; refused: --prescreen, a cluster.
-    """
-    if settings.cluster is not None:
-        raise NsprofError("a target with shapes is not spread over a cluster yet: drop --devices/--scheduler")
-    if settings.prescreen:
-        raise NsprofError("--prescreen does not take a target with shapes yet")
-    layout = space.points
-    n = len(space.configs)
-    points = layout.all(wanted)  # each truth's session compiles them beside itself (profile_result)
-    if _a_timer_ranks(settings):
-        from nsprof.profile import precompile
-
-        precompile(space, config_ids=points)  # a fast timer's sessions (FastTimers) do not compile
-    per_truth = {
-        truth: rank_shapes(target, space, truth, settings, wanted, stage(truth, len(points)))
-        for truth in settings.ranked_truths
-    }
-    deploy = settings.deploy_truth
-    shapes = []
-    for shape in range(layout.n_shapes):
-        results = {truth: rankings[shape] for truth, rankings in per_truth.items()}
-        result = results[deploy]
-        result.deploy = deploy
-        if len(results) > 1:
-            result.truths = results
-            result.cross = cross_truth(target, space, results, settings)
-        shapes.append(result)
-    first = shapes[0]
-    first.shapes = shapes
-    tuner = space.tuner
-    notes = first.notes
-    if settings.tuner_pick and tuner is not None and tuner.can_pick:
-        notes.append(f"{tuner.name}'s own pick is not asked per shape yet")
-    latencies = {}
-    for result in shapes:
-        measured = result.table[result.table["error"].isna() & result.table["value_ns"].notna()]
-        if result.best_config_id is not None:
-            latencies[result.shape] = {
-                int(c): float(v) / 1e6 for c, v in zip(measured["config_id"], measured["value_ns"])
-            }
-    if (
-        settings.feed_back
-        and tuner is not None
-        and tuner.can_feed_back
-        and latencies
-        and not tuner.can_feed_back_shapes
-    ):
-        first.notes.append(
-            f"not fed back: {tuner.name} takes the ranking of one shape only (its hook has no "
-            "feed_back_shapes)"
-        )
-    elif settings.feed_back and tuner is not None and tuner.can_feed_back and latencies:
-        try:
-            if tuner.feed_back_shapes_apart:  # each shape's key computed in a process of its own
-                stored = {}
-                for shape, by_config in latencies.items():
-                    stored.update(
-                        tuner_in_child(target, "feed_back_shapes", [{shape: by_config}], settings, n)
-                    )
-            else:
-                stored = tuner_in_child(target, "feed_back_shapes", [latencies], settings, len(points))
-        except Exception as exc:
-            first.errors.append(
-                f"feeding the rankings back to {tuner.name} failed: "
-                f"{one_line(f'{type(exc).__name__}: {exc}', 300)}"
-            )
-        else:
-            words = crosstruth.condition_words(first.labels, first.labels.get("mode"))
-            for result in shapes:
-                line = stored.get(str(result.shape)) if isinstance(stored, dict) else None
-                if line is not None:
-                    result.notes.append(
-                        f"handed to {tuner.name} for deploy condition {deploy} ({words}): {line}"
-                    )
-    return first
-
-
-def rank_shapes(
-    target: str, space, truth: str, settings: TuneSettings, wanted: list[int], on_progress
-) -> list:
-    """Every shape's ranking under one truth ([TuneResult], in shape order): configs `wanted` at every
-    shape measured in one session (through the results store, keyed by shape, unless settings.use_store
-    is off; --resume measures only the (shape, config) pairs it lacks). Raises when nothing was measured
-    at any shape."""
-    import time
-
-    from nsprof.profile import check_measured
-
-    layout = space.points
-    notes: list[str] = []
-    began = time.monotonic()
-    runs: list[Measured] = []
-    if settings.use_store:
-        by_shape = _measure_stored_shapes(
-            target, space, truth, settings, wanted, on_progress, notes, on_measured=runs.append
-        )
-    else:
-        rows = measure_rows(
-            target,
-            len(space.configs),
-            truth,
-            settings,
-            layout.all(wanted),
-            on_progress,
-            n_shapes=layout.n_shapes,
-            on_measured=runs.append,
-            space=space,
-        )
-        by_shape = {
-            shape: rows[(rows["shape"] == shape).fillna(False).astype(bool)]
-            for shape in range(layout.n_shapes)
-        }
-    first_pass_wall_s = time.monotonic() - began
-    if _is_truth(truth) and settings.budget_s > 0:
-        notes.append(
-            f"no adaptive reps: they are not run per shape yet (this target has {layout.n_shapes} "
-            "shapes); raise --reps to separate close configs"
-        )
-    results = []
-    for shape in range(layout.n_shapes):
-        import pandas as pd
-
-        rows = by_shape[shape].copy()
-        rows["shape"] = pd.Series(pd.NA, index=rows.index, dtype="Int64")  # one shape: ranked as configs are
-        result = _ranked(
-            space,
-            truth,
-            settings,
-            rows,
-            list(notes),
-            first_pass_wall_s=first_pass_wall_s,
-            first_pass_phases=_timing(runs[0]) if runs else None,
-        )
-        result.shape, result.shape_value = shape, space.shapes[shape]
-        if result.best_config_id is None:
-            result.notes.append(f"no config was measured at shape {shape} ({space.shape_label(shape)})")
-        results.append(result)
-    if all(r.best_config_id is None for r in results):
-        import pandas as pd
-
-        check_measured(pd.concat(list(by_shape.values()), ignore_index=True))
-    return results
-
-
-def _measure_stored_shapes(
-    target: str,
-    space,
-    backend: str,
-    settings: TuneSettings,
-    wanted: list[int],
-    on_progress,
-    notes: list[str],
-    on_measured=None,
-) -> dict:
-    """_measure_stored for a target with shapes: one run, one session over every (shape, config) pair
-    the store lacks, each pair's rows in one transaction, keyed by the shape's JSON beside the config's.
-    Returns {shape index: the rows to rank of that shape} (_select_stored, per shape)."""
-    from nsprof.host.gpu import gpu_of, which_gpu
-    from nsprof.space import shape_json, target_fingerprint
-    from nsprof.store import MeasurementKey, ResultStore, config_json
-
-    layout = space.points
-    truth = _is_truth(backend)
-    tool_version = GroundTruth(_profile_settings(backend, settings)).tool_version() if truth else ""
-    stored_backend = split_truth(backend)[0] if truth else f"{backend}:{settings.stat}"
-    gpu = which_gpu(0)
-    group = {
-        "fingerprint": space.fingerprint or target_fingerprint(target),
-        "gpu": gpu.key,
-        "backend": stored_backend,
-        "tool_version": tool_version,
-        **key_labels(backend, settings),
-    }
-    wanted_json = {c: config_json(space.configs[c]) for c in wanted}
-    shape_jsons = [shape_json(shape) for shape in space.shapes]
-    with ResultStore(settings.store) as store:
-        todo = layout.all(wanted)
-        if settings.resume:
-            todo = [
-                layout.id(c, shape)
-                for shape in range(layout.n_shapes)
-                for c in store.missing(
-                    group,
-                    wanted,
-                    config_jsons=wanted_json,
-                    retry_failed=settings.retry_failed,
-                    retry_if=lambda failure: retryable(failure, settings.timeout_s),
-                    shape_json=shape_jsons[shape],
-                )
-            ]
-            total = len(wanted) * layout.n_shapes
-            notes.append(
-                f"resumed: {total - len(todo)} of {total} (shape, config) pairs came from the results store"
-            )
-        if todo:
-            run_id = store.start_run(target=target, settings=settings, gpu_uuid=gpu.uuid, **group)
-            status = "failed"
-            stored_ids: set[tuple[int, int]] = set()
-
-            def store_rows(frame) -> None:
-                # Each (shape, config) once, as soon as it is whole: Ctrl-C or SIGTERM keeps it.
-                for (shape, config_id), pair_rows in frame.groupby(["shape", "config_id"], sort=True):
-                    shape, config_id = int(shape), int(config_id)
-                    if (shape, config_id) in stored_ids or config_id not in wanted_json:
-                        continue
-                    store.add(
-                        run_id,
-                        MeasurementKey(
-                            config_id=config_id,
-                            config_json=wanted_json[config_id],
-                            shape_json=shape_jsons[shape],
-                            shape=shape,
-                            **group,
-                        ),
-                        pair_rows,
-                    )
-                    stored_ids.add((shape, config_id))
-
-            try:
-                devices: list[dict | None] = []
-                rows = measure_rows(
-                    target,
-                    len(space.configs),
-                    backend,
-                    settings,
-                    todo,
-                    on_progress,
-                    on_rows=store_rows,
-                    on_device=devices.append,
-                    n_shapes=layout.n_shapes,
-                    on_measured=on_measured,
-                    space=space,
-                )
-                store_rows(rows)  # what was not handed over yet
-                status = "ok" if rows["error"].isna().any() else "nothing measured"
-            except KeyboardInterrupt:
-                status = "interrupted"
-                raise
-            finally:
-                store.finish_run(run_id, status)
-            ran_on = gpu_of(devices[0] if devices else None)
-            if ran_on is not None and ran_on.uuid != gpu.uuid:
-                store.relabel_gpu(run_id, ran_on.key, ran_on.uuid)
-                notes.append(
-                    f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such"
-                )
-                group["gpu"] = ran_on.key
-        return {
-            shape: _Stored(settings, group, wanted_json, gpu.uuid, shape_jsons[shape]).rows(store)
-            for shape in range(layout.n_shapes)
-        }
+    return refine(rows, settings, measure=measure, merge=merge, cost=cost, layout=layout)

@@ -2,6 +2,7 @@
 
 A hook does two things, each optional to the tuner behind it:
 - `pick()`: what the tuner itself picks with its own timer ("tuner pick"), when it can say;
+  `pick_shapes(shapes)` the same at each shape of a Space with shapes;
 - `feed_back(latencies_ms)`: take nsprof's ranking (config index -> ms) back into the
   tuner's own cache, and say in one line what was written;
 - `feed_back_shapes(latencies_by_shape)`: the same for a Space with shapes, every shape's ranking
@@ -9,7 +10,8 @@ A hook does two things, each optional to the tuner behind it:
   for a call at that shape; {shape index: line}.
 
 The concrete hooks are in nsprof.integrations (Triton, TileLang). A Space carries its hook
-in `Space.tuner`; `tune` runs each call in a fresh child process of its own.
+in `Space.tuner`; `tune` runs each call in a fresh child process of its own
+(`python -m nsprof.feedback TARGET CALL ARGS_JSON`: nsprof.feedback.tuner_in_child).
 """
 
 from __future__ import annotations
@@ -36,6 +38,16 @@ class TunerHook(ABC):
         """What the tuner picks with its own timer: {"tuner", "timer", "config_id", "config",
         "timings_ms"}, or None when it cannot say. Runs user kernels (in tune's child process)."""
         return None
+
+    @property
+    def can_pick_shapes(self) -> bool:
+        """Whether this hook picks at each shape of a Space with shapes (it overrides pick_shapes)."""
+        return self.can_pick and type(self).pick_shapes is not TunerHook.pick_shapes
+
+    def pick_shapes(self, shapes: list[int]) -> dict[int, dict | None]:
+        """For a Space with shapes: what the tuner picks with its own timer at each shape index of
+        `shapes`, {shape index: pick() of that shape}. A hook that cannot does not override it."""
+        raise NotImplementedError(f"{self.name} picks at one shape only (its hook has no pick_shapes)")
 
     @abstractmethod
     def feed_back(self, latencies_ms: Mapping[int, float]) -> str:

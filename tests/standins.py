@@ -226,16 +226,24 @@ class StatusDriver(Driver):
         """A job with shapes: its ids are point ids. Each row is named only by its range name, as a real
         report's are (config_id and shape parsed from `cfg<id>.s<shape>.<mode>.r<rep>` by make_frame), and
         carries the worker's pid; its duration is the config's "ns_shapes"[shape] (1000 + 100 * shape +
-        config id without one), or under the rows' conditions "ns_shapes_at"[<clock>-<cache>][shape]."""
+        config id without one), or under the rows' conditions "ns_shapes_at"[<clock>-<cache>][shape]; with
+        "ns_sigma", each rep drawn around it (seeded by config, shape and rep)."""
         from nsprof.schema import make_frame, range_name
 
-        def duration(c: int, shape: int) -> float:
+        def duration(c: int, shape: int, rep: int) -> float:
             condition = f"{labels['clock_control']}-{labels['cache_control']}"
             at = (configs[c].get("ns_shapes_at") or {}).get(condition) if configs else None
             if at is not None:  # per shape, under these clock and cache conditions
                 return float(at[shape])
             per_shape = configs[c].get("ns_shapes") if configs else None
-            return float(per_shape[shape]) if per_shape else float(1000 + 100 * shape + c)
+            ns = float(per_shape[shape]) if per_shape else float(1000 + 100 * shape + c)
+            sigma = configs[c].get("ns_sigma") if configs else None
+            if sigma:  # normal, relative sd `sigma`, drawn per (config, shape, rep), seeded
+                import random
+
+                seed = f"{configs[c].get('seed', 0)}:{c}:{shape}:{rep}"
+                ns *= 1.0 + sigma * random.Random(seed).gauss(0.0, 1.0)
+            return ns
 
         rows = []
         for point in data["done"]:
@@ -248,7 +256,7 @@ class StatusDriver(Driver):
                                 "source": settings.backend,
                                 "range": range_name(c, mode, rep, shape),
                                 "kernel": f"k{k}",
-                                "duration_ns": duration(c, shape),
+                                "duration_ns": duration(c, shape, rep),
                                 "pid": data.get("pid"),
                                 **labels,
                             }

@@ -200,6 +200,65 @@ def test_the_store_is_written_by_the_client_alone(target, tmp_path, client):
     assert again.best_config_id == 0 and len(_marks(tmp_path)) == before
 
 
+SHAPED = """
+import os, pathlib
+import nsprof.space
+
+MARKS = pathlib.Path(__file__).with_name("marks")
+GPU = os.environ.get("CUDA_VISIBLE_DEVICES", "0")
+NS = {ns!r}
+configs = [{{"i": c, "ns_shapes": [NS[s][c] for s in range(3)]}} for c in range(3)]
+
+def build(config, shape):
+    def launch():
+        MARKS.mkdir(exist_ok=True)
+        (MARKS / f"{{config['i']}}.{{GPU}}.{{shape}}.{{os.getpid()}}").write_text("")
+    return launch
+
+space = nsprof.space.Space(configs=configs, shapes=[0, 1, 2], build=build, device="cpu")
+"""
+
+
+def test_a_target_with_shapes_is_spread_over_the_workers_point_by_point(tmp_path, client):
+    import sqlite3
+
+    from nsprof.tune import tune
+
+    ns = {0: [3000.0, 1000.0, 2000.0], 1: [900.0, 4000.0, 500.0], 2: [700.0, 800.0, 7000.0]}
+    registry.register(BACKEND, StatusDriver)
+    try:
+        (tmp_path / "shaped.py").write_text(SHAPED.format(ns=ns))
+        result = tune(
+            f"{tmp_path / 'shaped.py'}:space",
+            TuneSettings(
+                backend=BACKEND,
+                mode="direct",
+                reps=2,
+                timeout_s=60,
+                store=tmp_path / "results.sqlite",
+                work_dir=tmp_path / "tune",
+                feed_back=False,
+                tuner_pick=False,
+                cluster=ClusterSettings(devices=(0, 1), batch_size=4),
+            ),
+        )
+    finally:
+        registry.unregister(BACKEND)
+    for ranked in result.shapes:
+        order = sorted(range(3), key=lambda c: ns[ranked.shape][c])
+        assert list(ranked.table["config_id"]) == order
+        assert list(ranked.table["value_ns"]) == [ns[ranked.shape][c] for c in order]
+    marks = [name.split(".") for name in os.listdir(tmp_path / "marks")]
+    assert {gpu for _, gpu, _, _ in marks} == {"0", "1"}  # both workers measured
+    assert {(int(s), int(c)) for c, _, s, _ in marks} == {(s, c) for s in range(3) for c in range(3)}
+    with sqlite3.connect(tmp_path / "results.sqlite") as db:
+        rows = db.execute(
+            "SELECT shape, config_id, COUNT(*), MIN(duration_ns) FROM measurements GROUP BY shape, config_id"
+        ).fetchall()
+    # each point once, its 2 reps, under its own shape (the calibration copy was not stored)
+    assert sorted(rows) == [(s, c, 2, ns[s][c]) for s in range(3) for c in range(3)]
+
+
 def test_gpus_of_two_models_are_never_ranked_together(target, tmp_path, client):
     from nsprof.cluster import Sharded, cluster_gpu
 

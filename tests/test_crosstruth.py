@@ -67,7 +67,7 @@ TARGET = textwrap.dedent("""
         name = "the stand-in tuner"
 
         def feed_back(self, latencies_ms):
-            # A fresh child process (nsprof.tune.tuner_in_child): what it was handed goes to a file.
+            # A fresh child process (nsprof.feedback.tuner_in_child): what it was handed goes to a file.
             with open(os.environ["FEED_FILE"], "w") as out:
                 json.dump({{str(k): v for k, v in latencies_ms.items()}}, out)
             best = min(latencies_ms, key=latencies_ms.get)

@@ -27,6 +27,7 @@ LAYERS = [
         "nsprof.validate",
         "nsprof.adaptive",
         "nsprof.tune",
+        "nsprof.feedback",
         "nsprof.doctor",
         "nsprof.cluster",
         "nsprof.serve",

@@ -241,7 +241,7 @@ def test_tune_ranks_each_shape_stores_it_and_feeds_every_winner_back(shaped, tmp
         assert cells[5] == str(RUNNERS_UP[shape])
         behind = NS[shape][RUNNERS_UP[shape]] / NS[shape][WINNERS[shape]] - 1
         assert cells[6] == f"+{behind * 100:.1f}%" and cells[7] == "winner"
-    assert "no adaptive reps: they are not run per shape yet" in text
+    assert "note: adaptive reps: none needed (the first pass separated the best)" in text
 
 
 def test_resume_measures_only_the_missing_shape_and_config(shaped, tmp_path):
@@ -316,6 +316,9 @@ def test_two_truths_are_compared_per_shape(shaped, tmp_path):
             "ns_shapes_at": {
                 "base-all": [lab[s][c] * 1e3 for s in (0, 1)],
                 "none-none": [field[s][c] * 1e3 for s in (0, 1)],
+                # the probes of lab: its cache as field has it reads as field; its clock alone, as lab
+                "base-none": [field[s][c] * 1e3 for s in (0, 1)],
+                "none-all": [lab[s][c] * 1e3 for s in (0, 1)],
             },
         }
         for c in range(3)
@@ -337,12 +340,22 @@ def test_two_truths_are_compared_per_shape(shaped, tmp_path):
     assert verdicts == {0: ["agree"], 1: ["disagree"]}
     assert [r.best_config_id for r in result.shapes] == [1, 2]  # the deploy truth's (field's) winners
     assert result.shapes[1].truths["lab"].best_config_id == 0
-    assert result.shapes[1].cross.explanations[0].cause == "not probed"
+    # the disagreement at shape 1 is probed there (shape 0 agrees: nothing to explain)
+    assert result.shapes[0].cross.explanations == []
+    explanation = result.shapes[1].cross.explanations[0]
+    assert [(p.changed, p.verdict) for p in explanation.probes] == [
+        (["cache_control"], "agree"),
+        (["clock_control"], "disagree"),
+        (["cache_control", "clock_control"], "agree"),
+    ]
+    assert explanation.cause == "cache_control"
     text = format_tune(result)
     assert text.count("per shape\n") == 2  # one compact table per truth
     assert "cross-truth, shape 0: lab and field agree: both pick config 1" in text
     assert "cross-truth, shape 1: lab and field disagree: lab picks config 0, field config 2" in text
-    assert "not probed: the probes that explain a disagreement are not run per shape yet" in text
+    assert "cross-truth, shape 1: contenders 0, 2 measured again under lab" in text
+    assert "So the L2 state explains it" in text
+    assert "cross-truth, shape 0: contenders" not in text
     document = json.loads(tune_document(result))
     assert [s["agreement"][0]["verdict"] for s in document["shapes"]] == ["agree", "disagree"]
     assert [[t["truth"] for t in s["truths"]] for s in document["shapes"]] == [["lab", "field"]] * 2
@@ -425,12 +438,7 @@ def test_a_plain_space_in_the_same_file_tunes_as_before(shaped, tmp_path):
     assert list(result.table["config_id"]) == [0, 1]  # the stand-in's 1000 + config id
 
 
-def test_validate_and_prescreen_refuse_shapes_in_one_line(shaped, tmp_path):
-    from nsprof.errors import NsprofError
-    from nsprof.tune import tune
-
-    with pytest.raises(NsprofError, match="--prescreen does not take a target with shapes"):
-        tune(shaped + ":space", _settings(tmp_path, prescreen="graph"))
+def test_validate_refuses_shapes_in_one_line(shaped, tmp_path):
     done = subprocess.run(
         [sys.executable, str(STANDINS), "validate", shaped + ":space", "--truth", "ncu"],
         capture_output=True,

@@ -176,8 +176,7 @@ def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatc
     monkeypatch.setattr("nsprof.space.load_target", lambda target: space)
     # The pick and the feed-back run in a child process (tested below with a real one); here, in this process.
     monkeypatch.setattr(
-        tune_module,
-        "tuner_in_child",
+        "nsprof.feedback.tuner_in_child",
         lambda target, name, args, settings, n: getattr(space.tuner, name)(*args),
     )
     monkeypatch.setattr(
@@ -238,7 +237,7 @@ space = Space(name="p", configs=[{"i": 0}, {"i": 1}], build=lambda c: (lambda: N
 
 @pytest.mark.parametrize("kind", ["ok", "hang", "crash"])
 def test_the_tuners_own_pick_runs_in_a_child_process(tmp_path, monkeypatch, kind):
-    from nsprof.tune import tuner_pick_in_child
+    from nsprof.feedback import tuner_in_child
 
     target = tmp_path / "pick_target.py"
     target.write_text(PICK_TARGET)
@@ -246,7 +245,7 @@ def test_the_tuners_own_pick_runs_in_a_child_process(tmp_path, monkeypatch, kind
     monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
     settings = TuneSettings(backend="ncu", timeout_s=1.5)
     if kind == "ok":
-        pick = tuner_pick_in_child(f"{target}:space", settings, 2)
+        pick = tuner_in_child(f"{target}:space", "pick", [], settings, 2)
         assert pick == {
             "tuner": "t",
             "timer": "own",
@@ -256,7 +255,7 @@ def test_the_tuners_own_pick_runs_in_a_child_process(tmp_path, monkeypatch, kind
         }
         return
     with pytest.raises(NsprofError) as info:
-        tuner_pick_in_child(f"{target}:space", settings, 2)
+        tuner_in_child(f"{target}:space", "pick", [], settings, 2)
     if kind == "hang":
         assert str(info.value) == "it ran past 3 s (--timeout times the number of configs)"
     else:
@@ -287,7 +286,7 @@ space = Space(name="f", configs=configs, build=lambda c: (lambda: None), device=
 def test_the_feed_back_runs_in_a_fresh_child_process(tmp_path):
     import json
 
-    from nsprof.tune import tuner_in_child
+    from nsprof.feedback import tuner_in_child
 
     target = tmp_path / "feed_target.py"
     target.write_text(FEED_TARGET)
@@ -341,7 +340,7 @@ def test_a_space_with_tuner_callables_in_meta_is_refused_in_one_line(tmp_path):
 
 
 def test_the_tuner_hook_calls_are_pick_and_feed_back_only():
-    from nsprof.tune import tuner_in_child
+    from nsprof.feedback import tuner_in_child
 
     with pytest.raises(ValueError, match="one of"):
         tuner_in_child("t.py:space", "build", [], TuneSettings(backend="ncu"), 1)

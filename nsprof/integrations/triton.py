@@ -192,6 +192,17 @@ class TritonHook(TunerHook):
     def pick(self) -> dict[str, Any]:
         return triton_pick(self.autotuned, self.make_inputs, self.grid)
 
+    def pick_shapes(self, shapes: list[int]) -> dict[int, dict[str, Any]]:
+        """Triton's own pick at each shape, on that shape's inputs."""
+        if self.shapes is None:
+            raise NsprofError("this Space has no shapes: pick() gives its one pick")
+        return {
+            int(shape): triton_pick(
+                self.autotuned, lambda value=self.shapes[int(shape)]: self.make_inputs(value), self.grid
+            )
+            for shape in shapes
+        }
+
     def feed_back(self, latencies_ms: Mapping[int, float]) -> str:
         return feed_back(self.autotuned, self.make_inputs, self.grid, latencies_ms)
 

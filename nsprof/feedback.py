@@ -1,0 +1,177 @@
+"""What `nsprof tune` asks of the target's own autotuner (its Space's TunerHook, nsprof.tuner), each
+call in a fresh child process (`python -m nsprof.tuner`):
+
+- tuner_picks: what the tuner picks itself, with its own timer, at each shape;
+- feed_back: the deploy truth's ranking into the tuner's cache, at each shape;
+- tuner_in_child: one hook call in a child, its result back as JSON; the child is this module's
+  `main` (`python -m nsprof.feedback TARGET CALL ARGS_JSON`).
+
+A target without shapes is one shape (shape None): its hook's pick() and feed_back(); with shapes,
+pick_shapes() and feed_back_shapes(). A failure of the user's tuner is one line in the first
+ranking's errors: the ranking stands, and the command exits non-zero after printing it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from nsprof.analysis import crosstruth
+from nsprof.errors import NsprofError
+from nsprof.render.tables import describe_pick
+from nsprof.reports.checks import one_line
+from nsprof.settings import TuneSettings
+
+__all__ = ["feed_back", "tuner_in_child", "tuner_picks"]
+
+RESULT_MARKER = "NSPROF_RESULT "  # the child's line that carries the call's result, as JSON
+TUNER_CALLS = ("pick", "pick_shapes", "feed_back", "feed_back_shapes")
+
+
+def tuner_in_child(target: str, name: str, args: list, settings: TuneSettings, n_configs: int):
+    """Run the target Space's tuner hook, `space.tuner.<name>(*args)` (one of nsprof.tuner.TUNER_CALLS),
+    in a fresh child process; its result comes back as JSON.
+
+    Its own benchmark loop runs user kernels: a child keeps a hang (timeout: the per-config
+    timeout times the number of configs) or a lost CUDA context out of nsprof's process, and
+    the GPU lock keeps other nsprof runs off the GPU meanwhile. A fresh process also computes
+    the tuner's cache key exactly as the user's own next process will (TileLang's key is not
+    the same in a process that has compiled configs already).
+    """
+    import subprocess
+    import sys
+
+    from nsprof.host.lock import gpu_lock
+
+    if name not in TUNER_CALLS:
+        raise ValueError(f"a tuner hook call is one of {TUNER_CALLS}, not {name!r}")
+    timeout = settings.timeout_s * max(1, n_configs)
+    with gpu_lock(0, wait=settings.wait):
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "nsprof.feedback", target, name, json.dumps(args)],
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise NsprofError(f"it ran past {timeout:g} s (--timeout times the number of configs)") from None
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(RESULT_MARKER):
+            return json.loads(line[len(RESULT_MARKER) :])
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    raise NsprofError(
+        f"its process exited with status {done.returncode}" + (f": {lines[-1]}" if lines else "")
+    )
+
+
+def _failed(exc: Exception) -> str:
+    return one_line(f"{type(exc).__name__}: {exc}", 300)
+
+
+def tuner_picks(target: str, space, results: list, settings: TuneSettings) -> None:
+    """Each ranking's `tuner_pick` (results: tune's rankings, one per shape), with a note comparing it
+    to the ranking; nothing where the tuner cannot pick or nothing was measured."""
+    tuner = space.tuner
+    measured = [r for r in results if r.best_config_id is not None]
+    if not (settings.tuner_pick and tuner is not None and tuner.can_pick and measured):
+        return
+    n = len(space.configs)
+    try:
+        if not space.points.shaped:
+            picks = {None: tuner_in_child(target, "pick", [], settings, n)}
+        elif not tuner.can_pick_shapes:
+            results[0].notes.append(f"{tuner.name}'s own pick is not asked: its hook picks at one shape only")
+            return
+        else:
+            shapes = [r.shape for r in measured]
+            got = tuner_in_child(target, "pick_shapes", [shapes], settings, n * len(shapes))
+            picks = {int(shape): pick for shape, pick in got.items()}
+    except Exception as exc:  # the user's tuner failed: the ranking still stands
+        results[0].errors.append(f"the target's own autotuner failed: {_failed(exc)}")
+        return
+    for result in measured:
+        result.tuner_pick = picks.get(result.shape)
+        if result.tuner_pick is not None:  # None: the tuner could not say
+            result.notes.append(describe_pick(result.tuner_pick, result.table))
+
+
+def feed_back(target: str, space, results: list, settings: TuneSettings) -> None:
+    """Every measured shape's ranking handed to the target's tuner (results: the deploy truth's, one
+    per shape), each under the key the tuner computes for a call at that shape, in one child process
+    (or one per shape: TunerHook.feed_back_shapes_apart); a note on each ranking says what was stored."""
+    tuner = space.tuner
+    if not (settings.feed_back and tuner is not None and tuner.can_feed_back):
+        return
+    latencies = {}
+    for result in results:
+        table = result.table
+        measured = table[table["error"].isna() & table["value_ns"].notna()]
+        if result.best_config_id is not None:
+            latencies[result.shape] = {
+                int(c): float(v) / 1e6 for c, v in zip(measured["config_id"], measured["value_ns"])
+            }
+    if not latencies:
+        return
+    first, n = results[0], len(space.configs)
+    shaped = space.points.shaped
+    if shaped and not tuner.can_feed_back_shapes:
+        first.notes.append(
+            f"not fed back: {tuner.name} takes the ranking of one shape only (its hook has no feed_back_shapes)"
+        )
+        return
+    try:
+        if not shaped:
+            stored = {None: tuner_in_child(target, "feed_back", [latencies[None]], settings, n)}
+        elif tuner.feed_back_shapes_apart:  # each shape's key computed in a process of its own
+            stored = {}
+            for shape, by_config in latencies.items():
+                stored.update(tuner_in_child(target, "feed_back_shapes", [{shape: by_config}], settings, n))
+        else:
+            stored = tuner_in_child(target, "feed_back_shapes", [latencies], settings, n * len(latencies))
+    except Exception as exc:
+        first.errors.append(f"feeding the ranking{'s' * shaped} back to {tuner.name} failed: {_failed(exc)}")
+        return
+    words = crosstruth.condition_words(first.labels, first.labels.get("mode"))
+    for result in results:
+        line = (
+            stored.get(None if result.shape is None else str(result.shape))
+            if isinstance(stored, dict)
+            else None
+        )
+        if line is not None:
+            result.notes.append(
+                f"handed to {tuner.name} for deploy condition {first.deploy} ({words}): {line}"
+            )
+
+
+def _arguments(name: str, args: list) -> list:
+    """A call's arguments as the hook takes them: JSON made every mapping's keys strings."""
+    if name == "feed_back":
+        return [{int(k): float(v) for k, v in args[0].items()}]
+    if name == "feed_back_shapes":
+        return [{int(s): {int(k): float(v) for k, v in by.items()} for s, by in args[0].items()}]
+    if name == "pick_shapes":
+        return [[int(s) for s in args[0]]]
+    return list(args)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """One hook call in this process: `TARGET CALL ARGS_JSON`; its result printed after RESULT_MARKER."""
+    import json
+    import sys
+
+    from nsprof.space import load_target
+
+    target, name, args = (sys.argv[1:] if argv is None else argv)[:3]
+    if name not in TUNER_CALLS:
+        sys.exit(f"a tuner hook call is one of {TUNER_CALLS}, not {name!r}")
+    tuner = load_target(target).tuner
+    if tuner is None:
+        sys.exit(f"{target} has no tuner hook (Space.tuner)")
+    result = getattr(tuner, name)(*_arguments(name, json.loads(args)))
+    print(RESULT_MARKER + json.dumps(result, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""Every tune feature with shapes: adaptive reps, the probes that explain a disagreement (in
+tests/test_shapes.py), the tuner's own pick and --prescreen each work per shape, on the one path a
+target without shapes takes too.
+
+Real worker processes under the stand-in profiler (tests/standins.py: a (shape, config) point
+measures its "ns_shapes"[shape], drawn around it with "ns_sigma"), registered as a driver of its
+own; the fast timers through the real bare worker with the stand-in timers
+(tests/targets/standin_timers.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from standins import StatusDriver  # noqa: E402
+
+from nsprof.analysis import adaptive as rules  # noqa: E402
+from nsprof.drivers import registry  # noqa: E402
+from nsprof.drivers.none import PlainDriver  # noqa: E402
+
+STANDIN_TIMERS = Path(__file__).parent / "targets" / "standin_timers.py"
+
+TARGET = """
+import json, os
+import nsprof.space
+from nsprof.tuner import TunerHook
+
+SHAPES = [{{"M": 1}}, {{"M": 16}}, {{"M": 128}}]
+LOG = {log!r}
+
+
+class Launch:
+    def __init__(self, config, shape):
+        self.config, self.shape = config, SHAPES.index(shape)
+        # what the stand-in fast timer measures: a prescreen that orders each shape as TIMER_NS says
+        self.timer_ns = {{"cupti": config["timer_ns"][self.shape]}} if "timer_ns" in config else {{}}
+
+    def __call__(self):
+        with open(LOG, "a") as log:
+            log.write(f"{{os.getpid()}} {{self.config['i']}} {{self.shape}}\\n")
+
+
+class Hook(TunerHook):
+    name = "the stand-in tuner"
+    can_pick = True
+
+    def feed_back(self, latencies_ms):
+        raise AssertionError("not fed back in these tests")
+
+    def pick_shapes(self, shapes):
+        # what the tuner's own timer would pick at each shape: config <shape index> there
+        with open(os.environ["PICKED"], "w") as handle:
+            json.dump({{"shapes": shapes, "pid": os.getpid()}}, handle)
+        return {{
+            shape: {{"tuner": "the stand-in tuner", "timer": "its own timer", "config_id": shape,
+                     "config": {{"i": shape}}, "timings_ms": {{}}}}
+            for shape in shapes
+        }}
+
+
+class OneShapeHook(Hook):
+    pick_shapes = TunerHook.pick_shapes  # a hook that picks at one shape only
+
+
+space = nsprof.space.Space(configs={configs!r}, shapes=SHAPES, build=Launch, device="cpu", tuner=Hook())
+one_shape = nsprof.space.Space(configs={configs!r}, shapes=SHAPES, build=Launch, device="cpu", tuner=OneShapeHook())
+"""
+
+# Shape 0: configs 0 and 1 are 4% apart with 3% noise, so 5 reps cannot tell them apart and more
+# can; shape 1: config 2 wins clearly; shape 2: three configs of one distribution, tied however
+# many reps.
+NS = {0: [1000.0, 1040.0, 3000.0], 1: [3000.0, 2000.0, 500.0], 2: [1000.0, 1000.0, 1000.0]}
+NOISY = [{"i": c, "ns_shapes": [NS[s][c] for s in range(3)], "ns_sigma": 0.03} for c in range(3)]
+
+
+def _draws(c: int, shape: int, reps) -> list[float]:
+    """The stand-in's reps of config c at `shape` (its seeded draws, as tests/standins.py makes them)."""
+    return [NS[shape][c] * (1 + 0.03 * random.Random(f"0:{c}:{shape}:{r}").gauss(0.0, 1.0)) for r in reps]
+
+
+@pytest.fixture
+def make_target(tmp_path, monkeypatch):
+    registry.register("noisy", StatusDriver)
+    registry.register("none", StandinTimers, ground_truth=False)
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("PICKED", str(tmp_path / "picked.json"))
+    log = tmp_path / "launches.log"
+
+    def make(configs, name="space"):
+        log.write_text("")
+        (tmp_path / "target.py").write_text(TARGET.format(log=str(log), configs=configs))
+        return f"{tmp_path / 'target.py'}:{name}", log
+
+    yield make
+    registry.register("none", "nsprof.drivers.none:PlainDriver", ground_truth=False)
+    registry.unregister("noisy")
+
+
+class StandinTimers(PlainDriver):
+    """The bare worker, with the fast timers stood in for (no GPU here)."""
+
+    locks_gpu = False
+
+    def build_command(self, settings, job_file, report_base):
+        return [settings.python, str(STANDIN_TIMERS), str(job_file)]
+
+
+def _settings(tmp_path, **kwargs):
+    from nsprof.tune import TuneSettings
+
+    return TuneSettings(
+        **{
+            "backend": "noisy",
+            "mode": "direct",
+            "reps": 5,
+            "timeout_s": 30,
+            "store": tmp_path / "results.sqlite",
+            "work_dir": tmp_path / "work",
+            "feed_back": False,
+            "tuner_pick": False,
+            "max_reps": 20,
+            **kwargs,
+        }
+    )
+
+
+def _sessions(log: Path) -> list[set[tuple[int, int]]]:
+    """The (shape, config) points each worker process launched, one set per process, in order."""
+    by_pid: dict[str, set] = {}
+    for line in log.read_text().splitlines():
+        pid, config, shape = line.split()
+        by_pid.setdefault(pid, set()).add((int(shape), int(config)))
+    return list(by_pid.values())
+
+
+def test_adaptive_reps_run_per_shape_and_one_session_measures_every_shapes_contenders(make_target, tmp_path):
+    from nsprof.render.tables import format_tune
+    from nsprof.tune import tune
+
+    a, b = _draws(0, 0, range(5)), _draws(1, 0, range(5))
+    assert min(b) <= max(a) and min(a) <= max(b)  # the premise: shape 0's first pass cannot separate 0 and 1
+    target, log = make_target(NOISY)
+    result = tune(target, _settings(tmp_path, max_reps=40))
+    shapes = {r.shape: r for r in result.shapes}
+
+    assert shapes[0].decision.kind == "winner" and shapes[0].best_config_id == 0
+    assert shapes[0].adaptive.stopped == rules.SEPARATED and shapes[0].adaptive.sessions >= 1
+    assert all(h["configs"] == [0, 1] for h in shapes[0].adaptive.history)  # shape 0's tie set only
+    assert shapes[1].decision.kind == "winner" and shapes[1].best_config_id == 2
+    assert shapes[1].adaptive.stopped == rules.SEPARATED and shapes[1].adaptive.sessions == 0
+    assert shapes[2].decision.kind == "tie" and shapes[2].adaptive.stopped == rules.MAX_REPS
+    table = shapes[2].table.set_index("config_id")
+    assert all(table.loc[c, "reps"] == 40 for c in shapes[2].decision.members)
+
+    first, *adaptive = _sessions(log)
+    assert first == {(s, c) for s in range(3) for c in range(3)}
+    assert len(adaptive) == max(r.adaptive.sessions for r in result.shapes)
+    assert adaptive[0] == {(0, 0), (0, 1)} | {(2, c) for c in shapes[2].adaptive.history[0]["configs"]}
+    assert all(s != 1 for session in adaptive for s, _ in session)  # shape 1 was never measured again
+
+    # every adaptive rep is stored under its own shape, the reps of a point numbered on without a gap
+    with sqlite3.connect(tmp_path / "results.sqlite") as db:
+        reps = db.execute(
+            "SELECT shape, config_id, COUNT(DISTINCT rep), MAX(rep) FROM measurements "
+            "GROUP BY shape, config_id ORDER BY shape, config_id"
+        ).fetchall()
+    for shape, config_id, count, highest in reps:
+        assert count == highest + 1 == table_reps(shapes[shape], config_id)
+    text = format_tune(result)
+    assert "shape 0: adaptive reps:" in text and "stopped: the best is separated" in text
+    assert "shape 2: adaptive reps:" in text and "every contender reached --max-reps 40" in text
+
+
+def table_reps(result, config_id: int) -> int:
+    return int(result.table.set_index("config_id").loc[config_id, "reps"])
+
+
+def test_a_resumed_tune_with_shapes_measures_no_adaptive_rep_again(make_target, tmp_path):
+    from nsprof.tune import tune
+
+    target, log = make_target(NOISY)
+    first = tune(target, _settings(tmp_path))
+    log.write_text("")
+    again = tune(target, _settings(tmp_path, resume=True))
+    assert _sessions(log) == []  # every point and every adaptive rep came from the store
+    for a, b in zip(first.shapes, again.shapes):
+        assert list(a.table["config_id"]) == list(b.table["config_id"])
+        assert list(a.table["reps"]) == list(b.table["reps"])
+        assert b.adaptive.sessions == 0
+
+
+def test_prescreen_sends_each_shapes_own_best_to_the_ground_truth(make_target, tmp_path):
+    from nsprof.tune import tune
+
+    # the fast timer orders each shape differently: its top 2 are {0, 1}, {1, 2} and {2, 0}
+    timer = {0: [1.0, 2.0, 9.0], 1: [9.0, 2.0, 1.0], 2: [1.0, 9.0, 2.0]}
+    configs = [
+        {"i": c, "ns_shapes": [NS[1][c], NS[1][c], NS[1][c]], "timer_ns": [timer[s][c] for s in range(3)]}
+        for c in range(3)
+    ]
+    target, log = make_target(configs)
+    result = tune(target, _settings(tmp_path, prescreen="cupti", prescreen_top=2))
+    sent = {0: [0, 1], 1: [2, 1], 2: [0, 2]}  # each shape's top 2, in the timer's order
+    first, *rest = _sessions(log)  # the prescreen's bare worker, then the ground truth's session
+    assert first == {(s, c) for s in range(3) for c in range(3)}
+    assert rest == [{(s, c) for s, configs in sent.items() for c in configs}]
+    for ranked in result.shapes:
+        assert list(ranked.prescreen["config_id"]) == sorted(range(3), key=lambda c: timer[ranked.shape][c])
+        measured = ranked.table[ranked.table["error"].isna()]
+        assert sorted(measured["config_id"]) == sorted(sent[ranked.shape])
+        best = min(sent[ranked.shape], key=lambda c: NS[1][c])
+        assert ranked.best_config_id == best
+        position = sent[ranked.shape].index(best) + 1
+        assert f"the ground-truth winner was #{position} of the prescreen's top 2" in ranked.notes
+
+
+def test_the_tuners_own_pick_is_asked_per_shape_in_a_child_process(make_target, tmp_path):
+    from nsprof.tune import tune
+
+    configs = [{"i": c, "ns_shapes": [NS[1][c]] * 3} for c in range(3)]
+    target, _ = make_target(configs)
+    result = tune(target, _settings(tmp_path, tuner_pick=True))
+    picked = json.loads((tmp_path / "picked.json").read_text())
+    assert picked["shapes"] == [0, 1, 2] and picked["pid"] != os.getpid()
+    words = {0: "ground truth ranks it #3", 1: "ground truth ranks it #2", 2: "the ground truth's best too"}
+    for ranked in result.shapes:
+        shape = ranked.shape
+        assert ranked.tuner_pick["config_id"] == shape
+        line = f"the stand-in tuner (its own timer) picks config {shape} (i={shape}): {words[shape]}"
+        assert any(note.startswith(line) for note in ranked.notes), ranked.notes
+
+    (tmp_path / "picked.json").unlink()
+    one = tune(target.replace(":space", ":one_shape"), _settings(tmp_path, tuner_pick=True))
+    assert not (tmp_path / "picked.json").exists()
+    assert all(r.tuner_pick is None for r in one.shapes)
+    assert (
+        "the stand-in tuner's own pick is not asked: its hook picks at one shape only" in one.shapes[0].notes
+    )
