@@ -7,7 +7,7 @@ shape's contenders together.
     rows, summaries = refine(rows, settings, measure=..., merge=..., cost=first_pass_cost(...))
 
 The decisions (who contends, when to stop, how many rounds a session does) are pure and live in
-nsprof.analysis.adaptive; the session itself is nsprof.measure.GroundTruth.interleave, whose
+nsprof.analysis.adaptive; the session itself is nsprof.measure.GroundTruth.measure of a Request with a plan, whose
 docstring (and nsprof.worker.program's) says how each visit is warmed up. This module is the
 loop: it plans a session, hands it to `measure` (tune's, which goes through the results store),
 keeps only the rows the plan asked for, and decides again over all reps.

@@ -2,7 +2,7 @@
 
     from nsprof.cluster import sharded
     backend = sharded(GroundTruth(settings), ClusterSettings(devices=(0, 1)))
-    measured = backend.run(target, config_ids, n_configs=n)
+    measured = backend.measure(Request(target, config_ids, n))
 
 `Sharded` is a Backend (nsprof.measure) that wraps another: it cuts the config ids into
 batches and runs each batch as one task on a Dask worker that offers the resource `GPU` (one
@@ -38,8 +38,8 @@ from pathlib import Path
 
 from nsprof.errors import GpuBusy, NsprofError
 from nsprof.host.gpu import Gpu
+from nsprof.measure import Backend, OnRows, Progress, Request
 from nsprof.schema import Points
-from nsprof.measure import Backend, OnRows, Progress
 from nsprof.session import Measured
 from nsprof.settings import ClusterSettings
 
@@ -318,7 +318,9 @@ def _run_batch(
 
 def _calibration_median(frame, point: int, layout: Points) -> float | None:
     """The point's median over reps of the per-rep duration (summed over its kernels)."""
-    rows = frame[(layout.of_frame(frame) == point).fillna(False) & frame["error"].isna() & frame["duration_ns"].notna()]
+    rows = frame[
+        (layout.of_frame(frame) == point).fillna(False) & frame["error"].isna() & frame["duration_ns"].notna()
+    ]
     if rows.empty:
         return None
     per_rep = rows.groupby(["mode", "rep"], dropna=False)["duration_ns"].sum()
@@ -415,31 +417,22 @@ class Sharded(Backend):
     def tool_version(self) -> str:
         return self.inner.tool_version()
 
-    def run(
-        self,
-        target: str,
-        config_ids: list[int] | None,
-        device: int = 0,
-        *,
-        n_configs: int,
-        on_progress: Progress | None = None,
-        on_rows: OnRows | None = None,
-        expect: dict | None = None,
-        n_shapes: int = 0,
+    def measure(
+        self, request: Request, *, on_progress: Progress | None = None, on_rows: OnRows | None = None
     ) -> Measured:
-        """As Backend.run; with `n_shapes`, config_ids are point ids (nsprof.schema.Points), batched
-        as they come (shape by shape)."""
+        """As Backend.measure, request.ids batched as they come (shape by shape for a target with shapes)."""
         import pandas as pd
 
         from nsprof.schema import Failure, make_frame
 
-        layout = Points(n_configs, n_shapes)
-        points = {"points": layout} if layout.shaped else {}
-
-        if device != 0:
+        if request.device != 0:
             raise NsprofError(
                 "a Dask run measures on its workers' GPUs (--devices), not on one device of its own"
             )
+        if request.plan is not None:
+            raise NsprofError("adaptive reps are not spread over a cluster (--devices, --scheduler)")
+        target, n_configs, expect = request.target, request.n_configs, request.expect
+        layout = request.points
         distributed = _dask()
         client = connect(self.settings)
         gpus = worker_gpus(client)
@@ -450,7 +443,7 @@ class Sharded(Backend):
             },
             "the Dask workers",
         )
-        ids = list(range(n_configs) if config_ids is None else config_ids)
+        ids = list(request.ids)
         batches = shard(ids, len(gpus), self.settings.batch_size)
         calibration = ids[0] if self.settings.calibrate and len(gpus) > 1 and len(batches) > 1 else None
         follow = _Follow(on_progress, self.settings.verbose, batches)
@@ -470,7 +463,7 @@ class Sharded(Backend):
                 topic,
                 k,
                 expect,
-                n_shapes,
+                request.n_shapes,
                 key=f"nsprof-batch-{job}-{k}",
                 resources={GPU_RESOURCE: 1},
                 retries=BATCH_RETRIES,
@@ -492,7 +485,7 @@ class Sharded(Backend):
                 except Exception as exc:  # noqa: BLE001 - the batch's workers died (KilledWorker) or it raised
                     why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
                     lost = {c: Failure(f"not run: its Dask batch failed ({why})", "not_run") for c in batch}
-                    frame = self.inner.failure_frame(lost, **points)
+                    frame = self.inner.failure_frame(lost, layout)
                     result = {"frame": frame, "failures": lost, "device": None, "worker": "?"}
                 if "error" in result:
                     raise NsprofError(
@@ -523,7 +516,7 @@ class Sharded(Backend):
                     missing = {
                         c: Failure("not run: its batch's result held no row of it", "not_run") for c in unrun
                     }
-                    own = pd.concat([own, self.inner.failure_frame(missing, **points)], ignore_index=True)
+                    own = pd.concat([own, self.inner.failure_frame(missing, layout)], ignore_index=True)
                     result["failures"] = {**result.get("failures", {}), **missing}
                 failures.update({c: why for c, why in result.get("failures", {}).items() if c in set(batch)})
                 for config_id in batch:

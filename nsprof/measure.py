@@ -1,8 +1,10 @@
-"""The one measuring seam: a Backend measures configs of a target and returns tidy rows.
+"""The one measuring seam: a Backend measures a Request (points of a target) and returns tidy rows.
 
-    from nsprof.measure import GroundTruth, FastTimers
-    measured = GroundTruth(ProfileSettings(backend="ncu")).run(target, [0, 1, 2], n_configs=3)
+    from nsprof.measure import GroundTruth, Request
+    measured = GroundTruth(ProfileSettings(backend="ncu")).measure(Request(target, (0, 1, 2), n_configs=3))
     measured.frame, measured.failures, measured.device
+
+This module holds Request, the Backend interface (one `measure(request)`), and its two kinds.
 
 Two kinds implement it: GroundTruth (a driver under nsprof.session: ncu, nsys, or any other
 registered in nsprof.drivers.registry) and FastTimers (nsprof's in-process timers, and the
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nsprof.errors import NsprofError
@@ -26,42 +28,68 @@ Progress = Callable[[str, int, str], None]  # (event: done | fail | retry, confi
 OnRows = Callable[[object], None]  # a tidy frame of configs that became final
 
 
+@dataclass(frozen=True)
+class Request:
+    """What one measurement is asked to measure: `ids`, point ids of `target` (nsprof.schema.Points:
+    config ids for a target without shapes) of a Space of `n_configs` configs at `n_shapes` shapes.
+
+    expect: what the caller read of the target (nsprof.space.Space.as_read), which the worker checks
+    before it measures (nsprof.worker.protocol.Job.expect; nsprof.errors.TargetChanged where it
+    differs). plan: adaptive reps (nsprof.analysis.adaptive.Plan: its rounds over `ids`, each
+    point's reps numbered from plan.first_rep) instead of a first pass; a ground truth's only.
+    compiled: the folder of a compile step beside the session (nsprof.profile.CompileAhead);
+    compile_here: the worker compiles each config itself (a served session's)."""
+
+    target: str
+    ids: tuple[int, ...]
+    n_configs: int
+    n_shapes: int = 0
+    expect: dict | None = field(default=None, compare=False)
+    plan: object | None = None
+    compiled: str = ""
+    compile_here: bool = False
+    device: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ids", tuple(int(i) for i in self.ids))
+
+    @property
+    def points(self):
+        from nsprof.schema import Points
+
+        return Points(self.n_configs, self.n_shapes)
+
+    def only(self, ids) -> Request:
+        """The same request for `ids` only."""
+        return replace(self, ids=tuple(ids))
+
+
 class Backend(ABC):
-    """Measures configs of a target on one device."""
+    """Measures a Request on one device."""
 
     name: str = ""
-    # Whether run() compiles the configs itself, where it measures them (nsprof.cluster): then
+    # Whether measure() compiles the configs itself, where it measures them (nsprof.cluster): then
     # nsprof.profile.profile_result does not compile them first.
     compiles_itself: bool = False
-    # Whether run() takes `compiled`, the folder of a compile step running beside it
-    # (nsprof.profile.CompileAhead), whose markers its worker waits for.
+    # Whether measure() takes `compiled` (Request.compiled), the folder of a compile step running
+    # beside it (nsprof.profile.CompileAhead), whose markers its worker waits for.
     takes_compiled: bool = False
 
     def served(self) -> bool:
-        """Whether run() will measure through a running `nsprof serve`, whose warm worker then compiles
-        each config itself (run(..., compile_here=True)): a compile step would pay the imports that
+        """Whether measure() will go through a running `nsprof serve`, whose warm worker then compiles
+        each config itself (Request.compile_here): a compile step would pay the imports that
         worker has paid already."""
         return False
 
     @abstractmethod
-    def run(
-        self,
-        target: str,
-        config_ids: list[int],
-        device: int = 0,
-        *,
-        n_configs: int,
-        on_progress: Progress | None = None,
-        on_rows: OnRows | None = None,
-        expect: dict | None = None,
+    def measure(
+        self, request: Request, *, on_progress: Progress | None = None, on_rows: OnRows | None = None
     ) -> Measured:
-        """Measure `config_ids` of `target` (a Space of `n_configs`) on GPU `device`.
+        """Measure `request`.
 
-        on_progress(event, config_id, detail) follows the configs; on_rows(frame) gets the rows
-        of configs as they become final, and on Ctrl-C or SIGTERM what was finished, before the
-        KeyboardInterrupt goes on (see nsprof.session.run_session). `expect`: what the caller read
-        of the target (nsprof.space.Space.as_read), which the worker checks before it measures
-        (nsprof.worker.protocol.Job.expect; nsprof.errors.TargetChanged where it differs)."""
+        on_progress(event, point id, detail) follows the points; on_rows(frame) gets the rows of
+        points as they become final, and on Ctrl-C or SIGTERM what was finished, before the
+        KeyboardInterrupt goes on (see nsprof.session.run_session)."""
 
     def failure_frame(self, failures: dict[int, str], points=None):
         """Rows for configs that failed before this backend ran them (a compile step), labelled
@@ -118,81 +146,37 @@ class GroundTruth(Backend):
 
         return find_server(self.driver, self.settings)[0] is not None
 
-    def run(
-        self,
-        target: str,
-        config_ids: list[int],
-        device: int = 0,
-        *,
-        n_configs: int,
-        on_progress: Progress | None = None,
-        on_rows: OnRows | None = None,
-        n_shapes: int = 0,
-        compiled: str = "",
-        compile_here: bool = False,
-        expect: dict | None = None,
+    def measure(
+        self, request: Request, *, on_progress: Progress | None = None, on_rows: OnRows | None = None
     ) -> Measured:
-        """As Backend.run; with `n_shapes`, config_ids are point ids (nsprof.schema.Points): every
-        (shape, config) pair in one session. `compiled`: the folder of the compile step beside it
-        (nsprof.profile.CompileAhead; see nsprof.worker.protocol.Job.compiled); `compile_here`: the
-        worker compiles each config itself (Job.compile_here), as a served session's does."""
+        """A first pass over request.ids in one supervised session (restarted past a crash), or with
+        request.plan the adaptive reps: plan.rounds rounds over the ids in one session, one visit
+        per point and round in the order given (A B C A B C ...), point p's reps numbered from
+        plan.first_rep[p] (nsprof.worker.program's interleaved job). --timeout bounds each visit.
+        An interleaved session is one worker run: a crash ends it (its points are failures, nothing
+        restarts), and only whole sessions hand rows over."""
         from nsprof.session import run_session
 
-        _one_gpu(device)
-        extra = {
-            **({"compiled": compiled} if compiled else {}),
-            **({"compile_here": True} if compile_here else {}),
-            **({"expect": expect} if expect else {}),
-        }
+        _one_gpu(request.device)
+        settings, extra = self.settings, {"expect": request.expect} if request.expect else {}
+        if request.plan is not None:
+            settings = replace(settings, reps=request.plan.rounds, max_restarts=0)
+            first_rep = {str(c): int(r) for c, r in request.plan.first_rep.items()}
+            extra.update(interleave=True, first_rep=first_rep)
+        if request.compiled:
+            extra["compiled"] = request.compiled
+        if request.compile_here:
+            extra["compile_here"] = True
         return run_session(
-            target,
-            n_configs,
-            self.settings,
-            config_ids=config_ids,
-            on_progress=on_progress,
-            on_rows=on_rows,
-            driver=self.driver,
-            n_shapes=n_shapes,
-            job_extra=extra or None,
-        )
-
-    def interleave(
-        self,
-        target: str,
-        config_ids: list[int],
-        rounds: int,
-        first_rep: dict[int, int],
-        device: int = 0,
-        *,
-        n_configs: int,
-        on_progress: Progress | None = None,
-        on_rows: OnRows | None = None,
-        n_shapes: int = 0,
-        expect: dict | None = None,
-    ) -> Measured:
-        """Adaptive reps (nsprof.adaptive): `rounds` rounds over `config_ids` in one session, one
-        visit per config and round in the order given (A B C A B C ...), config c's reps numbered
-        from first_rep[c] (nsprof.worker.program's interleaved job). --timeout bounds each visit.
-        One worker run: a crash ends the session (its configs are failures, nothing restarts),
-        and only whole sessions hand rows over."""
-        from nsprof.session import run_session
-
-        _one_gpu(device)
-        settings = replace(self.settings, reps=rounds, max_restarts=0)
-        return run_session(
-            target,
-            n_configs,
+            request.target,
+            request.n_configs,
             settings,
-            config_ids=config_ids,
+            config_ids=list(request.ids),
             on_progress=on_progress,
             on_rows=on_rows,
             driver=self.driver,
-            n_shapes=n_shapes,
-            job_extra={
-                "interleave": True,
-                "first_rep": {str(c): int(r) for c, r in first_rep.items()},
-                **({"expect": expect} if expect else {}),
-            },
+            n_shapes=request.n_shapes,
+            job_extra=extra or None,
         )
 
 
@@ -269,24 +253,15 @@ class FastTimers(Backend):
                 )
         return make_frame(out)
 
-    def run(
-        self,
-        target: str,
-        config_ids: list[int] | None,
-        device: int = 0,
-        *,
-        n_configs: int,
-        on_progress: Progress | None = None,
-        on_rows: OnRows | None = None,
-        n_shapes: int = 0,
-        expect: dict | None = None,
+    def measure(
+        self, request: Request, *, on_progress: Progress | None = None, on_rows: OnRows | None = None
     ) -> Measured:
-        from nsprof.schema import Points
         from nsprof.session import run_session
 
-        points = Points(n_configs, n_shapes)
-
-        _one_gpu(device)
+        if request.plan is not None:
+            raise NsprofError("adaptive reps are a ground truth's: a fast timer gives one number per config")
+        points = request.points
+        _one_gpu(request.device)
         work_dir = self.settings.work_dir
         work_dir.mkdir(parents=True, exist_ok=True)
         results = work_dir / "timers.jsonl"
@@ -315,18 +290,18 @@ class FastTimers(Backend):
 
         try:
             session = run_session(
-                target,
-                n_configs,
+                request.target,
+                request.n_configs,
                 self.settings,
-                config_ids=config_ids,
+                config_ids=list(request.ids),
                 on_progress=progress,
-                n_shapes=n_shapes,
+                n_shapes=request.n_shapes,
                 job_extra={
                     "task": "timers",
                     "timers": self.methods,
                     "timer_reps": self.timer_reps,
                     "results": str(results),
-                    **({"expect": expect} if expect else {}),
+                    **({"expect": request.expect} if request.expect else {}),
                 },
             )
         except KeyboardInterrupt:

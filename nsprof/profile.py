@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsprof.host.redirect import output_to
-from nsprof.measure import Backend, GroundTruth, Measured
+from nsprof.measure import Backend, GroundTruth, Measured, Request
 from nsprof.settings import ProfileSettings
 from nsprof.space import config_label
 
@@ -95,7 +95,7 @@ class CompileAhead:
 
         ahead = CompileAhead.start(target, space, points)
         try:
-            backend.run(..., compiled=str(ahead.folder))
+            backend.measure(replace(request, compiled=str(ahead.folder)))
         finally:
             ahead.finish()
     """
@@ -257,14 +257,13 @@ def profile_result(
         wanted = list(points)
     elif layout.shaped:
         wanted = layout.all(wanted)
-    shaped = {"n_shapes": layout.n_shapes} if layout.shaped else {}
     began = time.monotonic()
     ahead = None
-    compile_failures, where = {}, {}
+    compile_failures, compile_here = {}, False
     if space.compile is None or backend.compiles_itself:
         pass  # nothing to compile, or the configs are compiled where they are measured
     elif backend.served():  # the served worker compiles each config (and so does a standalone rest)
-        where = {"compile_here": True}
+        compile_here = True
     elif backend.takes_compiled and settings.compile_ahead:
         ahead = CompileAhead.start(target, space, wanted, jobs, settings.python)
     else:
@@ -277,27 +276,22 @@ def profile_result(
     frames = []
     compile_frame = None
     if compile_failures:
-        compile_frame = (
-            backend.failure_frame(compile_failures, layout)
-            if shaped
-            else backend.failure_frame(compile_failures)
-        )
+        compile_frame = backend.failure_frame(compile_failures, layout)
         if on_rows:
             on_rows(compile_frame)
     measured = None
     if to_run:
         try:
-            measured = backend.run(
+            request = Request(
                 target,
                 to_run,
-                n_configs=n_configs,
-                on_progress=on_progress,
-                on_rows=on_rows,
+                n_configs,
+                layout.n_shapes,
                 expect=expect,
-                **shaped,
-                **where,
-                **({"compiled": str(ahead.folder)} if ahead else {}),
+                compiled=str(ahead.folder) if ahead else "",
+                compile_here=compile_here,
             )
+            measured = backend.measure(request, on_progress=on_progress, on_rows=on_rows)
         finally:
             if ahead is not None:
                 ahead.finish()

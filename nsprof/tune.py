@@ -31,7 +31,7 @@ from nsprof.analysis.ranking import rank
 from nsprof.cluster import sharded
 from nsprof.drivers import registry
 from nsprof.errors import NsprofError, TargetChanged
-from nsprof.measure import FastTimers, GroundTruth, Measured
+from nsprof.measure import FastTimers, GroundTruth, Measured, Request
 from nsprof.reports.checks import one_line
 from nsprof.schema import Failure
 from nsprof.settings import TIMER_BACKENDS, TuneSettings, ground_truths, split_truth
@@ -214,26 +214,17 @@ def measure_rows(
     on_measured gets the whole Measured (its phases among the rest).
 
     With `plan` (a ground truth only): one interleaved session of adaptive reps over plan.configs
-    (nsprof.measure.GroundTruth.interleave) instead of a first pass over config_ids.
+    (nsprof.measure.Request.plan) instead of a first pass over config_ids.
 
     `space`: the target as tune read it (nsprof.space.load_target), under whose configs the rows are
     stored: every worker checks that it loads the same (Space.as_read), or measures nothing
     (nsprof.errors.TargetChanged). None: read here (profile_result), or not checked.
     """
-    shaped = {"n_shapes": n_shapes} if n_shapes else {}
     expect = space.as_read() if space is not None else None
     if plan is not None:
-        truth = GroundTruth(_profile_settings(backend, settings))
-        measured = truth.interleave(
-            target,
-            list(plan.configs),
-            plan.rounds,
-            plan.first_rep,
-            n_configs=n,
-            on_progress=on_progress,
-            on_rows=on_rows,
-            expect=expect,
-            **shaped,
+        request = Request(target, plan.configs, n, n_shapes, expect=expect, plan=plan)
+        measured = GroundTruth(_profile_settings(backend, settings)).measure(
+            request, on_progress=on_progress, on_rows=on_rows
         )
     elif _is_truth(backend):
         from nsprof.profile import profile_result
@@ -265,15 +256,8 @@ def measure_rows(
                 ),
                 settings.cluster,
             )
-            measured = timers.run(
-                target,
-                config_ids,
-                n_configs=n,
-                on_progress=on_progress,
-                on_rows=on_rows,
-                expect=expect,
-                **shaped,
-            )
+            request = Request(target, config_ids, n, n_shapes, expect=expect)
+            measured = timers.measure(request, on_progress=on_progress, on_rows=on_rows)
         if settings.work_dir is None:
             measured.work_dir = None
     if on_device is not None:
@@ -835,7 +819,7 @@ def tune(
         settings.prescreen or _a_timer_ranks(settings) or settings.use_store and settings.resume
     ):
         # The fast timers (a prescreen, or a timer that ranks: FastTimers) do not compile; a resumed
-        # first pass may measure nothing, and the adaptive sessions (GroundTruth.interleave) do not
+        # first pass may measure nothing, and the adaptive sessions (a Request with a plan) do not
         # compile either (a cluster compiles each batch where it runs; otherwise each ground
         # truth's session compiles beside itself: profile_result)
         precompile(space, config_ids=points)

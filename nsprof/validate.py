@@ -21,7 +21,7 @@ from pathlib import Path
 
 from nsprof.cluster import sharded
 from nsprof.errors import NsprofError
-from nsprof.measure import FastTimers, GroundTruth
+from nsprof.measure import FastTimers, GroundTruth, Request
 from nsprof.session import work_folder
 from nsprof.settings import Truth, ValidateSettings
 
@@ -84,7 +84,7 @@ def run_timers(
             group, settings.profile, work_dir / f"timers{index}", timer_reps=settings.timer_reps
         )
         backend = sharded(timers, settings.cluster)
-        measured = backend.run(target, None, n_configs=n_configs, on_progress=on_progress)
+        measured = backend.measure(Request(target, range(n_configs), n_configs), on_progress=on_progress)
         failures.update({("timers", cfg): reason for cfg, reason in measured.failures.items()})
         for r in measured.frame.itertuples():
             if r.source == timers.failure_source:

@@ -283,18 +283,10 @@ class NamedGpus(Backend):
     def in_subfolder(self, name):
         return NamedGpus(self.inner.in_subfolder(name))
 
-    def run(self, target, config_ids, device=0, *, n_configs, on_progress=None, on_rows=None, expect=None):
+    def measure(self, request, *, on_progress=None, on_rows=None):
         import os
 
-        measured = self.inner.run(
-            target,
-            config_ids,
-            device,
-            n_configs=n_configs,
-            on_progress=on_progress,
-            on_rows=on_rows,
-            expect=expect,
-        )
+        measured = self.inner.measure(request, on_progress=on_progress, on_rows=on_rows)
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         measured.device = {"uuid": f"GPU-standin-{visible}", "name": MODELS.get(visible, "NVIDIA H200")}
         return measured

@@ -25,7 +25,7 @@ from standins import NamedGpus, StatusDriver  # noqa: E402
 
 from nsprof.drivers import registry  # noqa: E402
 from nsprof.errors import NsprofError  # noqa: E402
-from nsprof.measure import GroundTruth  # noqa: E402
+from nsprof.measure import GroundTruth, Request  # noqa: E402
 from nsprof.settings import ClusterSettings, ProfileSettings, TuneSettings  # noqa: E402
 
 BACKEND = "dask_standin"
@@ -110,10 +110,8 @@ def test_batches_over_two_workers_merge_into_each_config_once(target, tmp_path, 
 
     handed, progress = [], []
     backend = Sharded(GroundTruth(_settings(tmp_path)), ClusterSettings(devices=(0, 1), batch_size=3))
-    measured = backend.run(
-        target,
-        list(range(10)),
-        n_configs=10,
+    measured = backend.measure(
+        Request(target, range(10), 10),
         on_rows=handed.append,
         on_progress=lambda event, config_id, detail: progress.append((event, config_id)),
     )
@@ -267,7 +265,7 @@ def test_gpus_of_two_models_are_never_ranked_together(target, tmp_path, client):
         NamedGpus(GroundTruth(_settings(tmp_path))), ClusterSettings(devices=(0, 1), batch_size=5)
     )
     with pytest.raises(NsprofError, match="different GPU models .*never ranks") as raised:
-        backend.run(target, list(range(10)), n_configs=10, on_rows=handed.append)
+        backend.measure(Request(target, range(10), 10), on_rows=handed.append)
     assert "\n" not in str(raised.value)
     assert "NVIDIA H200" in str(raised.value) and "A100" in str(raised.value)
     assert len(handed) <= 1  # at most the first model's batch was handed on, never both models'
@@ -308,7 +306,7 @@ def test_a_dask_worker_killed_mid_batch_loses_nothing(target, tmp_path, client, 
 
     def measure():
         try:
-            out["measured"] = backend.run(target, list(range(10)), n_configs=10, on_rows=lambda f: None)
+            out["measured"] = backend.measure(Request(target, range(10), 10), on_rows=lambda f: None)
         except BaseException as exc:  # noqa: BLE001 - the test thread reports it
             out["error"] = exc
 
