@@ -1177,7 +1177,6 @@ def tune(
     from nsprof.drivers.registry import get_driver
     from nsprof.render.json import tune_document
     from nsprof.render.tables import format_tune
-    from nsprof.settings import ground_truths, split_truth
     from nsprof.tune import TuneSettings, check_truths
     from nsprof.tune import tune as run_tune
 
@@ -1224,9 +1223,9 @@ def tune(
         )
         check_truths(settings)
         space = _load_target(target)
-        for name in settings.ranked_truths:  # after the options and the target: a missing tool is one line
-            if split_truth(name)[0] in ground_truths():
-                get_driver(split_truth(name)[0])
+        for truth in settings.ranked_truths:  # after the options and the target: a missing tool is one line
+            if truth.profiler:
+                get_driver(truth.backend)
         with results_only_on_stdout():
             result = run_tune(
                 target, settings, config_ids=_config_ids(config_list), on_stage=bars, space=space

@@ -36,10 +36,11 @@ TIMER_BACKENDS = {
     "event_cold": "event_cold",
 }
 
-# A truth (tune --truth, --deploy; validate --truth) is a ground-truth backend, or one with the
-# condition it runs under where its driver honours clock and cache control, as `TOOL@CLOCK-L2`
-# (Truth below): ncu@base-warm (L2 not flushed), ncu@free-cold (clocks not locked), ncu@free-warm
-# (both). No condition (or @base-cold): ProfileSettings' defaults.
+# A truth (tune --backend, --truth, --deploy; validate --truth) is a ground-truth backend, or one
+# with the condition it runs under where its driver honours clock and cache control, as
+# `TOOL@CLOCK-L2` (Truth below): ncu@base-warm (L2 not flushed), ncu@free-cold (clocks not locked),
+# ncu@free-warm (both). No condition (or @base-cold): ProfileSettings' defaults. A fast timer
+# (TIMER_BACKENDS) is a truth too, of a ranking that no profiler takes.
 DEFAULT_CONDITION = "base-cold"
 TRUTH_VARIANTS = {
     f"{clock}-{l2}": {"clock_control": TRUTH_CLOCKS[clock], "cache_control": TRUTH_L2[l2]}
@@ -52,47 +53,6 @@ TRUTH_VARIANTS = {
 # The drivers behind them are nsprof.drivers.registry's, which checks that it has one for each.
 BUILTIN_BACKENDS = {"ncu": True, "nsys": True, NO_PROFILER: False}
 _backends: dict[str, bool] = dict(BUILTIN_BACKENDS)
-
-
-def split_truth(name: str) -> tuple[str, str]:
-    """("ncu", "base-warm") for "ncu@base-warm", ("ncu", "") for "ncu" and "ncu@base-cold";
-    (name, "") when it names no known condition."""
-    backend, at, condition = name.partition("@")
-    if at and condition == DEFAULT_CONDITION:
-        return backend, ""
-    if at and condition in TRUTH_VARIANTS:
-        return backend, condition
-    return name, ""
-
-
-def canonical_truth(name: str) -> str:
-    """`name` as the truth's one name: ncu@base-cold is ncu."""
-    backend, condition = split_truth(name)
-    return f"{backend}@{condition}" if condition else backend
-
-
-def truth_name(backend: str, labels: dict[str, str]) -> str:
-    """The truth's name for `backend` under `labels` (clock_control, cache_control)."""
-    words = {(v["clock_control"], v["cache_control"]): k for k, v in TRUTH_VARIANTS.items()}
-    condition = words.get((labels.get("clock_control", "base"), labels.get("cache_control", "all")))
-    return f"{backend}@{condition}" if condition else backend
-
-
-def check_truth(name: str) -> str:
-    """The backend of truth `name`, or an NsprofError in one line."""
-    backend, _ = split_truth(name)
-    truths = ground_truths()
-    if backend in truths:
-        return backend
-    if name in TIMER_BACKENDS:
-        raise NsprofError(
-            f"--truth takes ground truths ({', '.join(truths)}); {name} is a fast timer: use --backend {name}"
-        )
-    variants = ", ".join(f"{truths[0]}@{s}" for s in TRUTH_VARIANTS) if truths else ""
-    raise NsprofError(
-        f"unknown truth {name!r}: choose from {', '.join(truths)}"
-        + (f" (or a variant such as {variants})" if variants else "")
-    )
 
 
 def add_backend(name: str, ground_truth: bool) -> None:
@@ -235,12 +195,12 @@ class TuneSettings:
     wait: bool = False  # wait for another nsprof profiling this GPU instead of failing
     feed_back: bool = True  # hand the ranking to the target's tuner when its Space can take it
     tuner_pick: bool = True  # say what the target's own tuner picks with its own timer, when it can say
-    # Cross-truth tuning: rank under each of these truths (ground truths, with variant suffixes:
-    # split_truth). Empty: the one `backend`. Given, they decide, and `backend` becomes the deploy
-    # truth's backend.
-    truths: tuple[str, ...] = ()
-    # The truth whose winner is fed back (one of `truths`; default the first). Empty: `backend`.
-    deploy: str = ""
+    # Cross-truth tuning: rank under each of these truths (ground truths, with their conditions:
+    # Truth, or their names, parsed here). Empty: the one `backend`. Given, they decide, and `backend`
+    # becomes the deploy truth's backend.
+    truths: tuple[Truth, ...] = ()
+    # The truth whose winner is fed back (one of `truths`; default the first). None: `backend`.
+    deploy: Truth | None = None
     # When truths disagree, measure the contenders again under the first truth with each differing
     # condition changed, to say which one explains it.
     explain: bool = True
@@ -253,27 +213,29 @@ class TuneSettings:
 
     def __post_init__(self) -> None:
         truths = ground_truths()
-        if self.truths or self.deploy:
-            given = tuple(self.truths) or ((self.backend,) if self.backend in truths else ())
-            given = tuple(canonical_truth(n) for n in given)
+        deploy = Truth.parse(self.deploy) if isinstance(self.deploy, str) and self.deploy else self.deploy
+        if self.truths or deploy:
+            given = tuple(Truth.parse(t) for t in self.truths) or (
+                (Truth(self.backend),) if self.backend in truths else ()
+            )
             if not given:
                 raise NsprofError(
-                    f"--deploy {self.deploy} needs ground truths (--truth), not the fast timer {self.backend}"
+                    f"--deploy {deploy.name} needs ground truths (--truth), not the fast timer {self.backend}"
                 )
-            for name in given:
-                check_truth(name)
-            if len(set(given)) != len(given):
-                raise NsprofError(f"--truth names a truth twice: {','.join(given)}")
-            deploy = canonical_truth(self.deploy) if self.deploy else given[0]
+            for truth in given:
+                truth.check_ground_truth()
+            names = [t.name for t in given]
+            if len(set(names)) != len(names):
+                raise NsprofError(f"--truth names a truth twice: {','.join(names)}")
+            deploy = deploy or given[0]
             if deploy not in given:
-                check_truth(deploy)
+                deploy.check_ground_truth()
                 raise NsprofError(
-                    f"--deploy {deploy} is not one of the truths ranked ({','.join(given)}): "
-                    f"add it to --truth"
+                    f"--deploy {deploy.name} is not one of the truths ranked ({','.join(names)}): add it to --truth"
                 )
             object.__setattr__(self, "truths", given)
             object.__setattr__(self, "deploy", deploy)
-            object.__setattr__(self, "backend", split_truth(deploy)[0])
+            object.__setattr__(self, "backend", deploy.backend)
         _check(
             [
                 (
@@ -301,23 +263,34 @@ class TuneSettings:
         return self.backend in ground_truths()
 
     @property
-    def ranked_truths(self) -> tuple[str, ...]:
+    def ranked_truths(self) -> tuple[Truth, ...]:
         """The truths (or the one fast timer) this tune ranks under, in order."""
-        return tuple(self.truths) or (self.backend,)
+        return tuple(self.truths) or (Truth(self.backend),)
 
     @property
-    def deploy_truth(self) -> str:
+    def deploy_truth(self) -> Truth:
         """The truth whose winner is fed back."""
-        return self.deploy or self.backend
+        return self.deploy or Truth(self.backend)
 
-    def truth_profile(self, truth: str) -> ProfileSettings:
-        """The session settings of ground truth `truth` (a backend, or a variant such as ncu@base-warm)."""
-        backend, suffix = split_truth(truth)
-        overrides = TRUTH_VARIANTS[suffix] if suffix else {}
+    @property
+    def prescreen_truth(self) -> Truth | None:
+        return None if self.prescreen is None else Truth(self.prescreen)
+
+    def truth_profile(self, truth: Truth) -> ProfileSettings:
+        """The session settings of ground truth `truth` (under its condition, such as ncu@base-warm)."""
         base = self.profile
-        if base.backend == backend and not overrides:
+        if base.backend == truth.backend and not truth.overrides:
             return base
-        return replace(base, backend=backend, **overrides)
+        return replace(base, backend=truth.backend, **truth.overrides)
+
+    def record(self) -> dict:
+        """These settings as the results store records a run's: plain values, each truth by its name."""
+        from dataclasses import asdict
+
+        record = asdict(self)
+        record["truths"] = [t.name for t in self.truths]
+        record["deploy"] = self.deploy.name if self.deploy else ""
+        return record
 
     @property
     def adaptive_max_reps(self) -> int:
@@ -340,34 +313,65 @@ class TuneSettings:
 
 @dataclass(frozen=True)
 class Truth:
-    """One ground truth of `nsprof validate` under one condition: `ncu` (the backend's session
-    defaults), or `ncu@free-warm` (clocks free, L2 warm: --clock-control none --cache-control none).
-    clock/l2 are the condition words (TRUTH_CLOCKS, TRUTH_L2), None when not given."""
+    """How a ranking's numbers are taken, parsed once from its name (Truth.parse): a ground truth,
+    a profiler's backend under one condition, `ncu` (the backend's session defaults) or
+    `ncu@free-warm` (clocks free, L2 warm: --clock-control none --cache-control none), or a fast
+    timer (`graph`, `cupti`, ...: TIMER_BACKENDS). clock/l2 are the condition words (TRUTH_CLOCKS,
+    TRUTH_L2), None when not given."""
 
     backend: str
     clock: str | None = None
     l2: str | None = None
 
     @classmethod
-    def parse(cls, spec: str) -> Truth:
+    def parse(cls, spec: str | Truth) -> Truth:
         """`tool` or `tool@clock-l2` (clock: base | free; l2: cold | warm). `tool@base-cold` is
-        the same condition as the plain `tool` (ncu's defaults in nsprof) and is named so."""
+        the same condition as the plain `tool` (ncu's defaults in nsprof) and is named so.
+        A Truth is itself."""
+        if isinstance(spec, Truth):
+            return spec
         spec = spec.strip()
-        backend, condition = split_truth(spec)
-        if "@" in spec and backend == spec:  # split_truth knows no such condition
-            backend = spec.partition("@")[0]
+        backend, at, condition = spec.partition("@")
+        if not at or condition == DEFAULT_CONDITION:
+            return cls(backend)
+        if condition not in TRUTH_VARIANTS:
             raise NsprofError(
                 f"truth {spec!r}: a condition is @CLOCK-L2 with CLOCK one of "
                 f"{', '.join(TRUTH_CLOCKS)} and L2 one of {', '.join(TRUTH_L2)} (e.g. {backend}@free-warm)"
             )
-        if not condition:
-            return cls(backend)
         clock, l2 = condition.split("-")
         return cls(backend, clock, l2)
+
+    @classmethod
+    def of_labels(cls, backend: str, labels: dict[str, str]) -> Truth:
+        """The truth of `backend` under `labels` (clock_control, cache_control)."""
+        words = {(v["clock_control"], v["cache_control"]): k for k, v in TRUTH_VARIANTS.items()}
+        condition = words.get((labels.get("clock_control", "base"), labels.get("cache_control", "all")))
+        return cls(backend) if condition is None else cls(backend, *condition.split("-"))
 
     @property
     def name(self) -> str:
         return self.backend if self.clock is None else f"{self.backend}@{self.clock}-{self.l2}"
+
+    @property
+    def condition(self) -> str:
+        """Its condition's words ("free-warm"), "" for the backend's defaults."""
+        return "" if self.clock is None else f"{self.clock}-{self.l2}"
+
+    @property
+    def overrides(self) -> dict[str, str]:
+        """The session settings its condition changes (clock_control, cache_control)."""
+        return TRUTH_VARIANTS[self.condition] if self.condition else {}
+
+    @property
+    def profiler(self) -> bool:
+        """Whether a profiler takes it (a ground truth), not a fast timer."""
+        return self.backend in ground_truths()
+
+    @property
+    def timer(self) -> str:
+        """A fast timer's nsprof timer method (nsprof.timers.specs)."""
+        return TIMER_BACKENDS[self.backend]
 
     @property
     def clock_control(self) -> str:
@@ -381,18 +385,34 @@ class Truth:
         """The per-config table's method name of this truth in `mode`: `ncu:graph`, `ncu@free-warm:graph`."""
         return f"{self.name}:{mode}"
 
+    def check_ground_truth(self) -> None:
+        """An NsprofError in one line unless it is a ground truth (--truth takes only those)."""
+        truths = ground_truths()
+        if self.backend in truths:
+            return
+        if self.backend in TIMER_BACKENDS and self.clock is None:
+            raise NsprofError(
+                f"--truth takes ground truths ({', '.join(truths)}); {self.name} is a fast timer: "
+                f"use --backend {self.name}"
+            )
+        variants = ", ".join(f"{truths[0]}@{s}" for s in TRUTH_VARIANTS) if truths else ""
+        raise NsprofError(
+            f"unknown truth {self.name!r}: choose from {', '.join(truths)}"
+            + (f" (or a variant such as {variants})" if variants else "")
+        )
+
 
 @dataclass(frozen=True)
 class ValidateSettings:
     """`nsprof validate`'s choices: which fast timers against which ground truths.
 
-    truths are Truth specs (`ncu`, `nsys`, `ncu@free-warm`); `matched` adds, for every truth
+    truths are Truths (given as their names: `ncu`, `nsys`, `ncu@free-warm`); `matched` adds, for every truth
     whose driver controls clocks and caches, its clocks-free cold-L2 and warm-L2 conditions
     (nsprof.validate.resolve_truths), so that each timer meets ncu under its own conditions."""
 
     timers: tuple[str, ...] = ("event", "cupti", "graph")
     external: bool = True
-    truths: tuple[str, ...] = ("ncu", "nsys")
+    truths: tuple[Truth, ...] = ("ncu", "nsys")
     matched: bool = False
     modes: tuple[str, ...] = MODES
     reps: int = 5  # ground-truth reps per config and mode
@@ -405,7 +425,8 @@ class ValidateSettings:
 
     def __post_init__(self) -> None:
         truths = ground_truths()
-        parsed = [Truth.parse(t) for t in self.truths]  # a bad condition: one line
+        parsed = tuple(Truth.parse(t) for t in self.truths)  # a bad condition: one line
+        object.__setattr__(self, "truths", parsed)
         _check(
             [
                 (bool(parsed), "give at least one truth"),

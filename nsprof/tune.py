@@ -34,7 +34,7 @@ from nsprof.errors import NsprofError, TargetChanged
 from nsprof.measure import FastTimers, GroundTruth, Measured, Request
 from nsprof.reports.checks import one_line
 from nsprof.schema import Failure
-from nsprof.settings import TIMER_BACKENDS, TuneSettings, ground_truths, split_truth
+from nsprof.settings import TIMER_BACKENDS, Truth, TuneSettings
 from nsprof.space import config_label
 
 __all__ = [
@@ -124,35 +124,24 @@ class CrossTruth:
     explanations: list = field(default_factory=list)
 
 
-def _is_truth(name: str) -> bool:
-    return split_truth(name)[0] in ground_truths()
-
-
-def _profile_settings(backend: str, settings: TuneSettings):
-    """settings.profile for ground truth `backend` (which may differ from settings.backend, and may
-    be a variant such as ncu@base-warm: TuneSettings.truth_profile)."""
-    return settings.truth_profile(backend)
-
-
-def truth_labels(truth: str, settings: TuneSettings) -> dict[str, str]:
+def truth_labels(truth: Truth, settings: TuneSettings) -> dict[str, str]:
     """The conditions ground truth `truth`'s rows are labelled with (its driver's labels)."""
-    return registry.driver_class(split_truth(truth)[0]).labels(_profile_settings(truth, settings))
+    return registry.driver_class(truth.backend).labels(settings.truth_profile(truth))
 
 
 def check_truths(settings: TuneSettings) -> None:
     """Every truth of `settings` is one its driver can measure: a variant (ncu@base-warm, ...) only where
     the driver controls clocks and caches. An NsprofError in one line otherwise."""
     for truth in settings.truths:
-        backend, condition = split_truth(truth)
-        if condition:
-            registry.check_condition(backend, truth)
+        if truth.condition:
+            registry.check_condition(truth.backend, truth.name)
 
 
-def key_labels(backend: str, settings: TuneSettings) -> dict[str, str]:
+def key_labels(truth: Truth, settings: TuneSettings) -> dict[str, str]:
     """The conditions a measurement is taken under (results-store key fields)."""
-    if _is_truth(backend):
-        return {"mode": settings.mode, **truth_labels(backend, settings)}
-    name = TIMER_BACKENDS[backend]
+    if truth.profiler:
+        return {"mode": settings.mode, **truth_labels(truth, settings)}
+    name = truth.timer
     return {
         "mode": "graph" if name.startswith("graph") else "direct",
         "clock_control": "none",
@@ -177,7 +166,7 @@ def retryable(failure: Failure, timeout_s: float) -> bool:
 def _a_timer_ranks(settings: TuneSettings) -> bool:
     """Whether a fast timer is one of the rankings: its sessions (FastTimers) do not compile, so
     tune compiles first (a ground truth's session compiles beside itself: profile_result)."""
-    return not all(_is_truth(truth) for truth in settings.ranked_truths)
+    return not all(truth.profiler for truth in settings.ranked_truths)
 
 
 def shape_keys(space) -> list[int | None]:
@@ -190,7 +179,7 @@ def shape_keys(space) -> list[int | None]:
 def measure_rows(
     target: str,
     n: int,
-    backend: str,
+    truth: Truth,
     settings: TuneSettings,
     config_ids: list[int],
     on_progress,
@@ -201,7 +190,7 @@ def measure_rows(
     on_measured: Callable[[Measured], None] | None = None,
     space=None,
 ):
-    """Tidy rows for `config_ids` under `backend`: kernels for ground truths (compiled first, see
+    """Tidy rows for `config_ids` under `truth`: kernels for ground truths (compiled first, see
     nsprof.profile.profile_result); for a fast timer one row per config holding the timer's
     statistic as rep 0. Failed configs are rows with an error.
 
@@ -223,13 +212,13 @@ def measure_rows(
     expect = space.as_read() if space is not None else None
     if plan is not None:
         request = Request(target, plan.configs, n, n_shapes, expect=expect, plan=plan)
-        measured = GroundTruth(_profile_settings(backend, settings)).measure(
+        measured = GroundTruth(settings.truth_profile(truth)).measure(
             request, on_progress=on_progress, on_rows=on_rows
         )
-    elif _is_truth(backend):
+    elif truth.profiler:
         from nsprof.profile import profile_result
 
-        profile_settings = _profile_settings(backend, settings)
+        profile_settings = settings.truth_profile(truth)
         measured: Measured = profile_result(
             target,
             profile_settings,
@@ -242,7 +231,7 @@ def measure_rows(
     else:
         from nsprof.session import work_folder
 
-        name = TIMER_BACKENDS[backend]
+        name = truth.timer
         with work_folder(settings.work_dir, "nsprof-tune-") as work_dir:  # a temporary one is removed
             timers = sharded(
                 FastTimers(
@@ -251,7 +240,7 @@ def measure_rows(
                     work_dir / f"timer-{name}",
                     timer_reps=settings.timer_reps,
                     stat=settings.stat,
-                    labels=key_labels(backend, settings),
+                    labels=key_labels(truth, settings),
                     failure_source=name,
                 ),
                 settings.cluster,
@@ -366,17 +355,15 @@ class _Stored:
         ]
         return per_shape[0] if len(per_shape) == 1 else pd.concat(per_shape, ignore_index=True)
 
-    def session(self, target: str, backend: str, n: int, plan: Plan, number: int, on_progress, space=None):
+    def session(self, target: str, truth: Truth, n: int, plan: Plan, number: int, on_progress, space=None):
         """One adaptive session, stored as a run of its own (marked ADAPTIVE_RUN), each point's
         rows in one transaction as the session hands them over; returns its rows."""
-        from dataclasses import asdict
-
         from nsprof.adaptive import planned_rows
         from nsprof.store import ResultStore
 
         with ResultStore(self.settings.store) as store:
             labels = {
-                **asdict(self.settings),
+                **self.settings.record(),
                 ADAPTIVE_RUN: number,
                 "configs": list(plan.configs),
                 "rounds": plan.rounds,
@@ -392,7 +379,7 @@ class _Stored:
                 lambda: measure_rows(
                     target,
                     n,
-                    backend,
+                    truth,
                     self.settings,
                     list(plan.configs),
                     on_progress,
@@ -423,7 +410,7 @@ def _by_shape(space, points: list[int]) -> dict[int | None, list[int]]:
 def _measure_stored(
     target: str,
     space,
-    backend: str,
+    truth: Truth,
     settings: TuneSettings,
     points: list[int],
     on_progress,
@@ -438,18 +425,17 @@ def _measure_stored(
     from nsprof.store import ResultStore, config_json
 
     layout = space.points
-    truth = _is_truth(backend)
-    tool_version = GroundTruth(_profile_settings(backend, settings)).tool_version() if truth else ""
+    tool_version = GroundTruth(settings.truth_profile(truth)).tool_version() if truth.profiler else ""
     # A fast timer's row holds the statistic asked for, so that is part of what it measured. A truth's
     # variant (ncu@base-warm) is stored as its backend: its clock and cache labels say the rest.
-    stored_backend = split_truth(backend)[0] if truth else f"{backend}:{settings.stat}"
+    stored_backend = truth.backend if truth.profiler else f"{truth.backend}:{settings.stat}"
     gpu = which_gpu(0) if settings.cluster is None else cluster_gpu(settings.cluster)
     group = {
         "fingerprint": space.fingerprint or target_fingerprint(target),
         "gpu": gpu.key,
         "backend": stored_backend,
         "tool_version": tool_version,
-        **key_labels(backend, settings),
+        **key_labels(truth, settings),
     }
     wanted = _by_shape(space, points)
     wanted_json = {c: config_json(space.configs[c]) for configs in wanted.values() for c in configs}
@@ -474,7 +460,7 @@ def _measure_stored(
                 f"resumed: {len(points) - len(todo)} of {len(points)} {unit} came from the results store"
             )
         if todo:
-            run_id = store.start_run(target=target, settings=settings, gpu_uuid=gpu.uuid, **group)
+            run_id = store.start_run(target=target, settings=settings.record(), gpu_uuid=gpu.uuid, **group)
             done: set = set()
             devices: list[dict | None] = []
 
@@ -482,7 +468,7 @@ def _measure_stored(
                 rows = measure_rows(
                     target,
                     len(space.configs),
-                    backend,
+                    truth,
                     settings,
                     todo,
                     on_progress,
@@ -513,7 +499,7 @@ def _measure_stored(
 def rank_truth(
     target: str,
     space,
-    truth: str,
+    truth: Truth,
     settings: TuneSettings,
     points: list[int],
     on_progress,
@@ -560,7 +546,7 @@ def rank_truth(
     first_pass_wall_s = time.monotonic() - began
     first_pass_phases = _timing(runs[0]) if runs else None
     adaptive: dict = {}
-    if stage is not None and settings.cluster is not None and _is_truth(truth):
+    if stage is not None and settings.cluster is not None and truth.profiler:
         notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
     elif stage is not None:
         rows, adaptive = _adaptive(target, space, truth, settings, rows, stored, cost_of_first_pass(), stage)
@@ -572,7 +558,7 @@ def rank_truth(
     results = {}
     for shape in shape_keys(space):
         summary = adaptive.get(shape)
-        said = [summary.describe()] if summary is not None and _is_truth(truth) else []
+        said = [summary.describe()] if summary is not None and truth.profiler else []
         result = _ranked(
             space,
             truth,
@@ -602,7 +588,7 @@ def rank_truth(
 
 def _ranked(
     space,
-    truth: str,
+    truth: Truth,
     settings: TuneSettings,
     rows,
     notes: list[str],
@@ -614,30 +600,29 @@ def _ranked(
     from nsprof.profile import config_summary
 
     summary = config_summary(rows)
-    backend = split_truth(truth)[0]
-    if _is_truth(truth):
-        conditions = registry.driver_class(backend).conditions(_profile_settings(truth, settings))
+    if truth.profiler:
+        conditions = registry.driver_class(truth.backend).conditions(settings.truth_profile(truth))
         reps = (
             f"{settings.reps} reps"
             if adaptive is None or not adaptive.reps
             else f"{settings.reps} reps, the contenders' up to {max(adaptive.reps_per_config.values())} (adaptive)"
         )
-        label = f"{truth}, mode {settings.mode}, {settings.stat} of {reps}" + (
+        label = f"{truth.name}, mode {settings.mode}, {settings.stat} of {reps}" + (
             f", {conditions}" if conditions else ""
         )
     else:
-        label = f"fast timer {TIMER_BACKENDS[truth]}, {settings.stat} of {settings.timer_reps} samples"
+        label = f"fast timer {truth.timer}, {settings.stat} of {settings.timer_reps} samples"
     table = rank(summary, settings.stat)
     table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
     return TuneResult(
         table,
         space.configs,
-        backend,
+        truth.backend,
         label,
         None,
         notes,
         stat=settings.stat,
-        truth=truth,
+        truth=truth.name,
         labels=key_labels(truth, settings),
         adaptive=adaptive,
         first_pass_wall_s=first_pass_wall_s,
@@ -660,25 +645,24 @@ def _timing(measured: Measured) -> dict | None:
 
 
 def _probes(
-    probed: str, other: str, results: dict, settings: TuneSettings
-) -> list[tuple[list[str], str]] | None:
+    probed: Truth, other: Truth, results: dict, settings: TuneSettings
+) -> list[tuple[list[str], Truth]] | None:
     """The truths that measure like `probed` with each condition in which it differs from `other`
-    set as `other` has it (one at a time, then all together): [(conditions changed, truth name)];
+    set as `other` has it (one at a time, then all together): [(conditions changed, truth)];
     None when `probed`'s driver cannot change one of them (nsys: neither clocks nor caches)."""
-    labels, goal = results[probed].labels, results[other].labels
+    labels, goal = results[probed.name].labels, results[other.name].labels
     conditions = crosstruth.differing(labels, goal)
-    backend = split_truth(probed)[0]
     subsets = [[c] for c in conditions] + ([list(conditions)] if len(conditions) > 1 else [])
     out = []
     for changed in subsets:
         wanted = {**labels, **{c: goal[c] for c in changed}}
-        name = crosstruth.truth_name(backend, wanted)
-        if name == other:  # every condition changed: that is the other truth itself, not a probe
+        probe = Truth.of_labels(probed.backend, wanted)
+        if probe == other:  # every condition changed: that is the other truth itself, not a probe
             continue
-        got = truth_labels(name, settings)
+        got = truth_labels(probe, settings)
         if any(got.get(c) != wanted.get(c) for c in crosstruth.CONDITIONS):
             return None
-        out.append((changed, name))
+        out.append((changed, probe))
     return out
 
 
@@ -702,25 +686,25 @@ def _timed(progress, settings: TuneSettings):
     return timed, cost
 
 
-def _explain(target: str, space, pairs: dict, rankings: dict, settings: TuneSettings, stage) -> dict:
-    """Why two truths disagree, at each shape in `pairs` ({shape: crosstruth.Pair} of one pair of
-    truths): the contenders (both winners, both tie sets) measured again under one truth's backend
-    with each condition in which the two differ set as the other has it, every shape's contenders
-    in the same session per probe. `rankings`: {shape: {truth: TuneResult}}. {shape: Explanation}."""
-    pair = next(iter(pairs.values()))
-    a, b = pair.a, pair.b
+def _explain(
+    target: str, space, a: Truth, b: Truth, pairs: dict, rankings: dict, settings: TuneSettings, stage
+) -> dict:
+    """Why truths `a` and `b` disagree, at each shape in `pairs` ({shape: crosstruth.Pair} of a and b):
+    the contenders (both winners, both tie sets) measured again under one truth's backend with each
+    condition in which the two differ set as the other has it, every shape's contenders in the same
+    session per probe. `rankings`: {shape: {truth name: TuneResult}}. {shape: Explanation}."""
     some = rankings[next(iter(pairs))]
     contenders = {shape: crosstruth.contenders(p) for shape, p in pairs.items()}
 
     def unexplained(reason: str) -> dict:
         return {
-            shape: crosstruth.Explanation(p, a, b, contenders[shape], reason=reason)
+            shape: crosstruth.Explanation(p, a, b.name, contenders[shape], reason=reason)
             for shape, p in pairs.items()
         }
 
-    if not crosstruth.differing(some[a].labels, some[b].labels):
+    if not crosstruth.differing(some[a.name].labels, some[b.name].labels):
         return unexplained(
-            f"{a} and {b} measure under the same clock and cache conditions: the tools themselves differ"
+            f"{a.name} and {b.name} measure under the same clock and cache conditions: the tools themselves differ"
         )
     for probed, other in ((a, b), (b, a)):
         variants = _probes(probed, other, some, settings)
@@ -728,40 +712,39 @@ def _explain(target: str, space, pairs: dict, rankings: dict, settings: TuneSett
             break
     else:
         return unexplained(
-            f"neither {split_truth(a)[0]} nor {split_truth(b)[0]} can change the conditions in which they differ"
+            f"neither {a.backend} nor {b.backend} can change the conditions in which they differ"
         )
     explanations = {
-        shape: crosstruth.Explanation(p, probed, other, contenders[shape]) for shape, p in pairs.items()
+        shape: crosstruth.Explanation(p, probed, other.name, contenders[shape]) for shape, p in pairs.items()
     }
     layout = space.points
     points = [layout.id(c, shape) for shape, configs in contenders.items() for c in configs]
-    for changed, name in variants:
+    for changed, probe in variants:
         try:
-            ranked = rank_truth(target, space, name, settings, points, stage(name, len(points)), [])
+            ranked = rank_truth(target, space, probe, settings, points, stage(probe.name, len(points)), [])
         except TargetChanged:
             raise  # no probe of the target as read can be measured any more
         except NsprofError as exc:  # measured nothing there: say so, keep the others
+            labels = truth_labels(probe, settings)
             for explanation in explanations.values():
                 explanation.probes.append(
-                    crosstruth.Probe(
-                        name, changed, truth_labels(name, settings), None, [], crosstruth.UNKNOWN
-                    )
+                    crosstruth.Probe(probe.name, changed, labels, None, [], crosstruth.UNKNOWN)
                 )
                 explanation.reason = one_line(str(exc), 200)
             continue
         for shape, explanation in explanations.items():
-            goal = rankings[shape][other].table
+            goal = rankings[shape][other.name].table
             goal_winner, goal_ties = crosstruth.winner(goal, settings.stat)
             table = ranked[shape].table
             won, ties = crosstruth.winner(table, settings.stat)
             verdict = crosstruth.verdict(won, ties, goal_winner, goal_ties)
             explanation.probes.append(
-                crosstruth.Probe(name, changed, ranked[shape].labels, won, ties, verdict, table)
+                crosstruth.Probe(probe.name, changed, ranked[shape].labels, won, ties, verdict, table)
             )
             ratio = crosstruth.erratic(table, goal)
             if ratio is not None:
                 explanation.warnings.append(
-                    f"{name} measured the contenders {ratio:.1f}x as long as {other} did: its "
+                    f"{probe.name} measured the contenders {ratio:.1f}x as long as {other.name} did: its "
                     "numbers look erratic on this machine, so its pick says little"
                 )
     for explanation in explanations.values():
@@ -770,23 +753,24 @@ def _explain(target: str, space, pairs: dict, rankings: dict, settings: TuneSett
 
 
 def cross_truth(target: str, space, rankings: dict, settings: TuneSettings, stage) -> dict:
-    """Every pair of truths compared at each shape, in --truth order; each disagreeing pair explained
-    (settings.explain) by probes of its contenders (_explain). `rankings`: {shape: {truth:
-    TuneResult}}; returns {shape: CrossTruth}."""
+    """Every pair of settings' truths compared at each shape, in --truth order; each disagreeing pair
+    explained (settings.explain) by probes of its contenders (_explain). `rankings`: {shape: {truth
+    name: TuneResult}}; returns {shape: CrossTruth}."""
     crosses = {shape: CrossTruth() for shape in rankings}
-    names = list(next(iter(rankings.values())))
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
+    truths = settings.ranked_truths
+    for i, a in enumerate(truths):
+        for b in truths[i + 1 :]:
             disagree = {}
             for shape, results in rankings.items():
-                pair = crosstruth.compare(a, results[a].table, b, results[b].table, settings.stat)
+                pair = crosstruth.compare(
+                    a.name, results[a.name].table, b.name, results[b.name].table, settings.stat
+                )
                 crosses[shape].pairs.append(pair)
                 if pair.verdict == crosstruth.DISAGREE and settings.explain:
                     disagree[shape] = pair
             if disagree:
-                for shape, explanation in _explain(
-                    target, space, disagree, rankings, settings, stage
-                ).items():
+                explained = _explain(target, space, a, b, disagree, rankings, settings, stage)
+                for shape, explanation in explained.items():
                     crosses[shape].explanations.append(explanation)
     return crosses
 
@@ -827,10 +811,12 @@ def tune(
     if settings.prescreen:
         points, prescreened = _prescreen(target, space, settings, points, stage)
     per_truth = {
-        truth: rank_truth(target, space, truth, settings, points, stage(truth, len(points)), stage=stage)
+        truth.name: rank_truth(
+            target, space, truth, settings, points, stage(truth.name, len(points)), stage=stage
+        )
         for truth in settings.ranked_truths
     }
-    deploy = settings.deploy_truth
+    deploy = settings.deploy_truth.name
     rankings = {shape: {truth: per_truth[truth][shape] for truth in per_truth} for shape in shape_keys(space)}
     crosses = cross_truth(target, space, rankings, settings, stage) if len(per_truth) > 1 else {}
     results = []
@@ -863,7 +849,7 @@ def _prescreen(target: str, space, settings: TuneSettings, points: list[int], st
     rows = measure_rows(
         target,
         len(space.configs),
-        settings.prescreen,
+        settings.prescreen_truth,
         settings,
         points,
         stage(settings.prescreen, len(points)),
@@ -898,7 +884,7 @@ def _prescreen_notes(result: TuneResult, space, points: list[int]) -> None:
 
 
 def _adaptive(
-    target: str, space, truth: str, settings: TuneSettings, rows, stored: _Stored | None, cost, stage
+    target: str, space, truth: Truth, settings: TuneSettings, rows, stored: _Stored | None, cost, stage
 ):
     """Adaptive reps for every shape's contenders (nsprof.adaptive.refine), each session through the
     results store when there is one. Returns the rows and {shape: AdaptiveSummary}."""
@@ -909,7 +895,7 @@ def _adaptive(
     n, layout = len(space.configs), space.points
 
     def measure(plan: Plan, number: int):
-        progress = stage(f"{truth} adaptive {number}", len(plan.configs))
+        progress = stage(f"{truth.name} adaptive {number}", len(plan.configs))
         if stored is not None:
             return stored.session(target, truth, n, plan, number, progress, space)
         return measure_rows(

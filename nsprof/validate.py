@@ -101,7 +101,7 @@ def resolve_truths(settings: ValidateSettings) -> list[Truth]:
     clocks-free cold-L2 and warm-L2 conditions; duplicates dropped, order kept."""
     from nsprof.drivers.registry import check_condition, controllable, driver_class
 
-    truths = [Truth.parse(spec) for spec in settings.truths]
+    truths = list(settings.truths)
     for truth in truths:
         if truth.clock is not None:
             check_condition(truth.backend, truth.name)
@@ -128,14 +128,13 @@ def truth_profile(truth: Truth, settings: ValidateSettings, work_dir: Path):
 
 
 def run_truth(
-    target: str, truth: Truth | str, settings: ValidateSettings, work_dir: Path, on_progress=None, space=None
+    target: str, truth: Truth, settings: ValidateSettings, work_dir: Path, on_progress=None, space=None
 ):
     """One ground truth (under its condition) over every config: per-config rows {config_id,
     method, value_ns, ci_low_ns, ci_high_ns, clock_hz} (method: Truth.method(mode), value: the
     median of the reps, with the median's interval) and failures {(truth name, config_id): reason}."""
     from nsprof.profile import profile_result
 
-    truth = Truth.parse(truth) if isinstance(truth, str) else truth
     profile_settings = truth_profile(truth, settings, work_dir)
     result = profile_result(
         target,

@@ -138,7 +138,7 @@ def test_disagreeing_truths_say_by_how_much_and_the_l2_state_explains_it(truths,
     assert pair.b_under_a * 100 == pytest.approx(pct_slower(lab, field_best, lab_best))
 
     (explanation,) = result.cross.explanations
-    assert explanation.probed == "lab" and explanation.target == "field"
+    assert explanation.probed.name == "lab" and explanation.target == "field"
     assert explanation.contenders == [0, 1]  # both winners (no ties here); config 2 is not measured again
     probes = {p.truth: p for p in explanation.probes}
     assert set(probes) == {"lab@base-warm", "lab@free-cold", "lab@free-warm"}
@@ -261,6 +261,7 @@ def test_deploy_picks_what_is_fed_back_and_the_store_records_it(truths, tmp_path
 
 
 def test_truth_and_deploy_values_are_checked(truths, tmp_path):
+    from nsprof.settings import Truth
     from nsprof.tune import check_truths
 
     for kwargs, message in [
@@ -277,7 +278,9 @@ def test_truth_and_deploy_values_are_checked(truths, tmp_path):
         check_truths(TuneSettings(truths=("lab", "field@base-warm")))
     check_truths(TuneSettings(truths=("lab@free-warm", "field")))  # lab honours both
     one = TuneSettings(backend="field")
-    assert (one.ranked_truths, one.deploy_truth, one.truths) == (("field",), "field", ())
+    assert (one.ranked_truths, one.deploy_truth, one.truths) == ((Truth("field"),), Truth("field"), ())
+    two = TuneSettings(truths=("lab@base-cold", "field@base-cold"), deploy="field")  # parsed once, here
+    assert two.truths == (Truth("lab"), Truth("field")) and two.deploy == Truth("field")
 
 
 def test_verdict_and_cause_rules():
@@ -309,8 +312,12 @@ def test_verdict_and_cause_rules():
         == "neither"
     )
     assert crosstruth.cause([probe(cache, "unknown")]) == "not measured"
-    assert crosstruth.split_truth("ncu@free-warm") == ("ncu", "free-warm")
-    assert crosstruth.truth_name("ncu", {"clock_control": "base", "cache_control": "none"}) == "ncu@base-warm"
+    from nsprof.settings import Truth
+
+    assert Truth.parse("ncu@free-warm") == Truth("ncu", "free", "warm") and Truth.parse(
+        "ncu@base-cold"
+    ) == Truth("ncu")
+    assert Truth.of_labels("ncu", {"clock_control": "base", "cache_control": "none"}).name == "ncu@base-warm"
 
 
 # ----------------------------------------------------------------------------- the command line
@@ -467,7 +474,7 @@ def test_results_reads_runs_recorded_before_the_deploy_field(tmp_path):
             target="new.py:space",
             backend="nsys",
             mode="graph",
-            settings=TuneSettings(truths=("ncu", "nsys"), deploy="nsys"),
+            settings=TuneSettings(truths=("ncu", "nsys"), deploy="nsys").record(),  # as tune records it
         )
         runs = store.runs()
     assert SCHEMA_VERSION == 2  # made 2 by failure kinds: the deploy field needed no change

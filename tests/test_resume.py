@@ -37,7 +37,8 @@ def measured(monkeypatch):
     TRUTH.clear()
     FAILURES.clear()
 
-    def stand_in(target, n, backend, settings, config_ids, on_progress, **unused):
+    def stand_in(target, n, truth, settings, config_ids, on_progress, **unused):
+        backend = truth.name
         calls.append(list(config_ids))
         configs = load_target(target).configs
         rows = []

@@ -297,10 +297,10 @@ def test_the_feed_back_runs_in_a_fresh_child_process(tmp_path):
 
 
 def test_measure_rows_measures_under_the_backend_it_is_given(monkeypatch):
-    """measure_rows(…, backend, settings) with a ground truth other than settings.backend runs that
+    """measure_rows(…, truth, settings) with a ground truth other than settings.backend runs that
     ground truth, and key_labels labels it so (as the old code, which built its settings from it)."""
     import nsprof.profile as profile_module
-    from nsprof.settings import TuneSettings
+    from nsprof.settings import Truth, TuneSettings
     from nsprof.tune import key_labels, measure_rows
 
     seen = []
@@ -314,10 +314,10 @@ def test_measure_rows_measures_under_the_backend_it_is_given(monkeypatch):
 
     monkeypatch.setattr(profile_module, "profile_result", fake)
     settings = TuneSettings(backend="ncu", use_store=False)
-    measure_rows("t.py:space", 1, "nsys", settings, [0], None)
+    measure_rows("t.py:space", 1, Truth("nsys"), settings, [0], None)
     assert seen == ["nsys"]
-    assert key_labels("nsys", settings)["clock_control"] == "none"
-    assert key_labels("ncu", settings)["clock_control"] == "base"
+    assert key_labels(Truth("nsys"), settings)["clock_control"] == "none"
+    assert key_labels(Truth("ncu"), settings)["clock_control"] == "base"
 
 
 def test_a_space_with_tuner_callables_in_meta_is_refused_in_one_line(tmp_path):

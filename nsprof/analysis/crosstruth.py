@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nsprof.analysis.confidence import decide
-from nsprof.settings import split_truth, truth_name
 
 __all__ = [
     "Explanation",
@@ -39,8 +38,6 @@ __all__ = [
     "differing",
     "erratic",
     "relative",
-    "split_truth",
-    "truth_name",
     "verdict",
     "winner",
 ]
@@ -168,7 +165,7 @@ class Explanation:
     """Why `pair.a` and `pair.b` disagree: `probed` (a truth of a's backend) under each changed condition."""
 
     pair: Pair
-    probed: str  # the truth whose conditions were changed (a or b)
+    probed: object  # the truth whose conditions were changed (a or b: nsprof.settings.Truth)
     target: str  # the other one, whose winner the probes are judged against
     contenders: list[int]
     probes: list[Probe] = field(default_factory=list)

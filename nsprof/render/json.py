@@ -216,7 +216,7 @@ def cross_truth_document(result) -> dict:
             {
                 "a": e.pair.a,
                 "b": e.pair.b,
-                "probed": e.probed,
+                "probed": e.probed.name,
                 "target": e.target,
                 "contenders": e.contenders,
                 "cause": e.cause,

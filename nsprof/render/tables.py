@@ -512,7 +512,7 @@ def describe_explanation(explanation) -> str:
     if explanation.cause == "not probed":
         return f"{pair.a} vs {pair.b}: {describe_cause(explanation)}"
     target_winner = pair.winner_b if explanation.target == pair.b else pair.winner_a
-    probed = crosstruth.split_truth(explanation.probed)[0]
+    probed = explanation.probed.backend
     clauses = "; ".join(describe_probe(p, explanation.target, target_winner) for p in explanation.probes)
     warnings = "".join(f" (warning: {w})" for w in explanation.warnings)
     return (
