@@ -134,7 +134,7 @@ def test_only_the_planned_configs_and_reps_are_kept():
 
 
 def test_the_store_keeps_a_configs_first_pass_and_the_adaptive_sessions_after_it():
-    from nsprof.tune import _select_stored
+    from nsprof.tune.stored import select_stored
 
     def stored(run_id, config_id, reps):
         return [
@@ -161,7 +161,7 @@ def test_the_store_keeps_a_configs_first_pass_and_the_adaptive_sessions_after_it
         + stored(6, 2, range(5, 10))
         + stored(7, 2, range(5, 10))
     )
-    kept = _select_stored(frame, {0: "c0", 1: "c1", 2: "c2"}, adaptive_runs={2, 4, 6, 7})
+    kept = select_stored(frame, {0: "c0", 1: "c1", 2: "c2"}, adaptive_runs={2, 4, 6, 7})
     runs = kept.groupby("config_id")["run_id"].agg(lambda r: sorted(set(r))).to_dict()
     assert runs == {0: [3, 4], 1: [1, 2], 2: [5, 7]}  # config 2's reps 5-9 twice: the later run's
     assert kept.groupby("config_id").size().to_dict() == {0: 10, 1: 20, 2: 10}

@@ -27,7 +27,7 @@ def test_cluster_resume_keeps_the_stored_configs(tmp_path, monkeypatch, gemm_tar
             )
         return fixture_rows(config_ids)
 
-    monkeypatch.setattr(tune_module, "measure_rows", fake_measure)
+    monkeypatch.setattr("nsprof.tune.measure.measure_rows", fake_measure)
     monkeypatch.setattr(
         "nsprof.cluster.cluster_gpu", lambda settings: Gpu(None, "GPU-a,GPU-b", "NVIDIA H200")
     )

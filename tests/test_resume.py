@@ -62,7 +62,7 @@ def measured(monkeypatch):
                 )
         return make_frame(rows)
 
-    monkeypatch.setattr(tune_module, "measure_rows", stand_in)
+    monkeypatch.setattr("nsprof.tune.measure.measure_rows", stand_in)
     monkeypatch.setattr("nsprof.host.tools.find_ncu", lambda required=True: type("T", (), {"path": "ncu"})())
     monkeypatch.setattr("nsprof.host.tools.tool_version", lambda path: "Version 2025.3.1.0")
     return calls

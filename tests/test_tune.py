@@ -101,7 +101,7 @@ def test_tune_through_the_store_resumes_only_missing_configs(tmp_path, monkeypat
         measured_calls.append(list(config_ids))
         return fixture_rows(config_ids)
 
-    monkeypatch.setattr(tune_module, "measure_rows", fake_measure)
+    monkeypatch.setattr("nsprof.tune.measure.measure_rows", fake_measure)
     monkeypatch.setattr("nsprof.host.tools.find_ncu", lambda required=True: type("T", (), {"path": "ncu"})())
     monkeypatch.setattr("nsprof.host.tools.tool_version", lambda path: "Version 2025.3.1.0")
     monkeypatch.setattr("nsprof.profile.precompile", lambda space, jobs=None, log=None, config_ids=None: {})
@@ -180,9 +180,8 @@ def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatc
         lambda target, name, args, settings, n: getattr(space.tuner, name)(*args),
     )
     monkeypatch.setattr(
-        tune_module,
-        "measure_rows",
-        lambda target, n, backend, settings, ids, progress, **unused: fixture_rows(ids),
+        "nsprof.tune.measure.measure_rows",
+        lambda target, n, truth, settings, ids, progress, **unused: fixture_rows(ids),
     )
     monkeypatch.setattr("nsprof.profile.precompile", lambda space, jobs=None, log=None, config_ids=None: {})
     result = tune_module.tune("tuned.py:space", TuneSettings(backend="ncu", mode="graph", use_store=False))
@@ -301,7 +300,7 @@ def test_measure_rows_measures_under_the_backend_it_is_given(monkeypatch):
     ground truth, and key_labels labels it so (as the old code, which built its settings from it)."""
     import nsprof.profile as profile_module
     from nsprof.settings import Truth, TuneSettings
-    from nsprof.tune import key_labels, measure_rows
+    from nsprof.tune.measure import key_labels, measure_rows
 
     seen = []
 

@@ -1,0 +1,158 @@
+"""`nsprof tune`: rank every config of a target by ground truth (or a fast timer).
+
+    ranked = tune("examples/gemm_tilelang.py:space", TuneSettings(backend="ncu", mode="graph"))
+    ranked.best_config, ranked.table
+
+Orchestration over nsprof.measure's Backends: ground truths (ncu, nsys, or any registered
+driver) run through nsprof.profile (compile, then GroundTruth); fast timers (graph, cupti,
+event and their variants) through FastTimers. One path for every target: a target without
+shapes is one shape, and every step works per shape:
+
+- the first pass measures every (shape, config) point in one session per truth, through the
+  results store (resume per point), then ranks each shape on its own (rank_truth);
+- adaptive reps measure every shape's contenders in the same interleaved sessions (nsprof.adaptive);
+- `prescreen` ranks each shape with a fast timer first and sends each shape's best
+  `prescreen_top` to the ground truth;
+- several truths are compared at each shape, and a disagreement is explained by probes that
+  measure every disagreeing shape's contenders together (cross_truth);
+- the tuner's own pick and the feed-back, per shape (nsprof.feedback).
+
+The package, by job: measure (a truth's rows, their key), stored (the results store), rankings (one
+truth's rankings, adaptive reps), explain (the truths compared); here, tune() and the prescreen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from nsprof import feedback
+from nsprof.analysis.ranking import rank
+from nsprof.errors import NsprofError
+from nsprof.settings import TIMER_BACKENDS, TuneSettings
+from nsprof.space import config_label
+from nsprof.tune import measure
+from nsprof.tune.explain import CrossTruth, cross_truth
+from nsprof.tune.measure import check_truths, key_labels, retryable, shape_keys, timer_ranks
+from nsprof.tune.rankings import TuneResult, rank_truth
+from nsprof.tune.stored import by_shape, select_stored
+
+__all__ = [
+    "TIMER_BACKENDS",
+    "CrossTruth",
+    "TuneResult",
+    "TuneSettings",
+    "check_truths",
+    "key_labels",
+    "rank_truth",
+    "retryable",
+    "select_stored",
+    "tune",
+]
+
+
+def tune(
+    target: str,
+    settings: TuneSettings | None = None,
+    *,
+    config_ids: list[int] | None = None,
+    on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None,
+    space=None,
+) -> TuneResult:
+    """Rank every config under each truth of `settings` (rank_truth), at each shape of a target with
+    shapes, compare the truths' winners when there are several (cross_truth), ask the target's
+    tuner what it picks itself, and feed the deploy truth's ranking back to it. The result is the
+    deploy truth's ranking, carrying every truth's (`truths`) and the comparison (`cross`); for a
+    target with shapes, the first shape's, carrying every shape's in `shapes`. `space`: the
+    target's Space where the caller has loaded it already."""
+    from nsprof.profile import check_config_ids, precompile
+    from nsprof.space import load_target
+
+    settings = settings or TuneSettings()
+    check_truths(settings)
+    space = space or load_target(target)
+    n = len(space.configs)
+    wanted = list(range(n)) if config_ids is None else check_config_ids(config_ids, n)
+    stage = on_stage or (lambda name, count: None)
+    points = space.points.all(wanted)
+    if settings.cluster is None and (
+        settings.prescreen or timer_ranks(settings) or settings.use_store and settings.resume
+    ):
+        # The fast timers (a prescreen, or a timer that ranks: FastTimers) do not compile; a resumed
+        # first pass may measure nothing, and the adaptive sessions (a Request with a plan) do not
+        # compile either (a cluster compiles each batch where it runs; otherwise each ground
+        # truth's session compiles beside itself: profile_result)
+        precompile(space, config_ids=points)
+    prescreened = {}
+    if settings.prescreen:
+        points, prescreened = _prescreen(target, space, settings, points, stage)
+    per_truth = {
+        truth.name: rank_truth(
+            target, space, truth, settings, points, stage(truth.name, len(points)), stage=stage
+        )
+        for truth in settings.ranked_truths
+    }
+    deploy = settings.deploy_truth.name
+    rankings = {shape: {truth: per_truth[truth][shape] for truth in per_truth} for shape in shape_keys(space)}
+    crosses = cross_truth(target, space, rankings, settings, stage) if len(per_truth) > 1 else {}
+    results = []
+    for shape, truths in rankings.items():
+        result = truths[deploy]
+        result.deploy, result.prescreen, result.cross = deploy, prescreened.get(shape), crosses.get(shape)
+        if len(truths) > 1:
+            result.truths = truths
+        results.append(result)
+    feedback.tuner_picks(
+        target, space, results, settings
+    )  # before the feed-back, which makes it pick nsprof's
+    feedback.feed_back(target, space, results, settings)
+    for result in results:
+        _prescreen_notes(result, space, points)
+    first = results[0]
+    if space.points.shaped:
+        first.shapes = results
+    return first
+
+
+def _prescreen(target: str, space, settings: TuneSettings, points: list[int], stage):
+    """The fast timer settings.prescreen over `points`, ranked at each shape: the best
+    settings.prescreen_top of each shape's measured configs go on to the ground truth.
+    Returns those points and each shape's ranked table, {shape: table}."""
+    from nsprof.adaptive import of_shape
+    from nsprof.profile import config_summary
+
+    layout = space.points
+    rows = measure.measure_rows(
+        target,
+        len(space.configs),
+        settings.prescreen_truth,
+        settings,
+        points,
+        stage(settings.prescreen, len(points)),
+        n_shapes=layout.n_shapes,
+        space=space,
+    )
+    tables, kept = {}, []
+    for shape in shape_keys(space):
+        table = rank(config_summary(of_shape(rows, shape)), settings.stat)
+        table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
+        top = table[table["error"].isna()]["config_id"].head(settings.prescreen_top)
+        kept += [layout.id(int(c), shape) for c in top]
+        tables[shape] = table
+    if not kept:
+        raise NsprofError(f"the prescreen timer {settings.prescreen} measured no config")
+    return kept, tables
+
+
+def _prescreen_notes(result: TuneResult, space, points: list[int]) -> None:
+    """Where the ground-truth winner stood in its shape's prescreen."""
+    best = result.best_config_id
+    if result.prescreen is None or best is None:
+        return
+    sent = by_shape(space, points).get(result.shape, [])
+    position = sent.index(best) + 1
+    result.notes.append(f"the ground-truth winner was #{position} of the prescreen's top {len(sent)}")
+    if position == len(sent):
+        result.notes.append(
+            "it was the last one sent to ground truth: a better config may lie outside the "
+            "prescreened set; raise --top"
+        )

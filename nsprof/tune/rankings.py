@@ -1,0 +1,285 @@
+"""One truth's rankings of a target, one per shape: TuneResult (a ranking), rank_truth (the first
+pass, its adaptive reps, and each shape ranked on its own)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nsprof.analysis.adaptive import AdaptiveSummary, Plan, first_pass_cost
+from nsprof.analysis.confidence import Decision, decide
+from nsprof.analysis.ranking import rank
+from nsprof.drivers import registry
+from nsprof.errors import NsprofError
+from nsprof.measure import Measured
+from nsprof.settings import Truth, TuneSettings
+from nsprof.space import config_label
+from nsprof.tune import measure
+from nsprof.tune.measure import key_labels, shape_keys
+from nsprof.tune.stored import Stored, measure_stored
+
+__all__ = ["TuneResult", "rank_truth"]
+
+
+@dataclass
+class TuneResult:
+    # ranked DataFrame (nsprof.analysis.ranking.rank): rank, config_id, config, value_ns, spread,
+    # cycles, clock, vs_best, ci_low_ns, ci_high_ns, ci_coverage, tied_with_best
+    table: object
+    configs: list
+    backend: str
+    label: str  # how the numbers were taken, in words
+    prescreen: object | None = None  # the prescreen's ranked table, when used
+    notes: list[str] = field(default_factory=list)
+    # What the target's own autotuner picks with its own timer, when the Space can say (Triton).
+    tuner_pick: dict | None = None
+    # Steps after the ranking that failed (the tuner's own pick, the feed-back): the ranking
+    # stands, and the command exits non-zero after printing it.
+    errors: list[str] = field(default_factory=list)
+    stat: str = "median"  # the statistic ranked by
+    truth: str = (
+        ""  # the truth ranked under (a backend, or a variant such as ncu@base-warm); "" for `backend`
+    )
+    labels: dict = field(default_factory=dict)  # the conditions its rows were taken under (key_labels)
+    # Cross-truth tuning (the result of tune() is the deploy truth's ranking; these are set on it):
+    # every truth's ranking in --truth order (this one among them), the comparison, and the deploy truth.
+    truths: dict = field(default_factory=dict)
+    cross: object = None  # nsprof.tune.explain.CrossTruth
+    deploy: str = ""
+
+    @property
+    def rankings(self) -> dict:
+        """Every truth's ranking, {truth: TuneResult}, in the order ranked (just this one when alone)."""
+        return self.truths or {self.truth or self.backend: self}
+
+    # What the adaptive reps did: sessions, reps, why they stopped (nsprof.adaptive); None: not tried
+    adaptive: AdaptiveSummary | None = None
+    first_pass_wall_s: float | None = None  # the first pass's wall time (measuring, through the store)
+    # A target with shapes: the shape this ranking is of (its index in the Space's shapes, and the
+    # shape itself), and on the result tune() returns (the first shape's) every shape's, in order.
+    shape: int | None = None
+    shape_value: object = None
+    shapes: list = field(default_factory=list)
+    # Where the first pass's session time went (nsprof.session.timing_record); None: nothing ran
+    first_pass_phases: dict | None = None
+
+    @property
+    def decision(self) -> Decision:
+        """A winner, a tie (its members, in rank order), or an untested best (fewer than 2 reps):
+        nsprof.analysis.confidence.decide over the ranked table."""
+        return decide(self.table, self.stat)
+
+    @property
+    def tie_set(self) -> list[int]:
+        """The best and every config tied with it, in rank order."""
+        return list(self.decision.members)
+
+    @property
+    def best_config_id(self) -> int | None:
+        """The config fed back: the decision's (out of a tie, by its stated rule)."""
+        return self.decision.config_id
+
+    @property
+    def best_config(self):
+        best = self.best_config_id
+        return None if best is None else self.configs[best]
+
+
+def rank_truth(
+    target: str,
+    space,
+    truth: Truth,
+    settings: TuneSettings,
+    points: list[int],
+    on_progress,
+    notes: list[str] | None = None,
+    stage=None,
+) -> dict:
+    """Rank the points `points` of `space` (nsprof.schema.Points: config ids for a target without
+    shapes) under one truth (a ground truth, a variant such as ncu@base-warm, or a fast timer),
+    each shape on its own: {shape: TuneResult} for every shape of shape_keys(space), measured in
+    one session (through the results store unless settings.use_store is off), summarised per config
+    and ranked by settings.stat. Raises when nothing was measured at any shape.
+
+    Every ranking of a tune goes through here, one truth at a time. With `stage` (the progress
+    bars' factory), the contenders left tied after the first pass get adaptive reps (within
+    settings.budget_s for this truth: nsprof.adaptive), every shape's in the same sessions;
+    without it (the cross-truth probes), none."""
+    import time
+
+    from nsprof.adaptive import of_shape
+    from nsprof.profile import check_measured
+
+    notes = [] if notes is None else notes
+    layout = space.points
+    timed, cost_of_first_pass = _timed(on_progress, settings)
+    began = time.monotonic()
+    runs: list[Measured] = []
+    if settings.use_store:
+        rows, stored = measure_stored(
+            target, space, truth, settings, points, timed, notes, on_measured=runs.append
+        )
+    else:
+        rows = measure.measure_rows(
+            target,
+            len(space.configs),
+            truth,
+            settings,
+            points,
+            timed,
+            n_shapes=layout.n_shapes,
+            on_measured=runs.append,
+            space=space,
+        )
+        stored = None
+    first_pass_wall_s = time.monotonic() - began
+    first_pass_phases = _timing(runs[0]) if runs else None
+    adaptive: dict = {}
+    if stage is not None and settings.cluster is not None and truth.profiler:
+        notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
+    elif stage is not None:
+        rows, adaptive = _adaptive(target, space, truth, settings, rows, stored, cost_of_first_pass(), stage)
+    # A session keeps its temporary folder when a config failed (its logs say why): name it.
+    kept = [m.work_dir for m in runs if settings.work_dir is None and m.work_dir is not None]
+    kept_notes = [
+        f"the reports and logs of a run with failed configs are kept in {folder}" for folder in kept
+    ]
+    results = {}
+    for shape in shape_keys(space):
+        summary = adaptive.get(shape)
+        said = [summary.describe()] if summary is not None and truth.profiler else []
+        result = _ranked(
+            space,
+            truth,
+            settings,
+            of_shape(rows, shape),
+            [*notes, *said, *kept_notes],
+            summary,
+            first_pass_wall_s,
+            first_pass_phases,
+        )
+        if shape is not None:
+            result.shape, result.shape_value = shape, space.shapes[shape]
+            if result.best_config_id is None:
+                result.notes.append(f"no config was measured at shape {shape} ({space.shape_label(shape)})")
+        results[shape] = result
+    if all(result.best_config_id is None for result in results.values()):
+        try:
+            check_measured(rows)
+        except NsprofError as exc:
+            if not kept:
+                raise
+            from nsprof.session import kept_in
+
+            raise kept_in(exc, kept[0]) from None
+    return results
+
+
+def _ranked(
+    space,
+    truth: Truth,
+    settings: TuneSettings,
+    rows,
+    notes: list[str],
+    adaptive=None,
+    first_pass_wall_s: float | None = None,
+    first_pass_phases: dict | None = None,
+) -> TuneResult:
+    """The TuneResult of rows of one truth (and one shape): summarised per config, ranked by settings.stat."""
+    from nsprof.profile import config_summary
+
+    summary = config_summary(rows)
+    if truth.profiler:
+        conditions = registry.driver_class(truth.backend).conditions(settings.truth_profile(truth))
+        reps = (
+            f"{settings.reps} reps"
+            if adaptive is None or not adaptive.reps
+            else f"{settings.reps} reps, the contenders' up to {max(adaptive.reps_per_config.values())} (adaptive)"
+        )
+        label = f"{truth.name}, mode {settings.mode}, {settings.stat} of {reps}" + (
+            f", {conditions}" if conditions else ""
+        )
+    else:
+        label = f"fast timer {truth.timer}, {settings.stat} of {settings.timer_reps} samples"
+    table = rank(summary, settings.stat)
+    table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
+    return TuneResult(
+        table,
+        space.configs,
+        truth.backend,
+        label,
+        None,
+        notes,
+        stat=settings.stat,
+        truth=truth.name,
+        labels=key_labels(truth, settings),
+        adaptive=adaptive,
+        first_pass_wall_s=first_pass_wall_s,
+        first_pass_phases=first_pass_phases,
+    )
+
+
+def _timing(measured: Measured) -> dict | None:
+    """The first pass's phases as tune --json gives them; None where the backend recorded none (Dask)."""
+    from nsprof.session import timing_record
+
+    if not measured.phases:
+        return None
+    return timing_record(
+        measured.wall_s,
+        measured.phases,
+        measured.config_phases,
+        precompile_s=getattr(measured, "precompile_s", 0.0),
+    )
+
+
+def _timed(progress, settings: TuneSettings):
+    """The first pass's progress callback, timing when each config finishes, and a function giving
+    the cost model (nsprof.analysis.adaptive.first_pass_cost) from those times."""
+    import time
+
+    began = time.monotonic()
+    finished: list[tuple[float, bool]] = []
+
+    def timed(event: str, config_id: int, detail: str) -> None:
+        if event in ("done", "fail"):
+            finished.append((time.monotonic() - began, event == "done"))
+        if progress is not None:
+            progress(event, config_id, detail)
+
+    def cost():
+        return first_pass_cost(time.monotonic() - began, finished, settings.reps, settings.profile.warmup)
+
+    return timed, cost
+
+
+def _adaptive(
+    target: str, space, truth: Truth, settings: TuneSettings, rows, stored: Stored | None, cost, stage
+):
+    """Adaptive reps for every shape's contenders (nsprof.adaptive.refine), each session through the
+    results store when there is one. Returns the rows and {shape: AdaptiveSummary}."""
+    import pandas as pd
+
+    from nsprof.adaptive import refine
+
+    n, layout = len(space.configs), space.points
+
+    def session(plan: Plan, number: int):
+        progress = stage(f"{truth.name} adaptive {number}", len(plan.configs))
+        if stored is not None:
+            return stored.session(target, truth, n, plan, number, progress, space)
+        return measure.measure_rows(
+            target,
+            n,
+            truth,
+            settings,
+            list(plan.configs),
+            progress,
+            plan=plan,
+            n_shapes=layout.n_shapes,
+            space=space,
+        )
+
+    def merge(rows, kept):
+        return stored.merged() if stored is not None else pd.concat([rows, kept], ignore_index=True)
+
+    return refine(rows, settings, measure=session, merge=merge, cost=cost, layout=layout)

@@ -1,0 +1,255 @@
+"""A truth's rows in the results store: measure_stored (the first pass through the store: resume
+per point, one transaction per point), Stored (a session's rows stored point by point, the rows to
+rank read back, adaptive sessions as runs of their own), select_stored (which stored rows count)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from nsprof.analysis.adaptive import Plan
+from nsprof.measure import GroundTruth, Measured
+from nsprof.settings import Truth, TuneSettings
+from nsprof.tune import measure
+from nsprof.tune.measure import key_labels, retryable, shape_keys
+
+__all__ = ["ADAPTIVE_RUN", "Stored", "by_shape", "measure_stored", "select_stored"]
+
+
+ADAPTIVE_RUN = "adaptive_session"  # the key in a stored run's settings that marks a session of adaptive reps
+
+
+def select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int]):
+    """Of stored rows of one shape, those tune ranks: only rows taken of today's configs (an id
+    names another config once the space is edited); of each config its latest first-pass run
+    (resumed runs can hold a config twice) and the adaptive sessions stored after it, which add
+    reps to it; a rep held twice is the later run's."""
+    import pandas as pd
+
+    today = [wanted_json.get(int(c)) == text for c, text in zip(stored["config_id"], stored["config_json"])]
+    stored = stored[pd.Series(today, index=stored.index, dtype=bool)]
+    adaptive = stored["run_id"].isin(list(adaptive_runs))
+    base = stored[~adaptive].groupby("config_id")["run_id"].max()
+    first = stored["config_id"].map(base)
+    keep = (stored["run_id"] == first) | (adaptive & first.notna() & (stored["run_id"] > first))
+    stored = stored[keep.fillna(False).astype(bool)]
+    latest_rep = stored.groupby(["config_id", "mode", "rep"], dropna=False)["run_id"].transform("max")
+    return stored[stored["run_id"] == latest_rep]
+
+
+def _recorded(store, run_id: int, measure: Callable[[], object]):
+    """measure()'s rows, with the store's run `run_id` finished as what happened: ok, nothing
+    measured, interrupted (Ctrl-C, SIGTERM: re-raised) or failed."""
+    status = "failed"
+    try:
+        rows = measure()
+        status = "ok" if rows["error"].isna().any() else "nothing measured"
+        return rows
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        store.finish_run(run_id, status)
+
+
+class Stored:
+    """A truth's rows in the results store: the key of the space's rows (`group`), today's configs
+    (`wanted_json`) and the shapes' JSON (one "" for a target without shapes). Stores a session's
+    rows point by point, and reads back the rows to rank."""
+
+    def __init__(
+        self, settings: TuneSettings, space, group: dict, wanted_json: dict[int, str], gpu_uuid: str
+    ):
+        from nsprof.space import shape_json
+
+        self.settings, self.group, self.wanted_json, self.gpu_uuid = settings, group, wanted_json, gpu_uuid
+        self.layout = space.points
+        self.shape_jsons = {
+            shape: "" if shape is None else shape_json(space.shapes[shape]) for shape in shape_keys(space)
+        }
+
+    def key(self, config_id: int, shape: int | None):
+        from nsprof.store import MeasurementKey
+
+        return MeasurementKey(
+            config_id=config_id,
+            config_json=self.wanted_json[config_id],
+            shape_json=self.shape_jsons[shape],
+            shape=shape,
+            **self.group,
+        )
+
+    def add(self, store, run_id: int, frame, done: set | None = None) -> None:
+        """Each point's rows of `frame` in one transaction (each once, with `done`: Ctrl-C or SIGTERM
+        keeps every point stored as soon as it was whole)."""
+        import pandas as pd
+
+        for (shape, config_id), rows in frame.groupby(["shape", "config_id"], sort=True, dropna=False):
+            if pd.isna(config_id):
+                continue
+            point = (None if pd.isna(shape) else int(shape), int(config_id))
+            if (done is not None and point in done) or point[1] not in self.wanted_json:
+                continue
+            if point[0] not in self.shape_jsons:
+                continue  # a row of another shape than the target has: never stored under one of its
+            store.add(run_id, self.key(point[1], point[0]), rows)
+            if done is not None:
+                done.add(point)
+
+    def rows(self, store):
+        import pandas as pd
+
+        runs = store.runs()
+        adaptive = {
+            int(i)
+            for i, text in zip(runs["id"], runs["settings_json"])
+            if isinstance(text, str) and f'"{ADAPTIVE_RUN}"' in text
+        }
+        per_shape = [
+            select_stored(
+                store.frame(**self.group, shape_json=text, config_id=list(self.wanted_json)),
+                self.wanted_json,
+                adaptive,
+            )
+            for text in self.shape_jsons.values()
+        ]
+        return per_shape[0] if len(per_shape) == 1 else pd.concat(per_shape, ignore_index=True)
+
+    def session(self, target: str, truth: Truth, n: int, plan: Plan, number: int, on_progress, space=None):
+        """One adaptive session, stored as a run of its own (marked ADAPTIVE_RUN), each point's
+        rows in one transaction as the session hands them over; returns its rows."""
+        from nsprof.adaptive import planned_rows
+        from nsprof.store import ResultStore
+
+        with ResultStore(self.settings.store) as store:
+            labels = {
+                **self.settings.record(),
+                ADAPTIVE_RUN: number,
+                "configs": list(plan.configs),
+                "rounds": plan.rounds,
+            }
+            run_id = store.start_run(target=target, settings=labels, gpu_uuid=self.gpu_uuid, **self.group)
+
+            def store_rows(frame) -> None:
+                self.add(store, run_id, planned_rows(frame, plan, self.layout))
+
+            return _recorded(
+                store,
+                run_id,
+                lambda: measure.measure_rows(
+                    target,
+                    n,
+                    truth,
+                    self.settings,
+                    list(plan.configs),
+                    on_progress,
+                    on_rows=store_rows,
+                    plan=plan,
+                    n_shapes=self.layout.n_shapes,
+                    space=space,
+                ),
+            )
+
+    def merged(self):
+        from nsprof.store import ResultStore
+
+        with ResultStore(self.settings.store) as store:
+            return self.rows(store)
+
+
+def by_shape(space, points: list[int]) -> dict[int | None, list[int]]:
+    """The config ids among `points` at each shape (shape_keys order; a shape without any is left out)."""
+    layout = space.points
+    out: dict[int | None, list[int]] = {}
+    for point in points:
+        config_id, shape = layout.split(point)
+        out.setdefault(shape, []).append(config_id)
+    return {shape: out[shape] for shape in shape_keys(space) if shape in out}
+
+
+def measure_stored(
+    target: str,
+    space,
+    truth: Truth,
+    settings: TuneSettings,
+    points: list[int],
+    on_progress,
+    notes: list[str],
+    on_measured: Callable[[Measured], None] | None = None,
+):
+    """measure_rows through the results store: resume per point, one transaction per point, GPU lock.
+    Returns the rows to rank (see select_stored) and the Stored context for adaptive sessions."""
+    from nsprof.cluster import cluster_gpu
+    from nsprof.host.gpu import gpu_of, which_gpu
+    from nsprof.space import target_fingerprint
+    from nsprof.store import ResultStore, config_json
+
+    layout = space.points
+    tool_version = GroundTruth(settings.truth_profile(truth)).tool_version() if truth.profiler else ""
+    # A fast timer's row holds the statistic asked for, so that is part of what it measured. A truth's
+    # variant (ncu@base-warm) is stored as its backend: its clock and cache labels say the rest.
+    stored_backend = truth.backend if truth.profiler else f"{truth.backend}:{settings.stat}"
+    gpu = which_gpu(0) if settings.cluster is None else cluster_gpu(settings.cluster)
+    group = {
+        "fingerprint": space.fingerprint or target_fingerprint(target),
+        "gpu": gpu.key,
+        "backend": stored_backend,
+        "tool_version": tool_version,
+        **key_labels(truth, settings),
+    }
+    wanted = by_shape(space, points)
+    wanted_json = {c: config_json(space.configs[c]) for configs in wanted.values() for c in configs}
+    context = Stored(settings, space, group, wanted_json, gpu.uuid)
+    with ResultStore(settings.store) as store:
+        todo = list(points)
+        if settings.resume:
+            todo = [
+                layout.id(c, shape)
+                for shape, configs in wanted.items()
+                for c in store.missing(
+                    group,
+                    configs,
+                    config_jsons=wanted_json,
+                    retry_failed=settings.retry_failed,
+                    retry_if=lambda failure: retryable(failure, settings.timeout_s),
+                    shape_json=context.shape_jsons[shape],
+                )
+            ]
+            unit = "(shape, config) pairs" if layout.shaped else "configs"
+            notes.append(
+                f"resumed: {len(points) - len(todo)} of {len(points)} {unit} came from the results store"
+            )
+        if todo:
+            run_id = store.start_run(target=target, settings=settings.record(), gpu_uuid=gpu.uuid, **group)
+            done: set = set()
+            devices: list[dict | None] = []
+
+            def first_pass():
+                rows = measure.measure_rows(
+                    target,
+                    len(space.configs),
+                    truth,
+                    settings,
+                    todo,
+                    on_progress,
+                    on_rows=lambda frame: context.add(store, run_id, frame, done),
+                    on_device=devices.append,
+                    n_shapes=layout.n_shapes,
+                    on_measured=on_measured,
+                    space=space,
+                )
+                context.add(store, run_id, rows, done)  # what was not handed over yet
+                return rows
+
+            _recorded(store, run_id, first_pass)
+            ran_on = gpu_of(devices[0] if devices else None)
+            # A cluster's key names every worker's GPU (nsprof.cluster.cluster_gpu), while a run's
+            # batches may have used only some of them: that is no reason to relabel.
+            if settings.cluster is None and ran_on is not None and ran_on.uuid != gpu.uuid:
+                # The worker measured on another GPU than nvidia-smi's numbering suggested
+                # (CUDA_DEVICE_ORDER): its own word is the key.
+                store.relabel_gpu(run_id, ran_on.key, ran_on.uuid)
+                notes.append(
+                    f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such"
+                )
+                group["gpu"] = ran_on.key
+        return context.rows(store), context
