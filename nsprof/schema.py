@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from types import NoneType
 from typing import NamedTuple
 
 # name -> pandas dtype. Nullable dtypes so that "not known" stays distinct from zero.
@@ -334,14 +335,14 @@ def tidy_rows(rows: dict[str, list]) -> ListTable | None:
             out[column] = [float("nan")] * n if dtype == "float64" else [None] * n
             continue
         if dtype == "float64":
-            if not all(type(v) is float or v is None for v in values):
+            if not {type(v) for v in values} <= {float, NoneType}:
                 return None
             out[column] = [float("nan") if v is None else v for v in values]
             continue
         kind = int if dtype == "Int64" else str
-        if not all(v is None or type(v) is kind for v in values):
+        if not {type(v) for v in values} <= {kind, NoneType}:
             values = [None if _missing(v) else v for v in values]  # NaN, pd.NA: None
-            if not all(v is None or type(v) is kind for v in values):
+            if not {type(v) for v in values} <= {kind, NoneType}:
                 return None
         else:
             values = list(values)
