@@ -253,10 +253,15 @@ def analyze(
         checked_plot_path(plot_path)
     _refuse_overwriting_inputs(files, {"--csv": csv_path, "--parquet": parquet_path, "--plot": plot_path})
     width = None if wide else NAME_WIDTH
+    # Printing tables only: a small plain report is read as plain lists (a ListTable), not a
+    # DataFrame, and summarised, chosen and printed so; every other output needs the frames.
+    tables_only = style in ("table", "markdown") and not (
+        plot_path or as_json or csv_path or parquet_path or compare
+    )
     frames, read_files, unreadable = [], [], []
     for path in files:
         try:
-            frame = read_report(path, domain=domain)
+            frame = read_report(path, domain=domain, as_rows=tables_only)
         except NsprofError as exc:  # named at the end; the other reports are still shown
             message = str(exc)
             unreadable.append(
@@ -265,7 +270,8 @@ def analyze(
             continue
         for warning in frame.attrs.get("warnings", []):
             click.echo(f"nsprof: warning: {shown_name(path)}: {warning}", err=True)
-        frame.insert(0, "file", str(path))
+        if not tables_only:
+            frame.insert(0, "file", str(path))
         frames.append(frame)
         read_files.append(path)
     files = read_files
@@ -279,11 +285,12 @@ def analyze(
 
     if not frames or (compare and unreadable):
         return done()
-    tidy = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    _write_exports(tidy, csv_path, parquet_path)
-    if as_json:
-        write_rows(tidy, sys.stdout)
-        return done()
+    if not tables_only:
+        tidy = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        _write_exports(tidy, csv_path, parquet_path)
+        if as_json:
+            write_rows(tidy, sys.stdout)
+            return done()
     printed = not to_stdout  # the summary or comparison goes to stdout unless something else does
 
     def chosen(summary):

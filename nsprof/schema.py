@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from types import NoneType
 from typing import NamedTuple
 
 # name -> pandas dtype. Nullable dtypes so that "not known" stays distinct from zero.
@@ -209,14 +210,9 @@ class Points:
         return {"config_id": config_id, "shape": shape}
 
 
-def make_frame(rows: list[dict] | dict[str, list]):
-    """Build a tidy DataFrame from row dicts (or columns: equal-length lists), filling what rows lack.
-
-    Fills config_id/mode/rep/shape from nsprof range names where the rows do not set them, and
-    casts every column to its dtype. Columns are built as lists and each cast once: a small
-    report (a few dozen rows) would otherwise pay more for pandas' work per column than for
-    its rows. Integers stay exact (an id of 18 digits is not read through float64).
-    """
+def _filled(rows: list[dict] | dict[str, list]) -> tuple[dict[str, list], int]:
+    """make_frame's columns as lists, and how many rows: config_id/mode/rep/shape filled from
+    nsprof range names where the rows do not set them."""
     import pandas as pd
 
     if isinstance(rows, dict):
@@ -244,6 +240,20 @@ def make_frame(rows: list[dict] | dict[str, list]):
                 if given is None
                 else [named if _missing(value) else value for value, named in zip(given, from_name)]
             )
+    return columns, n
+
+
+def make_frame(rows: list[dict] | dict[str, list]):
+    """Build a tidy DataFrame from row dicts (or columns: equal-length lists), filling what rows lack.
+
+    Fills config_id/mode/rep/shape from nsprof range names where the rows do not set them, and
+    casts every column to its dtype. Columns are built as lists and each cast once: a small
+    report (a few dozen rows) would otherwise pay more for pandas' work per column than for
+    its rows. Integers stay exact (an id of 18 digits is not read through float64).
+    """
+    import pandas as pd
+
+    columns, n = _filled(rows)
     import numpy as np
 
     dtypes = _dtypes()
@@ -274,6 +284,79 @@ def make_frame(rows: list[dict] | dict[str, list]):
                 pass  # pd.array says what is wrong
         out[column] = pd.array(values, dtype=dtypes[dtype])
     return pd.DataFrame(out, index=pd.RangeIndex(n), copy=False)
+
+
+class ListTable:
+    """A table as plain lists, for a small report printed as a table (nsprof analyze's fast path:
+    pandas costs more per column than a few dozen rows do): the tidy table (tidy_rows) or its
+    summary (nsprof.analysis.summary.summary_rows). Each column a list holding what the
+    DataFrame's column.tolist() would (tidy_rows: None where that holds pd.NA, NaN in the float
+    columns); `attrs` as a frame's; `table[column]` is a list (column_list reads a ListTable and a
+    DataFrame alike)."""
+
+    def __init__(self, columns: dict[str, list], n: int):
+        self.columns = columns
+        self.attrs: dict = {}
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, column: str) -> list:
+        return self.columns[column]
+
+    def __setitem__(self, column: str, values: list) -> None:
+        if len(values) != self._n:
+            raise ValueError(f"{len(values)} values for a table of {self._n} rows")
+        self.columns[column] = list(values)
+
+    def __contains__(self, column: str) -> bool:
+        return column in self.columns
+
+    def take(self, positions: list[int]) -> ListTable:
+        """The rows at `positions`, in that order (as DataFrame.iloc takes them)."""
+        table = ListTable(
+            {c: [values[i] for i in positions] for c, values in self.columns.items()}, len(positions)
+        )
+        table.attrs = dict(self.attrs)
+        return table
+
+
+def tidy_rows(rows: dict[str, list]) -> ListTable | None:
+    """make_frame's table as a ListTable, or None where a value is not one the lists keep exactly
+    (text in a number column, a number that is not a plain int or float, a non-text label): the
+    caller then builds the frame."""
+    columns, n = _filled(rows)
+    out = {}
+    for column in COLUMNS:
+        dtype = COLUMN_DTYPES[column]
+        values = columns.get(column)
+        if values is None:
+            out[column] = [float("nan")] * n if dtype == "float64" else [None] * n
+            continue
+        if dtype == "float64":
+            if not {type(v) for v in values} <= {float, NoneType}:
+                return None
+            out[column] = [float("nan") if v is None else v for v in values]
+            continue
+        kind = int if dtype == "Int64" else str
+        if not {type(v) for v in values} <= {kind, NoneType}:
+            values = [None if _missing(v) else v for v in values]  # NaN, pd.NA: None
+            if not {type(v) for v in values} <= {kind, NoneType}:
+                return None
+        else:
+            values = list(values)
+        if kind is int and not all(v is None or -(2**63) <= v < 2**63 for v in values):
+            return None
+        out[column] = values
+    return ListTable(out, n)
+
+
+def column_list(table, column: str) -> list:
+    """A column of a DataFrame (its tolist(): pd.NA where missing) or of a ListTable or a dict
+    of lists (None where missing) as a list."""
+    values = table[column]
+    return values if isinstance(values, list) else values.tolist()
 
 
 _DTYPES: dict = {}

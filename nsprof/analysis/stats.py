@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 def is_missing(value: Any) -> bool:
     """None, NaN or pandas' NA."""
+    if type(value) is str:  # the common cell, never missing: without pd.isna's cost
+        return False
     import pandas as pd
 
     return value is None or bool(pd.isna(value))

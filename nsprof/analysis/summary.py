@@ -186,34 +186,73 @@ def median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
+_SUMMARY_INPUTS = (
+    "source",
+    "config_id",
+    "mode",
+    "range",
+    "shape",
+    "kernel",
+    "kernel_full",
+    "duration_ns",
+    "cycles",
+    "clock_hz",
+    "clock_control",
+    "cache_control",
+)
+_SUMMARY_TEXT = ("source", "range", "group", "kernel", "kernel_full", "clock_control", "cache_control")
+
+
 def summarize(frame):
     """One row per source × range × kernel (by full name): count, median, min, max, mean, std, CV,
     total, share of the source's kernel time (`time_pct`, 0-100), cycles, clock. `range` is
     `cfg<id>.<mode>` for nsprof's ranges (reps pooled), else the NVTX range; `group` is the same
     column under its old name, kept for one release. `kernel` is the short name for display;
-    `kernel_full` the key. Rows in order of first appearance (see `order`)."""
+    `kernel_full` the key. Rows in order of first appearance (see `order`).
+
+    A DataFrame for a DataFrame; for a ListTable (nsprof.schema.tidy_rows) a ListTable of the same
+    columns holding what the DataFrame's columns' tolist() would."""
     import numpy as np
     import pandas as pd
 
+    from nsprof.schema import ListTable
+
+    if isinstance(frame, ListTable):
+        stats = _summary_stats({column: frame[column] for column in _SUMMARY_INPUTS})
+        columns = {
+            column: [pd.NA if v is None else v for v in values]
+            if column in _SUMMARY_TEXT
+            else np.array(values, dtype=np.int64 if column == "count" else np.float64).tolist()
+            for column, values in stats.items()
+        }
+        return ListTable({column: columns[column] for column in SUMMARY_COLUMNS}, len(stats["count"]))
+    stats = _summary_stats(_lists(frame, _SUMMARY_INPUTS))
+    string = _string_dtype()
+    text = {
+        "source": frame["source"].dtype,
+        "range": string,
+        "group": string,
+        "kernel": frame["kernel"].dtype,
+        "kernel_full": (frame["kernel_full"] if "kernel_full" in frame else frame["kernel"]).dtype,
+        "clock_control": frame["clock_control"].dtype,
+        "cache_control": frame["cache_control"].dtype,
+    }
+    return pd.DataFrame(
+        {
+            column: pd.array(values, dtype=text[column])
+            if column in text
+            else np.array(values, dtype=np.int64 if column == "count" else np.float64)
+            for column, values in stats.items()
+        },
+        columns=SUMMARY_COLUMNS,
+        copy=False,
+    )
+
+
+def _summary_stats(cells: dict[str, list]) -> dict[str, list]:
+    """summarize's columns as lists (None where missing), from the tidy columns `cells` (_lists')."""
     # Grouped in plain Python (a report has few rows; pandas' groupby costs more per call than
     # the rows do), with pandas' arithmetic: sample_std, median, group_sums.
-    cells = _lists(
-        frame,
-        (
-            "source",
-            "config_id",
-            "mode",
-            "range",
-            "shape",
-            "kernel",
-            "kernel_full",
-            "duration_ns",
-            "cycles",
-            "clock_hz",
-            "clock_control",
-            "cache_control",
-        ),
-    )
     group = _group_labels(cells["config_id"], cells["mode"], cells["range"], cells["shape"])
     kernel = ["?" if _missing(k) else k for k in cells["kernel"]]
     full = (
@@ -271,26 +310,7 @@ def summarize(frame):
     stats["time_pct"] = [
         _divide(100 * total, source_sums[code]) for total, code in zip(stats["total_ns"], source_codes)
     ]
-    string = _string_dtype()
-    text = {
-        "source": frame["source"].dtype,
-        "range": string,
-        "group": string,
-        "kernel": frame["kernel"].dtype,
-        "kernel_full": (frame["kernel_full"] if "kernel_full" in frame else frame["kernel"]).dtype,
-        "clock_control": frame["clock_control"].dtype,
-        "cache_control": frame["cache_control"].dtype,
-    }
-    return pd.DataFrame(
-        {
-            column: pd.array(values, dtype=text[column])
-            if column in text
-            else np.array(values, dtype=np.int64 if column == "count" else np.float64)
-            for column, values in stats.items()
-        },
-        columns=SUMMARY_COLUMNS,
-        copy=False,
-    )
+    return stats
 
 
 _STRING: list = []
@@ -328,30 +348,42 @@ def samples(frame, summary):
 def select(summary, kernel: str | None = None, range_: str | None = None, warmup: bool = True):
     """The rows of a summary (or a `compare` table) whose kernel (short or full name) matches the
     regular expression `kernel` and whose range matches `range_` (re.search); without the
-    "(no range)" rows when `warmup` is False. Raises re.error for a bad expression."""
-    keep = summary.index == summary.index
+    "(no range)" rows when `warmup` is False. Raises re.error for a bad expression. A DataFrame
+    for a DataFrame, a ListTable for a ListTable (summarize's)."""
+    from nsprof.schema import column_list
+
+    keep = range(len(summary))
     if kernel:
         pattern = re.compile(kernel)
-        names = zip(summary["kernel"].astype(str), summary["kernel_full"].astype(str))
-        keep &= [bool(pattern.search(k) or pattern.search(f)) for k, f in names]
+        names = list(zip(column_list(summary, "kernel"), column_list(summary, "kernel_full")))
+        keep = [i for i in keep if pattern.search(str(names[i][0])) or pattern.search(str(names[i][1]))]
+    ranges = column_list(summary, "range")
     if range_:
         pattern = re.compile(range_)
-        keep &= [bool(pattern.search(str(r))) for r in summary["range"]]
+        keep = [i for i in keep if pattern.search(str(ranges[i]))]
     if not warmup:
-        keep &= (summary["range"].astype(str) != NO_RANGE).to_numpy()
-    return summary[keep]
+        keep = [i for i in keep if str(ranges[i]) != NO_RANGE]
+    return _take(summary, list(keep))
+
+
+def _take(table, positions: list[int]):
+    """The rows of a DataFrame (iloc) or a ListTable at `positions`."""
+    return table.iloc[positions] if hasattr(table, "iloc") else table.take(positions)
 
 
 def order(summary, by: str = "range", top: int | None = None):
     """A summary sorted: `range` natural range order ("(no range)" last), kernels of a range in
     order of appearance; `median`, `total`, `count` largest first; `name` by kernel name. Then
-    the first `top` rows of each source."""
+    the first `top` rows of each source. A DataFrame (index 0, 1, ...) for a DataFrame, a
+    ListTable for a ListTable."""
     if by not in SORTS:
         raise ValueError(f"sort by one of {SORTS}, not {by!r}")
     from types import SimpleNamespace
 
+    from nsprof.schema import column_list
+
     used = ("range", "median_ns", "total_ns", "count", "kernel", "kernel_full")
-    columns = {column: summary[column].tolist() for column in used}
+    columns = {column: column_list(summary, column) for column in used}
     rows = [
         (i, SimpleNamespace(**{column: columns[column][i] for column in used})) for i in range(len(summary))
     ]
@@ -366,10 +398,21 @@ def order(summary, by: str = "range", top: int | None = None):
         "count": lambda r: (-r[1].count, r[0]),
         "name": lambda r: (natural_key(r[1].kernel), natural_key(r[1].kernel_full), range_key(r[1].range)),
     }
-    ordered = summary.iloc[[i for i, _ in sorted(rows, key=keys[by])]]
-    if top is not None:
-        ordered = ordered.groupby("source", sort=False, dropna=False).head(top)
-    return ordered.reset_index(drop=True)
+    positions = [i for i, _ in sorted(rows, key=keys[by])]
+    if top is not None:  # the first `top` rows of each source, as groupby("source", dropna=False).head(top)
+        import pandas as pd
+
+        sources = column_list(summary, "source")
+        seen: dict = {}
+        kept = []
+        for i in positions:
+            source = None if pd.isna(sources[i]) else sources[i]  # every missing source is one group
+            seen[source] = seen.get(source, 0) + 1
+            if seen[source] <= top:
+                kept.append(i)
+        positions = kept
+    ordered = _take(summary, positions)
+    return ordered.reset_index(drop=True) if hasattr(ordered, "reset_index") else ordered
 
 
 def median_intervals(frame):

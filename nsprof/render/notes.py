@@ -7,8 +7,10 @@ Each returns words for what nsprof.analysis computed; nothing here reads files o
 
 from __future__ import annotations
 
+from nsprof.analysis.stats import is_missing
 from nsprof.analysis.summary import far_apart
 from nsprof.render.tables import NAME_WIDTH, shares_short_names
+from nsprof.schema import column_list
 
 SHARED_NAMES_NOTE = (
     "note: kernels marked #1, #2, ... share a short name (or would print alike); each is its "
@@ -18,12 +20,10 @@ SHARED_NAMES_NOTE = (
 
 def _ncu_values(frame, column: str) -> list:
     """The values of `column` in the ncu rows of `frame`, in row order (missing ones left out)."""
-    import pandas as pd
-
     return [
         value
-        for source, value in zip(frame["source"].tolist(), frame[column].tolist())
-        if source is not pd.NA and source == "ncu" and value is not pd.NA and value == value
+        for source, value in zip(column_list(frame, "source"), column_list(frame, column))
+        if not is_missing(source) and source == "ncu" and not is_missing(value)
     ]
 
 
@@ -48,7 +48,7 @@ def describe_report(frame) -> str:
     .ncu-rep, ncu's notes above a CSV table) or from the caller's labels; nothing is assumed.
     """
     notes = [f"{len(frame)} rows", frame.attrs.get("kind", "?")]
-    if any(source is not None and source == "ncu" for source in frame["source"].dropna().tolist()):
+    if any(not is_missing(source) and source == "ncu" for source in column_list(frame, "source")):
         notes.append(_label(frame, "clock_control", "--clock-control", "base"))
         notes.append(_label(frame, "cache_control", "--cache-control", "all"))
     else:
@@ -59,12 +59,10 @@ def describe_report(frame) -> str:
 def graph_profiling_note(frame) -> str | None:
     """The note for a report captured with ncu --graph-profiling graph, naming every row kind
     it inflates (whole-graph rows and plain kernel rows alike), or None."""
-    import pandas as pd
-
     workloads = [
-        "kernel" if workload is pd.NA else workload
-        for source, workload in zip(frame["source"].tolist(), frame["workload"].tolist())
-        if source is not pd.NA and source == "ncu"
+        "kernel" if is_missing(workload) else workload
+        for source, workload in zip(column_list(frame, "source"), column_list(frame, "workload"))
+        if not is_missing(source) and source == "ncu"
     ]
     if frame.attrs.get("graph_profiling") != "graph" and "graph" not in workloads:
         return None

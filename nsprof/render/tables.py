@@ -31,6 +31,7 @@ from nsprof.render.text import (
     us,
     yes_no,
 )
+from nsprof.schema import column_list
 from nsprof.space import config_label
 
 if TYPE_CHECKING:
@@ -46,10 +47,10 @@ def _kernel_cells(
     summary, width: int | None, by: tuple[str, ...], names: str
 ) -> tuple[list[str], list[bool]]:
     """kernel_labels' cells, and whether each is numbered."""
-    short = ["?" if is_missing(k) else str(k) for k in summary["kernel"].tolist()]
-    full = [s if is_missing(f) else str(f) for f, s in zip(summary["kernel_full"].tolist(), short)]
+    short = ["?" if is_missing(k) else str(k) for k in column_list(summary, "kernel")]
+    full = [s if is_missing(f) else str(f) for f, s in zip(column_list(summary, "kernel_full"), short)]
     shown = full if names == "demangled" else short
-    by_columns = [[str(value) for value in summary[c].tolist()] for c in by if c in summary]
+    by_columns = [[str(value) for value in column_list(summary, c)] for c in by if c in summary]
     groups = list(zip(*by_columns)) if by_columns else [()] * len(summary)
 
     def numbered(key) -> dict[tuple, dict[str, int]]:
@@ -113,7 +114,8 @@ def _cells(headers: list[str], rows: list[list[str]], right: set[int], keep: int
 def format_summary(
     summary, unit: str = "us", width: int | None = NAME_WIDTH, names: str = "short", style: str = "table"
 ) -> str:
-    """analyze's table of a summary (analysis.summary.summarize's rows, in the order given):
+    """analyze's table of a summary (analysis.summary.summarize's rows, in the order given; a
+    DataFrame or a ListTable):
     durations in `unit` (ns, us, ms), kernel names per kernel_labels, as a fixed-width table or
     (`style="markdown"`) a Markdown one. Columns with no value in any row are left out."""
     u = UNIT_LABELS[unit]
@@ -151,7 +153,7 @@ def format_summary(
     )
     records = [
         SimpleNamespace(**dict(zip(columns, values)))
-        for values in zip(*(summary[column].tolist() for column in columns))
+        for values in zip(*(column_list(summary, column) for column in columns))
     ]
     for rec, kernel in zip(records, kernel_labels(summary, width, names=names)):
         rows.append(

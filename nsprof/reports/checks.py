@@ -29,10 +29,16 @@ def blank_impossible(frame, columns: tuple[str, ...] = MEASURED) -> list[str]:
 
     warnings = []
     for column in columns:
-        values = frame[column].to_numpy(dtype="float64", na_value=np.nan)
+        if isinstance(frame[column], list):  # a ListTable (nsprof.schema): floats, NaN where missing
+            values = np.array(frame[column], dtype="float64")
+        else:
+            values = frame[column].to_numpy(dtype="float64", na_value=np.nan)
         bad = np.isinf(values) | (values < 0)
         if bad.any():
-            frame[column] = frame[column].mask(bad)
+            if isinstance(frame[column], list):
+                frame[column] = np.where(bad, np.nan, values).tolist()
+            else:
+                frame[column] = frame[column].mask(bad)
             warnings.append(
                 f"{int(bad.sum())} {column} value(s) negative or infinite (corrupt report?); left empty"
             )

@@ -17,7 +17,7 @@ from nsprof.reports.checks import blank_impossible, one_line, read_head
 from nsprof.reports.names import short_kernel_name
 from nsprof.reports.nvtx_cells import parse_csv_columns
 from nsprof.reports.signatures import UTF16_BOMS, find_header
-from nsprof.schema import make_frame
+from nsprof.schema import column_list, make_frame, tidy_rows
 
 PUSH_POP_PREFIX = "thread Domain:Push/Pop_Range"
 START_END_PREFIX = "Id:Domain:Start/Stop_Range"
@@ -199,8 +199,10 @@ def read_ncu_csv(
     clock_control: str | None = None,
     cache_control: str | None = None,
     decimal: str | None = None,
+    as_rows: bool = False,
 ):
-    """Parse an `ncu --csv --page raw|details` export into the tidy table."""
+    """Parse an `ncu --csv --page raw|details` export into the tidy table: a DataFrame, or with
+    `as_rows` a ListTable (nsprof.schema) where the page is small and plain (else the frame)."""
     import csv
 
     path = Path(path)
@@ -221,6 +223,7 @@ def read_ncu_csv(
         columns = next(csv.reader([first_line.decode("utf-8-sig", errors="replace")]))
     except csv.Error as exc:  # e.g. a bare carriage return inside the header row
         raise ReportError(f"{path.name}: malformed ncu CSV header ({one_line(exc, 120)})") from None
+    small = None  # _raw_small's columns, for a small plain raw page
     if "Metric Name" in columns:
         missing = [c for c in _DETAILS_COLUMNS if c not in columns]
         if missing:
@@ -235,15 +238,17 @@ def read_ncu_csv(
     rows = len(frame["duration_ns"])
     frame["clock_control"] = [clock_control or recorded.get("clock_control")] * rows
     frame["cache_control"] = [cache_control or recorded.get("cache_control")] * rows
-    result = make_frame(frame)
-    if result.empty:
+    result = tidy_rows(frame) if as_rows and small is not None else None
+    if result is None:
+        result = make_frame(frame)
+    if not len(result):
         raise ReportError(f"{path.name}: ncu CSV holds no profiled kernels")
     no_duration = duration_warning(problems, len(result))
     warnings += blank_impossible(result) + ([no_duration] if no_duration else [])
     result.attrs["warnings"] = warnings
     result.attrs["labels_from"] = {key: "ncu's notes above the table" for key in recorded}
     # ncu profiles graphs whole (--graph-profiling graph) for the whole run or not at all.
-    if any(type(workload) is str and workload == "graph" for workload in result["workload"].tolist()):
+    if any(type(workload) is str and workload == "graph" for workload in column_list(result, "workload")):
         result.attrs["graph_profiling"] = "graph"
     return result
 

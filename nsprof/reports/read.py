@@ -15,8 +15,11 @@ from nsprof.reports.inputs import local_copy, shown_name
 from nsprof.reports.kinds import BY_NAME, sniff_kind
 
 
-def read_report(path: str | os.PathLike, *, domain: str | None = None, **labels):
+def read_report(path: str | os.PathLike, *, domain: str | None = None, as_rows: bool = False, **labels):
     """Read any supported report into the tidy table (see nsprof.schema).
+
+    With `as_rows`, a small plain ncu CSV (without `domain`) comes as a ListTable (nsprof.schema:
+    the same table as plain lists, for printing it as a table); any other report as a DataFrame.
 
     `path` may be a regular file, a FIFO or other stream (read once into a temporary copy),
     or "-" for standard input. `domain` restricts NVTX attribution to one domain; `labels`
@@ -27,7 +30,8 @@ def read_report(path: str | os.PathLike, *, domain: str | None = None, **labels)
     with local_copy(path) as local:
         try:
             kind = sniff_kind(local, shown=shown)
-            frame = BY_NAME[kind].read(local, domain=domain, **labels)
+            rows = {"as_rows": True} if as_rows and kind == "ncu-csv" and domain is None else {}
+            frame = BY_NAME[kind].read(local, domain=domain, **labels, **rows)
         except ReportError as exc:
             raise ReportError(_named_as_given(str(exc), local, shown)) from None
     frame.attrs["report"] = os.fspath(path)
