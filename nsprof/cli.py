@@ -1,9 +1,9 @@
-"""The `nsprof` command line: a thin click layer over the library.
+"""The `nsprof` command line: a thin click layer over nsprof.commands.
 
-Each command turns its options into settings, calls the library (nsprof.reports, profile,
-validate, tune, store, doctor) and prints what nsprof.render makes of the result.
-
-Library errors (nsprof.errors.NsprofError) become one line on stderr and exit status 2.
+Holds the options shared by several commands (one definition each: `_option`), and each command
+as its options -> settings (nsprof.settings checks them) -> the command (nsprof.commands) -> what
+it prints. Library errors (nsprof.errors.NsprofError) become one line on stderr and exit status 2;
+an OptionError is shown as a usage error, pointing at the command's --help.
 """
 
 from __future__ import annotations
@@ -16,26 +16,32 @@ import click
 
 from nsprof import __version__
 from nsprof.drivers import registry
-from nsprof.errors import NsprofError
-from nsprof.host.redirect import results_only_on_stdout
-from nsprof.settings import TIMER_BACKENDS, Truth
+from nsprof.errors import NsprofError, OptionError
+from nsprof.settings import TIMER_BACKENDS
 
 EXIT_ERROR = 2
-
-
-class CliError(click.ClickException):
-    exit_code = EXIT_ERROR
-
-    def show(self, file=None) -> None:
-        click.echo(f"nsprof: error: {self.format_message()}", err=True)
 
 
 def _version_option():
     return click.version_option(__version__, "-V", "--version", prog_name="nsprof")
 
 
+class _Command(click.Command):
+    """A command whose OptionError is click's usage error (naming its option), with the --help hint."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except OptionError as exc:
+            if exc.option:
+                raise click.BadParameter(str(exc), ctx=ctx, param_hint=exc.option) from None
+            raise click.UsageError(str(exc), ctx=ctx) from None
+
+
 class _Group(click.Group):
     """The command group: every command added to it also takes -V/--version."""
+
+    command_class = _Command
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         if not any("--version" in param.opts for param in cmd.params):
@@ -54,47 +60,6 @@ def cli() -> None:
     """
 
 
-def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """Whether two paths name one file: through symbolic and hard links when both exist."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one does not exist (yet): compare where they would be
-        return Path(a).resolve() == Path(b).resolve()
-
-
-def _refuse_overwriting_inputs(files, outputs: dict[str, str | None]) -> None:
-    for option, out in outputs.items():
-        if not out:
-            continue
-        for path in files:
-            if out != "-" and os.fspath(path) != "-" and _same_file(out, path):
-                raise CliError(f"{option} {out} would overwrite the input report {path}; choose another file")
-
-
-def _write_exports(frame, csv_path: str | None, parquet_path: str | None) -> None:
-    """The tidy rows to --csv / --parquet files; `-` is standard output."""
-    if csv_path:
-        frame.to_csv(sys.stdout if csv_path == "-" else csv_path, index=False)
-        sys.stdout.flush()
-        click.echo(
-            f"wrote {len(frame)} rows to {'standard output' if csv_path == '-' else csv_path}", err=True
-        )
-    if parquet_path:
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise CliError("--parquet needs pyarrow: pip install 'nsprof[parquet]'") from None
-        if parquet_path == "-":
-            frame.to_parquet(sys.stdout.buffer, index=False)
-            sys.stdout.buffer.flush()
-        else:
-            frame.to_parquet(parquet_path, index=False)
-        click.echo(
-            f"wrote {len(frame)} rows to {'standard output' if parquet_path == '-' else parquet_path}",
-            err=True,
-        )
-
-
 def _regex(ctx, param, value: str | None) -> str | None:
     import re
 
@@ -104,6 +69,150 @@ def _regex(ctx, param, value: str | None) -> str | None:
         except re.error as error:
             raise click.BadParameter(f"not a regular expression: {error}") from None
     return value
+
+
+def _ints(value: str, message: str, option: str) -> list[int]:
+    try:
+        return [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(message, param_hint=option) from None
+
+
+def _config_ids(ctx, param, value: str | None) -> list[int] | None:
+    return _ints(value, "--configs takes integers separated by commas", "--configs") if value else None
+
+
+def _devices(ctx, param, value: str | None) -> tuple[int, ...] | None:
+    message = "--devices takes GPU indices separated by commas, e.g. 0,1"
+    ids = None if value is None else tuple(_ints(value, message, "--devices"))
+    if ids == ():
+        raise click.BadParameter(message, param_hint="--devices")
+    return ids
+
+
+_PATH_OUT = click.Path(dir_okay=False, allow_dash=True)
+# The options of several commands: (where click puts the value, its definition); `_option` lets a
+# command say more in its own help.
+_SHARED = {
+    "--wait": (
+        "wait",
+        {"is_flag": True, "help": "Wait for another nsprof measuring on this GPU instead of failing."},
+    ),
+    "--timeout": (
+        "timeout_s",
+        {
+            "type": click.FloatRange(min=1),
+            "default": 120,
+            "show_default": True,
+            "help": "Seconds one config may run before it is killed and recorded as failed.",
+        },
+    ),
+    "--reps": (
+        "reps",
+        {
+            "type": click.IntRange(1),
+            "default": 5,
+            "show_default": True,
+            "help": "Ground-truth reps per config.",
+        },
+    ),
+    "--work-dir": (
+        "work_dir",
+        {
+            "type": click.Path(file_okay=False, path_type=Path),
+            "default": None,
+            "help": "Keep reports and logs here (default: a temporary folder).",
+        },
+    ),
+    "--configs": (
+        "ids",
+        {"default": None, "callback": _config_ids, "help": "Only these config ids, e.g. 0,3,5."},
+    ),
+    "--store": (
+        "store_path",
+        {
+            "type": click.Path(dir_okay=False, path_type=Path),
+            "default": None,
+            "help": "Results store (default .nsprof/results.sqlite).",
+        },
+    ),
+    "--json": ("as_json", {"is_flag": True}),
+    "--csv": ("csv_path", {"type": _PATH_OUT}),
+    "--plot": ("plot_path", {"type": _PATH_OUT}),
+    "--html": ("html_path", {"type": _PATH_OUT}),
+}
+
+
+def _option(name: str, **more):
+    """The shared option `name`, with `more` (its help, a default) where the command says more."""
+    dest, definition = _SHARED[name]
+    return click.option(name, dest, **{**definition, **more})
+
+
+def _cluster_options(command):
+    """--devices, --scheduler and --verbose: spread the configs over several GPUs (nsprof.cluster)."""
+    for option in reversed(
+        [
+            click.option(
+                "--devices",
+                "devices",
+                default=None,
+                metavar="IDS",
+                callback=_devices,
+                help="Spread the configs over these GPUs of this host (e.g. 0,1): a local Dask cluster, "
+                "one worker per GPU (needs pip install 'nsprof[dask]').",
+            ),
+            click.option(
+                "--scheduler",
+                "scheduler",
+                default=None,
+                metavar="ADDRESS",
+                help="Spread the configs over an existing Dask cluster (tcp://host:8786) whose workers "
+                "were started one per GPU with --resources GPU=1.",
+            ),
+            click.option(
+                "--verbose",
+                is_flag=True,
+                help="With --devices or --scheduler: each Dask worker's state on stderr as it changes.",
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+class _StageBars:
+    """One progress bar per stage of a long command, on stderr; `width` pads the stage's name."""
+
+    def __init__(self, width: int = 12) -> None:
+        self._bar, self._width = None, width
+
+    def __call__(self, name: str, length: int):
+        self.close()
+        self._bar = click.progressbar(
+            length=length, label=f"{name:<{self._width}}", file=sys.stderr, show_pos=True
+        )
+        self._bar.__enter__()
+        bar = self._bar
+        return lambda event, config_id, detail: bar.update(
+            -1 if event == "retry" else 1
+        )  # a retry was counted
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _exit(status: int) -> None:
+    if status:
+        click.get_current_context().exit(status)
 
 
 @cli.command()
@@ -166,47 +275,25 @@ def _regex(ctx, param, value: str | None) -> str | None:
     show_default=True,
     help="What is printed (the summary, or the comparison) as this.",
 )
-@click.option(
+@_option(
     "--plot",
-    "plot_path",
+    type=None,
     metavar="FILE",
     default=None,
     help="Plot each range's kernel durations (with --compare: the per-range B/A ratios) to FILE "
     "(.png, .svg, .pdf; - for PNG on standard output; needs matplotlib).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the tidy rows as a JSON array.")
-@click.option(
-    "--csv",
-    "csv_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    help="Write the tidy rows to a CSV file (- for standard output).",
-)
+@_option("--json", help="Print the tidy rows as a JSON array.")
+@_option("--csv", help="Write the tidy rows to a CSV file (- for standard output).")
 @click.option(
     "--parquet",
     "parquet_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
+    type=_PATH_OUT,
     help="Write the tidy rows to a Parquet file (needs pyarrow; - for standard output).",
 )
 @click.option("--compare", is_flag=True, help="Show exactly two reports side by side with B/A ratios.")
 @click.option("--domain", default=None, help="Attribute kernels only to NVTX ranges of this domain.")
-def analyze(
-    files,
-    kernel_re,
-    range_re,
-    sort_by,
-    top,
-    timeunit,
-    no_warmup,
-    names,
-    wide,
-    style,
-    plot_path,
-    as_json,
-    csv_path,
-    parquet_path,
-    compare,
-    domain,
-) -> None:
+def analyze(files, plot_path, as_json, csv_path, parquet_path, compare, domain, **view) -> None:
     """Read ncu CSV, .ncu-rep, nsys .sqlite or .nsys-rep reports and summarise them.
 
     FILES may be FIFOs or pipes (`<(...)`, /dev/stdin) and `-` for standard input: each is
@@ -220,326 +307,11 @@ def analyze(
     report are left out. --kernel, --range, --no-warmup, --sort and --top choose the rows, of
     the comparison too.
     """
-    import pandas as pd
+    from nsprof.commands.analyze import View
+    from nsprof.commands.analyze import analyze as run
 
-    from nsprof.analysis.summary import compare as compare_frames
-    from nsprof.analysis.summary import order, samples, select, summarize
-    from nsprof.render.json import write_rows
-    from nsprof.render.notes import compare_note, describe_report, summary_notes
-    from nsprof.render.tables import NAME_WIDTH, format_compare, format_summary
-    from nsprof.reports import read_report
-    from nsprof.reports.inputs import shown_name
-
-    if compare and len(files) != 2:
-        raise click.UsageError("--compare takes exactly two report files")
-    if compare and as_json:
-        raise click.UsageError(
-            "--compare prints a table; use --format json for the comparison, "
-            "--json without --compare for the rows"
-        )
-    to_stdout = _one_on_stdout(
-        **{
-            "--json": as_json,
-            "--csv -": csv_path == "-",
-            "--parquet -": parquet_path == "-",
-            "--plot -": plot_path == "-",
-        }
-    )
-    if plot_path:
-        from nsprof.render.plot import plot_path as checked_plot_path
-        from nsprof.render.plot import require_matplotlib
-
-        require_matplotlib()
-        checked_plot_path(plot_path)
-    _refuse_overwriting_inputs(files, {"--csv": csv_path, "--parquet": parquet_path, "--plot": plot_path})
-    width = None if wide else NAME_WIDTH
-    frames, read_files, unreadable = [], [], []
-    for path in files:
-        try:
-            frame = read_report(path, domain=domain)
-        except NsprofError as exc:  # named at the end; the other reports are still shown
-            message = str(exc)
-            unreadable.append(
-                message if message.startswith(shown_name(path)) else f"{shown_name(path)}: {message}"
-            )
-            continue
-        for warning in frame.attrs.get("warnings", []):
-            click.echo(f"nsprof: warning: {shown_name(path)}: {warning}", err=True)
-        frame.insert(0, "file", str(path))
-        frames.append(frame)
-        read_files.append(path)
-    files = read_files
-
-    def done() -> None:
-        """Each report that could not be read, one line each, then exit status 2."""
-        if unreadable:
-            for message in unreadable:
-                click.echo(f"nsprof: error: {message}", err=True)
-            click.get_current_context().exit(EXIT_ERROR)
-
-    if not frames or (compare and unreadable):
-        return done()
-    tidy = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    _write_exports(tidy, csv_path, parquet_path)
-    if as_json:
-        write_rows(tidy, sys.stdout)
-        return done()
-    printed = not to_stdout  # the summary or comparison goes to stdout unless something else does
-
-    def chosen(summary):
-        return order(select(summary, kernel_re, range_re, warmup=not no_warmup), sort_by, top)
-
-    if compare:
-        _analyze_compare(
-            files,
-            frames,
-            chosen,
-            compare_frames,
-            timeunit,
-            width,
-            names,
-            style,
-            plot_path,
-            printed,
-            describe_report,
-            format_compare,
-            compare_note,
-        )
-        return done()
-    summaries = [(path, frame, chosen(summarize(frame))) for path, frame in zip(files, frames)]
-    if plot_path:
-        from nsprof.render.analyze_plot import durations_plot
-
-        durations_plot(
-            [(str(path), samples(frame, summary)) for path, frame, summary in summaries],
-            plot_path,
-            unit=timeunit,
-        )
-        if plot_path != "-":
-            click.echo(f"wrote {plot_path}", err=True)
-    if not printed:
-        return done()
-    if style in ("csv", "json"):
-        from nsprof.render.json import summary_records
-
-        rows = summary_records([(path, summary) for path, _, summary in summaries])
-        if style == "json":
-            import json
-
-            click.echo(json.dumps(rows, indent=2, ensure_ascii=False, allow_nan=False))
-        else:
-            columns = ["file", *(c for c in summaries[0][2].columns if c != "group")]
-            pd.DataFrame(rows, columns=columns).to_csv(sys.stdout, index=False)
-        return done()
-    for path, frame, summary in summaries:
-        click.echo(f"{path}  ({describe_report(frame)})")
-        if style == "markdown":
-            click.echo("")
-        click.echo(format_summary(summary, timeunit, width, names, style))
-        for note in summary_notes(frame, summary, width, names):
-            click.echo(note)
-        click.echo("")
-    done()
-
-
-def _one_on_stdout(**claims: bool) -> bool:
-    """At most one output may take standard output (`-`, or --json); whether one does. The
-    printed tables then go to stderr."""
-    taken = [option for option, on_stdout in claims.items() if on_stdout]
-    if len(taken) > 1:
-        raise click.UsageError(f"{' and '.join(taken)} would both write to standard output; choose one")
-    return bool(taken)
-
-
-def _write_html(path: str, make_page) -> None:
-    """Write the report page `make_page()` returns; says so on stderr (and when its plots were left out)."""
-    from nsprof.render.html import NO_MATPLOTLIB, write_page
-
-    text = make_page()
-    write_page(text, path)
-    if NO_MATPLOTLIB in text:
-        click.echo(f"nsprof: warning: --html: {NO_MATPLOTLIB}", err=True)
-    if path != "-":
-        click.echo(f"wrote {path}", err=True)
-
-
-def _analyze_compare(
-    files,
-    frames,
-    chosen,
-    compare_frames,
-    timeunit,
-    width,
-    names,
-    style,
-    plot_path,
-    printed,
-    describe_report,
-    format_compare,
-    compare_note,
-) -> None:
-    """analyze --compare: the two reports' rows joined, chosen like the summary's rows."""
-    from nsprof.analysis.summary import compare_overall, per_range
-
-    a, b = frames
-    joined = compare_frames(a, b)
-    joined = chosen(
-        joined.assign(
-            source="both",
-            total_ns=joined["median_ns_a"].fillna(joined["median_ns_b"]),
-            median_ns=joined["median_ns_a"].fillna(joined["median_ns_b"]),
-            count=joined["count_a"] + joined["count_b"],
-        )
-    )
-    if plot_path:
-        from nsprof.render.analyze_plot import ratio_plot
-
-        ratio_plot(
-            per_range(joined),
-            files[0].name,
-            files[1].name,
-            plot_path,
-            compare_overall(joined)["geomean_ratio"],
-        )
-        if plot_path != "-":
-            click.echo(f"wrote {plot_path}", err=True)
-    if not printed:
-        return
-    if style == "json":
-        from nsprof.render.json import compare_document
-
-        click.echo(
-            compare_document(
-                joined.drop(columns=["source", "total_ns", "median_ns", "count"]), files[0], files[1]
-            )
-        )
-        return
-    if style == "csv":
-        columns = [
-            "range",
-            "kernel",
-            "kernel_full",
-            "count_a",
-            "count_b",
-            "median_ns_a",
-            "median_ns_b",
-            "ratio",
-            "median_cycles_a",
-            "median_cycles_b",
-            "cycles_ratio",
-        ]
-        joined[columns].to_csv(sys.stdout, index=False)
-        return
-    click.echo(f"A: {files[0]}  ({describe_report(a)})")
-    click.echo(f"B: {files[1]}  ({describe_report(b)})")
-    if style == "markdown":
-        click.echo("")
-    click.echo(format_compare(joined, files[0].name, files[1].name, timeunit, width, names, style))
-    note = compare_note(joined)
-    if note:
-        click.echo(note)
-
-
-def _config_ids(config_list: str | None) -> list[int] | None:
-    if not config_list:
-        return None
-    try:
-        return [int(x) for x in config_list.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(
-            "--configs takes integers separated by commas", param_hint="--configs"
-        ) from None
-
-
-def _truth_list(truth_list: str | None, backend: str | None) -> tuple[str, ...]:
-    """--truth's names; --backend beside it only where it says the same (one truth, that backend)."""
-    if truth_list is None:
-        return ()
-    truths = tuple(name.strip() for name in truth_list.split(","))
-    if not all(truths):
-        raise CliError(f"--truth takes ground truths separated by commas, e.g. ncu,nsys (not {truth_list!r})")
-    if backend is not None and truths != (backend,):
-        raise CliError(
-            f"--backend {backend} and --truth {','.join(truths)} contradict: --truth names every truth "
-            "to rank; drop --backend"
-        )
-    return truths
-
-
-def _cluster_options(command):
-    """--devices, --scheduler and --verbose: spread the configs over several GPUs (nsprof.cluster)."""
-    for option in reversed(
-        [
-            click.option(
-                "--devices",
-                "devices",
-                default=None,
-                metavar="IDS",
-                help="Spread the configs over these GPUs of this host (e.g. 0,1): a local Dask cluster, "
-                "one worker per GPU (needs pip install 'nsprof[dask]').",
-            ),
-            click.option(
-                "--scheduler",
-                "scheduler",
-                default=None,
-                metavar="ADDRESS",
-                help="Spread the configs over an existing Dask cluster (tcp://host:8786) whose workers "
-                "were started one per GPU with --resources GPU=1.",
-            ),
-            click.option(
-                "--verbose",
-                is_flag=True,
-                help="With --devices or --scheduler: each Dask worker's state on stderr as it changes.",
-            ),
-        ]
-    ):
-        command = option(command)
-    return command
-
-
-def _cluster_settings(devices: str | None, scheduler: str | None, verbose: bool):
-    """ClusterSettings from the options, or None (one GPU, no Dask)."""
-    from nsprof.settings import ClusterSettings
-
-    if devices is None and scheduler is None:
-        if verbose:
-            raise click.UsageError(
-                "--verbose shows the Dask workers' state: it goes with --devices or --scheduler"
-            )
-        return None
-    ids: tuple[int, ...] = ()
-    if devices is not None:
-        try:
-            ids = tuple(int(x) for x in devices.split(",") if x.strip())
-        except ValueError:
-            raise click.BadParameter(
-                "--devices takes GPU indices separated by commas, e.g. 0,1", param_hint="--devices"
-            ) from None
-        if not ids:
-            raise click.BadParameter(
-                "--devices takes GPU indices separated by commas, e.g. 0,1", param_hint="--devices"
-            )
-    try:
-        settings = ClusterSettings(devices=ids, scheduler=scheduler, verbose=verbose)
-    except NsprofError as exc:
-        raise click.UsageError(str(exc)) from None
-    from nsprof.cluster import connect
-
-    connect(settings)  # Dask missing, a scheduler out of reach: one line before any work
-    return settings
-
-
-def _close_clusters() -> None:
-    import sys as _sys
-
-    if "nsprof.cluster" in _sys.modules:
-        from nsprof.cluster import close
-
-        close()
-
-
-def _mode_tuple(mode: str) -> tuple[str, ...]:
-    return ("direct", "graph") if mode == "both" else (mode,)
+    outputs = {"plot_path": plot_path, "as_json": as_json, "csv_path": csv_path, "parquet_path": parquet_path}
+    _exit(run(files, View(**view), compare=compare, domain=domain, **outputs))
 
 
 @cli.command()
@@ -558,9 +330,7 @@ def _mode_tuple(mode: str) -> tuple[str, ...]:
     show_default=True,
     help="Plain launches, replays of a captured CUDA graph, or both.",
 )
-@click.option(
-    "--reps", type=click.IntRange(1), default=5, show_default=True, help="Measurements per config and mode."
-)
+@_option("--reps", help="Measurements per config and mode.")
 @click.option(
     "--warmup",
     type=click.IntRange(0),
@@ -568,14 +338,7 @@ def _mode_tuple(mode: str) -> tuple[str, ...]:
     show_default=True,
     help="Unmeasured calls per config first.",
 )
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(min=1),
-    default=120,
-    show_default=True,
-    help="Seconds one config may run before it is killed and recorded as failed.",
-)
+@_option("--timeout")
 @click.option(
     "--clock-control",
     type=click.Choice(["base", "none"]),
@@ -597,43 +360,15 @@ def _mode_tuple(mode: str) -> tuple[str, ...]:
     show_default=True,
     help="ncu: profile graph kernel nodes one by one, or whole graphs (not per-kernel!).",
 )
-@click.option("--configs", "config_list", default=None, help="Only these config ids, e.g. 0,3,5.")
-@click.option(
-    "--work-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Keep reports and logs here (default: a temporary folder, named at the end).",
+@_option("--configs")
+@_option("--work-dir", help="Keep reports and logs here (default: a temporary folder, named at the end).")
+@_option("--json", help="Print the tidy rows as a JSON array.")
+@_option(
+    "--csv", help="Write the tidy rows to a CSV file (- for standard output, the table then goes to stderr)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the tidy rows as a JSON array.")
-@click.option(
-    "--csv",
-    "csv_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    help="Write the tidy rows to a CSV file (- for standard output, the table then goes to stderr).",
-)
-@click.option(
-    "--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing."
-)
+@_option("--wait")
 @_cluster_options
-def profile(
-    target,
-    backend,
-    mode,
-    reps,
-    warmup,
-    timeout_s,
-    clock_control,
-    cache_control,
-    graph_profiling,
-    config_list,
-    work_dir,
-    as_json,
-    csv_path,
-    wait,
-    devices,
-    scheduler,
-    verbose,
-) -> None:
+def profile(target, mode, ids, wait, as_json, csv_path, devices, scheduler, verbose, **choices) -> None:
     """Measure every config of TARGET (file.py:space) under ncu or nsys.
 
     All configs run in one profiled child process, each inside its own NVTX ranges; a
@@ -641,140 +376,17 @@ def profile(
     Prints per config and mode the median, min and spread over reps of the summed kernel
     durations, with cycles and clock.
     """
-    from nsprof.measure import GroundTruth
+    from nsprof.commands import profile as command
     from nsprof.settings import ProfileSettings
 
-    if backend == "ncu" and clock_control == "none":
-        click.echo(
-            "nsprof: warning: --clock-control none: on the H200 µs kernels measured 35-80x too long "
-            "this way; rows are labelled clock_control=none",
-            err=True,
+    modes = ("direct", "graph") if mode == "both" else (mode,)
+    settings = ProfileSettings(modes=modes, wait_gpu=wait, **choices)
+    cluster = {"devices": devices, "scheduler": scheduler, "verbose": verbose}
+    with _StageBars(width=0) as bars:
+        result, failures = command.profile(
+            target, settings, ids, as_json=as_json, csv_path=csv_path, on_stage=bars, **cluster
         )
-    if backend == "ncu" and graph_profiling == "graph":
-        click.echo(
-            "nsprof: warning: --graph-profiling graph gives whole-graph workloads, not kernel durations",
-            err=True,
-        )
-    if as_json and csv_path == "-":
-        raise click.UsageError("--json and --csv - both write to standard output: choose one")
-    ids = _config_ids(config_list)
-    settings = ProfileSettings(
-        backend=backend,
-        modes=_mode_tuple(mode),
-        reps=reps,
-        warmup=warmup,
-        timeout_s=timeout_s,
-        clock_control=clock_control,
-        cache_control=cache_control,
-        graph_profiling=graph_profiling,
-        work_dir=work_dir,
-        wait_gpu=wait,
-    )
-    space = _load_target(target)
-    truth = GroundTruth(settings)  # a missing tool is one line before any work starts
-    try:
-        _profile(
-            target,
-            space,
-            settings,
-            truth,
-            ids,
-            backend,
-            as_json,
-            csv_path,
-            _cluster_settings(devices, scheduler, verbose),
-        )
-    finally:
-        _close_clusters()
-
-
-def _load_target(target: str):
-    """TARGET's Space, loaded before nsprof looks for its tools: a missing file or attribute, or a
-    module that does not import, is the one line a run gives, not a tool missing too."""
-    from nsprof.space import load_target
-
-    with results_only_on_stdout():  # the target's import may print
-        return load_target(target)
-
-
-def _profile(target, space, settings, truth, ids, backend, as_json, csv_path, cluster) -> None:
-    from nsprof.cluster import sharded
-    from nsprof.profile import check_measured, config_summary, profile_result
-    from nsprof.render.json import write_rows
-    from nsprof.render.tables import format_config_summary
-
-    truth = sharded(truth, cluster)
-    n_configs = len(space.configs)
-    if ids is not None:
-        from nsprof.profile import check_config_ids
-
-        try:
-            ids = check_config_ids(ids, n_configs)
-        except NsprofError as exc:
-            raise click.BadParameter(str(exc), param_hint="--configs") from None
-    n = (len(ids) if ids is not None else n_configs) * max(1, space.n_shapes)
-    failures = []
-    with click.progressbar(
-        length=n, label=f"{backend}", file=sys.stderr, show_pos=True, show_eta=True
-    ) as bar:
-
-        def progress(event, config_id, detail):
-            bar.update(-1 if event == "retry" else 1)  # a retried config was counted as done
-            if event == "fail":
-                failures.append((config_id, detail))
-
-        with results_only_on_stdout():
-            result = profile_result(
-                target, settings, config_ids=ids, on_progress=progress, backend=truth, space=space
-            )
-    frame = result.frame
-    for config_id, detail in failures:
-        config_id, shape = space.points.split(config_id)  # a point id for a target with shapes
-        where = "" if shape is None else f" at shape {shape}"
-        click.echo(f"nsprof: config {config_id}{where} failed: {detail}", err=True)
-    _write_exports(frame, csv_path, None)
-    if as_json:
-        write_rows(frame, sys.stdout)
-        check_measured(frame)
-        return
-    summary = config_summary(frame, result.configs)
-    labels = result.labels
-    to_stderr = csv_path == "-"  # standard output carries the rows
-    click.echo(
-        f"{target}: {backend}, clock control {labels['clock_control']}, cache control "
-        f"{labels['cache_control']}, {result.wall_s:.1f} s wall; "
-        + (
-            f"reports kept in {result.work_dir}"
-            if result.work_dir
-            else "temporary reports removed (pass --work-dir to keep them)"
-        ),
-        err=to_stderr,
-    )
-    click.echo(format_config_summary(summary), err=to_stderr)
-    check_measured(frame)  # every config failed: the table above says why, and the exit status too
-
-
-class _StageBars:
-    """One progress bar per stage of a long command, on stderr."""
-
-    def __init__(self) -> None:
-        self._bar = None
-
-    def __call__(self, name: str, length: int):
-        self.close()
-        self._bar = click.progressbar(length=length, label=f"{name:<12}", file=sys.stderr, show_pos=True)
-        self._bar.__enter__()
-        bar = self._bar
-        return lambda event, config_id, detail: bar.update(-1 if event == "retry" else 1)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-            self._bar = None
-
-
-def _split(value: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in value.split(",") if v.strip())
+    command.show(target, settings, result, failures, as_json=as_json, csv_path=csv_path)
 
 
 @cli.command()
@@ -807,9 +419,7 @@ def _split(value: str) -> tuple[str, ...]:
     "repeated for its floor, and show each timer against the ncu taken under its own L2 state.",
 )
 @click.option("--mode", default="direct,graph", show_default=True, help="Ground-truth modes: direct, graph.")
-@click.option(
-    "--reps", type=click.IntRange(1), default=5, show_default=True, help="Ground-truth reps per config."
-)
+@_option("--reps")
 @click.option(
     "--timer-reps", type=click.IntRange(1), default=100, show_default=True, help="Samples per fast timer."
 )
@@ -819,65 +429,24 @@ def _split(value: str) -> tuple[str, ...]:
     show_default=True,
     help="Run each ground truth twice to measure its own repeatability (the noise floor).",
 )
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(min=1),
-    default=120,
-    show_default=True,
-    help="Seconds one config may run before it is killed and recorded as failed.",
-)
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    help="Write the agreement plot (png/svg/pdf; - for PNG on standard output).",
-)
-@click.option(
+@_option("--timeout")
+@_option("--plot", help="Write the agreement plot (png/svg/pdf; - for PNG on standard output).")
+@_option(
     "--html",
-    "html_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
     help="Write a self-contained report page: the tables and the plot, readable offline (- for "
     "standard output).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print everything as one JSON object.")
+@_option("--json", help="Print everything as one JSON object.")
 @click.option(
     "--save",
     "save_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
+    type=_PATH_OUT,
     help="Also write that JSON object to a file (- for standard output).",
 )
-@click.option(
-    "--work-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Keep reports and logs here (default: a temporary folder).",
-)
-@click.option(
-    "--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing."
-)
+@_option("--work-dir")
+@_option("--wait")
 @_cluster_options
-def validate(
-    target,
-    timers,
-    external,
-    truth,
-    matched,
-    mode,
-    reps,
-    timer_reps,
-    repeat,
-    timeout_s,
-    plot_path,
-    html_path,
-    as_json,
-    save_path,
-    work_dir,
-    wait,
-    devices,
-    scheduler,
-    verbose,
-) -> None:
+def validate(target, timers, truth, mode, repeat, devices, scheduler, verbose, **options) -> None:
     """Check fast timers against ncu and nsys over TARGET's configs (file.py:space).
 
     For every timer against every ground truth: median ratio (bias), Kendall τ and
@@ -885,117 +454,19 @@ def validate(
     slower, by ground truth, its pick is). Ends with a verdict: which fast timer tracks
     which ground truth on this kernel.
     """
-    from nsprof.render.html import validate_page
-    from nsprof.render.json import agreement_document
-    from nsprof.render.plot import plot, require_matplotlib
-    from nsprof.render.plot import plot_path as plot_path_checked
-    from nsprof.render.tables import (
-        format_agreement,
-        format_conditions,
-        format_floors,
-        format_matched,
-        format_per_config,
-    )
-    from nsprof.timers.specs import expand
-    from nsprof.validate import ValidateSettings, resolve_truths
-    from nsprof.validate import validate as run_validate
+    from nsprof.commands import validate as command
+    from nsprof.commands.common import split
+    from nsprof.settings import ValidateSettings
 
-    try:
-        expand(list(_split(timers)))
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--timers") from None
-    truths = _split(truth)
-    modes = _split(mode)
-    try:
-        backends = list(dict.fromkeys(Truth.parse(t).backend for t in truths))
-    except NsprofError as exc:
-        raise click.BadParameter(str(exc), param_hint="--truth") from None
-    if not truths or any(b not in registry.ground_truths() for b in backends):
-        raise click.BadParameter(f"choose from {', '.join(registry.ground_truths())}", param_hint="--truth")
-    if not modes or any(m not in ("direct", "graph") for m in modes):
-        raise click.BadParameter("choose from direct, graph", param_hint="--mode")
-    _one_on_stdout(
-        **{
-            "--plot -": plot_path == "-",
-            "--html -": html_path == "-",
-            "--save -": save_path == "-",
-            "--json": as_json,
-        }
-    )
-    tables_to_stderr = "-" in (plot_path, html_path, save_path)
-    if plot_path:
-        plot_path_checked(plot_path)
-        require_matplotlib()
-    from dataclasses import replace
-
-    from nsprof.drivers.registry import get_driver
-
+    outputs = {name: options.pop(name) for name in ("plot_path", "html_path", "save_path", "as_json")}
     settings = ValidateSettings(
-        timers=_split(timers),
-        external=external,
-        truths=truths,
-        matched=matched,
-        modes=modes,
-        reps=reps,
-        timer_reps=timer_reps,
-        repeat_truth=repeat,
-        timeout_s=timeout_s,
-        work_dir=work_dir,
-        wait=wait,
+        timers=split(timers), truths=split(truth), modes=split(mode), repeat_truth=repeat, **options
     )
-    try:
-        resolve_truths(settings)  # a condition a tool cannot take, --matched without ncu: one line
-    except NsprofError as exc:
-        raise click.BadParameter(
-            str(exc), param_hint="--matched" if "--matched" in str(exc) else "--truth"
-        ) from None
-    space = _load_target(target)
-    for backend in backends:
-        get_driver(backend)  # a missing tool is one line, before any work
-    bars = _StageBars()
-    try:
-        settings = replace(settings, cluster=_cluster_settings(devices, scheduler, verbose))
-        with results_only_on_stdout():
-            result = run_validate(target, settings, on_stage=bars, space=space)
-    finally:
-        bars.close()
-        _close_clusters()
-    for (method, config_id), reason in sorted(result.failures.items(), key=str):
-        click.echo(f"nsprof: {method} failed on config {config_id}: {reason}", err=True)
-    if plot_path:
-        plot(
-            result.per_config, result.agreement, result.timers, result.truths, plot_path, floors=result.floors
-        )
-        if plot_path != "-":
-            click.echo(f"wrote {plot_path}", err=True)
-    if html_path:
-        _write_html(html_path, lambda: validate_page(result, title=f"nsprof validate {target}"))
-    document = agreement_document(
-        result.agreement,
-        result.per_config,
-        result.floors,
-        result.verdict,
-        matched=result.matched,
-        conditions=result.conditions,
-        repeat=result.repeat,
-    )
-    if save_path == "-":
-        click.echo(document)
-    elif save_path:
-        Path(save_path).write_text(document + "\n")
-        click.echo(f"wrote {save_path}", err=True)
-    if as_json:
-        click.echo(document)
-        return
-    sections = [
-        format_per_config(result.per_config, result.configs),
-        format_agreement(result.agreement, result.floors),
-        format_floors(result.floors),
-        format_matched(result.matched),
-        result.verdict,
-        format_conditions(result.conditions),
-    ]
-    click.echo("\n\n".join(section for section in sections if section), err=tables_to_stderr)
+    command.check(settings, **outputs)
+    with _StageBars() as bars:
+        cluster = {"devices": devices, "scheduler": scheduler, "verbose": verbose}
+        result = command.validate(target, settings, on_stage=bars, **cluster)
+    command.show(target, result, **outputs)
 
 
 @cli.command()
@@ -1018,7 +489,7 @@ def validate(
 @click.option(
     "--deploy",
     metavar="TRUTH",
-    default=None,
+    default="",
     help="The truth whose winner is fed back and recorded (one of --truth; default the first).",
 )
 @click.option(
@@ -1042,9 +513,7 @@ def validate(
     show_default=True,
     help="Rank by the median or the minimum over reps.",
 )
-@click.option(
-    "--reps", type=click.IntRange(1), default=5, show_default=True, help="Ground-truth reps per config."
-)
+@_option("--reps")
 @click.option(
     "--max-reps",
     type=click.IntRange(1),
@@ -1066,33 +535,15 @@ def validate(
 )
 @click.option(
     "--top",
-    "top",
+    "prescreen_top",
     type=click.IntRange(1),
     default=4,
     show_default=True,
     help="How many prescreened configs go to ground truth.",
 )
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(min=1),
-    default=120,
-    show_default=True,
-    help="Seconds one config may run before it is killed and recorded as failed.",
-)
-@click.option(
-    "--work-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Keep reports and logs here (default: a temporary folder).",
-)
-@click.option(
-    "--store",
-    "store_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Results store (default .nsprof/results.sqlite).",
-)
+@_option("--timeout")
+@_option("--work-dir")
+@_option("--store")
 @click.option("--no-store", is_flag=True, help="Keep no results store.")
 @click.option("--resume", is_flag=True, help="Measure only configs the store has no result for (same key).")
 @click.option(
@@ -1101,9 +552,7 @@ def validate(
     help="With --resume, measure failed configs again too (failures that say nothing about the "
     "config, such as a timeout shorter than today's, are retried anyway).",
 )
-@click.option(
-    "--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing."
-)
+@_option("--wait")
 @click.option(
     "--feed-back/--no-feed-back",
     default=True,
@@ -1116,52 +565,21 @@ def validate(
     show_default=True,
     help="Also run the target's own autotuner with its own timer (Triton) and say what it picks.",
 )
-@click.option("--configs", "config_list", default=None, help="Only these config ids, e.g. 0,3,5.")
-@click.option("--json", "as_json", is_flag=True, help="Print the ranked table as JSON.")
-@click.option(
+@_option("--configs")
+@_option("--json", help="Print the ranked table as JSON.")
+@_option(
     "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
     help="Write the ranking plot (png/svg/pdf; - for PNG on standard output): each config's value, "
     "best first, the tie set marked.",
 )
-@click.option(
+@_option(
     "--html",
-    "html_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
     help="Write a self-contained report page: the ranked table and the plot, readable offline (- for "
     "standard output).",
 )
 @_cluster_options
 def tune(
-    target,
-    backend,
-    truth_list,
-    deploy,
-    explain,
-    mode,
-    stat,
-    reps,
-    max_reps,
-    budget_s,
-    prescreen,
-    top,
-    timeout_s,
-    work_dir,
-    store_path,
-    no_store,
-    resume,
-    retry_failed,
-    wait,
-    feed_back,
-    tuner_pick,
-    config_list,
-    as_json,
-    plot_path,
-    html_path,
-    devices,
-    scheduler,
-    verbose,
+    target, backend, truth_list, store_path, no_store, ids, devices, scheduler, verbose, **options
 ) -> None:
     """Rank every config of TARGET (file.py:space) by ground truth and name the best.
 
@@ -1174,127 +592,34 @@ def tune(
     truth, then whether the winners agree, by how much they differ, which condition explains it, and
     the --deploy truth fed back.
     """
-    from nsprof.drivers.registry import get_driver
-    from nsprof.render.json import tune_document
-    from nsprof.render.tables import format_tune
-    from nsprof.settings import ground_truths, split_truth
-    from nsprof.tune import TuneSettings, check_truths
-    from nsprof.tune import tune as run_tune
+    from nsprof.commands import tune as command
+    from nsprof.settings import TuneSettings
 
-    truths = _truth_list(truth_list, backend)
-    backend = backend or "ncu"
-    _one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--json": as_json})
-    tables_to_stderr = plot_path == "-" or html_path == "-"
-    if plot_path:
-        from nsprof.render.plot import plot_path as plot_path_checked
-        from nsprof.render.plot import require_matplotlib
-
-        plot_path_checked(plot_path)
-        require_matplotlib()  # one line before any work
-    if no_store and resume:
-        raise click.UsageError("--resume needs the results store (drop --no-store)")
-    if retry_failed and not resume:
-        raise click.UsageError("--retry-failed goes with --resume")
-    if max_reps is not None and max_reps < reps:
-        raise click.UsageError(f"--max-reps ({max_reps}) must be at least --reps ({reps})")
-    bars = _StageBars()
-    try:
-        settings = TuneSettings(
-            backend=backend,
-            mode=mode,
-            stat=stat,
-            reps=reps,
-            prescreen=prescreen,
-            prescreen_top=top,
-            timeout_s=timeout_s,
-            work_dir=work_dir,
-            store=store_path,
-            use_store=not no_store,
-            resume=resume,
-            retry_failed=retry_failed,
-            wait=wait,
-            feed_back=feed_back,
-            tuner_pick=tuner_pick,
-            truths=truths,
-            deploy=deploy or "",
-            max_reps=max_reps,
-            budget_s=budget_s,
-            explain=explain,
-            cluster=_cluster_settings(devices, scheduler, verbose),
-        )
-        check_truths(settings)
-        space = _load_target(target)
-        for name in settings.ranked_truths:  # after the options and the target: a missing tool is one line
-            if split_truth(name)[0] in ground_truths():
-                get_driver(split_truth(name)[0])
-        with results_only_on_stdout():
-            result = run_tune(
-                target, settings, config_ids=_config_ids(config_list), on_stage=bars, space=space
-            )
-    finally:
-        bars.close()
-        _close_clusters()
-    if plot_path:
-        from nsprof.render.tune_plot import plot_tune
-
-        at = (
-            ""
-            if result.shape is None
-            else f" at shape {result.shape} (of {len(result.shapes)}; --json has all)"
-        )
-        plot_tune(result.table, plot_path, title=f"{target}: ranked by {result.label}{at}")
-        if plot_path != "-":
-            click.echo(f"wrote {plot_path}", err=True)
-    if html_path:
-        from nsprof.render.html import tune_page
-
-        _write_html(html_path, lambda: tune_page(result, title=f"nsprof tune {target}"))
-    if as_json:
-        click.echo(tune_document(result))
-    else:
-        click.echo(format_tune(result), err=tables_to_stderr)
-    for error in result.errors:
-        click.echo(f"nsprof: {error}", err=True)
-    if result.errors:
-        sys.exit(1)
+    outputs = {name: options.pop(name) for name in ("plot_path", "html_path", "as_json")}
+    truths = command.truth_list(truth_list, backend)
+    settings = TuneSettings(
+        backend=backend or "ncu", truths=truths, store=store_path, use_store=not no_store, **options
+    )
+    with _StageBars() as bars:
+        cluster = {"devices": devices, "scheduler": scheduler, "verbose": verbose}
+        result = command.tune(target, settings, ids, on_stage=bars, **outputs, **cluster)
+    _exit(command.show(target, result, **outputs))
 
 
 @cli.command()
-@click.option(
-    "--store",
-    "store_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Results store (default .nsprof/results.sqlite).",
-)
+@_option("--store")
 @click.option(
     "--export",
     "export_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
+    type=_PATH_OUT,
     default=None,
     help="Write every stored measurement to a .csv, .json or .parquet file (- for CSV on standard output).",
 )
 def results(store_path, export_path) -> None:
     """List the runs in the results store, or export its measurements."""
-    from nsprof.render.tables import format_runs
-    from nsprof.store import DEFAULT_PATH, ResultStore
+    from nsprof.commands.results import results as run
 
-    path = store_path or DEFAULT_PATH
-    if not Path(path).exists():
-        raise CliError(f"no results store at {path} (nsprof tune writes one)")
-    with ResultStore(path) as store:
-        if export_path == "-":
-            frame = store.frame()
-            frame.to_csv(sys.stdout, index=False)
-            click.echo(f"wrote {len(frame)} measurements to standard output (CSV)", err=True)
-            return
-        if export_path:
-            count = store.export(export_path)
-            click.echo(f"wrote {count} measurements to {export_path}")
-            return
-        runs = store.runs()
-        counts = store.frame().groupby("run_id").size() if len(runs) else {}
-    click.echo(format_runs(runs, counts))
+    run(store_path, export_path)
 
 
 @cli.command()
@@ -1314,9 +639,7 @@ def results(store_path, export_path) -> None:
     metavar="SECONDS",
     help="End after this long without a job.",
 )
-@click.option(
-    "--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing."
-)
+@_option("--wait")
 def serve(backend, idle_exit_s, wait) -> None:
     """Keep one profiled worker running on GPU 0 for the nsprof commands that follow.
 
@@ -1325,9 +648,9 @@ def serve(backend, idle_exit_s, wait) -> None:
     Python's and CUDA's start-up once. Ends after --idle-exit seconds without a job, on
     SIGTERM/SIGINT (after the current job), or when a job's worker dies or hangs.
     """
-    from nsprof.serve import serve as run_server
+    from nsprof.commands.serve import serve as run
 
-    sys.exit(run_server(backend, idle_exit_s, wait))
+    _exit(run(backend, idle_exit_s, wait))
 
 
 @cli.command()
@@ -1337,13 +660,9 @@ def doctor(no_run) -> None:
 
     Exit status 0 when at least one ground-truth tool works here, 1 when none does.
     """
-    from nsprof.doctor import run_doctor
+    from nsprof.commands.doctor import doctor as run
 
-    checks, available = run_doctor(run_kernels=not no_run)
-    for check in checks:
-        mark = "ok  " if check.ok else "FAIL"
-        click.echo(f"[{mark}] {check.name:<9} {check.detail}")
-    sys.exit(0 if available else 1)
+    _exit(run(run_kernels=not no_run))
 
 
 def _exit_for_closed_stdout() -> None:

@@ -31,6 +31,7 @@ LAYERS = [
         "nsprof.cluster",
         "nsprof.serve",
     ],
+    ["nsprof.commands"],
     ["nsprof.cli", "nsprof.__main__", "nsprof"],
 ]
 
