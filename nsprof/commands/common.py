@@ -1,6 +1,6 @@
 """What several commands share: loading the target, the Dask cluster of --devices/--scheduler,
-which one output takes standard output, the --csv/--parquet exports, the --html page and the
---plot file's checks."""
+the progress bars, which one output takes standard output, the --csv/--parquet exports, the
+--html page and the --plot file's checks."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def split(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
-def cluster_settings(devices: tuple[int, ...] | None, scheduler: str | None, verbose: bool):
+def cluster_settings(devices: list[int] | None, scheduler: str | None, verbose: bool):
     """ClusterSettings from --devices (GPU ids), --scheduler and --verbose, connected; or None (one
     GPU, no Dask)."""
     from nsprof.settings import ClusterSettings
@@ -38,7 +38,7 @@ def cluster_settings(devices: tuple[int, ...] | None, scheduler: str | None, ver
             )
         return None
     try:
-        settings = ClusterSettings(devices=devices or (), scheduler=scheduler, verbose=verbose)
+        settings = ClusterSettings(devices=tuple(devices or ()), scheduler=scheduler, verbose=verbose)
     except NsprofError as exc:
         raise OptionError(str(exc)) from None
     from nsprof.cluster import connect
@@ -114,3 +114,33 @@ def write_exports(frame, csv_path: str | None, parquet_path: str | None) -> None
         else:
             frame.to_parquet(parquet_path, index=False)
         _wrote_rows(frame, parquet_path)
+
+
+class StageBars:
+    """One progress bar per stage of a long command, on stderr; `width` pads the stage's name.
+    Called with (name, length), it starts the stage's bar and returns its progress callback."""
+
+    def __init__(self, width: int = 12) -> None:
+        self._bar, self._width = None, width
+
+    def __call__(self, name: str, length: int):
+        self.close()
+        self._bar = click.progressbar(
+            length=length, label=f"{name:<{self._width}}", file=sys.stderr, show_pos=True
+        )
+        self._bar.__enter__()
+        bar = self._bar
+        return lambda event, config_id, detail: bar.update(
+            -1 if event == "retry" else 1
+        )  # a retry was counted
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from nsprof.commands.common import cluster_settings, clusters, load_target, write_exports
+from nsprof.commands.common import StageBars, cluster_settings, clusters, load_target, write_exports
 from nsprof.errors import NsprofError, OptionError
 from nsprof.host.redirect import results_only_on_stdout
 
@@ -27,10 +27,9 @@ def warn(settings) -> None:
         )
 
 
-def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler, verbose, on_stage):
+def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler, verbose):
     """Measure TARGET's configs (`ids`, or all) with ProfileSettings `settings`: the ProfileResult
-    and the failures as (config id, shape or None, reason). on_stage(label, length) returns the
-    session's progress callback."""
+    and the failures as (config id, shape or None, reason)."""
     from nsprof.cluster import sharded
     from nsprof.measure import GroundTruth
     from nsprof.profile import check_config_ids, profile_result
@@ -40,7 +39,7 @@ def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler
         raise OptionError("--json and --csv - both write to standard output: choose one")
     space = load_target(target)
     truth = GroundTruth(settings)  # a missing tool is one line before any work starts
-    with clusters():
+    with clusters(), StageBars(width=0) as bars:
         truth = sharded(truth, cluster_settings(devices, scheduler, verbose))
         if ids is not None:
             try:
@@ -48,7 +47,7 @@ def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler
             except NsprofError as exc:
                 raise OptionError(str(exc), option="--configs") from None
         n = (len(ids) if ids is not None else len(space.configs)) * max(1, space.n_shapes)
-        update, failures = on_stage(settings.backend, n), []
+        update, failures = bars(settings.backend, n), []
 
         def progress(event, config_id, detail):
             update(event, config_id, detail)

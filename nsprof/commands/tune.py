@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from nsprof.commands.common import (
+    StageBars,
     check_plot,
     cluster_settings,
     clusters,
@@ -33,7 +34,7 @@ def truth_list(truths: str | None, backend: str | None) -> tuple[str, ...]:
     return names
 
 
-def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, scheduler, verbose, on_stage):
+def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, scheduler, verbose):
     """The TuneResult of TARGET's configs (`ids`, or all) under TuneSettings `settings`, after
     every check that needs no GPU."""
     from dataclasses import replace
@@ -46,14 +47,14 @@ def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, 
     one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--json": as_json})
     check_plot(plot_path)  # one line before any work
     check_truths(settings)
-    with clusters():
+    with clusters(), StageBars() as bars:
         settings = replace(settings, cluster=cluster_settings(devices, scheduler, verbose))
         space = load_target(target)
         for name in settings.ranked_truths:  # after the options and the target: a missing tool is one line
             if split_truth(name)[0] in ground_truths():
                 get_driver(split_truth(name)[0])
         with results_only_on_stdout():
-            return run_tune(target, settings, config_ids=ids, on_stage=on_stage, space=space)
+            return run_tune(target, settings, config_ids=ids, on_stage=bars, space=space)
 
 
 def show(target: str, result, *, plot_path, html_path, as_json) -> int:

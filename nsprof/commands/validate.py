@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from nsprof.commands.common import (
+    StageBars,
     check_plot,
     cluster_settings,
     clusters,
@@ -44,7 +45,7 @@ def check(settings, *, plot_path, html_path, save_path, as_json) -> None:
         raise OptionError(str(exc), option="--matched" if "--matched" in str(exc) else "--truth") from None
 
 
-def validate(target: str, settings, *, devices, scheduler, verbose, on_stage):
+def validate(target: str, settings, *, devices, scheduler, verbose):
     """The ValidateResult of TARGET under `settings`, after every check that needs no GPU."""
     from dataclasses import replace
 
@@ -55,10 +56,10 @@ def validate(target: str, settings, *, devices, scheduler, verbose, on_stage):
     space = load_target(target)
     for backend in dict.fromkeys(Truth.parse(t).backend for t in settings.truths):
         get_driver(backend)  # a missing tool is one line, before any work
-    with clusters():
+    with clusters(), StageBars() as bars:
         settings = replace(settings, cluster=cluster_settings(devices, scheduler, verbose))
         with results_only_on_stdout():
-            return run_validate(target, settings, on_stage=on_stage, space=space)
+            return run_validate(target, settings, on_stage=bars, space=space)
 
 
 def show(target: str, result, *, plot_path, html_path, save_path, as_json) -> None:
