@@ -178,7 +178,8 @@ def _summarize(files, frames, view: View, plot_path, printed: bool) -> None:
     if not printed:
         return
     if view.style in ("csv", "json"):
-        return _summary_records(summaries, view.style)
+        _summary_records(summaries, view.style)
+        return
     for path, frame, summary in summaries:
         click.echo(f"{path}  ({describe_report(frame)})")
         if view.style == "markdown":
@@ -207,11 +208,8 @@ def _summary_records(summaries, style: str) -> None:
 def _compare(files, frames, view: View, plot_path, printed: bool) -> None:
     """--compare: the two reports' rows joined, chosen like the summary's rows."""
     from nsprof.analysis.summary import compare, compare_overall, per_range
-    from nsprof.render.notes import compare_note, describe_report
-    from nsprof.render.tables import format_compare
 
-    a, b = frames
-    joined = compare(a, b)
+    joined = compare(*frames)
     median = joined["median_ns_a"].fillna(joined["median_ns_b"])
     joined = view.chosen(
         joined.assign(
@@ -235,9 +233,18 @@ def _compare(files, frames, view: View, plot_path, printed: bool) -> None:
         from nsprof.render.json import compare_document
 
         shown = joined.drop(columns=["source", "total_ns", "median_ns", "count"])
-        return click.echo(compare_document(shown, files[0], files[1]))
-    if view.style == "csv":
-        return joined[COMPARE_COLUMNS].to_csv(sys.stdout, index=False)
+        click.echo(compare_document(shown, files[0], files[1]))
+    elif view.style == "csv":
+        joined[COMPARE_COLUMNS].to_csv(sys.stdout, index=False)
+    else:
+        _compare_table(files, frames, joined, view)
+
+
+def _compare_table(files, frames, joined, view: View) -> None:
+    from nsprof.render.notes import compare_note, describe_report
+    from nsprof.render.tables import format_compare
+
+    a, b = frames
     click.echo(f"A: {files[0]}  ({describe_report(a)})")
     click.echo(f"B: {files[1]}  ({describe_report(b)})")
     if view.style == "markdown":

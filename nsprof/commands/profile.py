@@ -75,7 +75,8 @@ def show(target: str, settings, result, failures, *, as_json, csv_path) -> None:
     write_exports(frame, csv_path, None)
     if as_json:
         write_rows(frame, sys.stdout)
-        return check_measured(frame)
+        check_measured(frame)
+        return
     labels = result.labels
     to_stderr = csv_path == "-"  # standard output carries the rows
     kept = (

@@ -91,8 +91,9 @@ def show(target: str, result, *, plot_path, html_path, save_path, as_json) -> No
         Path(save_path).write_text(document + "\n")
         click.echo(f"wrote {save_path}", err=True)
     if as_json:
-        return click.echo(document)
-    click.echo(_tables(result), err="-" in (plot_path, html_path, save_path))
+        click.echo(document)
+    else:
+        click.echo(_tables(result), err="-" in (plot_path, html_path, save_path))
 
 
 def _tables(result) -> str:
