@@ -1,49 +1,55 @@
-"""The `nsprof` command line: a thin click layer over the library.
-
-Each command turns its options into settings, calls the library (nsprof.reports, profile,
-validate, tune, store, doctor) and prints what nsprof.render makes of the result.
-
-Library errors (nsprof.errors.NsprofError) become one line on stderr and exit status 2.
-"""
+"""The `nsprof` command line, a thin click layer over nsprof.commands: the options (`_option`; one
+definition of those several commands take, _SHARED; every help text, _HELP), then each command as
+its options -> settings (nsprof.settings checks them) -> the command -> what it prints. An
+NsprofError becomes one line on stderr and exit status 2; an OptionError a usage error too."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
 import click
 
 from nsprof import __version__
+from nsprof.commands import analyze as analyze_command
+from nsprof.commands import doctor as doctor_command
+from nsprof.commands import profile as profile_command
+from nsprof.commands import results as results_command
+from nsprof.commands import serve as serve_command
+from nsprof.commands import tune as tune_command
+from nsprof.commands import validate as validate_command
+from nsprof.commands.common import split
 from nsprof.drivers import registry
-from nsprof.errors import NsprofError
-from nsprof.host.redirect import results_only_on_stdout
-from nsprof.settings import TIMER_BACKENDS, Truth
+from nsprof.errors import NsprofError, OptionError
+from nsprof.host.redirect import exit_for_closed_stdout
+from nsprof.settings import TIMER_BACKENDS, ProfileSettings, TuneSettings, ValidateSettings
 
 EXIT_ERROR = 2
-
-
-class CliError(click.ClickException):
-    exit_code = EXIT_ERROR
-
-    def show(self, file=None) -> None:
-        click.echo(f"nsprof: error: {self.format_message()}", err=True)
 
 
 def _version_option():
     return click.version_option(__version__, "-V", "--version", prog_name="nsprof")
 
 
-class _Group(click.Group):
-    """The command group: every command added to it also takes -V/--version."""
+class _Command(click.Command):
+    """A command that also takes -V/--version; its OptionError is click's usage error (--help hint)."""
 
-    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
-        if not any("--version" in param.opts for param in cmd.params):
-            _version_option()(cmd)
-        super().add_command(cmd, name)
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        _version_option()(self)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except OptionError as exc:
+            if exc.option:
+                raise click.BadParameter(str(exc), ctx=ctx, param_hint=exc.option) from None
+            raise click.UsageError(str(exc), ctx=ctx) from None
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @_version_option()
 def cli() -> None:
     """nsprof: ground-truth kernel durations from Nsight Compute (ncu) and Nsight Systems (nsys).
@@ -54,50 +60,10 @@ def cli() -> None:
     """
 
 
-def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """Whether two paths name one file: through symbolic and hard links when both exist."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one does not exist (yet): compare where they would be
-        return Path(a).resolve() == Path(b).resolve()
-
-
-def _refuse_overwriting_inputs(files, outputs: dict[str, str | None]) -> None:
-    for option, out in outputs.items():
-        if not out:
-            continue
-        for path in files:
-            if out != "-" and os.fspath(path) != "-" and _same_file(out, path):
-                raise CliError(f"{option} {out} would overwrite the input report {path}; choose another file")
-
-
-def _write_exports(frame, csv_path: str | None, parquet_path: str | None) -> None:
-    """The tidy rows to --csv / --parquet files; `-` is standard output."""
-    if csv_path:
-        frame.to_csv(sys.stdout if csv_path == "-" else csv_path, index=False)
-        sys.stdout.flush()
-        click.echo(
-            f"wrote {len(frame)} rows to {'standard output' if csv_path == '-' else csv_path}", err=True
-        )
-    if parquet_path:
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise CliError("--parquet needs pyarrow: pip install 'nsprof[parquet]'") from None
-        if parquet_path == "-":
-            frame.to_parquet(sys.stdout.buffer, index=False)
-            sys.stdout.buffer.flush()
-        else:
-            frame.to_parquet(parquet_path, index=False)
-        click.echo(
-            f"wrote {len(frame)} rows to {'standard output' if parquet_path == '-' else parquet_path}",
-            err=True,
-        )
+cli.command_class = _Command
 
 
 def _regex(ctx, param, value: str | None) -> str | None:
-    import re
-
     if value is not None:
         try:
             re.compile(value)
@@ -106,107 +72,173 @@ def _regex(ctx, param, value: str | None) -> str | None:
     return value
 
 
+def _ints(option: str, message: str, empty: bool):
+    """A callback: the integers separated by commas; None when not given (or given empty, where `empty`)."""
+
+    def parse(ctx, param, value: str | None) -> list[int] | None:
+        if value is None or (empty and not value):
+            return None
+        try:
+            ids = [int(x) for x in value.split(",") if x.strip()]
+        except ValueError:
+            raise click.BadParameter(message, param_hint=option) from None
+        if not (ids or empty):
+            raise click.BadParameter(message, param_hint=option)
+        return ids
+
+    return parse
+
+
+_CONFIG_IDS = _ints("--configs", "--configs takes integers separated by commas", empty=True)
+_DEVICES = _ints("--devices", "--devices takes GPU indices separated by commas, e.g. 0,1", empty=False)
+
+
+def _choice(words: str) -> click.Choice:
+    return click.Choice(words.split())
+
+
+_OUT = click.Path(dir_okay=False, allow_dash=True)
+# The options several commands take: their one definition (where click puts the value, the rest).
+_SHARED = {
+    "--wait": (None, {"is_flag": True}),
+    "--timeout": ("timeout_s", {"type": click.FloatRange(min=1), "default": 120}),
+    "--reps": (None, {"type": click.IntRange(1), "default": 5}),
+    "--work-dir": (None, {"type": click.Path(file_okay=False, path_type=Path), "default": None}),
+    "--configs": ("ids", {"default": None, "callback": _CONFIG_IDS}),
+    "--store": ("store_path", {"type": click.Path(dir_okay=False, path_type=Path), "default": None}),
+    "--json": ("as_json", {"is_flag": True}),
+    "--csv": ("csv_path", {"type": _OUT}),
+    "--plot": ("plot_path", {"type": _OUT}),
+    "--html": ("html_path", {"type": _OUT}),
+    "--devices": (None, {"default": None, "metavar": "IDS", "callback": _DEVICES}),
+    "--scheduler": (None, {"default": None, "metavar": "ADDRESS"}),
+    "--verbose": (None, {"is_flag": True}),
+}
+# Every option's help: a command's own ("tune --mode"), else the one of every command that takes it.
+# The README's option reference names the same options (tests/test_cli_habits.py).
+_HELP = {
+    "--wait": "Wait for another nsprof measuring on this GPU instead of failing.",
+    "--timeout": "Seconds one config may run before it is killed and recorded as failed.",
+    "--reps": "Ground-truth reps per config.",
+    "--work-dir": "Keep reports and logs here (default: a temporary folder).",
+    "--configs": "Only these config ids, e.g. 0,3,5.",
+    "--store": "Results store (default .nsprof/results.sqlite).",
+    "--json": "Print the tidy rows as a JSON array.",
+    "--devices": "Spread the configs over these GPUs of this host (e.g. 0,1): a local Dask cluster, one worker per GPU (needs pip install 'nsprof[dask]').",
+    "--scheduler": "Spread the configs over an existing Dask cluster (tcp://host:8786) whose workers were started one per GPU with --resources GPU=1.",
+    "--verbose": "With --devices or --scheduler: each Dask worker's state on stderr as it changes.",
+    "analyze --kernel": "Only kernels whose short or full name matches REGEX (re.search, like ncu's --kernel-name regex:).",
+    "analyze --range": "Only ranges matching REGEX (as printed: cfg0.direct, torch_push, (no range)).",
+    "analyze --sort": "range: natural order (cfg2 before cfg10), (no range) last; median, total, count: largest first; name: by kernel name.",
+    "analyze --top": "Only the first N rows of each report, after --sort.",
+    "analyze --timeunit": "Unit of the durations printed.",
+    "analyze --no-warmup": 'Drop the kernels outside every NVTX range (the "(no range)" rows, else shown last).',
+    "analyze --names": "Show kernels by their short or their full (demangled) name.",
+    "analyze --wide": "Never shorten kernel or range names.",
+    "analyze --format": "What is printed (the summary, or the comparison) as this.",
+    "analyze --plot": "Plot each range's kernel durations (with --compare: the per-range B/A ratios) to FILE (.png, .svg, .pdf; - for PNG on standard output; needs matplotlib).",
+    "analyze --csv": "Write the tidy rows to a CSV file (- for standard output).",
+    "analyze --parquet": "Write the tidy rows to a Parquet file (needs pyarrow; - for standard output).",
+    "analyze --compare": "Show exactly two reports side by side with B/A ratios.",
+    "analyze --domain": "Attribute kernels only to NVTX ranges of this domain.",
+    "profile --backend": "Ground-truth tool.",
+    "profile --mode": "Plain launches, replays of a captured CUDA graph, or both.",
+    "profile --reps": "Measurements per config and mode.",
+    "profile --warmup": "Unmeasured calls per config first.",
+    "profile --clock-control": "ncu: lock clocks to base (default) or leave them free.",
+    "profile --cache-control": "ncu: flush caches before each replay (all) or not.",
+    "profile --graph-profiling": "ncu: profile graph kernel nodes one by one, or whole graphs (not per-kernel!).",
+    "profile --work-dir": "Keep reports and logs here (default: a temporary folder, named at the end).",
+    "profile --csv": "Write the tidy rows to a CSV file (- for standard output, the table then goes to stderr).",
+    "validate --timers": "Fast timers: families event, cupti, graph (warm and cold L2 each) or exact names (event, event_cold, cupti, cupti_cold, graph_warm, graph_cold).",
+    "validate --external": "Also TileLang's and Triton's own timers, where installed.",
+    "validate --truth": "Ground truths: ncu, nsys; ncu also under a condition, TOOL@CLOCK-L2 with CLOCK base|free and L2 cold|warm (ncu@free-warm: --clock-control none --cache-control none; plain ncu is ncu@base-cold).",
+    "validate --matched": "Also run ncu with clocks free and L2 cold and warm (ncu@free-cold, ncu@free-warm), each repeated for its floor, and show each timer against the ncu taken under its own L2 state.",
+    "validate --mode": "Ground-truth modes: direct, graph.",
+    "validate --timer-reps": "Samples per fast timer.",
+    "validate --repeat": "Run each ground truth twice to measure its own repeatability (the noise floor).",
+    "validate --plot": "Write the agreement plot (png/svg/pdf; - for PNG on standard output).",
+    "validate --html": "Write a self-contained report page: the tables and the plot, readable offline (- for standard output).",
+    "validate --json": "Print everything as one JSON object.",
+    "validate --save": "Also write that JSON object to a file (- for standard output).",
+    "tune --backend": "Ground truth (ncu, nsys) or a fast in-process timer to rank by (default ncu). For several ground truths use --truth instead.",
+    "tune --truth": "Rank under each of these ground truths, e.g. ncu,nsys, and say whether their winners agree (variants: ncu@base-warm, ncu@free-cold, ncu@free-warm: L2 not flushed, clocks not locked, both).",
+    "tune --deploy": "The truth whose winner is fed back and recorded (one of --truth; default the first).",
+    "tune --explain": "When the truths disagree, measure the contenders again under ncu with warm L2 and with free clocks to say which condition explains it.",
+    "tune --mode": "Ground truth of plain launches or of CUDA-graph kernel nodes.",
+    "tune --stat": "Rank by the median or the minimum over reps.",
+    "tune --max-reps": "Adaptive reps: the most reps a config still tied with the best gets in all (default 4 x --reps).",
+    "tune --budget-s": "Adaptive reps: wall seconds their interleaved sessions may take, per truth (0: none; inf: no limit).",
+    "tune --prescreen": "Rank all configs with this fast timer first; measure only the best --top.",
+    "tune --top": "How many prescreened configs go to ground truth.",
+    "tune --no-store": "Keep no results store.",
+    "tune --resume": "Measure only configs the store has no result for (same key).",
+    "tune --retry-failed": "With --resume, measure failed configs again too (failures that say nothing about the config, such as a timeout shorter than today's, are retried anyway).",
+    "tune --feed-back": "Hand the ranking to the target's own autotuner (TileLang's or Triton's cache) when it can take it.",
+    "tune --tuner-pick": "Also run the target's own autotuner with its own timer (Triton) and say what it picks.",
+    "tune --json": "Print the ranked table as JSON.",
+    "tune --plot": "Write the ranking plot (png/svg/pdf; - for PNG on standard output): each config's value, best first, the tie set marked.",
+    "tune --html": "Write a self-contained report page: the ranked table and the plot, readable offline (- for standard output).",
+    "results --export": "Write every stored measurement to a .csv, .json or .parquet file (- for CSV on standard output).",
+    "serve --backend": "The profiler to serve under (nsys only: ncu cannot serve, see docs/serve.md).",
+    "serve --idle-exit": "End after this long without a job.",
+    "doctor --no-run": "Only look for the GPU and tools; run no kernel.",
+}
+
+
+def _option(name: str, dest: str | None = None, **attrs):
+    """click.option `name`: _SHARED's definition where several commands take it, `attrs` over it,
+    the help from _HELP; a default is shown in the help."""
+    shared_dest, shared = _SHARED.get(name, (None, {}))
+    attrs = {**shared, **attrs}
+    if attrs.get("default") is not None:
+        attrs.setdefault("show_default", True)
+    decls = [name] + [d for d in [dest or shared_dest] if d]
+    flag = name.partition("/")[0]
+
+    def decorate(command):
+        text = _HELP.get(f"{command.__name__} {flag}", _HELP.get(flag))
+        return click.option(*decls, help=text, **attrs)(command)
+
+    return decorate
+
+
+def _cluster_options(command):
+    """--devices, --scheduler and --verbose: spread the configs over several GPUs (nsprof.cluster)."""
+    for name in ("--verbose", "--scheduler", "--devices"):
+        command = _option(name)(command)
+    return command
+
+
+def _exit(status: int) -> None:
+    click.get_current_context().exit(status)
+
+
+def _take(options: dict, *names: str) -> dict:
+    return {name: options.pop(name) for name in names}
+
+
+_CLUSTER = ("devices", "scheduler", "verbose")
+
+
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--kernel",
-    "kernel_re",
-    metavar="REGEX",
-    callback=_regex,
-    help="Only kernels whose short or full name matches REGEX (re.search, like ncu's --kernel-name regex:).",
-)
-@click.option(
-    "--range",
-    "range_re",
-    metavar="REGEX",
-    callback=_regex,
-    help="Only ranges matching REGEX (as printed: cfg0.direct, torch_push, (no range)).",
-)
-@click.option(
-    "--sort",
-    "sort_by",
-    type=click.Choice(["range", "median", "total", "count", "name"]),
-    default="range",
-    show_default=True,
-    help="range: natural order (cfg2 before cfg10), (no range) last; median, total, "
-    "count: largest first; name: by kernel name.",
-)
-@click.option(
-    "--top",
-    type=click.IntRange(1),
-    default=None,
-    metavar="N",
-    help="Only the first N rows of each report, after --sort.",
-)
-@click.option(
-    "--timeunit",
-    type=click.Choice(["ns", "us", "ms"]),
-    default="us",
-    show_default=True,
-    help="Unit of the durations printed.",
-)
-@click.option(
-    "--no-warmup",
-    is_flag=True,
-    help='Drop the kernels outside every NVTX range (the "(no range)" rows, else shown last).',
-)
-@click.option(
-    "--names",
-    type=click.Choice(["short", "demangled"]),
-    default="short",
-    show_default=True,
-    help="Show kernels by their short or their full (demangled) name.",
-)
-@click.option("--wide", is_flag=True, help="Never shorten kernel or range names.")
-@click.option(
-    "--format",
-    "style",
-    type=click.Choice(["table", "csv", "json", "markdown"]),
-    default="table",
-    show_default=True,
-    help="What is printed (the summary, or the comparison) as this.",
-)
-@click.option(
-    "--plot",
-    "plot_path",
-    metavar="FILE",
-    default=None,
-    help="Plot each range's kernel durations (with --compare: the per-range B/A ratios) to FILE "
-    "(.png, .svg, .pdf; - for PNG on standard output; needs matplotlib).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the tidy rows as a JSON array.")
-@click.option(
-    "--csv",
-    "csv_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    help="Write the tidy rows to a CSV file (- for standard output).",
-)
-@click.option(
-    "--parquet",
-    "parquet_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    help="Write the tidy rows to a Parquet file (needs pyarrow; - for standard output).",
-)
-@click.option("--compare", is_flag=True, help="Show exactly two reports side by side with B/A ratios.")
-@click.option("--domain", default=None, help="Attribute kernels only to NVTX ranges of this domain.")
-def analyze(
-    files,
-    kernel_re,
-    range_re,
-    sort_by,
-    top,
-    timeunit,
-    no_warmup,
-    names,
-    wide,
-    style,
-    plot_path,
-    as_json,
-    csv_path,
-    parquet_path,
-    compare,
-    domain,
-) -> None:
+@_option("--kernel", "kernel_re", metavar="REGEX", callback=_regex)
+@_option("--range", "range_re", metavar="REGEX", callback=_regex)
+@_option("--sort", "sort_by", type=_choice("range median total count name"), default="range")
+@_option("--top", type=click.IntRange(1), default=None, metavar="N")
+@_option("--timeunit", type=_choice("ns us ms"), default="us")
+@_option("--no-warmup", is_flag=True)
+@_option("--names", type=_choice("short demangled"), default="short")
+@_option("--wide", is_flag=True)
+@_option("--format", "style", type=_choice("table csv json markdown"), default="table")
+@_option("--plot", type=None, metavar="FILE", default=None)
+@_option("--json")
+@_option("--csv")
+@_option("--parquet", "parquet_path", type=_OUT)
+@_option("--compare", is_flag=True)
+@_option("--domain", default=None)
+def analyze(files, plot_path, as_json, csv_path, parquet_path, compare, domain, **view) -> None:
     """Read ncu CSV, .ncu-rep, nsys .sqlite or .nsys-rep reports and summarise them.
 
     FILES may be FIFOs or pipes (`<(...)`, /dev/stdin) and `-` for standard input: each is
@@ -220,427 +252,31 @@ def analyze(
     report are left out. --kernel, --range, --no-warmup, --sort and --top choose the rows, of
     the comparison too.
     """
-    import pandas as pd
-
-    from nsprof.analysis.summary import compare as compare_frames
-    from nsprof.analysis.summary import order, samples, select, summarize
-    from nsprof.render.json import write_rows
-    from nsprof.render.notes import compare_note, describe_report, summary_notes
-    from nsprof.render.tables import NAME_WIDTH, format_compare, format_summary
-    from nsprof.reports import read_report
-    from nsprof.reports.inputs import shown_name
-
-    if compare and len(files) != 2:
-        raise click.UsageError("--compare takes exactly two report files")
-    if compare and as_json:
-        raise click.UsageError(
-            "--compare prints a table; use --format json for the comparison, "
-            "--json without --compare for the rows"
-        )
-    to_stdout = _one_on_stdout(
-        **{
-            "--json": as_json,
-            "--csv -": csv_path == "-",
-            "--parquet -": parquet_path == "-",
-            "--plot -": plot_path == "-",
-        }
-    )
-    if plot_path:
-        from nsprof.render.plot import plot_path as checked_plot_path
-        from nsprof.render.plot import require_matplotlib
-
-        require_matplotlib()
-        checked_plot_path(plot_path)
-    _refuse_overwriting_inputs(files, {"--csv": csv_path, "--parquet": parquet_path, "--plot": plot_path})
-    width = None if wide else NAME_WIDTH
-    # Printing tables only: a small plain report is read as plain lists (a ListTable), not a
-    # DataFrame, and summarised, chosen and printed so; every other output needs the frames.
-    tables_only = style in ("table", "markdown") and not (
-        plot_path or as_json or csv_path or parquet_path or compare
-    )
-    frames, read_files, unreadable = [], [], []
-    for path in files:
-        try:
-            frame = read_report(path, domain=domain, as_rows=tables_only)
-        except NsprofError as exc:  # named at the end; the other reports are still shown
-            message = str(exc)
-            unreadable.append(
-                message if message.startswith(shown_name(path)) else f"{shown_name(path)}: {message}"
-            )
-            continue
-        for warning in frame.attrs.get("warnings", []):
-            click.echo(f"nsprof: warning: {shown_name(path)}: {warning}", err=True)
-        if not tables_only:
-            frame.insert(0, "file", str(path))
-        frames.append(frame)
-        read_files.append(path)
-    files = read_files
-
-    def done() -> None:
-        """Each report that could not be read, one line each, then exit status 2."""
-        if unreadable:
-            for message in unreadable:
-                click.echo(f"nsprof: error: {message}", err=True)
-            click.get_current_context().exit(EXIT_ERROR)
-
-    if not frames or (compare and unreadable):
-        return done()
-    if not tables_only:
-        tidy = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-        _write_exports(tidy, csv_path, parquet_path)
-        if as_json:
-            write_rows(tidy, sys.stdout)
-            return done()
-    printed = not to_stdout  # the summary or comparison goes to stdout unless something else does
-
-    def chosen(summary):
-        return order(select(summary, kernel_re, range_re, warmup=not no_warmup), sort_by, top)
-
-    if compare:
-        _analyze_compare(
-            files,
-            frames,
-            chosen,
-            compare_frames,
-            timeunit,
-            width,
-            names,
-            style,
-            plot_path,
-            printed,
-            describe_report,
-            format_compare,
-            compare_note,
-        )
-        return done()
-    summaries = [(path, frame, chosen(summarize(frame))) for path, frame in zip(files, frames)]
-    if plot_path:
-        from nsprof.render.analyze_plot import durations_plot
-
-        durations_plot(
-            [(str(path), samples(frame, summary)) for path, frame, summary in summaries],
-            plot_path,
-            unit=timeunit,
-        )
-        if plot_path != "-":
-            click.echo(f"wrote {plot_path}", err=True)
-    if not printed:
-        return done()
-    if style in ("csv", "json"):
-        from nsprof.render.json import summary_records
-
-        rows = summary_records([(path, summary) for path, _, summary in summaries])
-        if style == "json":
-            import json
-
-            click.echo(json.dumps(rows, indent=2, ensure_ascii=False, allow_nan=False))
-        else:
-            columns = ["file", *(c for c in summaries[0][2].columns if c != "group")]
-            pd.DataFrame(rows, columns=columns).to_csv(sys.stdout, index=False)
-        return done()
-    for path, frame, summary in summaries:
-        click.echo(f"{path}  ({describe_report(frame)})")
-        if style == "markdown":
-            click.echo("")
-        click.echo(format_summary(summary, timeunit, width, names, style))
-        for note in summary_notes(frame, summary, width, names):
-            click.echo(note)
-        click.echo("")
-    done()
-
-
-def _one_on_stdout(**claims: bool) -> bool:
-    """At most one output may take standard output (`-`, or --json); whether one does. The
-    printed tables then go to stderr."""
-    taken = [option for option, on_stdout in claims.items() if on_stdout]
-    if len(taken) > 1:
-        raise click.UsageError(f"{' and '.join(taken)} would both write to standard output; choose one")
-    return bool(taken)
-
-
-def _write_html(path: str, make_page) -> None:
-    """Write the report page `make_page()` returns; says so on stderr (and when its plots were left out)."""
-    from nsprof.render.html import NO_MATPLOTLIB, write_page
-
-    text = make_page()
-    write_page(text, path)
-    if NO_MATPLOTLIB in text:
-        click.echo(f"nsprof: warning: --html: {NO_MATPLOTLIB}", err=True)
-    if path != "-":
-        click.echo(f"wrote {path}", err=True)
-
-
-def _analyze_compare(
-    files,
-    frames,
-    chosen,
-    compare_frames,
-    timeunit,
-    width,
-    names,
-    style,
-    plot_path,
-    printed,
-    describe_report,
-    format_compare,
-    compare_note,
-) -> None:
-    """analyze --compare: the two reports' rows joined, chosen like the summary's rows."""
-    from nsprof.analysis.summary import compare_overall, per_range
-
-    a, b = frames
-    joined = compare_frames(a, b)
-    joined = chosen(
-        joined.assign(
-            source="both",
-            total_ns=joined["median_ns_a"].fillna(joined["median_ns_b"]),
-            median_ns=joined["median_ns_a"].fillna(joined["median_ns_b"]),
-            count=joined["count_a"] + joined["count_b"],
+    outputs = {"plot_path": plot_path, "as_json": as_json, "csv_path": csv_path, "parquet_path": parquet_path}
+    _exit(
+        analyze_command.analyze(
+            files, analyze_command.View(**view), compare=compare, domain=domain, **outputs
         )
     )
-    if plot_path:
-        from nsprof.render.analyze_plot import ratio_plot
-
-        ratio_plot(
-            per_range(joined),
-            files[0].name,
-            files[1].name,
-            plot_path,
-            compare_overall(joined)["geomean_ratio"],
-        )
-        if plot_path != "-":
-            click.echo(f"wrote {plot_path}", err=True)
-    if not printed:
-        return
-    if style == "json":
-        from nsprof.render.json import compare_document
-
-        click.echo(
-            compare_document(
-                joined.drop(columns=["source", "total_ns", "median_ns", "count"]), files[0], files[1]
-            )
-        )
-        return
-    if style == "csv":
-        columns = [
-            "range",
-            "kernel",
-            "kernel_full",
-            "count_a",
-            "count_b",
-            "median_ns_a",
-            "median_ns_b",
-            "ratio",
-            "median_cycles_a",
-            "median_cycles_b",
-            "cycles_ratio",
-        ]
-        joined[columns].to_csv(sys.stdout, index=False)
-        return
-    click.echo(f"A: {files[0]}  ({describe_report(a)})")
-    click.echo(f"B: {files[1]}  ({describe_report(b)})")
-    if style == "markdown":
-        click.echo("")
-    click.echo(format_compare(joined, files[0].name, files[1].name, timeunit, width, names, style))
-    note = compare_note(joined)
-    if note:
-        click.echo(note)
-
-
-def _config_ids(config_list: str | None) -> list[int] | None:
-    if not config_list:
-        return None
-    try:
-        return [int(x) for x in config_list.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(
-            "--configs takes integers separated by commas", param_hint="--configs"
-        ) from None
-
-
-def _truth_list(truth_list: str | None, backend: str | None) -> tuple[str, ...]:
-    """--truth's names; --backend beside it only where it says the same (one truth, that backend)."""
-    if truth_list is None:
-        return ()
-    truths = tuple(name.strip() for name in truth_list.split(","))
-    if not all(truths):
-        raise CliError(f"--truth takes ground truths separated by commas, e.g. ncu,nsys (not {truth_list!r})")
-    if backend is not None and truths != (backend,):
-        raise CliError(
-            f"--backend {backend} and --truth {','.join(truths)} contradict: --truth names every truth "
-            "to rank; drop --backend"
-        )
-    return truths
-
-
-def _cluster_options(command):
-    """--devices, --scheduler and --verbose: spread the configs over several GPUs (nsprof.cluster)."""
-    for option in reversed(
-        [
-            click.option(
-                "--devices",
-                "devices",
-                default=None,
-                metavar="IDS",
-                help="Spread the configs over these GPUs of this host (e.g. 0,1): a local Dask cluster, "
-                "one worker per GPU (needs pip install 'nsprof[dask]').",
-            ),
-            click.option(
-                "--scheduler",
-                "scheduler",
-                default=None,
-                metavar="ADDRESS",
-                help="Spread the configs over an existing Dask cluster (tcp://host:8786) whose workers "
-                "were started one per GPU with --resources GPU=1.",
-            ),
-            click.option(
-                "--verbose",
-                is_flag=True,
-                help="With --devices or --scheduler: each Dask worker's state on stderr as it changes.",
-            ),
-        ]
-    ):
-        command = option(command)
-    return command
-
-
-def _cluster_settings(devices: str | None, scheduler: str | None, verbose: bool):
-    """ClusterSettings from the options, or None (one GPU, no Dask)."""
-    from nsprof.settings import ClusterSettings
-
-    if devices is None and scheduler is None:
-        if verbose:
-            raise click.UsageError(
-                "--verbose shows the Dask workers' state: it goes with --devices or --scheduler"
-            )
-        return None
-    ids: tuple[int, ...] = ()
-    if devices is not None:
-        try:
-            ids = tuple(int(x) for x in devices.split(",") if x.strip())
-        except ValueError:
-            raise click.BadParameter(
-                "--devices takes GPU indices separated by commas, e.g. 0,1", param_hint="--devices"
-            ) from None
-        if not ids:
-            raise click.BadParameter(
-                "--devices takes GPU indices separated by commas, e.g. 0,1", param_hint="--devices"
-            )
-    try:
-        settings = ClusterSettings(devices=ids, scheduler=scheduler, verbose=verbose)
-    except NsprofError as exc:
-        raise click.UsageError(str(exc)) from None
-    from nsprof.cluster import connect
-
-    connect(settings)  # Dask missing, a scheduler out of reach: one line before any work
-    return settings
-
-
-def _close_clusters() -> None:
-    import sys as _sys
-
-    if "nsprof.cluster" in _sys.modules:
-        from nsprof.cluster import close
-
-        close()
-
-
-def _mode_tuple(mode: str) -> tuple[str, ...]:
-    return ("direct", "graph") if mode == "both" else (mode,)
 
 
 @cli.command()
 @click.argument("target")
-@click.option(
-    "--backend",
-    type=click.Choice(registry.ground_truths()),
-    default="ncu",
-    show_default=True,
-    help="Ground-truth tool.",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(["direct", "graph", "both"]),
-    default="both",
-    show_default=True,
-    help="Plain launches, replays of a captured CUDA graph, or both.",
-)
-@click.option(
-    "--reps", type=click.IntRange(1), default=5, show_default=True, help="Measurements per config and mode."
-)
-@click.option(
-    "--warmup",
-    type=click.IntRange(0),
-    default=3,
-    show_default=True,
-    help="Unmeasured calls per config first.",
-)
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(min=1),
-    default=120,
-    show_default=True,
-    help="Seconds one config may run before it is killed and recorded as failed.",
-)
-@click.option(
-    "--clock-control",
-    type=click.Choice(["base", "none"]),
-    default="base",
-    show_default=True,
-    help="ncu: lock clocks to base (default) or leave them free.",
-)
-@click.option(
-    "--cache-control",
-    type=click.Choice(["all", "none"]),
-    default="all",
-    show_default=True,
-    help="ncu: flush caches before each replay (all) or not.",
-)
-@click.option(
-    "--graph-profiling",
-    type=click.Choice(["node", "graph"]),
-    default="node",
-    show_default=True,
-    help="ncu: profile graph kernel nodes one by one, or whole graphs (not per-kernel!).",
-)
-@click.option("--configs", "config_list", default=None, help="Only these config ids, e.g. 0,3,5.")
-@click.option(
-    "--work-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Keep reports and logs here (default: a temporary folder, named at the end).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the tidy rows as a JSON array.")
-@click.option(
-    "--csv",
-    "csv_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    help="Write the tidy rows to a CSV file (- for standard output, the table then goes to stderr).",
-)
-@click.option(
-    "--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing."
-)
+@_option("--backend", type=click.Choice(registry.ground_truths()), default="ncu")
+@_option("--mode", type=_choice("direct graph both"), default="both")
+@_option("--reps")
+@_option("--warmup", type=click.IntRange(0), default=3)
+@_option("--timeout")
+@_option("--clock-control", type=_choice("base none"), default="base")
+@_option("--cache-control", type=_choice("all none"), default="all")
+@_option("--graph-profiling", type=_choice("node graph"), default="node")
+@_option("--configs")
+@_option("--work-dir")
+@_option("--json")
+@_option("--csv")
+@_option("--wait")
 @_cluster_options
-def profile(
-    target,
-    backend,
-    mode,
-    reps,
-    warmup,
-    timeout_s,
-    clock_control,
-    cache_control,
-    graph_profiling,
-    config_list,
-    work_dir,
-    as_json,
-    csv_path,
-    wait,
-    devices,
-    scheduler,
-    verbose,
-) -> None:
+def profile(target, mode, ids, wait, **choices) -> None:
     """Measure every config of TARGET (file.py:space) under ncu or nsys.
 
     All configs run in one profiled child process, each inside its own NVTX ranges; a
@@ -648,243 +284,32 @@ def profile(
     Prints per config and mode the median, min and spread over reps of the summed kernel
     durations, with cycles and clock.
     """
-    from nsprof.measure import GroundTruth
-    from nsprof.settings import ProfileSettings
-
-    if backend == "ncu" and clock_control == "none":
-        click.echo(
-            "nsprof: warning: --clock-control none: on the H200 µs kernels measured 35-80x too long "
-            "this way; rows are labelled clock_control=none",
-            err=True,
-        )
-    if backend == "ncu" and graph_profiling == "graph":
-        click.echo(
-            "nsprof: warning: --graph-profiling graph gives whole-graph workloads, not kernel durations",
-            err=True,
-        )
-    if as_json and csv_path == "-":
-        raise click.UsageError("--json and --csv - both write to standard output: choose one")
-    ids = _config_ids(config_list)
-    settings = ProfileSettings(
-        backend=backend,
-        modes=_mode_tuple(mode),
-        reps=reps,
-        warmup=warmup,
-        timeout_s=timeout_s,
-        clock_control=clock_control,
-        cache_control=cache_control,
-        graph_profiling=graph_profiling,
-        work_dir=work_dir,
-        wait_gpu=wait,
-    )
-    space = _load_target(target)
-    truth = GroundTruth(settings)  # a missing tool is one line before any work starts
-    try:
-        _profile(
-            target,
-            space,
-            settings,
-            truth,
-            ids,
-            backend,
-            as_json,
-            csv_path,
-            _cluster_settings(devices, scheduler, verbose),
-        )
-    finally:
-        _close_clusters()
-
-
-def _load_target(target: str):
-    """TARGET's Space, loaded before nsprof looks for its tools: a missing file or attribute, or a
-    module that does not import, is the one line a run gives, not a tool missing too."""
-    from nsprof.space import load_target
-
-    with results_only_on_stdout():  # the target's import may print
-        return load_target(target)
-
-
-def _profile(target, space, settings, truth, ids, backend, as_json, csv_path, cluster) -> None:
-    from nsprof.cluster import sharded
-    from nsprof.profile import check_measured, config_summary, profile_result
-    from nsprof.render.json import write_rows
-    from nsprof.render.tables import format_config_summary
-
-    truth = sharded(truth, cluster)
-    n_configs = len(space.configs)
-    if ids is not None:
-        from nsprof.profile import check_config_ids
-
-        try:
-            ids = check_config_ids(ids, n_configs)
-        except NsprofError as exc:
-            raise click.BadParameter(str(exc), param_hint="--configs") from None
-    n = (len(ids) if ids is not None else n_configs) * max(1, space.n_shapes)
-    failures = []
-    with click.progressbar(
-        length=n, label=f"{backend}", file=sys.stderr, show_pos=True, show_eta=True
-    ) as bar:
-
-        def progress(event, config_id, detail):
-            bar.update(-1 if event == "retry" else 1)  # a retried config was counted as done
-            if event == "fail":
-                failures.append((config_id, detail))
-
-        with results_only_on_stdout():
-            result = profile_result(
-                target, settings, config_ids=ids, on_progress=progress, backend=truth, space=space
-            )
-    frame = result.frame
-    for config_id, detail in failures:
-        config_id, shape = space.points.split(config_id)  # a point id for a target with shapes
-        where = "" if shape is None else f" at shape {shape}"
-        click.echo(f"nsprof: config {config_id}{where} failed: {detail}", err=True)
-    _write_exports(frame, csv_path, None)
-    if as_json:
-        write_rows(frame, sys.stdout)
-        check_measured(frame)
-        return
-    summary = config_summary(frame, result.configs)
-    labels = result.labels
-    to_stderr = csv_path == "-"  # standard output carries the rows
-    click.echo(
-        f"{target}: {backend}, clock control {labels['clock_control']}, cache control "
-        f"{labels['cache_control']}, {result.wall_s:.1f} s wall; "
-        + (
-            f"reports kept in {result.work_dir}"
-            if result.work_dir
-            else "temporary reports removed (pass --work-dir to keep them)"
-        ),
-        err=to_stderr,
-    )
-    click.echo(format_config_summary(summary), err=to_stderr)
-    check_measured(frame)  # every config failed: the table above says why, and the exit status too
-
-
-class _StageBars:
-    """One progress bar per stage of a long command, on stderr."""
-
-    def __init__(self) -> None:
-        self._bar = None
-
-    def __call__(self, name: str, length: int):
-        self.close()
-        self._bar = click.progressbar(length=length, label=f"{name:<12}", file=sys.stderr, show_pos=True)
-        self._bar.__enter__()
-        bar = self._bar
-        return lambda event, config_id, detail: bar.update(-1 if event == "retry" else 1)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-            self._bar = None
-
-
-def _split(value: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in value.split(",") if v.strip())
+    modes = ("direct", "graph") if mode == "both" else (mode,)
+    outputs, cluster = _take(choices, "as_json", "csv_path"), _take(choices, *_CLUSTER)
+    settings = ProfileSettings(modes=modes, wait_gpu=wait, **choices)
+    measured = profile_command.profile(target, settings, ids, **outputs, **cluster)
+    profile_command.show(target, settings, *measured, **outputs)
 
 
 @cli.command()
 @click.argument("target")
-@click.option(
-    "--timers",
-    default="event,cupti,graph",
-    show_default=True,
-    help="Fast timers: families event, cupti, graph (warm and cold L2 each) or exact names "
-    "(event, event_cold, cupti, cupti_cold, graph_warm, graph_cold).",
-)
-@click.option(
-    "--external/--no-external",
-    default=True,
-    show_default=True,
-    help="Also TileLang's and Triton's own timers, where installed.",
-)
-@click.option(
-    "--truth",
-    default="ncu,nsys",
-    show_default=True,
-    help="Ground truths: ncu, nsys; ncu also under a condition, TOOL@CLOCK-L2 with CLOCK base|free "
-    "and L2 cold|warm (ncu@free-warm: --clock-control none --cache-control none; plain ncu is "
-    "ncu@base-cold).",
-)
-@click.option(
-    "--matched",
-    is_flag=True,
-    help="Also run ncu with clocks free and L2 cold and warm (ncu@free-cold, ncu@free-warm), each "
-    "repeated for its floor, and show each timer against the ncu taken under its own L2 state.",
-)
-@click.option("--mode", default="direct,graph", show_default=True, help="Ground-truth modes: direct, graph.")
-@click.option(
-    "--reps", type=click.IntRange(1), default=5, show_default=True, help="Ground-truth reps per config."
-)
-@click.option(
-    "--timer-reps", type=click.IntRange(1), default=100, show_default=True, help="Samples per fast timer."
-)
-@click.option(
-    "--repeat/--no-repeat",
-    default=True,
-    show_default=True,
-    help="Run each ground truth twice to measure its own repeatability (the noise floor).",
-)
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(min=1),
-    default=120,
-    show_default=True,
-    help="Seconds one config may run before it is killed and recorded as failed.",
-)
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    help="Write the agreement plot (png/svg/pdf; - for PNG on standard output).",
-)
-@click.option(
-    "--html",
-    "html_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    help="Write a self-contained report page: the tables and the plot, readable offline (- for "
-    "standard output).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print everything as one JSON object.")
-@click.option(
-    "--save",
-    "save_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    help="Also write that JSON object to a file (- for standard output).",
-)
-@click.option(
-    "--work-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Keep reports and logs here (default: a temporary folder).",
-)
-@click.option(
-    "--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing."
-)
+@_option("--timers", default="event,cupti,graph")
+@_option("--external/--no-external", default=True)
+@_option("--truth", default="ncu,nsys")
+@_option("--matched", is_flag=True)
+@_option("--mode", default="direct,graph")
+@_option("--reps")
+@_option("--timer-reps", type=click.IntRange(1), default=100)
+@_option("--repeat/--no-repeat", "repeat_truth", default=True)
+@_option("--timeout")
+@_option("--plot")
+@_option("--html")
+@_option("--json")
+@_option("--save", "save_path", type=_OUT)
+@_option("--work-dir")
+@_option("--wait")
 @_cluster_options
-def validate(
-    target,
-    timers,
-    external,
-    truth,
-    matched,
-    mode,
-    reps,
-    timer_reps,
-    repeat,
-    timeout_s,
-    plot_path,
-    html_path,
-    as_json,
-    save_path,
-    work_dir,
-    wait,
-    devices,
-    scheduler,
-    verbose,
-) -> None:
+def validate(target, timers, truth, mode, **options) -> None:
     """Check fast timers against ncu and nsys over TARGET's configs (file.py:space).
 
     For every timer against every ground truth: median ratio (bias), Kendall τ and
@@ -892,284 +317,41 @@ def validate(
     slower, by ground truth, its pick is). Ends with a verdict: which fast timer tracks
     which ground truth on this kernel.
     """
-    from nsprof.render.html import validate_page
-    from nsprof.render.json import agreement_document
-    from nsprof.render.plot import plot, require_matplotlib
-    from nsprof.render.plot import plot_path as plot_path_checked
-    from nsprof.render.tables import (
-        format_agreement,
-        format_conditions,
-        format_floors,
-        format_matched,
-        format_per_config,
-    )
-    from nsprof.timers.specs import expand
-    from nsprof.validate import ValidateSettings, resolve_truths
-    from nsprof.validate import validate as run_validate
-
-    try:
-        expand(list(_split(timers)))
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--timers") from None
-    truths = _split(truth)
-    modes = _split(mode)
-    try:
-        backends = list(dict.fromkeys(Truth.parse(t).backend for t in truths))
-    except NsprofError as exc:
-        raise click.BadParameter(str(exc), param_hint="--truth") from None
-    if not truths or any(b not in registry.ground_truths() for b in backends):
-        raise click.BadParameter(f"choose from {', '.join(registry.ground_truths())}", param_hint="--truth")
-    if not modes or any(m not in ("direct", "graph") for m in modes):
-        raise click.BadParameter("choose from direct, graph", param_hint="--mode")
-    _one_on_stdout(
-        **{
-            "--plot -": plot_path == "-",
-            "--html -": html_path == "-",
-            "--save -": save_path == "-",
-            "--json": as_json,
-        }
-    )
-    tables_to_stderr = "-" in (plot_path, html_path, save_path)
-    if plot_path:
-        plot_path_checked(plot_path)
-        require_matplotlib()
-    from dataclasses import replace
-
-    from nsprof.drivers.registry import get_driver
-
-    settings = ValidateSettings(
-        timers=_split(timers),
-        external=external,
-        truths=truths,
-        matched=matched,
-        modes=modes,
-        reps=reps,
-        timer_reps=timer_reps,
-        repeat_truth=repeat,
-        timeout_s=timeout_s,
-        work_dir=work_dir,
-        wait=wait,
-    )
-    try:
-        resolve_truths(settings)  # a condition a tool cannot take, --matched without ncu: one line
-    except NsprofError as exc:
-        raise click.BadParameter(
-            str(exc), param_hint="--matched" if "--matched" in str(exc) else "--truth"
-        ) from None
-    space = _load_target(target)
-    for backend in backends:
-        get_driver(backend)  # a missing tool is one line, before any work
-    bars = _StageBars()
-    try:
-        settings = replace(settings, cluster=_cluster_settings(devices, scheduler, verbose))
-        with results_only_on_stdout():
-            result = run_validate(target, settings, on_stage=bars, space=space)
-    finally:
-        bars.close()
-        _close_clusters()
-    for (method, config_id), reason in sorted(result.failures.items(), key=str):
-        click.echo(f"nsprof: {method} failed on config {config_id}: {reason}", err=True)
-    if plot_path:
-        plot(
-            result.per_config, result.agreement, result.timers, result.truths, plot_path, floors=result.floors
-        )
-        if plot_path != "-":
-            click.echo(f"wrote {plot_path}", err=True)
-    if html_path:
-        _write_html(html_path, lambda: validate_page(result, title=f"nsprof validate {target}"))
-    document = agreement_document(
-        result.agreement,
-        result.per_config,
-        result.floors,
-        result.verdict,
-        matched=result.matched,
-        conditions=result.conditions,
-        repeat=result.repeat,
-    )
-    if save_path == "-":
-        click.echo(document)
-    elif save_path:
-        Path(save_path).write_text(document + "\n")
-        click.echo(f"wrote {save_path}", err=True)
-    if as_json:
-        click.echo(document)
-        return
-    sections = [
-        format_per_config(result.per_config, result.configs),
-        format_agreement(result.agreement, result.floors),
-        format_floors(result.floors),
-        format_matched(result.matched),
-        result.verdict,
-        format_conditions(result.conditions),
-    ]
-    click.echo("\n\n".join(section for section in sections if section), err=tables_to_stderr)
+    outputs = _take(options, "plot_path", "html_path", "save_path", "as_json")
+    cluster = _take(options, *_CLUSTER)
+    settings = ValidateSettings(timers=split(timers), truths=split(truth), modes=split(mode), **options)
+    validate_command.check(settings, **outputs)
+    validate_command.show(target, validate_command.validate(target, settings, **cluster), **outputs)
 
 
 @cli.command()
 @click.argument("target")
-@click.option(
-    "--backend",
-    type=click.Choice(registry.ground_truths() + tuple(TIMER_BACKENDS)),
-    default=None,
-    help="Ground truth (ncu, nsys) or a fast in-process timer to rank by (default ncu). For several "
-    "ground truths use --truth instead.",
-)
-@click.option(
-    "--truth",
-    "truth_list",
-    metavar="LIST",
-    default=None,
-    help="Rank under each of these ground truths, e.g. ncu,nsys, and say whether their winners agree "
-    "(variants: ncu@base-warm, ncu@free-cold, ncu@free-warm: L2 not flushed, clocks not locked, both).",
-)
-@click.option(
-    "--deploy",
-    metavar="TRUTH",
-    default=None,
-    help="The truth whose winner is fed back and recorded (one of --truth; default the first).",
-)
-@click.option(
-    "--explain/--no-explain",
-    default=True,
-    show_default=True,
-    help="When the truths disagree, measure the contenders again under ncu with warm L2 and with free "
-    "clocks to say which condition explains it.",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(["direct", "graph"]),
-    default="graph",
-    show_default=True,
-    help="Ground truth of plain launches or of CUDA-graph kernel nodes.",
-)
-@click.option(
-    "--stat",
-    type=click.Choice(["median", "min"]),
-    default="median",
-    show_default=True,
-    help="Rank by the median or the minimum over reps.",
-)
-@click.option(
-    "--reps", type=click.IntRange(1), default=5, show_default=True, help="Ground-truth reps per config."
-)
-@click.option(
-    "--max-reps",
-    type=click.IntRange(1),
-    default=None,
-    help="Adaptive reps: the most reps a config still tied with the best gets in all (default 4 x --reps).",
-)
-@click.option(
-    "--budget-s",
-    type=click.FloatRange(min=0),
-    default=30,
-    show_default=True,
-    help="Adaptive reps: wall seconds their interleaved sessions may take, per truth (0: none; inf: no limit).",
-)
-@click.option(
-    "--prescreen",
-    type=click.Choice(["graph", "graph_cold", "cupti", "cupti_cold", "event", "event_cold"]),
-    default=None,
-    help="Rank all configs with this fast timer first; measure only the best --top.",
-)
-@click.option(
-    "--top",
-    "top",
-    type=click.IntRange(1),
-    default=4,
-    show_default=True,
-    help="How many prescreened configs go to ground truth.",
-)
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(min=1),
-    default=120,
-    show_default=True,
-    help="Seconds one config may run before it is killed and recorded as failed.",
-)
-@click.option(
-    "--work-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Keep reports and logs here (default: a temporary folder).",
-)
-@click.option(
-    "--store",
-    "store_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Results store (default .nsprof/results.sqlite).",
-)
-@click.option("--no-store", is_flag=True, help="Keep no results store.")
-@click.option("--resume", is_flag=True, help="Measure only configs the store has no result for (same key).")
-@click.option(
-    "--retry-failed",
-    is_flag=True,
-    help="With --resume, measure failed configs again too (failures that say nothing about the "
-    "config, such as a timeout shorter than today's, are retried anyway).",
-)
-@click.option(
-    "--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing."
-)
-@click.option(
-    "--feed-back/--no-feed-back",
-    default=True,
-    show_default=True,
-    help="Hand the ranking to the target's own autotuner (TileLang's or Triton's cache) when it can take it.",
-)
-@click.option(
-    "--tuner-pick/--no-tuner-pick",
-    default=True,
-    show_default=True,
-    help="Also run the target's own autotuner with its own timer (Triton) and say what it picks.",
-)
-@click.option("--configs", "config_list", default=None, help="Only these config ids, e.g. 0,3,5.")
-@click.option("--json", "as_json", is_flag=True, help="Print the ranked table as JSON.")
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    help="Write the ranking plot (png/svg/pdf; - for PNG on standard output): each config's value, "
-    "best first, the tie set marked.",
-)
-@click.option(
-    "--html",
-    "html_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    help="Write a self-contained report page: the ranked table and the plot, readable offline (- for "
-    "standard output).",
-)
+@_option("--backend", type=click.Choice(registry.ground_truths() + tuple(TIMER_BACKENDS)), default=None)
+@_option("--truth", "truth_list", metavar="LIST", default=None)
+@_option("--deploy", metavar="TRUTH", default=None)
+@_option("--explain/--no-explain", default=True)
+@_option("--mode", type=_choice("direct graph"), default="graph")
+@_option("--stat", type=_choice("median min"), default="median")
+@_option("--reps")
+@_option("--max-reps", type=click.IntRange(1), default=None)
+@_option("--budget-s", type=click.FloatRange(min=0), default=30)
+@_option("--prescreen", type=click.Choice(list(TIMER_BACKENDS)), default=None)
+@_option("--top", "prescreen_top", type=click.IntRange(1), default=4)
+@_option("--timeout")
+@_option("--work-dir")
+@_option("--store")
+@_option("--no-store", is_flag=True)
+@_option("--resume", is_flag=True)
+@_option("--retry-failed", is_flag=True)
+@_option("--wait")
+@_option("--feed-back/--no-feed-back", default=True)
+@_option("--tuner-pick/--no-tuner-pick", default=True)
+@_option("--configs")
+@_option("--json")
+@_option("--plot")
+@_option("--html")
 @_cluster_options
-def tune(
-    target,
-    backend,
-    truth_list,
-    deploy,
-    explain,
-    mode,
-    stat,
-    reps,
-    max_reps,
-    budget_s,
-    prescreen,
-    top,
-    timeout_s,
-    work_dir,
-    store_path,
-    no_store,
-    resume,
-    retry_failed,
-    wait,
-    feed_back,
-    tuner_pick,
-    config_list,
-    as_json,
-    plot_path,
-    html_path,
-    devices,
-    scheduler,
-    verbose,
-) -> None:
+def tune(target, backend, truth_list, deploy, store_path, no_store, ids, **options) -> None:
     """Rank every config of TARGET (file.py:space) by ground truth and name the best.
 
     Prints the ranked table (duration, the median's interval from the reps, spread, cycles,
@@ -1181,148 +363,28 @@ def tune(
     truth, then whether the winners agree, by how much they differ, which condition explains it, and
     the --deploy truth fed back.
     """
-    from nsprof.drivers.registry import get_driver
-    from nsprof.render.json import tune_document
-    from nsprof.render.tables import format_tune
-    from nsprof.tune import TuneSettings, check_truths
-    from nsprof.tune import tune as run_tune
-
-    truths = _truth_list(truth_list, backend)
-    backend = backend or "ncu"
-    _one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--json": as_json})
-    tables_to_stderr = plot_path == "-" or html_path == "-"
-    if plot_path:
-        from nsprof.render.plot import plot_path as plot_path_checked
-        from nsprof.render.plot import require_matplotlib
-
-        plot_path_checked(plot_path)
-        require_matplotlib()  # one line before any work
-    if no_store and resume:
-        raise click.UsageError("--resume needs the results store (drop --no-store)")
-    if retry_failed and not resume:
-        raise click.UsageError("--retry-failed goes with --resume")
-    if max_reps is not None and max_reps < reps:
-        raise click.UsageError(f"--max-reps ({max_reps}) must be at least --reps ({reps})")
-    bars = _StageBars()
-    try:
-        settings = TuneSettings(
-            backend=backend,
-            mode=mode,
-            stat=stat,
-            reps=reps,
-            prescreen=prescreen,
-            prescreen_top=top,
-            timeout_s=timeout_s,
-            work_dir=work_dir,
-            store=store_path,
-            use_store=not no_store,
-            resume=resume,
-            retry_failed=retry_failed,
-            wait=wait,
-            feed_back=feed_back,
-            tuner_pick=tuner_pick,
-            truths=truths,
-            deploy=deploy or "",
-            max_reps=max_reps,
-            budget_s=budget_s,
-            explain=explain,
-            cluster=_cluster_settings(devices, scheduler, verbose),
-        )
-        check_truths(settings)
-        space = _load_target(target)
-        for truth in settings.ranked_truths:  # after the options and the target: a missing tool is one line
-            if truth.profiler:
-                get_driver(truth.backend)
-        with results_only_on_stdout():
-            result = run_tune(
-                target, settings, config_ids=_config_ids(config_list), on_stage=bars, space=space
-            )
-    finally:
-        bars.close()
-        _close_clusters()
-    if plot_path:
-        from nsprof.render.tune_plot import plot_tune
-
-        at = (
-            ""
-            if result.shape is None
-            else f" at shape {result.shape} (of {len(result.shapes)}; --json has all)"
-        )
-        plot_tune(result.table, plot_path, title=f"{target}: ranked by {result.label}{at}")
-        if plot_path != "-":
-            click.echo(f"wrote {plot_path}", err=True)
-    if html_path:
-        from nsprof.render.html import tune_page
-
-        _write_html(html_path, lambda: tune_page(result, title=f"nsprof tune {target}"))
-    if as_json:
-        click.echo(tune_document(result))
-    else:
-        click.echo(format_tune(result), err=tables_to_stderr)
-    for error in result.errors:
-        click.echo(f"nsprof: {error}", err=True)
-    if result.errors:
-        sys.exit(1)
+    outputs, cluster = _take(options, "plot_path", "html_path", "as_json"), _take(options, *_CLUSTER)
+    truths = tune_command.truth_list(truth_list, backend)
+    store = {"store": store_path, "use_store": not no_store}
+    settings = TuneSettings(backend=backend or "ncu", truths=truths, deploy=deploy or "", **store, **options)
+    result = tune_command.tune(target, settings, ids, **outputs, **cluster)
+    _exit(tune_command.show(target, result, **outputs))
 
 
 @cli.command()
-@click.option(
-    "--store",
-    "store_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Results store (default .nsprof/results.sqlite).",
-)
-@click.option(
-    "--export",
-    "export_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    default=None,
-    help="Write every stored measurement to a .csv, .json or .parquet file (- for CSV on standard output).",
-)
+@_option("--store")
+@_option("--export", "export_path", type=_OUT, default=None)
 def results(store_path, export_path) -> None:
     """List the runs in the results store, or export its measurements."""
-    from nsprof.render.tables import format_runs
-    from nsprof.store import DEFAULT_PATH, ResultStore
-
-    path = store_path or DEFAULT_PATH
-    if not Path(path).exists():
-        raise CliError(f"no results store at {path} (nsprof tune writes one)")
-    with ResultStore(path) as store:
-        if export_path == "-":
-            frame = store.frame()
-            frame.to_csv(sys.stdout, index=False)
-            click.echo(f"wrote {len(frame)} measurements to standard output (CSV)", err=True)
-            return
-        if export_path:
-            count = store.export(export_path)
-            click.echo(f"wrote {count} measurements to {export_path}")
-            return
-        runs = store.runs()
-        counts = store.frame().groupby("run_id").size() if len(runs) else {}
-    click.echo(format_runs(runs, counts))
+    results_command.results(store_path, export_path)
 
 
 @cli.command()
-@click.option(
-    "--backend",
-    type=click.Choice(registry.ground_truths()),
-    default="nsys",
-    show_default=True,
-    help="The profiler to serve under (nsys only: ncu cannot serve, see docs/serve.md).",
+@_option("--backend", type=click.Choice(registry.ground_truths()), default="nsys")
+@_option(
+    "--idle-exit", "idle_exit_s", type=click.FloatRange(min=0, min_open=True), default=600, metavar="SECONDS"
 )
-@click.option(
-    "--idle-exit",
-    "idle_exit_s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=600,
-    show_default=True,
-    metavar="SECONDS",
-    help="End after this long without a job.",
-)
-@click.option(
-    "--wait", is_flag=True, help="Wait for another nsprof measuring on this GPU instead of failing."
-)
+@_option("--wait")
 def serve(backend, idle_exit_s, wait) -> None:
     """Keep one profiled worker running on GPU 0 for the nsprof commands that follow.
 
@@ -1331,34 +393,17 @@ def serve(backend, idle_exit_s, wait) -> None:
     Python's and CUDA's start-up once. Ends after --idle-exit seconds without a job, on
     SIGTERM/SIGINT (after the current job), or when a job's worker dies or hangs.
     """
-    from nsprof.serve import serve as run_server
-
-    sys.exit(run_server(backend, idle_exit_s, wait))
+    _exit(serve_command.serve(backend, idle_exit_s, wait))
 
 
 @cli.command()
-@click.option("--no-run", is_flag=True, help="Only look for the GPU and tools; run no kernel.")
+@_option("--no-run", is_flag=True)
 def doctor(no_run) -> None:
     """Check the GPU, ncu, nsys and counter permissions, and run a tiny kernel under each tool.
 
     Exit status 0 when at least one ground-truth tool works here, 1 when none does.
     """
-    from nsprof.doctor import run_doctor
-
-    checks, available = run_doctor(run_kernels=not no_run)
-    for check in checks:
-        mark = "ok  " if check.ok else "FAIL"
-        click.echo(f"[{mark}] {check.name:<9} {check.detail}")
-    sys.exit(0 if available else 1)
-
-
-def _exit_for_closed_stdout() -> None:
-    """The reader of stdout went away (`nsprof analyze ... | head -1`): that is not an error.
-    As the Python docs advise, point stdout at devnull so that the flush at exit cannot fail
-    again (which would print "Exception ignored" and exit 120), then exit 0."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    sys.exit(0)
+    _exit(doctor_command.doctor(run_kernels=not no_run))
 
 
 def main() -> None:
@@ -1374,7 +419,7 @@ def main() -> None:
         # click answers a closed pipe (EPIPE) itself with exit status 1, after wrapping
         # stdout in its PacifyFlushWrapper; that wrapper is how the case is recognised.
         if isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
-            _exit_for_closed_stdout()
+            exit_for_closed_stdout()
         raise
     except NsprofError as exc:
         click.echo(f"nsprof: error: {exc}", err=True)
@@ -1390,7 +435,7 @@ def main() -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except BrokenPipeError:
-        _exit_for_closed_stdout()
+        exit_for_closed_stdout()
     except OSError as exc:
         click.echo(f"nsprof: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
         sys.exit(EXIT_ERROR)

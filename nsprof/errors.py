@@ -10,6 +10,15 @@ class NsprofError(Exception):
     """Base class: every error a user can cause or fix."""
 
 
+class OptionError(NsprofError):
+    """Options that do not go together, or a value an option cannot take. The CLI shows it as a
+    usage error (pointing at the command's --help), naming `option` when given."""
+
+    def __init__(self, message: str, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
+
+
 class ReportError(NsprofError):
     """A report file is missing, empty, corrupt, of another kind, or holds no kernels."""
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
-from nsprof.errors import NsprofError
+from nsprof.errors import NsprofError, OptionError
 
 NO_PROFILER = "none"  # the backend that runs the worker bare (the fast timers' sessions)
 CLOCK_CONTROLS = ("base", "none")
@@ -167,10 +167,10 @@ class ClusterSettings:
         )
 
 
-def _check(checks: list[tuple[bool, str]]) -> None:
+def _check(checks: list[tuple[bool, str]], error: type[NsprofError] = NsprofError) -> None:
     for ok, message in checks:
         if not ok:
-            raise NsprofError(message)
+            raise error(message)
 
 
 @dataclass(frozen=True)
@@ -212,6 +212,17 @@ class TuneSettings:
     budget_s: float = 30.0
 
     def __post_init__(self) -> None:
+        _check(
+            [
+                (self.use_store or not self.resume, "--resume needs the results store (drop --no-store)"),
+                (self.resume or not self.retry_failed, "--retry-failed goes with --resume"),
+                (
+                    self.max_reps is None or self.max_reps >= self.reps,
+                    f"--max-reps ({self.max_reps}) must be at least --reps ({self.reps})",
+                ),
+            ],
+            OptionError,
+        )
         truths = ground_truths()
         deploy = Truth.parse(self.deploy) if isinstance(self.deploy, str) and self.deploy else self.deploy
         if self.truths or deploy:
@@ -249,10 +260,6 @@ class TuneSettings:
                     f"--prescreen takes a fast timer: {', '.join(TIMER_BACKENDS)}",
                 ),
                 (self.prescreen_top >= 1, "--top must be at least 1"),
-                (
-                    self.max_reps is None or self.max_reps >= self.reps,
-                    f"--max-reps ({self.max_reps}) must be at least --reps ({self.reps})",
-                ),
                 (self.budget_s >= 0, "--budget-s must be 0 (no adaptive reps) or more"),
             ]
         )
@@ -425,15 +432,16 @@ class ValidateSettings:
 
     def __post_init__(self) -> None:
         truths = ground_truths()
-        parsed = tuple(Truth.parse(t) for t in self.truths)  # a bad condition: one line
+        try:
+            parsed = tuple(Truth.parse(t) for t in self.truths)  # a bad condition: one line
+        except NsprofError as exc:
+            raise OptionError(str(exc), option="--truth") from None
+        if not parsed or any(t.backend not in truths for t in parsed):
+            raise OptionError(f"choose from {', '.join(truths)}", option="--truth")
+        if not self.modes or any(m not in MODES for m in self.modes):
+            raise OptionError(f"choose from {', '.join(MODES)}", option="--mode")
+        _check([(self.timer_reps >= 1, "timer reps must be at least 1")])
         object.__setattr__(self, "truths", parsed)
-        _check(
-            [
-                (bool(parsed), "give at least one truth"),
-                (all(t.backend in truths for t in parsed), f"truths must be some of {', '.join(truths)}"),
-                (self.timer_reps >= 1, "timer reps must be at least 1"),
-            ]
-        )
         self.profile  # noqa: B018 - built once, so that its own checks run now
 
     @cached_property

@@ -32,6 +32,7 @@ LAYERS = [
         "nsprof.cluster",
         "nsprof.serve",
     ],
+    ["nsprof.commands"],
     ["nsprof.cli", "nsprof.__main__", "nsprof"],
 ]
 
@@ -129,3 +130,25 @@ def test_the_import_graph_has_no_cycle():
         if name not in state:
             visit(name, [name])
     assert not cycles, "\n".join(cycles)
+
+
+def _function_lengths(path: Path) -> dict[str, int]:
+    return {
+        node.name: node.end_lineno - node.lineno + 1
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+
+
+def test_the_command_line_is_thin():
+    """cli.py holds the options and, per command, options -> settings -> nsprof.commands -> output:
+    at most 450 lines, and no function of it or of nsprof/commands longer than 60 lines."""
+    cli = PACKAGE / "cli.py"
+    assert len(cli.read_text().splitlines()) <= 450
+    long = [
+        f"{path.relative_to(PACKAGE.parent)}: {name} ({lines} lines)"
+        for path in [cli, *sorted((PACKAGE / "commands").glob("*.py"))]
+        for name, lines in _function_lengths(path).items()
+        if lines > 60
+    ]
+    assert not long, "\n".join(long)

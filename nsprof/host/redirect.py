@@ -1,5 +1,6 @@
 """This process's own output descriptors, redirected for a while: user code (targets, TileLang,
-Triton, compilers) prints from Python and from C alike, and nsprof's results need stdout alone."""
+Triton, compilers) prints from Python and from C alike, and nsprof's results need stdout alone; and
+stdout pointed at devnull for good once its reader went away (exit_for_closed_stdout)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,12 @@ def results_only_on_stdout() -> contextlib.AbstractContextManager[None]:
     """While user code runs, send what it prints to stderr, so that stdout carries nsprof's
     results alone (`--json` stays parseable)."""
     return redirected({1: 2})
+
+
+def exit_for_closed_stdout() -> None:
+    """The reader of stdout went away (`nsprof analyze ... | head -1`): that is not an error.
+    As the Python docs advise, point stdout at devnull so that the flush at exit cannot fail
+    again (which would print "Exception ignored" and exit 120), then exit 0."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(0)

@@ -1,0 +1,268 @@
+"""`nsprof analyze`: read reports into tidy rows and print their summary (`analyze`), or two
+reports side by side (`compare`); `View` is which rows are shown, and how."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from nsprof.commands.common import one_on_stdout, write_exports, wrote
+from nsprof.errors import NsprofError, OptionError
+
+EXIT_UNREADABLE = 2  # some report could not be read (the others were still shown)
+COMPARE_COLUMNS = [
+    "range",
+    "kernel",
+    "kernel_full",
+    "count_a",
+    "count_b",
+    "median_ns_a",
+    "median_ns_b",
+    "ratio",
+    "median_cycles_a",
+    "median_cycles_b",
+    "cycles_ratio",
+]
+
+
+@dataclass(frozen=True)
+class View:
+    """Which rows of a summary are shown (kernel_re, range_re, no_warmup, sort_by, top) and how
+    (timeunit, names, wide, style: table, csv, json or markdown)."""
+
+    kernel_re: str | None = None
+    range_re: str | None = None
+    sort_by: str = "range"
+    top: int | None = None
+    timeunit: str = "us"
+    no_warmup: bool = False
+    names: str = "short"
+    wide: bool = False
+    style: str = "table"
+
+    @property
+    def width(self) -> int | None:
+        from nsprof.render.tables import NAME_WIDTH
+
+        return None if self.wide else NAME_WIDTH
+
+    def chosen(self, summary):
+        from nsprof.analysis.summary import order, select
+
+        return order(
+            select(summary, self.kernel_re, self.range_re, warmup=not self.no_warmup), self.sort_by, self.top
+        )
+
+
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name one file: through symbolic and hard links when both exist."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet): compare where they would be
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _refuse_overwriting_inputs(files, outputs: dict[str, str | None]) -> None:
+    for option, out in outputs.items():
+        if not out:
+            continue
+        for path in files:
+            if out != "-" and os.fspath(path) != "-" and _same_file(out, path):
+                raise NsprofError(
+                    f"{option} {out} would overwrite the input report {path}; choose another file"
+                )
+
+
+def _check(files, compare, as_json, plot_path, csv_path, parquet_path) -> bool:
+    """The options' checks, before any report is read; whether something else takes standard output."""
+    if compare and len(files) != 2:
+        raise OptionError("--compare takes exactly two report files")
+    if compare and as_json:
+        raise OptionError(
+            "--compare prints a table; use --format json for the comparison, "
+            "--json without --compare for the rows"
+        )
+    to_stdout = one_on_stdout(
+        **{
+            "--json": as_json,
+            "--csv -": csv_path == "-",
+            "--parquet -": parquet_path == "-",
+            "--plot -": plot_path == "-",
+        }
+    )
+    if plot_path:
+        from nsprof.render.plot import plot_path as checked_plot_path
+        from nsprof.render.plot import require_matplotlib
+
+        require_matplotlib()
+        checked_plot_path(plot_path)
+    _refuse_overwriting_inputs(files, {"--csv": csv_path, "--parquet": parquet_path, "--plot": plot_path})
+    return to_stdout
+
+
+def _read(files, domain, as_rows: bool):
+    """(the files read, their tidy frames, one message for each file that could not be read); with
+    `as_rows`, a small plain report as plain lists (nsprof.schema.ListTable) instead of a frame."""
+    from nsprof.reports import read_report
+    from nsprof.reports.inputs import shown_name
+
+    read, frames, unreadable = [], [], []
+    for path in files:
+        try:
+            frame = read_report(path, domain=domain, as_rows=as_rows)
+        except NsprofError as exc:  # named at the end; the other reports are still shown
+            message = str(exc)
+            unreadable.append(
+                message if message.startswith(shown_name(path)) else f"{shown_name(path)}: {message}"
+            )
+            continue
+        for warning in frame.attrs.get("warnings", []):
+            click.echo(f"nsprof: warning: {shown_name(path)}: {warning}", err=True)
+        if not as_rows:
+            frame.insert(0, "file", str(path))
+        frames.append(frame)
+        read.append(path)
+    return read, frames, unreadable
+
+
+def analyze(
+    files,
+    view: View,
+    *,
+    compare=False,
+    domain=None,
+    plot_path=None,
+    as_json=False,
+    csv_path=None,
+    parquet_path=None,
+) -> int:
+    """Summarise (or with `compare`, compare) the reports; the exit status: 2 when one could not be read."""
+    import pandas as pd
+
+    from nsprof.render.json import write_rows
+
+    to_stdout = _check(files, compare, as_json, plot_path, csv_path, parquet_path)
+    # Printing tables only: a small plain report is read as plain lists (a ListTable), not a
+    # DataFrame, and summarised, chosen and printed so; every other output needs the frames.
+    tables_only = view.style in ("table", "markdown") and not (
+        plot_path or as_json or csv_path or parquet_path or compare
+    )
+    files, frames, unreadable = _read(files, domain, tables_only)
+    if frames and tables_only:
+        _summarize(files, frames, view, plot_path, printed=not to_stdout)
+    elif frames and not (compare and unreadable):
+        tidy = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        write_exports(tidy, csv_path, parquet_path)
+        if as_json:
+            write_rows(tidy, sys.stdout)
+        elif compare:
+            _compare(files, frames, view, plot_path, printed=not to_stdout)
+        else:
+            _summarize(files, frames, view, plot_path, printed=not to_stdout)
+    for message in unreadable:  # each report that could not be read, one line each
+        click.echo(f"nsprof: error: {message}", err=True)
+    return EXIT_UNREADABLE if unreadable else 0
+
+
+def _summarize(files, frames, view: View, plot_path, printed: bool) -> None:
+    """The summary of each report (and --plot's durations); printed unless standard output is taken."""
+    from nsprof.analysis.summary import samples, summarize
+    from nsprof.render.notes import describe_report, summary_notes
+    from nsprof.render.tables import format_summary
+
+    summaries = [(path, frame, view.chosen(summarize(frame))) for path, frame in zip(files, frames)]
+    if plot_path:
+        from nsprof.render.analyze_plot import durations_plot
+
+        durations_plot(
+            [(str(path), samples(frame, summary)) for path, frame, summary in summaries],
+            plot_path,
+            unit=view.timeunit,
+        )
+        wrote(plot_path)
+    if not printed:
+        return
+    if view.style in ("csv", "json"):
+        _summary_records(summaries, view.style)
+        return
+    for path, frame, summary in summaries:
+        click.echo(f"{path}  ({describe_report(frame)})")
+        if view.style == "markdown":
+            click.echo("")
+        click.echo(format_summary(summary, view.timeunit, view.width, view.names, view.style))
+        for note in summary_notes(frame, summary, view.width, view.names):
+            click.echo(note)
+        click.echo("")
+
+
+def _summary_records(summaries, style: str) -> None:
+    import pandas as pd
+
+    from nsprof.render.json import summary_records
+
+    rows = summary_records([(path, summary) for path, _, summary in summaries])
+    if style == "json":
+        import json
+
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False, allow_nan=False))
+    else:
+        columns = ["file", *(c for c in summaries[0][2].columns if c != "group")]
+        pd.DataFrame(rows, columns=columns).to_csv(sys.stdout, index=False)
+
+
+def _compare(files, frames, view: View, plot_path, printed: bool) -> None:
+    """--compare: the two reports' rows joined, chosen like the summary's rows."""
+    from nsprof.analysis.summary import compare, compare_overall, per_range
+
+    joined = compare(*frames)
+    median = joined["median_ns_a"].fillna(joined["median_ns_b"])
+    joined = view.chosen(
+        joined.assign(
+            source="both", total_ns=median, median_ns=median, count=joined["count_a"] + joined["count_b"]
+        )
+    )
+    if plot_path:
+        from nsprof.render.analyze_plot import ratio_plot
+
+        ratio_plot(
+            per_range(joined),
+            files[0].name,
+            files[1].name,
+            plot_path,
+            compare_overall(joined)["geomean_ratio"],
+        )
+        wrote(plot_path)
+    if not printed:
+        return
+    if view.style == "json":
+        from nsprof.render.json import compare_document
+
+        shown = joined.drop(columns=["source", "total_ns", "median_ns", "count"])
+        click.echo(compare_document(shown, files[0], files[1]))
+    elif view.style == "csv":
+        joined[COMPARE_COLUMNS].to_csv(sys.stdout, index=False)
+    else:
+        _compare_table(files, frames, joined, view)
+
+
+def _compare_table(files, frames, joined, view: View) -> None:
+    from nsprof.render.notes import compare_note, describe_report
+    from nsprof.render.tables import format_compare
+
+    a, b = frames
+    click.echo(f"A: {files[0]}  ({describe_report(a)})")
+    click.echo(f"B: {files[1]}  ({describe_report(b)})")
+    if view.style == "markdown":
+        click.echo("")
+    click.echo(
+        format_compare(
+            joined, files[0].name, files[1].name, view.timeunit, view.width, view.names, view.style
+        )
+    )
+    note = compare_note(joined)
+    if note:
+        click.echo(note)

@@ -1,0 +1,146 @@
+"""What several commands share: loading the target, the Dask cluster of --devices/--scheduler,
+the progress bars, which one output takes standard output, the --csv/--parquet exports, the
+--html page and the --plot file's checks."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+import click
+
+from nsprof.errors import NsprofError, OptionError
+from nsprof.host.redirect import results_only_on_stdout
+
+
+def load_target(target: str):
+    """TARGET's Space, loaded before nsprof looks for its tools: a missing file or attribute, or a
+    module that does not import, is the one line a run gives, not a tool missing too."""
+    from nsprof.space import load_target as load
+
+    with results_only_on_stdout():  # the target's import may print
+        return load(target)
+
+
+def split(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def cluster_settings(devices: list[int] | None, scheduler: str | None, verbose: bool):
+    """ClusterSettings from --devices (GPU ids), --scheduler and --verbose, connected; or None (one
+    GPU, no Dask)."""
+    from nsprof.settings import ClusterSettings
+
+    if devices is None and scheduler is None:
+        if verbose:
+            raise OptionError(
+                "--verbose shows the Dask workers' state: it goes with --devices or --scheduler"
+            )
+        return None
+    try:
+        settings = ClusterSettings(devices=tuple(devices or ()), scheduler=scheduler, verbose=verbose)
+    except NsprofError as exc:
+        raise OptionError(str(exc)) from None
+    from nsprof.cluster import connect
+
+    connect(settings)  # Dask missing, a scheduler out of reach: one line before any work
+    return settings
+
+
+@contextmanager
+def clusters():
+    """Closes the Dask clusters the block started, however it ends."""
+    try:
+        yield
+    finally:
+        if "nsprof.cluster" in sys.modules:
+            from nsprof.cluster import close
+
+            close()
+
+
+def one_on_stdout(**claims: bool) -> bool:
+    """At most one output may take standard output (`-`, or --json); whether one does. The
+    printed tables then go to stderr."""
+    taken = [option for option, on_stdout in claims.items() if on_stdout]
+    if len(taken) > 1:
+        raise OptionError(f"{' and '.join(taken)} would both write to standard output; choose one")
+    return bool(taken)
+
+
+def check_plot(path: str | None) -> None:
+    """--plot's file and matplotlib, checked before any work."""
+    if path:
+        from nsprof.render.plot import plot_path, require_matplotlib
+
+        plot_path(path)
+        require_matplotlib()
+
+
+def wrote(path: str) -> None:
+    if path != "-":
+        click.echo(f"wrote {path}", err=True)
+
+
+def write_html(path: str, make_page) -> None:
+    """Write the report page `make_page()` returns; says so on stderr (and when its plots were left out)."""
+    from nsprof.render.html import NO_MATPLOTLIB, write_page
+
+    text = make_page()
+    write_page(text, path)
+    if NO_MATPLOTLIB in text:
+        click.echo(f"nsprof: warning: --html: {NO_MATPLOTLIB}", err=True)
+    wrote(path)
+
+
+def _wrote_rows(frame, path: str) -> None:
+    click.echo(f"wrote {len(frame)} rows to {'standard output' if path == '-' else path}", err=True)
+
+
+def write_exports(frame, csv_path: str | None, parquet_path: str | None) -> None:
+    """The tidy rows to --csv / --parquet files; `-` is standard output."""
+    if csv_path:
+        frame.to_csv(sys.stdout if csv_path == "-" else csv_path, index=False)
+        sys.stdout.flush()
+        _wrote_rows(frame, csv_path)
+    if parquet_path:
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise NsprofError("--parquet needs pyarrow: pip install 'nsprof[parquet]'") from None
+        if parquet_path == "-":
+            frame.to_parquet(sys.stdout.buffer, index=False)
+            sys.stdout.buffer.flush()
+        else:
+            frame.to_parquet(parquet_path, index=False)
+        _wrote_rows(frame, parquet_path)
+
+
+class StageBars:
+    """One progress bar per stage of a long command, on stderr; `width` pads the stage's name.
+    Called with (name, length), it starts the stage's bar and returns its progress callback."""
+
+    def __init__(self, width: int = 12) -> None:
+        self._bar, self._width = None, width
+
+    def __call__(self, name: str, length: int):
+        self.close()
+        self._bar = click.progressbar(
+            length=length, label=f"{name:<{self._width}}", file=sys.stderr, show_pos=True
+        )
+        self._bar.__enter__()
+        bar = self._bar
+        return lambda event, config_id, detail: bar.update(
+            -1 if event == "retry" else 1
+        )  # a retry was counted
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,93 @@
+"""`nsprof profile`: measure every config of a target under one ground truth (`profile`), then
+print the tidy rows or the per-config summary (`show`)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from nsprof.commands.common import StageBars, cluster_settings, clusters, load_target, write_exports
+from nsprof.errors import NsprofError, OptionError
+from nsprof.host.redirect import results_only_on_stdout
+
+
+def warn(settings) -> None:
+    """The choices whose rows measure something else than kernel durations, said on stderr."""
+    if settings.backend == "ncu" and settings.clock_control == "none":
+        click.echo(
+            "nsprof: warning: --clock-control none: on the H200 µs kernels measured 35-80x too long "
+            "this way; rows are labelled clock_control=none",
+            err=True,
+        )
+    if settings.backend == "ncu" and settings.graph_profiling == "graph":
+        click.echo(
+            "nsprof: warning: --graph-profiling graph gives whole-graph workloads, not kernel durations",
+            err=True,
+        )
+
+
+def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler, verbose):
+    """Measure TARGET's configs (`ids`, or all) with ProfileSettings `settings`: the ProfileResult
+    and the failures as (config id, shape or None, reason)."""
+    from nsprof.cluster import sharded
+    from nsprof.measure import GroundTruth
+    from nsprof.profile import check_config_ids, profile_result
+
+    warn(settings)
+    if as_json and csv_path == "-":
+        raise OptionError("--json and --csv - both write to standard output: choose one")
+    space = load_target(target)
+    truth = GroundTruth(settings)  # a missing tool is one line before any work starts
+    with clusters(), StageBars(width=0) as bars:
+        truth = sharded(truth, cluster_settings(devices, scheduler, verbose))
+        if ids is not None:
+            try:
+                ids = check_config_ids(ids, len(space.configs))
+            except NsprofError as exc:
+                raise OptionError(str(exc), option="--configs") from None
+        n = (len(ids) if ids is not None else len(space.configs)) * max(1, space.n_shapes)
+        update, failures = bars(settings.backend, n), []
+
+        def progress(event, config_id, detail):
+            update(event, config_id, detail)
+            if event == "fail":
+                failures.append((config_id, detail))
+
+        with results_only_on_stdout():
+            result = profile_result(
+                target, settings, config_ids=ids, on_progress=progress, backend=truth, space=space
+            )
+    # a point id for a target with shapes: (config id, shape)
+    return result, [(*space.points.split(point), detail) for point, detail in failures]
+
+
+def show(target: str, settings, result, failures, *, as_json, csv_path) -> None:
+    """The failures, the rows to --csv/--json or the per-config summary; an error when every config failed."""
+    from nsprof.profile import check_measured, config_summary
+    from nsprof.render.json import write_rows
+    from nsprof.render.tables import format_config_summary
+
+    for config_id, shape, detail in failures:
+        where = "" if shape is None else f" at shape {shape}"
+        click.echo(f"nsprof: config {config_id}{where} failed: {detail}", err=True)
+    frame = result.frame
+    write_exports(frame, csv_path, None)
+    if as_json:
+        write_rows(frame, sys.stdout)
+        check_measured(frame)
+        return
+    labels = result.labels
+    to_stderr = csv_path == "-"  # standard output carries the rows
+    kept = (
+        f"reports kept in {result.work_dir}"
+        if result.work_dir
+        else "temporary reports removed (pass --work-dir to keep them)"
+    )
+    click.echo(
+        f"{target}: {settings.backend}, clock control {labels['clock_control']}, cache control "
+        f"{labels['cache_control']}, {result.wall_s:.1f} s wall; {kept}",
+        err=to_stderr,
+    )
+    click.echo(format_config_summary(config_summary(frame, result.configs)), err=to_stderr)
+    check_measured(frame)  # every config failed: the table above says why, and the exit status too

@@ -1,0 +1,84 @@
+"""`nsprof tune`: rank a target's configs under one or more truths (`tune`), then the table or
+JSON, the plot and the page (`show`); `truth_list` reads --truth beside --backend."""
+
+from __future__ import annotations
+
+import click
+
+from nsprof.commands.common import (
+    StageBars,
+    check_plot,
+    cluster_settings,
+    clusters,
+    load_target,
+    one_on_stdout,
+    write_html,
+    wrote,
+)
+from nsprof.errors import NsprofError
+from nsprof.host.redirect import results_only_on_stdout
+
+
+def truth_list(truths: str | None, backend: str | None) -> tuple[str, ...]:
+    """--truth's names; --backend beside it only where it says the same (one truth, that backend)."""
+    if truths is None:
+        return ()
+    names = tuple(name.strip() for name in truths.split(","))
+    if not all(names):
+        raise NsprofError(f"--truth takes ground truths separated by commas, e.g. ncu,nsys (not {truths!r})")
+    if backend is not None and names != (backend,):
+        raise NsprofError(
+            f"--backend {backend} and --truth {','.join(names)} contradict: --truth names every truth "
+            "to rank; drop --backend"
+        )
+    return names
+
+
+def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, scheduler, verbose):
+    """The TuneResult of TARGET's configs (`ids`, or all) under TuneSettings `settings`, after
+    every check that needs no GPU."""
+    from dataclasses import replace
+
+    from nsprof.drivers.registry import get_driver
+    from nsprof.tune import check_truths
+    from nsprof.tune import tune as run_tune
+
+    one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--json": as_json})
+    check_plot(plot_path)  # one line before any work
+    check_truths(settings)
+    with clusters(), StageBars() as bars:
+        settings = replace(settings, cluster=cluster_settings(devices, scheduler, verbose))
+        space = load_target(target)
+        for truth in settings.ranked_truths:  # after the options and the target: a missing tool is one line
+            if truth.profiler:
+                get_driver(truth.backend)
+        with results_only_on_stdout():
+            return run_tune(target, settings, config_ids=ids, on_stage=bars, space=space)
+
+
+def show(target: str, result, *, plot_path, html_path, as_json) -> int:
+    """Print the result; the exit status: 1 when some truth or step failed."""
+    from nsprof.render.json import tune_document
+    from nsprof.render.tables import format_tune
+
+    if plot_path:
+        from nsprof.render.tune_plot import plot_tune
+
+        at = (
+            ""
+            if result.shape is None
+            else f" at shape {result.shape} (of {len(result.shapes)}; --json has all)"
+        )
+        plot_tune(result.table, plot_path, title=f"{target}: ranked by {result.label}{at}")
+        wrote(plot_path)
+    if html_path:
+        from nsprof.render.html import tune_page
+
+        write_html(html_path, lambda: tune_page(result, title=f"nsprof tune {target}"))
+    if as_json:
+        click.echo(tune_document(result))
+    else:
+        click.echo(format_tune(result), err=plot_path == "-" or html_path == "-")
+    for error in result.errors:
+        click.echo(f"nsprof: {error}", err=True)
+    return 1 if result.errors else 0
