@@ -39,12 +39,14 @@ from nsprof.drivers.base import Driver, disk_full
 from nsprof.errors import NsprofError, TargetChanged, ToolFailed
 from nsprof.host.children import (
     DeathPipe,
+    exit_code,
     kill_group,
     kill_lock_holders_left,
     kill_pid,
     launch_child,
     note,
     pid_alive,
+    wait_exit,
 )
 from nsprof.reports.checks import one_line
 from nsprof.schema import FAILURE_KINDS, Failure, Points, failure_frame
@@ -210,16 +212,12 @@ _PHASE_WORDS = {
 
 def _end_run(proc, pid: int | None, kill_worker: bool = True) -> None:
     """Kill a worker that went past a bound; the profiler gets GRACE_S to write its report."""
-    import subprocess
-
     if pid is None:
         kill_group(proc)  # nothing ran: nothing to write
         return
     if kill_worker:
         kill_pid(pid)  # the worker only: the profiler stays to write its report
-    try:
-        proc.wait(timeout=GRACE_S)
-    except subprocess.TimeoutExpired:
+    if wait_exit(proc, GRACE_S) is None:
         kill_group(proc)
 
 
@@ -235,7 +233,7 @@ def _follow(proc, status_file: Path, settings: ProfileSettings, notify, log_hand
     stalled: str | None = None
     worker_gone: float | None = None
     while True:
-        returncode = proc.poll()
+        returncode = exit_code(proc)
         polled = time.monotonic()
         text = status_file.read_text(errors="replace")
         status = parse_status(text)
@@ -278,8 +276,6 @@ def _stop_cleanly(proc, status_file: Path) -> None:
     """nsprof was interrupted: ask the worker to stop (it exits cleanly, so that nsys still
     flushes what it measured), kill it after STOP_GRACE_S, give the profiler GRACE_S for its
     report, then kill whatever is left of the process group."""
-    import subprocess
-
     pid = parse_status(status_file.read_text(errors="replace")).pid
     if pid is None:
         kill_group(proc)  # the worker has not started: nothing measured in this part
@@ -290,13 +286,10 @@ def _stop_cleanly(proc, status_file: Path) -> None:
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + STOP_GRACE_S
-        while pid_alive(pid) and proc.poll() is None and time.monotonic() < deadline:
+        while pid_alive(pid) and exit_code(proc) is None and time.monotonic() < deadline:
             time.sleep(POLL_S / 2)
         kill_pid(pid if pid_alive(pid) else None)
-    try:
-        proc.wait(timeout=GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
+    wait_exit(proc, GRACE_S)
     kill_group(proc)
 
 

@@ -111,7 +111,7 @@ def test_ctrl_c_just_after_popen_took_its_wait_lock_still_ends_nsprof(tmp_path):
         _wait_for(lambda: _waiting_on_1(tmp_path, folder))
         child = int((folder / "child.pid").read_text())
         armed.write_text("")
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 5  # nsprof polls its profiler every 0.1 s
         while armed.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         if not fired.exists():  # nsprof no longer takes the lock that way: an ordinary Ctrl-C
