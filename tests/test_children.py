@@ -49,3 +49,19 @@ def test_kill_group_returns_though_the_popen_wait_lock_is_held():
         proc._waitpid_lock.release()  # let the thread end
     assert not done.is_alive(), "kill_group waited for good on the Popen's wait lock"
     assert proc.returncode == -signal.SIGKILL
+
+
+def test_a_child_of_the_suite_starts_with_sigint_at_its_default():
+    # the Ctrl-C tests signal real nsprofs: one that started with SIGINT ignored (the suite run as a
+    # background job, see conftest.pytest_configure) would ignore it and the test hang
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "True", out
