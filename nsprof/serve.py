@@ -165,6 +165,7 @@ class _Server:
             raise
 
     def _wait_ready(self) -> dict:
+        from nsprof.host.children import exit_code
         from nsprof.worker.protocol import parse_status
         from nsprof.worker.serving import WORKER_STATUS
 
@@ -181,7 +182,7 @@ class _Server:
             gone = (
                 started
                 and not self.worker_alive()
-                or self.proc.poll() is not None
+                or exit_code(self.proc) is not None
                 and (self.proc.returncode != 0 or started)
             )
             if gone:
@@ -347,6 +348,7 @@ class _Server:
 
     def _outcome(self, n: int, code: int | None, status) -> dict | None:
         """Job n's answer once its end line (`code`) came, or its worker died; None while it runs."""
+        from nsprof.host.children import exit_code
         from nsprof.worker.protocol import EXIT_CONTEXT_LOST
         from nsprof.worker.serving import JOB_ABORTED
 
@@ -366,7 +368,7 @@ class _Server:
             return {"ok": True}
         lost = "lost its CUDA context" if code == EXIT_CONTEXT_LOST else "died"
         self.fault = f"the worker {lost} in job {n}"
-        reason = self.driver.crash_reason(self.log_path, self.proc.poll())
+        reason = self.driver.crash_reason(self.log_path, exit_code(self.proc))
         return {
             "ok": False,
             "fault": "crash",
@@ -397,7 +399,7 @@ class _Server:
     # -- end
 
     def end(self, pipe) -> None:
-        from nsprof.host.children import kill_group, kill_lock_holders_left, kill_pid
+        from nsprof.host.children import kill_group, kill_lock_holders_left, kill_pid, wait_exit
 
         # Clients must stop finding this server first.
         if self.state and read_or_empty(self.state_path).strip() == json.dumps(self.state, indent=1):
@@ -426,11 +428,7 @@ class _Server:
                 self.driver.serve_shutdown(self.session, self.log)
             except NsprofError as exc:
                 self.note(f"shutdown: {exc}")
-            import subprocess
-
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+            if wait_exit(self.proc, 30) is None:
                 self.note("the profiler did not exit within 30 s of the shutdown: killed")
             kill_group(self.proc)
             if self.worker_alive():

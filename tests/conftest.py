@@ -6,6 +6,7 @@ import functools
 import lzma
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,12 @@ def pytest_configure(config):
     config._nsprof_tmp = tempfile.mkdtemp(prefix="nsprof-tests-")
     os.environ["TMPDIR"] = config._nsprof_tmp
     tempfile.tempdir = None
+    # A suite started as a background job of a script (`pytest ... &`) inherits SIGINT ignored, and
+    # so would every nsprof a test starts and then Ctrl-Cs: it would ignore the Ctrl-C, as a Python
+    # started so does, and the test hang. As in an interactive run: a KeyboardInterrupt here, and
+    # the default (Python's KeyboardInterrupt) in every child.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_unconfigure(config):

@@ -16,6 +16,7 @@ from conftest import FIXTURES
 
 TARGET = str(FIXTURES.parent / "targets" / "compile_ahead_faults.py")
 STANDINS = FIXTURES.parent / "standins.py"
+TARGETS = FIXTURES.parent / "targets"
 ROOT = FIXTURES.parents[1]
 
 
@@ -27,7 +28,7 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _start(tmp_path, space: str, *extra: str):
+def _start(tmp_path, space: str, *extra: str, runner: tuple[str, ...] = (str(STANDINS),)):
     folder = tmp_path / "ahead"
     folder.mkdir(exist_ok=True)
     (tmp_path / "tmp").mkdir(exist_ok=True)
@@ -41,7 +42,7 @@ def _start(tmp_path, space: str, *extra: str):
     proc = subprocess.Popen(
         [
             sys.executable,
-            str(STANDINS),
+            *runner,
             "profile",
             f"{TARGET}:{space}",
             "--backend",
@@ -96,6 +97,42 @@ def test_no_compiler_child_outlives_nsprof(tmp_path, signum):
             os.kill(int((folder / "child.pid").read_text()), signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
+
+
+def test_ctrl_c_just_after_popen_took_its_wait_lock_still_ends_nsprof(tmp_path):
+    # The flake of the test above: a Ctrl-C handled inside Popen.poll(), just after it took the
+    # Popen's wait lock without blocking, leaves that lock held; nsprof's cleanup then waited on the
+    # profiler for good (Popen.wait). The Ctrl-C is made to land at that instant (the runner's
+    # ARMED file); nsprof must still end promptly, keep no compiler child, and say it was aborted.
+    armed, fired = tmp_path / "armed", tmp_path / "fired"
+    runner = (str(TARGETS / "interrupt_in_wait_lock.py"), str(armed), str(fired))
+    proc, folder = _start(tmp_path, "spawning", runner=runner)
+    try:
+        _wait_for(lambda: _waiting_on_1(tmp_path, folder))
+        child = int((folder / "child.pid").read_text())
+        armed.write_text("")
+        deadline = time.monotonic() + 5  # nsprof polls its profiler every 0.1 s
+        while armed.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not fired.exists():  # nsprof no longer takes the lock that way: an ordinary Ctrl-C
+            armed.unlink(missing_ok=True)
+            proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("nsprof did not end within 60 s of a Ctrl-C handled inside Popen.poll()")
+        assert proc.returncode == 130, err
+        assert err.rstrip().endswith("nsprof: aborted"), err
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child), f"the compiler's child {child} outlived nsprof"
+    finally:
+        if (folder / "child.pid").exists() and _alive(int((folder / "child.pid").read_text())):
+            os.kill(int((folder / "child.pid").read_text()), signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def test_finish_of_a_running_step_leaves_no_folder_and_no_traceback(tmp_path, monkeypatch):

@@ -178,8 +178,6 @@ def test_a_profilers_agent_holding_the_lock_goes_when_nsprof_is_interrupted(tmp_
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        # Ctrl-C reaches a Python that did not start with SIGINT ignored (a background job)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     status = tmp_path / "wd" / "part0.status"
     agent = None

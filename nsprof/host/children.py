@@ -32,12 +32,47 @@ def pid_alive(pid: int | None) -> bool:
     return True
 
 
+def exit_code(proc) -> int | None:
+    """proc.poll() that no Ctrl-C can break, for a child only this thread waits for.
+
+    Popen.poll() and Popen.wait(timeout) take the Popen's wait lock without blocking and only
+    then enter the `try` that releases it: a KeyboardInterrupt (Ctrl-C; SIGTERM, SIGHUP: see
+    nsprof.session.interrupt_on_termination) handled in between leaves the lock held for good,
+    and every later poll says None and every wait blocks: nsprof hung on Ctrl-C. Here the child
+    is reaped by waitpid itself, without that lock."""
+    if proc.returncode is None:
+        try:
+            pid, status = os.waitpid(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # no status to get (SIGCHLD ignored): as Popen, take it as 0
+            if proc.returncode is None:  # (a wait of Popen's own may have set it meanwhile)
+                proc.returncode = 0
+            return proc.returncode
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode
+
+
+def wait_exit(proc, timeout_s: float | None) -> int | None:
+    """proc.wait(timeout_s) that no Ctrl-C can break (see exit_code): the exit status, or None
+    once timeout_s passed (None: no bound)."""
+    import time
+
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    delay = 0.001
+    while (code := exit_code(proc)) is None:
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    return code
+
+
 def kill_group(proc) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    proc.wait()
+    wait_exit(proc, None)  # SIGKILLed: it ends
 
 
 def kill_pid(pid: int | None) -> None:

@@ -25,12 +25,14 @@ from pathlib import Path
 
 from nsprof.host.children import (
     DeathPipe,
+    exit_code,
     kill_group,
     kill_lock_holders_left,
     kill_pid,
     launch_child,
     note,
     pid_alive,
+    wait_exit,
 )
 from nsprof.serve_client import read_or_empty
 from nsprof.settings import ProfileSettings
@@ -103,16 +105,12 @@ _PHASE_WORDS = {
 
 def _end_run(proc, pid: int | None, kill_worker: bool = True) -> None:
     """Kill a worker that went past a bound; the profiler gets GRACE_S to write its report."""
-    import subprocess
-
     if pid is None:
         kill_group(proc)  # nothing ran: nothing to write
         return
     if kill_worker:
         kill_pid(pid)  # the worker only: the profiler stays to write its report
-    try:
-        proc.wait(timeout=GRACE_S)
-    except subprocess.TimeoutExpired:
+    if wait_exit(proc, GRACE_S) is None:
         kill_group(proc)
 
 
@@ -127,7 +125,7 @@ class _PartFollower:
         self.worker_gone: float | None = None
 
     def check(self) -> tuple[int | None, float]:
-        return self.proc.poll(), time.monotonic()
+        return exit_code(self.proc), time.monotonic()
 
     def decide(self, checked, status: RunStatus, passed: str | None) -> RunEnd | None:
         returncode, polled = checked
@@ -167,8 +165,6 @@ def _stop_cleanly(proc, status_file: Path) -> None:
     """nsprof was interrupted: ask the worker to stop (it exits cleanly, so that nsys still
     flushes what it measured), kill it after STOP_GRACE_S, give the profiler GRACE_S for its
     report, then kill whatever is left of the process group."""
-    import subprocess
-
     pid = parse_status(status_file.read_text(errors="replace")).pid
     if pid is None:
         kill_group(proc)  # the worker has not started: nothing measured in this part
@@ -179,13 +175,10 @@ def _stop_cleanly(proc, status_file: Path) -> None:
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + STOP_GRACE_S
-        while pid_alive(pid) and proc.poll() is None and time.monotonic() < deadline:
+        while pid_alive(pid) and exit_code(proc) is None and time.monotonic() < deadline:
             time.sleep(POLL_S / 2)
         kill_pid(pid if pid_alive(pid) else None)
-    try:
-        proc.wait(timeout=GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
+    wait_exit(proc, GRACE_S)
     kill_group(proc)
 
 

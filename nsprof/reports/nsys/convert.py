@@ -59,10 +59,9 @@ def _run_bounded(argv: list[str], bound_s: float):
     or None when it ran past bound_s. Timed out, interrupted or failing, its whole process group
     is killed (no Ctrl-C of nsprof's reaches a session of its own), and it gets SIGKILL when
     nsprof dies (host.children.dies_with_nsprof). OSError when it cannot be started."""
-    import signal
     import subprocess
 
-    from nsprof.host.children import dies_with_nsprof
+    from nsprof.host.children import dies_with_nsprof, kill_group
 
     proc = subprocess.Popen(
         argv,
@@ -77,11 +76,10 @@ def _run_bounded(argv: list[str], bound_s: float):
     try:
         stdout, stderr = proc.communicate(timeout=bound_s)
     except BaseException as exc:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.communicate()
+        # Not communicate() again: a Ctrl-C inside the first may have left Popen's wait lock held.
+        kill_group(proc)
+        proc.stdout.close()
+        proc.stderr.close()
         if isinstance(exc, subprocess.TimeoutExpired):
             return None
         raise
