@@ -1,0 +1,120 @@
+"""`nsprof serve` and the environment a served worker really measures in, through real processes (the
+stand-in server and serving worker of tests/test_serve.py, real clients): a target that changes os.environ
+at its import (TileLang prepends to PYTHONPATH) is served, since its import in the worker does the same;
+a server whose environment truly differs is named, with what to do, and `--wait` does not wait in silence
+for a server that never fits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from test_serve import _client, _ended, _measured, _rows, _status, server  # noqa: F401 - server: a fixture
+
+REPO = Path(__file__).resolve().parents[1]
+
+# As TileLang's env.py does (prepend_pythonpath): at its import, in every process that imports it.
+PREPENDS = """
+import os
+
+import nsprof.space
+
+os.environ["PYTHONPATH"] = "/somewhere:" + os.environ.get("PYTHONPATH", "")
+
+
+def build(config):
+    return lambda: None
+
+
+space = nsprof.space.Space(name="prepends", configs=[{}, {}, {}], build=build, device="cpu")
+"""
+
+
+def _without_pythonpath(tmp_path: Path) -> dict[str, str | None]:
+    """Variables under which this checkout's nsprof is imported with PYTHONPATH unset: a user site folder
+    (PYTHONUSERBASE) whose .pth names the checkout, so that every process of the test (the server, its
+    worker, the client) runs this code, not an installed copy's."""
+    base = tmp_path / "userbase"
+    site = Path(sysconfig.get_path("purelib", f"{os.name}_user", vars={"userbase": str(base)}))
+    site.mkdir(parents=True)
+    (site / "nsprof_checkout.pth").write_text(str(REPO) + "\n")
+    env = {"PYTHONPATH": None, "PYTHONUSERBASE": str(base)}
+    found = subprocess.run(
+        [sys.executable, "-c", "import nsprof; print(nsprof.__file__)"],
+        env={k: v for k, v in {**os.environ, **env}.items() if v is not None},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert Path(found.stdout.strip()).resolve().parent == REPO / "nsprof", found.stderr
+    return env
+
+
+@pytest.mark.parametrize("pythonpath", ["set", "unset"])
+def test_a_target_that_prepends_to_pythonpath_at_import_is_served(
+    tmp_path, server, own_gpu_lock_folder, pythonpath
+):
+    """The client imports the target (the CLI reads its configs), which sets PYTHONPATH in the client's own
+    process; the served worker imports it too and sets the same: that is no difference of environment."""
+    env = (
+        {"PYTHONPATH": f"{REPO}:{os.environ.get('PYTHONPATH', '')}"}
+        if pythonpath == "set"
+        else _without_pythonpath(tmp_path)
+    )
+    (tmp_path / "prepends.py").write_text(PREPENDS)
+    proc, state = server("--idle-exit", "120", env=env)
+    done = _client(tmp_path, "served", target=f"{tmp_path / 'prepends.py'}:space", configs="0,1,2")
+    assert done.returncode == 0, done.stderr
+    assert f"measured by nsprof serve (pid {state['pid']}" in done.stderr, done.stderr
+    assert "does not fit" not in done.stderr
+    assert _measured(_rows(done)) == {0: 2, 1: 2, 2: 2}  # 2 reps x 1 kernel each, mode direct
+    status = _status(tmp_path, "served")
+    assert status.pid == state["worker_pid"] and status.served["server"] == state["pid"]
+    assert not list((tmp_path / "served").glob("part*.status")), "no standalone worker started"
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+@pytest.mark.parametrize("variable", ["LD_LIBRARY_PATH", "PYTHONPATH"])
+def test_a_server_of_another_environment_is_named_with_what_to_do(
+    tmp_path, server, own_gpu_lock_folder, variable
+):
+    """The client's shell gives the worker another value (a standalone worker would get it; the server's
+    worker has its own): refused in one line that names the variable and says what to do."""
+    proc, state = server("--idle-exit", "120")
+    value = {"LD_LIBRARY_PATH": str(tmp_path / "lib"), "PYTHONPATH": f"{tmp_path}:{os.environ['PYTHONPATH']}"}
+    done = _client(tmp_path, "other", env={variable: value[variable]})
+    assert done.returncode == 2
+    assert not (tmp_path / "other" / "served.status").exists(), "a server of another environment measured it"
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    last, pid = lines[0], state["pid"]
+    assert last.startswith("nsprof: error:") and f"nsprof serve (pid {pid})" in last, last
+    assert f"environment differs in {variable}" in last, last
+    assert f"stop it (kill {pid})" in last and "start `nsprof serve` from this run's environment" in last, last
+    assert "wait for it or pass --wait" not in last, "waiting would never make it fit"
+    assert proc.poll() is None, "the server serves on"
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_wait_for_a_server_that_never_fits_says_so_and_runs_once_it_ends(tmp_path, server, own_gpu_lock_folder):
+    """--wait behind a server that does not fit: it is told at once (why, what to do, how long the server
+    holds the GPU), then waits for the GPU, which the server releases once it is idle; the run is then
+    measured standalone, whole."""
+    proc, state = server("--idle-exit", "2")
+    done = _client(tmp_path, "waits", "--wait", env={"LD_LIBRARY_PATH": str(tmp_path / "lib")})
+    assert done.returncode == 0, done.stderr
+    assert _measured(_rows(done)) == {0: 2, 2: 2, 4: 2}
+    assert not (tmp_path / "waits" / "served.status").exists()
+    assert "measured by nsprof serve" not in done.stderr
+    told = [line for line in done.stderr.splitlines() if f"nsprof serve (pid {state['pid']})" in line]
+    assert len(told) == 1, done.stderr
+    assert "environment differs in LD_LIBRARY_PATH" in told[0] and f"stop it (kill {state['pid']})" in told[0]
+    assert "waiting for the GPU until it ends" in told[0] and "2 s without a job" in told[0], told[0]
+    assert _ended(proc, own_gpu_lock_folder) == 0
