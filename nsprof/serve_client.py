@@ -244,12 +244,18 @@ def environment(environ=None) -> dict[str, str]:
 
     if environ is None:
         # What a process reads only as it starts (CUDA, the loader, Python, torch's allocator) is what a
-        # served job cannot be given: those as they are now; the rest as this process started, since a
-        # served job gets this process's environment as it is now (the request's "environ").
+        # served job cannot be given: those as a worker started now would get them, less what a target's
+        # import here set (the CLI loads it; the worker's own import sets it again: TileLang's PYTHONPATH);
+        # the rest as this process started, since a served job gets this process's environment as it is
+        # now (the request's "environ").
+        from nsprof.space import environ_before_targets
+
         environ = {
             name: value for name, value in _start_environment().items() if not name.startswith(AT_START)
         }
-        environ.update({name: value for name, value in os.environ.items() if name.startswith(AT_START)})
+        environ.update(
+            {name: value for name, value in environ_before_targets().items() if name.startswith(AT_START)}
+        )
     return {
         name: hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
         for name, value in sorted(environ.items())
