@@ -6,6 +6,7 @@ for a server that never fits."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,8 +15,10 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from test_serve import _client, _ended, _measured, _rows, _status, server  # noqa: F401 - server: a fixture
+import test_serve
+from test_serve import DEADLINE_S, HEALTHY, STANDINS, _client, _ended, _measured, _rows, _status
 
+server = test_serve.server  # the stand-in server fixture, its servers ended at each test's end
 REPO = Path(__file__).resolve().parents[1]
 
 # As TileLang's env.py does (prepend_pythonpath): at its import, in every process that imports it.
@@ -92,29 +95,51 @@ def test_a_server_of_another_environment_is_named_with_what_to_do(
     assert done.returncode == 2
     assert not (tmp_path / "other" / "served.status").exists(), "a server of another environment measured it"
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    last, pid = lines[0], state["pid"]
+    assert [line for line in lines if line.startswith("nsprof: error:")] == lines[-1:], done.stderr
+    last, pid = lines[-1], state["pid"]
     assert last.startswith("nsprof: error:") and f"nsprof serve (pid {pid})" in last, last
     assert f"environment differs in {variable}" in last, last
-    assert f"stop it (kill {pid})" in last and "start `nsprof serve` from this run's environment" in last, last
+    assert f"stop it (kill {pid})" in last and "start `nsprof serve` from this run's environment" in last, (
+        last
+    )
     assert "wait for it or pass --wait" not in last, "waiting would never make it fit"
     assert proc.poll() is None, "the server serves on"
     proc.send_signal(signal.SIGTERM)
     assert _ended(proc, own_gpu_lock_folder) == 0
 
 
-def test_wait_for_a_server_that_never_fits_says_so_and_runs_once_it_ends(tmp_path, server, own_gpu_lock_folder):
+def test_wait_for_a_server_that_never_fits_says_so_and_runs_once_it_ends(
+    tmp_path, server, own_gpu_lock_folder
+):
     """--wait behind a server that does not fit: it is told at once (why, what to do, how long the server
-    holds the GPU), then waits for the GPU, which the server releases once it is idle; the run is then
-    measured standalone, whole."""
-    proc, state = server("--idle-exit", "2")
-    done = _client(tmp_path, "waits", "--wait", env={"LD_LIBRARY_PATH": str(tmp_path / "lib")})
-    assert done.returncode == 0, done.stderr
-    assert _measured(_rows(done)) == {0: 2, 2: 2, 4: 2}
-    assert not (tmp_path / "waits" / "served.status").exists()
-    assert "measured by nsprof serve" not in done.stderr
-    told = [line for line in done.stderr.splitlines() if f"nsprof serve (pid {state['pid']})" in line]
-    assert len(told) == 1, done.stderr
-    assert "environment differs in LD_LIBRARY_PATH" in told[0] and f"stop it (kill {state['pid']})" in told[0]
-    assert "waiting for the GPU until it ends" in told[0] and "2 s without a job" in told[0], told[0]
+    holds the GPU), then waits for the GPU, at most until that server would end; once it ends (here: stopped,
+    as the line says to), the run is measured standalone, whole."""
+    proc, state = server("--idle-exit", "120")
+    client = subprocess.Popen(
+        [sys.executable, str(STANDINS), "profile", HEALTHY, "--backend", "nsys", "--configs", "0,2,4"]
+        + ["--mode", "direct", "--reps", "2", "--warmup", "0", "--json", "--wait"]
+        + ["--work-dir", str(tmp_path / "waits")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "LD_LIBRARY_PATH": str(tmp_path / "lib")},
+    )
+    try:
+        told = ""
+        while not told.startswith("nsprof:"):  # its first line of nsprof's, said before it waits
+            told = client.stderr.readline()
+            assert told, "it ended without a word"
+        assert f"nsprof serve (pid {state['pid']}) does not fit this run" in told, told
+        assert "environment differs in LD_LIBRARY_PATH" in told and f"stop it (kill {state['pid']})" in told
+        assert "waiting for the GPU until it ends (after 120 s without a job), at most 300 s" in told, told
+        assert client.poll() is None and proc.poll() is None, "it waits; the server serves on"
+        proc.send_signal(signal.SIGTERM)
+        out, err = client.communicate(timeout=DEADLINE_S)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.communicate()
+    assert client.returncode == 0, err
+    assert _measured(json.loads(out)) == {0: 2, 2: 2, 4: 2}
+    assert not (tmp_path / "waits" / "served.status").exists() and "measured by nsprof serve" not in err
     assert _ended(proc, own_gpu_lock_folder) == 0
