@@ -143,3 +143,23 @@ def test_wait_for_a_server_that_never_fits_says_so_and_runs_once_it_ends(
     assert _measured(json.loads(out)) == {0: 2, 2: 2, 4: 2}
     assert not (tmp_path / "waits" / "served.status").exists() and "measured by nsprof serve" not in err
     assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_the_environment_before_targets_undoes_only_what_their_imports_set(tmp_path, monkeypatch):
+    """In-process: each import of the target prepends again (the CLI, the tuner's own load); a variable the
+    import adds goes; what the program sets itself afterwards stays as it is now."""
+    from nsprof import space
+
+    monkeypatch.setattr(space, "_SET_BY_TARGETS", {})
+    monkeypatch.setenv("PYTHONPATH", "/orig")
+    monkeypatch.delenv("NSPROF_TEST_ADDED", raising=False)
+    monkeypatch.setenv("NSPROF_TEST_KEPT", "the program's")
+    (tmp_path / "adds.py").write_text(PREPENDS + "\nos.environ['NSPROF_TEST_ADDED'] = 'by the target'\n")
+    for _ in range(2):
+        assert len(space.load_target(f"{tmp_path / 'adds.py'}:space").configs) == 3
+    assert os.environ["PYTHONPATH"] == "/somewhere:/somewhere:/orig"
+    before = space.environ_before_targets()
+    assert before["PYTHONPATH"] == "/orig" and "NSPROF_TEST_ADDED" not in before
+    assert before["NSPROF_TEST_KEPT"] == "the program's"
+    os.environ["PYTHONPATH"] = "/set by the program"
+    assert space.environ_before_targets()["PYTHONPATH"] == "/set by the program"
