@@ -163,3 +163,53 @@ def test_the_environment_before_targets_undoes_only_what_their_imports_set(tmp_p
     assert before["NSPROF_TEST_KEPT"] == "the program's"
     os.environ["PYTHONPATH"] = "/set by the program"
     assert space.environ_before_targets()["PYTHONPATH"] == "/set by the program"
+
+
+def test_wait_behind_a_server_that_never_fits_is_bounded_by_its_end(
+    tmp_path, own_gpu_lock_folder, monkeypatch
+):
+    """In-process, the bound made short: a server that does not fit holds the GPU and never ends (others keep
+    it busy, or it hangs): --wait gives up once that server should have ended, in one line, and measures
+    nothing."""
+    import standins
+
+    from nsprof import serve_client
+    from nsprof.errors import GpuBusy
+    from nsprof.serve_client import identity
+    from nsprof.session import run_session
+    from nsprof.settings import ProfileSettings
+
+    driver, settings = standins.StatusDriver(), ProfileSettings(backend="nsys", wait_gpu=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nfrom nsprof.host.lock import gpu_lock\n"
+            "with gpu_lock(0):\n    print('held', flush=True)\n    time.sleep(600)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        mine = identity(driver, settings)
+        state = {
+            "pid": holder.pid,
+            "identity": {**mine, "environment": {**mine["environment"], "LD_LIBRARY_PATH": "another"}},
+            "socket": str(serve_client.serve_paths()[1]),
+            "idle_exit_s": 0.25,
+        }
+        assert serve_client.check_folder(serve_client.serve_paths()[0].parent, create=True)
+        serve_client.serve_paths()[0].write_text(json.dumps(state))
+        monkeypatch.setattr(serve_client, "EXIT_WAIT_S", 0.5)
+        with pytest.raises(GpuBusy) as caught:
+            run_session(HEALTHY, 9, settings, config_ids=[0], driver=driver)
+        message = str(caught.value)
+        assert (
+            "still busy after 0.75 s" in message
+            and f"nsprof serve (pid {holder.pid}) does not fit" in message
+        )
+        assert "environment differs in LD_LIBRARY_PATH" in message and "\n" not in message
+    finally:
+        holder.kill()
+        holder.wait()
