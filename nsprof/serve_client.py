@@ -244,12 +244,18 @@ def environment(environ=None) -> dict[str, str]:
 
     if environ is None:
         # What a process reads only as it starts (CUDA, the loader, Python, torch's allocator) is what a
-        # served job cannot be given: those as they are now; the rest as this process started, since a
-        # served job gets this process's environment as it is now (the request's "environ").
+        # served job cannot be given: those as a worker started now would get them, less what a target's
+        # import here set (the CLI loads it; the worker's own import sets it again: TileLang's PYTHONPATH);
+        # the rest as this process started, since a served job gets this process's environment as it is
+        # now (the request's "environ").
+        from nsprof.space import environ_before_targets
+
         environ = {
             name: value for name, value in _start_environment().items() if not name.startswith(AT_START)
         }
-        environ.update({name: value for name, value in os.environ.items() if name.startswith(AT_START)})
+        environ.update(
+            {name: value for name, value in environ_before_targets().items() if name.startswith(AT_START)}
+        )
     return {
         name: hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
         for name, value in sorted(environ.items())
@@ -384,9 +390,47 @@ def _remove_stale(state_path: Path, state: dict) -> bool:
         return False  # the lock is held (by a server this process cannot see, or a session): its files stay
 
 
+class Unfit(str):
+    """Why a live server of this user does not fit this run (its identity differs), in one line: it never
+    will, so what to do is to stop it or start one that fits; waiting for the GPU is waiting for its end."""
+
+    def __new__(cls, state: dict, differ: list[str]):
+        self = super().__new__(
+            cls, f"nsprof serve (pid {state['pid']}) does not fit this run: its {'; '.join(differ)}"
+        )
+        self.pid = state["pid"]
+        idle = state.get("idle_exit_s")
+        self.idle_exit_s = float(idle) if isinstance(idle, (int, float)) and idle > 0 else DEFAULT_IDLE_EXIT_S
+        # Another backend, driver or tool: no server started here fits either.
+        self.remedy = f"stop it (kill {self.pid})" + (
+            " or start `nsprof serve` from this run's environment"
+            if all(d.split()[0] in ("environment", "python", "nsprof", "version", "source") for d in differ)
+            else ""
+        )
+        return self
+
+    @property
+    def wait_bound_s(self) -> float:
+        """How long --wait waits for the GPU behind it: its idle exit, then its end."""
+        return self.idle_exit_s + EXIT_WAIT_S
+
+    def refusal(self) -> str:
+        return (
+            f"{self}, and it holds the GPU; {self.remedy}, or pass --wait to wait for the GPU until it ends "
+            f"(after {self.idle_exit_s:g} s without a job)"
+        )
+
+    def waiting(self) -> str:
+        return (
+            f"{self}; {self.remedy}; waiting for the GPU until it ends (after {self.idle_exit_s:g} s "
+            f"without a job), at most {self.wait_bound_s:g} s"
+        )
+
+
 def find_server(driver, settings) -> tuple[dict | None, str | None]:
-    """(the state of a live server this run can use, None), or (None, why a running server does not
-    fit, or None when there is none). A dead server's files are removed."""
+    """(the state of a live server this run can use, None), or (None, why a running server is not used:
+    an Unfit where it does not fit this run, or None when there is none). A dead server's files are
+    removed."""
     if not serve_enabled() or not driver.serves or not driver.locks_gpu:
         return None, None
     state_path, _ = serve_paths()
@@ -407,7 +451,7 @@ def find_server(driver, settings) -> tuple[dict | None, str | None]:
     theirs, mine = state.get("identity") or {}, identity(driver, settings)
     differ = _differences(theirs, mine)
     if differ:
-        return None, f"nsprof serve (pid {pid}) does not fit this run: its {'; '.join(differ)}"
+        return None, Unfit(state, differ)
     try:
         answer = _ask(str(state["socket"]), {"op": "ping"}, PING_TIMEOUT_S)
     except TimeoutError:

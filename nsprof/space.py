@@ -33,6 +33,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -171,9 +172,47 @@ def split_target(spec: str) -> tuple[str, str]:
     return where, attr
 
 
+# What the targets' imports in this process did to os.environ (load_target): {name: (its value before the
+# first of them that set it, the value the last one gave it)}, None for a variable that was not there.
+_SET_BY_TARGETS: dict[str, tuple[str | None, str | None]] = {}
+
+
+def _note_environ_set(before: dict[str, str]) -> None:
+    """Record the variables a target's import changed, from os.environ as it was `before` that import."""
+    for name in set(before) | set(os.environ):
+        old, new = before.get(name), os.environ.get(name)
+        if old != new:
+            first = _SET_BY_TARGETS.get(name)
+            _SET_BY_TARGETS[name] = (first[0] if first is not None and first[1] == old else old, new)
+
+
+def environ_before_targets() -> dict[str, str]:
+    """os.environ as it would be had this process imported no target: a variable a target's import set
+    (TileLang prepends to PYTHONPATH) as it was before, while it still holds what that import gave it, since
+    a worker's own import of the target sets it again; every other variable as it is now (what the program
+    set itself)."""
+    environ = dict(os.environ)
+    for name, (old, new) in _SET_BY_TARGETS.items():
+        if environ.get(name) == new:
+            if old is None:
+                environ.pop(name, None)
+            else:
+                environ[name] = old
+    return environ
+
+
 def load_target(spec: str) -> Space:
-    """Import the target's module and return its Space."""
+    """Import the target's module and return its Space (what its import sets in os.environ is recorded:
+    environ_before_targets)."""
     where, attr = split_target(spec)
+    before = dict(os.environ)
+    try:
+        return _load_target(spec, where, attr)
+    finally:
+        _note_environ_set(before)
+
+
+def _load_target(spec: str, where: str, attr: str) -> Space:
     if where.endswith(".py") or "/" in where or "\\" in where:
         path = Path(where)
         if not path.is_file():

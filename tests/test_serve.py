@@ -55,7 +55,7 @@ def _make_serve_folder(lock_dir: Path) -> None:
 def server(tmp_path, own_gpu_lock_folder, monkeypatch):
     """start(*args, env=...) starts a stand-in server and waits until it serves; every server started is
     ended at the test's end. `env` is the test's too, so that the clients it starts share the server's
-    environment (a client uses only a server of its own environment)."""
+    environment (a client uses only a server of its own environment); a value None removes a variable."""
     started = []
 
     def start(
@@ -71,11 +71,18 @@ def server(tmp_path, own_gpu_lock_folder, monkeypatch):
             stdout=subprocess.DEVNULL,
             stderr=err,
             cwd=cwd,
-            env={**os.environ, "TMPDIR": str(scratch), **(env or {})},
+            env={
+                name: value
+                for name, value in {**os.environ, "TMPDIR": str(scratch), **(env or {})}.items()
+                if value is not None
+            },
         )
         started.append(proc)
         for name, value in (env or {}).items():
-            monkeypatch.setenv(name, value)
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
         state_file = _state_file(lock_dir())  # the test's own (conftest), or the one `env` names
         assert wait_for(lambda: state_file.exists() or proc.poll() is not None), "the server never started"
         assert proc.poll() is None, (tmp_path / f"server{len(started) - 1}.err").read_text()

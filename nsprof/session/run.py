@@ -17,6 +17,7 @@ by on_rows goes through (the children are stopped first).
 from __future__ import annotations
 
 import contextlib
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from nsprof.drivers import registry
 from nsprof.drivers.base import Driver
 from nsprof.errors import GpuBusy, NsprofError
 from nsprof.schema import Points
+from nsprof.serve_client import Unfit, find_server
 from nsprof.session.folders import kept_in
 from nsprof.session.parts import run_parts
 from nsprof.session.request import Measured, SessionRun
@@ -80,15 +82,23 @@ def run_session(
     server, unfit = None, None
     # An `nsprof serve` of this GPU (it holds the lock): measure through it.
     if getattr(driver, "serves", False):
-        from nsprof.serve_client import find_server
-
         server, unfit = find_server(driver, settings)
     if server is not None:
         return _in_folder(request, server)
+    never = isinstance(unfit, Unfit)  # find_server: a server of this GPU, which holds its lock
+    if never and settings.wait_gpu:
+        # The server that holds the GPU never fits this run: said, and waited for only until it ends.
+        print(f"nsprof: {unfit.waiting()}", file=sys.stderr, flush=True)
     try:
-        with gpu_lock(0, wait=settings.wait_gpu) if driver.locks_gpu else contextlib.nullcontext():
+        with (
+            gpu_lock(0, wait=settings.wait_gpu, timeout_s=unfit.wait_bound_s if never else None)
+            if driver.locks_gpu
+            else contextlib.nullcontext()
+        ):
             return _in_folder(request, None)
     except GpuBusy as exc:
+        if never and not settings.wait_gpu and (exc.holder or {}).get("pid") == unfit.pid:
+            raise GpuBusy(unfit.refusal(), device=exc.device, path=exc.path, holder=exc.holder) from None
         if unfit and unfit not in str(exc):
             raise GpuBusy(f"{exc} ({unfit})", device=exc.device, path=exc.path, holder=exc.holder) from None
         raise
