@@ -205,7 +205,7 @@ def test_tune_plot_without_intervals_or_ties():
     assert len(points(ax)) == 4
     assert not [c for c in ax.collections if isinstance(c, LineCollection)]
     assert not [c for c in ax.collections if c.get_gid() == "tied"]
-    assert ax.get_legend() is None
+    assert ax.get_legend() is None and not ax.figure.legends
 
 
 def test_tune_plot_when_every_config_failed():
