@@ -68,8 +68,8 @@ def assert_text_inside(fig) -> None:
     (nothing cut off)."""
     r = renderer(fig)
     page = fig.bbox
-    texts = [*fig.texts, *([fig._suptitle] if fig._suptitle is not None else [])]
-    parts = [(t.get_text(), t.get_window_extent(r)) for t in texts if t.get_visible()]
+    texts = {id(t): t for t in [*fig.texts, *([fig._suptitle] if fig._suptitle is not None else [])]}
+    parts = [(t.get_text(), t.get_window_extent(r)) for t in texts.values() if t.get_visible()]
     parts += [("legend", legend.get_window_extent(r)) for legend in legends(fig)]
     for ax in fig.axes:
         parts += [(f"title {ax.get_title()!r}", ax.title.get_window_extent(r))]
