@@ -400,6 +400,8 @@ def test_compare_format_json_and_filters():
 
 def test_durations_plot_holds_each_range_and_its_kernels(tmp_path):
     pytest.importorskip("matplotlib")
+    from matplotlib.collections import PathCollection
+
     from nsprof.analysis.summary import order, samples, select, summarize
     from nsprof.render.analyze_plot import durations_plot
     from nsprof.reports import read_report
@@ -412,11 +414,14 @@ def test_durations_plot_holds_each_range_and_its_kernels(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (ax,) = fig.axes
     ranges = sorted({k["range"] for k in kernels}, key=natural)
-    assert [t.get_text() for t in ax.get_xticklabels()] == ranges
-    points = {c.get_gid(): len(c.get_offsets()) for c in ax.collections if c.get_gid()}
-    assert points == {r: sum(k["range"] == r for k in kernels) for r in ranges}
+    assert [t.get_text() for t in ax.get_yticklabels()] == ranges  # a row per range, from the top
+    rows = defaultdict(int)  # each point's row: its range (jittered within ±0.5)
+    for c in ax.collections:
+        for _, y in c.get_offsets() if isinstance(c, PathCollection) else []:
+            rows[ranges[round(y)]] += 1
+    assert dict(rows) == {r: sum(k["range"] == r for k in kernels) for r in ranges}
     durations = [k["duration_ns"] for k in kernels]
-    assert (max(durations) > 10 * min(durations)) == (ax.get_yscale() == "log")
+    assert (max(durations) > 10 * min(durations)) == (ax.get_xscale() == "log")
     # through the command line: a file, or PNG on standard output
     ok(SQLITE, "--plot", tmp_path / "cli.svg")
     assert (tmp_path / "cli.svg").read_text().lstrip().startswith("<?xml")
@@ -436,8 +441,8 @@ def test_ratio_plot_holds_the_shared_ranges(tmp_path):
     )
     assert (tmp_path / "r.png").stat().st_size > 1000
     (ax,) = fig.axes
-    assert [t.get_text() for t in ax.get_xticklabels()] == shared
-    assert list(ax.lines[0].get_ydata()) == pytest.approx([times[r][1] / times[r][0] for r in shared])
+    assert [t.get_text() for t in ax.get_yticklabels()] == shared
+    assert list(ax.lines[0].get_xdata()) == pytest.approx([times[r][1] / times[r][0] for r in shared])
     ok("--compare", RAW, SQLITE, "--plot", tmp_path / "cli.png")
     assert (tmp_path / "cli.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -205,7 +205,7 @@ def test_tune_plot_without_intervals_or_ties():
     assert len(points(ax)) == 4
     assert not [c for c in ax.collections if isinstance(c, LineCollection)]
     assert not [c for c in ax.collections if c.get_gid() == "tied"]
-    assert ax.get_legend() is None
+    assert ax.get_legend() is None and not ax.figure.legends
 
 
 def test_tune_plot_when_every_config_failed():
@@ -218,7 +218,8 @@ def test_tune_plot_when_every_config_failed():
         warnings.simplefilter("error")
         fig = tune_figure(table[table["error"].notna()])
     assert points(fig.axes[0]) == []
-    assert [t.get_text() for t in fig.texts] == ["not measured (failed): config 4"]
+    assert [t.get_text() for t in fig.texts if t.get_gid() == "failed"] == ["not measured (failed): config 4"]
+    assert fig._suptitle.get_text() == "0 configs ranked"
     assert "no config measured" in [t.get_text() for t in fig.axes[0].texts]
 
 
@@ -315,7 +316,7 @@ def test_tune_page_holds_every_config_its_interval_and_the_plot():
     assert_self_contained(text)
     page = Page(text)
     header, *rows = page.tables["ranked"]
-    assert header[:6] == ["rank", "id", "config", "µs", "interval µs", "tied"]
+    assert header[:6] == ["rank", "id", "config", "µs", "interval µs", "tie"]
     assert [r[1] for r in rows] == ["1", "3", "2", "0", "4"]  # rank order, the failure last
     for row, rec in zip(rows, table.to_dict("records")):
         assert row[2] == rec["config"]
@@ -324,7 +325,7 @@ def test_tune_page_holds_every_config_its_interval_and_the_plot():
             assert row[4] == f"{rec['ci_low_ns'] / 1e3:,.3f} – {rec['ci_high_ns'] / 1e3:,.3f}"
         else:
             assert row[0] == "-" and row[3] == "-" and row[-1] == rec["error"]
-    assert [r[5] for r in rows] == ["yes", "yes", "no", "no", "no"]
+    assert [r[5] for r in rows] == ["tie", "tie", "", "", ""]  # configs 1 and 3 are tied
     assert text.count('<tr class="tied">') == 2
     assert "best: config 1 (block_N=32,stages=3)" in text and "a note" in text
     assert "feeding the ranking back to x failed: y" in text
@@ -560,3 +561,101 @@ def test_dash_is_standard_output_for_tune_validate_and_results(tmp_path):
     assert set(json.loads(saved.stdout)) >= {"agreement", "per_config"}
     assert "ncu" in saved.stderr  # the tables went to stderr
     assert not (tmp_path / "-").exists()
+
+
+# --------------------------------------------------------------------------- complete pages (issue 28)
+
+
+def page_text(text: str) -> str:
+    """The page's visible text, runs of white space as one space."""
+
+    class Text(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.parts: list[str] = []
+            self._skip = 0
+
+        def handle_starttag(self, tag, attrs):
+            self._skip += tag in ("style", "title")
+
+        def handle_endtag(self, tag):
+            self._skip -= tag in ("style", "title")
+
+        def handle_data(self, data):
+            if not self._skip:
+                self.parts.append(data)
+
+    parser = Text()
+    parser.feed(text)
+    return " ".join(" ".join(parser.parts).split())
+
+
+def decided_result(tie: bool):
+    """A tune result with intervals at 93.8% coverage: config 1 the winner, or tied with 3."""
+    table = ranked_table()
+    table["ci_low_ns"] = table["value_ns"] * 0.995
+    table["ci_high_ns"] = table["value_ns"] * 1.005
+    table["ci_coverage"] = [0.938] * 4 + [float("nan")]
+    table["tied_with_best"] = [True, tie, False, False, False]
+    return tune_result(table)
+
+
+def terminal_cells(printed: str, column: str) -> dict[int, str]:
+    """{config id: cell} of one column of tune's printed table, cut by its rule line's spans."""
+    lines = printed.splitlines()
+    rule = next(i for i, line in enumerate(lines) if line.startswith("----"))
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[rule])]
+    names = [lines[rule - 1][a:b].strip() for a, b in spans]
+    out = {}
+    for line in lines[rule + 1 :]:
+        if not re.match(r"\s*(\d+|-)\s", line):  # past the table: "best: ...", the notes
+            break
+        cells = [line[a:b].strip() for a, b in spans]
+        out[int(cells[names.index("id")])] = cells[names.index(column)]
+    return out
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_tune_page_says_every_decision_line_the_terminal_prints(tie):
+    from nsprof.render.html import tune_page
+    from nsprof.render.tables import format_tune
+
+    result = decided_result(tie)
+    printed = format_tune(result)
+    decisions = [
+        line for line in printed.splitlines() if line.startswith(("ranked by", "best:", "note:", "verdict:"))
+    ]
+    # the winner (or tie) and the coverage caveat are among them
+    words = "these 2 configs are indistinguishable" if tie else "config 1 is the winner: its interval"
+    assert any(words in line for line in decisions)
+    assert any("95% asked, 93.8% achieved" in line for line in decisions)
+    text = page_text(tune_page(result))
+    for line in decisions:
+        assert " ".join(line.split()) in text, line
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_tune_page_tie_column_reads_as_the_terminal_does(tie):
+    from nsprof.render.html import tune_page
+    from nsprof.render.tables import format_tune
+
+    result = decided_result(tie)
+    printed = terminal_cells(format_tune(result), "tie")
+    assert printed[1] == ("tie" if tie else "")  # the best alone is no tie
+    rows = Page(tune_page(result)).tables["ranked"]
+    head = rows[0]
+    on_page = {int(r[head.index("id")]): r[head.index("tie")] for r in rows[1:]}
+    assert head[head.index("tie")] == "tie"  # headed as the terminal heads it
+    assert on_page == printed
+
+
+def test_every_table_scrolls_inside_its_own_box(validate_result):
+    from nsprof.render.html import STYLE, tune_page, validate_page
+
+    # .scroll's rule: as wide as the page at most, scrolling sideways within itself
+    rule = re.search(r"\.scroll\s*\{([^}]*)\}", STYLE)
+    assert rule and "overflow-x: auto" in rule.group(1) and "max-width: 100%" in rule.group(1)
+    for text in (validate_page(validate_result), tune_page(decided_result(False))):
+        tables = re.findall(r"(.{0,40})<table", text)
+        assert tables and all(before.endswith('<div class="scroll">') for before in tables), tables
+        assert text.count('<div class="scroll">') == text.count("<table")

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from nsprof import __version__
 from nsprof.analysis.agreement import floor_map, wide
 from nsprof.analysis.stats import is_missing
-from nsprof.render.tables import MATCHED_HEADERS
+from nsprof.render.tables import MATCHED_HEADERS, cross_lines, ranked_lines, shapes_lines, tie_cell
 from nsprof.render.text import num, us, yes_no
 from nsprof.space import config_label
 
@@ -30,6 +30,7 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2e
        padding: 0 1em; color: #1a1a1a; background: #fff; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; }
 table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
+.scroll { max-width: 100%; overflow-x: auto; }
 th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; }
 th { background: #f0f0f0; text-align: left; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
@@ -69,7 +70,11 @@ def table_html(
         )
         body.append(f'<tr class="{cls}">{cells}</tr>' if cls else f"<tr>{cells}</tr>")
     ident = f' id="{attr(table_id)}"' if table_id else ""
-    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    # in a box of the page's width that scrolls sideways: a wide table never widens the page
+    return (
+        f'<div class="scroll"><table{ident}><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
 
 
 def image_html(png: bytes, alt: str, image_id: str | None = None) -> str:
@@ -283,12 +288,18 @@ def validate_page(result, title: str = "nsprof validate") -> str:
 # --------------------------------------------------------------------------- nsprof tune
 
 
-def ranked_table(table, table_id: str = "ranked") -> str:
-    """tune's ranked table; interval columns and the tie set when the table has them."""
+def ranked_table(table, table_id: str = "ranked", tie: bool | None = None) -> str:
+    """tune's ranked table; interval columns and the tie column when the table has them, its
+    cells as the terminal's (render.tables.tie_cell). `tie`: whether the decision is a tie (None:
+    decided here from the table)."""
     has_ci = "ci_low_ns" in table and "ci_high_ns" in table
     has_tie = "tied_with_best" in table
+    if tie is None:
+        from nsprof.analysis.confidence import decide
+
+        tie = has_ci and has_tie and decide(table).kind == "tie"
     headers = (
-        ["rank", "id", "config", "µs"] + (["interval µs"] if has_ci else []) + (["tied"] if has_tie else [])
+        ["rank", "id", "config", "µs"] + (["interval µs"] if has_ci else []) + (["tie"] if has_tie else [])
     )
     headers += ["spread %", "cycles", "clock GHz", "vs best", "error"]
     rows, classes = [], []
@@ -305,9 +316,9 @@ def ranked_table(table, table_id: str = "ranked") -> str:
                 if is_missing(r.get("ci_low_ns")) or is_missing(r.get("ci_high_ns"))
                 else f"{us(r['ci_low_ns'])} – {us(r['ci_high_ns'])}"
             )
-        tied = has_tie and not is_missing(r.get("tied_with_best")) and bool(r["tied_with_best"])
+        cell = tie_cell(tie, r.get("tied_with_best")) if has_tie else ""
         if has_tie:
-            row.append(yes_no(r.get("tied_with_best")))
+            row.append(cell)
         spread, clock = r.get("spread"), r.get("median_clock_hz")
         row += [
             num(None if is_missing(spread) else spread * 100, ".1f"),
@@ -317,32 +328,55 @@ def ranked_table(table, table_id: str = "ranked") -> str:
             "-" if is_missing(r.get("error")) else str(r["error"]),
         ]
         rows.append(row)
-        classes.append("tied" if tied else "")
-    numeric = {i for i, h in enumerate(headers) if h not in ("config", "tied", "error")}
+        classes.append("tied" if cell else "")
+    numeric = {i for i, h in enumerate(headers) if h not in ("config", "tie", "error")}
     return table_html(headers, rows, numeric=numeric, table_id=table_id, row_classes=classes)
 
 
-def tune_page(result, title: str = "nsprof tune") -> str:
-    """The page of a tune run (`result`: an nsprof.tune.TuneResult): how the numbers were taken,
-    the best, the ranking plot and table, the prescreen's table, notes and errors."""
+def _ranking_html(result, suffix: str = "") -> list[str]:
+    """One ranking's part of the tune page: the lines the terminal prints under its table
+    (render.tables.ranked_lines), its plot and its table."""
     from nsprof.render.tune_plot import tune_figure
 
-    body = [f'<p id="label">ranked by {esc(result.label)}</p>']
-    best = result.best_config_id
-    if best is not None:
-        body.append(
-            f'<p id="best"><b>best: config {best} ({esc(config_label(result.configs[best]))})</b></p>'
-        )
-    body += [
-        _lines(result.notes, "note"),
-        _lines(result.errors, "error"),
-        "<h2>Ranking plot</h2>",
+    return [
+        f'<p id="label{suffix}">ranked by {esc(result.label)}</p>',
+        _decision_lines(ranked_lines(result), f"decision{suffix}"),
+        "<h3>Ranking plot</h3>",
         figure_html(
-            lambda: tune_figure(result.table, f"ranked by {result.label}"), "ranking plot", "ranking-plot"
+            lambda: tune_figure(result.table, f"ranked by {result.label}"),
+            "ranking plot",
+            f"ranking-plot{suffix}",
         ),
-        "<h2>Ranked configs</h2>",
-        ranked_table(result.table),
+        "<h3>Ranked configs</h3>",
+        ranked_table(result.table, f"ranked{suffix}", tie=result.decision.kind == "tie"),
     ]
+
+
+def _decision_lines(lines: Sequence[str], list_id: str) -> str:
+    """The terminal's lines about a decision, worded as it words them, "best:" in bold."""
+    items = "".join(
+        f"<li><b>{esc(line)}</b></li>" if line.startswith("best:") else f'<li class="note">{esc(line)}</li>'
+        for line in lines
+    )
+    return f'<ul id="{attr(list_id)}">{items}</ul>' if items else ""
+
+
+def tune_page(result, title: str = "nsprof tune") -> str:
+    """The page of a tune run (`result`: an nsprof.tune.TuneResult): each truth's ranking (its
+    decision, interval and notes as the terminal prints them, the plot, the table), how the truths'
+    winners compare and the verdict, the prescreen's table, and errors. A target with shapes: the
+    first shape's ranking and the per-shape lines."""
+    body = [_lines(result.errors, "error")]
+    rankings = result.rankings
+    if getattr(result, "shapes", None):
+        body += ["<h2>Per shape</h2>", _decision_lines(shapes_lines(result), "shapes")]
+        body += [f"<h2>Shape {result.shape}</h2>", *_ranking_html(result)]
+    elif len(rankings) == 1:
+        body += _ranking_html(result)
+    else:
+        for i, (truth, ranked) in enumerate(rankings.items()):
+            body += [f"<h2>Under {esc(truth)}</h2>", *_ranking_html(ranked, "" if i == 0 else f"-{i}")]
+        body += ["<h2>Across the truths</h2>", _decision_lines(cross_lines(result), "cross-truth")]
     if result.prescreen is not None:
         body += ["<h2>Prescreen</h2>", ranked_table(result.prescreen, "prescreen")]
     return page(title, body)

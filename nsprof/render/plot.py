@@ -18,6 +18,81 @@ if TYPE_CHECKING:
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
+# Series styles: 13 colours (matplotlib's 10, then black, gold, indigo) and 12 filled markers.
+# 13 and 12 share no factor, so series i's (colour, marker) pair repeats only after 156 series;
+# past that, hollow markers give 156 more. Up to 12 series neither a colour nor a marker repeats.
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#000000",
+    "#e7ba52",
+    "#393b79",
+)
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "*")
+
+
+def series_styles(n: int) -> list[tuple[str, str]]:
+    """(colour, marker) for each of `n` series, no pair twice: colour i mod 13, marker i mod 12,
+    and from 156 on the same pairs again with a hollow marker ("colour:hollow"); callers with an
+    unbounded number of series (kernels) fold the rest into one "other" series first."""
+    out = []
+    for i in range(n):
+        cycle, j = divmod(i, len(PALETTE) * len(MARKERS))
+        colour = PALETTE[j % len(PALETTE)]
+        out.append((colour if cycle == 0 else f"{colour}:hollow{cycle}", MARKERS[j % len(MARKERS)]))
+    return out
+
+
+def scatter_style(style: tuple[str, str]) -> dict:
+    """matplotlib scatter keywords for a series_styles entry."""
+    colour, marker = style
+    if ":hollow" in colour:
+        return {"facecolors": "none", "edgecolors": colour.split(":")[0], "marker": marker}
+    return {"color": colour, "marker": marker}
+
+
+def legend_outside(fig, handles=None, labels=None, loc: str = "outside right upper", **kwargs):
+    """A figure legend outside every axes (right of them unless `loc` says otherwise; constrained
+    layout makes room for it), so it never covers a point; one entry per label of the axes."""
+    if handles is None:
+        handles, labels = [], []
+        for ax in fig.axes:
+            for h, label in zip(*ax.get_legend_handles_labels()):
+                if label not in labels:
+                    handles.append(h)
+                    labels.append(label)
+    if not handles:
+        return None
+    return fig.legend(handles, labels, loc=loc, fontsize="small", **kwargs)
+
+
+def wrapped(text: str, width: int) -> str:
+    """`text` broken into lines of at most `width` characters at spaces (a title that fits)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
+
+
+def log_axis(ax, which: str) -> None:
+    """`ax`'s x or y axis (`which`) on a log scale labelled 1-2-5 in plain numbers: µs ranges of a
+    tuning space often span less than a decade, where default log axes label one tick or collide
+    in 3×10^0 form."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_xscale("log") if which == "x" else ax.set_yscale("log")
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
 
 def require_matplotlib() -> None:
     """Raise NsprofError (one line, how to install it) when matplotlib is missing."""
@@ -84,23 +159,24 @@ def agreement_figure(
     truths: Sequence[str],
     floors: pd.DataFrame | Mapping[str, float] | None = None,
 ):
-    """One log–log scatter per truth (timer µs against truth µs, y = x drawn) and a bar panel of τ
-    per timer × truth with each truth's noise floor as a horizontal tick (a matplotlib Figure)."""
+    """One log–log scatter per truth (timer µs against truth µs, y = x drawn) and a panel of τ per
+    timer × truth with each truth's noise floor as a horizontal tick (a matplotlib Figure). Each
+    timer has its own colour and marker (series_styles) in every panel, named once in a legend
+    right of the panels."""
     require_matplotlib()
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     timers, truths = list(timers), list(truths)
     table = wide(per_config, list(dict.fromkeys([*timers, *truths])))
     fmap = floor_map(floors)
-    colors = {t: f"C{i % 10}" for i, t in enumerate(timers)}
+    styles = dict(zip(timers, series_styles(len(timers))))
 
     panels = len(truths) + 1
     # Figure + FigureCanvasAgg rather than pyplot: no global backend switch, nothing left open in
     # a caller's interactive session; savefig still picks the svg/pdf canvas by suffix.
-    fig = Figure(figsize=(4.2 * panels, 4.2), layout="constrained")
+    fig = Figure(figsize=(3.6 * panels + 1.8, 4.0), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, panels, squeeze=False)[0]
 
@@ -112,41 +188,33 @@ def agreement_figure(
             ok = np.isfinite(t) & np.isfinite(g) & (t > 0) & (g > 0)  # log axes need positives
             if not ok.any():
                 continue
-            ax.scatter(g[ok], t[ok], s=18, color=colors[timer], label=timer, alpha=0.8)
+            ax.scatter(g[ok], t[ok], s=20, label=timer, alpha=0.8, **scatter_style(styles[timer]))
             lo = min(lo, g[ok].min(), t[ok].min())
             hi = max(hi, g[ok].max(), t[ok].max())
         if np.isfinite(lo):
             span = np.array([lo / 1.1, hi * 1.1])
             ax.plot(span, span, color="0.5", linestyle="--", linewidth=1, label="y = x")
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            # µs ranges of a tuning space often span less than a decade, where default log axes
-            # label one tick or collide in 3×10^0 form; plain 1-2-5 labels read better
-            for axis in (ax.xaxis, ax.yaxis):
-                axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-                axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-                axis.set_minor_formatter(NullFormatter())
-            ax.legend(fontsize="small")
+            log_axis(ax, "x")
+            log_axis(ax, "y")
         else:
             ax.text(0.5, 0.5, "nothing measured by both", ha="center", va="center", transform=ax.transAxes)
         ax.set_xlabel(f"{truth} µs")
         ax.set_ylabel("timer µs")
-        ax.set_title(f"timers vs {truth}")
+        ax.set_title(f"timers vs {truth}", fontsize="medium")
 
     ax = axes[-1]
-    width = 0.8 / max(len(timers), 1)
+    step = 0.8 / max(len(timers), 1)
     x = np.arange(len(truths))
     for i, timer in enumerate(timers):
         taus = []
         for truth in truths:
             sel = agreement_df[(agreement_df["timer"] == timer) & (agreement_df["truth"] == truth)]
             taus.append(float(sel["kendall_tau"].iloc[0]) if len(sel) else float("nan"))
-        ax.bar(
-            x - 0.4 + width * (i + 0.5),
-            np.nan_to_num(np.array(taus), nan=0.0),
-            width,
-            color=colors[timer],
-            label=timer,
+        taus = np.array(taus)
+        ok = np.isfinite(taus)
+        # a dot per timer and truth, in the timer's style: bars would need a colour per timer alone
+        ax.scatter(
+            (x - 0.4 + step * (i + 0.5))[ok], taus[ok], s=22, label=timer, **scatter_style(styles[timer])
         )
     labelled = False
     for j, truth in enumerate(truths):
@@ -162,6 +230,7 @@ def agreement_figure(
             labelled = True
     ax.axhline(0, color="0.5", linewidth=0.8)
     ax.set_xticks(x, truths, rotation=20, ha="right")
+    ax.set_xlim(-0.5, len(truths) - 0.5)
     lowest = (
         np.nanmin(agreement_df["kendall_tau"].to_numpy(float))
         if agreement_df["kendall_tau"].notna().any()
@@ -169,8 +238,8 @@ def agreement_figure(
     )
     ax.set_ylim(min(0.0, float(lowest)) - 0.05, 1.05)
     ax.set_ylabel("Kendall τ")
-    ax.set_title("ranking agreement")
-    # below the axes: τ bars reach 1.0 and any spot inside would cover one
-    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.18), ncols=2, frameon=False)
-
+    ax.set_title("ranking agreement", fontsize="medium")
+    ax.grid(axis="y", color="0.92")
+    ax.set_axisbelow(True)
+    legend_outside(fig)
     return fig

@@ -422,18 +422,30 @@ def format_ranked(result) -> str:
                 num(getattr(r, "median_cycles", float("nan")), ",.0f"),
                 num(getattr(r, "median_clock_hz", float("nan")) / 1e9, ".3f"),
                 "-" if r.vs_best != r.vs_best else f"+{r.vs_best * 100:.1f}%",
-                "tie" if tie and bool(getattr(r, "tied_with_best", False)) else "",
+                tie_cell(tie, getattr(r, "tied_with_best", False)),
                 text(r.error, 50),
             ]
         )
     lines = [f"ranked by {result.label}", render_table(headers, rows, right={0, 1, 3, 4, 5, 6, 7, 8, 9})]
+    return "\n".join(lines + ranked_lines(result))
+
+
+def tie_cell(tie: bool, tied_with_best) -> str:
+    """A config's cell in the ranked table's tie column: "tie" for a member of a tie (`tie`: the
+    decision is one), blank otherwise (the best alone is tied only with itself)."""
+    return "tie" if tie and not is_missing(tied_with_best) and bool(tied_with_best) else ""
+
+
+def ranked_lines(result) -> list[str]:
+    """The lines format_ranked prints under its table: the best, the decision, the interval, the
+    notes (the report page shows the same)."""
+    lines = []
     best = result.best_config_id
     if best is not None:
         lines.append(f"best: config {best} ({config_label(result.configs[best])})")
         lines.append(f"note: {describe_decision(result)}")
         lines.append(f"note: {describe_interval(result)}")
-    lines += [f"note: {note}" for note in result.notes]
-    return "\n".join(lines)
+    return lines + [f"note: {note}" for note in result.notes]
 
 
 CHANGED_TO = {
@@ -615,9 +627,16 @@ def _shape_notes(shapes) -> list[str]:
 def format_tune_shapes(result) -> str:
     """`nsprof tune`'s output for a target with shapes: one compact table per truth (format_shapes),
     per shape how the truths' winners compare (with several), then the notes."""
+    truths = list(result.rankings) if len(result.rankings) > 1 else [None]
+    blocks = [format_shapes(result.shapes, truth) for truth in truths]
+    return "\n\n".join(blocks) + "\n" + "\n".join(shapes_lines(result))
+
+
+def shapes_lines(result) -> list[str]:
+    """The lines format_tune_shapes prints under its tables: per shape how the truths' winners
+    compare (with several), the intervals, the notes."""
     shapes = result.shapes
     truths = list(result.rankings) if len(result.rankings) > 1 else [None]
-    blocks = [format_shapes(shapes, truth) for truth in truths]
     lines = []
     if len(truths) > 1:
         for shaped in shapes:
@@ -632,7 +651,7 @@ def format_tune_shapes(result) -> str:
     lines += [f"note: {line}" for line in intervals]
     lines += [f"note: {note}" for note in _shape_notes(shapes)]
     lines.append("(--json has every shape's full ranking)")
-    return "\n\n".join(blocks) + "\n" + "\n".join(lines)
+    return lines
 
 
 def format_tune(result) -> str:
@@ -645,10 +664,15 @@ def format_tune(result) -> str:
     if len(rankings) == 1:
         return format_ranked(result)
     blocks = [format_ranked(ranked) for ranked in rankings.values()]
+    return "\n\n".join(blocks) + "\n\n" + "\n".join(cross_lines(result))
+
+
+def cross_lines(result) -> list[str]:
+    """The closing lines of a tune over several truths: how their winners compare, what explains
+    a disagreement, the verdict."""
     lines = [describe_pair(pair) for pair in result.cross.pairs]
     lines += [describe_explanation(e) for e in result.cross.explanations]
-    lines = [f"cross-truth: {line}" for line in lines] + [describe_verdict(result)]
-    return "\n\n".join(blocks) + "\n\n" + "\n".join(lines)
+    return [f"cross-truth: {line}" for line in lines] + [describe_verdict(result)]
 
 
 def format_runs(runs, counts) -> str:

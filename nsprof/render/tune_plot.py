@@ -10,7 +10,7 @@ measures shapes).
 from __future__ import annotations
 
 from nsprof.analysis.stats import is_missing
-from nsprof.render.plot import require_matplotlib, save_figure
+from nsprof.render.plot import legend_outside, log_axis, require_matplotlib, save_figure, wrapped
 from nsprof.render.text import short
 
 LABEL_WIDTH = 48  # characters of a config's label on the axis
@@ -90,14 +90,15 @@ def tune_figure(table, title: str | None = None):
     ax.set_yticks(y, ticks, fontsize="small")
     ax.set_ylim(max(n, 1) - 0.5, -0.5)  # rank 1 at the top
     if n and np.nanmin(values) > 0 and np.nanmax(values) / np.nanmin(values) > 10:
-        ax.set_xscale("log")
+        log_axis(ax, "x")
     ax.set_xlabel("µs (ranked value)")
     ax.set_ylabel("config (best first)")
     ax.grid(axis="x", color="0.9")
     ax.set_axisbelow(True)
-    ax.set_title(title or f"{n} configs ranked")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small", loc="lower right")
+    # over the whole figure, wrapped to its width: a tune label runs longer than the axes are wide
+    fig.suptitle(wrapped(title or f"{n} configs ranked", 80), fontsize="medium")
+    # right of the axes, at their foot, clear of the title: inside, it covers a point
+    legend_outside(fig, loc="outside right lower")
     if len(failed):
         ids = ", ".join(str(int(c)) for c in failed["config_id"])
         fig.text(
