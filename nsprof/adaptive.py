@@ -96,6 +96,109 @@ def _decide(rows, stat: str):
     return decide(rank(config_summary(rows), stat), stat)
 
 
+class _Refinement:
+    """What one refine() keeps between sessions: each shape's summary, the shapes still undecided,
+    and the points that got adaptive reps."""
+
+    def __init__(self, settings: TuneSettings, layout, clock: Callable[[], float]) -> None:
+        self.settings, self.layout, self.clock = settings, layout, clock
+        self.max_reps = settings.adaptive_max_reps
+        shapes = list(range(layout.n_shapes)) if layout is not None and layout.shaped else [None]
+        self.summaries = {
+            shape: AdaptiveSummary(
+                stopped=plan_rules.OFF, max_reps=self.max_reps, budget_s=float(settings.budget_s)
+            )
+            for shape in shapes
+        }
+        self.active = list(shapes)
+        self.touched: set[int] = set()
+        self.started = clock()
+
+    def point(self, config_id: int, shape: int | None) -> int:
+        return config_id if shape is None else self.layout.id(config_id, shape)
+
+    def config_of(self, point_id: int) -> tuple[int, int | None]:
+        layout = self.layout
+        return (point_id, None) if layout is None or not layout.shaped else layout.split(point_id)
+
+    def stop(self, shapes, reason: str, note: str = "") -> None:
+        for shape in list(shapes):
+            self.summaries[shape].stopped, self.summaries[shape].note = reason, note
+
+    def contenders(self, rows, reps: dict[int, int]) -> dict:
+        """Each undecided shape's contenders for the next session, {shape: config ids}; a shape whose
+        decision needs no more reps stops, with its reason."""
+        out = {}
+        for shape in list(self.active):
+            decision = _decide(of_shape(rows, shape), self.settings.stat)
+            at_shape = {c: reps.get(self.point(c, shape), 0) for c in decision.members}
+            reason = plan_rules.stop_reason(decision, at_shape, self.max_reps)
+            if reason is not None:
+                self.stop([shape], reason)
+                self.active.remove(shape)
+            else:
+                out[shape] = plan_rules.session_configs(decision, at_shape, self.max_reps)
+        return out
+
+    def open(self, contenders: dict, plan: Plan) -> dict:
+        """Each shape's history entry of the session about to run, {shape: entry}."""
+        entries = {
+            shape: {
+                "configs": list(configs),
+                "rounds": plan.rounds,
+                "first_rep": {str(c): plan.first_rep[self.point(c, shape)] for c in configs},
+                "expected_s": plan.expected_s,
+            }
+            for shape, configs in contenders.items()
+        }
+        for shape, entry in entries.items():
+            self.summaries[shape].history.append(entry)
+            self.summaries[shape].sessions += 1
+        return entries
+
+    def take(self, frame, plan: Plan, entries: dict, wall: float, number: int):
+        """A session's rows as refine keeps them (planned_rows), each shape's entry told what it kept;
+        and the note to stop on when a point failed or nothing was kept (None: go on)."""
+        layout = self.layout
+        kept = planned_rows(frame, plan, layout)
+        kept_points = kept.assign(point=_points(kept, layout)).drop_duplicates(["point", "mode", "rep"])
+        for shape, entry in entries.items():
+            mine = {self.point(c, shape) for c in entry["configs"]}
+            entry.update(wall_s=wall, kept=int(kept_points["point"].isin(mine).sum()))
+            self.summaries[shape].reps += entry["kept"]
+        self.touched.update(int(p) for p in kept_points["point"].unique())
+        errors = frame.loc[frame["error"].notna()]
+        errors = errors.assign(point=_points(errors, layout)).dropna(subset=["point"])
+        if not len(errors) and len(kept_points):
+            return kept, None
+        why = "; ".join(
+            f"{_where(*self.config_of(int(p)))}: {one_line(str(e), 120)}"
+            for p, e in errors.drop_duplicates("point")[["point", "error"]].itertuples(index=False)
+        )
+        note = (
+            f"session {number} measured {len(kept_points)} of its {plan.visits} planned reps"
+            + (f" ({why})" if why else "")
+            + "; the ranking stands on the reps kept"
+        )
+        return kept, note
+
+    def finish(self, rows) -> dict:
+        final = rep_counts(rows, self.layout)
+        for shape, summary in self.summaries.items():
+            summary.wall_s = self.clock() - self.started
+            mine = sorted(p for p in self.touched if self.config_of(p)[1] == shape)
+            summary.reps_per_config = {self.config_of(p)[0]: final.get(p, 0) for p in mine}
+        return self.summaries
+
+
+def _budget_note(number: int, cost: Cost, points: int, left: float) -> str:
+    return (
+        f"not started: session {number} would cost a start-up (~{cost.startup_s:.1f} s"
+        f"{'' if cost.measured else ', assumed'}) and {cost.visit_s * points:.2f} s a round "
+        f"over {points} contenders, and {max(left, 0.0):.1f} s of the budget are left"
+    )
+
+
 def refine(
     rows,
     settings: TuneSettings,
@@ -115,111 +218,44 @@ def refine(
     goes through the results store); merge(rows, kept) returns the rows with a session's kept
     rows added (tune's reads them back from the store). cost: the cost model from the first pass
     (nsprof.analysis.adaptive.first_pass_cost)."""
-    max_reps, budget = settings.adaptive_max_reps, float(settings.budget_s)
-    shapes = list(range(layout.n_shapes)) if layout is not None and layout.shaped else [None]
-    summaries = {
-        shape: AdaptiveSummary(stopped=plan_rules.OFF, max_reps=max_reps, budget_s=budget) for shape in shapes
-    }
-
-    def point(config_id: int, shape: int | None) -> int:
-        return config_id if shape is None else layout.id(config_id, shape)
-
-    def config_of(point_id: int) -> tuple[int, int | None]:
-        return (point_id, None) if layout is None or not layout.shaped else layout.split(point_id)
-
-    def stop(shape_list, reason: str, note: str = "") -> None:
-        for shape in shape_list:
-            summaries[shape].stopped, summaries[shape].note = reason, note
-
+    state = _Refinement(settings, layout, clock)
     if not settings.ground_truth:
-        stop(shapes, plan_rules.FAST_TIMER)
-        return rows, summaries
+        state.stop(state.summaries, plan_rules.FAST_TIMER)
+        return rows, state.summaries
+    budget, number = float(settings.budget_s), 0
     if budget <= 0:
-        return rows, summaries
-    started = clock()
-    touched: set[int] = set()
-    active = list(shapes)
-    session = 0
+        return rows, state.summaries
     while True:
-        contenders, reps = {}, rep_counts(rows, layout)
-        for shape in list(active):
-            decision = _decide(of_shape(rows, shape), settings.stat)
-            at_shape = {c: reps.get(point(c, shape), 0) for c in decision.members}
-            reason = plan_rules.stop_reason(decision, at_shape, max_reps)
-            if reason is not None:
-                stop([shape], reason)
-                active.remove(shape)
-            else:
-                contenders[shape] = plan_rules.session_configs(decision, at_shape, max_reps)
-        if not active:
+        reps = rep_counts(rows, layout)
+        contenders = state.contenders(rows, reps)
+        if not contenders:
             break
-        points = [point(c, shape) for shape, configs in contenders.items() for c in configs]
-        left = budget - (clock() - started)
-        plan = plan_rules.plan_session(points, reps, next_reps(rows, layout), max_reps, left, cost)
+        points = [state.point(c, shape) for shape, configs in contenders.items() for c in configs]
+        left = budget - (clock() - state.started)
+        plan = plan_rules.plan_session(points, reps, next_reps(rows, layout), state.max_reps, left, cost)
         if plan is None:
-            stop(
-                active,
-                plan_rules.BUDGET,
-                f"not started: session {session + 1} would cost a start-up (~{cost.startup_s:.1f} s"
-                f"{'' if cost.measured else ', assumed'}) and {cost.visit_s * len(points):.2f} s a round "
-                f"over {len(points)} contenders, and {max(left, 0.0):.1f} s of the budget are left",
-            )
+            state.stop(state.active, plan_rules.BUDGET, _budget_note(number + 1, cost, len(points), left))
             break
-        session += 1
-        began = clock()
-        entries = {
-            shape: {
-                "configs": list(configs),
-                "rounds": plan.rounds,
-                "first_rep": {str(c): plan.first_rep[point(c, shape)] for c in configs},
-                "expected_s": plan.expected_s,
-            }
-            for shape, configs in contenders.items()
-        }
-        for shape, entry in entries.items():
-            summaries[shape].history.append(entry)
-            summaries[shape].sessions += 1
+        number += 1
+        entries, began = state.open(contenders, plan), clock()
         try:
-            frame = measure(plan, session)
+            frame = measure(plan, number)
         except TargetChanged:
             raise  # not a session that failed: the target is not the one ranked any more (nothing more is measured)
         except NsprofError as exc:
             for entry in entries.values():
                 entry.update(wall_s=clock() - began, kept=0)
-            stop(active, plan_rules.FAILED, f"session {session} failed: {one_line(str(exc), 200)}")
+            state.stop(state.active, plan_rules.FAILED, f"session {number} failed: {one_line(str(exc), 200)}")
             break
         wall = clock() - began
-        kept = planned_rows(frame, plan, layout)
-        kept_points = kept.assign(point=_points(kept, layout)).drop_duplicates(["point", "mode", "rep"])
-        for shape, entry in entries.items():
-            mine = {point(c, shape) for c in entry["configs"]}
-            entry.update(wall_s=wall, kept=int(kept_points["point"].isin(mine).sum()))
-            summaries[shape].reps += entry["kept"]
+        kept, failed = state.take(frame, plan, entries, wall, number)
         cost = plan_rules.updated_cost(cost, wall, plan.visits)
-        errors = frame.loc[frame["error"].notna()]
-        errors = errors.assign(point=_points(errors, layout)).dropna(subset=["point"])
-        if len(kept_points):
+        if len(kept):
             rows = merge(rows, kept)
-            touched.update(int(p) for p in kept_points["point"].unique())
-        if len(errors) or not len(kept_points):
-            why = "; ".join(
-                f"{_where(*config_of(int(p)))}: {one_line(str(e), 120)}"
-                for p, e in errors.drop_duplicates("point")[["point", "error"]].itertuples(index=False)
-            )
-            stop(
-                active,
-                plan_rules.FAILED,
-                f"session {session} measured {len(kept_points)} of its {plan.visits} planned reps"
-                + (f" ({why})" if why else "")
-                + "; the ranking stands on the reps kept",
-            )
+        if failed is not None:
+            state.stop(state.active, plan_rules.FAILED, failed)
             break
-    final = rep_counts(rows, layout)
-    for shape, summary in summaries.items():
-        summary.wall_s = clock() - started
-        mine = sorted(p for p in touched if config_of(p)[1] == shape)
-        summary.reps_per_config = {config_of(p)[0]: final.get(p, 0) for p in mine}
-    return rows, summaries
+    return rows, state.finish(rows)
 
 
 def _where(config_id: int, shape: int | None) -> str:

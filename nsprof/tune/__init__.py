@@ -91,19 +91,10 @@ def tune(
         )
         for truth in settings.ranked_truths
     }
-    deploy = settings.deploy_truth.name
     rankings = {shape: {truth: per_truth[truth][shape] for truth in per_truth} for shape in shape_keys(space)}
     crosses = cross_truth(target, space, rankings, settings, stage) if len(per_truth) > 1 else {}
-    results = []
-    for shape, truths in rankings.items():
-        result = truths[deploy]
-        result.deploy, result.prescreen, result.cross = deploy, prescreened.get(shape), crosses.get(shape)
-        if len(truths) > 1:
-            result.truths = truths
-        results.append(result)
-    feedback.tuner_picks(
-        target, space, results, settings
-    )  # before the feed-back, which makes it pick nsprof's
+    results = _deploy_rankings(rankings, settings.deploy_truth.name, prescreened, crosses)
+    feedback.tuner_picks(target, space, results, settings)  # before the feed-back makes it pick nsprof's
     feedback.feed_back(target, space, results, settings)
     for result in results:
         _prescreen_notes(result, space, points)
@@ -111,6 +102,18 @@ def tune(
     if space.points.shaped:
         first.shapes = results
     return first
+
+
+def _deploy_rankings(rankings: dict, deploy: str, prescreened: dict, crosses: dict) -> list[TuneResult]:
+    """Each shape's deploy-truth ranking, carrying that shape's prescreen, comparison and other truths."""
+    results = []
+    for shape, truths in rankings.items():
+        result = truths[deploy]
+        result.deploy, result.prescreen, result.cross = deploy, prescreened.get(shape), crosses.get(shape)
+        if len(truths) > 1:
+            result.truths = truths
+        results.append(result)
+    return results
 
 
 def _prescreen(target: str, space, settings: TuneSettings, points: list[int], stage):

@@ -94,23 +94,27 @@ def _explain(
                 explanation.reason = one_line(str(exc), 200)
             continue
         for shape, explanation in explanations.items():
-            goal = rankings[shape][other.name].table
-            goal_winner, goal_ties = crosstruth.winner(goal, settings.stat)
-            table = ranked[shape].table
-            won, ties = crosstruth.winner(table, settings.stat)
-            verdict = crosstruth.verdict(won, ties, goal_winner, goal_ties)
-            explanation.probes.append(
-                crosstruth.Probe(probe.name, changed, ranked[shape].labels, won, ties, verdict, table)
-            )
-            ratio = crosstruth.erratic(table, goal)
-            if ratio is not None:
-                explanation.warnings.append(
-                    f"{probe.name} measured the contenders {ratio:.1f}x as long as {other.name} did: its "
-                    "numbers look erratic on this machine, so its pick says little"
-                )
+            _judge(explanation, probe, changed, ranked[shape], rankings[shape][other.name], settings.stat)
     for explanation in explanations.values():
         explanation.cause = crosstruth.cause(explanation.probes)
     return explanations
+
+
+def _judge(explanation, probe: Truth, changed: list[str], ranked, goal, stat: str) -> None:
+    """One probe's ranking `ranked` at one shape, judged against the other truth's ranking `goal`:
+    its winner and tie set, its verdict, and a warning when its numbers look erratic."""
+    goal_winner, goal_ties = crosstruth.winner(goal.table, stat)
+    won, ties = crosstruth.winner(ranked.table, stat)
+    verdict = crosstruth.verdict(won, ties, goal_winner, goal_ties)
+    explanation.probes.append(
+        crosstruth.Probe(probe.name, changed, ranked.labels, won, ties, verdict, ranked.table)
+    )
+    ratio = crosstruth.erratic(ranked.table, goal.table)
+    if ratio is not None:
+        explanation.warnings.append(
+            f"{probe.name} measured the contenders {ratio:.1f}x as long as {goal.truth} did: its "
+            "numbers look erratic on this machine, so its pick says little"
+        )
 
 
 def cross_truth(target: str, space, rankings: dict, settings: TuneSettings, stage) -> dict:

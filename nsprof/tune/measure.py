@@ -130,28 +130,35 @@ def measure_rows(
             backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None,
         )
     else:
-        from nsprof.session import work_folder
-
-        name = truth.timer
-        with work_folder(settings.work_dir, "nsprof-tune-") as work_dir:  # a temporary one is removed
-            timers = sharded(
-                FastTimers(
-                    [name],
-                    settings.profile,
-                    work_dir / f"timer-{name}",
-                    timer_reps=settings.timer_reps,
-                    stat=settings.stat,
-                    labels=key_labels(truth, settings),
-                    failure_source=name,
-                ),
-                settings.cluster,
-            )
-            request = Request(target, config_ids, n, n_shapes, expect=expect)
-            measured = timers.measure(request, on_progress=on_progress, on_rows=on_rows)
-        if settings.work_dir is None:
-            measured.work_dir = None
+        request = Request(target, config_ids, n, n_shapes, expect=expect)
+        measured = _timer_measured(truth, settings, request, on_progress, on_rows)
     if on_device is not None:
         on_device(measured.device)
     if on_measured is not None:
         on_measured(measured)
     return measured.frame
+
+
+def _timer_measured(truth: Truth, settings: TuneSettings, request: Request, on_progress, on_rows) -> Measured:
+    """A fast timer's measurement of `request` in the bare worker (FastTimers), in settings.work_dir
+    or a temporary folder, removed after it."""
+    from nsprof.session import work_folder
+
+    name = truth.timer
+    with work_folder(settings.work_dir, "nsprof-tune-") as work_dir:  # a temporary one is removed
+        timers = sharded(
+            FastTimers(
+                [name],
+                settings.profile,
+                work_dir / f"timer-{name}",
+                timer_reps=settings.timer_reps,
+                stat=settings.stat,
+                labels=key_labels(truth, settings),
+                failure_source=name,
+            ),
+            settings.cluster,
+        )
+        measured = timers.measure(request, on_progress=on_progress, on_rows=on_rows)
+    if settings.work_dir is None:
+        measured.work_dir = None
+    return measured

@@ -106,33 +106,12 @@ def rank_truth(
     without it (the cross-truth probes), none."""
     import time
 
-    from nsprof.adaptive import of_shape
-    from nsprof.profile import check_measured
-
     notes = [] if notes is None else notes
-    layout = space.points
     timed, cost_of_first_pass = _timed(on_progress, settings)
     began = time.monotonic()
     runs: list[Measured] = []
-    if settings.use_store:
-        rows, stored = measure_stored(
-            target, space, truth, settings, points, timed, notes, on_measured=runs.append
-        )
-    else:
-        rows = measure.measure_rows(
-            target,
-            len(space.configs),
-            truth,
-            settings,
-            points,
-            timed,
-            n_shapes=layout.n_shapes,
-            on_measured=runs.append,
-            space=space,
-        )
-        stored = None
-    first_pass_wall_s = time.monotonic() - began
-    first_pass_phases = _timing(runs[0]) if runs else None
+    rows, stored = _first_pass(target, space, truth, settings, points, timed, notes, runs.append)
+    first_pass = (time.monotonic() - began, _timing(runs[0]) if runs else None)
     adaptive: dict = {}
     if stage is not None and settings.cluster is not None and truth.profiler:
         notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
@@ -143,35 +122,63 @@ def rank_truth(
     kept_notes = [
         f"the reports and logs of a run with failed configs are kept in {folder}" for folder in kept
     ]
+    results = _per_shape(space, truth, settings, rows, (notes, kept_notes), adaptive, first_pass)
+    if all(result.best_config_id is None for result in results.values()):
+        _nothing_measured(rows, kept)
+    return results
+
+
+def _first_pass(target: str, space, truth: Truth, settings: TuneSettings, points, timed, notes, on_measured):
+    """The first pass's rows, and the store's context for adaptive sessions (None without a store)."""
+    if settings.use_store:
+        return measure_stored(target, space, truth, settings, points, timed, notes, on_measured=on_measured)
+    rows = measure.measure_rows(
+        target,
+        len(space.configs),
+        truth,
+        settings,
+        points,
+        timed,
+        n_shapes=space.points.n_shapes,
+        on_measured=on_measured,
+        space=space,
+    )
+    return rows, None
+
+
+def _per_shape(space, truth: Truth, settings: TuneSettings, rows, notes, adaptive: dict, first_pass) -> dict:
+    """Each shape's ranking of `rows`, {shape: TuneResult}: its notes (`notes`: those before and those
+    after the adaptive reps' line) and what its adaptive reps did; first_pass: its wall time and phases."""
+    from nsprof.adaptive import of_shape
+
     results = {}
     for shape in shape_keys(space):
         summary = adaptive.get(shape)
         said = [summary.describe()] if summary is not None and truth.profiler else []
+        before, after = notes
         result = _ranked(
-            space,
-            truth,
-            settings,
-            of_shape(rows, shape),
-            [*notes, *said, *kept_notes],
-            summary,
-            first_pass_wall_s,
-            first_pass_phases,
+            space, truth, settings, of_shape(rows, shape), [*before, *said, *after], summary, *first_pass
         )
         if shape is not None:
             result.shape, result.shape_value = shape, space.shapes[shape]
             if result.best_config_id is None:
                 result.notes.append(f"no config was measured at shape {shape} ({space.shape_label(shape)})")
         results[shape] = result
-    if all(result.best_config_id is None for result in results.values()):
-        try:
-            check_measured(rows)
-        except NsprofError as exc:
-            if not kept:
-                raise
-            from nsprof.session import kept_in
-
-            raise kept_in(exc, kept[0]) from None
     return results
+
+
+def _nothing_measured(rows, kept: list) -> None:
+    """The error of a ranking with nothing measured at any shape (naming a kept folder of logs)."""
+    from nsprof.profile import check_measured
+
+    try:
+        check_measured(rows)
+    except NsprofError as exc:
+        if not kept:
+            raise
+        from nsprof.session import kept_in
+
+        raise kept_in(exc, kept[0]) from None
 
 
 def _ranked(
