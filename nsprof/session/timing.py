@@ -11,26 +11,12 @@ import json
 from pathlib import Path
 
 from nsprof.host.children import note
-from nsprof.worker.protocol import run_phases
+from nsprof.worker.protocol import WORKER_RUN_PHASES, run_phases
 
 # Every phase a session records, in order: a worker run's (nsprof.worker.protocol.run_phases),
 # then nsprof's own after each run: cleanup (making sure nothing of the run is left), export (the
 # driver's finish: nsys export to SQLite) and parse (the driver's read).
-PHASES = (
-    "tool_start",
-    "worker_start",
-    "target_import",
-    "cuda_init",
-    "compile_wait",
-    "build",
-    "measure",
-    "between",
-    "worker_exit",
-    "tool_exit",
-    "cleanup",
-    "export",
-    "parse",
-)
+PHASES = (*WORKER_RUN_PHASES, "cleanup", "export", "parse")
 
 PHASES_FILE = "phases.json"  # in the session's work folder: every run's phases (see Timing.write)
 

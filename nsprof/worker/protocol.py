@@ -272,6 +272,21 @@ def parse_status(text: str) -> RunStatus:
     return status
 
 
+# The phases of one worker run, in order (run_phases; nsprof.session.timing adds nsprof's own after it).
+WORKER_RUN_PHASES = (
+    "tool_start",
+    "worker_start",
+    "target_import",
+    "cuda_init",
+    "compile_wait",
+    "build",
+    "measure",
+    "between",
+    "worker_exit",
+    "tool_exit",
+)
+
+
 def run_phases(
     status: RunStatus, launched: float, worker_gone: float | None, exited: float
 ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
@@ -336,18 +351,7 @@ def run_phases(
         if wait:
             phases["compile_wait"] = wait * scale
         phases["between"] = phases.get("between", 0.0) + window - (build + measure + wait) * scale
-    order = (
-        "tool_start",
-        "worker_start",
-        "target_import",
-        "cuda_init",
-        "compile_wait",
-        "build",
-        "measure",
-        "between",
-        "worker_exit",
-        "tool_exit",
-    )
+    order = WORKER_RUN_PHASES
     return {name: phases[name] for name in order if name in phases}, configs
 
 
