@@ -339,11 +339,11 @@ import sys
 sys.path.insert(0, {tests!r})
 import standins
 standins.install()
-from nsprof.measure import GroundTruth
+from nsprof.measure import GroundTruth, Request
 from nsprof.settings import ProfileSettings
 settings = ProfileSettings(backend="nsys", modes=("direct",), reps=2, timeout_s=2, phase_timeout_s=2,
                            compile_timeout_s=2, work_dir={work!r})
-measured = GroundTruth(settings).run({target!r}, [0, 1, 2], n_configs=3, compile_here=True)
+measured = GroundTruth(settings).measure(Request({target!r}, (0, 1, 2), 3, compile_here=True))
 print("FAILURES", measured.failures)
 print("MEASURED", sorted(set(int(c) for c in measured.frame[measured.frame["error"].isna()]["config_id"])))
 """
