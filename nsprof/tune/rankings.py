@@ -136,6 +136,8 @@ def rank_truth(
     adaptive: dict = {}
     if stage is not None and settings.cluster is not None and truth.profiler:
         notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
+    elif stage is not None and stored is not None and stored.missing_tool:
+        notes.append(f"no adaptive reps: {stored.missing_tool}")
     elif stage is not None:
         rows, adaptive = _adaptive(target, space, truth, settings, rows, stored, cost_of_first_pass(), stage)
     # A session keeps its temporary folder when a config failed (its logs say why): name it.
