@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_nsprof
+from test_shapes import shaped  # noqa: F401, F811 - the fixture
 
 # Per config: ncu's reps (ns_reps), and what nsys measures (ns_at: its conditions are clocks free,
 # L2 warm), so that the two truths rank the configs differently.
@@ -119,6 +120,8 @@ def test_results_by_run_id_and_the_runs_list_stay(tuned):
         (["--run", "99"], "no run 99"),
         (["--plot", "p.png"], "--plot needs --target or --run"),
         (["--target", "target.py:space", "--run", "1"], "--target or --run, not both"),
+        (["--store", "other.sqlite"], "two results stores given"),
+        (["--run", "1", "--export", "x.csv"], "it takes no --target or --run"),
     ],
 )
 def test_results_bad_selection_is_one_line(tuned, args, words):
@@ -152,3 +155,37 @@ def test_tune_resume_with_a_config_missing_and_no_tool_fails_in_one_line(tuned):
     with sqlite3.connect(tuned / "s.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM runs").fetchone() == (2,)  # no run started
 
+
+def test_reread_ranks_each_shape_as_tune_did(shaped, tmp_path):  # noqa: F811
+    """A target with shapes (tests/test_shapes.py's, under its stand-in driver): each shape's
+    re-read ranking is tune's, and the store's medians per (shape, config)."""
+    from test_shapes import NS, WINNERS
+    from test_shapes import _settings as shaped_settings
+
+    from nsprof.render.tables import describe_decision, format_tune
+    from nsprof.store import ResultStore
+    from nsprof.tune import tune
+    from nsprof.tune.saved import reread
+
+    tuned = tune(shaped + ":space", shaped_settings(tmp_path, feed_back=False))
+    with ResultStore(tmp_path / "results.sqlite") as store:
+        again = reread(store, target=shaped + ":space")
+    with sqlite3.connect(tmp_path / "results.sqlite") as db:
+        stored = db.execute(
+            "SELECT shape, config_id, rep, SUM(duration_ns) FROM measurements WHERE error IS NULL "
+            "GROUP BY shape, config_id, rep"
+        ).fetchall()
+    reps: dict[tuple[int, int], list[float]] = {}
+    for shape, config_id, _rep, total in stored:
+        reps.setdefault((shape, config_id), []).append(total)
+    assert [s.shape for s in again.shapes] == [0, 1, 2]
+    assert [s.shape_value for s in again.shapes] == [{"M": 1}, {"M": 16}, {"M": 128}]
+    for before, after in zip(tuned.shapes, again.shapes):
+        medians = {c: statistics.median(v) for (s, c), v in reps.items() if s == after.shape}
+        order = sorted(medians, key=lambda c: (medians[c], c))
+        assert after.table["config_id"].tolist() == order == before.table["config_id"].tolist()
+        assert after.table["value_ns"].tolist() == pytest.approx([medians[c] for c in order])
+        assert after.table["value_ns"].tolist() == pytest.approx(sorted(NS[after.shape]))
+        assert after.best_config_id == WINNERS[after.shape]
+        assert describe_decision(after) == describe_decision(before)
+    assert "per shape" in format_tune(again)

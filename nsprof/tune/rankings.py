@@ -17,7 +17,7 @@ from nsprof.tune import measure
 from nsprof.tune.measure import key_labels, shape_keys
 from nsprof.tune.stored import Stored, measure_stored
 
-__all__ = ["TuneResult", "rank_truth"]
+__all__ = ["TuneResult", "rank_rows", "rank_truth"]
 
 
 @dataclass
@@ -149,8 +149,8 @@ def rank_truth(
     for shape in shape_keys(space):
         summary = adaptive.get(shape)
         said = [summary.describe()] if summary is not None and truth.profiler else []
-        result = _ranked(
-            space,
+        result = rank_rows(
+            space.configs,
             truth,
             settings,
             of_shape(rows, shape),
@@ -176,8 +176,8 @@ def rank_truth(
     return results
 
 
-def _ranked(
-    space,
+def rank_rows(
+    configs: list,
     truth: Truth,
     settings: TuneSettings,
     rows,
@@ -186,7 +186,9 @@ def _ranked(
     first_pass_wall_s: float | None = None,
     first_pass_phases: dict | None = None,
 ) -> TuneResult:
-    """The TuneResult of rows of one truth (and one shape): summarised per config, ranked by settings.stat."""
+    """The TuneResult of rows of one truth (and one shape) of a space whose configs are `configs`:
+    summarised per config, ranked by settings.stat (tune's rankings, and a stored run's re-read:
+    nsprof.tune.saved)."""
     from nsprof.profile import config_summary
 
     summary = config_summary(rows)
@@ -203,10 +205,10 @@ def _ranked(
     else:
         label = f"fast timer {truth.timer}, {settings.stat} of {settings.timer_reps} samples"
     table = rank(summary, settings.stat)
-    table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
+    table.insert(2, "config", [config_label(configs[int(c)]) for c in table["config_id"]])
     return TuneResult(
         table,
-        space.configs,
+        configs,
         truth.backend,
         label,
         None,
