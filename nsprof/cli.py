@@ -124,6 +124,8 @@ _HELP = {
     "--configs": "Only these config ids, e.g. 0,3,5.",
     "--store": "Results store (default .nsprof/results.sqlite).",
     "--json": "Print the tidy rows as a JSON array.",
+    "--plot": "Write the ranking plot (png/svg/pdf; - for PNG on standard output): each config's value, best first, the tie set marked.",
+    "--html": "Write a self-contained report page: the ranked table and the plot, readable offline (- for standard output).",
     "--devices": "Spread the configs over these GPUs of this host (e.g. 0,1): a local Dask cluster, one worker per GPU (needs pip install 'nsprof[dask]').",
     "--scheduler": "Spread the configs over an existing Dask cluster (tcp://host:8786) whose workers were started one per GPU with --resources GPU=1.",
     "--verbose": "With --devices or --scheduler: each Dask worker's state on stderr as it changes.",
@@ -177,8 +179,9 @@ _HELP = {
     "tune --feed-back": "Hand the ranking to the target's own autotuner (TileLang's or Triton's cache) when it can take it.",
     "tune --tuner-pick": "Also run the target's own autotuner with its own timer (Triton) and say what it picks.",
     "tune --json": "Print the ranked table as JSON.",
-    "tune --plot": "Write the ranking plot (png/svg/pdf; - for PNG on standard output): each config's value, best first, the tie set marked.",
-    "tune --html": "Write a self-contained report page: the ranked table and the plot, readable offline (- for standard output).",
+    "results --target": "Rank the target's latest stored tune again (TARGET as tune was given it), measuring nothing; the target is not imported.",
+    "results --run": "Rank the stored tune of this run (an id the list shows) again, measuring nothing.",
+    "results --json": "Print the ranking as tune --json does.",
     "results --export": "Write every stored measurement to a .csv, .json or .parquet file (- for CSV on standard output).",
     "serve --backend": "The profiler to serve under (nsys only: ncu cannot serve, see docs/serve.md).",
     "serve --idle-exit": "End after this long without a job.",
@@ -372,11 +375,18 @@ def tune(target, backend, truth_list, deploy, store_path, no_store, ids, **optio
 
 
 @cli.command()
+@click.argument("store", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @_option("--store")
 @_option("--export", "export_path", type=_OUT, default=None)
-def results(store_path, export_path) -> None:
-    """List the runs in the results store, or export its measurements."""
-    results_command.results(store_path, export_path)
+@_option("--target", metavar="TARGET", default=None)
+@_option("--run", "run_id", type=click.IntRange(1), metavar="ID", default=None)
+@_option("--json")
+@_option("--plot")
+@_option("--html")
+def results(store, store_path, **options) -> None:
+    """List the runs of results store STORE (or --store), export its measurements, or rank a stored
+    tune again (--target, --run) and print, plot or page it as tune does: no GPU or profiler needed."""
+    _exit(results_command.results(store, store_path, **options))
 
 
 @cli.command()

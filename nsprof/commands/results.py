@@ -1,4 +1,5 @@
-"""`nsprof results`: list the runs of the results store, or export its measurements."""
+"""`nsprof results`: list the runs of the results store, export its measurements, or rank a stored
+tune again and draw it (nsprof.tune.saved: no GPU, no profiler, the target not imported)."""
 
 from __future__ import annotations
 
@@ -7,26 +8,74 @@ from pathlib import Path
 
 import click
 
-from nsprof.errors import NsprofError
+from nsprof.errors import NsprofError, OptionError
 
 
-def results(store_path: Path | None, export_path: str | None) -> None:
-    from nsprof.render.tables import format_runs
+def results(
+    store: Path | None,
+    store_path: Path | None,
+    export_path: str | None = None,
+    target: str | None = None,
+    run_id: int | None = None,
+    *,
+    plot_path: str | None = None,
+    html_path: str | None = None,
+    as_json: bool = False,
+) -> int:
+    """The runs of results store `store` (or `store_path`: --store), its measurements exported, or
+    one stored tune ranked again (`target` or `run_id`); the exit status (1: as tune's)."""
     from nsprof.store import DEFAULT_PATH, ResultStore
 
+    if store is not None and store_path is not None and store != store_path:
+        raise OptionError(f"two results stores given ({store} and --store {store_path}): give one")
+    store_path = store or store_path
+    outputs = {"--plot": plot_path, "--html": html_path, "--json": as_json}
+    if target is not None and run_id is not None:
+        raise OptionError("rank one stored tune: --target or --run, not both")
+    if target is None and run_id is None:
+        for option, given in outputs.items():
+            if given:
+                raise OptionError(f"{option} needs --target or --run (the stored tune to rank)")
+    elif export_path:
+        raise OptionError("--export writes every stored measurement: it takes no --target or --run")
     path = store_path or DEFAULT_PATH
     if not Path(path).exists():
         raise NsprofError(f"no results store at {path} (nsprof tune writes one)")
+    if target is not None or run_id is not None:
+        return _ranked(path, target, run_id, plot_path=plot_path, html_path=html_path, as_json=as_json)
     with ResultStore(path) as store:
         if export_path == "-":
             frame = store.frame()
             frame.to_csv(sys.stdout, index=False)
             click.echo(f"wrote {len(frame)} measurements to standard output (CSV)", err=True)
-            return
+            return 0
         if export_path:
             count = store.export(export_path)
             click.echo(f"wrote {count} measurements to {export_path}")
-            return
+            return 0
         runs = store.runs()
         counts = store.frame().groupby("run_id").size() if len(runs) else {}
+    from nsprof.render.tables import format_runs
+
     click.echo(format_runs(runs, counts))
+    return 0
+
+
+def _ranked(path, target, run_id, *, plot_path, html_path, as_json) -> int:
+    """A stored tune ranked again, printed and drawn as tune prints and draws it."""
+    from nsprof.commands.common import check_plot, one_on_stdout
+    from nsprof.commands.tune import show
+    from nsprof.store import ResultStore
+    from nsprof.tune.saved import reread
+
+    one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--json": as_json})
+    check_plot(plot_path)
+    with ResultStore(path) as store:
+        result = reread(store, target=target, run_id=run_id)
+        name = target or _run_target(store, run_id)
+    return show(name, result, plot_path=plot_path, html_path=html_path, as_json=as_json)
+
+
+def _run_target(store, run_id: int) -> str:
+    runs = store.runs()
+    return str(runs[runs["id"] == run_id]["target"].fillna(f"run {run_id}").iloc[-1])

@@ -49,8 +49,10 @@ def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, 
     with clusters(), StageBars() as bars:
         settings = replace(settings, cluster=cluster_settings(devices, scheduler, verbose))
         space = load_target(target)
-        for truth in settings.ranked_truths:  # after the options and the target: a missing tool is one line
-            if truth.profiler:
+        # After the options and the target: a missing tool is one line. A resume may need no tool (the
+        # store holding every config): measure_stored decides, before it measures anything.
+        for truth in settings.ranked_truths:
+            if truth.profiler and not (settings.use_store and settings.resume):
                 get_driver(truth.backend)
         with results_only_on_stdout():
             return run_tune(target, settings, config_ids=ids, on_stage=bars, space=space)

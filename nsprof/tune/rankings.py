@@ -17,7 +17,7 @@ from nsprof.tune import measure
 from nsprof.tune.measure import key_labels, shape_keys
 from nsprof.tune.stored import Stored, measure_stored
 
-__all__ = ["TuneResult", "rank_truth"]
+__all__ = ["TuneResult", "rank_rows", "rank_truth"]
 
 
 @dataclass
@@ -115,6 +115,8 @@ def rank_truth(
     adaptive: dict = {}
     if stage is not None and settings.cluster is not None and truth.profiler:
         notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
+    elif stage is not None and stored is not None and stored.missing_tool:
+        notes.append(f"no adaptive reps: {stored.missing_tool}")
     elif stage is not None:
         rows, adaptive = _adaptive(target, space, truth, settings, rows, stored, cost_of_first_pass(), stage)
     # A session keeps its temporary folder when a config failed (its logs say why): name it.
@@ -156,8 +158,14 @@ def _per_shape(space, truth: Truth, settings: TuneSettings, rows, notes, adaptiv
         summary = adaptive.get(shape)
         said = [summary.describe()] if summary is not None and truth.profiler else []
         before, after = notes
-        result = _ranked(
-            space, truth, settings, of_shape(rows, shape), [*before, *said, *after], summary, *first_pass
+        result = rank_rows(
+            space.configs,
+            truth,
+            settings,
+            of_shape(rows, shape),
+            [*before, *said, *after],
+            summary,
+            *first_pass,
         )
         if shape is not None:
             result.shape, result.shape_value = shape, space.shapes[shape]
@@ -181,8 +189,8 @@ def _nothing_measured(rows, kept: list) -> None:
         raise kept_in(exc, kept[0]) from None
 
 
-def _ranked(
-    space,
+def rank_rows(
+    configs: list,
     truth: Truth,
     settings: TuneSettings,
     rows,
@@ -191,7 +199,9 @@ def _ranked(
     first_pass_wall_s: float | None = None,
     first_pass_phases: dict | None = None,
 ) -> TuneResult:
-    """The TuneResult of rows of one truth (and one shape): summarised per config, ranked by settings.stat."""
+    """The TuneResult of rows of one truth (and one shape) of a space whose configs are `configs`:
+    summarised per config, ranked by settings.stat (tune's rankings, and a stored run's re-read:
+    nsprof.tune.saved)."""
     from nsprof.profile import config_summary
 
     summary = config_summary(rows)
@@ -208,10 +218,10 @@ def _ranked(
     else:
         label = f"fast timer {truth.timer}, {settings.stat} of {settings.timer_reps} samples"
     table = rank(summary, settings.stat)
-    table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
+    table.insert(2, "config", [config_label(configs[int(c)]) for c in table["config_id"]])
     return TuneResult(
         table,
-        space.configs,
+        configs,
         truth.backend,
         label,
         None,

@@ -7,12 +7,22 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from nsprof.analysis.adaptive import Plan
+from nsprof.errors import ToolNotFound
 from nsprof.measure import GroundTruth, Measured
 from nsprof.settings import Truth, TuneSettings
 from nsprof.tune import measure
 from nsprof.tune.measure import key_labels, retryable, shape_keys
 
-__all__ = ["ADAPTIVE_RUN", "Stored", "by_shape", "measure_stored", "select_stored"]
+__all__ = [
+    "ADAPTIVE_RUN",
+    "Stored",
+    "adaptive_runs",
+    "by_shape",
+    "measure_stored",
+    "select_stored",
+    "stored_rows",
+    "stored_tool_version",
+]
 
 
 ADAPTIVE_RUN = "adaptive_session"  # the key in a stored run's settings that marks a session of adaptive reps
@@ -34,6 +44,47 @@ def select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int]):
     stored = stored[keep.fillna(False).astype(bool)]
     latest_rep = stored.groupby(["config_id", "mode", "rep"], dropna=False)["run_id"].transform("max")
     return stored[stored["run_id"] == latest_rep]
+
+
+def adaptive_runs(runs) -> set[int]:
+    """The ids of the stored runs (store.runs()) that are sessions of adaptive reps."""
+    return {
+        int(i)
+        for i, text in zip(runs["id"], runs["settings_json"])
+        if isinstance(text, str) and f'"{ADAPTIVE_RUN}"' in text
+    }
+
+
+def stored_rows(store, group: dict, wanted_json: dict[int, str], shape_jsons: list[str]):
+    """The rows tune ranks of what `store` holds under `group` (the key without config) for the
+    configs `wanted_json` ({config_id: config_json}), at each shape of `shape_jsons` ("" for a
+    target without shapes): select_stored of each shape's rows, one frame."""
+    import pandas as pd
+
+    adaptive = adaptive_runs(store.runs())
+    per_shape = [
+        select_stored(
+            store.frame(**group, shape_json=text, config_id=list(wanted_json)), wanted_json, adaptive
+        )
+        for text in shape_jsons
+    ]
+    return per_shape[0] if len(per_shape) == 1 else pd.concat(per_shape, ignore_index=True)
+
+
+def stored_tool_version(store, group: dict) -> str | None:
+    """The tool version of the store's latest run under `group` (the key without config; its
+    tool_version is not looked at): how a resume names the key's tool where the tool is not
+    installed, the store being the one witness of the version it measured with. None when the
+    store has no such run."""
+    import pandas as pd
+
+    runs = store.runs()
+    same = pd.Series(True, index=runs.index)
+    for name, value in group.items():
+        if name != "tool_version":
+            same &= runs[name].fillna("") == str(value)
+    versions = runs[same.fillna(False).astype(bool)]["tool_version"]
+    return None if versions.empty or versions.isna().iloc[-1] else str(versions.iloc[-1])
 
 
 def _recorded(store, run_id: int, measure: Callable[[], object]):
@@ -62,6 +113,7 @@ class Stored:
         from nsprof.space import shape_json
 
         self.settings, self.group, self.wanted_json, self.gpu_uuid = settings, group, wanted_json, gpu_uuid
+        self.missing_tool: str | None = None  # why the truth's tool cannot run here (a resume without it)
         self.layout = space.points
         self.shape_jsons = {
             shape: "" if shape is None else shape_json(space.shapes[shape]) for shape in shape_keys(space)
@@ -96,23 +148,7 @@ class Stored:
                 done.add(point)
 
     def rows(self, store):
-        import pandas as pd
-
-        runs = store.runs()
-        adaptive = {
-            int(i)
-            for i, text in zip(runs["id"], runs["settings_json"])
-            if isinstance(text, str) and f'"{ADAPTIVE_RUN}"' in text
-        }
-        per_shape = [
-            select_stored(
-                store.frame(**self.group, shape_json=text, config_id=list(self.wanted_json)),
-                self.wanted_json,
-                adaptive,
-            )
-            for text in self.shape_jsons.values()
-        ]
-        return per_shape[0] if len(per_shape) == 1 else pd.concat(per_shape, ignore_index=True)
+        return stored_rows(store, self.group, self.wanted_json, list(self.shape_jsons.values()))
 
     def session(self, target: str, truth: Truth, n: int, plan: Plan, number: int, on_progress, space=None):
         """One adaptive session, stored as a run of its own (marked ADAPTIVE_RUN), each point's
@@ -184,7 +220,14 @@ def measure_stored(
     from nsprof.store import ResultStore, config_json
 
     layout = space.points
-    tool_version = GroundTruth(settings.truth_profile(truth)).tool_version() if truth.profiler else ""
+    tool_version, missing_tool = "", None
+    if truth.profiler:
+        try:
+            tool_version = GroundTruth(settings.truth_profile(truth)).tool_version()
+        except ToolNotFound as exc:
+            if not settings.resume:
+                raise
+            missing_tool = exc  # the store may hold every point: then nothing needs the tool
     # A fast timer's row holds the statistic asked for, so that is part of what it measured. A truth's
     # variant (ncu@base-warm) is stored as its backend: its clock and cache labels say the rest.
     stored_backend = truth.backend if truth.profiler else f"{truth.backend}:{settings.stat}"
@@ -200,6 +243,17 @@ def measure_stored(
     wanted_json = {c: config_json(space.configs[c]) for configs in wanted.values() for c in configs}
     context = Stored(settings, space, group, wanted_json, gpu.uuid)
     with ResultStore(settings.store) as store:
+        if missing_tool is not None:
+            # No tool, no version to key by: the store's latest run under this key says which it was.
+            stored_version = stored_tool_version(store, group)
+            if stored_version is None:
+                raise missing_tool
+            group["tool_version"] = stored_version
+            context.missing_tool = str(missing_tool)
+            notes.append(
+                f"{truth.backend} is not installed here: resumed under the tool version the store's "
+                f"latest {truth.name} run of this target recorded ({stored_version})"
+            )
         todo = list(points)
         if settings.resume:
             todo = [
@@ -218,6 +272,8 @@ def measure_stored(
             notes.append(
                 f"resumed: {len(points) - len(todo)} of {len(points)} {unit} came from the results store"
             )
+        if todo and missing_tool is not None:
+            raise missing_tool
         if todo:
             run_id = store.start_run(target=target, settings=settings.record(), gpu_uuid=gpu.uuid, **group)
             done: set = set()

@@ -1,0 +1,189 @@
+"""A stored tune read again: reread ranks what the results store holds for a target's configs as tune
+ranks it (stored_rows, then rank_rows), per shape and per truth, with no GPU and no profiler, and
+without importing the target.
+
+    with ResultStore(path) as store:
+        result = reread(store, target="examples/gemm.py:space")   # or run_id=3
+    format_tune(result)
+
+What a tune ran with comes from the store: the settings its latest run of the target recorded (the
+truths, the deploy truth, the mode, the statistic; --run: that run's), each truth's key from the
+latest run under that truth's conditions (the target's fingerprint, the GPU, the tool version), and
+the configs from the JSON the store keeps of each (its latest run's): their labels are made from
+that JSON, so the target's Space is not needed. The truths' winners are compared as tune compares
+them; what explains a disagreement needs probes measured again (tune --explain), so none is said here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from nsprof.errors import NsprofError
+from nsprof.settings import Truth, TuneSettings
+from nsprof.tune.explain import cross_truth
+from nsprof.tune.measure import key_labels
+from nsprof.tune.rankings import TuneResult, rank_rows
+from nsprof.tune.stored import stored_rows
+
+__all__ = ["reread"]
+
+# The settings a tune records (TuneSettings.record) that decide how its numbers are ranked and labelled.
+_RANKING_SETTINGS = ("mode", "stat", "reps", "timer_reps", "max_reps", "truths", "deploy")
+
+
+def same_target(stored: str, asked: str) -> bool:
+    """Whether a run's target (as its tune was given it) is `asked`: the same text, or the same
+    file (resolved from here) and Space."""
+    if stored == asked:
+        return True
+    stored_file, _, stored_name = stored.rpartition(":")
+    asked_file, _, asked_name = asked.rpartition(":")
+    if not (stored_file and asked_file) or stored_name != asked_name:
+        return False
+    return Path(stored_file).resolve() == Path(asked_file).resolve()
+
+
+def _missing(value) -> bool:
+    import pandas as pd
+
+    return value is None or bool(pd.api.types.is_scalar(value) and pd.isna(value))
+
+
+def _text(value) -> str:
+    return "" if _missing(value) else str(value)
+
+
+def _settings(run) -> TuneSettings:
+    """The TuneSettings a stored run's tune ranked with, as far as ranking needs them; a run without
+    recorded settings: its own backend and mode, the defaults for the rest."""
+    try:
+        record = json.loads(_text(run.settings_json) or "{}")
+    except ValueError:
+        record = {}
+    record = record if isinstance(record, dict) else {}
+    backend, _, stat = _text(run.backend).partition(":")  # a fast timer is stored as timer:stat
+    given = {name: record[name] for name in _RANKING_SETTINGS if record.get(name) not in (None, "", [])}
+    given.setdefault("mode", _text(run.mode) or "graph")
+    if stat:
+        given.setdefault("stat", stat)
+    given["truths"] = tuple(given.get("truths", ()))
+    return TuneSettings(
+        backend=str(record.get("backend") or backend),
+        **given,
+        explain=False,  # the winners are compared; no probe is measured again
+        feed_back=False,
+        tuner_pick=False,
+    )
+
+
+def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
+    """The key (without config) of `truth`'s rows among `runs` (the target's): the anchor run's when
+    it is one of that truth's, else the latest one's; None when no run is."""
+    backend = truth.backend if truth.profiler else f"{truth.backend}:{settings.stat}"
+    labels = key_labels(truth, settings)
+
+    def of_truth(run) -> bool:
+        return _text(run.backend) == backend and all(_text(getattr(run, k)) == v for k, v in labels.items())
+
+    if of_truth(anchor):
+        run = anchor
+    else:
+        matching = [run for run in runs.itertuples() if of_truth(run)]
+        if not matching:
+            return None
+        run = matching[-1]
+    return {
+        "fingerprint": _text(run.fingerprint),
+        "gpu": _text(run.gpu),
+        "backend": backend,
+        "tool_version": _text(run.tool_version),
+        **labels,
+    }
+
+
+def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict) -> dict:
+    """{shape: TuneResult} of what `store` holds under `group`: every config it holds, as its latest
+    run stored it, ranked at each shape it holds (None: a target without shapes)."""
+    frame = store.frame(**group)
+    if frame.empty:
+        return {}
+    latest = frame.sort_values("run_id", kind="stable").groupby("config_id").tail(1)
+    wanted_json = {int(c): str(text) for c, text in zip(latest["config_id"], latest["config_json"])}
+    configs = [json.loads(wanted_json[c]) if c in wanted_json else None for c in range(max(wanted_json) + 1)]
+    shapes = sorted(
+        {
+            (None if _missing(shape) else int(shape), str(text))
+            for shape, text in zip(frame["shape"].astype(object), frame["shape_json"])
+        },
+        key=lambda pair: -1 if pair[0] is None else pair[0],
+    )
+    rows = stored_rows(store, group, wanted_json, [text for _, text in shapes])
+    runs = ", ".join(str(int(r)) for r in sorted(set(rows["run_id"])))
+    note = f"re-read from the results store {store.path}: runs {runs} (nothing measured)"
+    results = {}
+    for shape, text in shapes:
+        of_shape = rows if shape is None else rows[(rows["shape"] == shape).fillna(False).astype(bool)]
+        result = rank_rows(configs, truth, settings, of_shape, [note])
+        if shape is not None:
+            result.shape, result.shape_value = shape, json.loads(text)
+        results[shape] = result
+    return results
+
+
+def reread(store, *, target: str | None = None, run_id: int | None = None) -> TuneResult:
+    """The TuneResult of a stored tune: of `target` (its latest run's settings and fingerprint) or of
+    run `run_id`'s tune, ranked from `store` (an open nsprof.store.ResultStore) as tune ranks it:
+    the deploy truth's ranking, carrying every truth's (`truths`) and their comparison (`cross`),
+    and for a target with shapes every shape's (`shapes`). An NsprofError in one line when the
+    store holds no such run or nothing under its deploy truth."""
+    runs = store.runs()
+    if run_id is not None:
+        chosen = runs[runs["id"] == int(run_id)]
+        if chosen.empty:
+            raise NsprofError(f"results store {store.path} has no run {run_id} (nsprof results lists them)")
+    else:
+        chosen = runs[[same_target(_text(t), str(target)) for t in runs["target"]]]
+        if chosen.empty:
+            raise NsprofError(
+                f"results store {store.path} has no run of target {target} (nsprof results lists the runs)"
+            )
+    anchor = next(chosen.tail(1).itertuples())
+    settings = _settings(anchor)
+    of_target = runs[(runs["fingerprint"].fillna("") == _text(anchor.fingerprint)).astype(bool)]
+    per_truth, lacking = {}, []
+    for truth in settings.ranked_truths:
+        group = _group(of_target, truth, settings, anchor)
+        ranked = {} if group is None else _rank_group(store, truth, settings, group)
+        if ranked:
+            per_truth[truth.name] = ranked
+        else:
+            lacking.append(truth.name)
+    deploy = settings.deploy_truth.name
+    if deploy not in per_truth:
+        raise NsprofError(
+            f"results store {store.path} holds no measurement of {_text(anchor.target)} under {deploy}"
+        )
+    shapes = list(per_truth[deploy])
+    rankings = {
+        shape: {name: ranked[shape] for name, ranked in per_truth.items() if shape in ranked}
+        for shape in shapes
+    }
+    whole = not lacking and all(len(truths) == len(per_truth) for truths in rankings.values())
+    crosses = (
+        cross_truth(_text(anchor.target), None, rankings, settings, None)
+        if whole and len(per_truth) > 1
+        else {}
+    )
+    results = []
+    for shape, truths in rankings.items():
+        result = truths[deploy]
+        result.deploy, result.cross = deploy, crosses.get(shape)
+        if len(truths) > 1 and result.cross is not None:
+            result.truths = truths
+        result.notes += [f"{name}: the store holds nothing under this truth" for name in lacking]
+        results.append(result)
+    first = results[0]
+    if first.shape is not None:
+        first.shapes = results
+    return first

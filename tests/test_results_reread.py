@@ -1,0 +1,191 @@
+"""Re-reading a saved run (issue 28): `nsprof results STORE --target T` ranks what the results store
+holds as tune ranks it, per truth, and draws it (--plot, --html), and `tune --resume` over a store
+that holds every config measures nothing: both with no GPU and no profiler on PATH.
+
+The store is written by a real `nsprof tune` under the stand-in profilers (tests/standins.py); the
+re-reading runs the real `python -m nsprof` in a child process whose PATH is an empty folder, and
+its numbers are checked against an independent read of the store with sqlite3.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import shutil
+import sqlite3
+import statistics
+from pathlib import Path
+
+import pytest
+from conftest import run_nsprof
+from test_shapes import shaped  # noqa: F401, F811 - the fixture
+
+# Per config: ncu's reps (ns_reps), and what nsys measures (ns_at: its conditions are clocks free,
+# L2 warm), so that the two truths rank the configs differently.
+NCU_REPS = [[3000, 3030, 2970], [2000, 2020, 1980], [1000, 1010, 990], [1500, 1515, 1485]]
+NSYS_NS = [900, 2500, 1800, 1200]
+TARGET = f"""
+import nsprof.space
+NCU_REPS = {NCU_REPS!r}
+NSYS_NS = {NSYS_NS!r}
+configs = [{{"block": 16 * (i + 1), "ns_reps": ns, "ns_at": {{"none-none": NSYS_NS[i]}}}}
+           for i, ns in enumerate(NCU_REPS)]
+space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device="cpu")
+"""
+TUNE = ["--truth", "ncu,nsys", "--no-explain", "--mode", "direct", "--reps", "3", "--budget-s", "0"]
+TUNE += ["--no-feed-back", "--no-tuner-pick"]
+
+
+@pytest.fixture
+def tuned(tmp_path):
+    """A store written by a real tune of a 4-config target under ncu and nsys (stand-ins)."""
+    (tmp_path / "target.py").write_text(TARGET)
+    done = run_nsprof("tune", "target.py:space", *TUNE, "--store", "s.sqlite", cwd=tmp_path, standins=True)
+    assert done.returncode == 0, done.stderr
+    return tmp_path
+
+
+def no_tools(tmp_path: Path) -> dict:
+    """An environment whose PATH holds no ncu, nsys or nvidia-smi (an empty folder)."""
+    bare = tmp_path / "bare-path"
+    bare.mkdir(exist_ok=True)
+    assert shutil.which("ncu", path=str(bare)) is None and shutil.which("nsys", path=str(bare)) is None
+    return {"PATH": str(bare), "NSPROF_NCU": None, "NSPROF_NSYS": None}
+
+
+def independent_ranking(store: Path, backend: str) -> list[tuple[int, float]]:
+    """(config_id, median ns) best first, read with sqlite3: each rep's kernels summed, the median
+    over reps."""
+    with sqlite3.connect(store) as db:
+        rows = db.execute(
+            "SELECT config_id, rep, SUM(duration_ns) FROM measurements "
+            "WHERE backend = ? AND error IS NULL GROUP BY config_id, rep",
+            (backend,),
+        ).fetchall()
+    reps: dict[int, list[float]] = {}
+    for config_id, _rep, total in rows:
+        reps.setdefault(config_id, []).append(total)
+    medians = {c: statistics.median(v) for c, v in reps.items()}
+    return sorted(medians.items(), key=lambda item: (item[1], item[0]))
+
+
+def test_results_ranks_a_stored_tune_per_truth_and_draws_it_without_a_tool_or_the_target(tuned):
+    # The target is gone: the ranking is made from the store alone (its configs' JSON).
+    (tuned / "target.py").unlink()
+    store = tuned / "s.sqlite"
+    args = ["results", str(store), "--target", "target.py:space"]
+    done = run_nsprof(*args, "--plot", "p.png", "--html", "p.html", cwd=tuned, env=no_tools(tuned))
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert (tuned / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    as_json = run_nsprof(*args, "--json", cwd=tuned, env=no_tools(tuned))
+    assert as_json.returncode == 0, as_json.stderr
+    document = json.loads(as_json.stdout)
+    rankings = {truth["truth"]: truth for truth in document["truths"]}
+    assert set(rankings) == {"ncu", "nsys"}
+    for truth, backend in (("ncu", "ncu"), ("nsys", "nsys")):
+        expected = independent_ranking(store, backend)
+        ranked = [(r["config_id"], r["value_ns"]) for r in rankings[truth]["ranked"]]
+        assert ranked == [(c, pytest.approx(v)) for c, v in expected]
+    assert [c for c, _ in independent_ranking(store, "ncu")][0] == 2
+    assert [c for c, _ in independent_ranking(store, "nsys")][0] == 0  # the truths disagree
+    assert document["best_config_id"] == 2  # the deploy truth (ncu, the first) decides
+
+    # The terminal's winner lines, each on the page too.
+    winners = [line for line in done.stdout.splitlines() if "is the winner" in line]
+    assert any(line.startswith("note: config 2 is the winner") for line in winners)
+    assert any(line.startswith("note: config 0 is the winner") for line in winners)
+    page = html.unescape((tuned / "p.html").read_text())
+    for line in winners:
+        assert line.removeprefix("note: ") in page
+    assert "<img" in page
+
+
+def test_results_by_run_id_and_the_runs_list_stay(tuned):
+    store = tuned / "s.sqlite"
+    listed = run_nsprof("results", str(store), cwd=tuned, env=no_tools(tuned))
+    assert listed.returncode == 0, listed.stderr
+    assert "target.py:space" in listed.stdout and "nsys" in listed.stdout
+    by_run = run_nsprof("results", str(store), "--run", "2", "--json", cwd=tuned, env=no_tools(tuned))
+    assert by_run.returncode == 0, by_run.stderr
+    document = json.loads(by_run.stdout)
+    assert [t["truth"] for t in document["truths"]] == ["ncu", "nsys"]  # run 2's tune ranked both
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--target", "nothere.py:space"], "no run of target nothere.py:space"),
+        (["--run", "99"], "no run 99"),
+        (["--plot", "p.png"], "--plot needs --target or --run"),
+        (["--target", "target.py:space", "--run", "1"], "--target or --run, not both"),
+        (["--store", "other.sqlite"], "two results stores given"),
+        (["--run", "1", "--export", "x.csv"], "it takes no --target or --run"),
+    ],
+)
+def test_results_bad_selection_is_one_line(tuned, args, words):
+    done = run_nsprof("results", str(tuned / "s.sqlite"), *args, cwd=tuned, env=no_tools(tuned))
+    assert done.returncode != 0
+    assert words in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_tune_resume_with_every_config_stored_needs_no_tool(tuned):
+    resume = ["tune", "target.py:space", *TUNE, "--store", "s.sqlite", "--resume", "--html", "r.html"]
+    done = run_nsprof(*resume, cwd=tuned, env=no_tools(tuned))
+    assert done.returncode == 0, done.stderr
+    assert "resumed: 4 of 4 configs came from the results store" in done.stdout
+    with sqlite3.connect(tuned / "s.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone() == (2,)  # nothing measured
+    page = html.unescape((tuned / "r.html").read_text())
+    assert "config 2 is the winner" in page
+
+
+def test_tune_resume_with_a_config_missing_and_no_tool_fails_in_one_line(tuned):
+    with sqlite3.connect(tuned / "s.sqlite") as db:
+        db.execute("DELETE FROM measurements WHERE backend = 'ncu' AND config_id = 1")
+    resume = ["tune", "target.py:space", *TUNE, "--store", "s.sqlite", "--resume"]
+    done = run_nsprof(*resume, cwd=tuned, env=no_tools(tuned))
+    assert done.returncode != 0
+    # one line says why (beside it only the progress bar's label, printed as the stage began)
+    said = [line for line in done.stderr.splitlines() if line.startswith("nsprof:")]
+    assert len(said) == 1 and "ncu" in said[0] and "not found" in said[0], done.stderr
+    assert "Traceback" not in done.stderr
+    with sqlite3.connect(tuned / "s.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone() == (2,)  # no run started
+
+
+def test_reread_ranks_each_shape_as_tune_did(shaped, tmp_path):  # noqa: F811
+    """A target with shapes (tests/test_shapes.py's, under its stand-in driver): each shape's
+    re-read ranking is tune's, and the store's medians per (shape, config)."""
+    from test_shapes import NS, WINNERS
+    from test_shapes import _settings as shaped_settings
+
+    from nsprof.render.tables import describe_decision, format_tune
+    from nsprof.store import ResultStore
+    from nsprof.tune import tune
+    from nsprof.tune.saved import reread
+
+    tuned = tune(shaped + ":space", shaped_settings(tmp_path, feed_back=False))
+    with ResultStore(tmp_path / "results.sqlite") as store:
+        again = reread(store, target=shaped + ":space")
+    with sqlite3.connect(tmp_path / "results.sqlite") as db:
+        stored = db.execute(
+            "SELECT shape, config_id, rep, SUM(duration_ns) FROM measurements WHERE error IS NULL "
+            "GROUP BY shape, config_id, rep"
+        ).fetchall()
+    reps: dict[tuple[int, int], list[float]] = {}
+    for shape, config_id, _rep, total in stored:
+        reps.setdefault((shape, config_id), []).append(total)
+    assert [s.shape for s in again.shapes] == [0, 1, 2]
+    assert [s.shape_value for s in again.shapes] == [{"M": 1}, {"M": 16}, {"M": 128}]
+    for before, after in zip(tuned.shapes, again.shapes):
+        medians = {c: statistics.median(v) for (s, c), v in reps.items() if s == after.shape}
+        order = sorted(medians, key=lambda c: (medians[c], c))
+        assert after.table["config_id"].tolist() == order == before.table["config_id"].tolist()
+        assert after.table["value_ns"].tolist() == pytest.approx([medians[c] for c in order])
+        assert after.table["value_ns"].tolist() == pytest.approx(sorted(NS[after.shape]))
+        assert after.best_config_id == WINNERS[after.shape]
+        assert describe_decision(after) == describe_decision(before)
+    assert "per shape" in format_tune(again)
