@@ -256,3 +256,13 @@ def test_doctor_finds_the_optional_packages_without_importing_them(tmp_path):
     from nsprof.doctor import OPTIONAL
 
     assert int(optional) == len(OPTIONAL)
+
+
+def test_split_configs_keeps_whole_what_it_cannot_split():
+    from nsprof.render.tables import split_configs
+
+    assert split_configs(TILELANG) == ({"block_M": 16, "threads": 128}, list(VARYING))
+    assert split_configs([{"a": 1, "b": 2}, {"a": 1, "b": 2}]) == ({}, None)  # nothing varies
+    assert split_configs([{"a": 1}]) == ({}, None)  # one config
+    assert split_configs([{"a": 1}, "x"]) == ({}, None)  # not every config a dict
+    assert split_configs([{"a": 1, "b": 2}, {"a": 1}]) == ({"a": 1}, ["b"])  # a key some lack varies

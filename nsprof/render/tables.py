@@ -393,14 +393,14 @@ def describe_decision(result) -> str:
 def split_configs(configs: Sequence) -> tuple[dict, list | None]:
     """(the keys every config has with one same value, the other keys in order of first
     appearance) of a space's dict configs; ({}, None) when some config is not a dict, when there
-    are fewer than 2, or when no key is the same in all (then each config is shown whole)."""
+    are fewer than 2, or when no key is the same in all or none differs (then each config is
+    shown whole)."""
     if len(configs) < 2 or not all(isinstance(c, dict) for c in configs):
         return {}, None
     keys = list(dict.fromkeys(k for c in configs for k in c))
     constant = {k: configs[0][k] for k in keys if all(k in c and c[k] == configs[0][k] for c in configs)}
-    if not constant:
-        return {}, None
-    return constant, [k for k in keys if k not in constant]
+    varying = [k for k in keys if k not in constant]
+    return (constant, varying) if constant and varying else ({}, None)
 
 
 def constant_line(constant: dict) -> list[str]:
@@ -412,9 +412,8 @@ def config_cell(config, label, varying: list | None) -> str:
     """A config's cell, never cut: the keys that vary across the space (`varying`: split_configs),
     else its label (the table's `config`) whole."""
     if varying is None or not isinstance(config, dict) or label != config_label(config):
-        return text(label, len(str(label)))
-    shown = ",".join(f"{k}={config[k]}" for k in varying if k in config)
-    return shown or "-"
+        return "-" if is_missing(label) else str(label)
+    return ",".join(f"{k}={config[k]}" for k in varying if k in config) or "-"
 
 
 def format_ranked(result) -> str:
