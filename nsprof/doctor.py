@@ -189,6 +189,18 @@ def ground_truth_check(backend: str) -> Check:
     )
 
 
+def _ground_truth_needs(gpu: Check, tools: list[Check], run_kernels: bool) -> str:
+    """What ground truth still needs here, in words."""
+    tools_words = "ncu (Nsight Compute) or nsys (Nsight Systems)"
+    if not gpu.ok:
+        return f"for ground truth: a GPU with its driver, {tools_words}, then nsprof doctor"
+    if not any(tool.ok for tool in tools):
+        return f"for ground truth: {tools_words}, then nsprof doctor"
+    if not run_kernels:
+        return "ground truth untested: nsprof doctor without --no-run runs a tiny kernel under each tool"
+    return "for ground truth: what the FAIL lines above name"
+
+
 def run_doctor(run_kernels: bool = True) -> tuple[list[Check], bool]:
     checks = [Check("nsprof", True, f"Python {platform.python_version()} on {platform.platform()}")]
     gpu = gpu_check()
@@ -212,11 +224,9 @@ def run_doctor(run_kernels: bool = True) -> tuple[list[Check], bool]:
         checks.extend(offline_checks(tools, found))
         missing = sorted({extra for module, extra, _ in OPTIONAL if extra and not found[module]})
         hint = f"pip install 'nsprof[{','.join(missing)}]'; " if missing else ""
-        what = "a GPU with its driver, " if not gpu.ok else ""
-        detail = (
-            f"{hint}for ground truth: {what}ncu (Nsight Compute) or nsys (Nsight Systems), then nsprof doctor"
+        checks.append(
+            Check("for more", False, hint + _ground_truth_needs(gpu, tools, run_kernels), optional=True)
         )
-        checks.append(Check("for more", False, detail, optional=True))
     verdict = (
         f"ground truth available from: {', '.join(available)}"
         if available

@@ -266,3 +266,24 @@ def test_split_configs_keeps_whole_what_it_cannot_split():
     assert split_configs([{"a": 1}]) == ({}, None)  # one config
     assert split_configs([{"a": 1}, "x"]) == ({}, None)  # not every config a dict
     assert split_configs([{"a": 1, "b": 2}, {"a": 1}]) == ({"a": 1}, ["b"])  # a key some lack varies
+
+
+def test_doctor_no_run_on_a_gpu_machine_says_ground_truth_is_untested(tmp_path):
+    from conftest import run_nsprof
+
+    env = bare_env(tmp_path)
+    for name, lines in {
+        "nvidia-smi": ["NVIDIA H200, 580.159.04, 345 MHz, 1980 MHz, 3201 MHz"],
+        "ncu": ["NVIDIA (R) Nsight Compute Command Line Profiler", "Version 2025.3.1.0"],
+    }.items():  # stand-ins printing what the real tools print for doctor's questions
+        tool = tmp_path / "bin" / name
+        tool.write_text("#!/bin/sh\n" + "".join(f"echo '{line}'\n" for line in lines))
+        tool.chmod(0o755)
+    result = run_nsprof("doctor", "--no-run", env=env)
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("[ok  ] GPU") for line in lines)
+    assert any(line.startswith("[ok  ] ncu") for line in lines)
+    more = next(line for line in lines if line.startswith("[--  ] for more"))
+    assert "nsprof doctor without --no-run" in more and "a GPU with its driver" not in more
+    assert lines[-1] == "[FAIL] verdict   no ground truth available here"
