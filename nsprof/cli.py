@@ -131,7 +131,8 @@ _HELP = {
     "--verbose": "With --devices or --scheduler: each Dask worker's state on stderr as it changes.",
     "analyze --kernel": "Only kernels whose short or full name matches REGEX (re.search, like ncu's --kernel-name regex:).",
     "analyze --range": "Only ranges matching REGEX (as printed: cfg0.direct, torch_push, (no range)).",
-    "analyze --sort": "range: natural order (cfg2 before cfg10), (no range) last; median, total, count: largest first; name: by kernel name.",
+    "analyze --sort": "range: natural order (cfg2 before cfg10), (no range) last; median, total, count: largest first; name: by kernel name. --reverse turns it around.",
+    "analyze --reverse": "Sort the other way (--sort median --reverse: the fastest first); rows without a value, and (no range), stay last.",
     "analyze --top": "Only the first N rows of each report, after --sort.",
     "analyze --timeunit": "Unit of the durations printed.",
     "analyze --no-warmup": 'Drop the kernels outside every NVTX range (the "(no range)" rows, else shown last).',
@@ -229,6 +230,7 @@ _CLUSTER = ("devices", "scheduler", "verbose")
 @_option("--kernel", "kernel_re", metavar="REGEX", callback=_regex)
 @_option("--range", "range_re", metavar="REGEX", callback=_regex)
 @_option("--sort", "sort_by", type=_choice("range median total count name"), default="range")
+@_option("--reverse", is_flag=True)
 @_option("--top", type=click.IntRange(1), default=None, metavar="N")
 @_option("--timeunit", type=_choice("ns us ms"), default="us")
 @_option("--no-warmup", is_flag=True)
@@ -252,15 +254,12 @@ def analyze(files, plot_path, as_json, csv_path, parquet_path, compare, domain, 
     their reps) and kernel, the count, median, min, max, mean, std and coefficient of
     variation of the kernel duration, the total and its share of the report's kernel time
     (% of time: filters do not change it), median cycles and clock. Columns empty for a whole
-    report are left out. --kernel, --range, --no-warmup, --sort and --top choose the rows, of
-    the comparison too.
+    report are left out. --kernel, --range, --no-warmup, --sort, --reverse and --top choose the
+    rows, of the comparison too.
     """
     outputs = {"plot_path": plot_path, "as_json": as_json, "csv_path": csv_path, "parquet_path": parquet_path}
-    _exit(
-        analyze_command.analyze(
-            files, analyze_command.View(**view), compare=compare, domain=domain, **outputs
-        )
-    )
+    chosen = analyze_command.View(**view)
+    _exit(analyze_command.analyze(files, chosen, compare=compare, domain=domain, **outputs))
 
 
 @cli.command()

@@ -371,9 +371,11 @@ def _take(table, positions: list[int]):
     return table.iloc[positions] if hasattr(table, "iloc") else table.take(positions)
 
 
-def order(summary, by: str = "range", top: int | None = None):
+def order(summary, by: str = "range", top: int | None = None, reverse: bool = False):
     """A summary sorted: `range` natural range order ("(no range)" last), kernels of a range in
-    order of appearance; `median`, `total`, `count` largest first; `name` by kernel name. Then
+    order of appearance; `median`, `total`, `count` largest first; `name` by kernel name. With
+    `reverse`, each key the other way (`median` then puts the fastest first), equal keys still
+    in order of appearance and the rows without a value (NaN, "(no range)") still last. Then
     the first `top` rows of each source. A DataFrame (index 0, 1, ...) for a DataFrame, a
     ListTable for a ListTable."""
     if by not in SORTS:
@@ -388,17 +390,24 @@ def order(summary, by: str = "range", top: int | None = None):
         (i, SimpleNamespace(**{column: columns[column][i] for column in used})) for i in range(len(summary))
     ]
 
-    def nan_last(value):
-        return (value != value, -(value if value == value else 0))
-
+    # Each key: (whether a row goes last whichever the direction, its key ascending, whether the
+    # key's own direction is largest first). Python's sort is stable both ways, so equal keys keep
+    # their order of appearance.
     keys = {
-        "range": lambda r: (range_key(r[1].range), r[0]),
-        "median": lambda r: (*nan_last(r[1].median_ns), r[0]),
-        "total": lambda r: (*nan_last(r[1].total_ns), r[0]),
-        "count": lambda r: (-r[1].count, r[0]),
-        "name": lambda r: (natural_key(r[1].kernel), natural_key(r[1].kernel_full), range_key(r[1].range)),
+        "range": (lambda r: str(r.range) == NO_RANGE, lambda r: natural_key(r.range), False),
+        "median": (lambda r: r.median_ns != r.median_ns, lambda r: r.median_ns, True),
+        "total": (lambda r: r.total_ns != r.total_ns, lambda r: r.total_ns, True),
+        "count": (lambda r: False, lambda r: r.count, True),
+        "name": (
+            lambda r: False,
+            lambda r: (natural_key(r.kernel), natural_key(r.kernel_full), range_key(r.range)),
+            False,
+        ),
     }
-    positions = [i for i, _ in sorted(rows, key=keys[by])]
+    last, key, largest_first = keys[by]
+    shown = [(i, r) for i, r in rows if not last(r)]
+    positions = [i for i, _ in sorted(shown, key=lambda ir: key(ir[1]), reverse=largest_first != reverse)]
+    positions += [i for i, r in rows if last(r)]
     if top is not None:  # the first `top` rows of each source, as groupby("source", dropna=False).head(top)
         import pandas as pd
 

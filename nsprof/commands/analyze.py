@@ -31,12 +31,13 @@ COMPARE_COLUMNS = [
 
 @dataclass(frozen=True)
 class View:
-    """Which rows of a summary are shown (kernel_re, range_re, no_warmup, sort_by, top) and how
+    """Which rows of a summary are shown (kernel_re, range_re, no_warmup, sort_by, reverse, top) and how
     (timeunit, names, wide, style: table, csv, json or markdown)."""
 
     kernel_re: str | None = None
     range_re: str | None = None
     sort_by: str = "range"
+    reverse: bool = False
     top: int | None = None
     timeunit: str = "us"
     no_warmup: bool = False
@@ -53,9 +54,8 @@ class View:
     def chosen(self, summary):
         from nsprof.analysis.summary import order, select
 
-        return order(
-            select(summary, self.kernel_re, self.range_re, warmup=not self.no_warmup), self.sort_by, self.top
-        )
+        chosen = select(summary, self.kernel_re, self.range_re, warmup=not self.no_warmup)
+        return order(chosen, self.sort_by, self.top, reverse=self.reverse)
 
 
 def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:

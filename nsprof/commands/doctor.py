@@ -11,6 +11,6 @@ def doctor(run_kernels: bool) -> int:
 
     checks, available = run_doctor(run_kernels=run_kernels)
     for check in checks:
-        mark = "ok  " if check.ok else "FAIL"
+        mark = "ok  " if check.ok else "--  " if check.optional else "FAIL"
         click.echo(f"[{mark}] {check.name:<9} {check.detail}")
     return 0 if available else 1

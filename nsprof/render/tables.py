@@ -390,6 +390,32 @@ def describe_decision(result) -> str:
     )
 
 
+def split_configs(configs: Sequence) -> tuple[dict, list | None]:
+    """(the keys every config has with one same value, the other keys in order of first
+    appearance) of a space's dict configs; ({}, None) when some config is not a dict, when there
+    are fewer than 2, or when no key is the same in all or none differs (then each config is
+    shown whole)."""
+    if len(configs) < 2 or not all(isinstance(c, dict) for c in configs):
+        return {}, None
+    keys = list(dict.fromkeys(k for c in configs for k in c))
+    constant = {k: configs[0][k] for k in keys if all(k in c and c[k] == configs[0][k] for c in configs)}
+    varying = [k for k in keys if k not in constant]
+    return (constant, varying) if constant and varying else ({}, None)
+
+
+def constant_line(constant: dict) -> list[str]:
+    """The line above a table whose config cells leave out the keys all configs share."""
+    return [f"all configs: {', '.join(f'{k}={v}' for k, v in constant.items())}"] if constant else []
+
+
+def config_cell(config, label, varying: list | None) -> str:
+    """A config's cell, never cut: the keys that vary across the space (`varying`: split_configs),
+    else its label (the table's `config`) whole."""
+    if varying is None or not isinstance(config, dict) or label != config_label(config):
+        return "-" if is_missing(label) else str(label)
+    return ",".join(f"{k}={config[k]}" for k in varying if k in config) or "-"
+
+
 def format_ranked(result) -> str:
     """`nsprof tune`'s output: how the numbers were taken, the ranked table, the best, the
     interval and the decision (winner or tie), the notes (`result`: an nsprof.tune.TuneResult)."""
@@ -408,13 +434,14 @@ def format_ranked(result) -> str:
         "error",
     ]
     tie = result.decision.kind == "tie"
+    constant, varying = split_configs(result.configs)
     rows = []
     for r in result.table.itertuples():
         rows.append(
             [
                 text(r.rank),
                 str(r.config_id),
-                text(r.config, 44),
+                config_cell(_config_of(result, r.config_id), r.config, varying),
                 us(r.value_ns),
                 us(getattr(r, "ci_low_ns", float("nan"))),
                 us(getattr(r, "ci_high_ns", float("nan"))),
@@ -426,8 +453,15 @@ def format_ranked(result) -> str:
                 text(r.error, 50),
             ]
         )
-    lines = [f"ranked by {result.label}", render_table(headers, rows, right={0, 1, 3, 4, 5, 6, 7, 8, 9})]
+    table = render_table(headers, rows, right={0, 1, 3, 4, 5, 6, 7, 8, 9})
+    lines = [f"ranked by {result.label}", *constant_line(constant), table]
     return "\n".join(lines + ranked_lines(result))
+
+
+def _config_of(result, config_id):
+    """The config `config_id` of a ranking's space, None where the space has no such config."""
+    i = int(config_id)
+    return result.configs[i] if 0 <= i < len(result.configs) else None
 
 
 def tie_cell(tie: bool, tied_with_best) -> str:
@@ -586,6 +620,7 @@ def format_shapes(shapes, truth: str | None = None) -> str:
     under one truth): a row per shape with its winner, the winner's time, the runner-up and how
     far behind it is, and the tie state (nsprof.analysis.confidence's decision)."""
     headers = ["#", "shape", "winner", "config", "µs", "runner-up", "vs winner", "decision"]
+    constant, varying = split_configs(shapes[0].configs)
     rows = []
     for shaped in shapes:
         result = shaped.rankings[truth] if truth else shaped
@@ -602,9 +637,11 @@ def format_shapes(shapes, truth: str | None = None) -> str:
         rows.append(
             [
                 str(shaped.shape),
-                text(config_label(shaped.shape_value), 24),
+                config_label(shaped.shape_value),
                 "-" if best is None else str(best),
-                "" if best is None else text(config_label(result.configs[best]), 40),
+                ""
+                if best is None
+                else config_cell(result.configs[best], config_label(result.configs[best]), varying),
                 value,
                 second,
                 behind,
@@ -612,7 +649,8 @@ def format_shapes(shapes, truth: str | None = None) -> str:
             ]
         )
     label = (shapes[0].rankings[truth] if truth else shapes[0]).label
-    return f"ranked by {label}, per shape\n" + render_table(headers, rows, right={0, 2, 4, 5, 6})
+    lines = [f"ranked by {label}, per shape", *constant_line(constant)]
+    return "\n".join([*lines, render_table(headers, rows, right={0, 2, 4, 5, 6})])
 
 
 def _shape_notes(shapes) -> list[str]:
