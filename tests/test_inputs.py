@@ -128,19 +128,20 @@ def test_dash_on_a_terminal_is_refused():
 
 
 def test_closed_pipe_exits_0_with_nothing_on_stderr(tmp_path):
-    # Many rows, so that the output is far larger than a pipe buffer.
+    # Many rows, so that the JSON (one line of ~640 kB) is far larger than a pipe buffer (64 kB).
     big = tmp_path / "big.csv"
     lines = RAW.read_text().splitlines(keepends=True)
     header = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
     body = lines[header + 2 :]
-    big.write_text("".join(lines[: header + 2]) + "".join(body * 400))
+    big.write_text("".join(lines[: header + 2]) + "".join(body * 40))
     for args in (("analyze", big, "--json"), ("analyze", big)):
         nsprof = subprocess.Popen(
             nsprof_argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env()
         )
-        # A reader like `head -1`: one line, then it closes its end.
+        # A reader like `head -c 4096`: a little, then it closes its end while nsprof still writes
+        # (a reader of one line would read the whole JSON line first: no closed pipe to meet).
         reader = subprocess.Popen(
-            [sys.executable, "-c", "import sys; sys.stdin.buffer.readline()"], stdin=nsprof.stdout
+            [sys.executable, "-c", "import sys; sys.stdin.buffer.read(4096)"], stdin=nsprof.stdout
         )
         nsprof.stdout.close()
         reader.wait(timeout=DEADLINE_S)
