@@ -127,7 +127,12 @@ def _run_in_process(args, env, cwd, text: bool = True, input=None) -> subprocess
             # pytest's record of them, so that a test of what stderr holds sees them
             with warnings.catch_warnings(record=True) as caught:
                 warnings.resetwarnings()
-                for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                for category in (
+                    DeprecationWarning,
+                    PendingDeprecationWarning,
+                    ImportWarning,
+                    ResourceWarning,
+                ):
                     warnings.simplefilter("ignore", category)
                 try:
                     main(args)

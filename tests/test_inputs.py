@@ -203,7 +203,9 @@ def test_compressed_reports_are_named_by_content(tmp_path, name, pack, tool):
 def test_symlink_loop_is_named(tmp_path):
     loop = tmp_path / "loop.csv"
     loop.symlink_to(loop)
-    line = assert_one_line_error(run_nsprof("analyze", loop, text=False, in_process=True), str(loop), "symbolic link")
+    line = assert_one_line_error(
+        run_nsprof("analyze", loop, text=False, in_process=True), str(loop), "symbolic link"
+    )
     assert "no such file" not in line
 
 
