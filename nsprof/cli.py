@@ -415,14 +415,15 @@ def doctor(no_run) -> None:
     _exit(doctor_command.doctor(run_kernels=not no_run))
 
 
-def main() -> None:
+def main(args: list[str] | None = None) -> None:
+    """nsprof's command line on `args` (sys.argv[1:] when None): errors as one line and an exit status."""
     from nsprof.session import interrupt_on_termination
 
     # timeout, Slurm and systemd stop nsprof with SIGTERM, a closed terminal with SIGHUP: act as
     # on Ctrl-C (children stopped, what was measured kept), not die leaving the children running.
     interrupt_on_termination()
     try:
-        code = cli.main(prog_name="nsprof", standalone_mode=False)
+        code = cli.main(args=args, prog_name="nsprof", standalone_mode=False)
         sys.stdout.flush()  # inside the try: a closed pipe shows on the last flush too
     except SystemExit:
         # click answers a closed pipe (EPIPE) itself with exit status 1, after wrapping

@@ -73,14 +73,23 @@ def run_nsprof(
     cwd: Path | str | None = None,
     timeout: float = 300,
     standins: bool = False,
+    in_process: bool = False,
     **run_kwargs,
 ) -> subprocess.CompletedProcess:
-    """nsprof's command line in a child process, run to its end: `python -m nsprof ARGS`, or with
+    """nsprof's command line run to its end: in a child process `python -m nsprof ARGS`, or with
     `standins` `python tests/standins.py ARGS` (every ncu and nsys session a stand-in: no tool needed).
+
+    in_process: nsprof's main() in this process instead, through click's CliRunner, for options, help
+    and reading reports (no interpreter to start). Keep a child process where the behaviour crosses
+    one: signals, fd 0 and 1 (pipes, FIFOs, terminals), profilers and workers, locks; `timeout` and
+    `standins` need one.
 
     env: variables set over os.environ's (a value None removes one). stdout and stderr are captured, as
     text unless text=False; the other run_kwargs (input, stdin) go to subprocess.run.
     """
+    if in_process:
+        assert not standins, "the stand-in profilers run in a child process"
+        return _run_in_process([str(a) for a in args], env, cwd, **run_kwargs)
     environment = dict(os.environ)
     for name, value in (env or {}).items():
         if value is None:
@@ -97,6 +106,61 @@ def run_nsprof(
         timeout=timeout,
         **run_kwargs,
     )
+
+
+def _run_in_process(args, env, cwd, text: bool = True, input=None) -> subprocess.CompletedProcess:
+    """run_nsprof(in_process=True): main() under CliRunner's isolation (its own stdin, stdout, stderr
+    and environment), in `cwd`; the signal handlers main() installs are put back after."""
+    import inspect
+    import signal
+    import warnings
+
+    from click.testing import CliRunner
+
+    from nsprof.cli import main
+
+    # click < 8.2 mixes stderr into stdout unless told not to
+    separate = {"mix_stderr": False} if "mix_stderr" in inspect.signature(CliRunner).parameters else {}
+    runner = CliRunner(**separate)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    here = os.getcwd()
+    code = 0
+    environment = {name: None if value is None else str(value) for name, value in (env or {}).items()}
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with runner.isolation(input=input, env=environment) as streams:
+            # Python's warnings reach stderr as in a fresh interpreter (its default filters), not
+            # pytest's record of them, so that a test of what stderr holds sees them
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.resetwarnings()
+                for category in (
+                    DeprecationWarning,
+                    PendingDeprecationWarning,
+                    ImportWarning,
+                    ResourceWarning,
+                ):
+                    warnings.simplefilter("ignore", category)
+                try:
+                    main(args)
+                except SystemExit as exc:
+                    if exc.code is None or isinstance(exc.code, int):
+                        code = exc.code or 0
+                    else:  # sys.exit("text"): the interpreter prints it and exits 1
+                        print(exc.code, file=sys.stderr)
+                        code = 1
+            for w in caught:
+                sys.stderr.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            out, err = streams[0].getvalue(), streams[1].getvalue()
+    finally:
+        os.chdir(here)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    if text:
+        out, err = out.decode(), err.decode(errors="backslashreplace")
+    return subprocess.CompletedProcess(["nsprof", *args], code, out, err)
 
 
 def wait_for(predicate, timeout_s: float = 60.0) -> bool:

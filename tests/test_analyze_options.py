@@ -16,7 +16,6 @@ import re
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 from collections import defaultdict
 
@@ -33,7 +32,7 @@ NO_RANGE = "(no range)"
 
 
 def ok(*args, **kwargs):
-    result = run_nsprof("analyze", *args, **kwargs)
+    result = run_nsprof("analyze", *args, in_process=True, **kwargs)
     assert result.returncode == 0, result.stderr
     return result
 
@@ -155,7 +154,7 @@ def test_kernel_and_range_filters():
     # the short name matches too (ncu's --kernel-name regex: matches the function name)
     names = {r["kernel"] for r in csv_rows(ok(SQLITE, "--kernel", "^gemm_kernel$", "--format", "csv").stdout)}
     assert names == {"gemm_kernel"}
-    bad = run_nsprof("analyze", SQLITE, "--kernel", "(")
+    bad = run_nsprof("analyze", SQLITE, "--kernel", "(", in_process=True)
     assert bad.returncode == 2 and "regular expression" in bad.stderr and len(bad.stderr.splitlines()) == 1
 
 
@@ -324,7 +323,7 @@ def test_dash_is_standard_output(tmp_path):
     rows = csv_rows(result.stdout)
     assert len(rows) == len(ncu_kernels()) == 27
     assert [float(r["duration_ns"]) for r in rows] == pytest.approx([k["duration_ns"] for k in ncu_kernels()])
-    both = run_nsprof("analyze", RAW, "--csv", "-", "--json")
+    both = run_nsprof("analyze", RAW, "--csv", "-", "--json", in_process=True)
     assert both.returncode == 2 and "standard output" in both.stderr
 
 
@@ -425,7 +424,7 @@ def test_durations_plot_holds_each_range_and_its_kernels(tmp_path):
     # through the command line: a file, or PNG on standard output
     ok(SQLITE, "--plot", tmp_path / "cli.svg")
     assert (tmp_path / "cli.svg").read_text().lstrip().startswith("<?xml")
-    png = run_nsprof("analyze", RAW, "--plot", "-", text=False)
+    png = run_nsprof("analyze", RAW, "--plot", "-", text=False, in_process=True)
     assert png.returncode == 0 and png.stdout[:4] == b"\x89PNG"
 
 
@@ -447,20 +446,13 @@ def test_ratio_plot_holds_the_shared_ranges(tmp_path):
     assert (tmp_path / "cli.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_plot_without_matplotlib_is_one_line(tmp_path):
-    code = (
-        "import sys; sys.modules['matplotlib'] = None; sys.argv = ['nsprof', 'analyze', sys.argv[1], "
-        "'--plot', sys.argv[2]]; from nsprof.cli import main; main()"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(RAW), str(tmp_path / "x.png")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def test_plot_without_matplotlib_is_one_line(tmp_path, monkeypatch):
+    with monkeypatch.context() as patched:
+        patched.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails, as without it
+        result = run_nsprof("analyze", RAW, "--plot", tmp_path / "x.png", in_process=True)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.strip() == "nsprof: error: --plot needs matplotlib: pip install 'nsprof[plot]'"
-    bad = run_nsprof("analyze", RAW, "--plot", tmp_path / "x.txt")
+    bad = run_nsprof("analyze", RAW, "--plot", tmp_path / "x.txt", in_process=True)
     assert bad.returncode == 2 and ".png" in bad.stderr
 
 

@@ -1,4 +1,5 @@
-"""The command line, driven through real child processes (exit codes and stderr as users see them)."""
+"""The command line: exit codes and stderr as users see them, through nsprof's main() in this process
+(run_nsprof(in_process=True)), and `python -m nsprof` itself in a child process."""
 
 from __future__ import annotations
 
@@ -16,16 +17,16 @@ RAW = FIXTURES / "fixture_node_raw.csv"
 def test_help_for_every_command():
     from nsprof.cli import cli
 
-    top = run_nsprof("--help")
+    top = run_nsprof("--help")  # a child process: the entry point itself
     assert top.returncode == 0 and "analyze" in top.stdout
     for name in cli.commands:
-        result = run_nsprof(name, "--help")
+        result = run_nsprof(name, "--help", in_process=True)
         assert result.returncode == 0, name
         assert "Usage:" in result.stdout and len(result.stdout.splitlines()) > 4
 
 
 def test_analyze_prints_summary_per_config():
-    result = run_nsprof("analyze", RAW)
+    result = run_nsprof("analyze", RAW, in_process=True)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     cfg0 = next(line for line in lines if line.startswith("ncu") and "cfg0.direct" in line)
@@ -43,7 +44,7 @@ def test_analyze_prints_summary_per_config():
 
 
 def test_analyze_json_rows():
-    result = run_nsprof("analyze", RAW, "--json")
+    result = run_nsprof("analyze", RAW, "--json", in_process=True)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert len(rows) == 27
@@ -57,7 +58,7 @@ def test_analyze_json_rows():
 
 def test_analyze_csv_export(tmp_path):
     out = tmp_path / "rows.csv"
-    result = run_nsprof("analyze", RAW, "--csv", out)
+    result = run_nsprof("analyze", RAW, "--csv", out, in_process=True)
     assert result.returncode == 0, result.stderr
     with open(out, newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -65,7 +66,7 @@ def test_analyze_csv_export(tmp_path):
 
 
 def test_compare_two_reports(tmp_path):
-    result = run_nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_node_details.csv")
+    result = run_nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_node_details.csv", in_process=True)
     assert result.returncode == 0, result.stderr
     cfg0 = next(line for line in result.stdout.splitlines() if line.startswith("cfg0.direct"))
     # independent: medians of cfg0.direct durations in each file, by the csv module
@@ -86,7 +87,7 @@ def test_compare_two_reports(tmp_path):
 
 
 def test_compare_needs_two_files():
-    result = run_nsprof("analyze", "--compare", RAW)
+    result = run_nsprof("analyze", "--compare", RAW, in_process=True)
     assert result.returncode == 2
     assert "exactly two" in result.stderr
 
@@ -104,7 +105,7 @@ def test_compare_needs_two_files():
 def test_bad_inputs_give_one_line_and_exit_2(tmp_path, make, message):
     path = tmp_path / "input.dat"
     make(path)
-    result = run_nsprof("analyze", path)
+    result = run_nsprof("analyze", path, in_process=True)
     assert result.returncode == 2
     assert result.stdout == ""
     err = result.stderr.strip()
@@ -118,10 +119,10 @@ def test_parquet_without_pyarrow_is_a_clear_error(tmp_path):
     try:
         import pyarrow  # noqa: F401
     except ImportError:
-        result = run_nsprof("analyze", RAW, "--parquet", tmp_path / "x.parquet")
+        result = run_nsprof("analyze", RAW, "--parquet", tmp_path / "x.parquet", in_process=True)
         assert result.returncode == 2 and "pyarrow" in result.stderr
     else:
-        result = run_nsprof("analyze", RAW, "--parquet", tmp_path / "x.parquet")
+        result = run_nsprof("analyze", RAW, "--parquet", tmp_path / "x.parquet", in_process=True)
         assert result.returncode == 0 and (tmp_path / "x.parquet").stat().st_size > 0
 
 
@@ -169,10 +170,10 @@ def test_a_registered_backend_is_one_the_settings_take_until_it_is_unregistered(
 
 def test_compare_flags_rows_an_order_of_magnitude_apart():
     # the graph-profiling run of the same workload measured every kernel 30-74x longer
-    result = run_nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_graph_raw.csv")
+    result = run_nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_graph_raw.csv", in_process=True)
     assert result.returncode == 0, result.stderr
     assert "differ more than 10x" in result.stdout
-    plain = run_nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_node_details.csv")
+    plain = run_nsprof("analyze", "--compare", RAW, FIXTURES / "fixture_node_details.csv", in_process=True)
     assert "differ more than 10x" not in plain.stdout
 
 
@@ -216,7 +217,7 @@ def test_kernels_sharing_a_short_name_print_as_distinct_rows():
         kernels, distinct = conn.execute(
             "SELECT count(*), count(DISTINCT demangledName) FROM CUPTI_ACTIVITY_KIND_KERNEL"
         ).fetchone()
-    result = run_nsprof("analyze", sqlite)
+    result = run_nsprof("analyze", sqlite, in_process=True)
     assert result.returncode == 0, result.stderr
     rows = _table_rows(result.stdout)
     cells = [(row[1], row[2]) for row in rows]  # range, kernel
@@ -250,7 +251,7 @@ def test_names_that_differ_past_the_display_width_never_print_as_one_row(tmp_pat
         ).fetchone()[0]
         conn.execute("DELETE FROM NVTX_EVENTS")
     for args, kernel_cell in (((path,), 2), (("--compare", path, path), 1)):
-        result = run_nsprof("analyze", *args)
+        result = run_nsprof("analyze", *args, in_process=True)
         assert result.returncode == 0, result.stderr
         rows = [row for row in _table_rows(result.stdout) if row[kernel_cell].startswith("kkk")]
         labels = [row[kernel_cell] for row in rows]

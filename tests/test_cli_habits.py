@@ -76,7 +76,7 @@ def readme_examples() -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def helps() -> dict[str, str]:
-    return {name: run_nsprof(name, "--help").stdout for name in COMMANDS}
+    return {name: run_nsprof(name, "--help", in_process=True).stdout for name in COMMANDS}
 
 
 def test_the_rule_reads_the_help_option_column_only():
@@ -90,7 +90,7 @@ def test_the_rule_reads_the_help_option_column_only():
 def test_version_on_nsprof_and_every_command():
     for args in [[], *[[name] for name in COMMANDS]]:
         for flag in ("-V", "--version"):
-            done = run_nsprof(*args, flag)
+            done = run_nsprof(*args, flag, in_process=True)
             assert done.returncode == 0 and done.stdout == f"nsprof, version {__version__}\n", (
                 args,
                 flag,
@@ -135,7 +135,7 @@ def test_readme_documents_shell_completion():
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_the_completion_script_the_readme_names(shell):
-    done = run_nsprof(env={"_NSPROF_COMPLETE": f"{shell}_source"})
+    done = run_nsprof(env={"_NSPROF_COMPLETE": f"{shell}_source"}, in_process=True)
     assert done.returncode == 0
     assert "_NSPROF_COMPLETE" in done.stdout and f"{shell}_complete" in done.stdout
 
@@ -144,7 +144,8 @@ def test_completion_completes_commands_options_and_choices():
     def complete(words: str) -> list[str]:
         parts = words.split(" ")
         done = run_nsprof(
-            env={"_NSPROF_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(len(parts) - 1)}
+            env={"_NSPROF_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(len(parts) - 1)},
+            in_process=True,
         )
         assert done.returncode == 0, done.stderr
         return [line.split(",", 1)[1] for line in done.stdout.splitlines()]

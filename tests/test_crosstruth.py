@@ -323,10 +323,12 @@ def test_verdict_and_cause_rules():
 # ----------------------------------------------------------------------------- the command line
 
 
-def _cli(tmp_path, *args, ns_at=L2_EXPLAINS):
+def _cli(tmp_path, *args, ns_at=L2_EXPLAINS, in_process=False):
+    """The stand-ins' CLI in a child process, or with in_process nsprof's own in this one (for options
+    refused before anything is measured)."""
     (tmp_path / "t.py").write_text(TARGET.format(ns_at=ns_at))
     env = {"PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path), "FEED_FILE": str(tmp_path / "fed.json")}
-    return run_nsprof(*args, cwd=tmp_path, env=env, standins=True)
+    return run_nsprof(*args, cwd=tmp_path, env=env, standins=not in_process, in_process=in_process)
 
 
 def test_the_cli_ranks_under_ncu_and_nsys_and_records_the_deploy(tmp_path):
@@ -432,7 +434,7 @@ def test_the_cli_prints_one_table_per_truth_and_a_closing_verdict(tmp_path):
     ],
 )
 def test_bad_truth_and_deploy_values_are_one_line(tmp_path, args, message):
-    done = _cli(tmp_path, "tune", "t.py:space", "--no-store", *args)
+    done = _cli(tmp_path, "tune", "t.py:space", "--no-store", *args, in_process=True)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [done.stderr.strip()] and done.stderr.startswith(message), (
         done.stderr

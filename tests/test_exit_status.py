@@ -107,6 +107,6 @@ def test_profile_csv_dash_is_standard_output(tmp_path, own_tmp):
         "--json",
         cwd=tmp_path,
         env=own_tmp,
-        standins=True,
+        in_process=True,  # refused before any run
     )
     assert both.returncode == 2 and "both write to standard output" in both.stderr

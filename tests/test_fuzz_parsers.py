@@ -77,6 +77,8 @@ EXAMPLES = {
 }
 COUNTS: Counter = Counter()
 OUTCOMES: Counter = Counter()
+# One worker runs the whole module (pytest-xdist): test_fuzz_case_count adds up the other tests' cases.
+pytestmark = pytest.mark.xdist_group("fuzz_parsers")
 HARD_LIMIT_S = 60  # per example, behind hypothesis' deadline: a hang fails instead of blocking CI
 NCU_REP_LIMITS = {"timeout_s": 30.0, "max_memory_bytes": 1 << 30}
 

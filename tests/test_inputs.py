@@ -1,6 +1,7 @@
-"""How `nsprof analyze` takes its inputs and gives its output, through real child processes:
-FIFOs, pipes and standard input, a reader that closes the pipe early, outputs that would
-overwrite an input, and the messages for paths that are not readable reports.
+"""How `nsprof analyze` takes its inputs and gives its output: FIFOs, pipes and standard input and a
+reader that closes the pipe early through real child processes; outputs that would overwrite an
+input and the messages for paths that are not readable reports through nsprof's main() in this
+process (run_nsprof(in_process=True)).
 
 Expected values come from the csv module's own read of the fixture, never from nsprof.
 """
@@ -127,19 +128,20 @@ def test_dash_on_a_terminal_is_refused():
 
 
 def test_closed_pipe_exits_0_with_nothing_on_stderr(tmp_path):
-    # Many rows, so that the output is far larger than a pipe buffer.
+    # Many rows, so that the JSON (one line of ~640 kB) is far larger than a pipe buffer (64 kB).
     big = tmp_path / "big.csv"
     lines = RAW.read_text().splitlines(keepends=True)
     header = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
     body = lines[header + 2 :]
-    big.write_text("".join(lines[: header + 2]) + "".join(body * 400))
+    big.write_text("".join(lines[: header + 2]) + "".join(body * 40))
     for args in (("analyze", big, "--json"), ("analyze", big)):
         nsprof = subprocess.Popen(
             nsprof_argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env()
         )
-        # A reader like `head -1`: one line, then it closes its end.
+        # A reader like `head -c 4096`: a little, then it closes its end while nsprof still writes
+        # (a reader of one line would read the whole JSON line first: no closed pipe to meet).
         reader = subprocess.Popen(
-            [sys.executable, "-c", "import sys; sys.stdin.buffer.readline()"], stdin=nsprof.stdout
+            [sys.executable, "-c", "import sys; sys.stdin.buffer.read(4096)"], stdin=nsprof.stdout
         )
         nsprof.stdout.close()
         reader.wait(timeout=DEADLINE_S)
@@ -168,7 +170,7 @@ def test_output_equal_to_an_input_is_refused(tmp_path, option, alias):
         out.symlink_to(report)
     elif alias == "hardlink":
         os.link(report, out)
-    result = run_nsprof("analyze", report, option, out, text=False)
+    result = run_nsprof("analyze", report, option, out, text=False, in_process=True)
     assert_one_line_error(result, "would overwrite", str(report))
     assert report.read_bytes() == before
 
@@ -194,33 +196,35 @@ def test_compressed_reports_are_named_by_content(tmp_path, name, pack, tool):
             archive.write(RAW, "r.csv")
     else:
         path.write_bytes(pack(RAW.read_bytes()))
-    result = run_nsprof("analyze", path, text=False)
+    result = run_nsprof("analyze", path, text=False, in_process=True)
     assert_one_line_error(result, str(path), f"{tool}-compressed")
 
 
 def test_symlink_loop_is_named(tmp_path):
     loop = tmp_path / "loop.csv"
     loop.symlink_to(loop)
-    line = assert_one_line_error(run_nsprof("analyze", loop, text=False), str(loop), "symbolic link")
+    line = assert_one_line_error(
+        run_nsprof("analyze", loop, text=False, in_process=True), str(loop), "symbolic link"
+    )
     assert "no such file" not in line
 
 
 def test_dangling_symlink_names_its_target(tmp_path):
     link = tmp_path / "link.csv"
     link.symlink_to(tmp_path / "gone.csv")
-    assert_one_line_error(run_nsprof("analyze", link, text=False), str(link), "gone.csv")
+    assert_one_line_error(run_nsprof("analyze", link, text=False, in_process=True), str(link), "gone.csv")
 
 
 def test_errors_show_the_path_as_given(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "empty.sqlite").write_bytes(b"")
     (tmp_path / "sub" / "junk.csv").write_text("name,value\nx,1\n")
-    result = run_nsprof("analyze", "sub/empty.sqlite", cwd=tmp_path)
+    result = run_nsprof("analyze", "sub/empty.sqlite", cwd=tmp_path, in_process=True)
     assert_one_line_error(result, "sub/empty.sqlite: empty file")
-    result = run_nsprof("analyze", "sub/junk.csv", cwd=tmp_path)
+    result = run_nsprof("analyze", "sub/junk.csv", cwd=tmp_path, in_process=True)
     assert_one_line_error(result, "sub/junk.csv: not a report")
     # /dev/null is a character device: read once as a stream, named as given
-    assert_one_line_error(run_nsprof("analyze", "/dev/null", text=False), "/dev/null: empty")
+    assert_one_line_error(run_nsprof("analyze", "/dev/null", text=False, in_process=True), "/dev/null: empty")
 
 
 def test_unreadable_file_names_permission(tmp_path):

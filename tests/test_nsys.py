@@ -941,7 +941,7 @@ def test_a_missing_table_is_one_warning_line(tmp_path, sql, fragments):
     shutil.copyfile(FIXTURE, path)
     with sqlite3.connect(path) as conn:
         conn.execute(sql)
-    result = run_nsprof("analyze", path)
+    result = run_nsprof("analyze", path, in_process=True)
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if line.startswith("nsprof: warning:")]
     assert len(warnings) == 1, result.stderr
@@ -951,7 +951,7 @@ def test_a_missing_table_is_one_warning_line(tmp_path, sql, fragments):
 
 
 def test_the_intact_fixture_gives_no_warning():
-    result = run_nsprof("analyze", FIXTURE, "--domain", "nsprof")
+    result = run_nsprof("analyze", FIXTURE, "--domain", "nsprof", in_process=True)
     assert result.returncode == 0 and result.stderr == "", result.stderr
 
 
@@ -961,7 +961,7 @@ def test_an_unknown_domain_is_one_warning_line():
         DEFAULT_DOMAIN,
         *(text for (text,) in con.execute("SELECT text FROM NVTX_EVENTS WHERE eventType = 75")),
     }
-    result = run_nsprof("analyze", FIXTURE, "--domain", "nsprf")
+    result = run_nsprof("analyze", FIXTURE, "--domain", "nsprf", in_process=True)
     assert result.returncode == 0, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"nsprof: warning: {FIXTURE}: "), result.stderr

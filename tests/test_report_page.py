@@ -428,7 +428,7 @@ def test_validate_html_through_the_cli(tmp_path):
 
 def test_a_bad_plot_name_fails_before_any_work(tmp_path):
     done = run_nsprof(
-        "tune", "nowhere.py:space", "--backend", "graph", "--plot", "r.txt", cwd=tmp_path, timeout=60
+        "tune", "nowhere.py:space", "--backend", "graph", "--plot", "r.txt", cwd=tmp_path, in_process=True
     )
     assert done.returncode == 2
     assert (
@@ -531,7 +531,7 @@ def test_dash_is_standard_output_for_tune_validate_and_results(tmp_path):
     png = run_nsprof(*tune, "--plot", "-", cwd=tmp_path, standins=True, text=False)
     assert png.returncode == 0, png.stderr
     assert png.stdout.startswith(b"\x89PNG\r\n\x1a\n")
-    both = run_nsprof(*tune, "--plot", "-", "--json", cwd=tmp_path, standins=True)
+    both = run_nsprof(*tune, "--plot", "-", "--json", cwd=tmp_path, in_process=True)  # refused before any run
     assert both.returncode == 2 and "would both write to standard output" in both.stderr
     exported = run_nsprof("results", "--store", "r.sqlite", "--export", "-", cwd=tmp_path, standins=True)
     assert exported.returncode == 0, exported.stderr
