@@ -254,7 +254,6 @@ def _run_batch(
     `n_shapes` (a target with shapes), the batch's ids are point ids (nsprof.schema.Points)."""
     from distributed import get_worker
 
-    from nsprof.host.lock import gpu_lock
     from nsprof.profile import profile_result
 
     worker = get_worker()
@@ -266,35 +265,13 @@ def _run_batch(
         "attempt": uuid.uuid4().hex,
     }
 
-    def send(**message) -> None:
-        try:
-            worker.log_event(topic, {**me, **message})
-        except Exception:  # noqa: BLE001 - progress is not worth failing a batch for
-            pass
-
     own = set(batch)
-
-    def progress(event: str, config_id: int, detail: str) -> None:
-        if config_id in own:
-            send(event=event, config=int(config_id), detail=str(detail)[:300])
-
+    send, progress = _batch_events(worker, topic, me, own)
     send(event="start")
     ids = list(batch) + ([calibration] if calibration is not None and calibration not in own else [])
     started = time.monotonic()
     try:
-        # A batch re-run on a worker whose predecessor was killed: that one's children let go of
-        # the GPU lock within seconds (its pipe closes, its profiler gets the parent-death signal).
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while True:
-            try:
-                with gpu_lock(0):
-                    break
-            except GpuBusy:
-                if time.monotonic() > deadline or getattr(
-                    getattr(backend, "settings", None), "wait_gpu", False
-                ):
-                    break  # the session says who holds it, or waits (--wait)
-                time.sleep(0.2)
+        _wait_for_dead_predecessor(backend)
         result = profile_result(
             target,
             backend=backend,
@@ -314,6 +291,41 @@ def _run_batch(
         "wall_s": time.monotonic() - started,
         "work_dir": str(result.work_dir) if result.work_dir else None,
     }
+
+
+def _batch_events(worker, topic: str, me: dict, own: set[int]):
+    """A batch's senders of events to the client: send(**message), and on_progress for the
+    batch's own configs (not the calibration config of another batch)."""
+
+    def send(**message) -> None:
+        try:
+            worker.log_event(topic, {**me, **message})
+        except Exception:  # noqa: BLE001 - progress is not worth failing a batch for
+            pass
+
+    def progress(event: str, config_id: int, detail: str) -> None:
+        if config_id in own:
+            send(event=event, config=int(config_id), detail=str(detail)[:300])
+
+    return send, progress
+
+
+def _wait_for_dead_predecessor(backend: Backend) -> None:
+    """Wait (at most LOCK_WAIT_S) until this worker's GPU lock is free, unless the session waits
+    itself (--wait)."""
+    from nsprof.host.lock import gpu_lock
+
+    # A batch re-run on a worker whose predecessor was killed: that one's children let go of
+    # the GPU lock within seconds (its pipe closes, its profiler gets the parent-death signal).
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            with gpu_lock(0):
+                break
+        except GpuBusy:
+            if time.monotonic() > deadline or getattr(getattr(backend, "settings", None), "wait_gpu", False):
+                break  # the session says who holds it, or waits (--wait)
+            time.sleep(0.2)
 
 
 def _calibration_median(frame, point: int, layout: Points) -> float | None:
@@ -397,6 +409,113 @@ class _Follow:
             self.say(f"{where}: batch {batch} measured")
 
 
+def _batch_result(distributed, future, batch: list[int], inner: Backend, layout: Points) -> dict:
+    """A batch's result, or one that fails each of its configs as not run when the batch
+    itself failed (its workers died, or it raised)."""
+    from nsprof.schema import Failure
+
+    try:
+        return future.result()
+    except distributed.client.FutureCancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the batch's workers died (KilledWorker) or it raised
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        lost = {c: Failure(f"not run: its Dask batch failed ({why})", "not_run") for c in batch}
+        frame = inner.failure_frame(lost, layout)
+        return {"frame": frame, "failures": lost, "device": None, "worker": "?"}
+
+
+class _Gather:
+    """What a run's batches have handed back so far: their own rows, failures, GPUs and the
+    calibration config's medians per GPU."""
+
+    def __init__(self, inner: Backend, layout: Points, batches, calibration, follow: _Follow, count, on_rows):
+        self.inner, self.layout, self.batches, self.calibration = inner, layout, batches, calibration
+        self.follow, self.count, self.on_rows = follow, count, on_rows
+        self.frames, self.failures, self.devices, self.medians = [], {}, {}, {}
+        self.model = ""
+
+    def take(self, k: int, result: dict, n_ids: int) -> None:
+        """Batch k's result: its rows handed on, its configs counted."""
+        batch = self.batches[k]
+        if "error" in result:
+            raise NsprofError(
+                f"batch {k} (configs {batch[0]}..{batch[-1]}) on Dask worker "
+                f"{result['worker']}: {result['error']}"
+            )
+        device = result.get("device") or {}
+        self._check_model(k, device)
+        own = self._own_rows(batch, result, device)
+        self.failures.update({c: why for c, why in result.get("failures", {}).items() if c in set(batch)})
+        for config_id in batch:
+            self.count(self.follow, config_id, self.failures)
+        self.frames.append(own)
+        if self.on_rows is not None and len(own):
+            self.on_rows(own)
+        self.follow.say(
+            f"batch {k} back from worker {result.get('worker')} ({len(self.follow.counted)}/{n_ids} configs)"
+        )
+
+    def _check_model(self, k: int, device: dict) -> None:
+        """Refuse a batch measured on another GPU model than the batches before it."""
+        name = str(device.get("name") or "")
+        if name and name != "cpu":
+            self.devices[k] = device
+            self.model = _one_model(
+                {
+                    f"configs {self.batches[j][0]}..{self.batches[j][-1]} (worker "
+                    f"{(self.devices[j].get('uuid') or '?')})": self.devices[j].get("name", "")
+                    for j in self.devices
+                },
+                "configs were",
+            )
+
+    def _own_rows(self, batch: list[int], result: dict, device: dict):
+        """The result's rows of the batch's own configs (the calibration config's median noted),
+        with a failure row for any config it holds no row of."""
+        import pandas as pd
+
+        from nsprof.schema import Failure
+
+        layout = self.layout
+        frame = result["frame"]
+        own = frame[layout.of_frame(frame).isin(batch).fillna(False).astype(bool)]
+        if self.calibration is not None:
+            value = _calibration_median(frame, self.calibration, layout)
+            if value is not None:
+                who = device.get("uuid") or f"worker {result['worker']}"
+                self.medians.setdefault(who, []).append(value)
+        unrun = sorted(set(batch) - set(layout.of_frame(own).dropna().astype(int)))
+        if unrun:  # never seen: a session hands back every config it was given
+            missing = {c: Failure("not run: its batch's result held no row of it", "not_run") for c in unrun}
+            own = pd.concat([own, self.inner.failure_frame(missing, layout)], ignore_index=True)
+            result["failures"] = {**result.get("failures", {}), **missing}
+        return own
+
+    def measured(self, started: float) -> Measured:
+        """The run's Measured, with a note on how far apart the GPUs' calibration medians are."""
+        import pandas as pd
+
+        from nsprof.schema import make_frame
+
+        notes = []
+        per_gpu = {who: float(pd.Series(values).median()) for who, values in self.medians.items()}
+        if len(per_gpu) > 1:
+            notes.append(calibration_note(self.calibration, per_gpu, self.model))
+        for note in notes:
+            print(f"nsprof: {note}", file=sys.stderr, flush=True)
+        devices = self.devices
+        combined = _combined([d.get("uuid", "") for d in devices.values()], self.model) if devices else None
+        frame = pd.concat(self.frames, ignore_index=True) if self.frames else make_frame([])
+        return Measured(
+            frame=frame,
+            failures=self.failures,
+            device={"uuid": combined.uuid, "name": combined.name} if combined else None,
+            wall_s=time.monotonic() - started,
+            notes=notes,
+        )
+
+
 class Sharded(Backend):
     """`inner` over the GPU workers of a Dask cluster, one batch of configs per task."""
 
@@ -421,17 +540,12 @@ class Sharded(Backend):
         self, request: Request, *, on_progress: Progress | None = None, on_rows: OnRows | None = None
     ) -> Measured:
         """As Backend.measure, request.ids batched as they come (shape by shape for a target with shapes)."""
-        import pandas as pd
-
-        from nsprof.schema import Failure, make_frame
-
         if request.device != 0:
             raise NsprofError(
                 "a Dask run measures on its workers' GPUs (--devices), not on one device of its own"
             )
         if request.plan is not None:
             raise NsprofError("adaptive reps are not spread over a cluster (--devices, --scheduler)")
-        target, n_configs, expect = request.target, request.n_configs, request.expect
         layout = request.points
         distributed = _dask()
         client = connect(self.settings)
@@ -451,83 +565,13 @@ class Sharded(Backend):
         topic = f"nsprof-{job}"
         client.subscribe_topic(topic, follow.event)
         started = time.monotonic()
-        where = _absolute_target(target)
-        futures = {
-            client.submit(
-                _run_batch,
-                self.inner.in_subfolder(f"batch{k}"),
-                where,
-                batch,
-                n_configs,
-                calibration,
-                topic,
-                k,
-                expect,
-                request.n_shapes,
-                key=f"nsprof-batch-{job}-{k}",
-                resources={GPU_RESOURCE: 1},
-                retries=BATCH_RETRIES,
-                pure=False,
-            ): k
-            for k, batch in enumerate(batches)
-        }
+        futures = self._submit(client, request, batches, calibration, topic, job)
         follow.say(f"{len(ids)} configs in {len(batches)} batches over {len(gpus)} GPU workers")
-        frames, failures, devices, medians = [], {}, {}, {}
-        model = ""
+        gather = _Gather(self.inner, layout, batches, calibration, follow, self.count_final, on_rows)
         try:
             for future in distributed.as_completed(list(futures)):
                 k = futures[future]
-                batch = batches[k]
-                try:
-                    result = future.result()
-                except distributed.client.FutureCancelledError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - the batch's workers died (KilledWorker) or it raised
-                    why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-                    lost = {c: Failure(f"not run: its Dask batch failed ({why})", "not_run") for c in batch}
-                    frame = self.inner.failure_frame(lost, layout)
-                    result = {"frame": frame, "failures": lost, "device": None, "worker": "?"}
-                if "error" in result:
-                    raise NsprofError(
-                        f"batch {k} (configs {batch[0]}..{batch[-1]}) on Dask worker "
-                        f"{result['worker']}: {result['error']}"
-                    )
-                device = result.get("device") or {}
-                name = str(device.get("name") or "")
-                if name and name != "cpu":
-                    devices[k] = device
-                    model = _one_model(
-                        {
-                            f"configs {batches[j][0]}..{batches[j][-1]} (worker "
-                            f"{(devices[j].get('uuid') or '?')})": devices[j].get("name", "")
-                            for j in devices
-                        },
-                        "configs were",
-                    )
-                frame = result["frame"]
-                own = frame[layout.of_frame(frame).isin(batch).fillna(False).astype(bool)]
-                if calibration is not None:
-                    value = _calibration_median(frame, calibration, layout)
-                    if value is not None:
-                        who = device.get("uuid") or f"worker {result['worker']}"
-                        medians.setdefault(who, []).append(value)
-                unrun = sorted(set(batch) - set(layout.of_frame(own).dropna().astype(int)))
-                if unrun:  # never seen: a session hands back every config it was given
-                    missing = {
-                        c: Failure("not run: its batch's result held no row of it", "not_run") for c in unrun
-                    }
-                    own = pd.concat([own, self.inner.failure_frame(missing, layout)], ignore_index=True)
-                    result["failures"] = {**result.get("failures", {}), **missing}
-                failures.update({c: why for c, why in result.get("failures", {}).items() if c in set(batch)})
-                for config_id in batch:
-                    self.count_final(follow, config_id, failures)
-                frames.append(own)
-                if on_rows is not None and len(own):
-                    on_rows(own)
-                follow.say(
-                    f"batch {k} back from worker {result.get('worker')} "
-                    f"({len(follow.counted)}/{len(ids)} configs)"
-                )
+                gather.take(k, _batch_result(distributed, future, batches[k], self.inner, layout), len(ids))
         except BaseException:
             client.cancel(list(futures))
             raise
@@ -536,21 +580,32 @@ class Sharded(Backend):
                 client.unsubscribe_topic(topic)
             except Exception:  # noqa: BLE001
                 pass
-        notes = []
-        per_gpu = {who: float(pd.Series(values).median()) for who, values in medians.items()}
-        if len(per_gpu) > 1:
-            notes.append(calibration_note(calibration, per_gpu, model))
-        for note in notes:
-            print(f"nsprof: {note}", file=sys.stderr, flush=True)
-        combined = _combined([d.get("uuid", "") for d in devices.values()], model) if devices else None
-        frame = pd.concat(frames, ignore_index=True) if frames else make_frame([])
-        return Measured(
-            frame=frame,
-            failures=failures,
-            device={"uuid": combined.uuid, "name": combined.name} if combined else None,
-            wall_s=time.monotonic() - started,
-            notes=notes,
-        )
+        return gather.measured(started)
+
+    def _submit(
+        self, client, request: Request, batches: list[list[int]], calibration, topic: str, job: str
+    ) -> dict:
+        """One Dask task per batch, each on a worker with one GPU: future -> batch number."""
+        where = _absolute_target(request.target)
+        return {
+            client.submit(
+                _run_batch,
+                self.inner.in_subfolder(f"batch{k}"),
+                where,
+                batch,
+                request.n_configs,
+                calibration,
+                topic,
+                k,
+                request.expect,
+                request.n_shapes,
+                key=f"nsprof-batch-{job}-{k}",
+                resources={GPU_RESOURCE: 1},
+                retries=BATCH_RETRIES,
+                pure=False,
+            ): k
+            for k, batch in enumerate(batches)
+        }
 
     @staticmethod
     def count_final(follow: _Follow, config_id: int, failures: dict[int, str]) -> None:

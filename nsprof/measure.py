@@ -180,6 +180,13 @@ class GroundTruth(Backend):
         )
 
 
+def _written(results: Path) -> list[dict]:
+    """The timer worker's result rows so far."""
+    # whole lines only: the worker may be writing the next one
+    text = results.read_text()
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
+
+
 class FastTimers(Backend):
     """Fast timer methods (nsprof.timers.specs names) in one bare worker: one row per config and
     method, the method's `stat` over `timer_reps` samples as rep 0.
@@ -267,11 +274,6 @@ class FastTimers(Backend):
         results = work_dir / "timers.jsonl"
         results.write_text("")
 
-        def written() -> list[dict]:
-            # whole lines only: the worker may be writing the next one
-            text = results.read_text()
-            return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
-
         handed: set[int] = set()  # the points whose rows on_rows has had
 
         def point_of(row: dict) -> int:
@@ -282,7 +284,7 @@ class FastTimers(Backend):
             # SIGKILLed nsprof has stored every config its worker finished (but the one in flight).
             if event == "done" and on_rows is not None and point not in handed:
                 handed.add(point)
-                rows = [row for row in written() if point_of(row) == point]
+                rows = [row for row in _written(results) if point_of(row) == point]
                 if rows:
                     on_rows(self.frame(rows, {}))
             if on_progress is not None:
@@ -296,20 +298,14 @@ class FastTimers(Backend):
                 config_ids=list(request.ids),
                 on_progress=progress,
                 n_shapes=request.n_shapes,
-                job_extra={
-                    "task": "timers",
-                    "timers": self.methods,
-                    "timer_reps": self.timer_reps,
-                    "results": str(results),
-                    **({"expect": request.expect} if request.expect else {}),
-                },
+                job_extra=self._job(request, results),
             )
         except KeyboardInterrupt:
             if on_rows is not None:
-                on_rows(self.frame([row for row in written() if point_of(row) not in handed], {}))
+                on_rows(self.frame([row for row in _written(results) if point_of(row) not in handed], {}))
             raise
         return Measured(
-            frame=self.frame(written(), session.failures, points),
+            frame=self.frame(_written(results), session.failures, points),
             failures=session.failures,
             device=session.device,
             work_dir=work_dir,
@@ -317,3 +313,13 @@ class FastTimers(Backend):
             phases=session.phases,
             config_phases=session.config_phases,
         )
+
+    def _job(self, request: Request, results: Path) -> dict:
+        """The worker's job: time every config with the methods, writing rows to `results`."""
+        return {
+            "task": "timers",
+            "timers": self.methods,
+            "timer_reps": self.timer_reps,
+            "results": str(results),
+            **({"expect": request.expect} if request.expect else {}),
+        }

@@ -249,48 +249,17 @@ def profile_result(
     space = space or load_target(target)
     expect = expect or space.as_read()
     n_configs = len(space.configs)
-    wanted = list(range(n_configs)) if config_ids is None else check_config_ids(config_ids, n_configs)
-    layout = space.points
-    if points is not None:
-        for point in points:
-            layout.split(point)  # a ValueError for an id that is no point of this space
-        wanted = list(points)
-    elif layout.shaped:
-        wanted = layout.all(wanted)
+    wanted, layout = _wanted_points(space, n_configs, config_ids, points)
     began = time.monotonic()
-    ahead = None
-    compile_failures, compile_here = {}, False
-    if space.compile is None or backend.compiles_itself:
-        pass  # nothing to compile, or the configs are compiled where they are measured
-    elif backend.served():  # the served worker compiles each config (and so does a standalone rest)
-        compile_here = True
-    elif backend.takes_compiled and settings.compile_ahead:
-        ahead = CompileAhead.start(target, space, wanted, jobs, settings.python)
-    else:
-        compile_failures = precompile(space, jobs, config_ids=wanted)
+    ahead, compile_failures, compile_here = _compile_before(target, space, backend, settings, wanted, jobs)
     precompile_s = time.monotonic() - began
-    for cfg, reason in compile_failures.items():
-        if on_progress:
-            on_progress("fail", cfg, reason)
+    compile_frame = _compile_failed(backend, compile_failures, layout, on_progress, on_rows)
     to_run = [c for c in wanted if c not in compile_failures]
     frames = []
-    compile_frame = None
-    if compile_failures:
-        compile_frame = backend.failure_frame(compile_failures, layout)
-        if on_rows:
-            on_rows(compile_frame)
     measured = None
     if to_run:
         try:
-            request = Request(
-                target,
-                to_run,
-                n_configs,
-                layout.n_shapes,
-                expect=expect,
-                compiled=str(ahead.folder) if ahead else "",
-                compile_here=compile_here,
-            )
+            request = _request(target, to_run, n_configs, layout, expect, ahead, compile_here)
             measured = backend.measure(request, on_progress=on_progress, on_rows=on_rows)
         finally:
             if ahead is not None:
@@ -299,17 +268,15 @@ def profile_result(
     if compile_frame is not None:
         frames.append(compile_frame)
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    kept_log = [f"the compilers' output is kept in {ahead.log}"] if ahead is not None and ahead.kept else []
-    for note in kept_log:  # as the session says which path measured: at once, on stderr
-        print(f"nsprof: {note}", file=sys.stderr, flush=True)
-    if measured is not None and measured.work_dir is not None:
-        from nsprof.session import add_to_phases_file
+    kept_log = _compile_notes(ahead, measured, precompile_s)
+    return _result(frame, target, space, backend, measured, compile_failures, kept_log, precompile_s)
 
-        add_to_phases_file(
-            measured.work_dir,
-            precompile_s=precompile_s,
-            **({"compile_ahead_s": ahead.seconds} if ahead else {}),
-        )
+
+def _result(
+    frame, target: str, space, backend: Backend, measured, compile_failures: dict, kept_log, precompile_s
+):
+    """profile_result's ProfileResult: the session's `measured` (None: nothing ran) and the
+    compile failures."""
     return ProfileResult(
         frame=frame,
         target=target,
@@ -328,6 +295,81 @@ def profile_result(
     )
 
 
+def _wanted_points(space, n_configs: int, config_ids: list[int] | None, points: list[int] | None):
+    """profile_result's ids to measure and the space's points: `points` as given, else
+    `config_ids` (default: all) at every shape of a shaped space."""
+    wanted = list(range(n_configs)) if config_ids is None else check_config_ids(config_ids, n_configs)
+    layout = space.points
+    if points is not None:
+        for point in points:
+            layout.split(point)  # a ValueError for an id that is no point of this space
+        wanted = list(points)
+    elif layout.shaped:
+        wanted = layout.all(wanted)
+    return wanted, layout
+
+
+def _compile_before(target: str, space, backend: Backend, settings: ProfileSettings, wanted: list[int], jobs):
+    """Compile what has to be compiled before the session: (the CompileAhead under way or None,
+    the failures of a precompile, whether the served worker compiles)."""
+    ahead = None
+    compile_failures, compile_here = {}, False
+    if space.compile is None or backend.compiles_itself:
+        pass  # nothing to compile, or the configs are compiled where they are measured
+    elif backend.served():  # the served worker compiles each config (and so does a standalone rest)
+        compile_here = True
+    elif backend.takes_compiled and settings.compile_ahead:
+        ahead = CompileAhead.start(target, space, wanted, jobs, settings.python)
+    else:
+        compile_failures = precompile(space, jobs, config_ids=wanted)
+    return ahead, compile_failures, compile_here
+
+
+def _request(
+    target: str, to_run: list[int], n_configs: int, layout, expect, ahead, compile_here: bool
+) -> Request:
+    """The session's Request for the ids `to_run`, compiled ahead into `ahead`'s folder if any."""
+    return Request(
+        target,
+        to_run,
+        n_configs,
+        layout.n_shapes,
+        expect=expect,
+        compiled=str(ahead.folder) if ahead else "",
+        compile_here=compile_here,
+    )
+
+
+def _compile_failed(backend: Backend, compile_failures: dict, layout, on_progress, on_rows):
+    """Report the configs that failed to compile (progress, then their rows); their frame or None."""
+    for cfg, reason in compile_failures.items():
+        if on_progress:
+            on_progress("fail", cfg, reason)
+    compile_frame = None
+    if compile_failures:
+        compile_frame = backend.failure_frame(compile_failures, layout)
+        if on_rows:
+            on_rows(compile_frame)
+    return compile_frame
+
+
+def _compile_notes(ahead, measured, precompile_s: float) -> list[str]:
+    """Say where the compilers' output is kept (on stderr, and returned as notes), and add the
+    compile times to the session's phases file."""
+    kept_log = [f"the compilers' output is kept in {ahead.log}"] if ahead is not None and ahead.kept else []
+    for note in kept_log:  # as the session says which path measured: at once, on stderr
+        print(f"nsprof: {note}", file=sys.stderr, flush=True)
+    if measured is not None and measured.work_dir is not None:
+        from nsprof.session import add_to_phases_file
+
+        add_to_phases_file(
+            measured.work_dir,
+            precompile_s=precompile_s,
+            **({"compile_ahead_s": ahead.seconds} if ahead else {}),
+        )
+    return kept_log
+
+
 def config_summary(frame, configs: list | None = None):
     """One row per config × mode: per-rep durations summed over the rep's kernels, then
     median, min, max, spread ((max-min)/median), the median's interval (ci_low_ns, ci_high_ns
@@ -336,82 +378,71 @@ def config_summary(frame, configs: list | None = None):
     with a `shape` column first; never pooled over shapes."""
     import pandas as pd
 
-    from nsprof.analysis.confidence import median_interval
-
     shaped = "shape" in frame and frame["shape"].notna().any()
     keys = ["shape", "config_id"] if shaped else ["config_id"]
-    measured = frame[frame["error"].isna() & frame["config_id"].notna()]
+    per_rep = _per_rep(frame[frame["error"].isna() & frame["config_id"].notna()], keys)
+    rows = []
+    for key, group in per_rep.groupby(level=[*keys, "mode"], sort=True):
+        *where, mode = key
+        rows.append({**{k: int(v) for k, v in zip(keys, where)}, "mode": mode, **_rep_stats(group)})
+    for rec in frame[frame["error"].notna()].itertuples():
+        where = {"config_id": int(rec.config_id)}
+        if shaped:
+            where["shape"] = None if pd.isna(rec.shape) else int(rec.shape)
+        rows.append({**where, "mode": None, "reps": 0, "kernels": 0, **_NO_STATS, "error": rec.error})
+    summary = pd.DataFrame(rows, columns=[*keys, "mode", "reps", "kernels", *_NO_STATS, "error"])
+    if configs is not None:
+        summary.insert(len(keys), "config", [config_label(configs[c]) for c in summary["config_id"]])
+    return summary.sort_values([*keys, "mode"], na_position="last").reset_index(drop=True)
+
+
+# config_summary's numbers of a config that failed, in its column order.
+_NO_STATS = dict.fromkeys(
+    (
+        "median_ns",
+        "min_ns",
+        "max_ns",
+        "spread",
+        "median_cycles",
+        "median_clock_hz",
+        "ci_low_ns",
+        "ci_high_ns",
+        "ci_coverage",
+    ),
+    float("nan"),
+)
+
+
+def _per_rep(measured, keys: list[str]):
+    """The measured rows' totals per (keys, mode, rep): duration and cycles summed over the
+    rep's kernels, the median clock, and the kernel count."""
     grouped = measured.groupby([*keys, "mode", "rep"], sort=True)
     per_rep = grouped.agg(clock_hz=("clock_hz", "median"), kernels=("duration_ns", "size"))
     # min_count=1: a rep without cycles (nsys) stays NaN instead of summing to 0
     per_rep["duration_ns"] = grouped["duration_ns"].sum(min_count=1)
     per_rep["cycles"] = grouped["cycles"].sum(min_count=1)
-    rows = []
-    for key, group in per_rep.groupby(level=[*keys, "mode"], sort=True):
-        *where, mode = key
-        median = float(group["duration_ns"].median())
-        interval = median_interval(group["duration_ns"].to_numpy())
-        rows.append(
-            {
-                **{k: int(v) for k, v in zip(keys, where)},
-                "mode": mode,
-                "reps": len(group),
-                "kernels": int(group["kernels"].median()),
-                "median_ns": median,
-                "min_ns": float(group["duration_ns"].min()),
-                "max_ns": float(group["duration_ns"].max()),
-                "spread": float((group["duration_ns"].max() - group["duration_ns"].min()) / median)
-                if median
-                else float("nan"),
-                "median_cycles": float(group["cycles"].median()),
-                "median_clock_hz": float(group["clock_hz"].median()),
-                "ci_low_ns": interval.low,
-                "ci_high_ns": interval.high,
-                "ci_coverage": interval.coverage,
-                "error": None,
-            }
-        )
-    for rec in frame[frame["error"].notna()].itertuples():
-        where = {"config_id": int(rec.config_id)}
-        if shaped:
-            where["shape"] = None if pd.isna(rec.shape) else int(rec.shape)
-        rows.append(
-            {
-                **where,
-                "mode": None,
-                "reps": 0,
-                "kernels": 0,
-                "median_ns": float("nan"),
-                "min_ns": float("nan"),
-                "max_ns": float("nan"),
-                "spread": float("nan"),
-                "median_cycles": float("nan"),
-                "median_clock_hz": float("nan"),
-                "ci_low_ns": float("nan"),
-                "ci_high_ns": float("nan"),
-                "ci_coverage": float("nan"),
-                "error": rec.error,
-            }
-        )
-    summary = pd.DataFrame(
-        rows,
-        columns=[
-            *keys,
-            "mode",
-            "reps",
-            "kernels",
-            "median_ns",
-            "min_ns",
-            "max_ns",
-            "spread",
-            "median_cycles",
-            "median_clock_hz",
-            "ci_low_ns",
-            "ci_high_ns",
-            "ci_coverage",
-            "error",
-        ],
-    )
-    if configs is not None:
-        summary.insert(len(keys), "config", [config_label(configs[c]) for c in summary["config_id"]])
-    return summary.sort_values([*keys, "mode"], na_position="last").reset_index(drop=True)
+    return per_rep
+
+
+def _rep_stats(group) -> dict:
+    """config_summary's columns from reps to error for one config × mode's per-rep totals."""
+    from nsprof.analysis.confidence import median_interval
+
+    median = float(group["duration_ns"].median())
+    interval = median_interval(group["duration_ns"].to_numpy())
+    return {
+        "reps": len(group),
+        "kernels": int(group["kernels"].median()),
+        "median_ns": median,
+        "min_ns": float(group["duration_ns"].min()),
+        "max_ns": float(group["duration_ns"].max()),
+        "spread": float((group["duration_ns"].max() - group["duration_ns"].min()) / median)
+        if median
+        else float("nan"),
+        "median_cycles": float(group["cycles"].median()),
+        "median_clock_hz": float(group["clock_hz"].median()),
+        "ci_low_ns": interval.low,
+        "ci_high_ns": interval.high,
+        "ci_coverage": interval.coverage,
+        "error": None,
+    }

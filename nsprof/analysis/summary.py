@@ -260,18 +260,39 @@ def _summary_stats(cells: dict[str, list]) -> dict[str, list]:
         if cells["kernel_full"] is None
         else [k if _missing(f) else f for f, k in zip(cells["kernel_full"], kernel)]
     )
+    rows, codes = _first_seen_groups(zip(cells["source"], group, full))
+    durations_ = [float("nan") if d is None else d for d in cells["duration_ns"]]
+    sums, counts = group_sums(durations_, codes, len(rows))
+    means = [total / count if count else float("nan") for total, count in zip(sums, counts)]
+    stats = _group_stats(cells, rows, kernel, sums, means)
+    sources = {source: None for source in stats["source"]}
+    source_codes = [list(sources).index(source) for source in stats["source"]]
+    source_sums = group_sums(stats["total_ns"], source_codes, len(sources))[0]
+    stats["time_pct"] = [
+        _divide(100 * total, source_sums[code]) for total, code in zip(stats["total_ns"], source_codes)
+    ]
+    return stats
+
+
+def _first_seen_groups(keys) -> tuple[dict[tuple, list[int]], list[int]]:
+    """Each distinct key's row positions, and each row's group number in order of first
+    appearance (as groupby(sort=False) numbers them)."""
     rows: dict[tuple, list[int]] = {}
-    codes = []  # each row's group, numbered in order of first appearance (as groupby(sort=False) numbers them)
-    for i, key in enumerate(zip(cells["source"], group, full)):
+    codes = []
+    for i, key in enumerate(keys):
         members = rows.setdefault(key, [])
         if not members:
             codes.append(len(rows) - 1)
         else:
             codes.append(codes[members[0]])
         members.append(i)
-    durations_ = [float("nan") if d is None else d for d in cells["duration_ns"]]
-    sums, counts = group_sums(durations_, codes, len(rows))
-    means = [total / count if count else float("nan") for total, count in zip(sums, counts)]
+    return rows, codes
+
+
+def _group_stats(
+    cells: dict[str, list], rows: dict, kernel: list, sums: list, means: list
+) -> dict[str, list]:
+    """SUMMARY_COLUMNS (all but time_pct) per group of `rows`, from the tidy columns."""
 
     def present(column, members):
         return [v for v in (cells[column][i] for i in members) if not _missing(v)]
@@ -304,12 +325,6 @@ def _summary_stats(cells: dict[str, list]) -> dict[str, list]:
             ("group", label),
         ):
             stats[column].append(value)
-    sources = {source: None for source in stats["source"]}
-    source_codes = [list(sources).index(source) for source in stats["source"]]
-    source_sums = group_sums(stats["total_ns"], source_codes, len(sources))[0]
-    stats["time_pct"] = [
-        _divide(100 * total, source_sums[code]) for total, code in zip(stats["total_ns"], source_codes)
-    ]
     return stats
 
 
@@ -561,11 +576,7 @@ def compare_overall(joined) -> dict:
     when it has no interval). `fastest` relates the two as validate's winner stability relates
     two runs (confidence.stability): "same", "tied" (each side's fastest inside the other's tie
     set), "different", or "untested" (different, without an interval to test a tie)."""
-    import numpy as np
-    import pandas as pd
-
-    from nsprof.analysis.confidence import pick, stability
-    from nsprof.analysis.stats import kendall_tau_b
+    from nsprof.analysis.confidence import stability
 
     ranges = per_range(joined)
     if not len(ranges):
@@ -581,28 +592,9 @@ def compare_overall(joined) -> dict:
             "tie_set_a": None,
             "tie_set_b": None,
         }
-    ratio = ranges["ratio"].to_numpy(float)
-    ok = np.isfinite(ratio) & (ratio > 0)
-    geomean = float(np.exp(np.log(ratio[ok]).mean())) if ok.any() else None
-    tau = None
-    if len(ranges) >= MIN_TAU_RANGES:
-        tau = kendall_tau_b(ranges["a_ns"].to_numpy(float), ranges["b_ns"].to_numpy(float))
-        tau = None if tau != tau else tau
+    geomean, tau = _ratio_numbers(ranges)
+    picks = _side_picks(ranges)
     names = [str(r) for r in ranges["range"]]
-    # pick's "config id" is the range's place in natural order: its tie rule, the lower id, is the earlier range
-    picks = [
-        pick(
-            pd.DataFrame(
-                {
-                    "config_id": range(len(ranges)),
-                    "value_ns": ranges[f"{side}_ns"],
-                    "ci_low_ns": ranges[f"{side}_low_ns"],
-                    "ci_high_ns": ranges[f"{side}_high_ns"],
-                }
-            )
-        )
-        for side in ("a", "b")
-    ]
     fastest_a, fastest_b = (names[p.winner] for p in picks)
     tie_a, tie_b = (None if p.tie_set is None else [names[i] for i in p.tie_set] for p in picks)
     return {
@@ -617,6 +609,45 @@ def compare_overall(joined) -> dict:
         "tie_set_a": tie_a,
         "tie_set_b": tie_b,
     }
+
+
+def _ratio_numbers(ranges) -> tuple[float | None, float | None]:
+    """The geometric mean of the shared ranges' b/a ratios, and Kendall τ-b between the two
+    sides' times (None with fewer than MIN_TAU_RANGES ranges)."""
+    import numpy as np
+
+    from nsprof.analysis.stats import kendall_tau_b
+
+    ratio = ranges["ratio"].to_numpy(float)
+    ok = np.isfinite(ratio) & (ratio > 0)
+    geomean = float(np.exp(np.log(ratio[ok]).mean())) if ok.any() else None
+    tau = None
+    if len(ranges) >= MIN_TAU_RANGES:
+        tau = kendall_tau_b(ranges["a_ns"].to_numpy(float), ranges["b_ns"].to_numpy(float))
+        tau = None if tau != tau else tau
+    return geomean, tau
+
+
+def _side_picks(ranges) -> list:
+    """Each side's fastest range with its tie set (confidence.pick), as range positions."""
+    import pandas as pd
+
+    from nsprof.analysis.confidence import pick
+
+    # pick's "config id" is the range's place in natural order: its tie rule, the lower id, is the earlier range
+    return [
+        pick(
+            pd.DataFrame(
+                {
+                    "config_id": range(len(ranges)),
+                    "value_ns": ranges[f"{side}_ns"],
+                    "ci_low_ns": ranges[f"{side}_low_ns"],
+                    "ci_high_ns": ranges[f"{side}_high_ns"],
+                }
+            )
+        )
+        for side in ("a", "b")
+    ]
 
 
 def far_apart(joined, factor: float = 10.0):

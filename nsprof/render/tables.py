@@ -135,7 +135,6 @@ def format_summary(
         "cycles",
         "clock GHz",
     ]
-    rows = []
     columns = (
         "source",
         "range",
@@ -155,29 +154,34 @@ def format_summary(
         SimpleNamespace(**dict(zip(columns, values)))
         for values in zip(*(column_list(summary, column) for column in columns))
     ]
-    for rec, kernel in zip(records, kernel_labels(summary, width, names=names)):
-        rows.append(
-            [
-                rec.source,
-                middle(str(rec.range), None if width is None else 32),
-                kernel,
-                str(rec.count),
-                duration(rec.median_ns, unit),
-                duration(rec.min_ns, unit),
-                duration(rec.max_ns, unit),
-                duration(rec.mean_ns, unit),
-                duration(rec.std_ns, unit),
-                num(rec.cv * 100 if rec.cv == rec.cv else float("nan"), ".1f"),
-                duration(rec.total_ns, unit),
-                num(rec.time_pct, ".1f"),
-                num(rec.median_cycles, ",.0f"),
-                num(
-                    rec.median_clock_hz / 1e9 if rec.median_clock_hz == rec.median_clock_hz else float("nan"),
-                    ".3f",
-                ),
-            ]
-        )
+    rows = [
+        _summary_cells(rec, kernel, unit, width)
+        for rec, kernel in zip(records, kernel_labels(summary, width, names=names))
+    ]
     return _cells(headers, rows, set(range(3, len(headers))), 4, style)
+
+
+def _summary_cells(rec, kernel: str, unit: str, width: int | None) -> list[str]:
+    """format_summary's cells for one summary row `rec`, its kernel label already made."""
+    return [
+        rec.source,
+        middle(str(rec.range), None if width is None else 32),
+        kernel,
+        str(rec.count),
+        duration(rec.median_ns, unit),
+        duration(rec.min_ns, unit),
+        duration(rec.max_ns, unit),
+        duration(rec.mean_ns, unit),
+        duration(rec.std_ns, unit),
+        num(rec.cv * 100 if rec.cv == rec.cv else float("nan"), ".1f"),
+        duration(rec.total_ns, unit),
+        num(rec.time_pct, ".1f"),
+        num(rec.median_cycles, ",.0f"),
+        num(
+            rec.median_clock_hz / 1e9 if rec.median_clock_hz == rec.median_clock_hz else float("nan"),
+            ".3f",
+        ),
+    ]
 
 
 def format_compare(

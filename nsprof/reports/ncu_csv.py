@@ -453,8 +453,6 @@ def _raw_small(body: bytes, columns: list[str], path: Path, domain, decimal):
     _raw to read it: the same answers, without pandas' cost per column."""
     import numpy as np
 
-    from nsprof.reports.nvtx_cells import cell_attribution
-
     duration = _pick(columns, DURATION_METRICS)
     if duration is None:
         return None
@@ -478,44 +476,20 @@ def _raw_small(body: bytes, columns: list[str], path: Path, domain, decimal):
         )
         if c and c in columns
     ]
-    rows = _table_rows(body, columns, wanted)
-    if not rows:
-        return None  # no rows: _raw says so
-    at = {c: i for i, c in enumerate(wanted)}
-    units = {c: "" for c in wanted}
-    if rows[0][0].strip() == "":  # the units row
-        units = dict(zip(wanted, rows[0]))
-        rows = rows[1:]
-    rows = [r for r in rows if re.fullmatch(_ID_PATTERN, r[0].strip())]
-    if not rows or any(r[0] != r[0].strip() for r in rows):
+    read = _small_cells(body, columns, wanted)
+    if read is None:
         return None
-    n = len(rows)
-    cells = {c: [r[at[c]] for r in rows] for c in wanted}
-    metric_cols = [c for c in (duration, cycles, clock) if c]
-    mark = decimal or detect_decimal_mark([v for c in metric_cols for v in cells[c][:2000]])
-    if mark != ".":
+    cells, units, n = read
+    metrics = {"duration_ns": duration, "cycles": cycles, "clock_hz": clock}
+    read = _small_metrics(cells, metrics, decimal)
+    if read is None:
         return None
-    problems: dict = {}
-    numbers = {}
-    for key, column in (("duration_ns", duration), ("cycles", cycles), ("clock_hz", clock)):
-        if column:
-            numbers[key] = _plain_numbers(cells[column], problems if key == "duration_ns" else None)
-            if numbers[key] is None:
-                return None
-    if push_pop or start_end:
-        pairs = list(
-            zip(cells[push_pop] if push_pop else [""] * n, cells[start_end] if start_end else [""] * n)
-        )
-        attributed = {pair: cell_attribution(*pair, domain) for pair in dict.fromkeys(pairs)}
-        nvtx = dict(zip(("range", "domain", "nvtx_path", "tid"), zip(*(attributed[pair] for pair in pairs))))
-        nvtx = {key: list(values) for key, values in nvtx.items()}
-    else:
-        nvtx = {key: [None] * n for key in ("range", "domain", "nvtx_path", "tid")}
+    numbers, problems = read
     kernel = cells["Kernel Name"]
     short = {name: short_kernel_name(name) for name in dict.fromkeys(kernel)}
     out = {
         "source": ["ncu"] * n,
-        **nvtx,
+        **_small_nvtx(cells, push_pop, start_end, n, domain),
         "kernel": [short[k] for k in kernel],
         "kernel_full": kernel,
         "workload": ["graph" if k == "graph" else "kernel" for k in kernel],
@@ -534,6 +508,53 @@ def _raw_small(body: bytes, columns: list[str], path: Path, domain, decimal):
             scale = _scale(kind, units[column], path)
             out[key] = [v * scale for v in numbers[key]]
     return out, problems
+
+
+def _small_cells(body: bytes, columns: list[str], wanted: list[str]):
+    """The `wanted` columns' cells (as lists), their units and the row count, or None when
+    the page has no rows or an ID that is not plain."""
+    rows = _table_rows(body, columns, wanted)
+    if not rows:
+        return None  # no rows: _raw says so
+    at = {c: i for i, c in enumerate(wanted)}
+    units = {c: "" for c in wanted}
+    if rows[0][0].strip() == "":  # the units row
+        units = dict(zip(wanted, rows[0]))
+        rows = rows[1:]
+    rows = [r for r in rows if re.fullmatch(_ID_PATTERN, r[0].strip())]
+    if not rows or any(r[0] != r[0].strip() for r in rows):
+        return None
+    cells = {c: [r[at[c]] for r in rows] for c in wanted}
+    return cells, units, len(rows)
+
+
+def _small_metrics(cells: dict, metrics: dict, decimal):
+    """The metric columns (key -> column, None where absent) as plain numbers, and the
+    duration's problems; None unless the decimal mark is "." and every number is plain."""
+    metric_cols = [c for c in metrics.values() if c]
+    mark = decimal or detect_decimal_mark([v for c in metric_cols for v in cells[c][:2000]])
+    if mark != ".":
+        return None
+    problems: dict = {}
+    numbers = {}
+    for key, column in metrics.items():
+        if column:
+            numbers[key] = _plain_numbers(cells[column], problems if key == "duration_ns" else None)
+            if numbers[key] is None:
+                return None
+    return numbers, problems
+
+
+def _small_nvtx(cells: dict, push_pop, start_end, n: int, domain) -> dict:
+    """The NVTX columns (range, domain, nvtx_path, tid) as lists, from the NVTX cells."""
+    from nsprof.reports.nvtx_cells import cell_attribution
+
+    if not (push_pop or start_end):
+        return {key: [None] * n for key in ("range", "domain", "nvtx_path", "tid")}
+    pairs = list(zip(cells[push_pop] if push_pop else [""] * n, cells[start_end] if start_end else [""] * n))
+    attributed = {pair: cell_attribution(*pair, domain) for pair in dict.fromkeys(pairs)}
+    nvtx = dict(zip(("range", "domain", "nvtx_path", "tid"), zip(*(attributed[pair] for pair in pairs))))
+    return {key: list(values) for key, values in nvtx.items()}
 
 
 def _small_ints(values: list[str] | None, n: int) -> list:

@@ -486,37 +486,43 @@ def read_ncu_rep(
         raise ReportError(
             f"{path.name}: the report holds no results (truncated or corrupt{_limit_note(max_memory_bytes)}?)"
         )
-    rows = []
-    for action in actions:
-        state = NvtxState(push_pop=action["push_pop"], start_end=action["start_end"])
-        name, dom = state.innermost(domain)
-        is_graph = action["workload_type"] == _WORKLOAD_GRAPH
-        metrics = action["metrics"]
-        rows.append(
-            {
-                "source": "ncu",
-                "range": name,
-                "domain": dom,
-                "nvtx_path": state.path(),
-                "kernel": action["name"],
-                "kernel_full": action.get("full_name"),  # rows group by it; `kernel` is for display
-                "workload": "graph" if is_graph else "kernel",
-                # nsprof's range name says the mode (a direct-mode launch may replay a graph);
-                # outside nsprof's ranges a whole-graph workload is graph mode.
-                "mode": None if parse_range_name(name) else ("graph" if is_graph else None),
-                "duration_ns": _first(metrics, DURATION_METRICS),
-                "cycles": _first(metrics, CYCLES_METRICS),
-                "clock_hz": _first(metrics, CLOCK_METRICS),
-                "launch_id": len(rows),
-                "pid": _int_value(metrics.get("launch__process_id")),
-                "device": _int_value(metrics.get("launch__device_id")),
-                "stream": _int_value(metrics.get("launch__stream_id")),
-                "clock_control": clock_control,
-                "cache_control": cache_control,
-            }
-        )
+    rows = [_action_row(action, i, domain, clock_control, cache_control) for i, action in enumerate(actions)]
     if not rows:
         raise ReportError(f"{path.name}: the report holds no profiled kernels")
+    return _frame(rows, path, labels_from, recorded)
+
+
+def _action_row(action: dict, launch_id: int, domain, clock_control, cache_control) -> dict:
+    """The tidy row of one loaded result (a kernel or a whole-graph workload)."""
+    state = NvtxState(push_pop=action["push_pop"], start_end=action["start_end"])
+    name, dom = state.innermost(domain)
+    is_graph = action["workload_type"] == _WORKLOAD_GRAPH
+    metrics = action["metrics"]
+    return {
+        "source": "ncu",
+        "range": name,
+        "domain": dom,
+        "nvtx_path": state.path(),
+        "kernel": action["name"],
+        "kernel_full": action.get("full_name"),  # rows group by it; `kernel` is for display
+        "workload": "graph" if is_graph else "kernel",
+        # nsprof's range name says the mode (a direct-mode launch may replay a graph);
+        # outside nsprof's ranges a whole-graph workload is graph mode.
+        "mode": None if parse_range_name(name) else ("graph" if is_graph else None),
+        "duration_ns": _first(metrics, DURATION_METRICS),
+        "cycles": _first(metrics, CYCLES_METRICS),
+        "clock_hz": _first(metrics, CLOCK_METRICS),
+        "launch_id": launch_id,
+        "pid": _int_value(metrics.get("launch__process_id")),
+        "device": _int_value(metrics.get("launch__device_id")),
+        "stream": _int_value(metrics.get("launch__stream_id")),
+        "clock_control": clock_control,
+        "cache_control": cache_control,
+    }
+
+
+def _frame(rows: list[dict], path: Path, labels_from: dict, recorded: dict):
+    """The tidy table of the rows, checked, with what the report says about itself in attrs."""
     frame = make_frame(rows)
     if frame["duration_ns"].isna().all():
         raise ReportError(

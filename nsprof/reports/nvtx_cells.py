@@ -143,11 +143,7 @@ def parse_csv_columns(push_pop, start_end, domain: str | None = None, *, rows: i
     n = len(push_pop) if push_pop is not None else len(start_end)
     pp = (push_pop if push_pop is not None else pd.Series([""] * n)).fillna("").astype(str)
     se = (start_end if start_end is not None else pd.Series([""] * n)).fillna("").astype(str)
-    # One code per distinct (push/pop, start/end) pair.
-    pp_codes, pp_uniques = pd.factorize(pp, use_na_sentinel=False)
-    se_codes, se_uniques = pd.factorize(se, use_na_sentinel=False)
-    codes, pairs = pd.factorize(pp_codes.astype("int64") * len(se_uniques) + se_codes, use_na_sentinel=False)
-    pair_pp, pair_se = np.divmod(pairs.astype("int64"), len(se_uniques))
+    codes, pp_uniques, se_uniques, pair_pp, pair_se = _distinct_pairs(pp, se)
     dtype = "string[pyarrow]" if _has_pyarrow() else "string[python]"
     uniques = pd.Series(np.asarray(pp_uniques, dtype=object)[pair_pp], dtype=dtype)
     # An open start/end range (a quote in its cell) makes a pair the slow path's.
@@ -155,10 +151,7 @@ def parse_csv_columns(push_pop, start_end, domain: str | None = None, *, rows: i
         pd.Series(np.asarray(se_uniques, dtype=object)).str.contains('"', regex=False).to_numpy(dtype=bool)
     )
     count = len(uniques)
-    ranges = np.full(count, None, dtype=object)
-    domains = np.full(count, None, dtype=object)
-    paths = np.full(count, None, dtype=object)
-    tids = np.full(count, None, dtype=object)
+    out = {key: np.full(count, None, dtype=object) for key in ("range", "domain", "nvtx_path", "tid")}
     done = np.zeros(count, dtype=bool)
 
     candidate = ~se_open[pair_se]
@@ -167,44 +160,65 @@ def parse_csv_columns(push_pop, start_end, domain: str | None = None, *, rows: i
     empty[empty] = uniques[empty].str.fullmatch(_EMPTY_CELL).to_numpy(dtype=bool)
     # No range open: a thread id at most.
     heads = uniques[empty].str.strip()
-    tids[empty] = [_tid(h) for h in heads.tolist()]
+    out["tid"][empty] = [_tid(h) for h in heads.tolist()]
     done |= empty
     for k in sorted(set(depth[candidate & ~done].tolist())):
         if not 1 <= k <= _MAX_PLAIN_DEPTH:
             continue
         index = np.flatnonzero(candidate & ~done & (depth == k))
-        parts = _extract(uniques.iloc[index], _plain_cell_pattern(k))
-        matched = parts["tid"].notna().to_numpy(dtype=bool)
-        parts = parts[matched]
-        index = index[matched]
-        doms = [parts[f"d{j}"].fillna("").replace("", DEFAULT_DOMAIN) for j in range(k)]
-        same = np.ones(len(parts), dtype=bool)
-        for j in range(1, k):
-            same &= (doms[j] == doms[0]).to_numpy(dtype=bool)
-        # Several domains: the slow path picks among their stacks.
-        index, parts, doms = index[same], parts[same], [d[same] for d in doms]
-        if not len(index):
-            continue
-        names = [parts[f"r{j}"] for j in range(k)]
-        joined = names[0].str.cat(names[1:], sep="/") if k > 1 else names[0]
-        paths[index] = (doms[0] + "@" + joined).to_numpy(dtype=object)
-        innermost = names[-1].to_numpy(dtype=object)
-        innermost_domain = doms[0].to_numpy(dtype=object)
-        if domain is not None:
-            keep = innermost_domain == domain
-            innermost = np.where(keep, innermost, None)
-            innermost_domain = np.where(keep, innermost_domain, None)
-        ranges[index] = innermost
-        domains[index] = innermost_domain
-        tids[index] = [_tid(t) for t in parts["tid"].tolist()]
-        done[index] = True
+        done[_plain_cells(uniques, index, k, domain, out)] = True
     for position in np.flatnonzero(~done):
         pp_cell, se_cell = pp_uniques[pair_pp[position]], se_uniques[pair_se[position]]
         state = parse_csv_cells(pp_cell, se_cell)
-        ranges[position], domains[position] = state.innermost(domain)
-        paths[position] = state.path()
-        tids[position] = thread_id(pp_cell)
-    return {"range": ranges[codes], "domain": domains[codes], "nvtx_path": paths[codes], "tid": tids[codes]}
+        out["range"][position], out["domain"][position] = state.innermost(domain)
+        out["nvtx_path"][position] = state.path()
+        out["tid"][position] = thread_id(pp_cell)
+    return {key: values[codes] for key, values in out.items()}
+
+
+def _distinct_pairs(pp, se):
+    """One code per row for its distinct (push/pop, start/end) pair: (codes, push/pop
+    uniques, start/end uniques, and each pair's index into the two)."""
+    import numpy as np
+    import pandas as pd
+
+    pp_codes, pp_uniques = pd.factorize(pp, use_na_sentinel=False)
+    se_codes, se_uniques = pd.factorize(se, use_na_sentinel=False)
+    codes, pairs = pd.factorize(pp_codes.astype("int64") * len(se_uniques) + se_codes, use_na_sentinel=False)
+    pair_pp, pair_se = np.divmod(pairs.astype("int64"), len(se_uniques))
+    return codes, pp_uniques, se_uniques, pair_pp, pair_se
+
+
+def _plain_cells(uniques, index, k: int, domain: str | None, out: dict):
+    """Fill `out` for the cells at `index` that hold k plain ranges of one domain; returns
+    the positions it filled (the rest go to the slow path)."""
+    import numpy as np
+
+    parts = _extract(uniques.iloc[index], _plain_cell_pattern(k))
+    matched = parts["tid"].notna().to_numpy(dtype=bool)
+    parts = parts[matched]
+    index = index[matched]
+    doms = [parts[f"d{j}"].fillna("").replace("", DEFAULT_DOMAIN) for j in range(k)]
+    same = np.ones(len(parts), dtype=bool)
+    for j in range(1, k):
+        same &= (doms[j] == doms[0]).to_numpy(dtype=bool)
+    # Several domains: the slow path picks among their stacks.
+    index, parts, doms = index[same], parts[same], [d[same] for d in doms]
+    if not len(index):
+        return index
+    names = [parts[f"r{j}"] for j in range(k)]
+    joined = names[0].str.cat(names[1:], sep="/") if k > 1 else names[0]
+    out["nvtx_path"][index] = (doms[0] + "@" + joined).to_numpy(dtype=object)
+    innermost = names[-1].to_numpy(dtype=object)
+    innermost_domain = doms[0].to_numpy(dtype=object)
+    if domain is not None:
+        keep = innermost_domain == domain
+        innermost = np.where(keep, innermost, None)
+        innermost_domain = np.where(keep, innermost_domain, None)
+    out["range"][index] = innermost
+    out["domain"][index] = innermost_domain
+    out["tid"][index] = [_tid(t) for t in parts["tid"].tolist()]
+    return index
 
 
 def _extract(strings, pattern: str):

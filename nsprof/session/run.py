@@ -66,8 +66,6 @@ def run_session(
     a clean run (every config measured) and kept, named in Measured.work_dir or in the
     exception's message, when anything failed.
     """
-    from nsprof.host.lock import gpu_lock
-
     driver = driver or registry.get_driver(settings.backend)
     request = {
         "target": target,
@@ -85,6 +83,14 @@ def run_session(
         server, unfit = find_server(driver, settings)
     if server is not None:
         return _in_folder(request, server)
+    return _standalone(request, settings, driver, unfit)
+
+
+def _standalone(request: dict, settings: ProfileSettings, driver: Driver, unfit) -> Measured:
+    """The session run here, holding the GPU lock (if the driver takes it); `unfit`: why the
+    server found for the GPU, if any, cannot take this run."""
+    from nsprof.host.lock import gpu_lock
+
     never = isinstance(unfit, Unfit)  # find_server: a server of this GPU, which holds its lock
     if never and settings.wait_gpu:
         # The server that holds the GPU never fits this run: said, and waited for only until it ends.

@@ -214,12 +214,32 @@ def measure_stored(
 ):
     """measure_rows through the results store: resume per point, one transaction per point, GPU lock.
     Returns the rows to rank (see select_stored) and the Stored context for adaptive sessions."""
-    from nsprof.cluster import cluster_gpu
-    from nsprof.host.gpu import gpu_of, which_gpu
-    from nsprof.space import target_fingerprint
     from nsprof.store import ResultStore, config_json
 
-    layout = space.points
+    group, gpu, missing_tool = _key(target, space, truth, settings)
+    wanted = by_shape(space, points)
+    wanted_json = {c: config_json(space.configs[c]) for configs in wanted.values() for c in configs}
+    context = Stored(settings, space, group, wanted_json, gpu.uuid)
+    with ResultStore(settings.store) as store:
+        if missing_tool is not None:
+            _key_without_the_tool(store, context, truth, missing_tool, notes)
+        todo = (
+            _to_measure(store, context, settings, wanted, points, notes) if settings.resume else list(points)
+        )
+        if todo and missing_tool is not None:
+            raise missing_tool
+        if todo:
+            _first_pass(store, context, target, space, truth, todo, on_progress, on_measured, gpu, notes)
+        return context.rows(store), context
+
+
+def _key(target: str, space, truth: Truth, settings: TuneSettings):
+    """The store key of `truth`'s rows of `space` (without the config), the GPU it names, and the
+    ToolNotFound of a resume whose tool is not installed (None when it is, or not needed)."""
+    from nsprof.cluster import cluster_gpu
+    from nsprof.host.gpu import which_gpu
+    from nsprof.space import target_fingerprint
+
     tool_version, missing_tool = "", None
     if truth.profiler:
         try:
@@ -239,73 +259,79 @@ def measure_stored(
         "tool_version": tool_version,
         **key_labels(truth, settings),
     }
-    wanted = by_shape(space, points)
-    wanted_json = {c: config_json(space.configs[c]) for configs in wanted.values() for c in configs}
-    context = Stored(settings, space, group, wanted_json, gpu.uuid)
-    with ResultStore(settings.store) as store:
-        if missing_tool is not None:
-            # No tool, no version to key by: the store's latest run under this key says which it was.
-            stored_version = stored_tool_version(store, group)
-            if stored_version is None:
-                raise missing_tool
-            group["tool_version"] = stored_version
-            context.missing_tool = str(missing_tool)
-            notes.append(
-                f"{truth.backend} is not installed here: resumed under the tool version the store's "
-                f"latest {truth.name} run of this target recorded ({stored_version})"
-            )
-        todo = list(points)
-        if settings.resume:
-            todo = [
-                layout.id(c, shape)
-                for shape, configs in wanted.items()
-                for c in store.missing(
-                    group,
-                    configs,
-                    config_jsons=wanted_json,
-                    retry_failed=settings.retry_failed,
-                    retry_if=lambda failure: retryable(failure, settings.timeout_s),
-                    shape_json=context.shape_jsons[shape],
-                )
-            ]
-            unit = "(shape, config) pairs" if layout.shaped else "configs"
-            notes.append(
-                f"resumed: {len(points) - len(todo)} of {len(points)} {unit} came from the results store"
-            )
-        if todo and missing_tool is not None:
-            raise missing_tool
-        if todo:
-            run_id = store.start_run(target=target, settings=settings.record(), gpu_uuid=gpu.uuid, **group)
-            done: set = set()
-            devices: list[dict | None] = []
+    return group, gpu, missing_tool
 
-            def first_pass():
-                rows = measure.measure_rows(
-                    target,
-                    len(space.configs),
-                    truth,
-                    settings,
-                    todo,
-                    on_progress,
-                    on_rows=lambda frame: context.add(store, run_id, frame, done),
-                    on_device=devices.append,
-                    n_shapes=layout.n_shapes,
-                    on_measured=on_measured,
-                    space=space,
-                )
-                context.add(store, run_id, rows, done)  # what was not handed over yet
-                return rows
 
-            _recorded(store, run_id, first_pass)
-            ran_on = gpu_of(devices[0] if devices else None)
-            # A cluster's key names every worker's GPU (nsprof.cluster.cluster_gpu), while a run's
-            # batches may have used only some of them: that is no reason to relabel.
-            if settings.cluster is None and ran_on is not None and ran_on.uuid != gpu.uuid:
-                # The worker measured on another GPU than nvidia-smi's numbering suggested
-                # (CUDA_DEVICE_ORDER): its own word is the key.
-                store.relabel_gpu(run_id, ran_on.key, ran_on.uuid)
-                notes.append(
-                    f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such"
-                )
-                group["gpu"] = ran_on.key
-        return context.rows(store), context
+def _key_without_the_tool(store, context: Stored, truth: Truth, missing_tool, notes: list[str]) -> None:
+    """No tool, no version to key by: the store's latest run under this key says which it was."""
+    stored_version = stored_tool_version(store, context.group)
+    if stored_version is None:
+        raise missing_tool
+    context.group["tool_version"] = stored_version
+    context.missing_tool = str(missing_tool)
+    notes.append(
+        f"{truth.backend} is not installed here: resumed under the tool version the store's "
+        f"latest {truth.name} run of this target recorded ({stored_version})"
+    )
+
+
+def _to_measure(
+    store, context: Stored, settings: TuneSettings, wanted: dict, points: list[int], notes
+) -> list[int]:
+    """The points of a resume the store has nothing for (or a failure worth measuring again: retryable)."""
+    layout = context.layout
+    todo = [
+        layout.id(c, shape)
+        for shape, configs in wanted.items()
+        for c in store.missing(
+            context.group,
+            configs,
+            config_jsons=context.wanted_json,
+            retry_failed=settings.retry_failed,
+            retry_if=lambda failure: retryable(failure, settings.timeout_s),
+            shape_json=context.shape_jsons[shape],
+        )
+    ]
+    unit = "(shape, config) pairs" if layout.shaped else "configs"
+    notes.append(f"resumed: {len(points) - len(todo)} of {len(points)} {unit} came from the results store")
+    return todo
+
+
+def _first_pass(
+    store, context: Stored, target, space, truth, todo, on_progress, on_measured, gpu, notes
+) -> None:
+    """The first pass over `todo`, stored as a run, each point's rows as soon as they are whole."""
+    from nsprof.host.gpu import gpu_of
+
+    settings = context.settings
+    run_id = store.start_run(target=target, settings=settings.record(), gpu_uuid=gpu.uuid, **context.group)
+    done: set = set()
+    devices: list[dict | None] = []
+
+    def first_pass():
+        rows = measure.measure_rows(
+            target,
+            len(space.configs),
+            truth,
+            settings,
+            todo,
+            on_progress,
+            on_rows=lambda frame: context.add(store, run_id, frame, done),
+            on_device=devices.append,
+            n_shapes=space.points.n_shapes,
+            on_measured=on_measured,
+            space=space,
+        )
+        context.add(store, run_id, rows, done)  # what was not handed over yet
+        return rows
+
+    _recorded(store, run_id, first_pass)
+    ran_on = gpu_of(devices[0] if devices else None)
+    # A cluster's key names every worker's GPU (nsprof.cluster.cluster_gpu), while a run's
+    # batches may have used only some of them: that is no reason to relabel.
+    if settings.cluster is None and ran_on is not None and ran_on.uuid != gpu.uuid:
+        # The worker measured on another GPU than nvidia-smi's numbering suggested
+        # (CUDA_DEVICE_ORDER): its own word is the key.
+        store.relabel_gpu(run_id, ran_on.key, ran_on.uuid)
+        notes.append(f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such")
+        context.group["gpu"] = ran_on.key

@@ -309,6 +309,23 @@ def run_phases(
     boundaries are clamped to be in order, so the phases sum to exited - launched. nsprof sees
     the worker gone and the profiler exit by polling: those two are late by up to its poll interval.
     """
+    phases: dict[str, float] = {}
+    previous = launched
+    for name, at in _boundaries(status, worker_gone, exited):
+        if at is None:
+            continue
+        at = min(max(at, previous), max(exited, previous))
+        phases[name] = phases.get(name, 0.0) + at - previous
+        previous = at
+    configs = _config_times(status.times)
+    _split_config_window(phases, configs)
+    return {name: phases[name] for name in WORKER_RUN_PHASES if name in phases}, configs
+
+
+def _boundaries(
+    status: RunStatus, worker_gone: float | None, exited: float
+) -> list[tuple[str, float | None]]:
+    """run_phases' (phase, time of its end boundary or None where not seen), in order."""
     worker_last = status.times[-1][0] if status.times else None
     # The config stretch opens at the first config line of any kind: a start, or a wait for the
     # compile step (or a config that failed to compile) before any start line.
@@ -330,16 +347,12 @@ def run_phases(
         running = []
     else:
         running = [("between", first_start), ("configs", worker_last)]
-    bounds = [*starting, *running, ("worker_exit", worker_gone), ("tool_exit", exited)]
-    phases: dict[str, float] = {}
-    previous = launched
-    for name, at in bounds:
-        if at is None:
-            continue
-        at = min(max(at, previous), max(exited, previous))
-        phases[name] = phases.get(name, 0.0) + at - previous
-        previous = at
-    configs = _config_times(status.times)
+    return [*starting, *running, ("worker_exit", worker_gone), ("tool_exit", exited)]
+
+
+def _split_config_window(phases: dict[str, float], configs: dict[int, dict[str, float]]) -> None:
+    """Replace the "configs" phase by the configs' build, measure and compile_wait times, the
+    rest of the window going to "between"."""
     window = phases.pop("configs", 0.0)
     if "between" in phases or window:
         build = sum(c.get("build", 0.0) for c in configs.values())
@@ -351,8 +364,6 @@ def run_phases(
         if wait:
             phases["compile_wait"] = wait * scale
         phases["between"] = phases.get("between", 0.0) + window - (build + measure + wait) * scale
-    order = WORKER_RUN_PHASES
-    return {name: phases[name] for name in order if name in phases}, configs
 
 
 def _config_times(times: list[tuple[float, str, str]]) -> dict[int, dict[str, float]]:

@@ -265,24 +265,7 @@ def attribute_nvtx(
     parent = np.full(len(ranges), -1, dtype=np.int64)
 
     for push_pop, range_key in ((True, ranges.thread), (False, range_process)):
-        chosen = np.flatnonzero((ranges.push_pop == push_pop) & (range_key != NULL))
-        if not len(chosen):
-            continue
-        # Group by (thread or process, domain); within a group sort by (start, -end), so
-        # that of two ranges with one start the outer one comes first.
-        chosen = chosen[
-            np.lexsort(
-                (
-                    -ranges.end_ns[chosen],
-                    ranges.start_ns[chosen],
-                    ranges.domain[chosen],
-                    range_key[chosen],
-                )
-            )
-        ]
-        key, dom = range_key[chosen], ranges.domain[chosen]
-        cuts = np.flatnonzero((key[1:] != key[:-1]) | (dom[1:] != dom[:-1])) + 1
-        for members in np.split(chosen, cuts):
+        for members in _range_groups(ranges, range_key, push_pop):
             launches = launch_keys[push_pop].get(int(range_key[members[0]]))
             if launches is None:
                 continue
@@ -292,33 +275,10 @@ def attribute_nvtx(
             t = launch_ns[launches]
             latest = np.searchsorted(start, t, side="right") - 1
             if push_pop:
-                # Parent = the latest earlier range that outlasts this one (they nest).
-                local_parent = _last_reaching(levels, np.arange(-1, len(members) - 1, dtype=np.int64), end)
-                parent[members] = np.where(local_parent >= 0, members[local_parent], -1)
-                # Walk up from the latest-started range until one still holds t: one numpy
-                # step per nesting level.
-                inner = latest
-                pending = np.flatnonzero(inner >= 0)
-                pending = pending[end[inner[pending]] < t[pending]]
-                while len(pending):
-                    inner[pending] = local_parent[inner[pending]]
-                    pending = pending[inner[pending] >= 0]
-                    pending = pending[end[inner[pending]] < t[pending]]
-                layers = [inner]
+                layers = [_nested_layer(levels, latest, end, t, members, parent)]
             else:
-                # Start/end ranges may overlap: the k-th holding range is the latest-started
-                # one before the (k-1)-th that still reaches t.
-                layers = []
-                current = _last_reaching(levels, latest, t)
-                while (current >= 0).any():
-                    layers.append(current)
-                    current = _last_reaching(levels, np.where(current >= 0, current - 1, -1), t)
-            for depth, layer in enumerate(layers):
-                held = layer >= 0
-                slot_key = (push_pop, group_domain, depth)
-                if slot_key not in slots:  # shared by the groups of every thread/process
-                    slots[slot_key] = np.full(n, -1, dtype=np.int64)
-                slots[slot_key][launches[held]] = members[layer[held]]
+                layers = _overlapping_layers(levels, latest, t)
+            _record_slots(slots, layers, (push_pop, group_domain), launches, members, n)
             if group_domain not in wanted or not layers:
                 continue
             held = layers[0] >= 0
@@ -329,6 +289,84 @@ def attribute_nvtx(
 
     _fill_paths(path, slots, parent, ranges)
     return best, path
+
+
+def _range_groups(ranges: NvtxRanges, range_key: np.ndarray, push_pop: bool) -> list[np.ndarray]:
+    """The ranges of one kind, split by (thread or process, domain), each sorted by start."""
+    chosen = np.flatnonzero((ranges.push_pop == push_pop) & (range_key != NULL))
+    if not len(chosen):
+        return []
+    # Within a group sort by (start, -end), so that of two ranges with one start the outer
+    # one comes first.
+    chosen = chosen[
+        np.lexsort(
+            (
+                -ranges.end_ns[chosen],
+                ranges.start_ns[chosen],
+                ranges.domain[chosen],
+                range_key[chosen],
+            )
+        )
+    ]
+    key, dom = range_key[chosen], ranges.domain[chosen]
+    cuts = np.flatnonzero((key[1:] != key[:-1]) | (dom[1:] != dom[:-1])) + 1
+    return np.split(chosen, cuts)
+
+
+def _nested_layer(
+    levels: list[np.ndarray],
+    latest: np.ndarray,
+    end: np.ndarray,
+    t: np.ndarray,
+    members: np.ndarray,
+    parent: np.ndarray,
+) -> np.ndarray:
+    """Push/pop ranges of one group: the innermost one holding each t (-1: none).
+
+    Also fills `parent` for the group's members.
+    """
+    # Parent = the latest earlier range that outlasts this one (they nest).
+    local_parent = _last_reaching(levels, np.arange(-1, len(members) - 1, dtype=np.int64), end)
+    parent[members] = np.where(local_parent >= 0, members[local_parent], -1)
+    # Walk up from the latest-started range until one still holds t: one numpy step per
+    # nesting level.
+    inner = latest
+    pending = np.flatnonzero(inner >= 0)
+    pending = pending[end[inner[pending]] < t[pending]]
+    while len(pending):
+        inner[pending] = local_parent[inner[pending]]
+        pending = pending[inner[pending] >= 0]
+        pending = pending[end[inner[pending]] < t[pending]]
+    return inner
+
+
+def _overlapping_layers(levels: list[np.ndarray], latest: np.ndarray, t: np.ndarray) -> list[np.ndarray]:
+    """Start/end ranges of one group: the 1st, 2nd, ... range holding each t (-1: none)."""
+    # They may overlap: the k-th holding range is the latest-started one before the
+    # (k-1)-th that still reaches t.
+    layers = []
+    current = _last_reaching(levels, latest, t)
+    while (current >= 0).any():
+        layers.append(current)
+        current = _last_reaching(levels, np.where(current >= 0, current - 1, -1), t)
+    return layers
+
+
+def _record_slots(
+    slots: dict,
+    layers: list[np.ndarray],
+    group: tuple[bool, int],
+    launches: np.ndarray,
+    members: np.ndarray,
+    n: int,
+) -> None:
+    """Store each layer's holding range per launch under its slot (kind, domain, depth)."""
+    for depth, layer in enumerate(layers):
+        held = layer >= 0
+        slot_key = (*group, depth)
+        if slot_key not in slots:  # shared by the groups of every thread/process
+            slots[slot_key] = np.full(n, -1, dtype=np.int64)
+        slots[slot_key][launches[held]] = members[layer[held]]
 
 
 def _range_paths(parent: np.ndarray, ranges: NvtxRanges) -> np.ndarray:
