@@ -8,10 +8,7 @@ MAX_LINES = 60
 
 # Still over the limit, each with its length now: the list only shrinks. A function made
 # shorter must have its entry lowered or removed (see the second test).
-LONGER = {
-    "render/plot.py:agreement_figure": 91,
-    "render/tune_plot.py:tune_figure": 85,
-}
+LONGER: dict[str, int] = {}
 
 
 def _lengths() -> dict[str, int]:

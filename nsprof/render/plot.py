@@ -164,7 +164,6 @@ def agreement_figure(
     timer has its own colour and marker (series_styles) in every panel, named once in a legend
     right of the panels."""
     require_matplotlib()
-    import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -181,28 +180,42 @@ def agreement_figure(
     axes = fig.subplots(1, panels, squeeze=False)[0]
 
     for ax, truth in zip(axes, truths):
-        g = table[truth].to_numpy(float) / 1e3
-        lo, hi = np.inf, -np.inf
-        for timer in timers:
-            t = table[timer].to_numpy(float) / 1e3
-            ok = np.isfinite(t) & np.isfinite(g) & (t > 0) & (g > 0)  # log axes need positives
-            if not ok.any():
-                continue
-            ax.scatter(g[ok], t[ok], s=20, label=timer, alpha=0.8, **scatter_style(styles[timer]))
-            lo = min(lo, g[ok].min(), t[ok].min())
-            hi = max(hi, g[ok].max(), t[ok].max())
-        if np.isfinite(lo):
-            span = np.array([lo / 1.1, hi * 1.1])
-            ax.plot(span, span, color="0.5", linestyle="--", linewidth=1, label="y = x")
-            log_axis(ax, "x")
-            log_axis(ax, "y")
-        else:
-            ax.text(0.5, 0.5, "nothing measured by both", ha="center", va="center", transform=ax.transAxes)
-        ax.set_xlabel(f"{truth} µs")
-        ax.set_ylabel("timer µs")
-        ax.set_title(f"timers vs {truth}", fontsize="medium")
+        _scatter_panel(ax, table, timers, truth, styles)
+    _tau_panel(axes[-1], agreement_df, timers, truths, styles, fmap)
+    legend_outside(fig)
+    return fig
 
-    ax = axes[-1]
+
+def _scatter_panel(ax, table, timers: list[str], truth: str, styles: dict) -> None:
+    """One truth's panel: each timer's µs against the truth's, log-log, with y = x drawn."""
+    import numpy as np
+
+    g = table[truth].to_numpy(float) / 1e3
+    lo, hi = np.inf, -np.inf
+    for timer in timers:
+        t = table[timer].to_numpy(float) / 1e3
+        ok = np.isfinite(t) & np.isfinite(g) & (t > 0) & (g > 0)  # log axes need positives
+        if not ok.any():
+            continue
+        ax.scatter(g[ok], t[ok], s=20, label=timer, alpha=0.8, **scatter_style(styles[timer]))
+        lo = min(lo, g[ok].min(), t[ok].min())
+        hi = max(hi, g[ok].max(), t[ok].max())
+    if np.isfinite(lo):
+        span = np.array([lo / 1.1, hi * 1.1])
+        ax.plot(span, span, color="0.5", linestyle="--", linewidth=1, label="y = x")
+        log_axis(ax, "x")
+        log_axis(ax, "y")
+    else:
+        ax.text(0.5, 0.5, "nothing measured by both", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel(f"{truth} µs")
+    ax.set_ylabel("timer µs")
+    ax.set_title(f"timers vs {truth}", fontsize="medium")
+
+
+def _tau_panel(ax, agreement_df, timers: list[str], truths: list[str], styles: dict, fmap: dict) -> None:
+    """The τ panel: a dot per timer and truth in the timer's style, each truth's noise floor a tick."""
+    import numpy as np
+
     step = 0.8 / max(len(timers), 1)
     x = np.arange(len(truths))
     for i, timer in enumerate(timers):
@@ -216,30 +229,17 @@ def agreement_figure(
         ax.scatter(
             (x - 0.4 + step * (i + 0.5))[ok], taus[ok], s=22, label=timer, **scatter_style(styles[timer])
         )
-    labelled = False
-    for j, truth in enumerate(truths):
-        if truth in fmap:
-            ax.hlines(
-                fmap[truth],
-                j - 0.45,
-                j + 0.45,
-                color="black",
-                linewidth=2,
-                label=None if labelled else "truth's noise floor",
-            )
-            labelled = True
+    floors = [j for j, truth in enumerate(truths) if truth in fmap]
+    for n, j in enumerate(floors):
+        label = "truth's noise floor" if n == 0 else None
+        ax.hlines(fmap[truths[j]], j - 0.45, j + 0.45, color="black", linewidth=2, label=label)
     ax.axhline(0, color="0.5", linewidth=0.8)
     ax.set_xticks(x, truths, rotation=20, ha="right")
     ax.set_xlim(-0.5, len(truths) - 0.5)
-    lowest = (
-        np.nanmin(agreement_df["kendall_tau"].to_numpy(float))
-        if agreement_df["kendall_tau"].notna().any()
-        else 0
-    )
+    taus = agreement_df["kendall_tau"]
+    lowest = np.nanmin(taus.to_numpy(float)) if taus.notna().any() else 0
     ax.set_ylim(min(0.0, float(lowest)) - 0.05, 1.05)
     ax.set_ylabel("Kendall τ")
     ax.set_title("ranking agreement", fontsize="medium")
     ax.grid(axis="y", color="0.92")
     ax.set_axisbelow(True)
-    legend_outside(fig)
-    return fig

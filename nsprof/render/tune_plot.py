@@ -45,48 +45,9 @@ def tune_figure(table, title: str | None = None):
     ticks = [config_tick(c, cfg) for c, cfg in zip(measured["config_id"], configs)]
     y = np.arange(n)
     values = measured["value_ns"].to_numpy(float) / 1e3
-    has_ci = "ci_low_ns" in table and "ci_high_ns" in table
-    if has_ci and n:
-        low = measured["ci_low_ns"].to_numpy(float) / 1e3
-        high = measured["ci_high_ns"].to_numpy(float) / 1e3
-        ok = np.isfinite(low) & np.isfinite(high)
-        if ok.any():
-            xerr = np.vstack([np.clip(values - low, 0, None), np.clip(high - values, 0, None)])
-            ax.errorbar(
-                values[ok],
-                y[ok],
-                xerr=xerr[:, ok],
-                fmt="none",
-                ecolor="0.35",
-                elinewidth=1.2,
-                capsize=3,
-                label="interval",
-                gid="intervals",
-            )
-    tied = np.array([not is_missing(v) and bool(v) for v in measured.get("tied_with_best", [None] * n)], bool)
-    if tied.sum() < 2:
-        tied[:] = False  # the best alone is tied only with itself: no tie to mark
-    if (~tied).any() or not n:
-        ax.scatter(
-            values[~tied],
-            y[~tied],
-            s=30,
-            color="C0",
-            zorder=3,
-            gid="configs",
-            label="measured" if tied.any() else None,
-        )
-    if tied.any():
-        ax.scatter(
-            values[tied],
-            y[tied],
-            s=42,
-            color="C3",
-            marker="D",
-            zorder=3,
-            gid="tied",
-            label="tied with the best",
-        )
+    if "ci_low_ns" in table and "ci_high_ns" in table and n:
+        _intervals(ax, measured, values, y)
+    _configs(ax, measured, values, y)
     ax.set_yticks(y, ticks, fontsize="small")
     ax.set_ylim(max(n, 1) - 0.5, -0.5)  # rank 1 at the top
     if n and np.nanmin(values) > 0 and np.nanmax(values) / np.nanmin(values) > 10:
@@ -113,6 +74,52 @@ def tune_figure(table, title: str | None = None):
     if not n:
         ax.text(0.5, 0.5, "no config measured", ha="center", va="center", transform=ax.transAxes)
     return fig
+
+
+def _intervals(ax, measured, values, y) -> None:
+    """Each measured config's interval, as error bars around its value."""
+    import numpy as np
+
+    low = measured["ci_low_ns"].to_numpy(float) / 1e3
+    high = measured["ci_high_ns"].to_numpy(float) / 1e3
+    ok = np.isfinite(low) & np.isfinite(high)
+    if ok.any():
+        xerr = np.vstack([np.clip(values - low, 0, None), np.clip(high - values, 0, None)])
+        ax.errorbar(
+            values[ok],
+            y[ok],
+            xerr=xerr[:, ok],
+            fmt="none",
+            ecolor="0.35",
+            elinewidth=1.2,
+            capsize=3,
+            label="interval",
+            gid="intervals",
+        )
+
+
+def _configs(ax, measured, values, y) -> None:
+    """The measured configs' points, those tied with the best (a tie of two or more) marked apart."""
+    import numpy as np
+
+    n = len(measured)
+    tied = np.array([not is_missing(v) and bool(v) for v in measured.get("tied_with_best", [None] * n)], bool)
+    if tied.sum() < 2:
+        tied[:] = False  # the best alone is tied only with itself: no tie to mark
+    if (~tied).any() or not n:
+        label = "measured" if tied.any() else None
+        ax.scatter(values[~tied], y[~tied], s=30, color="C0", zorder=3, gid="configs", label=label)
+    if tied.any():
+        ax.scatter(
+            values[tied],
+            y[tied],
+            s=42,
+            color="C3",
+            marker="D",
+            zorder=3,
+            gid="tied",
+            label="tied with the best",
+        )
 
 
 def plot_tune(table, path: str, title: str | None = None):
