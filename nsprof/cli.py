@@ -115,7 +115,7 @@ _SHARED = {
     "--verbose": (None, {"is_flag": True}),
 }
 # Every option's help: a command's own ("tune --mode"), else the one of every command that takes it.
-# The README's option reference names the same options (tests/test_cli_habits.py).
+# docs/options.md, the option reference, is generated from --help (scripts/gen_options.py).
 _HELP = {
     "--wait": "Wait for another nsprof measuring on this GPU instead of failing.",
     "--timeout": "Seconds one config may run before it is killed and recorded as failed.",

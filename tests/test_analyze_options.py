@@ -456,15 +456,15 @@ def test_plot_without_matplotlib_is_one_line(tmp_path, monkeypatch):
     assert bad.returncode == 2 and ".png" in bad.stderr
 
 
-# --- the README shows real output ----------------------------------------------------------------
+# --- docs/analyze.md shows real output -------------------------------------------------------------
 
 
-def test_readme_examples_are_the_real_output():
+def test_analyze_page_examples_are_the_real_output():
     import shlex
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## Reading reports", 1)[1].split("\n## ", 1)[0]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "analyze.md").read_text()
+    section = page.split("\n## On the fixtures\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"^    \$ nsprof analyze (.*)\n((?:    .*\n|\n)*?)(?=    \$ |\S|\Z)", section, re.M)
     assert len(blocks) >= 4
     for command, shown in blocks:

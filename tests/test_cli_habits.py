@@ -1,15 +1,15 @@
-"""Habits of the command line (issue 15): -V/--version everywhere, shell completion as the README
-says, and help text and README naming the same options.
+"""Habits of the command line (issue 15): -V/--version everywhere, shell completion as docs/options.md
+says, and help text and the docs naming the same options.
 
 The rule for "the same options", command by command:
 - the options its `--help` names are the long option names (`--x`, and `--no-x` of an on/off
   pair) in the option column of `nsprof COMMAND --help`, less `--help` and `--version` (every
-  command has both: checked separately, and the README says so once for all);
-- the README names for it the `--x` tokens of its bullet (``- `nsprof COMMAND ...`: ...``) under
-  "## Commands and options";
-- the two sets are equal; and every `--x` that follows `nsprof COMMAND` on a line of a README
-  code example (an indented line or a backtick span) is one of the command's options, so that
-  no example shows an option the command does not take.
+  command has both: checked separately, and docs/options.md says so once for all);
+- docs/options.md (generated from --help by scripts/gen_options.py) names for it the `--x` tokens
+  of its bullet (``- `nsprof COMMAND ...`: ...``) under "## Commands and options";
+- the two sets are equal; and every `--x` that follows `nsprof COMMAND` on a line of a code
+  example (an indented line or a backtick span) of the README or of a docs/ page is one of the
+  command's options, so that no example shows an option the command does not take.
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ from conftest import run_nsprof
 from nsprof import __version__
 from nsprof.cli import cli
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+OPTIONS_PAGE = ROOT / "docs" / "options.md"
+# Where examples are: the README and every docs/ page but the generated help (whose lines such as
+# "nsprof tune [OPTIONS] TARGET" are usage, not examples).
+EXAMPLE_PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p != OPTIONS_PAGE)]
 COMMANDS = sorted(cli.commands)
 LONG = re.compile(r"--[a-z][a-z0-9-]*")
 ALWAYS = {"--help", "--version"}
@@ -43,28 +47,28 @@ def help_options(help_text: str) -> set[str]:
     return found
 
 
-def readme_section(title: str) -> str:
-    text = README.read_text()
+def options_section(title: str) -> str:
+    text = OPTIONS_PAGE.read_text()
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start : end if end > 0 else len(text)]
 
 
-def readme_bullets() -> dict[str, str]:
-    """Command -> its bullet's text under "## Commands and options"."""
-    section = readme_section("Commands and options")
+def options_bullets() -> dict[str, str]:
+    """Command -> its bullet's text under "## Commands and options" of docs/options.md."""
+    section = options_section("Commands and options")
     bullets = re.findall(r"^- `nsprof (\w+)[^`]*`:(.*?)(?=^- |^\s*$|^#)", section, re.M | re.S)
     out: dict[str, str] = {}
     for name, body in bullets:
-        assert name not in out, f"two README bullets for {name}"
+        assert name not in out, f"two bullets for {name}"
         out[name] = body
     return out
 
 
-def readme_examples() -> list[tuple[str, str]]:
-    """(command, rest of line) for every `nsprof COMMAND ...` in README code: indented lines and
-    backtick spans."""
-    text = README.read_text()
+def doc_examples() -> list[tuple[str, str]]:
+    """(command, rest of line) for every `nsprof COMMAND ...` in the code of the README and the
+    docs/ pages: indented lines and backtick spans."""
+    text = "\n".join(page.read_text() for page in EXAMPLE_PAGES)
     code = [line for line in text.splitlines() if line.startswith("    ")]
     code += re.findall(r"`([^`\n]*)`", text)
     found = []
@@ -103,38 +107,38 @@ def test_every_help_names_help_and_version(helps):
         assert "-h, --help" in text and "-V, --version" in text, name
 
 
-def test_readme_lists_exactly_the_options_each_help_names(helps):
-    bullets = readme_bullets()
-    assert set(bullets) == set(COMMANDS), "one README bullet per command under '## Commands and options'"
+def test_options_page_lists_exactly_the_options_each_help_names(helps):
+    bullets = options_bullets()
+    assert set(bullets) == set(COMMANDS), "one bullet per command under '## Commands and options'"
     for name in COMMANDS:
         in_help = help_options(helps[name]) - ALWAYS
-        in_readme = set(LONG.findall(bullets[name]))
+        in_page = set(LONG.findall(bullets[name]))
         assert in_help, name
-        assert in_readme == in_help, (
-            f"nsprof {name}: only in --help: {sorted(in_help - in_readme)}; "
-            f"only in README: {sorted(in_readme - in_help)}"
+        assert in_page == in_help, (
+            f"nsprof {name}: only in --help: {sorted(in_help - in_page)}; "
+            f"only in docs/options.md: {sorted(in_page - in_help)}"
         )
 
 
-def test_readme_examples_use_only_real_options(helps):
-    examples = readme_examples()
+def test_doc_examples_use_only_real_options(helps):
+    examples = doc_examples()
     assert len(examples) > 15
     for name, rest in examples:
         if name not in helps:
             continue  # prose such as "nsprof is for people who..."
         unknown = set(LONG.findall(rest)) - help_options(helps[name])
-        assert not unknown, f"README example `nsprof {name}{rest}` uses {sorted(unknown)}"
+        assert not unknown, f"example `nsprof {name}{rest}` uses {sorted(unknown)}"
     assert {name for name, _ in examples} >= set(COMMANDS)
 
 
-def test_readme_documents_shell_completion():
-    section = readme_section("Commands and options")
+def test_options_page_documents_shell_completion():
+    section = options_section("Shell completion")
     for shell in ("bash", "zsh", "fish"):
         assert f"_NSPROF_COMPLETE={shell}_source nsprof" in section
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
-def test_the_completion_script_the_readme_names(shell):
+def test_the_completion_script_the_docs_name(shell):
     done = run_nsprof(env={"_NSPROF_COMPLETE": f"{shell}_source"}, in_process=True)
     assert done.returncode == 0
     assert "_NSPROF_COMPLETE" in done.stdout and f"{shell}_complete" in done.stdout

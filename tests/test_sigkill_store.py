@@ -4,7 +4,7 @@ the worker's status file and on the store itself, never on time.
 
 A fast timer's bare worker writes each config's result before its "done" line, so nsprof stores
 the config then: a SIGKILL loses only the config in flight. (A profiler's measurements are in its
-report, which ncu and nsys complete only at their end: README, "What a SIGKILL loses".) The timer
+report, which ncu and nsys complete only at their end: docs/tune.md, "Ranking and the results store".) The timer
 here is tests/targets/standin_timers.py: the real worker, with a stand-in for the GPU timer.
 """
 
@@ -185,7 +185,7 @@ PROFILED = textwrap.dedent("""
 
 @pytest.mark.parametrize("backend", ["ncu", "nsys"])
 def test_a_sigkilled_profiled_tune_loses_its_running_part_and_resume_measures_it_again(tmp_path, backend):
-    """What the README says a SIGKILL loses with a profiler: the configs of the worker run in progress
+    """What docs/tune.md says a SIGKILL loses with a profiler: the configs of the worker run in progress
     (the profiler dies with nsprof, before its report is whole), nothing else; --resume measures them."""
     (tmp_path / "profiled.py").write_text(PROFILED)
     (tmp_path / "hang").write_text("")
