@@ -92,7 +92,14 @@ def render() -> str:
         bullets.append(f"- `{usage(text)}`: {names}.")
         body = "\n".join(f"    {line}".rstrip() for line in text.rstrip("\n").splitlines())
         sections.append(f"### nsprof {name}\n\n{body}\n")
-    return HEADER + "\n".join(bullets) + "\n\n" + COMPLETION + "\n## Every command's help\n\n" + "\n".join(sections)
+    return (
+        HEADER
+        + "\n".join(bullets)
+        + "\n\n"
+        + COMPLETION
+        + "\n## Every command's help\n\n"
+        + "\n".join(sections)
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -102,7 +109,10 @@ def main(argv: list[str]) -> int:
         return 0
     if argv == ["--check"]:
         if PAGE.read_text(encoding="utf-8") != page:
-            print(f"gen_options: {PAGE.relative_to(ROOT)} is out of date: run scripts/gen_options.py --write", file=sys.stderr)
+            print(
+                f"gen_options: {PAGE.relative_to(ROOT)} is out of date: run scripts/gen_options.py --write",
+                file=sys.stderr,
+            )
             return 1
         return 0
     if argv:

@@ -28,7 +28,9 @@ def gen_options():
 
 def test_options_page_is_the_generators_output():
     page = (DOCS / "options.md").read_text(encoding="utf-8")
-    assert page == gen_options().render(), "docs/options.md is out of date: run scripts/gen_options.py --write"
+    assert page == gen_options().render(), (
+        "docs/options.md is out of date: run scripts/gen_options.py --write"
+    )
 
 
 def test_options_page_holds_every_commands_help():
