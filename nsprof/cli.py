@@ -253,9 +253,8 @@ def analyze(files, plot_path, as_json, csv_path, parquet_path, compare, domain, 
     bounds the wait for data).
 
     Prints one table per report: per NVTX range (nsprof's per-config ranges pool their reps) and
-    kernel (--by kernel: per kernel and launch configuration, all ranges pooled), the count, median,
-    min, max, mean, std and CV of the duration, the total and its share of the report's kernel time
-    (filters do not change it), median cycles and clock; columns empty for a whole report left out.
+    kernel, the count, median, min, max, mean, std and CV of the duration, its total and share of
+    the report's kernel time (filters keep it), median cycles and clock, empty columns left out.
     --kernel, --range, --no-warmup, --sort, --reverse and --top choose the rows, of --compare too.
     """
     outputs = {"plot_path": plot_path, "as_json": as_json, "csv_path": csv_path, "parquet_path": parquet_path}

@@ -54,7 +54,6 @@ def kernel_summary(frame, configs: dict | None = None, range_re: str | None = No
     (nsprof.reports.launch_config); `range_re` (re.search on the NVTX range, "(no range)" for
     none) and `warmup` False (without the rows outside every range) choose the rows pooled.
     `time_pct` is the share of the source's whole kernel time, whatever the rows pooled."""
-    import pandas as pd
 
     durations = [_value(v) for v in frame["duration_ns"].tolist()]
     sources = [_value(v) for v in frame["source"].tolist()]
@@ -120,7 +119,10 @@ def kernel_order(table, by: str = "total", top: int | None = None, reverse: bool
     as nsys stats does; `median`, `count` largest first; `name` by kernel name, then launch
     configuration. `reverse` turns the key around (equal keys keep their order). Then the first
     `top` rows of each source."""
-    rows = [{column: _value(v) for column, v in zip(table.columns, values)} for values in table.itertuples(index=False)]
+    rows = [
+        {column: _value(v) for column, v in zip(table.columns, values)}
+        for values in table.itertuples(index=False)
+    ]
     if kernel_re:
         pattern = re.compile(kernel_re)
         rows = [r for r in rows if any(pattern.search(str(r[c])) for c in ("kernel", "kernel_full") if r[c])]
@@ -129,7 +131,10 @@ def kernel_order(table, by: str = "total", top: int | None = None, reverse: bool
         "range": (lambda r: r["total_ns"], True),
         "median": (lambda r: r["median_ns"], True),
         "count": (lambda r: r["count"], True),
-        "name": (lambda r: (natural_key(str(r["kernel"])), natural_key(str(r["kernel_full"])), _launch_key(r)), False),
+        "name": (
+            lambda r: (natural_key(str(r["kernel"])), natural_key(str(r["kernel_full"])), _launch_key(r)),
+            False,
+        ),
     }
     key, largest_first = keys[by]
     rows.sort(key=key, reverse=largest_first != reverse)

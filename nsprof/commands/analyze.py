@@ -224,7 +224,9 @@ def _by_kernel(files, frames, view: View) -> None:
         table = kernel_summary(
             frame, frame.attrs.get("launch_configs"), view.range_re, warmup=not view.no_warmup
         )
-        tables.append((path, frame, kernel_order(table, view.sort_by, view.top, view.reverse, view.kernel_re)))
+        tables.append(
+            (path, frame, kernel_order(table, view.sort_by, view.top, view.reverse, view.kernel_re))
+        )
     if view.style in ("csv", "json"):
         rows = [{"file": str(path), **row} for path, _, table in tables for row in records(table)]
         if view.style == "json":

@@ -13,6 +13,13 @@ from typing import NamedTuple
 
 from nsprof.reports.ncu_csv import GROUP_CHARS
 
+_RAW = {
+    "registers": "launch__registers_per_thread",
+    "static_smem": "launch__shared_mem_per_block_static",
+    "dynamic_smem": "launch__shared_mem_per_block_dynamic",
+}
+_RAW_METRICS = tuple(_RAW.values())
+
 
 class LaunchConfig(NamedTuple):
     grid: str | None  # "(32, 1, 1)", as ncu prints it
@@ -22,12 +29,11 @@ class LaunchConfig(NamedTuple):
     dynamic_smem: int | None
 
 
+# The .ncu-rep's launch metrics (ncu_report gives sizes in bytes).
+_DIMS = ("launch__grid_dim_x", "launch__grid_dim_y", "launch__grid_dim_z")
+_DIMS += ("launch__block_dim_x", "launch__block_dim_y", "launch__block_dim_z")
+LAUNCH_METRICS = (*_DIMS, *_RAW_METRICS)
 _SIZES = {"byte": 1, "kbyte": 1_000, "mbyte": 1_000_000, "kibyte": 1_024, "mibyte": 1_048_576}
-_RAW = {
-    "registers": "launch__registers_per_thread",
-    "static_smem": "launch__shared_mem_per_block_static",
-    "dynamic_smem": "launch__shared_mem_per_block_dynamic",
-}
 _DETAILS = {
     "registers": "Registers Per Thread",
     "static_smem": "Static Shared Memory Per Block",
@@ -43,6 +49,17 @@ def read_launch_configs(path: Path, kind: str) -> dict[tuple, LaunchConfig]:
     if kind == "ncu-csv":
         return _ncu_csv(path)
     return {}
+
+
+def ncu_rep_launch(metrics: dict) -> LaunchConfig:
+    """The launch configuration of one .ncu-rep result from its metrics {name: value}."""
+
+    def whole(name: str) -> int | None:
+        value = metrics.get(name)
+        return None if value is None or value != value else round(value)
+
+    grid, block = (_triple(*(whole(name) for name in _DIMS[i : i + 3])) for i in (0, 3))
+    return LaunchConfig(grid, block, *(whole(name) for name in _RAW_METRICS))
 
 
 def _triple(x, y, z) -> str | None:
@@ -128,13 +145,17 @@ def _ncu_details(reader) -> dict[tuple, LaunchConfig]:
             launch = int(row["ID"])
         except (KeyError, TypeError, ValueError):
             continue
-        entry = found.setdefault(launch, {"grid": _size(row.get("Grid Size")), "block": _size(row.get("Block Size"))})
+        entry = found.setdefault(
+            launch, {"grid": _size(row.get("Grid Size")), "block": _size(row.get("Block Size"))}
+        )
         field = names.get((row.get("Metric Name") or "").strip())
         if field:
             entry[field] = _number(row.get("Metric Value"), row.get("Metric Unit"))
     return {
         (launch, None): LaunchConfig(
-            entry["grid"], entry["block"], *(entry.get(field) for field in ("registers", "static_smem", "dynamic_smem"))
+            entry["grid"],
+            entry["block"],
+            *(entry.get(field) for field in ("registers", "static_smem", "dynamic_smem")),
         )
         for launch, entry in found.items()
     }

@@ -16,7 +16,12 @@ from nsprof.reports.kinds import BY_NAME, sniff_kind
 
 
 def read_report(
-    path: str | os.PathLike, *, domain: str | None = None, as_rows: bool = False, launches: bool = False, **labels
+    path: str | os.PathLike,
+    *,
+    domain: str | None = None,
+    as_rows: bool = False,
+    launches: bool = False,
+    **labels,
 ):
     """Read any supported report into the tidy table (see nsprof.schema).
 
@@ -36,7 +41,7 @@ def read_report(
             kind = sniff_kind(local, shown=shown)
             rows = {"as_rows": True} if as_rows and kind == "ncu-csv" and domain is None else {}
             frame = BY_NAME[kind].read(local, domain=domain, **labels, **rows)
-            if launches:
+            if launches and "launch_configs" not in frame.attrs:  # an .ncu-rep's reader sets them
                 from nsprof.reports.launch_config import read_launch_configs
 
                 frame.attrs["launch_configs"] = read_launch_configs(local, kind)
