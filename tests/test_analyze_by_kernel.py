@@ -214,3 +214,30 @@ def test_by_kernel_with_compare_is_one_clear_line():
 def test_default_stays_per_range():
     code, out, _ = _analyze(str(RAW))
     assert code == 0 and "range" in out.splitlines()[1] and "Grid" not in out
+
+
+def test_nsys_rep_launch_configs_come_from_its_export(tmp_path):
+    """An .nsys-rep is read through `nsys export` (a stand-in here that "exports" the fixture's
+    SQLite): the launch configurations are read from the export before it is removed."""
+    nsys = tmp_path / "bin" / "nsys"
+    nsys.parent.mkdir()
+    nsys.write_text(
+        "#!/bin/sh\n"
+        'prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
+        f'cp "{SQLITE}" "$out"\n'
+    )
+    nsys.chmod(0o755)
+    report = tmp_path / "run.nsys-rep"
+    report.write_bytes((FIXTURES / "fixture.nsys-rep").read_bytes())
+    result = run_nsprof(
+        "analyze",
+        report,
+        "--by",
+        "kernel",
+        "--format",
+        "json",
+        env={"NSPROF_NSYS": str(nsys)},
+        in_process=True,
+    )
+    assert result.returncode == 0, result.stderr
+    _assert_rows_match(json.loads(result.stdout), _nsys_expected())

@@ -43,7 +43,8 @@ _DETAILS = {
 
 def read_launch_configs(path: Path, kind: str) -> dict[tuple, LaunchConfig]:
     """The launch configurations of a report of `kind` (nsprof.reports.kinds), keyed as above;
-    empty where the report does not hold them (an .nsys-rep, an .ncu-rep, a CSV without them)."""
+    empty where the report does not hold them, or its reader gives them itself (an .nsys-rep's
+    and an .ncu-rep's put them in frame.attrs)."""
     if kind == "nsys-sqlite":
         return _nsys(path)
     if kind == "ncu-csv":
