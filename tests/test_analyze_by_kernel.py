@@ -241,3 +241,11 @@ def test_nsys_rep_launch_configs_come_from_its_export(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     _assert_rows_match(json.loads(result.stdout), _nsys_expected())
+
+
+def test_notes_under_the_table_numbered_names_and_graph_profiling():
+    """The per-range view's notes hold here too: kernels numbered apart, and a graph-profiling run."""
+    code, out, _ = _analyze(str(SQLITE), "--by", "kernel")
+    assert code == 0 and "vectorized_elementwise_kernel #5" in out and "#1, #2" in out
+    code, out, _ = _analyze(str(FIXTURES / "fixture_graph_raw.csv"), "--by", "kernel")
+    assert code == 0 and "graph-profiling graph" in out

@@ -216,7 +216,7 @@ def _by_kernel(files, frames, view: View) -> None:
 
     from nsprof.analysis.kernels import KERNEL_COLUMNS, kernel_order, kernel_summary
     from nsprof.render.json import records
-    from nsprof.render.notes import describe_report
+    from nsprof.render.notes import describe_report, summary_notes
     from nsprof.render.tables import format_kernels
 
     tables = []
@@ -241,6 +241,8 @@ def _by_kernel(files, frames, view: View) -> None:
         if view.style == "markdown":
             click.echo("")
         click.echo(format_kernels(table, view.timeunit, view.width, view.names, view.style))
+        for note in summary_notes(frame, table, view.width, view.names):  # its kernel columns suffice
+            click.echo(note)
         click.echo("")
 
 
