@@ -144,6 +144,7 @@ _HELP = {
     "analyze --parquet": "Write the tidy rows to a Parquet file (needs pyarrow; - for standard output).",
     "analyze --compare": "Show exactly two reports side by side with B/A ratios.",
     "analyze --domain": "Attribute kernels only to NVTX ranges of this domain.",
+    "analyze --by": "range: a row per range and kernel; kernel: all ranges pooled, a row per kernel and launch configuration (grid, block, registers, shared memory), as nsys stats cuda_gpu_kern_sum; --sort range is then total.",
     "profile --backend": "Ground-truth tool.",
     "profile --mode": "Plain launches, replays of a captured CUDA graph, or both.",
     "profile --reps": "Measurements per config and mode.",
@@ -243,6 +244,7 @@ _CLUSTER = ("devices", "scheduler", "verbose")
 @_option("--parquet", "parquet_path", type=_OUT)
 @_option("--compare", is_flag=True)
 @_option("--domain", default=None)
+@_option("--by", type=_choice("range kernel"), default="range")
 def analyze(files, plot_path, as_json, csv_path, parquet_path, compare, domain, **view) -> None:
     """Read ncu CSV, .ncu-rep, nsys .sqlite or .nsys-rep reports and summarise them.
 
@@ -250,12 +252,10 @@ def analyze(files, plot_path, as_json, csv_path, parquet_path, compare, domain, 
     read once into a temporary copy (NSPROF_MAX_STREAM_BYTES bounds it, NSPROF_STREAM_WAIT_S
     bounds the wait for data).
 
-    Prints one table per report: per NVTX range (nsprof's own per-config ranges pool
-    their reps) and kernel, the count, median, min, max, mean, std and coefficient of
-    variation of the kernel duration, the total and its share of the report's kernel time
-    (% of time: filters do not change it), median cycles and clock. Columns empty for a whole
-    report are left out. --kernel, --range, --no-warmup, --sort, --reverse and --top choose the
-    rows, of the comparison too.
+    Prints one table per report: per NVTX range (nsprof's per-config ranges pool their reps) and
+    kernel, the count, median, min, max, mean, std and CV of the duration, its total and share of
+    the report's kernel time (filters keep it), median cycles and clock, empty columns left out.
+    --kernel, --range, --no-warmup, --sort, --reverse and --top choose the rows, of --compare too.
     """
     outputs = {"plot_path": plot_path, "as_json": as_json, "csv_path": csv_path, "parquet_path": parquet_path}
     chosen = analyze_command.View(**view)

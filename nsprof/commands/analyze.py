@@ -44,6 +44,7 @@ class View:
     names: str = "short"
     wide: bool = False
     style: str = "table"
+    by: str = "range"  # range: per range and kernel; kernel: every range pooled (analysis.kernels)
 
     @property
     def width(self) -> int | None:
@@ -77,10 +78,12 @@ def _refuse_overwriting_inputs(files, outputs: dict[str, str | None]) -> None:
                 )
 
 
-def _check(files, compare, as_json, plot_path, csv_path, parquet_path) -> bool:
+def _check(files, compare, as_json, plot_path, csv_path, parquet_path, by_kernel=False) -> bool:
     """The options' checks, before any report is read; whether something else takes standard output."""
     if compare and len(files) != 2:
         raise OptionError("--compare takes exactly two report files")
+    if compare and by_kernel:
+        raise OptionError("--compare compares ranges; leave out --by kernel")
     if compare and as_json:
         raise OptionError(
             "--compare prints a table; use --format json for the comparison, "
@@ -104,7 +107,7 @@ def _check(files, compare, as_json, plot_path, csv_path, parquet_path) -> bool:
     return to_stdout
 
 
-def _read(files, domain, as_rows: bool):
+def _read(files, domain, as_rows: bool, launches: bool = False):
     """(the files read, their tidy frames, one message for each file that could not be read); with
     `as_rows`, a small plain report as plain lists (nsprof.schema.ListTable) instead of a frame."""
     from nsprof.reports import read_report
@@ -113,7 +116,7 @@ def _read(files, domain, as_rows: bool):
     read, frames, unreadable = [], [], []
     for path in files:
         try:
-            frame = read_report(path, domain=domain, as_rows=as_rows)
+            frame = read_report(path, domain=domain, as_rows=as_rows, launches=launches)
         except NsprofError as exc:  # named at the end; the other reports are still shown
             message = str(exc)
             unreadable.append(
@@ -145,13 +148,14 @@ def analyze(
 
     from nsprof.render.json import write_rows
 
-    to_stdout = _check(files, compare, as_json, plot_path, csv_path, parquet_path)
+    by_kernel = view.by == "kernel"
+    to_stdout = _check(files, compare, as_json, plot_path, csv_path, parquet_path, by_kernel)
     # Printing tables only: a small plain report is read as plain lists (a ListTable), not a
     # DataFrame, and summarised, chosen and printed so; every other output needs the frames.
     tables_only = view.style in ("table", "markdown") and not (
-        plot_path or as_json or csv_path or parquet_path or compare
+        plot_path or as_json or csv_path or parquet_path or compare or by_kernel
     )
-    files, frames, unreadable = _read(files, domain, tables_only)
+    files, frames, unreadable = _read(files, domain, tables_only, launches=by_kernel and not to_stdout)
     if frames and tables_only:
         _summarize(files, frames, view, plot_path, printed=not to_stdout)
     elif frames and not (compare and unreadable):
@@ -171,8 +175,6 @@ def analyze(
 def _summarize(files, frames, view: View, plot_path, printed: bool) -> None:
     """The summary of each report (and --plot's durations); printed unless standard output is taken."""
     from nsprof.analysis.summary import samples, summarize
-    from nsprof.render.notes import describe_report, summary_notes
-    from nsprof.render.tables import format_summary
 
     summaries = [(path, frame, view.chosen(summarize(frame))) for path, frame in zip(files, frames)]
     if plot_path:
@@ -186,15 +188,60 @@ def _summarize(files, frames, view: View, plot_path, printed: bool) -> None:
         wrote(plot_path)
     if not printed:
         return
-    if view.style in ("csv", "json"):
+    if view.by == "kernel":
+        _by_kernel(files, frames, view)
+    elif view.style in ("csv", "json"):
         _summary_records(summaries, view.style)
-        return
+    else:
+        _summary_tables(summaries, view)
+
+
+def _summary_tables(summaries, view: View) -> None:
+    from nsprof.render.notes import describe_report, summary_notes
+    from nsprof.render.tables import format_summary
+
     for path, frame, summary in summaries:
         click.echo(f"{path}  ({describe_report(frame)})")
         if view.style == "markdown":
             click.echo("")
         click.echo(format_summary(summary, view.timeunit, view.width, view.names, view.style))
         for note in summary_notes(frame, summary, view.width, view.names):
+            click.echo(note)
+        click.echo("")
+
+
+def _by_kernel(files, frames, view: View) -> None:
+    """--by kernel: each report's per-kernel summary, every range pooled, with launch configurations."""
+    import pandas as pd
+
+    from nsprof.analysis.kernels import KERNEL_COLUMNS, kernel_order, kernel_summary
+    from nsprof.render.json import records
+    from nsprof.render.notes import describe_report, summary_notes
+    from nsprof.render.tables import format_kernels
+
+    tables = []
+    for path, frame in zip(files, frames):
+        table = kernel_summary(
+            frame, frame.attrs.get("launch_configs"), view.range_re, warmup=not view.no_warmup
+        )
+        tables.append(
+            (path, frame, kernel_order(table, view.sort_by, view.top, view.reverse, view.kernel_re))
+        )
+    if view.style in ("csv", "json"):
+        rows = [{"file": str(path), **row} for path, _, table in tables for row in records(table)]
+        if view.style == "json":
+            import json
+
+            click.echo(json.dumps(rows, indent=2, ensure_ascii=False, allow_nan=False))
+        else:
+            pd.DataFrame(rows, columns=["file", *KERNEL_COLUMNS]).to_csv(sys.stdout, index=False)
+        return
+    for path, frame, table in tables:
+        click.echo(f"{path}  ({describe_report(frame)})")
+        if view.style == "markdown":
+            click.echo("")
+        click.echo(format_kernels(table, view.timeunit, view.width, view.names, view.style))
+        for note in summary_notes(frame, table, view.width, view.names):  # its kernel columns suffice
             click.echo(note)
         click.echo("")
 

@@ -184,6 +184,40 @@ def _summary_cells(rec, kernel: str, unit: str, width: int | None) -> list[str]:
     ]
 
 
+def format_kernels(
+    table, unit: str = "us", width: int | None = NAME_WIDTH, names: str = "short", style: str = "table"
+) -> str:
+    """analyze --by kernel's table (analysis.kernels' rows, in the order given): the columns of
+    `nsys stats --report cuda_gpu_kern_sum`, then the launch configuration (grid, block, registers
+    per thread, static and dynamic shared memory per block in bytes) where the report has it, the
+    kernel name last (per kernel_labels). Launch columns with no value in any row are left out."""
+    u = UNIT_LABELS[unit]
+    timed = ("Total Time", "Avg", "Med", "Min", "Max", "StdDev")
+    headers = ["source", "Time (%)", *(f"{h} ({u})" for h in timed[:1]), "Instances"]
+    headers += [f"{h} ({u})" for h in timed[1:]]
+    headers += ["Grid", "Block", "Regs", "Static SMem (B)", "Dyn SMem (B)", "Name"]
+    durations = ("mean_ns", "median_ns", "min_ns", "max_ns", "std_ns")
+    launch = ("grid", "block", "registers", "static_smem", "dynamic_smem")
+    columns = ("source", "time_pct", "total_ns", "count", *durations, *launch)
+    rows = []
+    for values, kernel in zip(
+        zip(*(column_list(table, c) for c in columns)), kernel_labels(table, width, names=names)
+    ):
+        rec = dict(zip(columns, values))
+        rows.append(
+            [
+                str(rec["source"]),
+                num(rec["time_pct"], ".1f"),
+                duration(rec["total_ns"], unit),
+                str(rec["count"]),
+                *(duration(rec[c], unit) for c in durations),
+                *("-" if is_missing(rec[c]) else str(rec[c]) for c in launch),
+                kernel,
+            ]
+        )
+    return _cells(headers, rows, set(range(1, len(headers) - 1)), 9, style)
+
+
 def format_compare(
     joined,
     name_a: str,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from nsprof.errors import ReportError, ToolNotFound
 from nsprof.reports.checks import blank_impossible, one_line, read_head
+from nsprof.reports.launch_config import LAUNCH_METRICS, ncu_rep_launch
 from nsprof.reports.ncu_csv import CLOCK_METRICS, CYCLES_METRICS, DURATION_METRICS
 from nsprof.reports.nvtx_cells import NvtxState
 from nsprof.reports.signatures import NCU_REP_MAGIC
@@ -28,7 +29,7 @@ from nsprof.schema import make_frame, parse_range_name
 
 _WORKLOAD_GRAPH = 3  # IAction.WorkloadType_GRAPH in ncu_report
 _INT_METRICS = ("launch__process_id", "launch__device_id", "launch__stream_id")
-_METRICS = (*DURATION_METRICS, *CYCLES_METRICS, *CLOCK_METRICS, *_INT_METRICS)
+_METRICS = (*DURATION_METRICS, *CYCLES_METRICS, *CLOCK_METRICS, *_INT_METRICS, *LAUNCH_METRICS)
 # Loading a 10 MB report takes well under a second; the limit only catches a loader that
 # never returns, so it stays far above any real report's load time.
 LOAD_TIMEOUT_S = 600.0
@@ -516,6 +517,7 @@ def _action_row(action: dict, launch_id: int, domain, clock_control, cache_contr
         "pid": _int_value(metrics.get("launch__process_id")),
         "device": _int_value(metrics.get("launch__device_id")),
         "stream": _int_value(metrics.get("launch__stream_id")),
+        "launch_config": ncu_rep_launch(metrics),  # not a tidy column: _frame moves it to attrs
         "clock_control": clock_control,
         "cache_control": cache_control,
     }
@@ -536,6 +538,7 @@ def _frame(rows: list[dict], path: Path, labels_from: dict, recorded: dict):
         frame = frame[~missing].reset_index(drop=True)
         warnings.append(f"{int(missing.sum())} result(s) without a duration were skipped (truncated report?)")
     frame.attrs["warnings"] = warnings
+    frame.attrs["launch_configs"] = {(row["launch_id"], None): row["launch_config"] for row in rows}
     frame.attrs["labels_from"] = labels_from
     frame.attrs["ncu_command_line"] = recorded["found"]
     if recorded["graph_profiling"] == "graph" or frame["workload"].eq("graph").any():

@@ -15,7 +15,14 @@ from nsprof.reports.inputs import local_copy, shown_name
 from nsprof.reports.kinds import BY_NAME, sniff_kind
 
 
-def read_report(path: str | os.PathLike, *, domain: str | None = None, as_rows: bool = False, **labels):
+def read_report(
+    path: str | os.PathLike,
+    *,
+    domain: str | None = None,
+    as_rows: bool = False,
+    launches: bool = False,
+    **labels,
+):
     """Read any supported report into the tidy table (see nsprof.schema).
 
     With `as_rows`, a small plain ncu CSV (without `domain`) comes as a ListTable (nsprof.schema:
@@ -24,7 +31,9 @@ def read_report(path: str | os.PathLike, *, domain: str | None = None, as_rows: 
     `path` may be a regular file, a FIFO or other stream (read once into a temporary copy),
     or "-" for standard input. `domain` restricts NVTX attribution to one domain; `labels`
     (clock_control, cache_control) label ncu rows whose settings the file itself does not
-    record. Warnings (frame.attrs["warnings"]) say what the report lacks and what it costs.
+    record. Warnings (frame.attrs["warnings"]) say what the report lacks and what it costs. With
+    `launches`, frame.attrs["launch_configs"] holds each launch's configuration, where the report
+    has it (nsprof.reports.launch_config).
     """
     shown = shown_name(path)
     with local_copy(path) as local:
@@ -32,6 +41,10 @@ def read_report(path: str | os.PathLike, *, domain: str | None = None, as_rows: 
             kind = sniff_kind(local, shown=shown)
             rows = {"as_rows": True} if as_rows and kind == "ncu-csv" and domain is None else {}
             frame = BY_NAME[kind].read(local, domain=domain, **labels, **rows)
+            if launches and "launch_configs" not in frame.attrs:  # an .ncu-rep's reader sets them
+                from nsprof.reports.launch_config import read_launch_configs
+
+                frame.attrs["launch_configs"] = read_launch_configs(local, kind)
         except ReportError as exc:
             raise ReportError(_named_as_given(str(exc), local, shown)) from None
     frame.attrs["report"] = os.fspath(path)

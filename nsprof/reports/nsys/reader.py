@@ -89,15 +89,20 @@ def read_nsys_rep(
 ) -> pd.DataFrame:
     """Export an .nsys-rep to SQLite (export_nsys_rep), then read_nsys_sqlite(**kwargs).
 
-    Without out_dir the export goes to a temporary folder, removed after the read.
+    Without out_dir the export goes to a temporary folder, removed after the read. The launch
+    configurations (nsprof.reports.launch_config) come in frame.attrs["launch_configs"].
     """
     import shutil
 
+    from nsprof.reports.launch_config import read_launch_configs
     from nsprof.reports.nsys.convert import export_nsys_rep
 
     export = export_nsys_rep(path, out_dir=out_dir)
     try:
-        return read_nsys_sqlite(export, **kwargs)
+        frame = read_nsys_sqlite(export, **kwargs)
+        # read while the export exists (analyze --by kernel's grid, block, registers, shared memory)
+        frame.attrs["launch_configs"] = read_launch_configs(export, "nsys-sqlite")
+        return frame
     except ReportError as exc:  # name the user's report, not a temporary file
         raise ReportError(str(exc).replace(str(export), f"{os.fspath(path)} (its SQLite export)")) from None
     finally:
