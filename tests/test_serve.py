@@ -1014,7 +1014,8 @@ def test_a_client_that_comes_while_the_server_writes_a_report_waits_in_its_queue
     with --wait that comes then must queue for the server (it holds the GPU lock until it idles out), not take
     the silence for a server that does not fit and wait for the lock."""
     stop_gate = tmp_path / "stop-gate"
-    proc, state = server("--idle-exit", "5", env={"NSPROF_STANDIN_STOP_GATE": str(stop_gate)})
+    # idle exit 20 s: the first client must reach the server before it idles out, on a busy machine too
+    proc, state = server("--idle-exit", "20", env={"NSPROF_STANDIN_STOP_GATE": str(stop_gate)})
     first = subprocess.Popen(
         [
             sys.executable,
