@@ -59,10 +59,6 @@ class Request:
 
         return Points(self.n_configs, self.n_shapes)
 
-    def only(self, ids) -> Request:
-        """The same request for `ids` only."""
-        return replace(self, ids=tuple(ids))
-
 
 class Backend(ABC):
     """Measures a Request on one device."""
