@@ -58,8 +58,14 @@ def pytest_unconfigure(config):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     if gpu_available():
+        # Each test has a GPU lock of its own (own_gpu_lock_folder), so under xdist two GPU tests
+        # would share the GPU and measure each other's kernels: one group, run one after another.
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(pytest.mark.xdist_group("gpu"))
         return
     skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine")
     for item in items:
