@@ -66,11 +66,15 @@ def main() -> None:
     report = compare(args.folder)
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{'table':<13} {'points':>6} {'after/before min':>16} {'median':>7} {'max':>6} {'spread % (med)':>14} "
-          f"{'outside spread':>14}  best before -> after")
+    print(
+        f"{'table':<13} {'points':>6} {'after/before min':>16} {'median':>7} {'max':>6} {'spread % (med)':>14} "
+        f"{'outside spread':>14}  best before -> after"
+    )
     for name, r in report.items():
-        print(f"{name:<13} {r['points']:>6} {r['ratio_min']:>16.3f} {r['ratio_median']:>7.3f} {r['ratio_max']:>6.3f} "
-              f"{r['spread_pct_median']:>14.1f} {r['outside_spread']:>14}  {r['best_before']} -> {r['best_after']}")
+        print(
+            f"{name:<13} {r['points']:>6} {r['ratio_min']:>16.3f} {r['ratio_median']:>7.3f} {r['ratio_max']:>6.3f} "
+            f"{r['spread_pct_median']:>14.1f} {r['outside_spread']:>14}  {r['best_before']} -> {r['best_after']}"
+        )
 
 
 if __name__ == "__main__":
