@@ -106,7 +106,10 @@ class _Refinement:
         shapes = list(range(layout.n_shapes)) if layout is not None and layout.shaped else [None]
         self.summaries = {
             shape: AdaptiveSummary(
-                stopped=plan_rules.OFF, max_reps=self.max_reps, budget_s=float(settings.budget_s)
+                stopped=plan_rules.OFF,
+                max_reps=self.max_reps,
+                budget_s=float(settings.budget_s),
+                equivalence=settings.equivalence_pct / 100,
             )
             for shape in shapes
         }
@@ -132,7 +135,9 @@ class _Refinement:
         for shape in list(self.active):
             decision = _decide(of_shape(rows, shape), self.settings.stat)
             at_shape = {c: reps.get(self.point(c, shape), 0) for c in decision.members}
-            reason = plan_rules.stop_reason(decision, at_shape, self.max_reps)
+            reason = plan_rules.stop_reason(
+                decision, at_shape, self.max_reps, self.settings.equivalence_pct / 100
+            )
             if reason is not None:
                 self.stop([shape], reason)
                 self.active.remove(shape)

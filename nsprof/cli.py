@@ -1,6 +1,6 @@
 """The `nsprof` command line, a thin click layer over nsprof.commands: the options (`_option`; one
-definition of those several commands take, _SHARED; every help text, _HELP), then each command as
-its options -> settings (nsprof.settings checks them) -> the command -> what it prints. An
+definition of those several commands take, _SHARED; their help texts, nsprof.commands.help), then
+each command as its options -> settings (nsprof.settings checks them) -> the command -> what it prints. An
 NsprofError becomes one line on stderr and exit status 2; an OptionError a usage error too."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from nsprof.commands import serve as serve_command
 from nsprof.commands import tune as tune_command
 from nsprof.commands import validate as validate_command
 from nsprof.commands.common import split
+from nsprof.commands.help import HELP
 from nsprof.drivers import registry
 from nsprof.errors import NsprofError, OptionError
 from nsprof.host.redirect import exit_for_closed_stdout
@@ -114,86 +115,11 @@ _SHARED = {
     "--scheduler": (None, {"default": None, "metavar": "ADDRESS"}),
     "--verbose": (None, {"is_flag": True}),
 }
-# Every option's help: a command's own ("tune --mode"), else the one of every command that takes it.
-# docs/options.md, the option reference, is generated from --help (scripts/gen_options.py).
-_HELP = {
-    "--wait": "Wait for another nsprof measuring on this GPU instead of failing.",
-    "--timeout": "Seconds one config may run before it is killed and recorded as failed.",
-    "--reps": "Ground-truth reps per config.",
-    "--work-dir": "Keep reports and logs here (default: a temporary folder).",
-    "--configs": "Only these config ids, e.g. 0,3,5.",
-    "--store": "Results store (default .nsprof/results.sqlite).",
-    "--json": "Print the tidy rows as a JSON array.",
-    "--plot": "Write the ranking plot (png/svg/pdf; - for PNG on standard output): each config's value, best first, the tie set marked.",
-    "--html": "Write a self-contained report page: the ranked table and the plot, readable offline (- for standard output).",
-    "--devices": "Spread the configs over these GPUs of this host (e.g. 0,1): a local Dask cluster, one worker per GPU (needs pip install 'nsprof[dask]').",
-    "--scheduler": "Spread the configs over an existing Dask cluster (tcp://host:8786) whose workers were started one per GPU with --resources GPU=1.",
-    "--verbose": "With --devices or --scheduler: each Dask worker's state on stderr as it changes.",
-    "analyze --kernel": "Only kernels whose short or full name matches REGEX (re.search, like ncu's --kernel-name regex:).",
-    "analyze --range": "Only ranges matching REGEX (as printed: cfg0.direct, torch_push, (no range)).",
-    "analyze --sort": "range: natural order (cfg2 before cfg10), (no range) last; median, total, count: largest first; name: by kernel name. --reverse turns it around.",
-    "analyze --reverse": "Sort the other way (--sort median --reverse: the fastest first); rows without a value, and (no range), stay last.",
-    "analyze --top": "Only the first N rows of each report, after --sort.",
-    "analyze --timeunit": "Unit of the durations printed.",
-    "analyze --no-warmup": 'Drop the kernels outside every NVTX range (the "(no range)" rows, else shown last).',
-    "analyze --names": "Show kernels by their short or their full (demangled) name.",
-    "analyze --wide": "Never shorten kernel or range names.",
-    "analyze --format": "What is printed (the summary, or the comparison) as this.",
-    "analyze --plot": "Plot each range's kernel durations (with --compare: the per-range B/A ratios) to FILE (.png, .svg, .pdf; - for PNG on standard output; needs matplotlib).",
-    "analyze --csv": "Write the tidy rows to a CSV file (- for standard output).",
-    "analyze --parquet": "Write the tidy rows to a Parquet file (needs pyarrow; - for standard output).",
-    "analyze --compare": "Show exactly two reports side by side with B/A ratios.",
-    "analyze --domain": "Attribute kernels only to NVTX ranges of this domain.",
-    "analyze --by": "range: a row per range and kernel; kernel: all ranges pooled, a row per kernel and launch configuration (grid, block, registers, shared memory), as nsys stats cuda_gpu_kern_sum; --sort range is then total.",
-    "profile --backend": "Ground-truth tool.",
-    "profile --mode": "Plain launches, replays of a captured CUDA graph, or both.",
-    "profile --reps": "Measurements per config and mode.",
-    "profile --warmup": "Unmeasured calls per config first.",
-    "profile --clock-control": "ncu: lock clocks to base (default) or leave them free.",
-    "profile --cache-control": "ncu: flush caches before each replay (all) or not.",
-    "profile --graph-profiling": "ncu: profile graph kernel nodes one by one, or whole graphs (not per-kernel!).",
-    "profile --work-dir": "Keep reports and logs here (default: a temporary folder, named at the end).",
-    "profile --csv": "Write the tidy rows to a CSV file (- for standard output, the table then goes to stderr).",
-    "validate --timers": "Fast timers: families event, cupti, graph (warm and cold L2 each) or exact names (event, event_cold, cupti, cupti_cold, graph_warm, graph_cold).",
-    "validate --external": "Also TileLang's and Triton's own timers, where installed.",
-    "validate --truth": "Ground truths: ncu, nsys; ncu also under a condition, TOOL@CLOCK-L2 with CLOCK base|free and L2 cold|warm (ncu@free-warm: --clock-control none --cache-control none; plain ncu is ncu@base-cold).",
-    "validate --matched": "Also run ncu with clocks free and L2 cold and warm (ncu@free-cold, ncu@free-warm), each repeated for its floor, and show each timer against the ncu taken under its own L2 state.",
-    "validate --mode": "Ground-truth modes: direct, graph.",
-    "validate --timer-reps": "Samples per fast timer.",
-    "validate --repeat": "Run each ground truth twice to measure its own repeatability (the noise floor).",
-    "validate --plot": "Write the agreement plot (png/svg/pdf; - for PNG on standard output).",
-    "validate --html": "Write a self-contained report page: the tables and the plot, readable offline (- for standard output).",
-    "validate --json": "Print everything as one JSON object.",
-    "validate --save": "Also write that JSON object to a file (- for standard output).",
-    "tune --backend": "Ground truth (ncu, nsys) or a fast in-process timer to rank by (default ncu). For several ground truths use --truth instead.",
-    "tune --truth": "Rank under each of these ground truths, e.g. ncu,nsys, and say whether their winners agree (variants: ncu@base-warm, ncu@free-cold, ncu@free-warm: L2 not flushed, clocks not locked, both).",
-    "tune --deploy": "The truth whose winner is fed back and recorded (one of --truth; default the first).",
-    "tune --explain": "When the truths disagree, measure the contenders again under ncu with warm L2 and with free clocks to say which condition explains it.",
-    "tune --mode": "Ground truth of plain launches or of CUDA-graph kernel nodes.",
-    "tune --stat": "Rank by the median or the minimum over reps.",
-    "tune --max-reps": "Adaptive reps: the most reps a config still tied with the best gets in all (default 4 x --reps).",
-    "tune --budget-s": "Adaptive reps: wall seconds their interleaved sessions may take, per truth (0: none; inf: no limit).",
-    "tune --prescreen": "Rank all configs with this fast timer first; measure only the best --top.",
-    "tune --top": "How many prescreened configs go to ground truth.",
-    "tune --no-store": "Keep no results store.",
-    "tune --resume": "Measure only configs the store has no result for (same key).",
-    "tune --retry-failed": "With --resume, measure failed configs again too (failures that say nothing about the config, such as a timeout shorter than today's, are retried anyway).",
-    "tune --feed-back": "Hand the ranking to the target's own autotuner (TileLang's or Triton's cache) when it can take it.",
-    "tune --tuner-pick": "Also run the target's own autotuner with its own timer (Triton) and say what it picks.",
-    "tune --json": "Print the ranked table as JSON.",
-    "results --target": "Rank the target's latest stored tune again (TARGET as tune was given it), measuring nothing; the target is not imported.",
-    "results --run": "Rank the stored tune of this run (an id the list shows) again, measuring nothing.",
-    "results --json": "Print the ranking as tune --json does.",
-    "results --export": "Write every stored measurement to a .csv, .json or .parquet file (- for CSV on standard output).",
-    "serve --backend": "The profiler to serve under (nsys only: ncu cannot serve, see docs/serve.md).",
-    "serve --idle-exit": "End after this long without a job.",
-    "doctor --no-run": "Only look for the GPU and tools; run no kernel.",
-}
 
 
 def _option(name: str, dest: str | None = None, **attrs):
     """click.option `name`: _SHARED's definition where several commands take it, `attrs` over it,
-    the help from _HELP; a default is shown in the help."""
+    the help from nsprof.commands.help; a default is shown in the help."""
     shared_dest, shared = _SHARED.get(name, (None, {}))
     attrs = {**shared, **attrs}
     if attrs.get("default") is not None:
@@ -202,7 +128,7 @@ def _option(name: str, dest: str | None = None, **attrs):
     flag = name.partition("/")[0]
 
     def decorate(command):
-        text = _HELP.get(f"{command.__name__} {flag}", _HELP.get(flag))
+        text = HELP.get(f"{command.__name__} {flag}", HELP.get(flag))
         return click.option(*decls, help=text, **attrs)(command)
 
     return decorate
@@ -337,6 +263,13 @@ def validate(target, timers, truth, mode, **options) -> None:
 @_option("--reps")
 @_option("--max-reps", type=click.IntRange(1), default=None)
 @_option("--budget-s", type=click.FloatRange(min=0), default=30)
+@_option(
+    "--equivalence",
+    "equivalence_pct",
+    type=click.FloatRange(0, 100, max_open=True),
+    default=1.0,
+    metavar="PCT",
+)
 @_option("--prescreen", type=click.Choice(list(TIMER_BACKENDS)), default=None)
 @_option("--top", "prescreen_top", type=click.IntRange(1), default=4)
 @_option("--timeout")

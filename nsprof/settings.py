@@ -210,6 +210,9 @@ class TuneSettings:
     # sessions' wall time stays within budget_s (0: no adaptive reps).
     max_reps: int | None = None
     budget_s: float = 30.0
+    # A tie whose members all lie within ±equivalence_pct % of the best is practically equivalent:
+    # no adaptive reps are spent separating it (0: off).
+    equivalence_pct: float = 1.0
 
     def __post_init__(self) -> None:
         _check(
@@ -261,6 +264,10 @@ class TuneSettings:
                 ),
                 (self.prescreen_top >= 1, "--top must be at least 1"),
                 (self.budget_s >= 0, "--budget-s must be 0 (no adaptive reps) or more"),
+                (
+                    0 <= self.equivalence_pct < 100,
+                    "--equivalence must be a percentage from 0 (off) below 100",
+                ),
             ]
         )
         self.profile  # noqa: B018 - built once, so that its own checks run now

@@ -192,6 +192,32 @@ def build(config):
 space = nsprof.space.Space(configs={configs!r}, build=build, device="cpu")
 """
 
+
+def test_a_tie_inside_the_equivalence_margin_stops_at_once():
+    import pandas as pd
+
+    from nsprof.analysis.confidence import decide
+
+    # three configs tied with the best; their intervals' farthest end is 0.8% above the best's value
+    ranked = pd.DataFrame(
+        {
+            "rank": [1, 2, 3, 4],
+            "config_id": [4, 2, 7, 1],
+            "value_ns": [1000.0, 1003.0, 1005.0, 1100.0],
+            "ci_low_ns": [996.0, 999.0, 1001.0, 1090.0],
+            "ci_high_ns": [1004.0, 1006.0, 1008.0, 1110.0],
+            "tied_with_best": [True, True, True, False],
+        }
+    )
+    decision = decide(ranked)
+    assert decision.kind == "tie" and decision.members == [4, 2, 7]
+    assert decision.tie_spread == pytest.approx(0.008)
+    reps = {4: 5, 2: 5, 7: 5}
+    assert rules.stop_reason(decision, reps, 20, equivalence=0.01) == rules.EQUIVALENT
+    assert rules.stop_reason(decision, reps, 20, equivalence=0.005) is None  # wider than the margin
+    assert rules.stop_reason(decision, reps, 20, equivalence=0.0) is None  # off
+
+
 # Configs 0 and 1 are 4% apart with 3% noise: 5 reps cannot tell them apart (their [min, max]
 # overlap), 20 can. Config 2 is far behind and never a contender.
 SEPARABLE = [
@@ -201,6 +227,8 @@ SEPARABLE = [
 ]
 # Three configs drawn from one distribution: indistinguishable however many reps.
 IDENTICAL = [{"id": i, "ns": 1000.0, "ns_sigma": 0.03, "seed": 7} for i in range(3)]
+# Three configs 0.1% apart with 0.1% noise: a memory-bound kernel's configs, equivalent in practice.
+EQUIVALENT = [{"id": i, "ns": 1000.0 + i, "ns_sigma": 0.001, "seed": 3} for i in range(3)]
 
 
 @pytest.fixture
@@ -354,6 +382,27 @@ def test_budget_zero_means_no_adaptive_session_and_a_budget_too_small_says_so(no
     assert capped.adaptive.stopped == rules.MAX_REPS and len(_sessions(log)) == 1
 
 
+def test_a_practically_equivalent_tie_gets_no_adaptive_session_unless_the_margin_is_off(noisy, tmp_path):
+    from nsprof.render.json import tune_document
+    from nsprof.render.tables import format_ranked
+    from nsprof.tune import tune
+
+    target, log = noisy(EQUIVALENT)
+    result = tune(target, _settings(tmp_path, max_reps=20, budget_s=600))
+    assert result.decision.kind == "tie" and result.decision.tie_spread <= 0.01
+    assert result.adaptive.stopped == rules.EQUIVALENT and result.adaptive.sessions == 0
+    assert len(_sessions(log)) == 1  # the first pass only
+    assert "none needed (every contender lies within ±1.0% of the best (--equivalence))" in format_ranked(
+        result
+    )
+    assert json.loads(tune_document(result))["adaptive"]["stopped"] == "equivalent"
+
+    log.write_text("")
+    strict = tune(target, _settings(tmp_path, max_reps=20, budget_s=600, equivalence_pct=0))
+    assert strict.adaptive.stopped != rules.EQUIVALENT and strict.adaptive.sessions >= 1
+    assert len(_sessions(log)) == 1 + strict.adaptive.sessions
+
+
 def test_adaptive_reps_are_stored_and_resume_measures_nothing_again(noisy, tmp_path):
     from nsprof.store import ResultStore
     from nsprof.tune import tune
@@ -409,6 +458,8 @@ def test_cli_takes_the_adaptive_options(noisy, tmp_path):
     )
     assert bad.returncode != 0 and "--max-reps (3) must be at least --reps (5)" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) <= 3  # usage, help hint, the one line
+    wide = subprocess.run(standin_cli + ["--equivalence", "100"], capture_output=True, text=True, env=env)
+    assert wide.returncode == 2 and "--equivalence" in wide.stderr and "Traceback" not in wide.stderr
     done = subprocess.run(
         standin_cli + ["--json", "--max-reps", "8", "--budget-s", "600", "--work-dir", str(tmp_path / "cli")],
         capture_output=True,

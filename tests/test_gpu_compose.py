@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[1]
-ADAPTIVE_STOPS = {"separated", "max_reps", "budget", "failed", "untested"}
+ADAPTIVE_STOPS = {"separated", "max_reps", "budget", "failed", "untested", "equivalent"}
 
 
 def _tune(target: str, tmp_path: Path) -> dict:

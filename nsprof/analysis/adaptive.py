@@ -33,7 +33,10 @@ OFF = "off"  # --budget-s 0: no adaptive session
 UNTESTED = "untested"  # no interval (fewer than 2 reps): nothing to separate
 FAST_TIMER = "fast_timer"  # a fast timer gives one number per config: no reps to add
 FAILED = "failed"  # an adaptive session measured nothing: the ranking stands on the reps before it
-STOP_REASONS = (SEPARATED, MAX_REPS, BUDGET, OFF, UNTESTED, FAST_TIMER, FAILED)
+# every contender's interval lies within --equivalence of the best's value: more reps could only
+# separate configs whose difference does not matter in practice (a memory-bound kernel's configs)
+EQUIVALENT = "equivalent"
+STOP_REASONS = (SEPARATED, MAX_REPS, BUDGET, OFF, UNTESTED, FAST_TIMER, FAILED, EQUIVALENT)
 
 STARTUP_S = 10.0  # a profiler's start-up and tear-down where the first pass could not say (H200: 9-11 s)
 VISIT_S = 0.25  # one visit where the first pass could not say (ncu: 40-85 ms per profiled kernel)
@@ -78,13 +81,16 @@ def contenders(decision) -> list[int]:
     return list(decision.members) if decision.kind == "tie" else []
 
 
-def stop_reason(decision, reps: dict[int, int], max_reps: int) -> str | None:
+def stop_reason(decision, reps: dict[int, int], max_reps: int, equivalence: float = 0.0) -> str | None:
     """Why no further adaptive session is needed, or None to go on: `decision` over all reps so
-    far, `reps` each config's rep count."""
+    far, `reps` each config's rep count, `equivalence` the practical-equivalence margin (relative;
+    0: none)."""
     if decision.kind == "winner":
         return SEPARATED
     if decision.kind != "tie":
         return UNTESTED
+    if equivalence > 0 and decision.tie_spread <= equivalence:
+        return EQUIVALENT
     if all(reps.get(c, 0) >= max_reps for c in decision.members):
         return MAX_REPS
     return None
@@ -162,6 +168,7 @@ class AdaptiveSummary:
     history: list[dict] = field(default_factory=list)
     reps_per_config: dict[int, int] = field(default_factory=dict)  # the contenders' rep counts at the end
     note: str = ""  # why a session was not started or what failed, in words
+    equivalence: float = 0.0  # the practical-equivalence margin (relative; 0: none)
 
     def describe(self) -> str:
         words = {
@@ -172,11 +179,13 @@ class AdaptiveSummary:
             UNTESTED: "no interval to separate (fewer than 2 reps)",
             FAST_TIMER: "not done for a fast timer (one number per config)",
             FAILED: "an adaptive session failed",
+            EQUIVALENT: f"every contender lies within ±{self.equivalence:.1%} of the best (--equivalence)",
         }[self.stopped]
         if self.stopped in (OFF, FAST_TIMER, UNTESTED):
             return f"adaptive reps: {words}"
-        if self.sessions == 0 and self.stopped == SEPARATED:
-            return "adaptive reps: none needed (the first pass separated the best)"
+        if self.sessions == 0 and self.stopped in (SEPARATED, EQUIVALENT):
+            why = "the first pass separated the best" if self.stopped == SEPARATED else words
+            return f"adaptive reps: none needed ({why})"
         done = (
             f"{self.reps} reps in {self.sessions} interleaved session{'s' * (self.sessions != 1)} "
             f"({self.wall_s:.1f} s)"
@@ -192,6 +201,7 @@ class AdaptiveSummary:
             "wall_s": self.wall_s,
             "max_reps": self.max_reps,
             "budget_s": self.budget_s,
+            "equivalence": self.equivalence,
             "history": self.history,
             "reps_per_config": {str(k): v for k, v in self.reps_per_config.items()},
             "note": self.note,

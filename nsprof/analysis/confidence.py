@@ -94,6 +94,9 @@ class Decision:
     half_width: float = float("nan")  # the best's interval half-width, relative to its value
     margin: float = float("nan")  # #2's low end above the best's high end, relative to the best (winner)
     second: int | None = None  # the next-ranked config
+    # A tie's members' intervals: how far their farthest end lies from the best's value, relative
+    # to it (practical equivalence: nsprof.analysis.adaptive.stop_reason)
+    tie_spread: float = float("nan")
 
     def as_json(self) -> dict:
         doc: dict = {"kind": self.kind, "config_id": self.config_id}
@@ -101,6 +104,8 @@ class Decision:
             doc["members"] = list(self.members)
         doc["rule"] = self.rule
         doc["half_width"] = None if self.half_width != self.half_width else self.half_width
+        if self.kind == "tie":
+            doc["tie_spread"] = None if self.tie_spread != self.tie_spread else self.tie_spread
         if self.kind == "winner":
             doc["second"] = self.second
             doc["margin"] = None if self.margin != self.margin else self.margin
@@ -126,7 +131,12 @@ def decide(ranked, stat: str = "median") -> Decision:
     second = int(measured.iloc[1]["config_id"]) if len(measured) > 1 else None
     if len(members) > 1:
         # The rank order is the rule's order: members[0] is the best.
-        return Decision("tie", members[0], members, rule=rule, half_width=half, second=second)
+        tied = measured[measured["config_id"].isin(members)]
+        ends = [*tied["ci_low_ns"], *tied["ci_high_ns"]]
+        spread = max(abs(float(e) - value) for e in ends) / value if value else float("nan")
+        return Decision(
+            "tie", members[0], members, rule=rule, half_width=half, second=second, tie_spread=spread
+        )
     margin = float("nan")
     if second is not None:
         second_low = float(measured.iloc[1]["ci_low_ns"])
