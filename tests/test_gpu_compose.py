@@ -71,6 +71,11 @@ def test_triton_at_four_shapes_gets_adaptive_reps_probes_and_its_own_pick_per_sh
         ]
 
 
-def test_tilelang_at_four_shapes_gets_adaptive_reps_and_probes_per_shape(tmp_path):
+def test_tilelang_at_four_shapes_gets_adaptive_reps_probes_and_its_own_pick_per_shape(tmp_path):
     pytest.importorskip("tilelang")
-    _check_every_shape(_tune("examples/gemm_shapes_tilelang.py:space", tmp_path))
+    document = _tune("examples/gemm_shapes_tilelang.py:space", tmp_path)
+    _check_every_shape(document)
+    for shape in document["shapes"]:
+        assert any("TileLang's autotuner" in note and "picks config" in note for note in shape["notes"]), (
+            shape["notes"]
+        )

@@ -50,6 +50,8 @@ def test_tilelang_autotune_returns_nsprofs_winner(tmp_path):
     assert tune.returncode == 0, tune.stderr[-2000:]
     document = json.loads(tune.stdout)
     assert any("handed to TileLang" in note for note in document["notes"]), document["notes"]
+    pick = document["tuner_pick"]  # TileLang's own benchmark, in a child that wrote no cache entry
+    assert pick["config_id"] in range(18) and pick["timer"] == "TileLang's own benchmark"
     check = subprocess.run(
         [sys.executable, "-c", CHECK, str(ROOT / "examples")],
         capture_output=True,

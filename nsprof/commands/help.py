@@ -66,7 +66,7 @@ HELP = {
     "tune --resume": "Measure only configs the store has no result for (same key).",
     "tune --retry-failed": "With --resume, measure failed configs again too (failures that say nothing about the config, such as a timeout shorter than today's, are retried anyway).",
     "tune --feed-back": "Hand the ranking to the target's own autotuner (TileLang's or Triton's cache) when it can take it.",
-    "tune --tuner-pick": "Also run the target's own autotuner with its own timer (Triton) and say what it picks.",
+    "tune --tuner-pick": "Also run the target's own autotuner with its own timer (Triton, TileLang) and say what it picks.",
     "tune --json": "Print the ranked table as JSON.",
     "results --target": "Rank the target's latest stored tune again (TARGET as tune was given it), measuring nothing; the target is not imported.",
     "results --run": "Rank the stored tune of this run (an id the list shows) again, measuring nothing.",

@@ -121,11 +121,11 @@ def autotune_shapes(autotuned, shapes, **kwargs) -> Space:
 
 
 class TileLangHook(TunerHook):
-    """An `@tilelang.autotune` kernel's autotuner, for these call arguments: the feed-back into
-    its autotuner cache. It has no pick of its own here (TileLang's tuner says no timings back)."""
+    """An `@tilelang.autotune` kernel's autotuner, for these call arguments: its own pick (with
+    its own benchmark) and the feed-back into its autotuner cache."""
 
     name = "TileLang's autotuner cache"
-    can_pick = False
+    can_pick = True
 
     feed_back_shapes_apart = True  # TileLang's key depends on what the process compiled before
 
@@ -134,6 +134,18 @@ class TileLangHook(TunerHook):
     ) -> None:
         self.autotuned, self.args, self.kwargs = autotuned, args, dict(kwargs or {})
         self.shapes = shapes
+
+    def pick(self) -> dict[str, Any]:
+        return tilelang_pick(self.autotuned, self.args, self.kwargs)
+
+    def pick_shapes(self, shapes: list[int]) -> dict[int, dict[str, Any]]:
+        """TileLang's own pick at each shape, on a call with that shape's arguments."""
+        if self.shapes is None:
+            raise NsprofError("this Space has no shapes: pick() gives its one pick")
+        return {
+            int(shape): tilelang_pick(self.autotuned, self.shapes[int(shape)], self.kwargs)
+            for shape in shapes
+        }
 
     def feed_back(self, latencies_ms: Mapping[int, float]) -> str:
         # The entry read back from TileLang's cache, shown as tune's JSON document shows configs.
@@ -187,10 +199,46 @@ def _benchmark_replaced(latency_by_source: Callable[[], Mapping[str, float]]):
 
 
 @contextlib.contextmanager
-def _cache_entry_replaced(autotuned, written: dict):
-    """While feeding back: answer nothing from TileLang's caches (they hold the last winner, maybe
-    another tool's), and make the disk entry under TileLang's key the new one. TileLang itself
-    keeps a complete entry it finds there; that is how a second tune's winner was lost."""
+def _caches_aside(autotuned, save: Callable | None, keep: bool):
+    """While TileLang's autotuner runs: answer nothing from its caches (they hold the last winner,
+    maybe another tool's), and store a result through `save(tuner, key, result)` (None: store
+    nothing). `keep`: what the run put in the in-memory caches stays after it (the feed-back's
+    winner); else those caches are as before (a pick leaves nothing behind). Yields the run's own
+    in-memory caches: {"memory": AutoTuner's, "call": the kernel's per-call cache or None}."""
+    from tilelang.autotuner.tuner import AutoTuner
+
+    load, store = AutoTuner._load_result_from_disk, AutoTuner._save_result_to_disk
+    memory, per_call = AutoTuner._memory_cache, getattr(autotuned, "_tuner_cache", None)
+
+    def load_nothing(self, key):
+        return None
+
+    def save_through(self, key, result):
+        if save is not None:
+            save(self, key, result)
+
+    AutoTuner._load_result_from_disk, AutoTuner._save_result_to_disk = load_nothing, save_through
+    run = {"memory": {}, "call": None if per_call is None else {}}
+    AutoTuner._memory_cache = run["memory"]
+    if per_call is not None:
+        autotuned._tuner_cache = run["call"]
+    try:
+        yield run
+    finally:
+        AutoTuner._load_result_from_disk, AutoTuner._save_result_to_disk = load, store
+        AutoTuner._memory_cache = memory
+        if per_call is not None:
+            autotuned._tuner_cache = per_call
+        if keep:
+            memory.update(run["memory"])
+            if per_call is not None:
+                per_call.update(run["call"])
+
+
+def _entry_replaced(written: dict) -> Callable:
+    """A save that makes the disk entry under TileLang's key the new one, and records it in
+    `written`. TileLang itself keeps a complete entry it finds there; that is how a second tune's
+    winner was lost."""
     import json
     import os
     import shutil
@@ -198,11 +246,7 @@ def _cache_entry_replaced(autotuned, written: dict):
     from tilelang.autotuner.param import BEST_CONFIG_PATH
     from tilelang.autotuner.tuner import AutoTuner
 
-    load, save = AutoTuner._load_result_from_disk, AutoTuner._save_result_to_disk
-    memory, per_call = AutoTuner._memory_cache, getattr(autotuned, "_tuner_cache", None)
-
-    def load_nothing(self, key):
-        return None
+    save = AutoTuner._save_result_to_disk
 
     def replace(self, key, result):
         path = Path(self.cache_dir) / key
@@ -216,19 +260,32 @@ def _cache_entry_replaced(autotuned, written: dict):
         written["path"], written["compile_args"] = path, self.compile_args
         written["config"] = json.loads((path / BEST_CONFIG_PATH).read_text())  # what a new process will load
 
-    AutoTuner._load_result_from_disk, AutoTuner._save_result_to_disk = load_nothing, replace
-    AutoTuner._memory_cache = {}
-    if per_call is not None:
-        autotuned._tuner_cache = {}
-    try:
-        yield
-    finally:
-        AutoTuner._load_result_from_disk, AutoTuner._save_result_to_disk = load, save
-        memory.update(AutoTuner._memory_cache)
-        AutoTuner._memory_cache = memory
-        if per_call is not None:
-            per_call.update(autotuned._tuner_cache)
-            autotuned._tuner_cache = per_call
+    return replace
+
+
+def tilelang_pick(autotuned, args: tuple, kwargs: dict | None = None) -> dict[str, Any]:
+    """Run TileLang's own autotuner (its own benchmark) and say what it picks. Its caches are
+    neither read nor written, and its choice is forgotten afterwards, so the pick is TileLang's
+    measurement of now and nothing of it stays behind. TileLang reports the best config's latency
+    only, so timings_ms holds that one."""
+    kwargs = dict(kwargs or {})
+    configs = _configs(autotuned, args, kwargs)
+    with _caches_aside(autotuned, save=None, keep=False) as run:
+        autotuned.compile(*args, **kwargs)
+    chosen = [config for _, config in (run["call"] or {}).values()]
+    chosen += [result.config for result in run["memory"].values()]
+    latency = next((float(r.latency) for r in run["memory"].values() if r.latency is not None), None)
+    if not chosen or chosen[0] is None:
+        raise NsprofError("TileLang's autotuner ran but kept no choice to read back")
+    config = dict(chosen[0])
+    index = next((i for i, c in enumerate(configs) if {k: config.get(k) for k in c} == dict(c)), None)
+    return {
+        "tuner": "TileLang's autotuner",
+        "timer": "TileLang's own benchmark",
+        "config_id": index,
+        "config": config,
+        "timings_ms": {} if index is None or latency is None else {str(index): latency},
+    }
 
 
 def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs: dict | None = None):
@@ -262,7 +319,7 @@ def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs:
     declared = copy.deepcopy(getattr(getattr(autotuned, "jit_impl", None), "out_idx", None))
     for _ in range(2):
         written: dict = {}
-        with _benchmark_replaced(by_source), _cache_entry_replaced(autotuned, written):
+        with _benchmark_replaced(by_source), _caches_aside(autotuned, _entry_replaced(written), keep=True):
             autotuned.compile(*args, **kwargs)
         if "config" not in written:
             raise NsprofError(
