@@ -36,13 +36,21 @@ TUNE = ["--truth", "ncu,nsys", "--no-explain", "--mode", "direct", "--reps", "3"
 TUNE += ["--no-feed-back", "--no-tuner-pick"]
 
 
-@pytest.fixture
-def tuned(tmp_path):
+@pytest.fixture(scope="module")
+def tuned_once(tmp_path_factory):
     """A store written by a real tune of a 4-config target under ncu and nsys (stand-ins)."""
-    (tmp_path / "target.py").write_text(TARGET)
-    done = run_nsprof("tune", "target.py:space", *TUNE, "--store", "s.sqlite", cwd=tmp_path, standins=True)
+    folder = tmp_path_factory.mktemp("tuned")
+    (folder / "target.py").write_text(TARGET)
+    done = run_nsprof("tune", "target.py:space", *TUNE, "--store", "s.sqlite", cwd=folder, standins=True)
     assert done.returncode == 0, done.stderr
-    return tmp_path
+    return folder
+
+
+@pytest.fixture
+def tuned(tuned_once, tmp_path):
+    """A copy of that tune's folder of the test's own (tests change the store and the target)."""
+    shutil.copytree(tuned_once, tmp_path / "tuned")
+    return tmp_path / "tuned"
 
 
 def no_tools(tmp_path: Path) -> dict:
