@@ -14,7 +14,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "nsprof"
 LAYERS = [
     ["nsprof.errors"],
     ["nsprof.schema", "nsprof.settings"],
-    ["nsprof.host", "nsprof.space", "nsprof.tuner", "nsprof.store", "nsprof.builtin"],
+    [
+        "nsprof.host",
+        "nsprof.space",
+        "nsprof.tuner",
+        "nsprof.store",
+        "nsprof.store_schema",
+        "nsprof.store_rows",
+        "nsprof.builtin",
+    ],
     ["nsprof.reports", "nsprof.timers", "nsprof.analysis"],
     ["nsprof.worker"],
     ["nsprof.drivers"],
