@@ -58,19 +58,9 @@ RUN_COLUMNS = (
     "finished_at",
     "status",
 )
-# What start_run(**labels) accepts; the rest of a run's columns nsprof fills in itself.
-RUN_LABELS = (
-    "target",
-    "fingerprint",
-    "gpu",
-    "gpu_uuid",
-    "backend",
-    "mode",
-    "clock_control",
-    "cache_control",
-    "tool_version",
-    "settings",
-)
+# What start_run(**labels) accepts: the labels among a run's columns, settings as JSON; the rest
+# of a run's columns nsprof fills in itself.
+RUN_LABELS = (*RUN_COLUMNS[RUN_COLUMNS.index("target") : RUN_COLUMNS.index("nsprof_version")], "settings")
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 import nsprof.reports.ncu_csv as ncu_csv
-from nsprof.analysis.summary import SUMMARY_COLUMNS, order, select, summarize
+from nsprof.analysis.listing import order, select
+from nsprof.analysis.summary import SUMMARY_COLUMNS, summarize
 from nsprof.cli import cli
 from nsprof.reports import read_report
 from nsprof.schema import COLUMNS, ListTable, column_list, make_frame, tidy_rows
