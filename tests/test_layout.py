@@ -38,6 +38,8 @@ LAYERS = [
         "nsprof.feedback",
         "nsprof.doctor",
         "nsprof.cluster",
+        "nsprof.cluster_dask",
+        "nsprof.cluster_batch",
         "nsprof.serve",
     ],
     ["nsprof.commands"],
