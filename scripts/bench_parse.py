@@ -284,7 +284,7 @@ def _verdict(figure: dict, goal_s: float) -> dict:
 
 def _csv_engine() -> str | None:
     try:
-        from nsprof.reports.ncu_csv import csv_engine
+        from nsprof.reports.ncu_cells import csv_engine
     except ImportError:
         return None
     return csv_engine()

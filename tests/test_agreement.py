@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsprof.analysis.agreement import agreement, mode_floor, noise_floor, recommend
+from nsprof.analysis.agreement import agreement, mode_floor, noise_floor
 from nsprof.analysis.stats import average_ranks, kendall_tau_b, spearman_rho
+from nsprof.analysis.verdict import recommend
 from nsprof.errors import NsprofError
 from nsprof.render.json import agreement_document as to_json
 from nsprof.render.plot import plot

@@ -13,9 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 import nsprof.reports.ncu_csv as ncu_csv
-from nsprof.analysis.summary import SUMMARY_COLUMNS, order, select, summarize
+from nsprof.analysis.listing import order, select
+from nsprof.analysis.summary import SUMMARY_COLUMNS, summarize
 from nsprof.cli import cli
 from nsprof.reports import read_report
+from nsprof.reports.ncu_cells import PUSH_POP_PREFIX
 from nsprof.schema import COLUMNS, ListTable, column_list, make_frame, tidy_rows
 from tests.conftest import FIXTURES
 
@@ -27,7 +29,7 @@ def _variants(tmp_path) -> list:
     rows = list(csv.reader(RAW.open(newline="")))
     head = rows[0]
     duration = head.index("gpu__time_duration.sum")
-    push_pop = next(i for i, c in enumerate(head) if c.startswith(ncu_csv.PUSH_POP_PREFIX))
+    push_pop = next(i for i, c in enumerate(head) if c.startswith(PUSH_POP_PREFIX))
     kernel = head.index("Kernel Name")
     edited = {}
     edited["gaps"] = [list(r) for r in rows]

@@ -401,7 +401,8 @@ def test_durations_plot_holds_each_range_and_its_kernels(tmp_path):
     pytest.importorskip("matplotlib")
     from matplotlib.collections import PathCollection
 
-    from nsprof.analysis.summary import order, samples, select, summarize
+    from nsprof.analysis.listing import order, samples, select
+    from nsprof.analysis.summary import summarize
     from nsprof.render.analyze_plot import durations_plot
     from nsprof.reports import read_report
 

@@ -10,6 +10,7 @@ from pandas.testing import assert_frame_equal
 
 import nsprof.reports.ncu_csv as ncu_csv
 from nsprof.errors import ReportError
+from nsprof.reports.ncu_cells import PUSH_POP_PREFIX
 from nsprof.schema import make_frame
 from tests.conftest import FIXTURES
 
@@ -19,7 +20,7 @@ RAW = FIXTURES / "fixture_node_raw.csv"
 def _variants(tmp_path):
     rows = list(csv.reader(RAW.open(newline="")))
     duration = rows[0].index("gpu__time_duration.sum")
-    push_pop = next(i for i, c in enumerate(rows[0]) if c.startswith(ncu_csv.PUSH_POP_PREFIX))
+    push_pop = next(i for i, c in enumerate(rows[0]) if c.startswith(PUSH_POP_PREFIX))
     gaps = [list(r) for r in rows]
     gaps[3][duration], gaps[4][duration], gaps[5][duration] = "n/a", "", "NaN"
     nvtx = [list(r) for r in rows]
@@ -44,7 +45,7 @@ def test_small_page_reads_as_the_column_path_reads_it(tmp_path, monkeypatch, dom
         FIXTURES / n for n in ("fixture_node_raw.csv", "fixture_graph_raw.csv", "fixture_clock_none_raw.csv")
     ]
     inputs += _variants(tmp_path).values()
-    original = ncu_csv._raw_small
+    original = ncu_csv.raw_small
     small_used = []
 
     def spy(*args, **kwargs):
@@ -52,9 +53,9 @@ def test_small_page_reads_as_the_column_path_reads_it(tmp_path, monkeypatch, dom
         return small_used[-1]
 
     for path in inputs:
-        monkeypatch.setattr(ncu_csv, "_raw_small", spy)
+        monkeypatch.setattr(ncu_csv, "raw_small", spy)
         small = ncu_csv.read_ncu_csv(path, domain=domain)
-        monkeypatch.setattr(ncu_csv, "_raw_small", lambda *args, **kwargs: None)
+        monkeypatch.setattr(ncu_csv, "raw_small", lambda *args, **kwargs: None)
         column = ncu_csv.read_ncu_csv(path, domain=domain)
         assert_frame_equal(small, column, check_exact=True)
         assert small.attrs == column.attrs
@@ -66,12 +67,12 @@ def test_unusual_pages_take_the_column_path(tmp_path):
     latin1 = tmp_path / "latin1.csv"
     latin1.write_bytes(text.replace(b'"python3.12"', b'"python3.12\xe9"'))  # not UTF-8
     columns = next(csv.reader([text[: text.find(b"\n")].decode()]))
-    assert ncu_csv._raw_small(latin1.read_bytes(), columns, latin1, None, None) is None
+    assert ncu_csv.raw_small(latin1.read_bytes(), columns, latin1, None, None) is None
     rows = list(csv.reader(RAW.open(newline="")))
     ragged = tmp_path / "ragged.csv"
     with ragged.open("w", newline="") as handle:
         csv.writer(handle, quoting=csv.QUOTE_ALL).writerows(rows[:5] + [rows[5][:10]] + rows[6:])
-    assert ncu_csv._raw_small(ragged.read_bytes(), columns, ragged, None, None) is None
+    assert ncu_csv.raw_small(ragged.read_bytes(), columns, ragged, None, None) is None
     try:
         frame = ncu_csv.read_ncu_csv(ragged)
     except ReportError as exc:  # the column path decides
@@ -84,7 +85,7 @@ def test_a_config_id_of_18_digits_stays_exact(tmp_path):
     from nsprof.analysis.summary import summarize
 
     rows = list(csv.reader(RAW.open(newline="")))
-    push_pop = next(i for i, c in enumerate(rows[0]) if c.startswith(ncu_csv.PUSH_POP_PREFIX))
+    push_pop = next(i for i, c in enumerate(rows[0]) if c.startswith(PUSH_POP_PREFIX))
     for row in rows[2:]:
         row[push_pop] = row[push_pop].replace("cfg0.direct", "cfg123456789012345678.direct")
     path = tmp_path / "big_id.csv"

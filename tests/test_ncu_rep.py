@@ -254,7 +254,7 @@ def test_analyze_says_the_recorded_clock_control(ncu_rep_dir, report, expected):
 
 
 def test_ncu_options_stop_at_the_program():
-    from nsprof.reports.ncu_rep import ncu_options
+    from nsprof.reports.ncu_command import ncu_options
 
     line = "/opt/ncu --nvtx -f --metrics a,b --clock-control=none python3 tune.py --clock-control base"
     assert ncu_options(line) == {"--clock-control": "none"}

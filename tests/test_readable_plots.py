@@ -244,7 +244,8 @@ def test_tune_plot_legend_leaves_the_slowest_point_and_its_title_fits():
 
 
 def fixture_samples():
-    from nsprof.analysis.summary import order, samples, select, summarize
+    from nsprof.analysis.listing import order, samples, select
+    from nsprof.analysis.summary import summarize
     from nsprof.reports import read_report
 
     frame = read_report(SQLITE)

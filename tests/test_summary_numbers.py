@@ -106,7 +106,7 @@ def test_group_sums_are_pandas_groupby_sums_and_means(seed):
     and no NaN: numpy's reduceat; else the Kahan-compensated kernel), infinities and NaN included."""
     import warnings
 
-    from nsprof.analysis.summary import group_sums
+    from nsprof.analysis.groups import group_sums
 
     rng = np.random.default_rng(seed)
     for trial in range(300):

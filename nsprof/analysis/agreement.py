@@ -7,24 +7,37 @@ caller's to say. A tuner only needs the *ranking* right, so the headline figure 
 bias (the level) and regret (what picking by the timer costs) sit beside it, and the truth's own
 repeatability (the noise floor) says how much τ any timer could reach.
 
-The verdict is data here (one `Verdict` per truth); nsprof.render words, tabulates, plots and
-serialises it. Nothing here measures, reads files or prints; pandas/numpy are imported inside
-functions so that importing this module stays cheap for the CLI.
+The verdict is data (one `Verdict` per truth, nsprof.analysis.verdict); nsprof.render words,
+tabulates, plots and serialises it. Nothing here measures, reads files or prints; pandas/numpy
+are imported inside functions so that importing this module stays cheap for the CLI.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nsprof.analysis.confidence import pick, stability
 from nsprof.analysis.stats import is_missing, kendall_tau_b, spearman_rho
+from nsprof.analysis.verdict import FLOOR_MARGIN, floor_map, verdicts
 from nsprof.errors import NsprofError
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
+
+# What callers import from here, though verdicts lives in nsprof.analysis.verdict.
+__all__ = [
+    "FLOOR_MARGIN",
+    "agreement",
+    "floor_map",
+    "matched_agreement",
+    "mode_floor",
+    "noise_floor",
+    "verdicts",
+    "wide",
+    "winner_stability",
+]
 
 AGREEMENT_COLUMNS = [
     "timer",
@@ -56,13 +69,6 @@ MATCHED_COLUMNS = [
     "unmatched_floor",
     "unmatched_at_floor",
 ]
-# A timer whose τ is this close to the truth's own repeatability τ cannot be told apart from
-# re-running the truth: the remaining disagreement is the truth's noise, not the timer's fault.
-FLOOR_MARGIN = 0.03
-# τ values equal at the precision the tables show (two decimals in the verdict) count as a tie.
-TAU_TIE = 0.005
-# Below this the recommended timer still "tracks best" but should not be trusted for ranking.
-WEAK_TAU = 0.5
 
 
 # --------------------------------------------------------------------------- agreement
@@ -331,131 +337,3 @@ def matched_agreement(
             }
         )
     return pd.DataFrame(rows, columns=MATCHED_COLUMNS)
-
-
-def floor_map(floors: pd.DataFrame | Mapping[str, float] | None) -> dict[str, float]:
-    """truth -> floor τ, from a noise_floor/mode_floor frame or a plain mapping (None -> {})."""
-    import math
-
-    if floors is None:
-        return {}
-    if isinstance(floors, Mapping):
-        return {str(k): float(v) for k, v in floors.items() if v is not None and not math.isnan(float(v))}
-    out: dict[str, float] = {}
-    for truth, tau in zip(floors["truth"], floors["kendall_tau"]):
-        # a truth may have several floors (repeat run and sibling mode): keep the first given
-        if truth not in out and tau == tau:
-            out[str(truth)] = float(tau)
-    return out
-
-
-def floor_against(floors: pd.DataFrame | Mapping[str, float] | None) -> dict[str, str]:
-    if floors is None or isinstance(floors, Mapping) or "against" not in floors.columns:
-        return {}
-    out: dict[str, str] = {}
-    for truth, against in zip(floors["truth"], floors["against"]):
-        out.setdefault(str(truth), str(against))
-    return out
-
-
-# --------------------------------------------------------------------------- recommendation
-
-
-def _candidates(rows: pd.DataFrame, floor: float | None) -> pd.DataFrame:
-    """The timers whose τ cannot be separated from the best one's."""
-    rows = rows[rows["kendall_tau"].notna()]
-    if rows.empty:
-        return rows
-    band = rows["kendall_tau"].max() - TAU_TIE
-    if floor is not None:
-        # everyone within FLOOR_MARGIN of the truth's own repeatability is as good as re-running
-        # the truth; τ cannot rank them, so regret decides among them
-        band = min(band, floor - FLOOR_MARGIN)
-    return rows[rows["kendall_tau"] >= band]
-
-
-def recommend(
-    agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float] | None = None
-) -> dict[str, str]:
-    """truth -> the timer that ranks configs most like it: highest τ; a tie (τ within 0.005, or
-    both within 0.03 of the truth's noise floor where given) goes to lower regret, then higher τ,
-    then the order timers were listed. Truths no timer could be compared with are left out."""
-    fmap = floor_map(floors)
-    out: dict[str, str] = {}
-    for truth in dict.fromkeys(agreement_df["truth"]):
-        rows = agreement_df[agreement_df["truth"] == truth].reset_index(drop=True)
-        cands = _candidates(rows, fmap.get(str(truth)))
-        if cands.empty:
-            continue
-        ranked = sorted(
-            cands.itertuples(),
-            key=lambda r: (
-                float("inf") if is_missing(r.regret) else r.regret,
-                -r.kendall_tau,
-                r.Index,
-            ),
-        )
-        out[str(truth)] = str(ranked[0].timer)
-    return out
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What `nsprof validate` concludes about one truth.
-
-    `timer` is the recommended timer (None: no timer could be compared with this truth), with
-    its τ and regret; `floor` the truth's own floor τ where given, measured `against` a repeated
-    run ("repeat") or a sibling mode; `near_floor` every timer within FLOOR_MARGIN of that floor.
-    """
-
-    truth: str
-    timer: str | None = None
-    kendall_tau: float = float("nan")
-    regret: float = float("nan")
-    floor: float | None = None
-    against: str = "repeat"
-    near_floor: tuple[str, ...] = ()
-
-    @property
-    def reliable(self) -> bool:
-        """Whether the recommended timer ranks configs well enough to be trusted (τ ≥ WEAK_TAU)."""
-        return self.kendall_tau >= WEAK_TAU
-
-
-def verdicts(
-    agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float] | None = None
-) -> list[Verdict]:
-    """One Verdict per truth, in the order truths first appear in the agreement table."""
-    fmap = floor_map(floors)
-    against = floor_against(floors)
-    picks = recommend(agreement_df, floors)
-    out = []
-    for truth in dict.fromkeys(agreement_df["truth"]):
-        truth = str(truth)
-        if truth not in picks:
-            out.append(Verdict(truth))
-            continue
-        rows = agreement_df[agreement_df["truth"] == truth]
-        rec = rows[rows["timer"] == picks[truth]].iloc[0]
-        floor = fmap.get(truth)
-        near = (
-            ()
-            if floor is None
-            else tuple(
-                str(r.timer)
-                for r in rows.itertuples()
-                if not is_missing(r.kendall_tau) and r.kendall_tau >= floor - FLOOR_MARGIN
-            )
-        )
-        out.append(
-            Verdict(
-                truth,
-                str(rec["timer"]),
-                float(rec["kendall_tau"]),
-                float(rec["regret"]),
-                floor,
-                against.get(truth, "repeat"),
-                near,
-            )
-        )
-    return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from nsprof.analysis.summary import NO_RANGE, median, natural_key, sample_std
+from nsprof.analysis.groups import NO_RANGE, median, natural_key, sample_std
 
 LAUNCH_COLUMNS = ["grid", "block", "registers", "static_smem", "dynamic_smem"]
 KERNEL_COLUMNS = [

@@ -1,4 +1,7 @@
-"""Per-range and per-kernel statistics over the tidy table, and side-by-side comparison of two reports.
+"""Per-range and per-kernel statistics over the tidy table (`summarize`, `median_intervals`), and
+side-by-side comparison of two reports (`compare`, `per_range`, `compare_overall`). The rows'
+groups and pandas-exact arithmetic are in nsprof.analysis.groups; selecting and ordering a
+summary in nsprof.analysis.listing.
 
 Each step takes a DataFrame and returns a new one; nothing here reads files, words or prints
 (nsprof.render does). `summarize` is public as `nsprof.summarize`.
@@ -6,10 +9,20 @@ Each step takes a DataFrame and returns a new one; nothing here reads files, wor
 
 from __future__ import annotations
 
-import math
-import re
+from nsprof.analysis.groups import (
+    NO_RANGE,
+    add_group,
+    divide,
+    group_labels,
+    group_sums,
+    kernel_key,
+    lists,
+    median,
+    missing,
+    range_key,
+    sample_std,
+)
 
-NO_RANGE = "(no range)"
 # Kendall τ over fewer shared ranges is left out: below 4 even τ = ±1 comes by chance more than
 # 1 time in 20 (1/n! of the orderings; 1/6 for 3 ranges, and τ of 2 ranges is always ±1).
 MIN_TAU_RANGES = 4
@@ -34,156 +47,6 @@ SUMMARY_COLUMNS = [
     "cache_control",
     "group",
 ]
-SORTS = ("range", "median", "total", "count", "name")
-
-
-def _missing(value) -> bool:
-    """None or NaN: a missing cell of _lists' columns."""
-    return value is None or (isinstance(value, float) and value != value)
-
-
-def _lists(frame, columns) -> dict[str, list]:
-    """Columns of `frame` as lists of Python values, None for pd.NA; None for a column it lacks."""
-    import pandas as pd
-
-    return {
-        column: [None if value is pd.NA else value for value in frame[column].tolist()]
-        if column in frame
-        else None
-        for column in columns
-    }
-
-
-def _divide(a: float, b: float) -> float:
-    """a / b as numpy divides float64: inf or NaN where b is 0."""
-    if b == 0:
-        return float("nan") if a == 0 or a != a else math.copysign(float("inf"), a) * math.copysign(1.0, b)
-    return a / b
-
-
-def _group_labels(config_id: list, mode: list, range_: list, shape: list | None) -> list:
-    """`group` of each row (add_group): `cfg<id>[.s<shape>].<mode>` where the row has a config
-    (missing where its mode is), else its range, "(no range)" where it has none."""
-    labels = []
-    for i, config in enumerate(config_id):
-        if _missing(config):
-            labels.append(NO_RANGE if _missing(range_[i]) else str(range_[i]))
-        elif _missing(mode[i]):
-            labels.append(None)
-        else:
-            part = "" if shape is None or _missing(shape[i]) else f".s{shape[i]}"
-            labels.append(f"cfg{config}{part}.{mode[i]}")
-    return labels
-
-
-def add_group(frame):
-    """A `group` column: `cfg<id>.<mode>` (`cfg<id>.s<shape>.<mode>` for a target's shapes) for
-    nsprof's ranges (reps pooled), else the range."""
-    import pandas as pd
-
-    frame = frame.copy()
-    cells = _lists(frame, ("config_id", "mode", "range", "shape"))
-    group = _group_labels(cells["config_id"], cells["mode"], cells["range"], cells["shape"])
-    frame["group"] = pd.Series(pd.array(group, dtype="string"), index=frame.index)
-    return frame
-
-
-def kernel_key(frame):
-    """What tells kernels apart: the full name, else the short one (else "?")."""
-    full = frame["kernel_full"] if "kernel_full" in frame else frame["kernel"]
-    return full.fillna(frame["kernel"]).fillna("?")
-
-
-def natural_key(text) -> tuple:
-    """A sort key putting cfg2 before cfg10: digit runs compare as numbers (by length without
-    leading zeros, then digit by digit: no int(), which refuses a run of 4,300 digits)."""
-    return tuple(
-        (0, len(part.lstrip("0")), part.lstrip("0")) if part.isascii() and part.isdigit() else (1, 0, part)
-        for part in re.split(r"([0-9]+)", str(text))
-        if part
-    )
-
-
-def range_key(name) -> tuple:
-    """Ranges in natural order, "(no range)" last."""
-    return (str(name) == NO_RANGE, natural_key(name))
-
-
-# The statistics of one group's values computed as pandas' groupby computes them, so that the
-# numbers are the same to the last bit: the variance by Welford's update (sample variance, ddof
-# 1), the median the mean of the two middle values, sums as group_sums says.
-# tests/test_summary_numbers.py holds them to pandas' groupby.
-def group_sums(values: list[float], codes: list[int], groups: int) -> tuple[list[float], list[int]]:
-    """Each group's sum of its values that are not NaN, and how many those are, added as pandas'
-    groupby sum adds them: where each group's rows are together and no value is NaN, numpy's
-    add.reduceat (a group's first value plus numpy's pairwise sum of the rest); else its cython
-    kernel's Kahan-compensated sum in row order (a NaN compensation, as an infinity leaves it,
-    reset to 0)."""
-    counts = [0] * groups
-    for value, code in zip(values, codes):
-        if value == value:
-            counts[code] += 1
-    if all(a <= b for a, b in zip(codes, codes[1:])) and sum(counts) == len(values):
-        sums = [0.0] * groups
-        start = 0
-        for end in range(1, len(codes) + 1):
-            if end == len(codes) or codes[end] != codes[start]:
-                sums[codes[start]] = values[start] + _pairwise_sum(values, start + 1, end)
-                start = end
-        return sums, counts
-    sums, compensation = [0.0] * groups, [0.0] * groups
-    for value, code in zip(values, codes):
-        if value != value:
-            continue
-        y = value - compensation[code]
-        t = sums[code] + y
-        c = t - sums[code] - y
-        compensation[code] = 0.0 if c != c else c
-        sums[code] = t
-    return sums, counts
-
-
-def _pairwise_sum(values: list[float], start: int, end: int) -> float:
-    """numpy's pairwise_sum of float64 values[start:end] (8 partial sums per block of up to 128)."""
-    n = end - start
-    if n < 8:
-        total = 0.0
-        for i in range(start, end):
-            total += values[i]
-        return total
-    if n <= 128:
-        r = values[start : start + 8]
-        i = start + 8
-        stop = end - n % 8
-        while i < stop:
-            for j in range(8):
-                r[j] += values[i + j]
-            i += 8
-        total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
-        for k in range(i, end):
-            total += values[k]
-        return total
-    half = n // 2
-    half -= half % 8
-    return _pairwise_sum(values, start, start + half) + _pairwise_sum(values, start + half, end)
-
-
-def sample_std(values: list[float]) -> float:
-    count, mean, m2 = 0, 0.0, 0.0
-    for value in values:
-        count += 1
-        old = mean
-        mean += (value - old) / count
-        m2 += (value - mean) * (value - old)
-    return math.sqrt(m2 / (count - 1)) if count > 1 else float("nan")
-
-
-def median(values: list[float]) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 _SUMMARY_INPUTS = (
@@ -226,7 +89,7 @@ def summarize(frame):
             for column, values in stats.items()
         }
         return ListTable({column: columns[column] for column in SUMMARY_COLUMNS}, len(stats["count"]))
-    stats = _summary_stats(_lists(frame, _SUMMARY_INPUTS))
+    stats = _summary_stats(lists(frame, _SUMMARY_INPUTS))
     string = _string_dtype()
     text = {
         "source": frame["source"].dtype,
@@ -250,15 +113,15 @@ def summarize(frame):
 
 
 def _summary_stats(cells: dict[str, list]) -> dict[str, list]:
-    """summarize's columns as lists (None where missing), from the tidy columns `cells` (_lists')."""
+    """summarize's columns as lists (None where missing), from the tidy columns `cells` (groups.lists')."""
     # Grouped in plain Python (a report has few rows; pandas' groupby costs more per call than
     # the rows do), with pandas' arithmetic: sample_std, median, group_sums.
-    group = _group_labels(cells["config_id"], cells["mode"], cells["range"], cells["shape"])
-    kernel = ["?" if _missing(k) else k for k in cells["kernel"]]
+    group = group_labels(cells["config_id"], cells["mode"], cells["range"], cells["shape"])
+    kernel = ["?" if missing(k) else k for k in cells["kernel"]]
     full = (
         kernel
         if cells["kernel_full"] is None
-        else [k if _missing(f) else f for f, k in zip(cells["kernel_full"], kernel)]
+        else [k if missing(f) else f for f, k in zip(cells["kernel_full"], kernel)]
     )
     rows, codes = _first_seen_groups(zip(cells["source"], group, full))
     durations_ = [float("nan") if d is None else d for d in cells["duration_ns"]]
@@ -269,7 +132,7 @@ def _summary_stats(cells: dict[str, list]) -> dict[str, list]:
     source_codes = [list(sources).index(source) for source in stats["source"]]
     source_sums = group_sums(stats["total_ns"], source_codes, len(sources))[0]
     stats["time_pct"] = [
-        _divide(100 * total, source_sums[code]) for total, code in zip(stats["total_ns"], source_codes)
+        divide(100 * total, source_sums[code]) for total, code in zip(stats["total_ns"], source_codes)
     ]
     return stats
 
@@ -295,7 +158,7 @@ def _group_stats(
     """SUMMARY_COLUMNS (all but time_pct) per group of `rows`, from the tidy columns."""
 
     def present(column, members):
-        return [v for v in (cells[column][i] for i in members) if not _missing(v)]
+        return [v for v in (cells[column][i] for i in members) if not missing(v)]
 
     def first(column, members):
         return next(iter(present(column, members)), None)
@@ -316,7 +179,7 @@ def _group_stats(
             ("max_ns", max(durations, default=float("nan"))),
             ("mean_ns", means[position]),
             ("std_ns", std),
-            ("cv", _divide(std, means[position])),
+            ("cv", divide(std, means[position])),
             ("total_ns", sums[position] if count else float("nan")),
             ("median_cycles", median(present("cycles", members))),
             ("median_clock_hz", median(present("clock_hz", members))),
@@ -338,105 +201,6 @@ def _string_dtype():
 
         _STRING.append(pd.api.types.pandas_dtype("string"))
     return _STRING[0]
-
-
-def samples(frame, summary):
-    """The rows of `frame` behind the rows of its summary `summary` (after select): `range` as the
-    summary names it, `kernel_full` its key, `kernel`, `duration_ns`; rows without a duration left out."""
-    import pandas as pd
-
-    grouped = add_group(frame)
-    out = pd.DataFrame(
-        {
-            "range": grouped["group"],
-            "kernel_full": kernel_key(grouped),
-            "kernel": grouped["kernel"].fillna("?"),
-            "duration_ns": grouped["duration_ns"],
-        }
-    )
-    keys = set(zip(summary["range"].astype(str), summary["kernel_full"].astype(str)))
-    keep = [(str(r), str(k)) in keys for r, k in zip(out["range"], out["kernel_full"])]
-    out = out[keep]
-    return out[out["duration_ns"].notna()].reset_index(drop=True)
-
-
-def select(summary, kernel: str | None = None, range_: str | None = None, warmup: bool = True):
-    """The rows of a summary (or a `compare` table) whose kernel (short or full name) matches the
-    regular expression `kernel` and whose range matches `range_` (re.search); without the
-    "(no range)" rows when `warmup` is False. Raises re.error for a bad expression. A DataFrame
-    for a DataFrame, a ListTable for a ListTable (summarize's)."""
-    from nsprof.schema import column_list
-
-    keep = range(len(summary))
-    if kernel:
-        pattern = re.compile(kernel)
-        names = list(zip(column_list(summary, "kernel"), column_list(summary, "kernel_full")))
-        keep = [i for i in keep if pattern.search(str(names[i][0])) or pattern.search(str(names[i][1]))]
-    ranges = column_list(summary, "range")
-    if range_:
-        pattern = re.compile(range_)
-        keep = [i for i in keep if pattern.search(str(ranges[i]))]
-    if not warmup:
-        keep = [i for i in keep if str(ranges[i]) != NO_RANGE]
-    return _take(summary, list(keep))
-
-
-def _take(table, positions: list[int]):
-    """The rows of a DataFrame (iloc) or a ListTable at `positions`."""
-    return table.iloc[positions] if hasattr(table, "iloc") else table.take(positions)
-
-
-def order(summary, by: str = "range", top: int | None = None, reverse: bool = False):
-    """A summary sorted: `range` natural range order ("(no range)" last), kernels of a range in
-    order of appearance; `median`, `total`, `count` largest first; `name` by kernel name. With
-    `reverse`, each key the other way (`median` then puts the fastest first), equal keys still
-    in order of appearance and the rows without a value (NaN, "(no range)") still last. Then
-    the first `top` rows of each source. A DataFrame (index 0, 1, ...) for a DataFrame, a
-    ListTable for a ListTable."""
-    if by not in SORTS:
-        raise ValueError(f"sort by one of {SORTS}, not {by!r}")
-    from types import SimpleNamespace
-
-    from nsprof.schema import column_list
-
-    used = ("range", "median_ns", "total_ns", "count", "kernel", "kernel_full")
-    columns = {column: column_list(summary, column) for column in used}
-    rows = [
-        (i, SimpleNamespace(**{column: columns[column][i] for column in used})) for i in range(len(summary))
-    ]
-
-    # Each key: (whether a row goes last whichever the direction, its key ascending, whether the
-    # key's own direction is largest first). Python's sort is stable both ways, so equal keys keep
-    # their order of appearance.
-    keys = {
-        "range": (lambda r: str(r.range) == NO_RANGE, lambda r: natural_key(r.range), False),
-        "median": (lambda r: r.median_ns != r.median_ns, lambda r: r.median_ns, True),
-        "total": (lambda r: r.total_ns != r.total_ns, lambda r: r.total_ns, True),
-        "count": (lambda r: False, lambda r: r.count, True),
-        "name": (
-            lambda r: False,
-            lambda r: (natural_key(r.kernel), natural_key(r.kernel_full), range_key(r.range)),
-            False,
-        ),
-    }
-    last, key, largest_first = keys[by]
-    shown = [(i, r) for i, r in rows if not last(r)]
-    positions = [i for i, _ in sorted(shown, key=lambda ir: key(ir[1]), reverse=largest_first != reverse)]
-    positions += [i for i, r in rows if last(r)]
-    if top is not None:  # the first `top` rows of each source, as groupby("source", dropna=False).head(top)
-        import pandas as pd
-
-        sources = column_list(summary, "source")
-        seen: dict = {}
-        kept = []
-        for i in positions:
-            source = None if pd.isna(sources[i]) else sources[i]  # every missing source is one group
-            seen[source] = seen.get(source, 0) + 1
-            if seen[source] <= top:
-                kept.append(i)
-        positions = kept
-    ordered = _take(summary, positions)
-    return ordered.reset_index(drop=True) if hasattr(ordered, "reset_index") else ordered
 
 
 def median_intervals(frame):

@@ -53,7 +53,7 @@ class View:
         return None if self.wide else NAME_WIDTH
 
     def chosen(self, summary):
-        from nsprof.analysis.summary import order, select
+        from nsprof.analysis.listing import order, select
 
         chosen = select(summary, self.kernel_re, self.range_re, warmup=not self.no_warmup)
         return order(chosen, self.sort_by, self.top, reverse=self.reverse)
@@ -174,7 +174,8 @@ def analyze(
 
 def _summarize(files, frames, view: View, plot_path, printed: bool) -> None:
     """The summary of each report (and --plot's durations); printed unless standard output is taken."""
-    from nsprof.analysis.summary import samples, summarize
+    from nsprof.analysis.listing import samples
+    from nsprof.analysis.summary import summarize
 
     summaries = [(path, frame, view.chosen(summarize(frame))) for path, frame in zip(files, frames)]
     if plot_path:

@@ -8,7 +8,7 @@ what is drawn.
 
 from __future__ import annotations
 
-from nsprof.analysis.summary import NO_RANGE, range_key
+from nsprof.analysis.groups import NO_RANGE, range_key
 from nsprof.render.plot import log_axis, require_matplotlib, save_figure, scatter_style, series_styles
 from nsprof.render.text import UNIT_LABELS, middle, short
 
@@ -82,7 +82,7 @@ def _kernel_groups(samples) -> tuple[list[str], dict[str, str], dict[str, str]]:
 
 
 def durations_plot(panels, path: str | None, unit: str = "us"):
-    """One strip plot per (title, samples) pair (`samples`: analysis.summary.samples' rows): a row
+    """One strip plot per (title, samples) pair (`samples`: analysis.listing.samples' rows): a row
     of points per range, in natural order from the top with "(no range)" last, one point per kernel
     execution; the median of each kernel of a range as a short tick. A panel's TOP_KERNELS kernels
     by total time each have their own colour and marker, the rest are grey "other", all named in

@@ -11,7 +11,7 @@ import io
 from pathlib import Path
 from typing import NamedTuple
 
-from nsprof.reports.ncu_csv import GROUP_CHARS
+from nsprof.reports.ncu_cells import GROUP_CHARS
 
 _RAW = {
     "registers": "launch__registers_per_thread",

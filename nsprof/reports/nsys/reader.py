@@ -14,14 +14,14 @@ column is looked up with ``PRAGMA table_info`` and read as NA when absent):
 The read, in steps: survey the export (tables, columns, strings), read the NVTX, runtime
 and kernel tables in parallel, put kernels in GPU start order, link each kernel to its
 launching call (and so to its NVTX ranges, thread and process), name kernels and ranges,
-build the frame. ``read_nsys_rep`` runs ``nsys export`` first (convert.py).
+build the frame (survey.py: what the export holds; labels.py: each kernel's columns).
+``read_nsys_rep`` runs ``nsys export`` first (convert.py).
 """
 
 from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,34 +31,23 @@ import numpy as np
 from nsprof.errors import ReportError
 from nsprof.reports.checks import blank_impossible
 from nsprof.reports.nsys.frame import build_frame, constant_strings, int_array, string_array
+from nsprof.reports.nsys.labels import durations, kernel_names, modes, process_and_thread, range_labels
 from nsprof.reports.nsys.launches import match_launches
 from nsprof.reports.nsys.nvtx import NvtxRanges, attribute_nvtx, read_nvtx_ranges
 from nsprof.reports.nsys.sqlite import (
     ID_BITS,
-    ID_MASK,
     KERNEL_TABLE,
-    META_TABLE,
     NULL,
-    NVTX_TABLE,
     RUNTIME_TABLE,
-    STRINGS_TABLE,
-    as_text,
     check_sqlite_file,
-    connect,
-    lookup_strings,
     read_int_columns,
-    read_strings,
     sqlite_errors_reported,
     submit_int_columns,
-    table_columns,
-    table_names,
 )
-from nsprof.schema import parse_range_name
+from nsprof.reports.nsys.survey import RUNTIME_EXPRS, Export, gaps, survey
 
 if TYPE_CHECKING:
     import pandas as pd
-
-_RUNTIME_EXPRS = ["correlationId", "globalTid", "start"]
 
 
 # --- public API ----------------------------------------------------------------------------
@@ -114,20 +103,20 @@ def read_nsys_rep(
 
 
 def _read(path: Path, domain: str | None, clock_control: str, cache_control: str):
-    export = _survey(path)
+    export = survey(path)
     ranges, calls, kernels = _read_tables(path, export, domain)
     kernels = kernels.in_start_order()
     launch = _link_launches(path, export, kernels, calls, ranges, domain)
-    pid, tid = _process_and_thread(kernels.global_pid, launch.thread)
-    names = _kernel_names(kernels, export)
-    labels, named_mode = _range_labels(launch.inner, ranges)
+    pid, tid = process_and_thread(kernels.global_pid, launch.thread)
+    names = kernel_names(kernels.name_id, kernels.full_id, export)
+    labels, named_mode = range_labels(launch.inner, ranges)
     frame = build_frame(
         {
             "source": constant_strings("nsys", kernels.n),
             **labels,
-            "mode": _modes(kernels.graph_node, named_mode),
+            "mode": modes(kernels.graph_node, named_mode),
             **names,
-            "duration_ns": _durations(kernels),
+            "duration_ns": durations(kernels.start_ns, kernels.end_ns),
             "cycles": np.full(kernels.n, np.nan),
             "clock_hz": np.full(kernels.n, np.nan),
             "graph_node": int_array(kernels.graph_node),
@@ -144,124 +133,10 @@ def _read(path: Path, domain: str | None, clock_control: str, cache_control: str
         },
         kernels.n,
     )
-    frame.attrs["warnings"] = _gaps(export) + blank_impossible(frame, ("duration_ns",))
+    frame.attrs["warnings"] = gaps(export) + blank_impossible(frame, ("duration_ns",))
     frame.attrs["nsys_schema_version"] = export.meta.get("EXPORT_SCHEMA_VERSION")
     frame.attrs["nsys_version"] = export.meta.get("EXPORT_PRODUCT_VERSION")
     return frame
-
-
-@dataclass
-class _Export:
-    """What an export holds: its tables, their columns, StringIds and META_DATA_EXPORT."""
-
-    tables: set[str]
-    kernel_columns: set[str]
-    runtime_columns: set[str]
-    nvtx_columns: set[str]
-    strings_columns: set[str]
-    strings: dict[int, str]
-    meta: dict[str, str | None]
-
-    def kernel_column(self, name: str) -> str:
-        return name if name in self.kernel_columns else "NULL"
-
-    @property
-    def short_names(self) -> bool:
-        # shortName is the base name; older exports may only have demangledName.
-        return "shortName" in self.kernel_columns
-
-    @property
-    def full_name_column(self) -> str:
-        # Rows are keyed by the full name (template arguments tell apart e.g. the dozen torch
-        # kernels that share the short name vectorized_elementwise_kernel); the short name is
-        # for display. Older exports may lack either column.
-        return next(
-            (c for c in ("demangledName", "mangledName", "shortName") if c in self.kernel_columns), "NULL"
-        )
-
-    @property
-    def has_pid(self) -> bool:
-        return "globalPid" in self.kernel_columns
-
-    @property
-    def has_runtime(self) -> bool:
-        return set(_RUNTIME_EXPRS) <= self.runtime_columns
-
-    @property
-    def launch_filter(self) -> str:
-        # Only launch calls (cudaLaunchKernel*, cuLaunchKernel*, cudaGraphLaunch, ...) can own
-        # a kernel; the runtime table also holds every memcpy, sync, event... Kernels that find
-        # no launch row are matched against the whole table afterwards.
-        if "nameId" in self.runtime_columns and {"id", "value"} <= self.strings_columns:
-            return f"nameId IN (SELECT id FROM {STRINGS_TABLE} WHERE value GLOB '*Launch*')"
-        return ""
-
-
-def _survey(path: Path) -> _Export:
-    """The export's tables and columns, strings and metadata; ReportError when it has no
-    kernels to read."""
-    with closing(connect(path)) as conn:
-        tables = table_names(conn)
-        if KERNEL_TABLE not in tables:
-            raise ReportError(
-                f"{path}: no CUDA kernel table ({KERNEL_TABLE}); was nsys run with"
-                " `-t cuda` and did the program launch kernels?"
-            )
-        kernel_columns = table_columns(conn, KERNEL_TABLE)
-        if not {"start", "end"} <= kernel_columns:
-            raise ReportError(f"{path}: {KERNEL_TABLE} has no start/end columns")
-        if conn.execute(f"SELECT 1 FROM {KERNEL_TABLE} LIMIT 1").fetchone() is None:
-            raise ReportError(
-                f"{path}: the CUDA kernel table has no rows; did a kernel run while nsys traced CUDA?"
-            )
-        meta: dict[str, str | None] = {}
-        if META_TABLE in tables and {"name", "value"} <= table_columns(conn, META_TABLE):
-            meta = {
-                name: as_text(value) for name, value in conn.execute(f"SELECT name, value FROM {META_TABLE}")
-            }
-
-        def columns_of(table: str) -> set[str]:
-            return table_columns(conn, table) if table in tables else set()
-
-        strings_columns = columns_of(STRINGS_TABLE)
-        strings = read_strings(conn, strings_columns)
-        return _Export(
-            tables=tables,
-            kernel_columns=kernel_columns,
-            runtime_columns=columns_of(RUNTIME_TABLE),
-            nvtx_columns=columns_of(NVTX_TABLE),
-            strings_columns=strings_columns,
-            strings=strings,
-            meta=meta,
-        )
-
-
-def _gaps(export: _Export) -> list[str]:
-    """One line per table the export lacks (or lacks the columns of), and what that costs."""
-    gaps = []
-
-    def lacks(table: str, columns: set[str], needed: set[str]) -> str:
-        if table not in export.tables:
-            return f"no {table} table"
-        return f"{table} lacks column(s) {', '.join(sorted(needed - columns))}"
-
-    if not {"start", "eventType"} <= export.nvtx_columns:
-        gaps.append(
-            f"{lacks(NVTX_TABLE, export.nvtx_columns, {'start', 'eventType'})} (nsys run without -t nvtx?):"
-            " no kernel can be given an NVTX range; every kernel is '(no range)'"
-        )
-    if not export.has_runtime:
-        gaps.append(
-            f"{lacks(RUNTIME_TABLE, export.runtime_columns, set(_RUNTIME_EXPRS))}"
-            " (nsys run without -t cuda?): kernels cannot be tied to the calls that launched"
-            " them, so every kernel is '(no range)' and its thread is unknown"
-        )
-    if not {"id", "value"} <= export.strings_columns:
-        gaps.append(
-            f"{lacks(STRINGS_TABLE, export.strings_columns, {'id', 'value'})}: kernel names are unknown"
-            " (shown as '?') and NVTX ranges named by registered strings have no name"
-        )
-    return gaps
 
 
 @dataclass
@@ -303,7 +178,7 @@ class _Calls:
 
 
 def _read_tables(
-    path: Path, export: _Export, domain: str | None
+    path: Path, export: Export, domain: str | None
 ) -> tuple[NvtxRanges | None, _Calls, _Kernels]:
     """NVTX ranges, launch calls (attributed to the ranges) and kernels, read in parallel.
 
@@ -319,7 +194,7 @@ def _read_tables(
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         nvtx = pool.submit(read_nvtx_ranges, path, export.strings)
         runtime = (
-            submit_int_columns(pool, path, RUNTIME_TABLE, _RUNTIME_EXPRS, export.launch_filter)
+            submit_int_columns(pool, path, RUNTIME_TABLE, RUNTIME_EXPRS, export.launch_filter)
             if export.has_runtime
             else lambda: [empty, empty, empty]
         )
@@ -372,7 +247,7 @@ class _Launch:
 
 def _link_launches(
     path: Path,
-    export: _Export,
+    export: Export,
     kernels: _Kernels,
     calls: _Calls,
     ranges: NvtxRanges | None,
@@ -396,7 +271,7 @@ def _link_launches(
     unmatched = np.flatnonzero(~launched & (kernels.corr != NULL))
     if export.has_runtime and export.launch_filter and len(unmatched):
         # A kernel launched by a call without "Launch" in its name: use the whole table.
-        all_corr, all_thread, all_start = read_int_columns(path, RUNTIME_TABLE, _RUNTIME_EXPRS)
+        all_corr, all_thread, all_start = read_int_columns(path, RUNTIME_TABLE, RUNTIME_EXPRS)
         rows = match_launches(
             kernels.corr[unmatched],
             None if kernel_process is None else kernel_process[unmatched],
@@ -410,81 +285,3 @@ def _link_launches(
             all_start[rows], all_thread[rows], ranges, domain
         )
     return launch
-
-
-def _process_and_thread(global_pid: np.ndarray, launch_thread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """pid from globalPid, else from the launching thread's globalTid; tid from the latter."""
-    known_pid = global_pid != NULL
-    thread_known = launch_thread != NULL
-    pid = np.where(known_pid, (global_pid >> ID_BITS) & ID_MASK, NULL)
-    from_thread = ~known_pid & thread_known  # no globalPid: the launching thread's process
-    pid[from_thread] = (launch_thread[from_thread] >> ID_BITS) & ID_MASK
-    tid = np.where(thread_known, launch_thread & ID_MASK, NULL)
-    return pid, tid
-
-
-def _kernel_names(kernels: _Kernels, export: _Export) -> dict:
-    """The "kernel" (short, for display) and "kernel_full" columns."""
-    kernel_names, name_missing = lookup_strings(kernels.name_id, export.strings)
-    full_names, full_missing = lookup_strings(kernels.full_id, export.strings)
-    if not export.short_names and not name_missing.all():
-        from nsprof.reports.names import short_kernel_name
-
-        distinct, inverse = np.unique(kernel_names[~name_missing], return_inverse=True)
-        shortened = np.array([short_kernel_name(s) for s in distinct], dtype=object)
-        kernel_names[~name_missing] = shortened[inverse.reshape(-1)]
-    return {
-        "kernel": string_array(kernel_names, name_missing),
-        "kernel_full": string_array(full_names, full_missing),
-    }
-
-
-def _range_labels(inner: np.ndarray, ranges: NvtxRanges | None) -> tuple[dict, np.ndarray]:
-    """The "range", "domain", "config_id", "rep" and "shape" columns from each kernel's innermost
-    range, and the mode its name says (None where it says none)."""
-    n = len(inner)
-    held = inner >= 0
-    range_name = np.empty(n, dtype=object)
-    range_domain = np.empty(n, dtype=object)
-    config_id = np.full(n, NULL, dtype=np.int64)
-    rep = np.full(n, NULL, dtype=np.int64)
-    shape = np.full(n, NULL, dtype=np.int64)
-    named_mode = np.full(n, None, dtype=object)
-    if held.any():
-        index = inner[held]
-        range_name[held] = ranges.name[index]
-        range_domain[held] = np.array(ranges.domain_names, dtype=object)[ranges.domain[index]]
-        # config_id and rep from nsprof's range names (schema.parse_range_name), per name.
-        parsed = [parse_range_name(name) for name in ranges.distinct_names]
-        code = ranges.name_code[index]
-        config_id[held] = np.array([p[0] if p else NULL for p in parsed], np.int64)[code]
-        rep[held] = np.array([p[2] if p else NULL for p in parsed], np.int64)[code]
-        shape[held] = np.array([p.shape if p and p.shape is not None else NULL for p in parsed], np.int64)[
-            code
-        ]
-        named_mode[held] = np.array([p[1] if p else None for p in parsed], dtype=object)[code]
-    columns = {
-        "range": string_array(range_name, ~held),
-        "domain": string_array(range_domain, ~held),
-        "config_id": int_array(config_id),
-        "rep": int_array(rep),
-        "shape": int_array(shape),
-    }
-    return columns, named_mode
-
-
-def _modes(graph_node: np.ndarray, named_mode: np.ndarray):
-    """mode: what nsprof's range says was measured (as the ncu parsers do); elsewhere how the
-    kernel ran: a graph node id means it ran as a node of a replayed graph. (A "direct" call
-    may replay a graph inside, e.g. torch.compile's reduce-overhead: the range wins.)"""
-    mode = np.array(["direct", "graph"], dtype=object)[(graph_node != NULL).view(np.int8)]
-    has_name = named_mode != None  # noqa: E711 - elementwise on an object array
-    mode[has_name] = named_mode[has_name]
-    return string_array(mode)
-
-
-def _durations(kernels: _Kernels) -> np.ndarray:
-    """end - start in ns; NaN for a kernel without start or end (NULL in a damaged export)."""
-    duration_ns = (kernels.end_ns - kernels.start_ns).astype(np.float64)
-    duration_ns[(kernels.start_ns == NULL) | (kernels.end_ns == NULL)] = np.nan
-    return duration_ns

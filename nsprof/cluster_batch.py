@@ -1,0 +1,147 @@
+"""What runs of nsprof.cluster on a Dask worker: one batch of configs (and the calibration config)
+compiled and measured in one session on the worker's GPU, its progress sent to the client as
+events; and the calibration config's median, which tells how far apart the GPUs measure."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import uuid
+from pathlib import Path
+
+from nsprof.errors import GpuBusy, NsprofError
+from nsprof.measure import Backend
+from nsprof.schema import Points
+
+LOCK_WAIT_S = 30.0  # a batch re-run on a restarted worker waits this long for the dead one's children
+
+
+def shard(config_ids: list[int], workers: int, batch_size: int | None = None) -> list[list[int]]:
+    """The config ids in batches, in order: `batch_size` each, or one batch per worker (each profiled
+    session costs its start-up, ~10 s: fewer batches measure faster)."""
+    if not config_ids:
+        return []
+    size = batch_size or math.ceil(len(config_ids) / max(1, workers))
+    return [config_ids[i : i + size] for i in range(0, len(config_ids), size)]
+
+
+def absolute_target(target: str) -> str:
+    """file.py:space with the file's absolute path: a worker's folder may not be the client's."""
+    where, sep, attr = target.rpartition(":")
+    if sep and (where.endswith(".py") or "/" in where) and Path(where).is_file():
+        return f"{Path(where).resolve()}:{attr}"
+    return target
+
+
+def run_batch(
+    backend: Backend,
+    target: str,
+    batch: list[int],
+    n_configs: int,
+    calibration: int | None,
+    topic: str,
+    index: int,
+    expect: dict | None = None,
+    n_shapes: int = 0,
+) -> dict:
+    """On a Dask worker: compile and measure one batch (and the calibration config) in one session
+    on this worker's GPU, holding its lock; progress goes to the client as events on `topic`. With
+    `n_shapes` (a target with shapes), the batch's ids are point ids (nsprof.schema.Points)."""
+    from distributed import get_worker
+
+    from nsprof.profile import profile_result
+
+    worker = get_worker()
+    me = {
+        "worker": str(worker.name),
+        "address": worker.address,
+        "pid": os.getpid(),
+        "batch": index,
+        "attempt": uuid.uuid4().hex,
+    }
+
+    own = set(batch)
+    send, progress = _batch_events(worker, topic, me, own)
+    send(event="start")
+    ids = list(batch) + ([calibration] if calibration is not None and calibration not in own else [])
+    started = time.monotonic()
+    try:
+        _wait_for_dead_predecessor(backend)
+        result = profile_result(
+            target,
+            backend=backend,
+            **({"points": ids} if n_shapes else {"config_ids": ids}),
+            on_progress=progress,
+            expect=expect,
+        )
+    except NsprofError as exc:
+        send(event="error", detail=str(exc)[:300])
+        return {**me, "error": f"{type(exc).__name__}: {exc}"}
+    send(event="end")
+    return {
+        **me,
+        "frame": result.frame,
+        "failures": dict(result.failures),
+        "device": result.device,
+        "wall_s": time.monotonic() - started,
+        "work_dir": str(result.work_dir) if result.work_dir else None,
+    }
+
+
+def _batch_events(worker, topic: str, me: dict, own: set[int]):
+    """A batch's senders of events to the client: send(**message), and on_progress for the
+    batch's own configs (not the calibration config of another batch)."""
+
+    def send(**message) -> None:
+        try:
+            worker.log_event(topic, {**me, **message})
+        except Exception:  # noqa: BLE001 - progress is not worth failing a batch for
+            pass
+
+    def progress(event: str, config_id: int, detail: str) -> None:
+        if config_id in own:
+            send(event=event, config=int(config_id), detail=str(detail)[:300])
+
+    return send, progress
+
+
+def _wait_for_dead_predecessor(backend: Backend) -> None:
+    """Wait (at most LOCK_WAIT_S) until this worker's GPU lock is free, unless the session waits
+    itself (--wait)."""
+    from nsprof.host.lock import gpu_lock
+
+    # A batch re-run on a worker whose predecessor was killed: that one's children let go of
+    # the GPU lock within seconds (its pipe closes, its profiler gets the parent-death signal).
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            with gpu_lock(0):
+                break
+        except GpuBusy:
+            if time.monotonic() > deadline or getattr(getattr(backend, "settings", None), "wait_gpu", False):
+                break  # the session says who holds it, or waits (--wait)
+            time.sleep(0.2)
+
+
+def calibration_median(frame, point: int, layout: Points) -> float | None:
+    """The point's median over reps of the per-rep duration (summed over its kernels)."""
+    rows = frame[
+        (layout.of_frame(frame) == point).fillna(False) & frame["error"].isna() & frame["duration_ns"].notna()
+    ]
+    if rows.empty:
+        return None
+    per_rep = rows.groupby(["mode", "rep"], dropna=False)["duration_ns"].sum()
+    return float(per_rep.median())
+
+
+def calibration_note(config_id: int, medians: dict[str, float], model: str) -> str:
+    """How far apart the GPUs' medians of the calibration config are, in one line."""
+    shown = ", ".join(f"{who} {value / 1e3:.3f} µs" for who, value in sorted(medians.items()))
+    low, high = min(medians.values()), max(medians.values())
+    spread = (high / low - 1) * 100 if low > 0 else float("nan")
+    return (
+        f"calibration: config {config_id} measured on each of {len(medians)} GPUs"
+        + (f" ({model})" if model else "")
+        + f": medians {shown}; they differ by {spread:.1f}%"
+    )

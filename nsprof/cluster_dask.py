@@ -1,0 +1,196 @@
+"""The Dask plumbing of nsprof.cluster: one Client per cluster and process (a LocalCluster of this
+host, one Nanny worker per GPU, or a running scheduler), closed at exit; the workers that offer the
+GPU resource and which GPU each is; one GPU model per run."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+
+from nsprof.errors import NsprofError
+from nsprof.host.gpu import Gpu
+from nsprof.settings import ClusterSettings
+
+GPU_RESOURCE = "GPU"
+CONNECT_TIMEOUT_S = 30.0  # reaching an existing scheduler
+START_TIMEOUT_S = 120.0  # for a LocalCluster's workers, or an existing cluster's first GPU worker
+
+_clients: dict[
+    ClusterSettings, tuple[object, object | None]
+] = {}  # settings -> (Client, LocalCluster or None)
+_clients_lock = threading.Lock()
+
+
+def load_dask():
+    try:
+        import distributed
+    except ImportError:
+        raise NsprofError("--devices and --scheduler need Dask: pip install 'nsprof[dask]'") from None
+    return distributed
+
+
+def _cluster_key(settings: ClusterSettings) -> ClusterSettings:
+    """What identifies a cluster: its devices or address, not how it is used."""
+    return ClusterSettings(devices=settings.devices, scheduler=settings.scheduler)
+
+
+def connect(settings: ClusterSettings):
+    """The Dask Client for `settings`, started once per process (closed by close() or at exit)."""
+    key = _cluster_key(settings)
+    with _clients_lock:
+        if key in _clients:
+            return _clients[key][0]
+        distributed = load_dask()
+        if settings.scheduler:
+            client, cluster = _connect_existing(distributed, settings.scheduler), None
+        else:
+            client, cluster = _start_local(distributed, settings.devices)
+        _clients[key] = (client, cluster)
+        return client
+
+
+def _connect_existing(distributed, address: str):
+    try:
+        client = distributed.Client(address, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError) as exc:
+        raise NsprofError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not gpu_workers(client):
+        if time.monotonic() > deadline:
+            client.close()
+            raise NsprofError(
+                f"no worker of the Dask cluster at {address} offers the resource {GPU_RESOURCE} "
+                f"after {START_TIMEOUT_S:g} s; start one per GPU with "
+                f"CUDA_VISIBLE_DEVICES=N dask worker {address} --nthreads 1 --resources {GPU_RESOURCE}=1"
+            )
+        time.sleep(0.2)
+    return client
+
+
+def _start_local(distributed, devices: tuple[int, ...]):
+    """A LocalCluster of this host: one Nanny worker per GPU, one thread each, resources
+    {"GPU": 1}, its environment pinning CUDA_VISIBLE_DEVICES (nvidia-smi's order) to its GPU."""
+    import logging
+
+    cluster = distributed.LocalCluster(
+        n_workers=0,
+        processes=True,
+        threads_per_worker=1,
+        dashboard_address=None,
+        memory_limit=0,
+        silence_logs=logging.ERROR,
+    )
+    base = dict(cluster.new_spec["options"])
+    for device in devices:
+        options = {
+            **base,
+            "nthreads": 1,
+            "memory_limit": 0,
+            "resources": {GPU_RESOURCE: 1},
+            "env": {"CUDA_VISIBLE_DEVICES": str(device), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+        }
+        cluster.worker_spec[f"gpu{device}"] = {"cls": distributed.Nanny, "options": options}
+    cluster.scale(len(devices))  # the spec above, as it stands: starts its workers
+    client = distributed.Client(cluster)
+    try:
+        client.wait_for_workers(len(devices), timeout=START_TIMEOUT_S)
+    except TimeoutError:
+        client.close()
+        cluster.close()
+        raise NsprofError(
+            f"the local Dask cluster's {len(devices)} workers did not start within {START_TIMEOUT_S:g} s"
+        ) from None
+    return client, cluster
+
+
+def close() -> None:
+    """Close every client (and LocalCluster, whose workers and their sessions end with it)."""
+    with _clients_lock:
+        items = list(_clients.values())
+        _clients.clear()
+    for client, cluster in items:
+        for thing in (client, cluster):
+            if thing is not None:
+                try:
+                    thing.close()
+                except Exception:  # noqa: BLE001 - closing at exit: nothing left to tell
+                    pass
+
+
+atexit.register(close)
+
+
+def gpu_workers(client) -> dict[str, dict]:
+    """{address: scheduler's worker info} of the workers that offer the GPU resource."""
+    workers = (
+        client.scheduler_info(n_workers=-1)["workers"]
+        if _takes_n_workers(client)
+        else client.scheduler_info()["workers"]
+    )
+    return {address: info for address, info in workers.items() if info.get("resources", {}).get(GPU_RESOURCE)}
+
+
+def _takes_n_workers(client) -> bool:
+    import inspect
+
+    return "n_workers" in inspect.signature(client.scheduler_info).parameters
+
+
+def _worker_gpu() -> dict:
+    """On a worker: the GPU its CUDA device 0 is (nsprof.host.gpu.which_gpu, in its environment)."""
+    import dataclasses
+
+    from nsprof.host.gpu import which_gpu
+
+    return {
+        **dataclasses.asdict(which_gpu(0)),
+        "pid": os.getpid(),
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+    }
+
+
+def worker_gpus(client) -> dict[str, dict]:
+    """{address: {"index", "uuid", "name", "pid", "visible"}} of every GPU worker."""
+    addresses = list(gpu_workers(client))
+    return client.run(_worker_gpu, workers=addresses) if addresses else {}
+
+
+def one_model(names: dict[str, str], what: str) -> str:
+    """The one GPU model of `names` ({who: model}, "" unknown), or the refusal."""
+    models = sorted({name for name in names.values() if name})
+    if len(models) > 1:
+        per = "; ".join(
+            f"{model}: {', '.join(sorted(w for w, n in names.items() if n == model))}" for model in models
+        )
+        raise NsprofError(
+            f"{what} run on different GPU models ({per}): nsprof never ranks configs measured on "
+            "different models together; choose GPUs of one model"
+        )
+    return models[0] if models else ""
+
+
+def checked_worker_gpus(client) -> dict[str, dict]:
+    """worker_gpus(client), refused when the workers hold GPUs of more than one model."""
+    gpus = worker_gpus(client)
+    one_model(
+        {f"worker {info.get('visible') or address}": info.get("name", "") for address, info in gpus.items()},
+        "the Dask workers",
+    )
+    return gpus
+
+
+def cluster_gpu(settings: ClusterSettings) -> Gpu:
+    """The GPU a run on this cluster is keyed by: its one model and its GPUs' UUIDs (sorted, joined
+    by commas); a mixture of models is refused here, before anything runs."""
+    gpus = checked_worker_gpus(connect(settings))
+    return combined_gpu(
+        [info.get("uuid", "") for info in gpus.values()],
+        next((info.get("name", "") for info in gpus.values() if info.get("name")), ""),
+    )
+
+
+def combined_gpu(uuids, name: str) -> Gpu:
+    """The Gpu of several GPUs of one model: their UUIDs sorted, joined by commas."""
+    return Gpu(None, ",".join(sorted({u for u in uuids if u})), name)
