@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "nsprof"
 # one. The longest matching prefix decides a module's layer.
 LAYERS = [
     ["nsprof.errors"],
-    ["nsprof.schema", "nsprof.settings"],
+    ["nsprof.schema", "nsprof.truth", "nsprof.settings"],
     [
         "nsprof.host",
         "nsprof.space",

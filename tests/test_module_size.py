@@ -8,11 +8,9 @@ MAX_LINES = 450
 # Still over the limit, each with its length now: the list only shrinks. A module made
 # shorter must have its entry lowered or removed (see the second test).
 LONGER: dict[str, int] = {
-    "cli.py": 460,
     "render/tables.py": 1013,
     "serve.py": 486,
     "serve_client.py": 545,
-    "settings.py": 457,
     "worker/program.py": 546,
 }
 

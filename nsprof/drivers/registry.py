@@ -3,18 +3,18 @@
     from nsprof.drivers.registry import get_driver
     driver = get_driver("ncu")  # its tool found, or ToolNotFound in one line
 
-The names themselves are nsprof.settings' (below this module, so that settings check them without
+The names themselves are nsprof.truth's (below this module, so that settings check them without
 importing the drivers): register() adds one there, and the built-in ones are checked against
-settings.BUILTIN_BACKENDS here.
+truth.BUILTIN_BACKENDS here.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from nsprof import settings
+from nsprof import truth
 from nsprof.errors import NsprofError
-from nsprof.settings import NO_PROFILER
+from nsprof.truth import NO_PROFILER
 
 # name -> a Driver subclass, or "module:Class" (imported when first asked for)
 _DRIVERS: dict[str, object] = {
@@ -22,10 +22,10 @@ _DRIVERS: dict[str, object] = {
     "nsys": "nsprof.drivers.nsys:NsysDriver",
     NO_PROFILER: "nsprof.drivers.none:PlainDriver",
 }
-if set(_DRIVERS) != set(settings.BUILTIN_BACKENDS):
+if set(_DRIVERS) != set(truth.BUILTIN_BACKENDS):
     raise ImportError(
-        f"the driver registry's built-in backends {sorted(_DRIVERS)} are not the settings' "
-        f"{sorted(settings.BUILTIN_BACKENDS)}"
+        f"the driver registry's built-in backends {sorted(_DRIVERS)} are not nsprof.truth's "
+        f"{sorted(truth.BUILTIN_BACKENDS)}"
     )
 
 
@@ -33,17 +33,17 @@ def register(name: str, driver, ground_truth: bool = True) -> None:
     """Make `name` a backend: `driver` is a Driver subclass (or "module:Class") whose create()
     gives the driver to run. A ground truth can be profiled, tuned by and validated against."""
     _DRIVERS[name] = driver
-    settings.add_backend(name, ground_truth)
+    truth.add_backend(name, ground_truth)
 
 
 def unregister(name: str) -> None:
     """Forget backend `name` (a test's stand-in, say)."""
     _DRIVERS.pop(name, None)
-    settings.remove_backend(name)
+    truth.remove_backend(name)
 
 
-names = settings.backends  # every backend name, in registration order
-ground_truths = settings.ground_truths  # the backends that measure under a profiler
+names = truth.backends  # every backend name, in registration order
+ground_truths = truth.ground_truths  # the backends that measure under a profiler
 
 
 def driver_class(name: str):
