@@ -1,4 +1,4 @@
-"""Adaptive reps for the contenders only (issue 13): pure decisions over recorded reps.
+"""Adaptive reps for the contenders only: pure decisions over recorded reps.
 
 After tune's first pass, the configs still tied with the best (nsprof.analysis.confidence) are
 measured again, interleaved in one profiled session (A B C A B C ...), until the best is

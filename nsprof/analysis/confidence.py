@@ -1,5 +1,5 @@
 """How sure a ranking is: a distribution-free interval for each config's median, and which
-configs are tied with the best (issue 13).
+configs are tied with the best.
 
 The interval is the classical order-statistic (binomial) interval for the median: of n reps
 sorted x(1) ≤ … ≤ x(n), [x(k), x(n+1-k)] covers the true median with probability

@@ -1,4 +1,4 @@
-"""Cross-truth tuning (issue 13): do two ground truths pick the same winner, by how much do they
+"""Cross-truth tuning: do two ground truths pick the same winner, by how much do they
 differ when they do not, and which measuring condition explains it. Pure data over ranked tables
 (nsprof.analysis.ranking.rank's); nsprof.tune does the measuring, nsprof.render the words.
 
