@@ -275,7 +275,7 @@ def _first_pass_ties(configs) -> bool:
 
 def test_well_separated_configs_get_a_winner_and_only_the_contenders_are_measured_again(noisy, tmp_path):
     from nsprof.render.json import tune_document
-    from nsprof.render.tables import format_ranked
+    from nsprof.render.tables import format_tune
     from nsprof.tune import tune
 
     assert _first_pass_ties(SEPARABLE)  # the premise: the first pass alone cannot separate them
@@ -301,13 +301,12 @@ def test_well_separated_configs_get_a_winner_and_only_the_contenders_are_measure
     document = json.loads(tune_document(result))
     assert document["adaptive"]["stopped"] == "separated"
     assert document["adaptive"]["sessions"] == adaptive.sessions and document["decision"]["kind"] == "winner"
-    assert "interleaved session" in format_ranked(
-        result
-    ) and "stopped: the best is separated" in format_ranked(result)
+    text = format_tune(result)
+    assert "interleaved session" in text and "stopped: the best is separated" in text
 
 
 def test_identical_configs_end_as_a_tie_at_max_reps(noisy, tmp_path):
-    from nsprof.render.tables import format_ranked
+    from nsprof.render.tables import format_tune
     from nsprof.tune import tune
 
     target, log = noisy(IDENTICAL)
@@ -322,7 +321,7 @@ def test_identical_configs_end_as_a_tie_at_max_reps(noisy, tmp_path):
     # the member fed back: the lowest median, then the lower id (confidence.tie_rule)
     tied = table.loc[members].reset_index().sort_values(["value_ns", "config_id"])
     assert result.ranking.best_config_id == int(tied.iloc[0]["config_id"])
-    text = format_ranked(result)
+    text = format_tune(result)
     assert f"these {len(members)} configs are indistinguishable here (±" in text
     assert "every contender reached --max-reps 12" in text
     assert all(
