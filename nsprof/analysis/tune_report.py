@@ -90,9 +90,3 @@ class TuneReport:
     def ranking(self) -> Ranking:
         """The first shape's deploy ranking (a target without shapes: its ranking)."""
         return self.shapes[0].ranking
-
-    def config(self, config_id: int | None):
-        """Config `config_id` of the space (None: none, or beyond the configs known)."""
-        if config_id is None or not 0 <= int(config_id) < len(self.configs):
-            return None
-        return self.configs[int(config_id)]

@@ -24,14 +24,14 @@ def results(
     as_json: bool = False,
 ) -> int:
     """The runs of results store `store` (or `store_path`: --store), its measurements exported, one
-    stored tune ranked again (`target` or `run_id`), or the tune a tune --json saved (`store` a .json
-    file: saved_tune); the exit status (1: as tune's)."""
+    stored tune ranked again (`target` or `run_id`), or the tune that tune --json saved in a .json
+    file; the exit status (1: as tune's)."""
     from nsprof.store import DEFAULT_PATH, ResultStore
 
     if store is not None and store_path is not None and store != store_path:
         raise OptionError(f"two results stores given ({store} and --store {store_path}): give one")
     store_path = store or store_path
-    if store_path is not None and saved_tune(store_path):
+    if store_path is not None and store_path.suffix.lower() == ".json":  # a tune --json saved, not a store
         given = {"--export": export_path, "--target": target, "--run": run_id}
         for option, value in given.items():
             if value:
@@ -82,18 +82,6 @@ def _ranked(path, target, run_id, *, plot_path, html_path, as_json) -> int:
         result = reread(store, target=target, run_id=run_id)
         name = target or _run_target(store, run_id)
     return show(name, result, plot_path=plot_path, html_path=html_path, as_json=as_json)
-
-
-def saved_tune(path: Path) -> bool:
-    """Whether `path` is taken for a tune saved by tune --json rather than a results store (an SQLite
-    file): its name ends in .json, or it begins as JSON does."""
-    if path.suffix.lower() == ".json":
-        return True
-    try:
-        with open(path, "rb") as file:
-            return file.read(64).lstrip().startswith((b"{", b"["))
-    except OSError:
-        return False
 
 
 def _saved(path: Path, *, plot_path, html_path, as_json) -> int:

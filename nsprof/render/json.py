@@ -100,8 +100,19 @@ def agreement_document(
     return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)
 
 
-# The mark of a saved tune (tune --json), so that `nsprof results --from` can tell one from other JSON.
+# The mark of a saved tune (tune --json), so that load_tune can tell one from other JSON.
 TUNE_FORMAT = "nsprof tune"
+# A Ranking's fields written as they are (its table, adaptive reps and decision are written apart).
+_RANKING_KEYS = (
+    "truth",
+    "backend",
+    "label",
+    "labels",
+    "stat",
+    "notes",
+    "first_pass_wall_s",
+    "first_pass_phases",
+)
 
 
 def tune_document(report) -> str:
@@ -176,16 +187,9 @@ def _ranking(ranked) -> dict:
     from nsprof.render.tables import describe_decision
 
     return {
-        "truth": ranked.truth,
-        "backend": ranked.backend,
-        "label": ranked.label,
-        "labels": ranked.labels,
-        "stat": ranked.stat,
+        **{key: getattr(ranked, key) for key in _RANKING_KEYS},
         "best_config_id": ranked.best_config_id,
         "tie_set": ranked.tie_set,
-        "notes": ranked.notes,
-        "first_pass_wall_s": ranked.first_pass_wall_s,
-        "first_pass_phases": ranked.first_pass_phases,
         "adaptive": None if ranked.adaptive is None else ranked.adaptive.as_json(),
         "decision": {**ranked.decision.as_json(), "words": describe_decision(ranked)},
         **frame_records(ranked.table),
@@ -280,17 +284,7 @@ def _shape_of(document: dict):
             given["reps_per_config"] = {int(c): n for c, n in adaptive["reps_per_config"].items()}
             adaptive = AdaptiveSummary(**given)
         table = frame_of(doc["ranked"], doc["columns"])
-        kept = (
-            "truth",
-            "backend",
-            "label",
-            "stat",
-            "labels",
-            "notes",
-            "first_pass_wall_s",
-            "first_pass_phases",
-        )
-        return Ranking(table, adaptive=adaptive, **{k: doc[k] for k in kept})
+        return Ranking(table, adaptive=adaptive, **{key: doc[key] for key in _RANKING_KEYS})
 
     truths = {doc["truth"]: ranking(doc) for doc in document["truths"]}
     cross = None

@@ -17,6 +17,7 @@ them; what explains a disagreement needs probes measured again (tune --explain),
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from nsprof.analysis.tune_report import ShapeReport, TuneReport
@@ -181,10 +182,10 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
     )
     shapes = []
     for shape, truths in rankings.items():
-        ranking = truths[deploy]
-        ranking.notes.extend(f"{name}: the store holds nothing under this truth" for name in lacking)
+        lines = [f"{name}: the store holds nothing under this truth" for name in lacking]
+        ranking = replace(truths[deploy], notes=[*truths[deploy].notes, *lines])
         cross = crosses.get(shape)
-        shown = truths if cross is not None else {deploy: ranking}
+        shown = {**truths, deploy: ranking} if cross is not None else {deploy: ranking}
         shapes.append(ShapeReport(shown, deploy, shape, per_truth[deploy][shape][0], cross))
     record = json.loads(json.dumps(settings.record(), default=str))
     return TuneReport(_text(anchor.target), configs, shapes, record)
