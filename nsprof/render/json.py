@@ -138,11 +138,13 @@ def frame_records(frame) -> dict:
     return {"ranked": records(frame), "columns": {str(c): str(t) for c, t in frame.dtypes.items()}}
 
 
-def frame_of(rows: list, columns: dict):
-    """The table of frame_records' rows and dtypes."""
+def frame_of(doc: dict | None):
+    """The table of frame_records' dict (None for None, or for no dtypes: no table was written)."""
     import pandas as pd
 
-    return pd.DataFrame.from_records(rows, columns=list(columns)).astype(columns)
+    if doc is None or doc["columns"] is None:
+        return None
+    return pd.DataFrame.from_records(doc["ranked"], columns=list(doc["columns"])).astype(doc["columns"])
 
 
 def shape_document(shape, configs: list) -> dict:
@@ -283,8 +285,7 @@ def _shape_of(document: dict):
             given = {f.name: adaptive[f.name] for f in fields(AdaptiveSummary)}
             given["reps_per_config"] = {int(c): n for c, n in adaptive["reps_per_config"].items()}
             adaptive = AdaptiveSummary(**given)
-        table = frame_of(doc["ranked"], doc["columns"])
-        return Ranking(table, adaptive=adaptive, **{key: doc[key] for key in _RANKING_KEYS})
+        return Ranking(frame_of(doc), adaptive=adaptive, **{key: doc[key] for key in _RANKING_KEYS})
 
     truths = {doc["truth"]: ranking(doc) for doc in document["truths"]}
     cross = None
@@ -292,15 +293,9 @@ def _shape_of(document: dict):
         pairs = [_pair_of(Pair, pair) for pair in document["agreement"]]
         explanations = [_explanation_of(e, pairs) for e in document["explanations"]]
         cross = CrossTruth(pairs, explanations)
-    prescreen = document["prescreen"]
+    found = (cross, frame_of(document["prescreen"]), document["tuner_pick"])
     return ShapeReport(
-        truths,
-        document["deploy"]["truth"],
-        document["shape"],
-        document["shape_value"],
-        cross,
-        None if prescreen is None else frame_of(prescreen["ranked"], prescreen["columns"]),
-        document["tuner_pick"],
+        truths, document["deploy"]["truth"], document["shape"], document["shape_value"], *found
     )
 
 
@@ -317,30 +312,11 @@ def _explanation_of(doc: dict, pairs: list):
     from nsprof.analysis.crosstruth import Explanation, Probe
     from nsprof.settings import Truth
 
+    keys = ("truth", "changed", "labels", "winner", "tie_set", "verdict")
+    probes = [Probe(*(p[key] for key in keys), frame_of(p)) for p in doc["probes"]]
     pair = {(p.a, p.b): p for p in pairs}[(doc["a"], doc["b"])]
-    probes = [
-        Probe(
-            p["truth"],
-            p["changed"],
-            p["labels"],
-            p["winner"],
-            p["tie_set"],
-            p["verdict"],
-            None if p["columns"] is None else frame_of(p["ranked"], p["columns"]),
-        )
-        for p in doc["probes"]
-    ]
-    probed = Truth.parse(doc["probed"])
-    return Explanation(
-        pair,
-        probed,
-        doc["target"],
-        doc["contenders"],
-        probes,
-        doc["cause"],
-        doc["reason"] or "",
-        doc["warnings"],
-    )
+    given = (Truth.parse(doc["probed"]), doc["target"], doc["contenders"], probes, doc["cause"])
+    return Explanation(pair, *given, doc["reason"] or "", doc["warnings"])
 
 
 def summary_records(summaries) -> list[dict[str, Any]]:
