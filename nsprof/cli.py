@@ -316,8 +316,8 @@ def tune(target, backend, truth_list, deploy, store_path, no_store, ids, **optio
 @_option("--plot")
 @_option("--html")
 def results(store, store_path, **options) -> None:
-    """List the runs of results store STORE (or --store), export its measurements, or rank a stored
-    tune again (--target, --run) and print, plot or page it as tune does: no GPU or profiler needed."""
+    """List the runs of results store STORE (or --store), export them, rank a stored tune again (--target,
+    --run), or read STORE.json saved by tune --json; print, plot or page a tune as tune does, no GPU needed."""
     _exit(results_command.results(store, store_path, **options))
 
 

@@ -7,8 +7,8 @@ call in a fresh child process (`python -m nsprof.tuner`):
   `main` (`python -m nsprof.feedback TARGET CALL ARGS_JSON`).
 
 A target without shapes is one shape (shape None): its hook's pick() and feed_back(); with shapes,
-pick_shapes() and feed_back_shapes(). A failure of the user's tuner is one line in the first
-ranking's errors: the ranking stands, and the command exits non-zero after printing it.
+pick_shapes() and feed_back_shapes(). A failure of the user's tuner is one line in the report's
+errors: the ranking stands, and the command exits non-zero after printing it.
 """
 
 from __future__ import annotations
@@ -69,54 +69,57 @@ def _failed(exc: Exception) -> str:
     return one_line(f"{type(exc).__name__}: {exc}", 300)
 
 
-def tuner_picks(target: str, space, results: list, settings: TuneSettings) -> None:
-    """Each ranking's `tuner_pick` (results: tune's rankings, one per shape), with a note comparing it
-    to the ranking; nothing where the tuner cannot pick or nothing was measured."""
+def tuner_picks(
+    target: str, space, rankings: dict, settings: TuneSettings, notes: dict, errors: list
+) -> dict:
+    """What the target's tuner picks itself at each shape, {shape: pick} (rankings: the deploy
+    truth's, {shape: Ranking}), with a line in `notes` ({shape: list}) comparing it to the ranking;
+    {} where the tuner cannot pick or nothing was measured. A failure: one line in `errors`."""
     tuner = space.tuner
-    measured = [r for r in results if r.best_config_id is not None]
+    measured = {shape: r for shape, r in rankings.items() if r.best_config_id is not None}
     if not (settings.tuner_pick and tuner is not None and tuner.can_pick and measured):
-        return
-    n = len(space.configs)
+        return {}
+    n, first = len(space.configs), next(iter(rankings))
     try:
         if not space.points.shaped:
             picks = {None: tuner_in_child(target, "pick", [], settings, n)}
         elif not tuner.can_pick_shapes:
-            results[0].notes.append(f"{tuner.name}'s own pick is not asked: its hook picks at one shape only")
-            return
+            notes[first].append(f"{tuner.name}'s own pick is not asked: its hook picks at one shape only")
+            return {}
         else:
-            shapes = [r.shape for r in measured]
-            got = tuner_in_child(target, "pick_shapes", [shapes], settings, n * len(shapes))
+            got = tuner_in_child(target, "pick_shapes", [list(measured)], settings, n * len(measured))
             picks = {int(shape): pick for shape, pick in got.items()}
     except Exception as exc:  # the user's tuner failed: the ranking still stands
-        results[0].errors.append(f"the target's own autotuner failed: {_failed(exc)}")
-        return
-    for result in measured:
-        result.tuner_pick = picks.get(result.shape)
-        if result.tuner_pick is not None:  # None: the tuner could not say
-            result.notes.append(describe_pick(result.tuner_pick, result.table))
+        errors.append(f"the target's own autotuner failed: {_failed(exc)}")
+        return {}
+    picked = {shape: picks.get(shape) for shape in measured if picks.get(shape) is not None}
+    for shape, pick in picked.items():  # None: the tuner could not say
+        notes[shape].append(describe_pick(pick, measured[shape].table))
+    return picked
 
 
-def feed_back(target: str, space, results: list, settings: TuneSettings) -> None:
-    """Every measured shape's ranking handed to the target's tuner (results: the deploy truth's, one
-    per shape), each under the key the tuner computes for a call at that shape, in one child process
-    (or one per shape: TunerHook.feed_back_shapes_apart); a note on each ranking says what was stored."""
+def feed_back(target: str, space, rankings: dict, settings: TuneSettings, notes: dict, errors: list) -> None:
+    """Every measured shape's ranking handed to the target's tuner (rankings: the deploy truth's,
+    {shape: Ranking}), each under the key the tuner computes for a call at that shape, in one child
+    process (or one per shape: TunerHook.feed_back_shapes_apart); a line in `notes` ({shape: list})
+    says what was stored at each shape, one in `errors` what failed."""
     tuner = space.tuner
     if not (settings.feed_back and tuner is not None and tuner.can_feed_back):
         return
     latencies = {}
-    for result in results:
-        table = result.table
+    for shape, ranking in rankings.items():
+        table = ranking.table
         measured = table[table["error"].isna() & table["value_ns"].notna()]
-        if result.best_config_id is not None:
-            latencies[result.shape] = {
+        if ranking.best_config_id is not None:
+            latencies[shape] = {
                 int(c): float(v) / 1e6 for c, v in zip(measured["config_id"], measured["value_ns"])
             }
     if not latencies:
         return
-    first, n = results[0], len(space.configs)
+    first, n = next(iter(rankings)), len(space.configs)
     shaped = space.points.shaped
     if shaped and not tuner.can_feed_back_shapes:
-        first.notes.append(
+        notes[first].append(
             f"not fed back: {tuner.name} takes the ranking of one shape only (its hook has no feed_back_shapes)"
         )
         return
@@ -130,18 +133,15 @@ def feed_back(target: str, space, results: list, settings: TuneSettings) -> None
         else:
             stored = tuner_in_child(target, "feed_back_shapes", [latencies], settings, n * len(latencies))
     except Exception as exc:
-        first.errors.append(f"feeding the ranking{'s' * shaped} back to {tuner.name} failed: {_failed(exc)}")
+        errors.append(f"feeding the ranking{'s' * shaped} back to {tuner.name} failed: {_failed(exc)}")
         return
-    words = crosstruth.condition_words(first.labels, first.labels.get("mode"))
-    for result in results:
-        line = (
-            stored.get(None if result.shape is None else str(result.shape))
-            if isinstance(stored, dict)
-            else None
-        )
+    labels = rankings[first].labels
+    words = crosstruth.condition_words(labels, labels.get("mode"))
+    for shape in rankings:
+        line = stored.get(None if shape is None else str(shape)) if isinstance(stored, dict) else None
         if line is not None:
-            result.notes.append(
-                f"handed to {tuner.name} for deploy condition {first.deploy} ({words}): {line}"
+            notes[shape].append(
+                f"handed to {tuner.name} for deploy condition {settings.deploy_truth.name} ({words}): {line}"
             )
 
 

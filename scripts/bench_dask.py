@@ -79,7 +79,7 @@ def run_tune(target: str, backend: str, devices: tuple[int, ...] | None, reps: i
         cluster.connect(settings_cluster)
         start_s = time.perf_counter() - started
     started = time.perf_counter()
-    result = tune(
+    report = tune(
         target,
         TuneSettings(
             backend=backend,
@@ -94,6 +94,7 @@ def run_tune(target: str, backend: str, devices: tuple[int, ...] | None, reps: i
     )  # first pass only: adaptive reps are not spread over a cluster yet
     wall = time.perf_counter() - started
     cluster.close()
+    result = report.ranking  # the first shape's
     table = result.table
     measured = table[table["error"].isna() & table["value_ns"].notna()]
     return {

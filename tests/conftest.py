@@ -169,6 +169,14 @@ def _run_in_process(args, env, cwd, text: bool = True, input=None) -> subprocess
     return subprocess.CompletedProcess(["nsprof", *args], code, out, err)
 
 
+def report_of(ranking, configs: list, target: str = "target.py:space"):
+    """The TuneReport of one ranking (an nsprof.analysis.tune_report.Ranking) of a target without
+    shapes: what tune returns with one truth, for the renderers."""
+    from nsprof.analysis.tune_report import ShapeReport, TuneReport
+
+    return TuneReport(target, configs, [ShapeReport({ranking.truth: ranking}, ranking.truth)])
+
+
 def wait_for(predicate, timeout_s: float = 60.0) -> bool:
     """Whether predicate() came true within timeout_s (generous: a busy machine must not fail a test;
     a hang never ends at all), polling every 50 ms."""

@@ -303,14 +303,14 @@ def _first_pass_ties(configs) -> bool:
 
 def test_well_separated_configs_get_a_winner_and_only_the_contenders_are_measured_again(noisy, tmp_path):
     from nsprof.render.json import tune_document
-    from nsprof.render.tables import format_ranked
+    from nsprof.render.tables import format_tune
     from nsprof.tune import tune
 
     assert _first_pass_ties(SEPARABLE)  # the premise: the first pass alone cannot separate them
     target, log = noisy(SEPARABLE)
     result = tune(target, _settings(tmp_path))
-    assert result.decision.kind == "winner" and result.best_config_id == 0
-    adaptive = result.adaptive
+    assert result.ranking.decision.kind == "winner" and result.ranking.best_config_id == 0
+    adaptive = result.ranking.adaptive
     assert adaptive.stopped == rules.SEPARATED and adaptive.sessions >= 1
     first, *sessions = _sessions(log)
     assert len(sessions) == adaptive.sessions
@@ -322,39 +322,38 @@ def test_well_separated_configs_get_a_winner_and_only_the_contenders_are_measure
         # each visit 3 warm-up launches and one rep
         assert runs[:2] == [(0, 3), (1, 3)]
         assert runs[2:] == [(0, 4), (1, 4)] * history["rounds"]
-    table = result.table.set_index("config_id")
+    table = result.ranking.table.set_index("config_id")
     total = 5 + sum(h["rounds"] for h in adaptive.history)
     assert table.loc[0, "reps"] == table.loc[1, "reps"] == total and table.loc[2, "reps"] == 5
     assert adaptive.reps == 2 * (total - 5) and adaptive.reps_per_config == {0: total, 1: total}
     document = json.loads(tune_document(result))
     assert document["adaptive"]["stopped"] == "separated"
     assert document["adaptive"]["sessions"] == adaptive.sessions and document["decision"]["kind"] == "winner"
-    assert "interleaved session" in format_ranked(
-        result
-    ) and "stopped: the best is separated" in format_ranked(result)
+    text = format_tune(result)
+    assert "interleaved session" in text and "stopped: the best is separated" in text
 
 
 def test_identical_configs_end_as_a_tie_at_max_reps(noisy, tmp_path):
-    from nsprof.render.tables import format_ranked
+    from nsprof.render.tables import format_tune
     from nsprof.tune import tune
 
     target, log = noisy(IDENTICAL)
     result = tune(target, _settings(tmp_path, max_reps=12))
-    assert result.adaptive.stopped == rules.MAX_REPS
-    decision = result.decision
+    assert result.ranking.adaptive.stopped == rules.MAX_REPS
+    decision = result.ranking.decision
     assert decision.kind == "tie" and len(decision.members) >= 2
     members = decision.members
-    table = result.table.set_index("config_id")
+    table = result.ranking.table.set_index("config_id")
     for c in members:
         assert table.loc[c, "reps"] == 12  # every contender, exactly --max-reps
     # the member fed back: the lowest median, then the lower id (confidence.tie_rule)
     tied = table.loc[members].reset_index().sort_values(["value_ns", "config_id"])
-    assert result.best_config_id == int(tied.iloc[0]["config_id"])
-    text = format_ranked(result)
+    assert result.ranking.best_config_id == int(tied.iloc[0]["config_id"])
+    text = format_tune(result)
     assert f"these {len(members)} configs are indistinguishable here (±" in text
     assert "every contender reached --max-reps 12" in text
     assert all(
-        set(session) <= set(members) | set(result.adaptive.history[0]["configs"])
+        set(session) <= set(members) | set(result.ranking.adaptive.history[0]["configs"])
         for session in _sessions(log)[1:]
     )
 
@@ -365,21 +364,21 @@ def test_budget_zero_means_no_adaptive_session_and_a_budget_too_small_says_so(no
 
     target, log = noisy(IDENTICAL)
     off = tune(target, _settings(tmp_path, budget_s=0))
-    assert off.adaptive.stopped == rules.OFF and off.adaptive.sessions == 0
+    assert off.ranking.adaptive.stopped == rules.OFF and off.ranking.adaptive.sessions == 0
     assert len(_sessions(log)) == 1  # the first pass only
-    assert off.decision.kind == "tie"
+    assert off.ranking.decision.kind == "tie"
     assert json.loads(tune_document(off))["adaptive"]["stopped"] == "off"
 
     log.write_text("")
     poor = tune(target, _settings(tmp_path, budget_s=1e-9))  # less than any start-up
-    assert poor.adaptive.stopped == rules.BUDGET and poor.adaptive.sessions == 0
-    assert "not started: session 1 would cost a start-up" in poor.adaptive.note
-    assert any("cannot pay another session" in note for note in poor.notes)
+    assert poor.ranking.adaptive.stopped == rules.BUDGET and poor.ranking.adaptive.sessions == 0
+    assert "not started: session 1 would cost a start-up" in poor.ranking.adaptive.note
+    assert any("cannot pay another session" in note for note in poor.ranking.notes)
     assert len(_sessions(log)) == 1
 
     log.write_text("")
     capped = tune(target, _settings(tmp_path, max_reps=5))  # --max-reps = --reps: nothing to add
-    assert capped.adaptive.stopped == rules.MAX_REPS and len(_sessions(log)) == 1
+    assert capped.ranking.adaptive.stopped == rules.MAX_REPS and len(_sessions(log)) == 1
 
 
 def test_a_practically_equivalent_tie_gets_no_adaptive_session_unless_the_margin_is_off(noisy, tmp_path):
@@ -410,27 +409,27 @@ def test_adaptive_reps_are_stored_and_resume_measures_nothing_again(noisy, tmp_p
     target, log = noisy(IDENTICAL)
     store = tmp_path / "results.sqlite"
     first = tune(target, _settings(tmp_path, use_store=True, store=store, max_reps=10))
-    assert first.adaptive.sessions >= 1 and first.adaptive.stopped == rules.MAX_REPS
+    assert first.ranking.adaptive.sessions >= 1 and first.ranking.adaptive.stopped == rules.MAX_REPS
     with ResultStore(store) as results:
         runs = results.runs()
         rows = results.frame()
-    assert len(runs) == 1 + first.adaptive.sessions and set(runs["status"]) == {"ok"}
+    assert len(runs) == 1 + first.ranking.adaptive.sessions and set(runs["status"]) == {"ok"}
     assert all('"adaptive_session"' in text for text in runs["settings_json"][1:])
     per_config = rows.groupby("config_id")["rep"].agg(lambda r: sorted(r)).to_dict()
-    for c in first.adaptive.reps_per_config:
+    for c in first.ranking.adaptive.reps_per_config:
         assert per_config[c] == list(range(10))  # reps continue after the first pass's, none twice
     log.write_text("")
     resumed = tune(target, _settings(tmp_path, use_store=True, store=store, max_reps=10, resume=True))
     assert _sessions(log) == []  # nothing measured again: every contender has its 10 reps
-    assert resumed.adaptive.stopped == rules.MAX_REPS and resumed.adaptive.sessions == 0
+    assert resumed.ranking.adaptive.stopped == rules.MAX_REPS and resumed.ranking.adaptive.sessions == 0
     pd.testing.assert_frame_equal(
-        resumed.table[["config_id", "value_ns", "reps"]].reset_index(drop=True),
-        first.table[["config_id", "value_ns", "reps"]].reset_index(drop=True),
+        resumed.ranking.table[["config_id", "value_ns", "reps"]].reset_index(drop=True),
+        first.ranking.table[["config_id", "value_ns", "reps"]].reset_index(drop=True),
     )
     # A fresh first pass (no --resume) starts over: the old adaptive reps are not mixed in.
     log.write_text("")
     fresh = tune(target, _settings(tmp_path, use_store=True, store=store, budget_s=0))
-    assert set(fresh.table["reps"]) == {5}
+    assert set(fresh.ranking.table["reps"]) == {5}
 
 
 def test_cli_takes_the_adaptive_options(noisy, tmp_path):

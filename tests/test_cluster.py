@@ -172,8 +172,8 @@ def test_the_store_is_written_by_the_client_alone(target, tmp_path, client):
         ),
     )
     assert set(client.run(opened).values()) == {False}
-    assert ranked.best_config_id == 0
-    assert list(ranked.table["config_id"])[1:] == list(range(1, 10))
+    assert ranked.ranking.best_config_id == 0
+    assert list(ranked.ranking.table["config_id"])[1:] == list(range(1, 10))
     with ResultStore(store) as results:
         runs, rows = results.runs(), results.frame()
     assert len(runs) == 1 and runs.iloc[0]["status"] == "ok"
@@ -195,7 +195,7 @@ def test_the_store_is_written_by_the_client_alone(target, tmp_path, client):
             cluster=DEVICES,
         ),
     )
-    assert again.best_config_id == 0 and len(_marks(tmp_path)) == before
+    assert again.ranking.best_config_id == 0 and len(_marks(tmp_path)) == before
 
 
 SHAPED = """
@@ -244,8 +244,8 @@ def test_a_target_with_shapes_is_spread_over_the_workers_point_by_point(tmp_path
         registry.unregister(BACKEND)
     for ranked in result.shapes:
         order = sorted(range(3), key=lambda c: ns[ranked.shape][c])
-        assert list(ranked.table["config_id"]) == order
-        assert list(ranked.table["value_ns"]) == [ns[ranked.shape][c] for c in order]
+        assert list(ranked.ranking.table["config_id"]) == order
+        assert list(ranked.ranking.table["value_ns"]) == [ns[ranked.shape][c] for c in order]
     marks = [name.split(".") for name in os.listdir(tmp_path / "marks")]
     assert {gpu for _, gpu, _, _ in marks} == {"0", "1"}  # both workers measured
     assert {(int(s), int(c)) for c, _, s, _ in marks} == {(s, c) for s in range(3) for c in range(3)}

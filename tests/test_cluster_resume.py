@@ -49,4 +49,4 @@ def test_cluster_resume_keeps_the_stored_configs(tmp_path, monkeypatch, gemm_tar
     )
     assert calls[1] == [19]  # only the config the store lacked went to the cluster
     # ... but the ranking must still hold all 12 configs, 11 of them from the store
-    assert sorted(resumed.table["config_id"]) == ids, resumed.notes
+    assert sorted(resumed.ranking.table["config_id"]) == ids, resumed.ranking.notes

@@ -220,14 +220,14 @@ def test_a_resumed_tune_compiles_the_configs_its_adaptive_sessions_measure(tmp_p
             store=tmp_path / "results.sqlite",
         )
         first = tune(target, TuneSettings(**settings, budget_s=0))  # the first pass only, stored
-        assert first.adaptive.sessions == 0
+        assert first.ranking.adaptive.sessions == 0
         for path in artifacts.iterdir():
             path.unlink()
         resumed = tune(target, TuneSettings(**settings, max_reps=10, resume=True))
-        assert resumed.adaptive.sessions >= 1
-        note = resumed.adaptive.note or ""
+        assert resumed.ranking.adaptive.sessions >= 1
+        note = resumed.ranking.adaptive.note or ""
         assert "never compiled" not in note, f"an adaptive session measured configs never compiled: {note}"
-        assert resumed.adaptive.history[0]["kept"] > 0
+        assert resumed.ranking.adaptive.history[0]["kept"] > 0
     finally:
         registry.unregister("noisy")
 

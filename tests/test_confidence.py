@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, report_of
 
 from nsprof.analysis.confidence import LEVEL, METHOD, decide, median_coverage, median_interval
 from nsprof.analysis.ranking import rank
@@ -28,7 +28,7 @@ from nsprof.profile import config_summary
 from nsprof.render.json import tune_document
 from nsprof.render.tables import format_ranked
 from nsprof.schema import make_frame
-from nsprof.tune import TuneResult
+from nsprof.tune import Ranking
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDINS = Path(__file__).parent / "standins.py"
@@ -122,12 +122,15 @@ def fixture_reps(name, mode):
     return reps
 
 
+CONFIGS = [{"id": i} for i in range(32)]
+
+
 def ranked_fixture(name, mode, stat="median"):
     frame = make_frame(pd.read_csv(FIXTURES / name).to_dict("list"))
     summary = config_summary(frame)
     table = rank(summary[summary["mode"].isna() | (summary["mode"] == mode)], stat)
     table.insert(2, "config", [f"c{c}" for c in table["config_id"]])
-    return TuneResult(table, [{"id": i} for i in range(32)], name, f"{name}, mode {mode}", stat=stat)
+    return Ranking(table, name, name, f"{name}, mode {mode}", stat=stat)
 
 
 def independent_ties(name, mode):
@@ -170,7 +173,7 @@ def test_tie_set_on_the_recorded_seed_space(name, mode, expected):
 
 def test_table_and_json_show_the_interval_and_the_tie():
     result = ranked_fixture("profile_ncu.csv", "graph")
-    text = format_ranked(result)
+    text = format_ranked(result, CONFIGS)
     lines = text.splitlines()
     assert lines[0] == "ranked by profile_ncu.csv, mode graph"
     assert lines[1].split() == [
@@ -202,7 +205,7 @@ def test_table_and_json_show_the_interval_and_the_tie():
     ) in lines
     assert any(line.startswith(f"note: intervals: {METHOD}, 95% asked, 93.8% achieved") for line in lines)
 
-    doc = json.loads(tune_document(result))
+    doc = json.loads(tune_document(report_of(result, CONFIGS)))
     assert doc["interval"] == {"method": METHOD, "level": 0.95, "achieved": 0.9375, "of": "median"}
     assert doc["tie_set"] == [15, 13] and doc["best_config_id"] == 15
     assert doc["decision"]["kind"] == "tie" and doc["decision"]["members"] == [15, 13]
@@ -228,13 +231,13 @@ def test_a_clear_winner_is_named_winner():
     decision = result.decision
     assert decision.kind == "winner" and decision.members == [15] and decision.second == 13
     assert decision.margin == pytest.approx((5312 - 5280) / 5280)
-    text = format_ranked(result)
+    text = format_ranked(result, CONFIGS)
     assert (
         "note: config 15 is the winner: its interval (±1.2%) does not overlap #2's (config 13, 0.6% apart)"
         in text
     )
     assert not any(line.split()[-2:-1] == ["tie"] for line in text.splitlines()[3:])
-    doc = json.loads(tune_document(result))
+    doc = json.loads(tune_document(report_of(result, CONFIGS)))
     assert doc["tie_set"] == [15] and doc["decision"]["kind"] == "winner" and "members" not in doc["decision"]
 
 
@@ -245,7 +248,9 @@ def test_stat_min_ranks_by_min_and_ties_by_the_median_interval():
     _, intervals, _ = independent_ties("profile_ncu.csv", "direct")
     assert all((r.ci_low_ns, r.ci_high_ns) == intervals[r.config_id] for r in measured.itertuples())
     assert result.decision.rule == "the lowest min, then the lower config id"
-    assert "ranked by the min, but the interval and the tie test are the median's" in format_ranked(result)
+    assert "ranked by the min, but the interval and the tie test are the median's" in format_ranked(
+        result, CONFIGS
+    )
 
 
 # --------------------------------------------------------------------------- the rule: stable, stated
@@ -287,11 +292,11 @@ def test_one_rep_per_config_is_untested_and_keeps_the_lowest():
     decision = decide(table)
     assert decision.kind == "untested" and decision.config_id == 1 and decision.members == [1]
     assert table["ci_low_ns"].isna().all() and table["tied_with_best"].tolist() == [True, False, False]
-    result = TuneResult(table.assign(config="c"), [{}, {}, {}], "event", "fast timer event")
+    result = Ranking(table.assign(config="c"), "event", "event", "fast timer event")
     assert result.best_config_id == 1
-    text = format_ranked(result)
+    text = format_ranked(result, [{}, {}, {}])
     assert "untested against the noise" in text and "intervals: none (fewer than 2 reps" in text
-    doc = json.loads(tune_document(result))
+    doc = json.loads(tune_document(report_of(result, [{}, {}, {}])))
     assert (
         doc["tie_set"] == [1]
         and doc["decision"]["kind"] == "untested"

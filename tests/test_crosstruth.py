@@ -129,15 +129,17 @@ def test_disagreeing_truths_say_by_how_much_and_the_l2_state_explains_it(truths,
     lab, field = lab_ns(L2_EXPLAINS, "base-all"), lab_ns(L2_EXPLAINS, "none-none")
     lab_best, field_best = best_of(lab), best_of(field)
     assert (lab_best, field_best) == (0, 1)
-    assert list(result.rankings) == ["lab", "field"]
-    assert result.deploy == "lab" and result.best_config_id == lab_best  # the first truth by default
-    assert result.rankings["field"].best_config_id == field_best
-    (pair,) = result.cross.pairs
+    assert list(result.shapes[0].truths) == ["lab", "field"]
+    assert (
+        result.shapes[0].deploy == "lab" and result.ranking.best_config_id == lab_best
+    )  # the first truth by default
+    assert result.shapes[0].truths["field"].best_config_id == field_best
+    (pair,) = result.shapes[0].cross.pairs
     assert pair.verdict == "disagree"
     assert pair.a_under_b * 100 == pytest.approx(pct_slower(field, lab_best, field_best))
     assert pair.b_under_a * 100 == pytest.approx(pct_slower(lab, field_best, lab_best))
 
-    (explanation,) = result.cross.explanations
+    (explanation,) = result.shapes[0].cross.explanations
     assert explanation.probed.name == "lab" and explanation.target == "field"
     assert explanation.contenders == [0, 1]  # both winners (no ties here); config 2 is not measured again
     probes = {p.truth: p for p in explanation.probes}
@@ -173,7 +175,7 @@ def test_disagreeing_truths_say_by_how_much_and_the_l2_state_explains_it(truths,
     assert any(
         note.startswith("handed to the stand-in tuner for deploy condition lab (cold L2")
         and note.endswith(f"stored config {lab_best}")
-        for note in result.notes
+        for note in result.ranking.notes
     )
 
 
@@ -181,7 +183,7 @@ def test_when_the_clocks_explain_it_the_verdict_says_the_clocks(truths, tmp_path
     from nsprof.tune import tune
 
     result = tune(truths(CLOCKS_EXPLAIN), settings(tmp_path, truths=("lab", "field"), feed_back=False))
-    (explanation,) = result.cross.explanations
+    (explanation,) = result.shapes[0].cross.explanations
     probes = {p.truth: p.winner for p in explanation.probes}
     warm = lab_ns(CLOCKS_EXPLAIN, "base-none")
     free = lab_ns(CLOCKS_EXPLAIN, "none-all")
@@ -199,19 +201,21 @@ def test_agreeing_truths_are_said_so_and_a_one_sided_tie_is_a_disagreement(truth
     from nsprof.tune import tune
 
     agreed = tune(truths(AGREE, "agree_target"), settings(tmp_path, truths=("lab", "field"), feed_back=False))
-    assert [p.verdict for p in agreed.cross.pairs] == ["agree"] and agreed.cross.explanations == []
+    assert [p.verdict for p in agreed.shapes[0].cross.pairs] == ["agree"] and agreed.shapes[
+        0
+    ].cross.explanations == []
     assert format_tune(agreed).splitlines()[-1].startswith("verdict: lab and field agree on config 0")
 
     one_sided = tune(
         truths(ONE_SIDED, "one_sided_target"),
         settings(tmp_path / "t", truths=("lab", "field"), feed_back=False),
     )
-    (pair,) = one_sided.cross.pairs
+    (pair,) = one_sided.shapes[0].cross.pairs
     lab, field = lab_ns(ONE_SIDED, "base-all"), lab_ns(ONE_SIDED, "none-none")
     assert pair.winner_a == best_of(lab) == 1
     assert pair.winner_b == best_of(field) == 0 and pair.ties_b == [0, 1] and pair.ties_a == [1]
     # field cannot tell 1 from 0, but lab can: not a tie of the two truths
-    assert pair.verdict == "disagree" and len(one_sided.cross.explanations) == 1
+    assert pair.verdict == "disagree" and len(one_sided.shapes[0].cross.explanations) == 1
     assert pair.b_under_a == pytest.approx(pct_slower(lab, 0, 1) / 100)
     text = format_tune(one_sided)
     assert "lab's winner is tied for best under field, so it is the safe pick under both" in text
@@ -223,12 +227,16 @@ def test_deploy_picks_what_is_fed_back_and_the_store_records_it(truths, tmp_path
 
     result = tune(truths(L2_EXPLAINS), settings(tmp_path, truths=("lab", "field"), deploy="field"))
     field = lab_ns(L2_EXPLAINS, "none-none")
-    assert result.deploy == "field" and result.truth == "field" and result.best_config_id == best_of(field)
+    assert (
+        result.shapes[0].deploy == "field"
+        and result.ranking.truth == "field"
+        and result.ranking.best_config_id == best_of(field)
+    )
     fed = json.loads((tmp_path / "fed.json").read_text())
     assert {int(c): v for c, v in fed.items()} == pytest.approx({c: v / 1e6 for c, v in field.items()})
     assert any(
         "for deploy condition field (warm L2, the card's own clocks, direct launches)" in n
-        for n in result.notes
+        for n in result.ranking.notes
     )
 
     db = sqlite3.connect(tmp_path / "r.sqlite")
@@ -451,7 +459,7 @@ def test_a_probe_far_above_the_other_truth_is_flagged(truths, tmp_path):
     result = tune(
         truths(erratic, "erratic_target"), settings(tmp_path, truths=("lab", "field"), feed_back=False)
     )
-    (explanation,) = result.cross.explanations
+    (explanation,) = result.shapes[0].cross.explanations
     free, field = lab_ns(erratic, "none-all"), lab_ns(erratic, "none-none")
     ratio = sorted(free[c] / field[c] for c in (0, 1))
     expected = (ratio[0] + ratio[1]) / 2  # the median of two

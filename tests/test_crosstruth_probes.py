@@ -18,9 +18,9 @@ def test_a_probe_is_never_the_truth_it_is_judged_against(truths, tmp_path):  # n
     }
     target = truths(table)
     first = tune(target, settings(tmp_path, truths=("lab", "lab@free-warm"), budget_s=0))
-    (explanation,) = first.cross.explanations
+    (explanation,) = first.shapes[0].cross.explanations
     probes = [p.truth for p in explanation.probes]
     resumed = tune(target, settings(tmp_path, truths=("lab", "lab@free-warm"), budget_s=0, resume=True))
-    (again,) = resumed.cross.explanations
+    (again,) = resumed.shapes[0].cross.explanations
     assert explanation.target not in probes, (probes, explanation.cause)
     assert again.target not in [p.truth for p in again.probes]  # nor under --resume, from its stored rows

@@ -15,9 +15,9 @@ def test_one_rep_truths_are_not_said_to_disagree(truths, tmp_path):  # noqa: F81
     # lab picks 0, field picks 1 by 1%: with 1 rep nothing can be told apart
     table = {0: {"base-all": 1000, "none-none": 1010}, 1: {"base-all": 1010, "none-none": 1000}}
     result = tune(truths(table), settings(tmp_path, truths=("lab", "field"), reps=1, budget_s=0))
-    (pair,) = result.cross.pairs
+    (pair,) = result.shapes[0].cross.pairs
     assert stability(Pick(pair.winner_a), Pick(pair.winner_b)) == "untested"  # validate's rule
     assert pair.verdict != "disagree", (
         pair.verdict,
-        [p.truth for e in result.cross.explanations for p in e.probes],
+        [p.truth for e in result.shapes[0].cross.explanations for p in e.probes],
     )

@@ -44,7 +44,7 @@ def test_faults_leave_the_store_consistent_and_resume_measures_nothing_twice(bac
         backend=backend, mode="direct", reps=3, timeout_s=20, store=store, work_dir=tmp_path
     )
     first = tune(TARGET, settings)
-    assert first.best_config_id in (0, 4)
+    assert first.ranking.best_config_id in (0, 4)
     with ResultStore(store) as results:
         runs_before = list(results.runs()["id"])  # the first pass, and its adaptive session if one ran
     again = tune(
@@ -53,16 +53,19 @@ def test_faults_leave_the_store_consistent_and_resume_measures_nothing_twice(bac
             backend=backend, mode="direct", reps=3, timeout_s=20, store=store, work_dir=tmp_path, resume=True
         ),
     )
-    assert "resumed: 5 of 5 configs came from the results store" in again.notes
+    assert "resumed: 5 of 5 configs came from the results store" in again.ranking.notes
     with ResultStore(store) as results:
         runs = results.runs()
         rows = results.frame()
     # The resume had nothing left to measure: no run of its own, not even an adaptive session (on the
     # H200 the first tune's cost model once counted the faults' time as a config's work, so its
     # session never started, and the resume, pricing a round by the defaults, ran it instead).
-    assert list(runs["id"]) == runs_before, (first.adaptive.as_json(), again.adaptive.as_json())
+    assert list(runs["id"]) == runs_before, (
+        first.ranking.adaptive.as_json(),
+        again.ranking.adaptive.as_json(),
+    )
     assert set(runs["status"]) == {"ok"}
-    assert first.best_config_id == again.best_config_id
+    assert first.ranking.best_config_id == again.ranking.best_config_id
     assert sorted(rows[rows["error"].notna()]["config_id"].unique()) == [1, 2, 3]
     assert sorted(rows[rows["error"].isna()]["config_id"].unique()) == [0, 4]
 

@@ -21,7 +21,7 @@ import sys
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES
+from conftest import FIXTURES, report_of
 from test_analyze_options import NO_RANGE, SQLITE, by_key, csv_rows, natural, nsys_kernels, ok, table_rows
 from test_env_faults import bare_env
 
@@ -31,7 +31,7 @@ from nsprof.profile import config_summary
 from nsprof.render.json import tune_document
 from nsprof.render.tables import format_ranked, format_shapes
 from nsprof.schema import make_frame
-from nsprof.tune import TuneResult
+from nsprof.tune import Ranking, ShapeReport
 
 PYPROJECT = FIXTURES.parents[1] / "pyproject.toml"
 
@@ -123,7 +123,7 @@ def recorded_medians(mode: str) -> dict[int, float]:
     return {c: statistics.median(v) for c, v in reps.items()}
 
 
-def tilelang_result(mode: str) -> TuneResult:
+def tilelang_result(mode: str) -> Ranking:
     """The recorded run ranked as tune ranks it, its configs the TileLang space above."""
     from nsprof.space import config_label
 
@@ -131,7 +131,7 @@ def tilelang_result(mode: str) -> TuneResult:
     summary = config_summary(frame)
     table = rank(summary[summary["mode"].isna() | (summary["mode"] == mode)], "median")
     table.insert(2, "config", [config_label(TILELANG[int(c)]) for c in table["config_id"]])
-    return TuneResult(table, TILELANG, "ncu", f"ncu, mode {mode}")
+    return Ranking(table, "ncu", "ncu", f"ncu, mode {mode}")
 
 
 def config_cells(text: str) -> dict[int, str]:
@@ -152,7 +152,7 @@ def test_config_column_shows_the_varying_keys_whole_and_the_constant_once():
     first, second = sorted(medians, key=lambda c: (medians[c], c))[:2]
     assert (first, second) == (15, 13)
     result = tilelang_result("direct")
-    text = format_ranked(result)
+    text = format_ranked(result, TILELANG)
     lines = text.splitlines()
     header = next(i for i, line in enumerate(lines) if RULE.fullmatch(line.rstrip())) - 1
     assert "all configs: block_M=16, threads=128" in lines[:header]
@@ -164,7 +164,9 @@ def test_config_column_shows_the_varying_keys_whole_and_the_constant_once():
     assert cells[first] == "block_N=32,block_K=128,num_stages=4"
     # the best line and --json keep the whole config
     assert "best: config 15 (block_M=16,block_N=32,block_K=128,num_stages=4,threads=128)" in lines
-    ranked = {r["config_id"]: r["config"] for r in json.loads(tune_document(result))["ranked"]}
+    ranked = {
+        r["config_id"]: r["config"] for r in json.loads(tune_document(report_of(result, TILELANG)))["ranked"]
+    }
     assert ranked[13] == "block_M=16,block_N=32,block_K=128,num_stages=2,threads=128"
 
 
@@ -179,7 +181,7 @@ def test_config_column_of_a_space_without_constant_keys_is_unchanged():
         "config",
         [f"block_N={configs[c]['block_N']},block_K={configs[c]['block_K']}" for c in table["config_id"]],
     )
-    text = format_ranked(TuneResult(table, configs, "ncu", "ncu, mode direct"))
+    text = format_ranked(Ranking(table, "ncu", "ncu", "ncu, mode direct"), configs)
     assert "all configs:" not in text
     assert config_cells(text)[15] == "block_N=64,block_K=128"
 
@@ -187,10 +189,9 @@ def test_config_column_of_a_space_without_constant_keys_is_unchanged():
 def test_per_shape_table_shows_the_varying_keys_whole():
     shapes = []
     for index, mode in enumerate(("direct", "graph")):  # the two recorded modes as two shapes
-        result = tilelang_result(mode)
-        result.shape, result.shape_value = index, {"M": 1, "N": 1024, "K": 1024 * (index + 1)}
-        shapes.append(result)
-    text = format_shapes(shapes)
+        value = {"M": 1, "N": 1024, "K": 1024 * (index + 1)}
+        shapes.append(ShapeReport({"ncu": tilelang_result(mode)}, "ncu", index, value))
+    text = format_shapes(shapes, TILELANG)
     lines = text.splitlines()
     header = next(i for i, line in enumerate(lines) if RULE.fullmatch(line.rstrip())) - 1
     assert "all configs: block_M=16, threads=128" in lines[:header]

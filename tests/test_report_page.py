@@ -110,17 +110,12 @@ def ranked_table(with_ci=True, with_ties=True):
 
 
 def tune_result(table):
-    from nsprof.tune import TuneResult
+    from nsprof.tune import Ranking, ShapeReport, TuneReport
 
     configs = [{"block_N": 16 * (c + 1), "stages": c % 3 + 2} for c in range(5)]
-    return TuneResult(
-        table,
-        configs,
-        "ncu",
-        "ncu, mode graph, median of 5 reps",
-        notes=["a note"],
-        errors=["feeding the ranking back to x failed: y"],
-    )
+    ranking = Ranking(table, "ncu", "ncu", "ncu, mode graph, median of 5 reps", notes=["a note"])
+    errors = ["feeding the ranking back to x failed: y"]
+    return TuneReport("t.py:space", configs, [ShapeReport({"ncu": ranking}, "ncu")], errors=errors)
 
 
 @pytest.fixture(scope="module")

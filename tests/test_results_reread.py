@@ -191,9 +191,11 @@ def test_reread_ranks_each_shape_as_tune_did(shaped, tmp_path):  # noqa: F811
     for before, after in zip(tuned.shapes, again.shapes):
         medians = {c: statistics.median(v) for (s, c), v in reps.items() if s == after.shape}
         order = sorted(medians, key=lambda c: (medians[c], c))
-        assert after.table["config_id"].tolist() == order == before.table["config_id"].tolist()
-        assert after.table["value_ns"].tolist() == pytest.approx([medians[c] for c in order])
-        assert after.table["value_ns"].tolist() == pytest.approx(sorted(NS[after.shape]))
-        assert after.best_config_id == WINNERS[after.shape]
-        assert describe_decision(after) == describe_decision(before)
+        assert (
+            after.ranking.table["config_id"].tolist() == order == before.ranking.table["config_id"].tolist()
+        )
+        assert after.ranking.table["value_ns"].tolist() == pytest.approx([medians[c] for c in order])
+        assert after.ranking.table["value_ns"].tolist() == pytest.approx(sorted(NS[after.shape]))
+        assert after.ranking.best_config_id == WINNERS[after.shape]
+        assert describe_decision(after.ranking) == describe_decision(before.ranking)
     assert "per shape" in format_tune(again)

@@ -98,7 +98,7 @@ def test_editing_an_imported_module_invalidates_what_it_built(tmp_path, measured
     _truth(configs)
     store = tmp_path / "results.sqlite"
     first = tune_module.tune(target, TuneSettings(backend="ncu", store=store))
-    assert first.best_config_id == 0
+    assert first.ranking.best_config_id == 0
     # The user makes config 0 a slow one, in the helper module only; a new process imports it afresh.
     edited = [{"ns": 9000}, *configs[1:]]
     (tmp_path / f"{helper}.py").write_text(
@@ -108,9 +108,9 @@ def test_editing_an_imported_module_invalidates_what_it_built(tmp_path, measured
     _truth(edited)
     resumed = tune_module.tune(target, TuneSettings(backend="ncu", store=store, resume=True))
     assert measured[-1] == [0, 1, 2, 3]  # the kernel source changed: nothing stored is reused
-    assert "resumed: 0 of 4 configs came from the results store" in resumed.notes
-    assert resumed.best_config_id == 1
-    values = resumed.table.set_index("config_id")["value_ns"].to_dict()
+    assert "resumed: 0 of 4 configs came from the results store" in resumed.ranking.notes
+    assert resumed.ranking.best_config_id == 1
+    values = resumed.ranking.table.set_index("config_id")["value_ns"].to_dict()
     assert values == {0: 9000.0, 1: 2000.0, 2: 3000.0, 3: 4000.0}
 
 
@@ -140,8 +140,8 @@ def test_a_stored_result_is_never_attached_to_another_config(tmp_path, measured)
     _truth(edited)
     resumed = tune_module.tune(target, TuneSettings(backend="ncu", store=store, resume=True))
     assert measured[-1] == [2]
-    assert "resumed: 3 of 4 configs came from the results store" in resumed.notes
-    row = resumed.table.set_index("config_id").loc[2]
+    assert "resumed: 3 of 4 configs came from the results store" in resumed.ranking.notes
+    row = resumed.ranking.table.set_index("config_id").loc[2]
     assert row["value_ns"] == 7000.0 and row["config"] == "ns=7000,i=22"
     # What the store hands back for config 2 is the new config's, never the old one's.
     with ResultStore(store) as results:
@@ -161,7 +161,7 @@ def test_resumed_rows_are_checked_against_the_current_configs(tmp_path, measured
         results._db.execute("UPDATE measurements SET config_json = '{\"ns\":1}' WHERE config_id = 1")
     resumed = tune_module.tune(target, TuneSettings(backend="ncu", store=store, resume=True))
     assert measured[-1] == [1]
-    assert resumed.table.set_index("config_id").loc[1, "value_ns"] == 2000.0
+    assert resumed.ranking.table.set_index("config_id").loc[1, "value_ns"] == 2000.0
 
 
 @pytest.mark.parametrize(
@@ -198,10 +198,10 @@ def test_resume_retries_failures_that_say_nothing_about_the_config(tmp_path, mea
     resumed = tune_module.tune(target, TuneSettings(backend="ncu", store=store, resume=True, timeout_s=5))
     if retried:
         assert measured[1:] == [[1]]
-        assert resumed.table.set_index("config_id").loc[1, "value_ns"] == 2000.0
+        assert resumed.ranking.table.set_index("config_id").loc[1, "value_ns"] == 2000.0
     else:
         assert measured[1:] == []  # nothing was measured again
-        assert resumed.table.set_index("config_id").loc[1, "error"] == reason
+        assert resumed.ranking.table.set_index("config_id").loc[1, "error"] == reason
 
 
 def test_retry_failed_measures_every_failure_again(tmp_path, measured):
@@ -216,7 +216,7 @@ def test_retry_failed_measures_every_failure_again(tmp_path, measured):
         target, TuneSettings(backend="ncu", store=store, resume=True, retry_failed=True)
     )
     assert measured[-1] == [1]
-    assert resumed.table.set_index("config_id").loc[1, "value_ns"] == 2000.0
+    assert resumed.ranking.table.set_index("config_id").loc[1, "value_ns"] == 2000.0
 
 
 def test_a_tune_that_measured_nothing_is_an_error_and_not_stored_as_ok(tmp_path, measured):

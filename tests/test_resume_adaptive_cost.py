@@ -72,16 +72,19 @@ def test_a_hang_between_the_contenders_does_not_price_out_their_session_and_resu
     from nsprof.tune import tune
 
     first = tune(TARGET, _settings(tmp_path))
-    assert sorted(first.decision.members) == [0, 4], first.decision
-    assert first.adaptive.sessions == 1, first.adaptive.as_json()
-    assert first.adaptive.stopped == rules.MAX_REPS and first.adaptive.reps_per_config == {0: 4, 4: 4}
+    assert sorted(first.ranking.decision.members) == [0, 4], first.ranking.decision
+    assert first.ranking.adaptive.sessions == 1, first.ranking.adaptive.as_json()
+    assert first.ranking.adaptive.stopped == rules.MAX_REPS and first.ranking.adaptive.reps_per_config == {
+        0: 4,
+        4: 4,
+    }
     with ResultStore(tmp_path / "r.sqlite") as results:
         runs_before = list(results.runs()["id"])
     again = tune(TARGET, _settings(tmp_path, resume=True))
-    assert "resumed: 5 of 5 configs came from the results store" in again.notes
-    assert again.adaptive.sessions == 0 and again.adaptive.stopped == rules.MAX_REPS
+    assert "resumed: 5 of 5 configs came from the results store" in again.ranking.notes
+    assert again.ranking.adaptive.sessions == 0 and again.ranking.adaptive.stopped == rules.MAX_REPS
     with ResultStore(tmp_path / "r.sqlite") as results:
         assert list(results.runs()["id"]) == runs_before  # the resume had nothing left to measure
         rows = results.frame()
     assert sorted(rows[rows["error"].notna()]["config_id"].unique()) == [1, 2, 3]
-    assert again.best_config_id == first.best_config_id
+    assert again.ranking.best_config_id == first.ranking.best_config_id

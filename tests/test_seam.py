@@ -61,8 +61,8 @@ def test_profile_tune_and_validate_run_through_a_registered_driver(seam, tmp_pat
             tuner_pick=False,
         ),
     )
-    assert ranked.best_config_id == 1
-    assert list(ranked.table["config_id"]) == [1, 2, 0]
+    assert ranked.ranking.best_config_id == 1
+    assert list(ranked.ranking.table["config_id"]) == [1, 2, 0]
 
     # The fast timers run in their own bare worker (FastTimers); without a GPU they fail, each
     # failure recorded against its timer and config.

@@ -193,11 +193,11 @@ def test_tune_ranks_each_shape_stores_it_and_feeds_every_winner_back(shaped, tmp
 
     result = tune(shaped + ":space", _settings(tmp_path))
     assert [r.shape for r in result.shapes] == [0, 1, 2]
-    assert {r.shape: r.best_config_id for r in result.shapes} == WINNERS
+    assert {r.shape: r.ranking.best_config_id for r in result.shapes} == WINNERS
     for ranked in result.shapes:
         order = sorted(range(3), key=lambda c: NS[ranked.shape][c])
-        assert list(ranked.table["config_id"]) == order
-        assert list(ranked.table["value_ns"]) == [NS[ranked.shape][c] for c in order]
+        assert list(ranked.ranking.table["config_id"]) == order
+        assert list(ranked.ranking.table["value_ns"]) == [NS[ranked.shape][c] for c in order]
     # one session: one worker run (one profiler start), whose status names all nine pairs
     statuses = list((tmp_path / "work").glob("part*.status"))
     assert [p.name for p in statuses] == ["part0.status"]
@@ -226,7 +226,8 @@ def test_tune_ranks_each_shape_stores_it_and_feeds_every_winner_back(shaped, tmp
     assert next(iter(fed.values()))["pid"] != os.getpid()
     assert fed['{"M": 16}']["latencies_ms"] == {str(c): NS[1][c] / 1e6 for c in range(3)}
     assert any(
-        "handed to the stand-in tuner" in n and "config 2 for M=16" in n for n in result.shapes[1].notes
+        "handed to the stand-in tuner" in n and "config 2 for M=16" in n
+        for n in result.shapes[1].ranking.notes
     )
 
     # the compact table: a row per shape, its winner, the winner's time, the runner-up, the tie state
@@ -251,14 +252,14 @@ def test_resume_measures_only_the_missing_shape_and_config(shaped, tmp_path):
     with sqlite3.connect(tmp_path / "results.sqlite") as db:
         db.execute("DELETE FROM measurements WHERE shape = 1 AND config_id = 2")
     resumed = tune(shaped + ":space", _settings(tmp_path, feed_back=False, resume=True))
-    assert "resumed: 8 of 9 (shape, config) pairs came from the results store" in resumed.notes
+    assert "resumed: 8 of 9 (shape, config) pairs came from the results store" in resumed.ranking.notes
     with sqlite3.connect(tmp_path / "results.sqlite") as db:
         second = db.execute("SELECT DISTINCT shape, config_id FROM measurements WHERE run_id = 2").fetchall()
     assert second == [(1, 2)]
     assert {
-        r.shape: r.best_config_id for r in resumed.shapes
+        r.shape: r.ranking.best_config_id for r in resumed.shapes
     } == WINNERS  # shape 1's winner came back measured
-    assert list(resumed.shapes[1].table["value_ns"]) == sorted(NS[1])
+    assert list(resumed.shapes[1].ranking.table["value_ns"]) == sorted(NS[1])
 
 
 def test_tune_json_and_cli_carry_every_shape(shaped, tmp_path):
@@ -338,7 +339,7 @@ def test_two_truths_are_compared_per_shape(shaped, tmp_path):
         registry.unregister("field")
     verdicts = {r.shape: [p.verdict for p in r.cross.pairs] for r in result.shapes}
     assert verdicts == {0: ["agree"], 1: ["disagree"]}
-    assert [r.best_config_id for r in result.shapes] == [1, 2]  # the deploy truth's (field's) winners
+    assert [r.ranking.best_config_id for r in result.shapes] == [1, 2]  # the deploy truth's (field's) winners
     assert result.shapes[1].truths["lab"].best_config_id == 0
     # the disagreement at shape 1 is probed there (shape 0 agrees: nothing to explain)
     assert result.shapes[0].cross.explanations == []
@@ -434,8 +435,8 @@ def test_a_plain_space_in_the_same_file_tunes_as_before(shaped, tmp_path):
     from nsprof.tune import tune
 
     result = tune(shaped + ":plain", _settings(tmp_path, feed_back=False))
-    assert result.shapes == [] and result.shape is None
-    assert list(result.table["config_id"]) == [0, 1]  # the stand-in's 1000 + config id
+    assert not result.shaped and [s.shape for s in result.shapes] == [None]
+    assert list(result.ranking.table["config_id"]) == [0, 1]  # the stand-in's 1000 + config id
 
 
 def test_validate_refuses_shapes_in_one_line(shaped, tmp_path):

@@ -151,19 +151,21 @@ def test_adaptive_reps_run_per_shape_and_one_session_measures_every_shapes_conte
     result = tune(target, _settings(tmp_path, max_reps=40))
     shapes = {r.shape: r for r in result.shapes}
 
-    assert shapes[0].decision.kind == "winner" and shapes[0].best_config_id == 0
-    assert shapes[0].adaptive.stopped == rules.SEPARATED and shapes[0].adaptive.sessions >= 1
-    assert all(h["configs"] == [0, 1] for h in shapes[0].adaptive.history)  # shape 0's tie set only
-    assert shapes[1].decision.kind == "winner" and shapes[1].best_config_id == 2
-    assert shapes[1].adaptive.stopped == rules.SEPARATED and shapes[1].adaptive.sessions == 0
-    assert shapes[2].decision.kind == "tie" and shapes[2].adaptive.stopped == rules.MAX_REPS
-    table = shapes[2].table.set_index("config_id")
-    assert all(table.loc[c, "reps"] == 40 for c in shapes[2].decision.members)
+    assert shapes[0].ranking.decision.kind == "winner" and shapes[0].ranking.best_config_id == 0
+    assert shapes[0].ranking.adaptive.stopped == rules.SEPARATED and shapes[0].ranking.adaptive.sessions >= 1
+    assert all(h["configs"] == [0, 1] for h in shapes[0].ranking.adaptive.history)  # shape 0's tie set only
+    assert shapes[1].ranking.decision.kind == "winner" and shapes[1].ranking.best_config_id == 2
+    assert shapes[1].ranking.adaptive.stopped == rules.SEPARATED and shapes[1].ranking.adaptive.sessions == 0
+    assert shapes[2].ranking.decision.kind == "tie" and shapes[2].ranking.adaptive.stopped == rules.MAX_REPS
+    table = shapes[2].ranking.table.set_index("config_id")
+    assert all(table.loc[c, "reps"] == 40 for c in shapes[2].ranking.decision.members)
 
     first, *adaptive = _sessions(log)
     assert first == {(s, c) for s in range(3) for c in range(3)}
-    assert len(adaptive) == max(r.adaptive.sessions for r in result.shapes)
-    assert adaptive[0] == {(0, 0), (0, 1)} | {(2, c) for c in shapes[2].adaptive.history[0]["configs"]}
+    assert len(adaptive) == max(r.ranking.adaptive.sessions for r in result.shapes)
+    assert adaptive[0] == {(0, 0), (0, 1)} | {
+        (2, c) for c in shapes[2].ranking.adaptive.history[0]["configs"]
+    }
     assert all(s != 1 for session in adaptive for s, _ in session)  # shape 1 was never measured again
 
     # every adaptive rep is stored under its own shape, the reps of a point numbered on without a gap
@@ -180,7 +182,7 @@ def test_adaptive_reps_run_per_shape_and_one_session_measures_every_shapes_conte
 
 
 def table_reps(result, config_id: int) -> int:
-    return int(result.table.set_index("config_id").loc[config_id, "reps"])
+    return int(result.ranking.table.set_index("config_id").loc[config_id, "reps"])
 
 
 def test_a_resumed_tune_with_shapes_measures_no_adaptive_rep_again(make_target, tmp_path):
@@ -192,9 +194,9 @@ def test_a_resumed_tune_with_shapes_measures_no_adaptive_rep_again(make_target, 
     again = tune(target, _settings(tmp_path, resume=True))
     assert _sessions(log) == []  # every point and every adaptive rep came from the store
     for a, b in zip(first.shapes, again.shapes):
-        assert list(a.table["config_id"]) == list(b.table["config_id"])
-        assert list(a.table["reps"]) == list(b.table["reps"])
-        assert b.adaptive.sessions == 0
+        assert list(a.ranking.table["config_id"]) == list(b.ranking.table["config_id"])
+        assert list(a.ranking.table["reps"]) == list(b.ranking.table["reps"])
+        assert b.ranking.adaptive.sessions == 0
 
 
 def test_prescreen_sends_each_shapes_own_best_to_the_ground_truth(make_target, tmp_path):
@@ -214,12 +216,12 @@ def test_prescreen_sends_each_shapes_own_best_to_the_ground_truth(make_target, t
     assert rest == [{(s, c) for s, configs in sent.items() for c in configs}]
     for ranked in result.shapes:
         assert list(ranked.prescreen["config_id"]) == sorted(range(3), key=lambda c: timer[ranked.shape][c])
-        measured = ranked.table[ranked.table["error"].isna()]
+        measured = ranked.ranking.table[ranked.ranking.table["error"].isna()]
         assert sorted(measured["config_id"]) == sorted(sent[ranked.shape])
         best = min(sent[ranked.shape], key=lambda c: NS[1][c])
-        assert ranked.best_config_id == best
+        assert ranked.ranking.best_config_id == best
         position = sent[ranked.shape].index(best) + 1
-        assert f"the ground-truth winner was #{position} of the prescreen's top 2" in ranked.notes
+        assert f"the ground-truth winner was #{position} of the prescreen's top 2" in ranked.ranking.notes
 
 
 def test_the_tuners_own_pick_is_asked_per_shape_in_a_child_process(make_target, tmp_path):
@@ -235,12 +237,13 @@ def test_the_tuners_own_pick_is_asked_per_shape_in_a_child_process(make_target, 
         shape = ranked.shape
         assert ranked.tuner_pick["config_id"] == shape
         line = f"the stand-in tuner (its own timer) picks config {shape} (i={shape}): {words[shape]}"
-        assert any(note.startswith(line) for note in ranked.notes), ranked.notes
+        assert any(note.startswith(line) for note in ranked.ranking.notes), ranked.ranking.notes
 
     (tmp_path / "picked.json").unlink()
     one = tune(target.replace(":space", ":one_shape"), _settings(tmp_path, tuner_pick=True))
     assert not (tmp_path / "picked.json").exists()
     assert all(r.tuner_pick is None for r in one.shapes)
     assert (
-        "the stand-in tuner's own pick is not asked: its hook picks at one shape only" in one.shapes[0].notes
+        "the stand-in tuner's own pick is not asked: its hook picks at one shape only"
+        in one.shapes[0].ranking.notes
     )

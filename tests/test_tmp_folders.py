@@ -99,13 +99,13 @@ def _tune(target, **settings):
 
 def test_tune_with_a_fast_timer_leaves_nothing(target, fresh_tmp):
     result = _tune(target, backend="cupti")
-    assert result.best_config_id == 0
+    assert result.ranking.best_config_id == 0
     assert sorted(p.name for p in fresh_tmp.iterdir()) == []
 
 
 def test_tune_with_a_prescreen_leaves_nothing(target, fresh_tmp):
     result = _tune(target, backend="cond", prescreen="cupti", prescreen_top=2)
-    assert result.best_config_id == 0 and sorted(result.table["config_id"]) == [0, 1]
+    assert result.ranking.best_config_id == 0 and sorted(result.ranking.table["config_id"]) == [0, 1]
     assert sorted(p.name for p in fresh_tmp.iterdir()) == []
 
 

@@ -14,7 +14,7 @@ from nsprof.errors import NsprofError
 from nsprof.profile import config_summary
 from nsprof.render.tables import format_ranked
 from nsprof.schema import make_frame
-from nsprof.tune import TuneResult, TuneSettings
+from nsprof.tune import Ranking, TuneSettings
 
 
 def summary(name, mode):
@@ -62,12 +62,12 @@ def test_format_names_best_and_label():
     table = rank(summary("profile_nsys.csv", "graph"), "median")
     table.insert(2, "config", ["c"] * len(table))
     configs = [{"id": i} for i in range(32)]
-    result = TuneResult(table, configs, "nsys", "nsys, mode graph")
-    text = format_ranked(result)
+    result = Ranking(table, "nsys", "nsys", "nsys, mode graph")
+    text = format_ranked(result, configs)
     order, _ = independent_order("profile_nsys.csv", "graph")
     assert text.splitlines()[0] == "ranked by nsys, mode graph"
     assert f"best: config {order[0]} (id={order[0]})" in text
-    assert result.best_config == {"id": order[0]}
+    assert configs[result.best_config_id] == {"id": order[0]}
 
 
 @pytest.mark.parametrize(
@@ -115,14 +115,14 @@ def test_tune_through_the_store_resumes_only_missing_configs(tmp_path, monkeypat
         gemm_target, TuneSettings(backend="ncu", mode="graph", store=store, resume=True, budget_s=0)
     )
     assert measured_calls[1] == list(range(20, 32))  # only what the store lacked
-    assert "resumed: 20 of 32 configs came from the results store" in resumed.notes
+    assert "resumed: 20 of 32 configs came from the results store" in resumed.ranking.notes
     order, medians = independent_order("profile_ncu.csv", "graph")
-    measured = resumed.table[resumed.table["error"].isna()]
+    measured = resumed.ranking.table[resumed.ranking.table["error"].isna()]
     assert measured["config_id"].tolist() == order
     assert measured["value_ns"].tolist() == pytest.approx([medians[c] for c in order])
-    failed = resumed.table[resumed.table["error"].notna()]
+    failed = resumed.ranking.table[resumed.ranking.table["error"].notna()]
     assert sorted(failed["config_id"]) == list(range(8)) + [31]
-    assert first.best_config_id == min((c for c in order if c < 20), key=lambda c: (medians[c], c))
+    assert first.ranking.best_config_id == min((c for c in order if c < 20), key=lambda c: (medians[c], c))
     from nsprof.store import ResultStore
 
     with ResultStore(store) as results:
@@ -192,9 +192,9 @@ def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatc
     expected_pct = (medians[pick] / medians[order[0]] - 1) * 100
     assert (
         f"picks config {pick} (i={pick}): ground truth ranks it #3, {expected_pct:+.1f}% vs the best"
-        in " ".join(result.notes)
+        in " ".join(result.ranking.notes)
     )
-    assert result.tuner_pick["config_id"] == pick
+    assert result.shapes[0].tuner_pick["config_id"] == pick
     if fail_feed_back:
         assert result.errors == [
             "feeding the ranking back to Triton's autotuner failed: "
@@ -206,7 +206,7 @@ def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatc
         assert (
             "handed to Triton's autotuner for deploy condition ncu (cold L2 (caches flushed), clocks locked to "
             "base, in a CUDA graph): stored"
-        ) in result.notes
+        ) in result.ranking.notes
 
 
 PICK_TARGET = """

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-# What stopped the adaptive reps (TuneResult.adaptive.stopped, tune --json "adaptive.stopped").
+# What stopped the adaptive reps (Ranking.adaptive.stopped, tune --json "adaptive.stopped").
 SEPARATED = "separated"  # the best's interval overlaps no other's: a winner
 MAX_REPS = "max_reps"  # every contender has --max-reps reps: a tie
 BUDGET = "budget"  # the budget left cannot pay another session: a tie
@@ -156,7 +156,7 @@ def plan_session(
 
 @dataclass
 class AdaptiveSummary:
-    """What the adaptive reps did (TuneResult.adaptive, tune --json "adaptive")."""
+    """What the adaptive reps did (Ranking.adaptive, tune --json "adaptive")."""
 
     stopped: str  # one of STOP_REASONS
     max_reps: int

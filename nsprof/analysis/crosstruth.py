@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from nsprof.analysis.confidence import decide
 
 __all__ = [
+    "CrossTruth",
     "Explanation",
     "Pair",
     "Probe",
@@ -172,6 +173,15 @@ class Explanation:
     cause: str = "not probed"  # one of CAUSES' keys
     reason: str = ""  # why nothing was probed, when so
     warnings: list[str] = field(default_factory=list)  # probes whose numbers look erratic (see erratic())
+
+
+@dataclass
+class CrossTruth:
+    """What tune --truth A,B found at one shape: each pair of truths compared (Pair, in --truth
+    order), and for each pair that disagrees, what explains it (Explanation)."""
+
+    pairs: list[Pair] = field(default_factory=list)
+    explanations: list[Explanation] = field(default_factory=list)
 
 
 CAUSES = ("cache_control", "clock_control", "either", "both", "neither", "not probed", "not measured")

@@ -1,5 +1,6 @@
-"""`nsprof results`: list the runs of the results store, export its measurements, or rank a stored
-tune again and draw it (nsprof.tune.saved: no GPU, no profiler, the target not imported)."""
+"""`nsprof results`: list the runs of the results store, export its measurements, rank a stored
+tune again and draw it (nsprof.tune.saved), or print and draw a tune saved by tune --json (a .json
+STORE): no GPU, no profiler, the target not imported."""
 
 from __future__ import annotations
 
@@ -22,13 +23,20 @@ def results(
     html_path: str | None = None,
     as_json: bool = False,
 ) -> int:
-    """The runs of results store `store` (or `store_path`: --store), its measurements exported, or
-    one stored tune ranked again (`target` or `run_id`); the exit status (1: as tune's)."""
+    """The runs of results store `store` (or `store_path`: --store), its measurements exported, one
+    stored tune ranked again (`target` or `run_id`), or the tune that tune --json saved in a .json
+    file; the exit status (1: as tune's)."""
     from nsprof.store import DEFAULT_PATH, ResultStore
 
     if store is not None and store_path is not None and store != store_path:
         raise OptionError(f"two results stores given ({store} and --store {store_path}): give one")
     store_path = store or store_path
+    if store_path is not None and store_path.suffix.lower() == ".json":  # a tune --json saved, not a store
+        given = {"--export": export_path, "--target": target, "--run": run_id}
+        for option, value in given.items():
+            if value:
+                raise OptionError(f"{store_path} is a saved tune, not a results store: it takes no {option}")
+        return _saved(store_path, plot_path=plot_path, html_path=html_path, as_json=as_json)
     outputs = {"--plot": plot_path, "--html": html_path, "--json": as_json}
     if target is not None and run_id is not None:
         raise OptionError("rank one stored tune: --target or --run, not both")
@@ -74,6 +82,25 @@ def _ranked(path, target, run_id, *, plot_path, html_path, as_json) -> int:
         result = reread(store, target=target, run_id=run_id)
         name = target or _run_target(store, run_id)
     return show(name, result, plot_path=plot_path, html_path=html_path, as_json=as_json)
+
+
+def _saved(path: Path, *, plot_path, html_path, as_json) -> int:
+    """A tune saved by tune --json, printed and drawn as tune printed and drew it."""
+    from nsprof.commands.common import check_plot, one_on_stdout
+    from nsprof.commands.tune import show
+    from nsprof.render.json import load_tune
+
+    one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--json": as_json})
+    check_plot(plot_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NsprofError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        report = load_tune(text)
+    except NsprofError as exc:
+        raise NsprofError(f"{path}: {exc}") from None
+    return show(report.target, report, plot_path=plot_path, html_path=html_path, as_json=as_json)
 
 
 def _run_target(store, run_id: int) -> str:

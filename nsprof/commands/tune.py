@@ -35,7 +35,7 @@ def truth_list(truths: str | None, backend: str | None) -> tuple[str, ...]:
 
 
 def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, scheduler, verbose):
-    """The TuneResult of TARGET's configs (`ids`, or all) under TuneSettings `settings`, after
+    """The TuneReport of TARGET's configs (`ids`, or all) under TuneSettings `settings`, after
     every check that needs no GPU."""
     from dataclasses import replace
 
@@ -58,29 +58,28 @@ def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, 
             return run_tune(target, settings, config_ids=ids, on_stage=bars, space=space)
 
 
-def show(target: str, result, *, plot_path, html_path, as_json) -> int:
-    """Print the result; the exit status: 1 when some truth or step failed."""
+def show(target: str, report, *, plot_path, html_path, as_json) -> int:
+    """Print the report (an nsprof.analysis.tune_report.TuneReport); the exit status: 1 when some
+    step failed."""
     from nsprof.render.json import tune_document
     from nsprof.render.tables import format_tune
 
     if plot_path:
         from nsprof.render.tune_plot import plot_tune
 
-        at = (
-            ""
-            if result.shape is None
-            else f" at shape {result.shape} (of {len(result.shapes)}; --json has all)"
-        )
-        plot_tune(result.table, plot_path, title=f"{target}: ranked by {result.label}{at}")
+        first = report.shapes[0]
+        at = f" at shape {first.shape} (of {len(report.shapes)}; --json has all)" if report.shaped else ""
+        ranking = first.ranking
+        plot_tune(ranking.table, plot_path, title=f"{target}: ranked by {ranking.label}{at}")
         wrote(plot_path)
     if html_path:
         from nsprof.render.html import tune_page
 
-        write_html(html_path, lambda: tune_page(result, title=f"nsprof tune {target}"))
+        write_html(html_path, lambda: tune_page(report, title=f"nsprof tune {target}"))
     if as_json:
-        click.echo(tune_document(result))
+        click.echo(tune_document(report))
     else:
-        click.echo(format_tune(result), err=plot_path == "-" or html_path == "-")
-    for error in result.errors:
+        click.echo(format_tune(report), err=plot_path == "-" or html_path == "-")
+    for error in report.errors:
         click.echo(f"nsprof: {error}", err=True)
-    return 1 if result.errors else 0
+    return 1 if report.errors else 0

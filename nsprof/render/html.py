@@ -333,14 +333,14 @@ def ranked_table(table, table_id: str = "ranked", tie: bool | None = None) -> st
     return table_html(headers, rows, numeric=numeric, table_id=table_id, row_classes=classes)
 
 
-def _ranking_html(result, suffix: str = "") -> list[str]:
+def _ranking_html(result, configs, suffix: str = "") -> list[str]:
     """One ranking's part of the tune page: the lines the terminal prints under its table
     (render.tables.ranked_lines), its plot and its table."""
     from nsprof.render.tune_plot import tune_figure
 
     return [
         f'<p id="label{suffix}">ranked by {esc(result.label)}</p>',
-        _decision_lines(ranked_lines(result), f"decision{suffix}"),
+        _decision_lines(ranked_lines(result, configs), f"decision{suffix}"),
         "<h3>Ranking plot</h3>",
         figure_html(
             lambda: tune_figure(result.table, f"ranked by {result.label}"),
@@ -361,24 +361,27 @@ def _decision_lines(lines: Sequence[str], list_id: str) -> str:
     return f'<ul id="{attr(list_id)}">{items}</ul>' if items else ""
 
 
-def tune_page(result, title: str = "nsprof tune") -> str:
-    """The page of a tune run (`result`: an nsprof.tune.TuneResult): each truth's ranking (its
-    decision, interval and notes as the terminal prints them, the plot, the table), how the truths'
-    winners compare and the verdict, the prescreen's table, and errors. A target with shapes: the
-    first shape's ranking and the per-shape lines."""
-    body = [_lines(result.errors, "error")]
-    rankings = result.rankings
-    if getattr(result, "shapes", None):
-        body += ["<h2>Per shape</h2>", _decision_lines(shapes_lines(result), "shapes")]
-        body += [f"<h2>Shape {result.shape}</h2>", *_ranking_html(result)]
-    elif len(rankings) == 1:
-        body += _ranking_html(result)
+def tune_page(report, title: str = "nsprof tune") -> str:
+    """The page of a tune run (`report`: an nsprof.analysis.tune_report.TuneReport): each truth's
+    ranking (its decision, interval and notes as the terminal prints them, the plot, the table), how
+    the truths' winners compare and the verdict, the prescreen's table, and errors. A target with
+    shapes: the first shape's ranking and the per-shape lines."""
+    body = [_lines(report.errors, "error")]
+    first, configs = report.shapes[0], report.configs
+    if report.shaped:
+        body += ["<h2>Per shape</h2>", _decision_lines(shapes_lines(report), "shapes")]
+        body += [f"<h2>Shape {first.shape}</h2>", *_ranking_html(first.ranking, configs)]
+    elif len(first.truths) == 1:
+        body += _ranking_html(first.ranking, configs)
     else:
-        for i, (truth, ranked) in enumerate(rankings.items()):
-            body += [f"<h2>Under {esc(truth)}</h2>", *_ranking_html(ranked, "" if i == 0 else f"-{i}")]
-        body += ["<h2>Across the truths</h2>", _decision_lines(cross_lines(result), "cross-truth")]
-    if result.prescreen is not None:
-        body += ["<h2>Prescreen</h2>", ranked_table(result.prescreen, "prescreen")]
+        for i, (truth, ranked) in enumerate(first.truths.items()):
+            body += [
+                f"<h2>Under {esc(truth)}</h2>",
+                *_ranking_html(ranked, configs, "" if i == 0 else f"-{i}"),
+            ]
+        body += ["<h2>Across the truths</h2>", _decision_lines(cross_lines(first), "cross-truth")]
+    if first.prescreen is not None:
+        body += ["<h2>Prescreen</h2>", ranked_table(first.prescreen, "prescreen")]
     return page(title, body)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any, TextIO
 
 from nsprof.analysis.agreement import floor_map
@@ -99,61 +100,88 @@ def agreement_document(
     return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)
 
 
-def tune_document(result) -> str:
-    """`nsprof tune --json`: label, best config, notes, the tuner's own pick, errors, the interval
-    method, the tie set and the decision (winner or tie, in words too), what the adaptive reps did
-    (sessions, reps, why they stopped: nsprof.analysis.adaptive.AdaptiveSummary), where the first
-    pass's session time went (first_pass_phases: nsprof.session.timing_record) and the ranked rows, each
-    with ci_low_ns, ci_high_ns, ci_coverage and tied_with_best (`result`: an nsprof.tune.TuneResult)."""
+# The mark of a saved tune (tune --json), so that load_tune can tell one from other JSON.
+TUNE_FORMAT = "nsprof tune"
+# A Ranking's fields written as they are (its table, adaptive reps and decision are written apart).
+_RANKING_KEYS = (
+    "truth",
+    "backend",
+    "label",
+    "labels",
+    "stat",
+    "notes",
+    "first_pass_wall_s",
+    "first_pass_phases",
+)
+
+
+def tune_document(report) -> str:
+    """`nsprof tune --json` (`report`: an nsprof.analysis.tune_report.TuneReport): the first shape's
+    findings at the top level (shape_document), the target, its configs, the settings, the errors,
+    and for a target with shapes every shape's in `shapes`. load_tune reads it back."""
+    document = {
+        "format": TUNE_FORMAT,
+        "target": report.target,
+        **shape_document(report.shapes[0], report.configs),
+        "errors": report.errors,
+        "configs": report.configs,
+        "settings": report.settings,
+    }
+    if report.shaped:
+        document["shapes"] = [shape_document(shaped, report.configs) for shaped in report.shapes]
+    return json.dumps(jsonable(document))
+
+
+def frame_records(frame) -> dict:
+    """A table as JSON: its rows (`ranked`) and each column's dtype (`columns`), so that frame_of
+    rebuilds it as it was."""
+    return {"ranked": records(frame), "columns": {str(c): str(t) for c, t in frame.dtypes.items()}}
+
+
+def frame_of(doc: dict | None):
+    """The table of frame_records' dict (None for None, or for no dtypes: no table was written)."""
+    import pandas as pd
+
+    if doc is None or doc["columns"] is None:
+        return None
+    return pd.DataFrame.from_records(doc["ranked"], columns=list(doc["columns"])).astype(doc["columns"])
+
+
+def shape_document(shape, configs: list) -> dict:
+    """One shape's part of tune --json (`shape`: a ShapeReport): the shape, its deploy ranking (label,
+    winner, notes, the interval method, the tie set and the decision, in words too, what the adaptive
+    reps did: nsprof.analysis.adaptive.AdaptiveSummary, where the first pass's session time went:
+    nsprof.session.timing_record, the ranked rows), the tuner's own pick, the prescreen's table, and
+    every truth's ranking with their agreement (cross_truth_document)."""
     from nsprof.analysis.confidence import LEVEL, METHOD
     from nsprof.render.tables import describe_decision
 
-    decision = result.decision
-    coverages = [float(c) for c in result.table.loc[result.table["rank"].notna(), "ci_coverage"] if c == c]
-    interval = {
-        "method": METHOD,
-        "level": LEVEL,
-        "achieved": min(coverages) if coverages else None,
-        "of": "median",
-    }
-    document = {
-        "label": result.label,
-        "best_config_id": result.best_config_id,
-        "best_config": result.best_config,
-        "notes": result.notes,
-        "tuner_pick": result.tuner_pick,
-        "errors": result.errors,
-        "stat": result.stat,
-        "interval": interval,
-        "tie_set": result.tie_set,
-        "decision": {**decision.as_json(), "words": describe_decision(result)},
-        "adaptive": None if result.adaptive is None else result.adaptive.as_json(),
-        "first_pass_phases": result.first_pass_phases,
-        "ranked": json.loads(result.table.to_json(orient="records")),
-    }
-    document.update(cross_truth_document(result))
-    if getattr(result, "shapes", None):
-        # A target with shapes: the top-level fields are the first shape's; every shape's in full here.
-        document["shapes"] = [shape_document(shaped) for shaped in result.shapes]
-    return json.dumps(document, default=str)
-
-
-def shape_document(result) -> dict:
-    """One shape's part of tune --json: the shape, its deploy winner, and everything a tune of one
-    shape says (its truths' rankings, their agreement, its notes)."""
-    from nsprof.render.tables import describe_decision
-
+    ranking = shape.ranking
+    table = ranking.table
+    coverages = [float(c) for c in table.loc[table["rank"].notna(), "ci_coverage"] if c == c]
+    best = ranking.best_config_id
     return {
-        "shape": result.shape,
-        "shape_value": jsonable(result.shape_value),
-        "label": result.label,
-        "best_config_id": result.best_config_id,
-        "best_config": result.best_config,
-        "notes": result.notes,
-        "tie_set": result.tie_set,
-        "decision": {**result.decision.as_json(), "words": describe_decision(result)},
-        "ranked": json.loads(result.table.to_json(orient="records")),
-        **cross_truth_document(result),
+        "shape": shape.shape,
+        "shape_value": shape.shape_value,
+        "label": ranking.label,
+        "best_config_id": best,
+        "best_config": None if best is None or best >= len(configs) else configs[best],
+        "notes": ranking.notes,
+        "tuner_pick": shape.tuner_pick,
+        "stat": ranking.stat,
+        "interval": {
+            "method": METHOD,
+            "level": LEVEL,
+            "achieved": min(coverages, default=None),
+            "of": "median",
+        },
+        "tie_set": ranking.tie_set,
+        "decision": {**ranking.decision.as_json(), "words": describe_decision(ranking)},
+        "adaptive": None if ranking.adaptive is None else ranking.adaptive.as_json(),
+        "first_pass_phases": ranking.first_pass_phases,
+        "ranked": records(table),
+        "prescreen": None if shape.prescreen is None else frame_records(shape.prescreen),
+        **cross_truth_document(shape),
     }
 
 
@@ -161,78 +189,134 @@ def _ranking(ranked) -> dict:
     from nsprof.render.tables import describe_decision
 
     return {
-        "truth": ranked.truth or ranked.backend,
-        "label": ranked.label,
-        "labels": jsonable(ranked.labels),
+        **{key: getattr(ranked, key) for key in _RANKING_KEYS},
         "best_config_id": ranked.best_config_id,
         "tie_set": ranked.tie_set,
-        "first_pass_wall_s": ranked.first_pass_wall_s,
-        "first_pass_phases": ranked.first_pass_phases,
         "adaptive": None if ranked.adaptive is None else ranked.adaptive.as_json(),
         "decision": {**ranked.decision.as_json(), "words": describe_decision(ranked)},
-        "ranked": json.loads(ranked.table.to_json(orient="records")),
+        **frame_records(ranked.table),
     }
 
 
-def cross_truth_document(result) -> dict:
-    """tune --json's cross-truth part: the deploy condition, every truth's ranking, each pair's
-    agreement (agree | tied | disagree | unknown, each winner under the other truth), what explains
-    a disagreement (the probes of the contenders), and the closing verdict in words."""
-    from nsprof.analysis.crosstruth import condition_words
-    from nsprof.render.tables import describe_cause, describe_decision, describe_pair, describe_verdict
+def _explanation(e) -> dict:
+    from nsprof.render.tables import describe_cause
 
-    labels = result.labels or {}
-    deploy = {
-        "truth": result.deploy or result.truth or result.backend,
-        "labels": jsonable(labels),
-        "conditions": condition_words(labels, labels.get("mode")) if labels else None,
-        "config_id": result.best_config_id,
-    }
-    cross = result.cross
-    if cross is None:
-        return {
-            "deploy": deploy,
-            "truths": [_ranking(r) for r in result.rankings.values()],
-            "agreement": [],
-            "explanations": [],
-            "verdict": describe_decision(result),
+    probes = [
+        {
+            "truth": p.truth,
+            "changed": p.changed,
+            "labels": p.labels,
+            "winner": p.winner,
+            "tie_set": p.ties,
+            "verdict": p.verdict,
+            **(frame_records(p.table) if p.table is not None else {"ranked": [], "columns": None}),
         }
-    pairs = [{**jsonable(vars(pair)), "words": describe_pair(pair)} for pair in cross.pairs]
-    explanations = []
-    for e in cross.explanations:
-        probes = [
-            {
-                "truth": p.truth,
-                "changed": p.changed,
-                "labels": jsonable(p.labels),
-                "winner": p.winner,
-                "tie_set": p.ties,
-                "verdict": p.verdict,
-                "ranked": [] if p.table is None else json.loads(p.table.to_json(orient="records")),
-            }
-            for p in e.probes
-        ]
-        explanations.append(
-            {
-                "a": e.pair.a,
-                "b": e.pair.b,
-                "probed": e.probed.name,
-                "target": e.target,
-                "contenders": e.contenders,
-                "cause": e.cause,
-                "words": describe_cause(e),
-                "reason": e.reason or None,
-                "warnings": e.warnings,
-                "probes": probes,
-            }
-        )
+        for p in e.probes
+    ]
+    return {
+        "a": e.pair.a,
+        "b": e.pair.b,
+        "probed": e.probed.name,
+        "target": e.target,
+        "contenders": e.contenders,
+        "cause": e.cause,
+        "words": describe_cause(e),
+        "reason": e.reason or None,
+        "warnings": e.warnings,
+        "probes": probes,
+    }
+
+
+def cross_truth_document(shape) -> dict:
+    """tune --json's cross-truth part of one shape (a ShapeReport): the deploy condition, every
+    truth's ranking, each pair's agreement (agree | tied | disagree | unknown, each winner under the
+    other truth), what explains a disagreement (the probes of the contenders), and the closing
+    verdict in words."""
+    from nsprof.analysis.crosstruth import condition_words
+    from nsprof.render.tables import describe_decision, describe_pair, describe_verdict
+
+    labels = shape.ranking.labels
+    deploy = {
+        "truth": shape.deploy,
+        "labels": labels,
+        "conditions": condition_words(labels, labels.get("mode")) if labels else None,
+        "config_id": shape.ranking.best_config_id,
+    }
+    cross = shape.cross
     return {
         "deploy": deploy,
-        "truths": [_ranking(r) for r in result.rankings.values()],
-        "agreement": pairs,
-        "explanations": explanations,
-        "verdict": describe_verdict(result),
+        "truths": [_ranking(r) for r in shape.truths.values()],
+        "agreement": [] if cross is None else [{**vars(p), "words": describe_pair(p)} for p in cross.pairs],
+        "explanations": [] if cross is None else [_explanation(e) for e in cross.explanations],
+        "verdict": describe_decision(shape.ranking) if cross is None else describe_verdict(shape),
     }
+
+
+def load_tune(text: str):
+    """The TuneReport of a saved tune (tune_document's JSON). An NsprofError in one line when `text`
+    is not JSON, not a tune's document, or one cut short or edited past reading."""
+    from nsprof.analysis.tune_report import TuneReport
+    from nsprof.errors import NsprofError
+
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise NsprofError(f"not JSON ({exc})") from None
+    if not isinstance(document, dict) or document.get("format") != TUNE_FORMAT:
+        raise NsprofError("not a saved tune (nsprof tune --json writes one)")
+    try:
+        shapes = [_shape_of(shaped) for shaped in document.get("shapes") or [document]]
+        return TuneReport(
+            document["target"], document["configs"], shapes, document["settings"], document["errors"]
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise NsprofError(f"a saved tune that cannot be read: {type(exc).__name__} {exc}") from None
+
+
+def _shape_of(document: dict):
+    """The ShapeReport of shape_document's dict."""
+    from nsprof.analysis.adaptive import AdaptiveSummary
+    from nsprof.analysis.crosstruth import CrossTruth, Pair
+    from nsprof.analysis.tune_report import Ranking, ShapeReport
+
+    def ranking(doc: dict) -> Ranking:
+        adaptive = doc["adaptive"]
+        if adaptive is not None:
+            given = {f.name: adaptive[f.name] for f in fields(AdaptiveSummary)}
+            given["reps_per_config"] = {int(c): n for c, n in adaptive["reps_per_config"].items()}
+            adaptive = AdaptiveSummary(**given)
+        return Ranking(frame_of(doc), adaptive=adaptive, **{key: doc[key] for key in _RANKING_KEYS})
+
+    truths = {doc["truth"]: ranking(doc) for doc in document["truths"]}
+    cross = None
+    if len(truths) > 1:
+        pairs = [_pair_of(Pair, pair) for pair in document["agreement"]]
+        explanations = [_explanation_of(e, pairs) for e in document["explanations"]]
+        cross = CrossTruth(pairs, explanations)
+    found = (cross, frame_of(document["prescreen"]), document["tuner_pick"])
+    return ShapeReport(
+        truths, document["deploy"]["truth"], document["shape"], document["shape_value"], *found
+    )
+
+
+def _pair_of(pair_class, doc: dict):
+    """The crosstruth.Pair of its dict; null relative numbers as the NaN they were written from."""
+    given = {f.name: doc[f.name] for f in fields(pair_class)}
+    for name in ("a_under_b", "b_under_a"):
+        given[name] = float("nan") if given[name] is None else given[name]
+    return pair_class(**given)
+
+
+def _explanation_of(doc: dict, pairs: list):
+    """The crosstruth.Explanation of _explanation's dict, its pair one of `pairs`."""
+    from nsprof.analysis.crosstruth import Explanation, Probe
+    from nsprof.settings import Truth
+
+    keys = ("truth", "changed", "labels", "winner", "tie_set", "verdict")
+    probes = [Probe(*(p[key] for key in keys), frame_of(p)) for p in doc["probes"]]
+    pair = {(p.a, p.b): p for p in pairs}[(doc["a"], doc["b"])]
+    given = (Truth.parse(doc["probed"]), doc["target"], doc["contenders"], probes, doc["cause"])
+    return Explanation(pair, *given, doc["reason"] or "", doc["warnings"])
 
 
 def summary_records(summaries) -> list[dict[str, Any]]:

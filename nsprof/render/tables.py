@@ -454,9 +454,10 @@ def config_cell(config, label, varying: list | None) -> str:
     return ",".join(f"{k}={config[k]}" for k in varying if k in config) or "-"
 
 
-def format_ranked(result) -> str:
+def format_ranked(result, configs: Sequence) -> str:
     """`nsprof tune`'s output: how the numbers were taken, the ranked table, the best, the
-    interval and the decision (winner or tie), the notes (`result`: an nsprof.tune.TuneResult)."""
+    interval and the decision (winner or tie), the notes (`result`: an
+    nsprof.analysis.tune_report.Ranking of a space whose configs are `configs`)."""
     headers = [
         "rank",
         "id",
@@ -472,14 +473,14 @@ def format_ranked(result) -> str:
         "error",
     ]
     tie = result.decision.kind == "tie"
-    constant, varying = split_configs(result.configs)
+    constant, varying = split_configs(configs)
     rows = []
     for r in result.table.itertuples():
         rows.append(
             [
                 text(r.rank),
                 str(r.config_id),
-                config_cell(_config_of(result, r.config_id), r.config, varying),
+                config_cell(_config_of(configs, r.config_id), r.config, varying),
                 us(r.value_ns),
                 us(getattr(r, "ci_low_ns", float("nan"))),
                 us(getattr(r, "ci_high_ns", float("nan"))),
@@ -493,13 +494,13 @@ def format_ranked(result) -> str:
         )
     table = render_table(headers, rows, right={0, 1, 3, 4, 5, 6, 7, 8, 9})
     lines = [f"ranked by {result.label}", *constant_line(constant), table]
-    return "\n".join(lines + ranked_lines(result))
+    return "\n".join(lines + ranked_lines(result, configs))
 
 
-def _config_of(result, config_id):
-    """The config `config_id` of a ranking's space, None where the space has no such config."""
+def _config_of(configs: Sequence, config_id):
+    """The config `config_id` of a space, None where the space has no such config."""
     i = int(config_id)
-    return result.configs[i] if 0 <= i < len(result.configs) else None
+    return configs[i] if 0 <= i < len(configs) else None
 
 
 def tie_cell(tie: bool, tied_with_best) -> str:
@@ -508,13 +509,13 @@ def tie_cell(tie: bool, tied_with_best) -> str:
     return "tie" if tie and not is_missing(tied_with_best) and bool(tied_with_best) else ""
 
 
-def ranked_lines(result) -> list[str]:
+def ranked_lines(result, configs: Sequence) -> list[str]:
     """The lines format_ranked prints under its table: the best, the decision, the interval, the
     notes (the report page shows the same)."""
     lines = []
     best = result.best_config_id
     if best is not None:
-        lines.append(f"best: config {best} ({config_label(result.configs[best])})")
+        lines.append(f"best: config {best} ({config_label(_config_of(configs, best))})")
         lines.append(f"note: {describe_decision(result)}")
         lines.append(f"note: {describe_interval(result)}")
     return lines + [f"note: {note}" for note in result.notes]
@@ -607,20 +608,21 @@ def describe_explanation(explanation) -> str:
     )
 
 
-def deploy_words(result) -> str:
-    """The deploy condition and its winner, in words (`result`: the tune's TuneResult)."""
-    deploy = result.deploy or result.truth or result.backend
-    words = crosstruth.condition_words(result.labels, result.labels.get("mode")) if result.labels else ""
-    best = result.best_config_id
-    head = f"deploy {deploy}" + (f" ({words})" if words else "")
+def deploy_words(shape) -> str:
+    """The deploy condition and its winner, in words (`shape`: an nsprof.analysis.tune_report.ShapeReport)."""
+    labels = shape.ranking.labels
+    words = crosstruth.condition_words(labels, labels.get("mode")) if labels else ""
+    best = shape.ranking.best_config_id
+    head = f"deploy {shape.deploy}" + (f" ({words})" if words else "")
     return head + (
         ": no config measured" if best is None else f": its winner, config {best}, is the one fed back"
     )
 
 
-def describe_verdict(result) -> str:
-    """The closing line of a tune over several truths: agreement, the numbers, the cause, the deploy."""
-    cross = result.cross
+def describe_verdict(shape) -> str:
+    """The closing line of a tune over several truths at one shape (a ShapeReport): agreement, the
+    numbers, the cause, the deploy."""
+    cross = shape.cross
     parts = []
     explained = {(e.pair.a, e.pair.b): e for e in (cross.explanations if cross else [])}
     for pair in cross.pairs if cross else []:
@@ -640,7 +642,7 @@ def describe_verdict(result) -> str:
         else:
             part = f"{pair.a} and {pair.b} cannot be compared"
         parts.append(part)
-    return "verdict: " + "; ".join(parts + [deploy_words(result)])
+    return "verdict: " + "; ".join(parts + [deploy_words(shape)])
 
 
 def tie_state(result) -> str:
@@ -653,17 +655,19 @@ def tie_state(result) -> str:
     return decision.kind
 
 
-def format_shapes(shapes, truth: str | None = None) -> str:
-    """One compact table over a target's shapes (`shapes`: tune's per-shape TuneResults, ranked
-    under one truth): a row per shape with its winner, the winner's time, the runner-up and how
-    far behind it is, and the tie state (nsprof.analysis.confidence's decision)."""
+def format_shapes(shapes, configs: Sequence, truth: str | None = None) -> str:
+    """One compact table over a target's shapes (`shapes`: a TuneReport's ShapeReports; `truth`:
+    the truth whose rankings it shows, None: the deploy truth's): a row per shape with its winner,
+    the winner's time, the runner-up and how far behind it is, and the tie state
+    (nsprof.analysis.confidence's decision)."""
     headers = ["#", "shape", "winner", "config", "µs", "runner-up", "vs winner", "decision"]
-    constant, varying = split_configs(shapes[0].configs)
+    constant, varying = split_configs(configs)
     rows = []
     for shaped in shapes:
-        result = shaped.rankings[truth] if truth else shaped
+        result = shaped.truths[truth] if truth else shaped.ranking
         table, decision = result.table, result.decision
         best = decision.config_id
+        config = None if best is None else _config_of(configs, best)
         measured = table[table["rank"].notna()]
         value = second = behind = "-"
         if best is not None:
@@ -677,44 +681,48 @@ def format_shapes(shapes, truth: str | None = None) -> str:
                 str(shaped.shape),
                 config_label(shaped.shape_value),
                 "-" if best is None else str(best),
-                ""
-                if best is None
-                else config_cell(result.configs[best], config_label(result.configs[best]), varying),
+                "" if best is None else config_cell(config, config_label(config), varying),
                 value,
                 second,
                 behind,
                 tie_state(result),
             ]
         )
-    label = (shapes[0].rankings[truth] if truth else shapes[0]).label
+    label = (shapes[0].truths[truth] if truth else shapes[0].ranking).label
     lines = [f"ranked by {label}, per shape", *constant_line(constant)]
     return "\n".join([*lines, render_table(headers, rows, right={0, 2, 4, 5, 6})])
 
 
 def _shape_notes(shapes) -> list[str]:
     """The notes of every shape's ranking: a note all shapes share once, the others per shape."""
-    every = [note for note in shapes[0].notes if all(note in s.notes for s in shapes)]
+    notes = [shaped.ranking.notes for shaped in shapes]
+    every = [note for note in notes[0] if all(note in n for n in notes)]
     lines = list(every)
-    for shaped in shapes:
-        lines += [f"shape {shaped.shape}: {note}" for note in shaped.notes if note not in every]
+    for shaped, of_shape in zip(shapes, notes):
+        lines += [f"shape {shaped.shape}: {note}" for note in of_shape if note not in every]
     return lines
 
 
-def format_tune_shapes(result) -> str:
+def _truths_shown(report) -> list:
+    """The truths whose rankings a report's per-shape tables show: every one, or [None] (the
+    deploy truth's alone) where the first shape has one."""
+    truths = list(report.shapes[0].truths)
+    return truths if len(truths) > 1 else [None]
+
+
+def format_tune_shapes(report) -> str:
     """`nsprof tune`'s output for a target with shapes: one compact table per truth (format_shapes),
     per shape how the truths' winners compare (with several), then the notes."""
-    truths = list(result.rankings) if len(result.rankings) > 1 else [None]
-    blocks = [format_shapes(result.shapes, truth) for truth in truths]
-    return "\n\n".join(blocks) + "\n" + "\n".join(shapes_lines(result))
+    blocks = [format_shapes(report.shapes, report.configs, truth) for truth in _truths_shown(report)]
+    return "\n\n".join(blocks) + "\n" + "\n".join(shapes_lines(report))
 
 
-def shapes_lines(result) -> list[str]:
+def shapes_lines(report) -> list[str]:
     """The lines format_tune_shapes prints under its tables: per shape how the truths' winners
     compare (with several), the intervals, the notes."""
-    shapes = result.shapes
-    truths = list(result.rankings) if len(result.rankings) > 1 else [None]
+    shapes = report.shapes
     lines = []
-    if len(truths) > 1:
+    if len(_truths_shown(report)) > 1:
         for shaped in shapes:
             lines += [
                 f"cross-truth, shape {shaped.shape}: {describe_pair(pair)}" for pair in shaped.cross.pairs
@@ -723,32 +731,32 @@ def shapes_lines(result) -> list[str]:
                 f"cross-truth, shape {shaped.shape}: {describe_explanation(e)}"
                 for e in shaped.cross.explanations
             ]
-    intervals = sorted({describe_interval(s) for s in shapes})
+    intervals = sorted({describe_interval(s.ranking) for s in shapes})
     lines += [f"note: {line}" for line in intervals]
     lines += [f"note: {note}" for note in _shape_notes(shapes)]
     lines.append("(--json has every shape's full ranking)")
     return lines
 
 
-def format_tune(result) -> str:
-    """`nsprof tune`'s output: one ranked table per truth (format_ranked), then, with several
-    truths, how their winners compare, what explains a disagreement, and the closing verdict.
-    A target with shapes: format_tune_shapes."""
-    if getattr(result, "shapes", None):
-        return format_tune_shapes(result)
-    rankings = result.rankings
-    if len(rankings) == 1:
-        return format_ranked(result)
-    blocks = [format_ranked(ranked) for ranked in rankings.values()]
-    return "\n\n".join(blocks) + "\n\n" + "\n".join(cross_lines(result))
+def format_tune(report) -> str:
+    """`nsprof tune`'s output (`report`: an nsprof.analysis.tune_report.TuneReport): one ranked
+    table per truth (format_ranked), then, with several truths, how their winners compare, what
+    explains a disagreement, and the closing verdict. A target with shapes: format_tune_shapes."""
+    if report.shaped:
+        return format_tune_shapes(report)
+    shape = report.shapes[0]
+    if len(shape.truths) == 1:
+        return format_ranked(shape.ranking, report.configs)
+    blocks = [format_ranked(ranked, report.configs) for ranked in shape.truths.values()]
+    return "\n\n".join(blocks) + "\n\n" + "\n".join(cross_lines(shape))
 
 
-def cross_lines(result) -> list[str]:
-    """The closing lines of a tune over several truths: how their winners compare, what explains
-    a disagreement, the verdict."""
-    lines = [describe_pair(pair) for pair in result.cross.pairs]
-    lines += [describe_explanation(e) for e in result.cross.explanations]
-    return [f"cross-truth: {line}" for line in lines] + [describe_verdict(result)]
+def cross_lines(shape) -> list[str]:
+    """The closing lines of a tune over several truths at one shape (a ShapeReport): how their
+    winners compare, what explains a disagreement, the verdict."""
+    lines = [describe_pair(pair) for pair in shape.cross.pairs]
+    lines += [describe_explanation(e) for e in shape.cross.explanations]
+    return [f"cross-truth: {line}" for line in lines] + [describe_verdict(shape)]
 
 
 def format_runs(runs, counts) -> str:

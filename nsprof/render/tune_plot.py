@@ -29,7 +29,7 @@ def measured_rows(table):
 
 
 def tune_figure(table, title: str | None = None):
-    """A matplotlib Figure of the ranked table (`TuneResult.table`, nsprof.analysis.ranking.rank's)."""
+    """A matplotlib Figure of the ranked table (`Ranking.table`, nsprof.analysis.ranking.rank's)."""
     require_matplotlib()
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -1,7 +1,7 @@
 """`nsprof tune`: rank every config of a target by ground truth (or a fast timer).
 
-    ranked = tune("examples/gemm_tilelang.py:space", TuneSettings(backend="ncu", mode="graph"))
-    ranked.best_config, ranked.table
+    report = tune("examples/gemm_tilelang.py:space", TuneSettings(backend="ncu", mode="graph"))
+    report.ranking.best_config_id, report.ranking.table   # report.shapes: every shape's findings
 
 Orchestration over nsprof.measure's Backends: ground truths (ncu, nsys, or any registered
 driver) run through nsprof.profile (compile, then GroundTruth); fast timers (graph, cupti,
@@ -23,23 +23,29 @@ truth's rankings, adaptive reps), explain (the truths compared); here, tune() an
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from dataclasses import replace
 
 from nsprof import feedback
+from nsprof.analysis.crosstruth import CrossTruth
 from nsprof.analysis.ranking import rank
+from nsprof.analysis.tune_report import Ranking, ShapeReport, TuneReport
 from nsprof.errors import NsprofError
 from nsprof.settings import TIMER_BACKENDS, TuneSettings
 from nsprof.space import config_label
 from nsprof.tune import measure
-from nsprof.tune.explain import CrossTruth, cross_truth
+from nsprof.tune.explain import cross_truth
 from nsprof.tune.measure import check_truths, key_labels, retryable, shape_keys, timer_ranks
-from nsprof.tune.rankings import TuneResult, rank_truth
+from nsprof.tune.rankings import rank_truth
 from nsprof.tune.stored import by_shape, select_stored
 
 __all__ = [
     "TIMER_BACKENDS",
     "CrossTruth",
-    "TuneResult",
+    "Ranking",
+    "ShapeReport",
+    "TuneReport",
     "TuneSettings",
     "check_truths",
     "key_labels",
@@ -57,13 +63,13 @@ def tune(
     config_ids: list[int] | None = None,
     on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None,
     space=None,
-) -> TuneResult:
+) -> TuneReport:
     """Rank every config under each truth of `settings` (rank_truth), at each shape of a target with
     shapes, compare the truths' winners when there are several (cross_truth), ask the target's
-    tuner what it picks itself, and feed the deploy truth's ranking back to it. The result is the
-    deploy truth's ranking, carrying every truth's (`truths`) and the comparison (`cross`); for a
-    target with shapes, the first shape's, carrying every shape's in `shapes`. `space`: the
-    target's Space where the caller has loaded it already."""
+    tuner what it picks itself, and feed the deploy truth's ranking back to it. The report holds
+    one ShapeReport per shape (one for a target without shapes): every truth's ranking there, the
+    comparison, the prescreen, the tuner's pick. `space`: the target's Space where the caller has
+    loaded it already."""
     from nsprof.profile import check_config_ids, precompile
     from nsprof.space import load_target
 
@@ -93,27 +99,32 @@ def tune(
     }
     rankings = {shape: {truth: per_truth[truth][shape] for truth in per_truth} for shape in shape_keys(space)}
     crosses = cross_truth(target, space, rankings, settings, stage) if len(per_truth) > 1 else {}
-    results = _deploy_rankings(rankings, settings.deploy_truth.name, prescreened, crosses)
-    feedback.tuner_picks(target, space, results, settings)  # before the feed-back makes it pick nsprof's
-    feedback.feed_back(target, space, results, settings)
-    for result in results:
-        _prescreen_notes(result, space, points)
-    first = results[0]
-    if space.points.shaped:
-        first.shapes = results
-    return first
+    return _report(target, space, settings, rankings, crosses, prescreened, by_shape(space, points))
 
 
-def _deploy_rankings(rankings: dict, deploy: str, prescreened: dict, crosses: dict) -> list[TuneResult]:
-    """Each shape's deploy-truth ranking, carrying that shape's prescreen, comparison and other truths."""
-    results = []
+def _report(
+    target: str, space, settings: TuneSettings, rankings: dict, crosses: dict, prescreened: dict, sent
+):
+    """The TuneReport of `rankings` ({shape: {truth: Ranking}}), after asking the target's tuner what
+    it picks and feeding it the deploy truth's rankings: what those steps say goes into the deploy
+    ranking's notes (after the ranking's own), what fails into the report's errors. `sent`: each
+    shape's configs sent to ground truth ({shape: config ids}, for the prescreen's notes)."""
+    deploy = settings.deploy_truth.name
+    deployed = {shape: truths[deploy] for shape, truths in rankings.items()}
+    added: dict = {shape: [] for shape in rankings}
+    errors: list[str] = []
+    picks = feedback.tuner_picks(target, space, deployed, settings, added, errors)  # before the feed-back
+    feedback.feed_back(target, space, deployed, settings, added, errors)
+    plain = json.loads(json.dumps({"configs": space.configs, "settings": settings.record()}, default=str))
+    shapes = []
     for shape, truths in rankings.items():
-        result = truths[deploy]
-        result.deploy, result.prescreen, result.cross = deploy, prescreened.get(shape), crosses.get(shape)
-        if len(truths) > 1:
-            result.truths = truths
-        results.append(result)
-    return results
+        added[shape] += _prescreen_notes(truths[deploy], prescreened.get(shape), sent.get(shape, []))
+        ranking = replace(truths[deploy], notes=[*truths[deploy].notes, *added[shape]])
+        # JSON values, as a saved report gives them back
+        value = None if shape is None else json.loads(json.dumps(space.shapes[shape], default=str))
+        found = (crosses.get(shape), prescreened.get(shape), picks.get(shape))
+        shapes.append(ShapeReport({**truths, deploy: ranking}, deploy, shape, value, *found))
+    return TuneReport(target, plain["configs"], shapes, plain["settings"], errors)
 
 
 def _prescreen(target: str, space, settings: TuneSettings, points: list[int], stage):
@@ -146,16 +157,16 @@ def _prescreen(target: str, space, settings: TuneSettings, points: list[int], st
     return kept, tables
 
 
-def _prescreen_notes(result: TuneResult, space, points: list[int]) -> None:
-    """Where the ground-truth winner stood in its shape's prescreen."""
-    best = result.best_config_id
-    if result.prescreen is None or best is None:
-        return
-    sent = by_shape(space, points).get(result.shape, [])
+def _prescreen_notes(ranking: Ranking, prescreen, sent: list[int]) -> list[str]:
+    """Where the ground-truth winner stood in its shape's prescreen (`sent`: the configs it sent on)."""
+    best = ranking.best_config_id
+    if prescreen is None or best is None:
+        return []
     position = sent.index(best) + 1
-    result.notes.append(f"the ground-truth winner was #{position} of the prescreen's top {len(sent)}")
+    notes = [f"the ground-truth winner was #{position} of the prescreen's top {len(sent)}"]
     if position == len(sent):
-        result.notes.append(
+        notes.append(
             "it was the last one sent to ground truth: a better config may lie outside the "
             "prescreened set; raise --top"
         )
+    return notes

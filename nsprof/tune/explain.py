@@ -4,25 +4,15 @@ the two differ set as the other has it); CrossTruth holds what it found."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from nsprof.analysis import crosstruth
+from nsprof.analysis.crosstruth import CrossTruth
 from nsprof.errors import NsprofError, TargetChanged
 from nsprof.reports.checks import one_line
 from nsprof.settings import Truth, TuneSettings
 from nsprof.tune.measure import truth_labels
 from nsprof.tune.rankings import rank_truth
 
-__all__ = ["CrossTruth", "cross_truth"]
-
-
-@dataclass
-class CrossTruth:
-    """What tune --truth A,B found: each pair of truths compared (nsprof.analysis.crosstruth.Pair,
-    in --truth order), and for each pair that disagrees, what explains it (Explanation)."""
-
-    pairs: list = field(default_factory=list)
-    explanations: list = field(default_factory=list)
+__all__ = ["cross_truth"]
 
 
 def _probes(
@@ -53,7 +43,7 @@ def _explain(
     """Why truths `a` and `b` disagree, at each shape in `pairs` ({shape: crosstruth.Pair} of a and b):
     the contenders (both winners, both tie sets) measured again under one truth's backend with each
     condition in which the two differ set as the other has it, every shape's contenders in the same
-    session per probe. `rankings`: {shape: {truth name: TuneResult}}. {shape: Explanation}."""
+    session per probe. `rankings`: {shape: {truth name: Ranking}}. {shape: Explanation}."""
     some = rankings[next(iter(pairs))]
     contenders = {shape: crosstruth.contenders(p) for shape, p in pairs.items()}
 
@@ -120,7 +110,7 @@ def _judge(explanation, probe: Truth, changed: list[str], ranked, goal, stat: st
 def cross_truth(target: str, space, rankings: dict, settings: TuneSettings, stage) -> dict:
     """Every pair of settings' truths compared at each shape, in --truth order; each disagreeing pair
     explained (settings.explain) by probes of its contenders (_explain). `rankings`: {shape: {truth
-    name: TuneResult}}; returns {shape: CrossTruth}."""
+    name: Ranking}}; returns {shape: CrossTruth}."""
     crosses = {shape: CrossTruth() for shape in rankings}
     truths = settings.ranked_truths
     for i, a in enumerate(truths):

@@ -1,13 +1,11 @@
-"""One truth's rankings of a target, one per shape: TuneResult (a ranking), rank_truth (the first
-pass, its adaptive reps, and each shape ranked on its own)."""
+"""One truth's rankings of a target, one per shape (nsprof.analysis.tune_report.Ranking): rank_truth
+(the first pass, its adaptive reps, and each shape ranked on its own), rank_rows (one shape's)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from nsprof.analysis.adaptive import AdaptiveSummary, Plan, first_pass_cost
-from nsprof.analysis.confidence import Decision, decide
+from nsprof.analysis.adaptive import Plan, first_pass_cost
 from nsprof.analysis.ranking import rank
+from nsprof.analysis.tune_report import Ranking
 from nsprof.drivers import registry
 from nsprof.errors import NsprofError
 from nsprof.measure import Measured
@@ -17,71 +15,7 @@ from nsprof.tune import measure
 from nsprof.tune.measure import key_labels, shape_keys
 from nsprof.tune.stored import Stored, measure_stored
 
-__all__ = ["TuneResult", "rank_rows", "rank_truth"]
-
-
-@dataclass
-class TuneResult:
-    # ranked DataFrame (nsprof.analysis.ranking.rank): rank, config_id, config, value_ns, spread,
-    # cycles, clock, vs_best, ci_low_ns, ci_high_ns, ci_coverage, tied_with_best
-    table: object
-    configs: list
-    backend: str
-    label: str  # how the numbers were taken, in words
-    prescreen: object | None = None  # the prescreen's ranked table, when used
-    notes: list[str] = field(default_factory=list)
-    # What the target's own autotuner picks with its own timer, when the Space can say (Triton).
-    tuner_pick: dict | None = None
-    # Steps after the ranking that failed (the tuner's own pick, the feed-back): the ranking
-    # stands, and the command exits non-zero after printing it.
-    errors: list[str] = field(default_factory=list)
-    stat: str = "median"  # the statistic ranked by
-    truth: str = (
-        ""  # the truth ranked under (a backend, or a variant such as ncu@base-warm); "" for `backend`
-    )
-    labels: dict = field(default_factory=dict)  # the conditions its rows were taken under (key_labels)
-    # Cross-truth tuning (the result of tune() is the deploy truth's ranking; these are set on it):
-    # every truth's ranking in --truth order (this one among them), the comparison, and the deploy truth.
-    truths: dict = field(default_factory=dict)
-    cross: object = None  # nsprof.tune.explain.CrossTruth
-    deploy: str = ""
-
-    @property
-    def rankings(self) -> dict:
-        """Every truth's ranking, {truth: TuneResult}, in the order ranked (just this one when alone)."""
-        return self.truths or {self.truth or self.backend: self}
-
-    # What the adaptive reps did: sessions, reps, why they stopped (nsprof.adaptive); None: not tried
-    adaptive: AdaptiveSummary | None = None
-    first_pass_wall_s: float | None = None  # the first pass's wall time (measuring, through the store)
-    # A target with shapes: the shape this ranking is of (its index in the Space's shapes, and the
-    # shape itself), and on the result tune() returns (the first shape's) every shape's, in order.
-    shape: int | None = None
-    shape_value: object = None
-    shapes: list = field(default_factory=list)
-    # Where the first pass's session time went (nsprof.session.timing_record); None: nothing ran
-    first_pass_phases: dict | None = None
-
-    @property
-    def decision(self) -> Decision:
-        """A winner, a tie (its members, in rank order), or an untested best (fewer than 2 reps):
-        nsprof.analysis.confidence.decide over the ranked table."""
-        return decide(self.table, self.stat)
-
-    @property
-    def tie_set(self) -> list[int]:
-        """The best and every config tied with it, in rank order."""
-        return list(self.decision.members)
-
-    @property
-    def best_config_id(self) -> int | None:
-        """The config fed back: the decision's (out of a tie, by its stated rule)."""
-        return self.decision.config_id
-
-    @property
-    def best_config(self):
-        best = self.best_config_id
-        return None if best is None else self.configs[best]
+__all__ = ["rank_rows", "rank_truth"]
 
 
 def rank_truth(
@@ -96,7 +30,7 @@ def rank_truth(
 ) -> dict:
     """Rank the points `points` of `space` (nsprof.schema.Points: config ids for a target without
     shapes) under one truth (a ground truth, a variant such as ncu@base-warm, or a fast timer),
-    each shape on its own: {shape: TuneResult} for every shape of shape_keys(space), measured in
+    each shape on its own: {shape: Ranking} for every shape of shape_keys(space), measured in
     one session (through the results store unless settings.use_store is off), summarised per config
     and ranked by settings.stat. Raises when nothing was measured at any shape.
 
@@ -149,7 +83,7 @@ def _first_pass(target: str, space, truth: Truth, settings: TuneSettings, points
 
 
 def _per_shape(space, truth: Truth, settings: TuneSettings, rows, notes, adaptive: dict, first_pass) -> dict:
-    """Each shape's ranking of `rows`, {shape: TuneResult}: its notes (`notes`: those before and those
+    """Each shape's ranking of `rows`, {shape: Ranking}: its notes (`notes`: those before and those
     after the adaptive reps' line) and what its adaptive reps did; first_pass: its wall time and phases."""
     from nsprof.adaptive import of_shape
 
@@ -167,10 +101,8 @@ def _per_shape(space, truth: Truth, settings: TuneSettings, rows, notes, adaptiv
             summary,
             *first_pass,
         )
-        if shape is not None:
-            result.shape, result.shape_value = shape, space.shapes[shape]
-            if result.best_config_id is None:
-                result.notes.append(f"no config was measured at shape {shape} ({space.shape_label(shape)})")
+        if shape is not None and result.best_config_id is None:
+            result.notes.append(f"no config was measured at shape {shape} ({space.shape_label(shape)})")
         results[shape] = result
     return results
 
@@ -198,8 +130,8 @@ def rank_rows(
     adaptive=None,
     first_pass_wall_s: float | None = None,
     first_pass_phases: dict | None = None,
-) -> TuneResult:
-    """The TuneResult of rows of one truth (and one shape) of a space whose configs are `configs`:
+) -> Ranking:
+    """The Ranking of rows of one truth (and one shape) of a space whose configs are `configs`:
     summarised per config, ranked by settings.stat (tune's rankings, and a stored run's re-read:
     nsprof.tune.saved)."""
     from nsprof.profile import config_summary
@@ -219,16 +151,14 @@ def rank_rows(
         label = f"fast timer {truth.timer}, {settings.stat} of {settings.timer_reps} samples"
     table = rank(summary, settings.stat)
     table.insert(2, "config", [config_label(configs[int(c)]) for c in table["config_id"]])
-    return TuneResult(
+    return Ranking(
         table,
-        configs,
+        truth.name,
         truth.backend,
         label,
-        None,
-        notes,
-        stat=settings.stat,
-        truth=truth.name,
-        labels=key_labels(truth, settings),
+        settings.stat,
+        key_labels(truth, settings),
+        list(notes),
         adaptive=adaptive,
         first_pass_wall_s=first_pass_wall_s,
         first_pass_phases=first_pass_phases,

@@ -3,8 +3,8 @@ ranks it (stored_rows, then rank_rows), per shape and per truth, with no GPU and
 without importing the target.
 
     with ResultStore(path) as store:
-        result = reread(store, target="examples/gemm.py:space")   # or run_id=3
-    format_tune(result)
+        report = reread(store, target="examples/gemm.py:space")   # or run_id=3
+    format_tune(report)
 
 What a tune ran with comes from the store: the settings its latest run of the target recorded (the
 truths, the deploy truth, the mode, the statistic; --run: that run's), each truth's key from the
@@ -17,13 +17,15 @@ them; what explains a disagreement needs probes measured again (tune --explain),
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+from nsprof.analysis.tune_report import ShapeReport, TuneReport
 from nsprof.errors import NsprofError
 from nsprof.settings import Truth, TuneSettings
 from nsprof.tune.explain import cross_truth
 from nsprof.tune.measure import key_labels
-from nsprof.tune.rankings import TuneResult, rank_rows
+from nsprof.tune.rankings import rank_rows
 from nsprof.tune.stored import stored_rows
 
 __all__ = ["reread"]
@@ -102,12 +104,13 @@ def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
     }
 
 
-def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict) -> dict:
-    """{shape: TuneResult} of what `store` holds under `group`: every config it holds, as its latest
-    run stored it, ranked at each shape it holds (None: a target without shapes)."""
+def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict) -> tuple[list, dict]:
+    """The configs (their stored JSON; None for an id it holds none of) and {shape: (shape's value,
+    Ranking)} of what `store` holds under `group`: every config it holds, as its latest run stored
+    it, ranked at each shape it holds (None: a target without shapes)."""
     frame = store.frame(**group)
     if frame.empty:
-        return {}
+        return [], {}
     latest = frame.sort_values("run_id", kind="stable").groupby("config_id").tail(1)
     wanted_json = {int(c): str(text) for c, text in zip(latest["config_id"], latest["config_json"])}
     configs = [json.loads(wanted_json[c]) if c in wanted_json else None for c in range(max(wanted_json) + 1)]
@@ -124,19 +127,13 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict) -> dic
     results = {}
     for shape, text in shapes:
         of_shape = rows if shape is None else rows[(rows["shape"] == shape).fillna(False).astype(bool)]
-        result = rank_rows(configs, truth, settings, of_shape, [note])
-        if shape is not None:
-            result.shape, result.shape_value = shape, json.loads(text)
-        results[shape] = result
-    return results
+        value = None if shape is None else json.loads(text)
+        results[shape] = (value, rank_rows(configs, truth, settings, of_shape, [note]))
+    return configs, results
 
 
-def reread(store, *, target: str | None = None, run_id: int | None = None) -> TuneResult:
-    """The TuneResult of a stored tune: of `target` (its latest run's settings and fingerprint) or of
-    run `run_id`'s tune, ranked from `store` (an open nsprof.store.ResultStore) as tune ranks it:
-    the deploy truth's ranking, carrying every truth's (`truths`) and their comparison (`cross`),
-    and for a target with shapes every shape's (`shapes`). An NsprofError in one line when the
-    store holds no such run or nothing under its deploy truth."""
+def _run(store, target: str | None, run_id: int | None):
+    """The run a re-read starts from: run `run_id`, or `target`'s latest; and the runs of its target."""
     runs = store.runs()
     if run_id is not None:
         chosen = runs[runs["id"] == int(run_id)]
@@ -149,14 +146,23 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
                 f"results store {store.path} has no run of target {target} (nsprof results lists the runs)"
             )
     anchor = next(chosen.tail(1).itertuples())
+    return anchor, runs[(runs["fingerprint"].fillna("") == _text(anchor.fingerprint)).astype(bool)]
+
+
+def reread(store, *, target: str | None = None, run_id: int | None = None) -> TuneReport:
+    """The TuneReport of a stored tune: of `target` (its latest run's settings and fingerprint) or of
+    run `run_id`'s tune, ranked from `store` (an open nsprof.store.ResultStore) as tune ranks it:
+    per shape, every truth's ranking the store holds and their comparison. An NsprofError in one
+    line when the store holds no such run or nothing under its deploy truth."""
+    anchor, of_target = _run(store, target, run_id)
     settings = _settings(anchor)
-    of_target = runs[(runs["fingerprint"].fillna("") == _text(anchor.fingerprint)).astype(bool)]
-    per_truth, lacking = {}, []
+    per_truth, lacking, configs = {}, [], []
     for truth in settings.ranked_truths:
         group = _group(of_target, truth, settings, anchor)
-        ranked = {} if group is None else _rank_group(store, truth, settings, group)
+        known, ranked = ([], {}) if group is None else _rank_group(store, truth, settings, group)
         if ranked:
             per_truth[truth.name] = ranked
+            configs = _merged(configs, known)
         else:
             lacking.append(truth.name)
     deploy = settings.deploy_truth.name
@@ -164,10 +170,9 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
         raise NsprofError(
             f"results store {store.path} holds no measurement of {_text(anchor.target)} under {deploy}"
         )
-    shapes = list(per_truth[deploy])
     rankings = {
-        shape: {name: ranked[shape] for name, ranked in per_truth.items() if shape in ranked}
-        for shape in shapes
+        shape: {name: ranked[shape][1] for name, ranked in per_truth.items() if shape in ranked}
+        for shape in per_truth[deploy]
     }
     whole = not lacking and all(len(truths) == len(per_truth) for truths in rankings.values())
     crosses = (
@@ -175,15 +180,18 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
         if whole and len(per_truth) > 1
         else {}
     )
-    results = []
+    shapes = []
     for shape, truths in rankings.items():
-        result = truths[deploy]
-        result.deploy, result.cross = deploy, crosses.get(shape)
-        if len(truths) > 1 and result.cross is not None:
-            result.truths = truths
-        result.notes += [f"{name}: the store holds nothing under this truth" for name in lacking]
-        results.append(result)
-    first = results[0]
-    if first.shape is not None:
-        first.shapes = results
-    return first
+        lines = [f"{name}: the store holds nothing under this truth" for name in lacking]
+        ranking = replace(truths[deploy], notes=[*truths[deploy].notes, *lines])
+        cross = crosses.get(shape)
+        shown = {**truths, deploy: ranking} if cross is not None else {deploy: ranking}
+        shapes.append(ShapeReport(shown, deploy, shape, per_truth[deploy][shape][0], cross))
+    record = json.loads(json.dumps(settings.record(), default=str))
+    return TuneReport(_text(anchor.target), configs, shapes, record)
+
+
+def _merged(configs: list, more: list) -> list:
+    """Two truths' stored configs as one list: where one holds no JSON of a config, the other's."""
+    longer, shorter = (configs, more) if len(configs) >= len(more) else (more, configs)
+    return [c if c is not None or i >= len(shorter) else shorter[i] for i, c in enumerate(longer)]

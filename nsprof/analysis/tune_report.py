@@ -1,0 +1,92 @@
+"""What a tune found, as data: TuneReport (the run) holds one ShapeReport per shape (a target without
+shapes is one shape, shape None), each holding every truth's Ranking at that shape and how the
+truths' winners compare (nsprof.analysis.crosstruth.CrossTruth). No object refers back to one that
+holds it, so a report saves to JSON and loads back (nsprof.render.json: tune_document, load_tune)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nsprof.analysis.adaptive import AdaptiveSummary
+from nsprof.analysis.confidence import Decision, decide
+
+__all__ = ["Ranking", "ShapeReport", "TuneReport"]
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """One truth's ranking at one shape."""
+
+    # ranked DataFrame (nsprof.analysis.ranking.rank): rank, config_id, config, value_ns, spread,
+    # cycles, clock, vs_best, ci_low_ns, ci_high_ns, ci_coverage, tied_with_best
+    table: Any
+    truth: str  # its name: a backend, or a variant such as ncu@base-warm
+    backend: str
+    label: str  # how the numbers were taken, in words
+    stat: str = "median"  # the statistic ranked by
+    labels: dict = field(default_factory=dict)  # the conditions its rows were taken under (key_labels)
+    notes: list[str] = field(default_factory=list)
+    # What the adaptive reps did: sessions, reps, why they stopped (nsprof.adaptive); None: not tried
+    adaptive: AdaptiveSummary | None = None
+    first_pass_wall_s: float | None = None  # the first pass's wall time (measuring, through the store)
+    # Where the first pass's session time went (nsprof.session.timing_record); None: nothing ran
+    first_pass_phases: dict | None = None
+
+    @property
+    def decision(self) -> Decision:
+        """A winner, a tie (its members, in rank order), or an untested best (fewer than 2 reps):
+        nsprof.analysis.confidence.decide over the ranked table."""
+        return decide(self.table, self.stat)
+
+    @property
+    def tie_set(self) -> list[int]:
+        """The best and every config tied with it, in rank order."""
+        return list(self.decision.members)
+
+    @property
+    def best_config_id(self) -> int | None:
+        """The config fed back: the decision's (out of a tie, by its stated rule)."""
+        return self.decision.config_id
+
+
+@dataclass(frozen=True)
+class ShapeReport:
+    """One shape's findings: every truth's ranking in --truth order, the deploy truth's name, how
+    their winners compare (None with one truth), the prescreen's ranked table, and what the
+    target's own autotuner picks with its own timer (when its Space can say)."""
+
+    truths: dict[str, Ranking]
+    deploy: str
+    shape: int | None = None  # its index in the Space's shapes; None: a target without shapes
+    shape_value: Any = None
+    cross: Any = None  # nsprof.analysis.crosstruth.CrossTruth
+    prescreen: Any = None  # the prescreen's ranked table, when used
+    tuner_pick: dict | None = None
+
+    @property
+    def ranking(self) -> Ranking:
+        """The deploy truth's ranking: the one fed back, its notes those of the whole shape."""
+        return self.truths[self.deploy]
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    """A tune of `target`: its configs (as JSON values), each shape's findings in order, the settings
+    it ran with (TuneSettings.record), and the steps after ranking that failed (the tuner's own
+    pick, the feed-back): the rankings stand, and the command exits non-zero after printing them."""
+
+    target: str
+    configs: list
+    shapes: list[ShapeReport]
+    settings: dict = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def shaped(self) -> bool:
+        return self.shapes[0].shape is not None
+
+    @property
+    def ranking(self) -> Ranking:
+        """The first shape's deploy ranking (a target without shapes: its ranking)."""
+        return self.shapes[0].ranking

@@ -1,0 +1,215 @@
+"""A tune's report (issues 25 and 28): one object per run, per shape and per truth, none referring
+back to one that holds it, saved by `tune --json` and read back whole by `nsprof results FILE.json`
+(no GPU, no tool, the target not imported), printed and drawn as the tune printed and drew it.
+
+The tune runs in real worker processes under stand-in truths (tests/standins.py's StatusDriver,
+"lab" labelled as ncu, "field" as nsys), at two shapes where the truths agree at one and disagree
+at the other, so that the report holds probes, explanations and adaptive summaries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_nsprof
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from standins import StatusDriver  # noqa: E402
+
+from nsprof.drivers import registry  # noqa: E402
+from nsprof.drivers.ncu import NcuDriver  # noqa: E402
+from nsprof.drivers.nsys import NsysDriver  # noqa: E402
+
+# µs per (shape, config) under each truth: they agree at shape 0 (config 1) and disagree at shape 1
+# (lab: 0, field: 2); lab with field's warm L2 reads as field (the L2 state explains it).
+LAB = {0: [3, 1, 2], 1: [1, 5, 9]}
+FIELD = {0: [3, 1, 2], 1: [9, 5, 1]}
+
+
+def _configs() -> list[dict]:
+    def at(table: dict, c: int) -> list[float]:
+        return [table[s][c] * 1e3 for s in (0, 1)]
+
+    return [
+        {
+            "i": c,
+            "ns_shapes_at": {
+                "base-all": at(LAB, c),
+                "none-none": at(FIELD, c),
+                "base-none": at(FIELD, c),
+                "none-all": at(LAB, c),
+            },
+        }
+        for c in range(3)
+    ]
+
+
+@pytest.fixture
+def two_by_two(tmp_path, monkeypatch):
+    """A target of 3 configs at 2 shapes, and the stand-in truths lab and field registered."""
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+    registry.register("lab", type("Lab", (StatusDriver,), {"labels_like": NcuDriver}))
+    registry.register("field", type("Field", (StatusDriver,), {"labels_like": NsysDriver}))
+    (tmp_path / "truths.py").write_text(
+        "import nsprof.space\n"
+        f"space = nsprof.space.Space(configs={_configs()!r}, shapes=[{{'M': 1}}, {{'M': 16}}], "
+        "build=lambda c, s: (lambda: None), device='cpu')\n"
+    )
+    yield f"{tmp_path / 'truths.py'}:space"
+    registry.unregister("lab")
+    registry.unregister("field")
+
+
+def _tuned(target: str, tmp_path):
+    from nsprof.settings import TuneSettings
+    from nsprof.tune import tune
+
+    settings = TuneSettings(
+        backend="lab",
+        truths=("lab", "field"),
+        deploy="field",
+        mode="direct",
+        reps=3,
+        timeout_s=30,
+        store=tmp_path / "results.sqlite",
+        work_dir=tmp_path / "work",
+        tuner_pick=False,
+    )
+    return tune(target, settings)
+
+
+def _objects(root) -> list:
+    """Every object reachable from `root` through dataclass fields, dicts, lists and tuples, each
+    with the path of objects from root that reached it; asserts no object is reached from itself."""
+    seen = []
+
+    def walk(value, path: tuple) -> None:
+        if any(value is held for held in path):
+            raise AssertionError(f"{type(value).__name__} is reached from itself")
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            children = [getattr(value, f.name) for f in dataclasses.fields(value)]
+        elif isinstance(value, dict):
+            children = [*value.keys(), *value.values()]
+        elif isinstance(value, (list, tuple)):
+            children = list(value)
+        else:
+            return
+        seen.append(value)
+        for child in children:
+            walk(child, (*path, value))
+
+    walk(root, ())
+    return seen
+
+
+def test_a_tune_with_two_truths_and_two_shapes_round_trips_through_json(two_by_two, tmp_path):
+    import pandas as pd
+
+    from nsprof.analysis.tune_report import Ranking, ShapeReport, TuneReport
+    from nsprof.render.json import load_tune, tune_document
+    from nsprof.render.tables import format_tune
+
+    report = _tuned(two_by_two, tmp_path)
+    assert [s.shape for s in report.shapes] == [0, 1] and [list(s.truths) for s in report.shapes] == [
+        ["lab", "field"]
+    ] * 2
+    assert [p.verdict for s in report.shapes for p in s.cross.pairs] == ["agree", "disagree"]
+    assert report.shapes[1].cross.explanations[0].cause == "cache_control"
+
+    text = tune_document(report)
+    again = load_tune(text)
+    assert isinstance(again, TuneReport) and tune_document(again) == text
+    assert format_tune(again) == format_tune(report)
+    assert again.configs == report.configs and again.errors == report.errors == []
+    for before, after in zip(report.shapes, again.shapes):
+        assert isinstance(after, ShapeReport) and (after.shape, after.shape_value) == (
+            before.shape,
+            before.shape_value,
+        )
+        for name, ranking in before.truths.items():
+            loaded = after.truths[name]
+            assert isinstance(loaded, Ranking) and loaded.notes == ranking.notes
+            pd.testing.assert_frame_equal(loaded.table, ranking.table)
+            assert loaded.adaptive == ranking.adaptive and loaded.labels == ranking.labels
+            assert loaded.decision.as_json() == ranking.decision.as_json()
+        for a, b in zip(before.cross.explanations, after.cross.explanations):
+            assert b.pair is after.cross.pairs[0] and b.probed == a.probed
+            for p, q in zip(a.probes, b.probes):
+                pd.testing.assert_frame_equal(q.table, p.table)
+
+
+def test_no_object_of_a_report_is_reached_from_itself(two_by_two, tmp_path):
+    from nsprof.analysis.tune_report import Ranking, ShapeReport
+
+    report = _tuned(two_by_two, tmp_path)
+    reached = _objects(report)  # raises on a cycle
+    assert sum(isinstance(o, ShapeReport) for o in reached) == 2
+    assert sum(isinstance(o, Ranking) for o in reached) == 4
+
+
+def test_results_reads_a_saved_tune_json_and_prints_and_draws_it_as_tune_did(two_by_two, tmp_path):
+    """`nsprof tune --json > tune.json`, then `nsprof results tune.json` with no tool on PATH and the
+    target gone: the same table, the same JSON, and the page."""
+    target = "target.py:space"
+    (tmp_path / "target.py").write_text(
+        "import nsprof.space\n"
+        "configs = [{'block': 16 * (i + 1), 'ns_reps': [n, n + 10, n - 10]} for i, n in "
+        "enumerate([3000, 1000, 2000])]\n"
+        "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
+    )
+    args = ["tune", target, "--truth", "ncu,nsys", "--mode", "direct", "--reps", "3", "--budget-s", "0"]
+    args += ["--no-feed-back", "--no-tuner-pick", "--no-store"]  # the stand-ins measure alike each time
+    table = run_nsprof(*args, cwd=tmp_path, standins=True)
+    saved = run_nsprof(*args, "--json", cwd=tmp_path, standins=True)
+    assert table.returncode == 0 and saved.returncode == 0, table.stderr + saved.stderr
+    (tmp_path / "tune.json").write_text(saved.stdout)
+    (tmp_path / "target.py").unlink()
+    bare = tmp_path / "bare-path"
+    bare.mkdir()
+    env = {"PATH": str(bare), "NSPROF_NCU": None, "NSPROF_NSYS": None}
+
+    shown = run_nsprof("results", "tune.json", "--html", "page.html", cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == table.stdout
+    assert "note: config 1 is the winner" in shown.stdout and "cross-truth: ncu and nsys" in shown.stdout
+    page = html.unescape((tmp_path / "page.html").read_text())
+    assert "<img" in page and "Under nsys" in page
+    assert all(line.removeprefix("note: ") in page for line in shown.stdout.splitlines() if "winner" in line)
+
+    as_json = run_nsprof("results", "tune.json", "--json", in_process=True, cwd=tmp_path)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == json.loads(saved.stdout)
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ('{"label": "not a tune", "ranked": []}', "not a saved tune (nsprof tune --json writes one)"),
+        ('[{"file": "a.nsys-rep"}]', "not a saved tune"),
+        ('{"format": "nsprof tune", "target": "t.py:space", "label": "ncu", "shape"', "not JSON"),
+        ('{"format": "nsprof tune", "target": "t.py:space"}', "a saved tune that cannot be read"),
+    ],
+)
+def test_a_json_that_is_not_a_saved_tune_is_one_line_and_exit_2(tmp_path, content, words):
+    (tmp_path / "other.json").write_text(content)
+    done = run_nsprof("results", "other.json", in_process=True, cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("nsprof: error: other.json: ") and words in lines[0], lines
+    assert done.stdout == ""
+
+
+def test_a_truncated_tune_json_is_one_line_and_exit_2(two_by_two, tmp_path):
+    from nsprof.render.json import tune_document
+
+    text = tune_document(_tuned(two_by_two, tmp_path))
+    (tmp_path / "cut.json").write_text(text[: len(text) // 2])
+    done = run_nsprof("results", "cut.json", "--json", in_process=True, cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "cut.json: not JSON" in lines[0], done.stderr
