@@ -383,21 +383,21 @@ def test_budget_zero_means_no_adaptive_session_and_a_budget_too_small_says_so(no
 
 def test_a_practically_equivalent_tie_gets_no_adaptive_session_unless_the_margin_is_off(noisy, tmp_path):
     from nsprof.render.json import tune_document
-    from nsprof.render.tables import format_ranked
+    from nsprof.render.tables import format_tune
     from nsprof.tune import tune
 
     target, log = noisy(EQUIVALENT)
     result = tune(target, _settings(tmp_path, max_reps=20, budget_s=600))
-    assert result.decision.kind == "tie" and result.decision.tie_spread <= 0.01
-    assert result.adaptive.stopped == rules.EQUIVALENT and result.adaptive.sessions == 0
+    ranking = result.ranking
+    assert ranking.decision.kind == "tie" and ranking.decision.tie_spread <= 0.01
+    assert ranking.adaptive.stopped == rules.EQUIVALENT and ranking.adaptive.sessions == 0
     assert len(_sessions(log)) == 1  # the first pass only
-    assert "none needed (every contender lies within ±1.0% of the best (--equivalence))" in format_ranked(
-        result
-    )
+    words = "none needed (every contender lies within ±1.0% of the best (--equivalence))"
+    assert words in format_tune(result)
     assert json.loads(tune_document(result))["adaptive"]["stopped"] == "equivalent"
 
     log.write_text("")
-    strict = tune(target, _settings(tmp_path, max_reps=20, budget_s=600, equivalence_pct=0))
+    strict = tune(target, _settings(tmp_path, max_reps=20, budget_s=600, equivalence_pct=0)).ranking
     assert strict.adaptive.stopped != rules.EQUIVALENT and strict.adaptive.sessions >= 1
     assert len(_sessions(log)) == 1 + strict.adaptive.sessions
 
