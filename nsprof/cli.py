@@ -317,7 +317,7 @@ def tune(target, backend, truth_list, deploy, store_path, no_store, ids, **optio
 @_option("--html")
 def results(store, store_path, **options) -> None:
     """List the runs of results store STORE (or --store), export them, rank a stored tune again (--target,
-    --run), or read STORE.json saved by tune --json; print, plot or page a tune as tune does, no GPU needed."""
+    --run), or read STORE.json saved by tune --json or validate --save; print, plot or page it again, no GPU."""
     _exit(results_command.results(store, store_path, **options))
 
 

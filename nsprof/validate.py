@@ -55,6 +55,60 @@ class ValidateResult:
     repeat: object = None  # the repeated truth runs' per-config table (None: not repeated)
 
 
+def saved_about(target: str, result: ValidateResult) -> dict:
+    """What validate --save keeps beside the tables, so that load_validate shows the run again."""
+    return {
+        "target": target,
+        "timers": list(result.timers),
+        "truths": list(result.truths),
+        "configs": list(result.configs),
+        "failures": [
+            {"method": method, "config_id": config_id, "reason": reason}
+            for (method, config_id), reason in sorted(result.failures.items(), key=str)
+        ],
+    }
+
+
+def load_validate(document: dict) -> tuple[str, ValidateResult]:
+    """(target, ValidateResult) of validate --save's JSON. A save without what saved_about adds
+    (an older nsprof's) still loads: its timers and truths come from its agreement rows, and its
+    configs are known by id only. An NsprofError in one line when it cannot be read."""
+    import pandas as pd
+
+    def table(rows):
+        # JSON's null was a NaN: a column of numbers and nulls is numbers again, one of nulls NaN
+        out = pd.DataFrame(rows)
+        for column in out.columns:
+            given = out[column].dropna()
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in given):
+                out[column] = pd.to_numeric(out[column], errors="coerce")
+        return out
+
+    def frame(key: str):
+        return table(document[key]) if document.get(key) is not None else None
+
+    try:
+        agreement = table(document["agreement"])
+        per_config = table(document["per_config"])
+        n_configs = int(per_config["config_id"].max()) + 1 if len(per_config) else 0
+        result = ValidateResult(
+            per_config=per_config,
+            agreement=agreement,
+            floors=table(document["noise_floor"]) if document["noise_floor"] else None,
+            verdict=str(document["verdict"]),
+            timers=list(document["timers"] if "timers" in document else sorted(set(agreement["timer"]))),
+            truths=list(document["truths"] if "truths" in document else sorted(set(agreement["truth"]))),
+            configs=list(document["configs"] if "configs" in document else [{} for _ in range(n_configs)]),
+            failures={(f["method"], int(f["config_id"])): f["reason"] for f in document.get("failures", [])},
+            matched=frame("matched"),
+            conditions=dict(document.get("conditions") or {}),
+            repeat=frame("repeat_per_config"),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise NsprofError(f"a saved validate run that cannot be read: {type(exc).__name__} {exc}") from None
+    return str(document.get("target") or "(a saved validate run)"), result
+
+
 def timer_groups(names: list[str]) -> list[list[str]]:
     """Timers that must not share a process: CUPTI clients (ours, torch.profiler behind
     TileLang's cupti backend) stay attached and slow every later launch (seen on the H200:

@@ -1,6 +1,6 @@
 """`nsprof results`: list the runs of the results store, export its measurements, rank a stored
-tune again and draw it (nsprof.tune.saved), or print and draw a tune saved by tune --json (a .json
-STORE): no GPU, no profiler, the target not imported."""
+tune again and draw it (nsprof.tune.saved), or print and draw a tune saved by tune --json or a
+validate run saved by validate --save (a .json STORE): no GPU, no profiler, the target not imported."""
 
 from __future__ import annotations
 
@@ -85,10 +85,9 @@ def _ranked(path, target, run_id, *, plot_path, html_path, as_json) -> int:
 
 
 def _saved(path: Path, *, plot_path, html_path, as_json) -> int:
-    """A tune saved by tune --json, printed and drawn as tune printed and drew it."""
+    """A tune saved by tune --json, or a validate run saved by validate --save, printed and drawn
+    as the command printed and drew it."""
     from nsprof.commands.common import check_plot, one_on_stdout
-    from nsprof.commands.tune import show
-    from nsprof.render.json import load_tune
 
     one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--json": as_json})
     check_plot(plot_path)
@@ -96,11 +95,42 @@ def _saved(path: Path, *, plot_path, html_path, as_json) -> int:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise NsprofError(f"cannot read {path}: {exc.strerror or exc}") from None
+    outputs = {"plot_path": plot_path, "html_path": html_path, "as_json": as_json}
     try:
+        validate = _saved_validate(text)
+        if validate is not None:
+            from nsprof.commands.validate import show as show_validate
+
+            show_validate(*validate, **outputs)
+            return 0
+        from nsprof.commands.tune import show
+        from nsprof.render.json import load_tune
+
         report = load_tune(text)
     except NsprofError as exc:
         raise NsprofError(f"{path}: {exc}") from None
-    return show(report.target, report, plot_path=plot_path, html_path=html_path, as_json=as_json)
+    return show(report.target, report, **outputs)
+
+
+def _saved_validate(text: str):
+    """(target, ValidateResult) when `text` is validate --save's JSON (or an older nsprof's, which
+    has its tables and no format), else None."""
+    import json
+
+    from nsprof.render.json import VALIDATE_FORMAT
+
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None  # load_tune says what is wrong with it
+    older = {"agreement", "per_config", "noise_floor", "verdict"}
+    if isinstance(document, dict) and (
+        document.get("format") == VALIDATE_FORMAT or ("format" not in document and older <= set(document))
+    ):
+        from nsprof.validate import load_validate
+
+        return load_validate(document)
+    return None
 
 
 def _run_target(store, run_id: int) -> str:

@@ -19,6 +19,7 @@ from nsprof.commands.common import (
 )
 from nsprof.errors import NsprofError, OptionError
 from nsprof.host.redirect import results_only_on_stdout
+from nsprof.validate import saved_about
 
 
 def check(settings, *, plot_path, html_path, save_path, as_json) -> None:
@@ -61,7 +62,8 @@ def validate(target: str, settings, *, devices, scheduler, verbose):
             return run_validate(target, settings, on_stage=bars, space=space)
 
 
-def show(target: str, result, *, plot_path, html_path, save_path, as_json) -> None:
+def show(target: str, result, *, plot_path, html_path, save_path=None, as_json=False) -> None:
+    """Prints and draws a ValidateResult (from a run, or from validate --save's JSON)."""
     from nsprof.render.html import validate_page
     from nsprof.render.json import agreement_document
     from nsprof.render.plot import plot
@@ -83,6 +85,7 @@ def show(target: str, result, *, plot_path, html_path, save_path, as_json) -> No
         matched=result.matched,
         conditions=result.conditions,
         repeat=result.repeat,
+        about=saved_about(target, result),
     )
     if save_path == "-":
         click.echo(document)

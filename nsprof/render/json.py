@@ -65,6 +65,9 @@ def records(df: pd.DataFrame | None) -> list[dict[str, Any]]:
     return [jsonable(dict(zip(df.columns, row))) for row in df.itertuples(index=False, name=None)]
 
 
+VALIDATE_FORMAT = "nsprof validate"  # the "format" of validate --save's JSON
+
+
 def agreement_document(
     agreement_df: pd.DataFrame,
     per_config: pd.DataFrame,
@@ -74,8 +77,10 @@ def agreement_document(
     matched: pd.DataFrame | None = None,
     conditions: Mapping[str, str] | None = None,
     repeat: pd.DataFrame | None = None,
+    about: Mapping[str, Any] | None = None,
 ) -> str:
-    """A JSON object: agreement (rows), per_config (long rows as given), noise_floor (each row
+    """A JSON object: `about` (what nsprof.validate.load_validate needs to show the run again:
+    target, timers, truths, configs, failures) under format VALIDATE_FORMAT, then agreement (rows), per_config (long rows as given), noise_floor (each row
     with its winner stability where computed: winner, winner_against, tie_set, tie_set_against,
     winners), verdict; and where given matched (each timer vs the truth under its own
     conditions), conditions (method -> how it was taken) and repeat_per_config (the truths'
@@ -85,6 +90,7 @@ def agreement_document(
     else:
         floor_rows = records(floors)
     doc = {
+        **({"format": VALIDATE_FORMAT, **jsonable(dict(about))} if about else {}),
         "agreement": records(agreement_df),
         "per_config": records(per_config),
         "noise_floor": floor_rows,
