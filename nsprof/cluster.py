@@ -227,8 +227,6 @@ class _Gather:
 class Sharded(Backend):
     """`inner` over the GPU workers of a Dask cluster, one batch of configs per task."""
 
-    compiles_itself = True  # each batch compiles where it runs
-
     def __init__(self, inner: Backend, settings: ClusterSettings) -> None:
         self.inner = inner
         self.settings = settings

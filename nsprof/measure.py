@@ -37,8 +37,8 @@ class Request:
     before it measures (nsprof.worker.protocol.Job.expect; nsprof.errors.TargetChanged where it
     differs). plan: adaptive reps (nsprof.analysis.adaptive.Plan: its rounds over `ids`, each
     point's reps numbered from plan.first_rep) instead of a first pass; a ground truth's only.
-    compiled: the folder of a compile step beside the session (nsprof.profile.CompileAhead);
-    compile_here: the worker compiles each config itself (a served session's)."""
+    compiles: the target's Space has a compile step, which each session runs beside itself, or in its
+    served worker (nsprof.session.run_session)."""
 
     target: str
     ids: tuple[int, ...]
@@ -46,8 +46,7 @@ class Request:
     n_shapes: int = 0
     expect: dict | None = field(default=None, compare=False)
     plan: object | None = None
-    compiled: str = ""
-    compile_here: bool = False
+    compiles: bool = False
     device: int = 0
 
     def __post_init__(self) -> None:
@@ -64,18 +63,6 @@ class Backend(ABC):
     """Measures a Request on one device."""
 
     name: str = ""
-    # Whether measure() compiles the configs itself, where it measures them (nsprof.cluster): then
-    # nsprof.profile.profile_result does not compile them first.
-    compiles_itself: bool = False
-    # Whether measure() takes `compiled` (Request.compiled), the folder of a compile step running
-    # beside it (nsprof.profile.CompileAhead), whose markers its worker waits for.
-    takes_compiled: bool = False
-
-    def served(self) -> bool:
-        """Whether measure() will go through a running `nsprof serve`, whose warm worker then compiles
-        each config itself (Request.compile_here): a compile step would pay the imports that
-        worker has paid already."""
-        return False
 
     @abstractmethod
     def measure(
@@ -119,8 +106,6 @@ def _one_gpu(device: int) -> None:
 class GroundTruth(Backend):
     """A driver (ncu, nsys, ...) in a supervised worker session, under `settings` as given."""
 
-    takes_compiled = True
-
     def __init__(self, settings: ProfileSettings) -> None:
         from nsprof.drivers import registry
 
@@ -134,13 +119,6 @@ class GroundTruth(Backend):
 
     def tool_version(self) -> str:
         return self.driver.tool_version()
-
-    def served(self) -> bool:
-        if not getattr(self.driver, "serves", False):
-            return False
-        from nsprof.serve_client import find_server
-
-        return find_server(self.driver, self.settings)[0] is not None
 
     def measure(
         self, request: Request, *, on_progress: Progress | None = None, on_rows: OnRows | None = None
@@ -159,10 +137,6 @@ class GroundTruth(Backend):
             settings = replace(settings, reps=request.plan.rounds, max_restarts=0)
             first_rep = {str(c): int(r) for c, r in request.plan.first_rep.items()}
             extra.update(interleave=True, first_rep=first_rep)
-        if request.compiled:
-            extra["compiled"] = request.compiled
-        if request.compile_here:
-            extra["compile_here"] = True
         return run_session(
             request.target,
             request.n_configs,
@@ -173,6 +147,7 @@ class GroundTruth(Backend):
             driver=self.driver,
             n_shapes=request.n_shapes,
             job_extra=extra or None,
+            compiles=request.compiles,
         )
 
 
@@ -295,6 +270,7 @@ class FastTimers(Backend):
                 on_progress=progress,
                 n_shapes=request.n_shapes,
                 job_extra=self._job(request, results),
+                compiles=request.compiles,
             )
         except KeyboardInterrupt:
             if on_rows is not None:

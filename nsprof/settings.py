@@ -7,7 +7,6 @@ The backend names and truths they check are nsprof.truth's.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -53,11 +52,8 @@ class ProfileSettings:
     work_dir: Path | None = None  # reports and logs; a temporary folder when None
     max_restarts: int = 50
     wait_gpu: bool = False  # wait for another nsprof profiling this GPU instead of failing at once
-    # Compile beside the session (nsprof.profile.CompileAhead) instead of before it; 0 in
-    # $NSPROF_COMPILE_AHEAD turns it off (compile everything first, as before).
-    compile_ahead: bool = field(default_factory=lambda: os.environ.get("NSPROF_COMPILE_AHEAD", "1") != "0")
-    # With the compile step beside the session: the longest the worker waits for one config's
-    # compile (then that config fails: "compile timed out"); once a wait ran out without any
+    # The longest one config's compile may take, beside the session or in a served worker (then that
+    # config fails: "compile timed out"); once a wait for the step beside ran out without any
     # compile finishing meanwhile, the step is stalled and configs not compiled yet fail at once.
     compile_timeout_s: float = 600.0
 

@@ -128,9 +128,11 @@ def run_timers(
     settings: ValidateSettings,
     work_dir: Path,
     on_progress=None,
+    compiles: bool = False,
 ) -> tuple[list[dict], dict]:
-    """Every timer group in its own worker process (a FastTimers backend each): per-config rows
-    {config_id, method, value_ns} and failures {(method or "timers", config_id): reason}."""
+    """Every timer group in its own worker process (a FastTimers backend each), with the target's
+    compile step beside it where it has one (`compiles`): per-config rows {config_id, method,
+    value_ns} and failures {(method or "timers", config_id): reason}."""
     rows: list[dict] = []
     failures: dict = {}
     for index, group in enumerate(timer_groups(names)):
@@ -138,7 +140,8 @@ def run_timers(
             group, settings.profile, work_dir / f"timers{index}", timer_reps=settings.timer_reps
         )
         backend = sharded(timers, settings.cluster)
-        measured = backend.measure(Request(target, range(n_configs), n_configs), on_progress=on_progress)
+        request = Request(target, range(n_configs), n_configs, compiles=compiles)
+        measured = backend.measure(request, on_progress=on_progress)
         failures.update({("timers", cfg): reason for cfg, reason in measured.failures.items()})
         for r in measured.frame.itertuples():
             if r.source == timers.failure_source:
@@ -286,7 +289,13 @@ def _measure(
 
     n = len(space.configs)
     rows, failures = run_timers(
-        target, n, names, settings, work_dir, stage("timers", n * len(timer_groups(names)))
+        target,
+        n,
+        names,
+        settings,
+        work_dir,
+        stage("timers", n * len(timer_groups(names))),
+        compiles=space.compile is not None,
     )
     conditions = {name: conditions_of(name) for name in names}
     truths, repeat_rows = [], []
@@ -321,7 +330,6 @@ def validate(
     import pandas as pd
 
     from nsprof.analysis import agreement as agree
-    from nsprof.profile import precompile
     from nsprof.render.tables import format_verdict
     from nsprof.space import load_target
     from nsprof.timers.specs import available_external, expand
@@ -333,8 +341,6 @@ def validate(
         from nsprof.errors import NsprofError
 
         raise NsprofError("validate does not take a target with shapes yet: give it a Space of one shape")
-    if settings.cluster is None:  # a cluster compiles each batch where it runs
-        precompile(space)
     names = expand(list(settings.timers)) + (available_external() if settings.external else [])
     stage = on_stage or (lambda name, count: None)
     with work_folder(settings.work_dir, "nsprof-validate-") as work_dir:  # a temporary one is removed

@@ -198,8 +198,11 @@ def main() -> None:
     def save() -> None:
         args.out.write_text(json.dumps(document, indent=1, default=str) + "\n")
 
-    from nsprof.profile import precompile
     from nsprof.space import load_target
+    from nsprof.worker.compile import compile_each
+
+    def precompile(space) -> None:
+        compile_each(space, space.points, space.points.all(), 8, lambda point, why: None)
 
     precompile(load_target(SEED))  # warm TileLang's cache: compilation is not what is compared
     steps = document["steps"]

@@ -9,11 +9,10 @@ Per tool (--backends, default nsys,ncu): one warm-up run (kernel caches warm, no
 
 timed from outside (spawn to exit, on CLOCK_MONOTONIC) and split with what nsprof recorded itself
 in W/phases.json (nsprof.session: the session's phases, its begin and end on the same clock, and
-the compile step before it). Phases, in the order they happen:
+how long the compile step beside it ran). Phases, in the order they happen:
 
-    nsprof_start    spawn until the compile step: Python, nsprof's imports, the target loaded in
-                    nsprof's own process; with the GPU lock's wait after the compile step
-    precompile      the Space's compile step (all configs in parallel; the kernel cache is warm)
+    nsprof_start    spawn until the session: Python, nsprof's imports, the target loaded in
+                    nsprof's own process, the GPU lock's wait
     tool_start ...  the session's phases (nsprof.worker.protocol.run_phases, nsprof.session.PHASES):
                     tool_start, worker_start, target_import, cuda_init, build, measure, between,
                     worker_exit, tool_exit, cleanup, export, parse
@@ -49,13 +48,13 @@ sys.path.insert(0, str(ROOT))
 
 from nsprof.session import PHASES as SESSION_PHASES  # noqa: E402  (the checkout's own)
 
-ORDER = ("nsprof_start", "precompile", *SESSION_PHASES, "session_other", "nsprof_end", "total")
+ORDER = ("nsprof_start", *SESSION_PHASES, "session_other", "nsprof_end", "total")
 PHASES_FILE = (
     "phases.json"  # nsprof.session.PHASES_FILE (not imported: this script runs nsprof as a user does)
 )
 
 
-VARIANTS = {"ahead": {"NSPROF_COMPILE_AHEAD": "1"}, "first": {"NSPROF_COMPILE_AHEAD": "0"}}
+VARIANTS = {"ahead": {}}  # the compile step beside the session: nsprof's one standalone route
 
 
 def medians(csv_path: Path) -> dict[str, float]:
@@ -126,8 +125,7 @@ def one_run(
             return run
         if rows.exists():
             run["medians_ns"] = medians(rows)
-        precompile = float(record.get("precompile_s", 0.0))
-        phases = {"nsprof_start": record["began"] - spawned - precompile, "precompile": precompile}
+        phases = {"nsprof_start": record["began"] - spawned}
         phases.update({name: record["phases"].get(name, 0.0) for name in SESSION_PHASES})
         phases["session_other"] = record["wall_s"] - sum(record["phases"].values())
         phases["nsprof_end"] = exited - record["ended"]
@@ -253,9 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--variants",
         default="ahead",
-        help="ahead (compile beside the session), first (compile before it, NSPROF_COMPILE_AHEAD=0) "
-        "or both, comma-separated: runs alternate between them, and the per-config medians "
-        "of each are compared with the run-to-run noise of one",
+        help="ahead (compile beside the session); several, comma-separated: runs alternate between "
+        "them, and the per-config medians of each are compared with the run-to-run noise of one",
     )
     args = parser.parse_args(argv)
     nsprof, extra = shlex.split(args.nsprof), shlex.split(args.extra)

@@ -3,7 +3,7 @@
     source .device/setup.sh && python3 scripts/probe_compile_cost.py
 
 Prints the cost of importing tilelang and the example, then of compiling every config of
-examples/seed_gemm.py:space two ways: in 8 threads (what nsprof.profile.precompile does),
+examples/seed_gemm.py:space two ways: in 8 threads (what the compile step, nsprof.worker.compile, does),
 then sequentially (everything in TileLang's caches by then), then the whole build, and of torch's CUDA init.
 Run it twice in one shell: the first run fills the disk cache."""
 

@@ -1,5 +1,5 @@
-"""Review tests of the compile step beside the session (nsprof.profile.CompileAhead): faults that
-cross processes, with real child processes (nsprof's CLI with the stand-in profiler, the real
+"""Review tests of the compile step beside the session (nsprof.session.compile_step.CompileAhead):
+faults that cross processes, with real child processes (nsprof's CLI with the stand-in profiler, the real
 worker and the real compile step)."""
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def test_finish_of_a_running_step_leaves_no_folder_and_no_traceback(tmp_path, mo
     # and the watch thread, seeing it die, writes `end` into the folder finish() is removing
     import threading
 
-    from nsprof.profile import CompileAhead
+    from nsprof.session.compile_step import CompileAhead
     from nsprof.space import load_target
 
     errors = []
@@ -157,7 +157,7 @@ def test_finish_of_a_running_step_leaves_no_folder_and_no_traceback(tmp_path, mo
     left = []
     for _ in range(8):
         (folder / "child.pid").unlink(missing_ok=True)
-        ahead = CompileAhead.start(f"{TARGET}:spawning", space, [0, 1, 2])
+        ahead = CompileAhead.start(f"{TARGET}:spawning", space.points, [0, 1, 2])
         _wait_for(lambda: (folder / "child.pid").exists())
         child = int((folder / "child.pid").read_text())
         ahead.finish()
@@ -189,10 +189,10 @@ space = nsprof.space.Space(configs={configs!r}, build=build, compile=compile_con
 
 
 def test_a_resumed_tune_compiles_the_configs_its_adaptive_sessions_measure(tmp_path, monkeypatch):
-    # tune --resume: every first-pass row comes from the store, so no profile_result (and, since
-    # a1785df, no compile at all) runs before the adaptive sessions build the contenders. Until
-    # a1785df tune compiled every config first. The artifacts of the earlier run are gone (another
-    # machine, a cleared cache, a compiler cache of the process that compiled).
+    # tune --resume: every first-pass row comes from the store, so no profile_result runs before the
+    # adaptive sessions build the contenders: each adaptive session runs the compile step beside
+    # itself. The artifacts of the earlier run are gone (another machine, a cleared cache, a
+    # compiler cache of the process that compiled).
     sys.path.insert(0, str(Path(__file__).parent))
     from standins import StatusDriver
 
@@ -262,10 +262,10 @@ def _tune_with_event(tmp_path, monkeypatch, target_text) -> Path:
     return artifacts
 
 
-def test_tune_with_a_fast_timer_as_its_backend_compiles_first(tmp_path, monkeypatch):
+def test_tune_with_a_fast_timer_as_its_backend_compiles_its_configs(tmp_path, monkeypatch):
     # tune --backend event (a fast timer ranks): its sessions are FastTimers', which do not go
-    # through profile_result, so nothing compiles them unless tune does (until a1785df it did,
-    # for every tune without a cluster). Without a GPU the timers fail; the compile must run first.
+    # through profile_result; each runs the compile step beside itself, and the worker waits for a
+    # config's compile before building it. Without a GPU the timers fail; the compile runs anyway.
     artifacts = _tune_with_event(
         tmp_path,
         monkeypatch,
@@ -339,18 +339,19 @@ import sys
 sys.path.insert(0, {tests!r})
 import standins
 standins.install()
-from nsprof.measure import GroundTruth, Request
+from nsprof.session import run_session
 from nsprof.settings import ProfileSettings
 settings = ProfileSettings(backend="nsys", modes=("direct",), reps=2, timeout_s=2, phase_timeout_s=2,
                            compile_timeout_s=2, work_dir={work!r})
-measured = GroundTruth(settings).measure(Request({target!r}, (0, 1, 2), 3, compile_here=True))
+measured = run_session({target!r}, 3, settings, job_extra={{"compile_here": True}})
 print("FAILURES", measured.failures)
 print("MEASURED", sorted(set(int(c) for c in measured.frame[measured.frame["error"].isna()]["config_id"])))
 """
 
 
 def test_a_compile_that_hangs_in_the_worker_is_bounded(tmp_path):
-    # Job.compile_here (a served job's worker compiles each config itself): config 1's compile never
+    # Job.compile_here (a served job's worker compiles each config itself; here a standalone one's, as
+    # the standalone rest of a served session): config 1's compile never
     # returns. It runs in a thread while the worker writes `wait` lines, so neither --timeout nor the
     # phase bound applies; compile_timeout_s fails it, and configs 0 and 2 are measured.
     out = _hang_run(tmp_path, "hanging", COMPILE_HERE_SCRIPT)
@@ -380,8 +381,8 @@ space = nsprof.space.Space(configs=[{{"id": 0}}, {{"id": 1}}], shapes=[{{"n": 1}
 """
 
 
-def test_tune_of_a_target_with_shapes_and_a_fast_timer_compiles_first(tmp_path, monkeypatch):
-    # as above, for tune_shapes (which compiled every point first until a1785df)
+def test_tune_of_a_target_with_shapes_and_a_fast_timer_compiles_its_points(tmp_path, monkeypatch):
+    # as above, every (shape, config) point
     artifacts = _tune_with_event(
         tmp_path, monkeypatch, lambda artifacts: SHAPED_TARGET.format(artifacts=str(artifacts))
     )

@@ -104,7 +104,6 @@ def test_tune_through_the_store_resumes_only_missing_configs(tmp_path, monkeypat
     monkeypatch.setattr("nsprof.tune.measure.measure_rows", fake_measure)
     monkeypatch.setattr("nsprof.host.tools.find_ncu", lambda required=True: type("T", (), {"path": "ncu"})())
     monkeypatch.setattr("nsprof.host.tools.tool_version", lambda path: "Version 2025.3.1.0")
-    monkeypatch.setattr("nsprof.profile.precompile", lambda space, jobs=None, log=None, config_ids=None: {})
     monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
     store = tmp_path / "results.sqlite"
     # budget_s=0: the first pass and resume only (adaptive reps: tests/test_adaptive.py)
@@ -183,7 +182,6 @@ def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatc
         "nsprof.tune.measure.measure_rows",
         lambda target, n, truth, settings, ids, progress, **unused: fixture_rows(ids),
     )
-    monkeypatch.setattr("nsprof.profile.precompile", lambda space, jobs=None, log=None, config_ids=None: {})
     result = tune_module.tune("tuned.py:space", TuneSettings(backend="ncu", mode="graph", use_store=False))
     assert calls[0] == "pick"  # measured before the feed-back makes the tuner pick nsprof's winner
     fed = calls[1][1]

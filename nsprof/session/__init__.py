@@ -10,24 +10,23 @@ session never asks which profiler it runs.
 Modules, by job: run (run_session), request (SessionRun, Measured), supervise (one worker run, and
 the one loop that follows a worker's status file, which nsprof.serve uses too), parts (the
 standalone session's runs and what each leaves), served (a session through `nsprof serve`),
-timing (where the time went), folders (work folders).
+compile_step (the target's compile step beside a standalone session), timing (where the time went),
+folders (work folders).
 
 Names used outside the package, each imported from here: run_session, Measured,
-interrupt_on_termination, work_folder, kept_in, timing_record, add_to_phases_file, PHASES,
-PHASES_FILE.
+interrupt_on_termination, work_folder, kept_in, timing_record, PHASES, PHASES_FILE.
 """
 
 from nsprof.session.folders import kept_in, work_folder
 from nsprof.session.request import Measured
 from nsprof.session.run import run_session
 from nsprof.session.supervise import interrupt_on_termination
-from nsprof.session.timing import PHASES, PHASES_FILE, add_to_phases_file, timing_record
+from nsprof.session.timing import PHASES, PHASES_FILE, timing_record
 
 __all__ = [
     "PHASES",
     "PHASES_FILE",
     "Measured",
-    "add_to_phases_file",
     "interrupt_on_termination",
     "kept_in",
     "run_session",

@@ -33,7 +33,7 @@ class SessionRun:
     settings: ProfileSettings
     driver: Driver
     work_dir: Path  # its reports, logs, status and job files
-    job_extra: dict | None = None  # more fields of the worker's Job (compiled, compile_here, expect)
+    job_extra: dict | None = None  # more fields of the worker's Job (expect, compiled, compile_here)
     # on_progress(event, point id, detail): "done", "fail" (detail: its Failure), "retry"
     notify: Callable[[str, int, object], None] = _no_progress
     # on_rows(frame): the rows that became final, as soon as they are read (see run_session)

@@ -1,7 +1,8 @@
 """run_session: measure configs of a target under a profiler, in one session.
 
-Holds run_session (the GPU lock, or an `nsprof serve` to measure through) and the session's own
-temporary folder, removed after a clean run and named when anything failed.
+Holds run_session (the GPU lock, or an `nsprof serve` to measure through; where the target's
+compile runs) and the session's own temporary folder, removed after a clean run and named when
+anything failed.
 
 What a session hands over as it goes: on_rows(frame) is called once per worker run ("part"), as
 soon as its report is read, with the tidy rows (nsprof.schema.make_frame) of every config that
@@ -27,6 +28,7 @@ from nsprof.drivers.base import Driver
 from nsprof.errors import GpuBusy, NsprofError
 from nsprof.schema import Points
 from nsprof.serve_client import Unfit, find_server
+from nsprof.session.compile_step import CompileAhead
 from nsprof.session.folders import kept_in
 from nsprof.session.parts import run_parts
 from nsprof.session.request import Measured, SessionRun
@@ -44,6 +46,7 @@ def run_session(
     on_rows: Callable[[object], None] | None = None,
     driver: Driver | None = None,
     n_shapes: int = 0,
+    compiles: bool = False,
 ) -> Measured:
     """Measure `config_ids` (default: all) of `target` under settings.backend (its driver from
     nsprof.drivers.registry, unless `driver` is given).
@@ -59,6 +62,11 @@ def run_session(
     runs for the GPU (nsprof.serve; not with NSPROF_SERVE=0), the session is one job of its
     long-lived worker instead: the server holds the lock, and what a fault there leaves
     unmeasured is measured here, standalone, once the server has ended.
+
+    `compiles`: the target's Space has a compile step. A standalone session runs it beside itself
+    (nsprof.session.compile_step); a served worker, its imports paid, compiles each point itself (as
+    does a served session's standalone rest). Either way before the point's window: a point that does
+    not compile is a failure of kind compile, and compile_timeout_s bounds one point's compile.
 
     on_rows and the interrupt: see this module's docstring.
 
@@ -82,8 +90,21 @@ def run_session(
     if getattr(driver, "serves", False):
         server, unfit = find_server(driver, settings)
     if server is not None:
+        if compiles:
+            request["job_extra"] = {**(job_extra or {}), "compile_here": True}
         return _in_folder(request, server)
-    return _standalone(request, settings, driver, unfit)
+    return (_compiled_beside if compiles else _standalone)(request, settings, driver, unfit)
+
+
+def _compiled_beside(request: dict, settings: ProfileSettings, driver: Driver, unfit) -> Measured:
+    """The standalone session with the target's compile step beside it, stopped when it ends."""
+    ahead = CompileAhead.start(request["target"], request["points"], request["ids"], settings.python)
+    request["job_extra"] = {**(request["job_extra"] or {}), "compiled": str(ahead.folder)}
+    try:
+        result = _standalone(request, settings, driver, unfit)
+    finally:
+        ahead.finish()
+    return ahead.noted(result)
 
 
 def _standalone(request: dict, settings: ProfileSettings, driver: Driver, unfit) -> Measured:

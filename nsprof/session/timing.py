@@ -35,7 +35,7 @@ def timing_record(
 
 
 def add_to_phases_file(work_dir: Path, **fields) -> None:
-    """Add `fields` (what the caller timed around the session: precompile_s) to the session's
+    """Add `fields` (what was timed beside the session: compile_ahead_s) to the session's
     PHASES_FILE in `work_dir`, when it is there."""
     path = Path(work_dir) / PHASES_FILE
     try:

@@ -4,7 +4,7 @@
     report.ranking.best_config_id, report.ranking.table   # report.shapes: every shape's findings
 
 Orchestration over nsprof.measure's Backends: ground truths (ncu, nsys, or any registered
-driver) run through nsprof.profile (compile, then GroundTruth); fast timers (graph, cupti,
+driver) run through nsprof.profile (GroundTruth); fast timers (graph, cupti,
 event and their variants) through FastTimers. One path for every target: a target without
 shapes is one shape, and every step works per shape:
 
@@ -36,7 +36,7 @@ from nsprof.settings import TIMER_BACKENDS, TuneSettings
 from nsprof.space import config_label
 from nsprof.tune import measure
 from nsprof.tune.explain import cross_truth
-from nsprof.tune.measure import check_truths, key_labels, retryable, shape_keys, timer_ranks
+from nsprof.tune.measure import check_truths, key_labels, retryable, shape_keys
 from nsprof.tune.rankings import rank_truth
 from nsprof.tune.stored import by_shape, select_stored
 
@@ -70,7 +70,7 @@ def tune(
     one ShapeReport per shape (one for a target without shapes): every truth's ranking there, the
     comparison, the prescreen, the tuner's pick. `space`: the target's Space where the caller has
     loaded it already."""
-    from nsprof.profile import check_config_ids, precompile
+    from nsprof.profile import check_config_ids
     from nsprof.space import load_target
 
     settings = settings or TuneSettings()
@@ -80,14 +80,6 @@ def tune(
     wanted = list(range(n)) if config_ids is None else check_config_ids(config_ids, n)
     stage = on_stage or (lambda name, count: None)
     points = space.points.all(wanted)
-    if settings.cluster is None and (
-        settings.prescreen or timer_ranks(settings) or settings.use_store and settings.resume
-    ):
-        # The fast timers (a prescreen, or a timer that ranks: FastTimers) do not compile; a resumed
-        # first pass may measure nothing, and the adaptive sessions (a Request with a plan) do not
-        # compile either (a cluster compiles each batch where it runs; otherwise each ground
-        # truth's session compiles beside itself: profile_result)
-        precompile(space, config_ids=points)
     prescreened = {}
     if settings.prescreen:
         points, prescreened = _prescreen(target, space, settings, points, stage)

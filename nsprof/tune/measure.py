@@ -20,7 +20,6 @@ __all__ = [
     "measure_rows",
     "retryable",
     "shape_keys",
-    "timer_ranks",
     "truth_labels",
 ]
 
@@ -64,12 +63,6 @@ def retryable(failure: Failure, timeout_s: float) -> bool:
     return failure.kind in _NOT_THE_CONFIG
 
 
-def timer_ranks(settings: TuneSettings) -> bool:
-    """Whether a fast timer is one of the rankings: its sessions (FastTimers) do not compile, so
-    tune compiles first (a ground truth's session compiles beside itself: profile_result)."""
-    return not all(truth.profiler for truth in settings.ranked_truths)
-
-
 def shape_keys(space) -> list[int | None]:
     """The shapes a tune ranks on their own, in order: each shape index of a target with shapes,
     or [None]: a target without shapes is one shape."""
@@ -91,9 +84,8 @@ def measure_rows(
     on_measured: Callable[[Measured], None] | None = None,
     space=None,
 ):
-    """Tidy rows for `config_ids` under `truth`: kernels for ground truths (compiled first, see
-    nsprof.profile.profile_result); for a fast timer one row per config holding the timer's
-    statistic as rep 0. Failed configs are rows with an error.
+    """Tidy rows for `config_ids` under `truth`: kernels for ground truths (profile_result); for a
+    fast timer one row per config, the timer's statistic as rep 0. Failed configs: rows with an error.
 
     With `n_shapes` (a target with shapes), config_ids are point ids (nsprof.schema.Points): every
     (shape, config) pair in the one session; the rows carry their shape.
@@ -108,11 +100,12 @@ def measure_rows(
 
     `space`: the target as tune read it (nsprof.space.load_target), under whose configs the rows are
     stored: every worker checks that it loads the same (Space.as_read), or measures nothing
-    (nsprof.errors.TargetChanged). None: read here (profile_result), or not checked.
+    (nsprof.errors.TargetChanged). None: read here (profile_result), or not checked nor compiled.
     """
     expect = space.as_read() if space is not None else None
+    compiles = space is not None and space.compile is not None
     if plan is not None:
-        request = Request(target, plan.configs, n, n_shapes, expect=expect, plan=plan)
+        request = Request(target, plan.configs, n, n_shapes, expect=expect, plan=plan, compiles=compiles)
         measured = GroundTruth(settings.truth_profile(truth)).measure(
             request, on_progress=on_progress, on_rows=on_rows
         )
@@ -130,7 +123,7 @@ def measure_rows(
             backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None,
         )
     else:
-        request = Request(target, config_ids, n, n_shapes, expect=expect)
+        request = Request(target, config_ids, n, n_shapes, expect=expect, compiles=compiles)
         measured = _timer_measured(truth, settings, request, on_progress, on_rows)
     if on_device is not None:
         on_device(measured.device)

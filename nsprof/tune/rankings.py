@@ -171,12 +171,7 @@ def _timing(measured: Measured) -> dict | None:
 
     if not measured.phases:
         return None
-    return timing_record(
-        measured.wall_s,
-        measured.phases,
-        measured.config_phases,
-        precompile_s=getattr(measured, "precompile_s", 0.0),
-    )
+    return timing_record(measured.wall_s, measured.phases, measured.config_phases)
 
 
 def _timed(progress, settings: TuneSettings):

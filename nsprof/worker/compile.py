@@ -1,7 +1,7 @@
 """The compile step beside the session: `python -m nsprof.worker.compile JOB.json`.
 
-nsprof.profile.CompileAhead starts it at the same time as the profiled session, so that the
-compilers run while the profiler, the worker, torch and CUDA start (and, with a cold cache,
+nsprof.session.compile_step.CompileAhead starts it at the same time as a standalone session, so
+that the compilers run while the profiler, the worker, torch and CUDA start (and, with a cold cache,
 while earlier configs are measured) instead of before all of it. It is a process of its own,
 outside the profiler, with its own output (a log) and its own GIL: nothing it does opens an
 NVTX range or touches the GPU the session measures on, and a compiler that crashes takes only
@@ -40,7 +40,7 @@ def write_marker(path: Path, text: str) -> None:
 
 
 def compile_reason(exc: BaseException) -> Failure:
-    """One line: why a config did not compile (as nsprof.profile.precompile words it); kind compile."""
+    """One line: why a config did not compile (as the served worker words it too); kind compile."""
     return Failure(f"compile failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", "compile")
 
 

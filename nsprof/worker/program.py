@@ -205,10 +205,10 @@ def _configs(job: Job, space, device: Device, status: Status):
     """(config_id, launch) for each config of the job, built just before it is measured.
 
     Building inside the config's start/done window means a build that crashes the process or
-    hangs is charged to that config (and timed out) like a crashing launch; compilation itself
-    was done by the parent, or by the compile step beside the session (job.compiled: the wait for
-    a config's compile comes before its window, so a slow compiler is never its timeout), or here,
-    before its window (job.compile_here: a served job), so a build here loads from the compiler's cache.
+    hangs is charged to that config (and timed out) like a crashing launch. Compilation itself comes
+    before the window, so a slow compiler is never the config's timeout: by the compile step beside
+    the session (job.compiled: the wait for its marker), or here (job.compile_here: a served job),
+    and the build loads from the compiler's cache.
     """
     points = job.points
     compiled = _CompileWait(Path(job.compiled), job.compile_timeout_s) if job.compiled else None

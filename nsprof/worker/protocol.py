@@ -79,11 +79,11 @@ class Job:
     n_shapes: int = 0
     # The folder of the compile step running beside this session (nsprof.worker.compile): each
     # point's build waits for its marker there, before its start line, writing `wait <id>` lines
-    # meanwhile. "": compiled before the session (or nothing to compile).
+    # meanwhile. "": nothing to compile, or compile_here.
     compiled: str = ""
     # Compile each point in this worker, just before its window (its start line), writing `wait <id>`
-    # lines meanwhile: a served job's (nsprof serve: its warm worker's imports are paid, and nothing
-    # compiled the configs before). Bounded by compile_timeout_s per point.
+    # lines meanwhile: a served job's (nsprof serve: its warm worker's imports are paid), and the
+    # standalone rest of a served session's. Bounded by compile_timeout_s per point.
     compile_here: bool = False
     compile_timeout_s: float = 600.0  # ProfileSettings.compile_timeout_s
     # What nsprof read of the target (nsprof.space.Space.as_read: each config's canonical JSON, the

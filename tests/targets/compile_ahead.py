@@ -1,4 +1,5 @@
-"""CPU spaces with a compile step, for the compile step beside the session (nsprof.profile.CompileAhead).
+"""CPU spaces with a compile step, for the compile step beside the session
+(nsprof.session.compile_step.CompileAhead).
 
 $NSPROF_TEST_AHEAD_DIR is a folder the test owns. Config kinds, in the compile step:
     ok      compiles at once
