@@ -268,7 +268,7 @@ def validate(
 
     from nsprof.analysis import agreement as agree
     from nsprof.profile import precompile
-    from nsprof.render.tables import format_verdict
+    from nsprof.render.validate_tables import format_verdict
     from nsprof.space import load_target
     from nsprof.timers.specs import available_external, expand
 

@@ -96,7 +96,7 @@ def show(target: str, result, *, plot_path, html_path, save_path, as_json) -> No
 
 
 def _tables(result) -> str:
-    from nsprof.render.tables import (
+    from nsprof.render.validate_tables import (
         format_agreement,
         format_conditions,
         format_floors,
