@@ -17,7 +17,7 @@ import json
 
 from nsprof.analysis import crosstruth
 from nsprof.errors import NsprofError
-from nsprof.render.tables import describe_pick
+from nsprof.render.tune_tables import describe_pick
 from nsprof.reports.checks import one_line
 from nsprof.settings import TuneSettings
 

@@ -330,7 +330,7 @@ def validate(
     import pandas as pd
 
     from nsprof.analysis import agreement as agree
-    from nsprof.render.tables import format_verdict
+    from nsprof.render.validate_tables import format_verdict
     from nsprof.space import load_target
     from nsprof.timers.specs import available_external, expand
 

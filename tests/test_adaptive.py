@@ -303,7 +303,7 @@ def _first_pass_ties(configs) -> bool:
 
 def test_well_separated_configs_get_a_winner_and_only_the_contenders_are_measured_again(noisy, tmp_path):
     from nsprof.render.json import tune_document
-    from nsprof.render.tables import format_tune
+    from nsprof.render.tune_tables import format_tune
     from nsprof.tune import tune
 
     assert _first_pass_ties(SEPARABLE)  # the premise: the first pass alone cannot separate them
@@ -334,7 +334,7 @@ def test_well_separated_configs_get_a_winner_and_only_the_contenders_are_measure
 
 
 def test_identical_configs_end_as_a_tie_at_max_reps(noisy, tmp_path):
-    from nsprof.render.tables import format_tune
+    from nsprof.render.tune_tables import format_tune
     from nsprof.tune import tune
 
     target, log = noisy(IDENTICAL)
@@ -383,7 +383,7 @@ def test_budget_zero_means_no_adaptive_session_and_a_budget_too_small_says_so(no
 
 def test_a_practically_equivalent_tie_gets_no_adaptive_session_unless_the_margin_is_off(noisy, tmp_path):
     from nsprof.render.json import tune_document
-    from nsprof.render.tables import format_tune
+    from nsprof.render.tune_tables import format_tune
     from nsprof.tune import tune
 
     target, log = noisy(EQUIVALENT)

@@ -17,8 +17,8 @@ from nsprof.analysis.verdict import recommend
 from nsprof.errors import NsprofError
 from nsprof.render.json import agreement_document as to_json
 from nsprof.render.plot import plot
-from nsprof.render.tables import format_agreement, format_per_config
-from nsprof.render.tables import format_verdict as verdict
+from nsprof.render.validate_tables import format_agreement, format_per_config
+from nsprof.render.validate_tables import format_verdict as verdict
 
 NAN = float("nan")
 

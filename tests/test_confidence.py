@@ -26,7 +26,7 @@ from nsprof.analysis.confidence import LEVEL, METHOD, decide, median_coverage, m
 from nsprof.analysis.ranking import rank
 from nsprof.profile import config_summary
 from nsprof.render.json import tune_document
-from nsprof.render.tables import format_ranked
+from nsprof.render.tune_tables import format_ranked
 from nsprof.schema import make_frame
 from nsprof.tune import Ranking
 

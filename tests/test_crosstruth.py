@@ -122,7 +122,7 @@ def settings(tmp_path, **kwargs):
 
 
 def test_disagreeing_truths_say_by_how_much_and_the_l2_state_explains_it(truths, tmp_path):
-    from nsprof.render.tables import format_tune
+    from nsprof.render.tune_tables import format_tune
     from nsprof.tune import tune
 
     result = tune(truths(L2_EXPLAINS), settings(tmp_path, truths=("lab", "field")))
@@ -197,7 +197,7 @@ def test_when_the_clocks_explain_it_the_verdict_says_the_clocks(truths, tmp_path
 
 
 def test_agreeing_truths_are_said_so_and_a_one_sided_tie_is_a_disagreement(truths, tmp_path):
-    from nsprof.render.tables import format_tune
+    from nsprof.render.tune_tables import format_tune
     from nsprof.tune import tune
 
     agreed = tune(truths(AGREE, "agree_target"), settings(tmp_path, truths=("lab", "field"), feed_back=False))
@@ -452,7 +452,7 @@ def test_bad_truth_and_deploy_values_are_one_line(tmp_path, args, message):
 
 def test_a_probe_far_above_the_other_truth_is_flagged(truths, tmp_path):
     """On the H200, ncu with free clocks once read µs kernels 35-80x too long; such a probe is flagged."""
-    from nsprof.render.tables import format_tune
+    from nsprof.render.tune_tables import format_tune
     from nsprof.tune import tune
 
     erratic = {c: {**at, "none-all": at["none-all"] * 50} for c, at in L2_EXPLAINS.items()}
@@ -474,7 +474,7 @@ def test_a_probe_far_above_the_other_truth_is_flagged(truths, tmp_path):
 def test_results_reads_runs_recorded_before_the_deploy_field(tmp_path):
     """A store written before cross-truth tuning (no "deploy" in a run's settings, or no settings) still
     lists, with an empty deploy cell; the schema is unchanged."""
-    from nsprof.render.tables import format_runs
+    from nsprof.render.run_tables import format_runs
     from nsprof.store import SCHEMA_VERSION, ResultStore
 
     with ResultStore(tmp_path / "r.sqlite") as store:

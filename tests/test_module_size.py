@@ -8,7 +8,6 @@ MAX_LINES = 450
 # Still over the limit, each with its length now: the list only shrinks. A module made
 # shorter must have its entry lowered or removed (see the second test).
 LONGER: dict[str, int] = {
-    "render/tables.py": 1013,
     "serve.py": 486,
     "serve_client.py": 545,
     "worker/program.py": 546,

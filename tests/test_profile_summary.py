@@ -16,7 +16,7 @@ import pytest
 from conftest import FIXTURES
 
 from nsprof.profile import config_summary
-from nsprof.render.tables import format_config_summary
+from nsprof.render.run_tables import format_config_summary
 from nsprof.schema import COLUMNS, make_frame
 
 sys.path.insert(0, str(FIXTURES.parents[1] / "examples"))

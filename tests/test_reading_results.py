@@ -29,7 +29,7 @@ from nsprof.analysis.ranking import rank
 from nsprof.cli import cli
 from nsprof.profile import config_summary
 from nsprof.render.json import tune_document
-from nsprof.render.tables import format_ranked, format_shapes
+from nsprof.render.tune_tables import format_ranked, format_shapes
 from nsprof.schema import make_frame
 from nsprof.tune import Ranking, ShapeReport
 
@@ -260,7 +260,7 @@ def test_doctor_finds_the_optional_packages_without_importing_them(tmp_path):
 
 
 def test_split_configs_keeps_whole_what_it_cannot_split():
-    from nsprof.render.tables import split_configs
+    from nsprof.render.configs import split_configs
 
     assert split_configs(TILELANG) == ({"block_M": 16, "threads": 128}, list(VARYING))
     assert split_configs([{"a": 1, "b": 2}, {"a": 1, "b": 2}]) == ({}, None)  # nothing varies

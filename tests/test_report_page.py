@@ -613,7 +613,7 @@ def terminal_cells(printed: str, column: str) -> dict[int, str]:
 @pytest.mark.parametrize("tie", [False, True])
 def test_tune_page_says_every_decision_line_the_terminal_prints(tie):
     from nsprof.render.html import tune_page
-    from nsprof.render.tables import format_tune
+    from nsprof.render.tune_tables import format_tune
 
     result = decided_result(tie)
     printed = format_tune(result)
@@ -632,7 +632,7 @@ def test_tune_page_says_every_decision_line_the_terminal_prints(tie):
 @pytest.mark.parametrize("tie", [False, True])
 def test_tune_page_tie_column_reads_as_the_terminal_does(tie):
     from nsprof.render.html import tune_page
-    from nsprof.render.tables import format_tune
+    from nsprof.render.tune_tables import format_tune
 
     result = decided_result(tie)
     printed = terminal_cells(format_tune(result), "tie")

@@ -170,7 +170,7 @@ def test_reread_ranks_each_shape_as_tune_did(shaped, tmp_path):  # noqa: F811
     from test_shapes import NS, WINNERS
     from test_shapes import _settings as shaped_settings
 
-    from nsprof.render.tables import describe_decision, format_tune
+    from nsprof.render.tune_tables import describe_decision, format_tune
     from nsprof.store import ResultStore
     from nsprof.tune import tune
     from nsprof.tune.saved import reread

@@ -188,7 +188,7 @@ def test_profile_measures_every_shape_and_config_in_one_worker(shaped, tmp_path)
 
 
 def test_tune_ranks_each_shape_stores_it_and_feeds_every_winner_back(shaped, tmp_path):
-    from nsprof.render.tables import format_tune
+    from nsprof.render.tune_tables import format_tune
     from nsprof.tune import tune
 
     result = tune(shaped + ":space", _settings(tmp_path))
@@ -305,7 +305,7 @@ def test_two_truths_are_compared_per_shape(shaped, tmp_path):
     from nsprof.drivers.ncu import NcuDriver
     from nsprof.drivers.nsys import NsysDriver
     from nsprof.render.json import tune_document
-    from nsprof.render.tables import format_tune
+    from nsprof.render.tune_tables import format_tune
     from nsprof.tune import tune
 
     registry.register("lab", type("Lab", (StatusDriver,), {"labels_like": NcuDriver}))

@@ -142,7 +142,7 @@ def _sessions(log: Path) -> list[set[tuple[int, int]]]:
 
 
 def test_adaptive_reps_run_per_shape_and_one_session_measures_every_shapes_contenders(make_target, tmp_path):
-    from nsprof.render.tables import format_tune
+    from nsprof.render.tune_tables import format_tune
     from nsprof.tune import tune
 
     a, b = _draws(0, 0, range(5)), _draws(1, 0, range(5))

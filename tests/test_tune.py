@@ -12,7 +12,7 @@ from conftest import FIXTURES
 from nsprof.analysis.ranking import rank
 from nsprof.errors import NsprofError
 from nsprof.profile import config_summary
-from nsprof.render.tables import format_ranked
+from nsprof.render.tune_tables import format_ranked
 from nsprof.schema import make_frame
 from nsprof.tune import Ranking, TuneSettings
 

@@ -113,7 +113,7 @@ def test_a_tune_with_two_truths_and_two_shapes_round_trips_through_json(two_by_t
 
     from nsprof.analysis.tune_report import Ranking, ShapeReport, TuneReport
     from nsprof.render.json import load_tune, tune_document
-    from nsprof.render.tables import format_tune
+    from nsprof.render.tune_tables import format_tune
 
     report = _tuned(two_by_two, tmp_path)
     assert [s.shape for s in report.shapes] == [0, 1] and [list(s.truths) for s in report.shapes] == [

@@ -16,7 +16,7 @@ import pytest
 
 from nsprof.analysis.agreement import agreement
 from nsprof.render.json import agreement_document
-from nsprof.render.tables import format_agreement
+from nsprof.render.validate_tables import format_agreement
 
 RECORD = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "validate_seed_gemm.json"
 

@@ -21,7 +21,7 @@ import pytest
 
 from nsprof.analysis.agreement import agreement, mode_floor, noise_floor, winner_stability
 from nsprof.render.json import agreement_document
-from nsprof.render.tables import format_agreement, format_floors
+from nsprof.render.validate_tables import format_agreement, format_floors
 from nsprof.schema import make_frame
 from nsprof.settings import Truth
 from nsprof.validate import truth_rows

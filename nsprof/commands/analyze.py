@@ -48,7 +48,7 @@ class View:
 
     @property
     def width(self) -> int | None:
-        from nsprof.render.tables import NAME_WIDTH
+        from nsprof.render.analyze_tables import NAME_WIDTH
 
         return None if self.wide else NAME_WIDTH
 
@@ -198,8 +198,8 @@ def _summarize(files, frames, view: View, plot_path, printed: bool) -> None:
 
 
 def _summary_tables(summaries, view: View) -> None:
+    from nsprof.render.analyze_tables import format_summary
     from nsprof.render.notes import describe_report, summary_notes
-    from nsprof.render.tables import format_summary
 
     for path, frame, summary in summaries:
         click.echo(f"{path}  ({describe_report(frame)})")
@@ -216,9 +216,9 @@ def _by_kernel(files, frames, view: View) -> None:
     import pandas as pd
 
     from nsprof.analysis.kernels import KERNEL_COLUMNS, kernel_order, kernel_summary
+    from nsprof.render.analyze_tables import format_kernels
     from nsprof.render.json import records
     from nsprof.render.notes import describe_report, summary_notes
-    from nsprof.render.tables import format_kernels
 
     tables = []
     for path, frame in zip(files, frames):
@@ -298,8 +298,8 @@ def _compare(files, frames, view: View, plot_path, printed: bool) -> None:
 
 
 def _compare_table(files, frames, joined, view: View) -> None:
+    from nsprof.render.analyze_tables import format_compare
     from nsprof.render.notes import compare_note, describe_report
-    from nsprof.render.tables import format_compare
 
     a, b = frames
     click.echo(f"A: {files[0]}  ({describe_report(a)})")

@@ -66,7 +66,7 @@ def show(target: str, settings, result, failures, *, as_json, csv_path) -> None:
     """The failures, the rows to --csv/--json or the per-config summary; an error when every config failed."""
     from nsprof.profile import check_measured, config_summary
     from nsprof.render.json import write_rows
-    from nsprof.render.tables import format_config_summary
+    from nsprof.render.run_tables import format_config_summary
 
     for config_id, shape, detail in failures:
         where = "" if shape is None else f" at shape {shape}"

@@ -63,7 +63,7 @@ def results(
             return 0
         runs = store.runs()
         counts = store.frame().groupby("run_id").size() if len(runs) else {}
-    from nsprof.render.tables import format_runs
+    from nsprof.render.run_tables import format_runs
 
     click.echo(format_runs(runs, counts))
     return 0

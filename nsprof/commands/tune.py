@@ -62,7 +62,7 @@ def show(target: str, report, *, plot_path, html_path, as_json) -> int:
     """Print the report (an nsprof.analysis.tune_report.TuneReport); the exit status: 1 when some
     step failed."""
     from nsprof.render.json import tune_document
-    from nsprof.render.tables import format_tune
+    from nsprof.render.tune_tables import format_tune
 
     if plot_path:
         from nsprof.render.tune_plot import plot_tune

@@ -99,7 +99,7 @@ def show(target: str, result, *, plot_path, html_path, save_path=None, as_json=F
 
 
 def _tables(result) -> str:
-    from nsprof.render.tables import (
+    from nsprof.render.validate_tables import (
         format_agreement,
         format_conditions,
         format_floors,

@@ -19,9 +19,10 @@ from datetime import datetime, timezone
 from nsprof import __version__
 from nsprof.analysis.agreement import floor_map, wide
 from nsprof.analysis.stats import is_missing
-from nsprof.render.tables import MATCHED_HEADERS, cross_lines, ranked_lines, shapes_lines, tie_cell
+from nsprof.render.configs import config_name
 from nsprof.render.text import num, us, yes_no
-from nsprof.space import config_label
+from nsprof.render.tune_tables import cross_lines, ranked_lines, shapes_lines, tie_cell
+from nsprof.render.validate_tables import MATCHED_HEADERS, describe_winners
 
 NO_MATPLOTLIB = "plot left out: matplotlib is not installed (pip install 'nsprof[plot]')"
 
@@ -123,11 +124,6 @@ def _int(value) -> str:
     return "-" if is_missing(value) else str(int(value))
 
 
-def _label(configs, config_id) -> str:
-    i = int(config_id)
-    return config_label(configs[i]) if configs is not None and 0 <= i < len(configs) else "?"
-
-
 # --------------------------------------------------------------------------- nsprof validate
 
 
@@ -139,7 +135,7 @@ def per_config_table(per_config, configs=None) -> str:
     for cid, values in table.iterrows():
         rows.append(
             [str(cid)]
-            + ([_label(configs, cid)] if configs is not None else [])
+            + ([config_name(configs, cid)] if configs is not None else [])
             + [us(None if is_missing(v) else v) for v in values]
         )
     first = 2 if configs is not None else 1
@@ -186,8 +182,6 @@ def floor_table(floors) -> str:
     if floors is None or isinstance(floors, Mapping):
         rows = [[t, num(tau, ".3f")] for t, tau in floor_map(floors).items()]
         return table_html(["truth", "τ"], rows, numeric={1}, table_id="noise-floor") if rows else ""
-    from nsprof.render.tables import describe_winners
-
     stability = "winners" in floors
     headers = ["truth", "against", "n", "τ", "median change %", "max change %"] + (
         ["winners"] if stability else []
@@ -290,7 +284,7 @@ def validate_page(result, title: str = "nsprof validate") -> str:
 
 def ranked_table(table, table_id: str = "ranked", tie: bool | None = None) -> str:
     """tune's ranked table; interval columns and the tie column when the table has them, its
-    cells as the terminal's (render.tables.tie_cell). `tie`: whether the decision is a tie (None:
+    cells as the terminal's (render.tune_tables.tie_cell). `tie`: whether the decision is a tie (None:
     decided here from the table)."""
     has_ci = "ci_low_ns" in table and "ci_high_ns" in table
     has_tie = "tied_with_best" in table
@@ -335,7 +329,7 @@ def ranked_table(table, table_id: str = "ranked", tie: bool | None = None) -> st
 
 def _ranking_html(result, configs, suffix: str = "") -> list[str]:
     """One ranking's part of the tune page: the lines the terminal prints under its table
-    (render.tables.ranked_lines), its plot and its table."""
+    (render.tune_tables.ranked_lines), its plot and its table."""
     from nsprof.render.tune_plot import tune_figure
 
     return [

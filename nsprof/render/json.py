@@ -160,7 +160,7 @@ def shape_document(shape, configs: list) -> dict:
     nsprof.session.timing_record, the ranked rows), the tuner's own pick, the prescreen's table, and
     every truth's ranking with their agreement (cross_truth_document)."""
     from nsprof.analysis.confidence import LEVEL, METHOD
-    from nsprof.render.tables import describe_decision
+    from nsprof.render.tune_tables import describe_decision
 
     ranking = shape.ranking
     table = ranking.table
@@ -192,7 +192,7 @@ def shape_document(shape, configs: list) -> dict:
 
 
 def _ranking(ranked) -> dict:
-    from nsprof.render.tables import describe_decision
+    from nsprof.render.tune_tables import describe_decision
 
     return {
         **{key: getattr(ranked, key) for key in _RANKING_KEYS},
@@ -205,7 +205,7 @@ def _ranking(ranked) -> dict:
 
 
 def _explanation(e) -> dict:
-    from nsprof.render.tables import describe_cause
+    from nsprof.render.crosstruth_words import describe_cause
 
     probes = [
         {
@@ -239,7 +239,8 @@ def cross_truth_document(shape) -> dict:
     other truth), what explains a disagreement (the probes of the contenders), and the closing
     verdict in words."""
     from nsprof.analysis.crosstruth import condition_words
-    from nsprof.render.tables import describe_decision, describe_pair, describe_verdict
+    from nsprof.render.crosstruth_words import describe_pair, describe_verdict
+    from nsprof.render.tune_tables import describe_decision
 
     labels = shape.ranking.labels
     deploy = {

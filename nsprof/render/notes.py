@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from nsprof.analysis.stats import is_missing
 from nsprof.analysis.summary import far_apart
-from nsprof.render.tables import NAME_WIDTH, shares_short_names
+from nsprof.render.analyze_tables import NAME_WIDTH, shares_short_names
 from nsprof.schema import column_list
 
 SHARED_NAMES_NOTE = (
