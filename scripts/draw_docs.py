@@ -14,6 +14,7 @@ every one:
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -38,7 +39,8 @@ space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), devi
 
 def nsprof(*args: str, cwd: Path, standins: bool = False) -> None:
     program = [str(STANDINS)] if standins else ["-m", "nsprof"]
-    done = subprocess.run([sys.executable, *program, *args], cwd=cwd, capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, *program, *args], cwd=cwd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"nsprof {' '.join(args)} failed: {done.stderr.strip().splitlines()[-1:]}")
 
@@ -61,13 +63,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="nsprof-docs-") as tmp:
         work = Path(tmp)
-        nsprof(
-            "analyze",
-            str(ROOT / "tests/fixtures/fixture.sqlite"),
-            "--plot",
-            str(out / "analyze_plot.png"),
-            cwd=work,
-        )
+        nsprof("analyze", "tests/fixtures/fixture.sqlite", "--plot", str(out / "analyze_plot.png"), cwd=ROOT)
         record = ROOT / "benchmarks/results/validate_seed_gemm.json"
         nsprof("results", str(record), "--plot", str(out / "validate_plot.png"), "--html", "v.html", cwd=work)
         (work / "t.py").write_text(TARGET)
@@ -77,7 +73,7 @@ def main() -> None:
             "--truth",
             "ncu,nsys",
             "--mode",
-            "graph",
+            "direct",
             "--no-feed-back",
             "--no-store",
         ]

@@ -495,6 +495,31 @@ def test_the_page_renders_in_headless_chromium(validate_html, record, tmp_path):
     assert blue > 50
 
 
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)")
+def test_the_tune_page_renders_in_headless_chromium(tmp_path):
+    from nsprof.render.html import tune_page, write_page
+
+    page = tmp_path / "tune.html"
+    write_page(tune_page(tune_result(ranked_table())), page)
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        page.read_text(encoding="utf-8").replace("</body>", LOADED + "</body>"), encoding="utf-8"
+    )
+    dom = chromium("--virtual-time-budget=10000", "--dump-dom", probe.as_uri()).stdout
+    found = dict(re.findall(r'data-(\w+)="(\d+)"', re.search(r"<body([^>]*)>", dom).group(1)))
+    assert found["images"] == found["decoded"] == "1" and found["tables"] == "1"
+    assert "best: config 1" in dom and "feeding the ranking back to x failed: y" in dom
+    # A screenshot: not blank, the tie set's red rows and points in it.
+    shot = tmp_path / "shot.png"
+    done = chromium("--window-size=1400,1600", f"--screenshot={shot}", page.as_uri())
+    assert shot.exists(), done.stderr[-2000:]
+    pixels = matplotlib.image.imread(shot)[..., :3]
+    assert pixels.shape[:2] == (1600, 1400)
+    assert 0.002 < (pixels.max(axis=2) < 0.5).mean() < 0.5
+    red = ((pixels[..., 0] > 0.7) & (pixels[..., 1] < 0.3) & (pixels[..., 2] < 0.3)).sum()  # tied points
+    assert red > 20
+
+
 def test_dash_is_standard_output_for_tune_validate_and_results(tmp_path):
     """`-` means standard output wherever a path is taken: tune --html - and --plot -, validate
     --save - and --html -, results --export -; the tables then go to stderr, and no file "-"."""

@@ -70,7 +70,7 @@ def show(target: str, report, *, plot_path, html_path, as_json) -> int:
         first = report.shapes[0]
         at = f" at shape {first.shape} (of {len(report.shapes)}; --json has all)" if report.shaped else ""
         ranking = first.ranking
-        plot_tune(ranking.table, plot_path, title=f"{target}: ranked by {ranking.label}{at}")
+        plot_tune(ranking.table, plot_path, f"{target}: ranked by {ranking.label}{at}", report.configs)
         wrote(plot_path)
     if html_path:
         from nsprof.render.html import tune_page

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from nsprof import __version__
 from nsprof.analysis.agreement import floor_map, wide
 from nsprof.analysis.stats import is_missing
-from nsprof.render.configs import config_name
+from nsprof.render.configs import config_name, constant_line, split_configs
 from nsprof.render.text import num, us, yes_no
 from nsprof.render.tune_tables import cross_lines, ranked_lines, shapes_lines, tie_cell
 from nsprof.render.validate_tables import MATCHED_HEADERS, describe_winners
@@ -282,10 +282,14 @@ def validate_page(result, title: str = "nsprof validate") -> str:
 # --------------------------------------------------------------------------- nsprof tune
 
 
-def ranked_table(table, table_id: str = "ranked", tie: bool | None = None) -> str:
+def ranked_table(table, table_id: str = "ranked", tie: bool | None = None, configs=None) -> str:
     """tune's ranked table; interval columns and the tie column when the table has them, its
-    cells as the terminal's (render.tune_tables.tie_cell). `tie`: whether the decision is a tie (None:
-    decided here from the table)."""
+    cells as the terminal's (render.tune_tables.tie_cell; with the space's `configs`, a config by
+    the keys that vary, render.configs). `tie`: whether the decision is a tie (None: decided here
+    from the table)."""
+    from nsprof.render.configs import config_cell, config_of, split_configs
+
+    varying = split_configs(configs)[1] if configs is not None else None
     has_ci = "ci_low_ns" in table and "ci_high_ns" in table
     has_tie = "tied_with_best" in table
     if tie is None:
@@ -301,7 +305,7 @@ def ranked_table(table, table_id: str = "ranked", tie: bool | None = None) -> st
         row = [
             "-" if is_missing(r.get("rank")) else str(int(r["rank"])),
             str(int(r["config_id"])),
-            "-" if is_missing(r.get("config")) else str(r["config"]),
+            config_cell(config_of(configs, r["config_id"]), r.get("config"), varying),
             us(r.get("value_ns")),
         ]
         if has_ci:
@@ -337,12 +341,13 @@ def _ranking_html(result, configs, suffix: str = "") -> list[str]:
         _decision_lines(ranked_lines(result, configs), f"decision{suffix}"),
         "<h3>Ranking plot</h3>",
         figure_html(
-            lambda: tune_figure(result.table, f"ranked by {result.label}"),
+            lambda: tune_figure(result.table, f"ranked by {result.label}", configs),
             "ranking plot",
             f"ranking-plot{suffix}",
         ),
         "<h3>Ranked configs</h3>",
-        ranked_table(result.table, f"ranked{suffix}", tie=result.decision.kind == "tie"),
+        _lines(constant_line(split_configs(configs)[0]) if configs is not None else [], "note"),
+        ranked_table(result.table, f"ranked{suffix}", tie=result.decision.kind == "tie", configs=configs),
     ]
 
 

@@ -11,15 +11,24 @@ from __future__ import annotations
 
 from nsprof.analysis.stats import is_missing
 from nsprof.render.plot import legend_outside, log_axis, require_matplotlib, save_figure, wrapped
-from nsprof.render.text import short
 
 LABEL_WIDTH = 48  # characters of a config's label on the axis
 
 
 def config_tick(config_id, config) -> str:
-    """The axis label of a config: its id and its `k=v,...` label."""
+    """The axis label of a config: its id and its `k=v,...` label, cut only between two `k=v`
+    (a value is never cut in the middle: two configs could then read alike)."""
     label = "" if is_missing(config) else str(config)
-    return f"{int(config_id)}: {short(label, LABEL_WIDTH)}" if label else str(int(config_id))
+    if not label:
+        return str(int(config_id))
+    if len(label) > LABEL_WIDTH and "=" in label:
+        kept = ""
+        for item in label.split(","):
+            if kept and len(kept) + len(item) + 2 > LABEL_WIDTH:
+                label = kept + ",…"
+                break
+            kept = f"{kept},{item}" if kept else item
+    return f"{int(config_id)}: {label}"
 
 
 def measured_rows(table):
@@ -28,8 +37,10 @@ def measured_rows(table):
     return table[ok]
 
 
-def tune_figure(table, title: str | None = None):
-    """A matplotlib Figure of the ranked table (`Ranking.table`, nsprof.analysis.ranking.rank's)."""
+def tune_figure(table, title: str | None = None, configs=None):
+    """A matplotlib Figure of the ranked table (`Ranking.table`, nsprof.analysis.ranking.rank's).
+    `configs`: the space's configs, so that a config is labelled by the keys that vary across
+    them, the keys all share said once under the title."""
     require_matplotlib()
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -41,8 +52,8 @@ def tune_figure(table, title: str | None = None):
     fig = Figure(figsize=(7.5, 1.2 + 0.32 * max(n, 3)), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    configs = measured["config"] if "config" in measured else [None] * n
-    ticks = [config_tick(c, cfg) for c, cfg in zip(measured["config_id"], configs)]
+    constant, labels = _labels(measured, configs)
+    ticks = [config_tick(c, label) for c, label in zip(measured["config_id"], labels)]
     y = np.arange(n)
     values = measured["value_ns"].to_numpy(float) / 1e3
     if "ci_low_ns" in table and "ci_high_ns" in table and n:
@@ -57,7 +68,10 @@ def tune_figure(table, title: str | None = None):
     ax.grid(axis="x", color="0.9")
     ax.set_axisbelow(True)
     # over the whole figure, wrapped to its width: a tune label runs longer than the axes are wide
-    fig.suptitle(wrapped(title or f"{n} configs ranked", 80), fontsize="medium")
+    fig.suptitle(
+        wrapped(title or f"{n} configs ranked", 80) + "".join(f"\n{line}" for line in constant),
+        fontsize="medium",
+    )
     # right of the axes, at their foot, clear of the title: inside, it covers a point
     legend_outside(fig, loc="outside right lower")
     if len(failed):
@@ -74,6 +88,20 @@ def tune_figure(table, title: str | None = None):
     if not n:
         ax.text(0.5, 0.5, "no config measured", ha="center", va="center", transform=ax.transAxes)
     return fig
+
+
+def _labels(measured, configs) -> tuple[list[str], list]:
+    """(the line naming the keys all configs share, or none; each measured config's label)."""
+    from nsprof.render.configs import config_cell, config_of, constant_line, split_configs
+
+    given = measured["config"] if "config" in measured else [None] * len(measured)
+    if configs is None:
+        return [], list(given)
+    constant, varying = split_configs(configs)
+    cells = [
+        config_cell(config_of(configs, c), label, varying) for c, label in zip(measured["config_id"], given)
+    ]
+    return constant_line(constant), cells
 
 
 def _intervals(ax, measured, values, y) -> None:
@@ -122,11 +150,11 @@ def _configs(ax, measured, values, y) -> None:
         )
 
 
-def plot_tune(table, path: str, title: str | None = None):
+def plot_tune(table, path: str, title: str | None = None, configs=None):
     """Write tune_figure to `path` (png, svg or pdf, from its suffix); returns the Figure."""
     from nsprof.render.plot import plot_path
 
     plot_path(path)
-    fig = tune_figure(table, title)
+    fig = tune_figure(table, title, configs)
     save_figure(fig, path)
     return fig
