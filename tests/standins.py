@@ -168,17 +168,26 @@ class StatusDriver(Driver):
         )
         return report
 
+    @staticmethod
+    def configs_run(job: dict) -> list:
+        """The configs the worker ran: those nsprof read (the job's expect), which a worker that ran
+        at all found unchanged; the target read again where the job carries none. (Read again now,
+        a target edited since the worker loaded it would give the edit's values, not what ran.)"""
+        from nsprof.space import load_target
+
+        read = (job.get("expect") or {}).get("configs")
+        return [json.loads(c) for c in read] if read else load_target(job["target"]).configs
+
     def read(self, report, settings):
         import os
 
         from nsprof.errors import ReportError
         from nsprof.schema import make_frame
-        from nsprof.space import load_target
 
         data = json.loads(Path(report).read_text())
         if self.empty_is_error and not data["done"]:
             raise ReportError(f"{Path(report).name}: no CUDA kernel table")
-        configs = load_target(data["job"]["target"]).configs if self.config_ns else {}
+        configs = self.configs_run(data["job"]) if self.config_ns else {}
         labels = self.labels(settings)
 
         def duration(c: int, rep: int) -> float:

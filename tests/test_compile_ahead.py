@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 from conftest import FIXTURES, run_nsprof
@@ -134,3 +135,44 @@ def test_a_clean_compile_step_leaves_no_folder(tmp_path):
     assert done.returncode == 0, done.stderr
     assert sorted({r["config_id"] for r in _rows(done) if r["error"] is None}) == [0, 1, 3]
     assert not list((tmp_path / "tmp").glob("nsprof-compile-*"))
+
+
+EDITABLE = """
+import nsprof.space
+COMPILED = {folder!r}
+
+def compile_config(config):
+    open(f"{{COMPILED}}/compiled-{{config['block']}}", "w").close()
+
+space = nsprof.space.Space(configs=[{{"block": b}} for b in {blocks!r}], build=lambda c: (lambda: None),
+                           compile=compile_config, device="cpu")
+"""
+
+
+def test_the_compile_step_compiles_nothing_of_a_target_edited_since_nsprof_read_it(tmp_path):
+    """The step loads the target itself: edited since nsprof read it, it would compile the edited
+    configs, which a build that finds its artefacts by config id would then run under the old keys."""
+    from nsprof.space import load_target
+
+    compiled, step = tmp_path / "compiled", tmp_path / "step"
+    compiled.mkdir()
+    step.mkdir()
+    target = tmp_path / "editable.py"
+    target.write_text(EDITABLE.format(folder=str(compiled), blocks=[32, 64]))
+    expect = load_target(f"{target}:space").as_read()  # what nsprof read
+    target.write_text(EDITABLE.format(folder=str(compiled), blocks=[64, 128]))  # then edited
+    job = {"target": f"{target}:space", "points": [0, 1], "n_configs": 2, "n_shapes": 0}
+    job.update(folder=str(step), jobs=1, expect=expect)
+    (step / "job.json").write_text(json.dumps(job))
+    done = subprocess.run(
+        [sys.executable, "-m", "nsprof.worker.compile", str(step / "job.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode != 0
+    assert not list(compiled.iterdir())  # nothing compiled
+    for point in (0, 1):
+        kind, why = state(step, point)
+        assert kind == "lost" and why.startswith("not compiled: the target changed since nsprof read it: ")

@@ -55,6 +55,7 @@ def _settings(tmp_path, **extra):
             "max_reps": 4,
             "timeout_s": 8,
             "budget_s": 12,
+            "equivalence_pct": 0,  # the stand-in's contenders are exactly equal: not a practical tie here
             "store": tmp_path / "r.sqlite",
             "work_dir": tmp_path / "work",
             "feed_back": False,

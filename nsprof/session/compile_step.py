@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,8 +45,16 @@ class CompileAhead:
         self._stopping = False  # finish() stops the step: its death is no news for the worker
 
     @classmethod
-    def start(cls, target: str, layout: Points, points: list[int], python: str | None = None) -> CompileAhead:
-        """The step for `points` (point ids of `layout`) of `target`, run by `python`."""
+    def start(
+        cls,
+        target: str,
+        layout: Points,
+        points: list[int],
+        python: str | None = None,
+        expect: dict | None = None,
+    ) -> CompileAhead:
+        """The step for `points` (point ids of `layout`) of `target`, run by `python`; `expect`: what
+        nsprof read of the target (Space.as_read), which the step checks before it compiles."""
         folder = Path(tempfile.mkdtemp(prefix="nsprof-compile-"))
         job = folder / "job.json"
         job.write_text(
@@ -59,9 +66,12 @@ class CompileAhead:
                     "n_shapes": layout.n_shapes,
                     "folder": str(folder),
                     "jobs": min(8, os.cpu_count() or 1),
+                    "expect": expect,
                 }
             )
         )
+        import subprocess  # here, not at import: `import nsprof` stays light
+
         log = folder / "compile.log"
         with open(log, "wb") as handle:
             proc = subprocess.Popen(

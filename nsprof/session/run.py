@@ -98,8 +98,11 @@ def run_session(
 
 def _compiled_beside(request: dict, settings: ProfileSettings, driver: Driver, unfit) -> Measured:
     """The standalone session with the target's compile step beside it, stopped when it ends."""
-    ahead = CompileAhead.start(request["target"], request["points"], request["ids"], settings.python)
-    request["job_extra"] = {**(request["job_extra"] or {}), "compiled": str(ahead.folder)}
+    extra = request["job_extra"] or {}
+    ahead = CompileAhead.start(
+        request["target"], request["points"], request["ids"], settings.python, extra.get("expect")
+    )
+    request["job_extra"] = {**extra, "compiled": str(ahead.folder)}
     try:
         result = _standalone(request, settings, driver, unfit)
     finally:
