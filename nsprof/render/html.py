@@ -22,7 +22,7 @@ from nsprof.analysis.stats import is_missing
 from nsprof.render.configs import config_name, constant_line, split_configs
 from nsprof.render.text import num, us, yes_no
 from nsprof.render.tune_tables import cross_lines, ranked_lines, shapes_lines, tie_cell
-from nsprof.render.validate_tables import MATCHED_HEADERS, describe_winners
+from nsprof.render.validate_tables import MATCHED_HEADERS, describe_winners, matched_rows
 
 NO_MATPLOTLIB = "plot left out: matplotlib is not installed (pip install 'nsprof[plot]')"
 
@@ -207,24 +207,7 @@ def matched_table(matched) -> str:
     against the unmatched truth (format_matched's cells)."""
     if matched is None or not len(matched):
         return ""
-    headers = list(MATCHED_HEADERS)
-    rows = []
-    for r in matched.to_dict("records"):
-        rows.append(
-            [
-                str(r["timer"]),
-                str(r["l2"]),
-                str(r["mode"]),
-                str(r["matched_truth"]),
-                num(r["matched_tau"], ".3f"),
-                num(r["matched_floor"], ".3f"),
-                yes_no(r["matched_at_floor"]),
-                "-" if r["unmatched_truth"] is None else str(r["unmatched_truth"]),
-                num(r["unmatched_tau"], ".3f"),
-                num(r["unmatched_floor"], ".3f"),
-                yes_no(r["unmatched_at_floor"]),
-            ]
-        )
+    headers, rows = list(MATCHED_HEADERS), matched_rows(matched)
     return table_html(headers, rows, numeric={4, 5, 8, 9}, table_id="matched")
 
 

@@ -104,30 +104,34 @@ MATCHED_HEADERS = (
 )
 
 
+def matched_rows(matched) -> list[list[str]]:
+    """The cells of the matched-conditions table, one row per timer and matched truth (the
+    terminal's and the page's)."""
+    return [
+        [
+            str(r["timer"]),
+            text(r["l2"]),
+            text(r["mode"]),
+            text(r["matched_truth"]),
+            num(r["matched_tau"], ".3f"),
+            num(r["matched_floor"], ".3f"),
+            yes_no(r["matched_at_floor"]),
+            text(r["unmatched_truth"]),
+            num(r["unmatched_tau"], ".3f"),
+            num(r["unmatched_floor"], ".3f"),
+            yes_no(r["unmatched_at_floor"]),
+        ]
+        for r in matched.to_dict("records")
+    ]
+
+
 def format_matched(matched) -> str:
     """Each timer against the truth taken under its own conditions (clocks free, its L2 state)
     beside that truth's floor, and against the unmatched truth beside its floor
     (analysis.agreement.matched_agreement's table); then, per matched truth, the best timer."""
     if matched is None or not len(matched):
         return ""
-    headers = list(MATCHED_HEADERS)
-    rows = []
-    for r in matched.to_dict("records"):
-        rows.append(
-            [
-                str(r["timer"]),
-                text(r["l2"]),
-                text(r["mode"]),
-                text(r["matched_truth"]),
-                num(r["matched_tau"], ".3f"),
-                num(r["matched_floor"], ".3f"),
-                yes_no(r["matched_at_floor"]),
-                text(r["unmatched_truth"]),
-                num(r["unmatched_tau"], ".3f"),
-                num(r["unmatched_floor"], ".3f"),
-                yes_no(r["unmatched_at_floor"]),
-            ]
-        )
+    headers, rows = list(MATCHED_HEADERS), matched_rows(matched)
     lines = [
         "matched conditions: each timer against the truth run with clocks free (--clock-control none), as the "
         "timers run, and in the timer's own L2 state (cold: --cache-control all, warm: --cache-control none), "
