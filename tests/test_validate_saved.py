@@ -39,7 +39,7 @@ def test_a_validate_save_shows_the_same_tables_again_without_the_target(tmp_path
     ran = run_nsprof(*VALIDATE, "--save", "v.json", cwd=tmp_path, standins=True)
     assert ran.returncode == 0, ran.stderr
     (tmp_path / "t.py").unlink()
-    again = run_nsprof("results", "v.json", "--html", "v.html", cwd=tmp_path)
+    again = run_nsprof("results", "v.json", "--html", "v.html", cwd=tmp_path, in_process=True)
     assert again.returncode == 0, again.stderr
     assert again.stdout == ran.stdout  # the per-config, agreement and verdict tables, byte for byte
     # without torch here the fast timers fail: each failure is shown again as it was
@@ -55,13 +55,15 @@ def test_a_validate_save_shows_the_same_tables_again_without_the_target(tmp_path
 def test_an_older_save_without_its_configs_still_loads(tmp_path):
     record = json.loads(RECORD.read_text())
     assert "format" not in record  # written before validate --save kept the run's configs
-    shown = run_nsprof("results", str(RECORD), "--json", cwd=tmp_path)
+    shown = run_nsprof("results", str(RECORD), "--json", cwd=tmp_path, in_process=True)
     assert shown.returncode == 0, shown.stderr
     document = json.loads(shown.stdout)
     assert document["agreement"] == record["agreement"] and document["verdict"] == record["verdict"]
     assert document["timers"] == sorted({row["timer"] for row in record["agreement"]})
     assert document["truths"] == sorted({row["truth"] for row in record["agreement"]})
-    drawn = run_nsprof("results", str(RECORD), "--plot", "p.png", "--html", "p.html", cwd=tmp_path)
+    drawn = run_nsprof(
+        "results", str(RECORD), "--plot", "p.png", "--html", "p.html", cwd=tmp_path, in_process=True
+    )
     assert drawn.returncode == 0, drawn.stderr
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = (tmp_path / "p.html").read_text().split('<table id="per-config">')[1].split("</table>")[0]
@@ -71,7 +73,7 @@ def test_an_older_save_without_its_configs_still_loads(tmp_path):
 def test_a_save_that_cannot_be_read_is_one_line(tmp_path):
     record = json.loads(RECORD.read_text())
     (tmp_path / "bad.json").write_text(json.dumps({**record, "per_config": 5, "format": "nsprof validate"}))
-    done = run_nsprof("results", "bad.json", cwd=tmp_path)
+    done = run_nsprof("results", "bad.json", cwd=tmp_path, in_process=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("nsprof: error: bad.json: a saved validate run that cannot be read: ValueError")
