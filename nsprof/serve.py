@@ -32,8 +32,11 @@ parent-death signal, the worker by its death pipe, and clients find a dead pid (
 the stale files) and run standalone.
 
 A client uses a server only when its state names the same backend, driver, tool, Python,
-nsprof and environment (nsprof.serve_client.identity); NSPROF_SERVE=0 in the environment turns
+nsprof and environment (nsprof.serve_identity.identity); NSPROF_SERVE=0 in the environment turns
 serving off for a client.
+
+This module holds serve() and the server itself (its loop, the clients answered while a job runs, its
+end); the server's start is nsprof.serve_start's, a job's run nsprof.serve_jobs'.
 """
 
 from __future__ import annotations
@@ -45,48 +48,19 @@ import sys
 import time
 from pathlib import Path
 
-from nsprof.errors import NsprofError, ToolFailed
-from nsprof.serve_client import (
-    DEFAULT_IDLE_EXIT_S,
-    POLL_S,
-    REQUEST_TIMEOUT_S,
-    START_BOUND_S,
-    check_folder,
-    identity,
-    read_or_empty,
-    receive_line,
-    send_line,
-    serve_paths,
-    unix_address,
-)
+from nsprof.errors import NsprofError
+from nsprof.serve_client import DEFAULT_IDLE_EXIT_S, POLL_S
+from nsprof.serve_files import check_folder, read_or_empty, receive_line, send_line, serve_paths
+from nsprof.serve_jobs import JobRunning, missing
+from nsprof.serve_start import Starting
 
 EXIT_FAULT = 1  # the server's exit status when a job's fault ended it
+REQUEST_TIMEOUT_S = 5.0  # reading a client's request line
 
 
-JOB_FIELDS = {
-    "job": str,
-    "status": str,
-    "report_base": str,
-    "cwd": str,
-    "environ": dict,
-    "timeout_s": (int, float),
-    "phase_bound_s": (int, float),
-}
-PATH_FIELDS = ("job", "status", "report_base", "cwd")  # absolute: the server's folder is not the client's
+class _Server(Starting, JobRunning):
+    """One server's run, start (Starting) to end; its jobs run through JobRunning."""
 
-
-def _missing(request: dict) -> str:
-    """What a job request lacks, in words ("" when it is whole)."""
-    wrong = [name for name, kind in JOB_FIELDS.items() if not isinstance(request.get(name), kind)]
-    wrong += [name for name in PATH_FIELDS if name not in wrong and not os.path.isabs(request[name])]
-    if "environ" not in wrong and not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in request["environ"].items()
-    ):
-        wrong.append("environ")
-    return f"the job request lacks {', '.join(wrong)} (as absolute paths)" if wrong else ""
-
-
-class _Server:
     def __init__(self, driver, settings, idle_exit_s: float) -> None:
         import tempfile
 
@@ -113,104 +87,6 @@ class _Server:
 
     def say(self, text: str) -> None:
         print(f"nsprof serve: {text}", file=sys.stderr, flush=True)
-
-    # -- start
-
-    def start(self, pipe) -> None:
-        from nsprof.host.children import launch_child
-        from nsprof.worker.serving import JOBS_FIFO, WORKER_INFO, WORKER_STATUS
-
-        # This process holds the GPU lock: any server files left are a dead server's.
-        for path in (self.state_path, self.socket_path):
-            if path.exists() or path.is_symlink():
-                path.unlink()
-        (self.dir / WORKER_INFO).write_text(
-            json.dumps({"watch_fd": pipe.read_fd, "watch_inode": pipe.inode, "server": os.getpid()})
-        )
-        os.mkfifo(self.dir / JOBS_FIFO, 0o600)
-        (self.dir / WORKER_STATUS).write_text("")
-        command = self.driver.serve_command(self.settings, self.dir, self.session)
-        self.note(f"serve command: {' '.join(command)}")
-        self.proc = launch_child(command, self.log, pipe)
-        ready = self._wait_ready()
-        self.fifo = os.open(self.dir / JOBS_FIFO, os.O_RDWR)
-        self.listener = self._listen()
-        import tempfile
-        from datetime import datetime
-
-        self.state = {
-            "pid": os.getpid(),
-            "worker_pid": self.worker_pid,
-            "backend": self.settings.backend,
-            "tool_version": self.driver.tool_version(),
-            "identity": identity(self.driver, self.settings),
-            "command": command,
-            "session": self.session,
-            "device": ready.get("device"),
-            "started_unix": time.time(),
-            "started": datetime.now().astimezone().isoformat(timespec="seconds"),
-            "idle_exit_s": self.idle_exit_s,
-            "socket": str(self.socket_path),
-            "log": str(self.log_path),
-        }
-        check_folder(self.state_path.parent)  # still this user's own
-        # O_EXCL, mode 0600, a name nobody can guess: never written through a link, never readable by others
-        handle, temporary = tempfile.mkstemp(prefix=".state.", suffix=".tmp", dir=self.state_path.parent)
-        try:
-            with os.fdopen(handle, "w") as out:
-                out.write(json.dumps(self.state, indent=1) + "\n")
-            os.replace(temporary, self.state_path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-
-    def _wait_ready(self) -> dict:
-        from nsprof.host.children import exit_code
-        from nsprof.worker.protocol import parse_status
-        from nsprof.worker.serving import WORKER_STATUS
-
-        deadline = time.monotonic() + START_BOUND_S
-        while True:
-            text = read_or_empty(self.dir / WORKER_STATUS)
-            self.worker_pid = parse_status(text).pid
-            for line in text.split("\n")[:-1]:  # whole lines only
-                if line.startswith("ready "):
-                    return json.loads(line[len("ready ") :])
-            # A profiler that exits with 0 may have left its worker running on its own (a launcher):
-            # then only the worker's own lines, and the bound, say whether it started.
-            started = self.worker_pid is not None
-            gone = (
-                started
-                and not self.worker_alive()
-                or exit_code(self.proc) is not None
-                and (self.proc.returncode != 0 or started)
-            )
-            if gone:
-                raise ToolFailed(
-                    f"the serving worker did not start: "
-                    f"{self.driver.diagnose(self.log_path, self.proc.returncode)} (log: {self.log_path})"
-                )
-            if self.closing:
-                raise NsprofError(f"{self.closing} while the serving worker started")
-            if time.monotonic() > deadline:
-                raise ToolFailed(
-                    f"the serving worker did not start within {START_BOUND_S:g} s (log: {self.log_path})"
-                )
-            time.sleep(POLL_S)
-
-    def _listen(self):
-        import socket
-
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        umask = os.umask(0o177)
-        try:
-            with unix_address(self.socket_path) as address:
-                listener.bind(address)
-        finally:
-            os.umask(umask)
-        os.chmod(self.socket_path, 0o600)
-        listener.listen(16)
-        return listener
 
     # -- serve
 
@@ -244,9 +120,9 @@ class _Server:
                     send_line(conn, {**self.state, "busy": False})
                 conn.close()
                 continue
-            missing = _missing(request)
-            if missing:
-                send_line(conn, {"ok": False, "fault": "request", "config": None, "reason": missing})
+            missing_fields = missing(request)
+            if missing_fields:
+                send_line(conn, {"ok": False, "fault": "request", "config": None, "reason": missing_fields})
                 conn.close()
                 continue
             self.queue.append((conn, request))
@@ -265,8 +141,8 @@ class _Server:
             return
         conn, _ = self.listener.accept()
         request = receive_line(conn, REQUEST_TIMEOUT_S) or {}
-        if request.get("op") == "job" and _missing(request):
-            send_line(conn, {"ok": False, "fault": "request", "config": None, "reason": _missing(request)})
+        if request.get("op") == "job" and missing(request):
+            send_line(conn, {"ok": False, "fault": "request", "config": None, "reason": missing(request)})
         elif request.get("op") == "job" and request.get("wait"):
             self.queue.append((conn, request))
             send_line(conn, {"queued": True})
@@ -276,125 +152,6 @@ class _Server:
         elif request.get("op") == "ping":
             send_line(conn, {**self.state, "busy": True})
         conn.close()
-
-    def job(self, conn, request: dict) -> None:
-        self.jobs += 1
-        try:
-            if not send_line(conn, {"started": True, "job": self.jobs}):
-                self.note(f"job {self.jobs}: its client is gone; not run")
-                return
-            answer = self._collect(self.jobs, request)
-            if not send_line(conn, answer):
-                self.note(f"job {self.jobs}: its client went away before the answer")
-        finally:
-            conn.close()
-
-    def _collect(self, n: int, request: dict) -> dict:
-        base = Path(request["report_base"])
-        self.note(f"job {n}: {request['job']}")
-        try:
-            self.driver.serve_start(self.session, base, self.log)
-        except NsprofError as exc:
-            self.fault = f"the profiler could not start a collection: {exc}"
-            return {"ok": False, "fault": "tool", "config": None, "reason": str(exc)}
-        line = (
-            json.dumps(
-                {
-                    "job": request["job"],
-                    "n": n,
-                    "server": os.getpid(),
-                    "cwd": request["cwd"],
-                    "environ": request["environ"],
-                }
-            )
-            + "\n"
-        )
-        data = line.encode()
-        while data:  # a line longer than the pipe's atomic size (the client's environment) may go in parts
-            data = data[os.write(self.fifo, data) :]
-        answer = self._follow(
-            n, Path(request["status"]), float(request["timeout_s"]), float(request["phase_bound_s"])
-        )
-        try:
-            self.driver.serve_stop(self.session, base, self.log)
-        except NsprofError as exc:
-            if answer.get("ok"):
-                self.fault = f"the profiler could not end a collection: {exc}"
-                return {"ok": False, "fault": "tool", "config": None, "reason": str(exc)}
-            self.note(f"job {n}: after its fault, {exc}")
-        return answer
-
-    def _job_code(self, n: int) -> int | None:
-        from nsprof.worker.serving import WORKER_STATUS
-
-        for line in read_or_empty(self.dir / WORKER_STATUS).split("\n")[:-1]:  # whole lines only
-            words = line.split()
-            if len(words) == 3 and words[0] == "job" and words[1] == str(n):
-                return int(words[2])
-        return None
-
-    def _follow(self, n: int, status_file: Path, timeout_s: float, bound_s: float) -> dict:
-        """Follow job n until the worker says it is over, or a bound or the worker's death ends it (the
-        session's own loop, nsprof.session.supervise.follow); between polls, clients are answered."""
-        from nsprof.session.supervise import follow
-
-        def decide(code, status, passed) -> dict | None:
-            answer = self._outcome(n, code, status) or self._bound(n, status, passed, timeout_s, bound_s)
-            if answer is None:
-                self.answer_waiting(POLL_S)
-            return answer
-
-        return follow(status_file, timeout_s, bound_s, lambda: self._job_code(n), decide)
-
-    def _outcome(self, n: int, code: int | None, status) -> dict | None:
-        """Job n's answer once its end line (`code`) came, or its worker died; None while it runs."""
-        from nsprof.host.children import exit_code
-        from nsprof.worker.protocol import EXIT_CONTEXT_LOST
-        from nsprof.worker.serving import JOB_ABORTED
-
-        if code == 0:
-            return {"ok": True}
-        if code == JOB_ABORTED:
-            return {
-                "ok": False,
-                "fault": "abort",
-                "config": None,
-                "reason": status.abort or f"the job could not run (log: {self.log_path})",
-            }
-        if code is None and self.worker_alive():
-            return None
-        code = self._job_code(n) if code is None else code
-        if code == 0:
-            return {"ok": True}
-        lost = "lost its CUDA context" if code == EXIT_CONTEXT_LOST else "died"
-        self.fault = f"the worker {lost} in job {n}"
-        reason = self.driver.crash_reason(self.log_path, exit_code(self.proc))
-        return {
-            "ok": False,
-            "fault": "crash",
-            "config": status.current,
-            "reason": str(reason),
-            "kind": reason.kind,
-        }
-
-    def _bound(self, n: int, status, passed: str | None, timeout_s: float, bound_s: float) -> dict | None:
-        """Job n's answer when its worker went past a bound (the worker is killed); None otherwise."""
-        from nsprof.host.children import kill_pid
-
-        if passed == "timeout":
-            kill_pid(self.worker_pid)
-            self.fault = f"config {status.current} of job {n} ran past its timeout ({timeout_s:g} s)"
-            return {
-                "ok": False,
-                "fault": "timeout",
-                "config": status.current,
-                "reason": f"timeout: still running after {timeout_s:g} s",
-            }
-        if passed == "stalled":
-            kill_pid(self.worker_pid)
-            self.fault = f"job {n} made no progress for {bound_s:g} s"
-            return {"ok": False, "fault": "stalled", "config": None, "reason": self.fault}
-        return None
 
     # -- end
 

@@ -1,5 +1,7 @@
-"""The client's half of `nsprof serve` (the server is nsprof.serve): where a server's files are,
-whether one that fits this run is alive, and sending it a job while following the job's status.
+"""The client's half of `nsprof serve` (the server is nsprof.serve): whether a live server fits this
+run (find_server; Unfit where one does not; a dead server's files removed), and sending it a job
+while following the job's status (submit). Its files and socket are nsprof.serve_files'; what a
+client must share with a server, nsprof.serve_identity's.
 
 The socket speaks JSON lines: a client sends {"op": "ping"} (answer: the server's state and
 whether a job runs) or {"op": "job", "job", "status", "report_base", "cwd" (the four
@@ -12,334 +14,37 @@ the end {"ok": true} or {"ok": false, "fault": "crash"|"timeout"|"stalled"|"tool
 A client uses a server only when its state names the same backend, driver, tool, Python,
 nsprof and environment (identity: every variable but a terminal session's); NSPROF_SERVE=0 in the environment turns serving off for a client.
 
-Only a server of the client's own user is ever used (docs/trust.md): the state file and the socket
-lie in a folder of that user's, `<lock dir>/nsprof-serve-<uid>` (serve_paths), mode 0700, which
-the client checks (owner, mode, no link) before it reads the state; the state file must be that
-user's own regular file (fstat of the file opened with O_NOFOLLOW); and the socket's peer must be of
-that user too (SO_PEERCRED, connect), checked before anything is sent, so that a job's request
-and the environment in it never reach another user's process.
+Only a server of the client's own user is ever used (docs/trust.md; the checks: nsprof.serve_files).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import hashlib
 import json
-import os
-import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from nsprof.errors import NsprofError
-from nsprof.worker.protocol import AT_START
+from nsprof.serve_files import (
+    SOCKET_SUFFIX,
+    UntrustedPeer,
+    check_folder,
+    connect,
+    read_or_empty,
+    read_state,
+    receive_line,
+    send_line,
+    serve_paths,
+)
+from nsprof.serve_identity import differences, identity, serve_enabled
 
-SERVE_ENV = "NSPROF_SERVE"  # 0/off/no/false: never use a server
-STATE_SUFFIX = ".serve.json"
-SOCKET_SUFFIX = ".serve.sock"
 DEFAULT_IDLE_EXIT_S = 600.0
-START_BOUND_S = 300.0  # the serving worker's start (the profiler, Python, torch, CUDA)
 PING_TIMEOUT_S = 10.0  # a server answers a ping within one poll, or after one `nsys stop` (3 s)
-REQUEST_TIMEOUT_S = 5.0  # reading a client's request line
 # A client waits this long beyond a job's own bounds (a config's timeout, the phase bound) for the
 # server's answer: the server's own bounds, then `nsys stop` (up to 300 s), come first.
 SERVE_GRACE_S = 600.0
 EXIT_WAIT_S = 180.0  # a client falling back waits this long for the ended server's GPU lock
 POLL_S = 0.1
-
-
-def serve_enabled() -> bool:
-    return os.environ.get(SERVE_ENV, "1").strip().lower() not in ("0", "no", "off", "false")
-
-
-SOCKET_PATH_MAX = (
-    100  # a Unix socket's address holds 107 bytes: longer paths go through their folder (unix_address)
-)
-STATE_LIMIT = 1 << 20
-
-
-class UntrustedPeer(OSError):
-    """A socket whose listening process is another user's: nothing is sent to it."""
-
-
-def serve_paths(device: int = 0) -> tuple[Path, Path]:
-    """(state file, socket) of this user's server of CUDA device `device`'s GPU, in this user's folder beside
-    the GPU's lock: one per user (`nsprof-serve-<uid>`), mode 0700 (check_folder)."""
-    from nsprof.host.gpu import which_gpu
-    from nsprof.host.lock import lock_path
-
-    lock = lock_path(which_gpu(device))
-    folder = lock.parent / f"nsprof-serve-{os.geteuid()}"
-    # A GPU's UUID alone is 40 characters: the socket is named by a digest of the lock's name, so that its
-    # path mostly fits a Unix socket's address (else unix_address goes through its folder).
-    digest = hashlib.sha256(lock.stem.encode()).hexdigest()[:8]
-    return folder / (lock.stem + STATE_SUFFIX), folder / f"nsprof-{digest}{SOCKET_SUFFIX}"
-
-
-def check_folder(folder: Path, *, create: bool = False) -> bool:
-    """Whether `folder` is there (made, mode 0700, with `create`) as this user's own: a real folder (no
-    link), of this user, that nobody else may enter. A folder at its name that is not is refused in one line
-    (NsprofError): another user may have made it first, in a folder that all can write."""
-    if create:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.mkdir(folder, 0o700)
-            os.chmod(folder, 0o700)  # the umask may have taken the owner's bits
-        except FileExistsError:
-            pass
-    try:
-        st = os.lstat(folder)
-    except FileNotFoundError:
-        return False
-    mine = os.geteuid()
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != mine or st.st_mode & 0o077:
-        what = (
-            "folder" if stat.S_ISDIR(st.st_mode) else "symbolic link" if stat.S_ISLNK(st.st_mode) else "file"
-        )
-        raise NsprofError(
-            f"nsprof serve's folder {folder} is not this user's own (a {what} of uid {st.st_uid}, "
-            f"mode {stat.S_IMODE(st.st_mode):04o}; it must be a folder of uid {mine}, mode 0700): "
-            "not used; remove it, or set NSPROF_LOCK_DIR"
-        )
-    return True
-
-
-def read_state(path: Path) -> dict:
-    """A server's state file, if it is this user's own regular file that nobody else can write (opened
-    without following a link); FileNotFoundError where there is none, NsprofError where it is not this
-    user's, OSError or ValueError where it cannot be read."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            raise NsprofError(
-                f"nsprof serve's state file {path} is not this user's own (uid {st.st_uid}, "
-                f"mode {stat.S_IMODE(st.st_mode):04o}): not used"
-            )
-        data = os.read(fd, STATE_LIMIT)
-    finally:
-        os.close(fd)
-    state = json.loads(data)
-    if not isinstance(state, dict):
-        raise ValueError("not a JSON object")
-    return state
-
-
-@contextlib.contextmanager
-def unix_address(path: Path) -> Iterator[str]:
-    """The address to bind or connect a Unix socket at `path`: the path itself, or, where it is longer than
-    a socket's address holds (a deep lock folder: a long $TMPDIR), a short path to the same file through
-    its folder's descriptor (/proc/self/fd/N/name)."""
-    if len(os.fsencode(str(path))) <= SOCKET_PATH_MAX:
-        yield str(path)
-        return
-    if not Path("/proc/self/fd").is_dir():
-        raise NsprofError(
-            f"the socket path {path} is too long for a Unix socket: set NSPROF_LOCK_DIR to a shorter folder"
-        )
-    folder = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        yield f"/proc/self/fd/{folder}/{path.name}"
-    finally:
-        os.close(folder)
-
-
-def connect(socket_path: str, timeout_s: float):
-    """A connection to the server listening at socket_path, within timeout_s, once its peer is known to be
-    this user's (SO_PEERCRED: the listening process's uid): UntrustedPeer otherwise, before anything is sent."""
-    import socket
-    import struct
-
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.settimeout(timeout_s)
-        with unix_address(Path(socket_path)) as address:
-            conn.connect(address)
-        pid, uid, _ = struct.unpack(
-            "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        )
-        if uid != os.geteuid():
-            raise UntrustedPeer(
-                f"its socket {socket_path} is another user's (uid {uid}, pid {pid}); nothing was sent"
-            )
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-# Variables of a shell or terminal session, not of a measurement: a server started in another terminal
-# (or by the tests, with a folder of its own for its temporary files) may differ in these.
-SESSION_VARIABLES = frozenset(
-    {
-        "_",
-        "PWD",
-        "OLDPWD",
-        "SHLVL",
-        "TERM",
-        "COLORTERM",
-        "TERM_PROGRAM",
-        "TERM_PROGRAM_VERSION",
-        "TERM_SESSION_ID",
-        "TMUX",
-        "TMUX_PANE",
-        "STY",
-        "WINDOW",
-        "WINDOWID",
-        "SSH_CLIENT",
-        "SSH_CONNECTION",
-        "SSH_TTY",
-        "SSH_AUTH_SOCK",
-        "SSH_AGENT_PID",
-        "GPG_TTY",
-        "DISPLAY",
-        "XAUTHORITY",
-        "LINES",
-        "COLUMNS",
-        "PS1",
-        "PS2",
-        "PS4",
-        "PROMPT_COMMAND",
-        "HISTFILE",
-        "HISTSIZE",
-        "HISTFILESIZE",
-        "HISTCONTROL",
-        "LS_COLORS",
-        "LESSOPEN",
-        "LESSCLOSE",
-        "MAIL",
-        "XDG_SESSION_ID",
-        "XDG_VTNR",
-        "WT_SESSION",
-        "TMPDIR",
-        "TMP",
-        "TEMP",
-        "PYTEST_CURRENT_TEST",
-        SERVE_ENV,
-    }
-)
-SESSION_PREFIXES = ("VSCODE_", "KITTY_", "ITERM_", "KONSOLE_", "GNOME_TERMINAL_", "VTE_")
-
-
-def _start_environment() -> dict[str, str]:
-    """This process's environment as it started (Linux: /proc/self/environ), before a target imported
-    here (the CLI loads it) set variables of its own, which its import in a worker sets again; else
-    os.environ."""
-    try:
-        data = Path("/proc/self/environ").read_bytes()
-    except OSError:
-        return dict(os.environ)
-    pairs = (entry.partition(b"=") for entry in data.split(b"\0") if b"=" in entry)
-    return {os.fsdecode(name): os.fsdecode(value) for name, _, value in pairs}
-
-
-def environment(environ=None) -> dict[str, str]:
-    """The environment a served worker measures in, as {name: a digest of its value} (no values in the
-    state file): the server's worker runs in the server's environment, not the client's, so every
-    variable that a target, Python, CUDA or the profiler may read must be the same (CUDA_VISIBLE_DEVICES,
-    PYTHONPATH, LD_LIBRARY_PATH, the target's own); only a terminal session's variables may differ.
-    Default: this process's environment as it started (_start_environment)."""
-    import hashlib
-
-    if environ is None:
-        # What a process reads only as it starts (CUDA, the loader, Python, torch's allocator) is what a
-        # served job cannot be given: those as a worker started now would get them, less what a target's
-        # import here set (the CLI loads it; the worker's own import sets it again: TileLang's PYTHONPATH);
-        # the rest as this process started, since a served job gets this process's environment as it is
-        # now (the request's "environ").
-        from nsprof.space import environ_before_targets
-
-        environ = {
-            name: value for name, value in _start_environment().items() if not name.startswith(AT_START)
-        }
-        environ.update(
-            {name: value for name, value in environ_before_targets().items() if name.startswith(AT_START)}
-        )
-    return {
-        name: hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
-        for name, value in sorted(environ.items())
-        if name not in SESSION_VARIABLES and not name.startswith(SESSION_PREFIXES)
-    }
-
-
-def source_digest(package: Path) -> str:
-    """A digest of nsprof's own source files: a server started before nsprof was edited (a checkout
-    worked on, the same version number) runs the old worker code."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(str(path.relative_to(package)).encode() + b"\0")
-        try:
-            digest.update(path.read_bytes())
-        except OSError:
-            digest.update(b"unreadable")
-    return digest.hexdigest()[:16]
-
-
-def identity(driver, settings) -> dict:
-    """What a client must share with a server to use it."""
-    import nsprof
-
-    package = Path(nsprof.__file__).resolve().parent
-    return {
-        "backend": settings.backend,
-        **driver.serve_identity(),
-        "python": settings.python,
-        "nsprof": str(package),
-        "version": nsprof.__version__,
-        "source": source_digest(package),
-        "environment": environment(),
-    }
-
-
-def _differences(theirs: dict, mine: dict) -> list[str]:
-    """How a server's identity differs from this client's, in words (environment: the variables' names)."""
-    differ = []
-    for key, value in mine.items():
-        if key == "environment":
-            other = theirs.get(key) if isinstance(theirs.get(key), dict) else {}
-            names = sorted(n for n in set(value) | set(other) if value.get(n) != other.get(n))
-            if names:
-                shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-                differ.append(f"environment differs in {shown}")
-        elif theirs.get(key) != value:
-            differ.append(f"{key} {theirs.get(key)!r}, not {value!r}")
-    return differ
-
-
-def send_line(conn, message: dict) -> bool:
-    """Send one JSON line; False when the peer is gone."""
-    try:
-        conn.sendall((json.dumps(message) + "\n").encode())
-    except OSError:
-        return False
-    return True
-
-
-def receive_line(conn, timeout_s: float) -> dict | None:
-    """One JSON line from `conn` within timeout_s; None if none came (or it was not JSON)."""
-
-    data = b""
-    deadline = time.monotonic() + timeout_s
-    try:
-        while b"\n" not in data and len(data) < 1 << 20:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            conn.settimeout(left)
-            chunk = conn.recv(65536)
-            if not chunk:
-                return None
-            data += chunk
-    except (TimeoutError, OSError):
-        return None
-    try:
-        message = json.loads(data.split(b"\n", 1)[0])
-    except ValueError:
-        return None
-    return message if isinstance(message, dict) else None
 
 
 def _ask(socket_path: str, message: dict, timeout_s: float) -> dict:
@@ -449,7 +154,7 @@ def find_server(driver, settings) -> tuple[dict | None, str | None]:
         _remove_stale(state_path, state)
         return None, None
     theirs, mine = state.get("identity") or {}, identity(driver, settings)
-    differ = _differences(theirs, mine)
+    differ = differences(theirs, mine)
     if differ:
         return None, Unfit(state, differ)
     try:
@@ -536,10 +241,3 @@ def submit(state: dict, request: dict, status_file: Path, settings, notify) -> t
                 return vanished("is gone"), started
     finally:
         conn.close()
-
-
-def read_or_empty(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except FileNotFoundError:
-        return ""

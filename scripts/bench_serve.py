@@ -116,7 +116,7 @@ def main() -> int:
         )
         save()
     sys.path.insert(0, str(ROOT))
-    from nsprof.serve_client import serve_paths
+    from nsprof.serve_files import serve_paths
 
     state, sock = serve_paths()
     log = open(args.out.with_suffix(".server.log"), "w")

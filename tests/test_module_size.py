@@ -7,11 +7,7 @@ MAX_LINES = 450
 
 # Still over the limit, each with its length now: the list only shrinks. A module made
 # shorter must have its entry lowered or removed (see the second test).
-LONGER: dict[str, int] = {
-    "serve.py": 486,
-    "serve_client.py": 545,
-    "worker/program.py": 546,
-}
+LONGER: dict[str, int] = {}
 
 
 def _lengths() -> dict[str, int]:

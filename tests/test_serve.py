@@ -31,14 +31,14 @@ def _serve_folder(lock_dir: Path) -> Path:
 
 
 def _state_file(lock_dir: Path) -> Path:
-    from nsprof.serve_client import serve_paths
+    from nsprof.serve_files import serve_paths
 
     assert serve_paths()[0].parent == _serve_folder(lock_dir)
     return serve_paths()[0]
 
 
 def _socket(lock_dir: Path) -> Path:
-    from nsprof.serve_client import serve_paths
+    from nsprof.serve_files import serve_paths
 
     assert serve_paths()[1].parent == _serve_folder(lock_dir)
     return serve_paths()[1]
@@ -46,7 +46,7 @@ def _socket(lock_dir: Path) -> Path:
 
 def _make_serve_folder(lock_dir: Path) -> None:
     """The folder a server makes (mode 0700), for a test that writes a server's files itself."""
-    from nsprof.serve_client import check_folder
+    from nsprof.serve_files import check_folder
 
     assert check_folder(_serve_folder(lock_dir), create=True)
 
@@ -374,7 +374,8 @@ def test_serve_refuses_ncu_in_one_line(tmp_path, runner):
 def test_a_dead_or_unfitting_servers_state_is_told_apart(tmp_path, own_gpu_lock_folder, monkeypatch):
     import standins
 
-    from nsprof.serve_client import find_server, identity
+    from nsprof.serve_client import find_server
+    from nsprof.serve_identity import identity
     from nsprof.settings import ProfileSettings
 
     driver = standins.StatusDriver()
@@ -441,7 +442,7 @@ def test_a_served_job_starts_no_compile_step_its_warm_worker_compiles_each_confi
 def test_the_socket_of_a_gpu_named_by_its_uuid_fits_a_unix_socket_path(own_gpu_lock_folder, monkeypatch):
     """On the H200 the lock is named by the GPU's UUID: a socket named after it did not fit a Unix
     socket's path in pytest's own folder (the server refused to start)."""
-    from nsprof.serve_client import serve_paths
+    from nsprof.serve_files import serve_paths
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-765d8652-190c-2afc-a912-c353311f4958")
     state, socket_path = serve_paths()
@@ -456,7 +457,7 @@ def test_a_socket_path_too_long_for_a_unix_socket_still_serves(tmp_path, server)
     """issue 24: under a long $TMPDIR (the tests' lock folder lies in it) the socket's path passed a Unix
     socket's 107 bytes and the server refused to start. It binds, and clients connect, through a short
     path to the same socket."""
-    from nsprof.serve_client import serve_paths
+    from nsprof.serve_files import serve_paths
 
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     locks = deep / "locks"
@@ -848,7 +849,8 @@ def test_a_servers_files_are_removed_only_while_nobody_holds_the_gpu_lock(tmp_pa
     GPU lock for its whole life, so its files stay while the lock is held, and go once it is free."""
     import standins
 
-    from nsprof.serve_client import find_server, identity
+    from nsprof.serve_client import find_server
+    from nsprof.serve_identity import identity
     from nsprof.settings import ProfileSettings
 
     driver, settings = standins.StatusDriver(), ProfileSettings(backend="nsys")
@@ -903,7 +905,8 @@ def test_a_dead_servers_pid_taken_by_another_process_is_told_apart(tmp_path, own
     GPU lock, so the files are a dead server's (removed), not an unfitting server's."""
     import standins
 
-    from nsprof.serve_client import find_server, identity
+    from nsprof.serve_client import find_server
+    from nsprof.serve_identity import identity
     from nsprof.settings import ProfileSettings
 
     driver, settings = standins.StatusDriver(), ProfileSettings(backend="nsys")
@@ -989,7 +992,7 @@ def test_a_server_of_nsprof_as_it_was_before_an_edit_does_not_fit(tmp_path, own_
     import standins
 
     import nsprof
-    from nsprof.serve_client import _differences, identity, source_digest
+    from nsprof.serve_identity import differences, identity, source_digest
     from nsprof.settings import ProfileSettings
 
     package = Path(nsprof.__file__).resolve().parent
@@ -1004,7 +1007,7 @@ def test_a_server_of_nsprof_as_it_was_before_an_edit_does_not_fit(tmp_path, own_
     driver, settings = standins.StatusDriver(), ProfileSettings(backend="nsys")
     mine = identity(driver, settings)
     assert mine["source"] == before
-    assert [d for d in _differences({**mine, "source": edited}, mine) if d.startswith("source")]
+    assert [d for d in differences({**mine, "source": edited}, mine) if d.startswith("source")]
 
 
 def test_a_client_that_comes_while_the_server_writes_a_report_waits_in_its_queue(

@@ -175,7 +175,8 @@ def test_wait_behind_a_server_that_never_fits_is_bounded_by_its_end(
 
     from nsprof import serve_client
     from nsprof.errors import GpuBusy
-    from nsprof.serve_client import identity
+    from nsprof.serve_files import check_folder, serve_paths
+    from nsprof.serve_identity import identity
     from nsprof.session import run_session
     from nsprof.settings import ProfileSettings
 
@@ -196,11 +197,11 @@ def test_wait_behind_a_server_that_never_fits_is_bounded_by_its_end(
         state = {
             "pid": holder.pid,
             "identity": {**mine, "environment": {**mine["environment"], "LD_LIBRARY_PATH": "another"}},
-            "socket": str(serve_client.serve_paths()[1]),
+            "socket": str(serve_paths()[1]),
             "idle_exit_s": 0.25,
         }
-        assert serve_client.check_folder(serve_client.serve_paths()[0].parent, create=True)
-        serve_client.serve_paths()[0].write_text(json.dumps(state))
+        assert check_folder(serve_paths()[0].parent, create=True)
+        serve_paths()[0].write_text(json.dumps(state))
         monkeypatch.setattr(serve_client, "EXIT_WAIT_S", 0.5)
         with pytest.raises(GpuBusy) as caught:
             run_session(HEALTHY, 9, settings, config_ids=[0], driver=driver)

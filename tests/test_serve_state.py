@@ -12,7 +12,7 @@ from pathlib import Path
 
 from test_serve import _client, _ended, _measured, _rows, _status, server  # noqa: F401  (server: the fixture)
 
-from nsprof.serve_client import serve_paths
+from nsprof.serve_files import serve_paths
 
 # The first target changes process-wide state at import; the second (and any) reports what it sees,
 # per config build, into observed.jsonl beside it, with the process and image it ran in.

@@ -34,7 +34,7 @@ from conftest import FIXTURES, run_nsprof, wait_for
 from nsprof.errors import GpuBusy, NsprofError
 from nsprof.host.gpu import which_gpu
 from nsprof.host.lock import gpu_lock, lock_path
-from nsprof.serve_client import serve_paths
+from nsprof.serve_files import serve_paths
 
 OTHER = 54321  # the other local user's uid and gid (no passwd entry needed)
 TESTS = Path(__file__).resolve().parent
@@ -292,7 +292,7 @@ def _profile(
 IDENTITY = (
     "import json, sys\nsys.path.insert(0, sys.argv[1])\nimport standins\nstandins.install()\n"
     "from nsprof.drivers import registry\nfrom nsprof.settings import ProfileSettings\n"
-    "from nsprof.serve_client import identity\n"
+    "from nsprof.serve_identity import identity\n"
     "print(json.dumps(identity(registry.get_driver('nsys'), ProfileSettings(backend='nsys'))))\n"
 )
 

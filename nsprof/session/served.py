@@ -17,7 +17,8 @@ from pathlib import Path
 from nsprof.errors import GpuBusy, ToolFailed
 from nsprof.reports.checks import one_line
 from nsprof.schema import FAILURE_KINDS, Failure
-from nsprof.serve_client import EXIT_WAIT_S, read_or_empty, submit
+from nsprof.serve_client import EXIT_WAIT_S, submit
+from nsprof.serve_files import read_or_empty
 from nsprof.session.parts import (
     Part,
     failure_rows,

@@ -34,7 +34,7 @@ from nsprof.host.children import (
     pid_alive,
     wait_exit,
 )
-from nsprof.serve_client import read_or_empty
+from nsprof.serve_files import read_or_empty
 from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import Bounds, Progress, RunStatus, parse_status
 

@@ -11,7 +11,7 @@ It loads the target, compiles every point of the job in a pool of threads (in jo
 order the worker builds them in) and writes one marker per point into the job's folder:
 `<point>.ok`, or `<point>.fail` holding the reason in one line; then `end`. Each marker is
 written whole (a temporary file, then a rename), so a reader never sees half of one. The worker
-(nsprof.worker.program) waits for a point's marker before its start line, and a point with no
+(nsprof.worker.windows) waits for a point's marker before its start line, and a point with no
 marker once `end` exists was never compiled (the step died: its reason is in `end`).
 """
 

@@ -29,7 +29,7 @@ The worker's own status file, DIR/worker.status (nsprof.worker.protocol.Status l
                                JOB_ABORTED (the job could not run: its status file says why)
     stopped                    SIGTERM: it stopped (the current job is cut short) and exits
 DIR/worker.json, written by the server before the launch: {"watch_fd", "watch_inode", "server"}:
-the server's death pipe (nsprof.worker.program.watch_parent ends the worker when it closes).
+the server's death pipe (nsprof.worker.watch.watch_parent ends the worker when it closes).
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ import sys
 import traceback
 from pathlib import Path
 
-from nsprof.worker.program import Device, Stopped, request_stop, run_job, watch_parent
-from nsprof.worker.protocol import AT_START, EXIT_CONTEXT_LOST, EXIT_STOPPED, Job, Status
+from nsprof.worker.launch import Device
+from nsprof.worker.program import run_job
+from nsprof.worker.protocol import AT_START, EXIT_CONTEXT_LOST, Job, Status
+from nsprof.worker.watch import Stopped, request_stop, stopped, watch_parent
 
 JOB_ABORTED = 6  # a job that could not run (its target did not load, its files could not be opened)
 JOBS_FIFO = "jobs"
@@ -252,8 +254,6 @@ def serve(serve_dir: Path) -> int:
                 if code == EXIT_CONTEXT_LOST:
                     return code
     except Stopped:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        own.write("stopped")
-        return EXIT_STOPPED
+        return stopped(own)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

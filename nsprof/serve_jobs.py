@@ -1,0 +1,162 @@
+"""One job of `nsprof serve`: a job request checked (missing: JOB_FIELDS, PATH_FIELDS), and
+JobRunning, the part of nsprof.serve's server that runs a job: the collection started, the job handed
+to the serving worker (its FIFO), followed in the session's own loop and bounds
+(nsprof.session.supervise.follow), the collection ended and the client answered; a job's fault
+(the worker died, a bound passed, the profiler failed) sets the server's fault, which ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from nsprof.errors import NsprofError
+from nsprof.serve_client import POLL_S
+from nsprof.serve_files import read_or_empty, send_line
+
+JOB_FIELDS = {
+    "job": str,
+    "status": str,
+    "report_base": str,
+    "cwd": str,
+    "environ": dict,
+    "timeout_s": (int, float),
+    "phase_bound_s": (int, float),
+}
+PATH_FIELDS = ("job", "status", "report_base", "cwd")  # absolute: the server's folder is not the client's
+
+
+def missing(request: dict) -> str:
+    """What a job request lacks, in words ("" when it is whole)."""
+    wrong = [name for name, kind in JOB_FIELDS.items() if not isinstance(request.get(name), kind)]
+    wrong += [name for name in PATH_FIELDS if name not in wrong and not os.path.isabs(request[name])]
+    if "environ" not in wrong and not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in request["environ"].items()
+    ):
+        wrong.append("environ")
+    return f"the job request lacks {', '.join(wrong)} (as absolute paths)" if wrong else ""
+
+
+class JobRunning:
+    """The server's job(); it uses the server's driver, session, log, log_path, dir, fifo, proc, worker_pid,
+    worker_alive, note and answer_waiting (clients answered while a job runs); sets its jobs and fault."""
+
+    def job(self, conn, request: dict) -> None:
+        self.jobs += 1
+        try:
+            if not send_line(conn, {"started": True, "job": self.jobs}):
+                self.note(f"job {self.jobs}: its client is gone; not run")
+                return
+            answer = self._collect(self.jobs, request)
+            if not send_line(conn, answer):
+                self.note(f"job {self.jobs}: its client went away before the answer")
+        finally:
+            conn.close()
+
+    def _collect(self, n: int, request: dict) -> dict:
+        base = Path(request["report_base"])
+        self.note(f"job {n}: {request['job']}")
+        try:
+            self.driver.serve_start(self.session, base, self.log)
+        except NsprofError as exc:
+            self.fault = f"the profiler could not start a collection: {exc}"
+            return {"ok": False, "fault": "tool", "config": None, "reason": str(exc)}
+        line = (
+            json.dumps(
+                {
+                    "job": request["job"],
+                    "n": n,
+                    "server": os.getpid(),
+                    "cwd": request["cwd"],
+                    "environ": request["environ"],
+                }
+            )
+            + "\n"
+        )
+        data = line.encode()
+        while data:  # a line longer than the pipe's atomic size (the client's environment) may go in parts
+            data = data[os.write(self.fifo, data) :]
+        answer = self._follow(
+            n, Path(request["status"]), float(request["timeout_s"]), float(request["phase_bound_s"])
+        )
+        try:
+            self.driver.serve_stop(self.session, base, self.log)
+        except NsprofError as exc:
+            if answer.get("ok"):
+                self.fault = f"the profiler could not end a collection: {exc}"
+                return {"ok": False, "fault": "tool", "config": None, "reason": str(exc)}
+            self.note(f"job {n}: after its fault, {exc}")
+        return answer
+
+    def _job_code(self, n: int) -> int | None:
+        from nsprof.worker.serving import WORKER_STATUS
+
+        for line in read_or_empty(self.dir / WORKER_STATUS).split("\n")[:-1]:  # whole lines only
+            words = line.split()
+            if len(words) == 3 and words[0] == "job" and words[1] == str(n):
+                return int(words[2])
+        return None
+
+    def _follow(self, n: int, status_file: Path, timeout_s: float, bound_s: float) -> dict:
+        """Follow job n until the worker says it is over, or a bound or the worker's death ends it (the
+        session's own loop, nsprof.session.supervise.follow); between polls, clients are answered."""
+        from nsprof.session.supervise import follow
+
+        def decide(code, status, passed) -> dict | None:
+            answer = self._outcome(n, code, status) or self._bound(n, status, passed, timeout_s, bound_s)
+            if answer is None:
+                self.answer_waiting(POLL_S)
+            return answer
+
+        return follow(status_file, timeout_s, bound_s, lambda: self._job_code(n), decide)
+
+    def _outcome(self, n: int, code: int | None, status) -> dict | None:
+        """Job n's answer once its end line (`code`) came, or its worker died; None while it runs."""
+        from nsprof.host.children import exit_code
+        from nsprof.worker.protocol import EXIT_CONTEXT_LOST
+        from nsprof.worker.serving import JOB_ABORTED
+
+        if code == 0:
+            return {"ok": True}
+        if code == JOB_ABORTED:
+            return {
+                "ok": False,
+                "fault": "abort",
+                "config": None,
+                "reason": status.abort or f"the job could not run (log: {self.log_path})",
+            }
+        if code is None and self.worker_alive():
+            return None
+        code = self._job_code(n) if code is None else code
+        if code == 0:
+            return {"ok": True}
+        lost = "lost its CUDA context" if code == EXIT_CONTEXT_LOST else "died"
+        self.fault = f"the worker {lost} in job {n}"
+        reason = self.driver.crash_reason(self.log_path, exit_code(self.proc))
+        return {
+            "ok": False,
+            "fault": "crash",
+            "config": status.current,
+            "reason": str(reason),
+            "kind": reason.kind,
+        }
+
+    def _bound(self, n: int, status, passed: str | None, timeout_s: float, bound_s: float) -> dict | None:
+        """Job n's answer when its worker went past a bound (the worker is killed); None otherwise."""
+        from nsprof.host.children import kill_pid
+
+        if passed == "timeout":
+            kill_pid(self.worker_pid)
+            self.fault = f"config {status.current} of job {n} ran past its timeout ({timeout_s:g} s)"
+            return {
+                "ok": False,
+                "fault": "timeout",
+                "config": status.current,
+                "reason": f"timeout: still running after {timeout_s:g} s",
+            }
+        if passed == "stalled":
+            kill_pid(self.worker_pid)
+            self.fault = f"job {n} made no progress for {bound_s:g} s"
+            return {"ok": False, "fault": "stalled", "config": None, "reason": self.fault}
+        return None

@@ -1,0 +1,123 @@
+"""Each config's window in the worker (config_windows): its compile waited for first, outside the
+window, so a slow compiler is never the config's timeout (_CompileWait: the compile step beside the
+session; _compile_here: a served job's, in this worker), then its `start` line and its build inside,
+so that a build which crashes or hangs is charged to that config.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from nsprof.worker.launch import Device, error_line
+from nsprof.worker.protocol import START_MARKER, Job, Status
+
+
+def config_windows(job: Job, space, device: Device, status: Status):
+    """(config_id, launch) for each config of the job, built just before it is measured.
+
+    Building inside the config's start/done window means a build that crashes the process or
+    hangs is charged to that config (and timed out) like a crashing launch. Compilation itself comes
+    before the window, so a slow compiler is never the config's timeout: by the compile step beside
+    the session (job.compiled: the wait for its marker), or here (job.compile_here: a served job),
+    and the build loads from the compiler's cache.
+    """
+    points = job.points
+    compiled = _CompileWait(Path(job.compiled), job.compile_timeout_s) if job.compiled else None
+    here = job.compile_here and space.compile is not None
+    for config_id in job.config_ids:  # point ids (the config ids of a target without shapes)
+        why = None
+        if compiled is not None:
+            why = compiled.wait(config_id, status)
+        elif here:
+            why = _compile_here(space, points, config_id, status, job.compile_timeout_s)
+        if why is not None:
+            status.fail(config_id, why, "compile")
+            continue
+        status.write("start", config_id)
+        print(START_MARKER, config_id, file=sys.stderr, flush=True)
+        try:
+            launch = space.build_at(*points.split(config_id))
+        except Exception as exc:
+            status.fail(config_id, "build failed: " + error_line(exc), "crash")
+            traceback.print_exc()
+            if not device.healthy():
+                return
+            continue
+        status.mark("built", config_id)
+        yield config_id, launch
+
+
+WAIT_LINE_S = 1.0  # while waiting for the compile step: one `wait` line per second (progress)
+
+
+def _compile_here(space, points, point: int, status: Status, timeout_s: float) -> str | None:
+    """Compile `point` in this worker (Job.compile_here), before its window: None when it compiled,
+    else why not, in one line (as the compile step words it). The compile runs in a thread while
+    this one writes a `wait` line each second, so the session's bound on a phase without a line
+    does not fire; past `timeout_s` the point fails and its compile is left running."""
+    from nsprof.worker.compile import compile_reason
+
+    outcome: list[str | None] = []
+
+    def one() -> None:
+        try:
+            space.compile_at(*points.split(point))
+        except Exception as exc:  # a config that does not compile is a result, not a crash
+            outcome.append(compile_reason(exc))
+            return
+        outcome.append(None)
+
+    thread = threading.Thread(target=one, name=f"nsprof-compile-{point}", daemon=True)
+    status.write("wait", point)
+    thread.start()
+    waited = 0.0
+    while True:
+        thread.join(WAIT_LINE_S)
+        if not thread.is_alive():
+            return outcome[0]
+        waited += WAIT_LINE_S
+        if waited >= timeout_s:
+            return f"compile timed out: not compiled after {timeout_s:g} s (its compile still runs in the worker)"
+        status.write("wait", point)
+
+
+class _CompileWait:
+    """The worker's waits for the compile step beside the session (nsprof.worker.compile), one
+    job's: each config's marker, at most `timeout_s` for one config. A wait that runs out while no
+    other compile finished either means the step is stalled: configs not compiled by then fail at
+    once instead of each waiting out its own bound."""
+
+    def __init__(self, folder: Path, timeout_s: float) -> None:
+        self.folder, self.timeout_s, self.stalled = folder, timeout_s, False
+
+    def _finished(self) -> int:
+        return sum(1 for p in self.folder.iterdir() if p.suffix in (".ok", ".fail"))
+
+    def wait(self, point: int, status: Status) -> str | None:
+        """None when `point` compiled, else why not, in one line. The `wait` lines are progress:
+        the session's bound on a phase without one does not fire while the compiler works."""
+        from nsprof.worker.compile import state
+
+        began = time.monotonic()
+        finished = None if self.stalled else self._finished()
+        last_line = None
+        while True:
+            found = state(self.folder, point)
+            if found is not None:
+                return None if found[0] == "ok" else found[1]
+            now = time.monotonic()
+            if self.stalled:
+                return f"not compiled: the compile step made no progress for {self.timeout_s:g} s"
+            if now - began > self.timeout_s:
+                self.stalled = self._finished() == finished
+                return (
+                    f"compile timed out: not compiled after {self.timeout_s:g} s (the compile step still ran)"
+                )
+            if last_line is None or now - last_line >= WAIT_LINE_S:
+                status.write("wait", point)
+                last_line = now
+            time.sleep(0.01)
