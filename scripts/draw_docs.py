@@ -5,6 +5,7 @@ every one:
     python3 scripts/draw_docs.py [--out docs/pictures]
 
 - analyze_plot.png: `nsprof analyze tests/fixtures/fixture.sqlite --plot` (a real nsys report, H200);
+- compare_plot.png: `nsprof analyze --compare` of the seed's ncu CSV and nsys report (H200), B/A per range;
 - validate_plot.png, validate_page.png: the recorded H200 validate run of the seed GEMM
   (benchmarks/results/validate_seed_gemm.json) read back by `nsprof results FILE.json`;
 - tune_plot.png, tune_page.png: `nsprof tune --truth ncu,nsys` of an 8-config space under the
@@ -64,6 +65,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nsprof-docs-") as tmp:
         work = Path(tmp)
         nsprof("analyze", "tests/fixtures/fixture.sqlite", "--plot", str(out / "analyze_plot.png"), cwd=ROOT)
+        compare = [
+            "analyze",
+            "--compare",
+            "tests/fixtures/fixture_node_raw.csv",
+            "tests/fixtures/fixture.sqlite",
+        ]
+        nsprof(*compare, "--plot", str(out / "compare_plot.png"), cwd=ROOT)
         record = ROOT / "benchmarks/results/validate_seed_gemm.json"
         nsprof("results", str(record), "--plot", str(out / "validate_plot.png"), "--html", "v.html", cwd=work)
         (work / "t.py").write_text(TARGET)
