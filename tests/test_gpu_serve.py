@@ -1,6 +1,6 @@
-"""`nsprof serve` under the real nsys on a GPU (marker `gpu`; skipped without one). Run on the H200.
+"""`nsprof serve` under the real nsys on a GPU (marker `gpu`; skipped without one).
 
-Not run yet: written for the first GPU session after the CPU work (docs/serve.md, "Limits")."""
+Run on the H200 (2026-12-02, 3 passed); docs/serve.md says what they show."""
 
 from __future__ import annotations
 
