@@ -159,9 +159,14 @@ def _cut(text: str, limit: int = 160) -> str:
 
 
 def config_label(config: Any) -> str:
-    """`k=v,k=v` for a dict config (the form every nsprof table shows), str() otherwise."""
+    """`k=v,k=v` for a dict config (the form every nsprof table shows), str() otherwise. Values are
+    shown as a saved run's JSON holds them (a tuple as a list), so that a run read back labels its
+    configs as the live run did."""
     if isinstance(config, dict):
-        return ",".join(f"{k}={v}" for k, v in config.items())
+        import json
+
+        plain = json.loads(json.dumps(config, default=str))
+        return ",".join(f"{k}={v}" for k, v in plain.items())
     return str(config)
 
 

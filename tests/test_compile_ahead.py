@@ -171,7 +171,7 @@ def test_the_compile_step_compiles_nothing_of_a_target_edited_since_nsprof_read_
         timeout=120,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
-    assert done.returncode != 0
+    assert done.returncode == 0, done.stderr  # the worker refuses the target; nothing for nsprof to keep
     assert not list(compiled.iterdir())  # nothing compiled
     for point in (0, 1):
         kind, why = state(step, point)

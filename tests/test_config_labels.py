@@ -62,22 +62,33 @@ def test_the_plot_labels_each_config_by_the_keys_that_vary():
     assert "all configs: block_M=64, block_K=128, thread_num=128" in fig._suptitle.get_text()
 
 
-def test_a_long_label_is_cut_between_two_keys_never_inside_a_value():
+def test_a_long_label_is_wrapped_between_two_keys_never_cut():
     from nsprof.render.tune_plot import LABEL_WIDTH, config_tick
+
+    a = "block_M=128,block_N=128,block_K=32,tile=(64, 128, 256),num_stages=3,policy=Square"
+    b = a.replace("(64, 128, 256)", "(64, 256, 256)")
+    tick_a, tick_b = config_tick(7, a), config_tick(7, b)
+    assert tick_a != tick_b  # configs that differ never read alike
+    lines = tick_a.removeprefix("7: ").split("\n")
+    assert len(lines) > 1 and all(len(line) <= LABEL_WIDTH + 1 for line in lines)
+    assert "".join(lines) == a  # whole: wrapped only after a comma that starts a key
+    assert "tile=(64, 128, 256)," in lines[1]  # the tuple's commas are not a place to wrap
+
+
+def test_a_tuple_valued_config_is_labelled_alike_live_and_read_back():
+    """A saved run holds configs as JSON (a tuple as a list): the table's labels, made from the
+    live configs, must still match them, or every cell falls back to the whole label."""
+    import json
+
+    from nsprof.render.configs import config_cell, split_configs
     from nsprof.space import config_label
 
-    label = config_label(
-        {
-            "block_M": 128,
-            "block_N": 256,
-            "block_K": 64,
-            "num_stages": 3,
-            "thread_num": 256,
-            "policy": "Square",
-        }
-    )
-    tick = config_tick(7, label)
-    assert len(label) > LABEL_WIDTH and tick.endswith(",…")
-    kept = tick.removeprefix("7: ").removesuffix(",…").split(",")
-    assert kept == label.split(",")[: len(kept)]  # whole k=v items, in order
-    assert len(tick.removeprefix("7: ")) <= LABEL_WIDTH + 2
+    live = [{"a": 1, "tile": (64, 64 * (c + 1))} for c in range(3)]
+    saved = json.loads(json.dumps(live))
+    assert [config_label(c) for c in live] == [config_label(c) for c in saved]
+    varying = split_configs(saved)[1]
+    assert [config_cell(saved[c], config_label(live[c]), varying) for c in range(3)] == [
+        "tile=[64, 64]",
+        "tile=[64, 128]",
+        "tile=[64, 192]",
+    ]

@@ -213,3 +213,20 @@ def test_a_truncated_tune_json_is_one_line_and_exit_2(two_by_two, tmp_path):
     done = run_nsprof("results", "cut.json", "--json", in_process=True, cwd=tmp_path)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "cut.json: not JSON" in lines[0], done.stderr
+
+
+@pytest.mark.parametrize("edit", ["deploy", "no truths"])
+def test_a_saved_tune_edited_past_reading_is_one_line_and_exit_2(two_by_two, tmp_path, edit):
+    from nsprof.render.json import tune_document
+
+    document = json.loads(tune_document(_tuned(two_by_two, tmp_path)))
+    for shape in document["shapes"]:
+        if edit == "deploy":
+            shape["deploy"]["truth"] = "ncu@free-warm"  # a truth it has no ranking of
+        else:
+            shape["truths"] = []
+    (tmp_path / "edited.json").write_text(json.dumps(document))
+    done = run_nsprof("results", "edited.json", in_process=True, cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("nsprof: error: edited.json: a saved tune that cannot be read"), lines

@@ -295,6 +295,8 @@ def _shape_of(document: dict):
         return Ranking(frame_of(doc), adaptive=adaptive, **{key: doc[key] for key in _RANKING_KEYS})
 
     truths = {doc["truth"]: ranking(doc) for doc in document["truths"]}
+    if document["deploy"]["truth"] not in truths:
+        raise ValueError(f"its deploy truth {document['deploy']['truth']!r} is not one of its rankings")
     cross = None
     if len(truths) > 1:
         pairs = [_pair_of(Pair, pair) for pair in document["agreement"]]

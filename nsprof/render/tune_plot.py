@@ -9,6 +9,8 @@ measures shapes).
 
 from __future__ import annotations
 
+import re
+
 from nsprof.analysis.stats import is_missing
 from nsprof.render.plot import legend_outside, log_axis, require_matplotlib, save_figure, wrapped
 
@@ -16,19 +18,18 @@ LABEL_WIDTH = 48  # characters of a config's label on the axis
 
 
 def config_tick(config_id, config) -> str:
-    """The axis label of a config: its id and its `k=v,...` label, cut only between two `k=v`
-    (a value is never cut in the middle: two configs could then read alike)."""
+    """The axis label of a config: its id and its `k=v,...` label, whole: a long one is wrapped
+    onto more lines between two `k=v` (cut, two configs could read alike)."""
     label = "" if is_missing(config) else str(config)
     if not label:
         return str(int(config_id))
-    if len(label) > LABEL_WIDTH and "=" in label:
-        kept = ""
-        for item in label.split(","):
-            if kept and len(kept) + len(item) + 2 > LABEL_WIDTH:
-                label = kept + ",…"
-                break
-            kept = f"{kept},{item}" if kept else item
-    return f"{int(config_id)}: {label}"
+    lines = [""]
+    for item in re.split(r",(?=[A-Za-z_][\w.]*=)", label):  # at a comma that starts a key
+        if lines[-1] and len(lines[-1]) + len(item) + 1 > LABEL_WIDTH:
+            lines[-1] += ","
+            lines.append("")
+        lines[-1] = f"{lines[-1]},{item}" if lines[-1] else item
+    return f"{int(config_id)}: " + "\n".join(lines)
 
 
 def measured_rows(table):
@@ -49,11 +50,12 @@ def tune_figure(table, title: str | None = None, configs=None):
     measured = measured_rows(table)
     failed = table[~table.index.isin(measured.index)]
     n = len(measured)
-    fig = Figure(figsize=(7.5, 1.2 + 0.32 * max(n, 3)), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
     constant, labels = _labels(measured, configs)
     ticks = [config_tick(c, label) for c, label in zip(measured["config_id"], labels)]
+    rows = max([t.count("\n") + 1 for t in ticks] + [1])  # a wrapped label's lines
+    fig = Figure(figsize=(7.5, 1.2 + 0.32 * rows * max(n, 3)), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     y = np.arange(n)
     values = measured["value_ns"].to_numpy(float) / 1e3
     if "ci_low_ns" in table and "ci_high_ns" in table and n:
