@@ -233,7 +233,7 @@ def test_a_clear_winner_is_named_winner():
     assert decision.margin == pytest.approx((5312 - 5280) / 5280)
     text = format_ranked(result, CONFIGS)
     assert (
-        "note: config 15 is the winner: its interval (±1.2%) does not overlap #2's (config 13, 0.6% apart)"
+        "note: config 15 is the winner: its interval (±1.2%) does not overlap #2's (config 13, 0.6% between the intervals)"
         in text
     )
     assert not any(line.split()[-2:-1] == ["tie"] for line in text.splitlines()[3:])

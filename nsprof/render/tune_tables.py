@@ -83,7 +83,12 @@ def describe_decision(result) -> str:
         )
     if decision.second is None:
         return f"config {decision.config_id} is the only config measured"
-    apart = "" if decision.margin != decision.margin else f", {abs(decision.margin) * 100:.1f}% apart"
+    # the margin is the gap between the two intervals, not between the medians
+    apart = (
+        ""
+        if decision.margin != decision.margin
+        else f", {abs(decision.margin) * 100:.1f}% between the intervals"
+    )
     return (
         f"config {decision.config_id} is the winner: its interval ({half}) does not overlap "
         f"#2's (config {decision.second}{apart})"
