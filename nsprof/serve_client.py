@@ -181,6 +181,24 @@ def _vanished(pid: int, why: str) -> dict:
     return {"ok": False, "fault": "vanished", "config": None, "reason": f"nsprof serve (pid {pid}) {why}"}
 
 
+def _sent(state: dict, request: dict):
+    """(the server's connection, non-blocking, with `request` sent; "") or (None, why it could
+    not be reached)."""
+    try:
+        conn = connect(
+            str(state["socket"]), PING_TIMEOUT_S
+        )  # its peer this user's: the request holds the environment
+    except OSError as exc:
+        return None, f"could not be reached ({exc})"
+    try:
+        conn.sendall((json.dumps(request) + "\n").encode())
+    except OSError as exc:
+        conn.close()
+        return None, f"could not be reached ({exc})"
+    conn.setblocking(False)
+    return conn, ""
+
+
 def submit(state: dict, request: dict, status_file: Path, settings, notify) -> tuple[dict, bool]:
     """Send a job and follow it: (the server's last answer, whether the job started). The status
     file's progress goes to notify as a session's does. A server that vanishes, or stops
@@ -192,19 +210,11 @@ def submit(state: dict, request: dict, status_file: Path, settings, notify) -> t
     pid = state["pid"]
     vanished = functools.partial(_vanished, pid)
     bound = settings.timeout_s + settings.phase_bound_s + SERVE_GRACE_S
-    try:
-        conn = connect(
-            str(state["socket"]), PING_TIMEOUT_S
-        )  # its peer this user's: the request holds the environment
-    except OSError as exc:
-        return vanished(f"could not be reached ({exc})"), False
+    conn, why = _sent(state, request)
+    if conn is None:
+        return vanished(why), False
     started = False
     try:
-        try:
-            conn.sendall((json.dumps(request) + "\n").encode())
-        except OSError as exc:
-            return vanished(f"could not be reached ({exc})"), False
-        conn.setblocking(False)
         buffer = b""
         progress, seen_lines = Progress(notify), -1
         last_line_at = time.monotonic()

@@ -288,6 +288,34 @@ def tilelang_pick(autotuned, args: tuple, kwargs: dict | None = None) -> dict[st
     }
 
 
+def _write_entry(autotuned, args: tuple, kwargs: dict, by_source) -> dict:
+    """One run of TileLang's tuner with its benchmark answered by `by_source`, its entry written
+    over the one under its key; the entry ({"path", "compile_args", "config"}), checked that
+    TileLang loads it back."""
+    from tilelang.autotuner.param import AutotuneResult
+
+    written: dict = {}
+    with _benchmark_replaced(by_source), _caches_aside(autotuned, _entry_replaced(written), keep=True):
+        autotuned.compile(*args, **kwargs)
+    if "config" not in written:
+        raise NsprofError(
+            "TileLang wrote no autotuner cache entry (is TILELANG_AUTO_TUNING_DISABLE_CACHE set, "
+            "or does the kernel pass ref_prog/supply_prog, which TileLang does not cache?)"
+        )
+    try:
+        loaded = AutotuneResult.load_from_disk(written["path"], written["compile_args"])
+    except (
+        Exception
+    ) as exc:  # its own exception types (TVM, cloudpickle, a missing file): one line with the path
+        raise NsprofError(
+            f"TileLang cannot load the autotuner cache entry it wrote at {written['path']}: "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        ) from None
+    if loaded is None:
+        raise NsprofError(f"TileLang cannot load the autotuner cache entry it wrote at {written['path']}")
+    return written
+
+
 def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs: dict | None = None):
     """Make TileLang's autotuner choose by nsprof's latencies (config index -> ms) and cache it.
 
@@ -313,31 +341,10 @@ def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs:
     # user's process calling a second shape after a first benchmarks again. TileLang's own load of the
     # entry just written makes the second state, as a user's first call does. (In a process that has
     # loaded this kernel already, only the second key is written: nsprof tune feeds back in a fresh one.)
-    from tilelang.autotuner.param import AutotuneResult
-
     entries: list[dict] = []
     declared = copy.deepcopy(getattr(getattr(autotuned, "jit_impl", None), "out_idx", None))
     for _ in range(2):
-        written: dict = {}
-        with _benchmark_replaced(by_source), _caches_aside(autotuned, _entry_replaced(written), keep=True):
-            autotuned.compile(*args, **kwargs)
-        if "config" not in written:
-            raise NsprofError(
-                "TileLang wrote no autotuner cache entry (is TILELANG_AUTO_TUNING_DISABLE_CACHE set, "
-                "or does the kernel pass ref_prog/supply_prog, which TileLang does not cache?)"
-            )
-        entries.append(written)
-        try:
-            loaded = AutotuneResult.load_from_disk(written["path"], written["compile_args"])
-        except (
-            Exception
-        ) as exc:  # its own exception types (TVM, cloudpickle, a missing file): one line with the path
-            raise NsprofError(
-                f"TileLang cannot load the autotuner cache entry it wrote at {written['path']}: "
-                f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
-            ) from None
-        if loaded is None:
-            raise NsprofError(f"TileLang cannot load the autotuner cache entry it wrote at {written['path']}")
+        entries.append(_write_entry(autotuned, args, kwargs, by_source))
         if getattr(autotuned.jit_impl, "out_idx", None) == declared:
             break  # the key did not change: one entry is all
         declared = copy.deepcopy(autotuned.jit_impl.out_idx)

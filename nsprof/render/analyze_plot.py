@@ -81,6 +81,20 @@ def _kernel_groups(samples) -> tuple[list[str], dict[str, str], dict[str, str]]:
     return labels, label, names
 
 
+def _median_ticks(ax, samples, kernel, row, scale: float, colour) -> None:
+    """The median of each kernel of each range in `samples`, as a short vertical tick on its row."""
+    medians = samples.groupby([samples["range"].astype(str), kernel])["duration_ns"].median()
+    if len(medians):
+        ax.vlines(
+            medians.to_numpy(float) / scale,
+            [row[r] - 0.35 for r, _ in medians.index],
+            [row[r] + 0.35 for r, _ in medians.index],
+            color=colour,
+            linewidth=1.2,
+            zorder=5,
+        )
+
+
 def durations_plot(panels, path: str | None, unit: str = "us"):
     """One strip plot per (title, samples) pair (`samples`: analysis.listing.samples' rows): a row
     of points per range, in natural order from the top with "(no range)" last, one point per kernel
@@ -117,17 +131,7 @@ def durations_plot(panels, path: str | None, unit: str = "us"):
                 zorder=3 if label.startswith("other (") else 4,
                 **scatter_style(styles[label]),
             )
-            medians = samples[mine].groupby([samples["range"].astype(str)[mine], kernel[mine]])["duration_ns"]
-            medians = medians.median()
-            if len(medians):
-                ax.vlines(
-                    medians.to_numpy(float) / scale,
-                    [row[r] - 0.35 for r, _ in medians.index],
-                    [row[r] + 0.35 for r, _ in medians.index],
-                    color=styles[label][0].split(":")[0],
-                    linewidth=1.2,
-                    zorder=5,
-                )
+            _median_ticks(ax, samples[mine], kernel[mine], row, scale, styles[label][0].split(":")[0])
         _log_if_spread(ax, x)
         thinned = _range_rows(ax, ranges, height)
         ax.set_xlabel(f"kernel duration, {UNIT_LABELS[unit]}")

@@ -110,18 +110,7 @@ def measure_rows(
             request, on_progress=on_progress, on_rows=on_rows
         )
     elif truth.profiler:
-        from nsprof.profile import profile_result
-
-        profile_settings = settings.truth_profile(truth)
-        measured: Measured = profile_result(
-            target,
-            profile_settings,
-            **({"points": config_ids} if n_shapes else {"config_ids": config_ids}),
-            on_progress=on_progress,
-            on_rows=on_rows,
-            space=space,
-            backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None,
-        )
+        measured = _first_pass(target, truth, settings, config_ids, n_shapes, on_progress, on_rows, space)
     else:
         request = Request(target, config_ids, n, n_shapes, expect=expect, compiles=compiles)
         measured = _timer_measured(truth, settings, request, on_progress, on_rows)
@@ -130,6 +119,23 @@ def measure_rows(
     if on_measured is not None:
         on_measured(measured)
     return measured.frame
+
+
+def _first_pass(target, truth, settings, config_ids, n_shapes, on_progress, on_rows, space) -> Measured:
+    """A ground truth's first pass over `config_ids` (point ids with `n_shapes`): profile_result,
+    sharded over the cluster's GPUs when the settings give one."""
+    from nsprof.profile import profile_result
+
+    profile_settings = settings.truth_profile(truth)
+    return profile_result(
+        target,
+        profile_settings,
+        **({"points": config_ids} if n_shapes else {"config_ids": config_ids}),
+        on_progress=on_progress,
+        on_rows=on_rows,
+        space=space,
+        backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None,
+    )
 
 
 def _timer_measured(truth: Truth, settings: TuneSettings, request: Request, on_progress, on_rows) -> Measured:

@@ -229,6 +229,16 @@ def _groups(keys: np.ndarray) -> dict[int, np.ndarray]:
     return {int(sorted_keys[c]): part for c, part in zip(np.append(0, cuts), np.split(order, cuts))}
 
 
+def _keep_latest(best, best_start, start_ns, members, launches, layer) -> None:
+    """Each of `launches` held by a range of `members` (`layer`: its index there, -1 for none) takes
+    that range when it starts later than the range it has (innermost = latest start)."""
+    held = layer >= 0
+    candidate, where = members[layer[held]], launches[held]
+    better = start_ns[candidate] > best_start[where]
+    best[where[better]] = candidate[better]
+    best_start[where[better]] = start_ns[candidate[better]]
+
+
 def attribute_nvtx(
     launch_ns: np.ndarray,
     launch_thread: np.ndarray,
@@ -279,13 +289,8 @@ def attribute_nvtx(
             else:
                 layers = _overlapping_layers(levels, latest, t)
             _record_slots(slots, layers, (push_pop, group_domain), launches, members, n)
-            if group_domain not in wanted or not layers:
-                continue
-            held = layers[0] >= 0
-            candidate, where = members[layers[0][held]], launches[held]
-            better = ranges.start_ns[candidate] > best_start[where]
-            best[where[better]] = candidate[better]
-            best_start[where[better]] = ranges.start_ns[candidate[better]]
+            if group_domain in wanted and layers:
+                _keep_latest(best, best_start, ranges.start_ns, members, launches, layers[0])
 
     _fill_paths(path, slots, parent, ranges)
     return best, path
