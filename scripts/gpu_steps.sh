@@ -20,7 +20,8 @@
 #   compile_fail  nsprof profile of two TileLang configs that do not compile, under nsys (issue 24):
 #                 the configs' compile errors, exit 2, not a report-reading error
 #   gpu_compose   pytest tests/test_gpu_compose.py: Triton and TileLang at 4 shapes, --truth ncu,nsys:
-#                 adaptive reps, probes and Triton's own pick per shape (issue 25)
+#                 adaptive reps, probes and the tuner's own pick per shape
+#   gpu_compose_tl the TileLang half of gpu_compose alone
 set -u
 OUTROOT=${OUT:-/tmp/nsprof-gpu}; R=$OUTROOT/r; mkdir -p "$R"
 pack() { tar -czf "$OUTROOT/r.tgz" -C "$OUTROOT" r 2>/dev/null; }
@@ -50,6 +51,7 @@ for s in "$@"; do
     resume_ncu) step resume_ncu 300 $PYTEST -m gpu -k "resume and ncu" tests/test_gpu_faults.py ;;
     compile_fail) step compile_fail 200 python3 -m nsprof profile examples/gemm_tilelang.py:space --backend nsys \
                     --configs 0,1 --work-dir "$R/compile_fail" ;;
+    gpu_compose_tl) step gpu_compose_tl 590 $PYTEST -m gpu -k tilelang tests/test_gpu_compose.py ;;
     gpu_compose) step gpu_compose 590 $PYTEST -m gpu tests/test_gpu_compose.py ;;
     *) echo "unknown step $s" ;;
   esac
