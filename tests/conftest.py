@@ -44,6 +44,9 @@ def pytest_configure(config):
     config._nsprof_tmp = tempfile.mkdtemp(prefix="nsprof-tests-")
     os.environ["TMPDIR"] = config._nsprof_tmp
     tempfile.tempdir = None
+    # A module- or session-scoped fixture runs before each test's own lock folder is set
+    # (own_gpu_lock_folder): it gets one of the run's own, never the machine-wide lock.
+    os.environ["NSPROF_LOCK_DIR"] = os.path.join(config._nsprof_tmp, "gpu-locks")
     # A suite started as a background job of a script (`pytest ... &`) inherits SIGINT ignored, and
     # so would every nsprof a test starts and then Ctrl-Cs: it would ignore the Ctrl-C, as a Python
     # started so does, and the test hang. As in an interactive run: a KeyboardInterrupt here, and
