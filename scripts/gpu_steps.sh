@@ -22,6 +22,9 @@
 #   gpu_compose   pytest tests/test_gpu_compose.py: Triton and TileLang at 4 shapes, --truth ncu,nsys:
 #                 adaptive reps, probes and the tuner's own pick per shape
 #   gpu_compose_tl the TileLang half of gpu_compose alone
+#   serve_tl      a served TileLang tune and re-tune with PYTHONPATH set (tests/test_gpu_serve.py)
+#   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
+#                 times, logs; not the reports) comes back: where the session's ends go
 set -u
 OUTROOT=${OUT:-/tmp/nsprof-gpu}; R=$OUTROOT/r; mkdir -p "$R"
 pack() { tar -czf "$OUTROOT/r.tgz" -C "$OUTROOT" r 2>/dev/null; }
@@ -52,6 +55,10 @@ for s in "$@"; do
     compile_fail) step compile_fail 200 python3 -m nsprof profile examples/gemm_tilelang.py:space --backend nsys \
                     --configs 0,1 --work-dir "$R/compile_fail" ;;
     gpu_compose_tl) step gpu_compose_tl 590 $PYTEST -m gpu -k tilelang tests/test_gpu_compose.py ;;
+    serve_tl) step serve_tl 300 $PYTEST -m gpu -k "tilelang_tune" tests/test_gpu_serve.py ;;
+    ends) step ends 200 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space --backend nsys \
+            --mode graph --budget-s 0 --no-store --no-feed-back --no-tuner-pick --json --work-dir $R/ends \
+            > $R/ends.json; rc=\$?; rm -f $R/ends/*.nsys-rep $R/ends/*.sqlite $R/ends/*.qdstrm; exit \$rc" ;;
     gpu_compose) step gpu_compose 590 $PYTEST -m gpu tests/test_gpu_compose.py ;;
     *) echo "unknown step $s" ;;
   esac

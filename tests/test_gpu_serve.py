@@ -150,3 +150,30 @@ def test_jobs_of_two_targets_in_turn_are_each_measured_by_one_served_worker_unde
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 0
     assert not _running(state["worker_pid"])
+
+
+def test_a_tilelang_tune_and_its_re_tune_are_served_with_pythonpath_set(tmp_path, monkeypatch, request):
+    """TileLang's import prepends to PYTHONPATH in whichever process imports it (the CLI, the served
+    worker): a server and its clients started with PYTHONPATH set must still fit each other, for a
+    tune of a TileLang target and for its re-tune, both measured by the one served worker."""
+    _needs("tilelang")
+    extra = tmp_path / "site"
+    extra.mkdir()
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), str(extra)]))
+    proc, state, state_file = request.getfixturevalue("nsys_server")
+    target = str(ROOT / "examples" / "autotune_tilelang.py") + ":space"
+    for name in ("tune", "re-tune"):
+        done = run_nsprof(
+            *("tune", target, "--backend", "nsys", "--mode", "graph", "--budget-s", "0", "--no-store"),
+            *("--no-feed-back", "--no-tuner-pick", "--json", "--work-dir", str(tmp_path / name)),
+            timeout=600,
+        )
+        assert done.returncode == 0, (name, done.stderr[-3000:])
+        assert f"measured by nsprof serve (pid {state['pid']}" in done.stderr, (name, done.stderr[-3000:])
+        assert parse_status((tmp_path / name / "served.status").read_text()).pid == state["worker_pid"]
+        document = json.loads(done.stdout)
+        assert {row["config_id"] for row in document["ranked"]} == set(range(18)), name
+        assert document["best_config_id"] in range(18), (name, document["notes"])
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0
+    assert not state_file.exists()
