@@ -159,7 +159,7 @@ def test_a_tilelang_tune_and_its_re_tune_are_served_with_pythonpath_set(tmp_path
     _needs("tilelang")
     extra = tmp_path / "site"
     extra.mkdir()
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), str(extra)]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.environ.get("PYTHONPATH", str(ROOT)), str(extra)]))
     proc, state, state_file = request.getfixturevalue("nsys_server")
     target = str(ROOT / "examples" / "autotune_tilelang.py") + ":space"
     for name in ("tune", "re-tune"):
