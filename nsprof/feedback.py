@@ -1,10 +1,13 @@
 """What `nsprof tune` asks of the target's own autotuner (its Space's TunerHook, nsprof.tuner), each
-call in a fresh child process (`python -m nsprof.tuner`):
+call in a fresh child process (`python -m nsprof.feedback`):
 
+- tuner_children: the calls tune will make at its end, each in a child started when tune starts,
+  so that the child's import of the target (torch, the tuner) overlaps the measuring;
 - tuner_picks: what the tuner picks itself, with its own timer, at each shape;
 - feed_back: the deploy truth's ranking into the tuner's cache, at each shape;
-- tuner_in_child: one hook call in a child, its result back as JSON; the child is this module's
-  `main` (`python -m nsprof.feedback TARGET CALL ARGS_JSON`).
+- TunerChild: one hook call in a child, its result back as JSON; the child is this module's
+  `main` (`python -m nsprof.feedback TARGET CALL ARGS_JSON`, or `-`: the arguments come on stdin);
+  tuner_in_child: a call in a child started for it.
 
 A target without shapes is one shape (shape None): its hook's pick() and feed_back(); with shapes,
 pick_shapes() and feed_back_shapes(). A failure of the user's tuner is one line in the report's
@@ -13,6 +16,7 @@ errors: the ranking stands, and the command exits non-zero after printing it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 from nsprof.analysis import crosstruth
@@ -21,48 +25,109 @@ from nsprof.render.tune_tables import describe_pick
 from nsprof.reports.checks import one_line
 from nsprof.settings import TuneSettings
 
-__all__ = ["feed_back", "tuner_in_child", "tuner_picks"]
+__all__ = ["TunerChild", "feed_back", "tuner_children", "tuner_in_child", "tuner_picks"]
 
 RESULT_MARKER = "NSPROF_RESULT "  # the child's line that carries the call's result, as JSON
 TUNER_CALLS = ("pick", "pick_shapes", "feed_back", "feed_back_shapes")
 
 
-def tuner_in_child(target: str, name: str, args: list, settings: TuneSettings, n_configs: int):
-    """Run the target Space's tuner hook, `space.tuner.<name>(*args)` (one of nsprof.tuner.TUNER_CALLS),
-    in a fresh child process; its result comes back as JSON.
+class TunerChild:
+    """A child process for one call of the target Space's tuner hook, `space.tuner.<name>(*args)`
+    (one of TUNER_CALLS). It imports the target at once, then waits for the call's arguments on
+    stdin: `call` sends them and reads the result back as JSON; `close` stops it uncalled.
 
     Its own benchmark loop runs user kernels: a child keeps a hang (timeout: the per-config
     timeout times the number of configs) or a lost CUDA context out of nsprof's process, and
-    the GPU lock keeps other nsprof runs off the GPU meanwhile. A fresh process also computes
-    the tuner's cache key exactly as the user's own next process will (TileLang's key is not
-    the same in a process that has compiled configs already).
+    the GPU lock, taken for the call, keeps other nsprof runs off the GPU meanwhile. A fresh
+    process also computes the tuner's cache key exactly as the user's own next process will
+    (TileLang's key is not the same in a process that has compiled configs already).
     """
-    import subprocess
-    import sys
 
-    from nsprof.host.lock import gpu_lock
+    def __init__(self, target: str, name: str):
+        import subprocess
+        import sys
 
-    if name not in TUNER_CALLS:
-        raise ValueError(f"a tuner hook call is one of {TUNER_CALLS}, not {name!r}")
-    timeout = settings.timeout_s * max(1, n_configs)
-    with gpu_lock(0, wait=settings.wait):
-        try:
-            done = subprocess.run(
-                [sys.executable, "-m", "nsprof.feedback", target, name, json.dumps(args)],
-                capture_output=True,
-                text=True,
-                stdin=subprocess.DEVNULL,
-                timeout=timeout,
-            )
-        except subprocess.TimeoutExpired:
-            raise NsprofError(f"it ran past {timeout:g} s (--timeout times the number of configs)") from None
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith(RESULT_MARKER):
-            return json.loads(line[len(RESULT_MARKER) :])
-    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-    raise NsprofError(
-        f"its process exited with status {done.returncode}" + (f": {lines[-1]}" if lines else "")
-    )
+        if name not in TUNER_CALLS:
+            raise ValueError(f"a tuner hook call is one of {TUNER_CALLS}, not {name!r}")
+        pipe = subprocess.PIPE
+        argv = [sys.executable, "-m", "nsprof.feedback", target, name, "-"]
+        self.proc = subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe, text=True)
+
+    def call(self, args: list, settings: TuneSettings, n_configs: int):
+        import subprocess
+
+        from nsprof.host.lock import gpu_lock
+
+        timeout = settings.timeout_s * max(1, n_configs)
+        with gpu_lock(0, wait=settings.wait):
+            try:
+                out, err = self.proc.communicate(json.dumps(args), timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.close()
+                raise NsprofError(
+                    f"it ran past {timeout:g} s (--timeout times the number of configs)"
+                ) from None
+        for line in reversed(out.splitlines()):
+            if line.startswith(RESULT_MARKER):
+                return json.loads(line[len(RESULT_MARKER) :])
+        lines = [line.strip() for line in err.splitlines() if line.strip()]
+        raise NsprofError(
+            f"its process exited with status {self.proc.returncode}" + (f": {lines[-1]}" if lines else "")
+        )
+
+    def close(self) -> None:
+        """Stop the child (it is importing, or waiting for a call that will not come), and reap it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
+
+
+def tuner_in_child(target: str, name: str, args: list, settings: TuneSettings, n_configs: int):
+    """`space.tuner.<name>(*args)` in a child process started for it (TunerChild)."""
+    return TunerChild(target, name).call(args, settings, n_configs)
+
+
+@contextlib.contextmanager
+def tuner_children(target: str, space, settings: TuneSettings):
+    """The tuner calls tune will make at its end ({key: TunerChild}, keys as _calls_ahead gives
+    them), each child started now so that its import overlaps the measuring; those left uncalled
+    are stopped at the end."""
+    children: dict = {}
+    try:
+        for key, name in _calls_ahead(space, settings):
+            children[key] = TunerChild(target, name)
+        yield children
+    finally:
+        for child in children.values():
+            child.close()
+
+
+def _calls_ahead(space, settings: TuneSettings) -> list[tuple]:
+    """(key, hook call) of every call tuner_picks and feed_back will make: "pick", "feed_back", or
+    ("feed_back", shape) for a hook that takes each shape in a process of its own."""
+    tuner, shaped = space.tuner, space.points.shaped
+    if tuner is None:
+        return []
+    calls: list[tuple] = []
+    if settings.tuner_pick and tuner.can_pick and (tuner.can_pick_shapes or not shaped):
+        calls.append(("pick", "pick_shapes" if shaped else "pick"))
+    if settings.feed_back and tuner.can_feed_back and (tuner.can_feed_back_shapes or not shaped):
+        if shaped and tuner.feed_back_shapes_apart:
+            calls += [(("feed_back", shape), "feed_back_shapes") for shape in range(space.points.n_shapes)]
+        else:
+            calls.append(("feed_back", "feed_back_shapes" if shaped else "feed_back"))
+    return calls
+
+
+def _call(children: dict | None, key, target: str, name: str, args: list, settings, n_configs: int):
+    """The call `name` through the child started ahead for `key`, or through one started now."""
+    child = (children or {}).pop(key, None)
+    if child is None:
+        return tuner_in_child(target, name, args, settings, n_configs)
+    try:
+        return child.call(args, settings, n_configs)
+    finally:
+        child.close()
 
 
 def _failed(exc: Exception) -> str:
@@ -70,11 +135,12 @@ def _failed(exc: Exception) -> str:
 
 
 def tuner_picks(
-    target: str, space, rankings: dict, settings: TuneSettings, notes: dict, errors: list
+    target: str, space, rankings: dict, settings: TuneSettings, notes: dict, errors: list, children=None
 ) -> dict:
     """What the target's tuner picks itself at each shape, {shape: pick} (rankings: the deploy
     truth's, {shape: Ranking}), with a line in `notes` ({shape: list}) comparing it to the ranking;
-    {} where the tuner cannot pick or nothing was measured. A failure: one line in `errors`."""
+    {} where the tuner cannot pick or nothing was measured. A failure: one line in `errors`.
+    `children`: the calls' children started ahead (tuner_children)."""
     tuner = space.tuner
     measured = {shape: r for shape, r in rankings.items() if r.best_config_id is not None}
     if not (settings.tuner_pick and tuner is not None and tuner.can_pick and measured):
@@ -82,12 +148,14 @@ def tuner_picks(
     n, first = len(space.configs), next(iter(rankings))
     try:
         if not space.points.shaped:
-            picks = {None: tuner_in_child(target, "pick", [], settings, n)}
+            picks = {None: _call(children, "pick", target, "pick", [], settings, n)}
         elif not tuner.can_pick_shapes:
             notes[first].append(f"{tuner.name}'s own pick is not asked: its hook picks at one shape only")
             return {}
         else:
-            got = tuner_in_child(target, "pick_shapes", [list(measured)], settings, n * len(measured))
+            got = _call(
+                children, "pick", target, "pick_shapes", [list(measured)], settings, n * len(measured)
+            )
             picks = {int(shape): pick for shape, pick in got.items()}
     except Exception as exc:  # the user's tuner failed: the ranking still stands
         errors.append(f"the target's own autotuner failed: {_failed(exc)}")
@@ -98,11 +166,13 @@ def tuner_picks(
     return picked
 
 
-def feed_back(target: str, space, rankings: dict, settings: TuneSettings, notes: dict, errors: list) -> None:
+def feed_back(
+    target: str, space, rankings: dict, settings: TuneSettings, notes: dict, errors: list, children=None
+) -> None:
     """Every measured shape's ranking handed to the target's tuner (rankings: the deploy truth's,
     {shape: Ranking}), each under the key the tuner computes for a call at that shape, in one child
     process (or one per shape: TunerHook.feed_back_shapes_apart); a line in `notes` ({shape: list})
-    says what was stored at each shape, one in `errors` what failed."""
+    says what was stored at each shape, one in `errors` what failed. `children`: as tuner_picks'."""
     tuner = space.tuner
     if not (settings.feed_back and tuner is not None and tuner.can_feed_back):
         return
@@ -125,13 +195,17 @@ def feed_back(target: str, space, rankings: dict, settings: TuneSettings, notes:
         return
     try:
         if not shaped:
-            stored = {None: tuner_in_child(target, "feed_back", [latencies[None]], settings, n)}
+            stored = {None: _call(children, "feed_back", target, "feed_back", [latencies[None]], settings, n)}
         elif tuner.feed_back_shapes_apart:  # each shape's key computed in a process of its own
             stored = {}
             for shape, by_config in latencies.items():
-                stored.update(tuner_in_child(target, "feed_back_shapes", [{shape: by_config}], settings, n))
+                args = [{shape: by_config}]
+                stored.update(
+                    _call(children, ("feed_back", shape), target, "feed_back_shapes", args, settings, n)
+                )
         else:
-            stored = tuner_in_child(target, "feed_back_shapes", [latencies], settings, n * len(latencies))
+            n_all = n * len(latencies)
+            stored = _call(children, "feed_back", target, "feed_back_shapes", [latencies], settings, n_all)
     except Exception as exc:
         errors.append(f"feeding the ranking{'s' * shaped} back to {tuner.name} failed: {_failed(exc)}")
         return
@@ -157,7 +231,8 @@ def _arguments(name: str, args: list) -> list:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """One hook call in this process: `TARGET CALL ARGS_JSON`; its result printed after RESULT_MARKER."""
+    """One hook call in this process: `TARGET CALL ARGS_JSON` (`-`: read from stdin after the target's
+    import); its result printed after RESULT_MARKER."""
     import json
     import sys
 
@@ -169,6 +244,10 @@ def main(argv: list[str] | None = None) -> None:
     tuner = load_target(target).tuner
     if tuner is None:
         sys.exit(f"{target} has no tuner hook (Space.tuner)")
+    if args == "-":  # started ahead (TunerChild): the arguments come once tune has them
+        args = sys.stdin.read()
+        if not args:
+            return  # stopped uncalled
     result = getattr(tuner, name)(*_arguments(name, json.loads(args)))
     print(RESULT_MARKER + json.dumps(result, default=str), flush=True)
 

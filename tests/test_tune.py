@@ -174,10 +174,17 @@ def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatc
     space = _tuner_space(pick, calls, fail_feed_back)
     monkeypatch.setattr("nsprof.space.load_target", lambda target: space)
     # The pick and the feed-back run in a child process (tested below with a real one); here, in this process.
-    monkeypatch.setattr(
-        "nsprof.feedback.tuner_in_child",
-        lambda target, name, args, settings, n: getattr(space.tuner, name)(*args),
-    )
+    class InProcess:
+        def __init__(self, target, name):
+            self.name = name
+
+        def call(self, args, settings, n_configs):
+            return getattr(space.tuner, self.name)(*args)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr("nsprof.feedback.TunerChild", InProcess)
     monkeypatch.setattr(
         "nsprof.tune.measure.measure_rows",
         lambda target, n, truth, settings, ids, progress, **unused: fixture_rows(ids),

@@ -80,33 +80,44 @@ def tune(
     wanted = list(range(n)) if config_ids is None else check_config_ids(config_ids, n)
     stage = on_stage or (lambda name, count: None)
     points = space.points.all(wanted)
-    prescreened = {}
-    if settings.prescreen:
-        points, prescreened = _prescreen(target, space, settings, points, stage)
-    per_truth = {
-        truth.name: rank_truth(
-            target, space, truth, settings, points, stage(truth.name, len(points)), stage=stage
-        )
-        for truth in settings.ranked_truths
-    }
-    rankings = {shape: {truth: per_truth[truth][shape] for truth in per_truth} for shape in shape_keys(space)}
-    crosses = cross_truth(target, space, rankings, settings, stage) if len(per_truth) > 1 else {}
-    return _report(target, space, settings, rankings, crosses, prescreened, by_shape(space, points))
+    with feedback.tuner_children(target, space, settings) as children:  # importing while tune measures
+        prescreened = {}
+        if settings.prescreen:
+            points, prescreened = _prescreen(target, space, settings, points, stage)
+        per_truth = {
+            truth.name: rank_truth(
+                target, space, truth, settings, points, stage(truth.name, len(points)), stage=stage
+            )
+            for truth in settings.ranked_truths
+        }
+        keys = shape_keys(space)
+        rankings = {shape: {truth: per_truth[truth][shape] for truth in per_truth} for shape in keys}
+        crosses = cross_truth(target, space, rankings, settings, stage) if len(per_truth) > 1 else {}
+        sent = by_shape(space, points)
+        return _report(target, space, settings, rankings, crosses, prescreened, sent, children)
 
 
 def _report(
-    target: str, space, settings: TuneSettings, rankings: dict, crosses: dict, prescreened: dict, sent
+    target: str,
+    space,
+    settings: TuneSettings,
+    rankings: dict,
+    crosses: dict,
+    prescreened: dict,
+    sent,
+    children,
 ):
     """The TuneReport of `rankings` ({shape: {truth: Ranking}}), after asking the target's tuner what
     it picks and feeding it the deploy truth's rankings: what those steps say goes into the deploy
     ranking's notes (after the ranking's own), what fails into the report's errors. `sent`: each
-    shape's configs sent to ground truth ({shape: config ids}, for the prescreen's notes)."""
+    shape's configs sent to ground truth ({shape: config ids}, for the prescreen's notes); `children`:
+    the tuner calls' children, started ahead (feedback.tuner_children)."""
     deploy = settings.deploy_truth.name
     deployed = {shape: truths[deploy] for shape, truths in rankings.items()}
     added: dict = {shape: [] for shape in rankings}
     errors: list[str] = []
-    picks = feedback.tuner_picks(target, space, deployed, settings, added, errors)  # before the feed-back
-    feedback.feed_back(target, space, deployed, settings, added, errors)
+    picks = feedback.tuner_picks(target, space, deployed, settings, added, errors, children)  # first
+    feedback.feed_back(target, space, deployed, settings, added, errors, children)
     plain = json.loads(json.dumps({"configs": space.configs, "settings": settings.record()}, default=str))
     shapes = []
     for shape, truths in rankings.items():
