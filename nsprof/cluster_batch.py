@@ -26,6 +26,21 @@ def shard(config_ids: list[int], workers: int, batch_size: int | None = None) ->
     return [config_ids[i : i + size] for i in range(0, len(config_ids), size)]
 
 
+async def warm_imports() -> None:
+    """On a worker: import what a batch needs, before its first batch comes (in a thread: the
+    worker's event loop goes on answering the scheduler)."""
+    import asyncio
+
+    await asyncio.to_thread(_batch_imports)
+
+
+def _batch_imports() -> None:
+    import pandas  # noqa: F401
+
+    import nsprof.profile  # noqa: F401
+    import nsprof.session.run  # noqa: F401
+
+
 def absolute_target(target: str) -> str:
     """file.py:space with the file's absolute path: a worker's folder may not be the client's."""
     where, sep, attr = target.rpartition(":")

@@ -48,7 +48,16 @@ def connect(settings: ClusterSettings):
         else:
             client, cluster = _start_local(distributed, settings.devices)
         _clients[key] = (client, cluster)
+        _warm(client)
         return client
+
+
+def _warm(client) -> None:
+    """Start the GPU workers' imports of what a batch needs without waiting for them: they run
+    while the client loads the target and checks its store, not in the first batch."""
+    from nsprof.cluster_batch import warm_imports
+
+    client.run(warm_imports, workers=list(gpu_workers(client)), wait=False)
 
 
 def _connect_existing(distributed, address: str):
