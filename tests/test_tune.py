@@ -173,6 +173,7 @@ def test_tune_reports_the_tuners_own_pick_then_feeds_the_ranking_back(monkeypatc
     calls = []
     space = _tuner_space(pick, calls, fail_feed_back)
     monkeypatch.setattr("nsprof.space.load_target", lambda target: space)
+
     # The pick and the feed-back run in a child process (tested below with a real one); here, in this process.
     class InProcess:
         def __init__(self, target, name):
