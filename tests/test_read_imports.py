@@ -1,0 +1,48 @@
+"""A session imports what reading its reports needs (pandas: most of a report's "parse" phase on a
+fresh process, about 0.7 s) in a thread while the worker runs, instead of after it. Read from a
+real nsprof process: its driver records, when the reports come to be read, whether pandas was
+already being imported in it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    from standins import StatusDriver
+    from nsprof.session.run import run_session
+    from nsprof.settings import ProfileSettings
+
+    seen = []
+
+    class Recording(StatusDriver):
+        def read(self, report, settings):
+            seen.append("pandas" in sys.modules)  # pandas enters sys.modules as its import begins
+            return super().read(report, settings)
+
+    assert "pandas" not in sys.modules, "imported before the session: nothing to test"
+    measured = run_session("t.py:space", 2, ProfileSettings(backend="ncu", reps=1, modes=("direct",)),
+                           driver=Recording.for_session())
+    print(json.dumps({"seen": seen, "rows": len(measured.frame)}))
+""")
+TARGET = """
+from nsprof.space import Space
+space = Space(name="t", configs=[{"i": 0}, {"i": 1}], build=lambda c: (lambda: None), device="cpu")
+"""
+
+
+def test_pandas_is_imported_while_the_worker_runs_not_after(tmp_path):
+    (tmp_path / "t.py").write_text(TARGET)
+    (tmp_path / "run.py").write_text(SCRIPT)
+    tests = Path(__file__).parent
+    done = subprocess.run(
+        [sys.executable, "run.py", str(tests)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["rows"] > 0 and result["seen"] == [True], result
