@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import run_nsprof
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,3 +78,15 @@ def test_a_save_that_cannot_be_read_is_one_line(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("nsprof: error: bad.json: a saved validate run that cannot be read: ValueError")
+
+
+@pytest.mark.parametrize("option", [["--export", "out.csv"], ["--target", "t.py:space"], ["--run", "1"]])
+def test_a_saved_run_takes_no_store_option_and_the_refusal_names_it_for_what_it_is(tmp_path, option):
+    saved = tmp_path / "validate.json"
+    saved.write_text("{}")
+    done = run_nsprof("results", str(saved), *option, in_process=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"nsprof: error: {saved} is a saved run (tune --json, validate --save), not a results store: "
+        f"it takes no {option[0]} (nsprof results --help)"
+    ), done.stderr

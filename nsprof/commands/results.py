@@ -31,11 +31,16 @@ def results(
     if store is not None and store_path is not None and store != store_path:
         raise OptionError(f"two results stores given ({store} and --store {store_path}): give one")
     store_path = store or store_path
-    if store_path is not None and store_path.suffix.lower() == ".json":  # a tune --json saved, not a store
+    if (
+        store_path is not None and store_path.suffix.lower() == ".json"
+    ):  # a tune --json or validate --save, not a store
         given = {"--export": export_path, "--target": target, "--run": run_id}
         for option, value in given.items():
             if value:
-                raise OptionError(f"{store_path} is a saved tune, not a results store: it takes no {option}")
+                raise OptionError(
+                    f"{store_path} is a saved run (tune --json, validate --save), not a results store: "
+                    f"it takes no {option}"
+                )
         return _saved(store_path, plot_path=plot_path, html_path=html_path, as_json=as_json)
     outputs = {"--plot": plot_path, "--html": html_path, "--json": as_json}
     if target is not None and run_id is not None:
