@@ -1091,4 +1091,5 @@ def test_a_client_that_comes_while_the_server_writes_a_report_waits_in_its_queue
     assert status.pid == state["worker_pid"] and status.served["job"] == 2, (
         "it was served after the first job"
     )
+    proc.send_signal(signal.SIGTERM)  # not its idle exit: that is tested apart, and 20 s away here
     assert _ended(proc, own_gpu_lock_folder) == 0
