@@ -23,6 +23,8 @@
 #                 adaptive reps, probes and the tuner's own pick per shape
 #   gpu_compose_tl the TileLang half of gpu_compose alone
 #   serve_tl      a served TileLang tune and re-tune with PYTHONPATH set (tests/test_gpu_serve.py)
+#   spaces        the regret suite's Triton spaces (examples/{rmsnorm,layernorm,add,reduce,attention}_triton.py),
+#                 each profiled once under nsys at every shape: do they compile, run and check out
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
 #                 times, logs; not the reports) comes back: where the session's ends go
 set -u
@@ -59,6 +61,9 @@ for s in "$@"; do
     ends) step ends 200 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space --backend nsys \
             --mode graph --budget-s 0 --no-store --no-feed-back --no-tuner-pick --json --work-dir $R/ends \
             > $R/ends.json; rc=\$?; rm -f $R/ends/*.nsys-rep $R/ends/*.sqlite $R/ends/*.qdstrm; exit \$rc" ;;
+    spaces) step spaces 400 bash -c 'for f in rmsnorm layernorm add reduce attention; do
+            echo "== $f"; python3 -m nsprof profile examples/${f}_triton.py:space --backend nsys --mode direct \
+            --reps 2 2>&1 | tail -25; done' ;;
     gpu_compose) step gpu_compose 590 $PYTEST -m gpu tests/test_gpu_compose.py ;;
     *) echo "unknown step $s" ;;
   esac
