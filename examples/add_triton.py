@@ -18,6 +18,8 @@ from __future__ import annotations
 import functools
 import itertools
 
+from suite_checks import checked, powers_of_two
+
 from nsprof.space import Space
 
 WIDTH = 14336
@@ -47,9 +49,7 @@ def _kernel():
 
 def check_config(config: dict, shape: dict) -> None:
     """Raise ValueError for a config that cannot run at this shape (tl.arange needs a power of 2)."""
-    block = config["BLOCK"]
-    if block < 1 or block & (block - 1):
-        raise ValueError(f"BLOCK={block} is not a power of 2")
+    powers_of_two(config, "BLOCK")
 
 
 def build(config: dict, shape: dict):
@@ -68,13 +68,8 @@ def build(config: dict, shape: dict):
     def launch():
         kernel[grid](out, x, y, n_elements, BLOCK=config["BLOCK"], num_warps=config["num_warps"])
 
-    launch()
-    torch.cuda.synchronize()
     want = torch.nn.functional.gelu(x.float() + y.float(), approximate="tanh")
-    error = (out.float() - want).abs().max().item()
-    if not error < 2e-2:
-        raise ValueError(f"wrong result: max abs error {error:.3g}")
-    return launch
+    return checked(launch, out, want, 2e-2)
 
 
 CONFIGS = [

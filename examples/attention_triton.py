@@ -22,6 +22,8 @@ import functools
 import itertools
 import math
 
+from suite_checks import checked, powers_of_two
+
 from nsprof.space import Space
 
 HEADS = 32
@@ -85,15 +87,10 @@ def _kernel():
 def check_config(config: dict, shape: dict) -> None:
     """Raise ValueError for a config that cannot run at this shape: tl.arange needs powers of 2,
     tl.dot operands at least 16 wide, and the kernel reads whole BLOCK_N-key tiles."""
-    for key in ("BLOCK_M", "BLOCK_N"):
-        value = config[key]
-        if value < 16 or value & (value - 1):
-            raise ValueError(f"{key}={value} is not a power of 2 of at least 16 (tl.dot's least)")
+    powers_of_two(config, "BLOCK_M", "BLOCK_N", least=16)
     if shape["seq_k"] % config["BLOCK_N"]:
         raise ValueError(f"BLOCK_N={config['BLOCK_N']} does not divide seq_k={shape['seq_k']}")
-    head_dim = shape["head_dim"]
-    if head_dim < 16 or head_dim & (head_dim - 1):
-        raise ValueError(f"head_dim={head_dim} is not a power of 2 of at least 16")
+    powers_of_two(shape, "head_dim", least=16)
 
 
 def build(config: dict, shape: dict):
@@ -128,13 +125,8 @@ def build(config: dict, shape: dict):
             num_stages=config["num_stages"],
         )
 
-    launch()
-    torch.cuda.synchronize()
     scores = torch.softmax((q.float() @ k.float().transpose(1, 2)) * sm_scale, dim=-1)
-    error = (out.float() - scores @ v.float()).abs().max().item()
-    if not error < 1e-2:
-        raise ValueError(f"wrong result: max abs error {error:.3g}")
-    return launch
+    return checked(launch, out, scores @ v.float(), 1e-2)
 
 
 CONFIGS = [

@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 import itertools
 
+from suite_checks import checked, powers_of_two
+
 from nsprof.space import Space
 
 HIDDEN = 8192
@@ -60,9 +62,7 @@ def _kernel():
 
 def check_config(config: dict, shape: dict) -> None:
     """Raise ValueError for a config that cannot run at this shape (tl.arange needs a power of 2)."""
-    block = config["BLOCK"]
-    if block < 1 or block & (block - 1):
-        raise ValueError(f"BLOCK={block} is not a power of 2")
+    powers_of_two(config, "BLOCK")
 
 
 def build(config: dict, shape: dict):
@@ -93,13 +93,8 @@ def build(config: dict, shape: dict):
             num_stages=config["num_stages"],
         )
 
-    launch()
-    torch.cuda.synchronize()
     want = torch.nn.functional.layer_norm(x.float(), (hidden,), w.float(), b.float(), EPS)
-    error = (y.float() - want).abs().max().item()
-    if not error < 2e-2:
-        raise ValueError(f"wrong result: max abs error {error:.3g}")
-    return launch
+    return checked(launch, y, want, 2e-2)
 
 
 CONFIGS = [

@@ -18,6 +18,8 @@ from __future__ import annotations
 import functools
 import itertools
 
+from suite_checks import checked, powers_of_two
+
 from nsprof.space import Space
 
 COLS = 4096
@@ -48,10 +50,7 @@ def _kernel():
 
 def check_config(config: dict, shape: dict) -> None:
     """Raise ValueError for a config that cannot run at this shape (tl.arange needs powers of 2)."""
-    for key in ("ROWS_PER_PROGRAM", "BLOCK"):
-        value = config[key]
-        if value < 1 or value & (value - 1):
-            raise ValueError(f"{key}={value} is not a power of 2")
+    powers_of_two(config, "ROWS_PER_PROGRAM", "BLOCK")
 
 
 def build(config: dict, shape: dict):
@@ -79,14 +78,9 @@ def build(config: dict, shape: dict):
             num_warps=config["num_warps"],
         )
 
-    launch()
-    torch.cuda.synchronize()
     want = x.float().sum(dim=1)
     # sums of 4096 unit normals are ~64 in size; fp32 sums in another order differ by ~1e-5
-    error = (out - want).abs().max().item()
-    if not error < 1e-2:
-        raise ValueError(f"wrong result: max abs error {error:.3g}")
-    return launch
+    return checked(launch, out, want, 1e-2)
 
 
 CONFIGS = [
