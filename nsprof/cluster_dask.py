@@ -57,7 +57,8 @@ def _warm(client) -> None:
     while the client loads the target and checks its store, not in the first batch."""
     from nsprof.cluster_batch import warm_imports
 
-    client.run(warm_imports, workers=list(gpu_workers(client)), wait=False)
+    # Only a head start: a worker that cannot take it imports these in its first batch.
+    client.run(warm_imports, workers=list(gpu_workers(client)), wait=False, on_error="ignore")
 
 
 def _connect_existing(distributed, address: str):

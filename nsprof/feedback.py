@@ -46,27 +46,37 @@ class TunerChild:
     def __init__(self, target: str, name: str):
         import subprocess
         import sys
+        import tempfile
+
+        from nsprof.host.children import dies_with_nsprof
 
         if name not in TUNER_CALLS:
             raise ValueError(f"a tuner hook call is one of {TUNER_CALLS}, not {name!r}")
-        pipe = subprocess.PIPE
-        argv = [sys.executable, "-m", "nsprof.feedback", target, name, "-"]
-        self.proc = subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe, text=True)
+        # Its output goes to files: a pipe read only at the call would stall a child that prints
+        # much while it imports (and whatever it holds then).
+        self.out, self.err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nsprof.feedback", target, name, "-"],
+            stdin=subprocess.PIPE,
+            stdout=self.out,
+            stderr=self.err,
+            text=True,
+            preexec_fn=dies_with_nsprof(),  # gone with nsprof, even one SIGKILLed
+        )
 
     def call(self, args: list, settings: TuneSettings, n_configs: int):
-        import subprocess
-
+        from nsprof.host.children import wait_exit
         from nsprof.host.lock import gpu_lock
 
         timeout = settings.timeout_s * max(1, n_configs)
         with gpu_lock(0, wait=settings.wait):
-            try:
-                out, err = self.proc.communicate(json.dumps(args), timeout=timeout)
-            except subprocess.TimeoutExpired:
+            with contextlib.suppress(BrokenPipeError):  # it exited already: its status and stderr say why
+                self.proc.stdin.write(json.dumps(args))
+                self.proc.stdin.close()
+            if wait_exit(self.proc, timeout) is None:
                 self.close()
-                raise NsprofError(
-                    f"it ran past {timeout:g} s (--timeout times the number of configs)"
-                ) from None
+                raise NsprofError(f"it ran past {timeout:g} s (--timeout times the number of configs)")
+        out, err = self._read(self.out), self._read(self.err)
         for line in reversed(out.splitlines()):
             if line.startswith(RESULT_MARKER):
                 return json.loads(line[len(RESULT_MARKER) :])
@@ -75,16 +85,27 @@ class TunerChild:
             f"its process exited with status {self.proc.returncode}" + (f": {lines[-1]}" if lines else "")
         )
 
+    @staticmethod
+    def _read(file) -> str:
+        file.seek(0)
+        return file.read()
+
     def close(self) -> None:
         """Stop the child (it is importing, or waiting for a call that will not come), and reap it."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.communicate()
+        from nsprof.host.children import exit_code, wait_exit
+
+        if exit_code(self.proc) is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            wait_exit(self.proc, None)  # SIGKILLed: it ends
+        for file in (self.proc.stdin, self.out, self.err):
+            with contextlib.suppress(OSError):
+                file.close()
 
 
 def tuner_in_child(target: str, name: str, args: list, settings: TuneSettings, n_configs: int):
     """`space.tuner.<name>(*args)` in a child process started for it (TunerChild)."""
-    return TunerChild(target, name).call(args, settings, n_configs)
+    return _call(None, None, target, name, args, settings, n_configs)
 
 
 @contextlib.contextmanager
@@ -121,9 +142,7 @@ def _calls_ahead(space, settings: TuneSettings) -> list[tuple]:
 
 def _call(children: dict | None, key, target: str, name: str, args: list, settings, n_configs: int):
     """The call `name` through the child started ahead for `key`, or through one started now."""
-    child = (children or {}).pop(key, None)
-    if child is None:
-        return tuner_in_child(target, name, args, settings, n_configs)
+    child = (children or {}).pop(key, None) or TunerChild(target, name)
     try:
         return child.call(args, settings, n_configs)
     finally:

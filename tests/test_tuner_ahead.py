@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import run_nsprof
+from conftest import STANDINS, run_nsprof, running, wait_for
 
 TARGET = textwrap.dedent("""
     import json, os, sys
@@ -85,16 +87,150 @@ def test_the_pick_and_the_feed_back_run_in_children_that_imported_while_tune_mea
         assert tuners[pid]["start"] <= workers[0]["start"], (tuners[pid], workers[0])
 
 
-@pytest.mark.parametrize("why", ["nothing measured", "no feed-back asked"])
-def test_a_child_started_ahead_and_never_called_is_stopped(tmp_path, why):
-    (tmp_path / "t.py").write_text(TARGET)
-    record = tmp_path / "record.jsonl"
-    env = {"NSPROF_TEST_RECORD": str(record), "NSPROF_TEST_FAIL": "1" if why == "nothing measured" else "0"}
-    extra = ["--no-feed-back"] if why == "no feed-back asked" else []
-    done = run_nsprof("tune", "t.py:space", *TUNE, *extra, cwd=tmp_path, standins=True, env=env)
-    assert done.returncode == (2 if why == "nothing measured" else 0), done.stderr
-    records = _records(record)
-    assert not any(r["event"] == "feed_back" for r in records)
-    for r in records:  # no process that imported the target outlives nsprof
+def _gone(records: list[dict]) -> None:
+    """No process that imported the target outlives nsprof."""
+    for r in records:
         with pytest.raises(ProcessLookupError):
             os.kill(r["pid"], 0)
+
+
+def test_a_child_started_ahead_and_never_called_is_stopped_when_nothing_was_measured(tmp_path):
+    (tmp_path / "t.py").write_text(TARGET)
+    record = tmp_path / "record.jsonl"
+    env = {"NSPROF_TEST_RECORD": str(record), "NSPROF_TEST_FAIL": "1"}
+    done = run_nsprof("tune", "t.py:space", *TUNE, cwd=tmp_path, standins=True, env=env)
+    assert done.returncode == 2, done.stderr
+    records = _records(record)
+    assert len([r for r in records if r["event"] == "import" and _is(r, "feedback")]) == 2  # pick, feed-back
+    assert not any(r["event"] in ("pick", "feed_back") for r in records)
+    _gone(records)
+
+
+SHAPED_TARGET = textwrap.dedent("""
+    import json, os, sys
+    from nsprof.space import Space
+    from nsprof.tuner import TunerHook
+
+    def record(**what):
+        with open(os.environ["NSPROF_TEST_RECORD"], "a") as f:
+            f.write(json.dumps({"pid": os.getpid(), "argv": sys.argv, **what}) + "\\n")
+
+    record(event="import")
+
+    class Hook(TunerHook):
+        name = "the test's tuner"
+        feed_back_shapes_apart = True  # each shape's call in a process of its own, as TileLang's
+
+        def feed_back(self, latencies_ms):
+            raise AssertionError("a target with shapes takes feed_back_shapes")
+
+        def feed_back_shapes(self, by_shape):
+            record(event="feed_back_shapes", shapes=sorted(by_shape))
+            return {str(shape): "stored" for shape in by_shape}
+
+    def build(config, shape):
+        if shape == 1:
+            raise RuntimeError("no such tile size at this shape")
+        return lambda: None
+
+    space = Space(name="t", configs=[{"i": i} for i in range(3)], build=build, shapes=[0, 1],
+                  device="cpu", tuner=Hook())
+""")
+
+
+def test_the_child_of_a_shape_with_nothing_measured_is_stopped(tmp_path):
+    (tmp_path / "t.py").write_text(SHAPED_TARGET)
+    record = tmp_path / "record.jsonl"
+    done = run_nsprof(
+        *("tune", "t.py:space", *TUNE, "--no-tuner-pick"),
+        cwd=tmp_path,
+        standins=True,
+        env={"NSPROF_TEST_RECORD": str(record)},
+    )
+    records = _records(record)
+    children = [r for r in records if r["event"] == "import" and _is(r, "feedback")]
+    assert len(children) == 2, (records, done.stderr)  # one per shape, both started ahead
+    calls = [r for r in records if r["event"].startswith("feed_back")]
+    assert [(r["event"], r["shapes"]) for r in calls] == [("feed_back_shapes", [0])], done.stderr
+    _gone(records)
+
+
+LOUD_TARGET = textwrap.dedent("""
+    import fcntl, os, sys, time
+    from pathlib import Path
+    from nsprof.space import Space
+    from nsprof.tuner import TunerHook
+
+    # An import that logs much while it holds a lock that other imports of the target take too (a
+    # compiler's cache lock): a child started ahead must not stall there, holding the lock. The
+    # worker's import comes second (it waits for the child's mark), as when the child wins the race.
+    held = Path(os.environ["NSPROF_TEST_LOCK"] + ".held")
+    child = any("feedback" in arg for arg in sys.argv)
+    while any("worker" in arg for arg in sys.argv) and not held.exists():
+        time.sleep(0.01)
+    with open(os.environ["NSPROF_TEST_LOCK"], "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if child:
+            held.touch()
+            for _ in range(20000):
+                print("compiler log line " + "x" * 60)
+
+    class Hook(TunerHook):
+        name = "the test's tuner"
+
+        def feed_back(self, latencies_ms):
+            return "stored " + str(min(latencies_ms, key=latencies_ms.get))
+
+    space = Space(name="t", configs=[{"i": i, "ns": 3000 - 1000 * i} for i in range(3)],
+                  build=lambda c: (lambda: None), device="cpu", tuner=Hook())
+""")
+
+
+def test_a_child_that_prints_much_while_it_imports_does_not_stall_the_tune(tmp_path):
+    (tmp_path / "t.py").write_text(LOUD_TARGET)
+    env = {"NSPROF_TEST_LOCK": str(tmp_path / "lock")}
+    done = run_nsprof("tune", "t.py:space", *TUNE, cwd=tmp_path, standins=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    notes = json.loads(done.stdout)["notes"]
+    assert any(note.startswith("handed to the test's tuner") and "stored 2" in note for note in notes)
+
+
+# The tuner's children record their start, then import slowly (torch on a busy machine).
+SLOW_TARGET = TARGET.replace(
+    'record(event="import",',
+    'record(event="begin")\n'
+    'if any("feedback" in arg for arg in sys.argv):\n'
+    '    import time; time.sleep(float(os.environ["NSPROF_TEST_SLOW_S"]))\n'
+    'record(event="import",',
+)
+
+
+def test_a_child_started_ahead_dies_with_a_sigkilled_nsprof(tmp_path):
+    """Killed while its tuner children still import (a slow torch), nsprof leaves none of them."""
+    (tmp_path / "t.py").write_text(SLOW_TARGET)
+    record = tmp_path / "record.jsonl"
+    env = {**os.environ, "NSPROF_TEST_RECORD": str(record), "NSPROF_TEST_SLOW_S": "600"}
+    nsprof = subprocess.Popen(
+        [sys.executable, str(STANDINS), "tune", "t.py:space", *TUNE],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_for(lambda: len(_children(record)) == 2), (
+            "the pick's and the feed-back's children started"
+        )
+    finally:
+        nsprof.kill()
+        nsprof.wait()
+    left = [pid for pid in _children(record) if not wait_for(lambda pid=pid: not running(pid))]
+    for pid in left:  # not left behind for the rest of the suite
+        os.kill(pid, 9)
+    assert not left, f"children {left} outlived nsprof"
+
+
+def _children(record: Path) -> list[int]:
+    if not record.exists():
+        return []
+    return [r["pid"] for r in _records(record) if r["event"] == "begin" and _is(r, "feedback")]

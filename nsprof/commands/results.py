@@ -24,16 +24,15 @@ def results(
     as_json: bool = False,
 ) -> int:
     """The runs of results store `store` (or `store_path`: --store), its measurements exported, one
-    stored tune ranked again (`target` or `run_id`), or the tune that tune --json saved in a .json
-    file; the exit status (1: as tune's)."""
+    stored tune ranked again (`target` or `run_id`), or the run that tune --json or validate --save
+    saved in a .json file; the exit status (1: as tune's)."""
     from nsprof.store import DEFAULT_PATH, ResultStore
 
     if store is not None and store_path is not None and store != store_path:
         raise OptionError(f"two results stores given ({store} and --store {store_path}): give one")
     store_path = store or store_path
-    if (
-        store_path is not None and store_path.suffix.lower() == ".json"
-    ):  # a tune --json or validate --save, not a store
+    # a tune --json or validate --save, not a store
+    if store_path is not None and store_path.suffix.lower() == ".json":
         given = {"--export": export_path, "--target": target, "--run": run_id}
         for option, value in given.items():
             if value:

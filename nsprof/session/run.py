@@ -1,7 +1,7 @@
 """run_session: measure configs of a target under a profiler, in one session.
 
 Holds run_session (the GPU lock, or an `nsprof serve` to measure through; where the target's
-compile runs; pandas imported meanwhile, for the reading) and the session's own temporary folder,
+compile runs) and the session's own temporary folder,
 removed after a clean run and named when anything failed.
 
 What a session hands over as it goes: on_rows(frame) is called once per worker run ("part"), as
@@ -75,7 +75,6 @@ def run_session(
     exception's message, when anything failed.
     """
     driver = driver or registry.get_driver(settings.backend)
-    _import_readers_meanwhile()
     request = {
         "target": target,
         "ids": tuple(config_ids if config_ids is not None else range(n_configs)),
@@ -95,19 +94,6 @@ def run_session(
             request["job_extra"] = {**(job_extra or {}), "compile_here": True}
         return _in_folder(request, server)
     return (_compiled_beside if compiles else _standalone)(request, settings, driver, unfit)
-
-
-def _import_readers_meanwhile() -> None:
-    """Import pandas, which reading the reports needs (about 0.7 s in a fresh process), in a thread
-    while the session runs, so that its reports are read without that wait."""
-    import threading
-
-    if "pandas" not in sys.modules:
-        threading.Thread(target=_import_pandas, name="nsprof-import-pandas", daemon=True).start()
-
-
-def _import_pandas() -> None:
-    import pandas  # noqa: F401
 
 
 def _compiled_beside(request: dict, settings: ProfileSettings, driver: Driver, unfit) -> Measured:

@@ -56,6 +56,11 @@ def follow(
     the follower's result, or None to go on (after a wait of its own). check comes before the read:
     the status read once a run has ended is the whole of it.
     """
+    # What reading the reports needs, imported while the worker starts (pandas: about 0.7 s in a
+    # fresh process), not after it ends; here, not in a thread, where another import of pandas could
+    # meet a half-imported one.
+    import pandas  # noqa: F401
+
     progress = Progress(notify)
     bounds = Bounds(timeout_s, bound_s, time.monotonic())
     while True:

@@ -116,7 +116,9 @@ def _report(
     deployed = {shape: truths[deploy] for shape, truths in rankings.items()}
     added: dict = {shape: [] for shape in rankings}
     errors: list[str] = []
-    picks = feedback.tuner_picks(target, space, deployed, settings, added, errors, children)  # first
+    picks = feedback.tuner_picks(
+        target, space, deployed, settings, added, errors, children
+    )  # before the feed-back
     feedback.feed_back(target, space, deployed, settings, added, errors, children)
     plain = json.loads(json.dumps({"configs": space.configs, "settings": settings.record()}, default=str))
     shapes = []
