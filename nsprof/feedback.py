@@ -66,10 +66,9 @@ class TunerChild:
 
     def call(self, args: list, settings: TuneSettings, n_configs: int):
         from nsprof.host.children import wait_exit
-        from nsprof.host.lock import gpu_lock
 
         timeout = settings.timeout_s * max(1, n_configs)
-        with gpu_lock(0, wait=settings.wait):
+        with _gpu_for_the_tuner(settings.wait):
             with contextlib.suppress(BrokenPipeError):  # it exited already: its status and stderr say why
                 self.proc.stdin.write(json.dumps(args))
                 self.proc.stdin.close()
@@ -106,6 +105,27 @@ class TunerChild:
 def tuner_in_child(target: str, name: str, args: list, settings: TuneSettings, n_configs: int):
     """`space.tuner.<name>(*args)` in a child process started for it (TunerChild)."""
     return _call(None, None, target, name, args, settings, n_configs)
+
+
+@contextlib.contextmanager
+def _gpu_for_the_tuner(wait: bool):
+    """The GPU lock for a tuner call (it runs user kernels). An `nsprof serve` holds it for as long as
+    it serves, and runs only its own jobs: said so in one line, with what to do."""
+    from nsprof.errors import GpuBusy
+    from nsprof.host.lock import gpu_lock
+
+    try:
+        with gpu_lock(0, wait=wait):
+            yield
+    except GpuBusy as exc:
+        holder = exc.holder or {}
+        if " serve" not in str(holder.get("command") or ""):
+            raise
+        pid = holder.get("pid")
+        raise NsprofError(
+            f"not run: nsprof serve (pid {pid}) holds the GPU while it serves, and runs only measuring "
+            f"jobs; end it (kill -TERM {pid}) or tune without it (NSPROF_SERVE=0) for this step"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -150,7 +170,8 @@ def _call(children: dict | None, key, target: str, name: str, args: list, settin
 
 
 def _failed(exc: Exception) -> str:
-    return one_line(f"{type(exc).__name__}: {exc}", 300)
+    """A failure in one line: nsprof's own words as they are, a user error with its type."""
+    return one_line(str(exc) if isinstance(exc, NsprofError) else f"{type(exc).__name__}: {exc}", 300)
 
 
 def tuner_picks(

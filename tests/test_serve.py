@@ -1093,3 +1093,52 @@ def test_a_client_that_comes_while_the_server_writes_a_report_waits_in_its_queue
     )
     proc.send_signal(signal.SIGTERM)  # not its idle exit: that is tested apart, and 20 s away here
     assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+TUNED = """
+import nsprof.space
+from nsprof.tuner import TunerHook
+
+class Hook(TunerHook):
+    name = "the test's tuner"
+    can_pick = True
+
+    def pick(self):
+        return {"tuner": self.name, "timer": "own", "config_id": 1, "config": {"i": 1}, "timings_ms": {}}
+
+    def feed_back(self, latencies_ms):
+        return "stored " + str(min(latencies_ms, key=latencies_ms.get))
+
+space = nsprof.space.Space(configs=[{"i": i, "ns": 3000 - 1000 * i} for i in range(3)],
+                           build=lambda c: (lambda: None), device="cpu", tuner=Hook())
+"""
+
+
+def test_a_served_tune_says_why_the_tuners_pick_and_feed_back_are_not_run(
+    tmp_path, server, own_gpu_lock_folder
+):
+    """The server holds the GPU lock for as long as it serves, and runs only measuring jobs: the
+    tuner's own pick and the feed-back (user kernels, in children of the client) are not run then,
+    and tune says so in one line each, with what to do, after the ranking it measured through it."""
+    proc, state = server("--idle-exit", "120")
+    (tmp_path / "t.py").write_text(TUNED)
+    done = run_nsprof(
+        *("tune", "t.py:space", "--backend", "nsys", "--mode", "direct", "--reps", "2"),
+        *("--budget-s", "0", "--no-store", "--json"),
+        cwd=tmp_path,
+        standins=True,
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"measured by nsprof serve (pid {state['pid']}" in done.stderr
+    document = json.loads(done.stdout)
+    assert document["best_config_id"] == 2 and document["tuner_pick"] is None
+    why = (
+        f"not run: nsprof serve (pid {state['pid']}) holds the GPU while it serves, and runs only "
+        f"measuring jobs; end it (kill -TERM {state['pid']}) or tune without it (NSPROF_SERVE=0) for this step"
+    )
+    assert document["errors"] == [
+        f"the target's own autotuner failed: {why}",
+        f"feeding the ranking back to the test's tuner failed: {why}",
+    ]
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
