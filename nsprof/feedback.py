@@ -68,7 +68,7 @@ class TunerChild:
         from nsprof.host.children import wait_exit
 
         timeout = settings.timeout_s * max(1, n_configs)
-        with _gpu_for_the_tuner(settings.wait):
+        with _gpu_for_the_tuner(settings.wait, timeout):
             with contextlib.suppress(BrokenPipeError):  # it exited already: its status and stderr say why
                 self.proc.stdin.write(json.dumps(args))
                 self.proc.stdin.close()
@@ -108,24 +108,23 @@ def tuner_in_child(target: str, name: str, args: list, settings: TuneSettings, n
 
 
 @contextlib.contextmanager
-def _gpu_for_the_tuner(wait: bool):
-    """The GPU lock for a tuner call (it runs user kernels). An `nsprof serve` holds it for as long as
-    it serves, and runs only its own jobs: said so in one line, with what to do."""
+def _gpu_for_the_tuner(wait: bool, timeout_s: float):
+    """The GPU for a tuner call (it runs user kernels): its lock, or, where this user's `nsprof serve`
+    holds the lock (it does for as long as it serves), a lease of the GPU between its jobs."""
     from nsprof.errors import GpuBusy
     from nsprof.host.lock import gpu_lock
+    from nsprof.serve_client import holding_server, lease
 
+    held = contextlib.ExitStack()
     try:
-        with gpu_lock(0, wait=wait):
-            yield
+        held.enter_context(gpu_lock(0, wait=wait))
     except GpuBusy as exc:
-        holder = exc.holder or {}
-        if " serve" not in str(holder.get("command") or ""):
+        server = holding_server((exc.holder or {}).get("pid"))
+        if server is None:
             raise
-        pid = holder.get("pid")
-        raise NsprofError(
-            f"not run: nsprof serve (pid {pid}) holds the GPU while it serves, and runs only measuring "
-            f"jobs; end it (kill -TERM {pid}) or tune without it (NSPROF_SERVE=0) for this step"
-        ) from None
+        held.enter_context(lease(server, timeout_s))
+    with held:
+        yield
 
 
 @contextlib.contextmanager

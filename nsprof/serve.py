@@ -14,13 +14,15 @@ state, mode 0600: pids, backend, tool, what a client must share with it, the soc
 temporary file of mkstemp's, renamed) and `nsprof-<8 hex of the lock name>.serve.sock` (a Unix socket,
 mode 0600; through a short path to its folder where its own is too long for a socket's address). Only a
 client of the same user uses it (nsprof.serve_client; docs/trust.md). The socket speaks JSON lines: a client sends {"op": "ping"} (answer:
-the state and whether a job runs) or {"op": "job", "job", "status", "report_base", "cwd" (the four
+the state, whether a job runs, and while one does how many requests wait) or {"op": "job", "job", "status", "report_base", "cwd" (the four
 absolute paths; cwd: the client's folder, where the worker runs the job), "environ" (the client's
 environment, the job's), "timeout_s", "phase_bound_s", "wait"}; the server answers {"queued": true} while another job runs (only with
 "wait"; without it {"ok": false, "busy": true}), {"started": true} when the job starts, and at the
 end {"ok": true} or {"ok": false, "fault": "crash"|"timeout"|"stalled"|"tool"|"abort"|"closing",
 "config": id or null, "reason": one line}, a crash's with "kind" too (nsprof.schema.FAILURE_KINDS, as the
-server's driver read it from the log).
+server's driver read it from the log). A client's own GPU work between its jobs (its tuner's pick, the
+feed-back) asks {"op": "lease", "timeout_s", "wait"}: queued as a job is, then {"leased": true}, and no
+job runs until the client closes the connection or timeout_s passed.
 
 Faults are kept simple: when a job goes wrong (the worker died, a config ran past its timeout,
 the worker stalled, nsys failed) the server answers, then ends itself (nsys shutdown, its files
@@ -115,7 +117,7 @@ class _Server(Starting, JobRunning):
                 continue
             conn, _ = self.listener.accept()
             request = receive_line(conn, REQUEST_TIMEOUT_S)
-            if request is None or request.get("op") != "job":
+            if request is None or request.get("op") not in ("job", "lease"):
                 if request is not None and request.get("op") == "ping":
                     send_line(conn, {**self.state, "busy": False})
                 conn.close()
@@ -127,7 +129,7 @@ class _Server(Starting, JobRunning):
                 continue
             self.queue.append((conn, request))
             while self.queue and not self.fault and not self.closing:
-                self.job(*self.queue.pop(0))
+                self.take(*self.queue.pop(0))
             idle_since = time.monotonic()
             if self.fault:
                 return EXIT_FAULT
@@ -141,16 +143,17 @@ class _Server(Starting, JobRunning):
             return
         conn, _ = self.listener.accept()
         request = receive_line(conn, REQUEST_TIMEOUT_S) or {}
-        if request.get("op") == "job" and missing(request):
+        queued = request.get("op") in ("job", "lease")
+        if queued and missing(request):
             send_line(conn, {"ok": False, "fault": "request", "config": None, "reason": missing(request)})
-        elif request.get("op") == "job" and request.get("wait"):
+        elif queued and request.get("wait"):
             self.queue.append((conn, request))
             send_line(conn, {"queued": True})
             return
-        elif request.get("op") == "job":
+        elif queued:
             send_line(conn, {"ok": False, "busy": True, "reason": "another job is running"})
         elif request.get("op") == "ping":
-            send_line(conn, {**self.state, "busy": True})
+            send_line(conn, {**self.state, "busy": True, "waiting": len(self.queue)})
         conn.close()
 
     # -- end

@@ -10,6 +10,8 @@ environment, the job's), "timeout_s", "phase_bound_s", "wait"}; the server answe
 "wait"; without it {"ok": false, "busy": true}), {"started": true} when the job starts, and at
 the end {"ok": true} or {"ok": false, "fault": "crash"|"timeout"|"stalled"|"tool"|"abort"|"closing",
 "config": id or null, "reason": one line}. nsprof.session reads the job's report as a part's.
+A lease ({"op": "lease", "timeout_s", "wait"}: lease, holding_server) keeps the server's jobs off
+the GPU while the client runs user kernels of its own (its tuner's pick, the feed-back).
 
 A client uses a server only when its state names the same backend, driver, tool, Python,
 nsprof and environment (identity: every variable but a terminal session's); NSPROF_SERVE=0 in the environment turns serving off for a client.
@@ -19,6 +21,7 @@ Only a server of the client's own user is ever used (docs/trust.md; the checks: 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
@@ -251,3 +254,36 @@ def submit(state: dict, request: dict, status_file: Path, settings, notify) -> t
                 return vanished("is gone"), started
     finally:
         conn.close()
+
+
+def holding_server(pid) -> dict | None:
+    """The state of this user's nsprof serve if its pid is `pid` (the GPU lock's holder), else None."""
+    state_path, _ = serve_paths()
+    try:
+        if not check_folder(state_path.parent):
+            return None
+        state = read_state(state_path)
+    except (NsprofError, OSError, ValueError):
+        return None  # no readable server of this user's: the holder is not one to lease from
+    return state if state.get("pid") == pid else None
+
+
+@contextlib.contextmanager
+def lease(state: dict, timeout_s: float):
+    """No job of the server `state` runs while this holds, for at most timeout_s: the client's own
+    user kernels (its tuner's pick, the feed-back) get the GPU between jobs. Waits for a running job."""
+    where = f"nsprof serve (pid {state.get('pid')})"
+    try:
+        conn = connect(str(state["socket"]), PING_TIMEOUT_S)
+    except (OSError, KeyError) as exc:
+        raise NsprofError(f"{where} could not be reached for the GPU ({exc})") from None
+    with conn:
+        if not send_line(conn, {"op": "lease", "timeout_s": timeout_s, "wait": True}):
+            raise NsprofError(f"{where} closed the connection before lending the GPU")
+        answer = receive_line(conn, SERVE_GRACE_S)
+        while answer is not None and answer.get("queued"):  # a job runs: this waits for its end
+            answer = receive_line(conn, SERVE_GRACE_S)
+        if not (answer or {}).get("leased"):
+            reason = (answer or {}).get("reason") or "no answer"
+            raise NsprofError(f"{where} did not lend the GPU: {reason}")
+        yield

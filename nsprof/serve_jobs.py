@@ -28,7 +28,11 @@ PATH_FIELDS = ("job", "status", "report_base", "cwd")  # absolute: the server's 
 
 
 def missing(request: dict) -> str:
-    """What a job request lacks, in words ("" when it is whole)."""
+    """What a job or lease request lacks, in words ("" when it is whole)."""
+    if request.get("op") == "lease":
+        bound = request.get("timeout_s")
+        ok = isinstance(bound, (int, float)) and not isinstance(bound, bool) and bound > 0
+        return "" if ok else "the lease request lacks timeout_s (a positive number)"
     wrong = [name for name, kind in JOB_FIELDS.items() if not isinstance(request.get(name), kind)]
     wrong += [name for name in PATH_FIELDS if name not in wrong and not os.path.isabs(request[name])]
     if "environ" not in wrong and not all(
@@ -39,8 +43,35 @@ def missing(request: dict) -> str:
 
 
 class JobRunning:
-    """The server's job(); it uses the server's driver, session, log, log_path, dir, fifo, proc, worker_pid,
-    worker_alive, note and answer_waiting (clients answered while a job runs); sets its jobs and fault."""
+    """The server's job() and lease(); it uses the server's driver, session, log, log_path, dir, fifo,
+    proc, worker_pid, worker_alive, listener, closing, note and answer_waiting (clients answered while a
+    job or a lease runs); sets its jobs and fault."""
+
+    def take(self, conn, request: dict) -> None:
+        """A queued request's turn: a job, or a lease."""
+        (self.lease if request.get("op") == "lease" else self.job)(conn, request)
+
+    def lease(self, conn, request: dict) -> None:
+        """A client's own GPU work between its jobs (its tuner's pick, the feed-back: user kernels): no
+        job runs until the client closes the connection, or until the lease's bound (timeout_s) passed."""
+        import select
+        import time
+
+        bound = float(request["timeout_s"])
+        self.note(f"lease: the GPU is the client's for {bound:g} s at most")
+        until = time.monotonic() + bound
+        try:
+            if not send_line(conn, {"leased": True}):
+                return
+            while (left := until - time.monotonic()) > 0 and not self.closing:
+                readable, _, _ = select.select([conn, self.listener], [], [], min(1.0, left))
+                if conn in readable:
+                    break  # the client closed it (a byte, or EOF: it is done either way)
+                if readable:
+                    self.answer_waiting(0)
+            self.note("lease: ended")
+        finally:
+            conn.close()
 
     def job(self, conn, request: dict) -> None:
         self.jobs += 1
