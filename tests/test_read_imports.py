@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 SCRIPT = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, sys.argv[1])
@@ -46,3 +48,36 @@ def test_pandas_is_imported_while_the_worker_runs_not_after(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["rows"] > 0 and result["seen"] == [True], result
+
+
+HELD = textwrap.dedent("""
+    import importlib.abc, os, signal, sys, threading, time
+
+    class Slow(importlib.abc.MetaPathFinder):  # pandas' import made long enough to be interrupted in
+        def find_spec(self, name, path=None, target=None):
+            if name == "pandas":
+                time.sleep(1.0)
+            return None
+
+    sys.meta_path.insert(0, Slow())
+    from nsprof.session.supervise import import_for_reading, interrupt_on_termination
+
+    interrupt_on_termination()
+    threading.Timer(0.3, os.kill, (os.getpid(), getattr(signal, sys.argv[1]))).start()
+    try:
+        import_for_reading()
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted after:", "pandas" in sys.modules and hasattr(sys.modules["pandas"], "DataFrame"))
+""")
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_stop_during_that_import_comes_after_it_not_in_its_middle(tmp_path, signame):
+    """A Ctrl-C (SIGTERM, SIGHUP) in the middle of pandas' import would leave it half-imported, and the
+    interrupted part's finished configs could not be read and kept: the signal is taken after it."""
+    (tmp_path / "held.py").write_text(HELD)
+    done = subprocess.run(
+        [sys.executable, "held.py", signame], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "interrupted after: True", (done.stdout, done.stderr[-2000:])

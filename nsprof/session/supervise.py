@@ -56,11 +56,7 @@ def follow(
     the follower's result, or None to go on (after a wait of its own). check comes before the read:
     the status read once a run has ended is the whole of it.
     """
-    # What reading the reports needs, imported while the worker starts (pandas: about 0.7 s in a
-    # fresh process), not after it ends; here, not in a thread, where another import of pandas could
-    # meet a half-imported one.
-    import pandas  # noqa: F401
-
+    import_for_reading()
     progress = Progress(notify)
     bounds = Bounds(timeout_s, bound_s, time.monotonic())
     while True:
@@ -70,6 +66,36 @@ def follow(
         result = decide(checked, status, bounds.passed(text, status, time.monotonic()))
         if result is not None:
             return result
+
+
+def import_for_reading() -> None:
+    """Import pandas, which reading the reports needs (about 0.7 s in a fresh process), while the
+    worker starts rather than after it ends; in this thread (in another, a second import of pandas
+    could meet a half-imported one), with the stopping signals held back meanwhile: a Ctrl-C (SIGTERM,
+    SIGHUP) in the middle would leave pandas half-imported, and the interrupted part's finished
+    configs could not be read and kept. A signal that came meanwhile is taken right after."""
+    import signal
+    import sys
+    import threading
+
+    if "pandas" in sys.modules:
+        return
+    if threading.current_thread() is not threading.main_thread():  # no handlers to set there
+        import pandas  # noqa: F401
+
+        return
+    came: list[int] = []
+    stopping = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    handlers = {
+        signum: signal.signal(signum, lambda signum, frame: came.append(signum)) for signum in stopping
+    }
+    try:
+        import pandas  # noqa: F401
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    for signum in came[:1]:
+        signal.raise_signal(signum)
 
 
 @dataclass
