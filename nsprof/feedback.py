@@ -6,7 +6,7 @@ call in a fresh child process (`python -m nsprof.feedback`):
 - tuner_picks: what the tuner picks itself, with its own timer, at each shape;
 - feed_back: the deploy truth's ranking into the tuner's cache, at each shape;
 - TunerChild: one hook call in a child, its result back as JSON; the child is this module's
-  `main` (`python -m nsprof.feedback TARGET CALL ARGS_JSON`, or `-`: the arguments come on stdin);
+  `main` (`python -m nsprof.feedback TARGET CALL ARGS_JSON`, or `@FILE`: the arguments come later);
   tuner_in_child: a call in a child started for it.
 
 A target without shapes is one shape (shape None): its hook's pick() and feed_back(); with shapes,
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from pathlib import Path
 
 from nsprof.analysis import crosstruth
 from nsprof.errors import NsprofError
@@ -44,6 +45,7 @@ class TunerChild:
     """
 
     def __init__(self, target: str, name: str):
+        import os
         import subprocess
         import sys
         import tempfile
@@ -52,11 +54,14 @@ class TunerChild:
 
         if name not in TUNER_CALLS:
             raise ValueError(f"a tuner hook call is one of {TUNER_CALLS}, not {name!r}")
-        # Its output goes to files: a pipe read only at the call would stall a child that prints
-        # much while it imports (and whatever it holds then).
+        # Files, not pipes, both ways: a pipe read only at the call would stall a child that prints
+        # much while it imports (and whatever it holds then), and arguments larger than a pipe's
+        # buffer would stall nsprof behind a child whose import hangs. Only "go" goes through stdin.
         self.out, self.err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        fd, self.args_path = tempfile.mkstemp(prefix="nsprof-tuner-", suffix=".json")  # mode 0600
+        os.close(fd)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nsprof.feedback", target, name, "-"],
+            [sys.executable, "-m", "nsprof.feedback", target, name, "@" + self.args_path],
             stdin=subprocess.PIPE,
             stdout=self.out,
             stderr=self.err,
@@ -69,8 +74,9 @@ class TunerChild:
 
         timeout = settings.timeout_s * max(1, n_configs)
         with _gpu_for_the_tuner(settings.wait, timeout):
+            Path(self.args_path).write_text(json.dumps(args))
             with contextlib.suppress(BrokenPipeError):  # it exited already: its status and stderr say why
-                self.proc.stdin.write(json.dumps(args))
+                self.proc.stdin.write("go\n")
                 self.proc.stdin.close()
             if wait_exit(self.proc, timeout) is None:
                 self.close()
@@ -100,6 +106,7 @@ class TunerChild:
         for file in (self.proc.stdin, self.out, self.err):
             with contextlib.suppress(OSError):
                 file.close()
+        Path(self.args_path).unlink(missing_ok=True)
 
 
 def tuner_in_child(target: str, name: str, args: list, settings: TuneSettings, n_configs: int):
@@ -270,8 +277,8 @@ def _arguments(name: str, args: list) -> list:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """One hook call in this process: `TARGET CALL ARGS_JSON` (`-`: read from stdin after the target's
-    import); its result printed after RESULT_MARKER."""
+    """One hook call in this process: `TARGET CALL ARGS_JSON` (`@FILE`: the arguments are in FILE once
+    stdin says "go", after the target's import); its result printed after RESULT_MARKER."""
     import json
     import sys
 
@@ -283,10 +290,10 @@ def main(argv: list[str] | None = None) -> None:
     tuner = load_target(target).tuner
     if tuner is None:
         sys.exit(f"{target} has no tuner hook (Space.tuner)")
-    if args == "-":  # started ahead (TunerChild): the arguments come once tune has them
-        args = sys.stdin.read()
-        if not args:
+    if args.startswith("@"):  # started ahead (TunerChild): the arguments come in that file on "go"
+        if sys.stdin.read().strip() != "go":
             return  # stopped uncalled
+        args = Path(args[1:]).read_text()
     result = getattr(tuner, name)(*_arguments(name, json.loads(args)))
     print(RESULT_MARKER + json.dumps(result, default=str), flush=True)
 

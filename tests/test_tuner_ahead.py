@@ -234,3 +234,33 @@ def _children(record: Path) -> list[int]:
     if not record.exists():
         return []
     return [r["pid"] for r in _records(record) if r["event"] == "begin" and _is(r, "feedback")]
+
+
+HANGING_CALL = textwrap.dedent("""
+    import sys
+    from nsprof.errors import NsprofError
+    from nsprof.feedback import TunerChild
+    from nsprof.settings import TuneSettings
+
+    child = TunerChild("t.py:space", "feed_back")
+    try:
+        child.call([{i: 0.001 for i in range(20000)}], TuneSettings(backend="ncu", timeout_s=0.5), 1)
+    except NsprofError as exc:
+        print(exc)
+    finally:
+        child.close()
+""")
+
+
+def test_a_call_whose_child_hangs_in_its_import_is_bounded_whatever_the_arguments_size(tmp_path):
+    """Arguments larger than a pipe's buffer (a ranking of 20,000 configs) must not stall nsprof behind
+    a child that never finishes importing: the call's bound holds."""
+    (tmp_path / "t.py").write_text(
+        "import sys, time\nif any('feedback' in a for a in sys.argv):\n    time.sleep(3600)\n" + TARGET
+    )
+    (tmp_path / "call.py").write_text(HANGING_CALL)
+    env = {**os.environ, "NSPROF_TEST_RECORD": str(tmp_path / "record.jsonl")}
+    done = subprocess.run(
+        [sys.executable, "call.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "it ran past 0.5 s (--timeout times the number of configs)", done.stderr
