@@ -279,7 +279,6 @@ def _arguments(name: str, args: list) -> list:
 def main(argv: list[str] | None = None) -> None:
     """One hook call in this process: `TARGET CALL ARGS_JSON` (`@FILE`: the arguments are in FILE once
     stdin says "go", after the target's import); its result printed after RESULT_MARKER."""
-    import json
     import sys
 
     from nsprof.space import load_target

@@ -135,6 +135,21 @@ class Unfit(str):
         )
 
 
+def _state(state_path: Path) -> tuple[dict | None, str | None]:
+    """(this user's server state at state_path, None), or (None, why it cannot be read: None where
+    there is none)."""
+    try:
+        if not check_folder(state_path.parent):
+            return None, None
+        return read_state(state_path), None
+    except FileNotFoundError:
+        return None, None
+    except NsprofError as exc:
+        return None, str(exc)
+    except (OSError, ValueError) as exc:
+        return None, f"nsprof serve's state file {state_path} cannot be read ({exc})"
+
+
 def find_server(driver, settings) -> tuple[dict | None, str | None]:
     """(the state of a live server this run can use, None), or (None, why a running server is not used:
     an Unfit where it does not fit this run, or None when there is none). A dead server's files are
@@ -142,16 +157,9 @@ def find_server(driver, settings) -> tuple[dict | None, str | None]:
     if not serve_enabled() or not driver.serves or not driver.locks_gpu:
         return None, None
     state_path, _ = serve_paths()
-    try:
-        if not check_folder(state_path.parent):
-            return None, None
-        state = read_state(state_path)
-    except FileNotFoundError:
-        return None, None
-    except NsprofError as exc:
-        return None, str(exc)
-    except (OSError, ValueError) as exc:
-        return None, f"nsprof serve's state file {state_path} cannot be read ({exc})"
+    state, why = _state(state_path)
+    if state is None:
+        return None, why
     pid = state.get("pid")
     if not isinstance(pid, int) or not _running(pid):
         _remove_stale(state_path, state)
@@ -258,14 +266,8 @@ def submit(state: dict, request: dict, status_file: Path, settings, notify) -> t
 
 def holding_server(pid) -> dict | None:
     """The state of this user's nsprof serve if its pid is `pid` (the GPU lock's holder), else None."""
-    state_path, _ = serve_paths()
-    try:
-        if not check_folder(state_path.parent):
-            return None
-        state = read_state(state_path)
-    except (NsprofError, OSError, ValueError):
-        return None  # no readable server of this user's: the holder is not one to lease from
-    return state if state.get("pid") == pid else None
+    state, _ = _state(serve_paths()[0])  # none readable: the holder is not one to lease from
+    return state if state is not None and state.get("pid") == pid else None
 
 
 @contextlib.contextmanager

@@ -1,8 +1,8 @@
 """run_session: measure configs of a target under a profiler, in one session.
 
 Holds run_session (the GPU lock, or an `nsprof serve` to measure through; where the target's
-compile runs) and the session's own temporary folder,
-removed after a clean run and named when anything failed.
+compile runs) and the session's own temporary folder, removed after a clean run and named when
+anything failed.
 
 What a session hands over as it goes: on_rows(frame) is called once per worker run ("part"), as
 soon as its report is read, with the tidy rows (nsprof.schema.make_frame) of every config that

@@ -116,9 +116,8 @@ def _report(
     deployed = {shape: truths[deploy] for shape, truths in rankings.items()}
     added: dict = {shape: [] for shape in rankings}
     errors: list[str] = []
-    picks = feedback.tuner_picks(
-        target, space, deployed, settings, added, errors, children
-    )  # before the feed-back
+    # the pick before the feed-back: the tuner's own choice, not the one nsprof hands it
+    picks = feedback.tuner_picks(target, space, deployed, settings, added, errors, children)
     feedback.feed_back(target, space, deployed, settings, added, errors, children)
     plain = json.loads(json.dumps({"configs": space.configs, "settings": settings.record()}, default=str))
     shapes = []
