@@ -1,10 +1,10 @@
-"""No function in nsprof/ is over MAX_LINES lines, but the ones still listed in LONGER."""
+"""No function in nsprof/ has 60 lines or more (MAX_LINES at most), but the ones still listed in LONGER."""
 
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "nsprof"
-MAX_LINES = 60
+MAX_LINES = 59  # the house: no function of 60 lines or more
 
 # Still over the limit, each with its length now: the list only shrinks. A function made
 # shorter must have its entry lowered or removed (see the second test).
