@@ -22,7 +22,7 @@
 #   gpu_compose   pytest tests/test_gpu_compose.py: Triton and TileLang at 4 shapes, --truth ncu,nsys:
 #                 adaptive reps, probes and the tuner's own pick per shape
 #   gpu_compose_tl the TileLang half of gpu_compose alone
-#   serve_tl      a served TileLang tune and re-tune with PYTHONPATH set (tests/test_gpu_serve.py)
+#   serve_tl      a served TileLang tune and re-tune (pick and feed-back under the lease), PYTHONPATH set
 #   spaces        the regret suite's Triton spaces (examples/{rmsnorm,layernorm,add,reduce,attention}_triton.py),
 #                 each profiled once under nsys at every shape: do they compile, run and check out
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their

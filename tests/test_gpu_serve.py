@@ -155,7 +155,8 @@ def test_jobs_of_two_targets_in_turn_are_each_measured_by_one_served_worker_unde
 def test_a_tilelang_tune_and_its_re_tune_are_served_with_pythonpath_set(tmp_path, monkeypatch, request):
     """TileLang's import prepends to PYTHONPATH in whichever process imports it (the CLI, the served
     worker): a server and its clients started with PYTHONPATH set must still fit each other, for a
-    tune of a TileLang target and for its re-tune, both measured by the one served worker."""
+    tune of a TileLang target and for its re-tune, both measured by the one served worker. Each is a
+    real tune: TileLang's own pick and the feed-back run under the server's GPU lease."""
     _needs("tilelang")
     extra = tmp_path / "site"
     extra.mkdir()
@@ -165,7 +166,7 @@ def test_a_tilelang_tune_and_its_re_tune_are_served_with_pythonpath_set(tmp_path
     for name in ("tune", "re-tune"):
         done = run_nsprof(
             *("tune", target, "--backend", "nsys", "--mode", "graph", "--budget-s", "0", "--no-store"),
-            *("--no-feed-back", "--no-tuner-pick", "--json", "--work-dir", str(tmp_path / name)),
+            *("--json", "--work-dir", str(tmp_path / name)),
             timeout=600,
         )
         assert done.returncode == 0, (name, done.stderr[-3000:])
@@ -174,6 +175,9 @@ def test_a_tilelang_tune_and_its_re_tune_are_served_with_pythonpath_set(tmp_path
         document = json.loads(done.stdout)
         assert {row["config_id"] for row in document["ranked"]} == set(range(18)), name
         assert document["best_config_id"] in range(18), (name, document["notes"])
+        assert any("handed to TileLang" in note for note in document["notes"]), (name, document["notes"])
+        pick = document["tuner_pick"]
+        assert pick["config_id"] in range(18) and pick["timer"] == "TileLang's own benchmark", (name, pick)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 0
     assert not state_file.exists()
