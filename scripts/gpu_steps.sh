@@ -48,7 +48,7 @@ for s in "$@"; do
     tl_keys) step tl_keys 200 $PYTEST tests/test_tilelang_cache_keys.py ;;
     shapes_short) step shapes 270 python3 scripts/bench_shapes.py --rounds 1 --out "$R/bench_shapes.json" ;;
     gpu_shapes_tl) step gpu_shapes_tl 420 $PYTEST -m gpu -k tilelang tests/test_gpu_shapes.py ;;
-    gpu_serve) step gpu_serve 170 $PYTEST -m gpu -k serve tests ;;
+    gpu_serve) step gpu_serve 400 $PYTEST -m gpu -k serve tests ;;
     gpu_faults) step gpu_faults 580 $PYTEST -m gpu tests/test_gpu_faults.py tests/test_gpu_integrations.py ;;
     gpu_rest) step gpu_rest 400 $PYTEST -m gpu tests/test_gpu_profile.py tests/test_gpu_signals.py \
                 tests/test_gpu_timers.py tests/test_gpu_identity.py ;;
@@ -61,7 +61,7 @@ for s in "$@"; do
     ends) step ends 200 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space --backend nsys \
             --mode graph --budget-s 0 --no-store --no-feed-back --no-tuner-pick --json --work-dir $R/ends \
             > $R/ends.json; rc=\$?; rm -f $R/ends/*.nsys-rep $R/ends/*.sqlite $R/ends/*.qdstrm; exit \$rc" ;;
-    spaces) step spaces 400 bash -c 'for f in rmsnorm layernorm add reduce attention; do
+    spaces) step spaces 220 bash -c 'for f in rmsnorm layernorm add reduce attention; do
             echo "== $f"; python3 -m nsprof profile examples/${f}_triton.py:space --backend nsys --mode direct \
             --reps 2 2>&1 | tail -25; done' ;;
     gpu_compose) step gpu_compose 590 $PYTEST -m gpu tests/test_gpu_compose.py ;;
