@@ -13,13 +13,6 @@ from pathlib import Path
 import click
 
 from nsprof import __version__
-from nsprof.commands import analyze as analyze_command
-from nsprof.commands import doctor as doctor_command
-from nsprof.commands import profile as profile_command
-from nsprof.commands import results as results_command
-from nsprof.commands import serve as serve_command
-from nsprof.commands import tune as tune_command
-from nsprof.commands import validate as validate_command
 from nsprof.commands.common import split
 from nsprof.commands.help import HELP
 from nsprof.drivers import registry
@@ -183,6 +176,8 @@ def analyze(files, plot_path, as_json, csv_path, parquet_path, compare, domain, 
     the report's kernel time (filters keep it), median cycles and clock, empty columns left out.
     --kernel, --range, --no-warmup, --sort, --reverse and --top choose the rows, of --compare too.
     """
+    from nsprof.commands import analyze as analyze_command
+
     outputs = {"plot_path": plot_path, "as_json": as_json, "csv_path": csv_path, "parquet_path": parquet_path}
     chosen = analyze_command.View(**view)
     _exit(analyze_command.analyze(files, chosen, compare=compare, domain=domain, **outputs))
@@ -212,6 +207,8 @@ def profile(target, mode, ids, wait, **choices) -> None:
     Prints per config and mode the median, min and spread over reps of the summed kernel
     durations, with cycles and clock.
     """
+    from nsprof.commands import profile as profile_command
+
     modes = ("direct", "graph") if mode == "both" else (mode,)
     outputs, cluster = _take(choices, "as_json", "csv_path"), _take(choices, *_CLUSTER)
     settings = ProfileSettings(modes=modes, wait_gpu=wait, **choices)
@@ -245,6 +242,8 @@ def validate(target, timers, truth, mode, **options) -> None:
     slower, by ground truth, its pick is). Ends with a verdict: which fast timer tracks
     which ground truth on this kernel.
     """
+    from nsprof.commands import validate as validate_command
+
     outputs = _take(options, "plot_path", "html_path", "save_path", "as_json")
     cluster = _take(options, *_CLUSTER)
     settings = ValidateSettings(timers=split(timers), truths=split(truth), modes=split(mode), **options)
@@ -298,6 +297,8 @@ def tune(target, backend, truth_list, deploy, store_path, no_store, ids, **optio
     truth, then whether the winners agree, by how much they differ, which condition explains it, and
     the --deploy truth fed back.
     """
+    from nsprof.commands import tune as tune_command
+
     outputs, cluster = _take(options, "plot_path", "html_path", "as_json"), _take(options, *_CLUSTER)
     truths = tune_command.truth_list(truth_list, backend)
     store = {"store": store_path, "use_store": not no_store}
@@ -318,6 +319,8 @@ def tune(target, backend, truth_list, deploy, store_path, no_store, ids, **optio
 def results(store, store_path, **options) -> None:
     """List the runs of results store STORE (or --store), export them, rank a stored tune again (--target,
     --run), or read STORE.json saved by tune --json or validate --save; print, plot or page it again, no GPU."""
+    from nsprof.commands import results as results_command
+
     _exit(results_command.results(store, store_path, **options))
 
 
@@ -335,6 +338,8 @@ def serve(backend, idle_exit_s, wait) -> None:
     Python's and CUDA's start-up once. Ends after --idle-exit seconds without a job, on
     SIGTERM/SIGINT (after the current job), or when a job's worker dies or hangs.
     """
+    from nsprof.commands import serve as serve_command
+
     _exit(serve_command.serve(backend, idle_exit_s, wait))
 
 
@@ -345,12 +350,14 @@ def doctor(no_run) -> None:
 
     Exit status 0 when at least one ground-truth tool works here, 1 when none does.
     """
+    from nsprof.commands import doctor as doctor_command
+
     _exit(doctor_command.doctor(run_kernels=not no_run))
 
 
 def main(args: list[str] | None = None) -> None:
     """nsprof's command line on `args` (sys.argv[1:] when None): errors as one line and an exit status."""
-    from nsprof.session import interrupt_on_termination
+    from nsprof.host.children import interrupt_on_termination
 
     # timeout, Slurm and systemd stop nsprof with SIGTERM, a closed terminal with SIGHUP: act as
     # on Ctrl-C (children stopped, what was measured kept), not die leaving the children running.

@@ -137,6 +137,23 @@ def test_import_is_light():
     assert result.stdout.strip() == ""
 
 
+def test_the_command_line_imports_only_the_command_it_runs():
+    """Every nsprof command is a fresh Python: its start pays for the modules it imports, so `nsprof
+    analyze` and `--version` import none of the measuring commands (session, tune, validate)."""
+    code = (
+        "import sys; from nsprof.cli import main; sys.argv = ['nsprof', *sys.argv[1:]]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "names = ('nsprof.session', 'nsprof.measure', 'nsprof.commands.tune', 'nsprof.validate', 'nsprof.serve')\n"
+        "print(','.join(m for m in names if m in sys.modules), file=sys.stderr)"
+    )
+    for argv in (["--version"], ["analyze", RAW, "--format", "csv"]):
+        result = subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.strip().splitlines()[-1:] in ([], [""]), (argv, result.stderr)
+
+
 def test_import_nsprof_does_no_registering_and_settings_know_the_backends_without_the_registry():
     """`import nsprof` imports no driver registry (no work done by an import), and the settings
     check backend names without it."""

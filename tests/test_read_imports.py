@@ -60,7 +60,8 @@ HELD = textwrap.dedent("""
             return None
 
     sys.meta_path.insert(0, Slow())
-    from nsprof.session.supervise import import_for_reading, interrupt_on_termination
+    from nsprof.host.children import interrupt_on_termination
+    from nsprof.session.supervise import import_for_reading
 
     interrupt_on_termination()
     threading.Timer(0.3, os.kill, (os.getpid(), getattr(signal, sys.argv[1]))).start()

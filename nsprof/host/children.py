@@ -1,6 +1,7 @@
 """The child processes nsprof starts (profilers, workers, the compile step, a server's worker)
 and how they end: each in a process session of its own, with the parent-death signal and
-nsprof's death pipe, so that none outlives nsprof however it dies; and the kills that make sure.
+nsprof's death pipe, so that none outlives nsprof however it dies; the kills that make sure; and
+interrupt_on_termination, which makes SIGTERM and SIGHUP stop nsprof as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def exit_code(proc) -> int | None:
 
     Popen.poll() and Popen.wait(timeout) take the Popen's wait lock without blocking and only
     then enter the `try` that releases it: a KeyboardInterrupt (Ctrl-C; SIGTERM, SIGHUP: see
-    nsprof.session.interrupt_on_termination) handled in between leaves the lock held for good,
+    interrupt_on_termination below) handled in between leaves the lock held for good,
     and every later poll says None and every wait blocks: nsprof hung on Ctrl-C. Here the child
     is reaped by waitpid itself, without that lock."""
     if proc.returncode is None:
@@ -157,3 +158,19 @@ def kill_lock_holders_left(log_handle) -> None:
     for pid, command in orphaned_holders():
         note(log_handle, f"killed pid {pid}, left holding the GPU lock by this run: {command[:200]}")
         kill_pid(pid)
+
+
+def interrupt_on_termination() -> None:
+    """Make SIGTERM and SIGHUP act like Ctrl-C (a KeyboardInterrupt in the main thread).
+
+    `timeout`, Slurm, systemd and a closed terminal send these to nsprof's own process only:
+    as a KeyboardInterrupt they stop the session's children and keep what was measured. A
+    signal that is ignored already (nohup) stays ignored. Call it from the main thread.
+    """
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) != signal.SIG_IGN:
+            signal.signal(signum, interrupt)

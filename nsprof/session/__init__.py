@@ -14,20 +14,18 @@ compile_step (the target's compile step beside a standalone session), timing (wh
 folders (work folders).
 
 Names used outside the package, each imported from here: run_session, Measured,
-interrupt_on_termination, work_folder, kept_in, timing_record, PHASES, PHASES_FILE.
+work_folder, kept_in, timing_record, PHASES, PHASES_FILE.
 """
 
 from nsprof.session.folders import kept_in, work_folder
 from nsprof.session.request import Measured
 from nsprof.session.run import run_session
-from nsprof.session.supervise import interrupt_on_termination
 from nsprof.session.timing import PHASES, PHASES_FILE, timing_record
 
 __all__ = [
     "PHASES",
     "PHASES_FILE",
     "Measured",
-    "interrupt_on_termination",
     "kept_in",
     "run_session",
     "timing_record",

@@ -9,7 +9,7 @@ soon as its report is read, with the tidy rows (nsprof.schema.make_frame) of eve
 became final in it: the measurements of whole configs, and a row with `error` set for each config
 that failed; configs left unrun at the end come in a last call. Every row of Measured.frame comes
 through on_rows exactly once. On KeyboardInterrupt (SIGTERM and SIGHUP too, after
-nsprof.session.supervise.interrupt_on_termination) the worker is asked to stop cleanly, and the
+nsprof.host.children.interrupt_on_termination) the worker is asked to stop cleanly, and the
 interrupted part's whole configs (and the failures it recorded) are handed over before the
 interrupt goes on; the config it was measuring is neither measured nor failed. An exception raised
 by on_rows goes through (the children are stopped first).

@@ -3,7 +3,7 @@ status file within its bounds, and leave nothing of the run alive however it end
 
 Holds follow (the one loop that follows a running worker's status file: a session's part here, a
 served job in nsprof.serve), RunEnd (how a run ended), run_worker (one part's run, start to end),
-interrupt_on_termination, and the waits they keep (POLL_S, GRACE_S, STOP_GRACE_S).
+and the waits they keep (POLL_S, GRACE_S, STOP_GRACE_S).
 
 Every phase of a worker run is bounded: a config's window by settings.timeout_s, and the rest
 (starting, between configs, exiting) by settings.phase_bound_s without a status line. No child
@@ -284,19 +284,3 @@ def run_worker(
                 kill_lock_holders_left(log_handle)
         end.cleaned = time.monotonic()
     return end
-
-
-def interrupt_on_termination() -> None:
-    """Make SIGTERM and SIGHUP act like Ctrl-C (a KeyboardInterrupt in the main thread).
-
-    `timeout`, Slurm, systemd and a closed terminal send these to nsprof's own process only:
-    as a KeyboardInterrupt they stop the session's children and keep what was measured. A
-    signal that is ignored already (nohup) stays ignored. Call it from the main thread.
-    """
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(signum) != signal.SIG_IGN:
-            signal.signal(signum, interrupt)

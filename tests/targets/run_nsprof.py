@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import nsprof.drivers.registry
+import nsprof.host.children
 import nsprof.session
 from nsprof.settings import ProfileSettings
 
@@ -27,7 +28,7 @@ if __name__ == "__main__":
 
         sys.argv = ["nsprof", *spec["argv"]]
         main()
-    nsprof.session.interrupt_on_termination()
+    nsprof.host.children.interrupt_on_termination()
     rows = open(spec["rows"], "a", buffering=1)
 
     def on_rows(frame):
