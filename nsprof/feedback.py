@@ -57,7 +57,9 @@ class TunerChild:
         # Files, not pipes, both ways: a pipe read only at the call would stall a child that prints
         # much while it imports (and whatever it holds then), and arguments larger than a pipe's
         # buffer would stall nsprof behind a child whose import hangs. Only "go" goes through stdin.
-        self.out, self.err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        # Read back with undecodable bytes replaced: a tuner's output is not ours to trust as UTF-8.
+        self.out = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+        self.err = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
         fd, self.args_path = tempfile.mkstemp(prefix="nsprof-tuner-", suffix=".json")  # mode 0600
         os.close(fd)
         self.proc = subprocess.Popen(
@@ -117,19 +119,23 @@ def tuner_in_child(target: str, name: str, args: list, settings: TuneSettings, n
 @contextlib.contextmanager
 def _gpu_for_the_tuner(wait: bool, timeout_s: float):
     """The GPU for a tuner call (it runs user kernels): its lock, or, where this user's `nsprof serve`
-    holds the lock (it does for as long as it serves), a lease of the GPU between its jobs."""
+    holds the lock (it does for as long as it serves), a lease of the GPU between its jobs. Asked
+    without waiting first: waiting for the lock of a server would wait for the server's exit."""
     from nsprof.errors import GpuBusy
     from nsprof.host.lock import gpu_lock
     from nsprof.serve_client import holding_server, lease
 
     held = contextlib.ExitStack()
     try:
-        held.enter_context(gpu_lock(0, wait=wait))
+        held.enter_context(gpu_lock(0))
     except GpuBusy as exc:
         server = holding_server((exc.holder or {}).get("pid"))
-        if server is None:
+        if server is not None:
+            held.enter_context(lease(server, timeout_s))
+        elif wait:
+            held.enter_context(gpu_lock(0, wait=True))
+        else:
             raise
-        held.enter_context(lease(server, timeout_s))
     with held:
         yield
 

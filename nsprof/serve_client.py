@@ -30,6 +30,7 @@ from pathlib import Path
 from nsprof.errors import NsprofError
 from nsprof.serve_files import (
     SOCKET_SUFFIX,
+    LineReader,
     UntrustedPeer,
     check_folder,
     connect,
@@ -282,9 +283,10 @@ def lease(state: dict, timeout_s: float):
     with conn:
         if not send_line(conn, {"op": "lease", "timeout_s": timeout_s, "wait": True}):
             raise NsprofError(f"{where} closed the connection before lending the GPU")
-        answer = receive_line(conn, SERVE_GRACE_S)
+        answers = LineReader(conn)
+        answer = answers.next(SERVE_GRACE_S)
         while answer is not None and answer.get("queued"):  # a job runs: this waits for its end
-            answer = receive_line(conn, SERVE_GRACE_S)
+            answer = answers.next(SERVE_GRACE_S)
         if not (answer or {}).get("leased"):
             reason = (answer or {}).get("reason") or "no answer"
             raise NsprofError(f"{where} did not lend the GPU: {reason}")

@@ -1,7 +1,7 @@
 """The files and the socket of `nsprof serve`, both sides' (nsprof.serve_client, nsprof.serve): where
 they are (serve_paths), their checks before a client trusts them (check_folder, read_state, connect:
 UntrustedPeer), a socket's address where its path is too long (unix_address), the JSON lines the
-socket speaks (send_line, receive_line), and a status file read whole (read_or_empty).
+socket speaks (send_line, receive_line, LineReader), and a status file read whole (read_or_empty).
 
 Only a server of the client's own user is ever used (docs/trust.md): the state file and the socket
 lie in a folder of that user's, `<lock dir>/nsprof-serve-<uid>` (serve_paths), mode 0700, which
@@ -151,28 +151,39 @@ def send_line(conn, message: dict) -> bool:
     return True
 
 
+class LineReader:
+    """JSON lines from `conn`, one at a time: what came after a line in the same read is kept for the
+    next (a server may send two answers at once)."""
+
+    def __init__(self, conn) -> None:
+        self.conn, self.data = conn, b""
+
+    def next(self, timeout_s: float) -> dict | None:
+        """The next JSON line within timeout_s; None if none came (or it was not JSON)."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            while b"\n" not in self.data and len(self.data) < 1 << 20:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self.conn.settimeout(left)
+                chunk = self.conn.recv(65536)
+                if not chunk:
+                    return None
+                self.data += chunk
+        except (TimeoutError, OSError):
+            return None
+        line, _, self.data = self.data.partition(b"\n")
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return None
+        return message if isinstance(message, dict) else None
+
+
 def receive_line(conn, timeout_s: float) -> dict | None:
     """One JSON line from `conn` within timeout_s; None if none came (or it was not JSON)."""
-
-    data = b""
-    deadline = time.monotonic() + timeout_s
-    try:
-        while b"\n" not in data and len(data) < 1 << 20:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            conn.settimeout(left)
-            chunk = conn.recv(65536)
-            if not chunk:
-                return None
-            data += chunk
-    except (TimeoutError, OSError):
-        return None
-    try:
-        message = json.loads(data.split(b"\n", 1)[0])
-    except ValueError:
-        return None
-    return message if isinstance(message, dict) else None
+    return LineReader(conn).next(timeout_s)
 
 
 def read_or_empty(path: Path) -> str:

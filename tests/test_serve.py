@@ -1114,17 +1114,19 @@ space = nsprof.space.Space(configs=[{"i": i, "ns": 3000 - 1000 * i} for i in ran
 """
 
 
-def test_a_served_tune_asks_the_tuners_pick_and_feeds_it_back(tmp_path, server, own_gpu_lock_folder):
+@pytest.mark.parametrize("wait", [(), ("--wait",)], ids=["", "wait"])
+def test_a_served_tune_asks_the_tuners_pick_and_feeds_it_back(tmp_path, server, own_gpu_lock_folder, wait):
     """The server holds the GPU lock for as long as it serves: the tuner's own pick and the feed-back
     of a served tune (user kernels, in children of the client) run in a lease of the GPU between its
-    jobs, not refused for the lock."""
-    proc, state = server("--idle-exit", "120")
+    jobs, not refused for the lock, nor (--wait) waiting for the lock until the server's idle exit."""
+    proc, state = server("--idle-exit", "3600")
     (tmp_path / "t.py").write_text(TUNED)
     done = run_nsprof(
         *("tune", "t.py:space", "--backend", "nsys", "--mode", "direct", "--reps", "2"),
-        *("--budget-s", "0", "--no-store", "--json"),
+        *("--budget-s", "0", "--no-store", "--json", *wait),
         cwd=tmp_path,
         standins=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert f"measured by nsprof serve (pid {state['pid']}" in done.stderr
@@ -1133,6 +1135,41 @@ def test_a_served_tune_asks_the_tuners_pick_and_feeds_it_back(tmp_path, server, 
     assert any(n.startswith("handed to the test's tuner") and "stored 2" in n for n in document["notes"])
     proc.send_signal(signal.SIGTERM)
     assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_lease_granted_in_the_same_read_as_its_queued_answer_is_taken(tmp_path, monkeypatch):
+    """A server whose job ends just as the lease is asked answers "queued" and "leased" at once: the
+    client's first read can hold both lines, and the second must not be lost (the server would lend
+    the GPU to a client that gave up on it)."""
+    import socket
+    import threading
+
+    import nsprof.serve_client as client
+
+    monkeypatch.setattr(client, "SERVE_GRACE_S", 5.0)
+    path = str(tmp_path / "s.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    closed = []
+
+    def serve_one():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)  # the lease request
+            conn.sendall(b'{"queued": true}\n{"leased": true}\n')
+            conn.settimeout(30)
+            closed.append(conn.recv(1) == b"")  # the lease lasts until the client closes
+
+    thread = threading.Thread(target=serve_one)
+    thread.start()
+    try:
+        with client.lease({"pid": os.getpid(), "socket": path}, 60):
+            pass
+    finally:
+        thread.join(timeout=60)
+        listener.close()
+    assert closed == [True]
 
 
 def test_no_job_runs_while_a_client_holds_a_lease(tmp_path, server, own_gpu_lock_folder):

@@ -264,3 +264,24 @@ def test_a_call_whose_child_hangs_in_its_import_is_bounded_whatever_the_argument
         [sys.executable, "call.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )
     assert done.stdout.strip() == "it ran past 0.5 s (--timeout times the number of configs)", done.stderr
+
+
+# The tuner prints bytes that are no UTF-8 (a Latin-1 name, a compiler's raw output) as it works.
+RAW_BYTES_TARGET = TARGET.replace(
+    'record(event="pick")',
+    'record(event="pick")\n'
+    "        for stream in (sys.stdout, sys.stderr):\n"
+    '            stream.flush(); stream.buffer.write(b"caf\\xe9 \\xff\\n"); stream.buffer.flush()',
+)
+
+
+def test_a_tuner_that_prints_bytes_that_are_no_utf8_still_gives_its_pick_and_feed_back(tmp_path):
+    (tmp_path / "t.py").write_text(RAW_BYTES_TARGET)
+    record = tmp_path / "record.jsonl"
+    done = run_nsprof(
+        "tune", "t.py:space", *TUNE, cwd=tmp_path, standins=True, env={"NSPROF_TEST_RECORD": str(record)}
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["tuner_pick"] is not None and document["tuner_pick"]["config_id"] == 1, document["notes"]
+    assert any(note.startswith("handed to the test's tuner") for note in document["notes"]), document["notes"]
