@@ -45,7 +45,6 @@ class TunerChild:
     """
 
     def __init__(self, target: str, name: str):
-        import os
         import subprocess
         import sys
         import tempfile
@@ -57,13 +56,15 @@ class TunerChild:
         # Files, not pipes, both ways: a pipe read only at the call would stall a child that prints
         # much while it imports (and whatever it holds then), and arguments larger than a pipe's
         # buffer would stall nsprof behind a child whose import hangs. Only "go" goes through stdin.
+        # Every file is unnamed (nothing left on disk however nsprof ends, nothing another user
+        # can open by name): the child reads the arguments' file through the descriptor it inherits.
         # Read back with undecodable bytes replaced: a tuner's output is not ours to trust as UTF-8.
         self.out = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
         self.err = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
-        fd, self.args_path = tempfile.mkstemp(prefix="nsprof-tuner-", suffix=".json")  # mode 0600
-        os.close(fd)
+        self.args = tempfile.TemporaryFile("w+", encoding="utf-8")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nsprof.feedback", target, name, "@" + self.args_path],
+            [sys.executable, "-m", "nsprof.feedback", target, name, f"@/proc/self/fd/{self.args.fileno()}"],
+            pass_fds=(self.args.fileno(),),
             stdin=subprocess.PIPE,
             stdout=self.out,
             stderr=self.err,
@@ -76,7 +77,8 @@ class TunerChild:
 
         timeout = settings.timeout_s * max(1, n_configs)
         with _gpu_for_the_tuner(settings.wait, timeout):
-            Path(self.args_path).write_text(json.dumps(args))
+            self.args.write(json.dumps(args))
+            self.args.flush()
             with contextlib.suppress(BrokenPipeError):  # it exited already: its status and stderr say why
                 self.proc.stdin.write("go\n")
                 self.proc.stdin.close()
@@ -105,10 +107,9 @@ class TunerChild:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
             wait_exit(self.proc, None)  # SIGKILLed: it ends
-        for file in (self.proc.stdin, self.out, self.err):
+        for file in (self.proc.stdin, self.out, self.err, self.args):
             with contextlib.suppress(OSError):
                 file.close()
-        Path(self.args_path).unlink(missing_ok=True)
 
 
 def tuner_in_child(target: str, name: str, args: list, settings: TuneSettings, n_configs: int):

@@ -206,10 +206,17 @@ SLOW_TARGET = TARGET.replace(
 
 
 def test_a_child_started_ahead_dies_with_a_sigkilled_nsprof(tmp_path):
-    """Killed while its tuner children still import (a slow torch), nsprof leaves none of them."""
+    """Killed while its tuner children still import (a slow torch), nsprof leaves none of them, and no
+    file of theirs in its temporary folder."""
     (tmp_path / "t.py").write_text(SLOW_TARGET)
-    record = tmp_path / "record.jsonl"
-    env = {**os.environ, "NSPROF_TEST_RECORD": str(record), "NSPROF_TEST_SLOW_S": "600"}
+    record, temporary = tmp_path / "record.jsonl", tmp_path / "tmp"
+    temporary.mkdir()
+    env = {
+        **os.environ,
+        "NSPROF_TEST_RECORD": str(record),
+        "NSPROF_TEST_SLOW_S": "600",
+        "TMPDIR": str(temporary),
+    }
     nsprof = subprocess.Popen(
         [sys.executable, str(STANDINS), "tune", "t.py:space", *TUNE],
         cwd=tmp_path,
@@ -228,6 +235,7 @@ def test_a_child_started_ahead_dies_with_a_sigkilled_nsprof(tmp_path):
     for pid in left:  # not left behind for the rest of the suite
         os.kill(pid, 9)
     assert not left, f"children {left} outlived nsprof"
+    assert not list(temporary.glob("nsprof-tuner-*")), "the tuner calls' argument files outlived nsprof"
 
 
 def _children(record: Path) -> list[int]:
