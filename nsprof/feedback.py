@@ -70,6 +70,7 @@ class TunerChild:
             stderr=self.err,
             text=True,
             preexec_fn=dies_with_nsprof(),  # gone with nsprof, even one SIGKILLed
+            start_new_session=True,  # with what it starts (compilers, helpers): close kills the group
         )
 
     def call(self, args: list, settings: TuneSettings, n_configs: int):
@@ -100,13 +101,12 @@ class TunerChild:
         return file.read()
 
     def close(self) -> None:
-        """Stop the child (it is importing, or waiting for a call that will not come), and reap it."""
-        from nsprof.host.children import exit_code, wait_exit
+        """Stop the child (it is importing, waiting for a call that will not come, or past its call's
+        bound) with what it started, and reap it."""
+        from nsprof.host.children import exit_code, kill_group
 
-        if exit_code(self.proc) is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
-            wait_exit(self.proc, None)  # SIGKILLed: it ends
+        if exit_code(self.proc) is None:  # unreaped: its group is still its own to kill
+            kill_group(self.proc)
         for file in (self.proc.stdin, self.out, self.err, self.args):
             with contextlib.suppress(OSError):
                 file.close()

@@ -293,3 +293,60 @@ def test_a_tuner_that_prints_bytes_that_are_no_utf8_still_gives_its_pick_and_fee
     document = json.loads(done.stdout)
     assert document["tuner_pick"] is not None and document["tuner_pick"]["config_id"] == 1, document["notes"]
     assert any(note.startswith("handed to the test's tuner") for note in document["notes"]), document["notes"]
+
+
+# The tuner's pick starts a process of its own (a compiler, a benchmark helper), then hangs.
+SPAWNING_TARGET = TARGET.replace(
+    'record(event="pick")',
+    "import subprocess, time\n"
+    '        helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])\n'
+    '        record(event="helper", helper=helper.pid)\n'
+    "        time.sleep(3600)",
+)
+
+STOPPED_CALL = textwrap.dedent("""
+    import json, sys, threading
+    from nsprof.feedback import TunerChild
+    from nsprof.settings import TuneSettings
+
+    child = TunerChild("t.py:space", "pick")
+    failed = []
+    def call():
+        try:
+            child.call([], TuneSettings(backend="ncu", timeout_s=600), 1)
+        except Exception as exc:
+            failed.append(str(exc))
+    thread = threading.Thread(target=call)
+    thread.start()
+    sys.stdin.readline()  # the test saw the tuner's helper start
+    child.close()  # as a timeout or a Ctrl-C of nsprof does
+    thread.join(60)
+    print(json.dumps(failed))
+""")
+
+
+def test_stopping_a_tuners_call_stops_the_processes_the_tuner_started(tmp_path, own_gpu_lock_folder):
+    (tmp_path / "t.py").write_text(SPAWNING_TARGET)
+    (tmp_path / "call.py").write_text(STOPPED_CALL)
+    record = tmp_path / "record.jsonl"
+    env = {**os.environ, "NSPROF_TEST_RECORD": str(record)}
+    proc = subprocess.Popen(
+        [sys.executable, "call.py"],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    helpers = []
+    try:
+        assert wait_for(lambda: record.exists() and any(r["event"] == "helper" for r in _records(record)))
+        helpers = [r["helper"] for r in _records(record) if r["event"] == "helper"]
+        out, _ = proc.communicate("\n", timeout=120)
+    finally:
+        proc.kill()
+    assert len(json.loads(out)) == 1, out  # the call failed: it was stopped
+    left = [pid for pid in helpers if not wait_for(lambda pid=pid: not running(pid))]
+    for pid in left:
+        os.kill(pid, 9)
+    assert not left, f"the tuner's helper {left} outlived its stopped call"
