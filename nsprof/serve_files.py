@@ -125,10 +125,18 @@ def connect(socket_path: str, timeout_s: float):
     import struct
 
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline = time.monotonic() + timeout_s
     try:
-        conn.settimeout(timeout_s)
         with unix_address(Path(socket_path)) as address:
-            conn.connect(address)
+            while True:
+                conn.settimeout(max(deadline - time.monotonic(), 0.001))
+                try:
+                    conn.connect(address)
+                    break
+                except BlockingIOError:  # the server's accept queue is full: wait for room
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(f"no room in the server's queue within {timeout_s:g} s") from None
+                    time.sleep(0.01)
         pid, uid, _ = struct.unpack(
             "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         )

@@ -1137,6 +1137,42 @@ def test_a_served_tune_asks_the_tuners_pick_and_feeds_it_back(tmp_path, server, 
     assert _ended(proc, own_gpu_lock_folder) == 0
 
 
+def test_a_client_waits_for_room_in_a_full_accept_queue_within_its_timeout(tmp_path):
+    """Many clients at once fill a server's accept queue: a Unix socket's connect then fails at once
+    (EAGAIN) where it would wait for room; the client waits within its own timeout instead."""
+    import socket
+    import threading
+
+    from nsprof.serve_files import connect
+
+    path = str(tmp_path / "s.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    waiting = []
+    while True:  # fill the queue: a connect that finds no room fails without blocking
+        other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        other.setblocking(False)
+        try:
+            other.connect(path)
+        except BlockingIOError:
+            other.close()
+            break
+        waiting.append(other)
+    accepted = []
+    server = threading.Timer(0.2, lambda: accepted.extend(listener.accept() for _ in waiting))
+    server.start()
+    try:
+        with connect(path, 60):
+            pass
+    finally:
+        server.join(60)
+        for conn in [*waiting, *(c for c, _ in accepted)]:
+            conn.close()
+        listener.close()
+    assert len(accepted) == len(waiting) > 0
+
+
 def test_a_lease_granted_in_the_same_read_as_its_queued_answer_is_taken(tmp_path, monkeypatch):
     """A server whose job ends just as the lease is asked answers "queued" and "leased" at once: the
     client's first read can hold both lines, and the second must not be lost (the server would lend
