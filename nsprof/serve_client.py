@@ -285,8 +285,10 @@ def lease(state: dict, timeout_s: float):
             raise NsprofError(f"{where} closed the connection before lending the GPU")
         answers = LineReader(conn)
         answer = answers.next(SERVE_GRACE_S)
-        while answer is not None and answer.get("queued"):  # a job runs: this waits for its end
+        if answer is not None and answer.get("queued"):  # a job runs: wait for its end while the server lives
             answer = answers.next(SERVE_GRACE_S)
+            while answer is None and not answers.ended and _running(state.get("pid")):
+                answer = answers.next(SERVE_GRACE_S)
         if not (answer or {}).get("leased"):
             reason = (answer or {}).get("reason") or "no answer"
             raise NsprofError(f"{where} did not lend the GPU: {reason}")

@@ -161,10 +161,11 @@ def send_line(conn, message: dict) -> bool:
 
 class LineReader:
     """JSON lines from `conn`, one at a time: what came after a line in the same read is kept for the
-    next (a server may send two answers at once)."""
+    next (a server may send two answers at once). `ended`: the peer closed the connection (or it
+    broke), as opposed to sending nothing yet."""
 
     def __init__(self, conn) -> None:
-        self.conn, self.data = conn, b""
+        self.conn, self.data, self.ended = conn, b"", False
 
     def next(self, timeout_s: float) -> dict | None:
         """The next JSON line within timeout_s; None if none came (or it was not JSON)."""
@@ -177,9 +178,13 @@ class LineReader:
                 self.conn.settimeout(left)
                 chunk = self.conn.recv(65536)
                 if not chunk:
+                    self.ended = True
                     return None
                 self.data += chunk
-        except (TimeoutError, OSError):
+        except TimeoutError:
+            return None
+        except OSError:
+            self.ended = True
             return None
         line, _, self.data = self.data.partition(b"\n")
         try:

@@ -1208,6 +1208,30 @@ def test_a_lease_granted_in_the_same_read_as_its_queued_answer_is_taken(tmp_path
     assert closed == [True]
 
 
+def test_a_lease_waits_for_a_job_that_outlasts_the_answer_grace(
+    tmp_path, server, own_gpu_lock_folder, monkeypatch
+):
+    """A lease queued behind another client's job waits for that job's end however long it runs, while
+    the server lives: a long tune ahead must not make this client's pick fail with "no answer"."""
+    import threading
+
+    import nsprof.serve_client as client
+
+    gate = tmp_path / "gate"
+    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
+    holder = _hold_a_job(tmp_path, "holder", env={"NSPROF_TEST_GATE": str(gate)})
+    monkeypatch.setattr(client, "SERVE_GRACE_S", 0.5)  # an answer's grace, far shorter than the job
+    opened = threading.Timer(3.0, gate.write_text, args=("",))
+    opened.start()
+    try:
+        with client.lease(client.holding_server(state["pid"]), 120):
+            leased_after_the_job = gate.exists()
+    finally:
+        opened.join()
+    assert holder.wait(timeout=120) == 0
+    assert leased_after_the_job
+
+
 def test_no_job_runs_while_a_client_holds_a_lease(tmp_path, server, own_gpu_lock_folder):
     """A job that comes during a lease waits for its end: its worker's first line is later than the
     moment the lease was given back (CLOCK_MONOTONIC: one clock for every process of the host)."""
