@@ -1220,7 +1220,14 @@ def test_a_lease_waits_for_a_job_that_outlasts_the_answer_grace(
     gate = tmp_path / "gate"
     proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
     holder = _hold_a_job(tmp_path, "holder", env={"NSPROF_TEST_GATE": str(gate)})
-    monkeypatch.setattr(client, "SERVE_GRACE_S", 0.5)  # an answer's grace, far shorter than the job
+
+    class ShortGrace(client.LineReader):  # after the first answer, a grace far shorter than the job
+        def next(self, timeout_s):
+            answer = super().next(timeout_s if not getattr(self, "answered", False) else 0.5)
+            self.answered = True
+            return answer
+
+    monkeypatch.setattr(client, "LineReader", ShortGrace)
     opened = threading.Timer(3.0, gate.write_text, args=("",))
     opened.start()
     try:
