@@ -247,3 +247,25 @@ def test_the_tuners_own_pick_is_asked_per_shape_in_a_child_process(make_target, 
         "the stand-in tuner's own pick is not asked: its hook picks at one shape only"
         in one.shapes[0].ranking.notes
     )
+
+
+def test_a_prescreened_tune_ranks_at_each_shape_only_the_configs_sent_there_whatever_the_store_holds(
+    make_target, tmp_path
+):
+    """The store holds every (shape, config) from an earlier full tune; a prescreened tune sends each
+    shape its own top config, and ranks each shape on those alone (a stored row of a config sent to
+    another shape only is not this run's)."""
+    from nsprof.tune import tune
+
+    timer = {0: [1.0, 2.0, 9.0], 1: [9.0, 2.0, 1.0], 2: [1.0, 9.0, 2.0]}
+    configs = [
+        {"i": c, "ns_shapes": [NS[1][c]] * 3, "timer_ns": [timer[s][c] for s in range(3)]} for c in range(3)
+    ]
+    target, _ = make_target(configs)
+    tune(target, _settings(tmp_path, budget_s=0))
+    result = tune(target, _settings(tmp_path, budget_s=0, prescreen="cupti", prescreen_top=1))
+    sent = {0: [0], 1: [2], 2: [0]}  # each shape's timer's best
+    for ranked in result.shapes:
+        measured = ranked.ranking.table[ranked.ranking.table["error"].isna()]
+        assert sorted(measured["config_id"]) == sent[ranked.shape], ranked.shape
+        assert ranked.ranking.best_config_id == sent[ranked.shape][0]

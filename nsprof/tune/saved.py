@@ -121,7 +121,7 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict) -> tup
         },
         key=lambda pair: -1 if pair[0] is None else pair[0],
     )
-    rows = stored_rows(store, group, wanted_json, [text for _, text in shapes])
+    rows = stored_rows(store, group, wanted_json, {text: list(wanted_json) for _, text in shapes})
     runs = ", ".join(str(int(r)) for r in sorted(set(rows["run_id"])))
     note = f"re-read from the results store {store.path}: runs {runs} (nothing measured)"
     results = {}

@@ -55,18 +55,17 @@ def adaptive_runs(runs) -> set[int]:
     }
 
 
-def stored_rows(store, group: dict, wanted_json: dict[int, str], shape_jsons: list[str]):
+def stored_rows(store, group: dict, wanted_json: dict[int, str], shapes: dict[str, list[int]]):
     """The rows tune ranks of what `store` holds under `group` (the key without config) for the
-    configs `wanted_json` ({config_id: config_json}), at each shape of `shape_jsons` ("" for a
-    target without shapes): select_stored of each shape's rows, one frame."""
+    configs `wanted_json` ({config_id: config_json}), at each shape of `shapes` ({shape's JSON, ""
+    for a target without shapes: the config ids this run ranks there}): select_stored of each
+    shape's rows, one frame."""
     import pandas as pd
 
     adaptive = adaptive_runs(store.runs())
     per_shape = [
-        select_stored(
-            store.frame(**group, shape_json=text, config_id=list(wanted_json)), wanted_json, adaptive
-        )
-        for text in shape_jsons
+        select_stored(store.frame(**group, shape_json=text, config_id=list(ids)), wanted_json, adaptive)
+        for text, ids in shapes.items()
     ]
     return per_shape[0] if len(per_shape) == 1 else pd.concat(per_shape, ignore_index=True)
 
@@ -103,16 +102,17 @@ def _recorded(store, run_id: int, measure: Callable[[], object]):
 
 
 class Stored:
-    """A truth's rows in the results store: the key of the space's rows (`group`), today's configs
-    (`wanted_json`) and the shapes' JSON (one "" for a target without shapes). Stores a session's
-    rows point by point, and reads back the rows to rank."""
+    """A truth's rows in the results store: the key of the space's rows (`group`), the config ids
+    this run ranks at each shape (`wanted`, by_shape's) with their JSON (`wanted_json`), and the
+    shapes' JSON (one "" for a target without shapes). Stores a session's rows point by point, and
+    reads back the rows to rank."""
 
-    def __init__(
-        self, settings: TuneSettings, space, group: dict, wanted_json: dict[int, str], gpu_uuid: str
-    ):
+    def __init__(self, settings: TuneSettings, space, group: dict, wanted: dict, gpu_uuid: str):
         from nsprof.space import shape_json
+        from nsprof.store import config_json
 
-        self.settings, self.group, self.wanted_json, self.gpu_uuid = settings, group, wanted_json, gpu_uuid
+        self.settings, self.group, self.wanted, self.gpu_uuid = settings, group, wanted, gpu_uuid
+        self.wanted_json = {c: config_json(space.configs[c]) for ids in wanted.values() for c in ids}
         self.missing_tool: str | None = None  # why the truth's tool cannot run here (a resume without it)
         self.layout = space.points
         self.shape_jsons = {
@@ -148,7 +148,8 @@ class Stored:
                 done.add(point)
 
     def rows(self, store):
-        return stored_rows(store, self.group, self.wanted_json, list(self.shape_jsons.values()))
+        shapes = {self.shape_jsons[shape]: ids for shape, ids in self.wanted.items()}
+        return stored_rows(store, self.group, self.wanted_json, shapes)
 
     def session(self, target: str, truth: Truth, n: int, plan: Plan, number: int, on_progress, space=None):
         """One adaptive session, stored as a run of its own (marked ADAPTIVE_RUN), each point's
@@ -214,12 +215,11 @@ def measure_stored(
 ):
     """measure_rows through the results store: resume per point, one transaction per point, GPU lock.
     Returns the rows to rank (see select_stored) and the Stored context for adaptive sessions."""
-    from nsprof.store import ResultStore, config_json
+    from nsprof.store import ResultStore
 
     group, gpu, missing_tool = _key(target, space, truth, settings)
     wanted = by_shape(space, points)
-    wanted_json = {c: config_json(space.configs[c]) for configs in wanted.values() for c in configs}
-    context = Stored(settings, space, group, wanted_json, gpu.uuid)
+    context = Stored(settings, space, group, wanted, gpu.uuid)
     with ResultStore(settings.store) as store:
         if missing_tool is not None:
             _key_without_the_tool(store, context, truth, missing_tool, notes)
