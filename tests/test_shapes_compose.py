@@ -269,3 +269,18 @@ def test_a_prescreened_tune_ranks_at_each_shape_only_the_configs_sent_there_what
         measured = ranked.ranking.table[ranked.ranking.table["error"].isna()]
         assert sorted(measured["config_id"]) == sent[ranked.shape], ranked.shape
         assert ranked.ranking.best_config_id == sent[ranked.shape][0]
+
+
+def test_a_work_folder_whose_name_is_the_adaptive_sessions_mark_keeps_every_measurement(
+    make_target, tmp_path, monkeypatch
+):
+    """A stored run is an adaptive session by its settings' mark, not by the text "adaptive_session"
+    anywhere in its settings (a work folder or a store of that name)."""
+    from nsprof.tune import tune
+
+    target, _ = make_target(NOISY)
+    monkeypatch.chdir(tmp_path)
+    result = tune(target, _settings(tmp_path, budget_s=0, work_dir=Path("adaptive_session")))
+    for ranked in result.shapes:
+        measured = ranked.ranking.table[ranked.ranking.table["error"].isna()]
+        assert sorted(set(measured["config_id"])) == list(range(len(NOISY))), ranked.shape

@@ -4,6 +4,7 @@ rank read back, adaptive sessions as runs of their own), select_stored (which st
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from nsprof.analysis.adaptive import Plan
@@ -49,10 +50,17 @@ def select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int]):
 def adaptive_runs(runs) -> set[int]:
     """The ids of the stored runs (store.runs()) that are sessions of adaptive reps."""
     return {
-        int(i)
-        for i, text in zip(runs["id"], runs["settings_json"])
-        if isinstance(text, str) and f'"{ADAPTIVE_RUN}"' in text
+        int(i) for i, text in zip(runs["id"], runs["settings_json"]) if ADAPTIVE_RUN in _settings_of(text)
     }
+
+
+def _settings_of(text) -> dict:
+    """A stored run's settings ({} for none, or for text that is not a JSON object)."""
+    try:
+        settings = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return {}
+    return settings if isinstance(settings, dict) else {}
 
 
 def stored_rows(store, group: dict, wanted_json: dict[int, str], shapes: dict[str, list[int]]):
