@@ -199,3 +199,17 @@ def test_reread_ranks_each_shape_as_tune_did(shaped, tmp_path):  # noqa: F811
         assert after.ranking.best_config_id == WINNERS[after.shape]
         assert describe_decision(after.ranking) == describe_decision(before.ranking)
     assert "per shape" in format_tune(again)
+
+
+def test_a_resume_with_more_reps_labels_its_ranking_with_the_reps_it_holds(tuned):
+    """The store holds 3 reps of every config; a resume asking 7 measures nothing (the reps are not
+    part of the key), and its ranking says what it stands on: 3 reps, not 7."""
+    tune = [*TUNE[: TUNE.index("--reps")], *TUNE[TUNE.index("--reps") + 2 :]]
+    resumed = run_nsprof(
+        "tune", "target.py:space", *tune, "--reps", "7", "--resume", "--store", "s.sqlite", "--json",
+        cwd=tuned, standins=True,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    document = json.loads(resumed.stdout)
+    assert all(row["reps"] == 3 for row in document["ranked"] if row.get("reps") is not None)
+    assert "of 3 reps" in document["label"] and "7 reps" not in document["label"], document["label"]

@@ -140,7 +140,7 @@ def rank_rows(
     if truth.profiler:
         conditions = registry.driver_class(truth.backend).conditions(settings.truth_profile(truth))
         reps = (
-            f"{settings.reps} reps"
+            _reps_held(summary, settings.reps)
             if adaptive is None or not adaptive.reps
             else f"{settings.reps} reps, the contenders' up to {max(adaptive.reps_per_config.values())} (adaptive)"
         )
@@ -225,3 +225,12 @@ def _adaptive(
         return stored.merged() if stored is not None else pd.concat([rows, kept], ignore_index=True)
 
     return refine(rows, settings, measure=session, merge=merge, cost=cost, layout=layout)
+
+
+def _reps_held(summary, asked: int) -> str:
+    """The reps the ranked configs stand on ("3 reps", "3-7 reps"): those asked, or those a resume
+    found stored (the reps are no part of the store's key)."""
+    held = sorted({int(n) for n in summary.loc[summary["error"].isna(), "reps"]})
+    if not held:
+        return f"{asked} reps"
+    return f"{held[0]} reps" if held[0] == held[-1] else f"{held[0]}-{held[-1]} reps"
