@@ -13,6 +13,8 @@ import random
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -1053,3 +1055,21 @@ def test_huge_integer_in_a_range_name_is_read_as_text(tmp_path, name):
     assert by_range["cfg0.direct"]["count"] == 2
     frame = read_nsys_sqlite(path)
     assert frame.loc[frame["range"] == name, "config_id"].isna().all()
+
+
+@pytest.mark.parametrize("rowid", [1 << 40, -(1 << 62)], ids=["far-above", "far-below"])
+def test_a_kernel_table_whose_rowids_have_a_huge_gap_is_read_whole_without_hanging(tmp_path, rowid):
+    """Rowids are SQLite's own and may have gaps (a valid database): the reader's chunks follow the
+    rows there are, not the span of their numbers (2^40 of them would be millions of queries)."""
+    path = tmp_path / "gap.sqlite"
+    shutil.copyfile(FIXTURES / "fixture.sqlite", path)
+    with sqlite3.connect(path) as db:
+        (count,) = db.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+        (moved,) = db.execute("SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET rowid = ? WHERE rowid = ?", (rowid, moved))
+    code = "import sys; from nsprof.reports.nsys.reader import read_nsys_sqlite; print(len(read_nsys_sqlite(sys.argv[1])))"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout) == count

@@ -165,11 +165,21 @@ def _int_columns_sql(table: str, exprs: Sequence[str], where: str) -> str:
 
 
 def _rowid_chunks(conn: sqlite3.Connection, table: str) -> list[tuple[int, int]]:
-    first = conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
-    last = conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
-    if first is None:
-        return []
-    return [(low, low + _CHUNK_ROWS - 1) for low in range(first, last + 1, _CHUNK_ROWS)]
+    """Rowid ranges of _CHUNK_ROWS rows each (the last fewer), by the rows there are: rowids may have
+    gaps of any size, so a range is found by counting rows along the rowid order, not by its span."""
+    chunks = []
+    low = conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
+    while low is not None:
+        high = conn.execute(
+            f'SELECT rowid FROM "{table}" WHERE rowid >= ? ORDER BY rowid LIMIT 1 OFFSET ?',
+            (low, _CHUNK_ROWS - 1),
+        ).fetchone()
+        if high is None:
+            chunks.append((low, conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]))
+            break
+        chunks.append((low, high[0]))
+        low = conn.execute(f'SELECT min(rowid) FROM "{table}" WHERE rowid > ?', (high[0],)).fetchone()[0]
+    return chunks
 
 
 def _read_chunk(
