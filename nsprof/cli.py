@@ -16,7 +16,7 @@ from nsprof import __version__
 from nsprof.commands.common import split
 from nsprof.commands.help import HELP
 from nsprof.drivers import registry
-from nsprof.errors import NsprofError, OptionError
+from nsprof.errors import NsprofError, OptionError, error_line
 from nsprof.host.redirect import exit_for_closed_stdout
 from nsprof.settings import TIMER_BACKENDS, ProfileSettings, TuneSettings, ValidateSettings
 
@@ -372,14 +372,14 @@ def main(args: list[str] | None = None) -> None:
             exit_for_closed_stdout()
         raise
     except NsprofError as exc:
-        click.echo(f"nsprof: error: {exc}", err=True)
+        click.echo(error_line(f"nsprof: error: {exc}"), err=True)
         sys.exit(EXIT_ERROR)
     except click.exceptions.Abort:
         click.echo("nsprof: aborted", err=True)
         sys.exit(130)
     except click.UsageError as exc:
         hint = f" (nsprof {exc.ctx.info_name} --help)" if exc.ctx is not None and exc.ctx.parent else ""
-        click.echo(f"nsprof: error: {exc.format_message()}{hint}", err=True)
+        click.echo(error_line(f"nsprof: error: {exc.format_message()}{hint}"), err=True)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
@@ -387,13 +387,17 @@ def main(args: list[str] | None = None) -> None:
     except BrokenPipeError:
         exit_for_closed_stdout()
     except OSError as exc:
-        click.echo(f"nsprof: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
+        click.echo(
+            error_line(f"nsprof: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")), err=True
+        )
         sys.exit(EXIT_ERROR)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
         if os.environ.get("NSPROF_DEBUG"):
             raise
         click.echo(
-            f"nsprof: internal error: {type(exc).__name__}: {exc} (set NSPROF_DEBUG=1 for the traceback)",
+            error_line(
+                f"nsprof: internal error: {type(exc).__name__}: {exc} (set NSPROF_DEBUG=1 for the traceback)"
+            ),
             err=True,
         )
         sys.exit(EXIT_ERROR)

@@ -6,6 +6,11 @@ from pathlib import Path
 from typing import Any
 
 
+def error_line(message: object) -> str:
+    """`message` as one line of stderr: line breaks in it (a path is the user's text) shown escaped."""
+    return str(message).replace("\r", "\\r").replace("\n", "\\n")
+
+
 class NsprofError(Exception):
     """Base class: every error a user can cause or fix."""
 

@@ -289,3 +289,16 @@ def test_json_rows_are_written_in_chunks_with_the_same_text(monkeypatch, capsys)
     )
     render_json.write_rows(frame.iloc[:0], sys.stdout)
     assert json.loads(capsys.readouterr().out) == []
+
+
+def test_an_error_naming_a_path_with_a_newline_is_still_one_line(tmp_path):
+    """A path is the user's text: a newline in it must not split the error, nor let a name fake a
+    second `nsprof: error:` line."""
+    named = tmp_path / "x\nnsprof: error: fake.csv"
+    result = run_nsprof("analyze", named, in_process=True)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    named.write_text("not a report\n")
+    result = run_nsprof("analyze", named, RAW, "--format", "csv", in_process=True)
+    assert result.returncode == 2 and result.stdout.strip()  # the good report is printed
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr

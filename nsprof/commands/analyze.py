@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from nsprof.commands.common import one_on_stdout, write_exports, wrote
-from nsprof.errors import NsprofError, OptionError
+from nsprof.errors import NsprofError, OptionError, error_line
 
 EXIT_UNREADABLE = 2  # some report could not be read (the others were still shown)
 COMPARE_COLUMNS = [
@@ -168,7 +168,7 @@ def analyze(
         else:
             _summarize(files, frames, view, plot_path, printed=not to_stdout)
     for message in unreadable:  # each report that could not be read, one line each
-        click.echo(f"nsprof: error: {message}", err=True)
+        click.echo(error_line(f"nsprof: error: {message}"), err=True)
     return EXIT_UNREADABLE if unreadable else 0
 
 
