@@ -302,3 +302,11 @@ def test_an_error_naming_a_path_with_a_newline_is_still_one_line(tmp_path):
     result = run_nsprof("analyze", named, RAW, "--format", "csv", in_process=True)
     assert result.returncode == 2 and result.stdout.strip()  # the good report is printed
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_plot_with_nothing_to_draw_prints_no_python_warning(tmp_path):
+    pytest.importorskip("matplotlib")
+    done = run_nsprof(
+        "analyze", RAW, "--kernel", "matches-no-kernel", "--plot", tmp_path / "p.png", timeout=120
+    )
+    assert "Warning" not in done.stderr and "warn(" not in done.stderr, done.stderr

@@ -53,7 +53,7 @@ def _range_rows(ax, names: list[str], height_in: float) -> str:
     every = max(1, -(-n // room))
     ticks = list(range(0, n, every))
     ax.set_yticks(ticks, [short(names[i], 40) for i in ticks], fontsize="small")
-    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_ylim(max(n, 1) - 0.5, -0.5)  # an empty panel keeps one row's room (no inverted limits)
     return "" if every == 1 else f"{n} ranges, every {every}th labelled"
 
 
