@@ -31,16 +31,6 @@ def gpu_available() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_xdist_auto_num_workers(config):
-    """Two workers per logical CPU (pyproject's `-n logical`): most tests wait on child processes
-    (profilers, workers, the bounds of hangs), and one worker per CPU leaves the CPUs idle then.
-    PYTEST_XDIST_AUTO_NUM_WORKERS, xdist's own setting, still decides where it is set."""
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None
-    return 2 * len(os.sched_getaffinity(0))
-
-
 def pytest_configure(config):
     """Every child process of a test imports this checkout's nsprof, whatever its cwd: the checkout
     comes first on PYTHONPATH for the whole run (one environment for all, so that a server and the

@@ -54,8 +54,8 @@ SLOW_BUILD = textwrap.dedent("""
     import nsprof.space
 
     def build(config):
-        if config["kind"] == "slow":
-            time.sleep(2)
+        if config["kind"] == "slow":  # well past a 1 s timeout on a loaded machine, well within 30 s
+            time.sleep(8)
         return lambda: None
 
     def compile(config):
