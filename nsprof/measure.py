@@ -180,8 +180,20 @@ class FastTimers(Backend):
     ) -> None:
         self.methods = list(methods)
         self.name = "+".join(self.methods)
+        from nsprof.timers.specs import INTERLEAVED
+
+        self.interleave = any(m in INTERLEAVED for m in self.methods)
+        if self.interleave and not all(m in INTERLEAVED for m in self.methods):
+            raise NsprofError("interleaved and plain timers run in separate workers: give one kind")
         self.settings = replace(
-            settings, backend=NO_PROFILER, modes=("direct",), reps=1, warmup=3, work_dir=Path(work_dir)
+            settings,
+            backend=NO_PROFILER,
+            modes=("direct",),
+            reps=1,
+            warmup=3,
+            work_dir=Path(work_dir),
+            # interleaved: one worker run, as adaptive reps (a crash fails the configs not done)
+            max_restarts=0 if self.interleave else settings.max_restarts,
         )
         self.timer_reps = timer_reps
         self.value = "median_ns" if stat == "median" else "min_ns"
@@ -206,18 +218,22 @@ class FastTimers(Backend):
                     {**where, **Failure(row["error"], "crash").columns(), "source": row["method"], **labels}
                 )
                 continue
+            # an interleaved method's line: one row per kept round (its value, the clock as it ended)
             clock_mhz = (row.get("conditions") or {}).get("sm_clock_mhz_after")
-            out.append(
+            values = row.get("rounds_ns", [row.get(self.value)])
+            clocks = row.get("rounds_clock_mhz", [clock_mhz])
+            out += [
                 {
                     **where,
-                    "rep": 0,
+                    "rep": rep,
                     "kernel": row["method"],
                     "source": row["method"],
-                    "duration_ns": row.get(self.value),
-                    "clock_hz": None if clock_mhz is None else clock_mhz * 1e6,
+                    "duration_ns": value,
+                    "clock_hz": None if clock is None else clock * 1e6,
                     **labels,
                 }
-            )
+                for rep, (value, clock) in enumerate(zip(values, clocks))
+            ]
         have = {(r["config_id"], r["shape"]) for r in out}
         for point, reason in failures.items():
             if points.split(point) not in have:  # a config whose every method failed has its rows already
@@ -235,6 +251,7 @@ class FastTimers(Backend):
         self, request: Request, *, on_progress: Progress | None = None, on_rows: OnRows | None = None
     ) -> Measured:
         from nsprof.session import run_session
+        from nsprof.timers.interleave import throttle_note
 
         if request.plan is not None:
             raise NsprofError("adaptive reps are a ground truth's: a fast timer gives one number per config")
@@ -276,9 +293,11 @@ class FastTimers(Backend):
             if on_rows is not None:
                 on_rows(self.frame([row for row in _written(results) if point_of(row) not in handed], {}))
             raise
+        written = _written(results)
         return Measured(
-            frame=self.frame(_written(results), session.failures, points),
+            frame=self.frame(written, session.failures, points),
             failures=session.failures,
+            notes=[throttle_note(m, written) for m in self.methods] if self.interleave else [],
             device=session.device,
             work_dir=work_dir,
             wall_s=session.wall_s,
@@ -292,6 +311,7 @@ class FastTimers(Backend):
             "task": "timers",
             "timers": self.methods,
             "timer_reps": self.timer_reps,
+            "interleave": self.interleave,
             "results": str(results),
             **({"expect": request.expect} if request.expect else {}),
         }

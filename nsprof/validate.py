@@ -112,13 +112,18 @@ def load_validate(document: dict) -> tuple[str, ValidateResult]:
 def timer_groups(names: list[str]) -> list[list[str]]:
     """Timers that must not share a process: CUPTI clients (ours, torch.profiler behind
     TileLang's cupti backend) stay attached and slow every later launch (seen on the H200:
-    event timings doubled and CUPTI kernel durations doubled after torch.profiler ran)."""
-    from nsprof.timers.specs import EXTERNAL
+    event timings doubled and CUPTI kernel durations doubled after torch.profiler ran).
+    Interleaved timers run apart from plain ones: their worker holds every config at once."""
+    from nsprof.timers.specs import EXTERNAL, INTERLEAVED
 
-    plain = [n for n in names if n not in EXTERNAL and not n.startswith("cupti")]
-    own_cupti = [n for n in names if n.startswith("cupti")]
-    external = [n for n in names if n in EXTERNAL]
-    return [group for group in (plain, own_cupti, external) if group]
+    def kind(name: str) -> tuple[bool, bool]:
+        return name in INTERLEAVED, name.startswith("cupti")
+
+    own = [n for n in names if n not in EXTERNAL]
+    groups = [
+        [n for n in own if kind(n) == k] for k in ((False, False), (False, True), (True, False), (True, True))
+    ]
+    return [group for group in (*groups, [n for n in names if n in EXTERNAL]) if group]
 
 
 def run_timers(
@@ -132,9 +137,11 @@ def run_timers(
 ) -> tuple[list[dict], dict]:
     """Every timer group in its own worker process (a FastTimers backend each), with the target's
     compile step beside it where it has one (`compiles`): per-config rows {config_id, method,
-    value_ns} and failures {(method or "timers", config_id): reason}."""
+    value_ns, clock_hz} (an interleaved timer's: the median of its rounds), failures {(method or
+    "timers", config_id): reason} and the runs' notes (an interleaved timer's throttle check)."""
     rows: list[dict] = []
     failures: dict = {}
+    notes: list[str] = []
     for index, group in enumerate(timer_groups(names)):
         timers = FastTimers(
             group, settings.profile, work_dir / f"timers{index}", timer_reps=settings.timer_reps
@@ -143,13 +150,21 @@ def run_timers(
         request = Request(target, range(n_configs), n_configs, compiles=compiles)
         measured = backend.measure(request, on_progress=on_progress)
         failures.update({("timers", cfg): reason for cfg, reason in measured.failures.items()})
-        for r in measured.frame.itertuples():
-            if r.source == timers.failure_source:
-                continue  # the worker died on this config: in failures above
-            rows.append({"config_id": int(r.config_id), "method": r.source, "value_ns": r.duration_ns})
-            if isinstance(r.error, str):
-                failures[(r.source, int(r.config_id))] = r.error
-    return rows, failures
+        notes += measured.notes
+        frame = measured.frame[measured.frame["source"] != timers.failure_source]  # died: in failures
+        for (config_id, method), group in frame.groupby(["config_id", "source"], sort=False):
+            errors = group["error"].dropna()
+            if len(errors):
+                failures[(method, int(config_id))] = str(errors.iloc[0])
+            rows.append(
+                {
+                    "config_id": int(config_id),
+                    "method": method,
+                    "value_ns": float(group["duration_ns"].median()),
+                    "clock_hz": float(group["clock_hz"].median()),
+                }
+            )
+    return rows, failures, notes
 
 
 def resolve_truths(settings: ValidateSettings) -> list[Truth]:
@@ -274,6 +289,17 @@ def describe_truth(truth: Truth, settings: ValidateSettings, rows: list[dict]) -
     return words
 
 
+def _clock_words(rows: list[dict], method: str) -> str:
+    """ ", SM clock median X GHz (NVML)" over a timer's per-config rows; "" where none was read."""
+    import math
+    import statistics
+
+    clocks = [
+        r["clock_hz"] for r in rows if r["method"] == method and not math.isnan(r.get("clock_hz", math.nan))
+    ]
+    return f", SM clock median {statistics.median(clocks) / 1e9:.2f} GHz (NVML)" if clocks else ""
+
+
 def _measure(
     target: str,
     space,
@@ -288,7 +314,7 @@ def _measure(
     from nsprof.timers.specs import conditions as conditions_of
 
     n = len(space.configs)
-    rows, failures = run_timers(
+    rows, failures, notes = run_timers(
         target,
         n,
         names,
@@ -297,7 +323,11 @@ def _measure(
         stage("timers", n * len(timer_groups(names))),
         compiles=space.compile is not None,
     )
-    conditions = {name: conditions_of(name) for name in names}
+    conditions = {name: conditions_of(name) + _clock_words(rows, name) for name in names}
+    for note in notes:  # "<method>: what its throttle check did"
+        method, _, words = note.partition(": ")
+        if method in conditions:
+            conditions[method] += f"; {words}"
     truths, repeat_rows = [], []
     for truth in conditioned:
         folder = truth.name.replace("@", "-")

@@ -25,6 +25,9 @@
 #   serve_tl      a served TileLang tune and re-tune (pick and feed-back under the lease), PYTHONPATH set
 #   spaces        the regret suite's Triton spaces (examples/{rmsnorm,layernorm,add,reduce,attention}_triton.py),
 #                 each profiled once under nsys at every shape: do they compile, run and check out
+#   interleaved   validate of the softmax space with the plain and the interleaved graph and CUPTI timers,
+#                 nsys as truth (repeated), the JSON kept: the interleaved timers' clock and throttle check
+#   gpu_timers    pytest tests/test_gpu_timers.py (the in-process timers on the GPU)
 #   aa            scripts/bench_aa.py --runs 4: one config entered twice must be called tied (~500 s)
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
 #                 times, logs; not the reports) comes back: where the session's ends go
@@ -65,6 +68,10 @@ for s in "$@"; do
     spaces) step spaces 220 bash -c 'for f in rmsnorm layernorm add reduce attention; do
             echo "== $f"; python3 -m nsprof profile examples/${f}_triton.py:space --backend nsys --mode direct \
             --reps 2 2>&1 | tail -25; done' ;;
+    interleaved) step interleaved 300 python3 -m nsprof validate examples/softmax_triton.py:space \
+                   --timers graph,interleaved --no-external --truth nsys --mode graph \
+                   --save "$R/validate_softmax_interleaved.json" ;;
+    gpu_timers) step gpu_timers 200 $PYTEST -m gpu tests/test_gpu_timers.py ;;
     aa) step aa 580 python3 scripts/bench_aa.py --runs 4 --out "$R/bench_aa.json" ;;
     gpu_compose) step gpu_compose 590 $PYTEST -m gpu tests/test_gpu_compose.py ;;
     *) echo "unknown step $s" ;;

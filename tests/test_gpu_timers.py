@@ -66,3 +66,26 @@ def test_cupti_counts_only_the_calls_kernels(torch):
         result = measure(two_kernels, timer="cupti", l2=l2, reps=20)
         assert result.conditions["kernels_per_call"] == 2  # not the flush kernel
         assert 1e3 < result.median_ns < 100e3
+
+
+def test_an_interleaved_visit_measures_what_its_plain_timer_does(torch):
+    from nsprof.timers import measure
+    from nsprof.timers.base import max_sm_clock_mhz, sm_clock_mhz
+    from nsprof.timers.interleave import prepare
+
+    src = torch.randn(16 << 20, device="cuda")  # 64 MiB: a kernel of tens of µs, steady
+    dst = torch.empty_like(src)
+
+    def call():
+        torch.add(src, 1.0, out=dst)
+
+    for method, timer, l2 in (
+        ("graph_warm_interleaved", "graph", "warm"),
+        ("graph_cold_interleaved", "graph", "cold"),
+    ):
+        plain = measure(call, timer=timer, l2=l2, reps=30).median_ns
+        visits = sorted(v for _ in range(5) for v in prepare(method, call).visit(6))
+        assert abs(visits[len(visits) // 2] / plain - 1) < 0.15, (method, visits, plain)
+    clock, peak = sm_clock_mhz(), max_sm_clock_mhz()
+    assert (clock is None) == (peak is None)
+    assert clock is None or 100 < clock <= peak, (clock, peak)

@@ -40,7 +40,7 @@ HELP = {
     "profile --graph-profiling": "ncu: profile graph kernel nodes one by one, or whole graphs (not per-kernel!).",
     "profile --work-dir": "Keep reports and logs here (default: a temporary folder, named at the end).",
     "profile --csv": "Write the tidy rows to a CSV file (- for standard output, the table then goes to stderr).",
-    "validate --timers": "Fast timers: families event, cupti, graph (warm and cold L2 each) or exact names (event, event_cold, cupti, cupti_cold, graph_warm, graph_cold).",
+    "validate --timers": "Fast timers: families event, cupti, graph (warm and cold L2 each), interleaved (graph and cupti, warm and cold, the configs measured round-robin in rounds) or exact names (event, event_cold, cupti, cupti_cold, graph_warm, graph_cold, graph_warm_interleaved, graph_cold_interleaved, cupti_interleaved, cupti_cold_interleaved).",
     "validate --external": "Also TileLang's and Triton's own timers, where installed.",
     "validate --truth": "Ground truths: ncu, nsys; ncu also under a condition, TOOL@CLOCK-L2 with CLOCK base|free and L2 cold|warm (ncu@free-warm: --clock-control none --cache-control none; plain ncu is ncu@base-cold).",
     "validate --matched": "Also run ncu with clocks free and L2 cold and warm (ncu@free-cold, ncu@free-warm), each repeated for its floor, and show each timer against the ncu taken under its own L2 state.",

@@ -7,6 +7,7 @@ in its own module (event, cupti, graph); nsprof.timers names them and runs them 
 from __future__ import annotations
 
 import statistics
+import sys
 from dataclasses import dataclass, field
 
 L2_FLUSH_BYTES = 256 << 20  # larger than any current L2 (H200: 60 MB)
@@ -45,26 +46,64 @@ class TimerResult:
 
 
 class Flusher:
-    """Evicts L2 by writing a buffer larger than it (one kernel on the current stream)."""
+    """Evicts L2 by writing a buffer larger than it (one kernel on the current stream). One buffer per
+    process, shared by every timer and config: interleaved timers hold many configs at once."""
+
+    _buffer = None
 
     def __init__(self) -> None:
         import torch
 
-        self._buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        if Flusher._buffer is None:
+            Flusher._buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
     def __call__(self) -> None:
-        self._buffer.zero_()
+        Flusher._buffer.zero_()
+
+
+_NVML: dict = {}
+
+
+def _nvml_handle():
+    """(pynvml, the NVML handle of the GPU torch measures on, found by its UUID so that
+    CUDA_VISIBLE_DEVICES cannot name another card), or None where NVML or the GPU is missing."""
+    if "handle" in _NVML:
+        return _NVML["handle"]
+    _NVML["handle"] = None
+    try:
+        import pynvml
+        import torch
+
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+        uuid = uuid if uuid.startswith(("GPU-", "MIG-")) else "GPU-" + uuid
+        _NVML["handle"] = (pynvml, pynvml.nvmlDeviceGetHandleByUUID(uuid))
+    except ImportError:
+        pass  # no nvidia-ml-py: clocks are not read, and the results say so (None)
+    except Exception as exc:  # pynvml.NVMLError and torch's errors: no clock, said once
+        print(f"==NSPROF== the SM clock is not read: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return _NVML["handle"]
 
 
 def sm_clock_mhz() -> float | None:
-    """Current SM clock of GPU 0 from NVML, or None where NVML is missing."""
-    try:
-        import pynvml
-    except ImportError:
+    """The current SM clock of the GPU being measured, from NVML; None where NVML is missing."""
+    found = _nvml_handle()
+    if found is None:
         return None
+    pynvml, handle = found
     try:
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         return float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except pynvml.NVMLError:
+        return None
+
+
+def max_sm_clock_mhz() -> float | None:
+    """The GPU's highest SM clock (NVML), the reference of the throttle check; None where unknown."""
+    found = _nvml_handle()
+    if found is None:
+        return None
+    pynvml, handle = found
+    try:
+        return float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
     except pynvml.NVMLError:
         return None

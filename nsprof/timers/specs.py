@@ -13,10 +13,18 @@ OWN = {
     "graph_warm": ("graph", "warm"),
     "graph_cold": ("graph", "cold"),
 }
+# Measured round-robin over the configs, in rounds (nsprof.timers.interleave): name -> (timer, L2 state)
+INTERLEAVED = {
+    "graph_warm_interleaved": ("graph", "warm"),
+    "graph_cold_interleaved": ("graph", "cold"),
+    "cupti_interleaved": ("cupti", "warm"),
+    "cupti_cold_interleaved": ("cupti", "cold"),
+}
 FAMILIES = {
     "event": ["event", "event_cold"],
     "cupti": ["cupti", "cupti_cold"],
     "graph": ["graph_warm", "graph_cold"],
+    "interleaved": list(INTERLEAVED),
 }
 EXTERNAL = ("tilelang_event", "tilelang_cupti", "tilelang_cudagraph", "triton_do_bench", "triton_cudagraph")
 # The tuners' own timers' L2 state (docs/timers.md): TileLang's event and cupti backends and
@@ -29,12 +37,20 @@ EXTERNAL_L2 = {
     "triton_cudagraph": "warm",
 }
 # How each method launches: graph replay or a direct call.
-GRAPH_METHODS = ("graph_warm", "graph_cold", "tilelang_cudagraph", "triton_cudagraph")
+GRAPH_METHODS = (
+    "graph_warm",
+    "graph_cold",
+    "graph_warm_interleaved",
+    "graph_cold_interleaved",
+    "tilelang_cudagraph",
+    "triton_cudagraph",
+)
 
 
 def l2_state(name: str) -> str | None:
     """ "cold" or "warm": the L2 state a timer method measures in (None: not a known method)."""
-    return OWN[name][1] if name in OWN else EXTERNAL_L2.get(name)
+    own = {**OWN, **INTERLEAVED}
+    return own[name][1] if name in own else EXTERNAL_L2.get(name)
 
 
 def conditions(name: str) -> str:
@@ -43,6 +59,8 @@ def conditions(name: str) -> str:
     cache = {"cold": "L2 flushed before each call", "warm": "L2 warm"}.get(l2 or "", "L2 state unknown")
     launch = "graph replay" if name in GRAPH_METHODS else "direct launch"
     tool = "in-process" if name in OWN else "the tuner's own timer"
+    if name in INTERLEAVED:
+        tool = "in-process, the configs interleaved in rounds (each config's median of its round medians)"
     return f"{tool}, the card's own clocks, {cache}, {launch}"
 
 
@@ -51,7 +69,7 @@ def expand(names: list[str]) -> list[str]:
     out: list[str] = []
     for name in names:
         for item in FAMILIES.get(name, [name]):
-            if item not in OWN and item not in EXTERNAL:
+            if item not in OWN and item not in INTERLEAVED and item not in EXTERNAL:
                 raise ValueError(f"unknown timer {item!r}")
             if item not in out:
                 out.append(item)

@@ -17,7 +17,7 @@ Ctrl-C) stops it at once but cleanly, so that nsys still flushes the kernels mea
 
 This module holds main and run (a standalone job), run_job (any job: the target loaded and checked,
 its device, then the job's loop) and the loops themselves: one config after another, adaptive reps'
-interleaved rounds, the fast timers. The parent watch is nsprof.worker.watch's, each config's window
+interleaved rounds, the fast timers (plain, and interleaved in rounds). The parent watch is nsprof.worker.watch's, each config's window
 (its compile waited for, its build) nsprof.worker.windows', the device and a rep's launch
 nsprof.worker.launch's.
 """
@@ -116,7 +116,7 @@ def run_job(job: Job, status: Status, devices: dict | None = None) -> int:
         status.write("abort", json.dumps(error_line(exc)))
         raise
     if job.task == "timers":
-        return _run_timers(job, space, device, status)
+        return (_run_timers_interleaved if job.interleave else _run_timers)(job, space, device, status)
     if job.interleave:
         return _run_interleaved(job, space, device, status)
     for config_id, launch in config_windows(job, space, device, status):
@@ -158,33 +158,27 @@ def _run_interleaved(job: Job, space, device: Device, status: Status) -> int:
     window is longer); "done" follows for every config after the last round: only whole sessions
     count (a cut-off session would have given some contenders more reps than others).
     """
-    built = []
-    for config_id, launch in config_windows(job, space, device, status):
-        try:
-            replay = warm_and_capture(job, device, launch)
-        except Exception as exc:
-            if not config_failed(status, device, config_id, exc):
-                return EXIT_CONTEXT_LOST
-            continue
-        built.append((config_id, {"direct": launch, "graph": replay}))
-    failed: set[int] = set()
-    for round_index in range(job.reps):
-        for config_id, calls in built:
-            if config_id in failed:
-                continue
-            status.write("start", config_id)
-            print(START_MARKER, config_id, file=sys.stderr, flush=True)
-            try:
-                for mode in job.modes:
-                    call = calls[mode]
-                    for _ in range(job.warmup):
-                        call()
-                    device.sync()
-                    measure_rep(device, job, config_id, mode, job.rep_numbers(config_id)[round_index], call)
-            except Exception as exc:
-                failed.add(config_id)
-                if not config_failed(status, device, config_id, exc):
-                    return EXIT_CONTEXT_LOST
+    built = _built(
+        job,
+        space,
+        device,
+        status,
+        lambda launch: {"direct": launch, "graph": warm_and_capture(job, device, launch)},
+    )
+    if built is None:
+        return EXIT_CONTEXT_LOST
+
+    def visit(round_index: int, config_id: int, calls: dict) -> None:
+        for mode in job.modes:
+            call = calls[mode]
+            for _ in range(job.warmup):
+                call()
+            device.sync()
+            measure_rep(device, job, config_id, mode, job.rep_numbers(config_id)[round_index], call)
+
+    failed = _rounds(job.reps, built, status, device, visit)
+    if failed is None:
+        return EXIT_CONTEXT_LOST
     for config_id, _ in built:
         if config_id not in failed:
             status.write("done", config_id)
@@ -193,6 +187,43 @@ def _run_interleaved(job: Job, space, device: Device, status: Status) -> int:
         return EXIT_CONTEXT_LOST
     status.write("end")
     return 0
+
+
+def _built(job: Job, space, device: Device, status: Status, prepare) -> list | None:
+    """[(config_id, prepare(launch))] of every config built in its window (a config whose build or
+    preparation raised has failed); None when the CUDA context was lost."""
+    built = []
+    for config_id, launch in config_windows(job, space, device, status):
+        try:
+            built.append((config_id, prepare(launch)))
+        except Exception as exc:
+            if not config_failed(status, device, config_id, exc):
+                return None
+    return built
+
+
+def _rounds(
+    count: int, built: list, status: Status, device: Device, visit, rotate: bool = False
+) -> set[int] | None:
+    """`count` rounds of one visit per built config, in job order (A B C A B C ...), or with `rotate`
+    each round starting one config later (A B C, B C A, C A B: no config always first after the
+    last round's end), a "start" line opening each visit; the configs that failed, or None when the
+    CUDA context was lost."""
+    failed: set[int] = set()
+    for round_index in range(count):
+        shift = round_index % len(built) if rotate and built else 0
+        for config_id, prepared in built[shift:] + built[:shift]:
+            if config_id in failed:
+                continue
+            status.write("start", config_id)
+            print(START_MARKER, config_id, file=sys.stderr, flush=True)
+            try:
+                visit(round_index, config_id, prepared)
+            except Exception as exc:
+                failed.add(config_id)
+                if not config_failed(status, device, config_id, exc):
+                    return None
+    return failed
 
 
 def _run_timers(job: Job, space, device: Device, status: Status) -> int:
@@ -221,6 +252,44 @@ def _run_timers(job: Job, space, device: Device, status: Status) -> int:
                 status.fail(config_id, "; ".join(errors), "crash")
             else:
                 status.write("done", config_id)
+    if not device.healthy():
+        return EXIT_CONTEXT_LOST
+    status.write("end")
+    return 0
+
+
+def _run_timers_interleaved(job: Job, space, device: Device, status: Status) -> int:
+    """Interleaved fast timers (nsprof.timers.interleave): every config built and its samplers
+    prepared in its own window, then ROUNDS rounds of one visit per config, rotated, a "start"
+    line opening each visit (--timeout bounds one visit), then every config's result lines and
+    "done": only whole sessions count, as with adaptive reps."""
+    from nsprof.timers.base import max_sm_clock_mhz, sm_clock_mhz
+    from nsprof.timers.interleave import ROUNDS, Rounds, prepare
+
+    built = _built(job, space, device, status, lambda launch: {m: prepare(m, launch) for m in job.timers})
+    if built is None:
+        return EXIT_CONTEXT_LOST
+    rounds = Rounds(max_clock_mhz=max_sm_clock_mhz())
+    reps = max(1, job.timer_reps // ROUNDS)
+
+    def visit(round_index: int, config_id: int, samplers: dict) -> None:
+        for method, sampler in samplers.items():
+            rounds.add(config_id, method, sampler.visit(reps), sm_clock_mhz())
+
+    failed = _rounds(ROUNDS, built, status, device, visit, rotate=True)
+    if failed is None:
+        return EXIT_CONTEXT_LOST
+    with open(job.results, "a", encoding="utf-8") as results:
+        for config_id, samplers in built:
+            if config_id in failed:
+                continue
+            where = dict(zip(("config_id", "shape"), job.points.split(config_id)))
+            for method, sampler in samplers.items():
+                results.write(
+                    json.dumps({**where, **rounds.line(config_id, method, sampler.conditions)}) + "\n"
+                )
+            results.flush()
+            status.write("done", config_id)
     if not device.healthy():
         return EXIT_CONTEXT_LOST
     status.write("end")

@@ -2,23 +2,62 @@
 
     python standin_timers.py JOB.json
 
-The real worker program runs the job (its status file, its results file, one config after
-another); only nsprof.timers.specs.run_method is replaced: a method "measures" the value the
-config's launch carries for it (`launch.timer_ns[method]`), as a GPU timer would have.
+The real worker program runs the job (its status file, its results file, its rounds); only what
+touches the GPU is replaced:
+- nsprof.timers.specs.run_method (plain timers): a method "measures" the value the config's
+  launch carries for it (`launch.timer_ns[method]`), as a GPU timer would have;
+- nsprof.timers.interleave.prepare (interleaved timers): the same value per sample;
+- with `launch.drift` set, every sample drifts, as a warming card's would: sample number t of
+  the process (counted over all configs and methods) reads value × (1 + drift × t);
+- nsprof.timers.base.sm_clock_mhz and max_sm_clock_mhz: NSPROF_TEST_CLOCKS (MHz, comma-separated)
+  read in turn, cycling, and a 2000 MHz maximum; without it no clock, as without NVML.
 """
 
+import os
+import statistics
 import sys
 
+import nsprof.timers.base as base
+import nsprof.timers.interleave as interleave
 import nsprof.timers.specs as specs
+
+SAMPLES = [0]  # samples taken so far in this process: the drift's time
+CLOCKS = [float(c) for c in os.environ.get("NSPROF_TEST_CLOCKS", "").split(",") if c]
+READS = [0]
+
+
+def _samples(fn, name, reps):
+    value = float(fn.timer_ns[name.removesuffix("_interleaved")])
+    drift = float(getattr(fn, "drift", 0.0))
+    out = [value * (1 + drift * (SAMPLES[0] + i)) for i in range(reps)]
+    SAMPLES[0] += reps
+    return out
 
 
 def run_method(name, fn, reps):
     fn()
-    value = float(fn.timer_ns[name])
+    value = statistics.median(_samples(fn, name, reps))
     return {"median_ns": value, "min_ns": value, "conditions": {"tool": "standin"}}
 
 
+def prepare(method, fn, calls_per_graph=20):
+    fn()
+    return interleave.Sampler(
+        lambda reps: _samples(fn, method, reps), {"tool": "standin", "interleaved": True}
+    )
+
+
+def sm_clock_mhz():
+    if not CLOCKS:
+        return None
+    READS[0] += 1
+    return CLOCKS[(READS[0] - 1) % len(CLOCKS)]
+
+
 specs.run_method = run_method
+interleave.prepare = prepare
+base.sm_clock_mhz = sm_clock_mhz
+base.max_sm_clock_mhz = lambda: 2000.0 if CLOCKS else None
 
 if __name__ == "__main__":
     from nsprof.worker.program import main

@@ -1,0 +1,114 @@
+"""Interleaved fast timers: every config measured in turn, round after round (A B C A B C ...).
+
+A plain timer measures one config after another, so drift over the run (clocks, temperature,
+other work on the card) reads as a difference between configs. Here each config's value is the
+median of its round values (a round: one visit of `reps` samples, the first call of each visit
+an untimed warm-up, as the config before left other data in L2), and drift falls on all alike.
+
+Each round value carries the SM clock NVML reports as the round ends. A round taken while the
+card throttled, its clock below THROTTLE_FRACTION of the card's maximum SM clock (NVBench's
+rule), is discarded and counted. Where NVML is missing the clock is None and nothing is discarded.
+
+Holds: ROUNDS, THROTTLE_FRACTION, prepare (a config's Sampler for one method: its graph captured
+once), Rounds (the round values of every config and method, and each one's result line).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+ROUNDS = 10  # rounds per config; a method's reps are spread over them
+THROTTLE_FRACTION = 0.75
+
+
+@dataclass
+class Sampler:
+    """One config under one method: `sample(reps)` -> `reps` samples (ns), and how they are taken."""
+
+    sample: Callable[[int], list[float]]
+    conditions: dict
+
+    def visit(self, reps: int) -> list[float]:
+        """One round: a warm-up call, then `reps` samples."""
+        return self.sample(reps + 1)[1:]
+
+
+def prepare(method: str, fn, calls_per_graph: int = 20) -> Sampler:
+    """`fn`'s Sampler under an interleaved method (nsprof.timers.specs.INTERLEAVED); a graph is
+    captured here, once, so that a fault in capture is this config's."""
+    from nsprof.timers.specs import INTERLEAVED
+
+    timer, l2 = INTERLEAVED[method]
+    if timer == "graph":
+        from nsprof.timers.graph import graph_sampler
+
+        sample, conditions = graph_sampler(fn, l2, calls_per_graph)
+    else:
+        from nsprof.timers.cupti import time_cupti
+
+        _, conditions = time_cupti(fn, 1, l2)  # CUPTI works here, and how it measures
+
+        def sample(reps: int) -> list[float]:
+            return time_cupti(fn, reps, l2)[0]
+
+    return Sampler(sample, {**conditions, "l2": l2, "interleaved": True})
+
+
+@dataclass
+class Rounds:
+    """Round values per (config, method): (median ns of the round's valid samples, SM clock MHz)."""
+
+    max_clock_mhz: float | None = None
+    kept: dict = field(default_factory=dict)
+    throttled: dict = field(default_factory=dict)
+
+    def add(self, config_id: int, method: str, samples_ns: list[float], clock_mhz: float | None) -> None:
+        key = (config_id, method)
+        valid = [s for s in samples_ns if s == s]
+        if (
+            clock_mhz is not None
+            and self.max_clock_mhz is not None
+            and clock_mhz < THROTTLE_FRACTION * self.max_clock_mhz
+        ):
+            self.throttled[key] = self.throttled.get(key, 0) + 1
+            return
+        if valid:
+            self.kept.setdefault(key, []).append((float(statistics.median(valid)), clock_mhz))
+
+    def line(self, config_id: int, method: str, conditions: dict) -> dict:
+        """The result line of one config and method: median and least of its kept rounds, every
+        round's value and clock, how many rounds were discarded as throttled; an error when none
+        was kept."""
+        kept = self.kept.get((config_id, method), [])
+        throttled = self.throttled.get((config_id, method), 0)
+        line = {"method": method, "throttled": throttled, "max_clock_mhz": self.max_clock_mhz}
+        if not kept:
+            why = (
+                f"all {throttled} rounds taken while the GPU throttled" if throttled else "no round measured"
+            )
+            return {**line, "error": f"{why} (interleaved {method})"}
+        values = [v for v, _ in kept]
+        return {
+            **line,
+            "median_ns": float(statistics.median(values)),
+            "min_ns": min(values),
+            "rounds_ns": values,
+            "rounds_clock_mhz": [c for _, c in kept],
+            "conditions": {**conditions, "rounds": len(kept) + throttled},
+        }
+
+
+def throttle_note(method: str, lines: list[dict]) -> str:
+    """What the throttle check did for one method over its result lines, in one line."""
+    lines = [x for x in lines if x.get("method") == method]
+    rounds = sum(len(x.get("rounds_ns", [])) + x.get("throttled", 0) for x in lines)
+    throttled = sum(x.get("throttled", 0) for x in lines)
+    peak = next((x["max_clock_mhz"] for x in lines if x.get("max_clock_mhz")), None)
+    if peak is None:
+        return f"{method}: {rounds} rounds; SM clock not read (nvidia-ml-py missing), throttling not checked"
+    return (
+        f"{method}: {throttled} of {rounds} rounds discarded, taken while the SM clock was below "
+        f"{THROTTLE_FRACTION:.0%} of its {peak:.0f} MHz maximum (NVML)"
+    )
