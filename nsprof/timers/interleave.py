@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 ROUNDS = 10  # rounds per config; a method's reps are spread over them
+WARMUP = 10  # calls before a config's sampler is prepared, as nsprof.timers.measure makes
 THROTTLE_FRACTION = 0.75
 
 
@@ -36,11 +37,16 @@ class Sampler:
 
 
 def prepare(method: str, fn, calls_per_graph: int = 20) -> Sampler:
-    """`fn`'s Sampler under an interleaved method (nsprof.timers.specs.INTERLEAVED); a graph is
-    captured here, once, so that a fault in capture is this config's."""
+    """`fn`'s Sampler under an interleaved method (nsprof.timers.specs.INTERLEAVED), after WARMUP
+    calls; a graph is captured here, once, so that a fault in capture is this config's."""
+    import torch
+
     from nsprof.timers.specs import INTERLEAVED
 
     timer, l2 = INTERLEAVED[method]
+    for _ in range(WARMUP):  # outside any capture: a first launch may compile, load or allocate
+        fn()
+    torch.cuda.synchronize()
     if timer == "graph":
         from nsprof.timers.graph import graph_sampler
 
