@@ -10,7 +10,7 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 
-L2_FLUSH_BYTES = 256 << 20  # larger than any current L2 (H200: 60 MB)
+L2_FLUSH_BYTES = 256 << 20  # the least flush: over 4x any current L2 (H200: 60 MB)
 
 
 @dataclass
@@ -55,10 +55,18 @@ class Flusher:
         import torch
 
         if Flusher._buffer is None:
-            Flusher._buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+            Flusher._buffer = torch.empty(flush_bytes() // 4, dtype=torch.int32, device="cuda")
 
     def __call__(self) -> None:
         Flusher._buffer.zero_()
+
+
+def flush_bytes() -> int:
+    """The flush buffer's size: 4x the measured GPU's L2 (as torch reports it), at least L2_FLUSH_BYTES."""
+    import torch
+
+    l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0) or 0
+    return max(L2_FLUSH_BYTES, 4 * int(l2))
 
 
 _NVML: dict = {}

@@ -26,10 +26,13 @@ THROTTLE_FRACTION = 0.75
 
 @dataclass
 class Sampler:
-    """One config under one method: `sample(reps)` -> `reps` samples (ns), and how they are taken."""
+    """One config under one method: `sample(reps)` -> `reps` samples (ns), how they are taken, and
+    the launch itself: a captured graph holds its tensors' addresses, not the tensors, so the launch
+    (whose closure owns them) must live as long as the graph is replayed."""
 
     sample: Callable[[int], list[float]]
     conditions: dict
+    launch: Callable[[], object]
 
     def visit(self, reps: int) -> list[float]:
         """One round: a warm-up call, then `reps` samples."""
@@ -59,7 +62,7 @@ def prepare(method: str, fn, calls_per_graph: int = 20) -> Sampler:
         def sample(reps: int) -> list[float]:
             return time_cupti(fn, reps, l2)[0]
 
-    return Sampler(sample, {**conditions, "l2": l2, "interleaved": True})
+    return Sampler(sample, {**conditions, "l2": l2, "interleaved": True}, fn)
 
 
 @dataclass

@@ -43,7 +43,7 @@ def run_method(name, fn, reps):
 def prepare(method, fn, calls_per_graph=20):
     fn()
     return interleave.Sampler(
-        lambda reps: _samples(fn, method, reps), {"tool": "standin", "interleaved": True}
+        lambda reps: _samples(fn, method, reps), {"tool": "standin", "interleaved": True}, fn
     )
 
 
