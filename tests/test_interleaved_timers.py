@@ -182,3 +182,55 @@ def test_the_interleaved_family_names_every_interleaved_timer_and_its_l2_state()
         "cupti_cold_interleaved",
     ]
     assert [l2_state(n) for n in names] == ["warm", "cold", "warm", "cold"]
+
+
+DIES = """
+import nsprof.space
+
+
+class Launch:
+    def __init__(self, config):
+        self.timer_ns = {"cupti": 1000.0}
+        self.dies = config["dies"]
+
+    def __call__(self):
+        return None
+
+
+space = nsprof.space.Space(configs=[{"dies": False}, {"dies": True}, {"dies": False}], build=Launch, device="cpu")
+"""
+
+
+def test_a_worker_dying_in_the_rounds_fails_that_config_and_says_why_the_others_did_not_run(target, tmp_path):
+    from nsprof.cli import cli
+
+    (tmp_path / "dies.py").write_text(DIES)
+    saved = tmp_path / "validate.json"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "validate",
+            str(tmp_path / "dies.py") + ":space",
+            "--timers",
+            "cupti_interleaved",
+            "--no-external",
+            "--truth",
+            "standin",
+            "--mode",
+            "direct",
+            "--reps",
+            "1",
+            "--no-repeat",
+            "--timeout",
+            "30",
+            "--save",
+            str(saved),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    failures = {f["config_id"]: f["reason"] for f in json.loads(saved.read_text())["failures"]}
+    assert set(failures) == {0, 1, 2}
+    assert not failures[1].startswith("not run"), failures  # the config it died on: its own failure
+    for config in (0, 2):
+        assert "interleaved rounds are not restarted" in failures[config], failures
+    assert "max_restarts" not in result.output

@@ -7,6 +7,7 @@ touches the GPU is replaced:
 - nsprof.timers.specs.run_method (plain timers): a method "measures" the value the config's
   launch carries for it (`launch.timer_ns[method]`), as a GPU timer would have;
 - nsprof.timers.interleave.prepare (interleaved timers): the same value per sample;
+- a launch with `dies` set ends the worker process at its first sample, as a lost CUDA context does;
 - with `launch.drift` set, every sample drifts, as a warming card's would: sample number t of
   the process (counted over all configs and methods) reads value × (1 + drift × t);
 - nsprof.timers.base.sm_clock_mhz and max_sm_clock_mhz: NSPROF_TEST_CLOCKS (MHz, comma-separated)
@@ -27,6 +28,8 @@ READS = [0]
 
 
 def _samples(fn, name, reps):
+    if getattr(fn, "dies", False):  # the process dies measuring it, as on a lost CUDA context
+        os._exit(3)
     value = float(fn.timer_ns[name.removesuffix("_interleaved")])
     drift = float(getattr(fn, "drift", 0.0))
     out = [value * (1 + drift * (SAMPLES[0] + i)) for i in range(reps)]
