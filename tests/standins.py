@@ -1,6 +1,7 @@
 """The stand-in profiler for tests that run nsprof in real child processes on machines without a GPU.
 
     python tests/standins.py profile t.py:space --backend ncu ...   # nsprof's CLI, stand-in profiler
+    NSPROF_STANDIN_TIMERS=1 python tests/standins.py validate ...    # the fast timers stood in for too
 
 StatusDriver runs the real worker (bare, or under tests/targets/fake_profiler.py); its "report"
 is derived from the worker's own status file: each config that reached `done` gets `kernels`
@@ -301,19 +302,39 @@ class NamedGpus(Backend):
         return measured
 
 
-def install() -> None:
+STANDIN_TIMERS = Path(__file__).parent / "targets" / "standin_timers.py"
+
+
+def standin_timers():
+    """The fast timers' bare worker with the timers stood in for (tests/targets/standin_timers.py)."""
+    from nsprof.drivers.none import PlainDriver
+
+    class StandinTimers(PlainDriver):
+        locks_gpu = False
+
+        def build_command(self, settings, job_file, report_base):
+            return [settings.python, str(STANDIN_TIMERS), str(job_file)]
+
+    return StandinTimers
+
+
+def install(timers: bool = False) -> None:
     """Make every ncu/nsys session of this process use the stand-in (and need no tool on PATH),
-    labelling its rows as the tool it stands in for would."""
+    labelling its rows as the tool it stands in for would; with `timers` the fast timers too."""
     from nsprof.drivers import registry
 
     for name in ("ncu", "nsys"):
         registry.register(
             name, type(f"StatusDriver_{name}", (StatusDriver,), {"labels_like": registry.driver_class(name)})
         )
+    if timers:
+        registry.register("none", standin_timers(), ground_truth=False)
 
 
 if __name__ == "__main__":
-    install()
+    import os
+
+    install(timers=os.environ.get("NSPROF_STANDIN_TIMERS") == "1")
     from nsprof.cli import main
 
     sys.argv[0] = "nsprof"

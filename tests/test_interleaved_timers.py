@@ -20,13 +20,11 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from standins import StatusDriver  # noqa: E402
+from standins import StatusDriver, standin_timers  # noqa: E402
 
 from nsprof.drivers import registry  # noqa: E402
-from nsprof.drivers.none import PlainDriver  # noqa: E402
 from nsprof.timers.interleave import ROUNDS  # noqa: E402
 
-STANDIN_TIMERS = Path(__file__).parent / "targets" / "standin_timers.py"
 DRIFT = 0.01
 TARGET = f"""
 import nsprof.space
@@ -46,19 +44,10 @@ space = nsprof.space.Space(configs=[{{"i": 0}}, {{"i": 1}}], build=Launch, devic
 """
 
 
-class StandinTimers(PlainDriver):
-    """The bare worker, with the fast timers stood in for (no GPU here)."""
-
-    locks_gpu = False
-
-    def build_command(self, settings, job_file, report_base):
-        return [settings.python, str(STANDIN_TIMERS), str(job_file)]
-
-
 @pytest.fixture
 def target(tmp_path):
     registry.register("standin", StatusDriver)
-    registry.register("none", StandinTimers, ground_truth=False)
+    registry.register("none", standin_timers(), ground_truth=False)
     (tmp_path / "drifting.py").write_text(TARGET)
     yield str(tmp_path / "drifting.py") + ":space"
     registry.register("none", "nsprof.drivers.none:PlainDriver", ground_truth=False)

@@ -21,12 +21,9 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from standins import StatusDriver  # noqa: E402
+from standins import StatusDriver, standin_timers  # noqa: E402
 
 from nsprof.drivers import registry  # noqa: E402
-from nsprof.drivers.none import PlainDriver  # noqa: E402
-
-STANDIN_TIMERS = Path(__file__).parent / "targets" / "standin_timers.py"
 
 # per config: the truth's duration under each (clock_control, cache_control)
 NS = [
@@ -75,20 +72,11 @@ class ConditionDriver(StatusDriver):
         return frame
 
 
-class StandinTimers(PlainDriver):
-    """The bare worker, with the fast timers stood in for (no GPU here)."""
-
-    locks_gpu = False
-
-    def build_command(self, settings, job_file, report_base):
-        return [settings.python, str(STANDIN_TIMERS), str(job_file)]
-
-
 @pytest.fixture
 def target(tmp_path):
     ConditionDriver.sessions = []
     registry.register("cond", ConditionDriver)
-    registry.register("none", StandinTimers, ground_truth=False)
+    registry.register("none", standin_timers(), ground_truth=False)
     (tmp_path / "cond_target.py").write_text(TARGET)
     yield str(tmp_path / "cond_target.py") + ":space"
     registry.register("none", "nsprof.drivers.none:PlainDriver", ground_truth=False)

@@ -1,0 +1,215 @@
+"""The regret suite: every fast timer's top-1 regret and τ against ncu and nsys, over many kernel
+spaces at each of their shapes.
+
+    source .device/setup.sh && python3 scripts/bench_regret.py --out benchmarks/results/bench_regret.json
+
+For each space (`FILE.py:ATTR`) and each of its first --shapes shapes (a space without shapes is
+one), a one-shape target is written to a temporary folder and `nsprof validate` runs on it
+(--validate-args; by default ncu and nsys in graph mode, each repeated for its floor, TileLang's and
+Triton's own timers included where installed). Each run is one cell. From the cell's saved JSON:
+per timer and truth its τ and its regret (how much slower, by the truth's own numbers, the timer's
+pick is than the truth's best), the truth's floor (τ between its two runs) and the timer validate
+recommends for that truth. The summary gives, per truth tool (ncu, nsys) and timer, the regret's
+mean, p95 and max over the cells, and for the recommended timers the cells whose τ is within 0.03
+of the floor (or at least 0.95). JSON is written after each cell (a timeout keeps what ran); a
+short table is printed last, the goals said met or MISSED. `--nsprof` swaps the command (tests run
+it with the stand-in profilers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACES = ",".join(
+    f"examples/{name}:space"
+    for name in (
+        "seed_gemm.py",
+        "softmax_triton.py",
+        "matmul_shapes_triton.py",
+        "gemm_shapes_tilelang.py",
+        "add_triton.py",
+        "reduce_triton.py",
+        "rmsnorm_triton.py",
+        "layernorm_triton.py",
+        "attention_triton.py",
+    )
+)
+TAU_MARGIN, TAU_GOOD = 0.03, 0.95
+GOAL_MEAN_REGRET, GOAL_MAX_REGRET = 0.005, 0.02
+NO_SHAPE = "no such shape"
+
+WRAPPER = """import dataclasses
+from nsprof.space import load_target
+
+_inner = load_target({spec!r})
+_index = {shape}
+if _inner.shapes is None and _index == 0:
+    space = _inner
+elif _inner.shapes is None or _index >= len(_inner.shapes):
+    raise LookupError({no_shape!r})
+else:
+    _shape = _inner.shapes[_index]
+    space = dataclasses.replace(
+        _inner,
+        shapes=None,
+        tuner=None,
+        name=f"{{_inner.name}} shape {{_index}}",
+        build=lambda config: _inner.build(config, _shape),
+        compile=None if _inner.compile is None else (lambda config: _inner.compile(config, _shape)),
+    )
+"""
+
+
+def cell(document: dict) -> dict:
+    """One validate run's figures: per truth its floor τ and recommended timer; per (timer, truth)
+    τ, regret and whether it picked the truth's best."""
+    floors = {r["truth"]: r.get("kendall_tau") for r in document.get("noise_floor") or []}
+    recommended = dict(re.findall(r"vs (\S+): (\S+) tracks best", document.get("verdict") or ""))
+    return {
+        "truths": {
+            t: {"floor_tau": floors.get(t), "recommended": recommended.get(t)} for t in document["truths"]
+        },
+        "timers": [
+            {k: r.get(k) for k in ("timer", "truth", "kendall_tau", "regret", "same_best")}
+            for r in document.get("agreement") or []
+        ],
+    }
+
+
+def one_cell(nsprof: list[str], target: str, validate_args: list[str], save: Path, timeout_s: float) -> dict:
+    began = time.monotonic()
+    try:
+        done = subprocess.run(
+            [*nsprof, "validate", target, *validate_args, "--save", str(save)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout_s:g} s", "wall_s": round(time.monotonic() - began, 1)}
+    wall = round(time.monotonic() - began, 1)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        return {"error": f"exit {done.returncode}: {lines[-1] if lines else ''}", "wall_s": wall}
+    return {"wall_s": wall, **cell(json.loads(save.read_text()))}
+
+
+def _stats(values: list[float]) -> dict:
+    values = sorted(v for v in values if v is not None and not math.isnan(v))
+    if not values:
+        return {"cells": 0}
+    p95 = values[min(len(values) - 1, math.ceil(0.95 * len(values)) - 1)]
+    return {"cells": len(values), "mean": sum(values) / len(values), "p95": p95, "max": values[-1]}
+
+
+def tool(truth: str) -> str:
+    """The truth's tool: "ncu:graph" -> "ncu", "ncu@free-warm:graph" -> "ncu"."""
+    return re.split(r"[@:]", truth, maxsplit=1)[0]
+
+
+def summary(cells: list[dict]) -> dict:
+    """Per truth tool: every timer's regret (mean, p95, max over cells) and the recommended timers'
+    regret and τ against the floor."""
+    out: dict = {}
+    for c in cells:
+        for row in c.get("timers", []):
+            entry = out.setdefault(tool(row["truth"]), {"timers": {}, "recommended": []})
+            entry["timers"].setdefault(row["timer"], []).append(row["regret"])
+        for truth, info in c.get("truths", {}).items():
+            entry = out.setdefault(tool(truth), {"timers": {}, "recommended": []})
+            row = next(
+                (r for r in c["timers"] if r["truth"] == truth and r["timer"] == info["recommended"]), None
+            )
+            if row is None:
+                continue
+            floor, tau = info["floor_tau"], row["kendall_tau"]
+            at_floor = tau is not None and (
+                tau >= TAU_GOOD or (floor is not None and tau >= floor - TAU_MARGIN)
+            )
+            entry["recommended"].append(
+                {"timer": row["timer"], "regret": row["regret"], "at_floor": at_floor}
+            )
+    for entry in out.values():
+        entry["timers"] = {name: _stats(values) for name, values in entry["timers"].items()}
+        picks = entry["recommended"]
+        entry["recommended"] = {
+            **_stats([p["regret"] for p in picks]),
+            "at_floor": sum(p["at_floor"] for p in picks),
+            "picks": picks,
+        }
+    return out
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def print_table(result: dict) -> None:
+    print("| truth | timer | cells | regret % mean | p95 | max |\n|---|---|---|---|---|---|")
+    for truth, entry in result.items():
+        rows = [("recommended", entry["recommended"]), *entry["timers"].items()]
+        for name, s in rows:
+            print(
+                f"| {truth} | {name} | {s['cells']} | {_pct(s.get('mean'))} | {_pct(s.get('p95'))} | {_pct(s.get('max'))} |"
+            )
+    for truth, entry in result.items():
+        r = entry["recommended"]
+        regret_met = r["cells"] and r["mean"] <= GOAL_MEAN_REGRET and r["max"] <= GOAL_MAX_REGRET
+        print(
+            f"goal ({truth}): recommended timer's regret mean ≤ {GOAL_MEAN_REGRET:.1%}, max ≤ {GOAL_MAX_REGRET:.0%}: "
+            f"{'met' if regret_met else 'MISSED'}; τ within {TAU_MARGIN} of the floor in "
+            f"{r['at_floor']} of {r['cells']} cells: {'met' if r['cells'] and r['at_floor'] == r['cells'] else 'MISSED'}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spaces", default=SPACES, help="comma-separated FILE.py:ATTR")
+    parser.add_argument("--shapes", type=int, default=3, help="the first N shapes of each space")
+    parser.add_argument("--validate-args", default="--truth ncu,nsys --mode graph", help="validate's options")
+    parser.add_argument("--nsprof", default=f"{sys.executable} -m nsprof", help="the command to run")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per cell")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_regret.json")
+    args = parser.parse_args()
+    validate_args = shlex.split(args.validate_args)
+    record = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": platform.machine(),
+        "command": validate_args,
+        "cells": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="nsprof-regret-") as folder:
+        for number, spec in enumerate(s for s in args.spaces.split(",") if s):
+            where, _, attr = spec.rpartition(":")
+            for shape in range(args.shapes):
+                wrapper = Path(folder) / f"cell_{number}_{shape}.py"
+                wrapper.write_text(
+                    WRAPPER.format(spec=f"{(ROOT / where).resolve()}:{attr}", shape=shape, no_shape=NO_SHAPE)
+                )
+                save = Path(folder) / f"cell_{number}_{shape}.json"
+                result = one_cell(
+                    shlex.split(args.nsprof), f"{wrapper}:space", validate_args, save, args.timeout
+                )
+                if NO_SHAPE in result.get("error", ""):
+                    break  # the space has no more shapes
+                record["cells"][f"{spec}#{shape}"] = result
+                record["summary"] = summary(list(record["cells"].values()))
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(record, indent=1) + "\n")
+    print_table(record.get("summary", {}))
+
+
+if __name__ == "__main__":
+    main()

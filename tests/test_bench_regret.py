@@ -1,0 +1,84 @@
+"""scripts/bench_regret.py, the regret suite, run end to end with the stand-in profilers and timers:
+one cell per space and shape, every timer's regret against each truth, the recommended timer's
+τ against the truth's floor, the goals said.
+
+The truths (stand-in ncu and nsys) read each config's "ns": 1000, 1100, 1200, at every shape. The
+stand-in `cupti` timer reads the launch's value for it: the truth's order at shape 0, config 2
+first at shape 1 (a pick 20% slower than the best), and `cupti_cold` always the truth's order."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, STANDINS
+
+SCRIPT = REPO / "scripts" / "bench_regret.py"
+TARGET = """
+import nsprof.space
+
+class Launch:
+    def __init__(self, config, shape):
+        ns = config["ns"]
+        self.timer_ns = {"cupti": ns if shape == "a" else 3000 - ns, "cupti_cold": ns}
+
+    def __call__(self):
+        return None
+
+space = nsprof.space.Space(configs=[{"ns": 1000}, {"ns": 1100}, {"ns": 1200}], build=Launch, device="cpu",
+                           shapes=["a", "b"])
+"""
+
+
+def test_each_shape_is_a_cell_and_a_timer_picking_a_slower_config_has_that_regret(tmp_path):
+    (tmp_path / "t.py").write_text(TARGET)
+    out = tmp_path / "regret.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--spaces", f"{tmp_path / 't.py'}:space", "--shapes", "3",
+         "--validate-args=--timers cupti --no-external --truth ncu,nsys --mode direct --reps 2 --timer-reps 3",
+         "--nsprof", f"{sys.executable} {STANDINS}", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "NSPROF_STANDIN_TIMERS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    record = json.loads(out.read_text())
+    assert list(record["cells"]) == [
+        f"{tmp_path / 't.py'}:space#0",
+        f"{tmp_path / 't.py'}:space#1",
+    ]  # 2 shapes
+    assert not any("error" in c for c in record["cells"].values()), record["cells"]
+    for truth in ("ncu", "nsys"):
+        timers = record["summary"][truth]["timers"]
+        # cupti: regret 0 at shape a; at shape b it picks config 2, 1200 / 1000 - 1 by the truth
+        assert timers["cupti"]["cells"] == 2
+        assert timers["cupti"]["mean"] == pytest.approx(0.1) and timers["cupti"]["max"] == pytest.approx(0.2)
+        assert timers["cupti_cold"]["max"] == pytest.approx(0.0)
+        recommended = record["summary"][truth]["recommended"]
+        assert recommended["cells"] == 2 and recommended["at_floor"] == 2
+        assert {p["timer"] for p in recommended["picks"]} <= {"cupti", "cupti_cold"}
+        assert recommended["max"] == pytest.approx(0.0)
+    lines = done.stdout.strip().splitlines()
+    assert lines[-2].startswith("goal (ncu): ") and lines[-1].startswith("goal (nsys): ")
+    assert all(line.endswith("in 2 of 2 cells: met") for line in lines[-2:])
+
+
+def test_the_summary_counts_a_recommended_timer_off_its_floor_as_a_miss():
+    spec = importlib.util.spec_from_file_location("bench_regret", SCRIPT)
+    regret = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(regret)
+    document = {
+        "truths": ["ncu:graph", "nsys:graph"],
+        "noise_floor": [{"truth": "ncu:graph", "kendall_tau": 0.90}, {"truth": "nsys:graph", "kendall_tau": 0.80}],
+        "verdict": "vs ncu:graph: graph_cold tracks best (τ 0.85, regret 1.0%). vs nsys:graph: cupti tracks best (τ 0.79)",
+        "agreement": [
+            {"timer": "graph_cold", "truth": "ncu:graph", "kendall_tau": 0.85, "regret": 0.01, "same_best": False},
+            {"timer": "cupti", "truth": "nsys:graph", "kendall_tau": 0.79, "regret": 0.0, "same_best": True},
+        ],
+    }  # fmt: skip
+    result = regret.summary([regret.cell(document)])
+    assert result["ncu"]["recommended"]["at_floor"] == 0  # 0.85 is 0.05 below the floor 0.90
+    assert result["nsys"]["recommended"]["at_floor"] == 1  # 0.79 is within 0.03 of 0.80
+    assert result["ncu"]["recommended"]["mean"] == pytest.approx(0.01)
