@@ -54,19 +54,27 @@ def trials(document: dict) -> list[dict]:
     return out
 
 
-def one_run(nsprof: list[str], target: str, tune_args: list[str], timeout_s: float) -> dict:
+def run_nsprof(nsprof: list[str], args: list[str], timeout_s: float) -> tuple[dict, str | None]:
+    """`nsprof args` from the project root: ({"wall_s"}, its stdout), or ({"error", "wall_s"}, None)
+    when it timed out or failed (the error: its last line on stderr)."""
     began = time.monotonic()
     try:
-        done = subprocess.run(
-            [*nsprof, "tune", target, *tune_args], cwd=ROOT, capture_output=True, text=True, timeout=timeout_s
-        )
+        done = subprocess.run([*nsprof, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout_s:g} s", "wall_s": round(time.monotonic() - began, 1)}
+        return {
+            "error": f"timed out after {timeout_s:g} s",
+            "wall_s": round(time.monotonic() - began, 1),
+        }, None
     wall = round(time.monotonic() - began, 1)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines()
-        return {"error": f"exit {done.returncode}: {lines[-1] if lines else ''}", "wall_s": wall}
-    return {"wall_s": wall, "trials": trials(json.loads(done.stdout))}
+        return {"error": f"exit {done.returncode}: {lines[-1] if lines else ''}", "wall_s": wall}, None
+    return {"wall_s": wall}, done.stdout
+
+
+def one_run(nsprof: list[str], target: str, tune_args: list[str], timeout_s: float) -> dict:
+    result, stdout = run_nsprof(nsprof, ["tune", target, *tune_args], timeout_s)
+    return result if stdout is None else {**result, "trials": trials(json.loads(stdout))}
 
 
 def summary(runs: list[dict]) -> dict:

@@ -24,13 +24,14 @@ import math
 import platform
 import re
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_aa import ROOT, run_nsprof  # noqa: E402
+
 SPACES = ",".join(
     f"examples/{name}:space"
     for name in (
@@ -88,22 +89,8 @@ def cell(document: dict) -> dict:
 
 
 def one_cell(nsprof: list[str], target: str, validate_args: list[str], save: Path, timeout_s: float) -> dict:
-    began = time.monotonic()
-    try:
-        done = subprocess.run(
-            [*nsprof, "validate", target, *validate_args, "--save", str(save)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout_s:g} s", "wall_s": round(time.monotonic() - began, 1)}
-    wall = round(time.monotonic() - began, 1)
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines()
-        return {"error": f"exit {done.returncode}: {lines[-1] if lines else ''}", "wall_s": wall}
-    return {"wall_s": wall, **cell(json.loads(save.read_text()))}
+    result, stdout = run_nsprof(nsprof, ["validate", target, *validate_args, "--save", str(save)], timeout_s)
+    return result if stdout is None else {**result, **cell(json.loads(save.read_text()))}
 
 
 def _stats(values: list[float]) -> dict:

@@ -54,33 +54,15 @@ def target(tmp_path):
     registry.unregister("standin")
 
 
-def _validate(target: str, tmp_path: Path) -> tuple[dict, str]:
+def _validate(target: str, tmp_path: Path, timers: str = "cupti,cupti_interleaved") -> tuple[dict, str]:
     from nsprof.cli import cli
 
     saved = tmp_path / "validate.json"
     result = CliRunner().invoke(
         cli,
-        [
-            "validate",
-            target,
-            "--timers",
-            "cupti,cupti_interleaved",
-            "--no-external",
-            "--truth",
-            "standin",
-            "--mode",
-            "direct",
-            "--reps",
-            "1",
-            "--no-repeat",
-            "--timer-reps",
-            str(ROUNDS),
-            "--timeout",
-            "30",
-            "--save",
-            str(saved),
-        ],
-    )
+        ["validate", target, "--timers", timers, "--no-external", "--truth", "standin", "--mode", "direct",
+         "--reps", "1", "--no-repeat", "--timer-reps", str(ROUNDS), "--timeout", "30", "--save", str(saved)],
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     return json.loads(saved.read_text()), result.output
 
@@ -191,35 +173,12 @@ space = nsprof.space.Space(configs=[{"dies": False}, {"dies": True}, {"dies": Fa
 
 
 def test_a_worker_dying_in_the_rounds_fails_that_config_and_says_why_the_others_did_not_run(target, tmp_path):
-    from nsprof.cli import cli
 
     (tmp_path / "dies.py").write_text(DIES)
-    saved = tmp_path / "validate.json"
-    result = CliRunner().invoke(
-        cli,
-        [
-            "validate",
-            str(tmp_path / "dies.py") + ":space",
-            "--timers",
-            "cupti_interleaved",
-            "--no-external",
-            "--truth",
-            "standin",
-            "--mode",
-            "direct",
-            "--reps",
-            "1",
-            "--no-repeat",
-            "--timeout",
-            "30",
-            "--save",
-            str(saved),
-        ],
-    )
-    assert result.exit_code == 0, result.output
-    failures = {f["config_id"]: f["reason"] for f in json.loads(saved.read_text())["failures"]}
+    document, output = _validate(str(tmp_path / "dies.py") + ":space", tmp_path, timers="cupti_interleaved")
+    failures = {f["config_id"]: f["reason"] for f in document["failures"]}
     assert set(failures) == {0, 1, 2}
     assert not failures[1].startswith("not run"), failures  # the config it died on: its own failure
     for config in (0, 2):
         assert "interleaved rounds are not restarted" in failures[config], failures
-    assert "max_restarts" not in result.output
+    assert "max_restarts" not in output

@@ -86,32 +86,30 @@ def _nvml_handle():
         uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
         uuid = uuid if uuid.startswith(("GPU-", "MIG-")) else "GPU-" + uuid
         _NVML["handle"] = (pynvml, pynvml.nvmlDeviceGetHandleByUUID(uuid))
-    except ImportError:
-        pass  # no nvidia-ml-py: clocks are not read, and the results say so (None)
+    except ImportError:  # no nvidia-ml-py: clocks are not read, and the results say so (None)
+        return None
     except Exception as exc:  # pynvml.NVMLError and torch's errors: no clock, said once
         print(f"==NSPROF== the SM clock is not read: {type(exc).__name__}: {exc}", file=sys.stderr)
     return _NVML["handle"]
 
 
-def sm_clock_mhz() -> float | None:
-    """The current SM clock of the GPU being measured, from NVML; None where NVML is missing."""
+def _nvml_read(read) -> float | None:
+    """`read(pynvml, handle)` of the GPU being measured, as a float; None where NVML is missing or fails."""
     found = _nvml_handle()
     if found is None:
         return None
     pynvml, handle = found
     try:
-        return float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+        return float(read(pynvml, handle))
     except pynvml.NVMLError:
         return None
+
+
+def sm_clock_mhz() -> float | None:
+    """The current SM clock of the GPU being measured, from NVML; None where NVML is missing."""
+    return _nvml_read(lambda nvml, handle: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
 
 
 def max_sm_clock_mhz() -> float | None:
     """The GPU's highest SM clock (NVML), the reference of the throttle check; None where unknown."""
-    found = _nvml_handle()
-    if found is None:
-        return None
-    pynvml, handle = found
-    try:
-        return float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
-    except pynvml.NVMLError:
-        return None
+    return _nvml_read(lambda nvml, handle: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM))
