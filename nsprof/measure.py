@@ -192,8 +192,6 @@ class FastTimers(Backend):
             reps=1,
             warmup=3,
             work_dir=Path(work_dir),
-            # interleaved: one worker run, as adaptive reps (a crash fails the configs not done)
-            max_restarts=0 if self.interleave else settings.max_restarts,
         )
         self.timer_reps = timer_reps
         self.value = "median_ns" if stat == "median" else "min_ns"

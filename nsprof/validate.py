@@ -134,7 +134,7 @@ def run_timers(
     work_dir: Path,
     on_progress=None,
     compiles: bool = False,
-) -> tuple[list[dict], dict]:
+) -> tuple[list[dict], dict, list[str]]:
     """Every timer group in its own worker process (a FastTimers backend each), with the target's
     compile step beside it where it has one (`compiles`): per-config rows {config_id, method,
     value_ns, clock_hz} (an interleaved timer's: the median of its rounds), failures {(method or

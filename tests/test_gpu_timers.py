@@ -70,7 +70,7 @@ def test_cupti_counts_only_the_calls_kernels(torch):
 
 def test_an_interleaved_visit_measures_what_its_plain_timer_does(torch):
     from nsprof.timers import measure
-    from nsprof.timers.base import max_sm_clock_mhz, sm_clock_mhz
+    from nsprof.timers.base import sm_clock_mhz
     from nsprof.timers.interleave import prepare
 
     src = torch.randn(16 << 20, device="cuda")  # 64 MiB: a kernel of tens of µs, steady
@@ -86,6 +86,5 @@ def test_an_interleaved_visit_measures_what_its_plain_timer_does(torch):
         plain = measure(call, timer=timer, l2=l2, reps=30).median_ns
         visits = sorted(v for _ in range(5) for v in prepare(method, call).visit(6))
         assert abs(visits[len(visits) // 2] / plain - 1) < 0.15, (method, visits, plain)
-    clock, peak = sm_clock_mhz(), max_sm_clock_mhz()
-    assert (clock is None) == (peak is None)
-    assert clock is None or 100 < clock <= peak, (clock, peak)
+    clock = sm_clock_mhz()
+    assert clock is None or 100 < clock < 5000, clock

@@ -393,12 +393,9 @@ def run_parts(run: SessionRun) -> Measured:
     finally:
         pipe.close()
     if remaining:  # the restart budget ran out before these ran
-        restarts = run.settings.max_restarts
         session.give_up(
             remaining,
-            f"not run: the worker was restarted {restarts} times (raise ProfileSettings.max_restarts)"
-            if restarts
-            else "not run: the session's one worker run ended before it (interleaved rounds are not "
-            "restarted: only a whole session counts)",
+            f"not run: the worker was restarted {run.settings.max_restarts} times "
+            "(raise ProfileSettings.max_restarts)",
         )
     return session.measured()

@@ -47,18 +47,22 @@ class TimerResult:
 
 class Flusher:
     """Evicts L2 by writing a buffer larger than it (one kernel on the current stream). One buffer per
-    process, shared by every timer and config: interleaved timers hold many configs at once."""
+    device and process, shared by every timer and config: interleaved timers hold many configs at once."""
 
-    _buffer = None
+    _buffers: dict = {}
 
     def __init__(self) -> None:
         import torch
 
-        if Flusher._buffer is None:
-            Flusher._buffer = torch.empty(flush_bytes() // 4, dtype=torch.int32, device="cuda")
+        device = torch.cuda.current_device()
+        if device not in Flusher._buffers:
+            Flusher._buffers[device] = torch.empty(
+                flush_bytes() // 4, dtype=torch.int32, device=f"cuda:{device}"
+            )
+        self._buffer = Flusher._buffers[device]
 
     def __call__(self) -> None:
-        Flusher._buffer.zero_()
+        self._buffer.zero_()
 
 
 def flush_bytes() -> int:
@@ -108,8 +112,3 @@ def _nvml_read(read) -> float | None:
 def sm_clock_mhz() -> float | None:
     """The current SM clock of the GPU being measured, from NVML; None where NVML is missing."""
     return _nvml_read(lambda nvml, handle: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
-
-
-def max_sm_clock_mhz() -> float | None:
-    """The GPU's highest SM clock (NVML), the reference of the throttle check; None where unknown."""
-    return _nvml_read(lambda nvml, handle: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM))

@@ -6,8 +6,10 @@ median of its round values (a round: one visit of `reps` samples, the first call
 an untimed warm-up, as the config before left other data in L2), and drift falls on all alike.
 
 Each round value carries the SM clock NVML reports as the round ends. A round taken while the
-card throttled, its clock below THROTTLE_FRACTION of the card's maximum SM clock (NVBench's
-rule), is discarded and counted. Where NVML is missing the clock is None and nothing is discarded.
+card throttled, its clock below THROTTLE_FRACTION of the highest clock of the session (NVBench's
+rule, against the clock the card actually ran at rather than its boost maximum, so that clocks
+locked low are no throttling), is discarded and counted. Where NVML is missing the clock is None
+and nothing is discarded.
 
 Holds: ROUNDS, THROTTLE_FRACTION, prepare (a config's Sampler for one method: its graph captured
 once), Rounds (the round values of every config and method, and each one's result line).
@@ -62,37 +64,40 @@ def prepare(method: str, fn, calls_per_graph: int = 20) -> Sampler:
         def sample(reps: int) -> list[float]:
             return time_cupti(fn, reps, l2)[0]
 
-    return Sampler(sample, {**conditions, "l2": l2, "interleaved": True}, fn)
+    conditions.update(l2=l2, interleaved=True)  # the same dict: a cold graph adds its flush's median
+    return Sampler(sample, conditions, fn)
 
 
 @dataclass
 class Rounds:
-    """Round values per (config, method): (median ns of the round's valid samples, SM clock MHz)."""
+    """Every round of the session: (config, method) -> [(median ns of the round's valid samples,
+    SM clock MHz as it ended)]. Which rounds were throttled is decided at the end, against the
+    highest clock of the whole session: a card whose clocks are locked low (or capped) throttles
+    nothing by that alone."""
 
-    max_clock_mhz: float | None = None
-    kept: dict = field(default_factory=dict)
-    throttled: dict = field(default_factory=dict)
+    taken: dict = field(default_factory=dict)
 
     def add(self, config_id: int, method: str, samples_ns: list[float], clock_mhz: float | None) -> None:
-        key = (config_id, method)
         valid = [s for s in samples_ns if s == s]
-        if (
-            clock_mhz is not None
-            and self.max_clock_mhz is not None
-            and clock_mhz < THROTTLE_FRACTION * self.max_clock_mhz
-        ):
-            self.throttled[key] = self.throttled.get(key, 0) + 1
-            return
         if valid:
-            self.kept.setdefault(key, []).append((float(statistics.median(valid)), clock_mhz))
+            self.taken.setdefault((config_id, method), []).append(
+                (float(statistics.median(valid)), clock_mhz)
+            )
+
+    @property
+    def peak_mhz(self) -> float | None:
+        clocks = [c for rounds in self.taken.values() for _, c in rounds if c is not None]
+        return max(clocks) if clocks else None
 
     def line(self, config_id: int, method: str, conditions: dict) -> dict:
         """The result line of one config and method: median and least of its kept rounds, every
-        round's value and clock, how many rounds were discarded as throttled; an error when none
-        was kept."""
-        kept = self.kept.get((config_id, method), [])
-        throttled = self.throttled.get((config_id, method), 0)
-        line = {"method": method, "throttled": throttled, "max_clock_mhz": self.max_clock_mhz}
+        kept round's value and clock, how many rounds were discarded as throttled (clock below
+        THROTTLE_FRACTION of the session's peak); an error when none was kept."""
+        peak = self.peak_mhz
+        taken = self.taken.get((config_id, method), [])
+        kept = [(v, c) for v, c in taken if peak is None or c is None or c >= THROTTLE_FRACTION * peak]
+        throttled = len(taken) - len(kept)
+        line = {"method": method, "throttled": throttled, "peak_clock_mhz": peak}
         if not kept:
             why = (
                 f"all {throttled} rounds taken while the GPU throttled" if throttled else "no round measured"
@@ -105,7 +110,7 @@ class Rounds:
             "min_ns": min(values),
             "rounds_ns": values,
             "rounds_clock_mhz": [c for _, c in kept],
-            "conditions": {**conditions, "rounds": len(kept) + throttled},
+            "conditions": {**conditions, "rounds": len(taken)},
         }
 
 
@@ -114,10 +119,12 @@ def throttle_note(method: str, lines: list[dict]) -> str:
     lines = [x for x in lines if x.get("method") == method]
     rounds = sum(len(x.get("rounds_ns", [])) + x.get("throttled", 0) for x in lines)
     throttled = sum(x.get("throttled", 0) for x in lines)
-    peak = next((x["max_clock_mhz"] for x in lines if x.get("max_clock_mhz")), None)
+    peak = next((x["peak_clock_mhz"] for x in lines if x.get("peak_clock_mhz")), None)
     if peak is None:
-        return f"{method}: {rounds} rounds; SM clock not read (nvidia-ml-py missing), throttling not checked"
+        return (
+            f"{method}: {rounds} rounds; no SM clock read (NVML missing or failing), throttling not checked"
+        )
     return (
         f"{method}: {throttled} of {rounds} rounds discarded, taken while the SM clock was below "
-        f"{THROTTLE_FRACTION:.0%} of its {peak:.0f} MHz maximum (NVML)"
+        f"{THROTTLE_FRACTION:.0%} of the session's highest, {peak:.0f} MHz (NVML)"
     )

@@ -263,13 +263,13 @@ def _run_timers_interleaved(job: Job, space, device: Device, status: Status) -> 
     prepared in its own window, then ROUNDS rounds of one visit per config, rotated, a "start"
     line opening each visit (--timeout bounds one visit), then every config's result lines and
     "done": only whole sessions count, as with adaptive reps."""
-    from nsprof.timers.base import max_sm_clock_mhz, sm_clock_mhz
+    from nsprof.timers.base import sm_clock_mhz
     from nsprof.timers.interleave import ROUNDS, Rounds, prepare
 
     built = _built(job, space, device, status, lambda launch: {m: prepare(m, launch) for m in job.timers})
     if built is None:
         return EXIT_CONTEXT_LOST
-    rounds = Rounds(max_clock_mhz=max_sm_clock_mhz())
+    rounds = Rounds()
     reps = max(1, job.timer_reps // ROUNDS)
 
     def visit(round_index: int, config_id: int, samplers: dict) -> None:

@@ -10,8 +10,8 @@ touches the GPU is replaced:
 - a launch with `dies` set ends the worker process at its first sample, as a lost CUDA context does;
 - with `launch.drift` set, every sample drifts, as a warming card's would: sample number t of
   the process (counted over all configs and methods) reads value × (1 + drift × t);
-- nsprof.timers.base.sm_clock_mhz and max_sm_clock_mhz: NSPROF_TEST_CLOCKS (MHz, comma-separated)
-  read in turn, cycling, and a 2000 MHz maximum; without it no clock, as without NVML.
+- nsprof.timers.base.sm_clock_mhz: NSPROF_TEST_CLOCKS (MHz, comma-separated) read in turn,
+  cycling; without it no clock, as without NVML.
 """
 
 import os
@@ -60,7 +60,6 @@ def sm_clock_mhz():
 specs.run_method = run_method
 interleave.prepare = prepare
 base.sm_clock_mhz = sm_clock_mhz
-base.max_sm_clock_mhz = lambda: 2000.0 if CLOCKS else None
 
 if __name__ == "__main__":
     from nsprof.worker.program import main
