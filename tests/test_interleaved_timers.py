@@ -132,7 +132,9 @@ def test_rounds_taken_while_throttled_are_discarded_counted_and_the_clock_kept(t
             assert measured[config]["value_ns"] == pytest.approx(_expected(kept[config], config, method))
             assert measured[config]["clock_hz"] == pytest.approx(1980e6)
         words = document["conditions"][method + "_interleaved"]
-        assert f"{throttled} of {taken} rounds discarded" in words and "highest, 1980 MHz" in words
+        assert (
+            f"{throttled} of {taken} rounds discarded" in words and "highest of its batch, 1980 MHz" in words
+        )
         assert "SM clock median 1.98 GHz (NVML)" in words
 
 
@@ -141,6 +143,44 @@ def test_clocks_locked_low_are_no_throttling(target, tmp_path, monkeypatch):
     document, _ = _validate(target, tmp_path, timers="cupti_interleaved")
     assert "0 of 20 rounds discarded" in document["conditions"]["cupti_interleaved"]
     assert set(_values(document, "cupti_interleaved")) == {0, 1}
+
+
+THREE = """
+import nsprof.space
+
+
+class Launch:
+    drift = 0.01
+
+    def __init__(self, config):
+        self.timer_ns = {"cupti": config["ns"]}
+
+    def __call__(self):
+        return None
+
+
+space = nsprof.space.Space(configs=[{"ns": 1000.0}, {"ns": 1100.0}, {"ns": 1200.0}], build=Launch, device="cpu")
+"""
+
+
+def test_configs_that_do_not_fit_in_memory_together_are_interleaved_batch_after_batch(
+    target, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("NSPROF_TEST_BATCH", "2")  # the GPU is full once two configs are held
+    (tmp_path / "three.py").write_text(THREE)
+    document, _ = _validate(str(tmp_path / "three.py") + ":space", tmp_path, timers="cupti_interleaved")
+    # batch 1: configs 0 and 1 interleaved (samples 0..39); batch 2: config 2 alone, from sample 40
+    first = _interleaved_samples(2, ["cupti"])
+    measured = _values(document, "cupti_interleaved")
+    for config, ns in ((0, 1000.0), (1, 1100.0)):
+        kept = [t for c, _, t in first if c == config]
+        assert measured[config]["value_ns"] == pytest.approx(ns * (1 + 0.01 * statistics.median(kept)))
+    alone = [40 + t for _, _, t in _interleaved_samples(1, ["cupti"])]
+    assert measured[2]["value_ns"] == pytest.approx(1200.0 * (1 + 0.01 * statistics.median(alone)))
+    assert (
+        "in 2 batches of configs that fit in the GPU's memory together"
+        in document["conditions"]["cupti_interleaved"]
+    )
 
 
 def test_interleaved_and_plain_timers_never_share_a_worker():

@@ -6,13 +6,17 @@ median of its round values (a round: one visit of `reps` samples, the first call
 an untimed warm-up, as the config before left other data in L2), and drift falls on all alike.
 
 Each round value carries the SM clock NVML reports as the round ends. A round taken while the
-card throttled, its clock below THROTTLE_FRACTION of the highest clock of the session (NVBench's
+card throttled, its clock below THROTTLE_FRACTION of the highest clock of its batch (NVBench's
 rule, against the clock the card actually ran at rather than its boost maximum, so that clocks
 locked low are no throttling), is discarded and counted. Where NVML is missing the clock is None
 and nothing is discarded.
 
-Holds: ROUNDS, THROTTLE_FRACTION, prepare (a config's Sampler for one method: its graph captured
-once), Rounds (the round values of every config and method, and each one's result line).
+The configs held at once (inputs, captured graphs) are a batch, closed once they fill
+MEMORY_FRACTION of the GPU's memory; each batch is interleaved on its own.
+
+Holds: ROUNDS, THROTTLE_FRACTION, MEMORY_FRACTION, memory_full, prepare (a config's Sampler for
+one method: its graph captured once), Rounds (the round values of every config and method of a
+batch, and each one's result line), throttle_note.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 ROUNDS = 10  # rounds per config; a method's reps are spread over them
+MEMORY_FRACTION = 0.5  # a batch of configs held at once may fill this share of the GPU's memory
 WARMUP = 10  # calls before a config's sampler is prepared, as nsprof.timers.measure makes
 THROTTLE_FRACTION = 0.75
 
@@ -68,11 +73,20 @@ def prepare(method: str, fn, calls_per_graph: int = 20) -> Sampler:
     return Sampler(sample, conditions, fn)
 
 
+def memory_full() -> bool:
+    """Whether the configs held so far (inputs, captured graphs) fill MEMORY_FRACTION of the GPU's
+    memory, as the driver counts it: then they are measured as one batch before more are built."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    return total - free >= MEMORY_FRACTION * total
+
+
 @dataclass
 class Rounds:
-    """Every round of the session: (config, method) -> [(median ns of the round's valid samples,
+    """Every round of one batch: (config, method) -> [(median ns of the round's valid samples,
     SM clock MHz as it ended)]. Which rounds were throttled is decided at the end, against the
-    highest clock of the whole session: a card whose clocks are locked low (or capped) throttles
+    highest clock of the whole batch: a card whose clocks are locked low (or capped) throttles
     nothing by that alone."""
 
     taken: dict = field(default_factory=dict)
@@ -92,7 +106,7 @@ class Rounds:
     def line(self, config_id: int, method: str, conditions: dict) -> dict:
         """The result line of one config and method: median and least of its kept rounds, every
         kept round's value and clock, how many rounds were discarded as throttled (clock below
-        THROTTLE_FRACTION of the session's peak); an error when none was kept."""
+        THROTTLE_FRACTION of the batch's peak); an error when none was kept."""
         peak = self.peak_mhz
         taken = self.taken.get((config_id, method), [])
         kept = [(v, c) for v, c in taken if peak is None or c is None or c >= THROTTLE_FRACTION * peak]
@@ -119,12 +133,12 @@ def throttle_note(method: str, lines: list[dict]) -> str:
     lines = [x for x in lines if x.get("method") == method]
     rounds = sum(len(x.get("rounds_ns", [])) + x.get("throttled", 0) for x in lines)
     throttled = sum(x.get("throttled", 0) for x in lines)
-    peak = next((x["peak_clock_mhz"] for x in lines if x.get("peak_clock_mhz")), None)
-    if peak is None:
-        return (
-            f"{method}: {rounds} rounds; no SM clock read (NVML missing or failing), throttling not checked"
-        )
+    peaks = [x["peak_clock_mhz"] for x in lines if x.get("peak_clock_mhz")]
+    batches = max((x.get("batch", 1) for x in lines), default=1)
+    split = f" in {batches} batches of configs that fit in the GPU's memory together" if batches > 1 else ""
+    if not peaks:
+        return f"{method}: {rounds} rounds{split}; no SM clock read (NVML missing or failing), throttling not checked"
     return (
-        f"{method}: {throttled} of {rounds} rounds discarded, taken while the SM clock was below "
-        f"{THROTTLE_FRACTION:.0%} of the session's highest, {peak:.0f} MHz (NVML)"
+        f"{method}: {throttled} of {rounds} rounds{split} discarded, taken while the SM clock was below "
+        f"{THROTTLE_FRACTION:.0%} of the highest of its batch, {max(peaks):.0f} MHz (NVML)"
     )

@@ -159,10 +159,9 @@ def _run_interleaved(job: Job, space, device: Device, status: Status) -> int:
     count (a cut-off session would have given some contenders more reps than others).
     """
     built = _built(
-        job,
-        space,
-        device,
+        config_windows(job, space, device, status),
         status,
+        device,
         lambda launch: {"direct": launch, "graph": warm_and_capture(job, device, launch)},
     )
     if built is None:
@@ -189,16 +188,19 @@ def _run_interleaved(job: Job, space, device: Device, status: Status) -> int:
     return 0
 
 
-def _built(job: Job, space, device: Device, status: Status, prepare) -> list | None:
-    """[(config_id, prepare(launch))] of every config built in its window (a config whose build or
-    preparation raised has failed); None when the CUDA context was lost."""
+def _built(windows, status: Status, device: Device, prepare, full=None) -> list | None:
+    """[(config_id, prepare(launch))] of the configs `windows` (config_windows) builds, each in its
+    window (a config whose build or preparation raised has failed), up to the first after which
+    `full()` says the device holds enough; None when the CUDA context was lost."""
     built = []
-    for config_id, launch in config_windows(job, space, device, status):
+    for config_id, launch in windows:
         try:
             built.append((config_id, prepare(launch)))
         except Exception as exc:
             if not config_failed(status, device, config_id, exc):
                 return None
+        if full is not None and built and full():
+            break
     return built
 
 
@@ -259,16 +261,38 @@ def _run_timers(job: Job, space, device: Device, status: Status) -> int:
 
 
 def _run_timers_interleaved(job: Job, space, device: Device, status: Status) -> int:
-    """Interleaved fast timers (nsprof.timers.interleave): every config built and its samplers
-    prepared in its own window, then ROUNDS rounds of one visit per config, rotated, a "start"
-    line opening each visit (--timeout bounds one visit), then every config's result lines and
-    "done": only whole sessions count, as with adaptive reps."""
-    from nsprof.timers.base import sm_clock_mhz
-    from nsprof.timers.interleave import ROUNDS, Rounds, prepare
+    """Interleaved fast timers (nsprof.timers.interleave), batch after batch of the configs that
+    fit in the GPU's memory together (memory_full): each config built and its samplers prepared in
+    its own window, then ROUNDS rounds of one visit per config of the batch, rotated, a "start"
+    line opening each visit (--timeout bounds one visit), then the batch's result lines and "done"
+    lines: only whole batches count, as only whole sessions of adaptive reps do."""
+    from nsprof.timers.interleave import memory_full, prepare
 
-    built = _built(job, space, device, status, lambda launch: {m: prepare(m, launch) for m in job.timers})
-    if built is None:
+    windows = config_windows(job, space, device, status)
+    batch = 0
+    while True:
+        built = _built(
+            windows, status, device, lambda launch: {m: prepare(m, launch) for m in job.timers}, memory_full
+        )
+        if built is None:
+            return EXIT_CONTEXT_LOST
+        if not built:
+            break
+        batch += 1
+        if not _timed_batch(job, built, batch, status, device):
+            return EXIT_CONTEXT_LOST
+        built = []  # the batch's inputs and graphs go before the next batch is built
+    if not device.healthy():
         return EXIT_CONTEXT_LOST
+    status.write("end")
+    return 0
+
+
+def _timed_batch(job: Job, built: list, batch: int, status: Status, device: Device) -> bool:
+    """One batch's rounds and result lines; False when the CUDA context was lost."""
+    from nsprof.timers.base import sm_clock_mhz
+    from nsprof.timers.interleave import ROUNDS, Rounds
+
     rounds = Rounds()
     reps = max(1, job.timer_reps // ROUNDS)
 
@@ -278,22 +302,18 @@ def _run_timers_interleaved(job: Job, space, device: Device, status: Status) -> 
 
     failed = _rounds(ROUNDS, built, status, device, visit, rotate=True)
     if failed is None:
-        return EXIT_CONTEXT_LOST
+        return False
     with open(job.results, "a", encoding="utf-8") as results:
         for config_id, samplers in built:
             if config_id in failed:
                 continue
             where = dict(zip(("config_id", "shape"), job.points.split(config_id)))
             for method, sampler in samplers.items():
-                results.write(
-                    json.dumps({**where, **rounds.line(config_id, method, sampler.conditions)}) + "\n"
-                )
+                line = rounds.line(config_id, method, sampler.conditions)
+                results.write(json.dumps({**where, **line, "batch": batch}) + "\n")
             results.flush()
             status.write("done", config_id)
-    if not device.healthy():
-        return EXIT_CONTEXT_LOST
-    status.write("end")
-    return 0
+    return True
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,6 +10,8 @@ touches the GPU is replaced:
 - a launch with `dies` set ends the worker process at its first sample, as a lost CUDA context does;
 - with `launch.drift` set, every sample drifts, as a warming card's would: sample number t of
   the process (counted over all configs and methods) reads value × (1 + drift × t);
+- nsprof.timers.interleave.memory_full: with NSPROF_TEST_BATCH=N the GPU is "full" after every
+  N configs built, so that the interleaved timers measure batches of N;
 - nsprof.timers.base.sm_clock_mhz: NSPROF_TEST_CLOCKS (MHz, comma-separated) read in turn,
   cycling; without it no clock, as without NVML.
 """
@@ -25,6 +27,13 @@ import nsprof.timers.specs as specs
 SAMPLES = [0]  # samples taken so far in this process: the drift's time
 CLOCKS = [float(c) for c in os.environ.get("NSPROF_TEST_CLOCKS", "").split(",") if c]
 READS = [0]
+BATCH = int(os.environ.get("NSPROF_TEST_BATCH", "0"))
+HELD = [0]
+
+
+def memory_full():
+    HELD[0] += 1
+    return bool(BATCH) and HELD[0] % BATCH == 0
 
 
 def _samples(fn, name, reps):
@@ -59,6 +68,7 @@ def sm_clock_mhz():
 
 specs.run_method = run_method
 interleave.prepare = prepare
+interleave.memory_full = memory_full
 base.sm_clock_mhz = sm_clock_mhz
 
 if __name__ == "__main__":
