@@ -44,6 +44,8 @@ SPACES = ",".join(
         "rmsnorm_triton.py",
         "layernorm_triton.py",
         "attention_triton.py",
+        "swiglu_triton.py",
+        "softmax_shapes_triton.py",
     )
 )
 TAU_MARGIN, TAU_GOOD = 0.03, 0.95

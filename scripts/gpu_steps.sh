@@ -23,7 +23,8 @@
 #                 adaptive reps, probes and the tuner's own pick per shape
 #   gpu_compose_tl the TileLang half of gpu_compose alone
 #   serve_tl      a served TileLang tune and re-tune (pick and feed-back under the lease), PYTHONPATH set
-#   spaces        the regret suite's Triton spaces (examples/{rmsnorm,layernorm,add,reduce,attention}_triton.py),
+#   spaces        the regret suite's Triton spaces (examples/{rmsnorm,layernorm,add,reduce,attention,swiglu,
+#                 softmax_shapes}_triton.py),
 #                 each profiled once under nsys at every shape: do they compile, run and check out
 #   interleaved   validate of the softmax space with the plain and the interleaved graph and CUPTI timers,
 #                 nsys as truth (repeated), the JSON kept: the interleaved timers' clock and throttle check
@@ -67,7 +68,7 @@ for s in "$@"; do
     ends) step ends 200 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space --backend nsys \
             --mode graph --budget-s 0 --no-store --no-feed-back --no-tuner-pick --json --work-dir $R/ends \
             > $R/ends.json; rc=\$?; rm -f $R/ends/*.nsys-rep $R/ends/*.sqlite $R/ends/*.qdstrm; exit \$rc" ;;
-    spaces) step spaces 220 bash -c 'for f in rmsnorm layernorm add reduce attention; do
+    spaces) step spaces 220 bash -c 'for f in rmsnorm layernorm add reduce attention swiglu softmax_shapes; do
             echo "== $f"; python3 -m nsprof profile examples/${f}_triton.py:space --backend nsys --mode direct \
             --reps 2 2>&1 | tail -25; done' ;;
     interleaved) step interleaved 300 python3 -m nsprof validate examples/softmax_triton.py:space \

@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ["rmsnorm_triton", "layernorm_triton", "add_triton", "reduce_triton", "attention_triton"]
+MODULES = [
+    "rmsnorm_triton",
+    "layernorm_triton",
+    "add_triton",
+    "reduce_triton",
+    "attention_triton",
+    "swiglu_triton",
+    "softmax_shapes_triton",
+]
 
 # Run in a fresh process: a torch or Triton that another test (or module) imported would hide an
 # example's own import of it. The configs go back as JSON text, so that one that is not JSON-able
