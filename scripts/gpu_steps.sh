@@ -30,7 +30,7 @@
 #                 nsys as truth (repeated), the JSON kept: the interleaved timers' clock and throttle check
 #   gpu_timers    pytest tests/test_gpu_timers.py (the in-process timers on the GPU)
 #   regret        scripts/bench_regret.py --shapes 1 over the two single-shape spaces (a first cell each;
-#                 the whole suite, 9 spaces x 3 shapes, is longer than one call: run it in parts)
+#                 the whole suite, 11 spaces at up to 3 shapes, is longer than one call: run it in parts)
 #   aa            scripts/bench_aa.py --runs 4: one config entered twice must be called tied (~500 s)
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
 #                 times, logs; not the reports) comes back: where the session's ends go
