@@ -61,8 +61,9 @@ def test_each_shape_is_a_cell_and_a_timer_picking_a_slower_config_has_that_regre
         assert {p["timer"] for p in recommended["picks"]} <= {"cupti", "cupti_cold"}
         assert recommended["max"] == pytest.approx(0.0)
     lines = done.stdout.strip().splitlines()
-    assert lines[-2].startswith("goal (ncu): ") and lines[-1].startswith("goal (nsys): ")
-    assert all(line.endswith("in 2 of 2 cells: met") for line in lines[-2:])
+    assert lines[-3].startswith("goal (ncu): ") and lines[-2].startswith("goal (nsys): ")
+    assert all(line.endswith("in 2 of 2 cells: met") for line in lines[-3:-1])
+    assert lines[-1] == "cells: 2, of which 0 failed (their figures are missing above)"
 
 
 def test_the_summary_counts_a_recommended_timer_off_its_floor_as_a_miss():
@@ -78,7 +79,12 @@ def test_the_summary_counts_a_recommended_timer_off_its_floor_as_a_miss():
             {"timer": "cupti", "truth": "nsys:graph", "kendall_tau": 0.79, "regret": 0.0, "same_best": True},
         ],
     }  # fmt: skip
-    result = regret.summary([regret.cell(document)])
-    assert result["ncu"]["recommended"]["at_floor"] == 0  # 0.85 is 0.05 below the floor 0.90
-    assert result["nsys"]["recommended"]["at_floor"] == 1  # 0.79 is within 0.03 of 0.80
+    unreliable = {
+        **document,
+        "verdict": "vs ncu:graph: no timer ranks configs reliably. vs nsys:graph: cupti tracks best",
+    }
+    result = regret.summary([regret.cell(document), regret.cell(unreliable)])
+    assert result["ncu"]["recommended"]["at_floor"] == 0  # 0.85 is 0.05 below the floor 0.90; none in cell 2
+    assert result["ncu"]["recommended"]["judged"] == 2 and result["ncu"]["recommended"]["cells"] == 1
+    assert result["nsys"]["recommended"]["at_floor"] == 2  # 0.79 is within 0.03 of 0.80
     assert result["ncu"]["recommended"]["mean"] == pytest.approx(0.01)

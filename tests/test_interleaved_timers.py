@@ -246,3 +246,22 @@ def test_a_worker_dying_in_the_rounds_fails_that_config_and_the_restarted_worker
         0: 1000.0,
         2: 1000.0,
     }
+
+
+def test_a_compile_wait_after_an_unfinished_interleaved_config_is_no_time_of_that_config():
+    """An interleaved job leaves every config it built without a done line until its rounds end;
+    waiting for the next config's compile meanwhile must not run the last one's --timeout."""
+    from nsprof.worker.protocol import Bounds, parse_status
+
+    bounds = Bounds(timeout_s=4.0, bound_s=30.0, now=0.0)
+    text = "start 0\n"
+    assert bounds.passed(text, parse_status(text), now=1.0) is None
+    for second in range(2, 12):  # config 1's compile takes 10 s, one wait line a second
+        text += "wait 1\n"
+        status = parse_status(text)
+        assert status.current is None
+        assert bounds.passed(text, status, now=float(second)) is None
+    text += "start 1\n"
+    status = parse_status(text)
+    assert status.current == 1 and bounds.passed(text, status, now=12.0) is None
+    assert bounds.passed(text, status, now=16.5) == "timeout"  # config 1's own window still bounded

@@ -14,7 +14,7 @@ and nothing is discarded.
 The configs held at once (inputs, captured graphs) are a batch, closed once they fill
 MEMORY_FRACTION of the GPU's memory; each batch is interleaved on its own.
 
-Holds: ROUNDS, THROTTLE_FRACTION, MEMORY_FRACTION, memory_full, prepare (a config's Sampler for
+Holds: ROUNDS, THROTTLE_FRACTION, MEMORY_FRACTION, memory_full, release, prepare (a config's Sampler for
 one method: its graph captured once), Rounds (the round values of every config and method of a
 batch, and each one's result line), throttle_note.
 """
@@ -80,6 +80,17 @@ def memory_full() -> bool:
 
     free, total = torch.cuda.mem_get_info()
     return total - free >= MEMORY_FRACTION * total
+
+
+def release() -> None:
+    """Give a measured batch's memory (its launches are dropped) back to the driver: torch's cache
+    would keep it, and memory_full, which asks the driver, would then see the next batch full."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
 
 
 @dataclass

@@ -164,7 +164,7 @@ def _run_interleaved(job: Job, space, device: Device, status: Status) -> int:
         device,
         lambda launch: {"direct": launch, "graph": warm_and_capture(job, device, launch)},
     )
-    if built is None:
+    if built is None or not device.healthy():  # a build that lost the context ended the windows
         return EXIT_CONTEXT_LOST
 
     def visit(round_index: int, config_id: int, calls: dict) -> None:
@@ -266,7 +266,7 @@ def _run_timers_interleaved(job: Job, space, device: Device, status: Status) -> 
     its own window, then ROUNDS rounds of one visit per config of the batch, rotated, a "start"
     line opening each visit (--timeout bounds one visit), then the batch's result lines and "done"
     lines: only whole batches count, as only whole sessions of adaptive reps do."""
-    from nsprof.timers.interleave import memory_full, prepare
+    from nsprof.timers.interleave import memory_full, prepare, release
 
     windows = config_windows(job, space, device, status)
     batch = 0
@@ -274,7 +274,7 @@ def _run_timers_interleaved(job: Job, space, device: Device, status: Status) -> 
         built = _built(
             windows, status, device, lambda launch: {m: prepare(m, launch) for m in job.timers}, memory_full
         )
-        if built is None:
+        if built is None or not device.healthy():  # a build that lost the context ended the windows
             return EXIT_CONTEXT_LOST
         if not built:
             break
@@ -282,6 +282,7 @@ def _run_timers_interleaved(job: Job, space, device: Device, status: Status) -> 
         if not _timed_batch(job, built, batch, status, device):
             return EXIT_CONTEXT_LOST
         built = []  # the batch's inputs and graphs go before the next batch is built
+        release()
     if not device.healthy():
         return EXIT_CONTEXT_LOST
     status.write("end")

@@ -18,6 +18,8 @@ progress bar, enforce per-config timeouts and restart after a crash:
                                (shape, config) pair's id, nsprof.schema.Points)
                                (an interleaved job writes start before each visit of a config, and
                                done once, for every config, after the last round)
+    wait <cfg>                 each second while the worker waits for that config's compile, before
+                               its start: no config runs meanwhile
     served <json>              second, in a job run by nsprof serve's long-lived worker
                                (nsprof.worker.serving): {"job": n, "server": pid}
     stopped                    nsprof asked it to stop (SIGTERM): it stopped early and cleanly
@@ -156,6 +158,9 @@ class RunStatus:
     abort: str | None = None  # why the worker could not start (target import, CUDA init)
     changed: str | None = None  # why the target loaded is not the one nsprof read (then abort says so too)
     served: dict | None = None  # {"job": n, "server": pid}: run by nsprof serve's worker (its n-th job)
+    # a `wait` line came after the last start: the worker waits for a config's compile, between
+    # configs (in an interleaved job the configs it started are not done yet, and not running)
+    waiting: bool = False
     # (t, word, arg) of every `at` line, in file order: when each line was written, and the marks
     times: list[tuple[float, str, str]] = field(default_factory=list)
 
@@ -166,6 +171,10 @@ class RunStatus:
 
     @property
     def current(self) -> int | None:
+        """The config running now: the last started, unless it ended or the worker has moved on
+        to wait for the next config's compile."""
+        if self.waiting:
+            return None
         if self.started and self.started[-1] not in self.done and self.started[-1] not in self.failed:
             return self.started[-1]
         return None
@@ -247,6 +256,10 @@ def parse_status(text: str) -> RunStatus:
                 status.pid = int(rest)
             elif word == "start":
                 status.started.append(int(rest))
+                status.waiting = False
+            elif word == "wait":
+                int(rest.split(" ", 1)[0])  # a config id, else not this protocol's line
+                status.waiting = True
             elif word == "done":
                 status.done.append(int(rest))
             elif word == "fail":
