@@ -24,8 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from standins import StatusDriver  # noqa: E402
-from test_validate_matched import StandinTimers  # noqa: E402
+from standins import StatusDriver, standin_timers  # noqa: E402
 
 from nsprof.drivers import registry  # noqa: E402
 from nsprof.errors import TargetError  # noqa: E402
@@ -103,7 +102,9 @@ def write_target(
 @pytest.fixture
 def standin(tmp_path):
     registry.register("standin", StatusDriver)
-    registry.register("none", StandinTimers, ground_truth=False)  # the fast timers' bare worker, stood in for
+    registry.register(
+        "none", standin_timers(), ground_truth=False
+    )  # the fast timers' bare worker, stood in for
     yield
     registry.register("none", "nsprof.drivers.none:PlainDriver", ground_truth=False)
     registry.unregister("standin")

@@ -20,13 +20,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from standins import StatusDriver  # noqa: E402
+from standins import StatusDriver, standin_timers  # noqa: E402
 
 from nsprof.analysis import adaptive as rules  # noqa: E402
 from nsprof.drivers import registry  # noqa: E402
-from nsprof.drivers.none import PlainDriver  # noqa: E402
-
-STANDIN_TIMERS = Path(__file__).parent / "targets" / "standin_timers.py"
 
 TARGET = """
 import json, os
@@ -89,7 +86,7 @@ def _draws(c: int, shape: int, reps) -> list[float]:
 @pytest.fixture
 def make_target(tmp_path, monkeypatch):
     registry.register("noisy", StatusDriver)
-    registry.register("none", StandinTimers, ground_truth=False)
+    registry.register("none", standin_timers(), ground_truth=False)
     monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
     monkeypatch.setenv("PICKED", str(tmp_path / "picked.json"))
     log = tmp_path / "launches.log"
@@ -102,15 +99,6 @@ def make_target(tmp_path, monkeypatch):
     yield make
     registry.register("none", "nsprof.drivers.none:PlainDriver", ground_truth=False)
     registry.unregister("noisy")
-
-
-class StandinTimers(PlainDriver):
-    """The bare worker, with the fast timers stood in for (no GPU here)."""
-
-    locks_gpu = False
-
-    def build_command(self, settings, job_file, report_base):
-        return [settings.python, str(STANDIN_TIMERS), str(job_file)]
 
 
 def _settings(tmp_path, **kwargs):

@@ -17,13 +17,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from standins import StatusDriver  # noqa: E402
+from standins import StatusDriver, standin_timers  # noqa: E402
 
 from nsprof.drivers import registry  # noqa: E402
-from nsprof.drivers.none import PlainDriver  # noqa: E402
 from nsprof.errors import NsprofError, ReportError  # noqa: E402
 
-STANDIN_TIMERS = Path(__file__).parent / "targets" / "standin_timers.py"
 TARGET = """
 import nsprof.space
 
@@ -38,15 +36,6 @@ class Launch:
 
 space = nsprof.space.Space(configs=[{"ns": 1000.0 + 100 * i} for i in range(3)], build=Launch, device="cpu")
 """
-
-
-class StandinTimers(PlainDriver):
-    """The bare worker, with the fast timers stood in for (no GPU here)."""
-
-    locks_gpu = False
-
-    def build_command(self, settings, job_file, report_base):
-        return [settings.python, str(STANDIN_TIMERS), str(job_file)]
 
 
 class Unreadable(StatusDriver):
@@ -69,7 +58,7 @@ def fresh_tmp(tmp_path, monkeypatch):
 def target(tmp_path):
     registry.register("cond", StatusDriver)
     registry.register("bad", Unreadable)
-    registry.register("none", StandinTimers, ground_truth=False)
+    registry.register("none", standin_timers(), ground_truth=False)
     (tmp_path / "t.py").write_text(TARGET)
     yield str(tmp_path / "t.py") + ":space"
     registry.register("none", "nsprof.drivers.none:PlainDriver", ground_truth=False)
