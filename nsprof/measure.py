@@ -186,12 +186,7 @@ class FastTimers(Backend):
         if self.interleave and not all(m in INTERLEAVED for m in self.methods):
             raise NsprofError("interleaved and plain timers run in separate workers: give one kind")
         self.settings = replace(
-            settings,
-            backend=NO_PROFILER,
-            modes=("direct",),
-            reps=1,
-            warmup=3,
-            work_dir=Path(work_dir),
+            settings, backend=NO_PROFILER, modes=("direct",), reps=1, warmup=3, work_dir=Path(work_dir)
         )
         self.timer_reps = timer_reps
         self.value = "median_ns" if stat == "median" else "min_ns"

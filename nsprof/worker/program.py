@@ -17,9 +17,9 @@ Ctrl-C) stops it at once but cleanly, so that nsys still flushes the kernels mea
 
 This module holds main and run (a standalone job), run_job (any job: the target loaded and checked,
 its device, then the job's loop) and the loops themselves: one config after another, adaptive reps'
-interleaved rounds, the fast timers (plain, and interleaved in rounds). The parent watch is nsprof.worker.watch's, each config's window
-(its compile waited for, its build) nsprof.worker.windows', the device and a rep's launch
-nsprof.worker.launch's.
+interleaved rounds, the fast timers (plain, and interleaved in rounds). The parent watch is
+nsprof.worker.watch's, each config's window (its compile waited for, its build)
+nsprof.worker.windows', the device and a rep's launch nsprof.worker.launch's.
 """
 
 from __future__ import annotations
