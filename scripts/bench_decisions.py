@@ -1,4 +1,4 @@
-"""Issue 13's goals on a GPU machine: how sure `tune`'s decisions are, run after run.
+"""How sure `tune`'s decisions are, run after run, on a GPU machine.
 
     source .device/setup.sh && python3 scripts/bench_decisions.py --out decisions.json \
         [--spaces examples/seed_gemm.py:space,examples/softmax_triton.py:space] [--runs 3]
