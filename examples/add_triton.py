@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 
-from suite_checks import checked, powers_of_two
+from suite_checks import elementwise, powers_of_two
 
 from nsprof.space import Space
 
@@ -54,22 +54,11 @@ def check_config(config: dict, shape: dict) -> None:
 
 def build(config: dict, shape: dict):
     import torch
-    import triton
 
     check_config(config, shape)
-    kernel = _kernel()
-    torch.manual_seed(0)
-    x = torch.randn(shape["tokens"], shape["width"], device="cuda", dtype=torch.float16)
-    y = torch.randn_like(x)
-    out = torch.empty_like(x)
-    n_elements = x.numel()
-    grid = (triton.cdiv(n_elements, config["BLOCK"]),)
-
-    def launch():
-        kernel[grid](out, x, y, n_elements, BLOCK=config["BLOCK"], num_warps=config["num_warps"])
-
-    want = torch.nn.functional.gelu(x.float() + y.float(), approximate="tanh")
-    return checked(launch, out, want, 2e-2)
+    return elementwise(
+        _kernel(), config, shape, lambda x, y: torch.nn.functional.gelu(x + y, approximate="tanh"), 2e-2
+    )
 
 
 CONFIGS = [

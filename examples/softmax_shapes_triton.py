@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 
-from softmax_triton import _kernel
+from softmax_triton import make_launch
 from suite_checks import checked, powers_of_two
 
 from nsprof.space import Space
@@ -31,29 +31,10 @@ def check_config(config: dict, shape: dict) -> None:
 
 def build(config: dict, shape: dict):
     import torch
-    import triton
 
     check_config(config, shape)
-    kernel = _kernel()
     torch.manual_seed(0)
-    rows, cols = shape["rows"], shape["cols"]
-    x = torch.randn(rows, cols, device="cuda", dtype=torch.float16)
-    y = torch.empty_like(x)
-    per_program = config["rows_per_program"]
-    grid = (triton.cdiv(rows, per_program),)
-
-    def launch():
-        kernel[grid](
-            y,
-            x,
-            rows,
-            cols,
-            ROWS_PER_PROGRAM=per_program,
-            BLOCK=cols,
-            num_warps=config["num_warps"],
-            num_stages=config["num_stages"],
-        )
-
+    launch, x, y = make_launch(config, shape["rows"], shape["cols"])
     return checked(launch, y, torch.softmax(x.float(), dim=1), 1e-2)
 
 

@@ -45,28 +45,37 @@ def _kernel():
     return softmax_kernel
 
 
-def build(config: dict):
+def make_launch(config: dict, rows: int, cols: int):
+    """(launch, x, y): a rows x cols fp16 input x, its output y, and the call that writes y = softmax(x)
+    row by row under `config` (cols a power of 2: one row is one tl.arange block)."""
     import torch
     import triton
 
     kernel = _kernel()
-    x = torch.randn(ROWS, COLS, device="cuda", dtype=torch.float16)
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.float16)
     y = torch.empty_like(x)
     rows_per_program = config["rows_per_program"]
-    grid = (triton.cdiv(ROWS, rows_per_program),)
+    grid = (triton.cdiv(rows, rows_per_program),)
 
     def launch():
         kernel[grid](
             y,
             x,
-            ROWS,
-            COLS,
+            rows,
+            cols,
             ROWS_PER_PROGRAM=rows_per_program,
-            BLOCK=COLS,
+            BLOCK=cols,
             num_warps=config["num_warps"],
             num_stages=config["num_stages"],
         )
 
+    return launch, x, y
+
+
+def build(config: dict):
+    import torch
+
+    launch, x, y = make_launch(config, ROWS, COLS)
     launch()
     torch.cuda.synchronize()
     error = ((y.float() - torch.softmax(x.float(), dim=1)).abs().max()).item()

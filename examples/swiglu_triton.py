@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import itertools
 
-from suite_checks import checked, powers_of_two
+from suite_checks import elementwise, powers_of_two
 
 from nsprof.space import Space
 
@@ -48,22 +48,9 @@ def check_config(config: dict, shape: dict) -> None:
 
 def build(config: dict, shape: dict):
     import torch
-    import triton
 
     check_config(config, shape)
-    kernel = _kernel()
-    torch.manual_seed(0)
-    gate = torch.randn(shape["tokens"], shape["width"], device="cuda", dtype=torch.float16)
-    up = torch.randn_like(gate)
-    out = torch.empty_like(gate)
-    n_elements = gate.numel()
-    grid = (triton.cdiv(n_elements, config["BLOCK"]),)
-
-    def launch():
-        kernel[grid](out, gate, up, n_elements, BLOCK=config["BLOCK"], num_warps=config["num_warps"])
-
-    want = torch.nn.functional.silu(gate.float()) * up.float()
-    return checked(launch, out, want, 2e-2)
+    return elementwise(_kernel(), config, shape, lambda gate, up: torch.nn.functional.silu(gate) * up, 2e-2)
 
 
 CONFIGS = [
