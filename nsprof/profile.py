@@ -96,9 +96,7 @@ def profile_result(
     expect = expect or space.as_read()
     n_configs = len(space.configs)
     wanted, layout = _wanted_points(space, n_configs, config_ids, points)
-    request = Request(
-        target, wanted, n_configs, layout.n_shapes, expect=expect, compiles=space.compile is not None
-    )
+    request = Request(target, wanted, n_configs, layout.n_shapes, expect=expect, compiles=space.compiles)
     measured = backend.measure(request, on_progress=on_progress, on_rows=on_rows)
     return ProfileResult(
         frame=measured.frame,

@@ -91,6 +91,11 @@ class Space:
         return config_label(self.configs[config_id])
 
     @property
+    def compiles(self) -> bool:
+        """Whether the space has a compile step."""
+        return self.compile is not None
+
+    @property
     def n_shapes(self) -> int:
         """How many shapes the space lists (0: it has none)."""
         return 0 if self.shapes is None else len(self.shapes)
@@ -284,11 +289,23 @@ def target_fingerprint(spec: str) -> str:
 
 
 def _module_file(name: str) -> Path | None:
-    try:
-        found = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    if found is None or not found.origin or not Path(found.origin).is_file():
+    """The file of module `name`, found without importing its packages (importlib's find_spec would
+    run each parent package's __init__: the target's code, torch with it), on the path of the
+    `python -m` children that import it: the current folder first, then sys.path's others."""
+    from importlib.machinery import PathFinder
+
+    found, path, parts = None, [os.getcwd(), *sys.path[1:]], name.split(".")
+    for depth in range(len(parts)):
+        if depth and path is None:  # a module, not a package, has no submodules
+            return None
+        try:
+            found = PathFinder.find_spec(".".join(parts[: depth + 1]), path)
+        except (ImportError, ValueError):
+            return None
+        if found is None:
+            return None
+        path = found.submodule_search_locations
+    if not found.origin or not Path(found.origin).is_file():
         return None
     return Path(found.origin).resolve()
 

@@ -321,7 +321,7 @@ def _measure(
         settings,
         work_dir,
         stage("timers", n * len(timer_groups(names))),
-        compiles=space.compile is not None,
+        compiles=space.compiles,
     )
     conditions = {name: conditions_of(name) + _clock_words(rows, name) for name in names}
     for note in notes:  # "<method>: what its throttle check did"

@@ -47,6 +47,8 @@ def pytest_configure(config):
     # A module- or session-scoped fixture runs before each test's own lock folder is set
     # (own_gpu_lock_folder): it gets one of the run's own, never the machine-wide lock.
     os.environ["NSPROF_LOCK_DIR"] = os.path.join(config._nsprof_tmp, "gpu-locks")
+    # The targets' saved views (nsprof.space_view) of this run's own, never the user's.
+    os.environ["XDG_CACHE_HOME"] = os.path.join(config._nsprof_tmp, "cache")
     # A suite started as a background job of a script (`pytest ... &`) inherits SIGINT ignored, and
     # so would every nsprof a test starts and then Ctrl-Cs: it would ignore the Ctrl-C, as a Python
     # started so does, and the test hang. As in an interactive run: a KeyboardInterrupt here, and
@@ -83,6 +85,7 @@ def run_nsprof(
     timeout: float = 300,
     standins: bool = False,
     in_process: bool = False,
+    program: Path | None = None,
     **run_kwargs,
 ) -> subprocess.CompletedProcess:
     """nsprof's command line run to its end: in a child process `python -m nsprof ARGS`, or with
@@ -92,6 +95,8 @@ def run_nsprof(
     and reading reports (no interpreter to start). Keep a child process where the behaviour crosses
     one: signals, fd 0 and 1 (pipes, FIFOs, terminals), profilers and workers, locks; `timeout` and
     `standins` need one.
+
+    program: a Python file run instead (one that runs nsprof's main itself, `standins` or not).
 
     env: variables set over os.environ's (a value None removes one). stdout and stderr are captured, as
     text unless text=False; the other run_kwargs (input, stdin) go to subprocess.run.
@@ -105,10 +110,10 @@ def run_nsprof(
             environment.pop(name, None)
         else:
             environment[name] = str(value)
-    program = [str(STANDINS)] if standins else ["-m", "nsprof"]
+    command = [str(program)] if program else [str(STANDINS)] if standins else ["-m", "nsprof"]
     run_kwargs.setdefault("text", True)
     return subprocess.run(
-        [sys.executable, *program, *map(str, args)],
+        [sys.executable, *command, *map(str, args)],
         capture_output=True,
         env=environment,
         cwd=cwd,

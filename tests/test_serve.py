@@ -105,6 +105,7 @@ def _client(
     env: dict | None = None,
     cwd: Path | None = None,
     work_dir: str | None = None,
+    program: Path | None = None,
 ) -> subprocess.CompletedProcess:
     return run_nsprof(
         "profile",
@@ -126,6 +127,7 @@ def _client(
         env=env,
         cwd=cwd,
         standins=True,
+        program=program,
     )
 
 
@@ -947,23 +949,30 @@ def test_a_variable_an_earlier_served_target_set_is_not_seen_by_the_next_job(
 def test_a_variable_the_client_set_after_it_started_is_the_served_jobs_too(
     tmp_path, server, own_gpu_lock_folder
 ):
-    """A program that sets a variable before it measures (os.environ in a notebook; here the target's import in
-    the CLI's own process) gives it to a standalone worker, which inherits its environment: a served job
-    must get it too."""
+    """A program that sets a variable before it measures (os.environ in a notebook; here a program that
+    sets it, then runs nsprof's command line in its own process) gives it to a standalone worker, which
+    inherits its environment: a served job must get it too."""
     (tmp_path / "c.py").write_text(
-        "import os\nimport sys\n\nimport nsprof.space\n\n"
-        "if not sys.argv[0].endswith(os.path.join('worker', '__main__.py')):  # the client's process, not a worker\n"
-        "    os.environ['NSPROF_TEST_SET_BY_CLIENT'] = 'yes'\n\n"
+        "import os\n\nimport nsprof.space\n\n"
         "def build(config):\n"
         "    if os.environ.get('NSPROF_TEST_SET_BY_CLIENT') != 'yes':\n"
         "        raise RuntimeError('the job does not have the client environment')\n"
         "    return lambda: None\n\n"
         "space = nsprof.space.Space(name='c', configs=[{}, {}], build=build, device='cpu')\n"
     )
-    standalone = _client(tmp_path, "alone", target=f"{tmp_path / 'c.py'}:space", configs="0,1")
+    program = tmp_path / "client.py"
+    program.write_text(
+        "import os, runpy, sys\n"
+        "os.environ['NSPROF_TEST_SET_BY_CLIENT'] = 'yes'\n"
+        f"sys.argv[0] = {str(STANDINS)!r}\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    standalone = _client(
+        tmp_path, "alone", target=f"{tmp_path / 'c.py'}:space", configs="0,1", program=program
+    )
     assert standalone.returncode == 0 and _measured(_rows(standalone)) == {0: 2, 1: 2}, standalone.stderr
     proc, state = server("--idle-exit", "120")
-    served = _client(tmp_path, "served", target=f"{tmp_path / 'c.py'}:space", configs="0,1")
+    served = _client(tmp_path, "served", target=f"{tmp_path / 'c.py'}:space", configs="0,1", program=program)
     assert served.returncode == 0, served.stderr
     assert _measured(_rows(served)) == {0: 2, 1: 2}
     assert _status(tmp_path, "served").pid == state["worker_pid"]

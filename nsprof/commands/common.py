@@ -1,4 +1,4 @@
-"""What several commands share: loading the target, the Dask cluster of --devices/--scheduler,
+"""What several commands share: the target read (on_target), the Dask cluster of --devices/--scheduler,
 the progress bars, which one output takes standard output, the --csv/--parquet exports, the
 --html page and the --plot file's checks."""
 
@@ -10,16 +10,25 @@ from contextlib import contextmanager
 import click
 
 from nsprof.errors import NsprofError, OptionError
-from nsprof.host.redirect import results_only_on_stdout
 
 
-def load_target(target: str):
-    """TARGET's Space, loaded before nsprof looks for its tools: a missing file or attribute, or a
-    module that does not import, is the one line a run gives, not a tool missing too."""
-    from nsprof.space import load_target as load
+def on_target(target: str, run):
+    """run(TARGET's SpaceView), read without importing it here (nsprof.space_view.read_target). A saved
+    view that a worker refused (TargetChanged) while the target's source is unchanged was behind what
+    the source does not show (a data file, an environment variable): read afresh, run once more."""
+    from nsprof.errors import TargetChanged
+    from nsprof.space_view import read_target
 
-    with results_only_on_stdout():  # the target's import may print
-        return load(target)
+    view = read_target(target)
+    try:
+        return run(view)
+    except TargetChanged:
+        if not view.saved:
+            raise
+        fresh = read_target(target, fresh=True)
+        if fresh.fingerprint != view.fingerprint or fresh.read == view.read:
+            raise
+        return run(fresh)
 
 
 def split(value: str) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from nsprof.commands.common import StageBars, cluster_settings, clusters, load_target, write_exports
+from nsprof.commands.common import StageBars, cluster_settings, clusters, on_target, write_exports
 from nsprof.errors import NsprofError, OptionError
 from nsprof.host.redirect import results_only_on_stdout
 
@@ -37,29 +37,33 @@ def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler
     warn(settings)
     if as_json and csv_path == "-":
         raise OptionError("--json and --csv - both write to standard output: choose one")
-    space = load_target(target)
-    truth = GroundTruth(settings)  # a missing tool is one line before any work starts
-    with clusters(), StageBars(width=0) as bars:
-        truth = sharded(truth, cluster_settings(devices, scheduler, verbose))
+
+    def run(space):
+        truth = GroundTruth(settings)  # a missing tool is one line before any work starts
+        checked = ids
         if ids is not None:
             try:
-                ids = check_config_ids(ids, len(space.configs))
+                checked = check_config_ids(ids, len(space.configs))
             except NsprofError as exc:
                 raise OptionError(str(exc), option="--configs") from None
-        n = (len(ids) if ids is not None else len(space.configs)) * max(1, space.n_shapes)
-        update, failures = bars(settings.backend, n), []
+        with clusters(), StageBars(width=0) as bars:
+            backend = sharded(truth, cluster_settings(devices, scheduler, verbose))
+            n = (len(checked) if checked is not None else len(space.configs)) * max(1, space.n_shapes)
+            update, failures = bars(settings.backend, n), []
 
-        def progress(event, config_id, detail):
-            update(event, config_id, detail)
-            if event == "fail":
-                failures.append((config_id, detail))
+            def progress(event, config_id, detail):
+                update(event, config_id, detail)
+                if event == "fail":
+                    failures.append((config_id, detail))
 
-        with results_only_on_stdout():
-            result = profile_result(
-                target, settings, config_ids=ids, on_progress=progress, backend=truth, space=space
-            )
-    # a point id for a target with shapes: (config id, shape)
-    return result, [(*space.points.split(point), detail) for point, detail in failures]
+            with results_only_on_stdout():
+                result = profile_result(
+                    target, settings, config_ids=checked, on_progress=progress, backend=backend, space=space
+                )
+        # a point id for a target with shapes: (config id, shape)
+        return result, [(*space.points.split(point), detail) for point, detail in failures]
+
+    return on_target(target, run)
 
 
 def show(target: str, settings, result, failures, *, as_json, csv_path) -> None:

@@ -10,7 +10,7 @@ from nsprof.commands.common import (
     check_plot,
     cluster_settings,
     clusters,
-    load_target,
+    on_target,
     one_on_stdout,
     write_html,
     wrote,
@@ -48,14 +48,17 @@ def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, 
     check_truths(settings)
     with clusters(), StageBars() as bars:
         settings = replace(settings, cluster=cluster_settings(devices, scheduler, verbose))
-        space = load_target(target)
-        # After the options and the target: a missing tool is one line. A resume may need no tool (the
-        # store holding every config): measure_stored decides, before it measures anything.
-        for truth in settings.ranked_truths:
-            if truth.profiler and not (settings.use_store and settings.resume):
-                get_driver(truth.backend)
-        with results_only_on_stdout():
-            return run_tune(target, settings, config_ids=ids, on_stage=bars, space=space)
+
+        def run(space):
+            # After the options and the target: a missing tool is one line. A resume may need no tool
+            # (the store holding every config): measure_stored decides, before it measures anything.
+            for truth in settings.ranked_truths:
+                if truth.profiler and not (settings.use_store and settings.resume):
+                    get_driver(truth.backend)
+            with results_only_on_stdout():
+                return run_tune(target, settings, config_ids=ids, on_stage=bars, space=space)
+
+        return on_target(target, run)
 
 
 def show(target: str, report, *, plot_path, html_path, as_json) -> int:

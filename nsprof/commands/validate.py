@@ -12,7 +12,7 @@ from nsprof.commands.common import (
     check_plot,
     cluster_settings,
     clusters,
-    load_target,
+    on_target,
     one_on_stdout,
     write_html,
     wrote,
@@ -53,13 +53,15 @@ def validate(target: str, settings, *, devices, scheduler, verbose):
     from nsprof.drivers.registry import get_driver
     from nsprof.validate import validate as run_validate
 
-    space = load_target(target)
-    for backend in dict.fromkeys(t.backend for t in settings.truths):
-        get_driver(backend)  # a missing tool is one line, before any work
-    with clusters(), StageBars() as bars:
-        settings = replace(settings, cluster=cluster_settings(devices, scheduler, verbose))
-        with results_only_on_stdout():
-            return run_validate(target, settings, on_stage=bars, space=space)
+    def run(space):
+        for backend in dict.fromkeys(t.backend for t in settings.truths):
+            get_driver(backend)  # a missing tool is one line, before any work
+        with clusters(), StageBars() as bars:
+            clustered = replace(settings, cluster=cluster_settings(devices, scheduler, verbose))
+            with results_only_on_stdout():
+                return run_validate(target, clustered, on_stage=bars, space=space)
+
+    return on_target(target, run)
 
 
 def show(target: str, result, *, plot_path, html_path, save_path=None, as_json=False) -> None:
