@@ -113,6 +113,14 @@ def test_a_pipe_larger_than_the_bound_is_refused():
     assert_one_line_error(result, "standard input", "1000 bytes")
 
 
+def test_a_stream_that_is_no_report_is_refused_at_its_head_not_at_the_bound():
+    # /dev/zero never ends: its first bytes say it is no report, so nsprof stops there, whatever the bound.
+    result = run_nsprof(
+        "analyze", "/dev/zero", env={"NSPROF_MAX_STREAM_BYTES": str(1 << 40)}, timeout=DEADLINE_S
+    )
+    assert_one_line_error(result, "/dev/zero", "not a report nsprof reads")
+
+
 def test_dash_on_a_terminal_is_refused():
     pty = pytest.importorskip("pty")
     leader, follower = pty.openpty()

@@ -2,7 +2,8 @@
 
 Parsers read a file more than once (a kind sniff, then the parse; SQLite seeks anywhere),
 which a pipe cannot give. So a non-regular input is read once, with a size bound and a
-bounded wait for data, into a temporary copy that the parser reads instead.
+bounded wait for data, into a temporary copy that the parser reads instead; a stream whose
+first bytes are no report is refused there (/dev/zero never ends).
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ def _copy_stream(fd: int, copy: Path, shown: str, *, nonblocking: bool) -> None:
     import select
     import time
 
+    from nsprof.reports.kinds import SNIFF_BYTES, sniff_kind
+
     limit = int(env_number(MAX_STREAM_BYTES_ENV, MAX_STREAM_BYTES))
     wait_s = env_number(STREAM_WAIT_ENV, STREAM_WAIT_S)
     poller = select.poll()
@@ -116,13 +119,16 @@ def _copy_stream(fd: int, copy: Path, shown: str, *, nonblocking: bool) -> None:
                     raise _no_data(shown, wait_s)
                 continue
             quiet_since = time.monotonic()
-            total += len(chunk)
+            before, total = total, total + len(chunk)
             if total > limit:
                 raise ReportError(
                     f"{shown}: more than {limit} bytes from a stream; save it to a file first"
                     f" ({MAX_STREAM_BYTES_ENV} sets the bound)"
                 )
             out.write(chunk)
+            if before < SNIFF_BYTES <= total:  # what the kind's sniff reads is here: no report, no more
+                out.flush()
+                sniff_kind(copy, shown=shown)
 
 
 def _no_data(shown: str, wait_s: float) -> ReportError:
