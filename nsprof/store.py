@@ -315,8 +315,25 @@ class ResultStore:
         # integers above 2**53 (and then refuse to cast them to Int64).
         values = list(zip(*records)) if records else [()] * len(columns)
         return pd.DataFrame(
-            {name: pd.Series(list(column), dtype=dtypes[name]) for name, column in zip(columns, values)}
+            {name: self._column(name, column, dtypes[name]) for name, column in zip(columns, values)}
         )
+
+    def _column(self, name: str, values: tuple, dtype: str):
+        """One column as its dtype; a value that cannot be one (a store edited by hand): StoreError, one line."""
+        import pandas as pd
+
+        try:
+            return pd.Series(list(values), dtype=dtype)
+        except (TypeError, ValueError):
+            for value in values:
+                try:
+                    pd.Series([value], dtype=dtype)
+                except (TypeError, ValueError):
+                    raise StoreError(
+                        f"the results store {self.path} holds {value!r} in column {name}, which holds {dtype} "
+                        "values: it was damaged or edited by hand (export what it holds with sqlite3)"
+                    ) from None
+            raise
 
     def export(self, path: str | Path, **filters: Any) -> int:
         """Write frame(**filters) to .csv, .json (an array of records) or .parquet; returns the row count."""

@@ -75,9 +75,22 @@ def load_validate(document: dict) -> tuple[str, ValidateResult]:
     configs are known by id only. An NsprofError in one line when it cannot be read."""
     import pandas as pd
 
-    def table(rows):
+    from nsprof.analysis.agreement import AGREEMENT_COLUMNS, FLOOR_COLUMNS, MATCHED_COLUMNS
+
+    needs = {
+        "agreement": AGREEMENT_COLUMNS,
+        "per_config": ["config_id", "method", "value_ns"],
+        "noise_floor": FLOOR_COLUMNS,
+        "matched": MATCHED_COLUMNS,
+        "repeat_per_config": ["config_id", "method", "value_ns"],
+    }
+
+    def table(key: str):
         # JSON's null was a NaN: a column of numbers and nulls is numbers again, one of nulls NaN
-        out = pd.DataFrame(rows)
+        out = pd.DataFrame(document[key])
+        missing = [c for c in needs[key] if c not in out.columns]
+        if len(out) and missing:
+            raise ValueError(f"its {key} rows lack {', '.join(missing)}")
         for column in out.columns:
             given = out[column].dropna()
             if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in given):
@@ -85,16 +98,16 @@ def load_validate(document: dict) -> tuple[str, ValidateResult]:
         return out
 
     def frame(key: str):
-        return table(document[key]) if document.get(key) is not None else None
+        return table(key) if document.get(key) is not None else None
 
     try:
-        agreement = table(document["agreement"])
-        per_config = table(document["per_config"])
+        agreement = table("agreement")
+        per_config = table("per_config")
         n_configs = int(per_config["config_id"].max()) + 1 if len(per_config) else 0
         result = ValidateResult(
             per_config=per_config,
             agreement=agreement,
-            floors=table(document["noise_floor"]) if document["noise_floor"] else None,
+            floors=table("noise_floor") if document["noise_floor"] else None,
             verdict=str(document["verdict"]),
             timers=list(document["timers"] if "timers" in document else sorted(set(agreement["timer"]))),
             truths=list(document["truths"] if "truths" in document else sorted(set(agreement["truth"]))),

@@ -544,6 +544,23 @@ def test_damaged_pages_give_one_line_when_read(tmp_path):
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("column", ["duration_ns", "config_id"])
+def test_a_value_edited_into_another_type_gives_one_line_naming_its_column(tmp_path, column):
+    path = tmp_path / "results.sqlite"
+    with ResultStore(path) as store:
+        run_id = store.start_run()
+        store.add(run_id, key_for(0), rows(0, count=3))
+    raw = sqlite3.connect(path)
+    raw.execute(f"UPDATE measurements SET {column} = 'abc'")
+    raw.commit()
+    raw.close()
+    with pytest.raises(StoreError) as caught:
+        with ResultStore(path) as store:
+            store.frame()
+    message = str(caught.value)
+    assert "\n" not in message and column in message and "'abc'" in message, message
+
+
 def test_default_location_and_journal(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with ResultStore() as store:

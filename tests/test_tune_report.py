@@ -215,15 +215,17 @@ def test_a_truncated_tune_json_is_one_line_and_exit_2(two_by_two, tmp_path):
     assert done.returncode == 2 and len(lines) == 1 and "cut.json: not JSON" in lines[0], done.stderr
 
 
-@pytest.mark.parametrize("edit", ["deploy", "no truths"])
+@pytest.mark.parametrize("edit", ["deploy", "no truths", "configs", "settings", "errors"])
 def test_a_saved_tune_edited_past_reading_is_one_line_and_exit_2(two_by_two, tmp_path, edit):
     from nsprof.render.json import tune_document
 
     document = json.loads(tune_document(_tuned(two_by_two, tmp_path)))
+    if edit in ("configs", "settings", "errors"):
+        document[edit] = 5  # not the list, dict, list it was
     for shape in document["shapes"]:
         if edit == "deploy":
             shape["deploy"]["truth"] = "ncu@free-warm"  # a truth it has no ranking of
-        else:
+        elif edit == "no truths":
             shape["truths"] = []
     (tmp_path / "edited.json").write_text(json.dumps(document))
     done = run_nsprof("results", "edited.json", in_process=True, cwd=tmp_path)

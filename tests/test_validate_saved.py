@@ -71,9 +71,12 @@ def test_an_older_save_without_its_configs_still_loads(tmp_path):
     assert rows.count("<tr>") - 1 == len({row["config_id"] for row in record["per_config"]})
 
 
-def test_a_save_that_cannot_be_read_is_one_line(tmp_path):
+@pytest.mark.parametrize(
+    "edit", [{"per_config": 5}, {"agreement": [{"timer": "event"}]}], ids=["type", "columns"]
+)
+def test_a_save_that_cannot_be_read_is_one_line(tmp_path, edit):
     record = json.loads(RECORD.read_text())
-    (tmp_path / "bad.json").write_text(json.dumps({**record, "per_config": 5, "format": "nsprof validate"}))
+    (tmp_path / "bad.json").write_text(json.dumps({**record, **edit, "format": "nsprof validate"}))
     done = run_nsprof("results", "bad.json", cwd=tmp_path, in_process=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     [line] = done.stderr.strip().splitlines()

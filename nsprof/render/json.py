@@ -272,6 +272,9 @@ def load_tune(text: str):
     if not isinstance(document, dict) or document.get("format") != TUNE_FORMAT:
         raise NsprofError("not a saved tune (nsprof tune --json writes one)")
     try:
+        for key, kind in (("configs", list), ("settings", dict), ("errors", list)):
+            if not isinstance(document[key], kind):
+                raise TypeError(f"its {key} is a {type(document[key]).__name__}, not a {kind.__name__}")
         shapes = [_shape_of(shaped) for shaped in document.get("shapes") or [document]]
         return TuneReport(
             document["target"], document["configs"], shapes, document["settings"], document["errors"]
