@@ -249,3 +249,21 @@ def test_notes_under_the_table_numbered_names_and_graph_profiling():
     assert code == 0 and "vectorized_elementwise_kernel #5" in out and "#1, #2" in out
     code, out, _ = _analyze(str(FIXTURES / "fixture_graph_raw.csv"), "--by", "kernel")
     assert code == 0 and "graph-profiling graph" in out
+
+
+@pytest.mark.parametrize("form", ["table", "markdown"])
+def test_a_kernel_name_with_a_newline_stays_on_its_row(tmp_path, form):
+    # A name with a line break (a report edited, a tool's odd demangling) is shown escaped: one row, one line.
+    report = tmp_path / "newline.sqlite"
+    report.write_bytes(SQLITE.read_bytes())
+    with sqlite3.connect(report) as conn:
+        (name_id,) = conn.execute(
+            "SELECT s.id FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName LIMIT 1"
+        ).fetchone()
+        conn.execute("UPDATE StringIds SET value = value || char(10) || 'second line' WHERE id = ?", (name_id,))
+    done = run_nsprof("analyze", report, "--format", form, in_process=True)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert not any(line.startswith("second line") for line in lines), done.stdout
+    [row] = [line for line in lines if "second line" in line]
+    assert "\\nsecond line" in row and row.split()[0] in ("nsys", "|")

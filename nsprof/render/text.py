@@ -161,10 +161,19 @@ def pct(value: Any) -> str:
     return "n/a" if is_missing(value) else f"{value * 100:.1f}%"
 
 
+# A cell is one line: a line break or tab in a name (a report edited, an odd demangling) is shown escaped.
+_ESCAPED = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def _one_line(rows: list[list[str]]) -> list[list[str]]:
+    return [[cell.translate(_ESCAPED) for cell in row] for row in rows]
+
+
 def render_table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
     """A plain fixed-width table (no colour, safe to pipe); columns in `right` (default: all but
     the first) are right-aligned."""
     right = right if right is not None else set(range(1, len(headers)))
+    rows = _one_line(rows)
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
 
     def line(cells):
@@ -182,7 +191,7 @@ def render_markdown(headers: list[str], rows: list[list[str]], right: set[int] |
     right = right if right is not None else set(range(1, len(headers)))
 
     def cell(value: str) -> str:
-        return value.replace("|", "\\|")
+        return value.translate(_ESCAPED).replace("|", "\\|")
 
     out = [
         "| " + " | ".join(cell(h) for h in headers) + " |",
