@@ -472,3 +472,18 @@ def test_analyze_page_examples_are_the_real_output():
         result = ok(*shlex.split(command), cwd=FIXTURES)
         expected = "\n".join(line[4:] for line in shown.rstrip("\n").splitlines())
         assert result.stdout.rstrip("\n") == expected.rstrip("\n"), command
+
+
+@pytest.mark.parametrize("view", [["--by", "range"], ["--by", "kernel"]])
+@pytest.mark.parametrize("option", ["--kernel", "--range"])
+def test_an_expression_that_backtracks_without_end_is_one_line_not_a_hang(tmp_path, view, option):
+    # (a+)+$ on a long run of a's not at the end tries every split of it: a lifetime, unbounded.
+    report = tmp_path / "long.sqlite"
+    report.write_bytes(SQLITE.read_bytes())
+    with sqlite3.connect(report) as conn:
+        conn.execute("UPDATE StringIds SET value = ? || value", ("a" * 64 + "!",))
+        conn.execute("UPDATE NVTX_EVENTS SET text = ? || text WHERE text IS NOT NULL", ("a" * 64 + "!",))
+    done = run_nsprof("analyze", report, *view, option, "(a+)+$", timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert option in line and "(a+)+$" in line, line

@@ -6,9 +6,8 @@ min, max and sample standard deviation of the duration. Nothing here reads files
 
 from __future__ import annotations
 
-import re
-
 from nsprof.analysis.groups import NO_RANGE, median, natural_key, sample_std
+from nsprof.analysis.patterns import searcher
 
 LAUNCH_COLUMNS = ["grid", "block", "registers", "static_smem", "dynamic_smem"]
 KERNEL_COLUMNS = [
@@ -64,12 +63,12 @@ def kernel_summary(frame, configs: dict | None = None, range_re: str | None = No
     whole: dict = {}
     groups: dict[tuple, list[float]] = {}
     names: dict[tuple, tuple] = {}
-    pattern = re.compile(range_re) if range_re else None
+    search = searcher(range_re, "--range") if range_re else None
     for i, duration in enumerate(durations):
         if duration is None:
             continue
         whole[sources[i]] = whole.get(sources[i], 0.0) + duration
-        if (pattern and not pattern.search(ranges[i])) or (not warmup and ranges[i] == NO_RANGE):
+        if (search and not search(ranges[i])) or (not warmup and ranges[i] == NO_RANGE):
             continue
         key = (sources[i], fulls[i] or kernels[i], launches[i])
         groups.setdefault(key, []).append(duration)
@@ -124,8 +123,8 @@ def kernel_order(table, by: str = "total", top: int | None = None, reverse: bool
         for values in table.itertuples(index=False)
     ]
     if kernel_re:
-        pattern = re.compile(kernel_re)
-        rows = [r for r in rows if any(pattern.search(str(r[c])) for c in ("kernel", "kernel_full") if r[c])]
+        search = searcher(kernel_re, "--kernel")
+        rows = [r for r in rows if any(search(str(r[c])) for c in ("kernel", "kernel_full") if r[c])]
     keys = {
         "total": (lambda r: r["total_ns"], True),
         "range": (lambda r: r["total_ns"], True),

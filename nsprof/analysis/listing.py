@@ -3,9 +3,8 @@ tidy rows behind them (`samples`)."""
 
 from __future__ import annotations
 
-import re
-
 from nsprof.analysis.groups import NO_RANGE, add_group, kernel_key, natural_key, range_key
+from nsprof.analysis.patterns import searcher
 
 SORTS = ("range", "median", "total", "count", "name")
 
@@ -33,19 +32,20 @@ def samples(frame, summary):
 def select(summary, kernel: str | None = None, range_: str | None = None, warmup: bool = True):
     """The rows of a summary (or a `compare` table) whose kernel (short or full name) matches the
     regular expression `kernel` and whose range matches `range_` (re.search); without the
-    "(no range)" rows when `warmup` is False. Raises re.error for a bad expression. A DataFrame
+    "(no range)" rows when `warmup` is False. Raises re.error for a bad expression (NsprofError for
+    one that backtracks without end: nsprof.analysis.patterns). A DataFrame
     for a DataFrame, a ListTable for a ListTable (summarize's)."""
     from nsprof.schema import column_list
 
     keep = range(len(summary))
     if kernel:
-        pattern = re.compile(kernel)
+        search = searcher(kernel, "--kernel")
         names = list(zip(column_list(summary, "kernel"), column_list(summary, "kernel_full")))
-        keep = [i for i in keep if pattern.search(str(names[i][0])) or pattern.search(str(names[i][1]))]
+        keep = [i for i in keep if search(str(names[i][0])) or search(str(names[i][1]))]
     ranges = column_list(summary, "range")
     if range_:
-        pattern = re.compile(range_)
-        keep = [i for i in keep if pattern.search(str(ranges[i]))]
+        search = searcher(range_, "--range")
+        keep = [i for i in keep if search(str(ranges[i]))]
     if not warmup:
         keep = [i for i in keep if str(ranges[i]) != NO_RANGE]
     return _take(summary, list(keep))
