@@ -124,6 +124,11 @@ def gaps(export: Export) -> list[str]:
             f"{lacks(NVTX_TABLE, export.nvtx_columns, {'start', 'eventType'})} (nsys run without -t nvtx?):"
             " no kernel can be given an NVTX range; every kernel is '(no range)'"
         )
+    elif "globalTid" not in export.nvtx_columns:
+        gaps.append(
+            f"{lacks(NVTX_TABLE, export.nvtx_columns, {'globalTid'})}: a range cannot be tied to the thread"
+            " that launched a kernel; every kernel is '(no range)'"
+        )
     if not export.has_runtime:
         gaps.append(
             f"{lacks(RUNTIME_TABLE, export.runtime_columns, set(RUNTIME_EXPRS))}"
