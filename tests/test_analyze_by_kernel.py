@@ -260,7 +260,9 @@ def test_a_kernel_name_with_a_newline_stays_on_its_row(tmp_path, form):
         (name_id,) = conn.execute(
             "SELECT s.id FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName LIMIT 1"
         ).fetchone()
-        conn.execute("UPDATE StringIds SET value = value || char(10) || 'second line' WHERE id = ?", (name_id,))
+        conn.execute(
+            "UPDATE StringIds SET value = value || char(10) || 'second line' WHERE id = ?", (name_id,)
+        )
     done = run_nsprof("analyze", report, "--format", form, in_process=True)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

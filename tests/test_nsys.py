@@ -936,7 +936,10 @@ def test_a_locked_rollback_journal_database_names_the_lock(tmp_path, monkeypatch
         ("DROP TABLE NVTX_EVENTS", ["NVTX_EVENTS", "(no range)"]),
         ("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME", ["CUPTI_ACTIVITY_KIND_RUNTIME", "(no range)"]),
         ("DROP TABLE StringIds", ["StringIds", "'?'"]),
-        ("ALTER TABLE NVTX_EVENTS DROP COLUMN globalTid", ["NVTX_EVENTS lacks column(s) globalTid", "(no range)"]),
+        (
+            "ALTER TABLE NVTX_EVENTS DROP COLUMN globalTid",
+            ["NVTX_EVENTS lacks column(s) globalTid", "(no range)"],
+        ),
     ],
 )
 def test_a_missing_table_is_one_warning_line(tmp_path, sql, fragments):
