@@ -53,73 +53,9 @@ class ValidateResult:
     matched: object = None  # analysis.agreement.matched_agreement's table (None: no matched truth measured)
     conditions: dict = field(default_factory=dict)  # method -> how it was taken, in words
     repeat: object = None  # the repeated truth runs' per-config table (None: not repeated)
-
-
-def saved_about(target: str, result: ValidateResult) -> dict:
-    """What validate --save keeps beside the tables, so that load_validate shows the run again."""
-    return {
-        "target": target,
-        "timers": list(result.timers),
-        "truths": list(result.truths),
-        "configs": list(result.configs),
-        "failures": [
-            {"method": method, "config_id": config_id, "reason": reason}
-            for (method, config_id), reason in sorted(result.failures.items(), key=str)
-        ],
-    }
-
-
-def load_validate(document: dict) -> tuple[str, ValidateResult]:
-    """(target, ValidateResult) of validate --save's JSON. A save without what saved_about adds
-    (an older nsprof's) still loads: its timers and truths come from its agreement rows, and its
-    configs are known by id only. An NsprofError in one line when it cannot be read."""
-    import pandas as pd
-
-    from nsprof.analysis.agreement import AGREEMENT_COLUMNS, FLOOR_COLUMNS, MATCHED_COLUMNS
-
-    needs = {
-        "agreement": AGREEMENT_COLUMNS,
-        "per_config": ["config_id", "method", "value_ns"],
-        "noise_floor": FLOOR_COLUMNS,
-        "matched": MATCHED_COLUMNS,
-        "repeat_per_config": ["config_id", "method", "value_ns"],
-    }
-
-    def table(key: str):
-        # JSON's null was a NaN: a column of numbers and nulls is numbers again, one of nulls NaN
-        out = pd.DataFrame(document[key])
-        missing = [c for c in needs[key] if c not in out.columns]
-        if len(out) and missing:
-            raise ValueError(f"its {key} rows lack {', '.join(missing)}")
-        for column in out.columns:
-            given = out[column].dropna()
-            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in given):
-                out[column] = pd.to_numeric(out[column], errors="coerce")
-        return out
-
-    def frame(key: str):
-        return table(key) if document.get(key) is not None else None
-
-    try:
-        agreement = table("agreement")
-        per_config = table("per_config")
-        n_configs = int(per_config["config_id"].max()) + 1 if len(per_config) else 0
-        result = ValidateResult(
-            per_config=per_config,
-            agreement=agreement,
-            floors=table("noise_floor") if document["noise_floor"] else None,
-            verdict=str(document["verdict"]),
-            timers=list(document["timers"] if "timers" in document else sorted(set(agreement["timer"]))),
-            truths=list(document["truths"] if "truths" in document else sorted(set(agreement["truth"]))),
-            configs=list(document["configs"] if "configs" in document else [{} for _ in range(n_configs)]),
-            failures={(f["method"], int(f["config_id"])): f["reason"] for f in document.get("failures", [])},
-            matched=frame("matched"),
-            conditions=dict(document.get("conditions") or {}),
-            repeat=frame("repeat_per_config"),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise NsprofError(f"a saved validate run that cannot be read: {type(exc).__name__} {exc}") from None
-    return str(document.get("target") or "(a saved validate run)"), result
+    # A target with shapes is validated at each shape on its own: the shape's index and value
+    shape: int | None = None
+    shape_value: object = None
 
 
 def timer_groups(names: list[str]) -> list[list[str]]:
@@ -141,17 +77,20 @@ def timer_groups(names: list[str]) -> list[list[str]]:
 
 def run_timers(
     target: str,
-    n_configs: int,
+    points,
     names: list[str],
     settings: ValidateSettings,
     work_dir: Path,
     on_progress=None,
     compiles: bool = False,
 ) -> tuple[list[dict], dict, list[str]]:
-    """Every timer group in its own worker process (a FastTimers backend each), with the target's
-    compile step beside it where it has one (`compiles`): per-config rows {config_id, method,
-    value_ns, clock_hz} (an interleaved timer's: the median of its rounds), failures {(method or
-    "timers", config_id): reason} and the runs' notes (an interleaved timer's throttle check)."""
+    """Every timer group in its own worker process (a FastTimers backend each), over every point of
+    `points` (nsprof.schema.Points: each config at each shape), with the target's compile step beside
+    it where it has one (`compiles`): per-config rows {config_id, shape, method, value_ns, clock_hz}
+    (an interleaved timer's: the median of its rounds), failures {(method or "timers", config_id,
+    shape): reason} and the runs' notes (an interleaved timer's throttle check)."""
+    import pandas as pd
+
     rows: list[dict] = []
     failures: dict = {}
     notes: list[str] = []
@@ -160,18 +99,20 @@ def run_timers(
             group, settings.profile, work_dir / f"timers{index}", timer_reps=settings.timer_reps
         )
         backend = sharded(timers, settings.cluster)
-        request = Request(target, range(n_configs), n_configs, compiles=compiles)
+        request = Request(target, points.all(), points.n_configs, points.n_shapes, compiles=compiles)
         measured = backend.measure(request, on_progress=on_progress)
-        failures.update({("timers", cfg): reason for cfg, reason in measured.failures.items()})
+        failures.update({("timers", *points.split(p)): reason for p, reason in measured.failures.items()})
         notes += measured.notes
         frame = measured.frame[measured.frame["source"] != timers.failure_source]  # died: in failures
-        for (config_id, method), group in frame.groupby(["config_id", "source"], sort=False):
+        keys = ["config_id", "shape", "source"]
+        for (config_id, shape, method), group in frame.groupby(keys, sort=False, dropna=False):
+            where = {"config_id": int(config_id), "shape": None if pd.isna(shape) else int(shape)}
             errors = group["error"].dropna()
             if len(errors):
-                failures[(method, int(config_id))] = str(errors.iloc[0])
+                failures[(method, *where.values())] = str(errors.iloc[0])
             rows.append(
                 {
-                    "config_id": int(config_id),
+                    **where,
                     "method": method,
                     "value_ns": float(group["duration_ns"].median()),
                     "clock_hz": float(group["clock_hz"].median()),
@@ -212,12 +153,11 @@ def truth_profile(truth: Truth, settings: ValidateSettings, work_dir: Path):
     )
 
 
-def run_truth(
-    target: str, truth: Truth, settings: ValidateSettings, work_dir: Path, on_progress=None, space=None
-):
-    """One ground truth (under its condition) over every config: per-config rows {config_id,
-    method, value_ns, ci_low_ns, ci_high_ns, clock_hz} (method: Truth.method(mode), value: the
-    median of the reps, with the median's interval) and failures {(truth name, config_id): reason}."""
+def run_truth(target: str, truth: Truth, settings: ValidateSettings, work_dir: Path, on_progress, space):
+    """One ground truth (under its condition) over every config of `space` at each of its shapes:
+    per-config rows {config_id, shape, method, value_ns, ci_low_ns, ci_high_ns, clock_hz} (method:
+    Truth.method(mode), value: the median of the reps, with the median's interval) and failures
+    {(truth name, config_id, shape): reason}."""
     from nsprof.profile import profile_result
 
     profile_settings = truth_profile(truth, settings, work_dir)
@@ -228,7 +168,8 @@ def run_truth(
         space=space,
         backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None,
     )
-    failures = {(truth.name, int(c)): reason for c, reason in result.failures.items()}
+    points = space.points
+    failures = {(truth.name, *points.split(int(p))): reason for p, reason in result.failures.items()}
     return truth_rows(result.frame, truth), failures
 
 
@@ -241,6 +182,7 @@ def truth_rows(frame, truth: Truth) -> list[dict]:
     return [
         {
             "config_id": int(r.config_id),
+            "shape": int(r.shape) if "shape" in summary and r.shape == r.shape else None,
             "method": truth.method(r.mode),
             "value_ns": r.median_ns,
             "ci_low_ns": r.ci_low_ns,
@@ -326,10 +268,10 @@ def _measure(
     rows, failures, the truths' methods, the repeated truths' rows and how each method was taken."""
     from nsprof.timers.specs import conditions as conditions_of
 
-    n = len(space.configs)
+    n = len(space.configs) * max(1, space.n_shapes)
     rows, failures, notes = run_timers(
         target,
-        n,
+        space.points,
         names,
         settings,
         work_dir,
@@ -367,51 +309,73 @@ def validate(
     settings: ValidateSettings | None = None,
     on_stage: Callable[[str, int], Callable[[str, int, str], None]] | None = None,
     space=None,
-) -> ValidateResult:
-    """Run every step; `on_stage(name, n_configs)` returns a progress callback for that stage.
-    `space`: the target's Space where the caller has loaded it already."""
-    import pandas as pd
-
-    from nsprof.analysis import agreement as agree
-    from nsprof.render.validate_tables import format_verdict
+) -> list[ValidateResult]:
+    """Run every step: one ValidateResult per shape of the target (one for a target without shapes),
+    every shape's points measured in each of the timers' and truths' sessions; `on_stage(name,
+    n_points)` returns a progress callback for that stage. `space`: the target's Space where the
+    caller has loaded it already."""
     from nsprof.space import load_target
     from nsprof.timers.specs import available_external, expand
 
     settings = settings or ValidateSettings()
     conditioned = resolve_truths(settings)  # a truth that takes no condition: one line, before any work
     space = space or load_target(target)
-    if space.shapes is not None:
-        from nsprof.errors import NsprofError
-
-        raise NsprofError("validate does not take a target with shapes yet: give it a Space of one shape")
     names = expand(list(settings.timers)) + (available_external() if settings.external else [])
     stage = on_stage or (lambda name, count: None)
     with work_folder(settings.work_dir, "nsprof-validate-") as work_dir:  # a temporary one is removed
         rows, failures, truths, repeat_rows, conditions = _measure(
             target, space, names, conditioned, settings, work_dir, stage
         )
+    measured = {r["method"] for r in rows}
+    timers = [m for m in names if m in measured]
+    conditions = {m: conditions[m] for m in [*timers, *truths] if m in conditions}
+    return [
+        _compared(
+            [r for r in rows if r["shape"] == shape],
+            [r for r in repeat_rows if r["shape"] == shape],
+            timers,
+            truths,
+            matched_pairs(timers, conditioned, settings.modes),
+            ValidateResult(
+                per_config=None,
+                agreement=None,
+                floors=None,
+                verdict="",
+                timers=timers,
+                truths=truths,
+                configs=space.configs,
+                failures={(m, c): why for (m, c, at), why in failures.items() if at == shape},
+                conditions=conditions,
+                shape=shape,
+                shape_value=None if shape is None else space.shapes[shape],
+            ),
+        )
+        for shape in ([None] if space.shapes is None else range(space.n_shapes))
+    ]
+
+
+def _compared(rows: list[dict], repeat_rows: list[dict], timers, truths, pairs, result: ValidateResult):
+    """`result` with the tables of one shape's rows: each timer against each truth, the truths' floors
+    and the matched conditions, the verdict."""
+    import pandas as pd
+
+    from nsprof.analysis import agreement as agree
+    from nsprof.render.validate_tables import format_verdict
+
     columns = ["config_id", "method", "value_ns", "ci_low_ns", "ci_high_ns", "clock_hz"]
     per_config = pd.DataFrame(rows, columns=columns)
-    timers = [m for m in names if m in set(per_config["method"])]
     table = agree.agreement(per_config, timers, truths)
     first = per_config[per_config["method"].isin(truths)]
     repeat = pd.DataFrame(repeat_rows, columns=columns) if repeat_rows else None
     # the floor: each truth's repeated run, or without one its sibling mode (direct vs graph)
     floors = agree.noise_floor(first, repeat) if repeat is not None else agree.mode_floor(per_config, truths)
     floors = agree.winner_stability(floors, first, repeat)
-    pairs = matched_pairs(timers, conditioned, settings.modes)
-    matched = agree.matched_agreement(table, floors, pairs) if pairs else None
-    verdict = format_verdict(table, floors)
-    return ValidateResult(
+    return replace(
+        result,
         per_config=per_config,
         agreement=table,
         floors=floors,
-        verdict=verdict,
-        timers=timers,
-        truths=truths,
-        configs=space.configs,
-        failures=failures,
-        matched=matched,
-        conditions={m: conditions[m] for m in [*timers, *truths] if m in conditions},
+        verdict=format_verdict(table, floors),
+        matched=agree.matched_agreement(table, floors, pairs) if pairs else None,
         repeat=repeat,
     )

@@ -34,6 +34,7 @@ LAYERS = [
     [
         "nsprof.profile",
         "nsprof.validate",
+        "nsprof.validate_saved",
         "nsprof.adaptive",
         "nsprof.tune",
         "nsprof.feedback",

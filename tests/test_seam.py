@@ -66,7 +66,7 @@ def test_profile_tune_and_validate_run_through_a_registered_driver(seam, tmp_pat
 
     # The fast timers run in their own bare worker (FastTimers); without a GPU they fail, each
     # failure recorded against its timer and config.
-    checked = validate(
+    [checked] = validate(
         seam,
         ValidateSettings(
             timers=("event",),

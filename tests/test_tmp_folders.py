@@ -116,7 +116,7 @@ def _validate(target, **extra):
 
 
 def test_validate_leaves_nothing(target, fresh_tmp):
-    result = _validate(target)
+    [result] = _validate(target)
     assert set(result.per_config["method"]) == {"cupti", "cupti_cold", "cond:direct"}
     assert sorted(p.name for p in fresh_tmp.iterdir()) == []
 

@@ -117,7 +117,7 @@ def _saved(path: Path, *, plot_path, html_path, as_json) -> int:
 
 
 def _saved_validate(text: str):
-    """(target, ValidateResult) when `text` is validate --save's JSON (or an older nsprof's, which
+    """(target, a ValidateResult per shape) when `text` is validate --save's JSON (or an older nsprof's, which
     has its tables and no format), else None."""
     import json
 
@@ -131,7 +131,7 @@ def _saved_validate(text: str):
     if isinstance(document, dict) and (
         document.get("format") == VALIDATE_FORMAT or ("format" not in document and older <= set(document))
     ):
-        from nsprof.validate import load_validate
+        from nsprof.validate_saved import load_validate
 
         return load_validate(document)
     return None

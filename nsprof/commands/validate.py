@@ -19,7 +19,7 @@ from nsprof.commands.common import (
 )
 from nsprof.errors import NsprofError, OptionError
 from nsprof.host.redirect import results_only_on_stdout
-from nsprof.validate import saved_about
+from nsprof.validate_saved import saved_about
 
 
 def check(settings, *, plot_path, html_path, save_path, as_json) -> None:
@@ -64,30 +64,38 @@ def validate(target: str, settings, *, devices, scheduler, verbose):
     return on_target(target, run)
 
 
-def show(target: str, result, *, plot_path, html_path, save_path=None, as_json=False) -> None:
-    """Prints and draws a ValidateResult (from a run, or from validate --save's JSON)."""
+def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=False) -> None:
+    """Prints and draws the ValidateResults of a run or of validate --save's JSON, one per shape: every
+    shape's tables and JSON, the plot and the page of the first shape."""
     from nsprof.render.html import validate_page
-    from nsprof.render.json import agreement_document
+    from nsprof.render.json import agreement_record, validate_document
     from nsprof.render.plot import plot
 
-    for (method, config_id), reason in sorted(result.failures.items(), key=str):
-        click.echo(f"nsprof: {method} failed on config {config_id}: {reason}", err=True)
+    for result in results:
+        at = "" if result.shape is None else f" at shape {result.shape}"
+        for (method, config_id), reason in sorted(result.failures.items(), key=str):
+            click.echo(f"nsprof: {method} failed on config {config_id}{at}: {reason}", err=True)
+    first = results[0]
+    title = f"nsprof validate {target}" + _first_of(results)
     if plot_path:
-        plot(
-            result.per_config, result.agreement, result.timers, result.truths, plot_path, floors=result.floors
-        )
+        plot(first.per_config, first.agreement, first.timers, first.truths, plot_path, floors=first.floors)
         wrote(plot_path)
     if html_path:
-        write_html(html_path, lambda: validate_page(result, title=f"nsprof validate {target}"))
-    document = agreement_document(
-        result.agreement,
-        result.per_config,
-        result.floors,
-        result.verdict,
-        matched=result.matched,
-        conditions=result.conditions,
-        repeat=result.repeat,
-        about=saved_about(target, result),
+        write_html(html_path, lambda: validate_page(first, title=title))
+    document = validate_document(
+        [
+            agreement_record(
+                r.agreement,
+                r.per_config,
+                r.floors,
+                r.verdict,
+                matched=r.matched,
+                conditions=r.conditions,
+                repeat=r.repeat,
+                about=saved_about(target, r),
+            )
+            for r in results
+        ]
     )
     if save_path == "-":
         click.echo(document)
@@ -97,10 +105,20 @@ def show(target: str, result, *, plot_path, html_path, save_path=None, as_json=F
     if as_json:
         click.echo(document)
     else:
-        click.echo(_tables(result), err="-" in (plot_path, html_path, save_path))
+        click.echo(
+            "\n\n".join(_tables(r, len(results)) for r in results),
+            err="-" in (plot_path, html_path, save_path),
+        )
 
 
-def _tables(result) -> str:
+def _first_of(results) -> str:
+    """What a drawing of the first shape alone says of the others."""
+    if results[0].shape is None:
+        return ""
+    return f" at shape {results[0].shape} (of {len(results)}; the tables and --json have all)"
+
+
+def _tables(result, n_shapes: int) -> str:
     from nsprof.render.validate_tables import (
         format_agreement,
         format_conditions,
@@ -108,8 +126,13 @@ def _tables(result) -> str:
         format_matched,
         format_per_config,
     )
+    from nsprof.space import config_label
 
+    shape = None
+    if result.shape is not None:
+        shape = f"at shape {result.shape} of {n_shapes}: {config_label(result.shape_value)}"
     sections = [
+        shape,
         format_per_config(result.per_config, result.configs),
         format_agreement(result.agreement, result.floors),
         format_floors(result.floors),

@@ -68,7 +68,21 @@ def records(df: pd.DataFrame | None) -> list[dict[str, Any]]:
 VALIDATE_FORMAT = "nsprof validate"  # the "format" of validate --save's JSON
 
 
-def agreement_document(
+def agreement_document(*args, **kwargs) -> str:
+    """agreement_record's object as JSON text."""
+    return validate_document([agreement_record(*args, **kwargs)])
+
+
+def validate_document(shapes: list[dict]) -> str:
+    """`validate --json`/`--save` of agreement_record's objects, one per shape: the one object of a
+    target without shapes; with shapes, the first shape's at the top level and every shape's in
+    `shapes` (each with its `shape` and `shape_value`). NaN -> null."""
+    doc = shapes[0] if len(shapes) == 1 and "shape" not in shapes[0] else {**shapes[0], "shapes": shapes}
+    # allow_nan=False: a NaN that slipped through would make invalid JSON; fail here instead
+    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)
+
+
+def agreement_record(
     agreement_df: pd.DataFrame,
     per_config: pd.DataFrame,
     floors: pd.DataFrame | Mapping[str, float] | None,
@@ -78,13 +92,13 @@ def agreement_document(
     conditions: Mapping[str, str] | None = None,
     repeat: pd.DataFrame | None = None,
     about: Mapping[str, Any] | None = None,
-) -> str:
-    """A JSON object: `about` (what nsprof.validate.load_validate needs to show the run again:
+) -> dict:
+    """An object of JSON values: `about` (what nsprof.validate.load_validate needs to show the run again:
     target, timers, truths, configs, failures) under format VALIDATE_FORMAT, then agreement (rows), per_config (long rows as given), noise_floor (each row
     with its winner stability where computed: winner, winner_against, tie_set, tie_set_against,
     winners), verdict; and where given matched (each timer vs the truth under its own
     conditions), conditions (method -> how it was taken) and repeat_per_config (the truths'
-    repeated runs). NaN -> null."""
+    repeated runs)."""
     if floors is None or isinstance(floors, Mapping):
         floor_rows = [{"truth": t, "kendall_tau": tau} for t, tau in floor_map(floors).items()]
     else:
@@ -102,8 +116,7 @@ def agreement_document(
         doc["conditions"] = dict(conditions)
     if repeat is not None:
         doc["repeat_per_config"] = records(repeat)
-    # allow_nan=False: a NaN that slipped through would make invalid JSON; fail here instead
-    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)
+    return doc
 
 
 # The mark of a saved tune (tune --json), so that load_tune can tell one from other JSON.
