@@ -3,16 +3,16 @@ spaces at each of their shapes.
 
     source .device/setup.sh && python3 scripts/bench_regret.py --out benchmarks/results/bench_regret.json
 
-For each space (`FILE.py:ATTR`) and each of its first --shapes shapes (a space without shapes is
-one), a one-shape target is written to a temporary folder and `nsprof validate` runs on it
-(--validate-args; by default ncu and nsys in graph mode, each repeated for its floor, TileLang's and
-Triton's own timers included where installed). Each run is one cell. From the cell's saved JSON:
-per timer and truth its τ and its regret (how much slower, by the truth's own numbers, the timer's
-pick is than the truth's best), the truth's floor (τ between its two runs) and the timer validate
-recommends for that truth. The summary gives, per truth tool (ncu, nsys) and timer, the regret's
-mean, p95 and max over the cells, and for the recommended timers the cells whose τ is within 0.03
-of the floor (or at least 0.95); a cell where validate recommends no timer counts as a miss, and
-cells that failed are counted apart. JSON is written after each cell (a timeout keeps what ran); a
+For each space (`FILE.py:ATTR`) one `nsprof validate` runs (--validate-args; by default ncu and
+nsys in graph mode, each repeated for its floor, TileLang's and Triton's own timers included where
+installed), every shape of the space in its sessions; each shape is one cell (a space without
+shapes is one). From the cell's part of the saved JSON: per timer and truth its τ and its regret
+(how much slower, by the truth's own numbers, the timer's pick is than the truth's best), the
+truth's floor (τ between its two runs) and the timer validate recommends for that truth. The
+summary gives, per truth tool (ncu, nsys) and timer, the regret's mean, p95 and max over the
+cells, and for the recommended timers the cells whose τ is within 0.03 of the floor (or at least
+0.95); a cell where validate recommends no timer counts as a miss, and a space whose run failed
+is counted apart. JSON is written after each space (a timeout keeps what ran); a
 short table is printed last, the goals said met or MISSED. `--nsprof` swaps the command (tests run
 it with the stand-in profilers).
 """
@@ -51,28 +51,6 @@ SPACES = ",".join(
 )
 TAU_MARGIN, TAU_GOOD = 0.03, 0.95
 GOAL_MEAN_REGRET, GOAL_MAX_REGRET = 0.005, 0.02
-NO_SHAPE = "no such shape"
-
-WRAPPER = """import dataclasses
-from nsprof.space import load_target
-
-_inner = load_target({spec!r})
-_index = {shape}
-if _inner.shapes is None and _index == 0:
-    space = _inner
-elif _inner.shapes is None or _index >= len(_inner.shapes):
-    raise LookupError({no_shape!r})
-else:
-    _shape = _inner.shapes[_index]
-    space = dataclasses.replace(
-        _inner,
-        shapes=None,
-        tuner=None,
-        name=f"{{_inner.name}} shape {{_index}}",
-        build=lambda config: _inner.build(config, _shape),
-        compile=None if _inner.compile is None else (lambda config: _inner.compile(config, _shape)),
-    )
-"""
 
 
 def cell(document: dict) -> dict:
@@ -91,9 +69,13 @@ def cell(document: dict) -> dict:
     }
 
 
-def one_cell(nsprof: list[str], target: str, validate_args: list[str], save: Path, timeout_s: float) -> dict:
+def cells_of(nsprof: list[str], target: str, validate_args: list[str], save: Path, timeout_s: float) -> list:
+    """One validate run of `target`: a cell per shape (one without shapes), or [its failure]."""
     result, stdout = run_nsprof(nsprof, ["validate", target, *validate_args, "--save", str(save)], timeout_s)
-    return result if stdout is None else {**result, **cell(json.loads(save.read_text()))}
+    if stdout is None:
+        return [result]
+    document = json.loads(save.read_text())
+    return [{**result, **cell(shape)} for shape in document.get("shapes") or [document]]
 
 
 def _stats(values: list[float]) -> dict:
@@ -171,7 +153,6 @@ def print_table(result: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spaces", default=SPACES, help="comma-separated FILE.py:ATTR")
-    parser.add_argument("--shapes", type=int, default=3, help="the first N shapes of each space")
     parser.add_argument("--validate-args", default="--truth ncu,nsys --mode graph", help="validate's options")
     parser.add_argument("--nsprof", default=f"{sys.executable} -m nsprof", help="the command to run")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per cell")
@@ -186,22 +167,14 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory(prefix="nsprof-regret-") as folder:
         for number, spec in enumerate(s for s in args.spaces.split(",") if s):
-            where, _, attr = spec.rpartition(":")
-            for shape in range(args.shapes):
-                wrapper = Path(folder) / f"cell_{number}_{shape}.py"
-                wrapper.write_text(
-                    WRAPPER.format(spec=f"{(ROOT / where).resolve()}:{attr}", shape=shape, no_shape=NO_SHAPE)
-                )
-                save = Path(folder) / f"cell_{number}_{shape}.json"
-                result = one_cell(
-                    shlex.split(args.nsprof), f"{wrapper}:space", validate_args, save, args.timeout
-                )
-                if NO_SHAPE in result.get("error", ""):
-                    break  # the space has no more shapes
+            save = Path(folder) / f"space_{number}.json"
+            for shape, result in enumerate(
+                cells_of(shlex.split(args.nsprof), spec, validate_args, save, args.timeout)
+            ):
                 record["cells"][f"{spec}#{shape}"] = result
-                record["summary"] = summary(list(record["cells"].values()))
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(record, indent=1) + "\n")
+            record["summary"] = summary(list(record["cells"].values()))
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(record, indent=1) + "\n")
     print_table(record.get("summary", {}))
     failed = sum("error" in c for c in record["cells"].values())
     print(f"cells: {len(record['cells'])}, of which {failed} failed (their figures are missing above)")

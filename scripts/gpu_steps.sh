@@ -29,8 +29,8 @@
 #   interleaved   validate of the softmax space with the plain and the interleaved graph and CUPTI timers,
 #                 nsys as truth (repeated), the JSON kept: the interleaved timers' clock and throttle check
 #   gpu_timers    pytest tests/test_gpu_timers.py (the in-process timers on the GPU)
-#   regret        scripts/bench_regret.py --shapes 1 over the two single-shape spaces (a first cell each;
-#                 the whole suite, 11 spaces at up to 3 shapes, is longer than one call: run it in parts)
+#   regret        scripts/bench_regret.py over the two single-shape spaces (a cell each; the whole suite,
+#                 11 spaces at up to 3 shapes each, is longer than one call: run it in parts)
 #   aa            scripts/bench_aa.py --runs 4: one config entered twice must be called tied (~500 s)
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
 #                 times, logs; not the reports) comes back: where the session's ends go
@@ -75,7 +75,7 @@ for s in "$@"; do
                    --timers graph,interleaved --no-external --truth nsys --mode graph \
                    --save "$R/validate_softmax_interleaved.json" ;;
     gpu_timers) step gpu_timers 200 $PYTEST -m gpu tests/test_gpu_timers.py ;;
-    regret) step regret 580 python3 scripts/bench_regret.py --shapes 1 \
+    regret) step regret 580 python3 scripts/bench_regret.py \
               --spaces examples/seed_gemm.py:space,examples/softmax_triton.py:space --out "$R/bench_regret.json" ;;
     aa) step aa 580 python3 scripts/bench_aa.py --runs 4 --out "$R/bench_aa.json" ;;
     gpu_compose) step gpu_compose 590 $PYTEST -m gpu tests/test_gpu_compose.py ;;

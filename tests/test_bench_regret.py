@@ -1,8 +1,8 @@
 """scripts/bench_regret.py, the regret suite, run end to end with the stand-in profilers and timers:
-one cell per space and shape, every timer's regret against each truth, the recommended timer's
+one validate run per space, one cell per shape, every timer's regret against each truth, the recommended timer's
 τ against the truth's floor, the goals said.
 
-The truths (stand-in ncu and nsys) read each config's "ns": 1000, 1100, 1200, at every shape. The
+The truths (stand-in ncu and nsys) read each config's "ns_shapes": 1000, 1100, 1200, at both shapes. The
 stand-in `cupti` timer reads the launch's value for it: the truth's order at shape 0, config 2
 first at shape 1 (a pick 20% slower than the best), and `cupti_cold` always the truth's order."""
 
@@ -29,8 +29,8 @@ class Launch:
     def __call__(self):
         return None
 
-space = nsprof.space.Space(configs=[{"ns": 1000}, {"ns": 1100}, {"ns": 1200}], build=Launch, device="cpu",
-                           shapes=["a", "b"])
+space = nsprof.space.Space(configs=[{"ns": ns, "ns_shapes": [ns, ns]} for ns in (1000, 1100, 1200)], build=Launch,
+                           device="cpu", shapes=["a", "b"])
 """
 
 
@@ -38,7 +38,7 @@ def test_each_shape_is_a_cell_and_a_timer_picking_a_slower_config_has_that_regre
     (tmp_path / "t.py").write_text(TARGET)
     out = tmp_path / "regret.json"
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--spaces", f"{tmp_path / 't.py'}:space", "--shapes", "3",
+        [sys.executable, str(SCRIPT), "--spaces", f"{tmp_path / 't.py'}:space",
          "--validate-args=--timers cupti --no-external --truth ncu,nsys --mode direct --reps 2 --timer-reps 3",
          "--nsprof", f"{sys.executable} {STANDINS}", "--out", str(out)],
         capture_output=True, text=True, timeout=600, env={**os.environ, "NSPROF_STANDIN_TIMERS": "1"},
