@@ -140,6 +140,7 @@ class _Gather:
         self.follow, self.count, self.on_rows = follow, count, on_rows
         self.frames, self.failures, self.devices, self.medians = [], {}, {}, {}
         self.model = ""
+        self.notes: list[str] = []  # the batches' own (an interleaved timer's throttle check), in order
 
     def take(self, k: int, result: dict, n_ids: int) -> None:
         """Batch k's result: its rows handed on, its configs counted."""
@@ -153,6 +154,7 @@ class _Gather:
         self._check_model(k, device)
         own = self._own_rows(batch, result, device)
         self.failures.update({c: why for c, why in result.get("failures", {}).items() if c in set(batch)})
+        self.notes += [note for note in result.get("notes", []) if note not in self.notes]
         for config_id in batch:
             self.count(self.follow, config_id, self.failures)
         self.frames.append(own)
@@ -204,12 +206,12 @@ class _Gather:
 
         from nsprof.schema import make_frame
 
-        notes = []
+        notes = list(self.notes)
         per_gpu = {who: float(pd.Series(values).median()) for who, values in self.medians.items()}
         if len(per_gpu) > 1:
-            notes.append(calibration_note(self.calibration, per_gpu, self.model))
-        for note in notes:
-            print(f"nsprof: {note}", file=sys.stderr, flush=True)
+            calibration = calibration_note(self.calibration, per_gpu, self.model)
+            print(f"nsprof: {calibration}", file=sys.stderr, flush=True)
+            notes.append(calibration)
         devices = self.devices
         combined = (
             combined_gpu([d.get("uuid", "") for d in devices.values()], self.model) if devices else None

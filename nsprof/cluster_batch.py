@@ -98,6 +98,7 @@ def run_batch(
         **me,
         "frame": result.frame,
         "failures": dict(result.failures),
+        "notes": list(result.notes),
         "device": result.device,
         "wall_s": time.monotonic() - started,
         "work_dir": str(result.work_dir) if result.work_dir else None,

@@ -185,9 +185,12 @@ class FastTimers(Backend):
         self.interleave = any(m in INTERLEAVED for m in self.methods)
         if self.interleave and not all(m in INTERLEAVED for m in self.methods):
             raise NsprofError("interleaved and plain timers run in separate workers: give one kind")
+        from nsprof.drivers import registry
+
         self.settings = replace(
             settings, backend=NO_PROFILER, modes=("direct",), reps=1, warmup=3, work_dir=Path(work_dir)
         )
+        self.driver = registry.get_driver(NO_PROFILER)  # carried with the backend, to a Dask worker too
         self.timer_reps = timer_reps
         self.value = "median_ns" if stat == "median" else "min_ns"
         self._labels = dict(labels or {})
@@ -281,6 +284,7 @@ class FastTimers(Backend):
                 n_shapes=request.n_shapes,
                 job_extra=self._job(request, results),
                 compiles=request.compiles,
+                driver=self.driver,
             )
         except KeyboardInterrupt:
             if on_rows is not None:

@@ -265,3 +265,26 @@ def test_a_compile_wait_after_an_unfinished_interleaved_config_is_no_time_of_tha
     status = parse_status(text)
     assert status.current == 1 and bounds.passed(text, status, now=12.0) is None
     assert bounds.passed(text, status, now=16.5) == "timeout"  # config 1's own window still bounded
+
+
+def test_the_throttle_check_is_said_when_the_timers_run_on_dask_workers(tmp_path):
+    # --devices: the timers' worker runs under a Dask worker of nsprof's own LocalCluster (a child
+    # nsprof, the stand-in timers installed there); what its throttle check did comes back with it.
+    import os
+    import subprocess
+
+    (tmp_path / "t.py").write_text(TARGET)
+    program = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); import standins; standins.install(timers=True); "
+        "from nsprof.cli import main; sys.argv[0] = 'nsprof'; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(Path(__file__).parent), "validate", "t.py:space",
+         "--timers", "cupti_interleaved", "--no-external", "--truth", "nsys", "--mode", "direct", "--reps", "1",
+         "--no-repeat", "--timer-reps", str(ROUNDS), "--devices", "0", "--save", "v.json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "NSPROF_TEST_CLOCKS": "1980,1980,1000", "NSPROF_LOCK_DIR": str(tmp_path / "locks")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    words = json.loads((tmp_path / "v.json").read_text())["conditions"]["cupti_interleaved"]
+    assert "rounds discarded" in words and "highest of its batch, 1980 MHz" in words, words
