@@ -439,23 +439,6 @@ def test_a_plain_space_in_the_same_file_tunes_as_before(shaped, tmp_path):
     assert list(result.ranking.table["config_id"]) == [0, 1]  # the stand-in's 1000 + config id
 
 
-def test_validate_refuses_shapes_in_one_line(shaped, tmp_path):
-    done = subprocess.run(
-        [sys.executable, str(STANDINS), "validate", shaped + ":space", "--truth", "ncu"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1])},
-    )
-    assert done.returncode == 2
-    assert (
-        done.stderr.strip()
-        .splitlines()[-1]
-        .endswith("validate does not take a target with shapes yet: give it a Space of one shape")
-    )
-
-
 # -- the integrations, with their tuners replaced (the GPU test: tests/test_gpu_shapes.py) ------------
 
 
