@@ -98,7 +98,7 @@ def describe(space) -> dict:
         "format": FORMAT,
         "name": space.name,
         **plain,
-        "compiles": space.compile is not None,
+        "compiles": space.compiles,
         "tuner": None
         if tuner is None
         else {"name": tuner.name, **{a: bool(getattr(tuner, a)) for a in TUNER_ABILITIES}},
