@@ -45,8 +45,36 @@ from nsprof.errors import TargetError
 from nsprof.tuner import TunerHook
 
 
+class Listing:
+    """What a Space and nsprof's view of one (nsprof.space_view.SpaceView) read the same way from their
+    `configs` and `shapes`: labels, the number of shapes, the points a session numbers."""
+
+    configs: list
+    shapes: list | None
+
+    def label(self, config_id: int) -> str:
+        """A short readable name for one config: k=v pairs."""
+        return config_label(self.configs[config_id])
+
+    @property
+    def n_shapes(self) -> int:
+        """How many shapes the space lists (0: it has none)."""
+        return 0 if self.shapes is None else len(self.shapes)
+
+    @property
+    def points(self):
+        """How a session numbers this space's (shape, config) pairs (nsprof.schema.Points)."""
+        from nsprof.schema import Points
+
+        return Points(len(self.configs), self.n_shapes)
+
+    def shape_label(self, shape: int | None) -> str:
+        """A short readable name for one shape (k=v pairs for a dict, else its text)."""
+        return "" if shape is None else config_label(self.shapes[shape])
+
+
 @dataclass
-class Space:
+class Space(Listing):
     configs: list[dict[str, Any]]
     build: Callable[..., Callable[[], Any]]  # build(config), or build(config, shape) with shapes
     name: str = "space"
@@ -86,30 +114,10 @@ class Space:
         if self.device not in ("cuda", "cpu"):
             raise TargetError(f"space {self.name!r}: device must be 'cuda' or 'cpu'")
 
-    def label(self, config_id: int) -> str:
-        """A short readable name for one config: k=v pairs."""
-        return config_label(self.configs[config_id])
-
     @property
     def compiles(self) -> bool:
         """Whether the space has a compile step."""
         return self.compile is not None
-
-    @property
-    def n_shapes(self) -> int:
-        """How many shapes the space lists (0: it has none)."""
-        return 0 if self.shapes is None else len(self.shapes)
-
-    @property
-    def points(self):
-        """How a session numbers this space's (shape, config) pairs (nsprof.schema.Points)."""
-        from nsprof.schema import Points
-
-        return Points(len(self.configs), self.n_shapes)
-
-    def shape_label(self, shape: int | None) -> str:
-        """A short readable name for one shape (k=v pairs for a dict, else its text)."""
-        return "" if shape is None else config_label(self.shapes[shape])
 
     def build_at(self, config_id: int, shape: int | None = None):
         """The zero-argument launch of one config (at shape index `shape`, for a space with shapes)."""

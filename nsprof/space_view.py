@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nsprof.errors import TargetError
-from nsprof.space import config_label, split_target, target_fingerprint
+from nsprof.space import Listing, split_target, target_fingerprint
 
 FORMAT = 1  # of a description: a saved one of another format is read afresh
 TUNER_ABILITIES = (
@@ -53,7 +53,7 @@ class TunerView:
 
 
 @dataclass(frozen=True)
-class SpaceView:
+class SpaceView(Listing):
     """A described Space: its configs and shapes as JSON values (each dict in its own key order, for
     labels), what the worker checks (`read`: Space.as_read()), whether it has a compile step, its
     tuner's abilities; `saved`: read from this user's saved views rather than from a child."""
@@ -69,22 +69,6 @@ class SpaceView:
     @property
     def fingerprint(self) -> str:
         return self.read["fingerprint"]
-
-    @property
-    def n_shapes(self) -> int:
-        return 0 if self.shapes is None else len(self.shapes)
-
-    @property
-    def points(self):
-        from nsprof.schema import Points
-
-        return Points(len(self.configs), self.n_shapes)
-
-    def label(self, config_id: int) -> str:
-        return config_label(self.configs[config_id])
-
-    def shape_label(self, shape: int | None) -> str:
-        return "" if shape is None else config_label(self.shapes[shape])
 
     def as_read(self) -> dict:
         return self.read
