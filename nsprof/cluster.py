@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import replace
 
 from nsprof.cluster_batch import absolute_target, calibration_median, calibration_note, run_batch, shard
 from nsprof.cluster_dask import (
@@ -287,19 +288,16 @@ class Sharded(Backend):
         self, client, request: Request, batches: list[list[int]], calibration, topic: str, job: str
     ) -> dict:
         """One Dask task per batch, each on a worker with one GPU: future -> batch number."""
-        where = absolute_target(request.target)
+        shared = replace(request, target=absolute_target(request.target))
         return {
             client.submit(
                 run_batch,
                 self.inner.in_subfolder(f"batch{k}"),
-                where,
+                shared,
                 batch,
-                request.n_configs,
                 calibration,
                 topic,
                 k,
-                request.expect,
-                request.n_shapes,
                 key=f"nsprof-batch-{job}-{k}",
                 resources={GPU_RESOURCE: 1},
                 retries=BATCH_RETRIES,

@@ -8,10 +8,11 @@ import math
 import os
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 from nsprof.errors import GpuBusy, NsprofError
-from nsprof.measure import Backend
+from nsprof.measure import Backend, Request
 from nsprof.schema import Points
 
 LOCK_WAIT_S = 30.0  # a batch re-run on a restarted worker waits this long for the dead one's children
@@ -50,22 +51,13 @@ def absolute_target(target: str) -> str:
 
 
 def run_batch(
-    backend: Backend,
-    target: str,
-    batch: list[int],
-    n_configs: int,
-    calibration: int | None,
-    topic: str,
-    index: int,
-    expect: dict | None = None,
-    n_shapes: int = 0,
+    backend: Backend, request: Request, batch: list[int], calibration: int | None, topic: str, index: int
 ) -> dict:
-    """On a Dask worker: compile and measure one batch (and the calibration config) in one session
-    on this worker's GPU, holding its lock; progress goes to the client as events on `topic`. With
-    `n_shapes` (a target with shapes), the batch's ids are point ids (nsprof.schema.Points)."""
+    """On a Dask worker: compile and measure one batch (and the calibration config) in one session on
+    this worker's GPU, holding its lock; progress goes to the client as events on `topic`. `request`:
+    the run's, whose target, layout and expectations the batch shares (the target is not imported
+    here: the session's worker does that). The batch's ids are point ids (nsprof.schema.Points)."""
     from distributed import get_worker
-
-    from nsprof.profile import profile_result
 
     worker = get_worker()
     me = {
@@ -83,13 +75,7 @@ def run_batch(
     started = time.monotonic()
     try:
         _wait_for_dead_predecessor(backend)
-        result = profile_result(
-            target,
-            backend=backend,
-            **({"points": ids} if n_shapes else {"config_ids": ids}),
-            on_progress=progress,
-            expect=expect,
-        )
+        result = backend.measure(replace(request, ids=ids), on_progress=progress)
     except NsprofError as exc:
         send(event="error", detail=str(exc)[:300])
         return {**me, "error": f"{type(exc).__name__}: {exc}"}

@@ -72,6 +72,9 @@ class Listing:
         """A short readable name for one shape (k=v pairs for a dict, else its text)."""
         return "" if shape is None else config_label(self.shapes[shape])
 
+    def confirm(self) -> None:
+        """Nothing: a loaded Space is the target (nsprof.space_view.SpaceView's checks a saved view)."""
+
 
 @dataclass
 class Space(Listing):

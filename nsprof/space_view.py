@@ -4,16 +4,19 @@ so that the next run over the same source reads it without a child.
 
 - SpaceView: a Space's read-only face (configs, shapes, points, labels, as_read, the tuner's
   abilities), all that nsprof's process asks of a target; the worker, the compile step and the
-  tuner's child import the target themselves and check it against `as_read()`;
+  tuner's child import the target themselves, and the worker checks it against `as_read()`;
 - describe: what the child sends of the Space it loaded;
 - read_target: the SpaceView of a target: the one saved under its source's fingerprint, else one
   described by a child (`python -m nsprof.space_view TARGET`: `main`) and saved.
 
 A saved view is keyed by the target's static fingerprint (nsprof.space.target_fingerprint), its
-place, the Python and PYTHONPATH. What the fingerprint cannot see (configs read from a data file,
-an environment variable) can leave a saved view behind the target: the worker then refuses the
-run before it measures anything (nsprof.errors.TargetChanged), and the command reads the target
-afresh and runs once more (nsprof.commands.common.on_target).
+place, the Python, PYTHONPATH and nsprof's version. What the fingerprint cannot see (configs read
+from a data file, an environment variable, a tuner hook in an installed library) can leave a saved
+view behind the target. So a saved view is checked while it is used: a child describes the target
+again at once, beside the run (its import overlaps the worker's). What rests on the view alone waits
+for that check (SpaceView.confirm: a ranking of stored rows, the tuner's calls), and a run that fails
+or ends on a view found behind the target runs once more on the target as it is
+(nsprof.commands.common.on_target).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nsprof.errors import TargetError
+from nsprof.errors import TargetChanged, TargetError
 from nsprof.space import Listing, split_target, target_fingerprint
 
 FORMAT = 1  # of a description: a saved one of another format is read afresh
@@ -64,11 +67,34 @@ class SpaceView(Listing):
     compiles: bool
     tuner: TunerView | None
     read: dict = field(repr=False)
-    saved: bool = False
+    # A saved view's check: a child describing the target again meanwhile (None: described just now)
+    check: _Check | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def saved(self) -> bool:
+        return self.check is not None
 
     @property
     def fingerprint(self) -> str:
         return self.read["fingerprint"]
+
+    def refreshed(self) -> SpaceView | None:
+        """The target as its check describes it now where this saved view is behind it (saved in its
+        place); None where the view is the target's, or was described just now. Waits for the check."""
+        if self.check is None:
+            return None
+        doc = self.check.described()
+        return None if doc == self.check.saved else view_of(doc)
+
+    def confirm(self) -> None:
+        """TargetChanged where this saved view is behind the target: what rests on the view alone (a
+        ranking of stored rows, the tuner's calls) must not go on."""
+        if self.refreshed() is not None:
+            raise TargetChanged(f"nsprof's saved description of {self.check.spec} is behind it: read again")
+
+    def close(self) -> None:
+        if self.check is not None:
+            self.check.close()
 
     def as_read(self) -> dict:
         return self.read
@@ -90,7 +116,7 @@ def describe(space) -> dict:
     }
 
 
-def view_of(doc: dict, saved: bool = False) -> SpaceView:
+def view_of(doc: dict, check: _Check | None = None) -> SpaceView:
     tuner = doc["tuner"]
     return SpaceView(
         name=doc["name"],
@@ -99,7 +125,7 @@ def view_of(doc: dict, saved: bool = False) -> SpaceView:
         compiles=doc["compiles"],
         tuner=None if tuner is None else TunerView(**tuner),
         read=doc["read"],
-        saved=saved,
+        check=check,
     )
 
 
@@ -114,47 +140,68 @@ def read_target(spec: str, fresh: bool = False) -> SpaceView:
         fingerprint = target_fingerprint(spec)
     except OSError as exc:
         raise TargetError(f"reading the source of {where} failed: {exc}") from exc
+    from nsprof import __version__
+
     place = str(Path(where).resolve()) if is_file else f"{os.getcwd()}|{where}"
-    key = json.dumps([FORMAT, place, attr, fingerprint, sys.executable, os.environ.get("PYTHONPATH", "")])
+    python = [sys.executable, os.environ.get("PYTHONPATH", ""), __version__]
+    key = json.dumps([FORMAT, place, attr, fingerprint, *python])
     path = _saved_path(hashlib.sha256(key.encode()).hexdigest()[:32])
-    if path is not None and not fresh:
-        doc = _read_saved(path)
-        if doc is not None and doc.get("format") == FORMAT and doc["read"]["fingerprint"] == fingerprint:
-            return view_of(doc, saved=True)
-    doc = _describe_in_child(spec)
-    # The child fingerprints after its import: another fingerprint means the source changed meanwhile,
-    # and that description is used, never saved under the source nsprof fingerprinted before.
-    if path is not None and doc["read"]["fingerprint"] == fingerprint:
-        _save(path, doc)
-    return view_of(doc)
+    saved = _read_saved(path) if path is not None and not fresh else None
+    if (
+        saved is not None
+        and saved.get("format") == FORMAT
+        and saved["read"].get("fingerprint") == fingerprint
+    ):
+        return view_of(saved, _Check(spec, path, fingerprint, saved))
+    return view_of(_Check(spec, path, fingerprint).described())
 
 
-def _describe_in_child(spec: str) -> dict:
-    """The child's description of TARGET (its output: one JSON document; what the target prints goes
-    to nsprof's standard error), or its one line of error (TargetError)."""
-    import subprocess
+class _Check:
+    """A child that imports TARGET and describes it (`python -m nsprof.space_view TARGET`), started at
+    once; described() waits for its description, saves it at `path` (where the child read the source
+    nsprof fingerprinted: `fingerprint`), and compares it with `saved`, the description it checks."""
 
-    from nsprof.host.children import dies_with_nsprof
+    def __init__(self, spec: str, path: Path | None, fingerprint: str, saved: dict | None = None) -> None:
+        import subprocess
 
-    done = subprocess.run(
-        [sys.executable, "-m", "nsprof.space_view", spec],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        preexec_fn=dies_with_nsprof(),
-        check=False,
-    )
-    try:
-        doc = json.loads(done.stdout)
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
-        raise TargetError(
-            f"reading {spec} failed: the process that imported it ended without describing it "
-            f"(exit status {done.returncode}; what it printed is above)"
+        from nsprof.host.children import dies_with_nsprof
+
+        self.spec, self.path, self.fingerprint, self.saved = spec, path, fingerprint, saved
+        self.doc: dict | None = None
+        # What the target prints goes to nsprof's standard error; standard output is the description alone.
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", "nsprof.space_view", spec],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=dies_with_nsprof(),
         )
-    if "error" in doc:
-        raise TargetError(doc["error"])
-    return doc
+
+    def described(self) -> dict:
+        """The child's description, or its one line of error (TargetError)."""
+        if self.doc is None:
+            out, _ = self.child.communicate()
+            try:
+                doc = json.loads(out)
+            except ValueError:
+                doc = None
+            if not isinstance(doc, dict):
+                raise TargetError(
+                    f"reading {self.spec} failed: the process that imported it ended without describing it "
+                    f"(exit status {self.child.returncode}; what it printed is above)"
+                )
+            if "error" in doc:
+                raise TargetError(doc["error"])
+            # The child fingerprints after its import: another fingerprint means the source changed
+            # meanwhile; that description is used, never saved under the source fingerprinted before.
+            if self.path is not None and doc != self.saved and doc["read"]["fingerprint"] == self.fingerprint:
+                _save(self.path, doc)
+            self.doc = doc
+        return self.doc
+
+    def close(self) -> None:
+        if self.child.poll() is None:
+            self.child.kill()
+            self.child.communicate()
 
 
 def _saved_path(name: str) -> Path | None:

@@ -1,7 +1,11 @@
-"""nsprof's own process never imports the target (torch, the tuner): a child describes it once
-(nsprof.space_view), and the next run over the same source reads that description back without one.
-The target records every process that imports it, so that the processes are read from themselves;
-real nsprof runs with the stand-in profiler (tests/standins.py)."""
+"""nsprof's own process never imports the target (torch, the tuner): a child describes it
+(nsprof.space_view), and the next run over the same source reads that description back, checked by a
+child beside the run. The target records every process that imports it, so that the processes are
+read from themselves; real nsprof runs with the stand-in profiler (tests/standins.py).
+
+What the source does not show (here: the configs, the tuner and the compile step come from a data
+file and an environment variable) can leave a saved description behind the target; each test of that
+kind checks the run against what a run with nothing saved gives."""
 
 from __future__ import annotations
 
@@ -21,109 +25,174 @@ RECORD = textwrap.dedent("""
     with open(os.environ["NSPROF_TEST_RECORD"], "a") as f:
         f.write(json.dumps({"pid": os.getpid(), "argv": sys.argv}) + "\\n")
 """)
-# N configs from $NSPROF_TEST_N: what the source alone does not show.
+# The configs: configs.json beside the target (or 3 of them). With $NSPROF_TEST_EXTRAS=1 the Space has
+# a tuner hook and a compile step (each compile appends to compiled.txt). With $NSPROF_TEST_CHECK_WAITS
+# the child that checks a saved view goes on only once a worker has imported the target: had nsprof
+# waited for the check before its session, that child would see no worker (and say so, after 60 s).
 TARGET = RECORD + textwrap.dedent("""
+    import pathlib, time
     from nsprof.space import Space
     from nsprof.tuner import TunerHook
 
+    HERE = pathlib.Path(__file__).parent
     print("the target's import prints this")
+    if os.environ.get("NSPROF_TEST_CHECK_WAITS") and sys.argv[0].endswith("space_view.py"):
+        deadline = time.monotonic() + 60
+        while "worker" not in open(os.environ["NSPROF_TEST_RECORD"]).read() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with open(os.environ["NSPROF_TEST_RECORD"], "a") as f:
+            saw = "worker" in open(os.environ["NSPROF_TEST_RECORD"]).read()
+            f.write(json.dumps({"pid": os.getpid(), "argv": ["checked"], "saw_worker": saw}) + "\\n")
+
 
     class Hook(TunerHook):
         name = "the test's tuner"
 
         def feed_back(self, latencies_ms):
-            return "stored " + str(min(latencies_ms, key=latencies_ms.get))
+            best = min(latencies_ms, key=latencies_ms.get)
+            return f"stored config {best} = {CONFIGS[best]['ns']} ns"
 
-    N = int(os.environ.get("NSPROF_TEST_N", "3"))
-    space = Space(name="t", configs=[{"i": i, "ns": 1000 * (N - i)} for i in range(N)],
-                  build=lambda config: (lambda: None), device="cpu", tuner=Hook())
+
+    def compile(config):
+        with open(HERE / "compiled.txt", "a") as f:
+            f.write(f"{config['ns']}\\n")
+
+
+    DATA = HERE / "configs.json"
+    CONFIGS = json.loads(DATA.read_text()) if DATA.exists() else [{"ns": ns} for ns in (3000, 2000, 1000)]
+    EXTRAS = os.environ.get("NSPROF_TEST_EXTRAS") == "1"
+    space = Space(name="t", configs=CONFIGS, build=lambda config: (lambda: None), device="cpu",
+                  tuner=Hook() if EXTRAS else None, compile=compile if EXTRAS else None)
 """)
-TUNE = ["--backend", "ncu", "--mode", "direct", "--reps", "3", "--budget-s", "0"]
+TUNE = ["--backend", "ncu", "--mode", "direct", "--reps", "3", "--budget-s", "0", "--json"]
 
 
-def tune(
-    folder: Path, record: Path, cache: Path, n: int = 3, spec: str = "t.py:space"
-) -> tuple[int, dict, str]:
-    """One `nsprof tune --json` in a child process: (its pid, its document, its stderr)."""
-    env = {
+def nsprof(folder: Path, *args, **env) -> tuple[int, subprocess.CompletedProcess]:
+    """One nsprof command in a child process, its targets' views saved in folder/cache: (its pid, what
+    it did)."""
+    environ = {
         **os.environ,
-        "NSPROF_TEST_RECORD": str(record),
-        "NSPROF_TEST_N": str(n),
-        "XDG_CACHE_HOME": str(cache),
+        "NSPROF_TEST_RECORD": str(folder / "record.jsonl"),
+        "XDG_CACHE_HOME": str(folder / "cache"),
+        **env,
     }
-    args = [sys.executable, str(STANDINS), "tune", spec, *TUNE, "--no-store", "--json"]
     with subprocess.Popen(
-        args, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as nsprof:
-        out, err = nsprof.communicate(timeout=300)
-    assert nsprof.returncode == 0, err
-    return nsprof.pid, json.loads(out), err
+        [sys.executable, str(STANDINS), *args],
+        cwd=folder,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as child:
+        out, err = child.communicate(timeout=300)
+    return child.pid, subprocess.CompletedProcess(args, child.returncode, out, err)
 
 
-def importers(record: Path) -> list[str]:
-    """The module each process that imported the target ran as (its argv[0]'s name), by pid."""
-    lines = [json.loads(line) for line in record.read_text().splitlines()]
-    return [(r["pid"], Path(r["argv"][0]).parent.name + "/" + Path(r["argv"][0]).name) for r in lines]
+def tune(folder: Path, *more, **env) -> dict:
+    _, done = nsprof(folder, "tune", "t.py:space", *TUNE, *more, **env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
-def test_nsprof_imports_the_target_in_no_process_of_its_own_and_describes_it_once(tmp_path):
+def importers(folder: Path) -> list[tuple[int, str]]:
+    """(pid, the module it ran as: its argv[0]'s folder/name) of each process that imported the target."""
+    lines = [json.loads(line) for line in (folder / "record.jsonl").read_text().splitlines()]
+    return [(r["pid"], "/".join(Path(r["argv"][0]).parts[-2:])) for r in lines if r["argv"] != ["checked"]]
+
+
+def test_nsprof_imports_the_target_in_no_process_of_its_own_and_checks_a_saved_view_beside_the_run(tmp_path):
     (tmp_path / "t.py").write_text(TARGET)
-    record, cache = tmp_path / "record.jsonl", tmp_path / "cache"
-    first, document, err = tune(tmp_path, record, cache)
+    first, done = nsprof(tmp_path, "tune", "t.py:space", *TUNE, "--no-store", NSPROF_TEST_EXTRAS="1")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
     assert document["best_config_id"] == 2
-    assert any("stored 2" in note for note in document["notes"]), document["notes"]
-    assert "the target's import prints this" in err  # on standard error: stdout holds the JSON alone
-    seen = importers(record)
+    assert any("stored config 2 = 1000 ns" in note for note in document["notes"]), document["notes"]
+    assert "the target's import prints this" in done.stderr  # standard output holds the JSON alone
+    seen = importers(tmp_path)
     assert first not in [pid for pid, _ in seen]
-    assert sorted(name for _, name in seen) == [
-        "nsprof/feedback.py",
-        "nsprof/space_view.py",
-        "worker/__main__.py",
-    ]
+    # the tuner's child, the child that describes the target, the session's worker and compile step
+    described = ["nsprof/feedback.py", "nsprof/space_view.py", "worker/__main__.py", "worker/compile.py"]
+    assert sorted(name for _, name in seen) == described
+    assert sorted((tmp_path / "compiled.txt").read_text().split()) == ["1000", "2000", "3000"]
 
-    record.unlink()
-    second, again, _ = tune(tmp_path, record, cache)
-    assert again["best_config_id"] == 2 and again["configs"] == document["configs"]
-    seen = importers(record)
+    (tmp_path / "record.jsonl").unlink()
+    second, done = nsprof(
+        tmp_path,
+        "tune",
+        "t.py:space",
+        *TUNE,
+        "--no-store",
+        NSPROF_TEST_EXTRAS="1",
+        NSPROF_TEST_CHECK_WAITS="1",
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["best_config_id"] == 2
+    seen = importers(tmp_path)
     assert second not in [pid for pid, _ in seen]
-    # the description saved by the first run: no process imports the target only to describe it
-    assert sorted(name for _, name in seen) == ["nsprof/feedback.py", "worker/__main__.py"]
+    assert sorted(name for _, name in seen) == described  # the check, beside the worker
+    [checked] = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()[-4:]
+                 if '"checked"' in line]  # fmt: skip
+    assert checked["saw_worker"]  # the session did not wait for the check
 
 
-def test_a_saved_description_the_source_does_not_show_is_behind_is_read_again(tmp_path):
-    # The configs come from an environment variable: the second run's source is the first's, its
-    # configs are not. The worker refuses the saved description; nsprof reads the target again.
+def test_a_view_saved_without_the_tuner_and_the_compile_step_gets_them_once_they_are_there(tmp_path):
     (tmp_path / "t.py").write_text(TARGET)
-    record, cache = tmp_path / "record.jsonl", tmp_path / "cache"
-    tune(tmp_path, record, cache, n=3)
-    _, document, _ = tune(tmp_path, record, cache, n=4)
-    assert [c["i"] for c in document["configs"]] == [0, 1, 2, 3]
+    tune(tmp_path, "--no-store")
+    document = tune(tmp_path, "--no-store", NSPROF_TEST_EXTRAS="1")
+    assert any("stored config 2 = 1000 ns" in note for note in document["notes"]), document["notes"]
+    assert sorted((tmp_path / "compiled.txt").read_text().split()) == ["1000", "2000", "3000"]
+
+
+def test_a_resume_of_stored_rows_never_hands_the_tuner_a_saved_views_configs(tmp_path):
+    # Everything is stored: no worker runs to check the view. The configs file turned around since.
+    (tmp_path / "t.py").write_text(TARGET)
+    data = [{"bs": 32, "ns": 3000}, {"bs": 64, "ns": 2000}, {"bs": 128, "ns": 1000}]
+    (tmp_path / "configs.json").write_text(json.dumps(data))
+    tune(tmp_path, NSPROF_TEST_EXTRAS="1")
+    (tmp_path / "configs.json").write_text(json.dumps(data[::-1]))
+    document = tune(tmp_path, "--resume", NSPROF_TEST_EXTRAS="1")
+    assert document["best_config_id"] == 0 and document["best_config"] == {"bs": 128, "ns": 1000}
+    assert any("stored config 0 = 1000 ns" in note for note in document["notes"]), document["notes"]
+
+
+def test_a_config_added_since_the_view_was_saved_can_be_named_and_is_measured(tmp_path):
+    (tmp_path / "t.py").write_text(TARGET)
+    data = [{"ns": 3000}, {"ns": 2000}, {"ns": 1000}]
+    (tmp_path / "configs.json").write_text(json.dumps(data))
+    tune(tmp_path, "--no-store")
+    (tmp_path / "configs.json").write_text(json.dumps([*data, {"ns": 500}]))
+    document = tune(tmp_path, "--no-store", "--configs", "2,3")
     assert document["best_config_id"] == 3
-    table = {row["config_id"]: row["value_ns"] for row in document["ranked"]}
-    assert table == {0: 4000, 1: 3000, 2: 2000, 3: 1000}
+    assert {row["config_id"]: row["value_ns"] for row in document["ranked"]} == {2: 1000, 3: 500}
+    again = tune(tmp_path, "--no-store")  # and the view saved since is the target's
+    assert [row["config_id"] for row in again["ranked"]] == [3, 2, 1, 0]
+
+
+def test_a_saved_view_behind_the_target_is_read_again_on_dask_workers_too(tmp_path):
+    (tmp_path / "t.py").write_text(TARGET)
+    data = [{"ns": 3000}, {"ns": 2000}, {"ns": 1000}]
+    (tmp_path / "configs.json").write_text(json.dumps(data))
+    lock = {"NSPROF_LOCK_DIR": str(tmp_path / "locks")}
+    tune(tmp_path, "--no-store", "--devices", "0", "--no-feed-back", **lock)
+    (tmp_path / "configs.json").write_text(json.dumps([*data, {"ns": 500}]))
+    document = tune(tmp_path, "--no-store", "--devices", "0", "--no-feed-back", **lock)
+    assert [row["config_id"] for row in document["ranked"]] == [3, 2, 1, 0]
 
 
 def test_a_descriptions_folder_others_can_write_is_not_used(tmp_path):
     (tmp_path / "t.py").write_text(TARGET)
-    record, cache = tmp_path / "record.jsonl", tmp_path / "cache"
-    folder = cache / "nsprof" / "targets"
+    folder = tmp_path / "cache" / "nsprof" / "targets"
     folder.mkdir(parents=True)
     folder.chmod(0o777)
     for _ in range(2):
-        tune(tmp_path, record, cache)
-    described = [name for _, name in importers(record) if name == "nsprof/space_view.py"]
+        tune(tmp_path, "--no-store")
+    described = [name for _, name in importers(tmp_path) if name == "nsprof/space_view.py"]
     assert len(described) == 2 and not list(folder.iterdir())
 
 
 def test_a_target_that_ends_its_importing_process_is_one_line(tmp_path):
     (tmp_path / "t.py").write_text("import os\nos._exit(3)\n")
-    done = subprocess.run(
-        [sys.executable, str(STANDINS), "tune", "t.py:space", *TUNE, "--no-store"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    _, done = nsprof(tmp_path, "tune", "t.py:space", *TUNE, "--no-store")
     assert done.returncode != 0 and "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "t.py:space" in lines[0] and "exit status 3" in lines[0], done.stderr
@@ -135,10 +204,11 @@ def test_a_module_target_in_a_package_is_read_without_running_the_package(tmp_pa
     package.mkdir()
     (package / "__init__.py").write_text(RECORD)
     (package / "t.py").write_text(TARGET)
-    record, cache = tmp_path / "record.jsonl", tmp_path / "cache"
     for _ in range(2):
-        nsprof, document, err = tune(tmp_path, record, cache, spec="pkg.t:space")
-        assert document["best_config_id"] == 2
-        assert nsprof not in [pid for pid, _ in importers(record)]
-    described = [name for _, name in importers(record) if name == "nsprof/space_view.py"]
-    assert len(described) == 2  # the package's import and the module's, in the first run's child alone
+        pid, done = nsprof(tmp_path, "tune", "pkg.t:space", *TUNE, "--no-store")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["best_config_id"] == 2
+        assert pid not in [p for p, _ in importers(tmp_path)]
+    # the package's and the module's import in the first run's describing child, then in the check's
+    described = [name for _, name in importers(tmp_path) if name == "nsprof/space_view.py"]
+    assert len(described) == 4

@@ -13,22 +13,24 @@ from nsprof.errors import NsprofError, OptionError
 
 
 def on_target(target: str, run):
-    """run(TARGET's SpaceView), read without importing it here (nsprof.space_view.read_target). A saved
-    view that a worker refused (TargetChanged) while the target's source is unchanged was behind what
-    the source does not show (a data file, an environment variable): read afresh, run once more."""
-    from nsprof.errors import TargetChanged
+    """run(TARGET's SpaceView), read without importing it here (nsprof.space_view.read_target). A
+    saved view is checked beside the run: where it was behind the target (a data file, an environment
+    variable, a library the source does not show), a run that failed on it, or that it would have
+    ended with, runs once more on the target as it is."""
     from nsprof.space_view import read_target
 
     view = read_target(target)
     try:
-        return run(view)
-    except TargetChanged:
-        if not view.saved:
-            raise
-        fresh = read_target(target, fresh=True)
-        if fresh.fingerprint != view.fingerprint or fresh.read == view.read:
+        result = run(view)
+        view.confirm()
+        return result
+    except NsprofError:
+        fresh = view.refreshed()
+        if fresh is None:
             raise
         return run(fresh)
+    finally:
+        view.close()
 
 
 def split(value: str) -> tuple[str, ...]:
