@@ -300,25 +300,37 @@ def target_fingerprint(spec: str) -> str:
 
 
 def _module_file(name: str) -> Path | None:
-    """The file of module `name`, found without importing its packages (importlib's find_spec would
-    run each parent package's __init__: the target's code, torch with it), on the path of the
-    `python -m` children that import it: the current folder first, then sys.path's others."""
-    from importlib.machinery import PathFinder
-
-    found, path, parts = None, [os.getcwd(), *sys.path[1:]], name.split(".")
+    """The file of module `name`, found as an import finds it but without importing its packages
+    (importlib's find_spec would run each parent package's __init__: the target's code, torch with it)."""
+    found, path, parts = None, None, name.split(".")
     for depth in range(len(parts)):
         if depth and path is None:  # a module, not a package, has no submodules
             return None
-        try:
-            found = PathFinder.find_spec(".".join(parts[: depth + 1]), path)
-        except (ImportError, ValueError):
-            return None
+        found = _find_spec(".".join(parts[: depth + 1]), path)
         if found is None:
             return None
         path = found.submodule_search_locations
     if not found.origin or not Path(found.origin).is_file():
         return None
     return Path(found.origin).resolve()
+
+
+def _find_spec(fullname: str, path: list[str] | None):
+    """The first spec sys.meta_path's finders give `fullname` (an editable install's finder among them),
+    within the package `path` (None: top level), running no module. At the top level the path finder
+    searches the `python -m` children's path, which import the target: the current folder first."""
+    from importlib.machinery import PathFinder
+
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        search = [os.getcwd(), *sys.path[1:]] if finder is PathFinder and path is None else path
+        try:
+            spec = None if find is None else find(fullname, search)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None:
+            return spec
+    return None
 
 
 def imported_sources(start: Path, search: Path, limit: Path | None = None) -> set[Path]:

@@ -212,3 +212,30 @@ def test_a_module_target_in_a_package_is_read_without_running_the_package(tmp_pa
     # the package's and the module's import in the first run's describing child, then in the check's
     described = [name for _, name in importers(tmp_path) if name == "nsprof/space_view.py"]
     assert len(described) == 4
+
+
+def test_a_module_target_of_an_editable_install_is_fingerprinted_by_its_files(tmp_path, monkeypatch):
+    # An editable install (setuptools') finds its packages through a finder of its own on sys.meta_path,
+    # not on sys.path: the fingerprint follows that finder to the files, and imports nothing.
+    from importlib.machinery import PathFinder
+
+    from nsprof.space import target_fingerprint
+
+    package = tmp_path / "elsewhere" / "editable_kernels"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    (package / "spaces.py").write_text("from editable_kernels.kernel import build\nspace = None\n")
+    (package / "kernel.py").write_text("def build(config):\n    return 1\n")
+
+    class EditableFinder:
+        @staticmethod
+        def find_spec(fullname, path=None, target=None):
+            if fullname == "editable_kernels":
+                return PathFinder.find_spec(fullname, [str(package.parent)])
+            return None
+
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, EditableFinder])
+    before = target_fingerprint("editable_kernels.spaces:space")
+    (package / "kernel.py").write_text("def build(config):\n    return 2\n")
+    assert target_fingerprint("editable_kernels.spaces:space") != before
+    assert "editable_kernels" not in sys.modules
