@@ -121,6 +121,16 @@ def test_a_stream_that_is_no_report_is_refused_at_its_head_not_at_the_bound():
     assert_one_line_error(result, "/dev/zero", "not a report nsprof reads")
 
 
+def test_a_piped_ncu_csv_with_program_output_above_its_header_is_read(tmp_path):
+    # ncu's CSV on stdout follows what the program printed: the header can come after the first
+    # megabytes (more than one read of the pipe), and the stream is still a report.
+    text = "".join(f"program output line {i}\n" for i in range(60_000)) + RAW.read_text()
+    assert len(text) > 1 << 20
+    result = run_nsprof("analyze", "-", "--json", input=text.encode(), text=False)
+    assert result.returncode == 0, result.stderr.decode()
+    assert len(json.loads(result.stdout)) == raw_kernel_count()
+
+
 def test_dash_on_a_terminal_is_refused():
     pty = pytest.importorskip("pty")
     leader, follower = pty.openpty()

@@ -3,7 +3,8 @@
 Parsers read a file more than once (a kind sniff, then the parse; SQLite seeks anywhere),
 which a pipe cannot give. So a non-regular input is read once, with a size bound and a
 bounded wait for data, into a temporary copy that the parser reads instead; a stream whose
-first bytes are no report is refused there (/dev/zero never ends).
+first HEADER_SCAN_BYTES (as far as a kind's sniff reads) are no report is refused there
+(/dev/zero never ends).
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def _copy_stream(fd: int, copy: Path, shown: str, *, nonblocking: bool) -> None:
     import select
     import time
 
-    from nsprof.reports.kinds import SNIFF_BYTES, sniff_kind
+    from nsprof.reports.kinds import sniff_kind
+    from nsprof.reports.signatures import HEADER_SCAN_BYTES
 
     limit = int(env_number(MAX_STREAM_BYTES_ENV, MAX_STREAM_BYTES))
     wait_s = env_number(STREAM_WAIT_ENV, STREAM_WAIT_S)
@@ -126,7 +128,7 @@ def _copy_stream(fd: int, copy: Path, shown: str, *, nonblocking: bool) -> None:
                     f" ({MAX_STREAM_BYTES_ENV} sets the bound)"
                 )
             out.write(chunk)
-            if before < SNIFF_BYTES <= total:  # what the kind's sniff reads is here: no report, no more
+            if before < HEADER_SCAN_BYTES <= total:  # as far as any kind's sniff reads: no report, no more
                 out.flush()
                 sniff_kind(copy, shown=shown)
 
