@@ -51,9 +51,13 @@ def _result_of(document: dict) -> ValidateResult:
 
     def table(key: str):
         # JSON's null was a NaN: a column of numbers and nulls is numbers again, one of nulls NaN
-        out = pd.DataFrame(document[key])
+        rows = document[key]
+        if not isinstance(rows, list):
+            raise ValueError(f"its {key} is a {type(rows).__name__}, not a list of rows")
+        # a table with no rows (a shape where nothing was measured) has its columns all the same
+        out = pd.DataFrame(rows) if len(rows) else pd.DataFrame(columns=needs[key])
         missing = [c for c in needs[key] if c not in out.columns]
-        if len(out) and missing:
+        if missing:
             raise ValueError(f"its {key} rows lack {', '.join(missing)}")
         for column in out.columns:
             given = out[column].dropna()

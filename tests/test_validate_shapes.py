@@ -79,3 +79,24 @@ def test_each_shape_is_compared_on_its_own_and_saved_whole(tmp_path):
     again = run_nsprof("results", "v.json", cwd=tmp_path, in_process=True)
     assert again.returncode == 0, again.stderr
     assert again.stdout == ran.stdout  # every shape's tables, byte for byte
+
+
+def test_a_shape_where_nothing_was_measured_keeps_the_others_and_its_save_is_read_back(tmp_path):
+    # Every config fails at shape 0 (its build raises there): shape 1 is compared as ever, and the
+    # save, which holds a shape of empty tables, reads back.
+    (tmp_path / "t.py").write_text(
+        TARGET.replace(
+            "        at = SHAPES.index(shape)\n",
+            "        at = SHAPES.index(shape)\n        assert at, 'no such tile at M=1'\n",
+        )
+    )
+    env = {"NSPROF_STANDIN_TIMERS": "1"}
+    ran = run_nsprof(*VALIDATE, "--save", "v.json", cwd=tmp_path, standins=True, env=env)
+    saved = json.loads((tmp_path / "v.json").read_text())
+    assert [s["per_config"] for s in saved["shapes"]][0] == []
+    values = {(r["method"], r["config_id"]): r["value_ns"] for r in saved["shapes"][1]["per_config"]}
+    assert {c: values[("nsys:direct", c)] for c in range(3)} == dict(enumerate(TRUTH[1]))
+    assert "config 0 at shape 0" in ran.stderr and "no such tile at M=1" in ran.stderr
+    again = run_nsprof("results", "v.json", cwd=tmp_path, in_process=True)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == ran.stdout and "at shape 1 of 2: M=16" in again.stdout
