@@ -6,7 +6,6 @@ NsprofError becomes one line on stderr and exit status 2; an OptionError a usage
 from __future__ import annotations
 
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -59,9 +58,13 @@ cli.command_class = _Command
 
 def _regex(ctx, param, value: str | None) -> str | None:
     if value is not None:
+        import regex
+
+        from nsprof.analysis.patterns import compiled
+
         try:
-            re.compile(value)
-        except re.error as error:
+            compiled(value)
+        except regex.error as error:
             raise click.BadParameter(f"not a regular expression: {error}") from None
     return value
 

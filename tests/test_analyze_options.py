@@ -477,13 +477,31 @@ def test_analyze_page_examples_are_the_real_output():
 @pytest.mark.parametrize("view", [["--by", "range"], ["--by", "kernel"]])
 @pytest.mark.parametrize("option", ["--kernel", "--range"])
 def test_an_expression_that_backtracks_without_end_is_one_line_not_a_hang(tmp_path, view, option):
-    # (a+)+$ on a long run of a's not at the end tries every split of it: a lifetime, unbounded.
+    # (a|aa)+$ on a long run of a's not at the end tries every split of it: a lifetime, unbounded.
     report = tmp_path / "long.sqlite"
     report.write_bytes(SQLITE.read_bytes())
     with sqlite3.connect(report) as conn:
         conn.execute("UPDATE StringIds SET value = ? || value", ("a" * 64 + "!",))
         conn.execute("UPDATE NVTX_EVENTS SET text = ? || text WHERE text IS NOT NULL", ("a" * 64 + "!",))
-    done = run_nsprof("analyze", report, *view, option, "(a+)+$", in_process=True)
+    done = run_nsprof("analyze", report, *view, option, "(a|aa)+$", in_process=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     [line] = done.stderr.strip().splitlines()
-    assert option in line and "(a+)+$" in line, line
+    assert option in line and "(a|aa)+$" in line, line
+
+
+def test_a_bounded_search_leaves_the_callers_own_timer_alone():
+    # The bound is the search's own (no SIGALRM): a program that uses nsprof keeps its interval timer.
+    import signal
+
+    from nsprof.analysis.patterns import searcher
+
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
+    signal.setitimer(signal.ITIMER_REAL, 60.0)
+    try:
+        assert searcher("gemm", "--kernel")("sm90_gemm_kernel")
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert 0 < left <= 60.0 and not fired

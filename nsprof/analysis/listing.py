@@ -32,7 +32,7 @@ def samples(frame, summary):
 def select(summary, kernel: str | None = None, range_: str | None = None, warmup: bool = True):
     """The rows of a summary (or a `compare` table) whose kernel (short or full name) matches the
     regular expression `kernel` and whose range matches `range_` (re.search); without the
-    "(no range)" rows when `warmup` is False. Raises re.error for a bad expression (NsprofError for
+    "(no range)" rows when `warmup` is False. Raises regex.error for a bad expression (NsprofError for
     one that backtracks without end: nsprof.analysis.patterns). A DataFrame
     for a DataFrame, a ListTable for a ListTable (summarize's)."""
     from nsprof.schema import column_list
