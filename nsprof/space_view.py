@@ -233,7 +233,8 @@ def _read_saved(path: Path) -> dict | None:
             doc = json.loads(file.read())
         except ValueError:
             return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("read"), dict) else None
+    whole = isinstance(doc, dict) and {"name", "configs", "shapes", "compiles", "tuner", "read"} <= set(doc)
+    return doc if whole and isinstance(doc["read"], dict) and "fingerprint" in doc["read"] else None
 
 
 def _save(path: Path, doc: dict) -> None:

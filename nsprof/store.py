@@ -329,8 +329,9 @@ class ResultStore:
                 try:
                     pd.Series([value], dtype=dtype)
                 except (TypeError, ValueError):
+                    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:59] + "…"
                     raise StoreError(
-                        f"the results store {self.path} holds {value!r} in column {name}, which holds {dtype} "
+                        f"the results store {self.path} holds {shown} in column {name}, which holds {dtype} "
                         "values: it was damaged or edited by hand (export what it holds with sqlite3)"
                     ) from None
             raise

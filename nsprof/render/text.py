@@ -161,8 +161,15 @@ def pct(value: Any) -> str:
     return "n/a" if is_missing(value) else f"{value * 100:.1f}%"
 
 
-# A cell is one line: a line break or tab in a name (a report edited, an odd demangling) is shown escaped.
-_ESCAPED = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
+# A cell is one line of plain text: a line break, tab or other control character in a name (a report
+# edited, an odd demangling) is shown escaped, never passed to the terminal.
+_ESCAPED = str.maketrans(
+    {
+        **{c: f"\\x{c:02x}" for c in [*range(32), 127, 0x85]},
+        **{c: f"\\u{c:04x}" for c in (0x2028, 0x2029)},
+        **{ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"},
+    }
+)
 
 
 def _one_line(rows: list[list[str]]) -> list[list[str]]:
