@@ -34,6 +34,7 @@ from nsprof.errors import TargetChanged, TargetError
 from nsprof.space import Listing, split_target, target_fingerprint
 
 FORMAT = 1  # of a description: a saved one of another format is read afresh
+KEEP_DAYS = 30  # a saved view nobody read for this long is removed (_prune)
 TUNER_ABILITIES = (
     "can_pick",
     "can_pick_shapes",
@@ -229,6 +230,7 @@ def _read_saved(path: Path) -> dict | None:
         st = os.fstat(file.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
             return None
+        os.utime(file.fileno())  # read now: kept another KEEP_DAYS (_prune)
         try:
             doc = json.loads(file.read())
         except ValueError:
@@ -251,6 +253,22 @@ def _save(path: Path, doc: dict) -> None:
         os.replace(part, path)
     except OSError:
         Path(part).unlink(missing_ok=True)
+        return
+    _prune(path.parent)
+
+
+def _prune(folder: Path) -> None:
+    """Remove the saved views nobody read for KEEP_DAYS (a reading touches its file), and what a writer
+    killed mid-write left: one view per source edit would otherwise pile up."""
+    import time
+
+    old = time.time() - KEEP_DAYS * 86400
+    for file in [*folder.glob("*.json"), *folder.glob(".part-*")]:
+        try:
+            if file.lstat().st_mtime < old:
+                file.unlink()
+        except OSError:
+            continue  # another nsprof removed it first
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -155,7 +155,9 @@ def main() -> None:
     parser.add_argument("--spaces", default=SPACES, help="comma-separated FILE.py:ATTR")
     parser.add_argument("--validate-args", default="--truth ncu,nsys --mode graph", help="validate's options")
     parser.add_argument("--nsprof", default=f"{sys.executable} -m nsprof", help="the command to run")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per space (its validate run, every shape)")
+    parser.add_argument(
+        "--timeout", type=float, default=900.0, help="seconds per space (its validate run, every shape)"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_regret.json")
     args = parser.parse_args()
     validate_args = shlex.split(args.validate_args)

@@ -239,3 +239,20 @@ def test_a_module_target_of_an_editable_install_is_fingerprinted_by_its_files(tm
     (package / "kernel.py").write_text("def build(config):\n    return 2\n")
     assert target_fingerprint("editable_kernels.spaces:space") != before
     assert "editable_kernels" not in sys.modules
+
+
+def test_saved_views_nobody_read_for_a_month_are_removed_when_one_is_saved(tmp_path):
+    (tmp_path / "t.py").write_text(TARGET)
+    folder = tmp_path / "cache" / "nsprof" / "targets"
+    tune(tmp_path, "--no-store")
+    [kept] = folder.glob("*.json")
+    folder.joinpath("left-by-an-old-source.json").write_text("{}")
+    folder.joinpath(".part-killed-mid-write").write_text("{")
+    long_ago = kept.stat().st_mtime - 31 * 86400
+    for name in ("left-by-an-old-source.json", ".part-killed-mid-write"):
+        os.utime(folder / name, (long_ago, long_ago))
+    os.utime(kept, (long_ago, long_ago))
+    tune(tmp_path, "--no-store")  # reads `kept` (and touches it); the check saves nothing new
+    (tmp_path / "configs.json").write_text(json.dumps([{"ns": 500}, {"ns": 400}]))
+    tune(tmp_path, "--no-store")  # behind the target: the new view is saved, the old files pruned
+    assert sorted(p.name for p in folder.iterdir()) == [kept.name]
