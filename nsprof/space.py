@@ -73,7 +73,7 @@ class Listing:
         return "" if shape is None else config_label(self.shapes[shape])
 
     def confirm(self) -> None:
-        """Nothing: a loaded Space is the target (nsprof.space_view.SpaceView's checks a saved view)."""
+        """Nothing: a loaded Space is the target (nsprof.space_view.SpaceView's asks a child)."""
 
 
 @dataclass
@@ -131,33 +131,25 @@ class Space(Listing):
     def as_read(self) -> dict:
         """What nsprof read of this space, for a worker to check that it loads the same
         (nsprof.worker.protocol.Job.expect): {"configs": [each config's canonical JSON, by id],
-        "shapes": [each shape's] or None, "fingerprint": its source's, "" if unknown}."""
+        "shapes": [each shape's] or None, "fingerprint": its source's, "" if unknown, "compiles":
+        whether it has a compile step, "tuner": its tuner's name and abilities, or None}."""
         from nsprof.store import config_json
 
+        tuner = self.tuner
         return {
             "configs": [config_json(c) for c in self.configs],
             "shapes": None if self.shapes is None else [shape_json(s) for s in self.shapes],
             "fingerprint": self.fingerprint,
+            "compiles": self.compiles,
+            "tuner": None
+            if tuner is None
+            else {"name": tuner.name, **{a: bool(getattr(tuner, a)) for a in TUNER_ABILITIES}},
         }
 
     def changes_since(self, read: dict) -> str | None:
         """How this space differs from what nsprof read of it (`read`: as_read()), in one line; None
-        when it does not. A config's JSON is compared without the memory addresses that an object's
-        default text holds (`<X object at 0x...>`): they differ in every process."""
-        now = self.as_read()
-        for what, word in (("configs", "config"), ("shapes", "shape")):
-            was, is_now = read.get(what), now[what]
-            if was is None and is_now is None:
-                continue
-            if was is None or is_now is None or len(was) != len(is_now):
-                count = "no" if is_now is None else len(is_now)
-                return f"it lists {count} {word}s now, not {'none' if was is None else len(was)}"
-            for index, (old, new) in enumerate(zip(was, is_now)):
-                if _ADDRESS.sub("0x", old) != _ADDRESS.sub("0x", new):
-                    return f"{word} {index} is {_cut(new)} now, not {_cut(old)}"
-        if read.get("fingerprint") and now["fingerprint"] != read["fingerprint"]:
-            return "its source is not the one nsprof read (the target's file, or a module it imports, was edited)"
-        return None
+        when it does not (read_changes)."""
+        return read_changes(self.as_read(), read)
 
     def compile_at(self, config_id: int, shape: int | None = None):
         if self.compile is None:
@@ -168,6 +160,38 @@ class Space(Listing):
 
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+# What as_read says of a tuner hook (nsprof.tuner.TunerHook): the calls tune decides to make by them.
+TUNER_ABILITIES = (
+    "can_pick",
+    "can_pick_shapes",
+    "can_feed_back",
+    "can_feed_back_shapes",
+    "feed_back_shapes_apart",
+)
+
+
+def read_changes(now: dict, read: dict) -> str | None:
+    """How a space as it is `now` differs from what nsprof `read` of it (each Space.as_read()), in one
+    line; None when it does not. A config's JSON is compared without the memory addresses that an
+    object's default text holds (`<X object at 0x...>`): they differ in every process."""
+    for what, word in (("configs", "config"), ("shapes", "shape")):
+        was, is_now = read.get(what), now[what]
+        if was is None and is_now is None:
+            continue
+        if was is None or is_now is None or len(was) != len(is_now):
+            count = "no" if is_now is None else len(is_now)
+            return f"it lists {count} {word}s now, not {'none' if was is None else len(was)}"
+        for index, (old, new) in enumerate(zip(was, is_now)):
+            if _ADDRESS.sub("0x", old) != _ADDRESS.sub("0x", new):
+                return f"{word} {index} is {_cut(new)} now, not {_cut(old)}"
+    if read.get("fingerprint") and now["fingerprint"] != read["fingerprint"]:
+        return "its source is not the one nsprof read (the target's file, or a module it imports, was edited)"
+    if "compiles" in read and now["compiles"] != read["compiles"]:
+        return f"it has {'a' if now['compiles'] else 'no'} compile step now"
+    if "tuner" in read and now["tuner"] != read["tuner"]:
+        name = "no tuner" if now["tuner"] is None else f"the tuner {now['tuner']['name']}"
+        return f"it has {name} now, or one of other abilities"
+    return None
 
 
 def _cut(text: str, limit: int = 160) -> str:

@@ -1,22 +1,22 @@
 """The target as nsprof's own process sees it, without importing it (no torch, no TileLang, no
 Triton in nsprof's process): what a child process that imported it described, saved for this user
-so that the next run over the same source reads it without a child.
+so that the next run over the same source reads it without waiting for an import.
 
-- SpaceView: a Space's read-only face (configs, shapes, points, labels, as_read, the tuner's
-  abilities), all that nsprof's process asks of a target; the worker, the compile step and the
-  tuner's child import the target themselves, and the worker checks it against `as_read()`;
+- SpaceView: a Space's read-only face (configs, shapes, points, labels, as_read with the compile
+  step and the tuner's abilities), all that nsprof's process asks of a target; the worker, the
+  compile step and the tuner's child import the target themselves;
 - describe: what the child sends of the Space it loaded;
 - read_target: the SpaceView of a target: the one saved under its source's fingerprint, else one
   described by a child (`python -m nsprof.space_view TARGET`: `main`) and saved.
 
 A saved view is keyed by the target's static fingerprint (nsprof.space.target_fingerprint), its
 place, the Python, PYTHONPATH and nsprof's version. What the fingerprint cannot see (configs read
-from a data file, an environment variable, a tuner hook in an installed library) can leave a saved
-view behind the target. So a saved view is checked while it is used: a child describes the target
-again at once, beside the run (its import overlaps the worker's). What rests on the view alone waits
-for that check (SpaceView.confirm: a ranking of stored rows, the tuner's calls), and a run that fails
-or ends on a view found behind the target runs once more on the target as it is
-(nsprof.commands.common.on_target).
+from a data file, an environment variable, a tuner hook in a library) can leave a saved view behind
+the target, so a saved view is checked, never trusted: every worker checks what it loads against the
+view's `as_read()` (configs, shapes, fingerprint, compile step, tuner) and measures nothing where it
+differs; what rests on the view with no worker to check it (a ranking of rows the store held
+already) asks a child first (SpaceView.confirm). A run that fails on a view found behind the target
+runs once more on the target as it is (nsprof.commands.common.on_target).
 """
 
 from __future__ import annotations
@@ -31,22 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from nsprof.errors import TargetChanged, TargetError
-from nsprof.space import Listing, split_target, target_fingerprint
+from nsprof.space import Listing, read_changes, split_target, target_fingerprint
 
-FORMAT = 1  # of a description: a saved one of another format is read afresh
+FORMAT = 2  # of a description: a saved one of another format is read afresh
 KEEP_DAYS = 30  # a saved view nobody read for this long is removed (_prune)
-TUNER_ABILITIES = (
-    "can_pick",
-    "can_pick_shapes",
-    "can_feed_back",
-    "can_feed_back_shapes",
-    "feed_back_shapes_apart",
-)
 
 
 @dataclass(frozen=True)
 class TunerView:
-    """A tuner hook's name and abilities (nsprof.tuner.TunerHook): what tune decides its calls by."""
+    """A tuner hook's name and abilities (nsprof.space.TUNER_ABILITIES): what tune decides its calls by."""
 
     name: str
     can_pick: bool
@@ -58,81 +51,67 @@ class TunerView:
 
 @dataclass(frozen=True)
 class SpaceView(Listing):
-    """A described Space: its configs and shapes as JSON values (each dict in its own key order, for
-    labels), what the worker checks (`read`: Space.as_read()), whether it has a compile step, its
-    tuner's abilities; `saved`: read from this user's saved views rather than from a child."""
+    """A described Space of target `spec`: its configs and shapes as JSON values (each dict in its own
+    key order, for labels), what a worker checks (`read`: Space.as_read()); `saved`: read from this
+    user's saved views, not described just now."""
 
+    spec: str
     name: str
     configs: list[Any]
     shapes: list[Any] | None
-    compiles: bool
-    tuner: TunerView | None
     read: dict = field(repr=False)
-    # A saved view's check: a child describing the target again meanwhile (None: described just now)
-    check: _Check | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def saved(self) -> bool:
-        return self.check is not None
+    saved: bool = False
+    # the target described again, once (refreshed): [] until then, [its view or None]
+    _fresh: list = field(default_factory=list, compare=False, repr=False)
 
     @property
     def fingerprint(self) -> str:
         return self.read["fingerprint"]
 
-    def refreshed(self) -> SpaceView | None:
-        """The target as its check describes it now where this saved view is behind it (saved in its
-        place); None where the view is the target's, or was described just now. Waits for the check."""
-        if self.check is None:
-            return None
-        doc = self.check.described()
-        return None if doc == self.check.saved else view_of(doc)
-
-    def confirm(self) -> None:
-        """TargetChanged where this saved view is behind the target: what rests on the view alone (a
-        ranking of stored rows, the tuner's calls) must not go on."""
-        if self.refreshed() is not None:
-            raise TargetChanged(f"nsprof's saved description of {self.check.spec} is behind it: read again")
-
-    def close(self) -> None:
-        if self.check is not None:
-            self.check.close()
-
     def as_read(self) -> dict:
         return self.read
+
+    @property
+    def compiles(self) -> bool:
+        return bool(self.read.get("compiles"))
+
+    @property
+    def tuner(self) -> TunerView | None:
+        tuner = self.read.get("tuner")
+        return None if tuner is None else TunerView(**tuner)
+
+    def refreshed(self) -> tuple[SpaceView, str] | None:
+        """(the target as a child describes it now, how this saved view differs from it) where the view
+        is behind the target; None where it is not, or was described just now."""
+        if not self.saved:
+            return None
+        if not self._fresh:
+            fresh = read_target(self.spec, fresh=True)
+            why = read_changes(fresh.read, self.read)
+            self._fresh.append(None if why is None else (fresh, why))
+        return self._fresh[0]
+
+    def confirm(self) -> None:
+        """TargetChanged where this saved view is behind the target: what would rest on the view with no
+        worker to check it (a ranking of rows the store held already) must not go on."""
+        behind = self.refreshed()
+        if behind is not None:
+            raise TargetChanged(
+                f"the target {self.spec} changed since nsprof saved its description: {behind[1]}"
+            )
 
 
 def describe(space) -> dict:
     """What nsprof's process needs of a loaded Space, as JSON values (SpaceView's fields)."""
     plain = json.loads(json.dumps({"configs": space.configs, "shapes": space.shapes}, default=str))
-    tuner = space.tuner
-    return {
-        "format": FORMAT,
-        "name": space.name,
-        **plain,
-        "compiles": space.compiles,
-        "tuner": None
-        if tuner is None
-        else {"name": tuner.name, **{a: bool(getattr(tuner, a)) for a in TUNER_ABILITIES}},
-        "read": space.as_read(),
-    }
-
-
-def view_of(doc: dict, check: _Check | None = None) -> SpaceView:
-    tuner = doc["tuner"]
-    return SpaceView(
-        name=doc["name"],
-        configs=doc["configs"],
-        shapes=doc["shapes"],
-        compiles=doc["compiles"],
-        tuner=None if tuner is None else TunerView(**tuner),
-        read=doc["read"],
-        check=check,
-    )
+    return {"format": FORMAT, "name": space.name, **plain, "read": space.as_read()}
 
 
 def read_target(spec: str, fresh: bool = False) -> SpaceView:
     """TARGET's SpaceView: the saved one for its source as it is now, else (or with `fresh`) one a
     child described, saved for the next run. A target that does not load: its one line (TargetError)."""
+    from nsprof import __version__
+
     where, attr = split_target(spec)
     is_file = where.endswith(".py") or "/" in where or "\\" in where
     if is_file and not Path(where).is_file():
@@ -141,68 +120,60 @@ def read_target(spec: str, fresh: bool = False) -> SpaceView:
         fingerprint = target_fingerprint(spec)
     except OSError as exc:
         raise TargetError(f"reading the source of {where} failed: {exc}") from exc
-    from nsprof import __version__
-
     place = str(Path(where).resolve()) if is_file else f"{os.getcwd()}|{where}"
     python = [sys.executable, os.environ.get("PYTHONPATH", ""), __version__]
     key = json.dumps([FORMAT, place, attr, fingerprint, *python])
     path = _saved_path(hashlib.sha256(key.encode()).hexdigest()[:32])
     saved = _read_saved(path) if path is not None and not fresh else None
-    if (
-        saved is not None
-        and saved.get("format") == FORMAT
-        and saved["read"].get("fingerprint") == fingerprint
-    ):
-        return view_of(saved, _Check(spec, path, fingerprint, saved))
-    return view_of(_Check(spec, path, fingerprint).described())
+    if saved is not None and saved.get("format") == FORMAT and saved["read"]["fingerprint"] == fingerprint:
+        return _view(spec, saved, saved=True)
+    doc = _described(spec)
+    # The child fingerprints after its import: another fingerprint means the source changed meanwhile;
+    # that description is used, never saved under the source fingerprinted before.
+    if path is not None and doc["read"]["fingerprint"] == fingerprint:
+        _save(path, doc)
+    return _view(spec, doc)
 
 
-class _Check:
-    """A child that imports TARGET and describes it (`python -m nsprof.space_view TARGET`), started at
-    once; described() waits for its description, saves it at `path` (where the child read the source
-    nsprof fingerprinted: `fingerprint`), and compares it with `saved`, the description it checks."""
+def _view(spec: str, doc: dict, saved: bool = False) -> SpaceView:
+    return SpaceView(spec, doc["name"], doc["configs"], doc["shapes"], doc["read"], saved)
 
-    def __init__(self, spec: str, path: Path | None, fingerprint: str, saved: dict | None = None) -> None:
-        import subprocess
 
-        from nsprof.host.children import dies_with_nsprof
+def _described(spec: str) -> dict:
+    """The description of TARGET by a child that imports it (what the target prints goes to nsprof's
+    standard error), or its one line of error (TargetError). The child is a process group of its own:
+    Ctrl-C is nsprof's to handle, and nothing the target's import started outlives the child."""
+    import contextlib
+    import signal
+    import subprocess
 
-        self.spec, self.path, self.fingerprint, self.saved = spec, path, fingerprint, saved
-        self.doc: dict | None = None
-        # What the target prints goes to nsprof's standard error; standard output is the description alone.
-        self.child = subprocess.Popen(
-            [sys.executable, "-m", "nsprof.space_view", spec],
-            stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=dies_with_nsprof(),
+    from nsprof.host.children import dies_with_nsprof
+
+    child = subprocess.Popen(
+        [sys.executable, "-m", "nsprof.space_view", spec],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=dies_with_nsprof(),
+    )
+    try:
+        out, _ = child.communicate()
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the group is gone already
+            os.killpg(child.pid, signal.SIGKILL)  # what the import left running; the child if nsprof stops
+        child.wait()
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise TargetError(
+            f"reading {spec} failed: the process that imported it ended without describing it "
+            f"(exit status {child.returncode}; what it printed is above)"
         )
-
-    def described(self) -> dict:
-        """The child's description, or its one line of error (TargetError)."""
-        if self.doc is None:
-            out, _ = self.child.communicate()
-            try:
-                doc = json.loads(out)
-            except ValueError:
-                doc = None
-            if not isinstance(doc, dict):
-                raise TargetError(
-                    f"reading {self.spec} failed: the process that imported it ended without describing it "
-                    f"(exit status {self.child.returncode}; what it printed is above)"
-                )
-            if "error" in doc:
-                raise TargetError(doc["error"])
-            # The child fingerprints after its import: another fingerprint means the source changed
-            # meanwhile; that description is used, never saved under the source fingerprinted before.
-            if self.path is not None and doc != self.saved and doc["read"]["fingerprint"] == self.fingerprint:
-                _save(self.path, doc)
-            self.doc = doc
-        return self.doc
-
-    def close(self) -> None:
-        if self.child.poll() is None:
-            self.child.kill()
-            self.child.communicate()
+    if "error" in doc:
+        raise TargetError(doc["error"])
+    return doc
 
 
 def _saved_path(name: str) -> Path | None:
@@ -235,7 +206,7 @@ def _read_saved(path: Path) -> dict | None:
             doc = json.loads(file.read())
         except ValueError:
             return None
-    whole = isinstance(doc, dict) and {"name", "configs", "shapes", "compiles", "tuner", "read"} <= set(doc)
+    whole = isinstance(doc, dict) and {"name", "configs", "shapes", "read"} <= set(doc)
     return doc if whole and isinstance(doc["read"], dict) and "fingerprint" in doc["read"] else None
 
 

@@ -1,6 +1,6 @@
 """nsprof's own process never imports the target (torch, the tuner): a child describes it
-(nsprof.space_view), and the next run over the same source reads that description back, checked by a
-child beside the run. The target records every process that imports it, so that the processes are
+(nsprof.space_view), and the next run over the same source reads that description back, checked by
+the worker as it loads the target. The target records every process that imports it, so that the processes are
 read from themselves; real nsprof runs with the stand-in profiler (tests/standins.py).
 
 What the source does not show (here: the configs, the tuner and the compile step come from a data
@@ -18,6 +18,8 @@ from pathlib import Path
 
 from conftest import STANDINS
 
+from nsprof.space_view import KEEP_DAYS
+
 # Every process that imports a module with this line records its pid and argv.
 RECORD = textwrap.dedent("""
     import json, os, sys
@@ -26,23 +28,15 @@ RECORD = textwrap.dedent("""
         f.write(json.dumps({"pid": os.getpid(), "argv": sys.argv}) + "\\n")
 """)
 # The configs: configs.json beside the target (or 3 of them). With $NSPROF_TEST_EXTRAS=1 the Space has
-# a tuner hook and a compile step (each compile appends to compiled.txt). With $NSPROF_TEST_CHECK_WAITS
-# the child that checks a saved view goes on only once a worker has imported the target: had nsprof
-# waited for the check before its session, that child would see no worker (and say so, after 60 s).
+# a tuner hook and a compile step (each compile appends to compiled.txt); with $NSPROF_TEST_OBJECT=1
+# each config holds an object, whose text (`<... object at 0x...>`) differs in every process.
 TARGET = RECORD + textwrap.dedent("""
-    import pathlib, time
+    import pathlib
     from nsprof.space import Space
     from nsprof.tuner import TunerHook
 
     HERE = pathlib.Path(__file__).parent
     print("the target's import prints this")
-    if os.environ.get("NSPROF_TEST_CHECK_WAITS") and sys.argv[0].endswith("space_view.py"):
-        deadline = time.monotonic() + 60
-        while "worker" not in open(os.environ["NSPROF_TEST_RECORD"]).read() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        with open(os.environ["NSPROF_TEST_RECORD"], "a") as f:
-            saw = "worker" in open(os.environ["NSPROF_TEST_RECORD"]).read()
-            f.write(json.dumps({"pid": os.getpid(), "argv": ["checked"], "saw_worker": saw}) + "\\n")
 
 
     class Hook(TunerHook):
@@ -60,6 +54,8 @@ TARGET = RECORD + textwrap.dedent("""
 
     DATA = HERE / "configs.json"
     CONFIGS = json.loads(DATA.read_text()) if DATA.exists() else [{"ns": ns} for ns in (3000, 2000, 1000)]
+    if os.environ.get("NSPROF_TEST_OBJECT") == "1":
+        CONFIGS = [{**config, "policy": object()} for config in CONFIGS]
     EXTRAS = os.environ.get("NSPROF_TEST_EXTRAS") == "1"
     space = Space(name="t", configs=CONFIGS, build=lambda config: (lambda: None), device="cpu",
                   tuner=Hook() if EXTRAS else None, compile=compile if EXTRAS else None)
@@ -97,10 +93,10 @@ def tune(folder: Path, *more, **env) -> dict:
 def importers(folder: Path) -> list[tuple[int, str]]:
     """(pid, the module it ran as: its argv[0]'s folder/name) of each process that imported the target."""
     lines = [json.loads(line) for line in (folder / "record.jsonl").read_text().splitlines()]
-    return [(r["pid"], "/".join(Path(r["argv"][0]).parts[-2:])) for r in lines if r["argv"] != ["checked"]]
+    return [(r["pid"], "/".join(Path(r["argv"][0]).parts[-2:])) for r in lines]
 
 
-def test_nsprof_imports_the_target_in_no_process_of_its_own_and_checks_a_saved_view_beside_the_run(tmp_path):
+def test_nsprof_imports_the_target_in_no_process_of_its_own_and_a_saved_view_in_none_to_read_it(tmp_path):
     (tmp_path / "t.py").write_text(TARGET)
     first, done = nsprof(tmp_path, "tune", "t.py:space", *TUNE, "--no-store", NSPROF_TEST_EXTRAS="1")
     assert done.returncode == 0, done.stderr
@@ -110,29 +106,28 @@ def test_nsprof_imports_the_target_in_no_process_of_its_own_and_checks_a_saved_v
     assert "the target's import prints this" in done.stderr  # standard output holds the JSON alone
     seen = importers(tmp_path)
     assert first not in [pid for pid, _ in seen]
-    # the tuner's child, the child that describes the target, the session's worker and compile step
-    described = ["nsprof/feedback.py", "nsprof/space_view.py", "worker/__main__.py", "worker/compile.py"]
-    assert sorted(name for _, name in seen) == described
+    # the child that describes it, the tuner's child, the session's worker and its compile step
+    ran = ["nsprof/feedback.py", "worker/__main__.py", "worker/compile.py"]
+    assert sorted(name for _, name in seen) == sorted([*ran, "nsprof/space_view.py"])
     assert sorted((tmp_path / "compiled.txt").read_text().split()) == ["1000", "2000", "3000"]
 
     (tmp_path / "record.jsonl").unlink()
-    second, done = nsprof(
-        tmp_path,
-        "tune",
-        "t.py:space",
-        *TUNE,
-        "--no-store",
-        NSPROF_TEST_EXTRAS="1",
-        NSPROF_TEST_CHECK_WAITS="1",
-    )
+    second, done = nsprof(tmp_path, "tune", "t.py:space", *TUNE, "--no-store", NSPROF_TEST_EXTRAS="1")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["best_config_id"] == 2
     seen = importers(tmp_path)
     assert second not in [pid for pid, _ in seen]
-    assert sorted(name for _, name in seen) == described  # the check, beside the worker
-    [checked] = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()[-4:]
-                 if '"checked"' in line]  # fmt: skip
-    assert checked["saw_worker"]  # the session did not wait for the check
+    assert sorted(name for _, name in seen) == ran  # the saved description: no child imports it to read it
+
+
+def test_configs_holding_objects_are_measured_once_a_run_from_a_saved_view(tmp_path):
+    # An object's text holds its address, another in every process: the worker's check does not count it.
+    (tmp_path / "t.py").write_text(TARGET)
+    for _ in range(2):
+        (tmp_path / "record.jsonl").unlink(missing_ok=True)
+        _, done = nsprof(tmp_path, "tune", "t.py:space", *TUNE, "--no-store", NSPROF_TEST_OBJECT="1")
+        assert done.returncode == 0 and "running again" not in done.stderr, done.stderr
+        assert [name for _, name in importers(tmp_path)].count("worker/__main__.py") == 1
 
 
 def test_a_view_saved_without_the_tuner_and_the_compile_step_gets_them_once_they_are_there(tmp_path):
@@ -209,9 +204,9 @@ def test_a_module_target_in_a_package_is_read_without_running_the_package(tmp_pa
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["best_config_id"] == 2
         assert pid not in [p for p, _ in importers(tmp_path)]
-    # the package's and the module's import in the first run's describing child, then in the check's
+    # the package's and the module's import, in the first run's describing child alone
     described = [name for _, name in importers(tmp_path) if name == "nsprof/space_view.py"]
-    assert len(described) == 4
+    assert len(described) == 2
 
 
 def test_a_module_target_of_an_editable_install_is_fingerprinted_by_its_files(tmp_path, monkeypatch):
@@ -252,7 +247,8 @@ def test_saved_views_nobody_read_for_a_month_are_removed_when_one_is_saved(tmp_p
     for name in ("left-by-an-old-source.json", ".part-killed-mid-write"):
         os.utime(folder / name, (long_ago, long_ago))
     os.utime(kept, (long_ago, long_ago))
-    tune(tmp_path, "--no-store")  # reads `kept` (and touches it); the check saves nothing new
+    tune(tmp_path, "--no-store")  # reads `kept`, and touches it
+    assert kept.stat().st_mtime > long_ago + KEEP_DAYS * 86400
     (tmp_path / "configs.json").write_text(json.dumps([{"ns": 500}, {"ns": 400}]))
     tune(tmp_path, "--no-store")  # behind the target: the new view is saved, the old files pruned
     assert sorted(p.name for p in folder.iterdir()) == [kept.name]

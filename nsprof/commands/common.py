@@ -13,24 +13,23 @@ from nsprof.errors import NsprofError, OptionError
 
 
 def on_target(target: str, run):
-    """run(TARGET's SpaceView), read without importing it here (nsprof.space_view.read_target). A
-    saved view is checked beside the run: where it was behind the target (a data file, an environment
-    variable, a library the source does not show), a run that failed on it, or that it would have
-    ended with, runs once more on the target as it is."""
+    """run(TARGET's SpaceView), read without importing it here (nsprof.space_view.read_target). A run
+    that fails on a saved view found behind the target (a data file, an environment variable, a
+    library the source does not show) runs once more on the target as it is, saying so."""
     from nsprof.space_view import read_target
 
     view = read_target(target)
     try:
-        result = run(view)
-        view.confirm()
-        return result
+        return run(view)
     except NsprofError:
-        fresh = view.refreshed()
-        if fresh is None:
+        behind = view.refreshed()
+        if behind is None:
             raise
+        fresh, why = behind
+        click.echo(
+            f"nsprof: {target} changed since nsprof saved its description ({why}): running again", err=True
+        )
         return run(fresh)
-    finally:
-        view.close()
 
 
 def split(value: str) -> tuple[str, ...]:

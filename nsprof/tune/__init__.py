@@ -112,7 +112,6 @@ def _report(
     ranking's notes (after the ranking's own), what fails into the report's errors. `sent`: each
     shape's configs sent to ground truth ({shape: config ids}, for the prescreen's notes); `children`:
     the tuner calls' children, started ahead (feedback.tuner_children)."""
-    space.confirm()  # the tuner's calls and a ranking of stored rows rest on the configs as read
     deploy = settings.deploy_truth.name
     deployed = {shape: truths[deploy] for shape, truths in rankings.items()}
     added: dict = {shape: [] for shape in rankings}

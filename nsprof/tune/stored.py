@@ -238,6 +238,8 @@ def measure_stored(
             raise missing_tool
         if todo:
             _first_pass(store, context, target, space, truth, todo, on_progress, on_measured, gpu, notes)
+        else:
+            space.confirm()  # no worker checks the target: the stored rows are ranked under its configs as read
         return context.rows(store), context
 
 
