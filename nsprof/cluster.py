@@ -46,7 +46,7 @@ from nsprof.cluster_dask import (
     one_model,
     worker_gpus,
 )
-from nsprof.errors import NsprofError
+from nsprof.errors import NsprofError, TargetChanged
 from nsprof.measure import Backend, OnRows, Progress, Request
 from nsprof.schema import Points
 from nsprof.session import Measured
@@ -147,7 +147,7 @@ class _Gather:
         """Batch k's result: its rows handed on, its configs counted."""
         batch = self.batches[k]
         if "error" in result:
-            raise NsprofError(
+            raise (TargetChanged if result.get("changed") else NsprofError)(
                 f"batch {k} (configs {batch[0]}..{batch[-1]}) on Dask worker "
                 f"{result['worker']}: {result['error']}"
             )

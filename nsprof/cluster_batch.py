@@ -11,7 +11,7 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from nsprof.errors import GpuBusy, NsprofError
+from nsprof.errors import GpuBusy, NsprofError, TargetChanged
 from nsprof.measure import Backend, Request
 from nsprof.schema import Points
 
@@ -78,7 +78,8 @@ def run_batch(
         result = backend.measure(replace(request, ids=ids), on_progress=progress)
     except NsprofError as exc:
         send(event="error", detail=str(exc)[:300])
-        return {**me, "error": f"{type(exc).__name__}: {exc}"}
+        # a target changed since it was read stays that kind at the client (nsprof.errors.TargetChanged)
+        return {**me, "error": f"{type(exc).__name__}: {exc}", "changed": isinstance(exc, TargetChanged)}
     send(event="end")
     return {
         **me,

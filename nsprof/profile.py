@@ -13,15 +13,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from nsprof.errors import NsprofError
 from nsprof.measure import Backend, GroundTruth, Measured, Request
 from nsprof.settings import ProfileSettings
 from nsprof.space import config_label
 
 
+def config_ids_of(space, config_ids) -> list[int]:
+    """check_config_ids against `space`; before an id it does not list is refused, a saved view of the
+    target is confirmed (nsprof.space_view.SpaceView.confirm: the config may have been added since)."""
+    try:
+        return check_config_ids(config_ids, len(space.configs))
+    except NsprofError:
+        space.confirm()
+        raise
+
+
+def measured_as_read(space) -> dict:
+    """What a worker of profile or validate checks of the target: as_read() without the tuner, which
+    neither of them asks."""
+    return {key: value for key, value in space.as_read().items() if key != "tuner"}
+
+
 def check_config_ids(config_ids, n_configs: int) -> list[int]:
     """The ids as a list, or an NsprofError naming the first that is not a config of the space."""
-    from nsprof.errors import NsprofError
-
     ids = list(config_ids)
     if not ids:
         raise NsprofError("no config ids given")
@@ -85,17 +100,17 @@ def profile_result(
     run's whole configs and failures. On Ctrl-C it has had every whole config measured before the
     KeyboardInterrupt goes on.
 
-    The worker measures the target only as it was read (`expect`, default `space.as_read()`: the space
-    given or loaded here); one edited since is refused (nsprof.errors.TargetChanged).
+    The worker measures the target only as it was read (`expect`, default measured_as_read(space): the
+    space given or loaded here); one edited since is refused (nsprof.errors.TargetChanged).
     """
     from nsprof.space import load_target
 
     settings = settings or ProfileSettings()
     backend = backend or GroundTruth(settings)
     space = space or load_target(target)
-    expect = expect or space.as_read()
+    expect = expect or measured_as_read(space)
     n_configs = len(space.configs)
-    wanted, layout = _wanted_points(space, n_configs, config_ids, points)
+    wanted, layout = _wanted_points(space, config_ids, points)
     request = Request(target, wanted, n_configs, layout.n_shapes, expect=expect, compiles=space.compiles)
     measured = backend.measure(request, on_progress=on_progress, on_rows=on_rows)
     return ProfileResult(
@@ -115,10 +130,10 @@ def profile_result(
     )
 
 
-def _wanted_points(space, n_configs: int, config_ids: list[int] | None, points: list[int] | None):
+def _wanted_points(space, config_ids: list[int] | None, points: list[int] | None):
     """profile_result's ids to measure and the space's points: `points` as given, else
     `config_ids` (default: all) at every shape of a shaped space."""
-    wanted = list(range(n_configs)) if config_ids is None else check_config_ids(config_ids, n_configs)
+    wanted = list(range(len(space.configs))) if config_ids is None else config_ids_of(space, config_ids)
     layout = space.points
     if points is not None:
         for point in points:

@@ -159,7 +159,9 @@ class Space(Listing):
         return self.compile(self.configs[config_id], self.shapes[shape])
 
 
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+# The address in an object's default text (`<X object at 0x7f...>`, `<function f at 0x7f...>`), and only
+# there: a value that merely looks hexadecimal (a seed, a mask) is compared as it is.
+_ADDRESS = re.compile(r"(?<= at )0x[0-9a-fA-F]+(?=>)")
 # What as_read says of a tuner hook (nsprof.tuner.TunerHook): the calls tune decides to make by them.
 TUNER_ABILITIES = (
     "can_pick",
@@ -173,7 +175,8 @@ TUNER_ABILITIES = (
 def read_changes(now: dict, read: dict) -> str | None:
     """How a space as it is `now` differs from what nsprof `read` of it (each Space.as_read()), in one
     line; None when it does not. A config's JSON is compared without the memory addresses that an
-    object's default text holds (`<X object at 0x...>`): they differ in every process."""
+    object's default text holds (`<X object at 0x...>`): they differ in every process. `read` may
+    leave out "compiles" and "tuner": what is left out is not compared."""
     for what, word in (("configs", "config"), ("shapes", "shape")):
         was, is_now = read.get(what), now[what]
         if was is None and is_now is None:

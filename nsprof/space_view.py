@@ -93,7 +93,8 @@ class SpaceView(Listing):
 
     def confirm(self) -> None:
         """TargetChanged where this saved view is behind the target: what would rest on the view with no
-        worker to check it (a ranking of rows the store held already) must not go on."""
+        worker to check it (a ranking of rows the store held already, a config id it does not list)
+        must not go on."""
         behind = self.refreshed()
         if behind is not None:
             raise TargetChanged(
@@ -262,4 +263,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # described: no wait for a thread the target's import left running, nor its exit handlers

@@ -77,20 +77,22 @@ def timer_groups(names: list[str]) -> list[list[str]]:
 
 def run_timers(
     target: str,
-    points,
+    space,
     names: list[str],
     settings: ValidateSettings,
     work_dir: Path,
     on_progress=None,
-    compiles: bool = False,
 ) -> tuple[list[dict], dict, list[str]]:
     """Every timer group in its own worker process (a FastTimers backend each), over every point of
-    `points` (nsprof.schema.Points: each config at each shape), with the target's compile step beside
-    it where it has one (`compiles`): per-config rows {config_id, shape, method, value_ns, clock_hz}
+    `space` (each config at each shape; the worker checks the target against it), with the target's
+    compile step beside it where it has one: per-config rows {config_id, shape, method, value_ns, clock_hz}
     (an interleaved timer's: the median of its rounds), failures {(method or "timers", config_id,
     shape): reason} and the runs' notes (an interleaved timer's throttle check)."""
     import pandas as pd
 
+    from nsprof.profile import measured_as_read
+
+    points = space.points
     rows: list[dict] = []
     failures: dict = {}
     notes: list[str] = []
@@ -99,7 +101,14 @@ def run_timers(
             group, settings.profile, work_dir / f"timers{index}", timer_reps=settings.timer_reps
         )
         backend = sharded(timers, settings.cluster)
-        request = Request(target, points.all(), points.n_configs, points.n_shapes, compiles=compiles)
+        request = Request(
+            target,
+            points.all(),
+            points.n_configs,
+            points.n_shapes,
+            expect=measured_as_read(space),
+            compiles=space.compiles,
+        )
         measured = backend.measure(request, on_progress=on_progress)
         failures.update({("timers", *points.split(p)): reason for p, reason in measured.failures.items()})
         notes += measured.notes
@@ -270,13 +279,7 @@ def _measure(
 
     n = len(space.configs) * max(1, space.n_shapes)
     rows, failures, notes = run_timers(
-        target,
-        space.points,
-        names,
-        settings,
-        work_dir,
-        stage("timers", n * len(timer_groups(names))),
-        compiles=space.compiles,
+        target, space, names, settings, work_dir, stage("timers", n * len(timer_groups(names)))
     )
     conditions = {name: conditions_of(name) + _clock_words(rows, name) for name in names}
     for note in notes:  # "<method>: what its throttle check did"

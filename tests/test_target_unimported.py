@@ -28,7 +28,8 @@ RECORD = textwrap.dedent("""
         f.write(json.dumps({"pid": os.getpid(), "argv": sys.argv}) + "\\n")
 """)
 # The configs: configs.json beside the target (or 3 of them). With $NSPROF_TEST_EXTRAS=1 the Space has
-# a tuner hook and a compile step (each compile appends to compiled.txt); with $NSPROF_TEST_OBJECT=1
+# a tuner hook and a compile step (each compile appends to compiled.txt), with $NSPROF_TEST_TUNER=1 the
+# tuner hook alone; with $NSPROF_TEST_OBJECT=1
 # each config holds an object, whose text (`<... object at 0x...>`) differs in every process.
 TARGET = RECORD + textwrap.dedent("""
     import pathlib
@@ -57,8 +58,9 @@ TARGET = RECORD + textwrap.dedent("""
     if os.environ.get("NSPROF_TEST_OBJECT") == "1":
         CONFIGS = [{**config, "policy": object()} for config in CONFIGS]
     EXTRAS = os.environ.get("NSPROF_TEST_EXTRAS") == "1"
+    TUNER = EXTRAS or os.environ.get("NSPROF_TEST_TUNER") == "1"
     space = Space(name="t", configs=CONFIGS, build=lambda config: (lambda: None), device="cpu",
-                  tuner=Hook() if EXTRAS else None, compile=compile if EXTRAS else None)
+                  tuner=Hook() if TUNER else None, compile=compile if EXTRAS else None)
 """)
 TUNE = ["--backend", "ncu", "--mode", "direct", "--reps", "3", "--budget-s", "0", "--json"]
 
@@ -252,3 +254,58 @@ def test_saved_views_nobody_read_for_a_month_are_removed_when_one_is_saved(tmp_p
     (tmp_path / "configs.json").write_text(json.dumps([{"ns": 500}, {"ns": 400}]))
     tune(tmp_path, "--no-store")  # behind the target: the new view is saved, the old files pruned
     assert sorted(p.name for p in folder.iterdir()) == [kept.name]
+
+
+def test_a_changed_value_that_looks_hexadecimal_is_a_change(tmp_path):
+    # Only an object's address is left out of the comparison, not a value such as a seed or a mask.
+    (tmp_path / "t.py").write_text(TARGET)
+    data = [{"seed": "0xaaaaaa00", "ns": 3000}, {"seed": "0xbbbbbb00", "ns": 1000}]
+    (tmp_path / "configs.json").write_text(json.dumps(data))
+    tune(tmp_path)
+    data[1]["seed"] = "0xdddddd00"
+    (tmp_path / "configs.json").write_text(json.dumps(data))
+    document = tune(tmp_path, "--resume")
+    assert document["best_config"] == {"seed": "0xdddddd00", "ns": 1000}
+
+
+def test_a_thread_left_running_by_the_targets_import_does_not_hold_nsprof(tmp_path):
+    # The describing child is done once it has described: a thread its import started (here for an
+    # hour, in that child alone) is not waited for.
+    started = "import threading, time\nif sys.argv[0].endswith('space_view.py'):\n"
+    started += "    threading.Thread(target=time.sleep, args=(3600,)).start()\n"
+    (tmp_path / "t.py").write_text(RECORD + started + TARGET.removeprefix(RECORD))
+    assert tune(tmp_path, "--no-store")["best_config_id"] == 2
+
+
+def test_profile_and_validate_do_not_run_again_for_a_tuner_they_do_not_ask(tmp_path):
+    (tmp_path / "t.py").write_text(TARGET)
+    timers = ["--timers", "event", "--no-external", "--no-repeat", "--truth", "ncu"]
+    for command, more in (("profile", ["--reps", "2"]), ("validate", [*timers, "--reps", "2"])):
+        for tuner in ("1", "0"):  # the view saved with the tuner, then the target without it
+            _, done = nsprof(
+                tmp_path, command, "t.py:space", "--mode", "direct", *more,
+                NSPROF_TEST_TUNER=tuner, NSPROF_STANDIN_TIMERS="1",
+            )  # fmt: skip
+            assert done.returncode == 0 and "running again" not in done.stderr, done.stderr
+
+
+def test_validates_timers_measure_only_the_target_as_read(tmp_path):
+    # The configs turned around since the view was saved: the timers' worker refuses it as the
+    # ground truth's does, and the run goes once, on the target as it is.
+    (tmp_path / "t.py").write_text(TARGET)
+    args = ["validate", "t.py:space", "--timers", "event", "--no-external", "--no-repeat", "--truth", "ncu",
+            "--mode", "direct", "--reps", "2", "--json"]  # fmt: skip
+    nsprof(tmp_path, *args, NSPROF_STANDIN_TIMERS="1")
+    (tmp_path / "configs.json").write_text(json.dumps([{"ns": 1000}, {"ns": 2000}, {"ns": 3000}]))
+    (tmp_path / "record.jsonl").unlink()
+    _, done = nsprof(tmp_path, *args, NSPROF_STANDIN_TIMERS="1")
+    assert done.returncode == 0 and "running again" in done.stderr, done.stderr
+    truth = {
+        r["config_id"]: r["value_ns"]
+        for r in json.loads(done.stdout)["per_config"]
+        if r["method"] == "ncu:direct"
+    }
+    assert truth == {0: 1000, 1: 2000, 2: 3000}
+    # the timers' worker refused the view (and the run went again), before any truth's worker ran
+    names = [name for _, name in importers(tmp_path)]
+    assert names.count("targets/standin_timers.py") == 2 and names.count("worker/__main__.py") == 1

@@ -14,14 +14,15 @@ from nsprof.errors import NsprofError, OptionError
 
 def on_target(target: str, run):
     """run(TARGET's SpaceView), read without importing it here (nsprof.space_view.read_target). A run
-    that fails on a saved view found behind the target (a data file, an environment variable, a
-    library the source does not show) runs once more on the target as it is, saying so."""
+    refused on a saved view found behind the target (TargetChanged: a data file, an environment
+    variable, a library the source does not show) runs once more on the target as it is, saying so."""
+    from nsprof.errors import TargetChanged
     from nsprof.space_view import read_target
 
     view = read_target(target)
     try:
         return run(view)
-    except NsprofError:
+    except TargetChanged:
         behind = view.refreshed()
         if behind is None:
             raise

@@ -32,7 +32,7 @@ def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler
     and the failures as (config id, shape or None, reason)."""
     from nsprof.cluster import sharded
     from nsprof.measure import GroundTruth
-    from nsprof.profile import check_config_ids, profile_result
+    from nsprof.profile import config_ids_of, profile_result
 
     warn(settings)
     if as_json and csv_path == "-":
@@ -43,7 +43,7 @@ def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler
         checked = ids
         if ids is not None:
             try:
-                checked = check_config_ids(ids, len(space.configs))
+                checked = config_ids_of(space, ids)
             except NsprofError as exc:
                 raise OptionError(str(exc), option="--configs") from None
         with clusters(), StageBars(width=0) as bars:

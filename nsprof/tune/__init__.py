@@ -70,14 +70,14 @@ def tune(
     one ShapeReport per shape (one for a target without shapes): every truth's ranking there, the
     comparison, the prescreen, the tuner's pick. `space`: the target's Space where the caller has
     loaded it already."""
-    from nsprof.profile import check_config_ids
+    from nsprof.profile import config_ids_of
     from nsprof.space import load_target
 
     settings = settings or TuneSettings()
     check_truths(settings)
     space = space or load_target(target)
     n = len(space.configs)
-    wanted = list(range(n)) if config_ids is None else check_config_ids(config_ids, n)
+    wanted = list(range(n)) if config_ids is None else config_ids_of(space, config_ids)
     stage = on_stage or (lambda name, count: None)
     points = space.points.all(wanted)
     with feedback.tuner_children(target, space, settings) as children:  # importing while tune measures
