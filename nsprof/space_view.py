@@ -13,10 +13,11 @@ A saved view is keyed by the target's static fingerprint (nsprof.space.target_fi
 place, the Python, PYTHONPATH and nsprof's version. What the fingerprint cannot see (configs read
 from a data file, an environment variable, a tuner hook in a library) can leave a saved view behind
 the target, so a saved view is checked, never trusted: every worker checks what it loads against the
-view's `as_read()` (configs, shapes, fingerprint, compile step, tuner) and measures nothing where it
-differs; what rests on the view with no worker to check it (a ranking of rows the store held
-already) asks a child first (SpaceView.confirm). A run that fails on a view found behind the target
-runs once more on the target as it is (nsprof.commands.common.on_target).
+view's `as_read()` (configs, shapes, fingerprint, compile step; a tune's tuner too) and measures
+nothing where it differs; what rests on the view with no worker to check it (a ranking of rows the
+store held already, a config id it does not list) asks a child first (SpaceView.confirm). A run
+refused on a view found behind the target runs once more on the target as it is
+(nsprof.commands.common.on_target).
 """
 
 from __future__ import annotations

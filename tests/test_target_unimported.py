@@ -163,6 +163,12 @@ def test_a_config_added_since_the_view_was_saved_can_be_named_and_is_measured(tm
     assert {row["config_id"]: row["value_ns"] for row in document["ranked"]} == {2: 1000, 3: 500}
     again = tune(tmp_path, "--no-store")  # and the view saved since is the target's
     assert [row["config_id"] for row in again["ranked"]] == [3, 2, 1, 0]
+    (tmp_path / "configs.json").write_text(json.dumps([*data, {"ns": 500}, {"ns": 400}]))
+    _, profiled = nsprof(
+        tmp_path, "profile", "t.py:space", "--mode", "direct", "--reps", "2", "--configs", "4"
+    )
+    assert profiled.returncode == 0 and "running again" in profiled.stderr, profiled.stderr
+    assert "400" in profiled.stdout
 
 
 def test_a_saved_view_behind_the_target_is_read_again_on_dask_workers_too(tmp_path):

@@ -8,7 +8,7 @@ import sys
 import click
 
 from nsprof.commands.common import StageBars, cluster_settings, clusters, on_target, write_exports
-from nsprof.errors import NsprofError, OptionError
+from nsprof.errors import NsprofError, OptionError, TargetChanged
 from nsprof.host.redirect import results_only_on_stdout
 
 
@@ -44,6 +44,8 @@ def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler
         if ids is not None:
             try:
                 checked = config_ids_of(space, ids)
+            except TargetChanged:
+                raise  # a saved view behind the target: on_target reads it again
             except NsprofError as exc:
                 raise OptionError(str(exc), option="--configs") from None
         with clusters(), StageBars(width=0) as bars:
