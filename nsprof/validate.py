@@ -332,34 +332,31 @@ def validate(
     measured = {r["method"] for r in rows}
     timers = [m for m in names if m in measured]
     conditions = {m: conditions[m] for m in [*timers, *truths] if m in conditions}
+    pairs = matched_pairs(timers, conditioned, settings.modes)
     return [
-        _compared(
-            [r for r in rows if r["shape"] == shape],
-            [r for r in repeat_rows if r["shape"] == shape],
-            timers,
-            truths,
-            matched_pairs(timers, conditioned, settings.modes),
-            ValidateResult(
-                per_config=None,
-                agreement=None,
-                floors=None,
-                verdict="",
-                timers=timers,
-                truths=truths,
-                configs=space.configs,
-                failures={(m, c): why for (m, c, at), why in failures.items() if at == shape},
-                conditions=conditions,
-                shape=shape,
-                shape_value=None if shape is None else space.shapes[shape],
+        ValidateResult(
+            **_compared(
+                [r for r in rows if r["shape"] == shape],
+                [r for r in repeat_rows if r["shape"] == shape],
+                timers,
+                truths,
+                pairs,
             ),
+            timers=timers,
+            truths=truths,
+            configs=space.configs,
+            failures={(m, c): why for (m, c, at), why in failures.items() if at == shape},
+            conditions=conditions,
+            shape=shape,
+            shape_value=None if shape is None else space.shapes[shape],
         )
         for shape in ([None] if space.shapes is None else range(space.n_shapes))
     ]
 
 
-def _compared(rows: list[dict], repeat_rows: list[dict], timers, truths, pairs, result: ValidateResult):
-    """`result` with the tables of one shape's rows: each timer against each truth, the truths' floors
-    and the matched conditions, the verdict."""
+def _compared(rows: list[dict], repeat_rows: list[dict], timers, truths, pairs) -> dict:
+    """One shape's tables (ValidateResult's fields) from its rows: each timer against each truth, the
+    truths' floors, the matched conditions, the verdict."""
     import pandas as pd
 
     from nsprof.analysis import agreement as agree
@@ -373,12 +370,11 @@ def _compared(rows: list[dict], repeat_rows: list[dict], timers, truths, pairs, 
     # the floor: each truth's repeated run, or without one its sibling mode (direct vs graph)
     floors = agree.noise_floor(first, repeat) if repeat is not None else agree.mode_floor(per_config, truths)
     floors = agree.winner_stability(floors, first, repeat)
-    return replace(
-        result,
-        per_config=per_config,
-        agreement=table,
-        floors=floors,
-        verdict=format_verdict(table, floors),
-        matched=agree.matched_agreement(table, floors, pairs) if pairs else None,
-        repeat=repeat,
-    )
+    return {
+        "per_config": per_config,
+        "agreement": table,
+        "floors": floors,
+        "verdict": format_verdict(table, floors),
+        "matched": agree.matched_agreement(table, floors, pairs) if pairs else None,
+        "repeat": repeat,
+    }
