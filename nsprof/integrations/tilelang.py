@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -316,6 +317,19 @@ def _write_entry(autotuned, args: tuple, kwargs: dict, by_source) -> dict:
     return written
 
 
+def _best_strictly_first(latencies_ms: Mapping[int, float], best: int) -> dict[int, float]:
+    """TileLang keeps the first of equal latencies in its workers' completion order (a strict `<`),
+    so a config tied with nsprof's best is fed the next float above it: TileLang then keeps nsprof's
+    best, at its measured latency."""
+    floor = float(latencies_ms[best])
+    return {
+        index: math.nextafter(floor, math.inf)
+        if index != best and float(latency) <= floor
+        else float(latency)
+        for index, latency in latencies_ms.items()
+    }
+
+
 def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs: dict | None = None):
     """Make TileLang's autotuner choose by nsprof's latencies (config index -> ms) and cache it.
 
@@ -329,11 +343,15 @@ def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs:
     if not latencies_ms:
         raise NsprofError("no measured config to feed back")
 
+    best_index = min(latencies_ms, key=lambda index: (latencies_ms[index], index))
+    fed = _best_strictly_first(latencies_ms, best_index)
+
     def by_source() -> dict[str, float]:
-        return {
-            _compile(autotuned, args, kwargs, configs[index]).get_kernel_source(): float(latency)
-            for index, latency in latencies_ms.items()
-        }
+        latencies: dict[str, float] = {}
+        for index, latency in fed.items():
+            source = _compile(autotuned, args, kwargs, configs[index]).get_kernel_source()
+            latencies[source] = min(latency, latencies.get(source, latency))
+        return latencies
 
     # TileLang's key holds the kernel's out_idx, and TileLang rewrites that list in place when it loads the
     # kernel from a cache (out_idx=[-1] becomes [2]): a process's first call computes one key, every call
@@ -348,7 +366,7 @@ def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs:
         if getattr(autotuned.jit_impl, "out_idx", None) == declared:
             break  # the key did not change: one entry is all
         declared = copy.deepcopy(autotuned.jit_impl.out_idx)
-    best = configs[min(latencies_ms, key=lambda index: (latencies_ms[index], index))]
+    best = configs[best_index]
     for written in entries:
         if {k: written["config"].get(k) for k in best} != best:
             raise NsprofError(
