@@ -4,6 +4,7 @@
 # Steps (in the order worth running; seconds are rough H200 figures with cold caches):
 #   serve         scripts/bench_serve.py: plain tune vs tune against nsprof serve (~150 s)
 #   tune          scripts/bench_tune.py --warm --rounds 1: TileLang's autotune vs nsprof tune (~250 s)
+#   tune3         the same with --rounds 3 (best, median and worst of 3; ~350 s)
 #   shapes        scripts/bench_shapes.py --rounds 1: four shapes vs one (Triton, nsys)
 #   fixed         scripts/bench_fixed_cost.py, nsys and ncu, compile ahead (~200 s)
 #   gpu_shapes    pytest tests/test_gpu_shapes.py (Triton, then TileLang: 72 TileLang points)
@@ -50,6 +51,8 @@ for s in "$@"; do
     fixed) step fixed 300 python3 scripts/bench_fixed_cost.py --runs 2 --out "$R/bench_fixed_cost.json" ;;
     gpu_shapes) step gpu_shapes 580 $PYTEST -m gpu tests/test_gpu_shapes.py ;;
     probe_keys) step probe_keys 150 python3 scripts/probe_tilelang_keys.py ;;
+    tune3) step tune 560 python3 scripts/bench_tune.py --warm --rounds 3 \
+            --contenders tilelang_event,nsprof_nsys_graph,nsprof_ncu_graph --out "$R/bench_tune_warm.json" ;;
     tune_short) step tune 350 python3 scripts/bench_tune.py --warm --rounds 1 \
             --contenders tilelang_event,nsprof_nsys_graph,nsprof_ncu_graph --out "$R/bench_tune_warm.json" ;;
     tl_keys) step tl_keys 200 $PYTEST tests/test_tilelang_cache_keys.py ;;
