@@ -16,8 +16,24 @@ in `Space.tuner`; `tune` runs each call in a fresh child process of its own
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+
+
+def best_strictly_first(latencies_ms: Mapping[int, float]) -> tuple[int, dict[int, float]]:
+    """nsprof's best (the lowest latency, the lowest config index among equal ones) and the
+    latencies to hand a tuner: a tuner keeps the first of equal latencies in an order of its own
+    (TileLang: its workers' completion order; Triton: its configs after pruning), so a config tied
+    with the best is handed the next float above it. The best keeps its measured latency."""
+    best = min(latencies_ms, key=lambda index: (latencies_ms[index], index))
+    floor = float(latencies_ms[best])
+    return best, {
+        index: math.nextafter(floor, math.inf)
+        if index != best and float(latency) <= floor
+        else float(latency)
+        for index, latency in latencies_ms.items()
+    }
 
 
 class TunerHook(ABC):

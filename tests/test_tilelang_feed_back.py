@@ -141,3 +141,12 @@ def test_a_config_tied_with_nsprofs_best_does_not_take_its_place_in_tilelangs_ca
 def test_the_best_alone_is_fed_back_as_measured_when_nothing_ties(tilelang):
     written = tl_hook.feed_back(tilelang.Autotuned(CONFIGS), (1024,), {0: 0.3, 1: 0.2, 2: 0.1})
     assert written == CONFIGS[2]
+
+
+def test_every_tuner_is_handed_nsprofs_best_strictly_lowest_and_the_rest_as_measured():
+    from nsprof.tuner import best_strictly_first
+
+    best, fed = best_strictly_first({4: 0.5, 2: 0.25, 7: 0.25, 1: 0.25, 3: 0.75})
+    assert best == 1  # the lowest config id among equal latencies, as nsprof ranks them
+    assert fed[1] == 0.25 and fed[4] == 0.5 and fed[3] == 0.75
+    assert all(0.25 < fed[i] < 0.2500001 for i in (2, 7))  # just above the best, nothing more

@@ -36,14 +36,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from nsprof.errors import NsprofError
 from nsprof.space import Space
-from nsprof.tuner import TunerHook
+from nsprof.tuner import TunerHook, best_strictly_first
 
 
 def _configs(autotuned, args: tuple, kwargs: dict) -> list[dict[str, Any]]:
@@ -317,19 +316,6 @@ def _write_entry(autotuned, args: tuple, kwargs: dict, by_source) -> dict:
     return written
 
 
-def _best_strictly_first(latencies_ms: Mapping[int, float], best: int) -> dict[int, float]:
-    """TileLang keeps the first of equal latencies in its workers' completion order (a strict `<`),
-    so a config tied with nsprof's best is fed the next float above it: TileLang then keeps nsprof's
-    best, at its measured latency."""
-    floor = float(latencies_ms[best])
-    return {
-        index: math.nextafter(floor, math.inf)
-        if index != best and float(latency) <= floor
-        else float(latency)
-        for index, latency in latencies_ms.items()
-    }
-
-
 def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs: dict | None = None):
     """Make TileLang's autotuner choose by nsprof's latencies (config index -> ms) and cache it.
 
@@ -343,8 +329,7 @@ def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs:
     if not latencies_ms:
         raise NsprofError("no measured config to feed back")
 
-    best_index = min(latencies_ms, key=lambda index: (latencies_ms[index], index))
-    fed = _best_strictly_first(latencies_ms, best_index)
+    best_index, fed = best_strictly_first(latencies_ms)
 
     def by_source() -> dict[str, float]:
         latencies: dict[str, float] = {}

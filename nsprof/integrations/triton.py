@@ -58,7 +58,7 @@ from typing import Any
 
 from nsprof.errors import NsprofError
 from nsprof.space import Space
-from nsprof.tuner import TunerHook
+from nsprof.tuner import TunerHook, best_strictly_first
 
 # Triton.Config fields that are launch options rather than the kernel's constexpr arguments.
 _OPTION_FIELDS = ("num_warps", "num_ctas", "num_stages", "maxnreg")
@@ -308,15 +308,14 @@ def feed_back(autotuned, make_inputs, grid, latencies_ms: Mapping[int, float]) -
         raise NsprofError("no measured config to feed back")
     if len(configs) == 1:
         return "nothing to feed back: with one config Triton's autotuner runs it without tuning"
-    best = config_dict(configs[min(latencies_ms, key=lambda i: (latencies_ms[i], i))])
+    best_index, fed = best_strictly_first(latencies_ms)
+    best = config_dict(configs[best_index])
     if not hasattr(autotuned, "check_disk_cache") or not hasattr(autotuned, "_bench"):
         raise NsprofError(
             "this Triton's autotuner has no _bench/check_disk_cache; nsprof's feed-back "
             "supports Triton 3.2 to 3.6"
         )
-    by_config = {
-        json.dumps(config_dict(configs[i]), sort_keys=True): float(ms) for i, ms in latencies_ms.items()
-    }
+    by_config = {json.dumps(config_dict(configs[i]), sort_keys=True): ms for i, ms in fed.items()}
 
     def nsprof_bench(*args, config, **meta):
         ms = by_config.get(json.dumps(config_dict(config), sort_keys=True), math.inf)
