@@ -9,7 +9,13 @@ direct launches and CUDA-graph replays, each inside an NVTX range) under:
   3. nsys, --cuda-graph-trace=node -> fixture.nsys-rep and its SQLite export
   4. ncu, --clock-control none --cache-control none -> fixture_clock_none.ncu-rep and its
      raw CSV, and ncu with neither flag (its defaults) -> fixture_clock_default.ncu-rep
-and writes capture.json with the commands, tool versions, GPU and date. The CSV exports
+and writes capture.json with the commands, tool versions, GPU and date.
+
+With --only-timers: `nsprof validate` of examples/softmax_triton.py:space with the plain and the
+interleaved graph and CUPTI timers (nsys as truth), kept as the worker wrote them: each timer
+family's result lines (timers_<family>.jsonl: per config and method, the kept rounds, their SM
+clocks, the rounds discarded as throttled) and the saved validate run (validate_timers.json),
+recorded in capture_timers.json. The CSV exports
 are made from the .ncu-rep with `ncu --import`, once in the default locale and once in
 de_DE (if that locale exists) to get the other thousands separator.
 """
@@ -30,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nsprof.host.tools import find_ncu, find_nsys, find_qdstrm_importer  # noqa: E402
 
 WORKLOAD = Path(__file__).resolve().parent / "fixture_workload.py"
+SOFTMAX = Path(__file__).resolve().parents[1] / "examples" / "softmax_triton.py"
 METRICS = "gpu__time_duration.sum,gpc__cycles_elapsed.max,gpc__cycles_elapsed.avg.per_second"
 
 
@@ -53,6 +60,9 @@ def main() -> None:
     parser.add_argument(
         "--only-clock", action="store_true", help="capture only the clock-control reports (step 4)"
     )
+    parser.add_argument(
+        "--only-timers", action="store_true", help="capture only the fast timers' result lines"
+    )
     args = parser.parse_args()
     out: Path = args.outdir
     out.mkdir(parents=True, exist_ok=True)
@@ -61,6 +71,10 @@ def main() -> None:
     python = sys.executable
     commands: dict[str, list[str]] = {}
 
+    if args.only_timers:
+        capture_timer_lines(python, out, commands)
+        finish(out, ncu, nsys, commands, args.tar, record="capture_timers.json")
+        return
     if args.only_clock:
         capture_clock_reports(ncu, python, out, commands)
         finish(out, ncu, nsys, commands, args.tar, record="capture_clock.json")
@@ -167,6 +181,20 @@ def capture_clock_reports(ncu: Path, python: str, out: Path, commands: dict[str,
     commands["csv_clock_none_raw"] = csv_cmd
     with open(out / "fixture_clock_none_raw.csv", "w") as handle:
         subprocess.run(csv_cmd, stdout=handle, stderr=subprocess.STDOUT)
+
+
+def capture_timer_lines(python: str, out: Path, commands: dict[str, list[str]]) -> None:
+    """validate with the plain and interleaved timers; each timer family's timers.jsonl kept."""
+    work = out / "work"
+    cmd = [python, "-m", "nsprof", "validate", f"{SOFTMAX}:space", "--timers",
+           "graph,interleaved", "--no-external", "--truth", "nsys", "--mode", "graph",
+           "--work-dir", str(work), "--save", str(out / "validate_timers.json")]  # fmt: skip
+    commands["validate_timers"] = cmd
+    run(cmd, out / "validate_timers.log")
+    for lines in sorted(work.rglob("timers.jsonl")):
+        family = "_".join(lines.parent.relative_to(work).parts) or "timers"
+        shutil.copyfile(lines, out / f"timers_{family}.jsonl")
+    shutil.rmtree(work)
 
 
 def finish(

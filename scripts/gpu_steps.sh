@@ -29,6 +29,8 @@
 #                 each profiled once under nsys at every shape: do they compile, run and check out
 #   interleaved   validate of the softmax space with the plain and the interleaved graph and CUPTI timers,
 #                 nsys as truth (repeated), the JSON kept: the interleaved timers' clock and throttle check
+#   timer_fixture scripts/capture_fixtures.py --only-timers: the plain and interleaved timers' result lines
+#                 (tests/fixtures/timers_*.jsonl), their SM clocks and throttle counts, as the worker wrote them
 #   gpu_timers    pytest tests/test_gpu_timers.py (the in-process timers on the GPU)
 #   regret        scripts/bench_regret.py over the two single-shape spaces (a cell each; the whole suite,
 #                 11 spaces at up to 3 shapes each, is longer than one call: run it in parts)
@@ -77,6 +79,7 @@ for s in "$@"; do
     interleaved) step interleaved 300 python3 -m nsprof validate examples/softmax_triton.py:space \
                    --timers graph,interleaved --no-external --truth nsys --mode graph \
                    --save "$R/validate_softmax_interleaved.json" ;;
+    timer_fixture) step timer_fixture 300 python3 scripts/capture_fixtures.py "$R/timer_fixture" --only-timers ;;
     gpu_timers) step gpu_timers 200 $PYTEST -m gpu tests/test_gpu_timers.py ;;
     regret) step regret 580 python3 scripts/bench_regret.py \
               --spaces examples/seed_gemm.py:space,examples/softmax_triton.py:space --out "$R/bench_regret.json" ;;
