@@ -315,3 +315,22 @@ def test_validates_timers_measure_only_the_target_as_read(tmp_path):
     # the timers' worker refused the view (and the run went again), before any truth's worker ran
     names = [name for _, name in importers(tmp_path)]
     assert names.count("targets/standin_timers.py") == 2 and names.count("worker/__main__.py") == 1
+
+
+def test_a_run_refused_on_a_saved_view_behind_the_target_is_stored_as_that_not_as_a_failure(tmp_path):
+    import sqlite3
+
+    (tmp_path / "t.py").write_text(TARGET)
+    store = tmp_path / "results.db"
+    tune(tmp_path, "--store", str(store))
+    (tmp_path / "configs.json").write_text(json.dumps([{"ns": ns} for ns in (1000, 2000, 3000)]))
+    document = tune(tmp_path, "--store", str(store))  # the saved view's configs turned around
+    assert document["best_config_id"] == 0
+    with sqlite3.connect(store) as db:
+        statuses = [status for (status,) in db.execute("SELECT status FROM runs ORDER BY id")]
+        refused = db.execute(
+            "SELECT COUNT(*) FROM measurements WHERE run_id = (SELECT id FROM runs ORDER BY id LIMIT 1 OFFSET 1)"
+        ).fetchone()[0]
+    # the first tune; the run the worker refused (nothing measured), said as such; the run again
+    assert statuses == ["ok", "target changed", "ok"], statuses
+    assert refused == 0

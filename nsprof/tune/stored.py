@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 
 from nsprof.analysis.adaptive import Plan
-from nsprof.errors import ToolNotFound
+from nsprof.errors import TargetChanged, ToolNotFound
 from nsprof.measure import GroundTruth, Measured
 from nsprof.settings import Truth, TuneSettings
 from nsprof.tune import measure
@@ -96,7 +96,8 @@ def stored_tool_version(store, group: dict) -> str | None:
 
 def _recorded(store, run_id: int, measure: Callable[[], object]):
     """measure()'s rows, with the store's run `run_id` finished as what happened: ok, nothing
-    measured, interrupted (Ctrl-C, SIGTERM: re-raised) or failed."""
+    measured, interrupted (Ctrl-C, SIGTERM: re-raised), target changed (its worker refused a target
+    edited since nsprof read it: re-raised) or failed."""
     status = "failed"
     try:
         rows = measure()
@@ -104,6 +105,9 @@ def _recorded(store, run_id: int, measure: Callable[[], object]):
         return rows
     except KeyboardInterrupt:
         status = "interrupted"
+        raise
+    except TargetChanged:
+        status = "target changed"
         raise
     finally:
         store.finish_run(run_id, status)
