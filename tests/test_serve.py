@@ -1271,3 +1271,27 @@ def test_no_job_runs_while_a_client_holds_a_lease(tmp_path, server, own_gpu_lock
     assert times and times[0][0] > given_back
     proc.send_signal(signal.SIGTERM)
     assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_server_asked_to_end_during_a_lease_keeps_the_gpu_until_the_lease_ends(
+    tmp_path, server, own_gpu_lock_folder
+):
+    """The client's own kernels (its tuner's pick, the feed-back) run under the server's GPU lock: a
+    SIGTERM meanwhile must not hand the GPU to another nsprof while they run. The server ends once the
+    client gives the lease back."""
+    from nsprof.errors import GpuBusy
+    from nsprof.host.lock import gpu_lock
+    from nsprof.serve_client import holding_server, lease
+
+    proc, state = server("--idle-exit", "120")
+    said = tmp_path / "server0.err"
+    with lease(holding_server(state["pid"]), 120):
+        proc.send_signal(signal.SIGTERM)
+        assert wait_for(lambda: "once its lease ends" in said.read_text()), said.read_text()
+        assert proc.poll() is None
+        with pytest.raises(GpuBusy):
+            with gpu_lock(0):
+                pass
+    assert _ended(proc, own_gpu_lock_folder) == 0
+    with gpu_lock(0):  # the server let it go as it ended
+        pass
