@@ -216,7 +216,7 @@ def test_a_target_edited_before_an_adaptive_session_is_refused_and_that_session_
         runs, rows = store.runs(), store.frame()
     assert len(runs) == 2  # the first pass, then the adaptive session
     first, adaptive = runs["id"].tolist()
-    assert runs["status"].tolist() == ["ok", "failed"]
+    assert runs["status"].tolist() == ["ok", "target changed"]  # its worker refused the edited target
     assert set(rows["run_id"]) == {first} and len(rows) == 3 * 3
 
 
