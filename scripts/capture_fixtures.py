@@ -13,8 +13,8 @@ and writes capture.json with the commands, tool versions, GPU and date.
 
 With --only-timers: `nsprof validate` of examples/softmax_triton.py:space with the plain and the
 interleaved graph and CUPTI timers (nsys as truth), kept as the worker wrote them: each timer
-family's result lines (timers_<family>.jsonl: per config and method, the kept rounds, their SM
-clocks, the rounds discarded as throttled) and the saved validate run (validate_timers.json),
+session's result lines (timers<i>.jsonl, validate's folder names: per config and method, the kept
+rounds, their SM clocks, the rounds discarded as throttled) and the saved validate run (validate_timers.json),
 recorded in capture_timers.json. The CSV exports
 are made from the .ncu-rep with `ncu --import`, once in the default locale and once in
 de_DE (if that locale exists) to get the other thousands separator.
@@ -184,16 +184,18 @@ def capture_clock_reports(ncu: Path, python: str, out: Path, commands: dict[str,
 
 
 def capture_timer_lines(python: str, out: Path, commands: dict[str, list[str]]) -> None:
-    """validate with the plain and interleaved timers; each timer family's timers.jsonl kept."""
+    """validate with the plain and interleaved timers; each timer session's timers.jsonl kept as
+    timers<i>.jsonl (validate's folder name for it: i in the order it runs its timer sessions).
+    A failed validate ends the script, its log and work folder kept."""
     work = out / "work"
     cmd = [python, "-m", "nsprof", "validate", f"{SOFTMAX}:space", "--timers",
            "graph,interleaved", "--no-external", "--truth", "nsys", "--mode", "graph",
            "--work-dir", str(work), "--save", str(out / "validate_timers.json")]  # fmt: skip
     commands["validate_timers"] = cmd
-    run(cmd, out / "validate_timers.log")
+    if run(cmd, out / "validate_timers.log") != 0:
+        sys.exit(f"validate failed: its log and work folder are kept in {out}")
     for lines in sorted(work.rglob("timers.jsonl")):
-        family = "_".join(lines.parent.relative_to(work).parts) or "timers"
-        shutil.copyfile(lines, out / f"timers_{family}.jsonl")
+        shutil.copyfile(lines, out / f"{lines.parent.name}.jsonl")
     shutil.rmtree(work)
 
 

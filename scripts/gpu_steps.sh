@@ -30,7 +30,7 @@
 #   interleaved   validate of the softmax space with the plain and the interleaved graph and CUPTI timers,
 #                 nsys as truth (repeated), the JSON kept: the interleaved timers' clock and throttle check
 #   timer_fixture scripts/capture_fixtures.py --only-timers: the plain and interleaved timers' result lines
-#                 (tests/fixtures/timers_*.jsonl), their SM clocks and throttle counts, as the worker wrote them
+#                 (timers<i>.jsonl, to copy to tests/fixtures/), their SM clocks and throttle counts, as written
 #   gpu_timers    pytest tests/test_gpu_timers.py (the in-process timers on the GPU)
 #   regret        scripts/bench_regret.py over the two single-shape spaces (a cell each; the whole suite,
 #                 11 spaces at up to 3 shapes each, is longer than one call: run it in parts)
