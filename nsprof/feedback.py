@@ -50,6 +50,7 @@ class TunerChild:
         import tempfile
 
         from nsprof.host.children import dies_with_nsprof
+        from nsprof.host.gpu import child_environ
 
         if name not in TUNER_CALLS:
             raise ValueError(f"a tuner hook call is one of {TUNER_CALLS}, not {name!r}")
@@ -71,6 +72,7 @@ class TunerChild:
             text=True,
             preexec_fn=dies_with_nsprof(),  # gone with nsprof, even one SIGKILLed
             start_new_session=True,  # with what it starts (compilers, helpers): close kills the group
+            env=child_environ(),  # its kernels on the GPU nsprof locked
         )
 
     def call(self, args: list, settings: TuneSettings, n_configs: int):

@@ -150,6 +150,7 @@ def _described(spec: str) -> dict:
     import subprocess
 
     from nsprof.host.children import dies_with_nsprof
+    from nsprof.host.gpu import child_environ
 
     child = subprocess.Popen(
         [sys.executable, "-m", "nsprof.space_view", spec],
@@ -157,6 +158,7 @@ def _described(spec: str) -> dict:
         stdin=subprocess.DEVNULL,
         start_new_session=True,
         preexec_fn=dies_with_nsprof(),
+        env=child_environ(),  # a target whose import touches CUDA sees the worker's GPU
     )
     try:
         out, _ = child.communicate()

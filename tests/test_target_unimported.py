@@ -25,7 +25,8 @@ RECORD = textwrap.dedent("""
     import json, os, sys
 
     with open(os.environ["NSPROF_TEST_RECORD"], "a") as f:
-        f.write(json.dumps({"pid": os.getpid(), "argv": sys.argv}) + "\\n")
+        f.write(json.dumps({"pid": os.getpid(), "argv": sys.argv,
+                            "order": os.environ.get("CUDA_DEVICE_ORDER")}) + "\\n")
 """)
 # The configs: configs.json beside the target (or 3 of them). With $NSPROF_TEST_EXTRAS=1 the Space has
 # a tuner hook and a compile step (each compile appends to compiled.txt), with $NSPROF_TEST_TUNER=1 the
@@ -334,3 +335,28 @@ def test_a_run_refused_on_a_saved_view_behind_the_target_is_stored_as_that_not_a
     # the first tune; the run the worker refused (nothing measured), said as such; the run again
     assert statuses == ["ok", "target changed", "ok"], statuses
     assert refused == 0
+
+
+def test_every_process_that_runs_the_target_numbers_the_gpus_as_nvidia_smi_does(tmp_path):
+    # nsprof locks and keys "GPU 0" by nvidia-smi's numbering (PCI bus order); CUDA's own default
+    # (FASTEST_FIRST) can put another GPU first on a host of mixed GPUs, which nsprof would then
+    # measure outside its lock
+    (tmp_path / "t.py").write_text(TARGET)
+    _, done = nsprof(
+        tmp_path,
+        "tune",
+        "t.py:space",
+        *TUNE,
+        "--no-store",
+        NSPROF_TEST_EXTRAS="1",
+        CUDA_DEVICE_ORDER="FASTEST_FIRST",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "CUDA_DEVICE_ORDER=FASTEST_FIRST is not used" in done.stderr
+    records = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
+    ran = {"/".join(Path(r["argv"][0]).parts[-2:]) for r in records}
+    # the describing child, the compile step, the worker and the tuner's child
+    assert {"nsprof/space_view.py", "worker/compile.py", "worker/__main__.py", "nsprof/feedback.py"} <= ran, (
+        ran
+    )
+    assert {r["order"] for r in records} == {"PCI_BUS_ID"}, records

@@ -134,6 +134,7 @@ class DeathPipe:
 def launch_child(command: list[str], log_handle, pipe: DeathPipe):
     import subprocess
 
+    from nsprof.host.gpu import child_environ
     from nsprof.host.lock import held_fds
 
     # Its own process session, so that the whole tree (profiler, worker, their helpers) can be
@@ -147,6 +148,7 @@ def launch_child(command: list[str], log_handle, pipe: DeathPipe):
         start_new_session=True,
         pass_fds=(pipe.read_fd, *held_fds()),
         preexec_fn=dies_with_nsprof(),
+        env=child_environ(),
     )
 
 

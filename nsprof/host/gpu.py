@@ -60,6 +60,27 @@ def _smi_gpus() -> tuple[tuple[int, str, str], ...]:
     return tuple(gpus)
 
 
+PCI_ORDER = "PCI_BUS_ID"
+
+
+def child_environ() -> dict[str, str]:
+    """This process's environment for a child that may run CUDA: its device indices nvidia-smi's (PCI
+    bus order), the numbering nsprof locks and keys GPUs by (which_gpu). CUDA's own default orders by
+    speed, which on a host of mixed GPUs puts another GPU first: measured outside the lock."""
+    return {**os.environ, "CUDA_DEVICE_ORDER": PCI_ORDER}
+
+
+def device_order_note() -> str | None:
+    """One line where this environment asks CUDA for another order than the one nsprof's children get."""
+    given = os.environ.get("CUDA_DEVICE_ORDER", "")
+    if not given or given == PCI_ORDER:
+        return None
+    return (
+        f"CUDA_DEVICE_ORDER={given} is not used: nsprof numbers GPUs as nvidia-smi does ({PCI_ORDER}), "
+        "the numbering its GPU lock and results go by"
+    )
+
+
 def which_gpu(device: int = 0, environ: Mapping[str, str] | None = None) -> Gpu:
     """The GPU that CUDA device `device` of this process is, through CUDA_VISIBLE_DEVICES (indices,
     or UUIDs and their prefixes, as CUDA takes them). Indices are nvidia-smi's, which CUDA follows

@@ -72,12 +72,15 @@ class CompileAhead:
         )
         import subprocess  # here, not at import: `import nsprof` stays light
 
+        from nsprof.host.gpu import child_environ
+
         log = folder / "compile.log"
         with open(log, "wb") as handle:
             proc = subprocess.Popen(
                 [python or sys.executable, "-m", "nsprof.worker.compile", str(job)],
                 stdout=handle,
                 stderr=subprocess.STDOUT,
+                env=child_environ(),
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 preexec_fn=dies_with_nsprof(),
