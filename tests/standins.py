@@ -208,7 +208,7 @@ class StatusDriver(Driver):
                 import random
 
                 ns *= 1.0 + sigma * random.Random(f"{configs[c].get('seed', 0)}:{c}:{rep}").gauss(0.0, 1.0)
-            step = configs[c].get("ns_step")  # a truth whose clock ticks in steps (nsys, ncu: 32 ns on an H200)
+            step = configs[c].get("ns_step")  # a clock that ticks in steps (an H200's: 32 ns)
             return float(round(ns / step) * step) if step else ns
 
         from nsprof.worker.protocol import Job

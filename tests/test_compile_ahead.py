@@ -56,7 +56,8 @@ def _rows(done) -> list[dict]:
 def test_configs_compile_while_the_session_runs_and_a_compile_failure_is_one_failed_config(tmp_path):
     # configs 1 and 3 compile only after the worker built config 0: compiled before the session,
     # as nsprof did until now, they would wait 60 s and fail
-    done, folder = _profile(tmp_path, "overlapped")
+    # the compiles of 1 and 3 also wait for the worker to wait for them: a compile_wait on any machine
+    done, folder = _profile(tmp_path, "overlapped", env={"NSPROF_TEST_WAITED_DIR": str(tmp_path / "work")})
     assert done.returncode == 0, done.stderr
     rows = _rows(done)
     measured = sorted({r["config_id"] for r in rows if r["error"] is None})
