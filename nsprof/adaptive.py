@@ -91,12 +91,9 @@ def of_shape(rows, shape: int | None):
 
 
 def _decide(rows, stat: str):
-    """The decision over `rows`, and the best's value (ns; nan where nothing was measured)."""
     from nsprof.profile import config_summary
 
-    ranked = rank(config_summary(rows), stat)
-    measured = ranked[ranked["rank"].notna()]
-    return decide(ranked, stat), float(measured["value_ns"].iloc[0]) if len(measured) else float("nan")
+    return decide(rank(config_summary(rows), stat), stat)
 
 
 class _Refinement:
@@ -136,13 +133,11 @@ class _Refinement:
         decision needs no more reps stops, with its reason."""
         out = {}
         for shape in list(self.active):
-            mine = of_shape(rows, shape)
-            decision, best_ns = _decide(mine, self.settings.stat)
+            decision = _decide(of_shape(rows, shape), self.settings.stat)
             at_shape = {c: reps.get(self.point(c, shape), 0) for c in decision.members}
-            summary = self.summaries[shape]
-            summary.clock_step_ns = plan_rules.clock_step_ns(mine["duration_ns"].dropna())
-            summary.margin = plan_rules.margin(summary.equivalence, summary.clock_step_ns, best_ns)
-            reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, summary.margin)
+            reason = plan_rules.stop_reason(
+                decision, at_shape, self.max_reps, self.settings.equivalence_pct / 100
+            )
             if reason is not None:
                 self.stop([shape], reason)
                 self.active.remove(shape)

@@ -14,8 +14,7 @@ those conditions, for truths that disagree; its optional "ns_on" maps the CUDA_V
 process reading the report to the value on that "GPU", for GPUs that differ while the config does not);
 "ns_sigma" multiplies it by 1 + ns_sigma·z, z a standard normal drawn per (config, rep) from a
 generator seeded by the config's "seed", its id and the rep, so that a rep's value does not depend
-on when or in which session it was measured; "ns_step" rounds it to a multiple of that step, as a
-truth's clock does):
+on when or in which session it was measured):
 what a profiler would have measured, known in advance. StatusDriver.for_session() is the
 session tests' kind: two kernels per rep, and an empty report is an error.
 
@@ -208,8 +207,7 @@ class StatusDriver(Driver):
                 import random
 
                 ns *= 1.0 + sigma * random.Random(f"{configs[c].get('seed', 0)}:{c}:{rep}").gauss(0.0, 1.0)
-            step = configs[c].get("ns_step")  # a clock that ticks in steps (an H200's: 32 ns)
-            return float(round(ns / step) * step) if step else ns
+            return ns
 
         from nsprof.worker.protocol import Job
 

@@ -81,26 +81,6 @@ def contenders(decision) -> list[int]:
     return list(decision.members) if decision.kind == "tie" else []
 
 
-def clock_step_ns(durations) -> float:
-    """The step a truth's durations come in (on the H200, nsys and ncu give multiples of 32 ns): the
-    greatest common divisor of `durations`, where every one is a whole number of ns, the step is at
-    least 2 ns and at most 5% of the smallest (not a few configs' round values); else 0 (none seen)."""
-    values = [float(d) for d in durations if d == d and d > 0]
-    if not values or any(not v.is_integer() for v in values):
-        return 0.0
-    step = math.gcd(*(int(v) for v in values))
-    return float(step) if 2 <= step <= 0.05 * min(values) else 0.0
-
-
-def margin(equivalence: float, step_ns: float, best_ns: float) -> float:
-    """The practical-equivalence margin a tie is held to: --equivalence, or two of the truth's clock
-    steps relative to the best where that is wider (an interval's ends are known to a step, so configs
-    of equal duration lie up to two steps apart however many reps are taken). 0 stays off."""
-    if equivalence <= 0 or step_ns <= 0 or not best_ns > 0:
-        return equivalence
-    return max(equivalence, 2.0 * step_ns / best_ns)
-
-
 def stop_reason(decision, reps: dict[int, int], max_reps: int, equivalence: float = 0.0) -> str | None:
     """Why no further adaptive session is needed, or None to go on: `decision` over all reps so
     far, `reps` each config's rep count, `equivalence` the practical-equivalence margin (relative;
@@ -188,9 +168,7 @@ class AdaptiveSummary:
     history: list[dict] = field(default_factory=list)
     reps_per_config: dict[int, int] = field(default_factory=dict)  # the contenders' rep counts at the end
     note: str = ""  # why a session was not started or what failed, in words
-    equivalence: float = 0.0  # --equivalence (relative; 0: none)
-    margin: float = 0.0  # the margin held to: --equivalence, or two steps of the truth's clock (margin())
-    clock_step_ns: float = 0.0  # the step the truth's durations came in (clock_step_ns(); 0: none seen)
+    equivalence: float = 0.0  # the practical-equivalence margin (relative; 0: none)
 
     def describe(self) -> str:
         words = {
@@ -201,13 +179,7 @@ class AdaptiveSummary:
             UNTESTED: "no interval to separate (fewer than 2 reps)",
             FAST_TIMER: "not done for a fast timer (one number per config)",
             FAILED: "an adaptive session failed",
-            EQUIVALENT: f"every contender lies within ±{max(self.margin, self.equivalence):.1%} of the best "
-            + (
-                f"(two steps of the truth's {self.clock_step_ns:g} ns clock, the least it resolves; "
-                f"--equivalence {self.equivalence:.1%})"
-                if self.margin > self.equivalence
-                else "(--equivalence)"
-            ),
+            EQUIVALENT: f"every contender lies within ±{self.equivalence:.1%} of the best (--equivalence)",
         }[self.stopped]
         if self.stopped in (OFF, FAST_TIMER, UNTESTED):
             return f"adaptive reps: {words}"
@@ -230,8 +202,6 @@ class AdaptiveSummary:
             "max_reps": self.max_reps,
             "budget_s": self.budget_s,
             "equivalence": self.equivalence,
-            "margin": max(self.margin, self.equivalence),
-            "clock_step_ns": self.clock_step_ns,
             "history": self.history,
             "reps_per_config": {str(k): v for k, v in self.reps_per_config.items()},
             "note": self.note,

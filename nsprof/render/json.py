@@ -305,7 +305,7 @@ def _shape_of(document: dict):
     def ranking(doc: dict) -> Ranking:
         adaptive = doc["adaptive"]
         if adaptive is not None:
-            given = {f.name: adaptive[f.name] for f in fields(AdaptiveSummary) if f.name in adaptive}
+            given = {f.name: adaptive[f.name] for f in fields(AdaptiveSummary)}
             given["reps_per_config"] = {int(c): n for c, n in adaptive["reps_per_config"].items()}
             adaptive = AdaptiveSummary(**given)
         return Ranking(frame_of(doc), adaptive=adaptive, **{key: doc[key] for key in _RANKING_KEYS})
