@@ -43,6 +43,7 @@ end); the server's start is nsprof.serve_start's, a job's run nsprof.serve_jobs'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -79,6 +80,7 @@ class _Server(Starting, JobRunning):
         self.jobs = 0
         self.queue: list = []  # (connection, request) of clients waiting for the current job
         self.closing: str | None = None  # the signal that asked the server to end
+        self.now = False  # a second signal came: end without waiting for a client's lease
         self.fault: str | None = None  # why a job's fault ends the server
         self.state: dict = {}
 
@@ -88,7 +90,8 @@ class _Server(Starting, JobRunning):
         note(self.log, text)
 
     def say(self, text: str) -> None:
-        print(f"nsprof serve: {text}", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # a terminal hung up (SIGHUP): the server still ends in order
+            print(f"nsprof serve: {text}", file=sys.stderr, flush=True)
 
     # -- serve
 
@@ -144,7 +147,17 @@ class _Server(Starting, JobRunning):
         conn, _ = self.listener.accept()
         request = receive_line(conn, REQUEST_TIMEOUT_S) or {}
         queued = request.get("op") in ("job", "lease")
-        if queued and missing(request):
+        if queued and self.closing:  # ending once the lease or job in hand is done: none to queue behind
+            send_line(
+                conn,
+                {
+                    "ok": False,
+                    "fault": "closing",
+                    "config": None,
+                    "reason": f"nsprof serve is ending: {self.closing}",
+                },
+            )
+        elif queued and missing(request):
             send_line(conn, {"ok": False, "fault": "request", "config": None, "reason": missing(request)})
         elif queued and request.get("wait"):
             self.queue.append((conn, request))
@@ -223,6 +236,7 @@ def serve(backend: str, idle_exit_s: float = DEFAULT_IDLE_EXIT_S, wait: bool = F
         server = _Server(driver, settings, idle_exit_s)
 
         def close(signum, frame) -> None:
+            server.now = server.closing is not None  # a second signal: no more waiting for a lease
             server.closing = signal.Signals(signum).name
 
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

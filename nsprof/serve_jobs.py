@@ -44,7 +44,7 @@ def missing(request: dict) -> str:
 
 class JobRunning:
     """The server's job() and lease(); it uses the server's driver, session, log, log_path, dir, fifo,
-    proc, worker_pid, worker_alive, listener, closing, note, say and answer_waiting (clients answered while a
+    proc, worker_pid, worker_alive, listener, closing, now, note, say and answer_waiting (clients answered while a
     job or a lease runs); sets its jobs and fault."""
 
     def take(self, conn, request: dict) -> None:
@@ -66,11 +66,11 @@ class JobRunning:
                 return
             # A signal to end waits for the lease too: the client's kernels run under this server's GPU
             # lock, which another nsprof would take the moment the server ended.
-            while (left := until - time.monotonic()) > 0:
+            while (left := until - time.monotonic()) > 0 and not self.now:
                 if self.closing and not told:
                     told = True
                     self.say(
-                        f"{self.closing}: ending once its lease ends (at most {left:.0f} s; SIGKILL ends it now)"
+                        f"{self.closing}: ending once its lease ends (at most {left:.0f} s; a second signal ends it now)"
                     )
                 readable, _, _ = select.select([conn, self.listener], [], [], min(1.0, left))
                 if conn in readable:

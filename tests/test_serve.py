@@ -59,9 +59,10 @@ def server(tmp_path, own_gpu_lock_folder, monkeypatch):
     started = []
 
     def start(
-        *args, env: dict | None = None, backend: str = "nsys", cwd: Path | None = None
+        *args, env: dict | None = None, backend: str = "nsys", cwd: Path | None = None, hung_up: bool = False
     ) -> tuple[subprocess.Popen, dict]:
-        err = open(tmp_path / f"server{len(started)}.err", "w")
+        # hung_up: its stderr a pipe whose reader is gone, as a closed terminal's
+        err = subprocess.PIPE if hung_up else open(tmp_path / f"server{len(started)}.err", "w")
         scratch = (
             tmp_path / f"server{len(started)}.tmp"
         )  # the server's own folder (its log, FIFO) goes in $TMPDIR
@@ -85,7 +86,10 @@ def server(tmp_path, own_gpu_lock_folder, monkeypatch):
                 monkeypatch.setenv(name, value)
         state_file = _state_file(lock_dir())  # the test's own (conftest), or the one `env` names
         assert wait_for(lambda: state_file.exists() or proc.poll() is not None), "the server never started"
-        assert proc.poll() is None, (tmp_path / f"server{len(started) - 1}.err").read_text()
+        if hung_up:
+            proc.stderr.close()
+        else:
+            assert proc.poll() is None, (tmp_path / f"server{len(started) - 1}.err").read_text()
         return proc, json.loads(state_file.read_text())
 
     yield start
@@ -1281,7 +1285,7 @@ def test_a_server_asked_to_end_during_a_lease_keeps_the_gpu_until_the_lease_ends
     client gives the lease back."""
     from nsprof.errors import GpuBusy
     from nsprof.host.lock import gpu_lock
-    from nsprof.serve_client import holding_server, lease
+    from nsprof.serve_client import _ask, holding_server, lease
 
     proc, state = server("--idle-exit", "120")
     said = tmp_path / "server0.err"
@@ -1292,6 +1296,42 @@ def test_a_server_asked_to_end_during_a_lease_keeps_the_gpu_until_the_lease_ends
         with pytest.raises(GpuBusy):
             with gpu_lock(0):
                 pass
+        # a client that comes meanwhile is told at once, not queued behind the lease
+        answer = _ask(state["socket"], {"op": "lease", "timeout_s": 5, "wait": True}, 10)
+        assert answer["fault"] == "closing" and "SIGTERM" in answer["reason"], answer
     assert _ended(proc, own_gpu_lock_folder) == 0
     with gpu_lock(0):  # the server let it go as it ended
         pass
+
+
+def test_a_second_signal_ends_a_server_that_waits_for_a_lease(tmp_path, server, own_gpu_lock_folder):
+    from nsprof.serve_client import holding_server, lease
+
+    proc, state = server("--idle-exit", "120")
+    said = tmp_path / "server0.err"
+    with lease(holding_server(state["pid"]), 3600):
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        assert wait_for(lambda: "a second signal ends it now" in said.read_text()), said.read_text()
+        proc.send_signal(signal.SIGINT)
+        assert _ended(proc, own_gpu_lock_folder) == 0  # inside the lease still: its bound is an hour
+
+
+def test_a_server_whose_terminal_hung_up_keeps_the_gpu_through_a_lease(tmp_path, server, own_gpu_lock_folder):
+    """SIGHUP from a closed terminal: the server's lines to that terminal fail, and it must still wait
+    for the lease before it lets the GPU go."""
+    from nsprof.errors import GpuBusy
+    from nsprof.host.lock import gpu_lock
+    from nsprof.serve_client import _ask, holding_server, lease
+
+    proc, state = server("--idle-exit", "120", hung_up=True)
+    ask = {"op": "lease", "timeout_s": 5, "wait": True}
+    with lease(holding_server(state["pid"]), 120):
+        proc.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: _ask(state["socket"], ask, 10).get("fault") == "closing"), (
+            "it took the signal"
+        )
+        assert proc.poll() is None
+        with pytest.raises(GpuBusy):
+            with gpu_lock(0):
+                pass
+    assert _ended(proc, own_gpu_lock_folder) == 0
