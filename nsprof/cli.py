@@ -42,24 +42,15 @@ class _Command(click.Command):
             raise click.UsageError(str(exc), ctx=ctx) from None
 
 
-GPU_COMMANDS = ("profile", "tune", "validate", "serve", "doctor")  # those that run CUDA in children
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @_version_option()
-@click.pass_context
-def cli(ctx) -> None:
+def cli() -> None:
     """nsprof: ground-truth kernel durations from Nsight Compute (ncu) and Nsight Systems (nsys).
 
     Runs candidate kernel configs under ncu and nsys, directly and inside CUDA graphs, and
     reads the reports into one table of pure kernel durations, each labelled with how it
     was taken.
     """
-    from nsprof.host.gpu import device_order_note
-
-    note = device_order_note() if ctx.invoked_subcommand in GPU_COMMANDS else None
-    if note:
-        click.echo(f"nsprof: {note}", err=True)
 
 
 cli.command_class = _Command

@@ -106,6 +106,9 @@ def environment(environ=None) -> dict[str, str]:
         environ.update(
             {name: value for name, value in environ_before_targets().items() if name.startswith(AT_START)}
         )
+    from nsprof.host.gpu import child_environ
+
+    environ = {**environ, "CUDA_DEVICE_ORDER": child_environ()["CUDA_DEVICE_ORDER"]}  # every worker's
     return {
         name: hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
         for name, value in sorted(environ.items())

@@ -49,6 +49,8 @@ def pytest_configure(config):
     os.environ["NSPROF_LOCK_DIR"] = os.path.join(config._nsprof_tmp, "gpu-locks")
     # The targets' saved views (nsprof.space_view) of this run's own, never the user's.
     os.environ["XDG_CACHE_HOME"] = os.path.join(config._nsprof_tmp, "cache")
+    # a machine's own CUDA_DEVICE_ORDER would add nsprof's line about it to output the tests read
+    os.environ.pop("CUDA_DEVICE_ORDER", None)
     # A suite started as a background job of a script (`pytest ... &`) inherits SIGINT ignored, and
     # so would every nsprof a test starts and then Ctrl-Cs: it would ignore the Ctrl-C, as a Python
     # started so does, and the test hang. As in an interactive run: a KeyboardInterrupt here, and

@@ -1335,3 +1335,14 @@ def test_a_server_whose_terminal_hung_up_keeps_the_gpu_through_a_lease(tmp_path,
             with gpu_lock(0):
                 pass
     assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_client_that_asks_cuda_for_another_device_order_is_served_all_the_same(
+    tmp_path, server, own_gpu_lock_folder
+):
+    # every worker numbers GPUs as nvidia-smi does, whatever either side's CUDA_DEVICE_ORDER
+    proc, state = server("--idle-exit", "120")
+    done = _client(tmp_path, "first", env={"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})
+    assert done.returncode == 0, done.stderr
+    assert "CUDA_DEVICE_ORDER=FASTEST_FIRST is not used" in done.stderr
+    assert _status(tmp_path, "first").pid == state["worker_pid"], "measured by the served worker"

@@ -19,6 +19,7 @@ def on_target(target: str, run):
     from nsprof.errors import TargetChanged
     from nsprof.space_view import read_target
 
+    say_device_order()
     view = read_target(target)
     try:
         return run(view)
@@ -31,6 +32,15 @@ def on_target(target: str, run):
             f"nsprof: {target} changed since nsprof saved its description ({why}): running again", err=True
         )
         return run(fresh)
+
+
+def say_device_order() -> None:
+    """One line where the environment asks CUDA for another device order than nsprof's children get."""
+    from nsprof.host.gpu import device_order_note
+
+    note = device_order_note()
+    if note:
+        click.echo(f"nsprof: {note}", err=True)
 
 
 def split(value: str) -> tuple[str, ...]:
