@@ -122,11 +122,12 @@ def tuner_in_child(target: str, name: str, args: list, settings: TuneSettings, n
 @contextlib.contextmanager
 def _gpu_for_the_tuner(wait: bool, timeout_s: float):
     """The GPU for a tuner call (it runs user kernels): its lock, or, where this user's `nsprof serve`
-    holds the lock (it does for as long as it serves), a lease of the GPU between its jobs. Asked
-    without waiting first: waiting for the lock of a server would wait for the server's exit."""
+    holds the lock (it does for as long as it serves), a lease of the GPU between its jobs; from a
+    server that is ending, the lock once it lets it go (within the call's bound). Asked without
+    waiting first: waiting for the lock of a server would wait for the server's exit."""
     from nsprof.errors import GpuBusy
     from nsprof.host.lock import gpu_lock
-    from nsprof.serve_client import holding_server, lease
+    from nsprof.serve_client import ServerEnding, holding_server, lease
 
     held = contextlib.ExitStack()
     try:
@@ -134,7 +135,10 @@ def _gpu_for_the_tuner(wait: bool, timeout_s: float):
     except GpuBusy as exc:
         server = holding_server((exc.holder or {}).get("pid"))
         if server is not None:
-            held.enter_context(lease(server, timeout_s))
+            try:
+                held.enter_context(lease(server, timeout_s))
+            except ServerEnding:  # it lets the GPU go once what it has in hand ends
+                held.enter_context(gpu_lock(0, wait=True, timeout_s=timeout_s))
         elif wait:
             held.enter_context(gpu_lock(0, wait=True))
         else:

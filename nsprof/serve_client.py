@@ -99,6 +99,10 @@ def _remove_stale(state_path: Path, state: dict) -> bool:
         return False  # the lock is held (by a server this process cannot see, or a session): its files stay
 
 
+class ServerEnding(NsprofError):
+    """The server is ending: it lends the GPU to no one, and lets it go once its job or lease in hand ends."""
+
+
 class Unfit(str):
     """Why a live server of this user does not fit this run (its identity differs), in one line: it never
     will, so what to do is to stop it or start one that fits; waiting for the GPU is waiting for its end."""
@@ -291,5 +295,6 @@ def lease(state: dict, timeout_s: float):
                 answer = answers.next(SERVE_GRACE_S)
         if not (answer or {}).get("leased"):
             reason = (answer or {}).get("reason") or "no answer"
-            raise NsprofError(f"{where} did not lend the GPU: {reason}")
+            ending = (answer or {}).get("fault") == "closing"
+            raise (ServerEnding if ending else NsprofError)(f"{where} did not lend the GPU: {reason}")
         yield

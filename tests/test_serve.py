@@ -1346,3 +1346,44 @@ def test_a_client_that_asks_cuda_for_another_device_order_is_served_all_the_same
     assert done.returncode == 0, done.stderr
     assert "CUDA_DEVICE_ORDER=FASTEST_FIRST is not used" in done.stderr
     assert _status(tmp_path, "first").pid == state["worker_pid"], "measured by the served worker"
+
+
+def test_a_tuner_call_that_finds_the_server_ending_takes_the_gpu_once_the_server_lets_it_go(
+    tmp_path, server, own_gpu_lock_folder, monkeypatch
+):
+    """A served tune's tuner call (its pick, the feed-back) that asks a lease of a server already asked
+    to end: no lease, and no error either; it waits for the lock the server lets go as it ends."""
+    import threading
+
+    from nsprof.feedback import _gpu_for_the_tuner
+    from nsprof.host import lock
+    from nsprof.serve_client import holding_server, lease
+
+    proc, state = server("--idle-exit", "120")
+    said = tmp_path / "server0.err"
+    waiting, got = threading.Event(), []
+    take = lock.gpu_lock
+
+    def gpu_lock(device=0, **kwargs):
+        if kwargs.get("wait"):
+            waiting.set()
+        return take(device, **kwargs)
+
+    monkeypatch.setattr(lock, "gpu_lock", gpu_lock)
+
+    def tuner_call() -> None:
+        try:
+            with _gpu_for_the_tuner(wait=False, timeout_s=120):
+                got.append("the GPU")
+        except Exception as exc:  # this thread's error is the assertion's message
+            got.append(exc)
+
+    with lease(holding_server(state["pid"]), 120):  # another client's tuner holds the GPU
+        proc.send_signal(signal.SIGTERM)
+        assert wait_for(lambda: "once its lease ends" in said.read_text()), said.read_text()
+        caller = threading.Thread(target=tuner_call)
+        caller.start()
+        assert waiting.wait(60) and caller.is_alive(), got  # refused a lease, it waits for the lock
+    caller.join(120)
+    assert got == ["the GPU"], got
+    assert _ended(proc, own_gpu_lock_folder) == 0
