@@ -30,7 +30,7 @@ def _bench(tmp_path, *args: str):
             "--mode",
             "direct",
             "--extra",
-            "--reps 1",
+            "--reps 1 --warmup 0",  # config 1 launches once: 0.5 s, not 2 s
             *args,
         ],
         capture_output=True,

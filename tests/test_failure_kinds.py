@@ -48,14 +48,15 @@ EVERY_CAUSE = textwrap.dedent("""
                                build=build, compile=compile, device="cpu")
 """)
 
-# Config 1 builds for 2 s: past --timeout 1, within a longer one. Config 2 does not compile.
+# Config 1 builds for $NSPROF_TEST_SLOW_S (8 s): past --timeout 1, within a longer one. Config 2 does
+# not compile.
 SLOW_BUILD = textwrap.dedent("""
-    import time
+    import os, time
     import nsprof.space
 
     def build(config):
         if config["kind"] == "slow":  # well past a 1 s timeout on a loaded machine, well within 30 s
-            time.sleep(8)
+            time.sleep(float(os.environ.get("NSPROF_TEST_SLOW_S", "8")))
         return lambda: None
 
     def compile(config):
@@ -67,13 +68,14 @@ SLOW_BUILD = textwrap.dedent("""
 """)
 
 
-def nsprof(tmp_path, *args):
+def nsprof(tmp_path, *args, **more_env):
     """nsprof's CLI with the stand-in profiler, in a child process."""
     (tmp_path / "tmp").mkdir(exist_ok=True)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         "TMPDIR": str(tmp_path / "tmp"),
+        **more_env,
     }
     return subprocess.run(
         [sys.executable, str(STANDINS), *map(str, args)],
@@ -361,7 +363,7 @@ def test_resume_with_a_longer_timeout_measures_a_timed_out_config_again_but_not_
     target.write_text(SLOW_BUILD)
     store = tmp_path / "results.sqlite"
 
-    def tune(*extra):
+    def tune(*extra, **env):
         done = nsprof(
             tmp_path,
             "tune",
@@ -379,6 +381,7 @@ def test_resume_with_a_longer_timeout_measures_a_timed_out_config_again_but_not_
             "--store",
             store,
             *extra,
+            **env,
         )
         assert done.returncode == 0, done.stderr
         return done
@@ -390,7 +393,8 @@ def test_resume_with_a_longer_timeout_measures_a_timed_out_config_again_but_not_
         assert results.frame(config_id=1)["timeout_s"].tolist() == [1.0]
     tune("--resume", "--timeout", "1")  # the same bound: nothing to gain
     assert _stored(store) == first
-    tune("--resume", "--timeout", "30")  # a longer bound: the timed-out config only, measured this time
+    # a longer bound: the timed-out config only, measured this time (its build shortened: no need to wait 8 s)
+    tune("--resume", "--timeout", "30", NSPROF_TEST_SLOW_S="2")
     again = _stored(store)
     assert again[0] == first[0] and again[2] == first[2]
     latest = max(run for run, _ in again[1])

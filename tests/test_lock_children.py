@@ -21,14 +21,15 @@ ROOT = Path(__file__).resolve().parents[1]
 STANDINS = Path(__file__).parent / "standins.py"
 
 # Config 1 starts a helper process of its own (as profilers and drivers do: nsys's daemons, a
-# compiler server) that inherits the worker's descriptors, and lives 15 s; then it hangs.
+# compiler server) that inherits the worker's descriptors, and lives 60 s (or until a test kills it);
+# then it hangs.
 HANGS = textwrap.dedent("""
     import pathlib, subprocess, time
     from nsprof.space import Space
 
     def build(config):
         def launch():
-            helper = subprocess.Popen(["sleep", "15"], close_fds=False)
+            helper = subprocess.Popen(["sleep", "60"], close_fds=False)
             pathlib.Path("helper.pid").write_text(str(helper.pid))
             time.sleep(3600)
         return launch if config["hang"] else (lambda: None)
@@ -70,8 +71,16 @@ def test_the_lock_outlives_a_sigkilled_nsprof_until_its_children_are_gone(tmp_pa
         time.sleep(0.05)
     time.sleep(0.2)  # the pid file is written
     helper = int((tmp_path / "helper.pid").read_text())
+    worker = int(status.read_text().split("\n", 1)[0].split()[1])  # its first line: "pid <pid>"
     nsprof.send_signal(signal.SIGKILL)
     nsprof.wait()
+    assert wait_for(lambda: not running(worker)), "the worker outlived nsprof"
+    # The run's last process is the helper: the lock is held for it
+    assert running(helper)
+    with pytest.raises(GpuBusy):
+        with gpu_lock(0):
+            pass
+    os.kill(helper, signal.SIGKILL)
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -80,7 +89,7 @@ def test_the_lock_outlives_a_sigkilled_nsprof_until_its_children_are_gone(tmp_pa
                 assert not running(helper), "the GPU lock came free while a process of the run still ran"
                 break
         except GpuBusy:
-            assert time.monotonic() < deadline, "the lock stayed held a minute after nsprof died"
+            assert time.monotonic() < deadline, "the lock stayed held a minute after the run's last process"
             time.sleep(0.05)
 
 
