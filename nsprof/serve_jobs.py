@@ -44,8 +44,8 @@ def missing(request: dict) -> str:
 
 class JobRunning:
     """The server's job() and lease(); it uses the server's driver, session, log, log_path, dir, fifo,
-    proc, worker_pid, worker_alive, listener, closing, now, note, say and answer_waiting (clients answered while a
-    job or a lease runs); sets its jobs and fault."""
+    proc, worker_pid, worker_alive, listener, closing, now, note, say and answer_waiting (clients
+    answered while a job or a lease runs); sets its jobs and fault."""
 
     def take(self, conn, request: dict) -> None:
         """A queued request's turn: a job, or a lease."""
