@@ -148,15 +148,7 @@ class _Server(Starting, JobRunning):
         request = receive_line(conn, REQUEST_TIMEOUT_S) or {}
         queued = request.get("op") in ("job", "lease")
         if queued and self.closing:  # ending once the lease or job in hand is done: none to queue behind
-            send_line(
-                conn,
-                {
-                    "ok": False,
-                    "fault": "closing",
-                    "config": None,
-                    "reason": f"nsprof serve is ending: {self.closing}",
-                },
-            )
+            send_line(conn, _closing(f"nsprof serve is ending: {self.closing}"))
         elif queued and missing(request):
             send_line(conn, {"ok": False, "fault": "request", "config": None, "reason": missing(request)})
         elif queued and request.get("wait"):
@@ -185,10 +177,7 @@ class _Server(Starting, JobRunning):
                 self.note("its socket was removed already")
         why = self.fault or self.closing or "ending"
         for conn, _ in self.queue:
-            send_line(
-                conn,
-                {"ok": False, "fault": "closing", "config": None, "reason": f"nsprof serve ended: {why}"},
-            )
+            send_line(conn, _closing(f"nsprof serve ended: {why}"))
             conn.close()
         self.queue = []
         if self.proc is not None:
@@ -215,6 +204,11 @@ class _Server(Starting, JobRunning):
             import shutil
 
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _closing(reason: str) -> dict:
+    """The answer to a client whose job or lease a server that is ending will not take."""
+    return {"ok": False, "fault": "closing", "config": None, "reason": reason}
 
 
 def serve(backend: str, idle_exit_s: float = DEFAULT_IDLE_EXIT_S, wait: bool = False) -> int:

@@ -29,6 +29,7 @@ import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from nsprof.errors import TargetChanged, TargetError
@@ -36,18 +37,6 @@ from nsprof.space import Listing, read_changes, split_target, target_fingerprint
 
 FORMAT = 2  # of a description: a saved one of another format is read afresh
 KEEP_DAYS = 30  # a saved view nobody read for this long is removed (_prune)
-
-
-@dataclass(frozen=True)
-class TunerView:
-    """A tuner hook's name and abilities (nsprof.space.TUNER_ABILITIES): what tune decides its calls by."""
-
-    name: str
-    can_pick: bool
-    can_pick_shapes: bool
-    can_feed_back: bool
-    can_feed_back_shapes: bool
-    feed_back_shapes_apart: bool
 
 
 @dataclass(frozen=True)
@@ -77,9 +66,11 @@ class SpaceView(Listing):
         return bool(self.read.get("compiles"))
 
     @property
-    def tuner(self) -> TunerView | None:
+    def tuner(self) -> SimpleNamespace | None:
+        """The tuner hook's name and abilities (nsprof.space.TUNER_ABILITIES), as attributes: what tune
+        decides its calls by."""
         tuner = self.read.get("tuner")
-        return None if tuner is None else TunerView(**tuner)
+        return None if tuner is None else SimpleNamespace(**tuner)
 
     def refreshed(self) -> tuple[SpaceView, str] | None:
         """(the target as a child describes it now, how this saved view differs from it) where the view

@@ -15,12 +15,16 @@ from nsprof.analysis.agreement import agreement, mode_floor, noise_floor
 from nsprof.analysis.stats import average_ranks, kendall_tau_b, spearman_rho
 from nsprof.analysis.verdict import recommend
 from nsprof.errors import NsprofError
-from nsprof.render.json import agreement_document as to_json
+from nsprof.render.json import agreement_record, validate_document
 from nsprof.render.plot import plot
 from nsprof.render.validate_tables import format_agreement, format_per_config
 from nsprof.render.validate_tables import format_verdict as verdict
 
 NAN = float("nan")
+
+
+def to_json(*args, **kwargs) -> str:
+    return validate_document([agreement_record(*args, **kwargs)])
 
 
 def long(columns: dict[str, list[float]], scale_ns: float = 1e3) -> pd.DataFrame:

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from nsprof.analysis.agreement import agreement
-from nsprof.render.json import agreement_document
+from nsprof.render.json import agreement_record, validate_document
 from nsprof.render.validate_tables import format_agreement
 
 RECORD = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "validate_seed_gemm.json"
@@ -77,5 +77,5 @@ def test_tables_render_from_the_record(record):
     text = format_agreement(table)
     assert text.count("\n") >= 44 + 1
     assert "cupti" in text and "nsys:graph" in text
-    document = json.loads(agreement_document(table, per_config, None, "v"))
+    document = json.loads(validate_document([agreement_record(table, per_config, None, "v")]))
     assert len(document["agreement"]) == 44 and document["verdict"] == "v"

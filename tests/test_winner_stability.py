@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from nsprof.analysis.agreement import agreement, mode_floor, noise_floor, winner_stability
-from nsprof.render.json import agreement_document
+from nsprof.render.json import agreement_record, validate_document
 from nsprof.render.validate_tables import format_agreement, format_floors
 from nsprof.schema import make_frame
 from nsprof.settings import Truth
@@ -92,7 +92,7 @@ def test_tied_winners_each_inside_the_other_runs_tie_set():
     table = agreement(per_config, ["cupti"], ["nsys:graph"])
     header, _, line = format_agreement(table, floors).splitlines()
     assert header.split()[-2:] == ["floor", "winners"] and line.split()[-1] == "tied"
-    document = json.loads(agreement_document(table, per_config, floors, "v", repeat=again))
+    document = json.loads(validate_document([agreement_record(table, per_config, floors, "v", repeat=again)]))
     floor_doc = document["noise_floor"][0]
     assert floor_doc["winners"] == "tied" and floor_doc["tie_set"] == want_a[1]
     assert floor_doc["tie_set_against"] == want_b[1]

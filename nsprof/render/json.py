@@ -68,11 +68,6 @@ def records(df: pd.DataFrame | None) -> list[dict[str, Any]]:
 VALIDATE_FORMAT = "nsprof validate"  # the "format" of validate --save's JSON
 
 
-def agreement_document(*args, **kwargs) -> str:
-    """agreement_record's object as JSON text."""
-    return validate_document([agreement_record(*args, **kwargs)])
-
-
 def validate_document(shapes: list[dict]) -> str:
     """`validate --json`/`--save` of agreement_record's objects, one per shape: the one object of a
     target without shapes; with shapes, the first shape's at the top level and every shape's in
@@ -93,7 +88,7 @@ def agreement_record(
     repeat: pd.DataFrame | None = None,
     about: Mapping[str, Any] | None = None,
 ) -> dict:
-    """An object of JSON values: `about` (what nsprof.validate.load_validate needs to show the run again:
+    """An object of JSON values: `about` (what nsprof.validate_saved.load_validate needs to show the run again:
     target, timers, truths, configs, failures) under format VALIDATE_FORMAT, then agreement (rows), per_config (long rows as given), noise_floor (each row
     with its winner stability where computed: winner, winner_against, tie_set, tie_set_against,
     winners), verdict; and where given matched (each timer vs the truth under its own
