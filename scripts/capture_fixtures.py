@@ -36,14 +36,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nsprof.host.tools import find_ncu, find_nsys, find_qdstrm_importer  # noqa: E402
 
 WORKLOAD = Path(__file__).resolve().parent / "fixture_workload.py"
-SOFTMAX = Path(__file__).resolve().parents[1] / "examples" / "softmax_triton.py"
+ROOT = Path(__file__).resolve().parents[1]
+SOFTMAX = ROOT / "examples" / "softmax_triton.py"
 METRICS = "gpu__time_duration.sum,gpc__cycles_elapsed.max,gpc__cycles_elapsed.avg.per_second"
 
 
-def run(cmd: list[str], log: Path, env: dict | None = None) -> int:
+def run(cmd: list[str], log: Path, env: dict | None = None, cwd: Path | None = None) -> int:
     print("$", " ".join(cmd), flush=True)
     with open(log, "w") as handle:
-        proc = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     print(f"  -> exit {proc.returncode}, log {log.name}", flush=True)
     return proc.returncode
 
@@ -187,12 +188,15 @@ def capture_timer_lines(python: str, out: Path, commands: dict[str, list[str]]) 
     """validate with the plain and interleaved timers; each timer session's timers.jsonl kept as
     timers<i>.jsonl (validate's folder name for it: i in the order it runs its timer sessions).
     A failed validate ends the script, its log and work folder kept."""
-    work = out / "work"
-    cmd = [python, "-m", "nsprof", "validate", f"{SOFTMAX}:space", "--timers",
+    work = out.resolve() / "work"
+    # run from the project's root with the target named relative to it: the save records the
+    # target as given, and a fixture holds no path of the machine it was captured on
+    target = f"{SOFTMAX.relative_to(ROOT)}:space"
+    cmd = [python, "-m", "nsprof", "validate", target, "--timers",
            "graph,interleaved", "--no-external", "--truth", "nsys", "--mode", "graph",
-           "--work-dir", str(work), "--save", str(out / "validate_timers.json")]  # fmt: skip
+           "--work-dir", str(work), "--save", str(out.resolve() / "validate_timers.json")]  # fmt: skip
     commands["validate_timers"] = cmd
-    if run(cmd, out / "validate_timers.log") != 0:
+    if run(cmd, out / "validate_timers.log", cwd=ROOT) != 0:
         sys.exit(f"validate failed: its log and work folder are kept in {out}")
     for lines in sorted(work.rglob("timers.jsonl")):
         shutil.copyfile(lines, out / f"{lines.parent.name}.jsonl")

@@ -305,15 +305,16 @@ class NamedGpus(Backend):
 STANDIN_TIMERS = Path(__file__).parent / "targets" / "standin_timers.py"
 
 
-def standin_timers():
-    """The fast timers' bare worker with the timers stood in for (tests/targets/standin_timers.py)."""
+def standin_timers(program: Path = STANDIN_TIMERS):
+    """The fast timers' bare worker with the timers stood in for (tests/targets/standin_timers.py,
+    or another such `program`)."""
     from nsprof.drivers.none import PlainDriver
 
     class StandinTimers(PlainDriver):
         locks_gpu = False
 
         def build_command(self, settings, job_file, report_base):
-            return [settings.python, str(STANDIN_TIMERS), str(job_file)]
+            return [settings.python, str(program), str(job_file)]
 
     return StandinTimers
 
