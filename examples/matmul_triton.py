@@ -1,7 +1,7 @@
 """A user's `@triton.autotune` matmul (fp16, 1024^3), tuned by nsprof's ground truth.
 
     nsprof tune examples/matmul_triton.py:space --backend ncu --mode graph
-    nsprof tune examples/matmul_triton.py:space512 --truth ncu,nsys --mode graph   # issue 13's 512^3 case
+    nsprof tune examples/matmul_triton.py:space512 --truth ncu,nsys --mode graph   # the 512^3 case where the truths disagree
 
 nsprof measures every config of `matmul_kernel`, says which one Triton's own autotuner picks
 with its CUDA-event timer, and writes nsprof's best into Triton's autotuning cache: after
@@ -132,7 +132,7 @@ def space():
     return autotune_space(matmul_kernel, make_inputs, grid, check=check)
 
 
-# Issue 13's case: the same kernel at 512^3 over the 8 CUDA configs of Triton's matmul tutorial
+# The case where the truths disagree: the same kernel at 512^3 over the 8 CUDA configs of Triton's matmul tutorial
 # (03-matrix-multiplication), where ncu and nsys picked different winners.
 TUTORIAL_CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_stages=s, num_warps=w)

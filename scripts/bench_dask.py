@@ -1,4 +1,4 @@
-"""Dask figures on a GPU machine (issue 16): overhead on one GPU, throughput on two.
+"""Dask figures on a GPU machine: overhead on one GPU, throughput on two.
 
     pip install -e '.[dask]'
     python3 scripts/bench_dask.py --out benchmarks/results/bench_dask.json            # 1 GPU: steps 1-2

@@ -1,4 +1,4 @@
-"""Benchmark: `nsprof tune` against a running `nsprof serve` (GPU, nsys; issue 14's goal: a second
+"""Benchmark: `nsprof tune` against a running `nsprof serve` (GPU, nsys; goal: a second
 tune against a running server costs <= 1 s + the marginal cost x configs).
 
     source .device/setup.sh && python3 scripts/bench_serve.py --out benchmarks/results/bench_serve.json

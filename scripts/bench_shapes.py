@@ -1,4 +1,4 @@
-"""Benchmark: four shapes in one `nsprof tune` against one shape (GPU; issue 14's goal: <= 2x).
+"""Benchmark: four shapes in one `nsprof tune` against one shape (GPU; goal: <= 2x).
 
     source .device/setup.sh && python3 scripts/bench_shapes.py --out benchmarks/results/bench_shapes.json
 

@@ -17,8 +17,8 @@
 #   gpu_faults    pytest tests/test_gpu_faults.py tests/test_gpu_integrations.py (~400 s)
 #   gpu_rest      pytest the other gpu tests (~150 s)
 #   gpu_shapes_tr the Triton half of gpu_shapes alone
-#   resume_ncu    the faulty space's resume under ncu alone (issue 24)
-#   compile_fail  nsprof profile of two TileLang configs that do not compile, under nsys (issue 24):
+#   resume_ncu    the faulty space's resume under ncu alone
+#   compile_fail  nsprof profile of two TileLang configs that do not compile, under nsys:
 #                 the configs' compile errors, exit 2, not a report-reading error
 #   gpu_compose   pytest tests/test_gpu_compose.py: Triton and TileLang at 4 shapes, --truth ncu,nsys:
 #                 adaptive reps, probes and the tuner's own pick per shape

@@ -1,4 +1,4 @@
-"""What ncu's --clock-control and --cache-control do to µs kernels on this GPU (issue 13).
+"""What ncu's --clock-control and --cache-control do to µs kernels on this GPU.
 
     source .device/setup.sh && python3 scripts/probe_ncu_conditions.py --out probe.json \
         [--target examples/seed_gemm.py:space] [--configs 13,15,20,28] [--runs 2]

@@ -1,4 +1,4 @@
-"""Adaptive reps for the contenders only (issue 13).
+"""Adaptive reps for the contenders only.
 
 The pure parts (who contends, when to stop, how many rounds a session does, which rows are kept)
 on recorded reps; then real `tune` through a stand-in driver (tests/standins.py) whose durations

@@ -1,4 +1,4 @@
-"""`analyze --by kernel` (issue 28): the whole-report per-kernel summary of `nsys stats --report
+"""`analyze --by kernel`: the whole-report per-kernel summary of `nsys stats --report
 cuda_gpu_kern_sum`, one row per kernel and launch configuration (grid, block, registers, static
 and dynamic shared memory). Expected values come from an independent read of the fixtures:
 sqlite3 on the nsys export, the csv module on ncu's CSV exports."""

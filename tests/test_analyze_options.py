@@ -1,4 +1,4 @@
-"""`nsprof analyze`'s options (issue 15): filters, sort, top, units, warm-up rows, columns, names,
+"""`nsprof analyze`'s options: filters, sort, top, units, warm-up rows, columns, names,
 formats, `-` for standard output, --compare and the plots.
 
 Every number is checked against an independent read of the real fixtures: the csv module on

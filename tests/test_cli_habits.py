@@ -1,4 +1,4 @@
-"""Habits of the command line (issue 15): -V/--version everywhere, shell completion as docs/options.md
+"""Habits of the command line: -V/--version everywhere, shell completion as docs/options.md
 says, and help text and the docs naming the same options.
 
 The rule for "the same options", command by command:

@@ -1,4 +1,4 @@
-"""`analyze --compare`'s closing verdicts against the noise (issue 24): the fastest range is
+"""`analyze --compare`'s closing verdicts against the noise: the fastest range is
 decided by tune's rule (each range's median interval, the tie set of the fastest, the two
 sides' winners related as validate's winner stability relates two runs), and Kendall τ is left
 out when there are too few shared ranges for it to mean anything.

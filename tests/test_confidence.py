@@ -1,4 +1,4 @@
-"""Confidence in the ranking (issue 13, first part): an interval per ranked config, the configs
+"""Confidence in the ranking: an interval per ranked config, the configs
 tied with the best, and the stated rule by which one of a tie is fed back.
 
 Expected values are computed here independently: coverages by enumerating every sign pattern of

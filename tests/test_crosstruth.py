@@ -1,4 +1,4 @@
-"""Cross-truth tuning (issue 13): `tune --truth A,B` ranks under each truth, says whether the winners
+"""Cross-truth tuning: `tune --truth A,B` ranks under each truth, says whether the winners
 agree, by how much they differ, which condition explains it, and feeds back the --deploy truth's.
 
 Two stand-in truths are registered (tests/standins.py's StatusDriver, run in real worker processes):
@@ -49,7 +49,7 @@ CLOCKS_EXPLAIN = {
 # Both truths pick config 0.
 AGREE = {0: {"base-all": 900, "none-none": 500}, 1: {"base-all": 1000, "none-none": 600}}
 # The lab picks 1; the field measures 0 and 1 alike (a tie, fed back by the lower id: 0): a
-# one-sided tie, as ncu and nsys on the H200's 512³ Triton matmul (issue 13), so they disagree.
+# one-sided tie, as ncu and nsys on the H200's 512³ Triton matmul, so they disagree.
 ONE_SIDED = {
     0: {"base-all": 1000, "none-none": 500},
     1: {"base-all": 900, "none-none": 500},

@@ -1,4 +1,4 @@
-"""The docs in the shape of the model projects (issue 28): a short README that keeps the two set-up
+"""The docs in the shape of the model projects: a short README that keeps the two set-up
 commands .ci/run and CI depend on and links to docs/ pages, every link of which resolves, and an
 option reference that is generated from --help and so cannot drift."""
 

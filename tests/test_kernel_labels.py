@@ -1,4 +1,4 @@
-"""The `#N` labels that tell kernels sharing a short name apart (issue 24): a kernel's number is
+"""The `#N` labels that tell kernels sharing a short name apart: a kernel's number is
 fixed by its full name and handed out in display order, the same in the short and demangled
 views and kept with --wide; a long name is cut so that the part that tells it from the names
 it shares a short name with survives.

@@ -227,7 +227,7 @@ def test_truncated_csv_keeps_complete_rows(tmp_path):
     assert frame["duration_ns"].iloc[:10].notna().all()
 
 
-# --- digit-group separators of every locale (issue 11) -------------------------------------
+# --- digit-group separators of every locale -------------------------------------
 
 _TO_BASE_UNIT = {"us": ("ns", 1e3), "ghz": ("hz", 1e9), "cycle": ("cycle", 1.0)}
 
@@ -360,7 +360,7 @@ def test_analyze_warns_on_stderr_for_rows_without_duration(tmp_path):
     assert cfg0.split()[3] == "2"  # n: the n/a row is not counted
 
 
-# --- program output before the table (issue 11) --------------------------------------------
+# --- program output before the table --------------------------------------------
 
 
 def _program_output(size: int) -> str:
@@ -392,7 +392,7 @@ def test_program_output_beyond_the_scan_bound_is_refused_in_one_line(tmp_path):
     assert "\n" not in str(info.value) and "not a report" in str(info.value)
 
 
-# --- clock control in a CSV (issue 11) -----------------------------------------------------
+# --- clock control in a CSV -----------------------------------------------------
 
 
 def test_csv_labels_come_from_ncu_notes_above_the_table(tmp_path):
@@ -417,7 +417,7 @@ def test_exported_csv_records_no_clock_control():
     assert "clock control unknown" in text and "base" not in text
 
 
-# --- huge integers where a name or an id belongs (issue 24) --------------------------------
+# --- huge integers where a name or an id belongs --------------------------------
 
 HUGE = "9" * 5000  # past Python's 4,300-digit limit for int(str)
 

@@ -178,7 +178,7 @@ def test_truncated_ncu_rep_at_2mb_is_one_line_and_no_table(ncu_rep_dir, tmp_path
         assert len(lines) == 1 and lines[0].startswith(f"nsprof: error: {path}: truncated"), proc.stderr
 
 
-# --- clock control as the report records it (issue 11) -------------------------------------
+# --- clock control as the report records it -------------------------------------
 
 
 def _capture_flag(command_key: str, flag: str):
@@ -264,7 +264,7 @@ def test_ncu_options_stop_at_the_program():
     assert ncu_options("python3 tune.py --clock-control none") is None
 
 
-# --- graph profiling inflates every row kind (issue 11) ------------------------------------
+# --- graph profiling inflates every row kind ------------------------------------
 
 
 def test_graph_profiling_note_names_every_row_kind(ncu_rep_dir):

@@ -1,5 +1,5 @@
-"""A run whose every config failed to compile leaves nsys a report with no kernel table (issue 24,
-seen on the H200 with examples/gemm_tilelang.py's configs 0 and 1: "No valid warp partition"). The
+"""A run whose every config failed to compile leaves nsys a report with no kernel table (seen
+on the H200 with examples/gemm_tilelang.py's configs 0 and 1: "No valid warp partition"). The
 result is the configs' compile failures, each with its error, and exit status 2 as for any run that
 measured nothing: not "no CUDA kernel table", which says nothing of why.
 

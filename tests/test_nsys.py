@@ -1027,7 +1027,7 @@ def test_an_export_without_demangled_names_keys_by_what_it_has(tmp_path):
     assert sorted(frame["kernel_full"]) == sorted(mangled.values())
 
 
-# --- huge integers in range names (issue 24) -----------------------------------------------
+# --- huge integers in range names -----------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Plots a person can read (issue 28): every series its own colour and marker whatever their
+"""Plots a person can read: every series its own colour and marker whatever their
 number, legends outside the data, a legend entry for every kernel drawn (the top ones by time and
 "other"), a bounded size however many ranges, and titles and labels inside the image.
 

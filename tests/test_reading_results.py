@@ -1,4 +1,4 @@
-"""Reading results (issue 28): `analyze --sort` both ways, tune's config column readable for
+"""Reading results: `analyze --sort` both ways, tune's config column readable for
 realistic TileLang configs, and `doctor` useful on a machine without a GPU.
 
 Numbers come from independent reads of the real fixtures (plain SQL on the nsys SQLite export

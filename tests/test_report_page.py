@@ -1,4 +1,4 @@
-"""`tune --plot`, and the report page of `validate --html` / `tune --html` (issue 15).
+"""`tune --plot`, and the report page of `validate --html` / `tune --html`.
 
 The plot's content is read back from the matplotlib Figure (points, intervals, labels); the page
 is parsed with html.parser, and its numbers are checked against the recorded H200 validate run
@@ -583,7 +583,7 @@ def test_dash_is_standard_output_for_tune_validate_and_results(tmp_path):
     assert not (tmp_path / "-").exists()
 
 
-# --------------------------------------------------------------------------- complete pages (issue 28)
+# --------------------------------------------------------------------------- complete pages
 
 
 def page_text(text: str) -> str:

@@ -1,4 +1,4 @@
-"""Re-reading a saved run (issue 28): `nsprof results STORE --target T` ranks what the results store
+"""Re-reading a saved run: `nsprof results STORE --target T` ranks what the results store
 holds as tune ranks it, per truth, and draws it (--plot, --html), and `tune --resume` over a store
 that holds every config measures nothing: both with no GPU and no profiler on PATH.
 

@@ -1,5 +1,5 @@
-"""A fault's time is not a config's work (issue 24: on the H200, test_gpu_faults.py's resume under
-ncu started a run of its own).
+"""A fault's time is not a config's work (on the H200, test_gpu_faults.py's resume under ncu
+once started a run of its own).
 
 Under ncu the faulty space's two healthy configs measure alike: a tie, so tune plans adaptive reps
 from the first pass's cost. The first pass waited out a hang between them, and the cost model took

@@ -1,4 +1,4 @@
-"""The measuring seam (issue 12): a new backend is one driver class and one registry line.
+"""The measuring seam: a new backend is one driver class and one registry line.
 
 A stand-in driver (tests/standins.py: its "report" is the worker's status file, each finished
 config measuring its "ns") is registered once, under a name of its own, and then profile, tune

@@ -460,7 +460,7 @@ def test_the_socket_of_a_gpu_named_by_its_uuid_fits_a_unix_socket_path(own_gpu_l
 
 
 def test_a_socket_path_too_long_for_a_unix_socket_still_serves(tmp_path, server):
-    """issue 24: under a long $TMPDIR (the tests' lock folder lies in it) the socket's path passed a Unix
+    """Under a long $TMPDIR (the tests' lock folder lies in it) the socket's path passed a Unix
     socket's 107 bytes and the server refused to start. It binds, and clients connect, through a short
     path to the same socket."""
     from nsprof.serve_files import serve_paths

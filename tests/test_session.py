@@ -390,7 +390,7 @@ def test_a_config_whose_reps_never_all_reach_the_report_fails_with_that_reason(t
     assert set(result.frame["failure_kind"].dropna()) == {"lost"}
 
 
-# --- Issue 10: hangs outside a config's window, failed restarts, cut-off reps, hooks ---------------
+# --- hangs outside a config's window, failed restarts, cut-off reps, hooks ---------------
 
 PHASES = str(FIXTURES.parent / "targets" / "phases.py")
 

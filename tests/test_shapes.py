@@ -1,4 +1,4 @@
-"""Shapes (issue 14): a target lists problem shapes; `nsprof tune` measures every (shape, config)
+"""Shapes: a target lists problem shapes; `nsprof tune` measures every (shape, config)
 in one profiled session, ranks each shape on its own, stores every row under its shape, resumes
 per (shape, config), prints one compact table and feeds every shape's winner back.
 

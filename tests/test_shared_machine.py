@@ -1,4 +1,4 @@
-"""Nothing another local user can make nsprof do (issue 23), with a real second user.
+"""Nothing another local user can make nsprof do, with a real second user.
 
 Each attack runs in a sticky world-writable folder that stands for /tmp (the GPU-lock folder here), and
 the other user is a real process of another uid: a child forked from this test (so that it needs no

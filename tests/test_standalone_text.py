@@ -56,3 +56,26 @@ def test_no_project_file_cites_an_outside_document():
                 if name.encode() in line:
                     cited.append(f"{path.relative_to(root)}:{number}: {name}")
     assert cited == []
+
+
+def test_no_source_doc_or_test_names_a_tracker_issue():
+    """Code, docs, examples, scripts and tests say what a thing does and why, not which issue asked
+    for it: a reader has no tracker, and history belongs in git. (Benchmark results record runs.)"""
+    import re
+
+    root = PACKAGE.parent
+    named = re.compile(rb"\bissue \d+", re.IGNORECASE)
+    kept = {".py", ".md", ".sh", ".toml", ".cfg", ".txt", ".html", ".css"}
+    files = [
+        path
+        for path in _tracked_files(root)
+        if path.suffix in kept and path.is_file() and path.relative_to(root).parts[0] != "benchmarks"
+    ]
+    assert any(path.name == "README.md" for path in files) and any(path.suffix == ".py" for path in files)
+    found = [
+        f"{path.relative_to(root)}:{number}"
+        for path in files
+        for number, line in enumerate(path.read_bytes().splitlines(), 1)
+        if named.search(line)
+    ]
+    assert found == []

@@ -1,4 +1,4 @@
-"""A target that cannot be loaded is named before nsprof looks for its tools (issue 24): a missing
+"""A target that cannot be loaded is named before nsprof looks for its tools: a missing
 file, a missing attribute or a module that does not import is one line naming it, even where the
 profiler is missing too (NSPROF_NCU and NSPROF_NSYS pointing nowhere stand for a machine without
 ncu and nsys, whatever this machine has)."""

@@ -1,4 +1,4 @@
-"""What nsprof leaves in $TMPDIR (issue 24): the folders it makes for a run's reports and logs
+"""What nsprof leaves in $TMPDIR: the folders it makes for a run's reports and logs
 (nsprof-tune-*, nsprof-validate-*, a session's nsprof-*) go when the run ends well; --work-dir's
 folder stays, as the user asked; a folder whose logs explain an error stays and the error names it.
 

@@ -1,4 +1,4 @@
-"""`nsprof validate --matched` end to end on CPU (issue 13): stand-in drivers registered through
+"""`nsprof validate --matched` end to end on CPU: stand-in drivers registered through
 nsprof.drivers.registry, real worker processes.
 
 The truth "cond" is a stand-in profiler that honours clock_control and cache_control: each

@@ -1,4 +1,4 @@
-"""Winner stability beside each truth's noise floor (issue 13), on recorded H200 runs.
+"""Winner stability beside each truth's noise floor, on recorded H200 runs.
 
 tests/fixtures/profile_ncu.csv and profile_nsys.csv are real `nsprof profile` runs of the seed
 GEMM space (5 reps per config and mode). Two "runs" of a truth are taken from them: the direct
