@@ -23,6 +23,7 @@
 #   gpu_compose   pytest tests/test_gpu_compose.py: Triton and TileLang at 4 shapes, --truth ncu,nsys:
 #                 adaptive reps, probes and the tuner's own pick per shape
 #   gpu_compose_tl the TileLang half of gpu_compose alone
+#   gpu_compose_tr the Triton half of gpu_compose alone
 #   serve_tl      a served TileLang tune and re-tune (pick and feed-back under the lease), PYTHONPATH set
 #   spaces        the regret suite's Triton spaces (examples/{rmsnorm,layernorm,add,reduce,attention,swiglu,
 #                 softmax_shapes}_triton.py),
@@ -69,6 +70,7 @@ for s in "$@"; do
     compile_fail) step compile_fail 200 python3 -m nsprof profile examples/gemm_tilelang.py:space --backend nsys \
                     --configs 0,1 --work-dir "$R/compile_fail" ;;
     gpu_compose_tl) step gpu_compose_tl 590 $PYTEST -m gpu -k tilelang tests/test_gpu_compose.py ;;
+    gpu_compose_tr) step gpu_compose_tr 300 $PYTEST -m gpu -k "not tilelang" tests/test_gpu_compose.py ;;
     serve_tl) step serve_tl 300 $PYTEST -m gpu -k "tilelang_tune" tests/test_gpu_serve.py ;;
     ends) step ends 200 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space --backend nsys \
             --mode graph --budget-s 0 --no-store --no-feed-back --no-tuner-pick --json --work-dir $R/ends \
