@@ -81,37 +81,52 @@ def _connect_existing(distributed, address: str):
 
 def _start_local(distributed, devices: tuple[int, ...]):
     """A LocalCluster of this host: one Nanny worker per GPU, one thread each, resources
-    {"GPU": 1}, its environment pinning CUDA_VISIBLE_DEVICES (nvidia-smi's order) to its GPU."""
+    {"GPU": 1}, its environment pinning CUDA_VISIBLE_DEVICES (nvidia-smi's order) to its GPU.
+
+    Every local user can reach 127.0.0.1, and a Dask scheduler runs what any client sends it: the
+    cluster speaks mutual TLS with credentials made for it in memory (Security.temporary), which only
+    this process and its workers hold, and its HTTP server, which cannot be left out, serves no page."""
     import logging
 
-    cluster = distributed.LocalCluster(
-        n_workers=0,
-        processes=True,
-        threads_per_worker=1,
-        dashboard_address=None,
-        memory_limit=0,
-        silence_logs=logging.ERROR,
-    )
-    base = dict(cluster.new_spec["options"])
-    for device in devices:
-        options = {
-            **base,
-            "nthreads": 1,
-            "memory_limit": 0,
-            "resources": {GPU_RESOURCE: 1},
-            "env": {"CUDA_VISIBLE_DEVICES": str(device), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
-        }
-        cluster.worker_spec[f"gpu{device}"] = {"cls": distributed.Nanny, "options": options}
-    cluster.scale(len(devices))  # the spec above, as it stands: starts its workers
-    client = distributed.Client(cluster)
+    import dask
+
     try:
-        client.wait_for_workers(len(devices), timeout=START_TIMEOUT_S)
-    except TimeoutError:
-        client.close()
-        cluster.close()
+        import cryptography  # noqa: F401 - Security.temporary makes the credentials with it
+    except ImportError:
         raise NsprofError(
-            f"the local Dask cluster's {len(devices)} workers did not start within {START_TIMEOUT_S:g} s"
+            "--devices needs the cryptography package for its cluster's TLS: pip install 'nsprof[dask]'"
         ) from None
+    with dask.config.set({"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}):
+        cluster = distributed.LocalCluster(
+            n_workers=0,
+            processes=True,
+            threads_per_worker=1,
+            dashboard_address=None,
+            memory_limit=0,
+            silence_logs=logging.ERROR,
+            security=True,
+            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},  # a free port, not 8787
+        )
+        base = dict(cluster.new_spec["options"])
+        for device in devices:
+            options = {
+                **base,
+                "nthreads": 1,
+                "memory_limit": 0,
+                "resources": {GPU_RESOURCE: 1},
+                "env": {"CUDA_VISIBLE_DEVICES": str(device), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+            }
+            cluster.worker_spec[f"gpu{device}"] = {"cls": distributed.Nanny, "options": options}
+        cluster.scale(len(devices))  # the spec above, as it stands: starts its workers
+        client = distributed.Client(cluster)
+        try:
+            client.wait_for_workers(len(devices), timeout=START_TIMEOUT_S)
+        except TimeoutError:
+            client.close()
+            cluster.close()
+            raise NsprofError(
+                f"the local Dask cluster's {len(devices)} workers did not start within {START_TIMEOUT_S:g} s"
+            ) from None
     return client, cluster
 
 

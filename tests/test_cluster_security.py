@@ -1,0 +1,80 @@
+"""The local Dask cluster of `--devices` on a shared machine: its scheduler and workers listen on
+127.0.0.1, which every local user can reach (loopback TCP checks no uid). A process without the
+cluster's credentials, which is what every other user's process is, must not be able to run code
+in it, nor read what it is doing over HTTP.
+
+The intruder here is a fresh Python process of this user that knows only the scheduler's address
+(another uid could not start this test's Python: its home is mode 700); it holds nothing the cluster
+gave its own client.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytest.importorskip("distributed")
+
+INTRUDER = """
+import pathlib, sys
+import distributed
+from distributed.security import Security
+
+security = Security.temporary() if sys.argv[2] == "own-tls" else None
+client = distributed.Client(sys.argv[1], timeout=10, security=security)
+client.run_on_scheduler(pathlib.Path(sys.argv[3]).write_text, "ran in nsprof's scheduler")
+"""
+
+
+@pytest.fixture
+def local_cluster(tmp_path, monkeypatch):
+    from nsprof import cluster, cluster_dask
+    from nsprof.settings import ClusterSettings
+
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+    client = cluster.connect(ClusterSettings(devices=(0,)))
+    try:
+        (local,) = [found for own, found in cluster_dask._clients.values() if own is client]
+        yield client, local
+    finally:
+        cluster_dask.close()
+
+
+@pytest.mark.parametrize("credentials", ["none", "own-tls"])
+def test_a_process_without_the_clusters_credentials_runs_nothing_in_it(local_cluster, tmp_path, credentials):
+    client, _ = local_cluster
+    marker = tmp_path / "intruded"
+    intruder = subprocess.run(
+        [sys.executable, "-c", INTRUDER, client.scheduler.address, credentials, str(marker)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert intruder.returncode != 0 and not marker.exists(), intruder.stderr[-500:]
+    assert client.run_on_scheduler(lambda: "still nsprof's") == "still nsprof's"  # its own client works
+
+
+def test_the_scheduler_answers_no_http_request(local_cluster):
+    _, local = local_cluster
+    ports = [sock.getsockname()[1] for sock in local.scheduler.http_server._sockets.values()]
+    assert ports
+    for port in ports:
+        for path in ("/health", "/info/main/workers.html", "/json/identity.json", "/metrics"):
+            with pytest.raises(urllib.error.HTTPError) as answer:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10)
+            assert answer.value.code == 404
+
+
+def test_without_cryptography_devices_is_one_line_naming_it(tmp_path, monkeypatch):
+    from nsprof import cluster
+    from nsprof.errors import NsprofError
+    from nsprof.settings import ClusterSettings
+
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "cryptography", None)  # as if not installed
+    with pytest.raises(NsprofError, match="cryptography package.*pip install 'nsprof\\[dask\\]'"):
+        cluster.connect(ClusterSettings(devices=(0,)))
