@@ -15,6 +15,13 @@ cells, and for the recommended timers the cells whose τ is within 0.03 of the f
 is counted apart. JSON is written after each space (a timeout keeps what ran); a
 short table is printed last, the goals said met or MISSED. `--nsprof` swaps the command (tests run
 it with the stand-in profilers).
+
+The whole suite is longer than one bounded call on a lent GPU: with `--resume` a run keeps the
+cells already in `--out` (a run of the same validate options) and measures only the spaces that
+have none or whose run failed, so that the same command, repeated under `timeout`, ends with the
+whole suite in one file:
+
+    timeout 580 python3 scripts/bench_regret.py --resume --out benchmarks/results/bench_regret.json
 """
 
 from __future__ import annotations
@@ -150,6 +157,30 @@ def print_table(result: dict) -> None:
         )
 
 
+def _kept(out: Path, validate_args: list[str]) -> dict:
+    """The cells of an earlier run in `out` to resume (none when there is no such file); a run of
+    other validate options ends the script: its cells do not compare with this run's."""
+    if not out.exists():
+        return {}
+    try:
+        earlier = json.loads(out.read_text())
+        cells, command = dict(earlier["cells"]), earlier["command"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        sys.exit(f"bench_regret: cannot resume from {out}: {exc}")
+    if command != validate_args:
+        sys.exit(
+            f"bench_regret: {out} holds a run of other validate options ({shlex.join(command)}): use another --out"
+        )
+    print(f"resuming: {len(cells)} cells kept from {out}", flush=True)
+    return cells
+
+
+def _measured(cells: dict, spec: str) -> bool:
+    """Whether `cells` hold the space `spec`, none of its cells a failure."""
+    mine = [c for key, c in cells.items() if key.rpartition("#")[0] == spec]
+    return bool(mine) and not any("error" in c for c in mine)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spaces", default=SPACES, help="comma-separated FILE.py:ATTR")
@@ -159,16 +190,22 @@ def main() -> None:
         "--timeout", type=float, default=900.0, help="seconds per space (its validate run, every shape)"
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_regret.json")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the spaces --out already holds; measure the others"
+    )
     args = parser.parse_args()
     validate_args = shlex.split(args.validate_args)
     record = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": platform.machine(),
         "command": validate_args,
-        "cells": {},
+        "cells": _kept(args.out, validate_args) if args.resume else {},
     }
     with tempfile.TemporaryDirectory(prefix="nsprof-regret-") as folder:
         for number, spec in enumerate(s for s in args.spaces.split(",") if s):
+            if _measured(record["cells"], spec):
+                continue
+            record["cells"] = {k: c for k, c in record["cells"].items() if k.rpartition("#")[0] != spec}
             save = Path(folder) / f"space_{number}.json"
             for shape, result in enumerate(
                 cells_of(shlex.split(args.nsprof), spec, validate_args, save, args.timeout)
@@ -177,7 +214,8 @@ def main() -> None:
             record["summary"] = summary(list(record["cells"].values()))
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(record, indent=1) + "\n")
-    print_table(record.get("summary", {}))
+    record["summary"] = summary(list(record["cells"].values()))  # also when every space was kept
+    print_table(record["summary"])
     failed = sum("error" in c for c in record["cells"].values())
     print(f"cells: {len(record['cells'])}, of which {failed} failed (their figures are missing above)")
 

@@ -35,6 +35,9 @@
 #   gpu_timers    pytest tests/test_gpu_timers.py (the in-process timers on the GPU)
 #   regret        scripts/bench_regret.py over the two single-shape spaces (a cell each; the whole suite,
 #                 11 spaces at up to 3 shapes each, is longer than one call: run it in parts)
+#   regret_suite  the whole regret suite, resumed: the spaces benchmarks/results/bench_regret.json (a tracked
+#                 file, so it travels with the checkout) does not hold yet, as many as fit; copy $OUT's
+#                 bench_regret.json back over it and run the step again until every space is in
 #   aa            scripts/bench_aa.py --runs 4: one config entered twice must be called tied (~500 s)
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
 #                 times, logs; not the reports) comes back: where the session's ends go
@@ -85,6 +88,9 @@ for s in "$@"; do
     gpu_timers) step gpu_timers 200 $PYTEST -m gpu tests/test_gpu_timers.py ;;
     regret) step regret 580 python3 scripts/bench_regret.py \
               --spaces examples/seed_gemm.py:space,examples/softmax_triton.py:space --out "$R/bench_regret.json" ;;
+    regret_suite) step regret_suite 570 python3 scripts/bench_regret.py --resume \
+                    --out benchmarks/results/bench_regret.json
+                  cp benchmarks/results/bench_regret.json "$R/"; pack ;;
     aa) step aa 580 python3 scripts/bench_aa.py --runs 4 --out "$R/bench_aa.json" ;;
     gpu_compose) step gpu_compose 590 $PYTEST -m gpu tests/test_gpu_compose.py ;;
     *) echo "unknown step $s" ;;

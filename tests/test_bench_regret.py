@@ -88,3 +88,41 @@ def test_the_summary_counts_a_recommended_timer_off_its_floor_as_a_miss():
     assert result["ncu"]["recommended"]["judged"] == 2 and result["ncu"]["recommended"]["cells"] == 1
     assert result["nsys"]["recommended"]["at_floor"] == 2  # 0.79 is within 0.03 of 0.80
     assert result["ncu"]["recommended"]["mean"] == pytest.approx(0.01)
+
+
+def test_a_resumed_suite_keeps_the_spaces_it_holds_and_measures_the_others(tmp_path):
+    """The suite in parts, as bounded calls on a lent GPU run it: a second run with --resume keeps the
+    first run's space (its target is gone by then: measuring it again would fail) and adds the other;
+    a run of other validate options is refused in one line, the file left as it was."""
+    first, second = tmp_path / "t.py", tmp_path / "u.py"
+    first.write_text(TARGET)
+    second.write_text(TARGET)
+    out = tmp_path / "regret.json"
+    options = (
+        "--validate-args=--timers cupti --no-external --truth ncu,nsys --mode direct --reps 2 --timer-reps 3"
+    )
+
+    def suite(spaces: str, *extra: str, validate: str = options) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(SCRIPT), "--spaces", spaces, validate, "--nsprof", f"{sys.executable} {STANDINS}",
+             "--out", str(out), *extra],
+            capture_output=True, text=True, timeout=600, env={**os.environ, "NSPROF_STANDIN_TIMERS": "1"},
+        )  # fmt: skip
+
+    assert suite(f"{first}:space").returncode == 0
+    kept = json.loads(out.read_text())["cells"]
+    first.unlink()
+    done = suite(f"{first}:space,{second}:space", "--resume")
+    assert done.returncode == 0, done.stderr
+    record = json.loads(out.read_text())
+    assert list(record["cells"]) == [*kept, f"{second}:space#0", f"{second}:space#1"]
+    assert {k: record["cells"][k] for k in kept} == kept
+    assert record["summary"]["ncu"]["timers"]["cupti"]["cells"] == 4
+    assert (
+        done.stdout.strip().splitlines()[-1]
+        == "cells: 4, of which 0 failed (their figures are missing above)"
+    )
+    before = out.read_bytes()
+    refused = suite(f"{second}:space", "--resume", validate=options.replace("--reps 2", "--reps 3"))
+    assert refused.returncode != 0 and "holds a run of other validate options" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and out.read_bytes() == before
