@@ -86,6 +86,7 @@ def _start_local(distributed, devices: tuple[int, ...]):
     Every local user can reach 127.0.0.1, and a Dask scheduler runs what any client sends it: the
     cluster speaks mutual TLS with credentials made for it in memory (Security.temporary), which only
     this process and its workers hold, and its HTTP server, which cannot be left out, serves no page."""
+    import copy
     import logging
 
     import dask
@@ -107,7 +108,9 @@ def _start_local(distributed, devices: tuple[int, ...]):
             security=True,
             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},  # a free port, not 8787
         )
-        base = dict(cluster.new_spec["options"])
+        # a Nanny keeps the config it starts a worker with, a shallow merge that shares the global
+        # dicts this block restores on exit: its own copy, or a restarted worker serves HTTP again
+        base = {**cluster.new_spec["options"], "config": copy.deepcopy(dask.config.config)}
         for device in devices:
             options = {
                 **base,

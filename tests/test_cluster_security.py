@@ -78,3 +78,49 @@ def test_without_cryptography_devices_is_one_line_naming_it(tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "cryptography", None)  # as if not installed
     with pytest.raises(NsprofError, match="cryptography package.*pip install 'nsprof\\[dask\\]'"):
         cluster.connect(ClusterSettings(devices=(0,)))
+
+
+def _worker_http_ports(client) -> list[int]:
+    def ports(dask_worker):
+        return [sock.getsockname()[1] for sock in dask_worker.http_server._sockets.values()]
+
+    return [port for found in client.run(ports).values() for port in found]
+
+
+def _answered(port: int) -> list[str]:
+    """The paths a worker's HTTP server answers with a page (anything but 404)."""
+    answered = []
+    for path in ("/health", "/metrics", "/sitemap.json", "/statics/"):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                answered.append(path)
+            continue
+        answered.append(path)
+    return [path for path in answered if path != "/sitemap.json"]  # a list of what it serves: nothing
+
+
+def test_a_worker_its_nanny_starts_again_serves_no_http_page_either(local_cluster):
+    import os
+    import signal
+    import time
+
+    client, _ = local_cluster
+    (before,) = _worker_http_ports(client)
+    assert _answered(before) == []
+    (pid,) = client.run(os.getpid).values()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while True:  # the Nanny starts a new worker process
+        pids = (
+            list(client.run(os.getpid, on_error="ignore").values())
+            if client.scheduler_info()["workers"]
+            else []
+        )
+        if pids and pids[0] != pid and isinstance(pids[0], int):
+            break
+        assert time.monotonic() < deadline, "the Nanny started no new worker"
+        time.sleep(0.2)
+    (after,) = _worker_http_ports(client)
+    assert _answered(after) == []

@@ -1,4 +1,4 @@
-"""A tune's report (issues 25 and 28): one object per run, per shape and per truth, none referring
+"""A tune's report: one object per run, per shape and per truth, none referring
 back to one that holds it, saved by `tune --json` and read back whole by `nsprof results FILE.json`
 (no GPU, no tool, the target not imported), printed and drawn as the tune printed and drew it.
 
