@@ -9,7 +9,10 @@ changed). Per run and truth it records the decision (winner or tie, the tie set)
 adaptive reps did (sessions, reps, wall) against the first pass's wall, and the cross-truth
 verdict. Then it checks the goals:
 
-- no run names a single winner that another run (same truth) ranks outside its tie set;
+- no run names a single winner that another run (same truth) ranks outside its tie set, and over
+  all spaces and truths: the winners that change from run to run, and those that change to a config
+  outside another run's tie set (0 in at least 200 runs is the goal; `--merge` adds earlier files'
+  runs, so that the count grows over bounded calls);
 - each tie set's size;
 - the adaptive reps cost at most 30% on top of the first pass (a plain tune);
 - where ncu and nsys disagree, every run says so with both numbers and a cause.
@@ -79,8 +82,37 @@ def one_run(space: str, extra: list[str]) -> dict:
     return entry
 
 
+def flips(runs: list[dict]) -> dict:
+    """Winner flips over fresh runs, per (space, truth): the runs whose single winner differs from
+    the one most runs named ("changed"), and those whose winner another run (same space and truth)
+    ranked outside its tie set ("outside": a flip the tie sets did not warn of)."""
+    out = {"runs": 0, "changed": 0, "outside": 0}
+    cells: dict[tuple, list[dict]] = {}
+    for run in runs:
+        for truth, decision in (run.get("truths") or {}).items() if run.get("rc") == 0 else ():
+            cells.setdefault((run["space"], truth), []).append(decision)
+    for decisions in cells.values():
+        winners = [d["winner"] for d in decisions if d["kind"] == "winner"]
+        usual = statistics.mode(winners) if winners else None
+        out["runs"] += len(decisions)
+        out["changed"] += sum(w != usual for w in winners)
+        out["outside"] += sum(any(w not in (other["tie_set"] or []) for other in decisions) for w in winners)
+    return out
+
+
 def goals(runs: list[dict]) -> list[str]:
-    lines = []
+    flipped = flips(runs)
+    lines = [
+        f"winner flips over {flipped['runs']} fresh runs (space × truth): {flipped['changed']} changed winner, "
+        f"{flipped['outside']} to a config outside another run's tie set; goal 0 outside in ≥ 200 runs: "
+        + (
+            "met"
+            if flipped["outside"] == 0 and flipped["runs"] >= 200
+            else "MISSED"
+            if flipped["outside"]
+            else f"none outside so far, {flipped['runs']} of 200 runs"
+        )
+    ]
     by_space: dict[str, list[dict]] = {}
     for r in runs:
         by_space.setdefault(r["space"], []).append(r)

@@ -38,6 +38,9 @@
 #   regret_suite  the whole regret suite, resumed: the spaces benchmarks/results/bench_regret.json (a tracked
 #                 file, so it travels with the checkout) does not hold yet, as many as fit; copy $OUT's
 #                 bench_regret.json back over it and run the step again until every space is in
+#   flips         fresh tune runs (scripts/bench_decisions.py, the seed, softmax and 512³ matmul spaces, both
+#                 truths), added to the tracked benchmarks/results/bench_decisions_flips.json: copy $OUT's
+#                 flips.json back over it; each call adds what fits, toward the goal's 200 runs
 #   aa            scripts/bench_aa.py --runs 4: one config entered twice must be called tied (~500 s)
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
 #                 times, logs; not the reports) comes back: where the session's ends go
@@ -91,6 +94,9 @@ for s in "$@"; do
     regret_suite) step regret_suite 570 python3 scripts/bench_regret.py --resume \
                     --out benchmarks/results/bench_regret.json
                   cp benchmarks/results/bench_regret.json "$R/"; pack ;;
+    flips) F=benchmarks/results/bench_decisions_flips.json; M=(); [ -f "$F" ] && M=(--merge "$F")
+           step flips 570 python3 scripts/bench_decisions.py --runs 10 "${M[@]}" --out "$R/flips.json"
+           cp "$R/flips.json" "$F" 2>/dev/null; pack ;;
     aa) step aa 580 python3 scripts/bench_aa.py --runs 4 --out "$R/bench_aa.json" ;;
     gpu_compose) step gpu_compose 590 $PYTEST -m gpu tests/test_gpu_compose.py ;;
     *) echo "unknown step $s" ;;
