@@ -82,21 +82,28 @@ def one_run(space: str, extra: list[str]) -> dict:
     return entry
 
 
+def _measured(run: dict) -> bool:
+    """A run that gave its decisions (an exit status of 0 with no output gave none)."""
+    return run.get("rc") == 0 and "error" not in run
+
+
 def flips(runs: list[dict]) -> dict:
-    """Winner flips over fresh runs, per (space, truth): the runs whose single winner differs from
-    the one most runs named ("changed"), and those whose winner another run (same space and truth)
-    ranked outside its tie set ("outside": a flip the tie sets did not warn of)."""
+    """Winner flips over fresh runs, per (space, truth). Each decision's pick is its best config (a
+    tie's too). "changed": the picks that differ from the one most runs made; "outside": the picks
+    that another run ranked outside its tie set, a flip the tie sets did not warn of. A decision
+    without a pick or a tie set (untested) is neither counted nor compared with."""
     out = {"runs": 0, "changed": 0, "outside": 0}
     cells: dict[tuple, list[dict]] = {}
-    for run in runs:
-        for truth, decision in (run.get("truths") or {}).items() if run.get("rc") == 0 else ():
-            cells.setdefault((run["space"], truth), []).append(decision)
+    for run in filter(_measured, runs):
+        for truth, decision in (run.get("truths") or {}).items():
+            if decision.get("winner") is not None and decision.get("tie_set"):
+                cells.setdefault((run["space"], truth), []).append(decision)
     for decisions in cells.values():
-        winners = [d["winner"] for d in decisions if d["kind"] == "winner"]
-        usual = statistics.mode(winners) if winners else None
-        out["runs"] += len(decisions)
-        out["changed"] += sum(w != usual for w in winners)
-        out["outside"] += sum(any(w not in (other["tie_set"] or []) for other in decisions) for w in winners)
+        picks = [d["winner"] for d in decisions]
+        usual = statistics.mode(picks)
+        out["runs"] += len(picks)
+        out["changed"] += sum(pick != usual for pick in picks)
+        out["outside"] += sum(any(pick not in other["tie_set"] for other in decisions) for pick in picks)
     return out
 
 
@@ -117,7 +124,7 @@ def goals(runs: list[dict]) -> list[str]:
     for r in runs:
         by_space.setdefault(r["space"], []).append(r)
     for space, entries in by_space.items():
-        ok = [e for e in entries if e["rc"] == 0]
+        ok = [e for e in entries if _measured(e)]
         truths = sorted({t for e in ok for t in e["truths"]})
         for truth in truths:
             decisions = [e["truths"][truth] for e in ok if truth in e["truths"]]
@@ -125,7 +132,7 @@ def goals(runs: list[dict]) -> list[str]:
                 (a["winner"], b["tie_set"])
                 for a in decisions
                 for b in decisions
-                if a["kind"] == "winner" and a["winner"] not in (b["tie_set"] or [])
+                if a["kind"] == "winner" and b["tie_set"] and a["winner"] not in b["tie_set"]
             ]
             sizes = [len(d["tie_set"] or []) for d in decisions]
             costs = [

@@ -19,9 +19,11 @@ it with the stand-in profilers).
 The whole suite is longer than one bounded call on a lent GPU: with `--resume` a run keeps the
 cells already in `--out` (a run of the same validate options) and measures only the spaces that
 have none or whose run failed, so that the same command, repeated under `timeout`, ends with the
-whole suite in one file:
+whole suite in one file. Spaces never measured come before those whose run failed, and `--timeout`
+(per space) must end a space's validate before the call's own limit ends the script, so that a
+space too long for one call is recorded as failed rather than tried again at every call:
 
-    timeout 580 python3 scripts/bench_regret.py --resume --out benchmarks/results/bench_regret.json
+    timeout 580 python3 scripts/bench_regret.py --resume --timeout 540 --out benchmarks/results/bench_regret.json
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import re
 import shlex
@@ -165,6 +168,8 @@ def _kept(out: Path, validate_args: list[str]) -> dict:
     try:
         earlier = json.loads(out.read_text())
         cells, command = dict(earlier["cells"]), earlier["command"]
+        if not isinstance(command, list) or not all(isinstance(word, str) for word in command):
+            raise ValueError(f"its command is {command!r}, not a list of options")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         sys.exit(f"bench_regret: cannot resume from {out}: {exc}")
     if command != validate_args:
@@ -175,10 +180,23 @@ def _kept(out: Path, validate_args: list[str]) -> dict:
     return cells
 
 
+def _has(cells: dict, spec: str) -> bool:
+    return any(key.rpartition("#")[0] == spec for key in cells)
+
+
 def _measured(cells: dict, spec: str) -> bool:
     """Whether `cells` hold the space `spec`, none of its cells a failure."""
     mine = [c for key, c in cells.items() if key.rpartition("#")[0] == spec]
     return bool(mine) and not any("error" in c for c in mine)
+
+
+def _write(out: Path, record: dict) -> None:
+    """The record with its summary, replacing `out` whole (a run killed meanwhile leaves the last one)."""
+    record["summary"] = summary(list(record["cells"].values()))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(partial, out)
 
 
 def main() -> None:
@@ -201,20 +219,22 @@ def main() -> None:
         "command": validate_args,
         "cells": _kept(args.out, validate_args) if args.resume else {},
     }
+    specs = [spec for spec in args.spaces.split(",") if spec]
+    # spaces never measured first, then those whose run failed: a space that fails every time (one
+    # longer than a call) cannot hold back the ones after it
+    todo = [s for s in specs if not _has(record["cells"], s)] + [
+        s for s in specs if _has(record["cells"], s) and not _measured(record["cells"], s)
+    ]
     with tempfile.TemporaryDirectory(prefix="nsprof-regret-") as folder:
-        for number, spec in enumerate(s for s in args.spaces.split(",") if s):
-            if _measured(record["cells"], spec):
-                continue
+        for spec in todo:
             record["cells"] = {k: c for k, c in record["cells"].items() if k.rpartition("#")[0] != spec}
-            save = Path(folder) / f"space_{number}.json"
+            save = Path(folder) / f"space_{specs.index(spec)}.json"
             for shape, result in enumerate(
                 cells_of(shlex.split(args.nsprof), spec, validate_args, save, args.timeout)
             ):
-                record["cells"][f"{spec}#{shape}"] = result
-            record["summary"] = summary(list(record["cells"].values()))
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(record, indent=1) + "\n")
-    record["summary"] = summary(list(record["cells"].values()))  # also when every space was kept
+                record["cells"][f"{spec}#{shape}"] = {**result, "date": time.strftime("%Y-%m-%d")}
+            _write(args.out, record)
+    _write(args.out, record)  # also when every space was kept: the summary over them all
     print_table(record["summary"])
     failed = sum("error" in c for c in record["cells"].values())
     print(f"cells: {len(record['cells'])}, of which {failed} failed (their figures are missing above)")

@@ -35,11 +35,11 @@
 #   gpu_timers    pytest tests/test_gpu_timers.py (the in-process timers on the GPU)
 #   regret        scripts/bench_regret.py over the two single-shape spaces (a cell each; the whole suite,
 #                 11 spaces at up to 3 shapes each, is longer than one call: run it in parts)
-#   regret_suite  the whole regret suite, resumed: the spaces benchmarks/results/bench_regret.json (a tracked
-#                 file, so it travels with the checkout) does not hold yet, as many as fit; copy $OUT's
-#                 bench_regret.json back over it and run the step again until every space is in
+#   regret_suite  the whole regret suite, resumed: the spaces benchmarks/results/bench_regret.json (commit it
+#                 once it exists: a committed file travels with the checkout) does not hold yet, as many as
+#                 fit; copy $OUT's bench_regret.json back over it and run the step again until every space is in
 #   flips         fresh tune runs (scripts/bench_decisions.py, the seed, softmax and 512³ matmul spaces, both
-#                 truths), added to the tracked benchmarks/results/bench_decisions_flips.json: copy $OUT's
+#                 truths), added to benchmarks/results/bench_decisions_flips.json (commit it): copy $OUT's
 #                 flips.json back over it; each call adds what fits, toward the goal's 200 runs
 #   aa            scripts/bench_aa.py --runs 4: one config entered twice must be called tied (~500 s)
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
@@ -91,7 +91,7 @@ for s in "$@"; do
     gpu_timers) step gpu_timers 200 $PYTEST -m gpu tests/test_gpu_timers.py ;;
     regret) step regret 580 python3 scripts/bench_regret.py \
               --spaces examples/seed_gemm.py:space,examples/softmax_triton.py:space --out "$R/bench_regret.json" ;;
-    regret_suite) step regret_suite 570 python3 scripts/bench_regret.py --resume \
+    regret_suite) step regret_suite 570 python3 scripts/bench_regret.py --resume --timeout 540 \
                     --out benchmarks/results/bench_regret.json
                   cp benchmarks/results/bench_regret.json "$R/"; pack ;;
     flips) F=benchmarks/results/bench_decisions_flips.json; M=(); [ -f "$F" ] && M=(--merge "$F")

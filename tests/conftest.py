@@ -65,14 +65,15 @@ def pytest_unconfigure(config):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: a run without xdist knows no such hook
 def pytest_xdist_auto_num_workers(config):
     """One xdist worker more than the CPUs this process may run on: about a third of the suite's
     time is spent waiting on child processes (workers, stand-in profilers, servers), and one worker
     per CPU leaves a CPU idle for that long. PYTEST_XDIST_AUTO_NUM_WORKERS, if set, decides."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own hook reads it
-    return len(os.sched_getaffinity(0)) + 1
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    return len(usable) + 1
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks

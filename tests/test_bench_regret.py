@@ -92,8 +92,9 @@ def test_the_summary_counts_a_recommended_timer_off_its_floor_as_a_miss():
 
 def test_a_resumed_suite_keeps_the_spaces_it_holds_and_measures_the_others(tmp_path):
     """The suite in parts, as bounded calls on a lent GPU run it: a second run with --resume keeps the
-    first run's space (its target is gone by then: measuring it again would fail) and adds the other;
-    a run of other validate options is refused in one line, the file left as it was."""
+    first run's space (its target is gone by then: measuring it again would fail), adds the new one,
+    and only then tries again the space that failed; a run of other validate options is refused in
+    one line, the file left as it was."""
     first, second = tmp_path / "t.py", tmp_path / "u.py"
     first.write_text(TARGET)
     second.write_text(TARGET)
@@ -109,18 +110,20 @@ def test_a_resumed_suite_keeps_the_spaces_it_holds_and_measures_the_others(tmp_p
             capture_output=True, text=True, timeout=600, env={**os.environ, "NSPROF_STANDIN_TIMERS": "1"},
         )  # fmt: skip
 
-    assert suite(f"{first}:space").returncode == 0
-    kept = json.loads(out.read_text())["cells"]
+    missing = tmp_path / "missing.py"  # its validate fails: a failed space, tried again after the new ones
+    assert suite(f"{missing}:space,{first}:space").returncode == 0
+    kept = {k: c for k, c in json.loads(out.read_text())["cells"].items() if not k.startswith(str(missing))}
     first.unlink()
-    done = suite(f"{first}:space,{second}:space", "--resume")
+    done = suite(f"{missing}:space,{first}:space,{second}:space", "--resume")
     assert done.returncode == 0, done.stderr
     record = json.loads(out.read_text())
-    assert list(record["cells"]) == [*kept, f"{second}:space#0", f"{second}:space#1"]
+    assert list(record["cells"]) == [*kept, f"{second}:space#0", f"{second}:space#1", f"{missing}:space#0"]
     assert {k: record["cells"][k] for k in kept} == kept
+    assert "error" in record["cells"][f"{missing}:space#0"] and "date" in record["cells"][f"{second}:space#0"]
     assert record["summary"]["ncu"]["timers"]["cupti"]["cells"] == 4
     assert (
         done.stdout.strip().splitlines()[-1]
-        == "cells: 4, of which 0 failed (their figures are missing above)"
+        == "cells: 5, of which 1 failed (their figures are missing above)"
     )
     before = out.read_bytes()
     refused = suite(f"{second}:space", "--resume", validate=options.replace("--reps 2", "--reps 3"))

@@ -3,10 +3,12 @@
 timers, then the interleaved graph and CUPTI timers, warm and cold L2).
 
 The card held 1,500 MHz through that capture and no round was throttled, so every test runs twice:
-on the lines as recorded, and on the same lines with their clocks varied here (a plain timer's
-clock before its measurement apart from the one after; each round's clock its own, and the first
-two rounds of every config at 1,000 MHz, below 75% of the batch's highest clock: throttled). The
-values are the recorded ones in both. Expected figures are read from the lines with json and
+on the lines as recorded, and on the same lines with their clocks varied here. A plain timer's
+clock before its measurement differs from the one after. Each round's clock is its own; config 5's
+rounds set the batch's highest clock (1,600 MHz, its first round alone); every other config's first
+round ran at 74% of that (throttled) and its second at 76% (kept), so that a rule taking the peak
+per config, or another fraction than 75%, discards other rounds. The values are the recorded ones
+in both. Expected figures are read from the lines with json and
 statistics alone: each config's value (a plain timer's median; an interleaved timer's median of
 the rounds it keeps), its SM clock (as the plain call ended; the median of the kept rounds'), the
 rounds taken and those discarded as throttled (NVBench's rule: below 75% of the batch's peak).
@@ -31,7 +33,7 @@ from nsprof.drivers import registry  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPLAY = Path(__file__).parent / "targets" / "replay_timers.py"
-THROTTLED_MHZ = 1000.0
+PEAK_MHZ = 1600.0
 
 
 def _recorded() -> list[list[dict]]:
@@ -42,6 +44,12 @@ def _recorded() -> list[list[dict]]:
     ]
 
 
+def _round_clock(config_id: int, r: int, recorded: float) -> float:
+    if config_id == 5:
+        return PEAK_MHZ - 9 * r
+    return {0: 0.74 * PEAK_MHZ, 1: 0.76 * PEAK_MHZ}.get(r, recorded - 7 * r - config_id)
+
+
 def _varied() -> list[list[dict]]:
     out = []
     for lines in _recorded():
@@ -49,8 +57,7 @@ def _varied() -> list[list[dict]]:
             c, i = line["conditions"], line["config_id"]
             if "rounds_ns" in line:
                 line["rounds_clock_mhz"] = [
-                    THROTTLED_MHZ if r < 2 else clock - 7 * r - i
-                    for r, clock in enumerate(line["rounds_clock_mhz"])
+                    _round_clock(i, r, clock) for r, clock in enumerate(line["rounds_clock_mhz"])
                 ]
             else:
                 c["sm_clock_mhz_before"], c["sm_clock_mhz_after"] = (
@@ -168,4 +175,4 @@ def test_validate_says_each_timers_sm_clock_and_how_many_rounds_it_discarded(rep
             discarded = sum(line["conditions"]["rounds"] - len(_kept(line, lines)) for line in mine)
             peak = max(clock for line in lines for clock in line["rounds_clock_mhz"])
             assert f"; {discarded} of {taken} rounds discarded" in words
-            assert f"highest of its batch, {peak:.0f} MHz (NVML)" in words
+            assert f"below 75% of the highest of its batch, {peak:.0f} MHz (NVML)" in words
