@@ -84,8 +84,9 @@ def _start_local(distributed, devices: tuple[int, ...]):
     {"GPU": 1}, its environment pinning CUDA_VISIBLE_DEVICES (nvidia-smi's order) to its GPU.
 
     Every local user can reach 127.0.0.1, and a Dask scheduler runs what any client sends it: the
-    cluster speaks mutual TLS with credentials made for it in memory (Security.temporary), which only
-    this process and its workers hold, and its HTTP server, which cannot be left out, serves no page."""
+    cluster speaks mutual TLS with credentials made when it starts (Security.temporary), which only
+    this process and its workers hold, and its HTTP servers, which cannot be left out, serve nothing
+    but an empty sitemap (docs/trust.md)."""
     import copy
     import logging
 
