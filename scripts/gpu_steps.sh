@@ -41,6 +41,10 @@
 #   flips         fresh tune runs (scripts/bench_decisions.py, the seed, softmax and 512³ matmul spaces, both
 #                 truths), added to benchmarks/results/bench_decisions_flips.json (commit it): copy $OUT's
 #                 flips.json back over it; each call adds what fits, toward the goal's 200 runs
+#   dask          scripts/bench_dask.py on one GPU: --devices 0 against no Dask (wall, ranking); needs the
+#                 wheels of dask, distributed, partd, locket, zict, tblib, tornado, cryptography, cffi and
+#                 pycparser in .whl (pip download, as the device notes say), carried with .device
+#   dask_two      the same with --two, on a machine of two GPUs (nvidia-h200-x2)
 #   aa            scripts/bench_aa.py --runs 4: one config entered twice must be called tied (~500 s)
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
 #                 times, logs; not the reports) comes back: where the session's ends go
@@ -97,6 +101,11 @@ for s in "$@"; do
     flips) F=benchmarks/results/bench_decisions_flips.json; M=(); [ -f "$F" ] && M=(--merge "$F")
            step flips 570 python3 scripts/bench_decisions.py --runs 10 "${M[@]}" --out "$R/flips.json"
            cp "$R/flips.json" "$F" 2>/dev/null; pack ;;
+    dask|dask_two) # Dask is not on the GPU machines: its wheels travel in .whl (carry it; see the device notes)
+           python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+             .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+           if [ "$s" = dask ]; then step dask 400 python3 scripts/bench_dask.py --out "$R/bench_dask.json"
+           else step dask_two 580 python3 scripts/bench_dask.py --two --out "$R/bench_dask_x2.json"; fi ;;
     aa) step aa 580 python3 scripts/bench_aa.py --runs 4 --out "$R/bench_aa.json" ;;
     gpu_compose) step gpu_compose 590 $PYTEST -m gpu tests/test_gpu_compose.py ;;
     *) echo "unknown step $s" ;;
