@@ -106,9 +106,9 @@ def environment(environ=None) -> dict[str, str]:
         environ.update(
             {name: value for name, value in environ_before_targets().items() if name.startswith(AT_START)}
         )
-    from nsprof.host.gpu import child_environ
+    from nsprof.host.gpu import PCI_ORDER
 
-    environ = {**environ, "CUDA_DEVICE_ORDER": child_environ()["CUDA_DEVICE_ORDER"]}  # every worker's
+    environ = {**environ, "CUDA_DEVICE_ORDER": PCI_ORDER}  # every worker's (host.gpu.child_environ)
     return {
         name: hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
         for name, value in sorted(environ.items())

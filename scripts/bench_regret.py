@@ -222,9 +222,9 @@ def main() -> None:
     specs = [spec for spec in args.spaces.split(",") if spec]
     # spaces never measured first, then those whose run failed: a space that fails every time (one
     # longer than a call) cannot hold back the ones after it
-    todo = [s for s in specs if not _has(record["cells"], s)] + [
-        s for s in specs if _has(record["cells"], s) and not _measured(record["cells"], s)
-    ]
+    todo = sorted(
+        (s for s in specs if not _measured(record["cells"], s)), key=lambda s: _has(record["cells"], s)
+    )
     with tempfile.TemporaryDirectory(prefix="nsprof-regret-") as folder:
         for spec in todo:
             record["cells"] = {k: c for k, c in record["cells"].items() if k.rpartition("#")[0] != spec}
