@@ -225,6 +225,7 @@ def profile(target, mode, ids, wait, **choices) -> None:
 @_option("--external/--no-external", default=True)
 @_option("--truth", default="ncu,nsys")
 @_option("--matched", is_flag=True)
+@_option("--l2-check", is_flag=True)
 @_option("--mode", default="direct,graph")
 @_option("--reps")
 @_option("--timer-reps", type=click.IntRange(1), default=100)

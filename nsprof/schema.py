@@ -51,6 +51,9 @@ COLUMN_DTYPES: dict[str, str] = {
     # its own --timeout. After `shape`, so that old column positions stay.
     "failure_kind": "string[python]",
     "timeout_s": "float64",
+    # ncu lts__t_sector_hit_rate.pct, the kernel's L2 hit rate in percent, where the report has it (the
+    # cold-L2 check of `validate --l2-check` collects it); NaN otherwise. Last: old positions stay.
+    "l2_hit_pct": "float64",
 }
 COLUMNS: list[str] = list(COLUMN_DTYPES)
 

@@ -48,6 +48,12 @@ class ProfileSettings:
     clock_control: str = "base"  # ncu only
     cache_control: str = "all"  # ncu only
     graph_profiling: str = "node"  # ncu only
+    # ncu only: collect the kernel's duration and its L2 hit rate (lts__t_sector_hit_rate.pct), nothing
+    # else, so that the hit rate is counted in the pass that follows the worker's own flush.
+    l2_hit_rate: bool = False
+    # Rep r is preceded by the cold timers' L2 flush (outside every range) when flushes[r % len]; ():
+    # never. With cache_control "none" the flushed reps show what "cold" means to those timers.
+    flushes: tuple[bool, ...] = ()
     python: str = field(default=sys.executable)
     work_dir: Path | None = None  # reports and logs; a temporary folder when None
     max_restarts: int = 50
@@ -297,6 +303,7 @@ class ValidateSettings:
     work_dir: Path | None = None
     wait: bool = False  # wait for another nsprof measuring on this GPU instead of failing
     cluster: ClusterSettings | None = None  # spread the configs over several GPUs (nsprof.cluster)
+    l2_check: bool = False  # measure the finalists' L2 hit rate under ncu (nsprof.l2check)
 
     def __post_init__(self) -> None:
         truths = ground_truths()

@@ -10,7 +10,9 @@ Orchestration over nsprof.measure's Backends:
    each truth's floor, whether its two runs' winners were the same config, or each inside the
    other's tie set (nsprof.analysis.confidence);
 4. with matched conditions (`ncu@free-cold`, `ncu@free-warm`, or settings.matched), each timer
-   against the truth taken under its own conditions: the card's clocks, its own L2 state.
+   against the truth taken under its own conditions: the card's clocks, its own L2 state;
+5. with settings.l2_check, whether the timers that claim a cold L2 measure the finalists cold
+   (nsprof.l2check).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from nsprof.analysis import l2
 from nsprof.cluster import sharded
 from nsprof.errors import NsprofError
 from nsprof.measure import FastTimers, GroundTruth, Request
@@ -56,6 +59,7 @@ class ValidateResult:
     # A target with shapes is validated at each shape on its own: the shape's index and value
     shape: int | None = None
     shape_value: object = None
+    l2_check: object = None  # nsprof.l2check.check_table's (None: not checked)
 
 
 def timer_groups(names: list[str]) -> list[list[str]]:
@@ -329,6 +333,7 @@ def validate(
         rows, failures, truths, repeat_rows, conditions = _measure(
             target, space, names, conditioned, settings, work_dir, stage
         )
+        checked = _l2_check(target, space, rows, names, truths, settings, work_dir, stage, failures)
     measured = {r["method"] for r in rows}
     timers = [m for m in names if m in measured]
     conditions = {m: conditions[m] for m in [*timers, *truths] if m in conditions}
@@ -349,9 +354,31 @@ def validate(
             conditions=conditions,
             shape=shape,
             shape_value=None if shape is None else space.shapes[shape],
+            l2_check=None if checked is None else l2.check_table([r for r in checked if r["shape"] == shape]),
         )
         for shape in ([None] if space.shapes is None else range(space.n_shapes))
     ]
+
+
+def _l2_check(target, space, rows, names, truths, settings: ValidateSettings, work_dir, stage, failures):
+    """settings.l2_check's rows (nsprof.l2check.run_check) over every shape's finalists, by the first
+    truth, its failures added to `failures`; None when not asked for, [] when no timer measured claims
+    a cold L2."""
+    measured = {r["method"] for r in rows}
+    cold = l2.cold_timers([n for n in names if n in measured])
+    if not settings.l2_check:
+        return None
+    if not cold or not truths:  # asked for, nothing to check: said so (an empty table)
+        return []
+    layout = space.points
+    shapes = [None] if space.shapes is None else range(space.n_shapes)
+    points = [layout.id(c, s) for s in shapes for c in l2.finalists(rows, truths[0], cold, s)]
+    profile = replace(settings.profile, work_dir=work_dir)
+    from nsprof.l2check import run_check
+
+    checked, failed = run_check(target, space, points, profile, stage)
+    failures.update(failed)
+    return checked
 
 
 def _compared(rows: list[dict], repeat_rows: list[dict], timers, truths, pairs) -> dict:

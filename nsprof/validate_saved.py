@@ -40,6 +40,7 @@ def _result_of(document: dict) -> ValidateResult:
     import pandas as pd
 
     from nsprof.analysis.agreement import AGREEMENT_COLUMNS, FLOOR_COLUMNS, MATCHED_COLUMNS
+    from nsprof.analysis.l2 import CHECK_COLUMNS
 
     needs = {
         "agreement": AGREEMENT_COLUMNS,
@@ -47,6 +48,7 @@ def _result_of(document: dict) -> ValidateResult:
         "noise_floor": FLOOR_COLUMNS,
         "matched": MATCHED_COLUMNS,
         "repeat_per_config": ["config_id", "method", "value_ns"],
+        "l2_check": CHECK_COLUMNS,
     }
 
     def table(key: str):
@@ -85,4 +87,5 @@ def _result_of(document: dict) -> ValidateResult:
         repeat=frame("repeat_per_config"),
         shape=None if document.get("shape") is None else int(document["shape"]),
         shape_value=document.get("shape_value"),
+        l2_check=frame("l2_check"),
     )

@@ -15,7 +15,12 @@ With --only-timers: `nsprof validate` of examples/softmax_triton.py:space with t
 interleaved graph and CUPTI timers (nsys as truth), kept as the worker wrote them: each timer
 session's result lines (timers<i>.jsonl, validate's folder names: per config and method, the kept
 rounds, their SM clocks, the rounds discarded as throttled) and the saved validate run (validate_timers.json),
-recorded in capture_timers.json. The CSV exports
+recorded in capture_timers.json.
+
+With --only-l2: `nsprof validate --l2-check` of the same space (ncu as truth, the CUPTI timers, mode
+graph): the two ncu reports of its L2 check, kept as fixture_l2_ncu.ncu-rep (ncu's flush) and
+fixture_l2_flushed.ncu-rep (reps taking turns: the cold timers' flush, none), the saved validate run
+(validate_l2.json), recorded in capture_l2.json. The CSV exports
 are made from the .ncu-rep with `ncu --import`, once in the default locale and once in
 de_DE (if that locale exists) to get the other thousands separator.
 """
@@ -64,6 +69,7 @@ def main() -> None:
     parser.add_argument(
         "--only-timers", action="store_true", help="capture only the fast timers' result lines"
     )
+    parser.add_argument("--only-l2", action="store_true", help="capture only the L2 check's ncu reports")
     args = parser.parse_args()
     out: Path = args.outdir
     out.mkdir(parents=True, exist_ok=True)
@@ -75,6 +81,10 @@ def main() -> None:
     if args.only_timers:
         capture_timer_lines(python, out, commands)
         finish(out, ncu, nsys, commands, args.tar, record="capture_timers.json")
+        return
+    if args.only_l2:
+        capture_l2_reports(python, out, commands)
+        finish(out, ncu, nsys, commands, args.tar, record="capture_l2.json")
         return
     if args.only_clock:
         capture_clock_reports(ncu, python, out, commands)
@@ -200,6 +210,23 @@ def capture_timer_lines(python: str, out: Path, commands: dict[str, list[str]]) 
         sys.exit(f"validate failed: its log and work folder are kept in {out}")
     for lines in sorted(work.rglob("timers.jsonl")):
         shutil.copyfile(lines, out / f"{lines.parent.name}.jsonl")
+    shutil.rmtree(work)
+
+
+def capture_l2_reports(python: str, out: Path, commands: dict[str, list[str]]) -> None:
+    """validate --l2-check; the L2 check's two ncu reports and the saved run kept. A failed validate
+    ends the script, its log and work folder kept."""
+    work = out.resolve() / "work"
+    target = f"{SOFTMAX.relative_to(ROOT)}:space"
+    cmd = [python, "-m", "nsprof", "validate", target, "--timers", "cupti", "--no-external",
+           "--truth", "ncu", "--mode", "graph", "--no-repeat", "--l2-check",
+           "--work-dir", str(work), "--save", str(out.resolve() / "validate_l2.json")]  # fmt: skip
+    commands["validate_l2"] = cmd
+    if run(cmd, out / "validate_l2.log", cwd=ROOT) != 0:
+        sys.exit(f"validate failed: its log and work folder are kept in {out}")
+    for name in ("ncu", "flushed"):
+        (report,) = sorted((work / f"l2_{name}").rglob("*.ncu-rep"))
+        shutil.copyfile(report, out / f"fixture_l2_{name}.ncu-rep")
     shutil.rmtree(work)
 
 

@@ -32,6 +32,8 @@
 #                 nsys as truth (repeated), the JSON kept: the interleaved timers' clock and throttle check
 #   timer_fixture scripts/capture_fixtures.py --only-timers: the plain and interleaved timers' result lines
 #                 (timers<i>.jsonl, to copy to tests/fixtures/), their SM clocks and throttle counts, as written
+#   gpu_l2        the gpu test of validate --l2-check (the seed GEMM)
+#   l2_fixture    scripts/capture_fixtures.py --only-l2: the L2 check's two ncu reports
 #   gpu_timers    pytest tests/test_gpu_timers.py (the in-process timers on the GPU)
 #   regret        scripts/bench_regret.py over the two single-shape spaces (a cell each; the whole suite,
 #                 11 spaces at up to 3 shapes each, is longer than one call: run it in parts)
@@ -93,6 +95,8 @@ for s in "$@"; do
                    --save "$R/validate_softmax_interleaved.json" ;;
     timer_fixture) step timer_fixture 300 python3 scripts/capture_fixtures.py "$R/timer_fixture" --only-timers ;;
     gpu_timers) step gpu_timers 200 $PYTEST -m gpu tests/test_gpu_timers.py ;;
+    gpu_l2) step gpu_l2 580 $PYTEST -m gpu tests/test_gpu_l2.py ;;
+    l2_fixture) step l2_fixture 400 python3 scripts/capture_fixtures.py "$R/l2_fixture" --only-l2 ;;
     regret) step regret 580 python3 scripts/bench_regret.py \
               --spaces examples/seed_gemm.py:space,examples/softmax_triton.py:space --out "$R/bench_regret.json" ;;
     regret_suite) step regret_suite 570 python3 scripts/bench_regret.py --resume --timeout 540 \

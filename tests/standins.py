@@ -10,7 +10,10 @@ none, or with `config_ns=False`, which leaves the target unimported in nsprof's 
 a config's optional "ns_reps" list gives rep r the value ns_reps[r % len], for reps that vary;
 (for a job with shapes: "ns_shapes", one value per shape, and rows named only by their range names);
 its optional "ns_at" maps "<clock_control>-<cache_control>" of the rows' labels to the value under
-those conditions, for truths that disagree; its optional "ns_on" maps the CUDA_VISIBLE_DEVICES of the
+those conditions, for truths that disagree; its optional "l2_hit" maps "ncu" (cache control all), "flush"
+(cache control none, a rep the worker flushed L2 before: Job.flushed) and "none" (neither) to the L2 hit rate
+in percent the rows carry when the session collects it (ProfileSettings.l2_hit_rate; default 10, 10, 80);
+its optional "ns_on" maps the CUDA_VISIBLE_DEVICES of the
 process reading the report to the value on that "GPU", for GPUs that differ while the config does not);
 "ns_sigma" multiplies it by 1 + ns_sigma·z, z a standard normal drawn per (config, rep) from a
 generator seeded by the config's "seed", its id and the rep, so that a rep's value does not depend
@@ -214,7 +217,7 @@ class StatusDriver(Driver):
         job = Job(**data["job"])  # its rep numbers: an interleaved job's continue after the first pass's
         if job.n_shapes:
             return self._read_shapes(job, data, configs, labels, settings)
-        return make_frame(
+        frame = make_frame(
             [
                 {
                     "source": settings.backend,
@@ -231,6 +234,18 @@ class StatusDriver(Driver):
                 for k in range(self.kernels)
             ]
         )
+        if settings.l2_hit_rate:
+            frame["l2_hit_pct"] = [
+                self.l2_hit(configs[c] if configs else {}, labels, job.flushed(int(rep)))
+                for c, rep in zip(frame["config_id"], frame["rep"])
+            ]
+        return frame
+
+    @staticmethod
+    def l2_hit(config: dict, labels: dict, flushed: bool) -> float:
+        """The L2 hit rate a config's row carries (its "l2_hit"), by what came before the kernel."""
+        condition = "ncu" if labels["cache_control"] == "all" else ("flush" if flushed else "none")
+        return float({"ncu": 10.0, "flush": 10.0, "none": 80.0, **config.get("l2_hit", {})}[condition])
 
     def _read_shapes(self, job, data, configs, labels, settings):
         """A job with shapes: its ids are point ids. Each row is named only by its range name, as a real

@@ -35,6 +35,7 @@ LAYERS = [
         "nsprof.profile",
         "nsprof.validate",
         "nsprof.validate_saved",
+        "nsprof.l2check",
         "nsprof.adaptive",
         "nsprof.tune",
         "nsprof.feedback",

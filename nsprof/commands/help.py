@@ -43,6 +43,7 @@ HELP = {
     "validate --timers": "Fast timers: families event, cupti, graph (warm and cold L2 each), interleaved (graph and cupti, warm and cold, the configs measured round-robin in rounds) or exact names (event, event_cold, cupti, cupti_cold, graph_warm, graph_cold, graph_warm_interleaved, graph_cold_interleaved, cupti_interleaved, cupti_cold_interleaved).",
     "validate --external": "Also TileLang's and Triton's own timers, where installed.",
     "validate --truth": "Ground truths: ncu, nsys; ncu also under a condition, TOOL@CLOCK-L2 with CLOCK base|free and L2 cold|warm (ncu@free-warm: --clock-control none --cache-control none; plain ncu is ncu@base-cold).",
+    "validate --l2-check": "Also check that the timers claiming a cold L2 measure cold: the finalists run twice more under ncu, counting the L2 hit rate (lts__t_sector_hit_rate.pct) after ncu's own flush, after the cold timers' flush, and with no flush.",
     "validate --matched": "Also run ncu with clocks free and L2 cold and warm (ncu@free-cold, ncu@free-warm), each repeated for its floor, and show each timer against the ncu taken under its own L2 state.",
     "validate --mode": "Ground-truth modes: direct, graph.",
     "validate --timer-reps": "Samples per fast timer.",

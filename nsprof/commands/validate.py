@@ -44,6 +44,13 @@ def check(settings, *, plot_path, html_path, save_path, as_json) -> None:
         resolve_truths(settings)  # a condition a tool cannot take, --matched without ncu: one line
     except NsprofError as exc:
         raise OptionError(str(exc), option="--matched" if "--matched" in str(exc) else "--truth") from None
+    if settings.l2_check:  # its sessions run under ncu: missing, one line now, before any measuring
+        from nsprof.drivers.registry import driver_class
+
+        try:
+            driver_class("ncu").find()
+        except NsprofError as exc:
+            raise OptionError(str(exc), option="--l2-check") from None
 
 
 def validate(target: str, settings, *, devices, scheduler, verbose):
@@ -92,6 +99,7 @@ def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=
                 matched=r.matched,
                 conditions=r.conditions,
                 repeat=r.repeat,
+                l2_check=r.l2_check,
                 about=saved_about(target, r),
             )
             for r in results
@@ -123,6 +131,7 @@ def _tables(result, n_shapes: int) -> str:
         format_agreement,
         format_conditions,
         format_floors,
+        format_l2_check,
         format_matched,
         format_per_config,
     )
@@ -138,6 +147,7 @@ def _tables(result, n_shapes: int) -> str:
         format_floors(result.floors),
         format_matched(result.matched),
         result.verdict,
+        format_l2_check(result.l2_check, result.timers),
         format_conditions(result.conditions),
     ]
     return "\n\n".join(section for section in sections if section)

@@ -10,6 +10,9 @@ from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import worker_command
 
 METRICS = ("gpu__time_duration.sum", "gpc__cycles_elapsed.max", "gpc__cycles_elapsed.avg.per_second")
+# ProfileSettings.l2_hit_rate: the duration and the L2 hit rate alone, counters of one pass, so that no
+# replay pass (after which L2 holds the kernel's data) is the one that counts the hits.
+L2_METRICS = ("gpu__time_duration.sum", "lts__t_sector_hit_rate.pct")
 
 PERMISSION_FIX = (
     "profiling counters are not permitted for this user (ERR_NVGPUCTRPERM): run as root, "
@@ -54,7 +57,7 @@ class NcuDriver(ToolDriver):
             "--nvtx-include",
             f"{NSPROF_DOMAIN}@{NSPROF_DOMAIN}/",
             "--metrics",
-            ",".join(METRICS),
+            ",".join(L2_METRICS if settings.l2_hit_rate else METRICS),
             "--clock-control",
             settings.clock_control,
             "--cache-control",

@@ -86,6 +86,7 @@ def agreement_record(
     matched: pd.DataFrame | None = None,
     conditions: Mapping[str, str] | None = None,
     repeat: pd.DataFrame | None = None,
+    l2_check: pd.DataFrame | None = None,
     about: Mapping[str, Any] | None = None,
 ) -> dict:
     """An object of JSON values: `about` (what nsprof.validate_saved.load_validate needs to show the run again:
@@ -111,6 +112,8 @@ def agreement_record(
         doc["conditions"] = dict(conditions)
     if repeat is not None:
         doc["repeat_per_config"] = records(repeat)
+    if l2_check is not None:
+        doc["l2_check"] = records(l2_check)
     return doc
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from nsprof.errors import ReportError, ToolNotFound
 from nsprof.reports.checks import blank_impossible, one_line, read_head
 from nsprof.reports.launch_config import LAUNCH_METRICS, ncu_rep_launch
-from nsprof.reports.ncu_cells import CLOCK_METRICS, CYCLES_METRICS, DURATION_METRICS
+from nsprof.reports.ncu_cells import CLOCK_METRICS, CYCLES_METRICS, DURATION_METRICS, L2_HIT_METRICS
 from nsprof.reports.ncu_command import recorded_settings
 from nsprof.reports.nvtx_cells import NvtxState
 from nsprof.reports.signatures import NCU_REP_MAGIC
@@ -30,7 +30,14 @@ from nsprof.schema import make_frame, parse_range_name
 
 _WORKLOAD_GRAPH = 3  # IAction.WorkloadType_GRAPH in ncu_report
 _INT_METRICS = ("launch__process_id", "launch__device_id", "launch__stream_id")
-_METRICS = (*DURATION_METRICS, *CYCLES_METRICS, *CLOCK_METRICS, *_INT_METRICS, *LAUNCH_METRICS)
+_METRICS = (
+    *DURATION_METRICS,
+    *CYCLES_METRICS,
+    *CLOCK_METRICS,
+    *L2_HIT_METRICS,
+    *_INT_METRICS,
+    *LAUNCH_METRICS,
+)
 # Loading a 10 MB report takes well under a second; the limit only catches a loader that
 # never returns, so it stays far above any real report's load time.
 LOAD_TIMEOUT_S = 600.0
@@ -320,6 +327,7 @@ def _action_row(action: dict, launch_id: int, domain, clock_control, cache_contr
         "duration_ns": _first(metrics, DURATION_METRICS),
         "cycles": _first(metrics, CYCLES_METRICS),
         "clock_hz": _first(metrics, CLOCK_METRICS),
+        "l2_hit_pct": _first(metrics, L2_HIT_METRICS),
         "launch_id": launch_id,
         "pid": _int_value(metrics.get("launch__process_id")),
         "device": _int_value(metrics.get("launch__device_id")),

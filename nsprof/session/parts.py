@@ -54,6 +54,7 @@ def make_job(run: SessionRun, ids: list[int], status_file: Path, **more) -> Job:
         reps=settings.reps,
         warmup=settings.warmup,
         compile_timeout_s=settings.compile_timeout_s,
+        flushes=list(settings.flushes),
         **shapes,
         **more,
         **(run.job_extra or {}),

@@ -92,6 +92,9 @@ class Job:
     # shapes', the source's fingerprint), under which it keys what this job measures: the worker refuses
     # a target that differs (a `changed` line) before it measures anything. {}: nothing to check.
     expect: dict = field(default_factory=dict)
+    # Rep r is preceded by an L2 flush (the cold timers' own, nsprof.timers.base.Flusher), outside every
+    # range, when flushes[r % len(flushes)]; []: no rep is (ProfileSettings.flushes).
+    flushes: list = field(default_factory=list)
 
     @property
     def points(self):
@@ -103,6 +106,10 @@ class Job:
         """The rep numbers this job measures of `config_id` (a point id; its range names' r<rep>)."""
         start = int(self.first_rep.get(str(config_id), 0))
         return range(start, start + self.reps)
+
+    def flushed(self, rep: int) -> bool:
+        """Whether rep number `rep` follows an L2 flush."""
+        return bool(self.flushes) and bool(self.flushes[rep % len(self.flushes)])
 
     def write(self, path: Path) -> Path:
         path.write_text(json.dumps(asdict(self), indent=1))

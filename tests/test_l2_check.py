@@ -1,0 +1,191 @@
+"""`nsprof validate --l2-check`: whether the timers claiming a cold L2 measure the finalists cold.
+
+Real nsprof runs with the stand-in profiler and fast timers (tests/standins.py): each config says
+what ncu would count as its L2 hit rate after ncu's own flush, after the worker's flush and with
+none ("l2_hit"), and the expected table comes from those numbers and from which configs are the
+finalists by the target's own durations, never from nsprof's output. The worker's side (the flush
+comes before the ranges, on the reps asked for) is checked apart with a device that records."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_nsprof
+
+# ns by the truth (config 3 fastest, then 1, 2) and by the timer (its pick: config 0, the slowest)
+TRUTH_NS = [4000.0, 2000.0, 3000.0, 1000.0]
+TIMER_NS = [500.0, 900.0, 800.0, 700.0]
+COLD = {"ncu": 12.0, "flush": 13.5, "none": 81.0}
+TARGET = """
+import nsprof.space
+
+TIMER_NS = {timer!r}
+
+
+class Launch:
+    def __init__(self, config):
+        self.timer_ns = dict.fromkeys(("cupti", "cupti_cold"), TIMER_NS[config["i"]])
+
+    def __call__(self):
+        return None
+
+
+configs = {configs!r}
+space = nsprof.space.Space(configs=configs, build=Launch, device="cpu")
+"""
+VALIDATE = ["validate", "t.py:space", "--timers", "cupti", "--no-external", "--truth", "ncu",
+            "--mode", "direct", "--reps", "3", "--timer-reps", "3", "--no-repeat", "--l2-check"]  # fmt: skip
+
+
+def _run(tmp_path, l2_hits: dict, *more: str):
+    configs = [{"i": c, "ns": TRUTH_NS[c], "l2_hit": l2_hits.get(c, COLD)} for c in range(4)]
+    (tmp_path / "t.py").write_text(TARGET.format(timer=TIMER_NS, configs=configs))
+    env = {"NSPROF_STANDIN_TIMERS": "1"}
+    return run_nsprof(*VALIDATE, *more, cwd=tmp_path, standins=True, env=env)
+
+
+def test_the_finalists_hit_rates_are_shown_and_a_flush_that_left_l2_warm_is_named(tmp_path):
+    warm_after_flush = {"ncu": 12.0, "flush": 64.0, "none": 81.0}
+    ran = _run(tmp_path, {1: warm_after_flush}, "--save", "v.json")
+    assert ran.returncode == 0, ran.stderr
+    saved = json.loads((tmp_path / "v.json").read_text())
+    rows = {r["config_id"]: r for r in saved["l2_check"]}
+    # the truth's three fastest (3, 1, 2) and the cold timer's pick (0): every config here
+    assert set(rows) == {0, 1, 2, 3}
+    for c, row in rows.items():
+        hits = warm_after_flush if c == 1 else COLD
+        assert row["mode"] == "direct"
+        assert (row["ncu's flush"], row["timers' flush"], row["no flush"]) == (
+            hits["ncu"],
+            hits["flush"],
+            hits["none"],
+        )
+        assert row["cold"] is (c != 1)
+    assert "the cold timers (cupti_cold) did NOT measure cold: on config(s) {1}" in ran.stdout
+    shown = run_nsprof("results", "v.json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "did NOT measure cold: on config(s) {1}" in shown.stdout
+
+
+def test_a_kernel_that_hits_l2_as_often_unflushed_cannot_tell(tmp_path):
+    streaming = {"ncu": 3.0, "flush": 3.5, "none": 4.0}
+    ran = _run(tmp_path, dict.fromkeys(range(4), streaming))
+    assert ran.returncode == 0, ran.stderr
+    assert "cannot tell whether cupti_cold measured cold" in ran.stdout
+    assert "did NOT" not in ran.stdout and "measured cold: their flush" not in ran.stdout
+
+
+def test_cold_everywhere_is_said_once(tmp_path):
+    ran = _run(tmp_path, {})
+    assert ran.returncode == 0, ran.stderr
+    assert (
+        "the cold timers (cupti_cold) measured cold: their flush left every finalist's hit rate" in ran.stdout
+    )
+
+
+class _Recorder:
+    """A device that records what the worker asks of it, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def flush_l2(self) -> None:
+        self.calls.append("flush")
+
+    def push(self, name: str) -> None:
+        self.calls.append(f"push {name}")
+
+    def pop(self) -> None:
+        self.calls.append("pop")
+
+    def sync(self) -> None:
+        self.calls.append("sync")
+
+
+def test_the_worker_flushes_before_the_ranges_of_the_reps_asked_for():
+    from nsprof.worker.launch import measure_rep
+    from nsprof.worker.protocol import Job
+
+    job = Job(target="t.py:space", config_ids=[0], status="", reps=4, flushes=[True, False])
+    device = _Recorder()
+    for rep in job.rep_numbers(0):
+        measure_rep(device, job, 0, "direct", rep, lambda: device.calls.append("launch"))
+    opened = [i for i, call in enumerate(device.calls) if call.startswith("push nsprof")]
+    flushed = [i for i, call in enumerate(device.calls) if call == "flush"]
+    # reps 0 and 2 flush, each just before its outer range opens; reps 1 and 3 do not
+    assert flushed == [opened[0] - 1, opened[2] - 1]
+    assert device.calls.count("launch") == 4
+
+
+def test_the_ncu_command_of_a_check_collects_the_hit_rate_alone():
+    from pathlib import Path
+
+    from nsprof.drivers.ncu import NcuDriver
+    from nsprof.settings import ProfileSettings
+
+    driver = NcuDriver(Path("ncu"))
+    checked = ProfileSettings(backend="ncu", l2_hit_rate=True, cache_control="none", flushes=(True, False))
+    command = driver.build_command(checked, Path("job.json"), Path("report"))
+    assert command[command.index("--metrics") + 1] == "gpu__time_duration.sum,lts__t_sector_hit_rate.pct"
+    assert command[command.index("--cache-control") + 1] == "none"
+    plain = driver.build_command(ProfileSettings(backend="ncu"), Path("job.json"), Path("report"))
+    assert "lts__t_sector_hit_rate.pct" not in plain[plain.index("--metrics") + 1]
+
+
+NSYS_ONLY = """
+import json
+import sys
+
+sys.path.insert(0, {tests!r})
+from standins import StatusDriver, standin_timers
+
+from nsprof.drivers import registry
+from nsprof.settings import ValidateSettings
+from nsprof.validate import validate
+
+registry.register("nsys", type("StandinNsys", (StatusDriver,), {{"labels_like": registry.driver_class("nsys")}}))
+registry.register("none", standin_timers(), ground_truth=False)
+settings = ValidateSettings(
+    timers=("cupti",), external=False, truths=("nsys",), modes=("direct",), reps=3, timer_reps=3,
+    repeat_truth=False, l2_check=True,
+)
+(result,) = validate("t.py:space", settings)
+print(json.dumps({{
+    "measured": sorted({{(r.method, int(r.config_id)) for r in result.per_config.itertuples()}}),
+    "failures": sorted(f"{{m}} {{c}}: {{why}}" for (m, c), why in result.failures.items()),
+    "l2_rows": len(result.l2_check),
+}}))
+"""
+
+
+def test_an_l2_check_whose_sessions_fail_keeps_what_validate_measured(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    configs = [{"i": c, "ns": TRUTH_NS[c]} for c in range(4)]
+    (tmp_path / "t.py").write_text(TARGET.format(timer=TIMER_NS, configs=configs))
+    program = tmp_path / "nsys_only.py"
+    program.write_text(NSYS_ONLY.format(tests=str(Path(__file__).parent)))
+    env = {**__import__("os").environ, "NSPROF_NCU": str(tmp_path / "no-ncu")}
+    ran = subprocess.run(
+        [sys.executable, str(program)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert ran.returncode == 0, ran.stderr
+    out = json.loads(ran.stdout)
+    assert [("nsys:direct", c) for c in range(4)] == [
+        tuple(m) for m in out["measured"] if m[0] == "nsys:direct"
+    ]
+    assert out["l2_rows"] == 0
+    # each finalist, in each of the two sessions: the truth's three fastest (3, 1, 2) and the cold timer's pick (0)
+    for session in ("ncu", "flushed"):
+        failed = [f for f in out["failures"] if f.startswith(f"L2 check ({session}) ")]
+        assert sorted(int(f.split()[3].rstrip(":")) for f in failed) == [0, 1, 2, 3], out["failures"]
+        assert all("NSPROF_NCU=" in f and "no-ncu" in f for f in failed), failed
+
+
+def test_without_ncu_the_check_is_refused_before_anything_is_measured(tmp_path):
+    ran = run_nsprof(*VALIDATE, cwd=tmp_path, in_process=True, env={"NSPROF_NCU": str(tmp_path / "no-ncu")})
+    assert ran.returncode == 2
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--l2-check" in lines[0] and "no-ncu" in lines[0], ran.stderr
