@@ -25,12 +25,14 @@ from nsprof.analysis.l2 import CONDITIONS
 CHECK_REPS = 3  # reps per condition
 
 
-def run_check(target: str, space, points: list[int], profile, stage) -> tuple[list[dict], dict]:
+def run_check(target: str, space, points: list[int], profile, stage, cluster=None) -> tuple[list[dict], dict]:
     """The two sessions over `points` (point ids of `space`) under ncu, `profile` the truths' session
-    settings: rows {config_id, shape, mode, condition, l2_hit_pct}, one per kernel measured, and
+    settings, on the GPUs of `cluster` (ClusterSettings, as validate's truths) where given: rows {config_id, shape, mode, condition, l2_hit_pct}, one per kernel measured, and
     failures {("L2 check (<session>)", config_id, shape): reason}, a session that failed whole (no
     ncu, the GPU held) a failure of each of its points: what validate measured before is kept."""
+    from nsprof.cluster import sharded
     from nsprof.errors import NsprofError
+    from nsprof.measure import GroundTruth
     from nsprof.profile import profile_result
 
     base = replace(profile, backend="ncu", l2_hit_rate=True, clock_control="base")
@@ -47,8 +49,10 @@ def run_check(target: str, space, points: list[int], profile, stage) -> tuple[li
         settings = replace(settings, work_dir=Path(profile.work_dir) / f"l2_{name}")
         method = f"L2 check ({name})"
         try:
+            backend = sharded(GroundTruth(settings), cluster) if cluster else None
+            progress = stage(method, len(points))
             result = profile_result(
-                target, settings, space=space, points=points, on_progress=stage(method, len(points))
+                target, settings, space=space, points=points, on_progress=progress, backend=backend
             )
         except NsprofError as exc:
             failures.update({(method, *layout.split(p)): str(exc) for p in points})

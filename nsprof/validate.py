@@ -376,7 +376,7 @@ def _l2_check(target, space, rows, names, truths, settings: ValidateSettings, wo
     profile = replace(settings.profile, work_dir=work_dir)
     from nsprof.l2check import run_check
 
-    checked, failed = run_check(target, space, points, profile, stage)
+    checked, failed = run_check(target, space, points, profile, stage, settings.cluster)
     failures.update(failed)
     return checked
 

@@ -12,7 +12,8 @@ a config's optional "ns_reps" list gives rep r the value ns_reps[r % len], for r
 its optional "ns_at" maps "<clock_control>-<cache_control>" of the rows' labels to the value under
 those conditions, for truths that disagree; its optional "l2_hit" maps "ncu" (cache control all), "flush"
 (cache control none, a rep the worker flushed L2 before: Job.flushed) and "none" (neither) to the L2 hit rate
-in percent the rows carry when the session collects it (ProfileSettings.l2_hit_rate; default 10, 10, 80);
+in percent the rows carry when the session collects it (ProfileSettings.l2_hit_rate; default 10, 10, 80;
+at shape s, s more);
 its optional "ns_on" maps the CUDA_VISIBLE_DEVICES of the
 process reading the report to the value on that "GPU", for GPUs that differ while the config does not);
 "ns_sigma" multiplies it by 1 + ns_sigma·z, z a standard normal drawn per (config, rep) from a
@@ -242,10 +243,12 @@ class StatusDriver(Driver):
         return frame
 
     @staticmethod
-    def l2_hit(config: dict, labels: dict, flushed: bool) -> float:
-        """The L2 hit rate a config's row carries (its "l2_hit"), by what came before the kernel."""
+    def l2_hit(config: dict, labels: dict, flushed: bool, shape: int | None = None) -> float:
+        """The L2 hit rate a config's row carries (its "l2_hit"), by what came before the kernel; at a
+        shape, its value plus the shape's index (so that each shape's rates differ)."""
         condition = "ncu" if labels["cache_control"] == "all" else ("flush" if flushed else "none")
-        return float({"ncu": 10.0, "flush": 10.0, "none": 80.0, **config.get("l2_hit", {})}[condition])
+        rate = float({"ncu": 10.0, "flush": 10.0, "none": 80.0, **config.get("l2_hit", {})}[condition])
+        return rate + (shape or 0)
 
     def _read_shapes(self, job, data, configs, labels, settings):
         """A job with shapes: its ids are point ids. Each row is named only by its range name, as a real
@@ -275,6 +278,7 @@ class StatusDriver(Driver):
             c, shape = job.points.split(point)
             for mode in settings.modes:
                 for rep in job.rep_numbers(point):
+                    l2 = self.l2_hit(configs[c] if configs else {}, labels, job.flushed(rep), shape)
                     for k in range(self.kernels):
                         rows.append(
                             {
@@ -283,6 +287,7 @@ class StatusDriver(Driver):
                                 "kernel": f"k{k}",
                                 "duration_ns": duration(c, shape, rep),
                                 "pid": data.get("pid"),
+                                **({"l2_hit_pct": l2} if settings.l2_hit_rate else {}),
                                 **labels,
                             }
                         )

@@ -60,7 +60,7 @@ def test_the_finalists_hit_rates_are_shown_and_a_flush_that_left_l2_warm_is_name
             hits["flush"],
             hits["none"],
         )
-        assert row["cold"] is (c != 1)
+        assert row["cold"] == ("NOT cold" if c == 1 else "cold")
     assert "the cold timers (cupti_cold) did NOT measure cold: on config(s) {1}" in ran.stdout
     shown = run_nsprof("results", "v.json", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
@@ -69,17 +69,25 @@ def test_the_finalists_hit_rates_are_shown_and_a_flush_that_left_l2_warm_is_name
 
 def test_a_kernel_that_hits_l2_as_often_unflushed_cannot_tell(tmp_path):
     streaming = {"ncu": 3.0, "flush": 3.5, "none": 4.0}
-    ran = _run(tmp_path, dict.fromkeys(range(4), streaming))
+    ran = _run(tmp_path, dict.fromkeys(range(4), streaming), "--save", "v.json")
     assert ran.returncode == 0, ran.stderr
     assert "cannot tell whether cupti_cold measured cold" in ran.stdout
     assert "did NOT" not in ran.stdout and "measured cold: their flush" not in ran.stdout
+    saved = json.loads((tmp_path / "v.json").read_text())
+    assert {r["cold"] for r in saved["l2_check"]} == {"cannot tell"}
+    shown = run_nsprof("results", "v.json", cwd=tmp_path)  # read back, it says the same
+    assert (
+        "cannot tell whether cupti_cold measured cold" in shown.stdout
+        and "measured cold: their" not in shown.stdout
+    )
 
 
 def test_cold_everywhere_is_said_once(tmp_path):
     ran = _run(tmp_path, {})
     assert ran.returncode == 0, ran.stderr
     assert (
-        "the cold timers (cupti_cold) measured cold: their flush left every finalist's hit rate" in ran.stdout
+        "the cold timers (cupti_cold) measured cold: their flush left the hit rate within 5 points of ncu's own flush on config(s) {0, 1, 2, 3}"
+        in ran.stdout
     )
 
 
@@ -189,3 +197,56 @@ def test_without_ncu_the_check_is_refused_before_anything_is_measured(tmp_path):
     assert ran.returncode == 2
     lines = ran.stderr.strip().splitlines()
     assert len(lines) == 1 and "--l2-check" in lines[0] and "no-ncu" in lines[0], ran.stderr
+
+
+SHAPED = """
+import nsprof.space
+
+SHAPES = [{{"M": 1}}, {{"M": 16}}]
+
+
+class Launch:
+    def __init__(self, config, shape):
+        self.timer_ns = dict.fromkeys(("cupti", "cupti_cold"), 100.0 + config["i"])
+
+    def __call__(self):
+        return None
+
+
+configs = {configs!r}
+space = nsprof.space.Space(configs=configs, shapes=SHAPES, build=Launch, device="cpu")
+"""
+
+
+def test_each_shape_gets_its_own_finalists_rates(tmp_path):
+    # the stand-in adds the shape's index to each rate, so a rate attached to the wrong shape shows
+    hits = {0: COLD, 1: {"ncu": 20.0, "flush": 50.0, "none": 90.0}, 2: COLD}
+    configs = [{"i": c, "ns_shapes": [1000.0 + c, 3000.0 - c], "l2_hit": hits[c]} for c in range(3)]
+    (tmp_path / "t.py").write_text(SHAPED.format(configs=configs))
+    ran = run_nsprof(
+        *VALIDATE, "--save", "v.json", cwd=tmp_path, standins=True, env={"NSPROF_STANDIN_TIMERS": "1"}
+    )
+    assert ran.returncode == 0, ran.stderr
+    for shape in json.loads((tmp_path / "v.json").read_text())["shapes"]:
+        at = shape["shape"]
+        got = {
+            r["config_id"]: (r["ncu's flush"], r["timers' flush"], r["no flush"]) for r in shape["l2_check"]
+        }
+        assert got == {c: (h["ncu"] + at, h["flush"] + at, h["none"] + at) for c, h in hits.items()}
+    assert ran.stdout.count("did NOT measure cold: on config(s) {1}") == 2
+
+
+def test_a_rate_no_session_measured_is_said_so_not_read_as_the_kernels():
+    from nsprof.analysis.l2 import check_table
+    from nsprof.render.validate_tables import format_l2_check
+
+    # the flushed session measured nothing: only ncu's flush has rates
+    rows = [
+        {"config_id": c, "shape": None, "mode": "graph", "condition": "ncu's flush", "l2_hit_pct": 12.0}
+        for c in (0, 1)
+    ]
+    table = check_table(rows)
+    assert list(table["cold"]) == ["not measured", "not measured"]
+    said = format_l2_check(table, ["cupti_cold"])
+    assert "not measured under every condition: config(s) {0, 1}" in said
+    assert "cannot tell" not in said and "measured cold:" not in said

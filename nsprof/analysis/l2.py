@@ -1,7 +1,7 @@
 """The cold-L2 check's reading (`nsprof validate --l2-check`, run by nsprof.l2check): which timers claim
 a cold L2, the finalists it measures, and per finalist and mode the median L2 hit rate after ncu's
 flush, after the cold timers' flush and with none, and whether the timers' flush was cold: within
-COLD_MARGIN points of ncu's (None where the kernel hits L2 about as often unflushed, or a rate is missing)."""
+COLD_MARGIN points of ncu's: a word of VERDICTS (words survive a save and its read back as they are)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ COLD_MARGIN = 5.0  # percentage points of L2 hit rate
 FINALISTS = 3
 CONDITIONS = ("ncu's flush", "timers' flush", "no flush")
 CHECK_COLUMNS = ["config_id", "mode", *CONDITIONS, "cold"]
+# "cold": the timers' flush left the hit rate within COLD_MARGIN of ncu's flush, "NOT cold": above it;
+# "cannot tell": unflushed the kernel hits L2 about as often as after ncu's flush (its data does not
+# stay there); "not measured": a session measured no hit rate of it (its failure is validate's too).
+VERDICTS = ("cold", "NOT cold", "cannot tell", "not measured")
 
 
 def cold_timers(timers: list[str]) -> list[str]:
@@ -32,8 +36,8 @@ def finalists(rows: list[dict], truth_method: str, timers: list[str], shape: int
 
 
 def check_table(rows: list[dict]):
-    """Per finalist and mode: the median hit rate under each condition, and whether the timers' flush
-    was cold (True / False; None where no flush and ncu's alike tell cold from warm, or one is missing)."""
+    """Per finalist and mode: the median hit rate under each condition, and the word of VERDICTS for
+    whether the timers' flush was cold."""
     import pandas as pd
 
     if not rows:
@@ -45,9 +49,9 @@ def check_table(rows: list[dict]):
         .reset_index()
     )
     cold, timers, warm = (wide[c] for c in CONDITIONS)
-    verdict = (timers <= cold + COLD_MARGIN).astype(object)
-    verdict[(warm - cold).abs() < COLD_MARGIN] = None  # this kernel cannot tell
-    verdict[cold.isna() | timers.isna()] = None
+    verdict = (timers <= cold + COLD_MARGIN).map({True: VERDICTS[0], False: VERDICTS[1]})
+    verdict[(warm - cold).abs() < COLD_MARGIN] = VERDICTS[2]
+    verdict[cold.isna() | timers.isna() | warm.isna()] = VERDICTS[3]
     wide["cold"] = verdict
     wide.columns.name = None
     return wide[CHECK_COLUMNS]

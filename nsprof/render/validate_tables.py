@@ -252,48 +252,64 @@ def format_verdict(
 
 
 def format_l2_check(table, timers: Sequence[str]) -> str:
-    """validate --l2-check's table (nsprof.l2check.check_table: each finalist's L2 hit rate after
+    """validate --l2-check's table (nsprof.analysis.l2.check_table: each finalist's L2 hit rate after
     ncu's flush, the cold timers' flush and none) and what it says of the timers claiming a cold L2."""
-    from nsprof.analysis.l2 import COLD_MARGIN, CONDITIONS, cold_timers
+    from nsprof.analysis.l2 import COLD_MARGIN, CONDITIONS, VERDICTS, cold_timers
 
     if table is None:
         return ""
     claim = ", ".join(cold_timers(list(timers)))
     if not len(table):
-        return (
-            "L2 check: no timer measured here claims a cold L2 (or no finalist was measured): nothing checked"
-        )
-
+        if claim:
+            return f"L2 check of {claim}: no finalist's hit rate was measured (the failures above say why)"
+        return "L2 check: no timer measured here claims a cold L2: nothing checked"
     records = table.to_dict("records")
     rows = [
-        [str(r["config_id"]), str(r["mode"]), *(_rate(r[c]) for c in CONDITIONS), _cold_word(r["cold"])]
+        [_id(r["config_id"]), text(r["mode"]), *(_rate(r[c]) for c in CONDITIONS), text(r["cold"])]
         for r in records
     ]
     lines = [
         "L2 check: the finalists' L2 hit rate under ncu (lts__t_sector_hit_rate.pct, median of the reps)",
         render_table(["config", "mode", *CONDITIONS, "cold"], rows, right={2, 3, 4}),
     ]
-    not_cold = sorted({int(r["config_id"]) for r in records if r["cold"] is not None and not r["cold"]})
-    if not_cold:
+    said = {
+        verdict: sorted({_id(r["config_id"]) for r in records if r["cold"] == verdict})
+        for verdict in VERDICTS
+    }
+    cold, warm, unclear, missing = (said[v] for v in VERDICTS)
+    if warm:
         lines.append(
-            f"the cold timers ({claim}) did NOT measure cold: on config(s) {_ids(not_cold)} their flush "
+            f"the cold timers ({claim}) did NOT measure cold: on config(s) {_ids(warm)} their flush "
             f"left the hit rate over {COLD_MARGIN:g} points above ncu's own flush"
         )
-    elif any(r["cold"] is not None and r["cold"] for r in records):
+    elif cold:
         lines.append(
-            f"the cold timers ({claim}) measured cold: their flush left every finalist's hit rate within "
-            f"{COLD_MARGIN:g} points of ncu's own flush"
+            f"the cold timers ({claim}) measured cold: their flush left the hit rate within "
+            f"{COLD_MARGIN:g} points of ncu's own flush on config(s) {_ids(cold)}"
         )
-    else:
+    elif unclear:
         lines.append(
             f"cannot tell whether {claim} measured cold: these kernels hit L2 about as often unflushed as flushed"
+        )
+    if missing:
+        lines.append(
+            f"not measured under every condition: config(s) {_ids(missing)} (the failures above say why)"
         )
     return "\n".join(lines)
 
 
+def _id(value) -> str:
+    """A config id as written: an integer where it is one."""
+    return (
+        str(int(value))
+        if isinstance(value, (int, float)) and value == value and value == int(value)
+        else text(value)
+    )
+
+
 def _rate(value) -> str:
-    return "-" if is_missing(value) else f"{value:.1f}%"
-
-
-def _cold_word(cold) -> str:
-    return "cannot tell" if cold is None or cold != cold else ("yes" if cold else "NO")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return "-"
+    return "-" if number != number else f"{number:.1f}%"
