@@ -352,6 +352,25 @@ def test_recommend_floor_widens_the_tie():
     assert recommend(df, {"g": 0.95}) == {"g": "sharp"}
 
 
+def test_recommend_ties_taus_closer_than_the_truth_disagrees_with_itself():
+    # Shaped like the Triton matmul's third shape against nsys on the H200: no timer near the floor
+    # (0.96); "high" τ 0.791 picks a config 2.8% slower, "low" τ 0.778 nsys's own winner. The truth's
+    # two runs disagree on 1 − 0.96 = 0.04 of τ: a gap of 0.013 is inside its own noise, so regret
+    # decides. A truth that repeats to 0.99 (noise 0.01) separates them: τ decides.
+    df = pd.DataFrame(
+        {
+            "timer": ["high", "low"],
+            "truth": ["g", "g"],
+            "n": [18, 18],
+            "kendall_tau": [0.791, 0.778],
+            "regret": [0.028, 0.0],
+        }
+    )
+    assert recommend(df, {"g": 0.96}) == {"g": "low"}
+    assert recommend(df, {"g": 0.99}) == {"g": "high"}
+    assert recommend(df) == {"g": "high"}
+
+
 def test_recommend_skips_truth_without_comparison():
     df = agreement(long({"g": [1, 2, 3], "t": [NAN, NAN, 1]}), ["t"], ["g"])
     assert recommend(df) == {}

@@ -57,18 +57,20 @@ def _candidates(rows: pd.DataFrame, floor: float | None) -> pd.DataFrame:
         return rows
     band = rows["kendall_tau"].max() - TAU_TIE
     if floor is not None:
-        # everyone within FLOOR_MARGIN of the truth's own repeatability is as good as re-running
-        # the truth; τ cannot rank them, so regret decides among them
-        band = min(band, floor - FLOOR_MARGIN)
+        # The truth's two runs disagree by 1 - floor in τ: timers closer to the best than that
+        # cannot be ordered by τ beyond the truth's own noise. Everyone within FLOOR_MARGIN of the
+        # floor is as good as re-running the truth. Among them all, regret decides.
+        band = min(rows["kendall_tau"].max() - max(TAU_TIE, 1.0 - floor), floor - FLOOR_MARGIN)
     return rows[rows["kendall_tau"] >= band]
 
 
 def recommend(
     agreement_df: pd.DataFrame, floors: pd.DataFrame | Mapping[str, float] | None = None
 ) -> dict[str, str]:
-    """truth -> the timer that ranks configs most like it: highest τ; a tie (τ within 0.005, or
-    both within 0.03 of the truth's noise floor where given) goes to lower regret, then higher τ,
-    then the order timers were listed. Truths no timer could be compared with are left out."""
+    """truth -> the timer that ranks configs most like it: highest τ; a tie (τ within 0.005 of the
+    best, or where the truth's floor is given within 1 - floor of the best or within 0.03 of the
+    floor) goes to lower regret, then higher τ, then the order timers were listed. Truths no timer
+    could be compared with are left out."""
     fmap = floor_map(floors)
     out: dict[str, str] = {}
     for truth in dict.fromkeys(agreement_df["truth"]):
