@@ -1,17 +1,19 @@
 """The cold-L2 check of `nsprof validate --l2-check`: whether the timers that claim a cold L2 measure
 the finalists cold.
 
-The finalists (per shape: the first truth's fastest configs, nsprof.analysis.l2.FINALISTS of them, and each cold timer's pick) run
-in two ncu sessions that count the L2 hit rate (lts__t_sector_hit_rate.pct) beside the duration,
-nothing else, so that the counting pass is the one right after the launch's own conditions:
+The finalists (per shape: the first truth's fastest configs, nsprof.analysis.l2.FINALISTS of them,
+and each cold timer's pick) run in two ncu sessions that count the L2 hit rate
+(lts__t_sector_hit_rate.pct) beside the duration, nothing else, so that the counting pass is the
+one right after the launch's own conditions:
 - "ncu's flush": --cache-control all, ncu flushing every cache before the kernel: cold by the tool's
   own definition;
 - the other, --cache-control none, its reps taking turns: "timers' flush" after the flush every
   nsprof cold timer uses (nsprof.timers.base.Flusher: a buffer of 4x L2, at least 256 MiB, zeroed;
-  TileLang's and Triton's do_bench zero 256 MB the same way), and "no flush" after the config's own last launch.
-A finalist was measured cold when the timers' flush leaves its hit rate within a margin
-(nsprof.analysis.l2.COLD_MARGIN points) of ncu's flush; one whose hit rate without a flush is as low (a kernel whose data does not stay in L2)
-cannot tell cold from warm, and says so.
+  TileLang's and Triton's do_bench zero 256 MB the same way), and "no flush" after the config's own
+  last launch.
+A finalist was measured cold when the timers' flush leaves its hit rate within
+nsprof.analysis.l2.COLD_MARGIN points of ncu's flush; one whose hit rate without a flush is as low
+(a kernel whose data does not stay in L2) cannot tell cold from warm, and says so.
 
 Holds run_check, the two sessions; nsprof.analysis.l2 reads their rows."""
 
@@ -27,9 +29,10 @@ CHECK_REPS = 3  # reps per condition
 
 def run_check(target: str, space, points: list[int], profile, stage, cluster=None) -> tuple[list[dict], dict]:
     """The two sessions over `points` (point ids of `space`) under ncu, `profile` the truths' session
-    settings, on the GPUs of `cluster` (ClusterSettings, as validate's truths) where given: rows {config_id, shape, mode, condition, l2_hit_pct}, one per kernel measured, and
-    failures {("L2 check (<session>)", config_id, shape): reason}, a session that failed whole (no
-    ncu, the GPU held) a failure of each of its points: what validate measured before is kept."""
+    settings, on the GPUs of `cluster` (ClusterSettings, as validate's truths) where given: rows
+    {config_id, shape, mode, condition, l2_hit_pct}, one per kernel measured, and failures
+    {("L2 check (<session>)", config_id, shape): reason}, a session that failed whole (no ncu, the
+    GPU held) a failure of each of its points: what validate measured before is kept."""
     from nsprof.cluster import sharded
     from nsprof.errors import NsprofError
     from nsprof.measure import GroundTruth
