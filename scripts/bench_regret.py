@@ -23,7 +23,11 @@ whole suite in one file. Spaces never measured come before those whose run faile
 (per space) must end a space's validate before the call's own limit ends the script, so that a
 space too long for one call is recorded as failed rather than tried again at every call:
 
-    timeout 580 python3 scripts/bench_regret.py --resume --timeout 540 --out benchmarks/results/bench_regret.json
+    timeout 580 python3 scripts/bench_regret.py --resume --timeout 540 --budget-s 560 \
+        --out benchmarks/results/bench_regret.json
+
+`--budget-s` starts no space once less of it is left than the longest measured space took, so that the
+tail of a call is not spent on a space its limit would cut off.
 """
 
 from __future__ import annotations
@@ -199,6 +203,17 @@ def _write(out: Path, record: dict) -> None:
     os.replace(partial, out)
 
 
+def _out_of_budget(cells: dict, left_s: float) -> bool:
+    """Whether `left_s` is shorter than the longest wall of a space measured in `cells` (said in a line;
+    a failed one's wall is its timeout, no estimate): a space started then would be cut off by the
+    call's own limit and leave nothing."""
+    longest = max((c.get("wall_s") or 0.0 for c in cells.values() if "error" not in c), default=0.0)
+    if left_s >= longest:
+        return False
+    print(f"stopping: {max(left_s, 0):.0f} s left of --budget-s, the longest space took {longest:.0f} s")
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spaces", default=SPACES, help="comma-separated FILE.py:ATTR")
@@ -211,7 +226,14 @@ def main() -> None:
     parser.add_argument(
         "--resume", action="store_true", help="keep the spaces --out already holds; measure the others"
     )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="start no space once less is left of this than the longest measured space took (its wall_s)",
+    )
     args = parser.parse_args()
+    started = time.monotonic()
     validate_args = shlex.split(args.validate_args)
     record = {
         "date": time.strftime("%Y-%m-%d"),
@@ -227,6 +249,10 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="nsprof-regret-") as folder:
         for spec in todo:
+            if args.budget_s is not None and _out_of_budget(
+                record["cells"], args.budget_s - (time.monotonic() - started)
+            ):
+                break
             record["cells"] = {k: c for k, c in record["cells"].items() if k.rpartition("#")[0] != spec}
             save = Path(folder) / f"space_{specs.index(spec)}.json"
             for shape, result in enumerate(

@@ -99,7 +99,7 @@ for s in "$@"; do
     l2_fixture) step l2_fixture 400 python3 scripts/capture_fixtures.py "$R/l2_fixture" --only-l2 ;;
     regret) step regret 580 python3 scripts/bench_regret.py \
               --spaces examples/seed_gemm.py:space,examples/softmax_triton.py:space --out "$R/bench_regret.json" ;;
-    regret_suite) step regret_suite 570 python3 scripts/bench_regret.py --resume --timeout 540 \
+    regret_suite) step regret_suite 570 python3 scripts/bench_regret.py --resume --timeout 540 --budget-s 560 \
                     --out benchmarks/results/bench_regret.json
                   cp benchmarks/results/bench_regret.json "$R/"; pack ;;
     flips) F=benchmarks/results/bench_decisions_flips.json; M=(); [ -f "$F" ] && M=(--merge "$F")

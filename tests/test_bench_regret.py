@@ -125,6 +125,13 @@ def test_a_resumed_suite_keeps_the_spaces_it_holds_and_measures_the_others(tmp_p
         done.stdout.strip().splitlines()[-1]
         == "cells: 5, of which 1 failed (their figures are missing above)"
     )
+    third = tmp_path / "v.py"
+    third.write_text(TARGET)
+    cells = json.loads(out.read_text())["cells"]
+    stopped = suite(f"{third}:space", "--resume", "--budget-s", "0.001")  # less than any space has taken
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stopping: 0 s left of --budget-s" in stopped.stdout
+    assert json.loads(out.read_text())["cells"] == cells
     before = out.read_bytes()
     refused = suite(f"{second}:space", "--resume", validate=options.replace("--reps 2", "--reps 3"))
     assert refused.returncode != 0 and "holds a run of other validate options" in refused.stderr
