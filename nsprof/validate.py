@@ -333,9 +333,9 @@ def validate(
         rows, failures, truths, repeat_rows, conditions = _measure(
             target, space, names, conditioned, settings, work_dir, stage
         )
-        checked = _l2_check(target, space, rows, names, truths, settings, work_dir, stage, failures)
-    measured = {r["method"] for r in rows}
-    timers = [m for m in names if m in measured]
+        measured = {r["method"] for r in rows}
+        timers = [m for m in names if m in measured]
+        checked = _l2_check(target, space, rows, timers, truths, settings, work_dir, stage, failures)
     conditions = {m: conditions[m] for m in [*timers, *truths] if m in conditions}
     pairs = matched_pairs(timers, conditioned, settings.modes)
     return [
@@ -360,14 +360,13 @@ def validate(
     ]
 
 
-def _l2_check(target, space, rows, names, truths, settings: ValidateSettings, work_dir, stage, failures):
+def _l2_check(target, space, rows, timers, truths, settings: ValidateSettings, work_dir, stage, failures):
     """settings.l2_check's rows (nsprof.l2check.run_check) over every shape's finalists, by the first
-    truth, its failures added to `failures`; None when not asked for, [] when no timer measured claims
-    a cold L2."""
-    measured = {r["method"] for r in rows}
-    cold = l2.cold_timers([n for n in names if n in measured])
+    truth, its failures added to `failures`; None when not asked for, [] when none of the timers
+    measured claims a cold L2."""
     if not settings.l2_check:
         return None
+    cold = l2.cold_timers(timers)
     if not cold or not truths:  # asked for, nothing to check: said so (an empty table)
         return []
     layout = space.points

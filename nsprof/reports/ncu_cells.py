@@ -16,7 +16,7 @@ START_END_PREFIX = "Id:Domain:Start/Stop_Range"
 # human-readable names.
 DURATION_METRICS = ("gpu__time_duration.sum", "gpu__time_duration.avg", "Duration")
 CYCLES_METRICS = ("gpc__cycles_elapsed.max", "Elapsed Cycles")
-L2_HIT_METRICS = ("lts__t_sector_hit_rate.pct", "L2 Hit Rate")
+L2_HIT_METRICS = ("lts__t_sector_hit_rate.pct",)
 CLOCK_METRICS = ("gpc__cycles_elapsed.avg.per_second", "SM Frequency", "sm__cycles_elapsed.avg.per_second")
 
 _TIME_NS = {
