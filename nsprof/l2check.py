@@ -3,8 +3,9 @@ the finalists cold.
 
 The finalists (per shape: the first truth's fastest configs, nsprof.analysis.l2.FINALISTS of them,
 and each cold timer's pick) run in two ncu sessions that count the L2 hit rate
-(lts__t_sector_hit_rate.pct) beside the duration, nothing else, so that the counting pass is the
-one right after the launch's own conditions:
+(lts__t_sector_hit_rate.pct) beside the duration, nothing else, each pass a new run of the worker
+(ncu --replay-mode application: kernel replay would save every reachable buffer through L2 between the
+worker's flush and the kernel; nsprof.drivers.ncu):
 - "ncu's flush": --cache-control all, ncu flushing every cache before the kernel: cold by the tool's
   own definition;
 - the other, --cache-control none, its reps taking turns: "timers' flush" after the flush every

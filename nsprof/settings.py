@@ -49,7 +49,7 @@ class ProfileSettings:
     cache_control: str = "all"  # ncu only
     graph_profiling: str = "node"  # ncu only
     # ncu only: collect the kernel's duration and its L2 hit rate (lts__t_sector_hit_rate.pct), nothing
-    # else, so that the hit rate is counted in the pass that follows the worker's own flush.
+    # else, the program run again for each pass, so that every pass meets L2 as the worker left it.
     l2_hit_rate: bool = False
     # Rep r is preceded by the cold timers' L2 flush (outside every range) when flushes[r % len]; ():
     # never. With cache_control "none" the flushed reps show what "cold" means to those timers.

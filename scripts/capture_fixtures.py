@@ -17,8 +17,8 @@ session's result lines (timers<i>.jsonl, validate's folder names: per config and
 rounds, their SM clocks, the rounds discarded as throttled) and the saved validate run (validate_timers.json),
 recorded in capture_timers.json.
 
-With --only-l2: `nsprof validate --l2-check` of the same space (ncu as truth, the CUPTI timers, mode
-graph): the two ncu reports of its L2 check, kept as fixture_l2_ncu.ncu-rep (ncu's flush) and
+With --only-l2: `nsprof validate --l2-check` of the seed GEMM's space (examples/seed_gemm.py, whose 2 MiB
+of weights stay in L2 unflushed; ncu as truth, the CUPTI timers, mode graph, 3 reps): the two ncu reports of its L2 check, kept as fixture_l2_ncu.ncu-rep (ncu's flush) and
 fixture_l2_flushed.ncu-rep (reps taking turns: the cold timers' flush, none), the saved validate run
 (validate_l2.json), recorded in capture_l2.json. The CSV exports
 are made from the .ncu-rep with `ncu --import`, once in the default locale and once in
@@ -217,9 +217,8 @@ def capture_l2_reports(python: str, out: Path, commands: dict[str, list[str]]) -
     """validate --l2-check; the L2 check's two ncu reports and the saved run kept. A failed validate
     ends the script, its log and work folder kept."""
     work = out.resolve() / "work"
-    target = f"{SOFTMAX.relative_to(ROOT)}:space"
-    cmd = [python, "-m", "nsprof", "validate", target, "--timers", "cupti", "--no-external",
-           "--truth", "ncu", "--mode", "graph", "--no-repeat", "--l2-check",
+    cmd = [python, "-m", "nsprof", "validate", "examples/seed_gemm.py:space", "--timers", "cupti", "--no-external",
+           "--truth", "ncu", "--mode", "graph", "--reps", "3", "--no-repeat", "--l2-check",
            "--work-dir", str(work), "--save", str(out.resolve() / "validate_l2.json")]  # fmt: skip
     commands["validate_l2"] = cmd
     if run(cmd, out / "validate_l2.log", cwd=ROOT) != 0:

@@ -34,6 +34,8 @@
 #                 (timers<i>.jsonl, to copy to tests/fixtures/), their SM clocks and throttle counts, as written
 #   gpu_l2        the gpu test of validate --l2-check (the seed GEMM)
 #   l2_fixture    scripts/capture_fixtures.py --only-l2: the L2 check's two ncu reports
+#   probe_l2      scripts/probe_ncu_l2_replay.py: a GEMM's L2 hit rate under ncu's kernel and application replay,
+#                 after the timers' flush or none (~90 s)
 #   gpu_timers    pytest tests/test_gpu_timers.py (the in-process timers on the GPU)
 #   regret        scripts/bench_regret.py over the two single-shape spaces (a cell each; the whole suite,
 #                 11 spaces at up to 3 shapes each, is longer than one call: run it in parts)
@@ -96,6 +98,7 @@ for s in "$@"; do
     timer_fixture) step timer_fixture 300 python3 scripts/capture_fixtures.py "$R/timer_fixture" --only-timers ;;
     gpu_timers) step gpu_timers 200 $PYTEST -m gpu tests/test_gpu_timers.py ;;
     gpu_l2) step gpu_l2 580 $PYTEST -m gpu tests/test_gpu_l2.py ;;
+    probe_l2) step probe_l2 200 python3 scripts/probe_ncu_l2_replay.py "$R/probe_l2" ;;
     l2_fixture) step l2_fixture 400 python3 scripts/capture_fixtures.py "$R/l2_fixture" --only-l2 ;;
     regret) step regret 580 python3 scripts/bench_regret.py \
               --spaces examples/seed_gemm.py:space,examples/softmax_triton.py:space --out "$R/bench_regret.json" ;;

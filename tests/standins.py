@@ -41,6 +41,9 @@ from nsprof.drivers.base import Driver
 from nsprof.measure import Backend
 
 FAKE_PROFILER = Path(__file__).parent / "targets" / "fake_profiler.py"
+L2_CHECK_PASSES = (
+    3  # ncu's passes for the L2 check's two metrics on the H200 (its reports' profiler__replayer_passes)
+)
 
 
 class StatusDriver(Driver):
@@ -93,12 +96,15 @@ class StatusDriver(Driver):
         from nsprof.worker.protocol import worker_command
 
         command = worker_command(settings, job_file)
-        if self.profiler_flags is not None:
+        flags = self.profiler_flags
+        if settings.l2_hit_rate:  # as ncu's application replay (the L2 check's sessions): a run per pass
+            flags = [*(flags or []), "--passes", str(L2_CHECK_PASSES)]
+        if flags is not None:
             exit_file = report_base.with_suffix(".exit")
             return [
                 sys.executable,
                 str(FAKE_PROFILER),
-                *self.profiler_flags,
+                *flags,
                 "--exit-file",
                 str(exit_file),
                 "--",
@@ -168,7 +174,12 @@ class StatusDriver(Driver):
         report = report_base.with_suffix(self.suffix)
         report.write_text(
             json.dumps(
-                {"done": status.done if clean or not self.lossy else [], "job": job, "pid": status.pid}
+                # a config done in each of several runs (a run per pass) is one result, as ncu merges passes
+                {
+                    "done": list(dict.fromkeys(status.done)) if clean or not self.lossy else [],
+                    "job": job,
+                    "pid": status.pid,
+                }
             )
         )
         return report

@@ -125,7 +125,7 @@ def test_the_worker_flushes_before_the_ranges_of_the_reps_asked_for():
     assert device.calls.count("launch") == 4
 
 
-def test_the_ncu_command_of_a_check_collects_the_hit_rate_alone():
+def test_the_ncu_command_of_a_check_collects_the_hit_rate_alone_running_the_program_once_per_pass():
     from pathlib import Path
 
     from nsprof.drivers.ncu import NcuDriver
@@ -136,8 +136,11 @@ def test_the_ncu_command_of_a_check_collects_the_hit_rate_alone():
     command = driver.build_command(checked, Path("job.json"), Path("report"))
     assert command[command.index("--metrics") + 1] == "gpu__time_duration.sum,lts__t_sector_hit_rate.pct"
     assert command[command.index("--cache-control") + 1] == "none"
+    # kernel replay would save every reachable buffer through L2 between the worker's flush and the kernel
+    assert command[command.index("--replay-mode") + 1] == "application"
     plain = driver.build_command(ProfileSettings(backend="ncu"), Path("job.json"), Path("report"))
     assert "lts__t_sector_hit_rate.pct" not in plain[plain.index("--metrics") + 1]
+    assert "--replay-mode" not in plain  # ncu's default, kernel replay: one run of the program
 
 
 NSYS_ONLY = """
@@ -250,3 +253,34 @@ def test_a_rate_no_session_measured_is_said_so_not_read_as_the_kernels():
     said = format_l2_check(table, ["cupti_cold"])
     assert "not measured under every condition: config(s) {0, 1}" in said
     assert "cannot tell" not in said and "measured cold:" not in said
+
+
+def test_each_config_is_told_done_once_when_ncu_runs_the_worker_once_per_pass(tmp_path, monkeypatch):
+    """The check's sessions replay whole runs (ncu --replay-mode application): the worker runs once per
+    pass, each run appending to the one status file; each finalist is told done once, and its rows are
+    those of one run (ncu merges a kernel's passes into one result)."""
+    from conftest import FIXTURES
+
+    from nsprof.session import run_session
+    from nsprof.settings import ProfileSettings
+
+    monkeypatch.syspath_prepend(str(FIXTURES.parent))
+    from standins import L2_CHECK_PASSES, StatusDriver
+
+    driver = StatusDriver.for_session()
+    monkeypatch.setattr("nsprof.drivers.registry.get_driver", lambda name: driver)
+    configs = [{"i": c, "ns": TRUTH_NS[c], "l2_hit": COLD} for c in range(4)]
+    (tmp_path / "t.py").write_text(TARGET.format(timer=TIMER_NS, configs=configs))
+    settings = ProfileSettings(
+        backend="ncu", modes=("direct",), reps=2, warmup=0, cache_control="none", l2_hit_rate=True,
+        flushes=(True, False), work_dir=tmp_path / "w",
+    )  # fmt: skip
+    events = []
+    result = run_session(
+        f"{tmp_path / 't.py'}:space", 4, settings, on_progress=lambda e, c, d: events.append((e, c))
+    )
+    (status,) = (tmp_path / "w").glob("part*.status")
+    assert status.read_text().count("\npid ") + status.read_text().startswith("pid ") == L2_CHECK_PASSES
+    assert sorted(c for e, c in events if e == "done") == [0, 1, 2, 3]
+    assert not result.failures
+    assert sorted(result.frame.groupby("config_id").size().tolist()) == [2 * 2] * 4  # reps x kernels, once

@@ -307,3 +307,62 @@ def test_analyze_prints_the_graph_profiling_note_for_kernel_rows(ncu_rep_dir):
     assert result.returncode == 0, result.stderr
     notes = [line for line in result.stdout.splitlines() if "--graph-profiling graph" in line]
     assert len(notes) == 1 and "'kernel' row(s)" in notes[0] and "'graph' row(s)" in notes[0]
+
+
+def _direct_l2(path) -> list[tuple[str, float]]:
+    """(nsprof range, lts__t_sector_hit_rate.pct) per action, straight from ncu_report."""
+    context = ncu_report.load_report(str(path))
+    out = []
+    for r in range(context.num_ranges()):
+        for a in range(context.range_by_idx(r).num_actions()):
+            action = context.range_by_idx(r).action_by_idx(a)
+            state = action.nvtx_state()
+            stack = next(
+                list(state.domain_by_id(d).push_pop_ranges())
+                for d in state.domains()
+                if state.domain_by_id(d).name() == "nsprof"
+            )
+            out.append((stack[-1], action.metric_by_name("lts__t_sector_hit_rate.pct").as_double()))
+    return out
+
+
+@pytest.mark.parametrize("name", ["fixture_l2_ncu", "fixture_l2_flushed"])
+def test_the_l2_hit_rate_is_read_per_kernel_as_ncu_report_gives_it(ncu_rep_dir, name):
+    path = ncu_rep_dir / f"{name}.ncu-rep"
+    frame = read_ncu_rep(path)
+    expected = _direct_l2(path)
+    assert len(frame) == len(expected) > 0
+    assert frame["range"].tolist() == [e[0] for e in expected]
+    assert frame["l2_hit_pct"].tolist() == [e[1] for e in expected]
+
+
+def test_the_l2_checks_table_from_the_seed_gemms_reports(ncu_rep_dir):
+    """The check's two sessions on the H200 (validate --l2-check of the seed GEMM): ncu's flush, and
+    reps taking turns, even ones after the cold timers' flush, odd ones after nothing. Expected: the
+    medians of ncu_report's own values; the flush is cold (within COLD_MARGIN of ncu's) and no flush is
+    warm, as the H200 showed once ncu ran the program again for each pass instead of replaying kernels."""
+    import re
+    import statistics
+
+    from nsprof.analysis.l2 import COLD_MARGIN, CONDITIONS, check_table
+
+    def condition(session: str, rep: int) -> str:
+        return CONDITIONS[0] if session == "ncu" else CONDITIONS[1 + rep % 2]
+
+    rows, direct = [], {}
+    for session in ("ncu", "flushed"):
+        path = ncu_rep_dir / f"fixture_l2_{session}.ncu-rep"
+        for r in read_ncu_rep(path).itertuples():
+            rows.append({"config_id": r.config_id, "mode": r.mode, "condition": condition(session, r.rep),
+                         "l2_hit_pct": r.l2_hit_pct})  # fmt: skip
+        for range_name, hit in _direct_l2(path):
+            config, rep = map(int, re.fullmatch(r"cfg(\d+)\.graph\.r(\d+)", range_name).groups())
+            direct.setdefault((config, condition(session, rep)), []).append(hit)
+    table = check_table(rows)
+    assert sorted(table["config_id"]) == sorted({c for c, _ in direct})
+    for row in table.to_dict("records"):
+        for cond in CONDITIONS:
+            assert row[cond] == statistics.median(direct[(row["config_id"], cond)])
+        assert row[CONDITIONS[1]] <= row[CONDITIONS[0]] + COLD_MARGIN
+        assert row[CONDITIONS[2]] >= row[CONDITIONS[0]] + COLD_MARGIN
+        assert row["cold"] == "cold"

@@ -10,8 +10,11 @@ from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import worker_command
 
 METRICS = ("gpu__time_duration.sum", "gpc__cycles_elapsed.max", "gpc__cycles_elapsed.avg.per_second")
-# ProfileSettings.l2_hit_rate: the duration and the L2 hit rate alone, counters of one pass, so that no
-# replay pass (after which L2 holds the kernel's data) is the one that counts the hits.
+# ProfileSettings.l2_hit_rate: the duration and the L2 hit rate alone, replaying the whole program once per
+# pass (3 passes on the H200). ncu's kernel replay saves every buffer the kernel can reach before its first
+# pass (1.2 GB in scripts/probe_ncu_l2_replay.py's program, the flush buffer among them), which refills L2
+# after the worker's own flush; a program run again saves nothing, so its kernels meet L2 as the worker
+# left it. (METRICS take one pass: nothing is saved.)
 L2_METRICS = ("gpu__time_duration.sum", "lts__t_sector_hit_rate.pct")
 
 PERMISSION_FIX = (
@@ -64,6 +67,7 @@ class NcuDriver(ToolDriver):
             settings.cache_control,
             "--graph-profiling",
             settings.graph_profiling,
+            *(["--replay-mode", "application"] if settings.l2_hit_rate else []),
             "--force-overwrite",
             "--export",
             str(report_base),

@@ -189,8 +189,9 @@ class RunStatus:
 
 class Progress:
     """What a follower of a worker's status file tells its `notify(event, id, detail)` (nsprof.session,
-    nsprof.serve_client): each new `done` line once ("done", id, ""), each new `fail` once ("fail", id,
-    its Failure)."""
+    nsprof.serve_client): each config's first `done` line once ("done", id, ""), each new `fail` once
+    ("fail", id, its Failure). A config is done once however many runs say so: ncu's application replay
+    runs the worker once per pass, each run appending to the one status file."""
 
     def __init__(self, notify=None) -> None:
         self.notify = notify
@@ -199,8 +200,10 @@ class Progress:
     def tell(self, status: RunStatus) -> RunStatus:
         """Notify what `status` says beyond the last one told; `status`."""
         if self.notify is not None:
-            for cfg in status.done[len(self.seen.done) :]:
-                self.notify("done", cfg, "")
+            told = set(self.seen.done)
+            for cfg in dict.fromkeys(status.done[len(self.seen.done) :]):
+                if cfg not in told:
+                    self.notify("done", cfg, "")
             for cfg in status.failed:
                 if cfg not in self.seen.failed:
                     self.notify("fail", cfg, status.failed[cfg])

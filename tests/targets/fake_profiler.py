@@ -11,6 +11,8 @@ the worker's status, as the real tools do.
     stand-in report that, like nsys's, keeps kernels only when the worker exited by itself.
 --start-delay S / --exit-delay S: sleep S seconds before starting the worker (a profiler's own
     start-up) / after it exited (a profiler writing its report), for the phase tests.
+--passes N: run the worker N times, one after the other, as ncu's application replay runs the program
+    once per pass; the first run that fails ends it.
 """
 
 import os
@@ -31,22 +33,24 @@ if __name__ == "__main__":
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if "--start-delay" in flags:
         time.sleep(float(flags[flags.index("--start-delay") + 1]))
-    if "--close-fds" in flags:
-        worker = subprocess.Popen(command, close_fds=True)
-    else:
+    if "--close-fds" not in flags:
         keep = [fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2]
         for fd in keep:
             try:
                 os.set_inheritable(fd, True)
             except OSError:
                 pass
-        worker = subprocess.Popen(command, close_fds=False)
-    while True:
-        try:
-            code = worker.wait()
+    passes = int(flags[flags.index("--passes") + 1]) if "--passes" in flags else 1
+    for _ in range(passes):
+        worker = subprocess.Popen(command, close_fds="--close-fds" in flags)
+        while True:
+            try:
+                code = worker.wait()
+                break
+            except KeyboardInterrupt:
+                continue
+        if code != 0:
             break
-        except KeyboardInterrupt:
-            continue
     if "--exit-delay" in flags:
         time.sleep(float(flags[flags.index("--exit-delay") + 1]))
     if "--exit-file" in flags:
