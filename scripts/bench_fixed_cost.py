@@ -13,7 +13,7 @@ how long the compile step beside it ran). Phases, in the order they happen:
 
     nsprof_start    spawn until the session: Python, nsprof's imports, the target loaded in
                     nsprof's own process, the GPU lock's wait
-    tool_start ...  the session's phases (nsprof.worker.protocol.run_phases, nsprof.session.PHASES):
+    tool_start ...  the session's phases (nsprof.worker.phases.run_phases, nsprof.session.PHASES):
                     tool_start, worker_start, target_import, cuda_init, build, measure, between,
                     worker_exit, tool_exit, cleanup, export, parse
     session_other   the session's wall time that no phase holds (job files, restarts' setup)

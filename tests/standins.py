@@ -174,12 +174,7 @@ class StatusDriver(Driver):
         report = report_base.with_suffix(self.suffix)
         report.write_text(
             json.dumps(
-                # a config done in each of several runs (a run per pass) is one result, as ncu merges passes
-                {
-                    "done": list(dict.fromkeys(status.done)) if clean or not self.lossy else [],
-                    "job": job,
-                    "pid": status.pid,
-                }
+                {"done": status.done if clean or not self.lossy else [], "job": job, "pid": status.pid}
             )
         )
         return report

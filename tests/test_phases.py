@@ -17,7 +17,8 @@ from conftest import FIXTURES
 from nsprof.session import PHASES, PHASES_FILE, run_session
 from nsprof.session.supervise import POLL_S
 from nsprof.settings import ProfileSettings
-from nsprof.worker.protocol import RunStatus, parse_status, run_phases
+from nsprof.worker.phases import run_phases
+from nsprof.worker.protocol import RunStatus, parse_status
 
 TARGETS = FIXTURES.parent / "targets"
 PHASES_TARGET = str(TARGETS / "phases.py")

@@ -152,7 +152,8 @@ def read_part(run: SessionRun, base: Path, log: Path, end: RunEnd) -> Part:
     """The status and report of one finished worker run: what it measured whole, what failed."""
     settings, driver = run.settings, run.driver
     part = Part(parse_status(base.with_suffix(".status").read_text(errors="replace")))
-    crashed = part.status.current
+    # the config killed for its timeout, even where the profiler ran the worker again after the kill
+    crashed = end.timed_out if end.timed_out is not None else part.status.current
     if crashed is not None:
         part.failures[crashed] = (
             timeout_failure(settings.timeout_s)

@@ -63,7 +63,7 @@ class Measured:
         default_factory=list
     )  # what the run has to say about its numbers (nsprof.cluster)
     # Where wall_s went, in seconds, summed over the worker runs: the phases seen, in order
-    # (nsprof.worker.protocol.run_phases: tool_start ... tool_exit, then the session's own
+    # (nsprof.worker.phases.run_phases: tool_start ... tool_exit, then the session's own
     # cleanup, export and parse; see nsprof.session.timing.PHASES). They sum to at most wall_s;
     # empty where not recorded.
     phases: dict[str, float] = field(default_factory=dict)

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 from nsprof.host.children import note
-from nsprof.worker.protocol import WORKER_RUN_PHASES, run_phases
+from nsprof.worker.phases import WORKER_RUN_PHASES, run_phases
 
-# Every phase a session records, in order: a worker run's (nsprof.worker.protocol.run_phases),
+# Every phase a session records, in order: a worker run's (nsprof.worker.phases.run_phases),
 # then nsprof's own after each run: cleanup (making sure nothing of the run is left), export (the
 # driver's finish: nsys export to SQLite) and parse (the driver's read).
 PHASES = (*WORKER_RUN_PHASES, "cleanup", "export", "parse")

@@ -30,15 +30,16 @@ progress bar, enforce per-config timeouts and restart after a crash:
                                worker process began, from /proc/self/stat), `target` (the target
                                imported), `built <cfg>` (a config's build returned). CLOCK_MONOTONIC
                                is one clock for every process of a host, so nsprof reads these
-                               beside its own time.monotonic() (run_phases).
-parse_status reads exactly these; Status writes them.
+                               beside its own time.monotonic() (nsprof.worker.phases).
+parse_status reads exactly these; Status writes them. A file may hold several runs of the worker, each
+from its `pid` line: ncu's application replay runs it once per pass (parse_status says how they merge).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from nsprof.schema import FAILURE_KINDS, Failure
@@ -170,6 +171,8 @@ class RunStatus:
     waiting: bool = False
     # (t, word, arg) of every `at` line, in file order: when each line was written, and the marks
     times: list[tuple[float, str, str]] = field(default_factory=list)
+    # where the file holds several runs (parse_status), the last one as it wrote it: `current` is its
+    run: RunStatus | None = None
 
     def time_of(self, word: str, arg: str | None = None, last: bool = False) -> float | None:
         """When the first (or last) `word` [`arg`] line or mark was written; None if never."""
@@ -180,6 +183,8 @@ class RunStatus:
     def current(self) -> int | None:
         """The config running now: the last started, unless it ended or the worker has moved on
         to wait for the next config's compile."""
+        if self.run is not None:
+            return self.run.current
         if self.waiting:
             return None
         if self.started and self.started[-1] not in self.done and self.started[-1] not in self.failed:
@@ -189,20 +194,21 @@ class RunStatus:
 
 class Progress:
     """What a follower of a worker's status file tells its `notify(event, id, detail)` (nsprof.session,
-    nsprof.serve_client): each config's first `done` line once ("done", id, ""), each new `fail` once
-    ("fail", id, its Failure). A config is done once however many runs say so: ncu's application replay
-    runs the worker once per pass, each run appending to the one status file."""
+    nsprof.serve_client): each config once, when the status first says it is done ("done", id, ""), each
+    new `fail` once ("fail", id, its Failure). Where the worker runs once per pass (ncu's application
+    replay, parse_status), a config is told done after the first run; a later run may still fail it."""
 
     def __init__(self, notify=None) -> None:
         self.notify = notify
         self.seen = RunStatus()
+        self._told_done: set[int] = set()
 
     def tell(self, status: RunStatus) -> RunStatus:
-        """Notify what `status` says beyond the last one told; `status`."""
+        """Notify what `status` says beyond what was told; `status`."""
         if self.notify is not None:
-            told = set(self.seen.done)
-            for cfg in dict.fromkeys(status.done[len(self.seen.done) :]):
-                if cfg not in told:
+            for cfg in status.done:
+                if cfg not in self._told_done:
+                    self._told_done.add(cfg)
                     self.notify("done", cfg, "")
             for cfg in status.failed:
                 if cfg not in self.seen.failed:
@@ -239,7 +245,7 @@ class Bounds:
         return None
 
 
-_CONFIG_WORDS = (
+CONFIG_WORDS = (
     "start",
     "built",
     "done",
@@ -256,11 +262,16 @@ def _json_or_text(text: str):
 
 
 def parse_status(text: str) -> RunStatus:
-    """Read a worker's status file (the protocol is in this module's docstring)."""
-    status = RunStatus()
+    """Read a worker's status file (the protocol is in this module's docstring). Each `pid` line after
+    the first begins another run of the worker in the same file (ncu's application replay runs it once
+    per pass): see _merged."""
+    runs = [RunStatus()]
     lines = text.split("\n")
     for line in lines[:-1]:  # the last piece has no newline yet: still being written
         word, _, rest = line.partition(" ")
+        if word == "pid" and rest.strip().isdigit() and runs[-1].pid is not None:
+            runs.append(RunStatus())
+        status = runs[-1]
         try:
             if word == "pid" and rest.strip().isdigit():
                 status.pid = int(rest)
@@ -289,137 +300,33 @@ def parse_status(text: str) -> RunStatus:
             elif word == "at":
                 t, _, event = rest.partition(" ")
                 what, _, arg = event.partition(" ")
-                status.times.append((float(t), what, arg.split(" ", 1)[0] if what in _CONFIG_WORDS else arg))
+                status.times.append((float(t), what, arg.split(" ", 1)[0] if what in CONFIG_WORDS else arg))
         except ValueError:
             continue  # not a line this protocol writes
-    return status
+    return _merged(runs)
 
 
-# The phases of one worker run, in order (run_phases; nsprof.session.timing adds nsprof's own after it).
-WORKER_RUN_PHASES = (
-    "tool_start",
-    "worker_start",
-    "target_import",
-    "cuda_init",
-    "compile_wait",
-    "build",
-    "measure",
-    "between",
-    "worker_exit",
-    "tool_exit",
-)
-
-
-def run_phases(
-    status: RunStatus, launched: float, worker_gone: float | None, exited: float
-) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
-    """Where one worker run's time went: ({phase: s}, {config_id: {"build": s, "measure": s}}).
-
-    From nsprof's own times (`launched`: just before the profiler's exec; `worker_gone`: when it
-    first saw the worker gone, None if never; `exited`: when it saw the profiler exit) and the
-    worker's `at` lines, all on CLOCK_MONOTONIC. Phases, each ending at its boundary:
-        tool_start     the profiler's exec until the worker process began (`process`)
-        worker_start   until its first status line (`pid`): Python's start, nsprof's worker imports
-        target_import  until the target was imported (`target`)
-        cuda_init      until the device line: the device's imports and its CUDA context
-        configs        until the worker's last line, split into build (each config's start line
-                       to its build's return), measure (from then to the config's next line:
-                       warm-up, graph capture, the reps' ranges; every visit of an interleaved job)
-                       and between (the rest: status lines, dropping a config's inputs)
-        worker_exit    until nsprof saw the worker gone (Python's exit; nsys flushes its CUPTI buffers)
-        tool_exit      until nsprof saw the profiler exit (the report written)
-    A boundary not seen (a worker that aborted or crashed) gives its time to the next phase seen;
-    boundaries are clamped to be in order, so the phases sum to exited - launched. nsprof sees
-    the worker gone and the profiler exit by polling: those two are late by up to its poll interval.
-    """
-    phases: dict[str, float] = {}
-    previous = launched
-    for name, at in _boundaries(status, worker_gone, exited):
-        if at is None:
-            continue
-        at = min(max(at, previous), max(exited, previous))
-        phases[name] = phases.get(name, 0.0) + at - previous
-        previous = at
-    configs = _config_times(status.times)
-    _split_config_window(phases, configs)
-    return {name: phases[name] for name in WORKER_RUN_PHASES if name in phases}, configs
-
-
-def _boundaries(
-    status: RunStatus, worker_gone: float | None, exited: float
-) -> list[tuple[str, float | None]]:
-    """run_phases' (phase, time of its end boundary or None where not seen), in order."""
-    worker_last = status.times[-1][0] if status.times else None
-    # The config stretch opens at the first config line of any kind: a start, or a wait for the
-    # compile step (or a config that failed to compile) before any start line.
-    opened = [t for t, word, _ in status.times if word in ("start", "wait", "fail")]
-    first_start = min(opened) if opened else None
-    starting = [
-        ("tool_start", status.time_of("process")),
-        ("worker_start", status.time_of("pid")),
-        ("target_import", status.time_of("target")),
-        ("cuda_init", status.time_of("device")),
-    ]
-    if first_start is None:
-        # No config began (the target did not import, CUDA did not start): the worker's last line
-        # ends the phase it was in.
-        seen = [i for i, (_, at) in enumerate(starting) if at is not None]
-        missing = seen[-1] + 1 if seen else None
-        if missing is not None and missing < len(starting) and worker_last is not None:
-            starting[missing] = (starting[missing][0], worker_last)
-        running = []
-    else:
-        running = [("between", first_start), ("configs", worker_last)]
-    return [*starting, *running, ("worker_exit", worker_gone), ("tool_exit", exited)]
-
-
-def _split_config_window(phases: dict[str, float], configs: dict[int, dict[str, float]]) -> None:
-    """Replace the "configs" phase by the configs' build, measure and compile_wait times, the
-    rest of the window going to "between"."""
-    window = phases.pop("configs", 0.0)
-    if "between" in phases or window:
-        build = sum(c.get("build", 0.0) for c in configs.values())
-        measure = sum(c.get("measure", 0.0) for c in configs.values())
-        wait = sum(c.get("compile_wait", 0.0) for c in configs.values())
-        # Worker times inside the config window: they fit it unless a boundary was clamped.
-        scale = min(1.0, window / (build + measure + wait)) if build + measure + wait > window else 1.0
-        phases["build"], phases["measure"] = build * scale, measure * scale
-        if wait:
-            phases["compile_wait"] = wait * scale
-        phases["between"] = phases.get("between", 0.0) + window - (build + measure + wait) * scale
-
-
-def _config_times(times: list[tuple[float, str, str]]) -> dict[int, dict[str, float]]:
-    """Per config, from the worker's `at` lines: build (first start line to its `built` mark, or to
-    its fail line), measure (from `built`, and from each later start line, to the next line) and,
-    where the compile step ran beside the session, compile_wait (its first `wait` line to its start
-    or fail line: the worker waiting for the compiler)."""
-    configs: dict[int, dict[str, float]] = {}
-    building: dict[int, float] = {}
-    waiting: dict[int, float] = {}
-    started: set[int] = set()
-    for index, (t, word, arg) in enumerate(times):
-        if word not in _CONFIG_WORDS or not arg.isdigit():
-            continue
-        config_id = int(arg)
-        after = times[index + 1][0] if index + 1 < len(times) else t
-        if word == "wait":
-            waiting.setdefault(config_id, t)
-            continue
-        entry = configs.setdefault(config_id, {"build": 0.0, "measure": 0.0})
-        if config_id in waiting and word in ("start", "fail"):
-            entry["compile_wait"] = max(0.0, t - waiting.pop(config_id))
-        if word == "start" and config_id not in started:
-            started.add(config_id)
-            building[config_id] = t
-        elif word == "start":
-            entry["measure"] += max(0.0, after - t)  # a later visit (an interleaved job)
-        elif word == "built":
-            entry["build"] += max(0.0, t - building.pop(config_id, t))
-            entry["measure"] += max(0.0, after - t)
-        elif word == "fail" and config_id in building:
-            entry["build"] += max(0.0, t - building.pop(config_id))
-    return configs
+def _merged(runs: list[RunStatus]) -> RunStatus:
+    """The runs of one status file as one: the last run's state (its pid, the config it is on, whether
+    it ended, its times: nsprof.worker.phases counts the earlier runs as the profiler's start); a config
+    done once every run so far finished it, and failed once any run failed it or died on it (the first
+    reason). A crash, hang or failure in a later pass is then that config's, and the configs that pass
+    did not reach are measured again."""
+    last = runs[-1]
+    if len(runs) == 1:
+        return last
+    last = replace(last, run=last)
+    failed: dict = {}
+    for number, run in enumerate(runs, 1):
+        failed.update({c: why for c, why in run.failed.items() if c not in failed})
+        if run is not last.run and not (run.ended or run.stopped) and run.current is not None:
+            # the profiler went on to its next pass after this run died on a config
+            why = f"the worker died on it in its run {number} of the profiler's replay (a run per pass)"
+            failed.setdefault(run.current, Failure(why, "crash"))
+    everywhere = set.intersection(*(set(run.done) for run in runs))
+    last.done = [c for c in dict.fromkeys(runs[0].done) if c in everywhere and c not in failed]
+    last.failed = failed
+    return last
 
 
 def worker_command(settings, job_file: Path) -> list[str]:

@@ -12,7 +12,7 @@ the worker's status, as the real tools do.
 --start-delay S / --exit-delay S: sleep S seconds before starting the worker (a profiler's own
     start-up) / after it exited (a profiler writing its report), for the phase tests.
 --passes N: run the worker N times, one after the other, as ncu's application replay runs the program
-    once per pass; the first run that fails ends it.
+    once per pass; the first run that fails ends it, unless --every-pass (then every run is made).
 """
 
 import os
@@ -49,7 +49,7 @@ if __name__ == "__main__":
                 break
             except KeyboardInterrupt:
                 continue
-        if code != 0:
+        if code != 0 and "--every-pass" not in flags:
             break
     if "--exit-delay" in flags:
         time.sleep(float(flags[flags.index("--exit-delay") + 1]))
