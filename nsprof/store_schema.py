@@ -163,6 +163,8 @@ def refuse_foreign(path: Path, busy_timeout_s: float) -> None:
                 if "locked" in str(exc) or "busy" in str(exc):
                     return
                 # another program's `meta`, without nsprof's columns: row stays None
+            except sqlite3.DatabaseError as exc:  # damaged pages (malformed image)
+                raise StoreError(f"cannot open results store {path}: {one_line(exc)}") from None
     finally:
         conn.close()
     problem = _schema_problem(path, row)

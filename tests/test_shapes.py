@@ -552,3 +552,45 @@ def test_a_tuner_fed_one_shape_at_a_time_gets_each_from_a_fresh_process(shaped, 
     assert len({entry["pid"] for call in calls for entry in call.values()}) == 3  # three fresh processes
     assert [next(iter(call.values()))["best"] for call in calls] == [WINNERS[0], WINNERS[1], WINNERS[2]]
     assert result.errors == []
+
+
+# Shapes read from a file beside the target (so not in its source, which is fingerprinted): the same
+# shapes reordered, fewer, or one more in front, between a tune and its resume. The configs stay as they
+# were (the stand-in measures shape index s as "ns_shapes"[s]): a stored shape must be ranked by its
+# stored rows wherever it now stands, and a new shape by its own fresh rows alone.
+NS_BY_M = {1: NS[0], 16: NS[1], 128: NS[2]}
+SHAPES_FROM_FILE = f"""
+import json, os
+import nsprof.space
+
+SHAPES = json.loads(open(os.environ["SHAPES_FILE"]).read())
+configs = [{{"i": c, "ns_shapes": [{NS!r}[s][c] for s in range(3)] + [0.0]}} for c in range(3)]
+space = nsprof.space.Space(configs=configs, shapes=SHAPES, build=lambda c, s: (lambda: None), device="cpu")
+"""
+
+
+@pytest.mark.parametrize(
+    "later", [[128, 1, 16], [16], [8, 1, 16, 128]], ids=["reordered", "fewer", "one-in-front"]
+)
+def test_a_resume_ranks_each_stored_shape_as_that_shape_wherever_it_now_stands(
+    shaped, tmp_path, monkeypatch, later
+):
+    from nsprof.tune import tune
+
+    target = tmp_path / "from_file.py"
+    target.write_text(SHAPES_FROM_FILE)
+    shapes_file = tmp_path / "shapes.json"
+    monkeypatch.setenv("SHAPES_FILE", str(shapes_file))
+    shapes_file.write_text(json.dumps([{"M": m} for m in (1, 16, 128)]))
+    tune(f"{target}:space", _settings(tmp_path, feed_back=False))
+    shapes_file.write_text(json.dumps([{"M": m} for m in later]))
+    resumed = tune(f"{target}:space", _settings(tmp_path, feed_back=False, resume=True))
+    stored = sum(m in NS_BY_M for m in later) * 3
+    note = f"resumed: {stored} of {3 * len(later)} (shape, config) pairs came from the results store"
+    assert note in resumed.ranking.notes
+    expected = {**NS_BY_M, 8: NS[0]}  # M=8, new at index 0, measured fresh: the stand-in's index-0 values
+    assert len(resumed.shapes) == len(later)
+    for r in resumed.shapes:
+        m = later[r.shape]
+        assert list(r.ranking.table["value_ns"]) == sorted(expected[m]), (m, r.ranking.table)
+        assert r.ranking.best_config_id == min(range(3), key=lambda c: expected[m][c])

@@ -544,6 +544,22 @@ def test_damaged_pages_give_one_line_when_read(tmp_path):
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("page", [1, 2])
+def test_a_damaged_page_near_the_start_gives_one_line_at_opening(tmp_path, page):
+    path = tmp_path / "results.sqlite"
+    with ResultStore(path) as store:
+        run_id = store.start_run()
+        for config_id in range(20):
+            store.add(run_id, key_for(config_id), rows(config_id, count=20))
+    data = bytearray(path.read_bytes())
+    data[page * 4096 : (page + 1) * 4096] = bytes(4096)  # one page of zeros, where the tables begin
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="cannot open results store") as caught:
+        with ResultStore(path) as store:
+            store.frame()
+    assert "\n" not in str(caught.value)
+
+
 @pytest.mark.parametrize("column", ["duration_ns", "config_id"])
 def test_a_value_edited_into_another_type_gives_one_line_naming_its_column(tmp_path, column):
     path = tmp_path / "results.sqlite"

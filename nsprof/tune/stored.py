@@ -161,7 +161,11 @@ class Stored:
 
     def rows(self, store):
         shapes = {self.shape_jsons[shape]: ids for shape, ids in self.wanted.items()}
-        return stored_rows(store, self.group, self.wanted_json, shapes)
+        rows = stored_rows(store, self.group, self.wanted_json, shapes)
+        if None not in self.shape_jsons and len(rows):
+            # a row's shape is where its shape stands in the target now, not where it stood when measured
+            rows["shape"] = rows["shape_json"].map({text: shape for shape, text in self.shape_jsons.items()})
+        return rows
 
     def session(self, target: str, truth: Truth, n: int, plan: Plan, number: int, on_progress, space=None):
         """One adaptive session, stored as a run of its own (marked ADAPTIVE_RUN), each point's
