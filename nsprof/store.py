@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -78,6 +79,15 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`; None when there is none."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
 class ResultStore:
     """One SQLite results file, safe to write from several processes at once (WAL, busy timeout)."""
 
@@ -88,6 +98,7 @@ class ResultStore:
         # transaction whole.
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
+        self._file: tuple[int, int] | None = None  # the file opened (_still_at_its_path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -95,17 +106,21 @@ class ResultStore:
                 f"cannot create the folder of results store {self.path}: {one_line(exc)}"
             ) from None
         refuse_foreign(self.path, busy_timeout_s)
+        self._open()
+
+    def _open(self) -> None:
         try:
             # isolation_level=None: no implicit transactions; add() opens and closes its own.
             self._conn = sqlite3.connect(
-                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+                self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
             )
-            enable_wal(self._conn, busy_timeout_s)
+            enable_wal(self._conn, self.busy_timeout_s)
             # NORMAL: no fsync per commit; a WAL file stays consistent, only power loss can lose
             # the last commits
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("PRAGMA foreign_keys=ON")
             check_schema(self._conn, self.path)
+            self._file = _file_identity(self.path)
         except sqlite3.DatabaseError as exc:
             self.close()
             raise StoreError(f"cannot open results store {self.path}: {one_line(exc)}") from None
@@ -188,6 +203,27 @@ class ResultStore:
             )
             if cursor.rowcount != 1:
                 raise ValueError(f"results store {self.path} has no run {run_id}")
+        self._still_at_its_path()
+
+    def _still_at_its_path(self) -> None:
+        """At a run's end: the file written is still the one at self.path. Deleted meanwhile (its rows
+        went on into the unlinked file): written there again, whole. Replaced by another file: that one
+        is left alone, this one is written beside it, and the error says where."""
+        now = _file_identity(self.path)
+        if now == self._file:
+            return
+        target = self.path if now is None else self.path.with_name(f"{self.path.name}.{os.getpid()}.sqlite")
+        with self._lock:
+            with contextlib.closing(sqlite3.connect(target)) as copy:
+                self._db.backup(copy)
+            if now is None:  # go on in the file written again, not in the unlinked one
+                self.close()
+                self._open()
+                return
+            raise StoreError(
+                f"results store {self.path} was replaced while nsprof wrote to it: "
+                f"what this run wrote is in {target} (the file at {self.path} is left alone)"
+            )
 
     def relabel_gpu(self, run_id: int, gpu: str, gpu_uuid: str) -> None:
         """Key a run's rows by the GPU its worker says it measured on (one transaction)."""

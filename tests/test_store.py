@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -542,6 +543,40 @@ def test_damaged_pages_give_one_line_when_read(tmp_path):
             store.frame()
             store.missing(GROUP, range(200))
     assert "\n" not in str(caught.value)
+
+
+def _measurements(path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        return raw.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
+
+
+def test_a_store_deleted_while_a_run_writes_is_written_again_at_the_runs_end(tmp_path):
+    path = tmp_path / "results.sqlite"
+    with ResultStore(path) as store:
+        run_id = store.start_run()
+        store.add(run_id, key_for(0), rows(0, count=3))
+        for leftover in tmp_path.glob("results.sqlite*"):  # another process's `rm results.sqlite*`
+            leftover.unlink()
+        store.add(run_id, key_for(1), rows(1, count=3))
+        store.finish_run(run_id)
+        store.add(store.start_run(), key_for(2), rows(2, count=3))  # goes on in the file written again
+    assert _measurements(path) == 9  # nothing measured lost with the unlinked file
+
+
+def test_a_store_replaced_while_a_run_writes_keeps_the_replacement_and_says_where_the_run_went(tmp_path):
+    path = tmp_path / "results.sqlite"
+    with ResultStore(path) as store:
+        run_id = store.start_run()
+        store.add(run_id, key_for(0), rows(0, count=3))
+        for leftover in tmp_path.glob("results.sqlite*"):
+            leftover.unlink()
+        ResultStore(path).close()  # someone else's new, empty store at the same name
+        with pytest.raises(StoreError, match="replaced while nsprof wrote") as caught:
+            store.finish_run(run_id)
+    assert "\n" not in str(caught.value)
+    assert _measurements(path) == 0  # the replacement is left alone
+    (saved,) = [p for p in tmp_path.glob("results.sqlite.*") if p.name in str(caught.value)]
+    assert _measurements(saved) == 3
 
 
 @pytest.mark.parametrize("page", [1, 2])
