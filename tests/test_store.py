@@ -527,12 +527,16 @@ def test_the_store_command_line_leaves_a_foreign_sqlite_alone(tmp_path):
     assert path.read_bytes() == before and _journal_mode(path) == "delete"
 
 
-def test_damaged_pages_give_one_line_when_read(tmp_path):
-    path = tmp_path / "results.sqlite"
+def _filled_store(path, configs: int) -> None:
     with ResultStore(path) as store:
         run_id = store.start_run()
-        for config_id in range(200):
+        for config_id in range(configs):
             store.add(run_id, key_for(config_id), rows(config_id, count=20))
+
+
+def test_damaged_pages_give_one_line_when_read(tmp_path):
+    path = tmp_path / "results.sqlite"
+    _filled_store(path, 200)
     data = bytearray(path.read_bytes())
     page = 4096
     assert len(data) > 20 * page
@@ -582,10 +586,7 @@ def test_a_store_replaced_while_a_run_writes_keeps_the_replacement_and_says_wher
 @pytest.mark.parametrize("page", [1, 2])
 def test_a_damaged_page_near_the_start_gives_one_line_at_opening(tmp_path, page):
     path = tmp_path / "results.sqlite"
-    with ResultStore(path) as store:
-        run_id = store.start_run()
-        for config_id in range(20):
-            store.add(run_id, key_for(config_id), rows(config_id, count=20))
+    _filled_store(path, 20)
     data = bytearray(path.read_bytes())
     data[page * 4096 : (page + 1) * 4096] = bytes(4096)  # one page of zeros, where the tables begin
     path.write_bytes(bytes(data))

@@ -5,6 +5,7 @@ rank read back, adaptive sessions as runs of their own), select_stored (which st
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 
 from nsprof.analysis.adaptive import Plan
@@ -239,6 +240,8 @@ def measure_stored(
     with ResultStore(settings.store) as store:
         if missing_tool is not None:
             _key_without_the_tool(store, context, truth, missing_tool, notes)
+        if settings.resume and settings.wait and settings.cluster is None:
+            _after_another_run()
         todo = (
             _to_measure(store, context, settings, wanted, points, notes) if settings.resume else list(points)
         )
@@ -249,6 +252,25 @@ def measure_stored(
         else:
             space.confirm()  # no worker checks the target: the stored rows are ranked under its configs as read
         return context.rows(store), context
+
+
+def _after_another_run() -> None:
+    """--resume --wait: while another nsprof run holds this GPU (not an `nsprof serve`, through which
+    this run then measures), wait for it to end before deciding what is missing: it may be storing the
+    very points this run would measure. Two runs that begin waiting together may still both measure."""
+    from nsprof.errors import GpuBusy
+    from nsprof.host.lock import gpu_lock
+    from nsprof.serve_client import holding_server
+
+    try:
+        with gpu_lock(0):
+            return
+    except GpuBusy as exc:
+        holder = (exc.holder or {}).get("pid")
+        if holder == os.getpid() or holding_server(holder) is not None:
+            return
+    with gpu_lock(0, wait=True):
+        return
 
 
 def _key(target: str, space, truth: Truth, settings: TuneSettings):

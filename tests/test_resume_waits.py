@@ -1,0 +1,87 @@
+"""`tune --resume --wait` while another nsprof run of the same target holds the GPU: what is missing is
+decided once that run has ended, so that what it stored is not measured again. Two real nsprof processes
+under the stand-in profiler; their order comes from the first one's status file and the kernel's table of
+file locks (/proc/locks), never from the clock."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+STANDINS = Path(__file__).parent / "standins.py"
+TARGET = """
+import os, time
+import nsprof.space
+
+
+class Launch:
+    def __init__(self, config):
+        while not os.path.exists({gate!r}):  # the first run holds the GPU until the test opens the gate
+            time.sleep(0.02)
+
+    def __call__(self):
+        return None
+
+
+space = nsprof.space.Space(configs=[{{"ns": 1000.0 + 100 * i}} for i in range(4)], build=Launch, device="cpu")
+"""
+
+
+def _until(condition, what: str, bound_s: float = 120.0) -> None:
+    deadline = time.monotonic() + bound_s  # a bound on a hang, not a measured time
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.05)
+
+
+def _waiting_on_a_lock(lock_dir: Path) -> bool:
+    """Whether a process waits for a file lock on one of lock_dir's files (a `->` line of /proc/locks)."""
+    inodes = {str(p.stat().st_ino) for p in lock_dir.iterdir() if p.is_file()}
+    waits = [line for line in Path("/proc/locks").read_text().splitlines() if "->" in line]
+    return any(line.split()[-3].split(":")[-1] in inodes for line in waits)
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
+def test_a_resume_that_waited_for_the_gpu_measures_nothing_the_other_run_stored(tmp_path):
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    gate = tmp_path / "gate"
+    (tmp_path / "t.py").write_text(TARGET.format(gate=str(gate)))
+    env = {**os.environ, "NSPROF_LOCK_DIR": str(locks), "NSPROF_SERVE": "0"}
+    common = [
+        "tune",
+        "t.py:space",
+        "--backend",
+        "ncu",
+        "--mode",
+        "direct",
+        "--store",
+        "r.sqlite",
+        "--no-tuner-pick",
+    ]
+
+    def start(*more):
+        return subprocess.Popen(
+            [sys.executable, str(STANDINS), *common, *more], cwd=tmp_path, env=env, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    first = start("--work-dir", "wa")
+    _until(lambda: "start 0" in "".join(p.read_text() for p in (tmp_path / "wa").glob("*.status")), "a start")
+    second = start("--work-dir", "wb", "--resume", "--wait")
+    try:
+        _until(lambda: _waiting_on_a_lock(locks), "the second run waiting for the GPU")
+    finally:
+        gate.touch()
+    out_first, out_second = first.communicate(timeout=120)[0], second.communicate(timeout=120)[0]
+    assert first.returncode == 0 and second.returncode == 0, out_first + out_second
+    assert "resumed: 4 of 4 configs came from the results store" in out_second, out_second
+    with sqlite3.connect(tmp_path / "r.sqlite") as db:
+        runs = db.execute("SELECT run_id, COUNT(DISTINCT config_id) FROM measurements GROUP BY 1").fetchall()
+    assert runs == [(1, 4)]
