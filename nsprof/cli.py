@@ -14,6 +14,7 @@ import click
 from nsprof import __version__
 from nsprof.commands.common import split
 from nsprof.commands.help import HELP
+from nsprof.commands.option_types import CONFIG_IDS, DEVICES, OutPath, finite, regex_option, words
 from nsprof.drivers import registry
 from nsprof.errors import NsprofError, OptionError, error_line
 from nsprof.host.redirect import exit_for_closed_stdout
@@ -56,58 +57,24 @@ def cli() -> None:
 cli.command_class = _Command
 
 
-def _regex(ctx, param, value: str | None) -> str | None:
-    if value is not None:
-        import regex
-
-        from nsprof.analysis.patterns import compiled
-
-        try:
-            compiled(value)
-        except regex.error as error:
-            raise click.BadParameter(f"not a regular expression: {error}") from None
-    return value
-
-
-def _ints(option: str, message: str, empty: bool):
-    """A callback: the integers separated by commas; None when not given (or given empty, where `empty`)."""
-
-    def parse(ctx, param, value: str | None) -> list[int] | None:
-        if value is None or (empty and not value):
-            return None
-        try:
-            ids = [int(x) for x in value.split(",") if x.strip()]
-        except ValueError:
-            raise click.BadParameter(message, param_hint=option) from None
-        if not (ids or empty):
-            raise click.BadParameter(message, param_hint=option)
-        return ids
-
-    return parse
-
-
-_CONFIG_IDS = _ints("--configs", "--configs takes integers separated by commas", empty=True)
-_DEVICES = _ints("--devices", "--devices takes GPU indices separated by commas, e.g. 0,1", empty=False)
-
-
 def _choice(words: str) -> click.Choice:
     return click.Choice(words.split())
 
 
-_OUT = click.Path(dir_okay=False, allow_dash=True)
+_OUT = OutPath()
 # The options several commands take: their one definition (where click puts the value, the rest).
 _SHARED = {
     "--wait": (None, {"is_flag": True}),
     "--timeout": ("timeout_s", {"type": click.FloatRange(min=1), "default": 120}),
     "--reps": (None, {"type": click.IntRange(1), "default": 5}),
     "--work-dir": (None, {"type": click.Path(file_okay=False, path_type=Path), "default": None}),
-    "--configs": ("ids", {"default": None, "callback": _CONFIG_IDS}),
+    "--configs": ("ids", {"default": None, "callback": CONFIG_IDS}),
     "--store": ("store_path", {"type": click.Path(dir_okay=False, path_type=Path), "default": None}),
     "--json": ("as_json", {"is_flag": True}),
     "--csv": ("csv_path", {"type": _OUT}),
     "--plot": ("plot_path", {"type": _OUT}),
     "--html": ("html_path", {"type": _OUT}),
-    "--devices": (None, {"default": None, "metavar": "IDS", "callback": _DEVICES}),
+    "--devices": (None, {"default": None, "metavar": "IDS", "callback": DEVICES}),
     "--scheduler": (None, {"default": None, "metavar": "ADDRESS"}),
     "--verbose": (None, {"is_flag": True}),
 }
@@ -150,8 +117,8 @@ _CLUSTER = ("devices", "scheduler", "verbose")
 
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@_option("--kernel", "kernel_re", metavar="REGEX", callback=_regex)
-@_option("--range", "range_re", metavar="REGEX", callback=_regex)
+@_option("--kernel", "kernel_re", metavar="REGEX", callback=regex_option)
+@_option("--range", "range_re", metavar="REGEX", callback=regex_option)
 @_option("--sort", "sort_by", type=_choice("range median total count name"), default="range")
 @_option("--reverse", is_flag=True)
 @_option("--top", type=click.IntRange(1), default=None, metavar="N")
@@ -221,12 +188,12 @@ def profile(target, mode, ids, wait, **choices) -> None:
 
 @cli.command()
 @click.argument("target")
-@_option("--timers", default="event,cupti,graph")
+@_option("--timers", default="event,cupti,graph", callback=words("--timers"))
 @_option("--external/--no-external", default=True)
 @_option("--truth", default="ncu,nsys")
 @_option("--matched", is_flag=True)
 @_option("--l2-check", is_flag=True)
-@_option("--mode", default="direct,graph")
+@_option("--mode", default="direct,graph", callback=words("--mode"))
 @_option("--reps")
 @_option("--timer-reps", type=click.IntRange(1), default=100)
 @_option("--repeat/--no-repeat", "repeat_truth", default=True)
@@ -331,7 +298,12 @@ def results(store, store_path, **options) -> None:
 @cli.command()
 @_option("--backend", type=click.Choice(registry.ground_truths()), default="nsys")
 @_option(
-    "--idle-exit", "idle_exit_s", type=click.FloatRange(min=0, min_open=True), default=600, metavar="SECONDS"
+    "--idle-exit",
+    "idle_exit_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600,
+    metavar="SECONDS",
+    callback=finite,
 )
 @_option("--wait")
 def serve(backend, idle_exit_s, wait) -> None:

@@ -97,8 +97,10 @@ def _saved(path: Path, *, plot_path, html_path, as_json) -> int:
     check_plot(plot_path)
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise NsprofError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise NsprofError(f"cannot read {path}: not UTF-8 text (not a run nsprof saved)") from None
     outputs = {"plot_path": plot_path, "html_path": html_path, "as_json": as_json}
     try:
         validate = _saved_validate(text)

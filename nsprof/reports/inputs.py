@@ -10,6 +10,7 @@ first HEADER_SCAN_BYTES (as far as a kind's sniff reads) are no report is refuse
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import stat
 import tempfile
@@ -46,8 +47,8 @@ def env_number(name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise ReportError(f"{name}={raw} is not a number") from None
-    if value <= 0:
-        raise ReportError(f"{name}={raw} must be positive")
+    if not math.isfinite(value) or value <= 0:
+        raise ReportError(f"{name}={raw} must be a positive finite number")
     return value
 
 

@@ -1,0 +1,98 @@
+"""The command line's option types and callbacks (nsprof.cli): each turns bad input into one usage line
+before anything is measured. regex_option, once_each, ints (CONFIG_IDS, DEVICES), words, OutPath, finite."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import click
+
+
+def regex_option(ctx, param, value: str | None) -> str | None:
+    """A callback: a regular expression nsprof can use (nsprof.analysis.patterns), or the reason not."""
+    if value is not None:
+        import regex
+
+        from nsprof.analysis.patterns import compiled
+
+        try:
+            compiled(value)
+        except regex.error as error:
+            raise click.BadParameter(f"not a regular expression: {error}") from None
+    return value
+
+
+def once_each(option: str, items: list) -> None:
+    """A list option names each item once: a config or mode named twice would be measured twice."""
+    twice = list(dict.fromkeys(i for i in items if items.count(i) > 1))
+    if twice:
+        raise click.BadParameter(
+            f"{option} names {', '.join(map(str, twice))} more than once", param_hint=option
+        )
+
+
+def ints(option: str, message: str, once: bool = False):
+    """A callback: the integers separated by commas (with `once`, each once); None when not given."""
+
+    def parse(ctx, param, value: str | None) -> list[int] | None:
+        if value is None:
+            return None
+        try:
+            ids = [int(x) for x in value.split(",") if x.strip()]
+        except ValueError:
+            raise click.BadParameter(message, param_hint=option) from None
+        if not ids:
+            raise click.BadParameter(message, param_hint=option)
+        if once:
+            once_each(option, ids)
+        return ids
+
+    return parse
+
+
+def words(option: str):
+    """A callback: a comma-separated list of at least one word, each once (kept as the text given)."""
+
+    def parse(ctx, param, value: str | None) -> str | None:
+        if value is None:
+            return None
+        words = [w.strip() for w in value.split(",") if w.strip()]
+        if not words:
+            raise click.BadParameter(
+                f"{option} takes one or more names separated by commas", param_hint=option
+            )
+        once_each(option, words)
+        return value
+
+    return parse
+
+
+class OutPath(click.Path):
+    """An output file: not a folder, and under a folder that exists or can be made (no file on the
+    way), checked before anything is measured."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, allow_dash=True)
+
+    def convert(self, value, param, ctx):
+        value = super().convert(value, param, ctx)
+        if value != "-":
+            folder = Path(value).absolute().parent
+            while not folder.exists() and folder != folder.parent:
+                folder = folder.parent
+            if not folder.is_dir():
+                self.fail(f"{value}: {folder} is a file, not a folder", param, ctx)
+        return value
+
+
+def finite(ctx, param, value):
+    """A callback: a number of seconds that is finite (click's FloatRange lets nan through)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter("takes a finite number of seconds")
+    return value
+
+
+CONFIG_IDS = ints("--configs", "--configs takes integers separated by commas", once=True)
+# (a GPU named twice: ClusterSettings says so)
+DEVICES = ints("--devices", "--devices takes GPU indices separated by commas, e.g. 0,1")
