@@ -9,10 +9,10 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from conftest import wait_for
 
 STANDINS = Path(__file__).parent / "standins.py"
 TARGET = """
@@ -33,13 +33,6 @@ space = nsprof.space.Space(configs=[{{"ns": 1000.0 + 100 * i}} for i in range(4)
 """
 
 
-def _until(condition, what: str, bound_s: float = 120.0) -> None:
-    deadline = time.monotonic() + bound_s  # a bound on a hang, not a measured time
-    while not condition():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.05)
-
-
 def _waiting_on_a_lock(lock_dir: Path) -> bool:
     """Whether a process waits for a file lock on one of lock_dir's files (a `->` line of /proc/locks)."""
     inodes = {str(p.stat().st_ino) for p in lock_dir.iterdir() if p.is_file()}
@@ -54,17 +47,7 @@ def test_a_resume_that_waited_for_the_gpu_measures_nothing_the_other_run_stored(
     gate = tmp_path / "gate"
     (tmp_path / "t.py").write_text(TARGET.format(gate=str(gate)))
     env = {**os.environ, "NSPROF_LOCK_DIR": str(locks), "NSPROF_SERVE": "0"}
-    common = [
-        "tune",
-        "t.py:space",
-        "--backend",
-        "ncu",
-        "--mode",
-        "direct",
-        "--store",
-        "r.sqlite",
-        "--no-tuner-pick",
-    ]
+    common = "tune t.py:space --backend ncu --mode direct --store r.sqlite --no-tuner-pick".split()
 
     def start(*more):
         return subprocess.Popen(
@@ -73,10 +56,10 @@ def test_a_resume_that_waited_for_the_gpu_measures_nothing_the_other_run_stored(
         )  # fmt: skip
 
     first = start("--work-dir", "wa")
-    _until(lambda: "start 0" in "".join(p.read_text() for p in (tmp_path / "wa").glob("*.status")), "a start")
+    assert wait_for(lambda: "start 0" in "".join(p.read_text() for p in (tmp_path / "wa").glob("*.status")))
     second = start("--work-dir", "wb", "--resume", "--wait")
     try:
-        _until(lambda: _waiting_on_a_lock(locks), "the second run waiting for the GPU")
+        assert wait_for(lambda: _waiting_on_a_lock(locks)), "the second run never waited for the GPU"
     finally:
         gate.touch()
     out_first, out_second = first.communicate(timeout=120)[0], second.communicate(timeout=120)[0]
