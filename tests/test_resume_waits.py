@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import run_nsprof, wait_for
 
 STANDINS = Path(__file__).parent / "standins.py"
 TARGET = """
@@ -68,3 +68,39 @@ def test_a_resume_that_waited_for_the_gpu_measures_nothing_the_other_run_stored(
     with sqlite3.connect(tmp_path / "r.sqlite") as db:
         runs = db.execute("SELECT run_id, COUNT(DISTINCT config_id) FROM measurements GROUP BY 1").fetchall()
     assert runs == [(1, 4)]
+
+
+HOLDER = """
+import sys, time
+from nsprof.host.lock import gpu_lock
+
+with gpu_lock(0):
+    print("held", flush=True)
+    sys.stdin.read()  # until the test closes it
+"""
+
+
+def test_a_resume_with_nothing_missing_does_not_wait_for_whoever_holds_the_gpu(tmp_path):
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    gate = tmp_path / "gate"
+    gate.touch()
+    (tmp_path / "t.py").write_text(TARGET.format(gate=str(gate)))
+    env = {"NSPROF_LOCK_DIR": str(locks), "NSPROF_SERVE": "0"}
+    command = "tune t.py:space --backend ncu --mode direct --store r.sqlite --no-tuner-pick".split()
+    assert run_nsprof(*command, cwd=tmp_path, env=env, standins=True).returncode == 0
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER], env={**os.environ, **env}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        # a hang here (the run waiting for an unrelated holder) ends at the timeout, as a failure
+        resumed = run_nsprof(
+            *command, "--resume", "--wait", cwd=tmp_path, env=env, standins=True, timeout=120
+        )
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed: 4 of 4 configs came from the results store" in resumed.stdout

@@ -240,11 +240,19 @@ def measure_stored(
     with ResultStore(settings.store) as store:
         if missing_tool is not None:
             _key_without_the_tool(store, context, truth, missing_tool, notes)
-        if settings.resume and settings.wait and settings.cluster is None:
-            _after_another_run()
+        noted = len(notes)
         todo = (
             _to_measure(store, context, settings, wanted, points, notes) if settings.resume else list(points)
         )
+        if (
+            todo
+            and settings.resume
+            and settings.wait
+            and settings.cluster is None
+            and _waited_for_another_run()
+        ):
+            del notes[noted:]  # decided again, now that the other run has stored what it measured
+            todo = _to_measure(store, context, settings, wanted, points, notes)
         if todo and missing_tool is not None:
             raise missing_tool
         if todo:
@@ -254,23 +262,30 @@ def measure_stored(
         return context.rows(store), context
 
 
-def _after_another_run() -> None:
-    """--resume --wait: while another nsprof run holds this GPU (not an `nsprof serve`, through which
-    this run then measures), wait for it to end before deciding what is missing: it may be storing the
-    very points this run would measure. Two runs that begin waiting together may still both measure."""
+def _waited_for_another_run() -> bool:
+    """--resume --wait with points to measure: whether another nsprof run held this GPU (not an `nsprof
+    serve`, through which this run then measures) and was waited for, since it may have been storing
+    the very points this run would measure. Two runs that begin waiting together may still both measure."""
+    import sys
+
     from nsprof.errors import GpuBusy
     from nsprof.host.lock import gpu_lock
     from nsprof.serve_client import holding_server
 
     try:
         with gpu_lock(0):
-            return
+            return False
     except GpuBusy as exc:
         holder = (exc.holder or {}).get("pid")
         if holder == os.getpid() or holding_server(holder) is not None:
-            return
+            return False
+    print(
+        f"nsprof: waiting for the nsprof run on this GPU (pid {holder}) to end before deciding what is missing",
+        file=sys.stderr,
+        flush=True,
+    )
     with gpu_lock(0, wait=True):
-        return
+        return True
 
 
 def _key(target: str, space, truth: Truth, settings: TuneSettings):
