@@ -14,7 +14,7 @@ import click
 from nsprof import __version__
 from nsprof.commands.common import split
 from nsprof.commands.help import HELP
-from nsprof.commands.option_types import CONFIG_IDS, DEVICES, OutPath, finite, regex_option, words
+from nsprof.commands.option_types import CONFIG_IDS, DEVICES, OutPath, not_nan, regex_option, words
 from nsprof.drivers import registry
 from nsprof.errors import NsprofError, OptionError, error_line
 from nsprof.host.redirect import exit_for_closed_stdout
@@ -303,7 +303,7 @@ def results(store, store_path, **options) -> None:
     type=click.FloatRange(min=0, min_open=True),
     default=600,
     metavar="SECONDS",
-    callback=finite,
+    callback=not_nan,
 )
 @_option("--wait")
 def serve(backend, idle_exit_s, wait) -> None:

@@ -27,6 +27,7 @@ import dataclasses
 import json
 import os
 import sqlite3
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
@@ -77,6 +78,13 @@ __all__ = [
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _new_file(folder: Path, name: str) -> Path:
+    """A file of `folder` no one else has (made, empty, readable by this user only), named after `name`."""
+    handle, made = tempfile.mkstemp(prefix=f"{name}.", suffix=".sqlite", dir=folder)
+    os.close(handle)
+    return Path(made)
 
 
 def _file_identity(path: Path) -> tuple[int, int] | None:
@@ -207,15 +215,24 @@ class ResultStore:
 
     def _still_at_its_path(self) -> None:
         """At a run's end: the file written is still the one at self.path. Deleted meanwhile (its rows
-        went on into the unlinked file): written there again, whole. Replaced by another file: that one
-        is left alone, this one is written beside it, and the error says where."""
+        went on into the unlinked file): written there again, whole, and used from then on; where that
+        cannot be (its folder went too), written to a new file of the temporary folder, and the error
+        says where. Replaced by another file: that one is left alone, this one is written to a new file
+        beside it, and the error says where."""
         now = _file_identity(self.path)
         if now == self._file:
             return
-        target = self.path if now is None else self.path.with_name(f"{self.path.name}.{os.getpid()}.sqlite")
         with self._lock:
-            with contextlib.closing(sqlite3.connect(target)) as copy:
-                self._db.backup(copy)
+            try:
+                target = self.path if now is None else _new_file(self.path.parent, self.path.name)
+                self._copy_to(target)
+            except (OSError, sqlite3.Error):
+                target = _new_file(Path(tempfile.gettempdir()), self.path.name)
+                self._copy_to(target)
+                raise StoreError(
+                    f"results store {self.path} was deleted, with its folder, while nsprof wrote to it: "
+                    f"what this run wrote is in {target}"
+                ) from None
             if now is None:  # go on in the file written again, not in the unlinked one
                 self.close()
                 self._open()
@@ -224,6 +241,10 @@ class ResultStore:
                 f"results store {self.path} was replaced while nsprof wrote to it: "
                 f"what this run wrote is in {target} (the file at {self.path} is left alone)"
             )
+
+    def _copy_to(self, target: Path) -> None:
+        with contextlib.closing(sqlite3.connect(target)) as copy:
+            self._db.backup(copy)
 
     def relabel_gpu(self, run_id: int, gpu: str, gpu_uuid: str) -> None:
         """Key a run's rows by the GPU its worker says it measured on (one transaction)."""

@@ -583,6 +583,42 @@ def test_a_store_replaced_while_a_run_writes_keeps_the_replacement_and_says_wher
     assert _measurements(saved) == 3
 
 
+def test_two_replaced_stores_rescue_each_run_to_a_file_of_its_own(tmp_path):
+    path = tmp_path / "results.sqlite"
+    saved = []
+    for configs in (1, 2):
+        with ResultStore(path) as store:
+            run_id = store.start_run()
+            for config_id in range(configs):
+                store.add(run_id, key_for(config_id), rows(config_id, count=3))
+            for leftover in tmp_path.glob("results.sqlite*"):
+                if leftover.name.count(".") == 1 or leftover.name.endswith(("-wal", "-shm")):
+                    leftover.unlink()
+            ResultStore(path).close()
+            with pytest.raises(StoreError) as caught:
+                store.finish_run(run_id)
+        saved += [p for p in tmp_path.glob("results.sqlite.*") if p.name in str(caught.value)]
+    assert len(set(saved)) == 2 and [_measurements(p) for p in saved] == [3, 6]
+
+
+def test_a_store_whose_folder_was_deleted_mid_run_is_rescued_elsewhere_and_said(tmp_path):
+    import shutil
+
+    folder = tmp_path / "store"
+    with ResultStore(folder / "results.sqlite") as store:
+        run_id = store.start_run()
+        store.add(run_id, key_for(0), rows(0, count=3))
+        shutil.rmtree(folder)
+        with pytest.raises(StoreError, match="deleted") as caught:
+            store.finish_run(run_id)
+    message = str(caught.value)
+    assert "\n" not in message
+    (rescued,) = [word.strip(",;:()") for word in message.split() if word.strip(",;:()").endswith(".sqlite")][
+        -1:
+    ]
+    assert _measurements(rescued) == 3
+
+
 @pytest.mark.parametrize("page", [1, 2])
 def test_a_damaged_page_near_the_start_gives_one_line_at_opening(tmp_path, page):
     path = tmp_path / "results.sqlite"

@@ -1,5 +1,5 @@
 """The command line's option types and callbacks (nsprof.cli): each turns bad input into one usage line
-before anything is measured. regex_option, once_each, ints (CONFIG_IDS, DEVICES), words, OutPath, finite."""
+before anything is measured. regex_option, once_each, ints (CONFIG_IDS, DEVICES), words, OutPath, not_nan."""
 
 from __future__ import annotations
 
@@ -27,9 +27,7 @@ def once_each(option: str, items: list) -> None:
     """A list option names each item once: a config or mode named twice would be measured twice."""
     twice = list(dict.fromkeys(i for i in items if items.count(i) > 1))
     if twice:
-        raise click.BadParameter(
-            f"{option} names {', '.join(map(str, twice))} more than once", param_hint=option
-        )
+        raise click.BadParameter(f"names {', '.join(map(str, twice))} more than once", param_hint=option)
 
 
 def ints(option: str, message: str, once: bool = False):
@@ -86,10 +84,10 @@ class OutPath(click.Path):
         return value
 
 
-def finite(ctx, param, value):
-    """A callback: a number of seconds that is finite (click's FloatRange lets nan through)."""
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter("takes a finite number of seconds")
+def not_nan(ctx, param, value):
+    """A callback: a number of seconds that is a number (click's FloatRange lets nan through; inf: never)."""
+    if value is not None and math.isnan(value):
+        raise click.BadParameter("takes a number of seconds (inf: never)")
     return value
 
 
