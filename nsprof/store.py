@@ -216,8 +216,8 @@ class ResultStore:
     def _still_at_its_path(self) -> None:
         """At a run's end: the file written is still the one at self.path. Deleted meanwhile (its rows
         went on into the unlinked file): written there again, whole, and used from then on; where that
-        cannot be (its folder went too), written to a new file of the temporary folder, and the error
-        says where. Replaced by another file: that one is left alone, this one is written to a new file
+        cannot be (its folder went too, say), written to a new file of the temporary folder, and the
+        error says where. Replaced by another file: that one is left alone, this one is written to a new file
         beside it, and the error says where."""
         now = _file_identity(self.path)
         if now == self._file:
@@ -226,12 +226,13 @@ class ResultStore:
             try:
                 target = self.path if now is None else _new_file(self.path.parent, self.path.name)
                 self._copy_to(target)
-            except (OSError, sqlite3.Error):
+            except (OSError, sqlite3.Error) as exc:
                 target = _new_file(Path(tempfile.gettempdir()), self.path.name)
                 self._copy_to(target)
                 raise StoreError(
-                    f"results store {self.path} was deleted, with its folder, while nsprof wrote to it: "
-                    f"what this run wrote is in {target}"
+                    f"results store {self.path} was {'deleted' if now is None else 'replaced'} while nsprof "
+                    f"wrote to it, and this run could not be written there again ({one_line(exc)}): "
+                    f"what it wrote is in {target}"
                 ) from None
             if now is None:  # go on in the file written again, not in the unlinked one
                 self.close()

@@ -280,7 +280,8 @@ def _waited_for_another_run() -> bool:
         if holder == os.getpid() or holding_server(holder) is not None:
             return False
     print(
-        f"nsprof: waiting for the nsprof run on this GPU (pid {holder}) to end before deciding what is missing",
+        f"nsprof: waiting for the nsprof run on this GPU{f' (pid {holder})' if holder else ''} to end "
+        "before deciding what is missing",
         file=sys.stderr,
         flush=True,
     )
