@@ -334,19 +334,24 @@ def test_recommend_tie_goes_to_lower_regret():
     assert recommend(df) == {"g": "late"}
 
 
+def _two_timers(timers, taus, regrets, n: int):
+    """Two timers' agreement rows against one truth "g"."""
+    return pd.DataFrame(
+        {
+            "timer": list(timers),
+            "truth": ["g", "g"],
+            "n": [n, n],
+            "kendall_tau": list(taus),
+            "regret": list(regrets),
+        }
+    )
+
+
 def test_recommend_floor_widens_the_tie():
     # "sharp": τ 0.87, regret 5%; "close": τ 0.80, regret 0. Without a floor τ decides (0.87).
     # With the truth's own floor at 0.82, both are ≥ 0.82 − 0.03 = 0.79: τ cannot tell them apart
     # beyond the truth's noise, so regret decides. A floor of 0.95 (band 0.92) takes neither in.
-    df = pd.DataFrame(
-        {
-            "timer": ["sharp", "close"],
-            "truth": ["g", "g"],
-            "n": [10, 10],
-            "kendall_tau": [0.87, 0.80],
-            "regret": [0.05, 0.0],
-        }
-    )
+    df = _two_timers(("sharp", "close"), taus=(0.87, 0.80), regrets=(0.05, 0.0), n=10)
     assert recommend(df) == {"g": "sharp"}
     assert recommend(df, {"g": 0.82}) == {"g": "close"}
     assert recommend(df, {"g": 0.95}) == {"g": "sharp"}
@@ -357,15 +362,7 @@ def test_recommend_ties_taus_closer_than_the_truth_disagrees_with_itself():
     # (0.96); "high" τ 0.791 picks a config 2.8% slower, "low" τ 0.778 nsys's own winner. The truth's
     # two runs disagree on 1 − 0.96 = 0.04 of τ: a gap of 0.013 is inside its own noise, so regret
     # decides. A truth that repeats to 0.99 (noise 0.01) separates them: τ decides.
-    df = pd.DataFrame(
-        {
-            "timer": ["high", "low"],
-            "truth": ["g", "g"],
-            "n": [18, 18],
-            "kendall_tau": [0.791, 0.778],
-            "regret": [0.028, 0.0],
-        }
-    )
+    df = _two_timers(("high", "low"), taus=(0.791, 0.778), regrets=(0.028, 0.0), n=18)
     assert recommend(df, {"g": 0.96}) == {"g": "low"}
     assert recommend(df, {"g": 0.99}) == {"g": "high"}
     assert recommend(df) == {"g": "high"}
