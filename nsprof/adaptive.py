@@ -114,6 +114,7 @@ class _Refinement:
             for shape in shapes
         }
         self.active = list(shapes)
+        self.confirming: dict = {}  # each shape of the next session: whether it checks a winner (to_confirm)
         self.touched: set[int] = set()
         self.started = clock()
 
@@ -134,16 +135,26 @@ class _Refinement:
         out = {}
         for shape in list(self.active):
             decision = _decide(of_shape(rows, shape), self.settings.stat)
-            at_shape = {c: reps.get(self.point(c, shape), 0) for c in decision.members}
-            reason = plan_rules.stop_reason(
-                decision, at_shape, self.max_reps, self.settings.equivalence_pct / 100
-            )
+            measured = {*decision.members, *plan_rules.contenders(decision)}
+            at_shape = {c: reps.get(self.point(c, shape), 0) for c in measured}
+            equivalence, sessions = self.settings.equivalence_pct / 100, self.summaries[shape].sessions
+            reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, sessions)
             if reason is not None:
                 self.stop([shape], reason)
                 self.active.remove(shape)
             else:
                 out[shape] = plan_rules.session_configs(decision, at_shape, self.max_reps)
+                self.confirming[shape] = plan_rules.to_confirm(decision, equivalence, sessions)
         return out
+
+    def plan(
+        self, contenders: dict, points: list[int], reps: dict, rows, left: float, cost: Cost
+    ) -> Plan | None:
+        """The next session over `points` (contenders' point ids), or None where the budget left
+        cannot pay it; a session that only checks winners (to_confirm) does the first pass's rounds."""
+        confirm = all(self.confirming[shape] for shape in contenders)
+        nexts = next_reps(rows, self.layout)
+        return plan_rules.plan_session(points, reps, nexts, self.max_reps, left, cost, confirm=confirm)
 
     def open(self, contenders: dict, plan: Plan) -> dict:
         """Each shape's history entry of the session about to run, {shape: entry}."""
@@ -153,6 +164,7 @@ class _Refinement:
                 "rounds": plan.rounds,
                 "first_rep": {str(c): plan.first_rep[self.point(c, shape)] for c in configs},
                 "expected_s": plan.expected_s,
+                "confirm": self.confirming[shape],  # checks a close winner in a second process
             }
             for shape, configs in contenders.items()
         }
@@ -237,7 +249,7 @@ def refine(
             break
         points = [state.point(c, shape) for shape, configs in contenders.items() for c in configs]
         left = budget - (clock() - state.started)
-        plan = plan_rules.plan_session(points, reps, next_reps(rows, layout), state.max_reps, left, cost)
+        plan = state.plan(contenders, points, reps, rows, left, cost)
         if plan is None:
             state.stop(state.active, plan_rules.BUDGET, _budget_note(number + 1, cost, len(points), left))
             break

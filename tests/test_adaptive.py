@@ -402,6 +402,62 @@ def test_a_practically_equivalent_tie_gets_no_adaptive_session_unless_the_margin
     assert len(_sessions(log)) == 1 + strict.adaptive.sessions
 
 
+# Two configs 0.6% apart within one process, the other way round in the next: reps within a
+# process agree closely, the process shifts each config (nsys on the H200: a first pass's winner
+# by 0.5-0.6% between the intervals, picked second by later runs). Rep numbers go on across
+# sessions, so reps 0-4 are the first pass's process and reps 5 and on the next one's.
+SHIFTED = [
+    {"id": 0, "ns_reps": [1000.0] * 5 + [1006.0] * 15},
+    {"id": 1, "ns_reps": [1006.0] * 5 + [1000.0] * 15},
+    {"id": 2, "ns": 3000.0},
+]
+# The same gap, held in the next process as well: a winner in two processes.
+HELD = [
+    {"id": 0, "ns_reps": [1000.0] * 20},
+    {"id": 1, "ns_reps": [1006.0] * 20},
+    {"id": 2, "ns": 3000.0},
+]
+
+
+def test_a_first_pass_winner_closer_than_the_equivalence_margin_is_checked_in_a_second_process():
+    close = Decision("winner", 3, [3], margin=0.005, second=4)
+    assert rules.stop_reason(close, {3: 5, 4: 5}, 20, equivalence=0.01) is None  # one process only
+    assert rules.session_configs(close, {3: 5, 4: 5}, 20) == [3, 4]  # the best and its nearest rival
+    assert rules.stop_reason(close, {3: 10, 4: 10}, 20, equivalence=0.01, sessions=1) == rules.SEPARATED
+    assert rules.stop_reason(close, {3: 5, 4: 5}, 20, equivalence=0.0) == rules.SEPARATED  # margin off
+    far = Decision("winner", 3, [3], margin=0.02, second=4)
+    assert rules.stop_reason(far, {3: 5, 4: 5}, 20, equivalence=0.01) == rules.SEPARATED
+    # the second process does as many reps as the first, so that neither outweighs the other
+    plan = rules.plan_session([3, 4], {3: 5, 4: 5}, {3: 5, 4: 5}, 20, 60.0, Cost(10.0, 0.1), confirm=True)
+    assert plan.rounds == 5
+
+
+def test_a_close_winner_that_the_next_process_reverses_ends_as_a_tie(noisy, tmp_path):
+    from nsprof.render.tune_tables import format_tune
+    from nsprof.tune import tune
+
+    target, log = noisy(SHIFTED)
+    result = tune(target, _settings(tmp_path, budget_s=600))
+    ranking = result.ranking
+    assert ranking.decision.kind == "tie" and ranking.decision.members == [0, 1]
+    assert ranking.adaptive.sessions == 1 and ranking.adaptive.history[0]["configs"] == [0, 1]
+    assert ranking.adaptive.history[0]["rounds"] == 5
+    assert len(_sessions(log)) == 2 and sorted(set(_sessions(log)[1])) == [0, 1]
+    assert "indistinguishable" in format_tune(result)
+
+
+def test_a_close_winner_that_the_next_process_confirms_stays_the_winner(noisy, tmp_path):
+    from nsprof.tune import tune
+
+    target, log = noisy(HELD)
+    ranking = tune(target, _settings(tmp_path, budget_s=600)).ranking
+    assert ranking.decision.kind == "winner" and ranking.best_config_id == 0
+    assert ranking.adaptive.stopped == rules.SEPARATED and ranking.adaptive.sessions == 1
+    assert ranking.adaptive.history[0]["confirm"] is True
+    assert "stopped: the best is separated in a second process too" in ranking.adaptive.describe()
+    assert len(_sessions(log)) == 2
+
+
 def test_adaptive_reps_are_stored_and_resume_measures_nothing_again(noisy, tmp_path):
     from nsprof.store import ResultStore
     from nsprof.tune import tune
