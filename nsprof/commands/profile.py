@@ -85,11 +85,12 @@ def show(target: str, settings, result, failures, *, as_json, csv_path) -> None:
         return
     labels = result.labels
     to_stderr = csv_path == "-"  # standard output carries the rows
-    kept = (
-        f"reports kept in {result.work_dir}"
-        if result.work_dir
-        else "temporary reports removed (pass --work-dir to keep them)"
-    )
+    if result.reports:  # this run's own: a reused --work-dir holds earlier runs' too
+        kept = f"reports kept: {', '.join(str(report) for report in result.reports)}"
+    elif result.work_dir:
+        kept = f"reports kept in {result.work_dir}"
+    else:
+        kept = "temporary reports removed (pass --work-dir to keep them)"
     click.echo(
         f"{target}: {settings.backend}, clock control {labels['clock_control']}, cache control "
         f"{labels['cache_control']}, {result.wall_s:.1f} s wall; {kept}",
