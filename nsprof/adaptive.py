@@ -137,14 +137,14 @@ class _Refinement:
             decision = _decide(of_shape(rows, shape), self.settings.stat)
             measured = {*decision.members, *plan_rules.contenders(decision)}
             at_shape = {c: reps.get(self.point(c, shape), 0) for c in measured}
-            equivalence, sessions = self.settings.equivalence_pct / 100, self.summaries[shape].sessions
-            reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, sessions)
+            equivalence, first = self.settings.equivalence_pct / 100, self.settings.reps
+            reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, first)
             if reason is not None:
                 self.stop([shape], reason)
                 self.active.remove(shape)
             else:
                 out[shape] = plan_rules.session_configs(decision, at_shape, self.max_reps)
-                self.confirming[shape] = plan_rules.to_confirm(decision, equivalence, sessions)
+                self.confirming[shape] = plan_rules.to_confirm(decision, at_shape, equivalence, first)
         return out
 
     def plan(

@@ -421,12 +421,14 @@ HELD = [
 
 def test_a_first_pass_winner_closer_than_the_equivalence_margin_is_checked_in_a_second_process():
     close = Decision("winner", 3, [3], margin=0.005, second=4)
-    assert rules.stop_reason(close, {3: 5, 4: 5}, 20, equivalence=0.01) is None  # one process only
-    assert rules.session_configs(close, {3: 5, 4: 5}, 20) == [3, 4]  # the best and its nearest rival
-    assert rules.stop_reason(close, {3: 10, 4: 10}, 20, equivalence=0.01, sessions=1) == rules.SEPARATED
-    assert rules.stop_reason(close, {3: 5, 4: 5}, 20, equivalence=0.0) == rules.SEPARATED  # margin off
+    one_process = {3: 5, 4: 5}  # the first pass's 5 reps each
+    assert rules.stop_reason(close, one_process, 20, equivalence=0.01, first_reps=5) is None
+    assert rules.session_configs(close, one_process, 20) == [3, 4]  # the best and its nearest rival
+    # reps beyond the first pass's (an adaptive session's, this run's or a stored one's): checked
+    assert rules.stop_reason(close, {3: 10, 4: 10}, 20, equivalence=0.01, first_reps=5) == rules.SEPARATED
+    assert rules.stop_reason(close, one_process, 20, equivalence=0.0, first_reps=5) == rules.SEPARATED
     far = Decision("winner", 3, [3], margin=0.02, second=4)
-    assert rules.stop_reason(far, {3: 5, 4: 5}, 20, equivalence=0.01) == rules.SEPARATED
+    assert rules.stop_reason(far, one_process, 20, equivalence=0.01, first_reps=5) == rules.SEPARATED
     # the second process does as many reps as the first, so that neither outweighs the other
     plan = rules.plan_session([3, 4], {3: 5, 4: 5}, {3: 5, 4: 5}, 20, 60.0, Cost(10.0, 0.1), confirm=True)
     assert plan.rounds == 5
@@ -486,6 +488,20 @@ def test_adaptive_reps_are_stored_and_resume_measures_nothing_again(noisy, tmp_p
     log.write_text("")
     fresh = tune(target, _settings(tmp_path, use_store=True, store=store, budget_s=0))
     assert set(fresh.ranking.table["reps"]) == {5}
+
+
+def test_a_resume_of_a_close_winner_checked_in_a_second_process_measures_nothing_again(noisy, tmp_path):
+    from nsprof.tune import tune
+
+    target, log = noisy(HELD)
+    store = tmp_path / "results.sqlite"
+    first = tune(target, _settings(tmp_path, use_store=True, store=store, budget_s=600)).ranking
+    assert first.adaptive.sessions == 1 and first.decision.kind == "winner"
+    log.write_text("")
+    resumed = tune(target, _settings(tmp_path, use_store=True, store=store, budget_s=600, resume=True))
+    assert _sessions(log) == []  # the stored second process's reps count: no third process
+    assert resumed.ranking.decision.kind == "winner" and resumed.ranking.best_config_id == 0
+    assert resumed.ranking.adaptive.stopped == rules.SEPARATED
 
 
 def test_cli_takes_the_adaptive_options(noisy, tmp_path):

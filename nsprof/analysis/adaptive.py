@@ -83,35 +83,33 @@ def contenders(decision) -> list[int]:
     return list(decision.members) if decision.kind == "tie" else []
 
 
-def to_confirm(decision, equivalence: float, sessions: int) -> bool:
-    """Whether a winner stands on one process's reps only (no adaptive session yet) and beats its
-    nearest rival by less than the practical-equivalence margin. Reps within one process agree
-    more closely than the process shifts a config (nsys on the H200: winners 0.5-0.6 % clear of
-    the runner-up's interval, picked second by the next runs), so such a winner is measured again
-    beside its rival in a second process, interleaved, and decided over both processes' reps."""
+def to_confirm(decision, reps: dict[int, int], equivalence: float, first_reps: int) -> bool:
+    """Whether a winner stands on one process's reps only (the winner or its nearest rival has no
+    more than the first pass's `first_reps`: no adaptive session, of this run or a stored one, has
+    measured it) and beats that rival by less than the practical-equivalence margin. Reps within one
+    process agree more closely than the process shifts a config (nsys on the H200: winners 0.5-0.6 %
+    clear of the runner-up's interval, picked second by the next runs), so such a winner is measured
+    again beside its rival in a second process, interleaved, and decided over both processes' reps."""
     margin = decision.margin
     return (
         decision.kind == "winner"
-        and sessions == 0
         and equivalence > 0
         and decision.second is not None
         and margin == margin
         and margin < equivalence
+        and any(reps.get(c, 0) <= first_reps for c in contenders(decision))
     )
 
 
 def stop_reason(
-    decision, reps: dict[int, int], max_reps: int, equivalence: float = 0.0, sessions: int = 0
+    decision, reps: dict[int, int], max_reps: int, equivalence: float = 0.0, first_reps: int = 0
 ) -> str | None:
     """Why no further adaptive session is needed, or None to go on: `decision` over all reps so
     far, `reps` each config's rep count, `equivalence` the practical-equivalence margin (relative;
-    0: none), `sessions` the adaptive sessions done so far."""
+    0: none), `first_reps` the first pass's reps per config (to_confirm)."""
     if decision.kind == "winner":
-        if to_confirm(decision, equivalence, sessions) and all(
-            reps.get(c, 0) < max_reps for c in contenders(decision)
-        ):
-            return None
-        return SEPARATED
+        confirm = to_confirm(decision, reps, equivalence, first_reps)
+        return None if confirm and all(reps.get(c, 0) < max_reps for c in contenders(decision)) else SEPARATED
     if decision.kind != "tie":
         return UNTESTED
     if equivalence > 0 and decision.tie_spread <= equivalence:
