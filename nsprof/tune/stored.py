@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable
 
 from nsprof.analysis.adaptive import Plan
-from nsprof.errors import TargetChanged, ToolNotFound
+from nsprof.errors import StoreError, TargetChanged, ToolNotFound, error_line
 from nsprof.measure import GroundTruth, Measured
 from nsprof.settings import Truth, TuneSettings
 from nsprof.tune import measure
@@ -98,20 +99,26 @@ def stored_tool_version(store, group: dict) -> str | None:
 def _recorded(store, run_id: int, measure: Callable[[], object]):
     """measure()'s rows, with the store's run `run_id` finished as what happened: ok, nothing
     measured, interrupted (Ctrl-C, SIGTERM: re-raised), target changed (its worker refused a target
-    edited since nsprof read it: re-raised) or failed."""
-    status = "failed"
+    edited since nsprof read it: re-raised) or failed. The store's own failure at the end (a
+    StoreError: its file went meanwhile) never hides what stopped the run: it is said, in one line,
+    and the interrupt or error goes on."""
     try:
         rows = measure()
-        status = "ok" if rows["error"].isna().any() else "nothing measured"
-        return rows
-    except KeyboardInterrupt:
-        status = "interrupted"
+    except BaseException as exc:
+        status = (
+            "interrupted"
+            if isinstance(exc, KeyboardInterrupt)
+            else "target changed"
+            if isinstance(exc, TargetChanged)
+            else "failed"
+        )
+        try:
+            store.finish_run(run_id, status)
+        except StoreError as failed:
+            print(error_line(f"nsprof: error: {failed}"), file=sys.stderr, flush=True)
         raise
-    except TargetChanged:
-        status = "target changed"
-        raise
-    finally:
-        store.finish_run(run_id, status)
+    store.finish_run(run_id, "ok" if rows["error"].isna().any() else "nothing measured")
+    return rows
 
 
 class Stored:
@@ -266,8 +273,6 @@ def _waited_for_another_run() -> bool:
     """--resume --wait with points to measure: whether another nsprof run held this GPU (not an `nsprof
     serve`, through which this run then measures) and was waited for, since it may have been storing
     the very points this run would measure. Two runs that begin waiting together may still both measure."""
-    import sys
-
     from nsprof.errors import GpuBusy
     from nsprof.host.lock import gpu_lock
     from nsprof.serve_client import holding_server
