@@ -104,3 +104,68 @@ def test_a_resume_with_nothing_missing_does_not_wait_for_whoever_holds_the_gpu(t
         holder.wait(timeout=60)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed: 4 of 4 configs came from the results store" in resumed.stdout
+
+
+GATED = """
+import os, time
+import nsprof.space
+
+
+class Launch:
+    def __init__(self, config):
+        gate = {first!r} if config["i"] < 2 else {second!r}
+        while not os.path.exists(gate):  # each run that measures holds the GPU until the test opens the gate
+            time.sleep(0.02)
+
+    def __call__(self):
+        return None
+
+
+space = nsprof.space.Space(configs=[{{"ns": 1000.0 + 100 * i, "i": i}} for i in range(4)], build=Launch,
+                           device="cpu")
+"""
+
+
+def _waiters(lock_dir: Path) -> int:
+    """How many waits for a file lock on lock_dir's files there are (`->` lines of /proc/locks)."""
+    inodes = {str(p.stat().st_ino) for p in lock_dir.iterdir() if p.is_file()}
+    waits = [line for line in Path("/proc/locks").read_text().splitlines() if "->" in line]
+    return sum(line.split()[-3].split(":")[-1] in inodes for line in waits)
+
+
+def _statuses(folder: Path) -> str:
+    return "".join(p.read_text() for p in folder.glob("*.status")) if folder.is_dir() else ""
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
+def test_two_resumes_that_wait_together_measure_each_missing_config_once(tmp_path):
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    first_gate, second_gate = tmp_path / "gate-0-1", tmp_path / "gate-2-3"
+    (tmp_path / "t.py").write_text(GATED.format(first=str(first_gate), second=str(second_gate)))
+    env = {**os.environ, "NSPROF_LOCK_DIR": str(locks), "NSPROF_SERVE": "0"}
+    common = "tune t.py:space --backend ncu --mode direct --store r.sqlite --no-tuner-pick".split()
+
+    def start(*more):
+        return subprocess.Popen(
+            [sys.executable, str(STANDINS), *common, *more], cwd=tmp_path, env=env, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    holder = start("--work-dir", "wa", "--configs", "0,1")  # stores configs 0 and 1 only
+    assert wait_for(lambda: "start 0" in _statuses(tmp_path / "wa"))
+    resumes = [start("--work-dir", work, "--resume", "--wait") for work in ("wb", "wc")]
+    try:
+        assert wait_for(lambda: _waiters(locks) >= 2), "the two resumes never both waited"
+        first_gate.touch()  # the holder ends; one resume measures configs 2 and 3, held at their gate
+        assert wait_for(lambda: any("start 2" in _statuses(tmp_path / w) for w in ("wb", "wc")))
+        assert wait_for(lambda: _waiters(locks) >= 1), "the other resume never waited"
+    finally:
+        first_gate.touch()
+        second_gate.touch()
+    outs = [run.communicate(timeout=120)[0] for run in (holder, *resumes)]
+    assert [run.returncode for run in (holder, *resumes)] == [0, 0, 0], "\n".join(outs)
+    with sqlite3.connect(tmp_path / "r.sqlite") as db:
+        runs = db.execute("SELECT config_id, COUNT(DISTINCT run_id) FROM measurements GROUP BY 1").fetchall()
+    assert runs == [(0, 1), (1, 1), (2, 1), (3, 1)], "\n".join(outs)  # nothing measured twice
+    assert sum("resumed: 4 of 4 configs came from the results store" in out for out in outs[1:]) == 1, outs
