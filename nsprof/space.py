@@ -281,14 +281,16 @@ def _load_target(spec: str, where: str, attr: str) -> Space:
         sys.path.insert(0, str(path.resolve().parent))
         try:
             spec_obj.loader.exec_module(module)
-        except KeyboardInterrupt:
-            raise  # a Ctrl-C during the import stays one (the describing child names it: space_view.main)
-        except BaseException as exc:  # sys.exit() and a BaseException of the target's own too
+        except (KeyboardInterrupt, SystemExit):
+            # a Ctrl-C during the import stays one, and sys.exit() ends the process that imports (a
+            # worker's status and last log line say why); the describing child names both: space_view.main
+            raise
+        except BaseException as exc:  # a BaseException of the target's own too
             raise TargetError(f"importing {where} failed: {raised(exc)}") from exc
     else:
         try:
             module = importlib.import_module(where)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:
             raise TargetError(f"importing {where} failed: {raised(exc)}") from exc
