@@ -281,18 +281,13 @@ def _load_target(spec: str, where: str, attr: str) -> Space:
         sys.path.insert(0, str(path.resolve().parent))
         try:
             spec_obj.loader.exec_module(module)
-        except (KeyboardInterrupt, SystemExit):
-            # a Ctrl-C during the import stays one, and sys.exit() ends the process that imports (a
-            # worker's status and last log line say why); the describing child names both: space_view.main
-            raise
-        except BaseException as exc:  # a BaseException of the target's own too
+        except Exception as exc:  # a BaseException stays one (a Ctrl-C, sys.exit(), a worker's stop):
+            # the describing child names them in one line (space_view.main)
             raise TargetError(f"importing {where} failed: {raised(exc)}") from exc
     else:
         try:
             module = importlib.import_module(where)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:
+        except Exception as exc:
             raise TargetError(f"importing {where} failed: {raised(exc)}") from exc
     if not hasattr(module, attr):
         raise TargetError(f"{where} has no attribute {attr!r}")

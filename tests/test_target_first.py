@@ -112,21 +112,3 @@ def test_a_target_raising_a_base_exception_at_import_is_one_line_naming_it_with_
     assert "Traceback" not in done.stderr, done.stderr
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("nsprof: error: ") and "t.py" in line and line.endswith(f"failed: {words}"), line
-
-
-def test_loading_a_target_in_process_turns_its_base_exceptions_into_one_line_but_keeps_a_ctrl_c(tmp_path):
-    """nsprof.tune() and friends load the target in the caller's process: the target's own
-    BaseException is a TargetError there, not the end of the caller's program; a KeyboardInterrupt
-    stays one, since it may be the user's Ctrl-C during a slow import, and sys.exit() stays a request
-    to end the process (in a worker, its exit status and last log line then say why)."""
-    from nsprof.space import load_target
-
-    for name, (source, words) in RAISING.items():
-        (tmp_path / "t.py").write_text(source)
-        if name in ("KeyboardInterrupt", "SystemExit"):
-            with pytest.raises(KeyboardInterrupt if name == "KeyboardInterrupt" else SystemExit):
-                load_target(str(tmp_path / "t.py") + ":space")
-            continue
-        with pytest.raises(TargetError) as info:
-            load_target(str(tmp_path / "t.py") + ":space")
-        assert str(info.value) == f"importing {tmp_path / 't.py'} failed: {words}"

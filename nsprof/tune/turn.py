@@ -27,9 +27,10 @@ __all__ = ["resume_turn"]
 def resume_turn() -> Iterator[bool]:
     """Hold this GPU's resume turn for the body; yields whether another run was waited for (the
     turn, or the GPU), so that what is missing must be decided again."""
+    from nsprof.host.gpu import which_gpu
     from nsprof.host.lock import lock_path, open_lock_file
 
-    path = lock_path(0)
+    path = lock_path(which_gpu(0))  # the GPU that gpu_lock(0) holds: CUDA_VISIBLE_DEVICES's first
     fd = open_lock_file(path.with_name(f"{path.name}.resume"))
     try:
         try:
