@@ -115,6 +115,7 @@ class _Refinement:
         }
         self.active = list(shapes)
         self.confirming: dict = {}  # each shape of the next session: whether it checks a winner (to_confirm)
+        self.checked: set = set()  # the shapes whose winner a session has checked
         self.touched: set[int] = set()
         self.started = clock()
 
@@ -137,7 +138,8 @@ class _Refinement:
             decision = _decide(of_shape(rows, shape), self.settings.stat)
             measured = {*decision.members, *plan_rules.contenders(decision)}
             at_shape = {c: reps.get(self.point(c, shape), 0) for c in measured}
-            equivalence, first = self.settings.equivalence_pct / 100, self.settings.reps
+            equivalence = self.settings.equivalence_pct / 100
+            first = 0 if shape in self.checked else self.settings.reps  # a winner is checked once a run
             reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, first)
             if reason is not None:
                 self.stop([shape], reason)
@@ -152,7 +154,7 @@ class _Refinement:
     ) -> Plan | None:
         """The next session over `points` (contenders' point ids), or None where the budget left
         cannot pay it; a session that only checks winners (to_confirm) does the first pass's rounds."""
-        confirm = all(self.confirming[shape] for shape in contenders)
+        confirm = self.settings.reps if all(self.confirming[shape] for shape in contenders) else 0
         nexts = next_reps(rows, self.layout)
         return plan_rules.plan_session(points, reps, nexts, self.max_reps, left, cost, confirm=confirm)
 
@@ -171,6 +173,8 @@ class _Refinement:
         for shape, entry in entries.items():
             self.summaries[shape].history.append(entry)
             self.summaries[shape].sessions += 1
+            if entry["confirm"]:
+                self.checked.add(shape)
         return entries
 
     def take(self, frame, plan: Plan, entries: dict, wall: float, number: int):

@@ -429,9 +429,32 @@ def test_a_first_pass_winner_closer_than_the_equivalence_margin_is_checked_in_a_
     assert rules.stop_reason(close, one_process, 20, equivalence=0.0, first_reps=5) == rules.SEPARATED
     far = Decision("winner", 3, [3], margin=0.02, second=4)
     assert rules.stop_reason(far, one_process, 20, equivalence=0.01, first_reps=5) == rules.SEPARATED
-    # the second process does as many reps as the first, so that neither outweighs the other
-    plan = rules.plan_session([3, 4], {3: 5, 4: 5}, {3: 5, 4: 5}, 20, 60.0, Cost(10.0, 0.1), confirm=True)
+    # under --stat min the margin is the median intervals' and can be below 0: not a close winner
+    assert rules.stop_reason(Decision("winner", 3, [3], margin=-0.5, second=4), one_process, 20, 0.01, 5) == (
+        rules.SEPARATED
+    )
+    # the second process does as many reps as the first pass did, so that neither outweighs the other
+    plan = rules.plan_session([3, 4], {3: 8, 4: 5}, {3: 8, 4: 5}, 20, 60.0, Cost(10.0, 0.1), confirm=5)
     assert plan.rounds == 5
+
+
+# Config 0 is 0.6% ahead of 1 and 0.8% ahead of 2 in the first process; in the next, config 1 slows:
+# the winner is checked once, against its nearest rival, and no second check follows for config 2.
+RIVALS = [
+    {"id": 0, "ns_reps": [1000.0] * 40},
+    {"id": 1, "ns_reps": [1006.0] * 5 + [1100.0] * 35},
+    {"id": 2, "ns_reps": [1008.0] * 40},
+]
+
+
+def test_a_close_winner_is_checked_once_in_a_run(noisy, tmp_path):
+    from nsprof.tune import tune
+
+    target, log = noisy(RIVALS)
+    ranking = tune(target, _settings(tmp_path, budget_s=600)).ranking
+    assert ranking.decision.kind == "winner" and ranking.best_config_id == 0
+    assert [h["configs"] for h in ranking.adaptive.history] == [[0, 1]]
+    assert ranking.adaptive.history[0]["rounds"] == 5 and len(_sessions(log)) == 2
 
 
 def test_a_close_winner_that_the_next_process_reverses_ends_as_a_tie(noisy, tmp_path):

@@ -95,8 +95,7 @@ def to_confirm(decision, reps: dict[int, int], equivalence: float, first_reps: i
         decision.kind == "winner"
         and equivalence > 0
         and decision.second is not None
-        and margin == margin
-        and margin < equivalence
+        and 0 <= margin < equivalence  # (below 0 under --stat min: the medians' intervals overlap)
         and any(reps.get(c, 0) <= first_reps for c in contenders(decision))
     )
 
@@ -150,14 +149,14 @@ def plan_session(
     max_reps: int,
     budget_left_s: float,
     cost: Cost,
-    confirm: bool = False,
+    confirm: int = 0,
 ) -> Plan | None:
     """The next session over `configs` (session_configs: each below max_reps), or None where the
     budget left cannot pay a start-up and one round. reps: each config's rep count so far;
     next_rep: the first free rep number of each (reps continue after the ones they have, so range
-    names stay unique per config). confirm: the session checks winners in a second process
-    (to_confirm), and does as many rounds as the first pass did, so that neither process's reps
-    outweigh the other's."""
+    names stay unique per config). confirm: the first pass's reps per config where the session checks
+    winners in a second process (to_confirm), which does that many rounds, so that neither process's
+    reps outweigh the other's (0: not such a session)."""
     if not configs:
         raise ValueError("a session needs a config to measure")
     have = max(reps.get(c, 0) for c in configs)
@@ -165,7 +164,10 @@ def plan_session(
     if left < 1:
         raise ValueError(f"a config of {configs} has max_reps ({max_reps}) reps already")
     round_s = cost.visit_s * len(configs)
-    rounds = left if left * round_s <= cost.startup_s and not confirm else min(left, max(1, have))
+    if confirm:
+        rounds = min(left, confirm)
+    else:
+        rounds = left if left * round_s <= cost.startup_s else min(left, max(1, have))
     if round_s <= 0 or math.isinf(budget_left_s):  # free visits, or no budget at all (--budget-s inf)
         affordable = left
     else:
