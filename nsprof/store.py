@@ -94,7 +94,7 @@ class ResultStore:
         # The file the path leads to (through a link: the one it names), where the store stays
         self.real_path = Path(os.path.realpath(self.path))
         self.run_ids: set[int] = set()  # the runs started here (nsprof.store_rescue adds them to a store)
-        self.renumbered: dict[int, int] = {}  # a run's id where it was added under another one
+        self.renumbered: dict[int, int] = {}  # a run's id as start_run gave it -> its id in the file now
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -67,7 +67,11 @@ def rescue(store, now: tuple[int, int] | None) -> None:
     # another file is there: this store written again by another run, or something else
     with contextlib.suppress(sqlite3.Error):
         if _same_store(store.connection, real):
-            store.renumbered.update(_add_runs(store.connection, real, store.run_ids, store.busy_timeout_s))
+            # this store's runs under the ids they have in its file now (an earlier rescue may have
+            # renumbered them), and each caller's id led on to where its run is next
+            now_ids = {run: store.renumbered.get(run, run) for run in store.run_ids}
+            step = _add_runs(store.connection, real, set(now_ids.values()), store.busy_timeout_s)
+            store.renumbered = {run: step.get(now, now) for run, now in now_ids.items()}
             store.reopen()
             return
     try:

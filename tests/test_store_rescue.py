@@ -148,3 +148,48 @@ def test_a_store_deleted_through_its_link_is_written_again_where_the_link_leads(
         store.add(run_id, _key(1), _rows())
         store.finish_run(run_id)
     assert link.is_symlink() and _measurements(real) == 6
+
+
+def _written_again_by_another_run(path: Path, theirs: int, gpu: str) -> None:
+    """The store at `path` deleted (`rm results.sqlite*`) and written again by another run that also
+    wrote to it: a copy in which run `theirs` is that run's own (another start, another GPU)."""
+    copy = path.with_name("other.sqlite")
+    with contextlib.closing(sqlite3.connect(path)) as db, contextlib.closing(sqlite3.connect(copy)) as other:
+        db.backup(other)
+        other.execute("UPDATE runs SET started_at = 'then', gpu = ? WHERE id = ?", (gpu, theirs))
+        other.execute("DELETE FROM measurements WHERE run_id = ?", (theirs,))
+        other.commit()
+        other.execute("PRAGMA journal_mode = DELETE")  # one file, to be moved whole
+    for name in (path.name, f"{path.name}-wal", f"{path.name}-shm"):
+        (path.parent / name).unlink(missing_ok=True)
+    os.replace(copy, path)
+
+
+def _runs_by_gpu(path: Path) -> dict[str, tuple[str, int]]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return {
+            gpu: (
+                status,
+                db.execute("SELECT COUNT(*) FROM measurements WHERE run_id = ?", (run,)).fetchone()[0],
+            )
+            for run, gpu, status in db.execute("SELECT id, gpu, status FROM runs")
+        }
+
+
+def test_a_run_renumbered_twice_by_two_rescues_keeps_its_rows_and_its_end(tmp_path):
+    """Each rescue adds this store's runs under the ids they have in the file it writes to now, and a
+    run's id as its caller knows it leads to its row there, however many rescues renumbered it."""
+    path = tmp_path / "results.sqlite"
+    with ResultStore(path) as store:
+        first, ours = store.start_run(gpu="a"), store.start_run(gpu="ours")
+        key = MeasurementKey(config_id=0, config_json=config_json({}), gpu="ours", **GROUP)
+        store.add(ours, key, [{"rep": rep, "kernel": "k", "duration_ns": 100.0} for rep in range(3)])
+        _written_again_by_another_run(path, ours, "theirs-1")  # their run took our id: ours is added anew
+        store.finish_run(first, "ok")
+        assert _runs_by_gpu(path)["ours"] == ("running", 3)
+        now = store.renumbered[ours]
+        _written_again_by_another_run(path, now, "theirs-2")  # and once more, under its new id
+        store.finish_run(ours, "ok")
+    runs = _runs_by_gpu(path)
+    assert runs["ours"] == ("ok", 3)  # our run, its rows and its end
+    assert runs["theirs-1"] == ("running", 0) and runs["theirs-2"] == ("running", 0)  # theirs untouched
