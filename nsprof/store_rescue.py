@@ -58,12 +58,7 @@ def rescue(store, now: tuple[int, int] | None) -> None:
                 store.reopen()
                 return
         except (OSError, sqlite3.Error) as exc:
-            target = new_file(Path(tempfile.gettempdir()), store.path.name)
-            copy_to(store.connection, target)
-            raise StoreError(
-                f"results store {store.path} was deleted while nsprof wrote to it, and this run could not be "
-                f"written there again ({one_line(exc)}): what it wrote is in {target}"
-            ) from None
+            raise _in_the_temporary_folder(store, "deleted", "there again", exc) from None
     # another file is there: this store written again by another run, or something else
     with contextlib.suppress(sqlite3.Error):
         if _same_store(store.connection, real):
@@ -78,15 +73,20 @@ def rescue(store, now: tuple[int, int] | None) -> None:
         target = new_file(real.parent, real.name)
         copy_to(store.connection, target)
     except (OSError, sqlite3.Error) as exc:
-        target = new_file(Path(tempfile.gettempdir()), store.path.name)
-        copy_to(store.connection, target)
-        raise StoreError(
-            f"results store {store.path} was replaced while nsprof wrote to it, and this run could not be "
-            f"written beside it ({one_line(exc)}): what it wrote is in {target}"
-        ) from None
+        raise _in_the_temporary_folder(store, "replaced", "beside it", exc) from None
     raise StoreError(
         f"results store {store.path} was replaced while nsprof wrote to it: "
         f"what this run wrote is in {target} (the file at {store.path} is left alone)"
+    )
+
+
+def _in_the_temporary_folder(store, happened: str, where: str, exc: Exception) -> StoreError:
+    """What the run wrote, copied to a new file of the temporary folder; the error that says where."""
+    target = new_file(Path(tempfile.gettempdir()), store.path.name)
+    copy_to(store.connection, target)
+    return StoreError(
+        f"results store {store.path} was {happened} while nsprof wrote to it, and this run could not be "
+        f"written {where} ({one_line(exc)}): what it wrote is in {target}"
     )
 
 

@@ -40,12 +40,8 @@ def _waiting_on_a_lock(lock_dir: Path) -> bool:
     return any(line.split()[-3].split(":")[-1] in inodes for line in waits)
 
 
-@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
-def test_a_resume_that_waited_for_the_gpu_measures_nothing_the_other_run_stored(tmp_path):
-    locks = tmp_path / "locks"
-    locks.mkdir()
-    gate = tmp_path / "gate"
-    (tmp_path / "t.py").write_text(TARGET.format(gate=str(gate)))
+def _starter(tmp_path: Path, locks: Path):
+    """A stand-in `tune` of t.py in `tmp_path` with these locks, its output piped, more options given."""
     env = {**os.environ, "NSPROF_LOCK_DIR": str(locks), "NSPROF_SERVE": "0"}
     common = "tune t.py:space --backend ncu --mode direct --store r.sqlite --no-tuner-pick".split()
 
@@ -54,6 +50,17 @@ def test_a_resume_that_waited_for_the_gpu_measures_nothing_the_other_run_stored(
             [sys.executable, str(STANDINS), *common, *more], cwd=tmp_path, env=env, text=True,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )  # fmt: skip
+
+    return start
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
+def test_a_resume_that_waited_for_the_gpu_measures_nothing_the_other_run_stored(tmp_path):
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    gate = tmp_path / "gate"
+    (tmp_path / "t.py").write_text(TARGET.format(gate=str(gate)))
+    start = _starter(tmp_path, locks)
 
     first = start("--work-dir", "wa")
     assert wait_for(lambda: "start 0" in "".join(p.read_text() for p in (tmp_path / "wa").glob("*.status")))
@@ -143,14 +150,7 @@ def test_two_resumes_that_wait_together_measure_each_missing_config_once(tmp_pat
     locks.mkdir()
     first_gate, second_gate = tmp_path / "gate-0-1", tmp_path / "gate-2-3"
     (tmp_path / "t.py").write_text(GATED.format(first=str(first_gate), second=str(second_gate)))
-    env = {**os.environ, "NSPROF_LOCK_DIR": str(locks), "NSPROF_SERVE": "0"}
-    common = "tune t.py:space --backend ncu --mode direct --store r.sqlite --no-tuner-pick".split()
-
-    def start(*more):
-        return subprocess.Popen(
-            [sys.executable, str(STANDINS), *common, *more], cwd=tmp_path, env=env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    start = _starter(tmp_path, locks)
 
     holder = start("--work-dir", "wa", "--configs", "0,1")  # stores configs 0 and 1 only
     assert wait_for(lambda: "start 0" in _statuses(tmp_path / "wa"))

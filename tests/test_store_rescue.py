@@ -119,11 +119,17 @@ def _rows() -> list[dict]:
     return [{"rep": rep, "kernel": "k", "duration_ns": 100.0 + rep} for rep in range(3)]
 
 
-def test_a_store_reached_through_a_link_removed_mid_run_keeps_every_row_where_the_link_led(tmp_path):
+def _linked(tmp_path: Path) -> tuple[Path, Path]:
+    """A store's path that is a link (results.sqlite) to where the store is (kept/results.sqlite)."""
     real = tmp_path / "kept" / "results.sqlite"
     real.parent.mkdir()
     link = tmp_path / "results.sqlite"
     link.symlink_to(real)
+    return real, link
+
+
+def test_a_store_reached_through_a_link_removed_mid_run_keeps_every_row_where_the_link_led(tmp_path):
+    real, link = _linked(tmp_path)
     with ResultStore(link) as store:
         run_id = store.start_run()
         store.add(run_id, _key(0), _rows())
@@ -136,10 +142,7 @@ def test_a_store_reached_through_a_link_removed_mid_run_keeps_every_row_where_th
 
 
 def test_a_store_deleted_through_its_link_is_written_again_where_the_link_leads(tmp_path):
-    real = tmp_path / "kept" / "results.sqlite"
-    real.parent.mkdir()
-    link = tmp_path / "results.sqlite"
-    link.symlink_to(real)
+    real, link = _linked(tmp_path)
     with ResultStore(link) as store:
         run_id = store.start_run()
         store.add(run_id, _key(0), _rows())
