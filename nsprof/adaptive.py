@@ -142,7 +142,10 @@ class _Refinement:
             first = 0 if shape in self.checked else self.settings.reps  # a winner is checked once a run
             reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, first)
             if reason is not None:
-                self.stop([shape], reason)
+                unchecked = reason == plan_rules.SEPARATED and plan_rules.to_confirm(
+                    decision, at_shape, equivalence, first
+                )  # a close winner that --max-reps leaves no rep to check
+                self.stop([shape], reason, _unchecked(decision, self.max_reps) if unchecked else "")
                 self.active.remove(shape)
             else:
                 out[shape] = plan_rules.session_configs(decision, at_shape, self.max_reps)
@@ -277,6 +280,13 @@ def refine(
             state.stop(state.active, plan_rules.FAILED, failed)
             break
     return rows, state.finish(rows)
+
+
+def _unchecked(decision, max_reps: int) -> str:
+    return (
+        f"config {decision.config_id} is {decision.margin:.1%} clear of config {decision.second} in one "
+        f"process only: not checked in a second (--max-reps {max_reps} leaves no rep to add)"
+    )
 
 
 def _where(config_id: int, shape: int | None) -> str:

@@ -513,6 +513,18 @@ def test_adaptive_reps_are_stored_and_resume_measures_nothing_again(noisy, tmp_p
     assert set(fresh.ranking.table["reps"]) == {5}
 
 
+def test_a_close_winner_that_max_reps_leaves_unchecked_is_said_so(noisy, tmp_path):
+    from nsprof.tune import tune
+
+    target, log = noisy(HELD)
+    adaptive = tune(target, _settings(tmp_path, budget_s=600, max_reps=5)).ranking.adaptive
+    assert adaptive.sessions == 0 and len(_sessions(log)) == 1
+    words = adaptive.describe()
+    assert "none needed" not in words, words
+    assert "config 0 is 0.6% clear of config 1 in one process only: not checked in a second" in words, words
+    assert "--max-reps 5" in words, words
+
+
 def test_a_resume_of_a_close_winner_checked_in_a_second_process_measures_nothing_again(noisy, tmp_path):
     from nsprof.tune import tune
 

@@ -214,6 +214,8 @@ class AdaptiveSummary:
         }[self.stopped]
         if self.stopped in (OFF, FAST_TIMER, UNTESTED):
             return f"adaptive reps: {words}"
+        if self.sessions == 0 and self.stopped == SEPARATED and self.note:
+            return f"adaptive reps: none run; {self.note}"
         if self.sessions == 0 and self.stopped in (SEPARATED, EQUIVALENT):
             why = "the first pass separated the best" if self.stopped == SEPARATED else words
             return f"adaptive reps: none needed ({why})"
