@@ -133,9 +133,10 @@ space = nsprof.space.Space(configs=[{{"ns": 1000.0 + 100 * i, "i": i}} for i in 
 """
 
 
-def _waiters(lock_dir: Path) -> int:
-    """How many waits for a file lock on lock_dir's files there are (`->` lines of /proc/locks)."""
-    inodes = {str(p.stat().st_ino) for p in lock_dir.iterdir() if p.is_file()}
+def _waiters(lock_dir: Path, pattern: str = "*") -> int:
+    """How many waits for a file lock on lock_dir's files (those matching `pattern`) there are (`->`
+    lines of /proc/locks)."""
+    inodes = {str(p.stat().st_ino) for p in lock_dir.glob(pattern) if p.is_file()}
     waits = [line for line in Path("/proc/locks").read_text().splitlines() if "->" in line]
     return sum(line.split()[-3].split(":")[-1] in inodes for line in waits)
 
@@ -169,3 +170,61 @@ def test_two_resumes_that_wait_together_measure_each_missing_config_once(tmp_pat
         runs = db.execute("SELECT config_id, COUNT(DISTINCT run_id) FROM measurements GROUP BY 1").fetchall()
     assert runs == [(0, 1), (1, 1), (2, 1), (3, 1)], "\n".join(outs)  # nothing measured twice
     assert sum("resumed: 4 of 4 configs came from the results store" in out for out in outs[1:]) == 1, outs
+
+
+# Configs 2 and 3 are the fastest and 0.1% apart: a close winner, checked in a second process by the
+# run that measured them. Every build of config 2 after its first (that check's session) waits at a gate.
+CHECKED = """
+import os, time
+import nsprof.space
+
+
+class Launch:
+    def __init__(self, config):
+        if config["i"] < 2:
+            gate = {first!r}
+        else:
+            with open({builds!r} + str(config["i"]), "a") as log:
+                log.write("b\\n")
+            with open({builds!r} + str(config["i"])) as log:
+                built = len(log.read().splitlines())
+            gate = {second!r} if config["i"] == 2 and built > 1 else None
+        while gate and not os.path.exists(gate):
+            time.sleep(0.02)
+
+    def __call__(self):
+        return None
+
+
+space = nsprof.space.Space(configs=[{{"ns": ns, "i": i}} for i, ns in enumerate([2000.0, 2100.0, 1000.0, 1001.0])],
+                           build=Launch, device="cpu")
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
+def test_a_waiting_resume_takes_its_turn_after_the_other_ones_adaptive_reps_too(tmp_path):
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    first_gate, second_gate, builds = tmp_path / "gate-0-1", tmp_path / "gate-check", tmp_path / "builds-"
+    (tmp_path / "t.py").write_text(
+        CHECKED.format(first=str(first_gate), second=str(second_gate), builds=str(builds))
+    )
+    start = _starter(tmp_path, locks)
+    holder = start("--work-dir", "wa", "--configs", "0,1")  # stores configs 0 and 1 only
+    assert wait_for(lambda: "start 0" in _statuses(tmp_path / "wa"))
+    resumes = [start("--work-dir", work, "--resume", "--wait") for work in ("wb", "wc")]
+    try:
+        assert wait_for(lambda: _waiters(locks) >= 2), "the two resumes never both waited"
+        first_gate.touch()  # one resume measures configs 2 and 3, then checks 2 against 3: held at the gate
+        built = Path(f"{builds}2")
+        assert wait_for(lambda: built.exists() and len(built.read_text().splitlines()) >= 2)
+        # the other waits for its turn until that check is stored, rather than checking 2 itself
+        assert wait_for(lambda: _waiters(locks, "*.resume") >= 1), "the other resume did not wait its turn"
+    finally:
+        first_gate.touch()
+        second_gate.touch()
+    outs = [run.communicate(timeout=120)[0] for run in (holder, *resumes)]
+    assert [run.returncode for run in (holder, *resumes)] == [0, 0, 0], "\n".join(outs)
+    with sqlite3.connect(tmp_path / "r.sqlite") as db:
+        runs = dict(db.execute("SELECT config_id, COUNT(DISTINCT run_id) FROM measurements GROUP BY 1"))
+    assert runs == {0: 1, 1: 1, 2: 2, 3: 2}, "\n".join(outs)  # a first pass and one check, once each

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from nsprof.analysis.adaptive import Plan, first_pass_cost
 from nsprof.analysis.ranking import rank
 from nsprof.analysis.tune_report import Ranking
@@ -44,15 +46,17 @@ def rank_truth(
     timed, cost_of_first_pass = _timed(on_progress, settings)
     began = time.monotonic()
     runs: list[Measured] = []
-    rows, stored = _first_pass(target, space, truth, settings, points, timed, notes, runs.append)
-    first_pass = (time.monotonic() - began, _timing(runs[0]) if runs else None)
     adaptive: dict = {}
-    if stage is not None and settings.cluster is not None and truth.profiler:
-        notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
-    elif stage is not None and stored is not None and stored.missing_tool:
-        notes.append(f"no adaptive reps: {stored.missing_tool}")
-    elif stage is not None:
-        rows, adaptive = _adaptive(target, space, truth, settings, rows, stored, cost_of_first_pass(), stage)
+    with contextlib.ExitStack() as held:  # a --resume --wait's turn, through the adaptive reps (tune.turn)
+        rows, stored = _first_pass(target, space, truth, settings, points, (timed, held), notes, runs.append)
+        first_pass = (time.monotonic() - began, _timing(runs[0]) if runs else None)
+        if stage is not None and settings.cluster is not None and truth.profiler:
+            notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
+        elif stage is not None and stored is not None and stored.missing_tool:
+            notes.append(f"no adaptive reps: {stored.missing_tool}")
+        elif stage is not None:
+            cost = cost_of_first_pass()
+            rows, adaptive = _adaptive(target, space, truth, settings, rows, stored, cost, stage)
     # A session keeps its temporary folder when a config failed (its logs say why): name it.
     kept = [m.work_dir for m in runs if settings.work_dir is None and m.work_dir is not None]
     kept_notes = [
@@ -64,10 +68,16 @@ def rank_truth(
     return results
 
 
-def _first_pass(target: str, space, truth: Truth, settings: TuneSettings, points, timed, notes, on_measured):
-    """The first pass's rows, and the store's context for adaptive sessions (None without a store)."""
+def _first_pass(
+    target: str, space, truth: Truth, settings: TuneSettings, points, progress, notes, on_measured
+):
+    """The first pass's rows, and the store's context for adaptive sessions (None without a store).
+    progress: (the progress callback, the ExitStack a --resume --wait's turn is held in)."""
+    timed, held = progress
     if settings.use_store:
-        return measure_stored(target, space, truth, settings, points, timed, notes, on_measured=on_measured)
+        return measure_stored(
+            target, space, truth, settings, points, timed, notes, on_measured=on_measured, held=held
+        )
     rows = measure.measure_rows(
         target,
         len(space.configs),

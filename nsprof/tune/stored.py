@@ -237,9 +237,12 @@ def measure_stored(
     on_progress,
     notes: list[str],
     on_measured: Callable[[Measured], None] | None = None,
+    held: contextlib.ExitStack | None = None,
 ):
     """measure_rows through the results store: resume per point, one transaction per point, GPU lock.
-    Returns the rows to rank (see select_stored) and the Stored context for adaptive sessions."""
+    Returns the rows to rank (see select_stored) and the Stored context for adaptive sessions. With
+    `held`, a --resume --wait's turn (nsprof.tune.turn) is entered there, so that the caller holds it
+    through the adaptive reps too; without, for the first pass only."""
     from nsprof.store import ResultStore
 
     group, gpu, missing_tool = _key(target, space, truth, settings)
@@ -252,9 +255,11 @@ def measure_stored(
         todo = (
             _to_measure(store, context, settings, wanted, points, notes) if settings.resume else list(points)
         )
-        # --resume --wait: another run may be storing these very points (nsprof.tune.turn)
-        turn = todo and settings.resume and settings.wait and settings.cluster is None
-        with resume_turn() if turn else contextlib.nullcontext(False) as waited:
+        # --resume --wait: another run may be storing these very points (nsprof.tune.turn), or adaptive
+        # reps of them: held through them by the caller, a fully stored resume takes its turn as well
+        turn = settings.resume and settings.wait and settings.cluster is None and (todo or held is not None)
+        with contextlib.ExitStack() as here:
+            waited = (held or here).enter_context(resume_turn(bool(todo))) if turn else False
             if waited:
                 del notes[noted:]  # decided again, now that the other run has stored what it measured
                 todo = _to_measure(store, context, settings, wanted, points, notes)
