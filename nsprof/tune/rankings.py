@@ -48,7 +48,7 @@ def rank_truth(
     runs: list[Measured] = []
     adaptive: dict = {}
     with contextlib.ExitStack() as held:  # a --resume --wait's turn, through the adaptive reps (tune.turn)
-        rows, stored = _first_pass(target, space, truth, settings, points, (timed, held), notes, runs.append)
+        rows, stored = _first_pass(target, space, truth, settings, points, timed, notes, runs.append, held)
         first_pass = (time.monotonic() - began, _timing(runs[0]) if runs else None)
         if stage is not None and settings.cluster is not None and truth.profiler:
             notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
@@ -69,11 +69,10 @@ def rank_truth(
 
 
 def _first_pass(
-    target: str, space, truth: Truth, settings: TuneSettings, points, progress, notes, on_measured
+    target: str, space, truth: Truth, settings: TuneSettings, points, timed, notes, on_measured, held
 ):
     """The first pass's rows, and the store's context for adaptive sessions (None without a store).
-    progress: (the progress callback, the ExitStack a --resume --wait's turn is held in)."""
-    timed, held = progress
+    held: the ExitStack a --resume --wait's turn is held in (nsprof.tune.turn)."""
     if settings.use_store:
         return measure_stored(
             target, space, truth, settings, points, timed, notes, on_measured=on_measured, held=held
