@@ -285,7 +285,8 @@ def refine(
 def _unchecked(decision, max_reps: int) -> str:
     return (
         f"config {decision.config_id} is {decision.margin:.1%} clear of config {decision.second} in one "
-        f"process only: not checked in a second (--max-reps {max_reps} leaves no rep to add)"
+        f"process only: not checked in a second (--max-reps {max_reps} leaves no room for the first "
+        "pass's reps again)"
     )
 
 

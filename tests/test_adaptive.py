@@ -436,6 +436,10 @@ def test_a_first_pass_winner_closer_than_the_equivalence_margin_is_checked_in_a_
     # the second process does as many reps as the first pass did, so that neither outweighs the other
     plan = rules.plan_session([3, 4], {3: 8, 4: 5}, {3: 8, 4: 5}, 20, 60.0, Cost(10.0, 0.1), confirm=5)
     assert plan.rounds == 5
+    # a budget that pays 2 of those rounds starts no check: fewer reps than the first pass's are none
+    assert (
+        rules.plan_session([3, 4], {3: 5, 4: 5}, {3: 5, 4: 5}, 20, 10.5, Cost(10.0, 0.1), confirm=5) is None
+    )
 
 
 # Config 0 is 0.6% ahead of 1 and 0.8% ahead of 2 in the first process; in the next, config 1 slows:
@@ -513,16 +517,17 @@ def test_adaptive_reps_are_stored_and_resume_measures_nothing_again(noisy, tmp_p
     assert set(fresh.ranking.table["reps"]) == {5}
 
 
-def test_a_close_winner_that_max_reps_leaves_unchecked_is_said_so(noisy, tmp_path):
+@pytest.mark.parametrize("max_reps", [5, 7])  # no rep to add; less than the first pass's 5 to add
+def test_a_close_winner_that_max_reps_leaves_unchecked_is_said_so(noisy, tmp_path, max_reps):
     from nsprof.tune import tune
 
     target, log = noisy(HELD)
-    adaptive = tune(target, _settings(tmp_path, budget_s=600, max_reps=5)).ranking.adaptive
-    assert adaptive.sessions == 0 and len(_sessions(log)) == 1
+    adaptive = tune(target, _settings(tmp_path, budget_s=600, max_reps=max_reps)).ranking.adaptive
+    assert adaptive.sessions == 0 and len(_sessions(log)) == 1  # a check of fewer reps is no check
     words = adaptive.describe()
-    assert "none needed" not in words, words
+    assert "none needed" not in words and "second process too" not in words, words
     assert "config 0 is 0.6% clear of config 1 in one process only: not checked in a second" in words, words
-    assert "--max-reps 5" in words, words
+    assert f"--max-reps {max_reps}" in words, words
 
 
 def test_a_resume_of_a_close_winner_checked_in_a_second_process_measures_nothing_again(noisy, tmp_path):

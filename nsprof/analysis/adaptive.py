@@ -106,9 +106,9 @@ def stop_reason(
     """Why no further adaptive session is needed, or None to go on: `decision` over all reps so
     far, `reps` each config's rep count, `equivalence` the practical-equivalence margin (relative;
     0: none), `first_reps` the first pass's reps per config (to_confirm)."""
-    if decision.kind == "winner":
-        confirm = to_confirm(decision, reps, equivalence, first_reps)
-        return None if confirm and all(reps.get(c, 0) < max_reps for c in contenders(decision)) else SEPARATED
+    if decision.kind == "winner":  # checked only where --max-reps leaves room for the first pass's reps
+        room = all(reps.get(c, 0) + first_reps <= max_reps for c in contenders(decision))
+        return None if room and to_confirm(decision, reps, equivalence, first_reps) else SEPARATED
     if decision.kind != "tie":
         return UNTESTED
     if equivalence > 0 and decision.tie_spread <= equivalence:
@@ -164,15 +164,14 @@ def plan_session(
     if left < 1:
         raise ValueError(f"a config of {configs} has max_reps ({max_reps}) reps already")
     round_s = cost.visit_s * len(configs)
-    if confirm:
-        rounds = min(left, confirm)
-    else:
-        rounds = left if left * round_s <= cost.startup_s else min(left, max(1, have))
+    if confirm > left:
+        raise ValueError(f"a check of {confirm} reps does not fit under max_reps ({max_reps})")
+    rounds = confirm or (left if left * round_s <= cost.startup_s else min(left, max(1, have)))
     if round_s <= 0 or math.isinf(budget_left_s):  # free visits, or no budget at all (--budget-s inf)
         affordable = left
     else:
         affordable = math.floor((budget_left_s - cost.startup_s) / round_s)
-    if affordable < 1:
+    if affordable < max(1, confirm):  # a check of fewer reps than the first pass's is none: not started
         return None
     rounds = min(rounds, affordable)
     return Plan(

@@ -255,11 +255,11 @@ def measure_stored(
         todo = (
             _to_measure(store, context, settings, wanted, points, notes) if settings.resume else list(points)
         )
-        # --resume --wait: another run may be storing these very points (nsprof.tune.turn), or adaptive
-        # reps of them: held through them by the caller, a fully stored resume takes its turn as well
-        turn = settings.resume and settings.wait and settings.cluster is None and (todo or held is not None)
+        # --resume --wait: another run may be storing these very points (nsprof.tune.turn), and then
+        # adaptive reps of them: the caller holds the turn through its own
+        turn = todo and settings.resume and settings.wait and settings.cluster is None
         with contextlib.ExitStack() as here:
-            waited = (held or here).enter_context(resume_turn(bool(todo))) if turn else False
+            waited = (held or here).enter_context(resume_turn()) if turn else False
             if waited:
                 del notes[noted:]  # decided again, now that the other run has stored what it measured
                 todo = _to_measure(store, context, settings, wanted, points, notes)

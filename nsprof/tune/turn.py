@@ -1,14 +1,16 @@
-"""A `tune --resume --wait` takes its turn: it decides what is missing only once no other nsprof run
-it waited for can still be storing them.
+"""A `tune --resume --wait` that has points to measure takes its turn: it decides what is missing only
+once no other nsprof run it waited for can still be storing them.
 
 Two waits, in this order (the only order any run takes them, so none waits on another in a cycle):
 1. the resume turn of this GPU: a lock file beside the GPU's lock (nsprof.host.lock; the same
    folder, made and opened as safely), held from the decision to the end of the truth's adaptive
    reps (nsprof.tune.rankings), so that two resumes that wait together take turns and the second
    decides again after the first has stored what it measured, its adaptive reps too;
-2. only when points are missing, the GPU's lock itself, when another nsprof run (not an `nsprof
-   serve`, through which this run then measures) holds it: waited for and let go at once, so that
-   what that run stored counts; each session takes it again as it always does.
+2. the GPU's lock itself, when another nsprof run (not an `nsprof serve`, through which this run
+   then measures) holds it: waited for and let go at once, so that what that run stored counts;
+   each session takes it again as it always does.
+A resume that finds nothing missing takes no turn (it waits behind no one); should another resume
+still be running adaptive reps then, both may run them.
 Only a resume with --wait takes the turn; a run that holds the GPU lock never waits for a turn.
 """
 
@@ -24,11 +26,9 @@ __all__ = ["resume_turn"]
 
 
 @contextlib.contextmanager
-def resume_turn(to_measure: bool = True) -> Iterator[bool]:
+def resume_turn() -> Iterator[bool]:
     """Hold this GPU's resume turn for the body; yields whether another run was waited for (the
-    turn, or, when the resume has points `to_measure`, the GPU), so that what is missing must be
-    decided again. A resume with nothing to measure waits for no GPU holder: only for other resumes'
-    turns, whose adaptive reps it would otherwise repeat."""
+    turn, or the GPU), so that what is missing must be decided again."""
     from nsprof.host.gpu import which_gpu
     from nsprof.host.lock import lock_path, open_lock_file
 
@@ -42,7 +42,7 @@ def resume_turn(to_measure: bool = True) -> Iterator[bool]:
             _say("waiting for another nsprof resume on this GPU to end before deciding what is missing")
             fcntl.flock(fd, fcntl.LOCK_EX)  # Ctrl-C still interrupts the wait (PEP 475)
             waited = True
-        yield (to_measure and _waited_for_the_gpu()) or waited
+        yield _waited_for_the_gpu() or waited
     finally:
         os.close(fd)  # releases the turn
 
