@@ -100,15 +100,27 @@ def test_a_resume_with_nothing_missing_does_not_wait_for_whoever_holds_the_gpu(t
         [sys.executable, "-c", HOLDER], env={**os.environ, **env}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True,
     )  # fmt: skip
+    other = None
     try:
         assert holder.stdout.readline().strip() == "held"
-        # a hang here (the run waiting for an unrelated holder) ends at the timeout, as a failure
+        # another target's resume, with configs to measure: it takes its turn and waits for the GPU
+        (tmp_path / "u.py").write_text(TARGET.format(gate=str(gate)))
+        other_command = [*command[:1], "u.py:space", *command[2:], "--resume", "--wait", "--work-dir", "wu"]
+        other = subprocess.Popen(
+            [sys.executable, str(STANDINS), *other_command], cwd=tmp_path, env={**os.environ, **env},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        assert wait_for(lambda: _waiters(locks) >= 1), "the other target's resume never waited"
+        # a hang here (the run waiting for an unrelated holder, or behind that resume) ends at the
+        # timeout, as a failure
         resumed = run_nsprof(
             *command, "--resume", "--wait", cwd=tmp_path, env=env, standins=True, timeout=120
         )
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
+        if other is not None:
+            other.communicate(timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed: 4 of 4 configs came from the results store" in resumed.stdout
 
