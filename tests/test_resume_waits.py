@@ -157,30 +157,41 @@ def _statuses(folder: Path) -> str:
     return "".join(p.read_text() for p in folder.glob("*.status")) if folder.is_dir() else ""
 
 
+def _two_resumes_behind_a_run(tmp_path: Path, locks: Path):
+    """A run of t.py's configs 0 and 1 (held at its gate), and two `--resume --wait` runs, once both wait."""
+    start = _starter(tmp_path, locks)
+    holder = start("--work-dir", "wa", "--configs", "0,1")  # stores configs 0 and 1 only
+    assert wait_for(lambda: "start 0" in _statuses(tmp_path / "wa"))
+    resumes = [start("--work-dir", work, "--resume", "--wait") for work in ("wb", "wc")]
+    assert wait_for(lambda: _waiters(locks) >= 2), "the two resumes never both waited"
+    return holder, resumes
+
+
+def _ended(tmp_path: Path, holder, resumes) -> tuple[dict, list[str]]:
+    """Once the three runs end (each with status 0): how many runs measured each config, and their outputs."""
+    outs = [run.communicate(timeout=120)[0] for run in (holder, *resumes)]
+    assert [run.returncode for run in (holder, *resumes)] == [0, 0, 0], "\n".join(outs)
+    with sqlite3.connect(tmp_path / "r.sqlite") as db:
+        runs = dict(db.execute("SELECT config_id, COUNT(DISTINCT run_id) FROM measurements GROUP BY 1"))
+    return runs, outs
+
+
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
 def test_two_resumes_that_wait_together_measure_each_missing_config_once(tmp_path):
     locks = tmp_path / "locks"
     locks.mkdir()
     first_gate, second_gate = tmp_path / "gate-0-1", tmp_path / "gate-2-3"
     (tmp_path / "t.py").write_text(GATED.format(first=str(first_gate), second=str(second_gate)))
-    start = _starter(tmp_path, locks)
-
-    holder = start("--work-dir", "wa", "--configs", "0,1")  # stores configs 0 and 1 only
-    assert wait_for(lambda: "start 0" in _statuses(tmp_path / "wa"))
-    resumes = [start("--work-dir", work, "--resume", "--wait") for work in ("wb", "wc")]
+    holder, resumes = _two_resumes_behind_a_run(tmp_path, locks)
     try:
-        assert wait_for(lambda: _waiters(locks) >= 2), "the two resumes never both waited"
         first_gate.touch()  # the holder ends; one resume measures configs 2 and 3, held at their gate
         assert wait_for(lambda: any("start 2" in _statuses(tmp_path / w) for w in ("wb", "wc")))
         assert wait_for(lambda: _waiters(locks) >= 1), "the other resume never waited"
     finally:
         first_gate.touch()
         second_gate.touch()
-    outs = [run.communicate(timeout=120)[0] for run in (holder, *resumes)]
-    assert [run.returncode for run in (holder, *resumes)] == [0, 0, 0], "\n".join(outs)
-    with sqlite3.connect(tmp_path / "r.sqlite") as db:
-        runs = db.execute("SELECT config_id, COUNT(DISTINCT run_id) FROM measurements GROUP BY 1").fetchall()
-    assert runs == [(0, 1), (1, 1), (2, 1), (3, 1)], "\n".join(outs)  # nothing measured twice
+    runs, outs = _ended(tmp_path, holder, resumes)
+    assert runs == {0: 1, 1: 1, 2: 1, 3: 1}, "\n".join(outs)  # nothing measured twice
     assert sum("resumed: 4 of 4 configs came from the results store" in out for out in outs[1:]) == 1, outs
 
 
@@ -221,12 +232,8 @@ def test_a_waiting_resume_takes_its_turn_after_the_other_ones_adaptive_reps_too(
     (tmp_path / "t.py").write_text(
         CHECKED.format(first=str(first_gate), second=str(second_gate), builds=str(builds))
     )
-    start = _starter(tmp_path, locks)
-    holder = start("--work-dir", "wa", "--configs", "0,1")  # stores configs 0 and 1 only
-    assert wait_for(lambda: "start 0" in _statuses(tmp_path / "wa"))
-    resumes = [start("--work-dir", work, "--resume", "--wait") for work in ("wb", "wc")]
+    holder, resumes = _two_resumes_behind_a_run(tmp_path, locks)
     try:
-        assert wait_for(lambda: _waiters(locks) >= 2), "the two resumes never both waited"
         first_gate.touch()  # one resume measures configs 2 and 3, then checks 2 against 3: held at the gate
         built = Path(f"{builds}2")
         assert wait_for(lambda: built.exists() and len(built.read_text().splitlines()) >= 2)
@@ -235,8 +242,5 @@ def test_a_waiting_resume_takes_its_turn_after_the_other_ones_adaptive_reps_too(
     finally:
         first_gate.touch()
         second_gate.touch()
-    outs = [run.communicate(timeout=120)[0] for run in (holder, *resumes)]
-    assert [run.returncode for run in (holder, *resumes)] == [0, 0, 0], "\n".join(outs)
-    with sqlite3.connect(tmp_path / "r.sqlite") as db:
-        runs = dict(db.execute("SELECT config_id, COUNT(DISTINCT run_id) FROM measurements GROUP BY 1"))
+    runs, outs = _ended(tmp_path, holder, resumes)
     assert runs == {0: 1, 1: 1, 2: 2, 3: 2}, "\n".join(outs)  # a first pass and one check, once each
