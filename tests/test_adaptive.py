@@ -544,6 +544,30 @@ def test_a_resume_of_a_close_winner_checked_in_a_second_process_measures_nothing
     assert resumed.ranking.adaptive.stopped == rules.SEPARATED
 
 
+def test_the_time_a_resume_waits_for_its_turn_is_not_its_first_pass_s(noisy, tmp_path, monkeypatch):
+    """The first pass's wall time, and the cost model whose start-up the adaptive reps' budget pays,
+    start once a --resume --wait has its turn: here the wait takes 1000 s of a shifted clock."""
+    import contextlib
+    import time
+
+    from nsprof.tune import stored, tune
+
+    real, shift = time.monotonic, [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: real() + shift[0])
+
+    @contextlib.contextmanager
+    def a_long_wait():
+        shift[0] += 1000.0  # what waiting for another resume took
+        yield True
+
+    monkeypatch.setattr(stored, "resume_turn", a_long_wait)
+    target, log = noisy(SHIFTED)
+    settings = _settings(tmp_path, use_store=True, store=tmp_path / "r.sqlite", resume=True, wait=True)
+    ranking = tune(target, settings).ranking
+    assert ranking.first_pass_wall_s < 1000.0, ranking.first_pass_wall_s
+    assert ranking.adaptive.sessions == 1  # the 30 s budget still pays the check
+
+
 def test_cli_takes_the_adaptive_options(noisy, tmp_path):
     """The real command line, in a process of its own with the stand-in as nsys (standins.install())."""
     import os

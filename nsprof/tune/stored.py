@@ -238,11 +238,13 @@ def measure_stored(
     notes: list[str],
     on_measured: Callable[[Measured], None] | None = None,
     held: contextlib.ExitStack | None = None,
+    on_turn: Callable[[], None] | None = None,
 ):
     """measure_rows through the results store: resume per point, one transaction per point, GPU lock.
     Returns the rows to rank (see select_stored) and the Stored context for adaptive sessions. With
     `held`, a --resume --wait's turn (nsprof.tune.turn) is entered there, so that the caller holds it
-    through the adaptive reps too; without, for the first pass only."""
+    through the adaptive reps too; without, for the first pass only. on_turn: called once the turn
+    is taken (the first pass's clock starts again: waiting for another run is none of its time)."""
     from nsprof.store import ResultStore
 
     group, gpu, missing_tool = _key(target, space, truth, settings)
@@ -260,6 +262,8 @@ def measure_stored(
         turn = todo and settings.resume and settings.wait and settings.cluster is None
         with contextlib.ExitStack() as here:
             waited = (held or here).enter_context(resume_turn()) if turn else False
+            if turn and on_turn is not None:
+                on_turn()
             if waited:
                 del notes[noted:]  # decided again, now that the other run has stored what it measured
                 todo = _to_measure(store, context, settings, wanted, points, notes)
