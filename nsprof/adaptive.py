@@ -116,6 +116,7 @@ class _Refinement:
         self.active = list(shapes)
         self.confirming: dict = {}  # each shape of the next session: whether it checks a winner (to_confirm)
         self.checked: set = set()  # the shapes whose winner a session has checked
+        self.decisions: dict = {}  # each undecided shape's decision before the next session
         self.touched: set[int] = set()
         self.started = clock()
 
@@ -145,12 +146,23 @@ class _Refinement:
                 unchecked = reason == plan_rules.SEPARATED and plan_rules.to_confirm(
                     decision, at_shape, equivalence, first
                 )  # a close winner that --max-reps leaves no rep to check
-                self.stop([shape], reason, _unchecked(decision, self.max_reps) if unchecked else "")
+                room = f"--max-reps {self.max_reps} leaves no room for the first pass's reps again"
+                self.stop([shape], reason, _unchecked(decision, room) if unchecked else "")
                 self.active.remove(shape)
             else:
                 out[shape] = plan_rules.session_configs(decision, at_shape, self.max_reps)
                 self.confirming[shape] = plan_rules.to_confirm(decision, at_shape, equivalence, first)
+                self.decisions[shape] = decision
         return out
+
+    def out_of_budget(self, note: str) -> None:
+        """The budget left cannot pay the next session: a tie stops there ("budget"); a winner that
+        was to be checked stays the winner the first pass separated, said to be unchecked."""
+        for shape in self.active:
+            if self.confirming[shape]:
+                self.stop([shape], plan_rules.SEPARATED, _unchecked(self.decisions[shape], note))
+            else:
+                self.stop([shape], plan_rules.BUDGET, note)
 
     def plan(
         self, contenders: dict, points: list[int], reps: dict, rows, left: float, cost: Cost
@@ -258,7 +270,7 @@ def refine(
         left = budget - (clock() - state.started)
         plan = state.plan(contenders, points, reps, rows, left, cost)
         if plan is None:
-            state.stop(state.active, plan_rules.BUDGET, _budget_note(number + 1, cost, len(points), left))
+            state.out_of_budget(_budget_note(number + 1, cost, len(points), left))
             break
         number += 1
         entries, began = state.open(contenders, plan), clock()
@@ -282,11 +294,10 @@ def refine(
     return rows, state.finish(rows)
 
 
-def _unchecked(decision, max_reps: int) -> str:
+def _unchecked(decision, why: str) -> str:
     return (
         f"config {decision.config_id} is {decision.margin:.1%} clear of config {decision.second} in one "
-        f"process only: not checked in a second (--max-reps {max_reps} leaves no room for the first "
-        "pass's reps again)"
+        f"process only: not checked in a second ({why})"
     )
 
 

@@ -530,6 +530,20 @@ def test_a_close_winner_that_max_reps_leaves_unchecked_is_said_so(noisy, tmp_pat
     assert f"--max-reps {max_reps}" in words, words
 
 
+def test_a_close_winner_that_the_budget_leaves_unchecked_stays_a_separated_winner_and_is_said_so(
+    noisy, tmp_path
+):
+    from nsprof.tune import tune
+
+    target, log = noisy(HELD)
+    ranking = tune(target, _settings(tmp_path, budget_s=1e-9)).ranking  # less than any start-up
+    assert ranking.decision.kind == "winner" and len(_sessions(log)) == 1
+    assert ranking.adaptive.stopped == rules.SEPARATED  # "budget" is a tie's stop
+    words = ranking.adaptive.describe()
+    assert "config 0 is 0.6% clear of config 1 in one process only: not checked in a second" in words, words
+    assert "not started: session 1 would cost" in words, words
+
+
 def test_a_resume_of_a_close_winner_checked_in_a_second_process_measures_nothing_again(noisy, tmp_path):
     from nsprof.tune import tune
 
