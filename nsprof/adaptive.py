@@ -114,6 +114,9 @@ class _Refinement:
             for shape in shapes
         }
         self.active = list(shapes)
+        self.confirming: dict = {}  # each shape of the next session: whether it checks a winner (to_confirm)
+        self.checked: set = set()  # the shapes whose winner a session has checked
+        self.decisions: dict = {}  # each undecided shape's decision before the next session
         self.touched: set[int] = set()
         self.started = clock()
 
@@ -134,16 +137,41 @@ class _Refinement:
         out = {}
         for shape in list(self.active):
             decision = _decide(of_shape(rows, shape), self.settings.stat)
-            at_shape = {c: reps.get(self.point(c, shape), 0) for c in decision.members}
-            reason = plan_rules.stop_reason(
-                decision, at_shape, self.max_reps, self.settings.equivalence_pct / 100
-            )
+            measured = {*decision.members, *plan_rules.contenders(decision)}
+            at_shape = {c: reps.get(self.point(c, shape), 0) for c in measured}
+            equivalence = self.settings.equivalence_pct / 100
+            first = 0 if shape in self.checked else self.settings.reps  # a winner is checked once a run
+            reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, first)
             if reason is not None:
-                self.stop([shape], reason)
+                unchecked = reason == plan_rules.SEPARATED and plan_rules.to_confirm(
+                    decision, at_shape, equivalence, first
+                )  # a close winner that --max-reps leaves no rep to check
+                room = f"--max-reps {self.max_reps} leaves no room for the first pass's reps again"
+                self.stop([shape], reason, _unchecked(decision, room) if unchecked else "")
                 self.active.remove(shape)
             else:
                 out[shape] = plan_rules.session_configs(decision, at_shape, self.max_reps)
+                self.confirming[shape] = plan_rules.to_confirm(decision, at_shape, equivalence, first)
+                self.decisions[shape] = decision
         return out
+
+    def out_of_budget(self, note: str) -> None:
+        """The budget left cannot pay the next session: a tie stops there ("budget"); a winner that
+        was to be checked stays the winner the first pass separated, said to be unchecked."""
+        for shape in self.active:
+            if self.confirming[shape]:
+                self.stop([shape], plan_rules.SEPARATED, _unchecked(self.decisions[shape], note))
+            else:
+                self.stop([shape], plan_rules.BUDGET, note)
+
+    def plan(
+        self, contenders: dict, points: list[int], reps: dict, rows, left: float, cost: Cost
+    ) -> Plan | None:
+        """The next session over `points` (contenders' point ids), or None where the budget left
+        cannot pay it; a session that only checks winners (to_confirm) does the first pass's rounds."""
+        confirm = self.settings.reps if all(self.confirming[shape] for shape in contenders) else 0
+        nexts = next_reps(rows, self.layout)
+        return plan_rules.plan_session(points, reps, nexts, self.max_reps, left, cost, confirm=confirm)
 
     def open(self, contenders: dict, plan: Plan) -> dict:
         """Each shape's history entry of the session about to run, {shape: entry}."""
@@ -153,12 +181,15 @@ class _Refinement:
                 "rounds": plan.rounds,
                 "first_rep": {str(c): plan.first_rep[self.point(c, shape)] for c in configs},
                 "expected_s": plan.expected_s,
+                "confirm": self.confirming[shape],  # checks a close winner in a second process
             }
             for shape, configs in contenders.items()
         }
         for shape, entry in entries.items():
             self.summaries[shape].history.append(entry)
             self.summaries[shape].sessions += 1
+            if entry["confirm"]:
+                self.checked.add(shape)
         return entries
 
     def take(self, frame, plan: Plan, entries: dict, wall: float, number: int):
@@ -237,9 +268,9 @@ def refine(
             break
         points = [state.point(c, shape) for shape, configs in contenders.items() for c in configs]
         left = budget - (clock() - state.started)
-        plan = plan_rules.plan_session(points, reps, next_reps(rows, layout), state.max_reps, left, cost)
+        plan = state.plan(contenders, points, reps, rows, left, cost)
         if plan is None:
-            state.stop(state.active, plan_rules.BUDGET, _budget_note(number + 1, cost, len(points), left))
+            state.out_of_budget(_budget_note(number + 1, cost, len(points), left))
             break
         number += 1
         entries, began = state.open(contenders, plan), clock()
@@ -261,6 +292,13 @@ def refine(
             state.stop(state.active, plan_rules.FAILED, failed)
             break
     return rows, state.finish(rows)
+
+
+def _unchecked(decision, why: str) -> str:
+    return (
+        f"config {decision.config_id} is {decision.margin:.1%} clear of config {decision.second} in one "
+        f"process only: not checked in a second ({why})"
+    )
 
 
 def _where(config_id: int, shape: int | None) -> str:

@@ -247,6 +247,7 @@ class FastTimers(Backend):
         self, request: Request, *, on_progress: Progress | None = None, on_rows: OnRows | None = None
     ) -> Measured:
         from nsprof.session import run_session
+        from nsprof.session.folders import claim_base, numbered
         from nsprof.timers.interleave import throttle_note
 
         if request.plan is not None:
@@ -255,8 +256,8 @@ class FastTimers(Backend):
         _one_gpu(request.device)
         work_dir = self.settings.work_dir
         work_dir.mkdir(parents=True, exist_ok=True)
-        results = work_dir / "timers.jsonl"
-        results.write_text("")
+        # timers.jsonl, or timers1.jsonl ... where an earlier run in a reused work folder left one (kept)
+        results = claim_base(work_dir, numbered("timers", bare_first=True), ".jsonl").with_suffix(".jsonl")
 
         handed: set[int] = set()  # the points whose rows on_rows has had
 

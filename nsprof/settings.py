@@ -185,7 +185,7 @@ class TuneSettings:
             OptionError,
         )
         truths = ground_truths()
-        deploy = Truth.parse(self.deploy) if isinstance(self.deploy, str) and self.deploy else self.deploy
+        deploy = Truth.parse(self.deploy) if self.deploy else None
         if self.truths or deploy:
             given = tuple(Truth.parse(t) for t in self.truths) or (
                 (Truth(self.backend),) if self.backend in truths else ()

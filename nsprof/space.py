@@ -260,6 +260,13 @@ def load_target(spec: str) -> Space:
         _note_environ_set(before)
 
 
+def raised(exc: BaseException) -> str:
+    """What the target's code raised, in words: `ImportError: no module named x`, `SystemExit: 3`,
+    `KeyboardInterrupt` (a message only where it has one)."""
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
 def _load_target(spec: str, where: str, attr: str) -> Space:
     if where.endswith(".py") or "/" in where or "\\" in where:
         path = Path(where)
@@ -274,13 +281,14 @@ def _load_target(spec: str, where: str, attr: str) -> Space:
         sys.path.insert(0, str(path.resolve().parent))
         try:
             spec_obj.loader.exec_module(module)
-        except Exception as exc:
-            raise TargetError(f"importing {where} failed: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # a BaseException stays one (a Ctrl-C, sys.exit(), a worker's stop):
+            # the describing child names them in one line (space_view.main)
+            raise TargetError(f"importing {where} failed: {raised(exc)}") from exc
     else:
         try:
             module = importlib.import_module(where)
         except Exception as exc:
-            raise TargetError(f"importing {where} failed: {type(exc).__name__}: {exc}") from exc
+            raise TargetError(f"importing {where} failed: {raised(exc)}") from exc
     if not hasattr(module, attr):
         raise TargetError(f"{where} has no attribute {attr!r}")
     obj = getattr(module, attr)

@@ -240,7 +240,7 @@ def _prune(folder: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """The child: load TARGET, print its description (or {"error": its one line}) as the only output on
     standard output; what the target's import prints goes to standard error."""
-    from nsprof.space import load_target
+    from nsprof.space import load_target, raised
 
     (spec,) = argv if argv is not None else sys.argv[1:]
     out = os.dup(1)
@@ -249,8 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         doc = describe(load_target(spec))
     except TargetError as exc:
         doc = {"error": str(exc)}
-    except Exception as exc:  # the target's own code raised: its one line, not a traceback
-        doc = {"error": f"loading {spec} failed: {type(exc).__name__}: {exc}"}
+    except BaseException as exc:  # the target's own code raised: its one line, not a traceback
+        # sys.exit() and KeyboardInterrupt too: this child is a session of its own (_described), so no
+        # Ctrl-C of the user's reaches it, and nsprof ends it with SIGKILL, which raises nothing
+        doc = {"error": f"loading {spec} failed: {raised(exc)}"}
     with os.fdopen(out, "w") as file:
         json.dump(doc, file)
     return 0

@@ -27,7 +27,6 @@ import dataclasses
 import json
 import os
 import sqlite3
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
@@ -36,6 +35,7 @@ from typing import Any
 
 from nsprof.errors import StoreError
 from nsprof.schema import FAILURE_KINDS, Failure
+from nsprof.store_rescue import file_identity, rescue
 from nsprof.store_rows import (
     MeasurementKey,
     config_json,
@@ -80,22 +80,6 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _new_file(folder: Path, name: str) -> Path:
-    """A file of `folder` no one else has (made, empty, readable by this user only), named after `name`."""
-    handle, made = tempfile.mkstemp(prefix=f"{name}.", suffix=".sqlite", dir=folder)
-    os.close(handle)
-    return Path(made)
-
-
-def _file_identity(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of the file at `path`; None when there is none."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_dev, stat.st_ino
-
-
 class ResultStore:
     """One SQLite results file, safe to write from several processes at once (WAL, busy timeout)."""
 
@@ -107,6 +91,10 @@ class ResultStore:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._file: tuple[int, int] | None = None  # the file opened (_still_at_its_path)
+        # The file the path leads to (through a link: the one it names), where the store stays
+        self.real_path = Path(os.path.realpath(self.path))
+        self.run_ids: set[int] = set()  # the runs started here (nsprof.store_rescue adds them to a store)
+        self.renumbered: dict[int, int] = {}  # a run's id as start_run gave it -> its id in the file now
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -120,7 +108,7 @@ class ResultStore:
         try:
             # isolation_level=None: no implicit transactions; add() opens and closes its own.
             self._conn = sqlite3.connect(
-                self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
+                self.real_path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
             )
             enable_wal(self._conn, self.busy_timeout_s)
             # NORMAL: no fsync per commit; a WAL file stays consistent, only power loss can lose
@@ -128,7 +116,7 @@ class ResultStore:
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("PRAGMA foreign_keys=ON")
             check_schema(self._conn, self.path)
-            self._file = _file_identity(self.path)
+            self._file = file_identity(self.real_path)
         except sqlite3.DatabaseError as exc:
             self.close()
             raise StoreError(f"cannot open results store {self.path}: {one_line(exc)}") from None
@@ -141,6 +129,13 @@ class ResultStore:
         if self._conn is None:
             raise StoreError(f"results store {self.path} is closed")
         return self._conn
+
+    connection = _db
+
+    def reopen(self) -> None:
+        """Go on in the file now at the store's real path (nsprof.store_rescue)."""
+        self.close()
+        self._open()
 
     def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         return transaction(self._db)
@@ -201,10 +196,13 @@ class ResultStore:
         marks = ", ".join("?" for _ in values)
         with self._lock, self._errors("starting a run"), self._transaction() as db:
             cursor = db.execute(f"INSERT INTO runs ({columns}) VALUES ({marks})", tuple(values.values()))
+            self.run_ids.add(int(cursor.lastrowid))
             return int(cursor.lastrowid)
 
     def finish_run(self, run_id: int, status: str = "ok") -> None:
-        """Mark a run finished (status: ok, failed, interrupted, ... free text)."""
+        """Mark a run finished (status: ok, failed, interrupted, ... free text); then, should the store's
+        file have gone meanwhile, rescue what was written (nsprof.store_rescue)."""
+        run_id = self.renumbered.get(int(run_id), int(run_id))
         with self._lock, self._errors(f"finishing run {run_id}"), self._transaction() as db:
             cursor = db.execute(
                 "UPDATE runs SET finished_at = ?, status = ? WHERE id = ?", (_now(), str(status), int(run_id))
@@ -214,41 +212,14 @@ class ResultStore:
         self._still_at_its_path()
 
     def _still_at_its_path(self) -> None:
-        """At a run's end: the file written is still the one at self.path. Deleted meanwhile (its rows
-        went on into the unlinked file): written there again, whole, and used from then on; where that
-        cannot be (its folder went too, say), written to a new file of the temporary folder, and the
-        error says where. Replaced by another file: that one is left alone, this one is written to a new file
-        beside it, and the error says where."""
-        now = _file_identity(self.path)
-        if now == self._file:
-            return
-        with self._lock:
-            try:
-                target = self.path if now is None else _new_file(self.path.parent, self.path.name)
-                self._copy_to(target)
-            except (OSError, sqlite3.Error) as exc:
-                target = _new_file(Path(tempfile.gettempdir()), self.path.name)
-                self._copy_to(target)
-                raise StoreError(
-                    f"results store {self.path} was {'deleted' if now is None else 'replaced'} while nsprof "
-                    f"wrote to it, and this run could not be written there again ({one_line(exc)}): "
-                    f"what it wrote is in {target}"
-                ) from None
-            if now is None:  # go on in the file written again, not in the unlinked one
-                self.close()
-                self._open()
-                return
-            raise StoreError(
-                f"results store {self.path} was replaced while nsprof wrote to it: "
-                f"what this run wrote is in {target} (the file at {self.path} is left alone)"
-            )
-
-    def _copy_to(self, target: Path) -> None:
-        with contextlib.closing(sqlite3.connect(target)) as copy:
-            self._db.backup(copy)
+        now = file_identity(self.real_path)
+        if now != self._file:
+            with self._lock:
+                rescue(self, now)
 
     def relabel_gpu(self, run_id: int, gpu: str, gpu_uuid: str) -> None:
         """Key a run's rows by the GPU its worker says it measured on (one transaction)."""
+        run_id = self.renumbered.get(int(run_id), int(run_id))
         with self._lock, self._errors(f"relabelling run {run_id}"), self._transaction() as db:
             db.execute("UPDATE measurements SET gpu = ? WHERE run_id = ?", (gpu, int(run_id)))
             db.execute("UPDATE runs SET gpu = ?, gpu_uuid = ? WHERE id = ?", (gpu, gpu_uuid, int(run_id)))
@@ -263,6 +234,7 @@ class ResultStore:
         where set, must agree with `key`."""
         if not isinstance(key, MeasurementKey):
             raise TypeError(f"key must be a MeasurementKey, not {type(key).__name__}")
+        run_id = self.renumbered.get(int(run_id), int(run_id))
         key_values = tuple(getattr(key, name) for name in KEY_FIELDS)
         shape_values = tuple(getattr(key, name) for name in SHAPE_FIELDS)
         columns = ", ".join(MEASUREMENT_COLUMNS)

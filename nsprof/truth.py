@@ -40,17 +40,32 @@ TRUTH_VARIANTS = {
 # Every backend name -> whether it is a ground truth (it measures under a profiler and writes a report).
 # The drivers behind them are nsprof.drivers.registry's, which checks that it has one for each.
 BUILTIN_BACKENDS = {"ncu": True, "nsys": True, NO_PROFILER: False}
+# The built-in backends whose drivers control clocks and caches (Driver.controls_conditions): only
+# these take a condition. nsys measures at whatever clocks and L2 state the run has.
+BUILTIN_CONDITIONED = ("ncu",)
 _backends: dict[str, bool] = dict(BUILTIN_BACKENDS)
+_conditioned: set[str] = set(BUILTIN_CONDITIONED)
 
 
-def add_backend(name: str, ground_truth: bool) -> None:
-    """Make `name` a backend the settings take (nsprof.drivers.registry.register calls it)."""
+def add_backend(name: str, ground_truth: bool, conditions: bool = False) -> None:
+    """Make `name` a backend the settings take (nsprof.drivers.registry.register calls it);
+    `conditions`: its driver controls clocks and caches, so its truth takes a condition."""
     _backends[name] = ground_truth
+    if conditions:
+        _conditioned.add(name)
+    else:
+        _conditioned.discard(name)
 
 
 def remove_backend(name: str) -> None:
     """Forget backend `name` (nsprof.drivers.registry.unregister calls it)."""
     _backends.pop(name, None)
+    _conditioned.discard(name)
+
+
+def conditioned() -> tuple[str, ...]:
+    """The ground truths whose drivers control clocks and caches (and so take a condition)."""
+    return tuple(name for name in ground_truths() if name in _conditioned)
 
 
 def backends() -> tuple[str, ...]:
@@ -77,14 +92,20 @@ class Truth:
 
     @classmethod
     def parse(cls, spec: str | Truth) -> Truth:
-        """`tool` or `tool@clock-l2` (clock: base | free; l2: cold | warm). `tool@base-cold` is
-        the same condition as the plain `tool` (ncu's defaults in nsprof) and is named so.
-        A Truth is itself."""
-        if isinstance(spec, Truth):
-            return spec
-        spec = spec.strip()
+        """`tool` or `tool@clock-l2` (clock: base | free; l2: cold | warm), the condition only for a
+        tool that controls clocks and caches (an NsprofError in one line for any other backend or
+        fast timer). `tool@base-cold` is the same condition as the plain `tool` (ncu's defaults in
+        nsprof) and is named so. A Truth is checked so too, by its name."""
+        spec = (spec.name if isinstance(spec, Truth) else spec).strip()
         backend, at, condition = spec.partition("@")
-        if not at or condition == DEFAULT_CONDITION:
+        if not at:
+            return cls(backend)
+        if (backend in _backends or backend in TIMER_BACKENDS) and backend not in _conditioned:
+            raise NsprofError(
+                f"truth {spec!r}: {backend} cannot set clocks or caches, so it takes no condition: give "
+                f"plain {backend} (a condition @CLOCK-L2 is for {', '.join(conditioned()) or 'ncu'})"
+            )
+        if condition == DEFAULT_CONDITION:
             return cls(backend)
         if condition not in TRUTH_VARIANTS:
             raise NsprofError(

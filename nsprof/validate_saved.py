@@ -27,9 +27,15 @@ def load_validate(document: dict) -> tuple[str, list[ValidateResult]]:
     """(target, a ValidateResult per shape) of validate --save's JSON. A save without what saved_about
     adds (an older nsprof's) still loads: its timers and truths come from its agreement rows, and its
     configs are known by id only. An NsprofError in one line when it cannot be read."""
+    from nsprof.render.saved_shape import Unreadable, validate_spec
+
+    try:
+        validate_spec().check(document, "")
+    except Unreadable as exc:
+        raise NsprofError(f"a saved validate run that cannot be read: {exc}") from None
     try:
         shapes = document.get("shapes")
-        results = [_result_of(doc) for doc in (shapes if shapes is not None else [document])]
+        results = [_result_of(doc) for doc in (shapes or [document])]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise NsprofError(f"a saved validate run that cannot be read: {type(exc).__name__} {exc}") from None
     return str(document.get("target") or "(a saved validate run)"), results

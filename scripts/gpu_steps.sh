@@ -43,8 +43,10 @@
 #                 once it exists: a committed file travels with the checkout) does not hold yet, as many as
 #                 fit; copy $OUT's bench_regret.json back over it and run the step again until every space is in
 #   flips         fresh tune runs (scripts/bench_decisions.py, the seed, softmax and 512³ matmul spaces, both
-#                 truths), added to benchmarks/results/bench_decisions_flips.json (commit it): copy $OUT's
-#                 flips.json back over it; each call adds what fits, toward the goal's 200 runs
+#                 truths), added to benchmarks/results/bench_decisions_flips_second_process.json (commit it):
+#                 copy $OUT's flips.json back over it; each call adds what fits, toward the goal's 200 runs.
+#                 (bench_decisions_flips.json holds the runs before close winners were checked in a
+#                 second process)
 #   dask          scripts/bench_dask.py on one GPU: --devices 0 against no Dask (wall, ranking); needs the
 #                 wheels of dask, distributed, partd, locket, zict, tblib, tornado, cryptography, cffi and
 #                 pycparser in .whl (pip download, as the device notes say), carried with .device
@@ -105,7 +107,7 @@ for s in "$@"; do
     regret_suite) step regret_suite 570 python3 scripts/bench_regret.py --resume --timeout 540 --budget-s 560 \
                     --out benchmarks/results/bench_regret.json
                   cp benchmarks/results/bench_regret.json "$R/"; pack ;;
-    flips) F=benchmarks/results/bench_decisions_flips.json; M=(); [ -f "$F" ] && M=(--merge "$F")
+    flips) F=benchmarks/results/bench_decisions_flips_second_process.json; M=(); [ -f "$F" ] && M=(--merge "$F")
            step flips 570 python3 scripts/bench_decisions.py --runs 10 "${M[@]}" --out "$R/flips.json"
            cp "$R/flips.json" "$F" 2>/dev/null; pack ;;
     dask|dask_two) # Dask is not on the GPU machines: its wheels travel in .whl (carry it; see the device notes)

@@ -402,6 +402,91 @@ def test_a_practically_equivalent_tie_gets_no_adaptive_session_unless_the_margin
     assert len(_sessions(log)) == 1 + strict.adaptive.sessions
 
 
+# Two configs 0.6% apart within one process, the other way round in the next: reps within a
+# process agree closely, the process shifts each config (nsys on the H200: a first pass's winner
+# by 0.5-0.6% between the intervals, picked second by later runs). Rep numbers go on across
+# sessions, so reps 0-4 are the first pass's process and reps 5 and on the next one's.
+SHIFTED = [
+    {"id": 0, "ns_reps": [1000.0] * 5 + [1006.0] * 15},
+    {"id": 1, "ns_reps": [1006.0] * 5 + [1000.0] * 15},
+    {"id": 2, "ns": 3000.0},
+]
+# The same gap, held in the next process as well: a winner in two processes.
+HELD = [
+    {"id": 0, "ns_reps": [1000.0] * 20},
+    {"id": 1, "ns_reps": [1006.0] * 20},
+    {"id": 2, "ns": 3000.0},
+]
+
+
+def test_a_first_pass_winner_closer_than_the_equivalence_margin_is_checked_in_a_second_process():
+    close = Decision("winner", 3, [3], margin=0.005, second=4)
+    one_process = {3: 5, 4: 5}  # the first pass's 5 reps each
+    assert rules.stop_reason(close, one_process, 20, equivalence=0.01, first_reps=5) is None
+    assert rules.session_configs(close, one_process, 20) == [3, 4]  # the best and its nearest rival
+    # reps beyond the first pass's (an adaptive session's, this run's or a stored one's): checked
+    assert rules.stop_reason(close, {3: 10, 4: 10}, 20, equivalence=0.01, first_reps=5) == rules.SEPARATED
+    assert rules.stop_reason(close, one_process, 20, equivalence=0.0, first_reps=5) == rules.SEPARATED
+    far = Decision("winner", 3, [3], margin=0.02, second=4)
+    assert rules.stop_reason(far, one_process, 20, equivalence=0.01, first_reps=5) == rules.SEPARATED
+    # under --stat min the margin is the median intervals' and can be below 0: not a close winner
+    assert rules.stop_reason(Decision("winner", 3, [3], margin=-0.5, second=4), one_process, 20, 0.01, 5) == (
+        rules.SEPARATED
+    )
+    # the second process does as many reps as the first pass did, so that neither outweighs the other
+    plan = rules.plan_session([3, 4], {3: 8, 4: 5}, {3: 8, 4: 5}, 20, 60.0, Cost(10.0, 0.1), confirm=5)
+    assert plan.rounds == 5
+    # a budget that pays 2 of those rounds starts no check: fewer reps than the first pass's are none
+    assert (
+        rules.plan_session([3, 4], {3: 5, 4: 5}, {3: 5, 4: 5}, 20, 10.5, Cost(10.0, 0.1), confirm=5) is None
+    )
+
+
+# Config 0 is 0.6% ahead of 1 and 0.8% ahead of 2 in the first process; in the next, config 1 slows:
+# the winner is checked once, against its nearest rival, and no second check follows for config 2.
+RIVALS = [
+    {"id": 0, "ns_reps": [1000.0] * 40},
+    {"id": 1, "ns_reps": [1006.0] * 5 + [1100.0] * 35},
+    {"id": 2, "ns_reps": [1008.0] * 40},
+]
+
+
+def test_a_close_winner_is_checked_once_in_a_run(noisy, tmp_path):
+    from nsprof.tune import tune
+
+    target, log = noisy(RIVALS)
+    ranking = tune(target, _settings(tmp_path, budget_s=600)).ranking
+    assert ranking.decision.kind == "winner" and ranking.best_config_id == 0
+    assert [h["configs"] for h in ranking.adaptive.history] == [[0, 1]]
+    assert ranking.adaptive.history[0]["rounds"] == 5 and len(_sessions(log)) == 2
+
+
+def test_a_close_winner_that_the_next_process_reverses_ends_as_a_tie(noisy, tmp_path):
+    from nsprof.render.tune_tables import format_tune
+    from nsprof.tune import tune
+
+    target, log = noisy(SHIFTED)
+    result = tune(target, _settings(tmp_path, budget_s=600))
+    ranking = result.ranking
+    assert ranking.decision.kind == "tie" and ranking.decision.members == [0, 1]
+    assert ranking.adaptive.sessions == 1 and ranking.adaptive.history[0]["configs"] == [0, 1]
+    assert ranking.adaptive.history[0]["rounds"] == 5
+    assert len(_sessions(log)) == 2 and sorted(set(_sessions(log)[1])) == [0, 1]
+    assert "indistinguishable" in format_tune(result)
+
+
+def test_a_close_winner_that_the_next_process_confirms_stays_the_winner(noisy, tmp_path):
+    from nsprof.tune import tune
+
+    target, log = noisy(HELD)
+    ranking = tune(target, _settings(tmp_path, budget_s=600)).ranking
+    assert ranking.decision.kind == "winner" and ranking.best_config_id == 0
+    assert ranking.adaptive.stopped == rules.SEPARATED and ranking.adaptive.sessions == 1
+    assert ranking.adaptive.history[0]["confirm"] is True
+    assert "stopped: the best is separated in a second process too" in ranking.adaptive.describe()
+    assert len(_sessions(log)) == 2
+
+
 def test_adaptive_reps_are_stored_and_resume_measures_nothing_again(noisy, tmp_path):
     from nsprof.store import ResultStore
     from nsprof.tune import tune
@@ -430,6 +515,71 @@ def test_adaptive_reps_are_stored_and_resume_measures_nothing_again(noisy, tmp_p
     log.write_text("")
     fresh = tune(target, _settings(tmp_path, use_store=True, store=store, budget_s=0))
     assert set(fresh.ranking.table["reps"]) == {5}
+
+
+@pytest.mark.parametrize("max_reps", [5, 7])  # no rep to add; less than the first pass's 5 to add
+def test_a_close_winner_that_max_reps_leaves_unchecked_is_said_so(noisy, tmp_path, max_reps):
+    from nsprof.tune import tune
+
+    target, log = noisy(HELD)
+    adaptive = tune(target, _settings(tmp_path, budget_s=600, max_reps=max_reps)).ranking.adaptive
+    assert adaptive.sessions == 0 and len(_sessions(log)) == 1  # a check of fewer reps is no check
+    words = adaptive.describe()
+    assert "none needed" not in words and "second process too" not in words, words
+    assert "config 0 is 0.6% clear of config 1 in one process only: not checked in a second" in words, words
+    assert f"--max-reps {max_reps}" in words, words
+
+
+def test_a_close_winner_that_the_budget_leaves_unchecked_stays_a_separated_winner_and_is_said_so(
+    noisy, tmp_path
+):
+    from nsprof.tune import tune
+
+    target, log = noisy(HELD)
+    ranking = tune(target, _settings(tmp_path, budget_s=1e-9)).ranking  # less than any start-up
+    assert ranking.decision.kind == "winner" and len(_sessions(log)) == 1
+    assert ranking.adaptive.stopped == rules.SEPARATED  # "budget" is a tie's stop
+    words = ranking.adaptive.describe()
+    assert "config 0 is 0.6% clear of config 1 in one process only: not checked in a second" in words, words
+    assert "not started: session 1 would cost" in words, words
+
+
+def test_a_resume_of_a_close_winner_checked_in_a_second_process_measures_nothing_again(noisy, tmp_path):
+    from nsprof.tune import tune
+
+    target, log = noisy(HELD)
+    store = tmp_path / "results.sqlite"
+    first = tune(target, _settings(tmp_path, use_store=True, store=store, budget_s=600)).ranking
+    assert first.adaptive.sessions == 1 and first.decision.kind == "winner"
+    log.write_text("")
+    resumed = tune(target, _settings(tmp_path, use_store=True, store=store, budget_s=600, resume=True))
+    assert _sessions(log) == []  # the stored second process's reps count: no third process
+    assert resumed.ranking.decision.kind == "winner" and resumed.ranking.best_config_id == 0
+    assert resumed.ranking.adaptive.stopped == rules.SEPARATED
+
+
+def test_the_time_a_resume_waits_for_its_turn_is_not_its_first_pass_s(noisy, tmp_path, monkeypatch):
+    """The first pass's wall time, and the cost model whose start-up the adaptive reps' budget pays,
+    start once a --resume --wait has its turn: here the wait takes 1000 s of a shifted clock."""
+    import contextlib
+    import time
+
+    from nsprof.tune import stored, tune
+
+    real, shift = time.monotonic, [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: real() + shift[0])
+
+    @contextlib.contextmanager
+    def a_long_wait():
+        shift[0] += 1000.0  # what waiting for another resume took
+        yield True
+
+    monkeypatch.setattr(stored, "resume_turn", a_long_wait)
+    target, log = noisy(SHIFTED)
+    settings = _settings(tmp_path, use_store=True, store=tmp_path / "r.sqlite", resume=True, wait=True)
+    ranking = tune(target, settings).ranking
+    assert ranking.first_pass_wall_s < 1000.0, ranking.first_pass_wall_s
+    assert ranking.adaptive.sessions == 1  # the 30 s budget still pays the check
 
 
 def test_cli_takes_the_adaptive_options(noisy, tmp_path):

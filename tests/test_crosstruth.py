@@ -270,7 +270,6 @@ def test_deploy_picks_what_is_fed_back_and_the_store_records_it(truths, tmp_path
 
 def test_truth_and_deploy_values_are_checked(truths, tmp_path):
     from nsprof.settings import Truth
-    from nsprof.tune import check_truths
 
     for kwargs, message in [
         ({"truths": ("lab", "graph")}, "graph is a fast timer: use --backend graph"),
@@ -282,12 +281,13 @@ def test_truth_and_deploy_values_are_checked(truths, tmp_path):
     ]:
         with pytest.raises(NsprofError, match=message.replace("(", r"\(").replace(")", r"\)")):
             TuneSettings(**kwargs)
-    with pytest.raises(NsprofError, match="field does not control clocks or caches"):
-        check_truths(TuneSettings(truths=("lab", "field@base-warm")))
-    check_truths(TuneSettings(truths=("lab@free-warm", "field")))  # lab honours both
+    for condition in ("base-warm", "base-cold", "free-warm"):  # its defaults named are a condition too
+        with pytest.raises(NsprofError, match="field cannot set clocks or caches, so it takes no condition"):
+            TuneSettings(truths=("lab", f"field@{condition}"))
+    assert TuneSettings(truths=("lab@free-warm", "field")).truths[0] == Truth("lab", "free", "warm")
     one = TuneSettings(backend="field")
     assert (one.ranked_truths, one.deploy_truth, one.truths) == ((Truth("field"),), Truth("field"), ())
-    two = TuneSettings(truths=("lab@base-cold", "field@base-cold"), deploy="field")  # parsed once, here
+    two = TuneSettings(truths=("lab@base-cold", "field"), deploy="field")  # parsed once, here
     assert two.truths == (Truth("lab"), Truth("field")) and two.deploy == Truth("field")
 
 
@@ -427,7 +427,17 @@ def test_the_cli_prints_one_table_per_truth_and_a_closing_verdict(tmp_path):
         (["--truth", "ncu,,nsys"], "nsprof: error: --truth takes ground truths separated by commas"),
         (
             ["--truth", "nsys@base-warm"],
-            "nsprof: error: unknown truth 'nsys@base-warm': nsys does not control clocks or caches",
+            "nsprof: error: truth 'nsys@base-warm': nsys cannot set clocks or caches, so it takes no "
+            "condition: give plain nsys",
+        ),
+        (
+            ["--truth", "ncu,nsys@base-cold"],
+            "nsprof: error: truth 'nsys@base-cold': nsys cannot set clocks or caches, so it takes no "
+            "condition: give plain nsys (a condition @CLOCK-L2 is for ncu)",
+        ),
+        (
+            ["--truth", "ncu,nsys", "--deploy", "nsys@base-cold"],
+            "nsprof: error: truth 'nsys@base-cold': nsys cannot set clocks or caches",
         ),
         (
             ["--truth", "ncu,nsys", "--deploy", "ncu@base-warm"],

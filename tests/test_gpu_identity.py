@@ -188,3 +188,30 @@ def test_every_command_that_measures_takes_the_gpu_lock(tmp_path, two_gpus, comm
     finally:
         holder.kill()
         holder.wait()
+
+
+TURN = (
+    "from nsprof.host.lock import open_lock_file\nimport nsprof.host.lock as lock\nopened = []\n"
+    "lock.open_lock_file = lambda path: (opened.append(path), open_lock_file(path))[1]\n"
+    "from nsprof.tune.turn import resume_turn\nwith resume_turn():\n    print(opened[0])\n"
+)
+
+
+@pytest.mark.parametrize("visible", ["0", "1"])
+def test_a_resumes_turn_is_the_turn_of_the_gpu_it_runs_on(tmp_path, two_gpus, visible):
+    """Resumes on two GPUs of one machine do not queue behind each other: the turn is a file beside
+    the lock of the GPU that CUDA_VISIBLE_DEVICES names, as the GPU lock is."""
+    done = subprocess.run(
+        [sys.executable, "-c", TURN],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(tmp_path, two_gpus, CUDA_VISIBLE_DEVICES=visible),
+    )
+    try:
+        assert done.returncode == 0, done.stderr
+        uid = two_gpus["uuids"][int(visible)]
+        assert done.stdout.strip() == f"/tmp/nsprof-{uid}.lock.resume"
+    finally:
+        for uid in two_gpus["uuids"]:
+            (Path("/tmp") / f"nsprof-{uid}.lock.resume").unlink(missing_ok=True)

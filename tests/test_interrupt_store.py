@@ -90,3 +90,29 @@ def test_a_stopped_tune_keeps_every_finished_config(tmp_path, signum):
     )
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed: 7 of 9 configs came from the results store" in resumed.stdout
+
+
+def test_a_ctrl_c_stays_an_interrupt_when_the_store_was_replaced_meanwhile(tmp_path):
+    """The store's file replaced while the tune runs, then Ctrl-C: the run's end finds the store gone
+    and says so, and the command still ends as interrupted (130), not as the store's error."""
+    (tmp_path / "stoppable.py").write_text(TARGET)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = (
+        "tune stoppable.py:space --backend ncu --mode direct --store r.sqlite --work-dir wd --timeout 600"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(STANDINS), *command.split()],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    status = tmp_path / "wd" / "part0.status"
+    _wait_for(lambda: status.exists() and "start 7\n" in status.read_text(), "config 7 to start")
+    for leftover in tmp_path.glob("r.sqlite*"):
+        leftover.unlink()
+    ResultStore(tmp_path / "r.sqlite").close()  # someone else's new, empty store at the same name
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, stderr)
+    assert "Traceback" not in stderr, stderr
+    [said] = [line for line in stderr.splitlines() if "replaced while nsprof wrote to it" in line]
+    assert said.startswith("nsprof: error: results store r.sqlite was replaced"), said
+    assert stderr.rstrip().endswith("nsprof: aborted"), stderr

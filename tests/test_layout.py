@@ -22,6 +22,7 @@ LAYERS = [
         "nsprof.store",
         "nsprof.store_schema",
         "nsprof.store_rows",
+        "nsprof.store_rescue",
         "nsprof.builtin",
     ],
     ["nsprof.reports", "nsprof.timers", "nsprof.analysis"],

@@ -83,3 +83,32 @@ def test_a_loadable_target_still_meets_the_missing_tool(tmp_path, no_tools):
     assert (
         str(result.exception) == f"NSPROF_NCU={tmp_path / 'no such folder' / 'ncu'} is not an executable file"
     )
+
+
+RAISING = {
+    "SystemExit": ("raise SystemExit(3)\n", "SystemExit: 3"),
+    "KeyboardInterrupt": ("raise KeyboardInterrupt\n", "KeyboardInterrupt"),
+    "a BaseException of its own": (
+        "class Stop(BaseException):\n    pass\n\n\nraise Stop('no GPU here')\n",
+        "Stop: no GPU here",
+    ),
+}
+
+
+@pytest.mark.parametrize("raised", list(RAISING))
+@pytest.mark.parametrize("command", ["profile", "tune", "validate"])
+def test_a_target_raising_a_base_exception_at_import_is_one_line_naming_it_with_no_traceback(
+    raised, command, tmp_path
+):
+    """The child that imports the target to describe it catches what no `except Exception` does:
+    sys.exit(), a KeyboardInterrupt the target raises itself (the child is a session of its own: no
+    Ctrl-C of the user's reaches it), a BaseException subclass; its Python traceback is never printed."""
+    from conftest import run_nsprof
+
+    source, words = RAISING[raised]
+    (tmp_path / "t.py").write_text(source)
+    done = run_nsprof(command, "t.py:space", *(["--no-store"] if command == "tune" else []), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("nsprof: error: ") and "t.py" in line and line.endswith(f"failed: {words}"), line

@@ -129,6 +129,24 @@ def test_the_work_dir_asked_for_is_kept(target, fresh_tmp, tmp_path):
     assert sorted(p.name for p in fresh_tmp.iterdir()) == []
 
 
+def test_a_work_dir_used_again_keeps_every_file_an_earlier_run_measured_byte_for_byte(
+    target, fresh_tmp, tmp_path
+):
+    def files(folder):  # the session's phases.json is the latest run's by design: not a measurement
+        return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != "phases.json"}
+
+    _tune(target, backend="cupti", work_dir=tmp_path / "tune-work")
+    _validate(target, repeat_truth=False, work_dir=tmp_path / "work")
+    before = {**files(tmp_path / "tune-work"), **files(tmp_path / "work")}
+    assert any(p.name == "timers.jsonl" for p in before) and any(p.suffix == ".json" for p in before)
+    _tune(target, backend="cupti", work_dir=tmp_path / "tune-work")
+    [again] = _validate(target, repeat_truth=False, work_dir=tmp_path / "work")
+    after = {**files(tmp_path / "tune-work"), **files(tmp_path / "work")}
+    assert {p: after.get(p) for p in before} == before
+    assert (tmp_path / "tune-work" / "timer-cupti" / "timers1.jsonl").is_file()  # the second run's own
+    assert set(again.per_config["method"]) == {"cupti", "cupti_cold", "cond:direct"}
+
+
 def test_a_folder_whose_logs_explain_an_error_is_kept_and_named(target, fresh_tmp):
     with pytest.raises(NsprofError, match="truncated report") as caught:
         _validate(target, truths=("bad",))

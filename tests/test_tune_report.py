@@ -232,3 +232,105 @@ def test_a_saved_tune_edited_past_reading_is_one_line_and_exit_2(two_by_two, tmp
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert lines[0].startswith("nsprof: error: edited.json: a saved tune that cannot be read"), lines
+
+
+@pytest.fixture(scope="module")
+def saved_tune(tmp_path_factory) -> dict:
+    """tune --json's document of a tune of two truths at two shapes (shape 1's holds an explanation with
+    probes and adaptive summaries), made once for the edits below."""
+    from nsprof.render.json import tune_document
+
+    folder = tmp_path_factory.mktemp("saved")
+    registry.register("lab", type("Lab", (StatusDriver,), {"labels_like": NcuDriver}))
+    registry.register("field", type("Field", (StatusDriver,), {"labels_like": NsysDriver}))
+    (folder / "truths.py").write_text(
+        "import nsprof.space\n"
+        f"space = nsprof.space.Space(configs={_configs()!r}, shapes=[{{'M': 1}}, {{'M': 16}}], "
+        "build=lambda c, s: (lambda: None), device='cpu')\n"
+    )
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("NSPROF_LOCK_DIR", str(folder))
+            return json.loads(tune_document(_tuned(f"{folder / 'truths.py'}:space", folder)))
+    finally:
+        registry.unregister("lab")
+        registry.unregister("field")
+
+
+# Each a field of a saved tune edited by hand to a value of the wrong kind (each of these once gave
+# an internal error): the field, the value, and the words naming the field in the refusal.
+WRONG_FIELDS = [
+    ("shapes.1.agreement.0.a_under_b", "x", "shapes[1].agreement[0].a_under_b is the text 'x'"),
+    ("shapes.1.agreement.0.b_under_a", [], "shapes[1].agreement[0].b_under_a is a list"),
+    ("shapes.1.agreement.0.ties_a", None, "shapes[1].agreement[0].ties_a is null"),
+    ("shapes.1.agreement.0.ties_b", -1, "shapes[1].agreement[0].ties_b is the number -1"),
+    ("shapes.1.explanations.0.cause", "x", "shapes[1].explanations[0].cause is the text 'x'"),
+    ("shapes.1.explanations.0.contenders", 1.5, "shapes[1].explanations[0].contenders is the number 1.5"),
+    ("shapes.1.explanations.0.warnings", None, "shapes[1].explanations[0].warnings is null"),
+    ("shapes.1.explanations.0.probes.0.changed", [7], "shapes[1].explanations[0].probes[0].changed[0]"),
+    (
+        "shapes.1.explanations.0.probes.0.labels",
+        "x",
+        "shapes[1].explanations[0].probes[0].labels is the text",
+    ),
+    ("shapes.1.explanations.0.probes.0.labels.cache_control", [], "probes[0].labels.cache_control is a list"),
+    (
+        "shapes.1.explanations.0.probes.0.ranked.0.rank",
+        float("inf"),
+        "probes[0].ranked[0].rank is the number inf",
+    ),
+    ("shapes.1.truths.0.columns", None, "shapes[1].truths[0].columns is null"),
+    ("shapes.1.truths.0.columns", {}, "shapes[1].truths[0].columns lacks config_id"),
+    ("shapes.1.truths.0.notes", 5, "shapes[1].truths[0].notes is the number 5"),
+    ("shapes.1.truths.0.labels", True, "shapes[1].truths[0].labels is true"),
+    ("shapes.1.truths.0.labels.clock_control", {}, "shapes[1].truths[0].labels.clock_control is an object"),
+    ("shapes.1.truths.0.ranked.0.rank", float("inf"), "shapes[1].truths[0].ranked[0].rank is the number inf"),
+    (
+        "shapes.1.truths.0.ranked.0.value_ns",
+        -5.0,
+        "shapes[1].truths[0].ranked[0].value_ns is the number -5.0",
+    ),
+    ("shapes.1.truths.0.ranked.0.config_id", "x", "shapes[1].truths[0].ranked[0].config_id is the text 'x'"),
+    ("shapes.1.truths.0.truth", "x", "shapes[1].truths lack lab"),
+    ("shapes.1.truths.0.adaptive.stopped", None, "shapes[1].truths[0].adaptive.stopped is null"),
+    ("shapes.1.truths.0.adaptive.budget_s", "x", "shapes[1].truths[0].adaptive.budget_s is the text 'x'"),
+    ("shapes.1.truths.0.adaptive.equivalence", [], "shapes[1].truths[0].adaptive.equivalence is a list"),
+    ("errors", [1], "errors[0] is the number 1"),
+]
+
+
+def _edited(document, field: str, value):
+    edited = json.loads(json.dumps(document))
+    *path, last = [int(key) if key.isdigit() else key for key in field.split(".")]
+    held = edited
+    for key in path:
+        held = held[key]
+    held[last] = value
+    return edited
+
+
+@pytest.mark.parametrize(
+    "field, value, words", WRONG_FIELDS, ids=[f"{field}={value!r}" for field, value, _ in WRONG_FIELDS]
+)
+def test_a_saved_tune_with_a_field_of_the_wrong_kind_is_one_line_naming_the_field(
+    saved_tune, tmp_path, field, value, words
+):
+    (tmp_path / "edited.json").write_text(json.dumps(_edited(saved_tune, field, value)))
+    for more in ([], ["--json"]):
+        done = run_nsprof("results", "edited.json", *more, in_process=True, cwd=tmp_path)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1, done.stderr
+        assert lines[0].startswith("nsprof: error: edited.json: a saved tune that cannot be read: its "), (
+            lines
+        )
+        assert words in lines[0], lines
+
+
+def test_a_saved_tune_of_an_unbounded_budget_reads_back(saved_tune, tmp_path):
+    """--budget-s inf is written as JSON's null (JSON has no infinity): it reads back as no bound."""
+    (tmp_path / "t.json").write_text(
+        json.dumps(_edited(saved_tune, "shapes.1.truths.0.adaptive.budget_s", None))
+    )
+    done = run_nsprof("results", "t.json", "--json", in_process=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["shapes"][1]["truths"][0]["adaptive"]["budget_s"] is None

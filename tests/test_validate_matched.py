@@ -176,7 +176,9 @@ def test_validate_matched_measures_ncu_like_truths_under_each_timers_conditions(
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--truth", "nsys@free-warm"], "nsys does not control clocks or caches"),
+        (["--truth", "nsys@free-warm"], "nsys cannot set clocks or caches, so it takes no condition"),
+        (["--truth", "ncu,nsys@base-cold"], "'nsys@base-cold': nsys cannot set clocks or caches"),
+        (["--truth", "none@base-cold"], "'none@base-cold': none cannot set clocks or caches"),
         (["--truth", "nsys", "--matched"], "--matched needs a truth that controls clocks and caches"),
         (["--truth", "ncu@fast-cold"], "CLOCK-L2"),
         (["--truth", "perf@free-warm"], "choose from"),

@@ -72,15 +72,76 @@ def test_an_older_save_without_its_configs_still_loads(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "edit", [{"per_config": 5}, {"agreement": [{"timer": "event"}]}], ids=["type", "columns"]
+    "edit, words",
+    [
+        ({"per_config": 5}, "its per_config is the number 5, not a list"),
+        ({"agreement": [{"timer": "event"}]}, "its agreement rows lack truth"),
+    ],
+    ids=["type", "columns"],
 )
-def test_a_save_that_cannot_be_read_is_one_line(tmp_path, edit):
+def test_a_save_that_cannot_be_read_is_one_line(tmp_path, edit, words):
     record = json.loads(RECORD.read_text())
     (tmp_path / "bad.json").write_text(json.dumps({**record, **edit, "format": "nsprof validate"}))
     done = run_nsprof("results", "bad.json", cwd=tmp_path, in_process=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     [line] = done.stderr.strip().splitlines()
-    assert line.startswith("nsprof: error: bad.json: a saved validate run that cannot be read: ValueError")
+    assert (
+        line.startswith("nsprof: error: bad.json: a saved validate run that cannot be read: ")
+        and words in line
+    )
+
+
+# Each a field of a saved validate run edited by hand to a value of the wrong kind (each of these once
+# gave an internal error): the field, the value, and the words naming the field in the refusal.
+WRONG_FIELDS = [
+    ("agreement.0.bias", "x", "its agreement[0].bias is the text 'x', not a finite number"),
+    ("agreement.0.kendall_tau", {}, "its agreement[0].kendall_tau is an object"),
+    ("agreement.0.spearman_rho", [], "its agreement[0].spearman_rho is a list"),
+    ("agreement.0.regret", [1, 2], "its agreement[0].regret is a list"),
+    ("agreement.0.same_best", [], "its agreement[0].same_best is a list, not true or false"),
+    ("agreement.0.top_k_hit", [], "its agreement[0].top_k_hit is a list, not true or false"),
+    ("noise_floor.0.kendall_tau", "x", "its noise_floor[0].kendall_tau is the text 'x'"),
+    ("noise_floor.0.median_rel_change", {}, "its noise_floor[0].median_rel_change is an object"),
+    ("noise_floor.0.max_rel_change", [], "its noise_floor[0].max_rel_change is a list"),
+    ("noise_floor.0.truth", ["a"], "its noise_floor[0].truth is a list, not text"),
+    ("per_config.0.config_id", float("inf"), "its per_config[0].config_id is the number inf"),
+    ("per_config.0.method", {}, "its per_config[0].method is an object, not text"),
+    ("conditions", {"event": float("nan")}, "its conditions.event is the number nan, not text"),
+    (
+        "failures",
+        [{"method": "event", "config_id": float("inf"), "reason": "r"}],
+        "its failures[0].config_id",
+    ),
+    ("shape", float("inf"), "its shape is the number inf"),
+    ("shapes", {}, "its shapes is an object, not a list"),
+]
+
+
+@pytest.mark.parametrize(
+    "field, value, words", WRONG_FIELDS, ids=[f"{field}={value!r}" for field, value, _ in WRONG_FIELDS]
+)
+def test_a_save_with_a_field_of_the_wrong_kind_is_one_line_naming_the_field(tmp_path, field, value, words):
+    edited = {**json.loads(RECORD.read_text()), "format": "nsprof validate"}
+    *path, last = [int(key) if key.isdigit() else key for key in field.split(".")]
+    held = edited
+    for key in path:
+        held = held[key]
+    held[last] = value
+    (tmp_path / "bad.json").write_text(json.dumps(edited))
+    for more in ([], ["--json"]):
+        done = run_nsprof("results", "bad.json", *more, cwd=tmp_path, in_process=True)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1, done.stderr
+        assert lines[0].startswith("nsprof: error: bad.json: a saved validate run that cannot be read: its ")
+        assert words in lines[0], lines
+
+
+def test_a_save_with_an_empty_list_of_shapes_reads_as_the_one_shape_it_holds(tmp_path):
+    record = json.loads(RECORD.read_text())
+    (tmp_path / "v.json").write_text(json.dumps({**record, "format": "nsprof validate", "shapes": []}))
+    done = run_nsprof("results", "v.json", "--json", cwd=tmp_path, in_process=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["agreement"] == record["agreement"]
 
 
 @pytest.mark.parametrize("option", [["--export", "out.csv"], ["--target", "t.py:space"], ["--run", "1"]])

@@ -176,6 +176,19 @@ def test_truth_conditions_parse(spec, name, clock, cache):
     assert truth.method("graph") == f"{name}:graph"
 
 
+@pytest.mark.parametrize("spec", ["nsys@base-cold", "nsys@free-warm", "nsys@base-warm", "nsys@fast"])
+def test_a_truth_naming_a_condition_its_tool_cannot_give_is_refused_naming_what_it_takes(spec):
+    from nsprof.errors import NsprofError
+
+    with pytest.raises(NsprofError) as info:
+        Truth.parse(spec)
+    assert str(info.value) == (
+        f"truth {spec!r}: nsys cannot set clocks or caches, so it takes no condition: give plain nsys "
+        "(a condition @CLOCK-L2 is for ncu)"
+    )
+    assert Truth.parse("nsys") == Truth("nsys") and Truth.parse(" nsys ").name == "nsys"
+
+
 @pytest.mark.parametrize("spec", ["ncu@free", "ncu@fast-warm", "ncu@free-hot", "ncu@"])
 def test_a_bad_truth_condition_is_one_line(spec):
     from nsprof.errors import NsprofError
@@ -183,3 +196,17 @@ def test_a_bad_truth_condition_is_one_line(spec):
     with pytest.raises(NsprofError, match="CLOCK-L2") as info:
         Truth.parse(spec)
     assert "\n" not in str(info.value)
+
+
+def test_the_truths_that_take_a_condition_are_those_whose_drivers_control_clocks_and_caches():
+    from nsprof import truth
+    from nsprof.drivers import registry
+    from nsprof.errors import NsprofError
+
+    taking = {name for name in truth.BUILTIN_BACKENDS if registry.driver_class(name).controls_conditions}
+    assert taking == set(truth.BUILTIN_CONDITIONED) == {"ncu"}
+    assert Truth.parse("ncu@free-warm") == Truth("ncu", "free", "warm")
+    with pytest.raises(NsprofError, match="give plain none"):
+        Truth.parse("none@free-warm")
+    with pytest.raises(NsprofError, match="give plain nsys"):
+        Truth.parse(Truth("nsys", "free", "warm"))  # a Truth built by hand is checked as its name

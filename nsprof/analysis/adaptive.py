@@ -77,16 +77,38 @@ def updated_cost(cost: Cost, wall_s: float, visits: int) -> Cost:
 
 def contenders(decision) -> list[int]:
     """The configs to measure again: the tie set (nsprof.analysis.confidence.Decision.members, in
-    rank order) when the decision is a tie, else none."""
+    rank order) when the decision is a tie; a winner and its nearest rival (to_confirm); else none."""
+    if decision.kind == "winner":
+        return [decision.config_id, decision.second] if decision.second is not None else []
     return list(decision.members) if decision.kind == "tie" else []
 
 
-def stop_reason(decision, reps: dict[int, int], max_reps: int, equivalence: float = 0.0) -> str | None:
+def to_confirm(decision, reps: dict[int, int], equivalence: float, first_reps: int) -> bool:
+    """Whether a winner stands on one process's reps only (the winner or its nearest rival has no
+    more than the first pass's `first_reps`: no adaptive session, of this run or a stored one, has
+    measured it) and beats that rival by less than the practical-equivalence margin. Reps within one
+    process agree more closely than the process shifts a config (nsys on the H200: winners 0.5-0.6 %
+    clear of the runner-up's interval, picked second by the next runs), so such a winner is measured
+    again beside its rival in a second process, interleaved, and decided over both processes' reps."""
+    margin = decision.margin
+    return (
+        decision.kind == "winner"
+        and equivalence > 0
+        and decision.second is not None
+        and 0 <= margin < equivalence  # (below 0 under --stat min: the medians' intervals overlap)
+        and any(reps.get(c, 0) <= first_reps for c in contenders(decision))
+    )
+
+
+def stop_reason(
+    decision, reps: dict[int, int], max_reps: int, equivalence: float = 0.0, first_reps: int = 0
+) -> str | None:
     """Why no further adaptive session is needed, or None to go on: `decision` over all reps so
     far, `reps` each config's rep count, `equivalence` the practical-equivalence margin (relative;
-    0: none)."""
-    if decision.kind == "winner":
-        return SEPARATED
+    0: none), `first_reps` the first pass's reps per config (to_confirm)."""
+    if decision.kind == "winner":  # checked only where --max-reps leaves room for the first pass's reps
+        room = all(reps.get(c, 0) + first_reps <= max_reps for c in contenders(decision))
+        return None if room and to_confirm(decision, reps, equivalence, first_reps) else SEPARATED
     if decision.kind != "tie":
         return UNTESTED
     if equivalence > 0 and decision.tie_spread <= equivalence:
@@ -127,10 +149,14 @@ def plan_session(
     max_reps: int,
     budget_left_s: float,
     cost: Cost,
+    confirm: int = 0,
 ) -> Plan | None:
-    """The next session over `configs` (session_configs: each below max_reps), or None where the budget left cannot pay a start-up and
-    one round. reps: each config's rep count so far; next_rep: the first free rep number of each
-    (reps continue after the ones they have, so range names stay unique per config)."""
+    """The next session over `configs` (session_configs: each below max_reps), or None where the
+    budget left cannot pay a start-up and one round. reps: each config's rep count so far;
+    next_rep: the first free rep number of each (reps continue after the ones they have, so range
+    names stay unique per config). confirm: the first pass's reps per config where the session checks
+    winners in a second process (to_confirm), which does that many rounds, so that neither process's
+    reps outweigh the other's (0: not such a session)."""
     if not configs:
         raise ValueError("a session needs a config to measure")
     have = max(reps.get(c, 0) for c in configs)
@@ -138,12 +164,14 @@ def plan_session(
     if left < 1:
         raise ValueError(f"a config of {configs} has max_reps ({max_reps}) reps already")
     round_s = cost.visit_s * len(configs)
-    rounds = left if left * round_s <= cost.startup_s else min(left, max(1, have))
+    if confirm > left:
+        raise ValueError(f"a check of {confirm} reps does not fit under max_reps ({max_reps})")
+    rounds = confirm or (left if left * round_s <= cost.startup_s else min(left, max(1, have)))
     if round_s <= 0 or math.isinf(budget_left_s):  # free visits, or no budget at all (--budget-s inf)
         affordable = left
     else:
         affordable = math.floor((budget_left_s - cost.startup_s) / round_s)
-    if affordable < 1:
+    if affordable < max(1, confirm):  # a check of fewer reps than the first pass's is none: not started
         return None
     rounds = min(rounds, affordable)
     return Plan(
@@ -164,7 +192,8 @@ class AdaptiveSummary:
     sessions: int = 0
     reps: int = 0  # adaptive reps measured and kept, over all contenders
     wall_s: float = 0.0
-    # one per session: {"configs": [...], "rounds": n, "first_rep": {id: rep}, "wall_s": s, "kept": bool}
+    # one per session: {"configs": [...], "rounds": n, "first_rep": {id: rep}, "wall_s": s, "kept": n,
+    # "confirm": whether it checked a close winner in a second process (to_confirm)}
     history: list[dict] = field(default_factory=list)
     reps_per_config: dict[int, int] = field(default_factory=dict)  # the contenders' rep counts at the end
     note: str = ""  # why a session was not started or what failed, in words
@@ -172,7 +201,8 @@ class AdaptiveSummary:
 
     def describe(self) -> str:
         words = {
-            SEPARATED: "the best is separated",
+            SEPARATED: "the best is separated"
+            + (" in a second process too" if any(h.get("confirm") for h in self.history) else ""),
             MAX_REPS: f"every contender reached --max-reps {self.max_reps}",
             BUDGET: f"the budget (--budget-s {self.budget_s:g}) cannot pay another session",
             OFF: "off (--budget-s 0)",
@@ -183,6 +213,8 @@ class AdaptiveSummary:
         }[self.stopped]
         if self.stopped in (OFF, FAST_TIMER, UNTESTED):
             return f"adaptive reps: {words}"
+        if self.sessions == 0 and self.stopped == SEPARATED and self.note:
+            return f"adaptive reps: none run; {self.note}"
         if self.sessions == 0 and self.stopped in (SEPARATED, EQUIVALENT):
             why = "the first pass separated the best" if self.stopped == SEPARATED else words
             return f"adaptive reps: none needed ({why})"

@@ -4,6 +4,7 @@ print the tidy rows or the per-config summary (`show`)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -85,11 +86,10 @@ def show(target: str, settings, result, failures, *, as_json, csv_path) -> None:
         return
     labels = result.labels
     to_stderr = csv_path == "-"  # standard output carries the rows
-    kept = (
-        f"reports kept in {result.work_dir}"
-        if result.work_dir
-        else "temporary reports removed (pass --work-dir to keep them)"
-    )
+    kept = "temporary reports removed (pass --work-dir to keep them)"
+    if result.work_dir:  # and this run's own reports: a reused --work-dir holds earlier runs' too
+        names = ", ".join(Path(report).name for report in result.reports)
+        kept = f"reports kept in {result.work_dir}" + (f": {names}" if names else "")
     click.echo(
         f"{target}: {settings.backend}, clock control {labels['clock_control']}, cache control "
         f"{labels['cache_control']}, {result.wall_s:.1f} s wall; {kept}",

@@ -40,12 +40,10 @@ def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, 
     from dataclasses import replace
 
     from nsprof.drivers.registry import get_driver
-    from nsprof.tune import check_truths
     from nsprof.tune import tune as run_tune
 
     one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--json": as_json})
     check_plot(plot_path)  # one line before any work
-    check_truths(settings)
     with clusters(), StageBars() as bars:
         settings = replace(settings, cluster=cluster_settings(devices, scheduler, verbose))
 

@@ -136,8 +136,9 @@ class Driver(ABC):
         """The argv that runs the worker on `job_file` under this profiler, writing `report_base`.*"""
 
     def report_files(self, report_base: Path) -> list[Path]:
-        """Every file finish() may take as this run's report (or turn into it): removed before a
-        run, so that none an earlier run left is read as this one's."""
+        """Every file finish() may take as this run's report (or turn into it): a session never takes a
+        report base under which one lies (nsprof.session.folders.claim_base), so that none an earlier
+        run left is read as this one's, or lost."""
         return [report_base.with_suffix(self.suffix)] if self.suffix else []
 
     @abstractmethod

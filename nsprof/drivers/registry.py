@@ -33,7 +33,7 @@ def register(name: str, driver, ground_truth: bool = True) -> None:
     """Make `name` a backend: `driver` is a Driver subclass (or "module:Class") whose create()
     gives the driver to run. A ground truth can be profiled, tuned by and validated against."""
     _DRIVERS[name] = driver
-    truth.add_backend(name, ground_truth)
+    truth.add_backend(name, ground_truth, driver_class(name).controls_conditions)
 
 
 def unregister(name: str) -> None:
@@ -62,16 +62,6 @@ def get_driver(name: str):
     return driver_class(name).create()
 
 
-def controllable() -> list[str]:
-    """The ground truths whose drivers control clocks and caches (and so take a condition)."""
-    return [name for name in ground_truths() if driver_class(name).controls_conditions]
-
-
-def check_condition(backend: str, truth: str) -> None:
-    """Truth `truth` names a condition (ncu@free-warm): an NsprofError in one line unless `backend`'s
-    driver controls clocks and caches."""
-    if not driver_class(backend).controls_conditions:
-        raise NsprofError(
-            f"unknown truth {truth!r}: {backend} does not control clocks or caches, so it takes no "
-            f"condition (conditions such as @free-warm are for {', '.join(controllable()) or 'ncu'})"
-        )
+# The ground truths whose drivers control clocks and caches (and so take a condition: Truth.parse
+# refuses one for any other)
+controllable = truth.conditioned

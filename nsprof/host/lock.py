@@ -191,7 +191,7 @@ def _owner(path: Path) -> str:
         return "an unknown owner"
 
 
-def _open_lock_file(path: Path) -> int:
+def open_lock_file(path: Path) -> int:
     """A read-only descriptor of the lock file, created (O_EXCL, LOCK_MODE) if there is none. A link, or
     anything but a regular file, at its name is refused (NsprofError): never followed, never written."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -389,7 +389,7 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
         _held[key] = -1
     fd = -1
     try:
-        fd = _open_lock_file(path)
+        fd = open_lock_file(path)
         _acquire(fd, gpu, path, wait=wait, timeout_s=timeout_s, device=device)
         with _held_lock:
             _held[key] = fd

@@ -282,10 +282,13 @@ def load_tune(text: str):
         raise NsprofError(f"not JSON ({exc})") from None
     if not isinstance(document, dict) or document.get("format") != TUNE_FORMAT:
         raise NsprofError("not a saved tune (nsprof tune --json writes one)")
+    from nsprof.render.saved_shape import Unreadable, tune_spec
+
     try:
-        for key, kind in (("configs", list), ("settings", dict), ("errors", list)):
-            if not isinstance(document[key], kind):
-                raise TypeError(f"its {key} is a {type(document[key]).__name__}, not a {kind.__name__}")
+        tune_spec().check(document, "")
+    except Unreadable as exc:
+        raise NsprofError(f"a saved tune that cannot be read: {exc}") from None
+    try:
         shapes = [_shape_of(shaped) for shaped in document.get("shapes") or [document]]
         return TuneReport(
             document["target"], document["configs"], shapes, document["settings"], document["errors"]
@@ -305,6 +308,8 @@ def _shape_of(document: dict):
         if adaptive is not None:
             given = {f.name: adaptive[f.name] for f in fields(AdaptiveSummary)}
             given["reps_per_config"] = {int(c): n for c, n in adaptive["reps_per_config"].items()}
+            if given["budget_s"] is None:  # --budget-s inf, written as JSON's null
+                given["budget_s"] = float("inf")
             adaptive = AdaptiveSummary(**given)
         return Ranking(frame_of(doc), adaptive=adaptive, **{key: doc[key] for key in _RANKING_KEYS})
 
@@ -337,7 +342,11 @@ def _explanation_of(doc: dict, pairs: list):
 
     keys = ("truth", "changed", "labels", "winner", "tie_set", "verdict")
     probes = [Probe(*(p[key] for key in keys), frame_of(p)) for p in doc["probes"]]
-    pair = {(p.a, p.b): p for p in pairs}[(doc["a"], doc["b"])]
+    pair = {(p.a, p.b): p for p in pairs}.get((doc["a"], doc["b"]))
+    if pair is None:
+        raise ValueError(
+            f"it explains the truths {doc['a']} and {doc['b']}, which its agreement does not compare"
+        )
     given = (Truth.parse(doc["probed"]), doc["target"], doc["contenders"], probes, doc["cause"])
     return Explanation(pair, *given, doc["reason"] or "", doc["warnings"])
 

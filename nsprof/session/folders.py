@@ -1,18 +1,47 @@
 """The folders a session's reports and logs go to.
 
 Holds work_folder (a command's folder: the one given, or a temporary one kept only when an error
-names it) and kept_in (an error, its message naming the folder kept).
+names it), kept_in (an error, its message naming the folder kept) and claim_base (a name for a run's
+files in a folder that may hold an earlier run's: --work-dir used again).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from nsprof.errors import NsprofError
+from nsprof.errors import NsprofError, ToolFailed
+
+CLAIMS = 10000  # the names claim_base tries in one folder
+
+
+def numbered(stem: str, first: int = 0, bare_first: bool = False) -> Iterator[str]:
+    """`stem0`, `stem1`, ... from `first` (with bare_first: `stem`, `stem1`, ...): CLAIMS names."""
+    for number in range(first, first + CLAIMS):
+        yield stem if bare_first and number == 0 else f"{stem}{number}"
+
+
+def claim_base(
+    folder: Path, names: Iterable[str], marker: str, taken: Callable[[Path], Iterable[Path]] = lambda base: ()
+) -> Path:
+    """The first of `names` in `folder` that no run has used, as a base path (no suffix): its `marker`
+    file (`.status`) is created here exclusively, so that two runs, at once or one after another, never
+    share a name, and a name beside which one of `taken(base)` lies (an earlier run's report) is passed
+    over: nothing an earlier run in a reused --work-dir measured is overwritten, or read as this run's."""
+    for name in names:
+        base = folder / name
+        if any(path.exists() for path in taken(base)):
+            continue
+        try:
+            os.close(os.open(base.with_suffix(marker), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except FileExistsError:
+            continue
+        return base
+    raise ToolFailed(f"{folder} holds the files of {CLAIMS} earlier runs already: pass another --work-dir")
 
 
 def kept_in(exc: NsprofError, folder: Path) -> NsprofError:

@@ -22,6 +22,7 @@ from nsprof.errors import NsprofError, TargetChanged, ToolFailed
 from nsprof.host.children import DeathPipe
 from nsprof.reports.checks import one_line
 from nsprof.schema import Failure, Points, failure_frame
+from nsprof.session.folders import claim_base, numbered
 from nsprof.session.request import Measured, SessionRun
 from nsprof.session.supervise import RunEnd, run_worker
 from nsprof.session.timing import PHASES_FILE, Timing
@@ -261,12 +262,9 @@ def _start_failure(
     return driver.diagnose(log, end.returncode)
 
 
-def _remove_leftovers(driver: Driver, base: Path) -> None:
-    """Remove the report files an earlier run of this driver left under this part's name in a
-    reused work folder: a profiler that writes no report this time must not have the old one read
-    as this run's (the driver's finish takes whatever lies at the part's report path)."""
-    for path in driver.report_files(base):
-        path.unlink(missing_ok=True)
+def _part_files(driver: Driver, base: Path) -> list[Path]:
+    """The files a worker run with report base `base` leaves (but its status file)."""
+    return [*driver.report_files(base), *(base.with_suffix(s) for s in (".log", ".job.json", ".exit"))]
 
 
 class _Parts:
@@ -301,10 +299,12 @@ class _Parts:
     def part(self, number: int, remaining: list[int], pipe: DeathPipe) -> list[int]:
         """Worker run `number`, of the configs `remaining`: the configs left after it (lost ones last)."""
         run = self.run
-        base = run.work_dir / f"part{number}"
-        _remove_leftovers(run.driver, base)
+        # part{number}, or the next name no earlier run in a reused work folder has used: its reports
+        # are kept, and never read as this run's (the driver's finish takes what lies at the part's path)
+        base = claim_base(
+            run.work_dir, numbered("part", number), ".status", lambda b: _part_files(run.driver, b)
+        )
         status_file = base.with_suffix(".status")
-        status_file.write_text("")
         log = base.with_suffix(".log")
         job = make_job(run, remaining, status_file, watch_fd=pipe.read_fd, watch_inode=pipe.inode)
         job_file = job.write(base.with_suffix(".job.json"))

@@ -19,6 +19,7 @@ from nsprof.reports.checks import one_line
 from nsprof.schema import FAILURE_KINDS, Failure
 from nsprof.serve_client import EXIT_WAIT_S, submit
 from nsprof.serve_files import read_or_empty
+from nsprof.session.folders import claim_base, numbered
 from nsprof.session.parts import (
     Part,
     failure_rows,
@@ -38,18 +39,14 @@ def _served_base(work_dir: Path, driver) -> Path:
     """The report base of a served job in `work_dir`: `served`, or `served1`, `served2`... where an earlier
     run's job has that name. A job abandoned by its client (Ctrl-C) runs on in the server and still writes
     its status file and report: the name is taken by creating the status file exclusively, so that no two
-    runs share one, and a report left under the name (its status file removed) is removed first, so that
-    only this job's collection can be read."""
-    for number in range(10000):
-        base = work_dir / ("served" if number == 0 else f"served{number}")
-        try:
-            os.close(os.open(base.with_suffix(".status"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-        except FileExistsError:
-            continue
-        for suffix in {driver.suffix, ".nsys-rep", ".qdstrm", ".sqlite"} - {""}:
-            base.with_suffix(suffix).unlink(missing_ok=True)
-        return base
-    raise ToolFailed(f"{work_dir} holds 10000 served jobs' files already: pass another --work-dir")
+    runs share one, and a name under which a report lies (its status file removed) is passed over, so that
+    only this job's collection can be read and no earlier one is lost."""
+
+    def taken(base: Path) -> list[Path]:
+        suffixes = {driver.suffix, ".nsys-rep", ".qdstrm", ".sqlite", ".log", ".job.json"} - {""}
+        return [base.with_suffix(suffix) for suffix in suffixes]
+
+    return claim_base(work_dir, numbered("served", bare_first=True), ".status", taken)
 
 
 def _by_server(state: dict) -> str:

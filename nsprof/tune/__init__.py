@@ -36,7 +36,7 @@ from nsprof.settings import TIMER_BACKENDS, TuneSettings
 from nsprof.space import config_label
 from nsprof.tune import measure
 from nsprof.tune.explain import cross_truth
-from nsprof.tune.measure import check_truths, key_labels, retryable, shape_keys
+from nsprof.tune.measure import key_labels, retryable, shape_keys
 from nsprof.tune.rankings import rank_truth
 from nsprof.tune.stored import by_shape, select_stored
 
@@ -47,7 +47,6 @@ __all__ = [
     "ShapeReport",
     "TuneReport",
     "TuneSettings",
-    "check_truths",
     "key_labels",
     "rank_truth",
     "retryable",
@@ -74,7 +73,6 @@ def tune(
     from nsprof.space import load_target
 
     settings = settings or TuneSettings()
-    check_truths(settings)
     space = space or load_target(target)
     n = len(space.configs)
     wanted = list(range(n)) if config_ids is None else config_ids_of(space, config_ids)

@@ -1,6 +1,6 @@
 """What one of tune's rankings measures, and under which key: measure_rows (a truth's rows for
 points of a target, through nsprof.measure's Backends), key_labels and truth_labels (the
-conditions a row is taken under), check_truths, retryable (which stored failure a resume measures
+conditions a row is taken under), retryable (which stored failure a resume measures
 again), shape_keys (a target without shapes is one shape)."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from nsprof.schema import Failure
 from nsprof.settings import Truth, TuneSettings
 
 __all__ = [
-    "check_truths",
     "key_labels",
     "measure_rows",
     "retryable",
@@ -27,14 +26,6 @@ __all__ = [
 def truth_labels(truth: Truth, settings: TuneSettings) -> dict[str, str]:
     """The conditions ground truth `truth`'s rows are labelled with (its driver's labels)."""
     return registry.driver_class(truth.backend).labels(settings.truth_profile(truth))
-
-
-def check_truths(settings: TuneSettings) -> None:
-    """Every truth of `settings` is one its driver can measure: a variant (ncu@base-warm, ...) only where
-    the driver controls clocks and caches. An NsprofError in one line otherwise."""
-    for truth in settings.truths:
-        if truth.condition:
-            registry.check_condition(truth.backend, truth.name)
 
 
 def key_labels(truth: Truth, settings: TuneSettings) -> dict[str, str]:

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 from nsprof.analysis.adaptive import Plan, first_pass_cost
 from nsprof.analysis.ranking import rank
 from nsprof.analysis.tune_report import Ranking
@@ -38,21 +41,19 @@ def rank_truth(
     bars' factory), the contenders left tied after the first pass get adaptive reps (within
     settings.budget_s for this truth: nsprof.adaptive), every shape's in the same sessions;
     without it (the cross-truth probes), none."""
-    import time
-
     notes = [] if notes is None else notes
-    timed, cost_of_first_pass = _timed(on_progress, settings)
-    began = time.monotonic()
+    clock = _FirstPassClock(on_progress, settings)
     runs: list[Measured] = []
-    rows, stored = _first_pass(target, space, truth, settings, points, timed, notes, runs.append)
-    first_pass = (time.monotonic() - began, _timing(runs[0]) if runs else None)
     adaptive: dict = {}
-    if stage is not None and settings.cluster is not None and truth.profiler:
-        notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
-    elif stage is not None and stored is not None and stored.missing_tool:
-        notes.append(f"no adaptive reps: {stored.missing_tool}")
-    elif stage is not None:
-        rows, adaptive = _adaptive(target, space, truth, settings, rows, stored, cost_of_first_pass(), stage)
+    with contextlib.ExitStack() as held:  # a --resume --wait's turn, through the adaptive reps (tune.turn)
+        rows, stored = _first_pass(target, space, truth, settings, points, clock, notes, runs.append, held)
+        first_pass = (clock.elapsed(), _timing(runs[0]) if runs else None)
+        if stage is not None and settings.cluster is not None and truth.profiler:
+            notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
+        elif stage is not None and stored is not None and stored.missing_tool:
+            notes.append(f"no adaptive reps: {stored.missing_tool}")
+        elif stage is not None:
+            rows, adaptive = _adaptive(target, space, truth, settings, rows, stored, clock.cost(), stage)
     # A session keeps its temporary folder when a config failed (its logs say why): name it.
     kept = [m.work_dir for m in runs if settings.work_dir is None and m.work_dir is not None]
     kept_notes = [
@@ -64,10 +65,18 @@ def rank_truth(
     return results
 
 
-def _first_pass(target: str, space, truth: Truth, settings: TuneSettings, points, timed, notes, on_measured):
-    """The first pass's rows, and the store's context for adaptive sessions (None without a store)."""
+def _first_pass(
+    target: str, space, truth: Truth, settings: TuneSettings, points, clock, notes, on_measured, held
+):
+    """The first pass's rows, and the store's context for adaptive sessions (None without a store).
+    held: the ExitStack a --resume --wait's turn is held in (nsprof.tune.turn); clock: the first
+    pass's, started again once the turn is taken."""
+    timed = clock.timed
     if settings.use_store:
-        return measure_stored(target, space, truth, settings, points, timed, notes, on_measured=on_measured)
+        return measure_stored(
+            target, space, truth, settings, points, timed, notes, on_measured=on_measured,
+            held=held, on_turn=clock.restart,
+        )  # fmt: skip
     rows = measure.measure_rows(
         target,
         len(space.configs),
@@ -174,24 +183,30 @@ def _timing(measured: Measured) -> dict | None:
     return timing_record(measured.wall_s, measured.phases, measured.config_phases)
 
 
-def _timed(progress, settings: TuneSettings):
-    """The first pass's progress callback, timing when each config finishes, and a function giving
-    the cost model (nsprof.analysis.adaptive.first_pass_cost) from those times."""
-    import time
+class _FirstPassClock:
+    """The first pass's clock: its progress callback (`timed`) notes when each config finishes, and
+    `cost` gives the cost model (nsprof.analysis.adaptive.first_pass_cost) from those times. Started
+    again (`restart`) once a --resume --wait has its turn: waiting for another run is no start-up."""
 
-    began = time.monotonic()
-    finished: list[tuple[float, bool]] = []
+    def __init__(self, progress, settings: TuneSettings) -> None:
+        self.progress, self.settings = progress, settings
+        self.restart()
 
-    def timed(event: str, config_id: int, detail: str) -> None:
+    def restart(self) -> None:
+        self.began, self.finished = time.monotonic(), []
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.began
+
+    def timed(self, event: str, config_id: int, detail: str) -> None:
         if event in ("done", "fail"):
-            finished.append((time.monotonic() - began, event == "done"))
-        if progress is not None:
-            progress(event, config_id, detail)
+            self.finished.append((self.elapsed(), event == "done"))
+        if self.progress is not None:
+            self.progress(event, config_id, detail)
 
-    def cost():
-        return first_pass_cost(time.monotonic() - began, finished, settings.reps, settings.profile.warmup)
-
-    return timed, cost
+    def cost(self):
+        warmup = self.settings.profile.warmup
+        return first_pass_cost(self.elapsed(), self.finished, self.settings.reps, warmup)
 
 
 def _adaptive(

@@ -4,16 +4,18 @@ rank read back, adaptive sessions as runs of their own), select_stored (which st
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
+import sys
 from collections.abc import Callable
 
 from nsprof.analysis.adaptive import Plan
-from nsprof.errors import TargetChanged, ToolNotFound
+from nsprof.errors import StoreError, TargetChanged, ToolNotFound, error_line
 from nsprof.measure import GroundTruth, Measured
 from nsprof.settings import Truth, TuneSettings
 from nsprof.tune import measure
 from nsprof.tune.measure import key_labels, retryable, shape_keys
+from nsprof.tune.turn import resume_turn
 
 __all__ = [
     "ADAPTIVE_RUN",
@@ -98,20 +100,26 @@ def stored_tool_version(store, group: dict) -> str | None:
 def _recorded(store, run_id: int, measure: Callable[[], object]):
     """measure()'s rows, with the store's run `run_id` finished as what happened: ok, nothing
     measured, interrupted (Ctrl-C, SIGTERM: re-raised), target changed (its worker refused a target
-    edited since nsprof read it: re-raised) or failed."""
-    status = "failed"
+    edited since nsprof read it: re-raised) or failed. The store's own failure at the end (a
+    StoreError: its file went meanwhile) never hides what stopped the run: it is said, in one line,
+    and the interrupt or error goes on."""
     try:
         rows = measure()
-        status = "ok" if rows["error"].isna().any() else "nothing measured"
-        return rows
-    except KeyboardInterrupt:
-        status = "interrupted"
+    except BaseException as exc:
+        status = (
+            "interrupted"
+            if isinstance(exc, KeyboardInterrupt)
+            else "target changed"
+            if isinstance(exc, TargetChanged)
+            else "failed"
+        )
+        try:
+            store.finish_run(run_id, status)
+        except StoreError as failed:
+            print(error_line(f"nsprof: error: {failed}"), file=sys.stderr, flush=True)
         raise
-    except TargetChanged:
-        status = "target changed"
-        raise
-    finally:
-        store.finish_run(run_id, status)
+    store.finish_run(run_id, "ok" if rows["error"].isna().any() else "nothing measured")
+    return rows
 
 
 class Stored:
@@ -229,9 +237,14 @@ def measure_stored(
     on_progress,
     notes: list[str],
     on_measured: Callable[[Measured], None] | None = None,
+    held: contextlib.ExitStack | None = None,
+    on_turn: Callable[[], None] | None = None,
 ):
     """measure_rows through the results store: resume per point, one transaction per point, GPU lock.
-    Returns the rows to rank (see select_stored) and the Stored context for adaptive sessions."""
+    Returns the rows to rank (see select_stored) and the Stored context for adaptive sessions. With
+    `held`, a --resume --wait's turn (nsprof.tune.turn) is entered there, so that the caller holds it
+    through the adaptive reps too; without, for the first pass only. on_turn: called once the turn
+    is taken (the first pass's clock starts again: waiting for another run is none of its time)."""
     from nsprof.store import ResultStore
 
     group, gpu, missing_tool = _key(target, space, truth, settings)
@@ -244,49 +257,23 @@ def measure_stored(
         todo = (
             _to_measure(store, context, settings, wanted, points, notes) if settings.resume else list(points)
         )
-        if (
-            todo
-            and settings.resume
-            and settings.wait
-            and settings.cluster is None
-            and _waited_for_another_run()
-        ):
-            del notes[noted:]  # decided again, now that the other run has stored what it measured
-            todo = _to_measure(store, context, settings, wanted, points, notes)
-        if todo and missing_tool is not None:
-            raise missing_tool
-        if todo:
-            _first_pass(store, context, target, space, truth, todo, on_progress, on_measured, gpu, notes)
-        else:
-            space.confirm()  # no worker checks the target: the stored rows are ranked under its configs as read
+        # --resume --wait: another run may be storing these very points (nsprof.tune.turn), and then
+        # adaptive reps of them: the caller holds the turn through its own
+        turn = todo and settings.resume and settings.wait and settings.cluster is None
+        with contextlib.ExitStack() as here:
+            waited = (held or here).enter_context(resume_turn()) if turn else False
+            if turn and on_turn is not None:
+                on_turn()
+            if waited:
+                del notes[noted:]  # decided again, now that the other run has stored what it measured
+                todo = _to_measure(store, context, settings, wanted, points, notes)
+            if todo and missing_tool is not None:
+                raise missing_tool
+            if todo:
+                _first_pass(store, context, target, space, truth, todo, on_progress, on_measured, gpu, notes)
+            else:
+                space.confirm()  # no worker checks the target: the stored rows are ranked under its configs as read
         return context.rows(store), context
-
-
-def _waited_for_another_run() -> bool:
-    """--resume --wait with points to measure: whether another nsprof run held this GPU (not an `nsprof
-    serve`, through which this run then measures) and was waited for, since it may have been storing
-    the very points this run would measure. Two runs that begin waiting together may still both measure."""
-    import sys
-
-    from nsprof.errors import GpuBusy
-    from nsprof.host.lock import gpu_lock
-    from nsprof.serve_client import holding_server
-
-    try:
-        with gpu_lock(0):
-            return False
-    except GpuBusy as exc:
-        holder = (exc.holder or {}).get("pid")
-        if holder == os.getpid() or holding_server(holder) is not None:
-            return False
-    print(
-        f"nsprof: waiting for the nsprof run on this GPU{f' (pid {holder})' if holder else ''} to end "
-        "before deciding what is missing",
-        file=sys.stderr,
-        flush=True,
-    )
-    with gpu_lock(0, wait=True):
-        return True
 
 
 def _key(target: str, space, truth: Truth, settings: TuneSettings):

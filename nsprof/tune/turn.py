@@ -1,0 +1,72 @@
+"""A `tune --resume --wait` that has points to measure takes its turn: it decides what is missing only
+once no other nsprof run it waited for can still be storing them.
+
+Two waits, in this order (the only order any run takes them, so none waits on another in a cycle):
+1. the resume turn of this GPU: a lock file beside the GPU's lock (nsprof.host.lock; the same
+   folder, made and opened as safely), held from the decision to the end of the truth's adaptive
+   reps (nsprof.tune.rankings), so that two resumes that wait together take turns and the second
+   decides again after the first has stored what it measured, its adaptive reps too;
+2. the GPU's lock itself, when another nsprof run (not an `nsprof serve`, through which this run
+   then measures) holds it: waited for and let go at once, so that what that run stored counts;
+   each session takes it again as it always does.
+A resume that finds nothing missing takes no turn (it waits behind no one); should another resume
+still be running adaptive reps then, both may run them.
+Only a resume with --wait takes the turn; a run that holds the GPU lock never waits for a turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sys
+from collections.abc import Iterator
+
+__all__ = ["resume_turn"]
+
+
+@contextlib.contextmanager
+def resume_turn() -> Iterator[bool]:
+    """Hold this GPU's resume turn for the body; yields whether another run was waited for (the
+    turn, or the GPU), so that what is missing must be decided again."""
+    from nsprof.host.gpu import which_gpu
+    from nsprof.host.lock import lock_path, open_lock_file
+
+    path = lock_path(which_gpu(0))  # the GPU that gpu_lock(0) holds: CUDA_VISIBLE_DEVICES's first
+    fd = open_lock_file(path.with_name(f"{path.name}.resume"))
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            waited = False
+        except BlockingIOError:
+            _say("waiting for another nsprof resume on this GPU to end before deciding what is missing")
+            fcntl.flock(fd, fcntl.LOCK_EX)  # Ctrl-C still interrupts the wait (PEP 475)
+            waited = True
+        yield _waited_for_the_gpu() or waited
+    finally:
+        os.close(fd)  # releases the turn
+
+
+def _waited_for_the_gpu() -> bool:
+    """Whether another nsprof run held this GPU (not an `nsprof serve`) and was waited for, since it
+    may have been storing the very points this run would measure."""
+    from nsprof.errors import GpuBusy
+    from nsprof.host.lock import gpu_lock
+    from nsprof.serve_client import holding_server
+
+    try:
+        with gpu_lock(0):
+            return False
+    except GpuBusy as exc:
+        holder = (exc.holder or {}).get("pid")
+        if holder == os.getpid() or holding_server(holder) is not None:
+            return False
+    _say(
+        f"waiting for the nsprof run on this GPU{f' (pid {holder})' if holder else ''} to end before deciding what is missing"
+    )
+    with gpu_lock(0, wait=True):
+        return True
+
+
+def _say(words: str) -> None:
+    print(f"nsprof: {words}", file=sys.stderr, flush=True)
