@@ -57,6 +57,10 @@ def pytest_configure(config):
     # the default (Python's KeyboardInterrupt) in every child.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Likewise a suite started under nohup inherits SIGHUP ignored, and the tests that hang up an
+    # nsprof would wait for an exit that never comes.
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def pytest_unconfigure(config):
