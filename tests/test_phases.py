@@ -331,3 +331,37 @@ def test_tune_json_says_where_the_first_pass_went(tmp_path):
     assert sum(timing["phases"].values()) <= timing["wall_s"]
     assert timing["configs"]["1"]["measure"] >= 0.5 * 2  # two reps of a 0.5 s launch
     assert document["truths"][0]["first_pass_phases"] == timing
+
+
+def test_the_compile_steps_time_goes_into_the_phases_file_or_says_why_not(tmp_path, capsys):
+    """The compile step's time is added to the session's phases file; a file that cannot be read
+    back as JSON is left as it is and said on stderr, not passed over in silence."""
+    from nsprof.session.timing import PHASES_FILE, add_to_phases_file
+
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / PHASES_FILE).write_text(json.dumps({"wall_s": 1.5, "runs": []}))
+    add_to_phases_file(good, compile_ahead_s=2.25)
+    assert json.loads((good / PHASES_FILE).read_text()) == {
+        "wall_s": 1.5,
+        "runs": [],
+        "compile_ahead_s": 2.25,
+    }
+    assert capsys.readouterr().err == ""
+
+    add_to_phases_file(tmp_path / "none", compile_ahead_s=2.25)  # a session that wrote no phases
+    assert capsys.readouterr().err == ""
+    assert not (tmp_path / "none").exists()
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / PHASES_FILE).write_text('{"wall_s": 1.5, "run')
+    add_to_phases_file(bad, compile_ahead_s=2.25)
+    assert (bad / PHASES_FILE).read_text() == '{"wall_s": 1.5, "run'
+    err = capsys.readouterr().err.strip()
+    assert (
+        err.count("\n") == 0
+        and err.startswith("nsprof: ")
+        and "compile" in err
+        and str(bad / PHASES_FILE) in err
+    )

@@ -8,6 +8,7 @@ runs_in_phases_file, and Timing (the phases gathered run by run).
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from nsprof.host.children import note
@@ -36,14 +37,17 @@ def timing_record(
 
 def add_to_phases_file(work_dir: Path, **fields) -> None:
     """Add `fields` (what was timed beside the session: compile_ahead_s) to the session's
-    PHASES_FILE in `work_dir`, when it is there."""
+    PHASES_FILE in `work_dir`, when it is there (a session that failed early wrote none). One that
+    cannot be read back or rewritten is left as it is, and said: only these times are missing."""
     path = Path(work_dir) / PHASES_FILE
     try:
         record = json.loads(path.read_text())
         record.update(fields)
         path.write_text(json.dumps(record, indent=1) + "\n")
-    except (OSError, ValueError):
-        pass
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, AttributeError) as exc:  # AttributeError: JSON that is no object
+        print(f"nsprof: the compile step's time is not in {path}: {exc}", file=sys.stderr)
 
 
 def runs_in_phases_file(path: Path) -> list[dict]:
