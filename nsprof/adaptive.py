@@ -136,12 +136,14 @@ class _Refinement:
         decision needs no more reps stops, with its reason."""
         out = {}
         for shape in list(self.active):
-            decision = _decide(of_shape(rows, shape), self.settings.stat)
+            mine = of_shape(rows, shape)
+            decision = _decide(mine, self.settings.stat)
+            step = self.summaries[shape].clock_step_ns = plan_rules.clock_step_ns(mine["duration_ns"])
             measured = {*decision.members, *plan_rules.contenders(decision)}
             at_shape = {c: reps.get(self.point(c, shape), 0) for c in measured}
             equivalence = self.settings.equivalence_pct / 100
             first = 0 if shape in self.checked else self.settings.reps  # a winner is checked once a run
-            reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, first)
+            reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, first, step)
             if reason is not None:
                 unchecked = reason == plan_rules.SEPARATED and plan_rules.to_confirm(
                     decision, at_shape, equivalence, first

@@ -402,6 +402,69 @@ def test_a_practically_equivalent_tie_gets_no_adaptive_session_unless_the_margin
     assert len(_sessions(log)) == 1 + strict.adaptive.sessions
 
 
+def test_the_clock_step_is_read_from_the_durations():
+    # the H200's GPU timer ticks every 32 ns: nsys's and ncu's durations are its multiples
+    ticks = [2880.0, 2912.0, 2944.0, 9600.0, 9632.0, 9664.0]
+    assert rules.clock_step_ns(ticks) == 32
+    assert rules.clock_step_ns([262208.0, 204960.0, 278720.0, 326048.0, 186272.0, 180928.0]) == 32  # ncu's µs
+    assert rules.clock_step_ns([*ticks[:-1], 2881.0]) == 1  # one duration off the grid
+    assert rules.clock_step_ns([2880.0, 2912.0] * 20) == 1  # too few values to say
+    assert rules.clock_step_ns([*ticks, float("nan")]) == 32  # a failed rep says nothing
+    assert rules.clock_step_ns([1024.0 * k for k in range(3, 9)]) == 1024  # the largest step read
+
+
+def test_a_tie_within_one_clock_step_stops_unless_the_margin_is_off():
+    # medians one 32 ns step apart, intervals overlapping at 2912: 2.2% wide, over the 1% margin
+    ranked = pd.DataFrame(
+        {
+            "rank": [1, 2, 3],
+            "config_id": [3, 5, 0],
+            "value_ns": [2880.0, 2912.0, 9600.0],
+            "ci_low_ns": [2880.0, 2912.0, 9600.0],
+            "ci_high_ns": [2912.0, 2944.0, 9600.0],
+            "tied_with_best": [True, True, False],
+        }
+    )
+    from nsprof.analysis.confidence import decide
+
+    decision = decide(ranked)
+    assert decision.kind == "tie" and decision.tie_spread > 0.01 and decision.tie_gap_ns == 32.0
+    reps = {3: 5, 5: 5}
+    assert rules.stop_reason(decision, reps, 20, equivalence=0.01, step_ns=32) == rules.CLOCK_STEP
+    assert rules.stop_reason(decision, reps, 20, equivalence=0.01, step_ns=16) is None  # two steps apart
+    assert rules.stop_reason(decision, reps, 20, equivalence=0.01) is None  # no step read
+    assert rules.stop_reason(decision, reps, 20, equivalence=0.0, step_ns=32) is None  # off
+
+
+# Two configs one 32 ns step apart, every duration on the clock's grid: a tie no rep can split.
+ONE_STEP = [
+    {"id": 0, "ns_reps": [2880.0, 2912.0] * 10},
+    {"id": 1, "ns_reps": [2912.0, 2880.0, 2944.0, 2912.0] * 5},
+    {"id": 2, "ns_reps": [9600.0, 9632.0, 9664.0, 9696.0, 9728.0]},
+]
+
+
+def test_a_tie_within_one_step_of_the_tools_clock_gets_no_adaptive_session(noisy, tmp_path):
+    from nsprof.render.json import tune_document
+    from nsprof.render.tune_tables import format_tune
+    from nsprof.tune import tune
+
+    target, log = noisy(ONE_STEP)
+    result = tune(target, _settings(tmp_path, max_reps=20, budget_s=600))
+    ranking = result.ranking
+    assert ranking.decision.kind == "tie" and ranking.decision.members == [0, 1]
+    assert ranking.adaptive.stopped == rules.CLOCK_STEP and ranking.adaptive.sessions == 0
+    assert len(_sessions(log)) == 1  # the first pass only
+    words = "none needed (every contender lies within one step of the tool's clock (32 ns) of the best)"
+    assert words in format_tune(result)
+    adaptive = json.loads(tune_document(result))["adaptive"]
+    assert adaptive["stopped"] == "clock_step" and adaptive["clock_step_ns"] == 32
+
+    log.write_text("")
+    strict = tune(target, _settings(tmp_path, max_reps=20, budget_s=600, equivalence_pct=0)).ranking
+    assert strict.adaptive.stopped == rules.MAX_REPS and strict.adaptive.sessions >= 1
+
+
 # Two configs 0.6% apart within one process, the other way round in the next: reps within a
 # process agree closely, the process shifts each config (nsys on the H200: a first pass's winner
 # by 0.5-0.6% between the intervals, picked second by later runs). Rep numbers go on across

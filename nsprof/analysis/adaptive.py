@@ -36,7 +36,10 @@ FAILED = "failed"  # an adaptive session measured nothing: the ranking stands on
 # every contender's interval lies within --equivalence of the best's value: more reps could only
 # separate configs whose difference does not matter in practice (a memory-bound kernel's configs)
 EQUIVALENT = "equivalent"
-STOP_REASONS = (SEPARATED, MAX_REPS, BUDGET, OFF, UNTESTED, FAST_TIMER, FAILED, EQUIVALENT)
+# the contenders' values lie within one step of the tool's clock (clock_step_ns): a finer
+# difference cannot be read, however many reps (under --equivalence, which turns it off with 0)
+CLOCK_STEP = "clock_step"
+STOP_REASONS = (SEPARATED, MAX_REPS, BUDGET, OFF, UNTESTED, FAST_TIMER, FAILED, EQUIVALENT, CLOCK_STEP)
 
 STARTUP_S = 10.0  # a profiler's start-up and tear-down where the first pass could not say (H200: 9-11 s)
 VISIT_S = 0.25  # one visit where the first pass could not say (ncu: 40-85 ms per profiled kernel)
@@ -100,12 +103,32 @@ def to_confirm(decision, reps: dict[int, int], equivalence: float, first_reps: i
     )
 
 
+def clock_step_ns(durations) -> int:
+    """The step of the tool's clock in `durations` (ns; NaN skipped): the largest power of two up to
+    1024 ns that divides every one of them (the H200's GPU timer ticks every 32 ns, and nsys's and
+    ncu's durations are its multiples); 1 where fewer than 6 distinct durations say (6 values off
+    any grid all fall on a 32 ns one by chance once in 10⁹), or no step fits."""
+    values = {float(d) for d in durations if d == d}
+    if len(values) < 6 or any(v != round(v) for v in values):
+        return 1
+    step = 1024
+    while step > 1 and any(int(v) % step for v in values):
+        step //= 2
+    return step
+
+
 def stop_reason(
-    decision, reps: dict[int, int], max_reps: int, equivalence: float = 0.0, first_reps: int = 0
+    decision,
+    reps: dict[int, int],
+    max_reps: int,
+    equivalence: float = 0.0,
+    first_reps: int = 0,
+    step_ns: int = 1,
 ) -> str | None:
     """Why no further adaptive session is needed, or None to go on: `decision` over all reps so
     far, `reps` each config's rep count, `equivalence` the practical-equivalence margin (relative;
-    0: none), `first_reps` the first pass's reps per config (to_confirm)."""
+    0: none), `first_reps` the first pass's reps per config (to_confirm), `step_ns` the step of the
+    tool's clock (clock_step_ns)."""
     if decision.kind == "winner":  # checked only where --max-reps leaves room for the first pass's reps
         room = all(reps.get(c, 0) + first_reps <= max_reps for c in contenders(decision))
         return None if room and to_confirm(decision, reps, equivalence, first_reps) else SEPARATED
@@ -113,6 +136,8 @@ def stop_reason(
         return UNTESTED
     if equivalence > 0 and decision.tie_spread <= equivalence:
         return EQUIVALENT
+    if equivalence > 0 and step_ns > 1 and decision.tie_gap_ns <= step_ns:
+        return CLOCK_STEP
     if all(reps.get(c, 0) >= max_reps for c in decision.members):
         return MAX_REPS
     return None
@@ -198,6 +223,7 @@ class AdaptiveSummary:
     reps_per_config: dict[int, int] = field(default_factory=dict)  # the contenders' rep counts at the end
     note: str = ""  # why a session was not started or what failed, in words
     equivalence: float = 0.0  # the practical-equivalence margin (relative; 0: none)
+    clock_step_ns: int = 1  # the step of the tool's clock in the durations (clock_step_ns)
 
     def describe(self) -> str:
         words = {
@@ -210,12 +236,13 @@ class AdaptiveSummary:
             FAST_TIMER: "not done for a fast timer (one number per config)",
             FAILED: "an adaptive session failed",
             EQUIVALENT: f"every contender lies within ±{self.equivalence:.1%} of the best (--equivalence)",
+            CLOCK_STEP: f"every contender lies within one step of the tool's clock ({self.clock_step_ns} ns) of the best",
         }[self.stopped]
         if self.stopped in (OFF, FAST_TIMER, UNTESTED):
             return f"adaptive reps: {words}"
         if self.sessions == 0 and self.stopped == SEPARATED and self.note:
             return f"adaptive reps: none run; {self.note}"
-        if self.sessions == 0 and self.stopped in (SEPARATED, EQUIVALENT):
+        if self.sessions == 0 and self.stopped in (SEPARATED, EQUIVALENT, CLOCK_STEP):
             why = "the first pass separated the best" if self.stopped == SEPARATED else words
             return f"adaptive reps: none needed ({why})"
         done = (
@@ -234,6 +261,7 @@ class AdaptiveSummary:
             "max_reps": self.max_reps,
             "budget_s": self.budget_s,
             "equivalence": self.equivalence,
+            "clock_step_ns": self.clock_step_ns,
             "history": self.history,
             "reps_per_config": {str(k): v for k, v in self.reps_per_config.items()},
             "note": self.note,

@@ -97,6 +97,7 @@ class Decision:
     # A tie's members' intervals: how far their farthest end lies from the best's value, relative
     # to it (practical equivalence: nsprof.analysis.adaptive.stop_reason)
     tie_spread: float = float("nan")
+    tie_gap_ns: float = float("nan")  # a tie's farthest member's value above the best's, in ns
 
     def as_json(self) -> dict:
         doc: dict = {"kind": self.kind, "config_id": self.config_id}
@@ -134,8 +135,16 @@ def decide(ranked, stat: str = "median") -> Decision:
         tied = measured[measured["config_id"].isin(members)]
         ends = [*tied["ci_low_ns"], *tied["ci_high_ns"]]
         spread = max(abs(float(e) - value) for e in ends) / value if value else float("nan")
+        gap = max(float(v) for v in tied["value_ns"]) - value
         return Decision(
-            "tie", members[0], members, rule=rule, half_width=half, second=second, tie_spread=spread
+            "tie",
+            members[0],
+            members,
+            rule=rule,
+            half_width=half,
+            second=second,
+            tie_spread=spread,
+            tie_gap_ns=gap,
         )
     margin = float("nan")
     if second is not None:

@@ -244,7 +244,8 @@ def _ranking_spec() -> Fields:
             "reps_per_config": MapOf(COUNT, key=Kind("a config id", lambda k: k.isdigit())),
             "note": TEXT,
             "equivalence": SIZE,
-        }
+        },
+        {"clock_step_ns": COUNT},
     )
     return Fields(
         {
