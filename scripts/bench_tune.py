@@ -17,6 +17,12 @@ warm-up run of each (not counted), then --rounds rounds of every contender in tu
 autotune result cache disabled (TILELANG_AUTO_TUNING_DISABLE_CACHE=1) so that it benchmarks each
 time. Best / median / worst wall per contender, and the ratio of medians to TileLang's. Goals:
 nsys <= 1.0x, ncu <= 1.3x, both with the feed-back. --contenders picks some (default: all four).
+--kernels picks the spaces (gemm: examples/autotune_tilelang.py, the seed GEMM; add:
+examples/autotune_add_tilelang.py, an elementwise add of 4096 x 4096; --warm takes several, each
+kernel's rounds interleaved with the others'):
+
+    python3 scripts/bench_tune.py --warm --rounds 3 --kernels gemm,add \
+        --contenders tilelang_event,nsprof_nsys_graph,nsprof_ncu_graph --out benchmarks/results/bench_tune_warm.json
 """
 
 from __future__ import annotations
@@ -33,15 +39,41 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = "examples/autotune_tilelang.py:space"
+# Each kernel: its example module, the autotuned function and the call that tunes it. gemm: the
+# seed GEMM (compute-bound); add: an elementwise add of 4096 x 4096 (memory-bound, its configs
+# near-equivalent).
+KERNELS = {
+    "gemm": ("autotune_tilelang", "matmul", "1, 1024, 1024"),
+    "add": ("autotune_add_tilelang", "add", "4096, 4096"),
+}
 
 TILELANG_TUNE = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from autotune_tilelang import matmul
-matmul.compile(1, 1024, 1024)   # TileLang's AutoTuner, default profile args (event backend)
-print(json.dumps(next(iter(matmul._tuner_cache.values()))[1]))
+from {module} import {function} as kernel
+kernel.compile({args})   # TileLang's AutoTuner, default profile args (event backend)
+print(json.dumps(next(iter(kernel._tuner_cache.values()))[1]))
 """
+
+
+def target_of(kernel: str) -> str:
+    return f"examples/{KERNELS[kernel][0]}.py:space"
+
+
+def contenders_of(kernel: str) -> list[tuple[str, list[str]]]:
+    """The contenders that tune `kernel`: TileLang's own autotune, then nsprof's."""
+    module, function, call = KERNELS[kernel]
+    own = TILELANG_TUNE.format(module=module, function=function, args=call)
+    nsprof = [sys.executable, "-m", "nsprof", "tune", target_of(kernel), "--no-store", "--json"]
+    return [
+        ("tilelang_event", [sys.executable, "-c", own, str(ROOT / "examples")]),
+        ("nsprof_ncu_graph", nsprof + ["--backend", "ncu", "--mode", "graph"]),
+        ("nsprof_nsys_graph", nsprof + ["--backend", "nsys", "--mode", "graph"]),
+        (
+            "nsprof_prescreen_graph_top4",
+            nsprof + ["--backend", "ncu", "--mode", "graph", "--prescreen", "graph", "--top", "4"],
+        ),
+    ]
 
 
 def run(name: str, command: list[str], scratch: Path, shared: bool = False) -> dict:
@@ -86,22 +118,19 @@ def main() -> None:
     parser.add_argument("--warm", action="store_true", help="one warm kernel cache for all, --rounds rounds")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--contenders", default="", help="comma-separated names (default: all)")
+    parser.add_argument("--kernels", default="gemm", help=f"comma-separated, of {', '.join(KERNELS)}")
     args = parser.parse_args()
-    nsprof = [sys.executable, "-m", "nsprof", "tune", TARGET, "--no-store", "--json"]
-    contenders = [
-        ("tilelang_event", [sys.executable, "-c", TILELANG_TUNE, str(ROOT / "examples")]),
-        ("nsprof_ncu_graph", nsprof + ["--backend", "ncu", "--mode", "graph"]),
-        ("nsprof_nsys_graph", nsprof + ["--backend", "nsys", "--mode", "graph"]),
-        (
-            "nsprof_prescreen_graph_top4",
-            nsprof + ["--backend", "ncu", "--mode", "graph", "--prescreen", "graph", "--top", "4"],
-        ),
-    ]
-    if args.contenders:
-        wanted = args.contenders.split(",")
-        contenders = [c for c in contenders if c[0] in wanted]
+    kernels = args.kernels.split(",")
+    if unknown := [k for k in kernels if k not in KERNELS]:
+        parser.error(f"unknown kernel {', '.join(unknown)}: one of {', '.join(KERNELS)}")
+    wanted = args.contenders.split(",") if args.contenders else None
+    picked = {k: [c for c in contenders_of(k) if wanted is None or c[0] in wanted] for k in kernels}
     if args.warm:
-        return warm(contenders, args)
+        return warm(picked, args)
+    if len(kernels) != 1:
+        parser.error("one kernel at a time without --warm")
+    contenders = picked[kernels[0]]
+    target = target_of(kernels[0])
     results = []
     with tempfile.TemporaryDirectory(prefix="nsprof-bench-tune-") as scratch:
         for name, command in contenders:
@@ -128,7 +157,7 @@ def main() -> None:
         "date": datetime.date.today().isoformat(),
         "host": platform.node(),
         "python": platform.python_version(),
-        "space": TARGET,
+        "space": target,
         "goals_vs_tilelang": goals,
         "results": results,
     }
@@ -155,17 +184,17 @@ def main() -> None:
         )
 
 
-def warm(contenders, args) -> None:
-    """The warm re-tune side by side: one warm kernel cache, alternating rounds, best/median/worst."""
-    import statistics
-
+def warm(picked: dict, args) -> None:
+    """The warm re-tune side by side, per kernel: one warm kernel cache, a warm-up run of each
+    contender (not counted), then --rounds rounds of every kernel's contenders in turn;
+    best/median/worst, and the ratio of medians to TileLang's own autotune of the same kernel."""
     goals = {"nsprof_nsys_graph": 1.0, "nsprof_ncu_graph": 1.3}
     document = {
         "benchmark": "bench_tune --warm",
         "date": datetime.date.today().isoformat(),
         "host": platform.node(),
         "python": platform.python_version(),
-        "space": TARGET,
+        "spaces": {kernel: target_of(kernel) for kernel in picked},
         "goals_vs_tilelang": goals,
         "warmup": [],
         "rounds": [],
@@ -175,31 +204,53 @@ def warm(contenders, args) -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(document, indent=1) + "\n")
 
+    def one(kernel: str, name: str, command: list[str], scratch: Path, into: str, number=None) -> None:
+        result = {"kernel": kernel, **run(name, command, scratch, shared=True)}
+        if number is not None:
+            result["round"] = number
+        document[into].append(result)
+        print(
+            f"{into} {kernel} {name}: {result['wall_s']} s rc {result['returncode']}",
+            file=sys.stderr,
+            flush=True,
+        )
+        save()
+
     with tempfile.TemporaryDirectory(prefix="nsprof-bench-tune-") as scratch:
-        for name, command in contenders:
-            document["warmup"].append(run(name, command, Path(scratch), shared=True))
-            print(f"warm-up {name}: {document['warmup'][-1]['wall_s']} s", file=sys.stderr, flush=True)
-            save()
-        for number in range(args.rounds):
+        for kernel, contenders in picked.items():
             for name, command in contenders:
-                result = run(name, command, Path(scratch), shared=True)
-                result["round"] = number
-                document["rounds"].append(result)
-                print(
-                    f"round {number + 1} {name}: {result['wall_s']} s rc {result['returncode']}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                save()
-    walls = {
-        name: [r["wall_s"] for r in document["rounds"] if r["name"] == name and r["returncode"] == 0]
-        for name, _ in contenders
-    }
+                one(kernel, name, command, Path(scratch), "warmup")
+        for number in range(args.rounds):
+            for kernel, contenders in picked.items():
+                for name, command in contenders:
+                    one(kernel, name, command, Path(scratch), "rounds", number)
+    document["summary"] = {kernel: _summary(document["rounds"], kernel, goals) for kernel in picked}
+    save()
+    print(
+        f"{'kernel':6} {'contender':30} {'best s':>8} {'median s':>9} {'worst s':>8} {'x TileLang':>10} {'goal':>6}"
+    )
+    for kernel, rows in document["summary"].items():
+        for name, row in rows.items():
+            ratio = f"{row['vs_tilelang']:.2f}" if row["vs_tilelang"] is not None else ""
+            verdict = "" if row["met"] is None else ("met" if row["met"] else "MISSED")
+            print(
+                f"{kernel:6} {name:30} {row['best_s']:8.1f} {row['median_s']:9.1f} {row['worst_s']:8.1f} "
+                f"{ratio:>10} {row['goal'] or '':>6} {verdict}"
+            )
+
+
+def _summary(rounds: list[dict], kernel: str, goals: dict) -> dict:
+    """One kernel's best / median / worst wall per contender over its rounds that succeeded (a
+    contender that never did is left out), and the ratio of its median to TileLang's."""
+    import statistics
+
+    walls: dict[str, list[float]] = {}
+    for r in rounds:
+        if r["kernel"] == kernel and r["returncode"] == 0:
+            walls.setdefault(r["name"], []).append(r["wall_s"])
     base = statistics.median(walls["tilelang_event"]) if walls.get("tilelang_event") else None
     summary = {}
     for name, values in walls.items():
-        if not values:
-            continue
         median = statistics.median(values)
         ratio = median / base if base else None
         goal = goals.get(name)
@@ -212,16 +263,7 @@ def warm(contenders, args) -> None:
             "goal": goal,
             "met": None if goal is None or ratio is None else ratio <= goal,
         }
-    document["summary"] = summary
-    save()
-    print(f"{'contender':30} {'best s':>8} {'median s':>9} {'worst s':>8} {'x TileLang':>10} {'goal':>6}")
-    for name, row in summary.items():
-        ratio = f"{row['vs_tilelang']:.2f}" if row["vs_tilelang"] is not None else ""
-        verdict = "" if row["met"] is None else ("met" if row["met"] else "MISSED")
-        print(
-            f"{name:30} {row['best_s']:8.1f} {row['median_s']:9.1f} {row['worst_s']:8.1f} {ratio:>10} "
-            f"{row['goal'] or '':>6} {verdict}"
-        )
+    return summary
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@
 #   serve         scripts/bench_serve.py: plain tune vs tune against nsprof serve (~150 s)
 #   tune          scripts/bench_tune.py --warm --rounds 1: TileLang's autotune vs nsprof tune (~250 s)
 #   tune3         the same with --rounds 3 (best, median and worst of 3; ~350 s)
+#   serve_tl      scripts/bench_serve.py for the TileLang GEMM target (a re-tune through nsprof serve), 3 rounds
+#   serve_tr      the same for the Triton matmul of examples/matmul_triton.py
+#   tune3_add     the same for the elementwise add of examples/autotune_add_tilelang.py (--kernels add)
 #   shapes        scripts/bench_shapes.py --rounds 1: four shapes vs one (Triton, nsys)
 #   fixed         scripts/bench_fixed_cost.py, nsys and ncu, compile ahead (~200 s)
 #   gpu_shapes    pytest tests/test_gpu_shapes.py (Triton, then TileLang: 72 TileLang points)
@@ -64,6 +67,10 @@ PYTEST="python3 -m pytest -p no:cacheprovider -v --durations=10"
 for s in "$@"; do
   case $s in
     serve) step serve 300 python3 scripts/bench_serve.py --out "$R/bench_serve.json" ;;
+    serve_tl) step serve_tl 400 python3 scripts/bench_serve.py --rounds 3 --target examples/autotune_tilelang.py:space \
+            --out "$R/bench_serve_tilelang.json" ;;
+    serve_tr) step serve_tr 300 python3 scripts/bench_serve.py --rounds 3 --target examples/matmul_triton.py:space \
+            --out "$R/bench_serve_triton.json" ;;
     tune) step tune 400 python3 scripts/bench_tune.py --warm --rounds 1 \
             --contenders tilelang_event,nsprof_nsys_graph,nsprof_ncu_graph --out "$R/bench_tune_warm.json" ;;
     shapes) step shapes 500 python3 scripts/bench_shapes.py --rounds 1 --out "$R/bench_shapes.json" ;;
@@ -72,6 +79,8 @@ for s in "$@"; do
     probe_keys) step probe_keys 150 python3 scripts/probe_tilelang_keys.py ;;
     tune3) step tune 560 python3 scripts/bench_tune.py --warm --rounds 3 \
             --contenders tilelang_event,nsprof_nsys_graph,nsprof_ncu_graph --out "$R/bench_tune_warm.json" ;;
+    tune3_add) step tune_add 560 python3 scripts/bench_tune.py --warm --rounds 3 --kernels add \
+            --contenders tilelang_event,nsprof_nsys_graph,nsprof_ncu_graph --out "$R/bench_tune_warm_add.json" ;;
     tune_short) step tune 350 python3 scripts/bench_tune.py --warm --rounds 1 \
             --contenders tilelang_event,nsprof_nsys_graph,nsprof_ncu_graph --out "$R/bench_tune_warm.json" ;;
     tl_keys) step tl_keys 200 $PYTEST tests/test_tilelang_cache_keys.py ;;
