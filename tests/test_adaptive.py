@@ -410,6 +410,10 @@ def test_the_clock_step_is_read_from_the_durations():
     assert rules.clock_step_ns([*ticks[:-1], 2881.0]) == 1  # one duration off the grid
     assert rules.clock_step_ns([2880.0, 2912.0] * 20) == 1  # too few values to say
     assert rules.clock_step_ns([*ticks, float("nan")]) == 32  # a failed rep says nothing
+    # ncu's CSV in µs, turned into ns: 256.032 µs is 256031.99999999997 ns in floating point
+    from_us = [float(f"{32 * k / 1000:.3f}") * 1e3 for k in range(8001, 8101)]
+    assert any(v != round(v) for v in from_us)
+    assert rules.clock_step_ns(from_us) == 32
     assert rules.clock_step_ns([1024.0 * k for k in range(3, 9)]) == 1024  # the largest step read
 
 

@@ -109,10 +109,12 @@ def clock_step_ns(durations) -> int:
     ncu's durations are its multiples); 1 where fewer than 6 distinct durations say (6 values off
     any grid all fall on a 32 ns one by chance once in 10⁹), or no step fits."""
     values = {float(d) for d in durations if d == d}
-    if len(values) < 6 or any(v != round(v) for v in values):
+    # whole ns, to well under one: a duration read in µs or ms carries a rounding error once in ns
+    if len(values) < 6 or any(abs(v - round(v)) > 1e-3 for v in values):
         return 1
+    whole = {round(v) for v in values}
     step = 1024
-    while step > 1 and any(int(v) % step for v in values):
+    while step > 1 and any(v % step for v in whole):
         step //= 2
     return step
 
