@@ -417,6 +417,30 @@ def test_the_clock_step_is_read_from_the_durations():
     assert rules.clock_step_ns([1024.0 * k for k in range(3, 9)]) == 1024  # the largest step read
 
 
+@pytest.mark.parametrize("name", ["fixture.sqlite", "fixture_graph_raw.csv", "fixture_node_raw.csv"])
+def test_the_h200s_reports_read_as_one_32_ns_step(name):
+    """nsys's SQLite and ncu's CSV of the H200: every kernel's duration a multiple of 32 ns, some an odd one
+    (read with sqlite3 and csv here), and the step read from nsprof's rows of them is 32 ns."""
+    import csv
+    import sqlite3
+
+    from conftest import FIXTURES
+
+    from nsprof.reports.read import read_report
+
+    path = FIXTURES / name
+    if name.endswith(".sqlite"):
+        with sqlite3.connect(path) as db:
+            raw = [e - s for s, e in db.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL")]
+    else:
+        rows = list(csv.reader(path.open()))
+        column = rows[0].index("gpu__time_duration.sum")
+        assert rows[1][column] == "us"
+        raw = [round(float(r[column]) * 1000) for r in rows[2:]]
+    assert all(d % 32 == 0 for d in raw) and any(d % 64 for d in raw)
+    assert rules.clock_step_ns(read_report(path)["duration_ns"]) == 32
+
+
 def test_a_tie_within_one_clock_step_stops_unless_the_margin_is_off():
     # medians one 32 ns step apart, intervals overlapping at 2912: 2.2% wide, over the 1% margin
     ranked = pd.DataFrame(
