@@ -9,7 +9,8 @@ named, so that a link removed alone moves nothing). At a run's end that file is
   of the temporary folder, and a StoreError says where;
 - the same store written again there by another nsprof run that wrote to the deleted file too (it
   holds runs of this file: their ids and start times): this store's runs are added to it, each
-  whole, and it is used from then on;
+  whole, and it is used from then on; where that run holds it past the busy timeout, this one is
+  written to a new file beside it, and a StoreError says where;
 - replaced by another file: that one is left alone, this one is written to a new file beside it,
   and a StoreError says where.
 """
@@ -59,24 +60,38 @@ def rescue(store, now: tuple[int, int] | None) -> None:
                 return
         except (OSError, sqlite3.Error) as exc:
             raise _in_the_temporary_folder(store, "deleted", "there again", exc) from None
-    # another file is there: this store written again by another run, or something else
-    with contextlib.suppress(sqlite3.Error):
-        if _same_store(store.connection, real):
-            # this store's runs under the ids they have in its file now (an earlier rescue may have
-            # renumbered them), and each caller's id led on to where its run is next
-            now_ids = {run: store.renumbered.get(run, run) for run in store.run_ids}
-            step = _add_runs(store.connection, real, set(now_ids.values()), store.busy_timeout_s)
-            store.renumbered = {run: step.get(now, now) for run, now in now_ids.items()}
-            store.reopen()
-            return
+    # another file is there: this store written again by another run, or something else (a file
+    # that cannot be read as this store is something else)
     try:
-        target = new_file(real.parent, real.name)
+        same = _same_store(store.connection, real)
+    except sqlite3.Error:
+        same = False
+    if not same:
+        raise _beside(store, "replaced", f"(the file at {store.path} is left alone)")
+    # this store's runs under the ids they have in its file now (an earlier rescue may have
+    # renumbered them), and each caller's id led on to where its run is next
+    now_ids = {run: store.renumbered.get(run, run) for run in store.run_ids}
+    try:
+        step = _add_runs(store.connection, real, set(now_ids.values()), store.busy_timeout_s)
+    except sqlite3.Error as exc:  # one transaction: nothing of it is there
+        raise _beside(
+            store, "written again by another nsprof run", f"(which held it: {one_line(exc)})"
+        ) from None
+    store.renumbered = {run: step.get(now, now) for run, now in now_ids.items()}
+    store.reopen()
+
+
+def _beside(store, happened: str, why: str) -> StoreError:
+    """What the run wrote, copied to a new file beside the store's (else of the temporary folder);
+    the error that says where."""
+    try:
+        target = new_file(store.real_path.parent, store.real_path.name)
         copy_to(store.connection, target)
     except (OSError, sqlite3.Error) as exc:
-        raise _in_the_temporary_folder(store, "replaced", "beside it", exc) from None
-    raise StoreError(
-        f"results store {store.path} was replaced while nsprof wrote to it: "
-        f"what this run wrote is in {target} (the file at {store.path} is left alone)"
+        return _in_the_temporary_folder(store, happened, "beside it", exc)
+    return StoreError(
+        f"results store {store.path} was {happened} while nsprof wrote to it: what this run wrote is in "
+        f"{target} {why}"
     )
 
 

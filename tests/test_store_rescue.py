@@ -196,3 +196,30 @@ def test_a_run_renumbered_twice_by_two_rescues_keeps_its_rows_and_its_end(tmp_pa
     runs = _runs_by_gpu(path)
     assert runs["ours"] == ("ok", 3)  # our run, its rows and its end
     assert runs["theirs-1"] == ("running", 0) and runs["theirs-2"] == ("running", 0)  # theirs untouched
+
+
+def test_a_store_written_again_but_held_by_its_writer_is_not_said_to_be_replaced(tmp_path):
+    """The other run that wrote the deleted store again holds it (a write under way) past the busy
+    timeout: this run's rows go to a file beside it, and the error says what happened, not that the
+    store was replaced by another file."""
+    import pytest
+
+    from nsprof.errors import StoreError
+
+    path = tmp_path / "results.sqlite"
+    with ResultStore(path, busy_timeout_s=0.2) as store:
+        first, ours = store.start_run(gpu="a"), store.start_run(gpu="ours")
+        key = MeasurementKey(config_id=0, config_json=config_json({}), gpu="ours", **GROUP)
+        store.add(ours, key, [{"rep": rep, "kernel": "k", "duration_ns": 100.0} for rep in range(3)])
+        _written_again_by_another_run(path, ours, "theirs")
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as writer:
+            writer.execute("BEGIN IMMEDIATE")  # its writer's transaction, open
+            with pytest.raises(StoreError) as raised:
+                store.finish_run(first, "ok")
+            writer.execute("ROLLBACK")
+    words = str(raised.value)
+    assert "written again by another nsprof run" in words and "replaced" not in words, words
+    beside = [p for p in tmp_path.glob("results.sqlite.*.sqlite")]
+    assert len(beside) == 1 and str(beside[0]) in words
+    assert _runs_by_gpu(beside[0])["ours"] == ("running", 3)
+    assert _runs_by_gpu(path) == {"a": ("running", 0), "theirs": ("running", 0)}  # theirs left alone
