@@ -34,7 +34,17 @@ from nsprof.errors import NsprofError, TargetChanged
 from nsprof.reports.checks import one_line
 from nsprof.settings import TuneSettings
 
-__all__ = ["AdaptiveSummary", "Cost", "Plan", "next_reps", "of_shape", "planned_rows", "refine", "rep_counts"]
+__all__ = [
+    "AdaptiveSummary",
+    "Cost",
+    "Plan",
+    "next_reps",
+    "of_shape",
+    "planned_rows",
+    "process_counts",
+    "refine",
+    "rep_counts",
+]
 
 
 def _points(rows, layout):
@@ -42,15 +52,28 @@ def _points(rows, layout):
     return rows["config_id"] if layout is None or not layout.shaped else layout.of_frame(rows)
 
 
-def rep_counts(rows, layout=None) -> dict[int, int]:
-    """Each measured point's number of reps (distinct mode × rep) in tidy `rows`: by config id, or
-    with `layout` (a target with shapes) by point id."""
+def _per_point(rows, layout, distinct: list[str]) -> dict[int, int]:
+    """How many distinct `distinct` values each measured point of tidy `rows` has."""
     measured = rows[rows["error"].isna() & rows["config_id"].notna() & rows["duration_ns"].notna()]
     if measured.empty:
         return {}
     measured = measured.assign(point=_points(measured, layout)).dropna(subset=["point"])
-    per = measured.drop_duplicates(["point", "mode", "rep"]).groupby("point").size()
+    per = measured.drop_duplicates(["point", *distinct]).groupby("point").size()
     return {int(c): int(n) for c, n in per.items()}
+
+
+def rep_counts(rows, layout=None) -> dict[int, int]:
+    """Each measured point's number of reps (distinct mode × rep) in tidy `rows`: by config id, or
+    with `layout` (a target with shapes) by point id."""
+    return _per_point(rows, layout, ["mode", "rep"])
+
+
+def process_counts(rows, layout=None) -> dict[int, int]:
+    """How many processes measured each point of tidy `rows`: its measured rows' distinct results-store
+    runs where the rows come from the store (a run, first pass or adaptive session, measures a point
+    in one worker process; pids are used again by later runs), else their distinct pids (a missing
+    pid is one process)."""
+    return _per_point(rows, layout, ["run_id" if "run_id" in rows.columns else "pid"])
 
 
 def next_reps(rows, layout=None) -> dict[int, int]:
@@ -114,7 +137,7 @@ class _Refinement:
             for shape in shapes
         }
         self.active = list(shapes)
-        self.confirming: dict = {}  # each shape of the next session: whether it checks a winner (to_confirm)
+        self.confirming: dict = {}  # each shape of the next session: its check's rounds (check_rounds; 0: none)
         self.checked: set = set()  # the shapes whose winner a session has checked
         self.decisions: dict = {}  # each undecided shape's decision before the next session
         self.touched: set[int] = set()
@@ -131,28 +154,32 @@ class _Refinement:
         for shape in list(shapes):
             self.summaries[shape].stopped, self.summaries[shape].note = reason, note
 
-    def contenders(self, rows, reps: dict[int, int]) -> dict:
+    def contenders(self, rows, reps: dict[int, int], processes: dict[int, int]) -> dict:
         """Each undecided shape's contenders for the next session, {shape: config ids}; a shape whose
-        decision needs no more reps stops, with its reason."""
+        decision needs no more reps stops, with its reason. reps, processes: each point's rep count
+        and how many processes measured it (rep_counts, process_counts)."""
         out = {}
+        equivalence = self.settings.equivalence_pct / 100
         for shape in list(self.active):
             decision = _decide(of_shape(rows, shape), self.settings.stat)
             measured = {*decision.members, *plan_rules.contenders(decision)}
             at_shape = {c: reps.get(self.point(c, shape), 0) for c in measured}
-            equivalence = self.settings.equivalence_pct / 100
-            first = 0 if shape in self.checked else self.settings.reps  # a winner is checked once a run
-            reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, first)
+            seen = (  # None: a winner is checked once a run, whoever its rival is then
+                None
+                if shape in self.checked
+                else {c: processes.get(self.point(c, shape), 0) for c in measured}
+            )
+            reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, seen)
+            check = plan_rules.to_confirm(decision, seen, equivalence)
+            rounds = plan_rules.check_rounds(decision, at_shape, seen) if check else 0
             if reason is not None:
-                unchecked = reason == plan_rules.SEPARATED and plan_rules.to_confirm(
-                    decision, at_shape, equivalence, first
-                )  # a close winner that --max-reps leaves no rep to check
-                room = f"--max-reps {self.max_reps} leaves no room for the first pass's reps again"
-                self.stop([shape], reason, _unchecked(decision, room) if unchecked else "")
+                # a close winner that --max-reps leaves no room to check
+                room = f"--max-reps {self.max_reps} leaves no room for the {rounds} reps of a check"
+                self.stop([shape], reason, _unchecked(decision, room) if check else "")
                 self.active.remove(shape)
             else:
                 out[shape] = plan_rules.session_configs(decision, at_shape, self.max_reps)
-                self.confirming[shape] = plan_rules.to_confirm(decision, at_shape, equivalence, first)
-                self.decisions[shape] = decision
+                self.confirming[shape], self.decisions[shape] = rounds, decision
         return out
 
     def out_of_budget(self, note: str) -> None:
@@ -168,8 +195,11 @@ class _Refinement:
         self, contenders: dict, points: list[int], reps: dict, rows, left: float, cost: Cost
     ) -> Plan | None:
         """The next session over `points` (contenders' point ids), or None where the budget left
-        cannot pay it; a session that only checks winners (to_confirm) does the first pass's rounds."""
-        confirm = self.settings.reps if all(self.confirming[shape] for shape in contenders) else 0
+        cannot pay it; a session that only checks winners (to_confirm) does their check's rounds."""
+        rounds = [self.confirming[shape] for shape in contenders]
+        confirm = max(rounds) if all(rounds) else 0
+        # shapes whose checks differ in rounds: never past --max-reps (each shape's own check fits)
+        confirm = min(confirm, self.max_reps - max(reps.get(p, 0) for p in points))
         nexts = next_reps(rows, self.layout)
         return plan_rules.plan_session(points, reps, nexts, self.max_reps, left, cost, confirm=confirm)
 
@@ -181,7 +211,7 @@ class _Refinement:
                 "rounds": plan.rounds,
                 "first_rep": {str(c): plan.first_rep[self.point(c, shape)] for c in configs},
                 "expected_s": plan.expected_s,
-                "confirm": self.confirming[shape],  # checks a close winner in a second process
+                "confirm": bool(self.confirming[shape]),  # checks a close winner in a second process
             }
             for shape, configs in contenders.items()
         }
@@ -263,7 +293,7 @@ def refine(
         return rows, state.summaries
     while True:
         reps = rep_counts(rows, layout)
-        contenders = state.contenders(rows, reps)
+        contenders = state.contenders(rows, reps, process_counts(rows, layout))
         if not contenders:
             break
         points = [state.point(c, shape) for shape, configs in contenders.items() for c in configs]
