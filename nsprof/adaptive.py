@@ -222,6 +222,21 @@ class _Refinement:
                 self.checked.add(shape)
         return entries
 
+    def run(self, measure: Callable[[Plan, int], object], plan: Plan, number: int, entries: dict):
+        """measure()'s rows of session `number` and its wall time; no rows (None) where it failed:
+        every shape still undecided stops there, its entry told so."""
+        began = self.clock()
+        try:
+            frame = measure(plan, number)
+        except TargetChanged:
+            raise  # not a session that failed: the target is not the one ranked any more (nothing more is measured)
+        except NsprofError as exc:
+            for entry in entries.values():
+                entry.update(wall_s=self.clock() - began, kept=0)
+            self.stop(self.active, plan_rules.FAILED, f"session {number} failed: {one_line(str(exc), 200)}")
+            return None, 0.0
+        return frame, self.clock() - began
+
     def take(self, frame, plan: Plan, entries: dict, wall: float, number: int):
         """A session's rows as refine keeps them (planned_rows), each shape's entry told what it kept;
         and the note to stop on when a point failed or nothing was kept (None: go on)."""
@@ -274,6 +289,7 @@ def refine(
     cost: Cost,
     layout=None,
     clock: Callable[[], float] = time.monotonic,
+    turn: Callable[[], object | None] | None = None,
 ) -> tuple[object, dict]:
     """Adaptive reps over the first pass's tidy `rows`; returns all rows and what was done at each
     shape, {shape: AdaptiveSummary} ({None: ...} for a target without shapes).
@@ -283,7 +299,9 @@ def refine(
     measure(plan, session_number) runs one interleaved session and returns its tidy rows (tune's
     goes through the results store); merge(rows, kept) returns the rows with a session's kept
     rows added (tune's reads them back from the store). cost: the cost model from the first pass
-    (nsprof.analysis.adaptive.first_pass_cost)."""
+    (nsprof.analysis.adaptive.first_pass_cost). turn(): called once, before the first session (a
+    --resume --wait takes its turn there); the rows to decide on again (another run was waited for
+    and may have stored reps meanwhile: the budget starts again too), or None."""
     state = _Refinement(settings, layout, clock)
     if not settings.ground_truth:
         state.stop(state.summaries, plan_rules.FAST_TIMER)
@@ -296,6 +314,10 @@ def refine(
         contenders = state.contenders(rows, reps, process_counts(rows, layout))
         if not contenders:
             break
+        fresh, turn = (turn() if turn is not None else None), None
+        if fresh is not None:
+            rows, state = fresh, _Refinement(settings, layout, clock)
+            continue
         points = [state.point(c, shape) for shape, configs in contenders.items() for c in configs]
         left = budget - (clock() - state.started)
         plan = state.plan(contenders, points, reps, rows, left, cost)
@@ -303,17 +325,10 @@ def refine(
             state.out_of_budget(_budget_note(number + 1, cost, len(points), left))
             break
         number += 1
-        entries, began = state.open(contenders, plan), clock()
-        try:
-            frame = measure(plan, number)
-        except TargetChanged:
-            raise  # not a session that failed: the target is not the one ranked any more (nothing more is measured)
-        except NsprofError as exc:
-            for entry in entries.values():
-                entry.update(wall_s=clock() - began, kept=0)
-            state.stop(state.active, plan_rules.FAILED, f"session {number} failed: {one_line(str(exc), 200)}")
+        entries = state.open(contenders, plan)
+        frame, wall = state.run(measure, plan, number, entries)
+        if frame is None:
             break
-        wall = clock() - began
         kept, failed = state.take(frame, plan, entries, wall, number)
         cost = plan_rules.updated_cost(cost, wall, plan.visits)
         if len(kept):
