@@ -34,7 +34,17 @@ from nsprof.errors import NsprofError, TargetChanged
 from nsprof.reports.checks import one_line
 from nsprof.settings import TuneSettings
 
-__all__ = ["AdaptiveSummary", "Cost", "Plan", "next_reps", "of_shape", "planned_rows", "refine", "rep_counts"]
+__all__ = [
+    "AdaptiveSummary",
+    "Cost",
+    "Plan",
+    "next_reps",
+    "of_shape",
+    "planned_rows",
+    "process_counts",
+    "refine",
+    "rep_counts",
+]
 
 
 def _points(rows, layout):
@@ -42,15 +52,28 @@ def _points(rows, layout):
     return rows["config_id"] if layout is None or not layout.shaped else layout.of_frame(rows)
 
 
-def rep_counts(rows, layout=None) -> dict[int, int]:
-    """Each measured point's number of reps (distinct mode × rep) in tidy `rows`: by config id, or
-    with `layout` (a target with shapes) by point id."""
+def _per_point(rows, layout, distinct: list[str]) -> dict[int, int]:
+    """How many distinct `distinct` values each measured point of tidy `rows` has."""
     measured = rows[rows["error"].isna() & rows["config_id"].notna() & rows["duration_ns"].notna()]
     if measured.empty:
         return {}
     measured = measured.assign(point=_points(measured, layout)).dropna(subset=["point"])
-    per = measured.drop_duplicates(["point", "mode", "rep"]).groupby("point").size()
+    per = measured.drop_duplicates(["point", *distinct]).groupby("point").size()
     return {int(c): int(n) for c, n in per.items()}
+
+
+def rep_counts(rows, layout=None) -> dict[int, int]:
+    """Each measured point's number of reps (distinct mode × rep) in tidy `rows`: by config id, or
+    with `layout` (a target with shapes) by point id."""
+    return _per_point(rows, layout, ["mode", "rep"])
+
+
+def process_counts(rows, layout=None) -> dict[int, int]:
+    """How many processes measured each point of tidy `rows`: its measured rows' distinct results-store
+    runs where the rows come from the store (a run, first pass or adaptive session, measures a point
+    in one worker process; pids are used again by later runs), else their distinct pids (a missing
+    pid is one process)."""
+    return _per_point(rows, layout, ["run_id" if "run_id" in rows.columns else "pid"])
 
 
 def next_reps(rows, layout=None) -> dict[int, int]:
@@ -114,7 +137,7 @@ class _Refinement:
             for shape in shapes
         }
         self.active = list(shapes)
-        self.confirming: dict = {}  # each shape of the next session: whether it checks a winner (to_confirm)
+        self.confirming: dict = {}  # each shape of the next session: its check's rounds (check_rounds; 0: none)
         self.checked: set = set()  # the shapes whose winner a session has checked
         self.decisions: dict = {}  # each undecided shape's decision before the next session
         self.touched: set[int] = set()
@@ -131,30 +154,34 @@ class _Refinement:
         for shape in list(shapes):
             self.summaries[shape].stopped, self.summaries[shape].note = reason, note
 
-    def contenders(self, rows, reps: dict[int, int]) -> dict:
+    def contenders(self, rows, reps: dict[int, int], processes: dict[int, int]) -> dict:
         """Each undecided shape's contenders for the next session, {shape: config ids}; a shape whose
-        decision needs no more reps stops, with its reason."""
+        decision needs no more reps stops, with its reason. reps, processes: each point's rep count
+        and how many processes measured it (rep_counts, process_counts)."""
         out = {}
+        equivalence = self.settings.equivalence_pct / 100
         for shape in list(self.active):
             mine = of_shape(rows, shape)
             decision = _decide(mine, self.settings.stat)
             step = self.summaries[shape].clock_step_ns = plan_rules.clock_step_ns(mine["duration_ns"])
             measured = {*decision.members, *plan_rules.contenders(decision)}
             at_shape = {c: reps.get(self.point(c, shape), 0) for c in measured}
-            equivalence = self.settings.equivalence_pct / 100
-            first = 0 if shape in self.checked else self.settings.reps  # a winner is checked once a run
-            reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, first, step)
+            seen = (  # None: a winner is checked once a run, whoever its rival is then
+                None
+                if shape in self.checked
+                else {c: processes.get(self.point(c, shape), 0) for c in measured}
+            )
+            reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, seen, step)
+            check = plan_rules.to_confirm(decision, seen, equivalence)
+            rounds = plan_rules.check_rounds(decision, at_shape, seen) if check else 0
             if reason is not None:
-                unchecked = reason == plan_rules.SEPARATED and plan_rules.to_confirm(
-                    decision, at_shape, equivalence, first
-                )  # a close winner that --max-reps leaves no rep to check
-                room = f"--max-reps {self.max_reps} leaves no room for the first pass's reps again"
-                self.stop([shape], reason, _unchecked(decision, room) if unchecked else "")
+                # a close winner that --max-reps leaves no room to check
+                room = f"--max-reps {self.max_reps} leaves no room for the {rounds} reps of a check"
+                self.stop([shape], reason, _unchecked(decision, room) if check else "")
                 self.active.remove(shape)
             else:
                 out[shape] = plan_rules.session_configs(decision, at_shape, self.max_reps)
-                self.confirming[shape] = plan_rules.to_confirm(decision, at_shape, equivalence, first)
-                self.decisions[shape] = decision
+                self.confirming[shape], self.decisions[shape] = rounds, decision
         return out
 
     def out_of_budget(self, note: str) -> None:
@@ -170,8 +197,11 @@ class _Refinement:
         self, contenders: dict, points: list[int], reps: dict, rows, left: float, cost: Cost
     ) -> Plan | None:
         """The next session over `points` (contenders' point ids), or None where the budget left
-        cannot pay it; a session that only checks winners (to_confirm) does the first pass's rounds."""
-        confirm = self.settings.reps if all(self.confirming[shape] for shape in contenders) else 0
+        cannot pay it; a session that only checks winners (to_confirm) does their check's rounds."""
+        rounds = [self.confirming[shape] for shape in contenders]
+        confirm = max(rounds) if all(rounds) else 0
+        # shapes whose checks differ in rounds: never past --max-reps (each shape's own check fits)
+        confirm = min(confirm, self.max_reps - max(reps.get(p, 0) for p in points))
         nexts = next_reps(rows, self.layout)
         return plan_rules.plan_session(points, reps, nexts, self.max_reps, left, cost, confirm=confirm)
 
@@ -183,7 +213,7 @@ class _Refinement:
                 "rounds": plan.rounds,
                 "first_rep": {str(c): plan.first_rep[self.point(c, shape)] for c in configs},
                 "expected_s": plan.expected_s,
-                "confirm": self.confirming[shape],  # checks a close winner in a second process
+                "confirm": bool(self.confirming[shape]),  # checks a close winner in a second process
             }
             for shape, configs in contenders.items()
         }
@@ -193,6 +223,21 @@ class _Refinement:
             if entry["confirm"]:
                 self.checked.add(shape)
         return entries
+
+    def run(self, measure: Callable[[Plan, int], object], plan: Plan, number: int, entries: dict):
+        """measure()'s rows of session `number` and its wall time; no rows (None) where it failed:
+        every shape still undecided stops there, its entry told so."""
+        began = self.clock()
+        try:
+            frame = measure(plan, number)
+        except TargetChanged:
+            raise  # not a session that failed: the target is not the one ranked any more (nothing more is measured)
+        except NsprofError as exc:
+            for entry in entries.values():
+                entry.update(wall_s=self.clock() - began, kept=0)
+            self.stop(self.active, plan_rules.FAILED, f"session {number} failed: {one_line(str(exc), 200)}")
+            return None, 0.0
+        return frame, self.clock() - began
 
     def take(self, frame, plan: Plan, entries: dict, wall: float, number: int):
         """A session's rows as refine keeps them (planned_rows), each shape's entry told what it kept;
@@ -246,6 +291,7 @@ def refine(
     cost: Cost,
     layout=None,
     clock: Callable[[], float] = time.monotonic,
+    turn: Callable[[], object | None] | None = None,
 ) -> tuple[object, dict]:
     """Adaptive reps over the first pass's tidy `rows`; returns all rows and what was done at each
     shape, {shape: AdaptiveSummary} ({None: ...} for a target without shapes).
@@ -255,7 +301,9 @@ def refine(
     measure(plan, session_number) runs one interleaved session and returns its tidy rows (tune's
     goes through the results store); merge(rows, kept) returns the rows with a session's kept
     rows added (tune's reads them back from the store). cost: the cost model from the first pass
-    (nsprof.analysis.adaptive.first_pass_cost)."""
+    (nsprof.analysis.adaptive.first_pass_cost). turn(): called once, before the first session (a
+    --resume --wait takes its turn there); the rows to decide on again (another run was waited for
+    and may have stored reps meanwhile: the budget starts again too), or None."""
     state = _Refinement(settings, layout, clock)
     if not settings.ground_truth:
         state.stop(state.summaries, plan_rules.FAST_TIMER)
@@ -265,9 +313,13 @@ def refine(
         return rows, state.summaries
     while True:
         reps = rep_counts(rows, layout)
-        contenders = state.contenders(rows, reps)
+        contenders = state.contenders(rows, reps, process_counts(rows, layout))
         if not contenders:
             break
+        fresh, turn = (turn() if turn is not None else None), None
+        if fresh is not None:
+            rows, state = fresh, _Refinement(settings, layout, clock)
+            continue
         points = [state.point(c, shape) for shape, configs in contenders.items() for c in configs]
         left = budget - (clock() - state.started)
         plan = state.plan(contenders, points, reps, rows, left, cost)
@@ -275,17 +327,10 @@ def refine(
             state.out_of_budget(_budget_note(number + 1, cost, len(points), left))
             break
         number += 1
-        entries, began = state.open(contenders, plan), clock()
-        try:
-            frame = measure(plan, number)
-        except TargetChanged:
-            raise  # not a session that failed: the target is not the one ranked any more (nothing more is measured)
-        except NsprofError as exc:
-            for entry in entries.values():
-                entry.update(wall_s=clock() - began, kept=0)
-            state.stop(state.active, plan_rules.FAILED, f"session {number} failed: {one_line(str(exc), 200)}")
+        entries = state.open(contenders, plan)
+        frame, wall = state.run(measure, plan, number, entries)
+        if frame is None:
             break
-        wall = clock() - began
         kept, failed = state.take(frame, plan, entries, wall, number)
         cost = plan_rules.updated_cost(cost, wall, plan.visits)
         if len(kept):

@@ -233,6 +233,7 @@ class StatusDriver(Driver):
                     "rep": rep,
                     "kernel": f"k{k}",
                     "duration_ns": duration(c, rep),
+                    "pid": data.get("pid"),  # the worker's, as a real report's rows carry it
                     **labels,
                 }
                 for c in data["done"]

@@ -512,18 +512,32 @@ HELD = [
 
 def test_a_first_pass_winner_closer_than_the_equivalence_margin_is_checked_in_a_second_process():
     close = Decision("winner", 3, [3], margin=0.005, second=4)
-    one_process = {3: 5, 4: 5}  # the first pass's 5 reps each
-    assert rules.stop_reason(close, one_process, 20, equivalence=0.01, first_reps=5) is None
-    assert rules.session_configs(close, one_process, 20) == [3, 4]  # the best and its nearest rival
-    # reps beyond the first pass's (an adaptive session's, this run's or a stored one's): checked
-    assert rules.stop_reason(close, {3: 10, 4: 10}, 20, equivalence=0.01, first_reps=5) == rules.SEPARATED
-    assert rules.stop_reason(close, one_process, 20, equivalence=0.0, first_reps=5) == rules.SEPARATED
-    far = Decision("winner", 3, [3], margin=0.02, second=4)
-    assert rules.stop_reason(far, one_process, 20, equivalence=0.01, first_reps=5) == rules.SEPARATED
-    # under --stat min the margin is the median intervals' and can be below 0: not a close winner
-    assert rules.stop_reason(Decision("winner", 3, [3], margin=-0.5, second=4), one_process, 20, 0.01, 5) == (
-        rules.SEPARATED
+    reps = {3: 5, 4: 5}  # the first pass's 5 reps each
+    one_process = {3: 1, 4: 1}
+    assert rules.stop_reason(close, reps, 20, equivalence=0.01, processes=one_process) is None
+    assert rules.check_rounds(close, reps, one_process) == 5  # as many reps as that one process has
+    assert rules.session_configs(close, reps, 20) == [3, 4]  # the best and its nearest rival
+    # both measured by a second process too (an adaptive session, this run's or a stored one): checked
+    checked = {3: 2, 4: 2}
+    assert (
+        rules.stop_reason(close, {3: 10, 4: 10}, 20, equivalence=0.01, processes=checked) == rules.SEPARATED
     )
+    assert (
+        rules.stop_reason(close, reps, 20, equivalence=0.01, processes=None) == rules.SEPARATED
+    )  # not again
+    assert rules.stop_reason(close, reps, 20, equivalence=0.0, processes=one_process) == rules.SEPARATED
+    far = Decision("winner", 3, [3], margin=0.02, second=4)
+    assert rules.stop_reason(far, reps, 20, equivalence=0.01, processes=one_process) == rules.SEPARATED
+    # under --stat min the margin is the median intervals' and can be below 0: not a close winner
+    assert rules.stop_reason(
+        Decision("winner", 3, [3], margin=-0.5, second=4), reps, 20, 0.01, one_process
+    ) == (rules.SEPARATED)
+    # processes, not reps: 20 reps of one process (a stored --reps 20 first pass) are still one process's
+    assert rules.stop_reason(close, {3: 20, 4: 20}, 40, equivalence=0.01, processes=one_process) is None
+    assert rules.check_rounds(close, {3: 20, 4: 20}, one_process) == 20
+    assert rules.stop_reason(close, {3: 20, 4: 20}, 39, 0.01, one_process) == rules.SEPARATED  # no room
+    # a rival that one process only measured, beside a winner that two did: its reps set the rounds
+    assert rules.check_rounds(close, {3: 12, 4: 5}, {3: 2, 4: 1}) == 5
     # the second process does as many reps as the first pass did, so that neither outweighs the other
     plan = rules.plan_session([3, 4], {3: 8, 4: 5}, {3: 8, 4: 5}, 20, 60.0, Cost(10.0, 0.1), confirm=5)
     assert plan.rounds == 5

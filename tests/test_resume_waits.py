@@ -244,3 +244,32 @@ def test_a_waiting_resume_takes_its_turn_after_the_other_ones_adaptive_reps_too(
         second_gate.touch()
     runs, outs = _ended(tmp_path, holder, resumes)
     assert runs == {0: 1, 1: 1, 2: 2, 3: 2}, "\n".join(outs)  # a first pass and one check, once each
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
+def test_two_resumes_with_nothing_missing_check_a_close_winner_once(tmp_path):
+    """Both find every config stored, with a close winner (configs 2 and 3) never checked: one checks
+    it (held at the gate), the other takes its turn after that check is stored, and checks nothing."""
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    first_gate, second_gate, builds = tmp_path / "gate-0-1", tmp_path / "gate-check", tmp_path / "builds-"
+    first_gate.touch()
+    (tmp_path / "t.py").write_text(
+        CHECKED.format(first=str(first_gate), second=str(second_gate), builds=str(builds))
+    )
+    start = _starter(tmp_path, locks)
+    unchecked = start("--work-dir", "wa", "--budget-s", "0")  # the first pass only
+    assert unchecked.wait(timeout=120) == 0, unchecked.communicate()[0]
+    resumes = [start("--work-dir", work, "--resume", "--wait") for work in ("wb", "wc")]
+    try:
+        built = Path(f"{builds}2")
+        assert wait_for(lambda: len(built.read_text().splitlines()) >= 2), "no resume checked config 2"
+        # the other waits (for its turn; before, for the GPU, to run the same check with the same reps)
+        assert wait_for(lambda: _waiters(locks) >= 1), "the other resume never waited"
+    finally:
+        second_gate.touch()
+    outs = [run.communicate(timeout=120)[0] for run in resumes]
+    assert [run.returncode for run in resumes] == [0, 0], "\n".join(outs)
+    with sqlite3.connect(tmp_path / "r.sqlite") as db:
+        runs = dict(db.execute("SELECT config_id, COUNT(DISTINCT run_id) FROM measurements GROUP BY 1"))
+    assert runs == {0: 1, 1: 1, 2: 2, 3: 2}, "\n".join(outs)  # the first pass and one check, once each

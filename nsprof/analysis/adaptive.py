@@ -86,21 +86,36 @@ def contenders(decision) -> list[int]:
     return list(decision.members) if decision.kind == "tie" else []
 
 
-def to_confirm(decision, reps: dict[int, int], equivalence: float, first_reps: int) -> bool:
-    """Whether a winner stands on one process's reps only (the winner or its nearest rival has no
-    more than the first pass's `first_reps`: no adaptive session, of this run or a stored one, has
-    measured it) and beats that rival by less than the practical-equivalence margin. Reps within one
-    process agree more closely than the process shifts a config (nsys on the H200: winners 0.5-0.6 %
-    clear of the runner-up's interval, picked second by the next runs), so such a winner is measured
-    again beside its rival in a second process, interleaved, and decided over both processes' reps."""
+def one_process(decision, processes: dict[int, int]) -> list[int]:
+    """The contenders of `decision` (contenders) that one process only has measured: `processes`
+    says how many processes (first passes, adaptive sessions, of this run or stored) measured each."""
+    return [c for c in contenders(decision) if processes.get(c, 0) < 2]
+
+
+def to_confirm(decision, processes: dict[int, int] | None, equivalence: float) -> bool:
+    """Whether a winner stands on one process's reps only (one_process: the winner or its nearest
+    rival; `processes` None: it is not to be checked again) and beats that rival by less than the
+    practical-equivalence margin. Reps within one process agree more closely than the process shifts
+    a config (nsys on the H200: winners 0.5-0.6 % clear of the runner-up's interval, picked second by
+    the next runs), so such a winner is measured again beside its rival in a second process,
+    interleaved, and decided over both processes' reps. Processes are counted, not reps: a resume's
+    --reps need not be those its stored first pass was measured with."""
     margin = decision.margin
     return (
         decision.kind == "winner"
+        and processes is not None
         and equivalence > 0
         and decision.second is not None
         and 0 <= margin < equivalence  # (below 0 under --stat min: the medians' intervals overlap)
-        and any(reps.get(c, 0) <= first_reps for c in contenders(decision))
+        and bool(one_process(decision, processes))
     )
+
+
+def check_rounds(decision, reps: dict[int, int], processes: dict[int, int]) -> int:
+    """The rounds of a check of `decision`'s winner in a second process (to_confirm): as many as the
+    most reps a contender measured in one process only holds, so that neither process's reps outweigh
+    the other's (0: no such contender)."""
+    return max((reps.get(c, 0) for c in one_process(decision, processes)), default=0)
 
 
 def clock_step_ns(durations) -> int:
@@ -124,16 +139,17 @@ def stop_reason(
     reps: dict[int, int],
     max_reps: int,
     equivalence: float = 0.0,
-    first_reps: int = 0,
+    processes: dict[int, int] | None = None,
     step_ns: int = 1,
 ) -> str | None:
     """Why no further adaptive session is needed, or None to go on: `decision` over all reps so
     far, `reps` each config's rep count, `equivalence` the practical-equivalence margin (relative;
-    0: none), `first_reps` the first pass's reps per config (to_confirm), `step_ns` the step of the
-    tool's clock (clock_step_ns)."""
-    if decision.kind == "winner":  # checked only where --max-reps leaves room for the first pass's reps
-        room = all(reps.get(c, 0) + first_reps <= max_reps for c in contenders(decision))
-        return None if room and to_confirm(decision, reps, equivalence, first_reps) else SEPARATED
+    0: none), `processes` how many processes measured each config (to_confirm; None: a winner is
+    not checked again), `step_ns` the step of the tool's clock (clock_step_ns)."""
+    if decision.kind == "winner":  # checked only where --max-reps leaves room for the check's rounds
+        rounds = check_rounds(decision, reps, processes or {})
+        room = all(reps.get(c, 0) + rounds <= max_reps for c in contenders(decision))
+        return None if room and to_confirm(decision, processes, equivalence) else SEPARATED
     if decision.kind != "tie":
         return UNTESTED
     if equivalence > 0 and decision.tie_spread <= equivalence:
@@ -181,9 +197,8 @@ def plan_session(
     """The next session over `configs` (session_configs: each below max_reps), or None where the
     budget left cannot pay a start-up and one round. reps: each config's rep count so far;
     next_rep: the first free rep number of each (reps continue after the ones they have, so range
-    names stay unique per config). confirm: the first pass's reps per config where the session checks
-    winners in a second process (to_confirm), which does that many rounds, so that neither process's
-    reps outweigh the other's (0: not such a session)."""
+    names stay unique per config). confirm: the rounds of a session that checks winners in a second
+    process (to_confirm, check_rounds), which does exactly that many (0: not such a session)."""
     if not configs:
         raise ValueError("a session needs a config to measure")
     have = max(reps.get(c, 0) for c in configs)
@@ -198,7 +213,7 @@ def plan_session(
         affordable = left
     else:
         affordable = math.floor((budget_left_s - cost.startup_s) / round_s)
-    if affordable < max(1, confirm):  # a check of fewer reps than the first pass's is none: not started
+    if affordable < max(1, confirm):  # a check of fewer reps than the one process's is none: not started
         return None
     rounds = min(rounds, affordable)
     return Plan(

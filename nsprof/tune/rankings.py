@@ -53,7 +53,9 @@ def rank_truth(
         elif stage is not None and stored is not None and stored.missing_tool:
             notes.append(f"no adaptive reps: {stored.missing_tool}")
         elif stage is not None:
-            rows, adaptive = _adaptive(target, space, truth, settings, rows, stored, clock.cost(), stage)
+            rows, adaptive = _adaptive(
+                target, space, truth, settings, rows, stored, clock.cost(), stage, held
+            )
     # A session keeps its temporary folder when a config failed (its logs say why): name it.
     kept = [m.work_dir for m in runs if settings.work_dir is None and m.work_dir is not None]
     kept_notes = [
@@ -210,10 +212,11 @@ class _FirstPassClock:
 
 
 def _adaptive(
-    target: str, space, truth: Truth, settings: TuneSettings, rows, stored: Stored | None, cost, stage
+    target: str, space, truth: Truth, settings: TuneSettings, rows, stored: Stored | None, cost, stage, held
 ):
     """Adaptive reps for every shape's contenders (nsprof.adaptive.refine), each session through the
-    results store when there is one. Returns the rows and {shape: AdaptiveSummary}."""
+    results store when there is one. held: the ExitStack a --resume --wait's turn is held in
+    (Stored.turn_before_sessions). Returns the rows and {shape: AdaptiveSummary}."""
     import pandas as pd
 
     from nsprof.adaptive import refine
@@ -239,7 +242,8 @@ def _adaptive(
     def merge(rows, kept):
         return stored.merged() if stored is not None else pd.concat([rows, kept], ignore_index=True)
 
-    return refine(rows, settings, measure=session, merge=merge, cost=cost, layout=layout)
+    turn = None if stored is None else lambda: stored.turn_before_sessions(held)
+    return refine(rows, settings, measure=session, merge=merge, cost=cost, layout=layout, turn=turn)
 
 
 def _reps_held(summary, asked: int) -> str:

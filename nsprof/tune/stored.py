@@ -135,6 +135,7 @@ class Stored:
         self.settings, self.group, self.wanted, self.gpu_uuid = settings, group, wanted, gpu_uuid
         self.wanted_json = {c: config_json(space.configs[c]) for ids in wanted.values() for c in ids}
         self.missing_tool: str | None = None  # why the truth's tool cannot run here (a resume without it)
+        self.turn_held = False  # a --resume --wait's turn (nsprof.tune.turn), held by the caller
         self.layout = space.points
         self.shape_jsons = {
             shape: "" if shape is None else shape_json(space.shapes[shape]) for shape in shape_keys(space)
@@ -217,6 +218,17 @@ class Stored:
         with ResultStore(self.settings.store) as store:
             return self.rows(store)
 
+    def turn_before_sessions(self, held: contextlib.ExitStack):
+        """A --resume --wait's turn (nsprof.tune.turn) before its first adaptive session, where its
+        first pass took none (nothing was missing), held in `held` to the end of its adaptive reps:
+        two such resumes would otherwise plan the same reps of the same configs. Returns the rows to
+        decide on again where another run was waited for (it may have stored those very reps), else None."""
+        settings = self.settings
+        if self.turn_held or not (settings.resume and settings.wait and settings.cluster is None):
+            return None
+        self.turn_held = True
+        return self.merged() if held.enter_context(resume_turn()) else None
+
 
 def by_shape(space, points: list[int]) -> dict[int | None, list[int]]:
     """The config ids among `points` at each shape (shape_keys order; a shape without any is left out)."""
@@ -262,6 +274,7 @@ def measure_stored(
         turn = todo and settings.resume and settings.wait and settings.cluster is None
         with contextlib.ExitStack() as here:
             waited = (held or here).enter_context(resume_turn()) if turn else False
+            context.turn_held = bool(turn) and held is not None
             if turn and on_turn is not None:
                 on_turn()
             if waited:

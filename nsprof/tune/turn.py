@@ -1,5 +1,6 @@
-"""A `tune --resume --wait` that has points to measure takes its turn: it decides what is missing only
-once no other nsprof run it waited for can still be storing them.
+"""A `tune --resume --wait` that has points to measure, or adaptive sessions to run, takes its turn: it
+decides what is missing, and which reps to add, only once no other nsprof run it waited for can still
+be storing them.
 
 Two waits, in this order (the only order any run takes them, so none waits on another in a cycle):
 1. the resume turn of this GPU: a lock file beside the GPU's lock (nsprof.host.lock; the same
@@ -9,8 +10,9 @@ Two waits, in this order (the only order any run takes them, so none waits on an
 2. the GPU's lock itself, when another nsprof run (not an `nsprof serve`, through which this run
    then measures) holds it: waited for and let go at once, so that what that run stored counts;
    each session takes it again as it always does.
-A resume that finds nothing missing takes no turn (it waits behind no one); should another resume
-still be running adaptive reps then, both may run them.
+A resume that finds nothing missing takes its turn only before its first adaptive session
+(nsprof.tune.stored.Stored.turn_before_sessions), and decides again if it waited: two such resumes
+would otherwise add the same reps of the same configs. One with no session to run waits behind no one.
 Only a resume with --wait takes the turn; a run that holds the GPU lock never waits for a turn.
 """
 

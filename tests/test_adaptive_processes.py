@@ -1,0 +1,102 @@
+"""A close winner is checked in a second process when one process only measured it or its rival,
+whatever their rep counts: a resume's --reps need not be the stored first pass's. Real `tune`
+through the stand-in driver of tests/test_adaptive.py, with a results store."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import pytest  # noqa: E402
+from standins import StatusDriver  # noqa: E402
+from test_adaptive import TARGET, _sessions, _settings  # noqa: E402
+
+from nsprof.analysis import adaptive as rules  # noqa: E402
+from nsprof.drivers import registry  # noqa: E402
+
+
+@pytest.fixture
+def noisy(tmp_path, monkeypatch):
+    """test_adaptive.py's: make(configs) writes the stand-in target, returns it and its launch log."""
+    registry.register("noisy", StatusDriver)
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+
+    def make(configs):
+        log = tmp_path / "launches.log"
+        log.write_text("")
+        (tmp_path / "noisy_target.py").write_text(TARGET.format(log=str(log), configs=configs))
+        return str(tmp_path / "noisy_target.py") + ":space", log
+
+    yield make
+    registry.unregister("noisy")
+
+
+# 0.6% apart within one process, the other way round in the next (rep numbers go on across
+# processes: reps 0-19 are the first pass's, 20 and on the check's).
+SHIFTED_20 = [
+    {"id": 0, "ns_reps": [1000.0] * 20 + [1006.0] * 20},
+    {"id": 1, "ns_reps": [1006.0] * 20 + [1000.0] * 20},
+    {"id": 2, "ns": 3000.0},
+]
+HELD = [{"id": 0, "ns": 1000.0}, {"id": 1, "ns": 1006.0}, {"id": 2, "ns": 3000.0}]
+
+
+def test_processes_are_counted_by_stored_run_else_by_pid():
+    import pandas as pd
+
+    from nsprof.adaptive import process_counts
+    from nsprof.schema import make_frame
+
+    def rows(config_id, pid, reps):
+        return [
+            {"source": "x", "config_id": config_id, "mode": "direct", "rep": r, "kernel": "k", "duration_ns": 1.0,
+             "pid": pid}
+            for r in reps
+        ]  # fmt: skip
+
+    first_pass = rows(0, 100, range(20)) + rows(1, 100, range(20))
+    frame = make_frame(
+        first_pass + rows(0, 200, range(20, 25)) + [{"source": "x", "config_id": 1, "error": "boom"}]
+    )
+    assert process_counts(frame) == {0: 2, 1: 1}  # a failure is no measurement
+    # stored rows: each run is one process, whatever its pid (a later run may get the same pid again)
+    stored = make_frame(first_pass + rows(0, 100, range(20, 25)))
+    stored.insert(0, "run_id", pd.array([1] * 40 + [7] * 5, dtype="Int64"))
+    assert process_counts(stored) == {0: 2, 1: 1}
+
+
+def test_a_resume_with_fewer_reps_than_the_stored_first_pass_still_checks_its_close_winner(noisy, tmp_path):
+    from nsprof.tune import tune
+
+    target, log = noisy(SHIFTED_20)
+    store = tmp_path / "results.sqlite"
+    first = tune(target, _settings(tmp_path, use_store=True, store=store, reps=20, budget_s=0)).ranking
+    assert first.decision.kind == "winner" and first.best_config_id == 0  # one process's 20 reps
+    log.write_text("")
+    settings = _settings(tmp_path, use_store=True, store=store, reps=10, budget_s=600, resume=True)
+    ranking = tune(target, settings).ranking
+    # every stored rep came from one process: checked in a second, with as many reps as that one has
+    assert [(h["configs"], h["rounds"], h["confirm"]) for h in ranking.adaptive.history] == [
+        ([0, 1], 20, True)
+    ]
+    assert len(_sessions(log)) == 1
+    assert ranking.decision.kind == "tie" and ranking.decision.members == [0, 1]  # reversed there
+
+
+def test_a_resume_with_more_reps_than_the_stored_first_pass_does_not_check_a_checked_winner_again(
+    noisy, tmp_path
+):
+    from nsprof.tune import tune
+
+    target, log = noisy(HELD)
+    store = tmp_path / "results.sqlite"
+    first = tune(target, _settings(tmp_path, use_store=True, store=store, budget_s=600)).ranking
+    assert [h["confirm"] for h in first.adaptive.history] == [True]  # 5 reps, then 5 in a second process
+    log.write_text("")
+    settings = _settings(tmp_path, use_store=True, store=store, reps=10, budget_s=600, resume=True)
+    resumed = tune(target, settings).ranking
+    assert _sessions(log) == []  # two processes measured both already: no third
+    assert resumed.adaptive.sessions == 0 and resumed.adaptive.stopped == rules.SEPARATED
+    assert resumed.decision.kind == "winner" and resumed.best_config_id == 0
