@@ -441,33 +441,50 @@ def test_the_h200s_reports_read_as_one_32_ns_step(name):
     assert rules.clock_step_ns(read_report(path)["duration_ns"]) == 32
 
 
-def test_a_tie_within_one_clock_step_stops_unless_the_margin_is_off():
-    # medians one 32 ns step apart, intervals overlapping at 2912: 2.2% wide, over the 1% margin
-    ranked = pd.DataFrame(
-        {
-            "rank": [1, 2, 3],
-            "config_id": [3, 5, 0],
-            "value_ns": [2880.0, 2912.0, 9600.0],
-            "ci_low_ns": [2880.0, 2912.0, 9600.0],
-            "ci_high_ns": [2912.0, 2944.0, 9600.0],
-            "tied_with_best": [True, True, False],
-        }
-    )
+def _tie_of(values, lows, highs):
     from nsprof.analysis.confidence import decide
 
-    decision = decide(ranked)
-    assert decision.kind == "tie" and decision.tie_spread > 0.01 and decision.tie_gap_ns == 32.0
-    reps = {3: 5, 5: 5}
+    ids = list(range(len(values)))
+    ranked = pd.DataFrame(
+        {
+            "rank": [i + 1 for i in ids],
+            "config_id": ids,
+            "value_ns": values,
+            "ci_low_ns": lows,
+            "ci_high_ns": highs,
+            "tied_with_best": [True] * len(values),
+        }
+    )
+    return decide(ranked)
+
+
+def test_a_tie_whose_intervals_lie_within_one_clock_step_stops_unless_the_margin_is_off():
+    # both intervals [2880, 2912]: 1.1% from the best's value, over the 1% margin, one 32 ns step
+    decision = _tie_of([2880.0, 2912.0], [2880.0, 2880.0], [2912.0, 2912.0])
+    assert decision.kind == "tie" and decision.tie_spread > 0.01 and decision.tie_spread_ns == 32.0
+    reps = {0: 5, 1: 5}
     assert rules.stop_reason(decision, reps, 20, equivalence=0.01, step_ns=32) == rules.CLOCK_STEP
-    assert rules.stop_reason(decision, reps, 20, equivalence=0.01, step_ns=16) is None  # two steps apart
+    assert rules.stop_reason(decision, reps, 20, equivalence=0.01, step_ns=16) is None  # two steps wide
     assert rules.stop_reason(decision, reps, 20, equivalence=0.01) is None  # no step read
     assert rules.stop_reason(decision, reps, 20, equivalence=0.0, step_ns=32) is None  # off
+
+
+def test_medians_one_step_apart_with_wide_intervals_go_on():
+    """Five noisy reps whose medians happen to fall one step apart, intervals 13% wide: more reps can
+    still separate them (configs truly 2% apart), so no stop on the clock's step."""
+    a, b = [2752.0, 2816.0, 2944.0, 3072.0, 3136.0], [2816.0, 2912.0, 2976.0, 3200.0, 3328.0]
+    decision = _tie_of([2944.0, 2976.0], [min(a), min(b)], [max(a), max(b)])
+    assert decision.kind == "tie"
+    assert rules.stop_reason(decision, {0: 5, 1: 5}, 20, equivalence=0.01, step_ns=32) is None
+    # the medians one step apart, their intervals two steps wide: separable with more reps
+    decision = _tie_of([640.0, 672.0], [640.0, 640.0], [672.0, 704.0])
+    assert rules.stop_reason(decision, {0: 5, 1: 5}, 20, equivalence=0.01, step_ns=32) is None
 
 
 # Two configs one 32 ns step apart, every duration on the clock's grid: a tie no rep can split.
 ONE_STEP = [
     {"id": 0, "ns_reps": [2880.0, 2912.0] * 10},
-    {"id": 1, "ns_reps": [2912.0, 2880.0, 2944.0, 2912.0] * 5},
+    {"id": 1, "ns_reps": [2912.0, 2880.0] * 10},
     {"id": 2, "ns_reps": [9600.0, 9632.0, 9664.0, 9696.0, 9728.0]},
 ]
 
@@ -483,7 +500,7 @@ def test_a_tie_within_one_step_of_the_tools_clock_gets_no_adaptive_session(noisy
     assert ranking.decision.kind == "tie" and ranking.decision.members == [0, 1]
     assert ranking.adaptive.stopped == rules.CLOCK_STEP and ranking.adaptive.sessions == 0
     assert len(_sessions(log)) == 1  # the first pass only
-    words = "none needed (every contender lies within one step of the tool's clock (32 ns) of the best)"
+    words = "none needed (every contender's interval lies within one step of the tool's clock (32 ns) of the best)"
     assert words in format_tune(result)
     adaptive = json.loads(tune_document(result))["adaptive"]
     assert adaptive["stopped"] == "clock_step" and adaptive["clock_step_ns"] == 32

@@ -144,6 +144,22 @@ def test_a_tune_with_two_truths_and_two_shapes_round_trips_through_json(two_by_t
                 pd.testing.assert_frame_equal(q.table, p.table)
 
 
+def test_a_tune_saved_before_the_clock_step_was_recorded_loads(two_by_two, tmp_path):
+    """A saved tune of an earlier nsprof, whose adaptive summaries lack clock_step_ns, loads and reads
+    as one whose step was not read (1 ns)."""
+    from nsprof.render.json import load_tune, tune_document
+
+    document = json.loads(tune_document(_tuned(two_by_two, tmp_path)))
+    summaries = [
+        truth["adaptive"] for shape in document["shapes"] for truth in shape["truths"] if truth["adaptive"]
+    ]
+    assert summaries
+    for adaptive in summaries:
+        del adaptive["clock_step_ns"]
+    again = load_tune(json.dumps(document))
+    assert {r.adaptive.clock_step_ns for s in again.shapes for r in s.truths.values() if r.adaptive} == {1}
+
+
 def test_no_object_of_a_report_is_reached_from_itself(two_by_two, tmp_path):
     from nsprof.analysis.tune_report import Ranking, ShapeReport
 

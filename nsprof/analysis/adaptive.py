@@ -36,8 +36,9 @@ FAILED = "failed"  # an adaptive session measured nothing: the ranking stands on
 # every contender's interval lies within --equivalence of the best's value: more reps could only
 # separate configs whose difference does not matter in practice (a memory-bound kernel's configs)
 EQUIVALENT = "equivalent"
-# the contenders' values lie within one step of the tool's clock (clock_step_ns): a finer
-# difference cannot be read, however many reps (under --equivalence, which turns it off with 0)
+# every contender's interval lies within one step of the tool's clock (clock_step_ns) of the best's
+# value: the whole uncertainty is below what one measurement can state (the equivalence margin is
+# never finer than the clock; --equivalence 0 turns both off)
 CLOCK_STEP = "clock_step"
 STOP_REASONS = (SEPARATED, MAX_REPS, BUDGET, OFF, UNTESTED, FAST_TIMER, FAILED, EQUIVALENT, CLOCK_STEP)
 
@@ -154,7 +155,7 @@ def stop_reason(
         return UNTESTED
     if equivalence > 0 and decision.tie_spread <= equivalence:
         return EQUIVALENT
-    if equivalence > 0 and step_ns > 1 and decision.tie_gap_ns <= step_ns:
+    if equivalence > 0 and step_ns > 1 and decision.tie_spread_ns <= step_ns:
         return CLOCK_STEP
     if all(reps.get(c, 0) >= max_reps for c in decision.members):
         return MAX_REPS
@@ -253,7 +254,7 @@ class AdaptiveSummary:
             FAST_TIMER: "not done for a fast timer (one number per config)",
             FAILED: "an adaptive session failed",
             EQUIVALENT: f"every contender lies within ±{self.equivalence:.1%} of the best (--equivalence)",
-            CLOCK_STEP: f"every contender lies within one step of the tool's clock ({self.clock_step_ns} ns) of the best",
+            CLOCK_STEP: f"every contender's interval lies within one step of the tool's clock ({self.clock_step_ns} ns) of the best",
         }[self.stopped]
         if self.stopped in (OFF, FAST_TIMER, UNTESTED):
             return f"adaptive reps: {words}"

@@ -97,7 +97,7 @@ class Decision:
     # A tie's members' intervals: how far their farthest end lies from the best's value, relative
     # to it (practical equivalence: nsprof.analysis.adaptive.stop_reason)
     tie_spread: float = float("nan")
-    tie_gap_ns: float = float("nan")  # a tie's farthest member's value above the best's, in ns
+    tie_spread_ns: float = float("nan")  # tie_spread in ns (the clock's step: stop_reason)
 
     def as_json(self) -> dict:
         doc: dict = {"kind": self.kind, "config_id": self.config_id}
@@ -134,8 +134,8 @@ def decide(ranked, stat: str = "median") -> Decision:
         # The rank order is the rule's order: members[0] is the best.
         tied = measured[measured["config_id"].isin(members)]
         ends = [*tied["ci_low_ns"], *tied["ci_high_ns"]]
-        spread = max(abs(float(e) - value) for e in ends) / value if value else float("nan")
-        gap = max(float(v) for v in tied["value_ns"]) - value
+        far = max(abs(float(e) - value) for e in ends)
+        spread = far / value if value else float("nan")
         return Decision(
             "tie",
             members[0],
@@ -144,7 +144,7 @@ def decide(ranked, stat: str = "median") -> Decision:
             half_width=half,
             second=second,
             tie_spread=spread,
-            tie_gap_ns=gap,
+            tie_spread_ns=far,
         )
     margin = float("nan")
     if second is not None:

@@ -60,7 +60,7 @@ HELP = {
     "tune --stat": "Rank by the median or the minimum over reps.",
     "tune --max-reps": "Adaptive reps: the most reps a config still tied with the best gets in all (default 4 x --reps).",
     "tune --budget-s": "Adaptive reps: wall seconds their interleaved sessions may take, per truth (0: none; inf: no limit).",
-    "tune --equivalence": "Adaptive reps: a tie whose configs all lie within ± this % of the best, or whose medians lie within one step of the tool's clock, is practically equivalent and gets no more reps; a first-pass winner closer than this to its rival is checked in a second process (0: off).",
+    "tune --equivalence": "Adaptive reps: a tie whose configs all lie within ± this % of the best (or one step of the tool's clock, where that is wider) is practically equivalent and gets no more reps; a first-pass winner closer than this to its rival is checked in a second process (0: off).",
     "tune --prescreen": "Rank all configs with this fast timer first; measure only the best --top.",
     "tune --top": "How many prescreened configs go to ground truth.",
     "tune --no-store": "Keep no results store.",

@@ -306,7 +306,8 @@ def _shape_of(document: dict):
     def ranking(doc: dict) -> Ranking:
         adaptive = doc["adaptive"]
         if adaptive is not None:
-            given = {f.name: adaptive[f.name] for f in fields(AdaptiveSummary)}
+            # a field an earlier nsprof did not write (clock_step_ns) takes its default
+            given = {f.name: adaptive[f.name] for f in fields(AdaptiveSummary) if f.name in adaptive}
             given["reps_per_config"] = {int(c): n for c, n in adaptive["reps_per_config"].items()}
             if given["budget_s"] is None:  # --budget-s inf, written as JSON's null
                 given["budget_s"] = float("inf")
