@@ -301,8 +301,8 @@ def refine(
     measure(plan, session_number) runs one interleaved session and returns its tidy rows (tune's
     goes through the results store); merge(rows, kept) returns the rows with a session's kept
     rows added (tune's reads them back from the store). cost: the cost model from the first pass
-    (nsprof.analysis.adaptive.first_pass_cost). turn(): called once, before the first session (a
-    --resume --wait takes its turn there); the rows to decide on again (another run was waited for
+    (nsprof.analysis.adaptive.first_pass_cost). turn(): called once, before the first session, once
+    one is planned (a --resume --wait takes its turn there; one with no session to run takes none); the rows to decide on again (another run was waited for
     and may have stored reps meanwhile: the budget starts again too), or None."""
     state = _Refinement(settings, layout, clock)
     if not settings.ground_truth:
@@ -316,16 +316,16 @@ def refine(
         contenders = state.contenders(rows, reps, process_counts(rows, layout))
         if not contenders:
             break
-        fresh, turn = (turn() if turn is not None else None), None
-        if fresh is not None:
-            rows, state = fresh, _Refinement(settings, layout, clock)
-            continue
         points = [state.point(c, shape) for shape, configs in contenders.items() for c in configs]
         left = budget - (clock() - state.started)
         plan = state.plan(contenders, points, reps, rows, left, cost)
         if plan is None:
             state.out_of_budget(_budget_note(number + 1, cost, len(points), left))
             break
+        fresh, turn = (turn() if turn is not None else None), None  # only for a session that will run
+        if fresh is not None:
+            rows, state = fresh, _Refinement(settings, layout, clock)
+            continue
         number += 1
         entries = state.open(contenders, plan)
         frame, wall = state.run(measure, plan, number, entries)

@@ -74,9 +74,8 @@ def rescue(store, now: tuple[int, int] | None) -> None:
     try:
         step = _add_runs(store.connection, real, set(now_ids.values()), store.busy_timeout_s)
     except sqlite3.Error as exc:  # one transaction: nothing of it is there
-        raise _beside(
-            store, "written again by another nsprof run", f"(which held it: {one_line(exc)})"
-        ) from None
+        why = f"(adding this run to it failed: {one_line(exc)})"
+        raise _beside(store, "written again by another nsprof run", why) from None
     store.renumbered = {run: step.get(now, now) for run, now in now_ids.items()}
     store.reopen()
 

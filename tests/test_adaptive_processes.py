@@ -15,6 +15,8 @@ from test_adaptive import TARGET, _sessions, _settings  # noqa: E402
 
 from nsprof.analysis import adaptive as rules  # noqa: E402
 from nsprof.drivers import registry  # noqa: E402
+from nsprof.schema import make_frame  # noqa: E402
+from nsprof.settings import TuneSettings  # noqa: E402
 
 
 @pytest.fixture
@@ -100,3 +102,47 @@ def test_a_resume_with_more_reps_than_the_stored_first_pass_does_not_check_a_che
     assert _sessions(log) == []  # two processes measured both already: no third
     assert resumed.adaptive.sessions == 0 and resumed.adaptive.stopped == rules.SEPARATED
     assert resumed.decision.kind == "winner" and resumed.best_config_id == 0
+
+
+def test_a_tie_the_budget_cannot_pay_takes_no_turn():
+    """A resume whose adaptive session the budget cannot pay runs none, so it takes no turn (it would
+    wait out another resume's adaptive reps for nothing)."""
+    from nsprof.adaptive import refine
+    from nsprof.analysis.adaptive import BUDGET, Cost
+
+    reps = {0: [1000, 1100, 1200, 1300, 1400], 1: [1050, 1150, 1250, 1350, 1450]}
+    rows = make_frame(
+        [
+            {
+                "source": "t",
+                "config_id": c,
+                "mode": "direct",
+                "rep": i,
+                "kernel": "k",
+                "duration_ns": float(d),
+                "pid": 1,
+            }
+            for c, durations in reps.items()
+            for i, d in enumerate(durations)
+        ]
+    )
+    settings = TuneSettings(
+        backend="ncu",
+        mode="direct",
+        reps=5,
+        timeout_s=30,
+        use_store=False,
+        feed_back=False,
+        tuner_pick=False,
+        budget_s=5,
+    )
+    turns = []
+
+    def measure(plan, number):
+        raise AssertionError("no session fits the budget")
+
+    _, summaries = refine(
+        rows, settings, measure=measure, merge=None, cost=Cost(10.0, 0.1), turn=lambda: turns.append(1)
+    )
+    assert summaries[None].stopped == BUDGET and summaries[None].sessions == 0
+    assert turns == []
