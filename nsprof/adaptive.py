@@ -184,6 +184,12 @@ class _Refinement:
                 self.confirming[shape], self.decisions[shape] = rounds, decision
         return out
 
+    def this_session(self, contenders: dict) -> dict:
+        """The shapes the next session measures: only those whose winner it checks, where any (a check
+        does exactly its one process's rounds, which a tie beside it could cut short); else all."""
+        checks = {shape: configs for shape, configs in contenders.items() if self.confirming[shape]}
+        return checks or contenders
+
     def out_of_budget(self, note: str) -> None:
         """The budget left cannot pay the next session: a tie stops there ("budget"); a winner that
         was to be checked stays the winner the first pass separated, said to be unchecked."""
@@ -313,7 +319,7 @@ def refine(
         return rows, state.summaries
     while True:
         reps = rep_counts(rows, layout)
-        contenders = state.contenders(rows, reps, process_counts(rows, layout))
+        contenders = state.this_session(state.contenders(rows, reps, process_counts(rows, layout)))
         if not contenders:
             break
         points = [state.point(c, shape) for shape, configs in contenders.items() for c in configs]

@@ -146,3 +146,39 @@ def test_a_tie_the_budget_cannot_pay_takes_no_turn():
     )
     assert summaries[None].stopped == BUDGET and summaries[None].sessions == 0
     assert turns == []
+
+
+def test_a_check_runs_in_a_session_of_its_own_with_all_its_rounds():
+    """Shape 0's close winner is checked with as many rounds as its one process did, even while shape
+    1's tie, near --max-reps, could have only a few more: the check does not share that session."""
+    from nsprof.adaptive import refine
+    from nsprof.analysis.adaptive import Cost
+    from nsprof.schema import Points
+
+    def rows_of(shape, config, durations):
+        return [
+            {"source": "t", "config_id": config, "shape": shape, "mode": "direct", "rep": r, "kernel": "k",
+             "duration_ns": float(d), "pid": 1}
+            for r, d in enumerate(durations)
+        ]  # fmt: skip
+
+    tied = [2000 + 100 * (r % 5) for r in range(16)]  # shape 1: a wide tie, 16 reps each already
+    rows = make_frame(
+        rows_of(0, 0, [1000] * 5)
+        + rows_of(0, 1, [1006] * 5)  # shape 0: config 0 by 0.6 %, one process
+        + rows_of(1, 0, tied)
+        + rows_of(1, 1, [d + 50 for d in tied])
+    )
+    settings = TuneSettings(
+        backend="ncu", mode="direct", reps=5, max_reps=20, timeout_s=30, use_store=False, feed_back=False,
+        tuner_pick=False, budget_s=float("inf"),
+    )  # fmt: skip
+    layout = Points(2, 2)
+    plans = []
+
+    def measure(plan, number):
+        plans.append((sorted(layout.split(p) for p in plan.configs), plan.rounds))
+        return make_frame([])  # nothing kept: the adaptive reps stop there
+
+    refine(rows, settings, measure=measure, merge=None, cost=Cost(10.0, 0.1), layout=layout)
+    assert plans[0] == ([(0, 0), (1, 0)], 5)
