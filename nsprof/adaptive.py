@@ -46,6 +46,12 @@ __all__ = [
     "rep_counts",
 ]
 
+# Why a close winner's check did not reach a second process: the worker that measured the reps before it
+# measured the check too.
+SAME_PROCESS = (
+    "its check ran in the worker process of the reps before it, as every session through nsprof serve does"
+)
+
 
 def _points(rows, layout):
     """Each row's point id (nsprof.schema.Points): its config id for a target without shapes."""
@@ -69,11 +75,20 @@ def rep_counts(rows, layout=None) -> dict[int, int]:
 
 
 def process_counts(rows, layout=None) -> dict[int, int]:
-    """How many processes measured each point of tidy `rows`: its measured rows' distinct results-store
-    runs where the rows come from the store (a run, first pass or adaptive session, measures a point
-    in one worker process; pids are used again by later runs), else their distinct pids (a missing
-    pid is one process)."""
-    return _per_point(rows, layout, ["run_id" if "run_id" in rows.columns else "pid"])
+    """How many worker processes measured each point of tidy `rows`: its measured rows' distinct pids.
+    Through nsprof serve every session, of every run, is a job of one worker: its runs in the results
+    store are one process. A stored row without a pid (a store from before pids) counts as the process
+    of its run (a run, first pass or adaptive session, measured it in one worker process unless served);
+    rows without a pid or a run id, as one process. A pid used again by another process (a later one, or one
+    on another host of a cluster) makes two processes one: it can only undercount them, which costs a
+    check of a close winner that needed none."""
+    if "run_id" not in rows.columns:
+        return _per_point(rows, layout, ["pid"])
+    pid = rows["pid"] if "pid" in rows.columns else None
+    process = rows["run_id"].astype("string").radd("run ")
+    if pid is not None:
+        process = process.where(pid.isna(), pid.astype("string").radd("pid "))
+    return _per_point(rows.assign(process=process), layout, ["process"])
 
 
 def next_reps(rows, layout=None) -> dict[int, int]:
@@ -139,6 +154,7 @@ class _Refinement:
         self.active = list(shapes)
         self.confirming: dict = {}  # each shape of the next session: its check's rounds (check_rounds; 0: none)
         self.checked: set = set()  # the shapes whose winner a session has checked
+        self.in_one_process: set = set()  # those whose check ran in the process of the reps before it
         self.decisions: dict = {}  # each undecided shape's decision before the next session
         self.touched: set[int] = set()
         self.started = clock()
@@ -154,10 +170,23 @@ class _Refinement:
         for shape in list(shapes):
             self.summaries[shape].stopped, self.summaries[shape].note = reason, note
 
+    def checked_in(self, processes: dict[int, int]) -> None:
+        """Tell each check session's history entry whether it reached a second process ("second_process":
+        every contender it measured has reps of two processes now; processes: process_counts after it).
+        Through nsprof serve it does not: the one worker that measured the check measured the reps before."""
+        for shape in self.checked:
+            entry = next(h for h in reversed(self.summaries[shape].history) if h["confirm"])
+            if "second_process" not in entry:
+                points = [self.point(int(c), shape) for c in entry["configs"]]
+                entry["second_process"] = all(processes.get(p, 0) >= 2 for p in points)
+                if not entry["second_process"]:
+                    self.in_one_process.add(shape)
+
     def contenders(self, rows, reps: dict[int, int], processes: dict[int, int]) -> dict:
         """Each undecided shape's contenders for the next session, {shape: config ids}; a shape whose
         decision needs no more reps stops, with its reason. reps, processes: each point's rep count
         and how many processes measured it (rep_counts, process_counts)."""
+        self.checked_in(processes)
         out = {}
         equivalence = self.settings.equivalence_pct / 100
         for shape in list(self.active):
@@ -166,18 +195,20 @@ class _Refinement:
             step = self.summaries[shape].clock_step_ns = plan_rules.clock_step_ns(mine["duration_ns"])
             measured = {*decision.members, *plan_rules.contenders(decision)}
             at_shape = {c: reps.get(self.point(c, shape), 0) for c in measured}
-            seen = (  # None: a winner is checked once a run, whoever its rival is then
-                None
-                if shape in self.checked
-                else {c: processes.get(self.point(c, shape), 0) for c in measured}
-            )
+            by_processes = {c: processes.get(self.point(c, shape), 0) for c in measured}
+            # None: a winner is checked once a run, whoever its rival is then
+            seen = None if shape in self.checked else by_processes
             reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, seen, step)
             check = plan_rules.to_confirm(decision, seen, equivalence)
             rounds = plan_rules.check_rounds(decision, at_shape, seen) if check else 0
             if reason is not None:
-                # a close winner that --max-reps leaves no room to check
+                # a close winner that --max-reps leaves no room to check, or whose check stayed in its process
                 room = f"--max-reps {self.max_reps} leaves no room for the {rounds} reps of a check"
-                self.stop([shape], reason, _unchecked(decision, room) if check else "")
+                unreached = shape in self.in_one_process and plan_rules.to_confirm(
+                    decision, by_processes, equivalence
+                )
+                why = room if check else SAME_PROCESS if unreached else ""
+                self.stop([shape], reason, _unchecked(decision, why) if why else "")
                 self.active.remove(shape)
             else:
                 out[shape] = plan_rules.session_configs(decision, at_shape, self.max_reps)

@@ -15,7 +15,9 @@ shape: `shape_json=`). Stores written before shapes are read as they are: their 
 shape_json "" (no shape), the columns being added when such a store is opened. A failure row keeps
 its kind (nsprof.schema.FAILURE_KINDS) and a timeout's bound beside its reason; a store from before
 kinds (schema version 1) gets them when it is opened, derived once from the reasons' words
-(nsprof.store_schema), and nowhere else are those words read.
+(nsprof.store_schema), and nowhere else are those words read. A row keeps the pid of the worker
+that measured it (nsprof.adaptive.process_counts: runs served by one worker are one process); a store
+from before pids gains the column on opening, its rows without one.
 Each `add` is one transaction, so a crash, SIGKILL or Ctrl-C leaves whole configs or none.
 Only plain SQL values are stored (text, integers, reals); settings are JSON text.
 """
@@ -228,10 +230,10 @@ class ResultStore:
 
     def add(self, run_id: int, key: MeasurementKey, frame_or_rows: Any) -> int:
         """Write one config's rows (a tidy DataFrame or an iterable of row dicts) in one transaction;
-        returns how many. Rows keep kernel, rep, duration_ns, cycles, clock_hz, graph_node, error and a
+        returns how many. Rows keep kernel, rep, duration_ns, cycles, clock_hz, graph_node, error, a
         failure's failure_kind (nsprof.schema.FAILURE_KINDS, or the kind of an error that is an
-        nsprof.schema.Failure) and timeout_s; a row's config_id, mode, clock_control and cache_control,
-        where set, must agree with `key`."""
+        nsprof.schema.Failure) and timeout_s, and pid (the worker's); a row's config_id, mode,
+        clock_control and cache_control, where set, must agree with `key`."""
         if not isinstance(key, MeasurementKey):
             raise TypeError(f"key must be a MeasurementKey, not {type(key).__name__}")
         run_id = self.renumbered.get(int(run_id), int(run_id))

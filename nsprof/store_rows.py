@@ -12,7 +12,14 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from nsprof.schema import FAILURE_KINDS, Failure
-from nsprof.store_schema import FAILURE_FIELDS, GROUP_FIELDS, KEY_FIELDS, MEASUREMENT_COLUMNS, ROW_FIELDS
+from nsprof.store_schema import (
+    FAILURE_FIELDS,
+    GROUP_FIELDS,
+    KEY_FIELDS,
+    MEASUREMENT_COLUMNS,
+    PROCESS_FIELDS,
+    ROW_FIELDS,
+)
 
 _INT_FIELDS = {"config_id", "rep", "graph_node", "shape"}
 _FLOAT_FIELDS = {"duration_ns", "cycles", "clock_hz", "timeout_s"}
@@ -74,6 +81,7 @@ def records(frame_or_rows: Any) -> Iterator[Mapping[str, Any]]:
                 "cache_control",
                 *ROW_FIELDS,
                 *FAILURE_FIELDS,
+                *PROCESS_FIELDS,
             )
             if c in frame_or_rows.columns
         ]
@@ -149,7 +157,8 @@ def row_values(row: Mapping[str, Any], key: MeasurementKey) -> tuple:
             f"config {key.config_id}: a failure row needs its failure_kind, one of "
             f"{', '.join(FAILURE_KINDS)} (got {kind!r} for {error!r})"
         )
-    return (*values, kind, bound)
+    pid = row.get("pid")
+    return (*values, kind, bound, None if _missing(pid) else int(pid))
 
 
 def filter_sql(filters: Mapping[str, Any], columns: tuple[str, ...]) -> tuple[str, tuple]:

@@ -40,7 +40,11 @@ SHAPE_FIELDS = ("shape_json", "shape")
 # A failure row's kind (nsprof.schema.FAILURE_KINDS) and, for a timeout, the bound it ran past; NULL
 # for a measurement. Last, after the shape: old positions stay.
 FAILURE_FIELDS = ("failure_kind", "timeout_s")
-MEASUREMENT_COLUMNS = ("run_id", *KEY_FIELDS, *ROW_FIELDS, *SHAPE_FIELDS, *FAILURE_FIELDS)
+# The pid of the worker process that measured a row (the tidy table's `pid`): through nsprof serve
+# every run's sessions are one process, which run ids cannot tell. NULL where unknown (a failure, a
+# report without it, a row of a store from before pids: the column added on opening). Last.
+PROCESS_FIELDS = ("pid",)
+MEASUREMENT_COLUMNS = ("run_id", *KEY_FIELDS, *ROW_FIELDS, *SHAPE_FIELDS, *FAILURE_FIELDS, *PROCESS_FIELDS)
 RUN_COLUMNS = (
     "id",
     "started_at",
@@ -84,6 +88,7 @@ CREATE TABLE measurements (
     kernel TEXT, rep INTEGER, duration_ns REAL, cycles REAL, clock_hz REAL, graph_node INTEGER,
     error TEXT,
     failure_kind TEXT, timeout_s REAL,
+    pid INTEGER,
     -- a row is either a measurement or a failure with its reason, never both or neither
     CHECK ((error IS NULL) <> (duration_ns IS NULL))
 );
@@ -217,6 +222,7 @@ def check_schema(db: sqlite3.Connection, path: Path) -> None:
     _add_shape_columns(db)
     if int(row[0]) < SCHEMA_VERSION:
         _migrate_to_kinds(db)
+    _add_pid_column(db)  # after the failure columns: every store's columns in the order of the new schema's
 
 
 def _schema_problem(path: Path, row: tuple | None) -> str | None:
@@ -250,6 +256,16 @@ def _add_shape_columns(db: sqlite3.Connection) -> None:
             db.execute("ALTER TABLE measurements ADD COLUMN shape_json TEXT NOT NULL DEFAULT ''")
         if "shape" not in have:
             db.execute("ALTER TABLE measurements ADD COLUMN shape INTEGER")
+
+
+def _add_pid_column(db: sqlite3.Connection) -> None:
+    """A store from before pids gets the column (every old row: no pid). Additive, as shapes were:
+    an older nsprof of this schema version still reads and writes the store, its rows without a pid."""
+    if "pid" in _columns(db):
+        return
+    with transaction(db):
+        if "pid" not in _columns(db):  # another process may have added it meanwhile
+            db.execute("ALTER TABLE measurements ADD COLUMN pid INTEGER")
 
 
 def _migrate_to_kinds(db: sqlite3.Connection) -> None:

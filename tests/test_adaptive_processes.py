@@ -14,6 +14,7 @@ from standins import StatusDriver  # noqa: E402
 from test_adaptive import TARGET, _sessions, _settings  # noqa: E402
 
 from nsprof.analysis import adaptive as rules  # noqa: E402
+from nsprof.analysis.confidence import Decision  # noqa: E402
 from nsprof.drivers import registry  # noqa: E402
 from nsprof.schema import make_frame  # noqa: E402
 from nsprof.settings import TuneSettings  # noqa: E402
@@ -45,28 +46,67 @@ SHIFTED_20 = [
 HELD = [{"id": 0, "ns": 1000.0}, {"id": 1, "ns": 1006.0}, {"id": 2, "ns": 3000.0}]
 
 
-def test_processes_are_counted_by_stored_run_else_by_pid():
-    import pandas as pd
+def _measured(config_id, pid, reps):
+    return [
+        {"source": "x", "config_id": config_id, "mode": "direct", "rep": r, "kernel": "k", "duration_ns": 1.0,
+         "pid": pid}
+        for r in reps
+    ]  # fmt: skip
 
+
+def test_processes_are_counted_by_pid():
     from nsprof.adaptive import process_counts
     from nsprof.schema import make_frame
 
-    def rows(config_id, pid, reps):
-        return [
-            {"source": "x", "config_id": config_id, "mode": "direct", "rep": r, "kernel": "k", "duration_ns": 1.0,
-             "pid": pid}
-            for r in reps
-        ]  # fmt: skip
-
-    first_pass = rows(0, 100, range(20)) + rows(1, 100, range(20))
+    first_pass = _measured(0, 100, range(20)) + _measured(1, 100, range(20))
     frame = make_frame(
-        first_pass + rows(0, 200, range(20, 25)) + [{"source": "x", "config_id": 1, "error": "boom"}]
+        first_pass + _measured(0, 200, range(20, 25)) + [{"source": "x", "config_id": 1, "error": "boom"}]
     )
     assert process_counts(frame) == {0: 2, 1: 1}  # a failure is no measurement
-    # stored rows: each run is one process, whatever its pid (a later run may get the same pid again)
-    stored = make_frame(first_pass + rows(0, 100, range(20, 25)))
-    stored.insert(0, "run_id", pd.array([1] * 40 + [7] * 5, dtype="Int64"))
-    assert process_counts(stored) == {0: 2, 1: 1}
+
+
+def _stored(rows, run_ids):
+    import pandas as pd
+
+    from nsprof.schema import make_frame
+
+    stored = make_frame(rows)
+    stored.insert(0, "run_id", pd.array(run_ids, dtype="Int64"))
+    return stored
+
+
+def test_stored_runs_of_one_served_worker_are_one_process():
+    """Through nsprof serve every session is a job of one worker process: two stored runs (a first
+    pass and a check) whose rows carry that worker's pid measured each config in one process."""
+    from nsprof.adaptive import process_counts
+
+    served = _stored(
+        _measured(0, 100, range(20)) + _measured(1, 100, range(20)) + _measured(0, 100, range(20, 40)),
+        [1] * 40 + [7] * 20,
+    )
+    assert process_counts(served) == {0: 1, 1: 1}
+    close = Decision("winner", 0, [0], margin=0.006, second=1)
+    assert rules.to_confirm(close, process_counts(served), 0.01)  # still unchecked
+    apart = _stored(
+        _measured(0, 100, range(20)) + _measured(1, 100, range(20)) + _measured(0, 200, range(20, 40)),
+        [1] * 40 + [7] * 20,
+    )
+    assert process_counts(apart) == {0: 2, 1: 1}
+
+
+def test_stored_rows_without_a_pid_count_one_process_per_run():
+    """A store written before pids were kept: each stored run is one process (a run's sessions, first
+    pass or adaptive, each start a worker of their own unless served)."""
+    from nsprof.adaptive import process_counts
+
+    rows = _measured(0, None, range(20)) + _measured(1, None, range(20)) + _measured(0, None, range(20, 25))
+    assert process_counts(_stored(rows, [1] * 40 + [7] * 5)) == {0: 2, 1: 1}
+    # an old run without pids beside a new one with them: two processes
+    rows = _measured(0, None, range(20)) + _measured(0, 300, range(20, 25))
+    assert process_counts(_stored(rows, [1] * 20 + [7] * 5)) == {0: 2}
+    # a pid and a run id that are the same number are no one process
+    rows = _measured(0, None, range(20)) + _measured(0, 1, range(20, 25))
+    assert process_counts(_stored(rows, [1] * 20 + [7] * 5)) == {0: 2}
 
 
 def test_a_resume_with_fewer_reps_than_the_stored_first_pass_still_checks_its_close_winner(noisy, tmp_path):

@@ -691,6 +691,63 @@ def test_export_by_suffix(store, tmp_path):
         store.export(tmp_path / "all.xlsx")
 
 
+# The schema of version 2 as nsprof wrote it before each measurement kept its worker's pid.
+_BEFORE_PIDS = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '2');
+CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT, started_at TEXT NOT NULL, target TEXT,
+    fingerprint TEXT, gpu TEXT, gpu_uuid TEXT, backend TEXT, mode TEXT, clock_control TEXT,
+    cache_control TEXT, tool_version TEXT, nsprof_version TEXT NOT NULL, settings_json TEXT,
+    finished_at TEXT, status TEXT NOT NULL DEFAULT 'running');
+CREATE TABLE measurements (id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id),
+    fingerprint TEXT NOT NULL, config_id INTEGER NOT NULL, config_json TEXT NOT NULL, gpu TEXT NOT NULL,
+    backend TEXT NOT NULL, mode TEXT NOT NULL, clock_control TEXT NOT NULL, cache_control TEXT NOT NULL,
+    tool_version TEXT NOT NULL, shape_json TEXT NOT NULL DEFAULT '', shape INTEGER,
+    kernel TEXT, rep INTEGER, duration_ns REAL, cycles REAL, clock_hz REAL, graph_node INTEGER,
+    error TEXT, failure_kind TEXT, timeout_s REAL, CHECK ((error IS NULL) <> (duration_ns IS NULL)));
+INSERT INTO runs (started_at, nsprof_version) VALUES ('2026-12-01', '0.1');
+INSERT INTO measurements (run_id, fingerprint, config_id, config_json, gpu, backend, mode, clock_control,
+    cache_control, tool_version, kernel, rep, duration_ns)
+    VALUES (1, 'f', 0, '{}', 'g', 'ncu', 'direct', 'base', 'all', 'v', 'k', 0, 5.0);
+"""
+
+
+def test_each_measurement_keeps_its_worker_pid(store):
+    """A stored measurement keeps the pid of the worker process that measured it (what tells a served
+    worker's sessions apart from sessions in processes of their own); a failure has none."""
+    run_id = store.start_run()
+    store.add(run_id, key_for(0), [{**row, "pid": 4242} for row in rows(0)])
+    store.add(run_id, key_for(1), failure(1))
+    stored = store.frame()
+    assert stored["pid"].dtype == pd.api.types.pandas_dtype(COLUMN_DTYPES["pid"])
+    assert stored["pid"].tolist()[:3] == [4242] * 3 and pd.isna(stored["pid"].iloc[3])
+
+
+def test_a_store_from_before_pids_gains_the_column_and_its_rows_have_none(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.executescript(_BEFORE_PIDS)
+    with ResultStore(path) as store:
+        run_id = store.start_run()
+        store.add(run_id, MeasurementKey(**{**GROUP, "fingerprint": "f"}, config_id=1, config_json="{}"),
+                  [{"kernel": "k", "rep": 0, "duration_ns": 7.0, "pid": 99}])  # fmt: skip
+        stored = store.frame()
+    assert list(stored.columns) == list(MEASUREMENT_COLUMNS)
+    assert pd.isna(stored["pid"].iloc[0]) and stored["pid"].iloc[1] == 99
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        (version,) = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        # an older nsprof still writes it (additive: its rows get no pid)
+        db.execute(
+            "INSERT INTO measurements (run_id, fingerprint, config_id, config_json, gpu, backend, mode, "
+            "clock_control, cache_control, tool_version, kernel, rep, duration_ns) "
+            "VALUES (1, 'f', 2, '{}', 'g', 'ncu', 'direct', 'base', 'all', 'v', 'k', 0, 6.0)"
+        )
+        db.commit()
+    assert version == "2"
+    with ResultStore(path) as store:
+        assert store.frame(config_id=2)["pid"].isna().all()
+
+
 def test_importing_the_store_stays_light():
     code = (
         "import sys, nsprof.store, nsprof.host.lock; "

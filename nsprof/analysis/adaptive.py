@@ -236,7 +236,9 @@ class AdaptiveSummary:
     reps: int = 0  # adaptive reps measured and kept, over all contenders
     wall_s: float = 0.0
     # one per session: {"configs": [...], "rounds": n, "first_rep": {id: rep}, "wall_s": s, "kept": n,
-    # "confirm": whether it checked a close winner in a second process (to_confirm)}
+    # "confirm": whether it checked a close winner in a second process (to_confirm), and for such a
+    # check "second_process": whether it reached one (False: its session ran in the worker process of
+    # the reps before it, as every session through nsprof serve does; absent: it failed)}
     history: list[dict] = field(default_factory=list)
     reps_per_config: dict[int, int] = field(default_factory=dict)  # the contenders' rep counts at the end
     note: str = ""  # why a session was not started or what failed, in words
@@ -246,7 +248,7 @@ class AdaptiveSummary:
     def describe(self) -> str:
         words = {
             SEPARATED: "the best is separated"
-            + (" in a second process too" if any(h.get("confirm") for h in self.history) else ""),
+            + (" in a second process too" if any(_second_process(h) for h in self.history) else ""),
             MAX_REPS: f"every contender reached --max-reps {self.max_reps}",
             BUDGET: f"the budget (--budget-s {self.budget_s:g}) cannot pay another session",
             OFF: "off (--budget-s 0)",
@@ -285,3 +287,9 @@ class AdaptiveSummary:
             "note": self.note,
             "words": self.describe(),
         }
+
+
+def _second_process(entry: dict) -> bool:
+    """Whether a session's history entry checked a close winner in a second process (a tune saved before
+    "second_process" was recorded: every check did)."""
+    return bool(entry.get("confirm")) and entry.get("second_process", True) is not False

@@ -1,0 +1,65 @@
+"""Adaptive reps through `nsprof serve`: every session is a job of the server's one worker process, so
+a close winner's check in a second process (nsprof.analysis.adaptive.to_confirm) cannot happen there,
+and `tune` must not say that it did. A stand-in server (tests/test_serve.py's fixture) and real
+`tune` clients through the stand-in CLI."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+from conftest import run_nsprof
+from test_serve import _ended, server  # noqa: F401 - server: the fixture
+
+# 0.6% apart (a close winner under the default --equivalence 1%), every rep alike; each launch
+# appends its process's pid to the log.
+CLOSE = """
+import os
+import nsprof.space
+
+def build(config):
+    def launch():
+        with open({log!r}, "a") as log:
+            log.write(f"{{os.getpid()}}\\n")
+    return launch
+
+space = nsprof.space.Space(
+    configs=[{{"id": 0, "ns": 1000.0}}, {{"id": 1, "ns": 1006.0}}, {{"id": 2, "ns": 3000.0}}],
+    build=build,
+    device="cpu",
+)
+"""
+
+
+@pytest.mark.parametrize("store", ["store", "no-store"])
+def test_a_served_tune_does_not_say_its_close_winner_was_checked_in_a_second_process(
+    tmp_path,
+    server,  # noqa: F811
+    own_gpu_lock_folder,
+    store,
+):
+    proc, state = server("--idle-exit", "3600")
+    log = tmp_path / "launches.log"
+    (tmp_path / "t.py").write_text(CLOSE.format(log=str(log)))
+    kept = ("--store", str(tmp_path / "results.sqlite")) if store == "store" else ("--no-store",)
+    done = run_nsprof(
+        *("tune", "t.py:space", "--backend", "nsys", "--mode", "direct", "--reps", "5", "--budget-s", "600"),
+        *(*kept, "--no-feed-back", "--no-tuner-pick", "--json"),
+        cwd=tmp_path,
+        standins=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"measured by nsprof serve (pid {state['pid']}" in done.stderr
+    # the first pass and the check ran in the served worker, one process
+    assert set(log.read_text().split()) == {str(state["worker_pid"])}
+    document = json.loads(done.stdout)
+    adaptive = document["adaptive"]
+    assert [(h["configs"], h["confirm"]) for h in adaptive["history"]] == [([0, 1], True)]
+    assert document["best_config_id"] == 0 and adaptive["stopped"] == "separated"
+    assert "second process too" not in adaptive["words"], adaptive["words"]
+    assert "not checked in a second" in adaptive["note"] and "nsprof serve" in adaptive["note"], adaptive
+    assert adaptive["history"][0]["second_process"] is False
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
