@@ -240,3 +240,41 @@ def ncu_rep_dir(tmp_path_factory) -> Path:
     for packed in FIXTURES.glob("*.ncu-rep.xz"):
         (out / packed.name[: -len(".xz")]).write_bytes(lzma.decompress(packed.read_bytes()))
     return out
+
+
+# A stand-in target of known configs (tests/standins.py's StatusDriver reads their "ns", "ns_reps",
+# "ns_sigma"...), whose launch appends "pid config" to a log: the order of launches in every worker
+# process can be read back.
+NOISY_TARGET = """
+import os
+import nsprof.space
+
+def build(config):
+    def launch():
+        with open({log!r}, "a") as log:
+            log.write(f"{{os.getpid()}} {{config['id']}}\\n")
+    return launch
+
+space = nsprof.space.Space(configs={configs!r}, build=build, device="cpu")
+"""
+
+
+@pytest.fixture
+def noisy(tmp_path, monkeypatch):
+    """make(configs): the stand-in target of `configs` under the "noisy" backend (the stand-in driver),
+    and its launch log."""
+    from standins import StatusDriver
+
+    from nsprof.drivers import registry
+
+    registry.register("noisy", StatusDriver)
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+
+    def make(configs):
+        log = tmp_path / "launches.log"
+        log.write_text("")
+        (tmp_path / "noisy_target.py").write_text(NOISY_TARGET.format(log=str(log), configs=configs))
+        return str(tmp_path / "noisy_target.py") + ":space", log
+
+    yield make
+    registry.unregister("noisy")

@@ -18,12 +18,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from standins import StatusDriver  # noqa: E402
 
 from nsprof.analysis import adaptive as rules  # noqa: E402
 from nsprof.analysis.adaptive import Cost, Plan  # noqa: E402
 from nsprof.analysis.confidence import Decision  # noqa: E402
-from nsprof.drivers import registry  # noqa: E402
 from nsprof.schema import make_frame  # noqa: E402
 from nsprof.settings import TuneSettings  # noqa: E402
 
@@ -179,19 +177,6 @@ def test_settings_check_the_adaptive_options():
 
 # -- real tune through a stand-in with known noise ------------------------------------------
 
-TARGET = """
-import os
-import nsprof.space
-
-def build(config):
-    def launch():
-        with open({log!r}, "a") as log:
-            log.write(f"{{os.getpid()}} {{config['id']}}\\n")
-    return launch
-
-space = nsprof.space.Space(configs={configs!r}, build=build, device="cpu")
-"""
-
 
 def test_a_tie_inside_the_equivalence_margin_stops_at_once():
     import pandas as pd
@@ -229,21 +214,6 @@ SEPARABLE = [
 IDENTICAL = [{"id": i, "ns": 1000.0, "ns_sigma": 0.03, "seed": 7} for i in range(3)]
 # Three configs 0.1% apart with 0.1% noise: a memory-bound kernel's configs, equivalent in practice.
 EQUIVALENT = [{"id": i, "ns": 1000.0 + i, "ns_sigma": 0.001, "seed": 3} for i in range(3)]
-
-
-@pytest.fixture
-def noisy(tmp_path, monkeypatch):
-    registry.register("noisy", StatusDriver)
-    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
-
-    def make(configs):
-        log = tmp_path / "launches.log"
-        log.write_text("")
-        (tmp_path / "noisy_target.py").write_text(TARGET.format(log=str(log), configs=configs))
-        return str(tmp_path / "noisy_target.py") + ":space", log
-
-    yield make
-    registry.unregister("noisy")
 
 
 def _settings(tmp_path, **kwargs):

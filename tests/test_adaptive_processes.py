@@ -9,32 +9,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import pytest  # noqa: E402
-from standins import StatusDriver  # noqa: E402
-from test_adaptive import TARGET, _sessions, _settings  # noqa: E402
+from test_adaptive import _sessions, _settings  # noqa: E402
 
 from nsprof.analysis import adaptive as rules  # noqa: E402
 from nsprof.analysis.confidence import Decision  # noqa: E402
-from nsprof.drivers import registry  # noqa: E402
 from nsprof.schema import make_frame  # noqa: E402
 from nsprof.settings import TuneSettings  # noqa: E402
-
-
-@pytest.fixture
-def noisy(tmp_path, monkeypatch):
-    """test_adaptive.py's: make(configs) writes the stand-in target, returns it and its launch log."""
-    registry.register("noisy", StatusDriver)
-    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
-
-    def make(configs):
-        log = tmp_path / "launches.log"
-        log.write_text("")
-        (tmp_path / "noisy_target.py").write_text(TARGET.format(log=str(log), configs=configs))
-        return str(tmp_path / "noisy_target.py") + ":space", log
-
-    yield make
-    registry.unregister("noisy")
-
 
 # 0.6% apart within one process, the other way round in the next (rep numbers go on across
 # processes: reps 0-19 are the first pass's, 20 and on the check's).
