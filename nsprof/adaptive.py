@@ -49,7 +49,8 @@ __all__ = [
 # Why a close winner's check did not reach a second process: the worker that measured the reps before it
 # measured the check too.
 SAME_PROCESS = (
-    "its check ran in the worker process of the reps before it, as every session through nsprof serve does"
+    "its check was measured by a worker of the same pid as the reps before it: the same process through "
+    "nsprof serve"
 )
 
 
@@ -79,9 +80,10 @@ def process_counts(rows, layout=None) -> dict[int, int]:
     Through nsprof serve every session, of every run, is a job of one worker: its runs in the results
     store are one process. A stored row without a pid (a store from before pids) counts as the process
     of its run (a run, first pass or adaptive session, measured it in one worker process unless served);
-    rows without a pid or a run id, as one process. A pid used again by another process (a later one, or one
-    on another host of a cluster) makes two processes one: it can only undercount them, which costs a
-    check of a close winner that needed none."""
+    rows without a pid or a run id, as one process. A pid used again by another process (a later one, one in
+    a fresh pid namespace, or one on another host of a cluster) makes two processes one: it can only
+    undercount them, which costs a check of a close winner that needed none, or says a check that did
+    reach a second process did not (the safe side: the winner is then called unchecked)."""
     if "run_id" not in rows.columns:
         return _per_point(rows, layout, ["pid"])
     pid = rows["pid"] if "pid" in rows.columns else None
@@ -216,29 +218,31 @@ class _Refinement:
         return out
 
     def this_session(self, contenders: dict) -> dict:
-        """The shapes the next session measures: only those whose winner it checks, where any (a check
-        does exactly its one process's rounds, which a tie beside it could cut short); else all."""
+        """The shapes the next session measures: where winners are to be checked, only those whose
+        checks have the fewest rounds (a check does exactly its one process's rounds, which a tie or a
+        longer check beside it would change); else all."""
         checks = {shape: configs for shape, configs in contenders.items() if self.confirming[shape]}
-        return checks or contenders
+        if not checks:
+            return contenders
+        rounds = min(self.confirming[shape] for shape in checks)
+        return {shape: configs for shape, configs in checks.items() if self.confirming[shape] == rounds}
 
-    def out_of_budget(self, note: str) -> None:
-        """The budget left cannot pay the next session: a tie stops there ("budget"); a winner that
+    def out_of_budget(self, shapes, note: str) -> None:
+        """The budget left cannot pay the session of `shapes`: a tie stops there ("budget"); a winner that
         was to be checked stays the winner the first pass separated, said to be unchecked."""
-        for shape in self.active:
+        for shape in shapes:
             if self.confirming[shape]:
                 self.stop([shape], plan_rules.SEPARATED, _unchecked(self.decisions[shape], note))
             else:
                 self.stop([shape], plan_rules.BUDGET, note)
+            self.active.remove(shape)
 
     def plan(
         self, contenders: dict, points: list[int], reps: dict, rows, left: float, cost: Cost
     ) -> Plan | None:
         """The next session over `points` (contenders' point ids), or None where the budget left
         cannot pay it; a session that only checks winners (to_confirm) does their check's rounds."""
-        rounds = [self.confirming[shape] for shape in contenders]
-        confirm = max(rounds) if all(rounds) else 0
-        # shapes whose checks differ in rounds: never past --max-reps (each shape's own check fits)
-        confirm = min(confirm, self.max_reps - max(reps.get(p, 0) for p in points))
+        confirm = max(self.confirming[shape] for shape in contenders)  # one length a session (this_session)
         nexts = next_reps(rows, self.layout)
         return plan_rules.plan_session(points, reps, nexts, self.max_reps, left, cost, confirm=confirm)
 
@@ -356,9 +360,9 @@ def refine(
         points = [state.point(c, shape) for shape, configs in contenders.items() for c in configs]
         left = budget - (clock() - state.started)
         plan = state.plan(contenders, points, reps, rows, left, cost)
-        if plan is None:
-            state.out_of_budget(_budget_note(number + 1, cost, len(points), left))
-            break
+        if plan is None:  # the other shapes' ties and checks may fit a session of their own
+            state.out_of_budget(contenders, _budget_note(number + 1, cost, len(points), left))
+            continue
         fresh, turn = (turn() if turn is not None else None), None  # only for a session that will run
         if fresh is not None:
             rows, state = fresh, _Refinement(settings, layout, clock)

@@ -202,3 +202,78 @@ def test_a_check_runs_in_a_session_of_its_own_with_all_its_rounds():
 
     refine(rows, settings, measure=measure, merge=None, cost=Cost(10.0, 0.1), layout=layout)
     assert plans[0] == ([(0, 0), (1, 0)], 5)
+
+
+def _shaped_rows(*parts):
+    """Tidy rows of a target with shapes: each part (shape, config, durations, pid, first rep)."""
+    return make_frame(
+        [
+            {"source": "t", "config_id": config, "shape": shape, "mode": "direct", "rep": first + r, "kernel": "k",
+             "duration_ns": float(d), "pid": pid}
+            for shape, config, durations, pid, first in parts
+            for r, d in enumerate(durations)
+        ]
+    )  # fmt: skip
+
+
+def _planned(rows, layout, **settings):
+    """The sessions refine plans over `rows` ((points as (config, shape), rounds) each, in order), each
+    measured in a new process as planned, and its summaries."""
+    import pandas as pd
+
+    from nsprof.adaptive import refine
+    from nsprof.analysis.adaptive import Cost
+
+    plans = []
+
+    def measure(plan, number):
+        plans.append((sorted(layout.split(p) for p in plan.configs), plan.rounds))
+        parts = []
+        for p in plan.configs:
+            config, shape = layout.split(p)
+            parts.append((shape, config, [1000 + 6 * config] * plan.rounds, 100 + number, plan.first_rep[p]))
+        return _shaped_rows(*parts)
+
+    base = dict(
+        backend="ncu", mode="direct", timeout_s=30, use_store=False, feed_back=False, tuner_pick=False
+    )
+    _, summaries = refine(
+        rows,
+        TuneSettings(**base, **settings),
+        measure=measure,
+        merge=lambda rows, kept: pd.concat([rows, kept], ignore_index=True),
+        cost=Cost(1.5, 0.1),
+        layout=layout,
+        clock=lambda: 0.0,
+    )
+    return plans, summaries
+
+
+def test_a_check_the_budget_cannot_pay_leaves_another_shapes_tie_its_session():
+    from nsprof.schema import Points
+
+    tied = [2000 + 100 * (r % 5) for r in range(10)]
+    rows = _shaped_rows(
+        (0, 0, [1000] * 10, 1, 0), (0, 1, [1006] * 10, 1, 0),  # a close winner: a check of 10 rounds, 3.5 s
+        (1, 0, tied, 1, 0), (1, 1, [d + 50 for d in tied], 1, 0),  # a wide tie
+    )  # fmt: skip
+    plans, summaries = _planned(rows, Points(2, 2), reps=10, max_reps=40, budget_s=3.0)
+    assert plans and all(points == [(0, 1), (1, 1)] for points, _ in plans)  # the tie's sessions
+    assert summaries[0].stopped == rules.SEPARATED and "not checked in a second" in summaries[0].note
+    assert summaries[1].sessions >= 1
+
+
+def test_two_checks_of_different_lengths_each_get_their_own_rounds():
+    from nsprof.schema import Points
+
+    rows = _shaped_rows(
+        (0, 0, [1000] * 20, 1, 0), (0, 1, [1006] * 20, 1, 0),  # shape 0: one process, 20 reps: a check of 20
+        (1, 0, [1000] * 20, 1, 0), (1, 0, [1000] * 15, 2, 20),  # shape 1: its winner in two processes,
+        (1, 1, [1006] * 5, 1, 0),  # its rival in one, 5 reps: a check of 5
+    )  # fmt: skip
+    plans, summaries = _planned(rows, Points(2, 2), reps=5, max_reps=40, budget_s=float("inf"))
+    checks = {tuple(sorted({shape for _, shape in points})): rounds for points, rounds in plans}
+    assert checks == {(0,): 20, (1,): 5}
+    assert all(
+        s.stopped == rules.SEPARATED and "second process too" in s.describe() for s in summaries.values()
+    )
