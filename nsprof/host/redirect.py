@@ -40,13 +40,6 @@ def redirected(targets: dict[int, int]) -> Iterator[None]:
             os.close(copy)
 
 
-@contextlib.contextmanager
-def output_to(path: str) -> Iterator[None]:
-    """Send this process's stdout and stderr to the file `path` (compilers print a lot)."""
-    with open(path, "ab") as log, redirected({1: log.fileno(), 2: log.fileno()}):
-        yield
-
-
 def results_only_on_stdout() -> contextlib.AbstractContextManager[None]:
     """While user code runs, send what it prints to stderr, so that stdout carries nsprof's
     results alone (`--json` stays parseable)."""
