@@ -343,8 +343,9 @@ def refine(
     goes through the results store); merge(rows, kept) returns the rows with a session's kept
     rows added (tune's reads them back from the store). cost: the cost model from the first pass
     (nsprof.analysis.adaptive.first_pass_cost). turn(): called once, before the first session, once
-    one is planned (a --resume --wait takes its turn there; one with no session to run takes none); the rows to decide on again (another run was waited for
-    and may have stored reps meanwhile: the budget starts again too), or None."""
+    one is planned (a --resume --wait takes its turn there; one with no session to run takes none);
+    returns the rows to decide on again (another run was waited for and may have stored reps
+    meanwhile: the budget starts again too), or None."""
     state = _Refinement(settings, layout, clock)
     if not settings.ground_truth:
         state.stop(state.summaries, plan_rules.FAST_TIMER)

@@ -256,7 +256,8 @@ class AdaptiveSummary:
             FAST_TIMER: "not done for a fast timer (one number per config)",
             FAILED: "an adaptive session failed",
             EQUIVALENT: f"every contender lies within ±{self.equivalence:.1%} of the best (--equivalence)",
-            CLOCK_STEP: f"every contender's interval lies within one step of the tool's clock ({self.clock_step_ns} ns) of the best",
+            CLOCK_STEP: "every contender's interval lies within one step of the tool's clock "
+            f"({self.clock_step_ns} ns) of the best",
         }[self.stopped]
         if self.stopped in (OFF, FAST_TIMER, UNTESTED):
             return f"adaptive reps: {words}"
