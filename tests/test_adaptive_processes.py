@@ -124,6 +124,15 @@ def test_a_resume_with_more_reps_than_the_stored_first_pass_does_not_check_a_che
     assert resumed.decision.kind == "winner" and resumed.best_config_id == 0
 
 
+def _refine_settings(**settings) -> TuneSettings:
+    """Settings for refine() itself, called here without a tune: ncu's ground truth, nothing stored or
+    fed back."""
+    base = dict(
+        backend="ncu", mode="direct", timeout_s=30, use_store=False, feed_back=False, tuner_pick=False
+    )
+    return TuneSettings(**base, **settings)
+
+
 def test_a_tie_the_budget_cannot_pay_takes_no_turn():
     """A resume whose adaptive session the budget cannot pay runs none, so it takes no turn (it would
     wait out another resume's adaptive reps for nothing)."""
@@ -146,16 +155,7 @@ def test_a_tie_the_budget_cannot_pay_takes_no_turn():
             for i, d in enumerate(durations)
         ]
     )
-    settings = TuneSettings(
-        backend="ncu",
-        mode="direct",
-        reps=5,
-        timeout_s=30,
-        use_store=False,
-        feed_back=False,
-        tuner_pick=False,
-        budget_s=5,
-    )
+    settings = _refine_settings(reps=5, budget_s=5)
     turns = []
 
     def measure(plan, number):
@@ -189,10 +189,7 @@ def test_a_check_runs_in_a_session_of_its_own_with_all_its_rounds():
         + rows_of(1, 0, tied)
         + rows_of(1, 1, [d + 50 for d in tied])
     )
-    settings = TuneSettings(
-        backend="ncu", mode="direct", reps=5, max_reps=20, timeout_s=30, use_store=False, feed_back=False,
-        tuner_pick=False, budget_s=float("inf"),
-    )  # fmt: skip
+    settings = _refine_settings(reps=5, max_reps=20, budget_s=float("inf"))
     layout = Points(2, 2)
     plans = []
 
@@ -234,12 +231,9 @@ def _planned(rows, layout, **settings):
             parts.append((shape, config, [1000 + 6 * config] * plan.rounds, 100 + number, plan.first_rep[p]))
         return _shaped_rows(*parts)
 
-    base = dict(
-        backend="ncu", mode="direct", timeout_s=30, use_store=False, feed_back=False, tuner_pick=False
-    )
     _, summaries = refine(
         rows,
-        TuneSettings(**base, **settings),
+        _refine_settings(**settings),
         measure=measure,
         merge=lambda rows, kept: pd.concat([rows, kept], ignore_index=True),
         cost=Cost(1.5, 0.1),
