@@ -9,6 +9,7 @@ at the other, so that the report holds probes, explanations and adaptive summari
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import json
@@ -50,20 +51,31 @@ def _configs() -> list[dict]:
     ]
 
 
-@pytest.fixture
-def two_by_two(tmp_path, monkeypatch):
-    """A target of 3 configs at 2 shapes, and the stand-in truths lab and field registered."""
-    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+@contextlib.contextmanager
+def _two_by_two_in(folder: Path):
+    """A target of 3 configs at 2 shapes written in `folder`, the stand-in truths lab and field
+    registered and the GPU lock's folder there while it is used; yields the target."""
     registry.register("lab", type("Lab", (StatusDriver,), {"labels_like": NcuDriver}))
     registry.register("field", type("Field", (StatusDriver,), {"labels_like": NsysDriver}))
-    (tmp_path / "truths.py").write_text(
+    (folder / "truths.py").write_text(
         "import nsprof.space\n"
         f"space = nsprof.space.Space(configs={_configs()!r}, shapes=[{{'M': 1}}, {{'M': 16}}], "
         "build=lambda c, s: (lambda: None), device='cpu')\n"
     )
-    yield f"{tmp_path / 'truths.py'}:space"
-    registry.unregister("lab")
-    registry.unregister("field")
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("NSPROF_LOCK_DIR", str(folder))
+            yield f"{folder / 'truths.py'}:space"
+    finally:
+        registry.unregister("lab")
+        registry.unregister("field")
+
+
+@pytest.fixture
+def two_by_two(tmp_path):
+    """A target of 3 configs at 2 shapes, and the stand-in truths lab and field registered."""
+    with _two_by_two_in(tmp_path) as target:
+        yield target
 
 
 def _tuned(target: str, tmp_path):
@@ -259,20 +271,8 @@ def saved_tune(tmp_path_factory) -> dict:
     from nsprof.render.json import tune_document
 
     folder = tmp_path_factory.mktemp("saved")
-    registry.register("lab", type("Lab", (StatusDriver,), {"labels_like": NcuDriver}))
-    registry.register("field", type("Field", (StatusDriver,), {"labels_like": NsysDriver}))
-    (folder / "truths.py").write_text(
-        "import nsprof.space\n"
-        f"space = nsprof.space.Space(configs={_configs()!r}, shapes=[{{'M': 1}}, {{'M': 16}}], "
-        "build=lambda c, s: (lambda: None), device='cpu')\n"
-    )
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("NSPROF_LOCK_DIR", str(folder))
-            return json.loads(tune_document(_tuned(f"{folder / 'truths.py'}:space", folder)))
-    finally:
-        registry.unregister("lab")
-        registry.unregister("field")
+    with _two_by_two_in(folder) as target:
+        return json.loads(tune_document(_tuned(target, folder)))
 
 
 # Each a field of a saved tune edited by hand to a value of the wrong kind (each of these once gave
