@@ -15,7 +15,7 @@ from nsprof.measure import GroundTruth, Measured
 from nsprof.settings import Truth, TuneSettings
 from nsprof.tune import measure
 from nsprof.tune.measure import key_labels, retryable, shape_keys
-from nsprof.tune.turn import resume_turn
+from nsprof.tune.turn import resume_turn, takes_turns
 
 __all__ = [
     "ADAPTIVE_RUN",
@@ -223,8 +223,7 @@ class Stored:
         first pass took none (nothing was missing), held in `held` to the end of its adaptive reps:
         two such resumes would otherwise plan the same reps of the same configs. Returns the rows to
         decide on again where another run was waited for (it may have stored those very reps), else None."""
-        settings = self.settings
-        if self.turn_held or not (settings.resume and settings.wait and settings.cluster is None):
+        if self.turn_held or not takes_turns(self.settings):
             return None
         self.turn_held = True
         return self.merged() if held.enter_context(resume_turn()) else None
@@ -271,7 +270,7 @@ def measure_stored(
         )
         # --resume --wait: another run may be storing these very points (nsprof.tune.turn), and then
         # adaptive reps of them: the caller holds the turn through its own
-        turn = todo and settings.resume and settings.wait and settings.cluster is None
+        turn = bool(todo) and takes_turns(settings)
         with contextlib.ExitStack() as here:
             waited = (held or here).enter_context(resume_turn()) if turn else False
             context.turn_held = bool(turn) and held is not None

@@ -24,7 +24,13 @@ import os
 import sys
 from collections.abc import Iterator
 
-__all__ = ["resume_turn"]
+__all__ = ["resume_turn", "takes_turns"]
+
+
+def takes_turns(settings) -> bool:
+    """Whether a run of `settings` (TuneSettings) takes the resume turn: a --resume --wait on one
+    GPU (a cluster's workers each hold their own GPU's lock)."""
+    return bool(settings.resume and settings.wait and settings.cluster is None)
 
 
 @contextlib.contextmanager
