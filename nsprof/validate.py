@@ -138,15 +138,15 @@ def resolve_truths(settings: ValidateSettings) -> list[Truth]:
     """settings.truths as Truths, checked against their drivers (a condition only where the
     driver controls clocks and caches), plus with settings.matched every such truth's
     clocks-free cold-L2 and warm-L2 conditions; duplicates dropped, order kept."""
-    from nsprof.drivers.registry import controllable, driver_class
+    from nsprof.truth import conditioned
 
     truths = list(settings.truths)  # a condition only where the driver takes one (Truth.parse)
     if settings.matched:
-        bases = [t for t in truths if driver_class(t.backend).controls_conditions]
+        bases = [t for t in truths if t.backend in conditioned()]
         if not bases:
             raise NsprofError(
                 f"--matched needs a truth that controls clocks and caches "
-                f"({', '.join(controllable()) or 'ncu'}) among --truth"
+                f"({', '.join(conditioned()) or 'ncu'}) among --truth"
             )
         truths += [Truth(t.backend, MATCHED_CLOCK, l2) for t in bases for l2 in ("cold", "warm")]
     return list(dict.fromkeys(truths))

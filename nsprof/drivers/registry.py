@@ -60,8 +60,3 @@ def driver_class(name: str):
 def get_driver(name: str):
     """The driver for backend `name`, ready to run (its tool found)."""
     return driver_class(name).create()
-
-
-# The ground truths whose drivers control clocks and caches (and so take a condition: Truth.parse
-# refuses one for any other)
-controllable = truth.conditioned
