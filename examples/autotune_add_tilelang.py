@@ -7,8 +7,8 @@ After that, `add(4096, 4096)` in any process returns nsprof's best config from T
 autotuner cache without benchmarking (nsprof.integrations.tilelang.feed_back).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: TileLang evaluates the kernel's annotations, and `dtype`
+# appears only there, so it must be a value, not a name to look up later.
 import itertools
 
 import tilelang

@@ -77,8 +77,13 @@ def run(name: str, command: list[str], scratch: Path, timeout_s: float) -> dict:
     if name == "triton_own":
         result["picked"] = document
     else:
-        result["picked"] = [s.get("best_config") for s in document.get("shapes") or [document]]
-        result["failed"] = len(document.get("errors") or [])
+        shapes = document.get("shapes") or [document]
+        result["picked"] = [s.get("best_config") for s in shapes]
+        # The configs tied with each shape's winner (a Triton pick among them is no worse, by the truth).
+        result["tie_sets"] = [[document["configs"][i] for i in s.get("tie_set") or []] for s in shapes]
+        # Points measured as failed (a config that does not compile or fit), over all shapes.
+        result["failed"] = sum(r.get("value_ns") is None for s in shapes for r in s.get("ranked") or [])
+        result["notes"] = [n for s in shapes for n in s.get("notes") or []]
         result["first_pass_phases"] = document.get("first_pass_phases")
     result["configs_per_hour"] = round(CONFIGS / result["wall_s"] * 3600)
     return result

@@ -63,7 +63,10 @@ def tune(target: str, extra: list[str], env: dict, timeout_s: float) -> dict:
         if r.get("value_ns") is not None
     }
     result["best_config"] = document.get("best_config")
-    result["notes"] = [n for n in document.get("notes", []) if "serve" in n]
+    result["best_config_id"] = document.get("best_config_id")
+    result["tie_set"] = document.get("tie_set")
+    result["adaptive"] = document.get("adaptive")  # the adaptive sessions: reps, seconds, why they stopped
+    result["notes"] = document.get("notes", [])
     result["phases"] = (document.get("first_pass_phases") or {}).get("phases")
     return result
 
@@ -180,6 +183,11 @@ def main() -> int:
             distance(plain[0]["values_ns"], plain[1]["values_ns"]) if len(plain) > 1 else None
         )
         summary["same_winner"] = {r["best_config"] == plain[0]["best_config"] for r in served} == {True}
+        # A served winner that differs from a plain one is a flip only outside that run's tie set.
+        ties = set().union(*(r.get("tie_set") or [r.get("best_config_id")] for r in plain))
+        summary["served_winners_outside_plain_tie_sets"] = sum(
+            r.get("best_config_id") not in ties for r in served
+        )
     document["summary"] = summary
     save()
     for name in ("plain", "served"):
@@ -194,7 +202,8 @@ def main() -> int:
         print(
             f"served vs plain per-config values: {summary['served_vs_plain_pct']:.2f}% (plain run to run: "
             f"{summary['plain_run_to_run_pct'] if summary['plain_run_to_run_pct'] is None else round(summary['plain_run_to_run_pct'], 2)}%)"
-            f", same winner: {summary['same_winner']}"
+            f", same winner: {summary['same_winner']} (served winners outside the plain runs' tie sets: "
+            f"{summary['served_winners_outside_plain_tie_sets']})"
         )
     print(
         f"server: exit {document['server'].get('exit_code')}, files left {document['server'].get('files_left')}"

@@ -31,7 +31,8 @@
 #                 adaptive reps, probes and the tuner's own pick per shape
 #   gpu_compose_tl the TileLang half of gpu_compose alone
 #   gpu_compose_tr the Triton half of gpu_compose alone
-#   serve_tl      a served TileLang tune and re-tune (pick and feed-back under the lease), PYTHONPATH set
+#   gpu_serve_tl  the GPU test of a served TileLang tune and re-tune (pick and feed-back under the lease),
+#                 PYTHONPATH set
 #   spaces        the regret suite's Triton spaces (examples/{rmsnorm,layernorm,add,reduce,attention,swiglu,
 #                 softmax_shapes}_triton.py),
 #                 each profiled once under nsys at every shape: do they compile, run and check out
@@ -56,7 +57,9 @@
 #                 second process)
 #   dask          scripts/bench_dask.py on one GPU: --devices 0 against no Dask (wall, ranking); needs the
 #                 wheels of dask, distributed, partd, locket, zict, tblib, tornado, cryptography, cffi and
-#                 pycparser in .whl (pip download, as the device notes say), carried with .device
+#                 pycparser in .whl (pip download, as the device notes say), carried with .device. The two
+#                 (51 + 7.8 MiB) and the tree (7.3 MiB) are over the 64 MiB a call carries: the run is
+#                 refused until one of them is slimmed
 #   dask_two      the same with --two, on a machine of two GPUs (nvidia-h200-x2)
 #   aa            scripts/bench_aa.py --runs 4: one config entered twice must be called tied (~500 s)
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
@@ -103,7 +106,7 @@ for s in "$@"; do
                     --configs 0,1 --work-dir "$R/compile_fail" ;;
     gpu_compose_tl) step gpu_compose_tl 590 $PYTEST -m gpu -k tilelang tests/test_gpu_compose.py ;;
     gpu_compose_tr) step gpu_compose_tr 300 $PYTEST -m gpu -k "not tilelang" tests/test_gpu_compose.py ;;
-    serve_tl) step serve_tl 300 $PYTEST -m gpu -k "tilelang_tune" tests/test_gpu_serve.py ;;
+    gpu_serve_tl) step gpu_serve_tl 300 $PYTEST -m gpu -k "tilelang_tune" tests/test_gpu_serve.py ;;
     ends) step ends 200 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space --backend nsys \
             --mode graph --budget-s 0 --no-store --no-feed-back --no-tuner-pick --json --work-dir $R/ends \
             > $R/ends.json; rc=\$?; rm -f $R/ends/*.nsys-rep $R/ends/*.sqlite $R/ends/*.qdstrm; exit \$rc" ;;
