@@ -140,8 +140,9 @@ class _Refinement:
     """What one refine() keeps between sessions: each shape's summary, the shapes still undecided,
     and the points that got adaptive reps."""
 
-    def __init__(self, settings: TuneSettings, layout, clock: Callable[[], float]) -> None:
+    def __init__(self, settings: TuneSettings, layout, clock: Callable[[], float], worker=None) -> None:
         self.settings, self.layout, self.clock = settings, layout, clock
+        self._worker, self._worker_asked = worker, False  # refine()'s worker, asked once (same_worker)
         self.max_reps = settings.adaptive_max_reps
         shapes = list(range(layout.n_shapes)) if layout is not None and layout.shaped else [None]
         self.summaries = {
@@ -202,6 +203,11 @@ class _Refinement:
             seen = None if shape in self.checked else by_processes
             reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, seen, step)
             check = plan_rules.to_confirm(decision, seen, equivalence)
+            if check and (pid := self.same_worker(mine, plan_rules.one_process(decision, seen))):
+                why = f"nsprof serve's worker (pid {pid}) measured its reps, and would measure the check too"
+                self.stop([shape], plan_rules.SEPARATED, _unchecked(decision, why))
+                self.active.remove(shape)
+                continue
             rounds = plan_rules.check_rounds(decision, at_shape, seen) if check else 0
             if reason is not None:
                 # a close winner that --max-reps leaves no room to check, or whose check stayed in its process
@@ -216,6 +222,18 @@ class _Refinement:
                 out[shape] = plan_rules.session_configs(decision, at_shape, self.max_reps)
                 self.confirming[shape], self.decisions[shape] = rounds, decision
         return out
+
+    def same_worker(self, rows, config_ids: list[int]) -> int | None:
+        """The pid of the worker that would measure the next session (refine's `worker`) where it alone
+        measured every one of `config_ids` in `rows` (one shape's): a check there stays in one process."""
+        if not self._worker_asked:
+            self._worker, self._worker_asked = self._worker() if self._worker is not None else None, True
+        pid = self._worker
+        if pid is None or "pid" not in rows.columns:
+            return None
+        ok = rows["error"].isna() & rows["config_id"].isin(config_ids) & rows["duration_ns"].notna()
+        pids = rows.loc[ok, "pid"]
+        return pid if len(pids) and bool((pids == pid).fillna(False).all()) else None
 
     def this_session(self, contenders: dict) -> dict:
         """The shapes the next session measures: where winners are to be checked, only those whose
@@ -333,6 +351,7 @@ def refine(
     layout=None,
     clock: Callable[[], float] = time.monotonic,
     turn: Callable[[], object | None] | None = None,
+    worker: Callable[[], int | None] | None = None,
 ) -> tuple[object, dict]:
     """Adaptive reps over the first pass's tidy `rows`; returns all rows and what was done at each
     shape, {shape: AdaptiveSummary} ({None: ...} for a target without shapes).
@@ -340,13 +359,13 @@ def refine(
     With `layout` (nsprof.schema.Points of a target with shapes) each shape is decided on its own,
     and one session measures every shape's contenders together: its plan names point ids.
     measure(plan, session_number) runs one interleaved session and returns its tidy rows (tune's
-    goes through the results store); merge(rows, kept) returns the rows with a session's kept
-    rows added (tune's reads them back from the store). cost: the cost model from the first pass
-    (nsprof.analysis.adaptive.first_pass_cost). turn(): called once, before the first session, once
-    one is planned (a --resume --wait takes its turn there; one with no session to run takes none);
-    returns the rows to decide on again (another run was waited for and may have stored reps
-    meanwhile: the budget starts again too), or None."""
-    state = _Refinement(settings, layout, clock)
+    goes through the results store); merge(rows, kept) returns the rows with a session's kept rows
+    added (tune's reads them back from the store); cost: the first pass's (first_pass_cost). turn():
+    called once, before the first session, once one is planned (a --resume --wait takes its turn
+    there; one with no session to run takes none); returns the rows to decide on again (another run
+    was waited for and may have stored reps meanwhile: the budget starts again too), or None.
+    worker(): the pid of every session's worker where known ahead (nsprof serve's), else None."""
+    state = _Refinement(settings, layout, clock, worker)
     if not settings.ground_truth:
         state.stop(state.summaries, plan_rules.FAST_TIMER)
         return rows, state.summaries
@@ -366,7 +385,7 @@ def refine(
             continue
         fresh, turn = (turn() if turn is not None else None), None  # only for a session that will run
         if fresh is not None:
-            rows, state = fresh, _Refinement(settings, layout, clock)
+            rows, state = fresh, _Refinement(settings, layout, clock, worker)
             continue
         number += 1
         entries = state.open(contenders, plan)

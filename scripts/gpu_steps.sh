@@ -57,9 +57,10 @@
 #                 second process)
 #   dask          scripts/bench_dask.py on one GPU: --devices 0 against no Dask (wall, ranking); needs the
 #                 wheels of dask, distributed, partd, locket, zict, tblib, tornado, cryptography, cffi and
-#                 pycparser in .whl (pip download, as the device notes say), carried with .device. The two
-#                 (51 + 7.8 MiB) and the tree (7.3 MiB) are over the 64 MiB a call carries: the run is
-#                 refused until one of them is slimmed
+#                 pycparser in .whl (pip download, as the device notes say). .device and .whl together,
+#                 with the checkout, are over the 64 MiB a call carries: carry .device-dask instead, made by
+#                 scripts/pack_device_dask.sh, and run `source .device-dask/setup.sh && WHL=.device-dask/whl
+#                 bash scripts/gpu_steps.sh dask`
 #   dask_two      the same with --two, on a machine of two GPUs (nvidia-h200-x2)
 #   aa            scripts/bench_aa.py --runs 4: one config entered twice must be called tied (~500 s)
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
@@ -131,7 +132,7 @@ for s in "$@"; do
            cp "$R/flips.json" "$F" 2>/dev/null; pack ;;
     dask|dask_two) # Dask is not on the GPU machines: its wheels travel in .whl (carry it; see the device notes)
            python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-             .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+             "${WHL:-.whl}"/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
            if [ "$s" = dask ]; then step dask 400 python3 scripts/bench_dask.py --out "$R/bench_dask.json"
            else step dask_two 580 python3 scripts/bench_dask.py --two --out "$R/bench_dask_x2.json"; fi ;;
     aa) step aa 580 python3 scripts/bench_aa.py --runs 4 --out "$R/bench_aa.json" ;;

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 from test_adaptive import _sessions, _settings  # noqa: E402
@@ -271,3 +273,36 @@ def test_two_checks_of_different_lengths_each_get_their_own_rounds():
     assert all(
         s.stopped == rules.SEPARATED and "second process too" in s.describe() for s in summaries.values()
     )
+
+
+@pytest.mark.parametrize("worker", [1, 2, None])
+def test_a_close_winner_is_not_checked_by_the_worker_that_measured_its_reps(worker):
+    """refine's `worker` (nsprof serve's worker pid, known ahead): where that worker alone measured a close
+    winner and its rival, a check there would stay in one process: no session, the winner said to be
+    unchecked. Measured by another worker, or with none known ahead, the check runs."""
+    from nsprof.adaptive import refine
+    from nsprof.analysis.adaptive import SEPARATED, Cost
+
+    rows = _shaped_rows((None, 0, [1000] * 5, 1, 0), (None, 1, [1006] * 5, 1, 0))
+    plans = []
+
+    def measure(plan, number):
+        plans.append(sorted(plan.configs))
+        return make_frame([])  # nothing kept: the adaptive reps stop there
+
+    asked = []
+    _, summaries = refine(
+        rows,
+        _refine_settings(reps=5, max_reps=20, budget_s=float("inf")),
+        measure=measure,
+        merge=None,
+        cost=Cost(10.0, 0.1),
+        worker=lambda: asked.append(1) or worker,
+    )
+    assert asked == [1]  # asked once
+    if worker == 1:
+        assert plans == [] and summaries[None].stopped == SEPARATED
+        assert "not checked in a second" in summaries[None].note
+        assert "nsprof serve's worker (pid 1)" in summaries[None].note
+    else:
+        assert plans == [[0, 1]]

@@ -112,6 +112,20 @@ def measure_rows(
     return measured.frame
 
 
+def serving_worker(truth: Truth, settings: TuneSettings) -> int | None:
+    """The pid of the worker of the `nsprof serve` that would measure a session of `truth` (one process
+    for every session it measures), or None where none would: no server, one that does not fit this
+    run, a cluster."""
+    if settings.cluster:
+        return None
+    from nsprof.serve_client import find_server
+
+    profile = settings.truth_profile(truth)
+    server, _ = find_server(registry.get_driver(profile.backend), profile)
+    pid = (server or {}).get("worker_pid")
+    return pid if isinstance(pid, int) else None
+
+
 def _first_pass(target, truth, settings, config_ids, n_shapes, on_progress, on_rows, space) -> Measured:
     """A ground truth's first pass over `config_ids` (point ids with `n_shapes`): profile_result,
     sharded over the cluster's GPUs when the settings give one."""

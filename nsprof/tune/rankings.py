@@ -243,7 +243,16 @@ def _adaptive(
         return stored.merged() if stored is not None else pd.concat([rows, kept], ignore_index=True)
 
     turn = None if stored is None else lambda: stored.turn_before_sessions(held)
-    return refine(rows, settings, measure=session, merge=merge, cost=cost, layout=layout, turn=turn)
+    return refine(
+        rows,
+        settings,
+        measure=session,
+        merge=merge,
+        cost=cost,
+        layout=layout,
+        turn=turn,
+        worker=lambda: measure.serving_worker(truth, settings),
+    )
 
 
 def _reps_held(summary, asked: int) -> str:
