@@ -63,6 +63,9 @@
 #                 bash scripts/gpu_steps.sh dask`
 #   dask_two      the same with --two, on a machine of two GPUs (nvidia-h200-x2)
 #   aa            scripts/bench_aa.py --runs 4: one config entered twice must be called tied (~500 s)
+#   probe_tc      scripts/probe_triton_compile.py: 64 MoE configs compiled serially, by Triton's async compile
+#                 in threads, or in processes, each from a cold cache (~120 s): which pool a Triton compile
+#                 step would need
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
 #                 times, logs; not the reports) comes back: where the session's ends go
 set -u
@@ -108,6 +111,7 @@ for s in "$@"; do
     gpu_compose_tl) step gpu_compose_tl 590 $PYTEST -m gpu -k tilelang tests/test_gpu_compose.py ;;
     gpu_compose_tr) step gpu_compose_tr 300 $PYTEST -m gpu -k "not tilelang" tests/test_gpu_compose.py ;;
     gpu_serve_tl) step gpu_serve_tl 300 $PYTEST -m gpu -k "tilelang_tune" tests/test_gpu_serve.py ;;
+    probe_tc) step probe_tc 400 python3 scripts/probe_triton_compile.py --out "$R/probe_triton_compile.json" ;;
     ends) step ends 200 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space --backend nsys \
             --mode graph --budget-s 0 --no-store --no-feed-back --no-tuner-pick --json --work-dir $R/ends \
             > $R/ends.json; rc=\$?; rm -f $R/ends/*.nsys-rep $R/ends/*.sqlite $R/ends/*.qdstrm; exit \$rc" ;;
