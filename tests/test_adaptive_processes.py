@@ -306,3 +306,19 @@ def test_a_close_winner_is_not_checked_by_the_worker_that_measured_its_reps(work
         assert "nsprof serve's worker (pid 1)" in summaries[None].note
     else:
         assert plans == [[0, 1]]
+
+
+def test_no_tool_here_means_no_server_to_ask(monkeypatch):
+    """serving_worker on a machine without the truth's tool (a fully stored --resume, say): no server
+    can be asked, and no error stops the tune there (the session, if one runs, says what is missing)."""
+    from nsprof.drivers import registry
+    from nsprof.errors import NsprofError
+    from nsprof.settings import Truth
+    from nsprof.tune.measure import serving_worker
+
+    def missing(name):
+        raise NsprofError(f"{name} was not found")
+
+    monkeypatch.setattr(registry, "get_driver", missing)
+    settings = _refine_settings(reps=5)
+    assert serving_worker(Truth.parse("nsys"), settings) is None

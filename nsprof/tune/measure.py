@@ -10,6 +10,7 @@ from collections.abc import Callable
 from nsprof.analysis.adaptive import Plan
 from nsprof.cluster import sharded
 from nsprof.drivers import registry
+from nsprof.errors import NsprofError
 from nsprof.measure import FastTimers, GroundTruth, Measured, Request
 from nsprof.schema import Failure
 from nsprof.settings import Truth, TuneSettings
@@ -121,7 +122,11 @@ def serving_worker(truth: Truth, settings: TuneSettings) -> int | None:
     from nsprof.serve_client import find_server
 
     profile = settings.truth_profile(truth)
-    server, _ = find_server(registry.get_driver(profile.backend), profile)
+    try:
+        driver = registry.get_driver(profile.backend)
+    except NsprofError:  # no tool here (a fully stored --resume): no server either; the session says why
+        return None
+    server, _ = find_server(driver, profile)
     pid = (server or {}).get("worker_pid")
     return pid if isinstance(pid, int) else None
 
