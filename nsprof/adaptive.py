@@ -142,7 +142,7 @@ class _Refinement:
 
     def __init__(self, settings: TuneSettings, layout, clock: Callable[[], float], worker=None) -> None:
         self.settings, self.layout, self.clock = settings, layout, clock
-        self._worker, self._worker_asked = worker, False  # refine()'s worker, asked once (same_worker)
+        self._ask, self._worker, self._worker_asked = worker, None, False  # refine()'s worker (same_worker)
         self.max_reps = settings.adaptive_max_reps
         shapes = list(range(layout.n_shapes)) if layout is not None and layout.shaped else [None]
         self.summaries = {
@@ -224,16 +224,17 @@ class _Refinement:
         return out
 
     def same_worker(self, rows, config_ids: list[int]) -> int | None:
-        """The pid of the worker that would measure the next session (refine's `worker`) where it alone
-        measured every one of `config_ids` in `rows` (one shape's): a check there stays in one process."""
+        """The pid of the worker that would measure the next session (refine's `worker`, asked again after
+        each session) where it alone measured any of `config_ids` in `rows` (one shape's): a check there
+        leaves that config in one process."""
         if not self._worker_asked:
-            self._worker, self._worker_asked = self._worker() if self._worker is not None else None, True
+            self._worker, self._worker_asked = self._ask() if self._ask is not None else None, True
         pid = self._worker
         if pid is None or "pid" not in rows.columns:
             return None
         ok = rows["error"].isna() & rows["config_id"].isin(config_ids) & rows["duration_ns"].notna()
-        pids = rows.loc[ok, "pid"]
-        return pid if len(pids) and bool((pids == pid).fillna(False).all()) else None
+        alone = rows.loc[ok].groupby("config_id")["pid"].agg(lambda p: bool((p == pid).fillna(False).all()))
+        return pid if bool(alone.any()) else None
 
     def this_session(self, contenders: dict) -> dict:
         """The shapes the next session measures: where winners are to be checked, only those whose
@@ -303,6 +304,7 @@ class _Refinement:
         and the note to stop on when a point failed or nothing was kept (None: go on)."""
         layout = self.layout
         kept = planned_rows(frame, plan, layout)
+        self._worker_asked = False  # ask again before the next check: a server may have ended meanwhile
         kept_points = kept.assign(point=_points(kept, layout)).drop_duplicates(["point", "mode", "rep"])
         for shape, entry in entries.items():
             mine = {self.point(c, shape) for c in entry["configs"]}

@@ -275,15 +275,15 @@ def test_two_checks_of_different_lengths_each_get_their_own_rounds():
     )
 
 
-@pytest.mark.parametrize("worker", [1, 2, None])
-def test_a_close_winner_is_not_checked_by_the_worker_that_measured_its_reps(worker):
+@pytest.mark.parametrize(("worker", "rival_pid"), [(1, 1), (1, 3), (2, 1), (None, 1)])
+def test_a_close_winner_is_not_checked_by_the_worker_that_measured_its_reps(worker, rival_pid):
     """refine's `worker` (nsprof serve's worker pid, known ahead): where that worker alone measured a close
-    winner and its rival, a check there would stay in one process: no session, the winner said to be
+    winner or its rival, a check there would leave it in one process: no session, the winner said to be
     unchecked. Measured by another worker, or with none known ahead, the check runs."""
     from nsprof.adaptive import refine
     from nsprof.analysis.adaptive import SEPARATED, Cost
 
-    rows = _shaped_rows((None, 0, [1000] * 5, 1, 0), (None, 1, [1006] * 5, 1, 0))
+    rows = _shaped_rows((None, 0, [1000] * 5, 1, 0), (None, 1, [1006] * 5, rival_pid, 0))
     plans = []
 
     def measure(plan, number):
