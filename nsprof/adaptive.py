@@ -204,7 +204,7 @@ class _Refinement:
             reason = plan_rules.stop_reason(decision, at_shape, self.max_reps, equivalence, seen, step)
             check = plan_rules.to_confirm(decision, seen, equivalence)
             if check and (pid := self.same_worker(mine, plan_rules.one_process(decision, seen))):
-                why = f"nsprof serve's worker (pid {pid}) measured its reps, and would measure the check too"
+                why = f"nsprof serve's worker (pid {pid}) alone measured it or its rival, and would check it"
                 self.stop([shape], plan_rules.SEPARATED, _unchecked(decision, why))
                 self.active.remove(shape)
                 continue
