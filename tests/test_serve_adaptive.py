@@ -1,7 +1,7 @@
 """Adaptive reps through `nsprof serve`: every session is a job of the server's one worker process, so
 a close winner's check in a second process (nsprof.analysis.adaptive.to_confirm) cannot happen there:
-`tune` must not spend a session on it, nor say that it did. A stand-in server (tests/test_serve.py's fixture) and real
-`tune` clients through the stand-in CLI."""
+`tune` must not spend a session on it, nor say that it did. A stand-in server (tests/test_serve.py's
+fixture) and real `tune` clients through the stand-in CLI."""
 
 from __future__ import annotations
 
@@ -9,27 +9,11 @@ import json
 import signal
 
 import pytest
-from conftest import run_nsprof
+from conftest import NOISY_TARGET, run_nsprof
 from test_serve import _ended, server  # noqa: F401 - server: the fixture
 
-# 0.6% apart (a close winner under the default --equivalence 1%), every rep alike; each launch
-# appends its process's pid to the log.
-CLOSE = """
-import os
-import nsprof.space
-
-def build(config):
-    def launch():
-        with open({log!r}, "a") as log:
-            log.write(f"{{os.getpid()}}\\n")
-    return launch
-
-space = nsprof.space.Space(
-    configs=[{{"id": 0, "ns": 1000.0}}, {{"id": 1, "ns": 1006.0}}, {{"id": 2, "ns": 3000.0}}],
-    build=build,
-    device="cpu",
-)
-"""
+# 0.6% apart (a close winner under the default --equivalence 1%), every rep alike
+CLOSE = [{"id": 0, "ns": 1000.0}, {"id": 1, "ns": 1006.0}, {"id": 2, "ns": 3000.0}]
 
 
 @pytest.mark.parametrize("store", ["store", "no-store"])
@@ -41,7 +25,7 @@ def test_a_served_tune_runs_no_check_its_server_cannot_put_in_a_second_process(
 ):
     proc, state = server("--idle-exit", "3600")
     log = tmp_path / "launches.log"
-    (tmp_path / "t.py").write_text(CLOSE.format(log=str(log)))
+    (tmp_path / "t.py").write_text(NOISY_TARGET.format(log=str(log), configs=CLOSE))
     kept = ("--store", str(tmp_path / "results.sqlite")) if store == "store" else ("--no-store",)
     done = run_nsprof(
         *("tune", "t.py:space", "--backend", "nsys", "--mode", "direct", "--reps", "5", "--budget-s", "600"),
@@ -53,7 +37,7 @@ def test_a_served_tune_runs_no_check_its_server_cannot_put_in_a_second_process(
     assert done.returncode == 0, done.stderr
     assert f"measured by nsprof serve (pid {state['pid']}" in done.stderr
     # the first pass ran in the served worker; the check would have run there too, so it did not run
-    assert set(log.read_text().split()) == {str(state["worker_pid"])}
+    assert {line.split()[0] for line in log.read_text().splitlines()} == {str(state["worker_pid"])}
     document = json.loads(done.stdout)
     adaptive = document["adaptive"]
     assert adaptive["history"] == [] and adaptive["sessions"] == 0, adaptive
