@@ -37,8 +37,8 @@ class Request:
     before it measures (nsprof.worker.protocol.Job.expect; nsprof.errors.TargetChanged where it
     differs). plan: adaptive reps (nsprof.analysis.adaptive.Plan: its rounds over `ids`, each
     point's reps numbered from plan.first_rep) instead of a first pass; a ground truth's only.
-    compiles: the target's Space has a compile step, which each session runs beside itself, or in its
-    served worker (nsprof.session.run_session)."""
+    compiles: where the target's compile step runs (nsprof.space.Space.compiles; "": it has none):
+    beside each session, or in its worker (nsprof.session.run_session)."""
 
     target: str
     ids: tuple[int, ...]
@@ -46,7 +46,7 @@ class Request:
     n_shapes: int = 0
     expect: dict | None = field(default=None, compare=False)
     plan: object | None = None
-    compiles: bool = False
+    compiles: str = ""
     device: int = 0
 
     def __post_init__(self) -> None:

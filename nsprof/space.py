@@ -82,6 +82,12 @@ class Space(Listing):
     build: Callable[..., Callable[[], Any]]  # build(config), or build(config, shape) with shapes
     name: str = "space"
     compile: Callable[..., Any] | None = None
+    # Where `compile` runs. False: in a process of its own, started beside the session. True: in the
+    # measuring worker, for a compile that needs what only the worker has (a Triton kernel is
+    # specialized on its GPU inputs): the first call at each shape in the worker's main thread before
+    # any window, the others in a pool of threads while earlier points are measured, so those must
+    # not use the GPU.
+    compile_in_worker: bool = False
     # "cuda": launches are asynchronous on the current CUDA stream (torch); "cpu": plain
     # Python calls (used by nsprof's own tests of the worker's fault handling).
     device: str = "cuda"
@@ -118,9 +124,11 @@ class Space(Listing):
             raise TargetError(f"space {self.name!r}: device must be 'cuda' or 'cpu'")
 
     @property
-    def compiles(self) -> bool:
-        """Whether the space has a compile step."""
-        return self.compile is not None
+    def compiles(self) -> str:
+        """Where the space's compile step runs: "beside" the session, in the "worker", or "" (none)."""
+        if self.compile is None:
+            return ""
+        return "worker" if self.compile_in_worker else "beside"
 
     def build_at(self, config_id: int, shape: int | None = None):
         """The zero-argument launch of one config (at shape index `shape`, for a space with shapes)."""
@@ -132,7 +140,7 @@ class Space(Listing):
         """What nsprof read of this space, for a worker to check that it loads the same
         (nsprof.worker.protocol.Job.expect): {"configs": [each config's canonical JSON, by id],
         "shapes": [each shape's] or None, "fingerprint": its source's, "" if unknown, "compiles":
-        whether it has a compile step, "tuner": its tuner's name and abilities, or None}."""
+        where its compile step runs (Space.compiles), "tuner": its tuner's name and abilities, or None}."""
         from nsprof.store import config_json
 
         tuner = self.tuner
@@ -189,7 +197,7 @@ def read_changes(now: dict, read: dict) -> str | None:
                 return f"{word} {index} is {_cut(new)} now, not {_cut(old)}"
     if read.get("fingerprint") and now["fingerprint"] != read["fingerprint"]:
         return "its source is not the one nsprof read (the target's file, or a module it imports, was edited)"
-    if "compiles" in read and now["compiles"] != read["compiles"]:
+    if "compiles" in read and bool(now["compiles"]) != bool(read["compiles"]):
         return f"it has {'a' if now['compiles'] else 'no'} compile step now"
     if "tuner" in read and now["tuner"] != read["tuner"]:
         name = "no tuner" if now["tuner"] is None else f"the tuner {now['tuner']['name']}"

@@ -62,8 +62,8 @@ class SpaceView(Listing):
         return self.read
 
     @property
-    def compiles(self) -> bool:
-        return bool(self.read.get("compiles"))
+    def compiles(self) -> str:
+        return self.read.get("compiles") or ""
 
     @property
     def tuner(self) -> SimpleNamespace | None:

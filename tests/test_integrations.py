@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 import pytest
 
@@ -60,10 +63,13 @@ class _Config:
 
 class _JitFunction:
     def __init__(self):
-        self.launches = []
+        self.launches, self.warmups = [], []
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.launches.append((grid, args, kwargs))
+
+    def warmup(self, *args, grid, **kwargs):  # Triton's: compile for these arguments, launch nothing
+        self.warmups.append((grid, args, kwargs))
 
 
 class _Autotuner:
@@ -105,6 +111,59 @@ def test_autotune_space_launches_the_jit_function_with_each_configs_meta_paramet
         True,
         True,
     )
+
+
+def test_autotune_space_compiles_each_config_in_the_worker_on_inputs_made_once_per_shape():
+    # the compile step is JITFunction.warmup (no launch), run in the measuring worker
+    # (Space.compile_in_worker): the inputs at a shape are made by its first compile only, since the
+    # others run in threads while windows are measured
+    tuned = _Autotuner([_Config({"BLOCK": 64}), _Config({"BLOCK": 128}, num_warps=8)])
+    made = []
+
+    def make_inputs(shape):
+        made.append(shape["M"])
+        return (object(), shape["M"]), {"eps": 1e-5}
+
+    grid = lambda meta: (meta["M"],)  # noqa: E731
+    space = triton_hook.autotune_space(tuned, make_inputs, grid, shapes=[{"M": 1}, {"M": 16}])
+    assert space.compiles == "worker"
+    for shape in (0, 1):
+        for config_id in (0, 1):
+            space.compile_at(config_id, shape)
+    assert made == [1, 16] and tuned.fn.launches == []
+    assert [(w[0], w[1][1], w[2]["BLOCK"]) for w in tuned.fn.warmups] == [
+        (grid, 1, 64),
+        (grid, 1, 128),
+        (grid, 16, 64),
+        (grid, 16, 128),
+    ]
+    assert tuned.fn.warmups[0][1][0] is tuned.fn.warmups[1][1][0]  # the shape's one set of inputs
+    assert tuned.fn.warmups[1][2] == {"eps": 1e-5, **space.configs[1]}
+
+
+def test_a_tensor_stands_in_for_triton_as_a_meta_tensor_of_its_dtype_shape_and_strides(monkeypatch):
+    # torch's own: a tensor of torch.empty_strided(shape, stride, dtype=, device="meta") has
+    # data_ptr() 0 (aligned, as Triton reads an allocation) and holds no memory. Here torch stood in
+    # for: what _stand_in asks of it.
+    made = []
+
+    class Tensor:
+        def __init__(self, shape, stride, dtype):
+            self.shape, self.dtype, self._stride = shape, dtype, stride
+
+        def stride(self):
+            return self._stride
+
+    def empty_strided(shape, stride, *, dtype, device):
+        made.append((shape, stride, dtype, device))
+        return "meta tensor"
+
+    monkeypatch.setitem(
+        sys.modules, "torch", types.SimpleNamespace(Tensor=Tensor, empty_strided=empty_strided)
+    )
+    assert triton_hook._stand_in(Tensor((4, 3), (6, 2), "float16")) == "meta tensor"
+    assert made == [((4, 3), (6, 2), "float16", "meta")]
+    assert triton_hook._stand_in(7) == 7 and triton_hook._stand_in(None) is None
 
 
 def test_autotune_space_refuses_what_is_not_an_autotuned_kernel():

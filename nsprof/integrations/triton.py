@@ -37,6 +37,13 @@ Limits, each checked or said where it applies:
   Triton's cache key lists the tensors' dtypes in argument order.
 - Pass the autotuner itself: a `@triton.heuristics` wrapped around it is not looked through.
 
+Each config is compiled ahead of its first launch, in the worker, several at once
+(JITFunction.warmup in a pool of threads, while earlier configs are measured; Space.compile_in_worker):
+the first config at each shape on that shape's inputs before any window, the others on stand-ins
+of them (each tensor's dtype, shape and strides as a tensor on torch's "meta" device, which Triton
+specializes the same way but which holds no GPU memory), so the pool's threads touch no GPU while a
+window runs. The build's first launch then finds its kernel compiled.
+
 Every shape a kernel serves, in one `nsprof tune`:
 
     space = autotune_space(matmul, make_inputs, grid, shapes=[{"M": m} for m in (1, 16, 128, 1024)])
@@ -53,6 +60,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -167,9 +175,40 @@ def autotune_space(
         name=name or getattr(base, "__name__", "triton_autotune"),
         configs=flat,
         build=build,
+        compile=_Warmup(autotuned, make_inputs, grid),
+        compile_in_worker=True,
         tuner=TritonHook(autotuned, make_inputs, grid, shapes),
         shapes=None if shapes is None else list(shapes),
     )
+
+
+class _Warmup:
+    """A Triton Space's compile step (Space.compile_in_worker): warmup(config[, shape]) compiles the
+    config into Triton's caches and launches nothing. The inputs at each shape are made once, by the
+    first call at that shape (in the worker's main thread, before any window), and kept as stand-ins
+    (_stand_in); every other call, in the pool's threads, compiles on those."""
+
+    def __init__(self, autotuned, make_inputs, grid) -> None:
+        self.autotuned, self.make_inputs, self.grid = autotuned, make_inputs, grid
+        self.inputs: dict[str, tuple[tuple, dict]] = {}
+
+    def __call__(self, config: dict, *shape) -> None:
+        key = json.dumps(shape, sort_keys=True, default=str)
+        if key not in self.inputs:  # the first call at this shape: before any window (_CompileAhead)
+            args, kwargs = self.make_inputs(*shape)
+            self.inputs[key] = tuple(map(_stand_in, args)), {k: _stand_in(v) for k, v in kwargs.items()}
+        args, kwargs = self.inputs[key]
+        self.autotuned.fn.warmup(*args, grid=self.grid, **kwargs, **config)
+
+
+def _stand_in(value):
+    """A torch tensor as a tensor of its dtype, shape and strides on the "meta" device: what Triton
+    specializes a kernel on (the dtype; the address's alignment, 0 being aligned as an allocation
+    is), holding no memory. Anything else as it is."""
+    torch = sys.modules.get("torch")  # no tensor without it
+    if torch is not None and isinstance(value, torch.Tensor):
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+    return value
 
 
 class TritonHook(TunerHook):

@@ -17,7 +17,7 @@ from nsprof.host.children import dies_with_nsprof
 from nsprof.schema import Points
 from nsprof.session.request import Measured
 from nsprof.session.timing import add_to_phases_file
-from nsprof.worker.compile import END, write_marker
+from nsprof.worker.compile import END, compile_pool_size, write_marker
 
 
 class CompileAhead:
@@ -65,7 +65,7 @@ class CompileAhead:
                     "n_configs": layout.n_configs,
                     "n_shapes": layout.n_shapes,
                     "folder": str(folder),
-                    "jobs": min(8, os.cpu_count() or 1),
+                    "jobs": compile_pool_size(),
                     "expect": expect,
                 }
             )

@@ -46,7 +46,7 @@ def run_session(
     on_rows: Callable[[object], None] | None = None,
     driver: Driver | None = None,
     n_shapes: int = 0,
-    compiles: bool = False,
+    compiles: str = "",
 ) -> Measured:
     """Measure `config_ids` (default: all) of `target` under settings.backend (its driver from
     nsprof.drivers.registry, unless `driver` is given).
@@ -63,10 +63,10 @@ def run_session(
     long-lived worker instead: the server holds the lock, and what a fault there leaves
     unmeasured is measured here, standalone, once the server has ended.
 
-    `compiles`: the target's Space has a compile step. A standalone session runs it beside itself
-    (nsprof.session.compile_step); a served worker, its imports paid, compiles each point itself (as
-    does a served session's standalone rest). Either way before the point's window: a point that does
-    not compile is a failure of kind compile, and compile_timeout_s bounds one point's compile.
+    `compiles`: where the target's compile step runs (Space.compiles). A standalone session runs a
+    "beside" one beside itself (nsprof.session.compile_step); a served worker, its imports paid,
+    compiles each point itself, and so does every worker of a "worker" one. Always before the point's
+    window: one that does not compile is a failure of kind compile, bounded by compile_timeout_s.
 
     on_rows and the interrupt: see this module's docstring.
 
@@ -89,11 +89,11 @@ def run_session(
     # An `nsprof serve` of this GPU (it holds the lock): measure through it.
     if getattr(driver, "serves", False):
         server, unfit = find_server(driver, settings)
+    if compiles and (server is not None or compiles == "worker"):
+        request["job_extra"] = {**(job_extra or {}), "compile_here": True}
     if server is not None:
-        if compiles:
-            request["job_extra"] = {**(job_extra or {}), "compile_here": True}
         return _in_folder(request, server)
-    return (_compiled_beside if compiles else _standalone)(request, settings, driver, unfit)
+    return (_compiled_beside if compiles == "beside" else _standalone)(request, settings, driver, unfit)
 
 
 def _compiled_beside(request: dict, settings: ProfileSettings, driver: Driver, unfit) -> Measured:

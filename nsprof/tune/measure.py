@@ -95,7 +95,7 @@ def measure_rows(
     (nsprof.errors.TargetChanged). None: read here (profile_result), or not checked nor compiled.
     """
     expect = space.as_read() if space is not None else None
-    compiles = space is not None and space.compiles
+    compiles = space.compiles if space is not None else ""
     if plan is not None:
         request = Request(target, plan.configs, n, n_shapes, expect=expect, plan=plan, compiles=compiles)
         measured = GroundTruth(settings.truth_profile(truth)).measure(

@@ -63,6 +63,11 @@ def state(folder: Path, point: int) -> tuple[str, str] | None:
     return None
 
 
+def compile_pool_size() -> int:
+    """How many threads compile at once: the compile step's, and a worker's that compiles ahead."""
+    return min(8, os.cpu_count() or 1)
+
+
 def compile_each(space, layout, points: list[int], jobs: int, done) -> None:
     """Compile each of `points` (point ids of `layout`, a nsprof.schema.Points) in a pool of `jobs`
     threads, in order; done(point, reason) as each one finishes, in its thread: reason None when

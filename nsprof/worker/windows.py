@@ -1,7 +1,8 @@
 """Each config's window in the worker (config_windows): its compile waited for first, outside the
 window, so a slow compiler is never the config's timeout (_CompileWait: the compile step beside the
-session; _compile_here: a served job's, in this worker), then its `start` line and its build inside,
-so that a build which crashes or hangs is charged to that config.
+session; _compile_here: a served job's, in this worker; _CompileAhead: a Space.compile_in_worker's,
+in this worker's pool of threads), then its `start` line and its build inside, so that a build which
+crashes or hangs is charged to that config.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def config_windows(job: Job, space, device: Device, status: Status):
     points = job.points
     compiled = _CompileWait(Path(job.compiled), job.compile_timeout_s) if job.compiled else None
     here = job.compile_here and space.compile is not None
+    if here and getattr(space, "compile_in_worker", False):
+        compiled, here = _CompileAhead(space, points, job.config_ids, job.compile_timeout_s), False
     for config_id in job.config_ids:  # point ids (the config ids of a target without shapes)
         why = None
         if compiled is not None:
@@ -121,3 +124,65 @@ class _CompileWait:
                 status.write("wait", point)
                 last_line = now
             time.sleep(0.01)
+
+
+class _CompileAhead:
+    """A Space.compile_in_worker's compiles, all of them ahead of their windows, in this worker: the
+    first point of each shape in one thread (the space may make that shape's inputs then, on the GPU),
+    before any window; then the rest in a pool of threads, in job order, while earlier points are
+    measured. The threads are daemons: a compile that hangs never keeps the worker from exiting.
+    wait() is _CompileWait's, over this pool instead of the compile step's markers."""
+
+    def __init__(self, space, points, ids, timeout_s: float) -> None:
+        from nsprof.worker.compile import compile_pool_size
+
+        self.timeout_s, self.stalled = timeout_s, False
+        self.outcome: dict[int, str | None] = {}
+        self.done = {point: threading.Event() for point in ids}
+        firsts: dict = {}
+        for point in ids:
+            firsts.setdefault(points.split(point)[1], point)
+        self.primed = threading.Event()
+        rest = iter([point for point in ids if point not in firsts.values()])
+        lock = threading.Lock()
+
+        def compile_rest() -> None:
+            while True:
+                with lock:
+                    point = next(rest, None)
+                if point is None:
+                    return
+                self._compile(space, points, point)
+
+        def prime() -> None:
+            for point in firsts.values():
+                self._compile(space, points, point)
+            self.primed.set()
+            for index in range(compile_pool_size()):
+                threading.Thread(target=compile_rest, name=f"nsprof-compile-{index}", daemon=True).start()
+
+        threading.Thread(target=prime, name="nsprof-compile-first", daemon=True).start()
+
+    def _compile(self, space, points, point: int) -> None:
+        from nsprof.worker.compile import compile_reason
+
+        try:
+            space.compile_at(*points.split(point))
+            self.outcome[point] = None
+        except Exception as exc:  # a config that does not compile is a result, not a crash
+            self.outcome[point] = compile_reason(exc)
+        self.done[point].set()
+
+    def wait(self, point: int, status: Status) -> str | None:
+        """None when `point` compiled, else why not, in one line; never before the first points of
+        every shape compiled (no window runs while the space may still make inputs)."""
+        began, finished = time.monotonic(), len(self.outcome)
+        while not (self.primed.is_set() and self.done[point].is_set()):
+            if self.stalled:
+                return f"not compiled: the worker's compiles made no progress for {self.timeout_s:g} s"
+            if time.monotonic() - began >= self.timeout_s:
+                self.stalled = len(self.outcome) == finished
+                return f"compile timed out: not compiled after {self.timeout_s:g} s (its compile still runs in the worker)"
+            status.write("wait", point)
+            self.done[point].wait(WAIT_LINE_S) if self.primed.is_set() else self.primed.wait(WAIT_LINE_S)
+        return self.outcome[point]

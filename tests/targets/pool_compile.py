@@ -1,0 +1,67 @@
+"""CPU spaces whose compile step runs in the worker (Space.compile_in_worker), for
+tests/test_pool_compile.py. $NSPROF_TEST_LOG is a file the test owns: each compile's start and
+end and each build append one JSON line {"what", "config", "n" (the shape's), "pid", "thread"}.
+
+Config kinds, in the compile:
+    ok      compiles at once
+    fail    fails to compile (a ValueError)
+    hang    never returns
+and `ahead` (space `ahead`): its build waits, for at most $NSPROF_TEST_AHEAD_WAIT_S (default 20 s),
+until the last config's compile has begun: it can, only where compiles run ahead of the windows.
+"""
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import nsprof.space
+
+_LOG = Path(os.environ.get("NSPROF_TEST_LOG", "pool_compile.log"))
+
+
+def _log(what: str, config: dict, shape: dict) -> None:
+    line = {"what": what, "config": config["i"], "n": shape["n"], "pid": os.getpid()}
+    line["thread"] = threading.current_thread().name
+    with open(_LOG, "a") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
+def compile_config(config, shape):
+    _log("compile", config, shape)
+    if config["kind"] == "fail":
+        raise ValueError("no valid tile for this config (simulated)")
+    if config["kind"] == "hang":
+        time.sleep(3600)
+    _log("compiled", config, shape)
+
+
+def build(config, shape):
+    _log("build", config, shape)
+    if config["kind"] == "ahead":
+        deadline = time.monotonic() + float(os.environ.get("NSPROF_TEST_AHEAD_WAIT_S", "20"))
+        last = config["last"]
+        while f'"what": "compile", "config": {last},' not in _LOG.read_text():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"config {last} was not compiled while config {config['i']} was built")
+            time.sleep(0.01)
+    return lambda: None
+
+
+def _space(name, kinds, shapes):
+    configs = [{"i": i, "kind": k, "last": len(kinds) - 1} for i, k in enumerate(kinds)]
+    return nsprof.space.Space(
+        name=name,
+        configs=configs,
+        shapes=[{"n": n} for n in shapes],
+        build=build,
+        compile=compile_config,
+        compile_in_worker=True,
+        device="cpu",
+    )
+
+
+space = _space("in_worker", ["ok", "fail", "ok"], [1, 2])
+ahead = _space("ahead", ["ahead", "ok", "ok", "ok"], [1])
+hanging = _space("hanging", ["ok", "hang", "ok"], [1])

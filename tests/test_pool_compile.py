@@ -1,0 +1,159 @@
+"""A Space.compile_in_worker's compile step (a Triton space's): run by the measuring worker itself,
+ahead of the windows in a pool of threads, never beside the session nor in nsprof's own process.
+Real child processes: nsprof's CLI with the stand-in profiler (tests/standins.py)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+TARGET = HERE / "targets" / "pool_compile.py"
+sys.path.insert(0, str(HERE))
+
+from conftest import run_nsprof  # noqa: E402
+
+
+def _profile(tmp_path, space: str, *more: str):
+    """`nsprof profile` of `space` under the stand-in nsys, --json: (the run, its rows, the log's lines)."""
+    log = tmp_path / "log.jsonl"
+    log.touch()
+    done = run_nsprof(
+        "profile",
+        f"{TARGET}:{space}",
+        "--backend",
+        "nsys",
+        "--mode",
+        "direct",
+        "--reps",
+        "1",
+        "--work-dir",
+        tmp_path / "work",
+        "--json",
+        *more,
+        standins=True,
+        env={"NSPROF_TEST_LOG": str(log), "NSPROF_LOCK_DIR": str(tmp_path / "locks")},
+        cwd=tmp_path,
+        timeout=120,
+    )
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    return done, (json.loads(done.stdout) if done.stdout.strip() else []), lines
+
+
+def test_the_worker_compiles_each_point_ahead_first_each_shapes_first_then_the_rest_in_its_pool(tmp_path):
+    done, rows, lines = _profile(tmp_path, "space")
+    assert done.returncode == 0, done.stderr
+    # one process compiled and built everything: the worker (no compile step beside it, not nsprof)
+    assert len({line["pid"] for line in lines}) == 1 and lines[0]["pid"] != os.getpid()
+    compiles = [(line["config"], line["n"]) for line in lines if line["what"] == "compile"]
+    assert sorted(compiles) == [(c, n) for c in range(3) for n in (1, 2)]  # each point once
+    first_build = next(i for i, line in enumerate(lines) if line["what"] == "build")
+    primed = [(line["config"], line["n"]) for line in lines[:first_build] if line["what"] == "compiled"]
+    assert (0, 1) in primed and (0, 2) in primed  # each shape's first point, before any window
+    threads = {(line["config"], line["n"]): line["thread"] for line in lines if line["what"] == "compile"}
+    assert threads[(0, 1)] == threads[(0, 2)] == "nsprof-compile-first"
+    assert all(threads[(c, n)].startswith("nsprof-compile-") for c in (1, 2) for n in (1, 2))
+    for index, line in enumerate(lines):  # a build only after its own compile ended
+        if line["what"] == "build":
+            point = {"what": "compiled", "config": line["config"], "n": line["n"]}
+            assert any(all(before[k] == v for k, v in point.items()) for before in lines[:index]), line
+    failed = {(row["config_id"], row["shape"]): row for row in rows if row["error"]}
+    assert set(failed) == {(1, 0), (1, 1)}
+    for row in failed.values():
+        assert row["failure_kind"] == "compile"
+        assert row["error"].startswith("compile failed: ValueError: no valid tile"), row["error"]
+    measured = {(row["config_id"], row["shape"]) for row in rows if row["error"] is None}
+    assert measured == {(c, s) for c in (0, 2) for s in (0, 1)}
+
+
+def test_later_points_compile_while_earlier_ones_are_measured(tmp_path):
+    # config 0's build waits until config 3's compile has begun: only a pool that runs ahead of the
+    # windows gets there (compiled one by one, each just before its window, config 3 would wait for it)
+    done, rows, lines = _profile(tmp_path, "ahead")
+    assert done.returncode == 0, done.stderr
+    assert all(row["error"] is None for row in rows) and len(rows) > 0, rows
+    events = [(line["what"], line["config"]) for line in lines]
+    assert events.index(("compile", 3)) < events.index(("build", 1))
+
+
+HANG_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import standins
+standins.install()
+from nsprof.session import run_session
+from nsprof.settings import ProfileSettings
+from nsprof.space import load_target
+space = load_target({target!r})
+settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, compile_timeout_s=2, work_dir={work!r})
+measured = run_session({target!r}, 3, settings, n_shapes=1, compiles=space.compiles)
+print("FAILURES", measured.failures)
+print("MEASURED", sorted(set(int(c) for c in measured.frame[measured.frame["error"].isna()]["config_id"])))
+"""
+
+
+def test_a_compile_that_hangs_in_the_pool_is_bounded_and_the_rest_measured(tmp_path):
+    # config 1's compile never returns; compile_timeout_s (2 s) fails it, configs 0 and 2 are measured,
+    # and the worker exits (the pool's threads are daemons)
+    script = tmp_path / "hang.py"
+    target, work = f"{TARGET}:hanging", str(tmp_path / "work")
+    script.write_text(HANG_SCRIPT.format(tests=str(HERE), target=target, work=work))
+    env = {
+        **os.environ,
+        "NSPROF_TEST_LOG": str(tmp_path / "log.jsonl"),
+        "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
+    }
+    env["PYTHONPATH"] = str(HERE.parent)
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("nsprof still waited for a compile after 60 s (compile timeout 2 s)")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "FAILURES {1: 'compile timed out: not compiled after 2 s (its compile still runs in the worker)'}"
+        in done.stdout
+    ), done.stdout
+    assert "MEASURED [0, 2]" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("served", [False, True])
+def test_a_space_says_where_its_compile_runs_and_the_session_routes_it(served, monkeypatch):
+    from nsprof.session import run as run_module
+    from nsprof.space import Space, read_changes
+
+    beside = Space(configs=[{}], build=lambda c: lambda: None, compile=lambda c: None)
+    worker = Space(configs=[{}], build=lambda c: lambda: None, compile=lambda c: None, compile_in_worker=True)
+    assert (beside.compiles, worker.compiles, Space(configs=[{}], build=lambda c: None).compiles) == (
+        "beside",
+        "worker",
+        "",
+    )
+    assert read_changes(worker.as_read(), {**worker.as_read(), "compiles": True}) is None  # older reads
+    routes = []
+    monkeypatch.setattr(
+        run_module, "find_server", lambda driver, settings: ({"pid": 1} if served else None, None)
+    )
+    monkeypatch.setattr(run_module, "_in_folder", lambda request, server: routes.append(("served", request)))
+    monkeypatch.setattr(run_module, "_standalone", lambda request, *a: routes.append(("standalone", request)))
+    monkeypatch.setattr(
+        run_module, "_compiled_beside", lambda request, *a: routes.append(("beside", request))
+    )
+
+    class Driver:
+        serves = True
+
+    from nsprof.settings import ProfileSettings
+
+    for compiles in ("beside", "worker", ""):
+        run_module.run_session(
+            "t.py:space", 1, ProfileSettings(backend="nsys"), driver=Driver(), compiles=compiles
+        )
+    standalone = {"beside": "beside", "worker": "standalone", "": "standalone"}
+    assert [route for route, _ in routes] == (["served"] * 3 if served else list(standalone.values()))
+    here = [bool((request["job_extra"] or {}).get("compile_here")) for _, request in routes]
+    assert here == ([True, True, False] if served else [False, True, False])
