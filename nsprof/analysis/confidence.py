@@ -156,10 +156,6 @@ def decide(ranked, stat: str = "median") -> Decision:
 
 # --------------------------------------------------------------------------- winner stability
 
-# How two runs' winners relate (analysis.agreement.winner_stability): the same config; two
-# configs each inside the other run's tie set; neither; or different with no interval to test.
-STABILITY = ("same", "tied", "different", "untested")
-
 
 @dataclass(frozen=True)
 class Pick:

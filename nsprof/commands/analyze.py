@@ -199,14 +199,20 @@ def _summarize(files, frames, view: View, plot_path, printed: bool) -> None:
 
 def _summary_tables(summaries, view: View) -> None:
     from nsprof.render.analyze_tables import format_summary
+
+    _echo_tables(summaries, format_summary, view)
+
+
+def _echo_tables(tables, format_table, view: View) -> None:
+    """Each report's table under its name and description, then its notes."""
     from nsprof.render.notes import describe_report, summary_notes
 
-    for path, frame, summary in summaries:
+    for path, frame, table in tables:
         click.echo(f"{path}  ({describe_report(frame)})")
         if view.style == "markdown":
             click.echo("")
-        click.echo(format_summary(summary, view.timeunit, view.width, view.names, view.style))
-        for note in summary_notes(frame, summary, view.width, view.names):
+        click.echo(format_table(table, view.timeunit, view.width, view.names, view.style))
+        for note in summary_notes(frame, table, view.width, view.names):  # kernel columns suffice
             click.echo(note)
         click.echo("")
 
@@ -218,7 +224,6 @@ def _by_kernel(files, frames, view: View) -> None:
     from nsprof.analysis.kernels import KERNEL_COLUMNS, kernel_order, kernel_summary
     from nsprof.render.analyze_tables import format_kernels
     from nsprof.render.json import records
-    from nsprof.render.notes import describe_report, summary_notes
 
     tables = []
     for path, frame in zip(files, frames):
@@ -237,14 +242,7 @@ def _by_kernel(files, frames, view: View) -> None:
         else:
             pd.DataFrame(rows, columns=["file", *KERNEL_COLUMNS]).to_csv(sys.stdout, index=False)
         return
-    for path, frame, table in tables:
-        click.echo(f"{path}  ({describe_report(frame)})")
-        if view.style == "markdown":
-            click.echo("")
-        click.echo(format_kernels(table, view.timeunit, view.width, view.names, view.style))
-        for note in summary_notes(frame, table, view.width, view.names):  # its kernel columns suffice
-            click.echo(note)
-        click.echo("")
+    _echo_tables(tables, format_kernels, view)
 
 
 def _summary_records(summaries, style: str) -> None:

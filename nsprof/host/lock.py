@@ -130,11 +130,7 @@ def _descends_from_me(pid: int, parent_of: dict[int, int]) -> bool:
 def _command_of(pid: int) -> str:
     try:
         return (
-            (Path("/proc") / str(pid) / "cmdline")
-            .read_bytes()
-            .replace(b"\0", b" ")
-            .decode("utf-8", "replace")
-            .strip()
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
         )
     except OSError:
         return ""

@@ -64,26 +64,7 @@ def autotune_space(autotuned, *args, **kwargs) -> Space:
 
     Inputs come from TileLang's own supply (random tensors of the kernel's parameter shapes).
     """
-    configs = _configs(autotuned, args, kwargs)
-
-    def compile_config(config):
-        return _compile(autotuned, args, kwargs, config)
-
-    def build(config):
-        kernel = compile_config(config)
-        # Inputs only: a kernel with out_idx allocates its outputs itself (TileLang supplies the rest)
-        inputs = kernel.get_profiler()._get_inputs(with_output=False)
-        return lambda: kernel(*inputs)
-
-    name = getattr(getattr(autotuned, "jit_impl", None), "func", None)
-    # nsprof tune calls space.tuner.feed_back with its measured latencies once it has ranked them.
-    return Space(
-        name=getattr(name, "__name__", "tilelang_autotune"),
-        configs=configs,
-        build=build,
-        compile=compile_config,
-        tuner=TileLangHook(autotuned, args, kwargs),
-    )
+    return _space(autotuned, _configs(autotuned, args, kwargs), args, kwargs, None)
 
 
 def autotune_shapes(autotuned, shapes, **kwargs) -> Space:
@@ -100,23 +81,28 @@ def autotune_shapes(autotuned, shapes, **kwargs) -> Space:
                 f"the kernel's configs at {call} differ from those at {calls[0]}: one Space "
                 "ranks one config list; make a Space per config list"
             )
+    return _space(autotuned, configs, calls[0], kwargs, calls)
 
-    def compile_config(config, shape):
-        return _compile(autotuned, tuple(shape), kwargs, config)
 
-    def build(config, shape):
-        kernel = compile_config(config, shape)
+def _space(autotuned, configs, args: tuple, kwargs: dict, calls: list[tuple] | None) -> Space:
+    def compile_config(config, *shape):  # compile_config(config, shape) for a Space with shapes
+        return _compile(autotuned, tuple(shape[0]) if shape else args, kwargs, config)
+
+    def build(config, *shape):
+        kernel = compile_config(config, *shape)
+        # Inputs only: a kernel with out_idx allocates its outputs itself (TileLang supplies the rest)
         inputs = kernel.get_profiler()._get_inputs(with_output=False)
         return lambda: kernel(*inputs)
 
     name = getattr(getattr(autotuned, "jit_impl", None), "func", None)
+    # nsprof tune calls space.tuner.feed_back with its measured latencies once it has ranked them.
     return Space(
         name=getattr(name, "__name__", "tilelang_autotune"),
         configs=configs,
         build=build,
         compile=compile_config,
         shapes=calls,
-        tuner=TileLangHook(autotuned, calls[0], kwargs, shapes=calls),
+        tuner=TileLangHook(autotuned, args, kwargs, shapes=calls),
     )
 
 

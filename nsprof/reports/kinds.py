@@ -108,7 +108,6 @@ REGISTRY: tuple[ReportKind, ...] = (
     ReportKind("ncu-csv", _is_ncu_csv, reader="nsprof.reports.ncu_csv:read_ncu_csv"),
 )
 BY_NAME = {kind.name: kind for kind in REGISTRY}
-KINDS = tuple(kind.name for kind in REGISTRY if kind.reader)  # the kinds nsprof reads
 
 
 def sniff_kind(path: str | os.PathLike, *, shown: str | None = None) -> str:

@@ -136,10 +136,7 @@ def run_job(job: Job, status: Status, devices: dict | None = None) -> int:
             # Drop this config's inputs and graph before the next one is built.
             launch = replay = None  # noqa: F841
         status.write("done", config_id)
-    if not device.healthy():
-        return EXIT_CONTEXT_LOST
-    status.write("end")
-    return 0
+    return _end(device, status)
 
 
 def _run_interleaved(job: Job, space, device: Device, status: Status) -> int:
@@ -182,6 +179,10 @@ def _run_interleaved(job: Job, space, device: Device, status: Status) -> int:
         if config_id not in failed:
             status.write("done", config_id)
     built = []
+    return _end(device, status)
+
+
+def _end(device: Device, status: Status) -> int:
     if not device.healthy():
         return EXIT_CONTEXT_LOST
     status.write("end")
@@ -254,10 +255,7 @@ def _run_timers(job: Job, space, device: Device, status: Status) -> int:
                 status.fail(config_id, "; ".join(errors), "crash")
             else:
                 status.write("done", config_id)
-    if not device.healthy():
-        return EXIT_CONTEXT_LOST
-    status.write("end")
-    return 0
+    return _end(device, status)
 
 
 def _run_timers_interleaved(job: Job, space, device: Device, status: Status) -> int:
@@ -283,10 +281,7 @@ def _run_timers_interleaved(job: Job, space, device: Device, status: Status) -> 
             return EXIT_CONTEXT_LOST
         built = []  # the batch's inputs and graphs go before the next batch is built
         release()
-    if not device.healthy():
-        return EXIT_CONTEXT_LOST
-    status.write("end")
-    return 0
+    return _end(device, status)
 
 
 def _timed_batch(job: Job, built: list, batch: int, status: Status, device: Device) -> bool:

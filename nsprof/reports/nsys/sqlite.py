@@ -114,28 +114,18 @@ def sqlite_errors_reported(path: Path) -> Iterator[None]:
     lock held by another process, or a truncated or corrupt database."""
     try:
         yield
-    except sqlite3.OperationalError as exc:
-        if _is_lock_error(exc):
+    except (sqlite3.Error, UnicodeDecodeError) as exc:  # "file is not a database", "malformed", ...
+        if isinstance(exc, sqlite3.OperationalError) and _is_lock_error(exc):
             raise ReportError(
                 f"{path}: the database is locked by another process that is writing to it"
                 f" ({one_line(exc, 100)} after {_BUSY_TIMEOUT_S:g} s; a rollback-journal database"
                 " admits no reader meanwhile): wait for the writer to finish, or copy the file"
             ) from None
+        # one_line: SQLite quotes whole multi-line table definitions in some messages. Python decodes
+        # SQLite's own messages strictly; a damaged schema quoted in one fails that (exc.object: its bytes).
+        why = bytes(exc.object).decode("utf-8", "replace") if isinstance(exc, UnicodeDecodeError) else exc
         raise ReportError(
-            f"{path}: unreadable SQLite database ({one_line(exc, 200)}); is the file truncated or corrupt?"
-        ) from None
-    except sqlite3.Error as exc:  # "file is not a database", "malformed", ...
-        # one_line: SQLite quotes whole multi-line table definitions in some messages.
-        raise ReportError(
-            f"{path}: unreadable SQLite database ({one_line(exc, 200)}); is the file truncated or corrupt?"
-        ) from None
-    except UnicodeDecodeError as exc:
-        # Python decodes SQLite's own error messages strictly; a damaged schema quoted in one
-        # of them fails that decoding. exc.object is the message's bytes.
-        message = bytes(exc.object).decode("utf-8", "replace")
-        raise ReportError(
-            f"{path}: unreadable SQLite database ({one_line(message, 200)}); is the file"
-            " truncated or corrupt?"
+            f"{path}: unreadable SQLite database ({one_line(why, 200)}); is the file truncated or corrupt?"
         ) from None
 
 
