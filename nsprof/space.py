@@ -82,12 +82,6 @@ class Space(Listing):
     build: Callable[..., Callable[[], Any]]  # build(config), or build(config, shape) with shapes
     name: str = "space"
     compile: Callable[..., Any] | None = None
-    # Where `compile` runs. False: in a process of its own, started beside the session. True: in the
-    # measuring worker, for a compile that needs what only the worker has (a Triton kernel is
-    # specialized on its GPU inputs): the first call at each shape in the worker's main thread before
-    # any window, the others in a pool of threads while earlier points are measured, so those must
-    # not use the GPU.
-    compile_in_worker: bool = False
     # "cuda": launches are asynchronous on the current CUDA stream (torch); "cpu": plain
     # Python calls (used by nsprof's own tests of the worker's fault handling).
     device: str = "cuda"
@@ -98,6 +92,11 @@ class Space(Listing):
     shapes: list[Any] | None = None
     # target_fingerprint of the source load_target read this Space from ("": not loaded by load_target)
     fingerprint: str = field(default="", compare=False, repr=False)
+    # Where `compile` runs. False: in a process of its own, started beside the session. True: in the
+    # measuring worker, for a compile that needs what only the worker has (a Triton kernel is
+    # specialized on its GPU inputs), all of it before the first window: the first call at each shape
+    # alone, the others in a pool of threads, so those must not use the GPU.
+    compile_in_worker: bool = False
 
     def __post_init__(self) -> None:
         if not self.configs:

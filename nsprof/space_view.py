@@ -35,7 +35,7 @@ from typing import Any
 from nsprof.errors import TargetChanged, TargetError
 from nsprof.space import Listing, read_changes, split_target, target_fingerprint
 
-FORMAT = 2  # of a description: a saved one of another format is read afresh
+FORMAT = 3  # of a description: a saved one of another format is read afresh
 KEEP_DAYS = 30  # a saved view nobody read for this long is removed (_prune)
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import types
 
 import numpy as np
 import pytest
 
+from nsprof.errors import NsprofError
 from nsprof.integrations import triton as triton_hook
 from nsprof.timers.base import TimerResult
 
@@ -141,29 +143,84 @@ def test_autotune_space_compiles_each_config_in_the_worker_on_inputs_made_once_p
     assert tuned.fn.warmups[1][2] == {"eps": 1e-5, **space.configs[1]}
 
 
-def test_a_tensor_stands_in_for_triton_as_a_meta_tensor_of_its_dtype_shape_and_strides(monkeypatch):
-    # torch's own: a tensor of torch.empty_strided(shape, stride, dtype=, device="meta") has
-    # data_ptr() 0 (aligned, as Triton reads an allocation) and holds no memory. Here torch stood in
-    # for: what _stand_in asks of it.
+class _Tensor:
+    """What _stand_in reads of a torch tensor."""
+
+    def __init__(self, shape, stride, dtype, offset=0):
+        self.shape, self.dtype, self._stride, self._offset = shape, dtype, stride, offset
+
+    def stride(self):
+        return self._stride
+
+    def storage_offset(self):
+        return self._offset
+
+    def numel(self):
+        return math.prod(self.shape)
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    """torch stood in for, as _stand_in uses it: torch's own meta tensors have data_ptr() 0 plus the
+    offset's bytes and hold no memory (a torch 2.13 meta tensor's as_strided gives exactly that)."""
     made = []
 
-    class Tensor:
-        def __init__(self, shape, stride, dtype):
-            self.shape, self.dtype, self._stride = shape, dtype, stride
+    class Meta:
+        def __init__(self, size, dtype, device):
+            self.size, self.dtype, self.device = size, dtype, device
 
-        def stride(self):
-            return self._stride
-
-    def empty_strided(shape, stride, *, dtype, device):
-        made.append((shape, stride, dtype, device))
-        return "meta tensor"
+        def as_strided(self, shape, stride, offset):
+            made.append((self.size, self.dtype, self.device, shape, stride, offset))
+            return ("meta", shape, stride, offset, self.dtype)
 
     monkeypatch.setitem(
-        sys.modules, "torch", types.SimpleNamespace(Tensor=Tensor, empty_strided=empty_strided)
+        sys.modules,
+        "torch",
+        types.SimpleNamespace(Tensor=_Tensor, empty=lambda n, dtype, device: Meta(n, dtype, device)),
     )
-    assert triton_hook._stand_in(Tensor((4, 3), (6, 2), "float16")) == "meta tensor"
-    assert made == [((4, 3), (6, 2), "float16", "meta")]
-    assert triton_hook._stand_in(7) == 7 and triton_hook._stand_in(None) is None
+    return made
+
+
+def test_a_tensor_stands_in_for_triton_as_a_meta_tensor_of_its_dtype_shape_strides_and_offset(fake_torch):
+    tensor = _Tensor((4, 3), (6, 2), "float16", offset=1)
+    assert triton_hook._stand_in(tensor) == ("meta", (4, 3), (6, 2), 1, "float16")
+    assert fake_torch == [(1 + 1 + 3 * 6 + 2 * 2, "float16", "meta", (4, 3), (6, 2), 1)]  # offset + extent
+    inputs = ((tensor, 7, [tensor]), {"out": tensor, "eps": None})
+    args, kwargs = triton_hook._stand_in(inputs)
+    assert args[1] == 7 and kwargs["eps"] is None and args[2][0][0] == "meta" and kwargs["out"][0] == "meta"
+
+
+def test_a_shape_whose_stand_ins_do_not_serve_the_kernel_compiles_at_first_launch(fake_torch):
+    # a heuristic that reads a tensor's device fails on the stand-in: the real inputs decide, and the
+    # shape's other configs are left to their first launch (no compile ahead, no failure)
+    tuned = _Autotuner([_Config({"BLOCK": 64}), _Config({"BLOCK": 128})])
+
+    def warmup(*args, grid, **kwargs):
+        if isinstance(args[0], tuple):
+            raise AttributeError("'meta' tensor has no device index")
+        tuned.fn.warmups.append(kwargs["BLOCK"])
+
+    tuned.fn.warmup = warmup
+    space = triton_hook.autotune_space(tuned, lambda: ((_Tensor((8,), (1,), "float16"),), {}), (1,))
+    space.compile_at(0)
+    space.compile_at(1)
+    assert tuned.fn.warmups == [64]
+
+
+def test_a_shape_whose_inputs_cannot_be_made_fails_each_config_without_making_them_again():
+    tuned = _Autotuner([_Config({"BLOCK": 64}), _Config({"BLOCK": 128})])
+    calls = []
+
+    def make_inputs():
+        calls.append(1)
+        raise MemoryError("out of memory (simulated)")
+
+    space = triton_hook.autotune_space(tuned, make_inputs, (1,))
+    with pytest.raises(MemoryError):
+        space.compile_at(0)
+    with pytest.raises(NsprofError, match="the inputs at this shape could not be made: MemoryError"):
+        space.compile_at(1)  # in a pool thread: never make_inputs (the GPU) again
+    assert calls == [1] and tuned.fn.warmups == []
 
 
 def test_autotune_space_refuses_what_is_not_an_autotuned_kernel():

@@ -37,12 +37,12 @@ Limits, each checked or said where it applies:
   Triton's cache key lists the tensors' dtypes in argument order.
 - Pass the autotuner itself: a `@triton.heuristics` wrapped around it is not looked through.
 
-Each config is compiled ahead of its first launch, in the worker, several at once
-(JITFunction.warmup in a pool of threads, while earlier configs are measured; Space.compile_in_worker):
-the first config at each shape on that shape's inputs before any window, the others on stand-ins
-of them (each tensor's dtype, shape and strides as a tensor on torch's "meta" device, which Triton
-specializes the same way but which holds no GPU memory), so the pool's threads touch no GPU while a
-window runs. The build's first launch then finds its kernel compiled.
+Each config is compiled before the first window, in the worker, several at once
+(JITFunction.warmup in a pool of threads; Space.compile_in_worker): the first config at each shape
+alone, on that shape's inputs, the others on stand-ins of them (each tensor's dtype, shape, strides
+and offset as a tensor on torch's "meta" device, which Triton specializes the same way but which
+holds no GPU memory), so the pool's threads touch no GPU. The build's first launch then finds its
+kernel compiled.
 
 Every shape a kernel serves, in one `nsprof tune`:
 
@@ -184,30 +184,62 @@ def autotune_space(
 
 class _Warmup:
     """A Triton Space's compile step (Space.compile_in_worker): warmup(config[, shape]) compiles the
-    config into Triton's caches and launches nothing. The inputs at each shape are made once, by the
-    first call at that shape (in the worker's main thread, before any window), and kept as stand-ins
-    (_stand_in); every other call, in the pool's threads, compiles on those."""
+    config into Triton's caches and launches nothing. The shape's first point, alone and before any
+    window (nsprof.worker.windows._CompileAhead), makes its inputs and keeps stand-ins of them
+    (_stand_in), on which the others compile in the pool's threads: no thread touches the GPU. Where
+    the stand-ins do not serve the kernel (a heuristic or hook that reads a tensor's device or data),
+    that shape's configs compile at their first launch instead, as without this step."""
 
     def __init__(self, autotuned, make_inputs, grid) -> None:
         self.autotuned, self.make_inputs, self.grid = autotuned, make_inputs, grid
-        self.inputs: dict[str, tuple[tuple, dict]] = {}
+        # per shape: the stand-ins; None: they do not serve; an exception: make_inputs raised it
+        self.inputs: dict[str, Any] = {}
 
     def __call__(self, config: dict, *shape) -> None:
         key = json.dumps(shape, sort_keys=True, default=str)
-        if key not in self.inputs:  # the first call at this shape: before any window (_CompileAhead)
-            args, kwargs = self.make_inputs(*shape)
-            self.inputs[key] = tuple(map(_stand_in, args)), {k: _stand_in(v) for k, v in kwargs.items()}
-        args, kwargs = self.inputs[key]
+        if key not in self.inputs:
+            return self._first(key, config, shape)
+        made = self.inputs[key]
+        if isinstance(made, Exception):
+            raise NsprofError(f"the inputs at this shape could not be made: {type(made).__name__}: {made}")
+        if made is not None:
+            self._warm(made, config)
+
+    def _first(self, key: str, config: dict, shape: tuple) -> None:
+        try:
+            inputs = self.make_inputs(*shape)
+        except Exception as exc:
+            self.inputs[key] = exc
+            raise
+        stand_ins = _stand_in(tuple(inputs))
+        try:
+            self._warm(stand_ins, config)
+            self.inputs[key] = stand_ins
+        except Exception:  # the real inputs decide: the config's own error, or stand-ins that do not serve
+            self.inputs[key] = None
+            self._warm(inputs, config)
+
+    def _warm(self, inputs: tuple, config: dict) -> None:
+        args, kwargs = inputs
         self.autotuned.fn.warmup(*args, grid=self.grid, **kwargs, **config)
 
 
 def _stand_in(value):
-    """A torch tensor as a tensor of its dtype, shape and strides on the "meta" device: what Triton
-    specializes a kernel on (the dtype; the address's alignment, 0 being aligned as an allocation
-    is), holding no memory. Anything else as it is."""
+    """A torch tensor as a tensor of its dtype, shape, strides and storage offset on torch's "meta"
+    device: what Triton specializes a kernel on (the dtype; the address's alignment, which the offset
+    sets, the allocation being aligned), holding no memory. Tuples, lists and dicts of them likewise;
+    anything else as it is."""
     torch = sys.modules.get("torch")  # no tensor without it
     if torch is not None and isinstance(value, torch.Tensor):
-        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+        extent = (
+            1 + sum((n - 1) * step for n, step in zip(value.shape, value.stride())) if value.numel() else 0
+        )
+        base = torch.empty(value.storage_offset() + extent, dtype=value.dtype, device="meta")
+        return base.as_strided(value.shape, value.stride(), value.storage_offset())
+    if type(value) in (tuple, list):
+        return type(value)(_stand_in(item) for item in value)
+    if type(value) is dict:
+        return {key: _stand_in(item) for key, item in value.items()}
     return value
 
 

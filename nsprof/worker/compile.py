@@ -64,8 +64,10 @@ def state(folder: Path, point: int) -> tuple[str, str] | None:
 
 
 def compile_pool_size() -> int:
-    """How many threads compile at once: the compile step's, and a worker's that compiles ahead."""
-    return min(8, os.cpu_count() or 1)
+    """How many threads compile at once (the compile step's, and a worker's that compiles ahead): one
+    a CPU this process may run on, 2 to 8 (a compile also waits on its compiler's own processes)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(8, max(2, cpus))
 
 
 def compile_each(space, layout, points: list[int], jobs: int, done) -> None:

@@ -1,7 +1,7 @@
 """Each config's window in the worker (config_windows): its compile waited for first, outside the
 window, so a slow compiler is never the config's timeout (_CompileWait: the compile step beside the
 session; _compile_here: a served job's, in this worker; _CompileAhead: a Space.compile_in_worker's,
-in this worker's pool of threads), then its `start` line and its build inside, so that a build which
+every point in this worker's pool of threads before the first window), then its `start` line and its build inside, so that a build which
 crashes or hangs is charged to that config.
 """
 
@@ -23,13 +23,13 @@ def config_windows(job: Job, space, device: Device, status: Status):
     Building inside the config's start/done window means a build that crashes the process or
     hangs is charged to that config (and timed out) like a crashing launch. Compilation itself comes
     before the window, so a slow compiler is never the config's timeout: by the compile step beside
-    the session (job.compiled: the wait for its marker), or here (job.compile_here: a served job),
-    and the build loads from the compiler's cache.
+    the session (job.compiled: the wait for its marker), or here (job.compile_here: a served job, or
+    a Space.compile_in_worker's), and the build loads from the compiler's cache.
     """
     points = job.points
     compiled = _CompileWait(Path(job.compiled), job.compile_timeout_s) if job.compiled else None
     here = job.compile_here and space.compile is not None
-    if here and getattr(space, "compile_in_worker", False):
+    if here and space.compile_in_worker:
         compiled, here = _CompileAhead(space, points, job.config_ids, job.compile_timeout_s), False
     for config_id in job.config_ids:  # point ids (the config ids of a target without shapes)
         why = None
@@ -127,62 +127,73 @@ class _CompileWait:
 
 
 class _CompileAhead:
-    """A Space.compile_in_worker's compiles, all of them ahead of their windows, in this worker: the
-    first point of each shape in one thread (the space may make that shape's inputs then, on the GPU),
-    before any window; then the rest in a pool of threads, in job order, while earlier points are
-    measured. The threads are daemons: a compile that hangs never keeps the worker from exiting.
-    wait() is _CompileWait's, over this pool instead of the compile step's markers."""
+    """A Space.compile_in_worker's compiles, in this worker, all of them before the first window: the
+    first point of each shape alone (the space may make that shape's inputs then, on the GPU), then
+    the rest in a pool of threads, in job order. None runs while a window does: no GPU work of the
+    space's and no thread contending for the interpreter's lock with the timed launches. Each point's
+    compile is bounded by `timeout_s`: past it the point fails and a new thread takes the place of
+    the one it holds (threads are daemons: a compile that hangs never keeps the worker from exiting).
+    """
 
     def __init__(self, space, points, ids, timeout_s: float) -> None:
-        from nsprof.worker.compile import compile_pool_size
-
-        self.timeout_s, self.stalled = timeout_s, False
-        self.outcome: dict[int, str | None] = {}
-        self.done = {point: threading.Event() for point in ids}
-        firsts: dict = {}
-        for point in ids:
-            firsts.setdefault(points.split(point)[1], point)
-        self.primed = threading.Event()
-        rest = iter([point for point in ids if point not in firsts.values()])
-        lock = threading.Lock()
-
-        def compile_rest() -> None:
-            while True:
-                with lock:
-                    point = next(rest, None)
-                if point is None:
-                    return
-                self._compile(space, points, point)
-
-        def prime() -> None:
-            for point in firsts.values():
-                self._compile(space, points, point)
-            self.primed.set()
-            for index in range(compile_pool_size()):
-                threading.Thread(target=compile_rest, name=f"nsprof-compile-{index}", daemon=True).start()
-
-        threading.Thread(target=prime, name="nsprof-compile-first", daemon=True).start()
-
-    def _compile(self, space, points, point: int) -> None:
-        from nsprof.worker.compile import compile_reason
-
-        try:
-            space.compile_at(*points.split(point))
-            self.outcome[point] = None
-        except Exception as exc:  # a config that does not compile is a result, not a crash
-            self.outcome[point] = compile_reason(exc)
-        self.done[point].set()
+        self.space, self.points, self.ids, self.timeout_s = space, points, list(ids), timeout_s
+        self.outcome: dict[int, str | None] = {}  # point -> None (compiled) or why not
+        self.started: dict[int, float] = {}
+        self.closed = threading.Event()  # set once every point has its outcome: no thread takes more
 
     def wait(self, point: int, status: Status) -> str | None:
-        """None when `point` compiled, else why not, in one line; never before the first points of
-        every shape compiled (no window runs while the space may still make inputs)."""
-        began, finished = time.monotonic(), len(self.outcome)
-        while not (self.primed.is_set() and self.done[point].is_set()):
-            if self.stalled:
-                return f"not compiled: the worker's compiles made no progress for {self.timeout_s:g} s"
-            if time.monotonic() - began >= self.timeout_s:
-                self.stalled = len(self.outcome) == finished
-                return f"compile timed out: not compiled after {self.timeout_s:g} s (its compile still runs in the worker)"
-            status.write("wait", point)
-            self.done[point].wait(WAIT_LINE_S) if self.primed.is_set() else self.primed.wait(WAIT_LINE_S)
+        """None when `point` compiled, else why not, in one line; the first call compiles them all."""
+        if not self.closed.is_set():
+            from nsprof.worker.compile import compile_pool_size
+
+            firsts: dict = {}
+            for each in self.ids:
+                firsts.setdefault(self.points.split(each)[1], each)
+            for first in firsts.values():
+                self._compile([first], 1, status)
+            self._compile([p for p in self.ids if p not in firsts.values()], compile_pool_size(), status)
+            self.closed.set()
         return self.outcome[point]
+
+    def _compile(self, todo: list[int], threads: int, status: Status) -> None:
+        """Compile `todo` in `threads` threads, writing a `wait` line a second (so the session's bound
+        on a phase without a line does not fire), until each has its outcome."""
+        queue, lock = iter(todo), threading.Lock()
+
+        def drain() -> None:
+            while not self.closed.is_set():
+                with lock:
+                    point = next(queue, None)
+                if point is None:
+                    return
+                self._one(point)
+
+        def start() -> None:
+            threading.Thread(target=drain, name="nsprof-compile", daemon=True).start()
+
+        for _ in range(min(threads, len(todo))):
+            start()
+        last_line = 0.0
+        while left := [point for point in todo if point not in self.outcome]:
+            now = time.monotonic()
+            if now - last_line >= WAIT_LINE_S:
+                status.write("wait", left[0])
+                last_line = now
+            for point in left:
+                if now - self.started.get(point, now) >= self.timeout_s:
+                    self.outcome[point] = (
+                        f"compile timed out: not compiled after {self.timeout_s:g} s (its compile still runs in the worker)"
+                    )
+                    start()  # in place of the thread this compile holds
+            time.sleep(0.01)
+
+    def _one(self, point: int) -> None:
+        from nsprof.worker.compile import compile_reason
+
+        self.started[point] = time.monotonic()
+        try:
+            self.space.compile_at(*self.points.split(point))
+            why = None
+        except Exception as exc:  # a config that does not compile is a result, not a crash
+            why = compile_reason(exc)
+        self.outcome.setdefault(point, why)  # a point already timed out keeps that reason

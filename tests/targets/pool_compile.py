@@ -6,8 +6,8 @@ Config kinds, in the compile:
     ok      compiles at once
     fail    fails to compile (a ValueError)
     hang    never returns
-and `ahead` (space `ahead`): its build waits, for at most $NSPROF_TEST_AHEAD_WAIT_S (default 20 s),
-until the last config's compile has begun: it can, only where compiles run ahead of the windows.
+    both    waits, for at most $NSPROF_TEST_BOTH_WAIT_S (default 20 s), until the next config's compile
+            has begun: it can only where two compiles run at once
 """
 
 import json
@@ -23,7 +23,7 @@ _LOG = Path(os.environ.get("NSPROF_TEST_LOG", "pool_compile.log"))
 
 def _log(what: str, config: dict, shape: dict) -> None:
     line = {"what": what, "config": config["i"], "n": shape["n"], "pid": os.getpid()}
-    line["thread"] = threading.current_thread().name
+    line["thread"] = threading.get_ident()
     with open(_LOG, "a") as handle:
         handle.write(json.dumps(line) + "\n")
 
@@ -34,23 +34,24 @@ def compile_config(config, shape):
         raise ValueError("no valid tile for this config (simulated)")
     if config["kind"] == "hang":
         time.sleep(3600)
+    if config["kind"] == "both":
+        deadline = time.monotonic() + float(os.environ.get("NSPROF_TEST_BOTH_WAIT_S", "20"))
+        while f'"what": "compile", "config": {config["i"] + 1},' not in _LOG.read_text():
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"config {config['i'] + 1}'s compile did not begin during config {config['i']}'s"
+                )
+            time.sleep(0.01)
     _log("compiled", config, shape)
 
 
 def build(config, shape):
     _log("build", config, shape)
-    if config["kind"] == "ahead":
-        deadline = time.monotonic() + float(os.environ.get("NSPROF_TEST_AHEAD_WAIT_S", "20"))
-        last = config["last"]
-        while f'"what": "compile", "config": {last},' not in _LOG.read_text():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"config {last} was not compiled while config {config['i']} was built")
-            time.sleep(0.01)
     return lambda: None
 
 
 def _space(name, kinds, shapes):
-    configs = [{"i": i, "kind": k, "last": len(kinds) - 1} for i, k in enumerate(kinds)]
+    configs = [{"i": i, "kind": k} for i, k in enumerate(kinds)]
     return nsprof.space.Space(
         name=name,
         configs=configs,
@@ -63,5 +64,5 @@ def _space(name, kinds, shapes):
 
 
 space = _space("in_worker", ["ok", "fail", "ok"], [1, 2])
-ahead = _space("ahead", ["ahead", "ok", "ok", "ok"], [1])
+parallel = _space("parallel", ["ok", "both", "ok"], [1])
 hanging = _space("hanging", ["ok", "hang", "ok"], [1])
