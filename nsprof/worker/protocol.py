@@ -84,9 +84,10 @@ class Job:
     # point's build waits for its marker there, before its start line, writing `wait <id>` lines
     # meanwhile. "": nothing to compile, or compile_here.
     compiled: str = ""
-    # Compile each point in this worker, just before its window (its start line), writing `wait <id>`
-    # lines meanwhile: a served job's (nsprof serve: its warm worker's imports are paid), and the
-    # standalone rest of a served session's. Bounded by compile_timeout_s per point.
+    # Compile every point in this worker, in a pool of threads before the first window, writing
+    # `wait <id>` lines meanwhile: a served job's (nsprof serve: its warm worker's imports are paid),
+    # the standalone rest of a served session's, and every job of a Space.compile_in_worker. Bounded
+    # by compile_timeout_s per point.
     compile_here: bool = False
     compile_timeout_s: float = 600.0  # ProfileSettings.compile_timeout_s
     # What nsprof read of the target (nsprof.space.Space.as_read: each config's canonical JSON, the

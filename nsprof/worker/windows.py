@@ -1,7 +1,7 @@
 """Each config's window in the worker (config_windows): its compile waited for first, outside the
 window, so a slow compiler is never the config's timeout (_CompileWait: the compile step beside the
-session; _compile_here: a served job's, in this worker; _CompileAhead: a Space.compile_in_worker's,
-every point in this worker's pool of threads before the first window), then its `start` line and its build inside, so that a build which
+session; _CompileAhead: a served job's or a Space.compile_in_worker's, every point in this worker's
+pool of threads before the first window), then its `start` line and its build inside, so that a build which
 crashes or hangs is charged to that config.
 """
 
@@ -27,16 +27,13 @@ def config_windows(job: Job, space, device: Device, status: Status):
     a Space.compile_in_worker's), and the build loads from the compiler's cache.
     """
     points = job.points
-    compiled = _CompileWait(Path(job.compiled), job.compile_timeout_s) if job.compiled else None
-    here = job.compile_here and space.compile is not None
-    if here and space.compile_in_worker:
-        compiled, here = _CompileAhead(space, points, job.config_ids, job.compile_timeout_s), False
+    compiled = None
+    if job.compiled:
+        compiled = _CompileWait(Path(job.compiled), job.compile_timeout_s)
+    elif job.compile_here and space.compile is not None:
+        compiled = _CompileAhead(space, points, job.config_ids, job.compile_timeout_s)
     for config_id in job.config_ids:  # point ids (the config ids of a target without shapes)
-        why = None
-        if compiled is not None:
-            why = compiled.wait(config_id, status)
-        elif here:
-            why = _compile_here(space, points, config_id, status, job.compile_timeout_s)
+        why = None if compiled is None else compiled.wait(config_id, status)
         if why is not None:
             status.fail(config_id, why, "compile")
             continue
@@ -55,37 +52,6 @@ def config_windows(job: Job, space, device: Device, status: Status):
 
 
 WAIT_LINE_S = 1.0  # while waiting for the compile step: one `wait` line per second (progress)
-
-
-def _compile_here(space, points, point: int, status: Status, timeout_s: float) -> str | None:
-    """Compile `point` in this worker (Job.compile_here), before its window: None when it compiled,
-    else why not, in one line (as the compile step words it). The compile runs in a thread while
-    this one writes a `wait` line each second, so the session's bound on a phase without a line
-    does not fire; past `timeout_s` the point fails and its compile is left running."""
-    from nsprof.worker.compile import compile_reason
-
-    outcome: list[str | None] = []
-
-    def one() -> None:
-        try:
-            space.compile_at(*points.split(point))
-        except Exception as exc:  # a config that does not compile is a result, not a crash
-            outcome.append(compile_reason(exc))
-            return
-        outcome.append(None)
-
-    thread = threading.Thread(target=one, name=f"nsprof-compile-{point}", daemon=True)
-    status.write("wait", point)
-    thread.start()
-    waited = 0.0
-    while True:
-        thread.join(WAIT_LINE_S)
-        if not thread.is_alive():
-            return outcome[0]
-        waited += WAIT_LINE_S
-        if waited >= timeout_s:
-            return f"compile timed out: not compiled after {timeout_s:g} s (its compile still runs in the worker)"
-        status.write("wait", point)
 
 
 class _CompileWait:
@@ -127,7 +93,7 @@ class _CompileWait:
 
 
 class _CompileAhead:
-    """A Space.compile_in_worker's compiles, in this worker, all of them before the first window: the
+    """The compiles of a served job (its imports paid) or of a Space.compile_in_worker, in this worker, all of them before the first window: the
     first point of each shape alone (the space may make that shape's inputs then, on the GPU), then
     the rest in a pool of threads, in job order. None runs while a window does: no GPU work of the
     space's and no thread contending for the interpreter's lock with the timed launches. Each point's
