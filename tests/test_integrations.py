@@ -11,6 +11,7 @@ import pytest
 
 from nsprof.errors import NsprofError
 from nsprof.integrations import triton as triton_hook
+from nsprof.integrations import triton_compile
 from nsprof.timers.base import TimerResult
 
 
@@ -183,10 +184,10 @@ def fake_torch(monkeypatch):
 
 def test_a_tensor_stands_in_for_triton_as_a_meta_tensor_of_its_dtype_shape_strides_and_offset(fake_torch):
     tensor = _Tensor((4, 3), (6, 2), "float16", offset=1)
-    assert triton_hook._stand_in(tensor) == ("meta", (4, 3), (6, 2), 1, "float16")
+    assert triton_compile._stand_in(tensor) == ("meta", (4, 3), (6, 2), 1, "float16")
     assert fake_torch == [(1 + 1 + 3 * 6 + 2 * 2, "float16", "meta", (4, 3), (6, 2), 1)]  # offset + extent
     inputs = ((tensor, 7, [tensor]), {"out": tensor, "eps": None})
-    args, kwargs = triton_hook._stand_in(inputs)
+    args, kwargs = triton_compile._stand_in(inputs)
     assert args[1] == 7 and kwargs["eps"] is None and args[2][0][0] == "meta" and kwargs["out"][0] == "meta"
 
 
@@ -205,6 +206,51 @@ def test_a_shape_whose_stand_ins_do_not_serve_the_kernel_compiles_at_first_launc
     space.compile_at(0)
     space.compile_at(1)
     assert tuned.fn.warmups == [64]
+
+
+def test_a_config_that_fails_on_the_real_inputs_too_is_its_own_failure_and_the_shape_still_compiles_ahead():
+    tuned = _Autotuner([_Config({"BLOCK": 64}), _Config({"BLOCK": 128})])
+    seen = []
+
+    def warmup(*args, grid, **kwargs):
+        seen.append(kwargs["BLOCK"])
+        if kwargs["BLOCK"] == 64:
+            raise ValueError("no valid tile (simulated)")
+
+    tuned.fn.warmup = warmup
+    space = triton_hook.autotune_space(tuned, lambda: ((object(),), {}), (1,))
+    with pytest.raises(ValueError, match="no valid tile"):
+        space.compile_at(0)
+    space.compile_at(1)
+    assert seen == [64, 64, 128]  # config 0 on the stand-ins, then on the real inputs; config 1 ahead
+
+
+def test_a_call_at_a_shape_whose_first_compile_has_not_ended_makes_no_inputs_and_compiles_nothing():
+    # the shape's first compile hung past its bound: a pool thread's call at that shape must not make
+    # the inputs (on the GPU) again, nor wait: its config is left to its first launch
+    tuned = _Autotuner([_Config({"BLOCK": 64}), _Config({"BLOCK": 128})])
+    made = []
+
+    def make_inputs():
+        made.append(1)
+        space.compile_at(1)  # meanwhile, from the pool
+        return (object(),), {}
+
+    space = triton_hook.autotune_space(tuned, make_inputs, (1,))
+    space.compile_at(0)
+    assert made == [1] and [w[2]["BLOCK"] for w in tuned.fn.warmups] == [64]
+
+
+def test_a_config_with_a_pre_hook_is_left_to_its_first_launch_but_its_shapes_inputs_are_made():
+    # the hook may set what Triton specializes on (a TMA descriptor's block shape): warmed up without
+    # it, the config would compile as another kernel, or not at all
+    hooked = _Config({"BLOCK": 64})
+    hooked.pre_hook = lambda nargs: None
+    tuned = _Autotuner([hooked, _Config({"BLOCK": 128})])
+    space = triton_hook.autotune_space(tuned, lambda: ((object(),), {}), (1,))
+    space.compile_at(0)
+    space.compile_at(1)
+    assert [w[2]["BLOCK"] for w in tuned.fn.warmups] == [128]
 
 
 def test_a_shape_whose_inputs_cannot_be_made_fails_each_config_without_making_them_again():

@@ -55,6 +55,10 @@ def test_the_worker_compiles_every_point_before_the_first_window_each_shapes_fir
     assert events[:4] == [("compile", 0, 1), ("compiled", 0, 1), ("compile", 0, 2), ("compiled", 0, 2)]
     first_build = next(i for i, event in enumerate(events) if event[0] == "build")
     assert all(what == "build" for what, _, _ in events[first_build:])  # no compile runs beside a window
+    # the wait is the first window's: every `wait` line names the job's first point
+    (status,) = (tmp_path / "work").rglob("*.status")
+    waits = {line for line in status.read_text().splitlines() if line.startswith("wait ")}
+    assert waits == {"wait 0"}, waits
     failed = {(row["config_id"], row["shape"]): row for row in rows if row["error"]}
     assert set(failed) == {(1, 0), (1, 1)}
     for row in failed.values():
@@ -83,16 +87,16 @@ from nsprof.settings import ProfileSettings
 from nsprof.space import load_target
 space = load_target({target!r})
 settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, compile_timeout_s=2, work_dir={work!r})
-measured = run_session({target!r}, 3, settings, n_shapes=1, compiles=space.compiles)
+measured = run_session({target!r}, len(space.configs), settings, n_shapes=1, compiles=space.compiles)
 print("FAILURES", measured.failures)
 print("MEASURED", sorted(set(int(c) for c in measured.frame[measured.frame["error"].isna()]["config_id"])))
 """
 
 
 def test_a_compile_that_hangs_in_the_pool_is_bounded_and_the_rest_measured(tmp_path):
-    # config 1's compile never returns; compile_timeout_s (2 s) fails it, configs 0 and 2 are measured
-    # (another thread compiles config 2 when the pool has one thread busy with config 1 for ever), and
-    # the worker exits (the pool's threads are daemons)
+    # configs 1-9's compiles never return, more of them than the pool has threads: compile_timeout_s
+    # (2 s) fails each, a new thread takes each stuck one's place, so config 10 is compiled and
+    # measured, as is config 0; and the worker exits (the pool's threads are daemons)
     script = tmp_path / "hang.py"
     target, work = f"{TARGET}:hanging", str(tmp_path / "work")
     script.write_text(HANG_SCRIPT.format(tests=str(HERE), target=target, work=work))
@@ -109,11 +113,9 @@ def test_a_compile_that_hangs_in_the_pool_is_bounded_and_the_rest_measured(tmp_p
     except subprocess.TimeoutExpired:
         pytest.fail("nsprof still waited for a compile after 60 s (compile timeout 2 s)")
     assert done.returncode == 0, done.stderr
-    assert (
-        "FAILURES {1: 'compile timed out: not compiled after 2 s (its compile still runs in the worker)'}"
-        in done.stdout
-    ), done.stdout
-    assert "MEASURED [0, 2]" in done.stdout, done.stdout
+    late = "compile timed out: not compiled after 2 s (its compile still runs in the worker)"
+    assert f"FAILURES {dict.fromkeys(range(1, 10), late)}" in done.stdout, done.stdout
+    assert "MEASURED [0, 10]" in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("served", [False, True])

@@ -42,7 +42,7 @@ Each config is compiled before the first window, in the worker, several at once
 alone, on that shape's inputs, the others on stand-ins of them (each tensor's dtype, shape, strides
 and offset as a tensor on torch's "meta" device, which Triton specializes the same way but which
 holds no GPU memory), so the pool's threads touch no GPU. The build's first launch then finds its
-kernel compiled.
+kernel compiled. A config with a `pre_hook` is left to its first launch (see below).
 
 Every shape a kernel serves, in one `nsprof tune`:
 
@@ -60,11 +60,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nsprof.errors import NsprofError
+from nsprof.integrations.triton_compile import Warmup
 from nsprof.space import Space
 from nsprof.tuner import TunerHook, best_strictly_first
 
@@ -158,7 +158,7 @@ def autotune_space(
     def build(config: dict, *shape):  # build(config), or build(config, shape) for a Space with shapes
         args, kwargs = make_inputs(*shape)
         fn = autotuned.fn  # the jit function (or its heuristics wrapper), without the autotuner
-        hook = getattr(by_key.get(json.dumps(config, sort_keys=True, default=str)), "pre_hook", None)
+        hook = _pre_hook(by_key, config)
         if hook is not None:  # once, outside every measured range
             hook({**dict(zip(getattr(autotuned, "arg_names", ()), args)), **kwargs, **config})
 
@@ -175,72 +175,17 @@ def autotune_space(
         name=name or getattr(base, "__name__", "triton_autotune"),
         configs=flat,
         build=build,
-        compile=_Warmup(autotuned, make_inputs, grid),
+        # a config with a pre_hook is left to its first launch: the hook may set what Triton
+        # specializes on (a TMA descriptor's block shape), and it runs once, in the build
+        compile=Warmup(autotuned, make_inputs, grid, lambda config: _pre_hook(by_key, config) is not None),
         compile_in_worker=True,
         tuner=TritonHook(autotuned, make_inputs, grid, shapes),
         shapes=None if shapes is None else list(shapes),
     )
 
 
-class _Warmup:
-    """A Triton Space's compile step (Space.compile_in_worker): warmup(config[, shape]) compiles the
-    config into Triton's caches and launches nothing. The shape's first point, alone and before any
-    window (nsprof.worker.windows._CompileAhead), makes its inputs and keeps stand-ins of them
-    (_stand_in), on which the others compile in the pool's threads: no thread touches the GPU. Where
-    the stand-ins do not serve the kernel (a heuristic or hook that reads a tensor's device or data),
-    that shape's configs compile at their first launch instead, as without this step."""
-
-    def __init__(self, autotuned, make_inputs, grid) -> None:
-        self.autotuned, self.make_inputs, self.grid = autotuned, make_inputs, grid
-        # per shape: the stand-ins; None: they do not serve; an exception: make_inputs raised it
-        self.inputs: dict[str, Any] = {}
-
-    def __call__(self, config: dict, *shape) -> None:
-        key = json.dumps(shape, sort_keys=True, default=str)
-        if key not in self.inputs:
-            return self._first(key, config, shape)
-        made = self.inputs[key]
-        if isinstance(made, Exception):
-            raise NsprofError(f"the inputs at this shape could not be made: {type(made).__name__}: {made}")
-        if made is not None:
-            self._warm(made, config)
-
-    def _first(self, key: str, config: dict, shape: tuple) -> None:
-        try:
-            inputs = self.make_inputs(*shape)
-        except Exception as exc:
-            self.inputs[key] = exc
-            raise
-        stand_ins = _stand_in(tuple(inputs))
-        try:
-            self._warm(stand_ins, config)
-            self.inputs[key] = stand_ins
-        except Exception:  # the real inputs decide: the config's own error, or stand-ins that do not serve
-            self.inputs[key] = None
-            self._warm(inputs, config)
-
-    def _warm(self, inputs: tuple, config: dict) -> None:
-        args, kwargs = inputs
-        self.autotuned.fn.warmup(*args, grid=self.grid, **kwargs, **config)
-
-
-def _stand_in(value):
-    """A torch tensor as a tensor of its dtype, shape, strides and storage offset on torch's "meta"
-    device: what Triton specializes a kernel on (the dtype; the address's alignment, which the offset
-    sets, the allocation being aligned), holding no memory. Tuples, lists and dicts of them likewise;
-    anything else as it is."""
-    torch = sys.modules.get("torch")  # no tensor without it
-    if torch is not None and isinstance(value, torch.Tensor):
-        extent = (
-            1 + sum((n - 1) * step for n, step in zip(value.shape, value.stride())) if value.numel() else 0
-        )
-        base = torch.empty(value.storage_offset() + extent, dtype=value.dtype, device="meta")
-        return base.as_strided(value.shape, value.stride(), value.storage_offset())
-    if type(value) in (tuple, list):
-        return type(value)(_stand_in(item) for item in value)
-    if type(value) is dict:
-        return {key: _stand_in(item) for key, item in value.items()}
-    return value
+def _pre_hook(by_key: dict, config: dict):
+    return getattr(by_key.get(json.dumps(config, sort_keys=True, default=str)), "pre_hook", None)
 
 
 class TritonHook(TunerHook):

@@ -115,15 +115,18 @@ class _CompileAhead:
             firsts: dict = {}
             for each in self.ids:
                 firsts.setdefault(self.points.split(each)[1], each)
-            for first in firsts.values():
-                self._compile([first], 1, status)
-            self._compile([p for p in self.ids if p not in firsts.values()], compile_pool_size(), status)
-            self.closed.set()
+            try:
+                for first in firsts.values():
+                    self._compile([first], 1, status)
+                self._compile([p for p in self.ids if p not in firsts.values()], compile_pool_size(), status)
+            finally:  # also when the worker is stopped meanwhile: no thread takes another point
+                self.closed.set()
         return self.outcome[point]
 
     def _compile(self, todo: list[int], threads: int, status: Status) -> None:
-        """Compile `todo` in `threads` threads, writing a `wait` line a second (so the session's bound
-        on a phase without a line does not fire), until each has its outcome."""
+        """Compile `todo` in `threads` threads until each has its outcome, writing a `wait` line a
+        second for the job's first point, whose window opens next (so the session's bound on a phase
+        without a line does not fire, and the phases charge the wait to the window it delays)."""
         queue, lock = iter(todo), threading.Lock()
 
         def drain() -> None:
@@ -143,13 +146,12 @@ class _CompileAhead:
         while left := [point for point in todo if point not in self.outcome]:
             now = time.monotonic()
             if now - last_line >= WAIT_LINE_S:
-                status.write("wait", left[0])
+                status.write("wait", self.ids[0])
                 last_line = now
+            late = f"compile timed out: not compiled after {self.timeout_s:g} s (its compile still runs in the worker)"
             for point in left:
-                if now - self.started.get(point, now) >= self.timeout_s:
-                    self.outcome[point] = (
-                        f"compile timed out: not compiled after {self.timeout_s:g} s (its compile still runs in the worker)"
-                    )
+                if now - self.started.get(point, now) >= self.timeout_s and point not in self.outcome:
+                    self.outcome.setdefault(point, late)  # where it ended just now, it keeps its outcome
                     start()  # in place of the thread this compile holds
             time.sleep(0.01)
 
@@ -160,6 +162,6 @@ class _CompileAhead:
         try:
             self.space.compile_at(*self.points.split(point))
             why = None
-        except Exception as exc:  # a config that does not compile is a result, not a crash
+        except BaseException as exc:  # a result, not a crash (in a thread: a SystemExit ends only it)
             why = compile_reason(exc)
         self.outcome.setdefault(point, why)  # a point already timed out keeps that reason

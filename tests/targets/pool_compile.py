@@ -65,4 +65,4 @@ def _space(name, kinds, shapes):
 
 space = _space("in_worker", ["ok", "fail", "ok"], [1, 2])
 parallel = _space("parallel", ["ok", "both", "ok"], [1])
-hanging = _space("hanging", ["ok", "hang", "ok"], [1])
+hanging = _space("hanging", ["ok", *["hang"] * 9, "ok"], [1])  # more hung compiles than threads
