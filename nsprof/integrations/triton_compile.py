@@ -46,11 +46,10 @@ class Warmup:
         except Exception as exc:
             self.inputs[key] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
             raise
+        # A tensor torch cannot describe on "meta" leaves this shape's configs to their first launch.
         try:
             stand_ins = _stand_in(inputs)
-        except (
-            Exception
-        ):  # a tensor torch cannot describe on "meta": this shape's configs wait for their launch
+        except Exception:
             stand_ins = None
         if self.skip(config) or (stand_ins is not None and self._serves(stand_ins, config)):
             self.inputs[key] = stand_ins
@@ -82,10 +81,10 @@ def _stand_in(value):
     anything else as it is."""
     torch = sys.modules.get("torch")  # no tensor without it
     if torch is not None and isinstance(value, torch.Tensor):
-        extent = (
-            1 + sum((n - 1) * step for n, step in zip(value.shape, value.stride())) if value.numel() else 0
+        reach = sum((n - 1) * step for n, step in zip(value.shape, value.stride()))
+        base = torch.empty(
+            value.storage_offset() + (reach + 1 if value.numel() else 0), dtype=value.dtype, device="meta"
         )
-        base = torch.empty(value.storage_offset() + extent, dtype=value.dtype, device="meta")
         return base.as_strided(value.shape, value.stride(), value.storage_offset())
     if type(value) in (tuple, list):
         return type(value)(_stand_in(item) for item in value)
