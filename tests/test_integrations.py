@@ -118,8 +118,8 @@ def test_autotune_space_launches_the_jit_function_with_each_configs_meta_paramet
 
 def test_autotune_space_compiles_each_config_in_the_worker_on_inputs_made_once_per_shape():
     # the compile step is JITFunction.warmup (no launch), run in the measuring worker
-    # (Space.compile_in_worker): the inputs at a shape are made by its first compile only, since the
-    # others run in threads while windows are measured
+    # (Space.compile_in_worker): the inputs at a shape are made by its first compile only, alone; the
+    # others run in the pool's threads, which must not touch the GPU
     tuned = _Autotuner([_Config({"BLOCK": 64}), _Config({"BLOCK": 128}, num_warps=8)])
     made = []
 
@@ -251,6 +251,40 @@ def test_a_config_with_a_pre_hook_is_left_to_its_first_launch_but_its_shapes_inp
     space.compile_at(0)
     space.compile_at(1)
     assert [w[2]["BLOCK"] for w in tuned.fn.warmups] == [128]
+
+
+def test_stand_ins_no_config_compiled_on_yet_leave_a_config_they_fail_to_its_first_launch(fake_torch):
+    # the shape's first config has a pre_hook, so no compile has checked its stand-ins: a heuristic
+    # that reads a tensor's data fails on them, which says nothing of the config itself
+    hooked = _Config({"BLOCK": 32})
+    hooked.pre_hook = lambda nargs: None
+    tuned = _Autotuner([hooked, _Config({"BLOCK": 64}), _Config({"BLOCK": 128})])
+
+    def warmup(*args, grid, **kwargs):
+        if isinstance(args[0], tuple):  # the meta stand-in
+            raise RuntimeError("Tensor.item() cannot be called on meta tensors")
+        tuned.fn.warmups.append(kwargs["BLOCK"])
+
+    tuned.fn.warmup = warmup
+    space = triton_hook.autotune_space(tuned, lambda: ((_Tensor((8,), (1,), "float16"),), {}), (1,))
+    for config_id in (0, 1, 2):
+        space.compile_at(config_id)  # none fails: each is left to its first launch
+    assert tuned.fn.warmups == []
+
+
+def test_a_tma_descriptor_stands_in_with_a_meta_base(fake_torch):
+    import dataclasses
+
+    @dataclasses.dataclass
+    class TensorDescriptor:  # Triton's own is a dataclass of these fields
+        base: object
+        shape: list
+        strides: list
+        block_shape: list
+
+    desc = TensorDescriptor(_Tensor((64, 32), (32, 1), "float16"), [64, 32], [32, 1], [16, 16])
+    stood = triton_compile._stand_in(desc)
+    assert stood.base[0] == "meta" and (stood.shape, stood.block_shape) == ([64, 32], [16, 16])
 
 
 def test_a_shape_whose_inputs_cannot_be_made_fails_each_config_without_making_them_again():

@@ -77,6 +77,18 @@ def test_the_worker_compiles_in_a_pool_of_at_least_two_threads(tmp_path):
     assert threads[1] != threads[2]
 
 
+def test_a_compile_that_kills_the_worker_costs_its_config_alone(tmp_path):
+    # config 2's compile aborts the worker before any window: which of the compiles running at once
+    # killed it is not known, so the next part compiles each config at its first launch, in its own
+    # window, where the crash is charged to config 2 alone and the others are measured
+    done, rows, lines = _profile(tmp_path, "dying")
+    assert done.returncode == 0, done.stderr
+    failed = {row["config_id"]: row for row in rows if row["error"]}
+    assert list(failed) == [2] and failed[2]["failure_kind"] == "crash", failed
+    assert {row["config_id"] for row in rows if row["error"] is None} == {0, 1, 3}
+    assert len({line["pid"] for line in lines}) >= 2  # the worker that died, and the next part's
+
+
 HANG_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
@@ -154,3 +166,27 @@ def test_a_space_says_where_its_compile_runs_and_the_session_routes_it(served, m
     assert [route for route, _ in routes] == (["served"] * 3 if served else list(standalone.values()))
     here = [bool((request["job_extra"] or {}).get("compile_here")) for _, request in routes]
     assert here == ([True, True, False] if served else [False, True, False])
+
+
+def test_a_compile_thread_measures_on_the_main_threads_cuda_device_and_an_unreadable_error_has_a_reason(
+    monkeypatch,
+):
+    # a thread starts on CUDA device 0; a target may have chosen another in the main thread
+    import types
+
+    from nsprof.worker import windows
+    from nsprof.worker.compile import compile_reason
+
+    chosen = []
+    cuda = types.SimpleNamespace(
+        is_initialized=lambda: True, current_device=lambda: 3, set_device=chosen.append
+    )
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    windows._main_device()()
+    assert chosen == [3]
+
+    class Unreadable(Exception):
+        def __str__(self):
+            raise ValueError("no text")
+
+    assert compile_reason(Unreadable()).startswith("compile failed: Unreadable: (no message")

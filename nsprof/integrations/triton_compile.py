@@ -5,6 +5,7 @@ measuring worker in a pool of threads before its first window (nsprof.worker.win
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Mapping
@@ -26,7 +27,8 @@ class Warmup:
 
     def __init__(self, autotuned, make_inputs, grid, skip: Callable[[dict], bool]) -> None:
         self.autotuned, self.make_inputs, self.grid, self.skip = autotuned, make_inputs, grid, skip
-        # per shape: the stand-ins; None: none that serve; a text: why the inputs could not be made
+        # per shape: [stand-ins, whether a compile on them is known to be the real one's]; None: none
+        # that serve; a text: why the inputs could not be made (or PENDING: being made)
         self.inputs: dict[str, Any] = {}
 
     def __call__(self, config: dict, *shape) -> None:
@@ -36,8 +38,12 @@ class Warmup:
         made = self.inputs[key]
         if isinstance(made, str) and made != self.PENDING:
             raise NsprofError(f"the inputs at this shape could not be made: {made}")
-        if isinstance(made, tuple) and not self.skip(config):
-            self._warm(made, config)
+        if not isinstance(made, list) or self.skip(config):
+            return
+        if made[1]:
+            self._warm(made[0], config)
+        elif self._serves(made[0], config):  # stand-ins no config compiled on yet: one that fails
+            made[1] = True  # is left to its first launch, where the real inputs tell why
 
     def _first(self, key: str, config: dict, shape: tuple) -> None:
         self.inputs[key] = self.PENDING  # a call at this shape meanwhile (this one hung) makes none
@@ -48,16 +54,19 @@ class Warmup:
             raise
         # A tensor torch cannot describe on "meta" leaves this shape's configs to their first launch.
         try:
-            stand_ins = _stand_in(inputs)
+            made = [_stand_in(inputs), False]
         except Exception:
-            stand_ins = None
-        if self.skip(config) or (stand_ins is not None and self._serves(stand_ins, config)):
-            self.inputs[key] = stand_ins
+            made = None
+        if self.skip(config):
+            self.inputs[key] = made
+            return
+        if made is not None and self._serves(made[0], config):
+            self.inputs[key] = [made[0], True]
             return
         try:  # the real inputs decide: the config's own error, or stand-ins that do not serve
             self._warm(inputs, config)
         except Exception:
-            self.inputs[key] = stand_ins  # the config's own error: the stand-ins may serve the others
+            self.inputs[key] = made  # the config's own error: the stand-ins may serve the others
             raise
         self.inputs[key] = None
 
@@ -92,4 +101,7 @@ def _stand_in(value):
         return type(value)(*(_stand_in(item) for item in value))
     if isinstance(value, Mapping):
         return {key: _stand_in(item) for key, item in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # Triton's TensorDescriptor
+        fields = {f.name: _stand_in(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **fields)
     return value

@@ -277,6 +277,7 @@ class _Parts:
         self.frames: list = []
         self.retries: dict[int, int] = {}
         self.measured_any = False  # did any part keep a measurement (or, with no profiler, finish a config)?
+        self.compile_in_windows = False  # a worker died compiling ahead: each config's compile in its window
         self.device: dict | None = None
         self.started_at = time.monotonic()
         self.timing = Timing()
@@ -307,6 +308,7 @@ class _Parts:
         status_file = base.with_suffix(".status")
         log = base.with_suffix(".log")
         job = make_job(run, remaining, status_file, watch_fd=pipe.read_fd, watch_inode=pipe.inode)
+        job.compile_here = job.compile_here and not self.compile_in_windows
         job_file = job.write(base.with_suffix(".job.json"))
         command = run.driver.build_command(run.settings, job_file, base)
         settled = False
@@ -323,6 +325,12 @@ class _Parts:
             raise
         progressed = (set(part.status.done) - set(requeued)) | set(part.failures)
         if not progressed and not requeued:
+            if job.compile_here and part.status.waiting and not part.status.abort:
+                # It died compiling ahead, all of the job's compiles before its first window, several at
+                # once: the next part leaves each config's compile to its first launch, in its own
+                # window, where a compile that kills the worker is charged to that config alone.
+                self.compile_in_windows = True
+                return remaining
             # The worker never reached a config: it could not start (or hung while starting).
             reason = _start_failure(part.status, end, run.settings, log, run.driver)
             if not self.measured_any:

@@ -41,7 +41,11 @@ def write_marker(path: Path, text: str) -> None:
 
 def compile_reason(exc: BaseException) -> Failure:
     """One line: why a config did not compile (as the served worker words it too); kind compile."""
-    return Failure(f"compile failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", "compile")
+    try:
+        text = " ".join(str(exc).split())[:300]
+    except Exception:  # an exception whose message cannot be made: its type is the reason
+        text = "(no message: it could not be read)"
+    return Failure(f"compile failed: {type(exc).__name__}: {text}", "compile")
 
 
 def state(folder: Path, point: int) -> tuple[str, str] | None:

@@ -115,21 +115,25 @@ class _CompileAhead:
             firsts: dict = {}
             for each in self.ids:
                 firsts.setdefault(self.points.split(each)[1], each)
+            status.write("wait", self.ids[0])  # compiling: a death from now on is a compile's
+            on_device = _main_device()
             try:
                 for first in firsts.values():
-                    self._compile([first], 1, status)
-                self._compile([p for p in self.ids if p not in firsts.values()], compile_pool_size(), status)
+                    self._compile([first], 1, status, on_device)
+                rest = [p for p in self.ids if p not in firsts.values()]
+                self._compile(rest, compile_pool_size(), status, on_device)
             finally:  # also when the worker is stopped meanwhile: no thread takes another point
                 self.closed.set()
         return self.outcome[point]
 
-    def _compile(self, todo: list[int], threads: int, status: Status) -> None:
+    def _compile(self, todo: list[int], threads: int, status: Status, on_device) -> None:
         """Compile `todo` in `threads` threads until each has its outcome, writing a `wait` line a
         second for the job's first point, whose window opens next (so the session's bound on a phase
         without a line does not fire, and the phases charge the wait to the window it delays)."""
         queue, lock = iter(todo), threading.Lock()
 
         def drain() -> None:
+            on_device()
             while not self.closed.is_set():
                 with lock:
                     point = next(queue, None)
@@ -142,7 +146,7 @@ class _CompileAhead:
 
         for _ in range(min(threads, len(todo))):
             start()
-        last_line = 0.0
+        last_line = time.monotonic()
         while left := [point for point in todo if point not in self.outcome]:
             now = time.monotonic()
             if now - last_line >= WAIT_LINE_S:
@@ -165,3 +169,13 @@ class _CompileAhead:
         except BaseException as exc:  # a result, not a crash (in a thread: a SystemExit ends only it)
             why = compile_reason(exc)
         self.outcome.setdefault(point, why)  # a point already timed out keeps that reason
+
+
+def _main_device():
+    """What a compile thread does first: make the main thread's CUDA device its own too (a thread
+    starts on device 0, and a target may have chosen another)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return lambda: None
+    index = torch.cuda.current_device()
+    return lambda: torch.cuda.set_device(index)

@@ -6,6 +6,8 @@ Config kinds, in the compile:
     ok      compiles at once
     fail    fails to compile (a ValueError)
     hang    never returns
+    die     kills the process (os.abort, as a compiler's assertion does); its build too, as a
+            compile at the config's first launch would
     both    waits, for at most $NSPROF_TEST_BOTH_WAIT_S (default 20 s), until the next config's compile
             has begun: it can only where two compiles run at once
 """
@@ -34,6 +36,8 @@ def compile_config(config, shape):
         raise ValueError("no valid tile for this config (simulated)")
     if config["kind"] == "hang":
         time.sleep(3600)
+    if config["kind"] == "die":
+        os.abort()
     if config["kind"] == "both":
         deadline = time.monotonic() + float(os.environ.get("NSPROF_TEST_BOTH_WAIT_S", "20"))
         while f'"what": "compile", "config": {config["i"] + 1},' not in _LOG.read_text():
@@ -47,6 +51,8 @@ def compile_config(config, shape):
 
 def build(config, shape):
     _log("build", config, shape)
+    if config["kind"] == "die":
+        os.abort()
     return lambda: None
 
 
@@ -65,4 +71,5 @@ def _space(name, kinds, shapes):
 
 space = _space("in_worker", ["ok", "fail", "ok"], [1, 2])
 parallel = _space("parallel", ["ok", "both", "ok"], [1])
+dying = _space("dying", ["ok", "ok", "die", "ok"], [1])
 hanging = _space("hanging", ["ok", *["hang"] * 9, "ok"], [1])  # more hung compiles than threads
