@@ -98,20 +98,20 @@ from nsprof.session import run_session
 from nsprof.settings import ProfileSettings
 from nsprof.space import load_target
 space = load_target({target!r})
-settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, compile_timeout_s=2, work_dir={work!r})
-measured = run_session({target!r}, len(space.configs), settings, n_shapes=1, compiles=space.compiles)
+settings = ProfileSettings(backend="nsys", modes=("direct",), reps=1, work_dir={work!r}, {settings})
+measured = run_session({target!r}, len(space.configs), settings, n_shapes=len(space.shapes), compiles=space.compiles)
+print("NOTES", measured.notes)
 print("FAILURES", measured.failures)
 print("MEASURED", sorted(set(int(c) for c in measured.frame[measured.frame["error"].isna()]["config_id"])))
 """
 
 
-def test_a_compile_that_hangs_in_the_pool_is_bounded_and_the_rest_measured(tmp_path):
-    # configs 1-9's compiles never return, more of them than the pool has threads: compile_timeout_s
-    # (2 s) fails each, a new thread takes each stuck one's place, so config 10 is compiled and
-    # measured, as is config 0; and the worker exits (the pool's threads are daemons)
-    script = tmp_path / "hang.py"
-    target, work = f"{TARGET}:hanging", str(tmp_path / "work")
-    script.write_text(HANG_SCRIPT.format(tests=str(HERE), target=target, work=work))
+def _session(tmp_path, space: str, settings: str) -> str:
+    """HANG_SCRIPT's run_session of `space` with `settings` (ProfileSettings keywords), in a child
+    process, bounded: its stdout."""
+    script = tmp_path / "session.py"
+    target, work = f"{TARGET}:{space}", str(tmp_path / "work")
+    script.write_text(HANG_SCRIPT.format(tests=str(HERE), target=target, work=work, settings=settings))
     env = {
         **os.environ,
         "NSPROF_TEST_LOG": str(tmp_path / "log.jsonl"),
@@ -123,11 +123,37 @@ def test_a_compile_that_hangs_in_the_pool_is_bounded_and_the_rest_measured(tmp_p
             [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60
         )
     except subprocess.TimeoutExpired:
-        pytest.fail("nsprof still waited for a compile after 60 s (compile timeout 2 s)")
+        pytest.fail("nsprof still waited for a compile after 60 s")
     assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_compile_that_kills_the_worker_with_no_restart_left_still_costs_its_config_alone(tmp_path):
+    # with no restart left (adaptive sessions allow none) the turn that compiles in windows is no
+    # restart: config 2 crashes in its window, config 3 is not run (the crash was the restart), 0 and 1
+    # are measured, and a note says why the compiles moved
+    out = _session(tmp_path, "dying", "max_restarts=0")
+    assert "FAILURES {2: " in out and "3: 'not run" in out and "MEASURED [0, 1]" in out, out
+    assert "the worker died compiling ahead (worker killed by signal SIGABRT)" in out, out
+
+
+def test_a_worker_compiling_many_shapes_first_compiles_keeps_telling_it_is_alive(tmp_path):
+    # 5 shapes' first compiles, 0.7 s each and one after another, outlast a 2 s bound on a phase
+    # without a line: the wait lines go on across them, so the worker is not stopped as stalled
+    out = _session(tmp_path, "slow_firsts", "phase_timeout_s=2")
+    assert "NOTES []" in out and "FAILURES {}" in out, out
+    lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert len({line["pid"] for line in lines}) == 1  # one worker: none stopped
+
+
+def test_a_compile_that_hangs_in_the_pool_is_bounded_and_the_rest_measured(tmp_path):
+    # configs 1-9's compiles never return, more of them than the pool has threads: compile_timeout_s
+    # (2 s) fails each, a new thread takes each stuck one's place, so config 10 is compiled and
+    # measured, as is config 0; and the worker exits (the pool's threads are daemons)
+    out = _session(tmp_path, "hanging", "compile_timeout_s=2")
     late = "compile timed out: not compiled after 2 s (its compile still runs in the worker)"
-    assert f"FAILURES {dict.fromkeys(range(1, 10), late)}" in done.stdout, done.stdout
-    assert "MEASURED [0, 10]" in done.stdout, done.stdout
+    assert f"FAILURES {dict.fromkeys(range(1, 10), late)}" in out, out
+    assert "MEASURED [0, 10]" in out, out
 
 
 @pytest.mark.parametrize("served", [False, True])

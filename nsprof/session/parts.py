@@ -14,6 +14,7 @@ MAX_LOST_RETRIES times, after the configs that have not run yet.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -278,6 +279,7 @@ class _Parts:
         self.retries: dict[int, int] = {}
         self.measured_any = False  # did any part keep a measurement (or, with no profiler, finish a config)?
         self.compile_in_windows = False  # a worker died compiling ahead: each config's compile in its window
+        self.notes: list[str] = []  # what the session has to say (Measured.notes)
         self.device: dict | None = None
         self.started_at = time.monotonic()
         self.timing = Timing()
@@ -327,9 +329,16 @@ class _Parts:
         if not progressed and not requeued:
             if job.compile_here and part.status.waiting and not part.status.abort:
                 # It died compiling ahead, all of the job's compiles before its first window, several at
-                # once: the next part leaves each config's compile to its first launch, in its own
-                # window, where a compile that kills the worker is charged to that config alone.
+                # once: the next part (one more, past the restarts) leaves each config's compile to its
+                # first launch, in its own window, where a compile that kills the worker is charged to
+                # that config alone.
                 self.compile_in_windows = True
+                why = _start_failure(part.status, end, run.settings, log, run.driver)
+                self.notes.append(
+                    f"the worker died compiling ahead ({why}); each config was compiled at its first "
+                    "launch instead, in its own window (its --timeout bounds it there)"
+                )
+                print(f"nsprof: {self.notes[-1]}", file=sys.stderr, flush=True)
                 return remaining
             # The worker never reached a config: it could not start (or hung while starting).
             reason = _start_failure(part.status, end, run.settings, log, run.driver)
@@ -387,6 +396,7 @@ class _Parts:
             device=self.device,
             phases=self.timing.total(),
             config_phases=self.timing.configs,
+            notes=self.notes,
         )
 
 
@@ -396,10 +406,10 @@ def run_parts(run: SessionRun) -> Measured:
     remaining = list(run.ids)
     pipe = DeathPipe()
     try:
-        for number in range(run.settings.max_restarts + 1):
-            if not remaining:
-                break
+        number, parts = 0, run.settings.max_restarts + 1
+        while remaining and number < parts + (1 if session.compile_in_windows else 0):  # no restart
             remaining = session.part(number, remaining, pipe)
+            number += 1
     finally:
         pipe.close()
     if remaining:  # the restart budget ran out before these ran

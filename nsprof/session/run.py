@@ -77,7 +77,7 @@ def run_session(
     driver = driver or registry.get_driver(settings.backend)
     request = {
         "target": target,
-        "ids": tuple(config_ids if config_ids is not None else range(n_configs)),
+        "ids": tuple(config_ids if config_ids is not None else Points(n_configs, n_shapes).all()),
         "points": Points(n_configs, n_shapes),
         "settings": settings,
         "driver": driver,

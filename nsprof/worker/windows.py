@@ -106,6 +106,7 @@ class _CompileAhead:
         self.outcome: dict[int, str | None] = {}  # point -> None (compiled) or why not
         self.started: dict[int, float] = {}
         self.closed = threading.Event()  # set once every point has its outcome: no thread takes more
+        self.last_line = 0.0  # when the last `wait` line was written
 
     def wait(self, point: int, status: Status) -> str | None:
         """None when `point` compiled, else why not, in one line; the first call compiles them all."""
@@ -116,6 +117,7 @@ class _CompileAhead:
             for each in self.ids:
                 firsts.setdefault(self.points.split(each)[1], each)
             status.write("wait", self.ids[0])  # compiling: a death from now on is a compile's
+            self.last_line = time.monotonic()
             on_device = _main_device()
             try:
                 for first in firsts.values():
@@ -146,12 +148,11 @@ class _CompileAhead:
 
         for _ in range(min(threads, len(todo))):
             start()
-        last_line = time.monotonic()
         while left := [point for point in todo if point not in self.outcome]:
             now = time.monotonic()
-            if now - last_line >= WAIT_LINE_S:
+            if now - self.last_line >= WAIT_LINE_S:  # one a second across the shapes' first compiles too
                 status.write("wait", self.ids[0])
-                last_line = now
+                self.last_line = now
             late = f"compile timed out: not compiled after {self.timeout_s:g} s (its compile still runs in the worker)"
             for point in left:
                 if now - self.started.get(point, now) >= self.timeout_s and point not in self.outcome:

@@ -8,6 +8,7 @@ Config kinds, in the compile:
     hang    never returns
     die     kills the process (os.abort, as a compiler's assertion does); its build too, as a
             compile at the config's first launch would
+    slow    takes 0.7 s
     both    waits, for at most $NSPROF_TEST_BOTH_WAIT_S (default 20 s), until the next config's compile
             has begun: it can only where two compiles run at once
 """
@@ -38,6 +39,8 @@ def compile_config(config, shape):
         time.sleep(3600)
     if config["kind"] == "die":
         os.abort()
+    if config["kind"] == "slow":
+        time.sleep(0.7)
     if config["kind"] == "both":
         deadline = time.monotonic() + float(os.environ.get("NSPROF_TEST_BOTH_WAIT_S", "20"))
         while f'"what": "compile", "config": {config["i"] + 1},' not in _LOG.read_text():
@@ -72,4 +75,5 @@ def _space(name, kinds, shapes):
 space = _space("in_worker", ["ok", "fail", "ok"], [1, 2])
 parallel = _space("parallel", ["ok", "both", "ok"], [1])
 dying = _space("dying", ["ok", "ok", "die", "ok"], [1])
+slow_firsts = _space("slow_firsts", ["slow", "ok"], [1, 2, 3, 4, 5])  # each shape's first compile: 0.7 s
 hanging = _space("hanging", ["ok", *["hang"] * 9, "ok"], [1])  # more hung compiles than threads
