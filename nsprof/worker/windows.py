@@ -93,13 +93,13 @@ class _CompileWait:
 
 
 class _CompileAhead:
-    """The compiles of a served job (its imports paid) or of a Space.compile_in_worker, in this worker, all of them before the first window: the
-    first point of each shape alone (the space may make that shape's inputs then, on the GPU), then
-    the rest in a pool of threads, in job order. None runs while a window does: no GPU work of the
-    space's and no thread contending for the interpreter's lock with the timed launches. Each point's
-    compile is bounded by `timeout_s`: past it the point fails and a new thread takes the place of
-    the one it holds (threads are daemons: a compile that hangs never keeps the worker from exiting).
-    """
+    """The compiles of a served job (its imports paid) or of a Space.compile_in_worker, in this
+    worker, all of them before the first window: the first point of each shape alone (the space may
+    make that shape's inputs then, on the GPU), then the rest in a pool of threads, in job order.
+    None runs while a window does: no GPU work of the space's and no thread contending for the
+    interpreter's lock with the timed launches. Each point's compile is bounded by `timeout_s`: past
+    it the point fails and a new thread takes the place of the one it holds (threads are daemons: a
+    compile that hangs never keeps the worker from exiting)."""
 
     def __init__(self, space, points, ids, timeout_s: float) -> None:
         self.space, self.points, self.ids, self.timeout_s = space, points, list(ids), timeout_s
@@ -135,13 +135,12 @@ class _CompileAhead:
         queue, lock = iter(todo), threading.Lock()
 
         def drain() -> None:
-            on_device()
             while not self.closed.is_set():
                 with lock:
                     point = next(queue, None)
                 if point is None:
                     return
-                self._one(point)
+                self._one(point, on_device)
 
         def start() -> None:
             threading.Thread(target=drain, name="nsprof-compile", daemon=True).start()
@@ -153,18 +152,22 @@ class _CompileAhead:
             if now - self.last_line >= WAIT_LINE_S:  # one a second across the shapes' first compiles too
                 status.write("wait", self.ids[0])
                 self.last_line = now
-            late = f"compile timed out: not compiled after {self.timeout_s:g} s (its compile still runs in the worker)"
+            late = (
+                f"compile timed out: not compiled after {self.timeout_s:g} s "
+                "(its compile still runs in the worker)"
+            )
             for point in left:
                 if now - self.started.get(point, now) >= self.timeout_s and point not in self.outcome:
                     self.outcome.setdefault(point, late)  # where it ended just now, it keeps its outcome
                     start()  # in place of the thread this compile holds
             time.sleep(0.01)
 
-    def _one(self, point: int) -> None:
+    def _one(self, point: int, on_device) -> None:
         from nsprof.worker.compile import compile_reason
 
         self.started[point] = time.monotonic()
         try:
+            on_device()
             self.space.compile_at(*self.points.split(point))
             why = None
         except BaseException as exc:  # a result, not a crash (in a thread: a SystemExit ends only it)
