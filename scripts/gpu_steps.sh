@@ -22,7 +22,7 @@
 #   gpu_shapes_tl the TileLang half of gpu_shapes alone
 #   gpu_serve     pytest -m gpu -k serve
 #   gpu_faults    pytest tests/test_gpu_faults.py tests/test_gpu_integrations.py (~400 s)
-#   gpu_rest      pytest the other gpu tests (~150 s)
+#   gpu_rest      pytest the other gpu tests: profile, signals, timers, identity, Triton's compile ahead (~200 s)
 #   gpu_shapes_tr the Triton half of gpu_shapes alone
 #   resume_ncu    the faulty space's resume under ncu alone
 #   compile_fail  nsprof profile of two TileLang configs that do not compile, under nsys:
@@ -103,7 +103,7 @@ for s in "$@"; do
     gpu_serve) step gpu_serve 400 $PYTEST -m gpu -k serve tests ;;
     gpu_faults) step gpu_faults 580 $PYTEST -m gpu tests/test_gpu_faults.py tests/test_gpu_integrations.py ;;
     gpu_rest) step gpu_rest 400 $PYTEST -m gpu tests/test_gpu_profile.py tests/test_gpu_signals.py \
-                tests/test_gpu_timers.py tests/test_gpu_identity.py ;;
+                tests/test_gpu_timers.py tests/test_gpu_identity.py tests/test_gpu_triton_compile.py ;;
     gpu_shapes_tr) step gpu_shapes_tr 420 $PYTEST -m gpu -k "not tilelang" tests/test_gpu_shapes.py ;;
     resume_ncu) step resume_ncu 300 $PYTEST -m gpu -k "resume and ncu" tests/test_gpu_faults.py ;;
     compile_fail) step compile_fail 200 python3 -m nsprof profile examples/gemm_tilelang.py:space --backend nsys \
