@@ -147,20 +147,19 @@ class _CompileAhead:
 
         for _ in range(min(threads, len(todo))):
             start()
-        while left := [point for point in todo if point not in self.outcome]:
+        late = f"compile timed out: not compiled after {self.timeout_s:g} s (its compile still runs in the worker)"
+        left = list(todo)
+        # the main thread's polls hold the interpreter's lock the compiles want: over what is left only
+        while left := [point for point in left if point not in self.outcome]:
             now = time.monotonic()
             if now - self.last_line >= WAIT_LINE_S:  # one a second across the shapes' first compiles too
                 status.write("wait", self.ids[0])
                 self.last_line = now
-            late = (
-                f"compile timed out: not compiled after {self.timeout_s:g} s "
-                "(its compile still runs in the worker)"
-            )
             for point in left:
                 if now - self.started.get(point, now) >= self.timeout_s and point not in self.outcome:
                     self.outcome.setdefault(point, late)  # where it ended just now, it keeps its outcome
                     start()  # in place of the thread this compile holds
-            time.sleep(0.01)
+            time.sleep(0.02)
 
     def _one(self, point: int, on_device) -> None:
         from nsprof.worker.compile import compile_reason
