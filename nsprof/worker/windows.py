@@ -147,7 +147,8 @@ class _CompileAhead:
 
         for _ in range(min(threads, len(todo))):
             start()
-        late = f"compile timed out: not compiled after {self.timeout_s:g} s (its compile still runs in the worker)"
+        late = f"compile timed out: not compiled after {self.timeout_s:g} s "
+        late += "(its compile still runs in the worker)"
         left = list(todo)
         # the main thread's polls hold the interpreter's lock the compiles want: over what is left only
         while left := [point for point in left if point not in self.outcome]:
