@@ -1,6 +1,6 @@
 """A Triton space's configs compiled ahead in the measuring worker, on a GPU (marker `gpu`): every
 compile the worker makes is a warmup before the first window (Space.compile_in_worker), none at a
-config's first launch, and every config is measured."""
+config's first launch, and every config is measured, under either profiler."""
 
 from __future__ import annotations
 
@@ -16,14 +16,15 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_every_triton_compile_is_a_warmup_ahead_of_the_windows_and_none_at_a_first_launch(tmp_path):
+@pytest.mark.parametrize("backend", ["nsys", "ncu"])
+def test_every_triton_compile_is_a_warmup_ahead_of_the_windows_and_none_at_a_first_launch(tmp_path, backend):
     pytest.importorskip("triton")
     log = tmp_path / "compiles.jsonl"
     done = subprocess.run(
         [sys.executable, "-m", "nsprof", "profile", "tests/targets/triton_compile_log.py:space"]
         + [
             "--backend",
-            "nsys",
+            backend,
             "--mode",
             "graph",
             "--reps",
