@@ -48,7 +48,9 @@ def test_every_triton_compile_is_a_warmup_ahead_of_the_windows_and_none_at_a_fir
         len({c["pid"] for c in compiles}) == 1
     )  # the worker alone: nsprof and its listing child compile none
     at_launch = [c["kernel"] for c in compiles if not c["warmup"]]
-    assert not at_launch, f"{len(at_launch)} of {len(compiles)} compiles at a first launch: {at_launch[:2]}"
+    assert not at_launch, (
+        f"{len(at_launch)} of {len(compiles)} compiles at a first launch: {at_launch[:2]}; {done.stderr[-2000:]}"
+    )
     (status,) = (tmp_path / "work").rglob("*.status")
     lines = status.read_text().splitlines()
     first_start = next(i for i, line in enumerate(lines) if line.startswith("start "))

@@ -89,6 +89,27 @@ def test_a_compile_that_kills_the_worker_costs_its_config_alone(tmp_path):
     assert len({line["pid"] for line in lines}) >= 2  # the worker that died, and the next part's
 
 
+def test_a_tune_whose_worker_died_compiling_ahead_says_so_in_its_notes(tmp_path):
+    # the session's own note (why each config was compiled at its first launch) reaches the tune's
+    # result, not only stderr: a benchmark or a script reading --json sees how the run was taken
+    log = tmp_path / "log.jsonl"
+    log.touch()
+    done = run_nsprof(
+        "tune",
+        f"{TARGET}:dying",
+        *("--backend", "nsys", "--mode", "direct", "--no-feed-back", "--json"),
+        standins=True,
+        env={"NSPROF_TEST_LOG": str(log), "NSPROF_LOCK_DIR": str(tmp_path / "locks")},
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    notes = json.loads(done.stdout)["notes"]
+    assert any(
+        note.startswith("the worker died compiling ahead (worker killed by signal") for note in notes
+    ), notes
+
+
 HANG_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})

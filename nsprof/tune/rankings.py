@@ -56,9 +56,10 @@ def rank_truth(
             rows, adaptive = _adaptive(
                 target, space, truth, settings, rows, stored, clock.cost(), stage, held
             )
-    # A session keeps its temporary folder when a config failed (its logs say why): name it.
+    # What the first pass's sessions said of how they ran, and the temporary folder a session keeps
+    # when a config failed (its logs say why).
     kept = [m.work_dir for m in runs if settings.work_dir is None and m.work_dir is not None]
-    kept_notes = [
+    kept_notes = [note for m in runs for note in m.notes] + [
         f"the reports and logs of a run with failed configs are kept in {folder}" for folder in kept
     ]
     results = _per_shape(space, truth, settings, rows, (notes, kept_notes), adaptive, first_pass)
