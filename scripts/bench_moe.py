@@ -85,6 +85,8 @@ def run(name: str, command: list[str], scratch: Path, timeout_s: float) -> dict:
         result["failed"] = sum(r.get("value_ns") is None for s in shapes for r in s.get("ranked") or [])
         result["notes"] = [n for s in shapes for n in s.get("notes") or []]
         result["first_pass_phases"] = document.get("first_pass_phases")
+        # nsprof's own lines on stderr (how the run went: a compile that moved, a retry), kept
+        result["stderr"] = [line for line in done.stderr.splitlines() if line.startswith("nsprof:")][-20:]
     result["configs_per_hour"] = round(CONFIGS / result["wall_s"] * 3600)
     return result
 
