@@ -66,6 +66,8 @@
 #   probe_tc      scripts/probe_triton_compile.py: 64 MoE configs compiled serially, by Triton's async compile
 #                 in threads, or in processes, each from a cold cache (~120 s): which pool a Triton compile
 #                 step would need
+#   probe_tc_jobs the async compile of 128 MoE configs in 8 and in 16 threads, each from a cold cache: whether
+#                 the compile pool's cap of 8 threads leaves the H200's 16 cores half idle
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
 #                 times, logs; not the reports) comes back: where the session's ends go
 set -u
@@ -112,6 +114,8 @@ for s in "$@"; do
     gpu_compose_tr) step gpu_compose_tr 300 $PYTEST -m gpu -k "not tilelang" tests/test_gpu_compose.py ;;
     gpu_serve_tl) step gpu_serve_tl 300 $PYTEST -m gpu -k "tilelang_tune" tests/test_gpu_serve.py ;;
     probe_tc) step probe_tc 400 python3 scripts/probe_triton_compile.py --out "$R/probe_triton_compile.json" ;;
+    probe_tc_jobs) for j in 8 16; do step "probe_tc_$j" 300 python3 scripts/probe_triton_compile.py --methods async \
+                     --configs 128 --jobs "$j" --out "$R/probe_triton_compile_jobs$j.json"; done ;;
     ends) step ends 200 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space --backend nsys \
             --mode graph --budget-s 0 --no-store --no-feed-back --no-tuner-pick --json --work-dir $R/ends \
             > $R/ends.json; rc=\$?; rm -f $R/ends/*.nsys-rep $R/ends/*.sqlite $R/ends/*.qdstrm; exit \$rc" ;;

@@ -113,8 +113,9 @@ def test_a_tune_whose_worker_died_compiling_ahead_says_so_in_its_notes(tmp_path)
 HANG_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
-import standins
+import os, standins
 standins.install()
+os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})  # one CPU: the worker's compile pool has 2 threads
 from nsprof.session import run_session
 from nsprof.settings import ProfileSettings
 from nsprof.space import load_target
@@ -168,13 +169,32 @@ def test_a_worker_compiling_many_shapes_first_compiles_keeps_telling_it_is_alive
 
 
 def test_a_compile_that_hangs_in_the_pool_is_bounded_and_the_rest_measured(tmp_path):
-    # configs 1-9's compiles never return, more of them than the pool has threads: compile_timeout_s
-    # (2 s) fails each, a new thread takes each stuck one's place, so config 10 is compiled and
-    # measured, as is config 0; and the worker exits (the pool's threads are daemons)
+    # configs 1-3's compiles never return, more of them than the pool's 2 threads: compile_timeout_s
+    # (2 s) fails each, a new thread takes each stuck one's place, so config 4 is compiled and
+    # measured, as is config 0 (a compile finished after the first ones ran out: no stall); and the
+    # worker exits (the pool's threads are daemons)
     out = _session(tmp_path, "hanging", "compile_timeout_s=2")
     late = "compile timed out: not compiled after 2 s (its compile still runs in the worker)"
-    assert f"FAILURES {dict.fromkeys(range(1, 10), late)}" in out, out
-    assert "MEASURED [0, 10]" in out, out
+    assert f"FAILURES {dict.fromkeys(range(1, 4), late)}" in out, out
+    assert "MEASURED [0, 4]" in out, out
+
+
+def test_a_pool_whose_every_compile_hangs_is_a_stall_and_the_rest_fail_at_once(tmp_path):
+    # configs 1-11 all hang, more than the pool's 2 threads: once the compiles that took the first
+    # hung ones' places run out their compile_timeout_s too, with none finished meanwhile, the
+    # compiles are stalled, and the points not compiled yet fail at once, not each after waiting out
+    # its own bound in turn
+    out = _session(tmp_path, "stalled", "compile_timeout_s=2")
+    assert "MEASURED [0]" in out, out
+    failures = eval(out.split("FAILURES ", 1)[1].splitlines()[0])
+    assert sorted(failures) == list(range(1, 12)), failures
+    stalled = {
+        c for c, why in failures.items() if why.startswith("not compiled: the worker's compiles made no")
+    }
+    assert stalled and max(failures) in stalled, failures
+    assert all(why.startswith("compile timed out") for c, why in failures.items() if c not in stalled), (
+        failures
+    )
 
 
 @pytest.mark.parametrize("served", [False, True])

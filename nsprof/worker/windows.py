@@ -99,7 +99,9 @@ class _CompileAhead:
     None runs while a window does: no GPU work of the space's and no thread contending for the
     interpreter's lock with the timed launches. Each point's compile is bounded by `timeout_s`: past
     it the point fails and a new thread takes the place of the one it holds (threads are daemons: a
-    compile that hangs never keeps the worker from exiting)."""
+    compile that hangs never keeps the worker from exiting). Where a compile that took such a place
+    runs out its bound too, none having finished meanwhile, the compiles are stalled: every point
+    left fails at once (_stalled)."""
 
     def __init__(self, space, points, ids, timeout_s: float) -> None:
         self.space, self.points, self.ids, self.timeout_s = space, points, list(ids), timeout_s
@@ -107,6 +109,8 @@ class _CompileAhead:
         self.started: dict[int, float] = {}
         self.closed = threading.Event()  # set once every point has its outcome: no thread takes more
         self.last_line = 0.0  # when the last `wait` line was written
+        self.finished_at = 0.0  # when a compile last finished by itself (not by its timeout)
+        self.first_late: float | None = None  # when a compile first ran out its bound
 
     def wait(self, point: int, status: Status) -> str | None:
         """None when `point` compiled, else why not, in one line; the first call compiles them all."""
@@ -157,10 +161,23 @@ class _CompileAhead:
                 status.write("wait", self.ids[0])
                 self.last_line = now
             for point in left:
-                if now - self.started.get(point, now) >= self.timeout_s and point not in self.outcome:
+                began = self.started.get(point, now)
+                if now - began >= self.timeout_s and point not in self.outcome:
                     self.outcome.setdefault(point, late)  # where it ended just now, it keeps its outcome
+                    if self.first_late is not None and self.finished_at < began and began >= self.first_late:
+                        return self._stalled()
+                    self.first_late = now if self.first_late is None else self.first_late
                     start()  # in place of the thread this compile holds
             time.sleep(0.02)
+
+    def _stalled(self) -> None:
+        """A compile that began after another had run out its bound ran out its own, and none finished
+        meanwhile: the compiles are stalled (the threads that took the hung ones' places hang too), and
+        every point not compiled yet fails now rather than each waiting out its own bound in turn."""
+        self.closed.set()  # no thread takes another point
+        why = f"not compiled: the worker's compiles made no progress for {self.timeout_s:g} s"
+        for point in self.ids:
+            self.outcome.setdefault(point, why)
 
     def _one(self, point: int, on_device) -> None:
         from nsprof.worker.compile import compile_reason
@@ -172,6 +189,8 @@ class _CompileAhead:
             why = None
         except BaseException as exc:  # a result, not a crash (in a thread: a SystemExit ends only it)
             why = compile_reason(exc)
+        if point not in self.outcome:
+            self.finished_at = time.monotonic()
         self.outcome.setdefault(point, why)  # a point already timed out keeps that reason
 
 

@@ -76,4 +76,5 @@ space = _space("in_worker", ["ok", "fail", "ok"], [1, 2])
 parallel = _space("parallel", ["ok", "both", "ok"], [1])
 dying = _space("dying", ["ok", "ok", "die", "ok"], [1])
 slow_firsts = _space("slow_firsts", ["slow", "ok"], [1, 2, 3, 4, 5])  # each shape's first compile: 0.7 s
-hanging = _space("hanging", ["ok", *["hang"] * 9, "ok"], [1])  # more hung compiles than threads
+hanging = _space("hanging", ["ok", *["hang"] * 3, "ok"], [1])  # more hung compiles than threads (2)
+stalled = _space("stalled", ["ok", *["hang"] * 11], [1])  # every compile of the pool hangs
