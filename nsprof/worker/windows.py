@@ -96,12 +96,12 @@ class _CompileAhead:
     """The compiles of a served job (its imports paid) or of a Space.compile_in_worker, in this
     worker, all of them before the first window: the first point of each shape alone (the space may
     make that shape's inputs then, on the GPU), then the rest in a pool of threads, in job order.
-    None runs while a window does: no GPU work of the space's and no thread contending for the
-    interpreter's lock with the timed launches. Each point's compile is bounded by `timeout_s`: past
-    it the point fails and a new thread takes the place of the one it holds (threads are daemons: a
-    compile that hangs never keeps the worker from exiting). Where a compile that took such a place
-    runs out its bound too, none having finished meanwhile, the compiles are stalled: every point
-    left fails at once (_stalled)."""
+    None runs while a window does (but one past its bound, which no thread can stop): no GPU work of
+    the space's and no thread contending for the interpreter's lock with the timed launches. Each
+    point's compile is bounded by `timeout_s`: past it the point fails and a new thread takes the
+    place of the one it holds (threads are daemons: a compile that hangs never keeps the worker from
+    exiting). Where a compile that took such a place runs out its bound too, none having finished
+    meanwhile, the compiles are stalled: every point left fails at once (_stalled)."""
 
     def __init__(self, space, points, ids, timeout_s: float) -> None:
         self.space, self.points, self.ids, self.timeout_s = space, points, list(ids), timeout_s
