@@ -252,9 +252,8 @@ class FastTimers(Backend):
 
         if request.plan is not None:
             raise NsprofError("adaptive reps are a ground truth's: a fast timer gives one number per config")
-        points = request.points
         _one_gpu(request.device)
-        work_dir = self.settings.work_dir
+        points, work_dir = request.points, self.settings.work_dir
         work_dir.mkdir(parents=True, exist_ok=True)
         # timers.jsonl, or timers1.jsonl ... where an earlier run in a reused work folder left one (kept)
         results = claim_base(work_dir, numbered("timers", bare_first=True), ".jsonl").with_suffix(".jsonl")
@@ -292,10 +291,11 @@ class FastTimers(Backend):
                 on_rows(self.frame([row for row in _written(results) if point_of(row) not in handed], {}))
             raise
         written = _written(results)
+        throttle = [throttle_note(m, written) for m in self.methods] if self.interleave else []
         return Measured(
             frame=self.frame(written, session.failures, points),
             failures=session.failures,
-            notes=[throttle_note(m, written) for m in self.methods] if self.interleave else [],
+            notes=[*session.notes, *throttle],  # the session's own (how it ran), then the throttle checks
             device=session.device,
             work_dir=work_dir,
             wall_s=session.wall_s,

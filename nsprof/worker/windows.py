@@ -52,6 +52,9 @@ def config_windows(job: Job, space, device: Device, status: Status):
 
 
 WAIT_LINE_S = 1.0  # while waiting for the compile step: one `wait` line per second (progress)
+# A pool of compiles in which none finished for this many compile bounds is stalled: a first round of
+# hung compiles, and the round that took their places, hung too
+STALLED_BOUNDS = 2
 
 
 class _CompileWait:
@@ -100,8 +103,8 @@ class _CompileAhead:
     the space's and no thread contending for the interpreter's lock with the timed launches. Each
     point's compile is bounded by `timeout_s`: past it the point fails and a new thread takes the
     place of the one it holds (threads are daemons: a compile that hangs never keeps the worker from
-    exiting). Where a compile that took such a place runs out its bound too, none having finished
-    meanwhile, the compiles are stalled: every point left fails at once (_stalled)."""
+    exiting). Where no compile of the pool finished for STALLED_BOUNDS bounds, the compiles that took
+    hung ones' places hang too: the pool is stalled, and every point left fails at once (_stalled)."""
 
     def __init__(self, space, points, ids, timeout_s: float) -> None:
         self.space, self.points, self.ids, self.timeout_s = space, points, list(ids), timeout_s
@@ -109,8 +112,7 @@ class _CompileAhead:
         self.started: dict[int, float] = {}
         self.closed = threading.Event()  # set once every point has its outcome: no thread takes more
         self.last_line = 0.0  # when the last `wait` line was written
-        self.finished_at = 0.0  # when a compile last finished by itself (not by its timeout)
-        self.first_late: float | None = None  # when a compile first ran out its bound
+        self.finished_at = 0.0  # when a compile last finished (within its bound or past it)
 
     def wait(self, point: int, status: Status) -> str | None:
         """None when `point` compiled, else why not, in one line; the first call compiles them all."""
@@ -151,6 +153,7 @@ class _CompileAhead:
 
         for _ in range(min(threads, len(todo))):
             start()
+        self.finished_at = max(self.finished_at, time.monotonic())  # the pool's start counts as progress
         late = f"compile timed out: not compiled after {self.timeout_s:g} s "
         late += "(its compile still runs in the worker)"
         left = list(todo)
@@ -161,21 +164,19 @@ class _CompileAhead:
                 status.write("wait", self.ids[0])
                 self.last_line = now
             for point in left:
-                began = self.started.get(point, now)
-                if now - began >= self.timeout_s and point not in self.outcome:
+                if now - self.started.get(point, now) >= self.timeout_s and point not in self.outcome:
                     self.outcome.setdefault(point, late)  # where it ended just now, it keeps its outcome
-                    if self.first_late is not None and self.finished_at < began and began >= self.first_late:
+                    if threads > 1 and now - self.finished_at >= STALLED_BOUNDS * self.timeout_s:
                         return self._stalled()
-                    self.first_late = now if self.first_late is None else self.first_late
                     start()  # in place of the thread this compile holds
             time.sleep(0.02)
 
     def _stalled(self) -> None:
-        """A compile that began after another had run out its bound ran out its own, and none finished
-        meanwhile: the compiles are stalled (the threads that took the hung ones' places hang too), and
-        every point not compiled yet fails now rather than each waiting out its own bound in turn."""
+        """The pool's compiles are stalled (no compile finished for STALLED_BOUNDS bounds: the threads
+        that took the hung ones' places hang too): every point not compiled yet fails now rather than
+        each waiting out its own bound in turn."""
         self.closed.set()  # no thread takes another point
-        why = f"not compiled: the worker's compiles made no progress for {self.timeout_s:g} s"
+        why = f"not compiled: no compile of the worker's finished in {STALLED_BOUNDS * self.timeout_s:g} s"
         for point in self.ids:
             self.outcome.setdefault(point, why)
 
@@ -189,8 +190,7 @@ class _CompileAhead:
             why = None
         except BaseException as exc:  # a result, not a crash (in a thread: a SystemExit ends only it)
             why = compile_reason(exc)
-        if point not in self.outcome:
-            self.finished_at = time.monotonic()
+        self.finished_at = time.monotonic()
         self.outcome.setdefault(point, why)  # a point already timed out keeps that reason
 
 
