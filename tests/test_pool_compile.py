@@ -2,6 +2,7 @@
 ahead of the windows in a pool of threads, never beside the session nor in nsprof's own process.
 Real child processes: nsprof's CLI with the stand-in profiler (tests/standins.py)."""
 
+import ast
 import json
 import os
 import subprocess
@@ -17,12 +18,13 @@ sys.path.insert(0, str(HERE))
 from conftest import run_nsprof  # noqa: E402
 
 
-def _profile(tmp_path, space: str, *more: str):
-    """`nsprof profile` of `space` under the stand-in nsys, --json: (the run, its rows, the log's lines)."""
+def _profile(tmp_path, space: str, *more: str, command: str = "profile"):
+    """`nsprof profile` (or `command`) of `space` under the stand-in nsys, --json: (the run, its
+    document, the log's lines)."""
     log = tmp_path / "log.jsonl"
     log.touch()
     done = run_nsprof(
-        "profile",
+        command,
         f"{TARGET}:{space}",
         "--backend",
         "nsys",
@@ -92,19 +94,9 @@ def test_a_compile_that_kills_the_worker_costs_its_config_alone(tmp_path):
 def test_a_tune_whose_worker_died_compiling_ahead_says_so_in_its_notes(tmp_path):
     # the session's own note (why each config was compiled at its first launch) reaches the tune's
     # result, not only stderr: a benchmark or a script reading --json sees how the run was taken
-    log = tmp_path / "log.jsonl"
-    log.touch()
-    done = run_nsprof(
-        "tune",
-        f"{TARGET}:dying",
-        *("--backend", "nsys", "--mode", "direct", "--no-feed-back", "--json"),
-        standins=True,
-        env={"NSPROF_TEST_LOG": str(log), "NSPROF_LOCK_DIR": str(tmp_path / "locks")},
-        cwd=tmp_path,
-        timeout=120,
-    )
+    done, document, _ = _profile(tmp_path, "dying", "--no-feed-back", command="tune")
     assert done.returncode == 0, done.stderr
-    notes = json.loads(done.stdout)["notes"]
+    notes = document["notes"]
     assert any(
         note.startswith("the worker died compiling ahead (worker killed by signal") for note in notes
     ), notes
@@ -129,12 +121,12 @@ print("MEASURED", sorted(set(int(c) for c in measured.frame[measured.frame["erro
 """
 
 
-def _session(tmp_path, space: str, settings: str) -> str:
-    """HANG_SCRIPT's run_session of `space` with `settings` (ProfileSettings keywords), in a child
-    process, bounded: its stdout."""
+def _session(tmp_path, space: str, settings: str, program: str = HANG_SCRIPT) -> str:
+    """`program`'s (HANG_SCRIPT's: run_session) measurement of `space` with `settings` (ProfileSettings
+    keywords), in a child process, bounded: its stdout."""
     script = tmp_path / "session.py"
     target, work = f"{TARGET}:{space}", str(tmp_path / "work")
-    script.write_text(HANG_SCRIPT.format(tests=str(HERE), target=target, work=work, settings=settings))
+    script.write_text(program.format(tests=str(HERE), target=target, work=work, settings=settings))
     env = {
         **os.environ,
         "NSPROF_TEST_LOG": str(tmp_path / "log.jsonl"),
@@ -149,6 +141,11 @@ def _session(tmp_path, space: str, settings: str) -> str:
         pytest.fail("nsprof still waited for a compile after 60 s")
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def _failures(out: str) -> dict:
+    """The session's failures, {point: why}, from its FAILURES line."""
+    return ast.literal_eval(out.split("FAILURES ", 1)[1].splitlines()[0])
 
 
 def test_a_compile_that_kills_the_worker_with_no_restart_left_still_costs_its_config_alone(tmp_path):
@@ -186,7 +183,7 @@ def test_a_pool_whose_every_compile_hangs_is_a_stall_and_the_rest_fail_at_once(t
     # and the points not compiled yet fail at once, not each after waiting out its own bound in turn
     out = _session(tmp_path, "stalled", "compile_timeout_s=2")
     assert "MEASURED [0]" in out, out
-    failures = eval(out.split("FAILURES ", 1)[1].splitlines()[0])
+    failures = _failures(out)
     assert sorted(failures) == list(range(1, 12)), failures
     stalled = {
         c for c, why in failures.items() if why == "not compiled: no compile of the worker's finished in 4 s"
@@ -202,13 +199,13 @@ def test_first_compiles_past_their_bound_one_after_another_are_no_stall(tmp_path
     # but the pool that follows is no stall, and config 1 is compiled and measured at every shape
     out = _session(tmp_path, "slow_firsts", "compile_timeout_s=0.5")
     assert "MEASURED [1]" in out or "MEASURED [0, 1]" in out, out
-    failures = eval(out.split("FAILURES ", 1)[1].splitlines()[0])
+    failures = _failures(out)
     assert all(why.startswith("compile timed out") for why in failures.values()), failures
     assert all(point % 2 == 0 for point in failures), failures  # config 0's points (config 1: odd ids)
 
 
 TIMER_SCRIPT = """
-import os, sys
+import sys
 sys.path.insert(0, {tests!r})
 import standins
 standins.install()
@@ -226,14 +223,8 @@ print("NOTES", timers.measure(request).notes)
 def test_a_fast_timers_worker_that_died_compiling_ahead_says_so_in_its_notes(tmp_path):
     # a fast timer's session has the same fallback as a profiled one (each config compiled at its
     # first launch, in its own window): its Measured says so, beside the throttle check's notes
-    script = tmp_path / "timers.py"
-    target, work = f"{TARGET}:dying", str(tmp_path / "work")
-    script.write_text(TIMER_SCRIPT.format(tests=str(HERE), target=target, work=work))
-    env = {**os.environ, "NSPROF_TEST_LOG": str(tmp_path / "log.jsonl"), "PYTHONPATH": str(HERE.parent)}
-    env["NSPROF_LOCK_DIR"] = str(tmp_path / "locks")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "the worker died compiling ahead (worker killed by signal SIGABRT)" in done.stdout, done.stdout
+    out = _session(tmp_path, "dying", "", program=TIMER_SCRIPT)
+    assert "the worker died compiling ahead (worker killed by signal SIGABRT)" in out, out
 
 
 @pytest.mark.parametrize("served", [False, True])

@@ -153,7 +153,7 @@ class _CompileAhead:
 
         for _ in range(min(threads, len(todo))):
             start()
-        self.finished_at = max(self.finished_at, time.monotonic())  # the pool's start counts as progress
+        self.finished_at = time.monotonic()  # the pool's start counts as progress
         late = f"compile timed out: not compiled after {self.timeout_s:g} s "
         late += "(its compile still runs in the worker)"
         left = list(todo)
