@@ -68,6 +68,8 @@
 #                 step would need
 #   probe_tc_jobs the async compile of 128 MoE configs in 8 and in 16 threads, each from a cold cache: whether
 #                 the compile pool's cap of 8 threads leaves the H200's 16 cores half idle
+#   moe_ncu_logs  nsprof tune of the MoE space under ncu from a cold Triton cache, its work folder (status lines,
+#                 worker logs; not the reports) kept: whether the worker compiled ahead, and if not, why
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
 #                 times, logs; not the reports) comes back: where the session's ends go
 set -u
@@ -119,6 +121,10 @@ for s in "$@"; do
     ends) step ends 200 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space --backend nsys \
             --mode graph --budget-s 0 --no-store --no-feed-back --no-tuner-pick --json --work-dir $R/ends \
             > $R/ends.json; rc=\$?; rm -f $R/ends/*.nsys-rep $R/ends/*.sqlite $R/ends/*.qdstrm; exit \$rc" ;;
+    moe_ncu_logs) step moe_ncu_logs 590 bash -c "TRITON_CACHE_DIR=$R/moe_triton python3 -m nsprof tune \
+            examples/moe_triton.py:space --mode graph --no-store --no-tuner-pick --backend ncu --json \
+            --work-dir $R/moe_ncu > $R/moe_ncu.json; rc=\$?; rm -rf $R/moe_triton; find $R/moe_ncu \
+            -name '*.ncu-rep' -delete; exit \$rc" ;;
     spaces) step spaces 220 bash -c 'for f in rmsnorm layernorm add reduce attention swiglu softmax_shapes; do
             echo "== $f"; python3 -m nsprof profile examples/${f}_triton.py:space --backend nsys --mode direct \
             --reps 2 2>&1 | tail -25; done' ;;
