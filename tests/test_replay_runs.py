@@ -30,6 +30,8 @@ class Launch:
             if {how!r} == "raise":
                 raise RuntimeError("no such tile size in this run")
             time.sleep(3600)
+        if {how!r} == "hang_twice" and config["i"] == 2 and RUN == 3:
+            time.sleep(3600)  # the run the profiler starts after config 1's was killed hangs elsewhere
 
     def __call__(self):
         return None
@@ -41,6 +43,10 @@ space = nsprof.space.Space(configs=[{{"i": c}} for c in range(4)], build=Launch,
 
 def _session(tmp_path, monkeypatch, how: str, every_pass: bool = False):
     monkeypatch.syspath_prepend(str(FIXTURES.parent))
+    import nsprof.session.supervise
+
+    # the profiler's time to end after its worker was killed: short, for a run that hangs again in it
+    monkeypatch.setattr(nsprof.session.supervise, "GRACE_S", 4.0)
     from standins import StatusDriver
 
     driver = StatusDriver.for_session(profiler_flags=["--every-pass"] if every_pass else None)
@@ -74,3 +80,17 @@ def test_a_config_that_fails_in_a_later_run_is_failed_and_the_others_are_measure
     assert rows[rows["config_id"] == 1]["failure_kind"].tolist() == [kind]
     measured = rows[rows["error"].isna()].groupby("config_id").size().to_dict()
     assert measured == {0: 4, 2: 4, 3: 4}  # 2 reps x 2 kernels, each config once
+
+
+def test_a_run_after_a_timeout_kill_that_hangs_on_another_config_charges_the_timeout_to_its_own_config(
+    tmp_path, monkeypatch
+):
+    # config 1 times out in the worker's second run and is killed; the profiler runs the worker again
+    # (its next pass), which hangs on config 2 until the profiler is killed too: config 1 is the
+    # timeout's, and config 2, never finished, is measured in the next part
+    result = _session(tmp_path, monkeypatch, "hang_twice", every_pass=True)
+    assert set(result.failures) == {1}, result.failures
+    assert "timeout" in str(result.failures[1])
+    rows = result.frame
+    measured = rows[rows["error"].isna()].groupby("config_id").size().to_dict()
+    assert measured == {0: 4, 2: 4, 3: 4}

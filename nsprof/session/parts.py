@@ -131,6 +131,8 @@ class Part:
         self.kept = None  # the rows of its whole configs
         self.failures: dict[int, str] = dict(status.failed)  # configs that failed in it, for good
         self.lost: dict[int, str] = {}  # done, but not whole in the report: why
+        # the config charged with the run's end: killed for its timeout, or current when the worker died
+        self.crashed: int | None = None
         self.report: Path | None = None
         self.export_s = 0.0  # the driver's finish (nsys: export to SQLite)
         self.parse_s = 0.0  # the driver's read
@@ -156,6 +158,7 @@ def read_part(run: SessionRun, base: Path, log: Path, end: RunEnd) -> Part:
     part = Part(parse_status(base.with_suffix(".status").read_text(errors="replace")))
     # the config killed for its timeout, even where the profiler ran the worker again after the kill
     crashed = end.timed_out if end.timed_out is not None else part.status.current
+    part.crashed = crashed
     if crashed is not None:
         part.failures[crashed] = (
             timeout_failure(settings.timeout_s)
@@ -356,8 +359,8 @@ class _Parts:
         run, status = self.run, part.status
         self.timing.add(part, end, log)
         self.device = self.device or status.device
-        if status.current is not None:
-            run.notify("fail", status.current, part.failures[status.current])
+        if part.crashed is not None:
+            run.notify("fail", part.crashed, part.failures[part.crashed])
         if part.report is not None:
             self.reports.append(part.report)
         requeued = []
