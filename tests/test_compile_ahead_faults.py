@@ -428,3 +428,32 @@ def test_a_point_compiled_just_before_end_is_not_lost(tmp_path, monkeypatch):
 
     monkeypatch.setattr(step, "marker", lambda folder, point, ok: Racing(real_marker(folder, point, ok)))
     assert step.state(tmp_path, 0) in (None, ("ok", ""))
+
+
+def _tune_aborting(tmp_path, *more: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
+           "NSPROF_TEST_AHEAD_DIR": str(tmp_path)}  # fmt: skip
+    command = [sys.executable, str(STANDINS), "tune", f"{TARGET}:aborting", "--backend", "nsys", "--mode",
+               "direct", "--reps", "2", "--store", str(tmp_path / "r.sqlite"), "--no-feed-back", *more]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+
+
+def test_configs_a_crashed_compile_step_never_reached_are_measured_by_a_resume(tmp_path):
+    # The compile step dies on config 0 (os.abort). The configs it had not compiled by then did not
+    # fail to compile: they are not stored as compile failures (never retried), and once the compiler
+    # is fixed, a resume compiles and measures every one of them.
+    import sqlite3
+
+    first = _tune_aborting(tmp_path)
+    assert first.returncode != 0 and "Traceback" not in first.stderr, first.stderr[-2000:]
+    with sqlite3.connect(tmp_path / "r.sqlite") as db:
+        kinds = dict(db.execute("SELECT config_id, failure_kind FROM measurements WHERE error IS NOT NULL"))
+    assert kinds and "compile" not in set(kinds.values()), kinds
+    (tmp_path / "fixed").write_text("")
+    second = _tune_aborting(tmp_path, "--resume")
+    assert second.returncode == 0, second.stderr[-2000:]
+    with sqlite3.connect(tmp_path / "r.sqlite") as db:
+        measured = {
+            c for (c,) in db.execute("SELECT DISTINCT config_id FROM measurements WHERE error IS NULL")
+        }
+    assert measured == {0, 1, 2, 3, 4}

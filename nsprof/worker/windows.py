@@ -13,6 +13,7 @@ import time
 import traceback
 from pathlib import Path
 
+from nsprof.schema import Failure
 from nsprof.worker.launch import Device, error_line
 from nsprof.worker.protocol import START_MARKER, Job, Status
 
@@ -35,7 +36,7 @@ def config_windows(job: Job, space, device: Device, status: Status):
     for config_id in job.config_ids:  # point ids (the config ids of a target without shapes)
         why = None if compiled is None else compiled.wait(config_id, status)
         if why is not None:
-            status.fail(config_id, why, "compile")
+            status.fail(config_id, why, why.kind)
             continue
         status.write("start", config_id)
         print(START_MARKER, config_id, file=sys.stderr, flush=True)
@@ -52,6 +53,14 @@ def config_windows(job: Job, space, device: Device, status: Status):
 
 
 WAIT_LINE_S = 1.0  # while waiting for the compile step: one `wait` line per second (progress)
+
+
+def _not_reached(why: str) -> Failure:
+    """A point the compiles never reached (their step died, or stalled first): nothing is known of the
+    config itself, so it is not a compile failure of its own, and a resume compiles it again."""
+    return Failure(why, "not_run")
+
+
 # A pool of compiles in which none finished for this many compile bounds is stalled: a first round of
 # hung compiles, and the round that took their places, hung too
 STALLED_BOUNDS = 2
@@ -69,9 +78,10 @@ class _CompileWait:
     def _finished(self) -> int:
         return sum(1 for p in self.folder.iterdir() if p.suffix in (".ok", ".fail"))
 
-    def wait(self, point: int, status: Status) -> str | None:
-        """None when `point` compiled, else why not, in one line. The `wait` lines are progress:
-        the session's bound on a phase without one does not fire while the compiler works."""
+    def wait(self, point: int, status: Status) -> Failure | None:
+        """None when `point` compiled, else why not (kind compile: its own compile failed or ran past
+        its bound; not_run: the step ended or stalled before it). The `wait` lines are progress: the
+        session's bound on a phase without one does not fire while the compiler works."""
         from nsprof.worker.compile import state
 
         began = time.monotonic()
@@ -80,15 +90,21 @@ class _CompileWait:
         while True:
             found = state(self.folder, point)
             if found is not None:
-                return None if found[0] == "ok" else found[1]
+                kind, why = found
+                return (
+                    None if kind == "ok" else Failure(why, "compile") if kind == "fail" else _not_reached(why)
+                )
             now = time.monotonic()
             if self.stalled:
-                return f"not compiled: the compile step made no progress for {self.timeout_s:g} s"
+                return _not_reached(
+                    f"not compiled: the compile step made no progress for {self.timeout_s:g} s"
+                )
             if now - began > self.timeout_s:
                 self.stalled = self._finished() == finished
-                return (
+                late = (
                     f"compile timed out: not compiled after {self.timeout_s:g} s (the compile step still ran)"
                 )
+                return Failure(late, "compile")
             if last_line is None or now - last_line >= WAIT_LINE_S:
                 status.write("wait", point)
                 last_line = now
@@ -108,14 +124,14 @@ class _CompileAhead:
 
     def __init__(self, space, points, ids, timeout_s: float) -> None:
         self.space, self.points, self.ids, self.timeout_s = space, points, list(ids), timeout_s
-        self.outcome: dict[int, str | None] = {}  # point -> None (compiled) or why not
+        self.outcome: dict[int, Failure | None] = {}  # point -> None (compiled) or why not
         self.started: dict[int, float] = {}
         self.closed = threading.Event()  # set once every point has its outcome: no thread takes more
         self.last_line = 0.0  # when the last `wait` line was written
         self.finished_at = 0.0  # when a compile last finished (within its bound or past it)
 
-    def wait(self, point: int, status: Status) -> str | None:
-        """None when `point` compiled, else why not, in one line; the first call compiles them all."""
+    def wait(self, point: int, status: Status) -> Failure | None:
+        """None when `point` compiled, else why not (as _CompileWait.wait); the first call compiles them all."""
         if not self.closed.is_set():
             from nsprof.worker.compile import compile_pool_size
 
@@ -154,8 +170,10 @@ class _CompileAhead:
         for _ in range(min(threads, len(todo))):
             start()
         self.finished_at = time.monotonic()  # the pool's start counts as progress
-        late = f"compile timed out: not compiled after {self.timeout_s:g} s "
-        late += "(its compile still runs in the worker)"
+        late = Failure(
+            f"compile timed out: not compiled after {self.timeout_s:g} s (its compile still runs in the worker)",
+            "compile",
+        )
         left = list(todo)
         # the main thread's polls hold the interpreter's lock the compiles want: over what is left only
         while left := [point for point in left if point not in self.outcome]:
@@ -176,7 +194,9 @@ class _CompileAhead:
         that took the hung ones' places hang too): every point not compiled yet fails now rather than
         each waiting out its own bound in turn."""
         self.closed.set()  # no thread takes another point
-        why = f"not compiled: no compile of the worker's finished in {STALLED_BOUNDS * self.timeout_s:g} s"
+        why = _not_reached(
+            f"not compiled: no compile of the worker's finished in {STALLED_BOUNDS * self.timeout_s:g} s"
+        )
         for point in self.ids:
             self.outcome.setdefault(point, why)
 

@@ -7,6 +7,8 @@ session (tests/test_compile_ahead_faults.py). $NSPROF_TEST_AHEAD_DIR is a folder
     hang     never finishes compiling (a compiler stuck on a lock, a license server, a loop)
     fail     fails to compile (a ValueError)
     crash    compiles; its build kills the worker (os._exit), so the session starts a new part
+    abort    kills the compile step (os.abort) until $NSPROF_TEST_AHEAD_DIR/fixed exists (a compiler
+             that crashes, then is fixed)
     needs    compiles only when $NSPROF_TEST_AHEAD_DIR/artifact-<i> can be written; the build
              refuses to run without the artifact its compile wrote (an AOT-compiled kernel)
 """
@@ -23,6 +25,8 @@ _DIR = Path(os.environ.get("NSPROF_TEST_AHEAD_DIR", "."))
 
 def compile_config(config):
     kind = config["kind"]
+    if kind == "abort" and not (_DIR / "fixed").exists():
+        os.abort()
     if kind == "hang":
         while True:
             time.sleep(1)
@@ -63,4 +67,5 @@ needs = _space("needs", ["needs", "needs", "needs"])
 hanging = _space("hanging", ["ok", "hang", "ok"])
 stuck = _space("stuck", ["hang", "hang", "hang"])  # every compile hangs: the step is stalled
 restarting = _space("restarting", ["ok", "fail", "crash", "ok", "fail", "ok"])
+aborting = _space("aborting", ["abort", "ok", "ok", "ok", "ok"])  # the step dies on config 0
 failing = _space("failing", ["fail", "fail"])  # no config compiles: the worker launches no kernel
