@@ -218,7 +218,7 @@ def validate(target, timers, truth, mode, **options) -> None:
     outputs = _take(options, "plot_path", "html_path", "save_path", "as_json")
     cluster = _take(options, *_CLUSTER)
     settings = ValidateSettings(timers=split(timers), truths=split(truth), modes=split(mode), **options)
-    validate_command.check(settings, **outputs)
+    validate_command.check(target, settings, **outputs)
     validate_command.show(target, validate_command.validate(target, settings, **cluster), **outputs)
 
 

@@ -246,6 +246,7 @@ class FastTimers(Backend):
     def measure(
         self, request: Request, *, on_progress: Progress | None = None, on_rows: OnRows | None = None
     ) -> Measured:
+        from nsprof.host.owned import own_folder
         from nsprof.session import run_session
         from nsprof.session.folders import claim_base, numbered
         from nsprof.timers.interleave import throttle_note
@@ -254,7 +255,7 @@ class FastTimers(Backend):
             raise NsprofError("adaptive reps are a ground truth's: a fast timer gives one number per config")
         _one_gpu(request.device)
         points, work_dir = request.points, self.settings.work_dir
-        work_dir.mkdir(parents=True, exist_ok=True)
+        own_folder(work_dir, "--work-dir")
         # timers.jsonl, or timers1.jsonl ... where an earlier run in a reused work folder left one (kept)
         results = claim_base(work_dir, numbered("timers", bare_first=True), ".jsonl").with_suffix(".jsonl")
 

@@ -12,13 +12,19 @@ import hashlib
 import os
 from pathlib import Path
 
+from nsprof.errors import NsprofError
 from nsprof.worker.protocol import AT_START
 
 SERVE_ENV = "NSPROF_SERVE"  # 0/off/no/false: never use a server
 
 
 def serve_enabled() -> bool:
-    return os.environ.get(SERVE_ENV, "1").strip().lower() not in ("0", "no", "off", "false")
+    value = os.environ.get(SERVE_ENV, "1").strip().lower()
+    if value not in ("0", "no", "off", "false", "1", "yes", "on", "true", ""):
+        raise NsprofError(
+            f"{SERVE_ENV}={value!r} is neither on nor off: set it to 0 (never use an nsprof serve) or 1, or unset it"
+        )
+    return value not in ("0", "no", "off", "false")
 
 
 # Variables of a shell or terminal session, not of a measurement: a server started in another terminal

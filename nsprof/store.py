@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from nsprof.errors import StoreError
+from nsprof.host.owned import check_own_file, own_folder
 from nsprof.schema import FAILURE_KINDS, Failure
 from nsprof.store_rescue import file_identity, rescue
 from nsprof.store_rows import (
@@ -97,12 +98,10 @@ class ResultStore:
         self.real_path = Path(os.path.realpath(self.path))
         self.run_ids: set[int] = set()  # the runs started here (nsprof.store_rescue adds them to a store)
         self.renumbered: dict[int, int] = {}  # a run's id as start_run gave it -> its id in the file now
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(
-                f"cannot create the folder of results store {self.path}: {one_line(exc)}"
-            ) from None
+        # this user's own, as the file (SQLite writes its -wal and -shm files beside the one it opens)
+        for folder in dict.fromkeys((self.path.parent, self.real_path.parent)):
+            own_folder(folder, "the folder of results store")
+        check_own_file(self.path, "results store")
         refuse_foreign(self.path, busy_timeout_s)
         self._open()
 

@@ -213,3 +213,17 @@ def test_a_resume_with_more_reps_labels_its_ranking_with_the_reps_it_holds(tuned
     document = json.loads(resumed.stdout)
     assert all(row["reps"] == 3 for row in document["ranked"] if row.get("reps") is not None)
     assert "of 3 reps" in document["label"] and "7 reps" not in document["label"], document["label"]
+
+
+@pytest.mark.parametrize("field", ["reps", "config_id"])
+def test_a_saved_tune_with_a_number_too_large_for_its_column_is_one_line(tuned, field):
+    done = run_nsprof("results", "s.sqlite", "--target", "target.py:space", "--json", cwd=tuned)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    shape = (document.get("shapes") or [document])[0]
+    shape["truths"][0]["ranked"][0][field] = 10**30
+    (tuned / "bad.json").write_text(json.dumps(document))
+    again = run_nsprof("results", "bad.json", cwd=tuned, in_process=True)
+    assert again.returncode == 2, again.stderr
+    lines = again.stderr.strip().splitlines()
+    assert len(lines) == 1 and "a saved tune that cannot be read" in lines[0], again.stderr

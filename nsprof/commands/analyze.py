@@ -3,14 +3,12 @@ reports side by side (`compare`); `View` is which rows are shown, and how."""
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import click
 
-from nsprof.commands.common import one_on_stdout, write_exports, wrote
+from nsprof.commands.common import one_on_stdout, refuse_clobbering, write_exports, wrote
 from nsprof.errors import NsprofError, OptionError, error_line
 
 EXIT_UNREADABLE = 2  # some report could not be read (the others were still shown)
@@ -59,25 +57,6 @@ class View:
         return order(chosen, self.sort_by, self.top, reverse=self.reverse)
 
 
-def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """Whether two paths name one file: through symbolic and hard links when both exist."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one does not exist (yet): compare where they would be
-        return Path(a).resolve() == Path(b).resolve()
-
-
-def _refuse_overwriting_inputs(files, outputs: dict[str, str | None]) -> None:
-    for option, out in outputs.items():
-        if not out:
-            continue
-        for path in files:
-            if out != "-" and os.fspath(path) != "-" and _same_file(out, path):
-                raise NsprofError(
-                    f"{option} {out} would overwrite the input report {path}; choose another file"
-                )
-
-
 def _check(files, compare, as_json, plot_path, csv_path, parquet_path, by_kernel=False) -> bool:
     """The options' checks, before any report is read; whether something else takes standard output."""
     if compare and len(files) != 2:
@@ -103,7 +82,8 @@ def _check(files, compare, as_json, plot_path, csv_path, parquet_path, by_kernel
 
         require_matplotlib()
         checked_plot_path(plot_path)
-    _refuse_overwriting_inputs(files, {"--csv": csv_path, "--parquet": parquet_path, "--plot": plot_path})
+    outputs = {"--csv": csv_path, "--parquet": parquet_path, "--plot": plot_path}
+    refuse_clobbering(outputs, [("the input report", path) for path in files])
     return to_stdout
 
 

@@ -4,8 +4,10 @@ the progress bars, which one output takes standard output, the --csv/--parquet e
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 import click
 
@@ -89,6 +91,36 @@ def one_on_stdout(**claims: bool) -> bool:
     return bool(taken)
 
 
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name one file: through symbolic and hard links when both exist."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet): compare where they would be
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def refuse_clobbering(outputs: dict[str, str | os.PathLike | None], inputs: list[tuple[str, object]]) -> None:
+    """Refuse, in one line, an output (option -> its file; "-" is standard output, none) that names the
+    file of an input ((what it is, its path): the target's source, the store, a report read) or another
+    output's: writing it would lose what the command reads, or the other output."""
+    named = [(option, path) for option, path in outputs.items() if path and os.fspath(path) != "-"]
+    for option, out in named:
+        for what, path in inputs:
+            if path and os.fspath(path) != "-" and same_file(out, path):
+                raise NsprofError(f"{option} {out} would overwrite {what} {path}; choose another file")
+    for index, (option, out) in enumerate(named):
+        for other, path in named[index + 1 :]:
+            if same_file(out, path):
+                raise NsprofError(f"{option} {out} and {other} {path} name one file; choose two")
+
+
+def target_source(target: str) -> str:
+    """The source file of TARGET (file.py:space)."""
+    from nsprof.space import split_target
+
+    return split_target(target)[0]
+
+
 def check_plot(path: str | None) -> None:
     """--plot's file and matplotlib, checked before any work."""
     if path:
@@ -138,14 +170,18 @@ def write_exports(frame, csv_path: str | None, parquet_path: str | None) -> None
 
 
 class StageBars:
-    """One progress bar per stage of a long command, on stderr; `width` pads the stage's name.
-    Called with (name, length), it starts the stage's bar and returns its progress callback."""
+    """One progress bar per stage of a long command, on stderr when it is a terminal; `width` pads the
+    stage's name. Called with (name, length), it starts the stage's bar and returns its progress callback.
+    Elsewhere (a log, a pipe) there is no bar: click would still print each stage's name there, a line
+    that would stand before a command's one-line error."""
 
     def __init__(self, width: int = 12) -> None:
         self._bar, self._width = None, width
 
     def __call__(self, name: str, length: int):
         self.close()
+        if not sys.stderr.isatty():
+            return lambda event, config_id, detail: None
         self._bar = click.progressbar(
             length=length, label=f"{name:<{self._width}}", file=sys.stderr, show_pos=True
         )

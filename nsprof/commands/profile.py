@@ -8,7 +8,15 @@ from pathlib import Path
 
 import click
 
-from nsprof.commands.common import StageBars, cluster_settings, clusters, on_target, write_exports
+from nsprof.commands.common import (
+    StageBars,
+    cluster_settings,
+    clusters,
+    on_target,
+    refuse_clobbering,
+    target_source,
+    write_exports,
+)
 from nsprof.errors import NsprofError, OptionError, TargetChanged
 from nsprof.host.redirect import results_only_on_stdout
 
@@ -38,6 +46,7 @@ def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler
     warn(settings)
     if as_json and csv_path == "-":
         raise OptionError("--json and --csv - both write to standard output: choose one")
+    refuse_clobbering({"--csv": csv_path}, [("the target's source", target_source(target))])
 
     def run(space):
         truth = GroundTruth(settings)  # a missing tool is one line before any work starts

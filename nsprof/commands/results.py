@@ -26,13 +26,17 @@ def results(
     """The runs of results store `store` (or `store_path`: --store), its measurements exported, one
     stored tune ranked again (`target` or `run_id`), or the run that tune --json or validate --save
     saved in a .json file; the exit status (1: as tune's)."""
+    from nsprof.commands.common import refuse_clobbering
     from nsprof.store import DEFAULT_PATH, ResultStore
 
     if store is not None and store_path is not None and store != store_path:
         raise OptionError(f"two results stores given ({store} and --store {store_path}): give one")
     store_path = store or store_path
+    saved = store_path is not None and store_path.suffix.lower() == ".json"
+    read = ("the saved run", store_path) if saved else ("the results store", store_path or DEFAULT_PATH)
+    refuse_clobbering({"--export": export_path, "--plot": plot_path, "--html": html_path}, [read])
     # a tune --json or validate --save, not a store
-    if store_path is not None and store_path.suffix.lower() == ".json":
+    if saved:
         given = {"--export": export_path, "--target": target, "--run": run_id}
         for option, value in given.items():
             if value:

@@ -12,6 +12,8 @@ from nsprof.commands.common import (
     clusters,
     on_target,
     one_on_stdout,
+    refuse_clobbering,
+    target_source,
     write_html,
     wrote,
 )
@@ -43,6 +45,12 @@ def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, 
     from nsprof.tune import tune as run_tune
 
     one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--json": as_json})
+    inputs = [("the target's source", target_source(target))]
+    if settings.use_store:
+        from nsprof.store import DEFAULT_PATH
+
+        inputs.append(("the results store", settings.store or DEFAULT_PATH))
+    refuse_clobbering({"--plot": plot_path, "--html": html_path}, inputs)
     check_plot(plot_path)  # one line before any work
     with clusters(), StageBars() as bars:
         settings = replace(settings, cluster=cluster_settings(devices, scheduler, verbose))

@@ -14,6 +14,8 @@ from nsprof.commands.common import (
     clusters,
     on_target,
     one_on_stdout,
+    refuse_clobbering,
+    target_source,
     write_html,
     wrote,
 )
@@ -22,7 +24,7 @@ from nsprof.host.redirect import results_only_on_stdout
 from nsprof.validate_saved import saved_about
 
 
-def check(settings, *, plot_path, html_path, save_path, as_json) -> None:
+def check(target: str, settings, *, plot_path, html_path, save_path, as_json) -> None:
     """What ValidateSettings cannot check itself: the timers' names, the outputs, the conditions."""
     from nsprof.timers.specs import expand
     from nsprof.validate import resolve_truths
@@ -39,6 +41,8 @@ def check(settings, *, plot_path, html_path, save_path, as_json) -> None:
             "--json": as_json,
         }
     )
+    outputs = {"--plot": plot_path, "--html": html_path, "--save": save_path}
+    refuse_clobbering(outputs, [("the target's source", target_source(target))])
     check_plot(plot_path)
     try:
         resolve_truths(settings)  # a condition a tool cannot take, --matched without ncu: one line

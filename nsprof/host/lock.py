@@ -190,7 +190,13 @@ def _owner(path: Path) -> str:
 def open_lock_file(path: Path) -> int:
     """A read-only descriptor of the lock file, created (O_EXCL, LOCK_MODE) if there is none. A link, or
     anything but a regular file, at its name is refused (NsprofError): never followed, never written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file at its name, say
+        raise NsprofError(
+            f"the GPU lock's folder {path.parent} (NSPROF_LOCK_DIR, else /tmp) cannot be used: "
+            f"{exc.strerror or exc}; set NSPROF_LOCK_DIR to a folder"
+        ) from None
     while True:
         try:
             fd = os.open(path, _OPEN_FLAGS)

@@ -293,7 +293,7 @@ def load_tune(text: str):
         return TuneReport(
             document["target"], document["configs"], shapes, document["settings"], document["errors"]
         )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise NsprofError(f"a saved tune that cannot be read: {type(exc).__name__} {exc}") from None
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from nsprof.errors import ReportError
+from nsprof.errors import NsprofError, ReportError
 
 PUSH_POP_PREFIX = "thread Domain:Push/Pop_Range"
 START_END_PREFIX = "Id:Domain:Start/Stop_Range"
@@ -161,6 +161,10 @@ def csv_engine() -> str:
     wanted = os.environ.get("NSPROF_CSV_ENGINE")
     if wanted in ("c", "pyarrow"):
         return wanted
+    if wanted:
+        raise NsprofError(
+            f"NSPROF_CSV_ENGINE={wanted!r} is not a CSV engine: set it to c or pyarrow, or unset it"
+        )
     return "pyarrow" if importlib.util.find_spec("pyarrow") is not None else "c"
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from nsprof.errors import NsprofError, ToolFailed
+from nsprof.host.owned import own_folder
 
 CLAIMS = 10000  # the names claim_base tries in one folder
 
@@ -64,9 +65,7 @@ def work_folder(given: Path | None, prefix: str) -> Iterator[Path]:
     NsprofError with something in the folder, whose message then names the folder kept (as a
     session's own temporary folder)."""
     if given is not None:
-        folder = Path(given)
-        folder.mkdir(parents=True, exist_ok=True)
-        yield folder
+        yield own_folder(given, "--work-dir")
         return
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     try:

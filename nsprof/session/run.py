@@ -26,6 +26,7 @@ from pathlib import Path
 from nsprof.drivers import registry
 from nsprof.drivers.base import Driver
 from nsprof.errors import GpuBusy, NsprofError
+from nsprof.host.owned import own_folder
 from nsprof.schema import Points
 from nsprof.serve_client import Unfit, find_server
 from nsprof.session.compile_step import CompileAhead
@@ -141,7 +142,8 @@ def _in_folder(request: dict, server: dict | None) -> Measured:
     settings = request["settings"]
     temporary = settings.work_dir is None
     work_dir = Path(tempfile.mkdtemp(prefix="nsprof-")) if temporary else Path(settings.work_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    if not temporary:
+        own_folder(work_dir, "--work-dir")
     run = SessionRun(work_dir=work_dir, **request)
     try:
         result = run_served(run, server) if server is not None else run_parts(run)

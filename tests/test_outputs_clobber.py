@@ -1,0 +1,57 @@
+"""An output never takes the place of what a command reads or of another output: --html, --plot, --save,
+--export, --csv and --parquet naming the results store, the target's source, the saved run or report
+read, or one another's file (through a link too) are refused in one line before anything is written, and
+that file is left as it was. Options only: click's CliRunner, in this process."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from conftest import FIXTURES, run_nsprof
+
+SOURCE = FIXTURES.parent / "targets" / "faulty_cpu.py"
+
+
+@pytest.fixture
+def files(tmp_path):
+    target = tmp_path / "t.py"
+    shutil.copy(SOURCE, target)
+    from nsprof.store import ResultStore
+
+    store = tmp_path / "results.sqlite"
+    with ResultStore(store):  # an empty store of nsprof's own
+        pass
+    saved = tmp_path / "saved.json"
+    saved.write_text('{"stands for": "a saved tune"}')
+    report = tmp_path / "r.csv"
+    shutil.copy(FIXTURES / "fixture_node_raw.csv", report)
+    link = tmp_path / "link.html"
+    link.symlink_to(store)
+    return {"target": target, "store": store, "saved": saved, "report": report, "link": link}
+
+
+CASES = {
+    "tune --html the target": ("tune {target}:space --no-store --html {target}", "target"),
+    "tune --html the store": ("tune {target}:space --store {store} --html {store}", "store"),
+    "tune --html a link to the store": ("tune {target}:space --store {store} --html {link}", "store"),
+    "validate --save the target": ("validate {target}:space --save {target}", "target"),
+    "validate --save and --html one file": ("validate {target}:space --save {saved} --html {saved}", "saved"),
+    "profile --csv the target": ("profile {target}:space --csv {target}", "target"),
+    "results --export the store": ("results {store} --export {store}", "store"),
+    "results --html the saved run": ("results {saved} --html {saved}", "saved"),
+    "analyze --csv and --parquet one file": ("analyze {report} --csv {saved} --parquet {saved}", "saved"),
+    "analyze --csv the report": ("analyze {report} --csv {report}", "report"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_an_output_that_would_overwrite_an_input_or_another_output_is_refused(files, tmp_path, case):
+    command, kept = CASES[case]
+    before = {name: path.read_bytes() for name, path in files.items() if name != "link"}
+    done = run_nsprof(*command.format(**files).split(), in_process=True, cwd=tmp_path)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(files[kept].name) in lines[0], done.stderr
+    assert "would overwrite" in lines[0] or "name one file" in lines[0], lines[0]
+    assert {name: path.read_bytes() for name, path in files.items() if name != "link"} == before

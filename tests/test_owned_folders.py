@@ -1,0 +1,98 @@
+"""Folders and files the user names (--work-dir, the results store) are used only as this user's own.
+
+The worker reads its job file and nsprof trusts the status file's pid line (to stop the worker) and the
+report in the work folder: a folder another user owns or may write would let that user run code as this
+user, have nsprof kill a process of their choosing, or plant links nsprof writes through. Such a folder
+(or a store in one, or a store file of another user's) is refused in one line before anything runs, and
+a folder nsprof makes is mode 0700. Real child processes: nsprof's CLI with the stand-in profilers."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+
+import pytest
+from conftest import FIXTURES, run_nsprof
+
+TARGET = f"{FIXTURES.parent / 'targets' / 'faulty_cpu.py'}:space"
+OTHER = 54321  # a uid that is not this user's
+PROFILE = ("profile", TARGET, "--backend", "nsys", "--configs", "0", "--mode", "direct", "--reps", "1")
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a folder of another uid is made by chown")
+
+
+def _refused(done, path) -> None:
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not this user's own" in lines[0] and str(path) in lines[0], done.stderr
+
+
+def _writable_by_all(tmp_path):
+    folder = tmp_path / "open"
+    folder.mkdir()
+    folder.chmod(0o777)
+    return folder
+
+
+def test_a_work_folder_others_may_write_is_refused_and_nothing_is_written_there(tmp_path):
+    folder = _writable_by_all(tmp_path)
+    _refused(run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path), folder)
+    assert not list(folder.iterdir())
+
+
+@as_root
+def test_a_work_folder_of_another_user_is_refused(tmp_path):
+    folder = tmp_path / "theirs"
+    folder.mkdir(mode=0o755)
+    os.chown(folder, OTHER, OTHER)
+    _refused(run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path), folder)
+    assert not list(folder.iterdir())
+
+
+@as_root
+def test_a_link_of_another_user_to_a_folder_of_ours_is_refused(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    link = tmp_path / "planted"
+    link.symlink_to(mine)
+    os.lchown(link, OTHER, OTHER)
+    _refused(run_nsprof(*PROFILE, "--work-dir", link, standins=True, cwd=tmp_path), link)
+    assert not list(mine.iterdir())
+
+
+def test_a_work_folder_nsprof_makes_is_its_users_alone_and_a_link_of_ours_is_followed(tmp_path):
+    folder = tmp_path / "new" / "work"
+    done = run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert stat.S_IMODE(folder.stat().st_mode) & 0o077 == 0 and any(folder.iterdir())
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    done = run_nsprof(*PROFILE, "--work-dir", link, standins=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_tunes_work_folder_others_may_write_is_refused(tmp_path):
+    folder = _writable_by_all(tmp_path)
+    tune = ("tune", TARGET, "--backend", "nsys", "--mode", "direct", "--reps", "2", "--no-store")
+    _refused(run_nsprof(*tune, "--no-feed-back", "--work-dir", folder, standins=True, cwd=tmp_path), folder)
+    assert not list(folder.iterdir())
+
+
+def test_a_store_in_a_folder_others_may_write_is_refused(tmp_path):
+    folder = _writable_by_all(tmp_path)
+    store = folder / "results.sqlite"
+    tune = ("tune", TARGET, "--backend", "nsys", "--mode", "direct", "--reps", "2", "--no-feed-back")
+    _refused(run_nsprof(*tune, "--store", store, standins=True, cwd=tmp_path), folder)
+    assert not list(folder.iterdir())
+
+
+@as_root
+def test_a_store_file_of_another_user_is_refused_and_left_as_it_was(tmp_path):
+    store = tmp_path / "results.sqlite"
+    with sqlite3.connect(store) as db:
+        db.execute("CREATE TABLE planted (x)")
+    os.chown(store, OTHER, OTHER)
+    before = store.read_bytes()
+    tune = ("tune", TARGET, "--backend", "nsys", "--mode", "direct", "--reps", "2", "--no-feed-back")
+    _refused(run_nsprof(*tune, "--store", store, standins=True, cwd=tmp_path), store)
+    assert store.read_bytes() == before
