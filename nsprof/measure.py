@@ -254,8 +254,7 @@ class FastTimers(Backend):
         if request.plan is not None:
             raise NsprofError("adaptive reps are a ground truth's: a fast timer gives one number per config")
         _one_gpu(request.device)
-        points, work_dir = request.points, self.settings.work_dir
-        own_folder(work_dir, "--work-dir")
+        points, work_dir = request.points, own_folder(self.settings.work_dir, "--work-dir")
         # timers.jsonl, or timers1.jsonl ... where an earlier run in a reused work folder left one (kept)
         results = claim_base(work_dir, numbered("timers", bare_first=True), ".jsonl").with_suffix(".jsonl")
 

@@ -274,11 +274,22 @@ def raised(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
+def target_file(where: str) -> Path | None:
+    """The file of a target's `where` (split_target) that names one (not a module), once it is a file:
+    else TargetError, in one line."""
+    if not (where.endswith(".py") or "/" in where or "\\" in where):
+        return None
+    path = Path(where)
+    if path.is_dir():
+        raise TargetError(f"target file {where} is a folder: name a Python file in it (file.py:space)")
+    if not path.is_file():
+        raise TargetError(f"target file {where} does not exist")
+    return path
+
+
 def _load_target(spec: str, where: str, attr: str) -> Space:
-    if where.endswith(".py") or "/" in where or "\\" in where:
-        path = Path(where)
-        if not path.is_file():
-            raise TargetError(f"target file {where} does not exist")
+    path = target_file(where)
+    if path is not None:
         module_name = "nsprof_target_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
         spec_obj = importlib.util.spec_from_file_location(module_name, path)
         if spec_obj is None or spec_obj.loader is None:

@@ -33,7 +33,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from nsprof.errors import TargetChanged, TargetError
-from nsprof.space import Listing, read_changes, split_target, target_fingerprint
+from nsprof.space import Listing, read_changes, split_target, target_file, target_fingerprint
 
 FORMAT = 3  # of a description: a saved one of another format is read afresh
 KEEP_DAYS = 30  # a saved view nobody read for this long is removed (_prune)
@@ -106,9 +106,7 @@ def read_target(spec: str, fresh: bool = False) -> SpaceView:
     from nsprof import __version__
 
     where, attr = split_target(spec)
-    is_file = where.endswith(".py") or "/" in where or "\\" in where
-    if is_file and not Path(where).is_file():
-        raise TargetError(f"target file {where} does not exist")
+    is_file = target_file(where) is not None
     try:
         fingerprint = target_fingerprint(spec)
     except OSError as exc:

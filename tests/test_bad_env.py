@@ -1,6 +1,6 @@
-"""nsprof's own environment variables, set to what they cannot mean: one line naming the variable and a
-non-zero exit, never a value silently taken as another (NSPROF_CSV_ENGINE, NSPROF_SERVE) or a message
-that does not say which setting is wrong (NSPROF_LOCK_DIR naming a file)."""
+"""Bad input that names no file or setting nsprof can use: nsprof's own environment variables set to what they
+cannot mean, and a target that names a folder: one line naming what is wrong and a non-zero exit, never a
+value silently taken as another (NSPROF_CSV_ENGINE, NSPROF_SERVE) or a message that misnames the problem."""
 
 from __future__ import annotations
 
@@ -33,3 +33,22 @@ def test_a_lock_dir_that_is_a_file_is_named(tmp_path):
     (tmp_path / "afile").write_text("")
     env = {"NSPROF_LOCK_DIR": str(tmp_path / "afile")}
     _one_line_naming(run_nsprof(*PROFILE, env=env, cwd=tmp_path, standins=True), "NSPROF_LOCK_DIR")
+
+
+def test_a_target_that_names_a_folder_says_so(tmp_path):
+    done = run_nsprof("tune", f"{tmp_path}:space", "--no-store", cwd=tmp_path, in_process=True)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is a folder" in lines[0], done.stderr
+
+
+def test_a_lock_dir_every_user_may_write_without_the_sticky_bit_is_refused(tmp_path):
+    folder = tmp_path / "locks"
+    folder.mkdir()
+    folder.chmod(0o777)
+    done = run_nsprof(*PROFILE, env={"NSPROF_LOCK_DIR": str(folder)}, cwd=tmp_path, standins=True)
+    _one_line_naming(done, "NSPROF_LOCK_DIR")
+    assert not list(folder.iterdir())
+    folder.chmod(0o1777)  # sticky, as /tmp: used
+    done = run_nsprof(*PROFILE, env={"NSPROF_LOCK_DIR": str(folder)}, cwd=tmp_path, standins=True)
+    assert done.returncode == 0, done.stderr

@@ -27,7 +27,7 @@ def results(
     stored tune ranked again (`target` or `run_id`), or the run that tune --json or validate --save
     saved in a .json file; the exit status (1: as tune's)."""
     from nsprof.commands.common import refuse_clobbering
-    from nsprof.store import DEFAULT_PATH, ResultStore
+    from nsprof.store import DEFAULT_PATH
 
     if store is not None and store_path is not None and store != store_path:
         raise OptionError(f"two results stores given ({store} and --store {store_path}): give one")
@@ -59,6 +59,13 @@ def results(
         raise NsprofError(f"no results store at {path} (nsprof tune writes one)")
     if target is not None or run_id is not None:
         return _ranked(path, target, run_id, plot_path=plot_path, html_path=html_path, as_json=as_json)
+    return _listed(path, export_path)
+
+
+def _listed(path, export_path: str | None) -> int:
+    """The runs of the store at `path` listed, or its measurements exported (--export)."""
+    from nsprof.store import ResultStore
+
     with ResultStore(path) as store:
         if export_path == "-":
             frame = store.frame()

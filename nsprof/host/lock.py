@@ -197,6 +197,12 @@ def open_lock_file(path: Path) -> int:
             f"the GPU lock's folder {path.parent} (NSPROF_LOCK_DIR, else /tmp) cannot be used: "
             f"{exc.strerror or exc}; set NSPROF_LOCK_DIR to a folder"
         ) from None
+    mode = os.stat(path.parent).st_mode
+    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:  # others could rename the lock file away
+        raise NsprofError(
+            f"the GPU lock's folder {path.parent} (NSPROF_LOCK_DIR) is writable by every user but not "
+            "sticky: another user could move the lock away; use a sticky folder (chmod +t, as /tmp) or another"
+        )
     while True:
         try:
             fd = os.open(path, _OPEN_FLAGS)

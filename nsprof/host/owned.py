@@ -31,7 +31,10 @@ def _check(what: str, path: Path, want_dir: bool) -> None:
     link = os.lstat(path)
     if stat.S_ISLNK(link.st_mode) and link.st_uid != mine:
         raise _refuse(what, path, f"a link of uid {link.st_uid}")
-    st = os.stat(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:  # a link of this user's to nothing yet: the file is made where it leads
+        return
     kind_ok = stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)
     if not kind_ok:
         raise NsprofError(f"{what} {path} is not a {'folder' if want_dir else 'file'}")
