@@ -9,7 +9,9 @@ own (TRITON_CACHE_DIR), so every config is compiled, in one run of this script, 
   - nsprof_nsys: `nsprof tune --backend nsys --mode graph` (a real tune: adaptive reps and the
     feed-back into Triton's cache included; --no-tuner-pick, which would run Triton's own autotune
     inside it again);
-  - nsprof_ncu: the same under ncu.
+  - nsprof_ncu: the same under ncu;
+  - nsprof_ncu_prescreen: the same with --prescreen graph --top 8: the graph timer ranks every point,
+    ncu measures the best 8 of each shape (ncu's per-kernel cost paid for those only).
 Configs per hour = 256 configs, each tuned at all four shapes, ÷ the whole command's wall time.
 Goals: nsprof ≥ 3× Triton's own configs per hour, and ≥ 20,000 configs per hour (SGLang's MoE
 tuner: about 2,600 an hour on an H100). --contenders picks some; JSON is written after each, so
@@ -58,6 +60,8 @@ def contenders() -> dict[str, list[str]]:
         "triton_own": [sys.executable, "-c", TRITON_OWN, str(ROOT / "examples")],
         "nsprof_nsys": [*nsprof, "--backend", "nsys", "--json"],
         "nsprof_ncu": [*nsprof, "--backend", "ncu", "--json"],
+        # ncu's ~25 ms per profiled kernel, paid for the graph timer's best 8 per shape only
+        "nsprof_ncu_prescreen": [*nsprof, "--backend", "ncu", "--prescreen", "graph", "--top", "8", "--json"],
     }
 
 

@@ -10,7 +10,8 @@
 #   moe_own       scripts/bench_moe.py: Triton's own autotune of 256 configs x 4 shapes from a cold cache;
 #   moe_nsys      moe_nsys and moe_ncu: nsprof tune of it under nsys, ncu. Each adds its part to $OUT's
 #   moe_ncu       bench_moe.json (started from benchmarks/results/bench_moe.json): copy it back over that
-#                 file (and commit) before a later call.
+#                 file (and commit) before a later call. moe_ncu_prescreen: ncu after --prescreen graph
+#                 --top 8 (ncu measures each shape's best 8 by the graph timer).
 #   tune3_add     the same for the elementwise add of examples/autotune_add_tilelang.py (--kernels add)
 #   shapes        scripts/bench_shapes.py --rounds 1: four shapes vs one (Triton, nsys)
 #   fixed         scripts/bench_fixed_cost.py, nsys and ncu, compile ahead (~200 s)
@@ -96,7 +97,7 @@ for s in "$@"; do
             --contenders tilelang_event,nsprof_nsys_graph,nsprof_ncu_graph --out "$R/bench_tune_warm.json" ;;
     tune3_add) step tune_add 560 python3 scripts/bench_tune.py --warm --rounds 3 --kernels add \
             --contenders tilelang_event,nsprof_nsys_graph,nsprof_ncu_graph --out "$R/bench_tune_warm_add.json" ;;
-    moe_own|moe_nsys|moe_ncu) W=${s/moe_/}; [ "$W" = own ] && W=triton_own || W=nsprof_$W
+    moe_own|moe_nsys|moe_ncu|moe_ncu_prescreen) W=${s/moe_/}; [ "$W" = own ] && W=triton_own || W=nsprof_$W
            [ -f "$R/bench_moe.json" ] || cp benchmarks/results/bench_moe.json "$R/" 2>/dev/null
            step "$s" 590 python3 scripts/bench_moe.py --contenders "$W" --timeout 580 --out "$R/bench_moe.json" ;;
     tune_short) step tune 350 python3 scripts/bench_tune.py --warm --rounds 1 \
