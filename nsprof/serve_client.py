@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -49,6 +50,7 @@ PING_TIMEOUT_S = 10.0  # a server answers a ping within one poll, or after one `
 SERVE_GRACE_S = 600.0
 EXIT_WAIT_S = 180.0  # a client falling back waits this long for the ended server's GPU lock
 POLL_S = 0.1
+INTERRUPT_GRACE_S = 15.0  # Ctrl-C mid-job: how long the served job is followed on, to keep what it measured
 
 
 def _ask(socket_path: str, message: dict, timeout_s: float) -> dict:
@@ -215,56 +217,89 @@ def _sent(state: dict, request: dict):
     return conn, ""
 
 
-def submit(state: dict, request: dict, status_file: Path, settings, notify) -> tuple[dict, bool]:
-    """Send a job and follow it: (the server's last answer, whether the job started). The status
-    file's progress goes to notify as a session's does. A server that vanishes, or stops
-    answering past the job's bounds, gives {"ok": False, "fault": "vanished", ...}."""
-    import select
+class _Job:
+    """A sent job followed: `step()` reads what came (the server's lines, the status file's progress) and
+    gives the server's last answer once there is one, else None."""
 
-    from nsprof.worker.protocol import Progress, parse_status
+    def __init__(self, conn, pid: int, status_file: Path, bound: float, notify) -> None:
+        from nsprof.worker.protocol import Progress
 
-    pid = state["pid"]
-    vanished = functools.partial(_vanished, pid)
-    bound = settings.timeout_s + settings.phase_bound_s + SERVE_GRACE_S
+        self.conn, self.pid, self.status_file, self.bound = conn, pid, status_file, bound
+        self.progress, self.seen_lines, self.last_line_at = Progress(notify), -1, time.monotonic()
+        self.buffer, self.started = b"", False
+
+    def step(self) -> dict | None:
+        import select
+
+        from nsprof.worker.protocol import parse_status
+
+        vanished = functools.partial(_vanished, self.pid)
+        readable, _, _ = select.select([self.conn], [], [], POLL_S)
+        if readable:
+            try:
+                chunk = self.conn.recv(65536)
+            except OSError as exc:
+                return vanished(f"closed the connection ({exc})")
+            if not chunk:
+                return vanished("closed the connection without an answer")
+            self.buffer += chunk
+            while b"\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\n", 1)
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    return vanished("answered something else than JSON")
+                if message.get("started"):
+                    self.started, self.last_line_at = True, time.monotonic()
+                elif "ok" in message:
+                    self.progress.tell(parse_status(read_or_empty(self.status_file)))
+                    return message
+        if self.started:
+            text = read_or_empty(self.status_file)
+            self.progress.tell(parse_status(text))
+            lines = sum(1 for ln in text.splitlines() if not ln.startswith("at "))
+            if lines != self.seen_lines:
+                self.seen_lines, self.last_line_at = lines, time.monotonic()
+            elif time.monotonic() - self.last_line_at > self.bound:
+                return vanished(f"gave no answer and its job no progress for {self.bound:g} s")
+        return None if _running(self.pid) else vanished("is gone")
+
+
+def submit(state: dict, request: dict, status_file: Path, settings, notify) -> tuple[dict, bool, bool]:
+    """Send a job and follow it: (the server's last answer, whether the job started, whether nsprof was
+    interrupted meanwhile). The status file's progress goes to notify as a session's does. A server that
+    vanishes, or stops answering past the job's bounds, gives {"ok": False, "fault": "vanished", ...}.
+
+    Ctrl-C (KeyboardInterrupt, SIGTERM) once the job started: the job is followed to its end for
+    INTERRUPT_GRACE_S more, so that what it measured can be kept, as a stopped standalone part's is (the
+    third value True: the caller keeps it, then ends as interrupted); a second one, or the bound, goes
+    through at once."""
     conn, why = _sent(state, request)
     if conn is None:
-        return vanished(why), False
-    started = False
+        return _vanished(state["pid"], why), False, False
+    job = _Job(
+        conn, state["pid"], status_file, settings.timeout_s + settings.phase_bound_s + SERVE_GRACE_S, notify
+    )
+    interrupted = None
     try:
-        buffer = b""
-        progress, seen_lines = Progress(notify), -1
-        last_line_at = time.monotonic()
         while True:
-            readable, _, _ = select.select([conn], [], [], POLL_S)
-            if readable:
-                try:
-                    chunk = conn.recv(65536)
-                except OSError as exc:
-                    return vanished(f"closed the connection ({exc})"), started
-                if not chunk:
-                    return vanished("closed the connection without an answer"), started
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    try:
-                        message = json.loads(line)
-                    except ValueError:
-                        return vanished("answered something else than JSON"), started
-                    if message.get("started"):
-                        started, last_line_at = True, time.monotonic()
-                    elif "ok" in message:
-                        progress.tell(parse_status(read_or_empty(status_file)))
-                        return message, started
-            if started:
-                text = read_or_empty(status_file)
-                progress.tell(parse_status(text))
-                lines = sum(1 for ln in text.splitlines() if not ln.startswith("at "))
-                if lines != seen_lines:
-                    seen_lines, last_line_at = lines, time.monotonic()
-                elif time.monotonic() - last_line_at > bound:
-                    return vanished(f"gave no answer and its job no progress for {bound:g} s"), started
-            if not _running(pid):
-                return vanished("is gone"), started
+            try:
+                answer = job.step()
+            except KeyboardInterrupt:
+                if not job.started or interrupted is not None:
+                    raise
+                interrupted = time.monotonic()
+                print(
+                    f"nsprof: interrupted: following the served job to its end (at most {INTERRUPT_GRACE_S:g} s) "
+                    "to keep what it measured; interrupt again to stop now",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                continue
+            if answer is not None:
+                return answer, job.started, interrupted is not None
+            if interrupted is not None and time.monotonic() - interrupted > INTERRUPT_GRACE_S:
+                raise KeyboardInterrupt
     finally:
         conn.close()
 

@@ -1387,3 +1387,30 @@ def test_a_tuner_call_that_finds_the_server_ending_takes_the_gpu_once_the_server
     caller.join(120)
     assert got == ["the GPU"], got
     assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def test_a_client_interrupted_mid_job_keeps_what_the_job_measured(tmp_path, server, own_gpu_lock_folder):
+    # Ctrl-C (SIGINT) while config 1 of the served job runs: as a standalone session keeps the whole
+    # configs of the part it stops, the client follows the job to its end (within a bound) and keeps
+    # what it measured, then ends as interrupted. Before, config 0 (measured) was dropped.
+    import sqlite3
+
+    gate = tmp_path / "gate"
+    server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
+    err = tmp_path / "client.err"
+    tune = [sys.executable, str(STANDINS), "tune", GATE, "--backend", "nsys", "--mode", "direct", "--reps", "2",
+            "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "w"), "--no-feed-back"]  # fmt: skip
+    with open(err, "w") as stderr:
+        client = subprocess.Popen(tune, stdout=subprocess.DEVNULL, stderr=stderr)
+        assert wait_for(
+            lambda: (tmp_path / "w" / "served.status").exists() and 1 in _status(tmp_path, "w").started
+        )
+        client.send_signal(signal.SIGINT)
+        assert wait_for(lambda: "interrupted" in err.read_text() or client.poll() is not None)
+        gate.write_text("")  # the job goes on to its end
+        assert client.wait(timeout=120) == 130, err.read_text()
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        stored = dict(
+            db.execute("SELECT config_id, COUNT(*) FROM measurements WHERE error IS NULL GROUP BY 1")
+        )
+    assert stored == {0: 2, 1: 2, 2: 2}, (stored, err.read_text())

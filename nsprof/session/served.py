@@ -58,9 +58,9 @@ def _say(notes: list[str], words: str) -> None:
     print(f"nsprof: {words}", file=sys.stderr, flush=True)
 
 
-def _submit(run: SessionRun, state: dict, base: Path) -> tuple[dict, bool]:
+def _submit(run: SessionRun, state: dict, base: Path) -> tuple[dict, bool, bool]:
     """Send the job of `run` to the server of `state`, its files under `base`, and follow it: (the
-    server's last answer, whether the job started)."""
+    server's last answer, whether the job started, whether nsprof was interrupted meanwhile)."""
     status_file, settings = base.with_suffix(".status"), run.settings
     base.with_suffix(".log").write_text(
         f"==NSPROF== measured by {_by_server(state)}; the worker's log: {state.get('log')}\n"
@@ -182,12 +182,14 @@ def run_served(run: SessionRun, state: dict) -> Measured:
     # the worker runs the job in the client's folder (request "cwd"), where a relative target is.
     base = _served_base(Path(run.work_dir).absolute(), run.driver)
     log = base.with_suffix(".log")
-    answer, started = _submit(run, state, base)
+    answer, started, interrupted = _submit(run, state, base)
     end = _served_end(answer, began, time.monotonic())
     status = parse_status(read_or_empty(base.with_suffix(".status")))
     _refuse(state, answer, status, log)
     part = _read_served(run, answer, status, base, end) if started else None
     frames, failures, kept_ids = _settle(run, part)
+    if interrupted:  # what the job measured is handed over: the interrupt goes on
+        raise KeyboardInterrupt
     remaining = [c for c in run.ids if c not in kept_ids and c not in failures]
     for config_id in status.done:
         if config_id in remaining:
