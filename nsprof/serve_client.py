@@ -24,12 +24,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 from nsprof.errors import NsprofError
 from nsprof.serve_files import (
+    LINE_LIMIT,
     SOCKET_SUFFIX,
     LineReader,
     UntrustedPeer,
@@ -50,6 +52,7 @@ PING_TIMEOUT_S = 10.0  # a server answers a ping within one poll, or after one `
 SERVE_GRACE_S = 600.0
 EXIT_WAIT_S = 180.0  # a client falling back waits this long for the ended server's GPU lock
 POLL_S = 0.1
+REQUEST_ROOM = 1 << 16  # what a job's request holds besides the environment (its paths and bounds)
 INTERRUPT_GRACE_S = 15.0  # Ctrl-C mid-job: how long the served job is followed on, to keep what it measured
 
 
@@ -173,6 +176,12 @@ def find_server(driver, settings) -> tuple[dict | None, str | None]:
         return None, None
     theirs, mine = state.get("identity") or {}, identity(driver, settings)
     differ = differences(theirs, mine)
+    size = len(json.dumps(dict(os.environ)))  # a job's request carries it
+    if size > LINE_LIMIT - REQUEST_ROOM:
+        differ.append(
+            f"requests hold at most {LINE_LIMIT:,} bytes, and this run's environment alone takes {size:,} "
+            "(unset its largest variables to be served)"
+        )
     if differ:
         return None, Unfit(state, differ)
     try:

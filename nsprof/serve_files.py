@@ -30,6 +30,9 @@ SOCKET_PATH_MAX = (
     100  # a Unix socket's address holds 107 bytes: longer paths go through their folder (unix_address)
 )
 STATE_LIMIT = 1 << 20
+LINE_LIMIT = (
+    1 << 20
+)  # the longest JSON line a server or client reads (a request holds its client's environment)
 
 
 class UntrustedPeer(OSError):
@@ -171,7 +174,7 @@ class LineReader:
         """The next JSON line within timeout_s; None if none came (or it was not JSON)."""
         deadline = time.monotonic() + timeout_s
         try:
-            while b"\n" not in self.data and len(self.data) < 1 << 20:
+            while b"\n" not in self.data and len(self.data) < LINE_LIMIT:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None

@@ -214,3 +214,19 @@ def test_wait_behind_a_server_that_never_fits_is_bounded_by_its_end(
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_an_environment_larger_than_a_request_holds_is_named_not_taken_for_a_dead_server(
+    tmp_path, server, own_gpu_lock_folder
+):
+    """A client's request carries its environment: one larger than the server reads in a request (its
+    line limit) was cut there, so the live server looked dead and the client waited for its GPU for
+    minutes. It is named as a server that does not fit, in one line, at once."""
+    big = {f"NSPROF_TEST_BIG{i}": "x" * 100_000 for i in range(12)}  # 1.2 MB, under the kernel's limits
+    proc, state = server("--idle-exit", "120", env=big)
+    done = _client(tmp_path, "big")
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"nsprof serve (pid {state['pid']}) does not fit this run" in last and "environment" in last, last
+    assert "ended during this run" not in done.stderr, done.stderr
+    assert proc.poll() is None, "the server serves on"
