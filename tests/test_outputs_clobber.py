@@ -55,3 +55,13 @@ def test_an_output_that_would_overwrite_an_input_or_another_output_is_refused(fi
     assert len(lines) == 1 and str(files[kept].name) in lines[0], done.stderr
     assert "would overwrite" in lines[0] or "name one file" in lines[0], lines[0]
     assert {name: path.read_bytes() for name, path in files.items() if name != "link"} == before
+
+
+def test_an_output_that_is_a_link_loop_is_one_line(files, tmp_path):
+    (tmp_path / "loopa").symlink_to(tmp_path / "loopb")
+    (tmp_path / "loopb").symlink_to(tmp_path / "loopa")
+    done = run_nsprof(
+        "tune", f"{files['target']}:space", "--no-store", "--html", "loopa", in_process=True, cwd=tmp_path
+    )
+    assert done.returncode == 2 and "internal error" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -96,3 +96,57 @@ def test_a_store_file_of_another_user_is_refused_and_left_as_it_was(tmp_path):
     tune = ("tune", TARGET, "--backend", "nsys", "--mode", "direct", "--reps", "2", "--no-feed-back")
     _refused(run_nsprof(*tune, "--store", store, standins=True, cwd=tmp_path), store)
     assert store.read_bytes() == before
+
+
+def test_a_work_folder_in_a_folder_others_may_write_is_refused_unless_that_one_is_sticky(tmp_path):
+    outer = _writable_by_all(tmp_path)
+    _refused(run_nsprof(*PROFILE, "--work-dir", outer / "work", standins=True, cwd=tmp_path), outer / "work")
+    assert not list(outer.iterdir())
+    outer.chmod(0o1777)  # sticky, as /tmp: nobody else can rename the work folder away
+    done = run_nsprof(*PROFILE, "--work-dir", outer / "work", standins=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_folder_its_users_own_group_may_write_is_theirs_alone(tmp_path):
+    # umask 002 systems give each user a group of their own: its write bit lets nobody else in
+    import grp
+    import pwd
+
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    if set(grp.getgrgid(os.getegid()).gr_mem) - {me}:
+        pytest.skip("this user's group has other members")
+    folder = tmp_path / "group"
+    folder.mkdir()
+    folder.chmod(0o775)
+    done = run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
+@as_root
+def test_a_folder_another_group_may_write_is_refused(tmp_path):
+    folder = tmp_path / "group"
+    folder.mkdir()
+    os.chown(folder, os.geteuid(), OTHER)  # a group of other members (or none this machine names)
+    folder.chmod(0o775)
+    _refused(run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path), folder)
+
+
+@as_root
+def test_a_work_folder_reached_through_a_link_of_another_user_is_refused(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, OTHER, OTHER)
+    planted = tmp_path / "planted"
+    planted.symlink_to(theirs)
+    os.lchown(planted, OTHER, OTHER)
+    _refused(
+        run_nsprof(*PROFILE, "--work-dir", planted / "work", standins=True, cwd=tmp_path), planted / "work"
+    )
+
+
+def test_a_link_of_ours_to_nothing_yet_makes_the_folder_where_it_leads(tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "there")
+    done = run_nsprof(*PROFILE, "--work-dir", link, standins=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "there").is_dir() and any((tmp_path / "there").iterdir())

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 
 import click
 
@@ -95,8 +94,8 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     """Whether two paths name one file: through symbolic and hard links when both exist."""
     try:
         return os.path.samefile(a, b)
-    except OSError:  # one does not exist (yet): compare where they would be
-        return Path(a).resolve() == Path(b).resolve()
+    except OSError:  # one does not exist (yet), or a link loop: compare where they would be
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def refuse_clobbering(outputs: dict[str, str | os.PathLike | None], inputs: list[tuple[str, object]]) -> None:

@@ -5,6 +5,11 @@ stop the worker) and reads the report back: a folder another user owns, or may w
 user run code as this user, have nsprof kill a process of their choosing, or plant links it writes
 through. own_folder makes a missing folder mode 0700 and refuses, in one line, one that is not this
 user's; check_own_file does the same for a file that is there already (a results store).
+
+"Others may write" counts the group's write bit only where the group is not this user's alone (a user
+private group, as umask 002 systems make: the group of the user's name, with no other member). A folder
+above it that others may write must be sticky (as /tmp is), or they could rename this one away; a link
+on the way there must be this user's or root's.
 """
 
 from __future__ import annotations
@@ -15,9 +20,6 @@ from pathlib import Path
 
 from nsprof.errors import NsprofError
 
-# Who else may change a folder or file: its group's and everyone's write bits.
-OTHERS_WRITE = 0o022
-
 
 def _refuse(what: str, path: Path, reason: str) -> NsprofError:
     return NsprofError(
@@ -26,19 +28,52 @@ def _refuse(what: str, path: Path, reason: str) -> NsprofError:
     )
 
 
-def _check(what: str, path: Path, want_dir: bool) -> None:
+def _private_group(st: os.stat_result) -> bool:
+    """Whether the group of `st` is this user's alone: their own group, with no other member."""
+    import grp
+    import pwd
+
+    try:
+        me, members = pwd.getpwuid(os.geteuid()).pw_name, grp.getgrgid(st.st_gid).gr_mem
+    except KeyError:
+        return False
+    return st.st_gid == os.getegid() and set(members) <= {me}
+
+
+def _others_may_write(st: os.stat_result) -> bool:
+    return bool(st.st_mode & stat.S_IWOTH) or bool(st.st_mode & stat.S_IWGRP) and not _private_group(st)
+
+
+def _check_way(what: str, path: Path) -> None:
+    """The links on the way to `path` (this user's or root's) and the folders above where it leads (sticky
+    where others may write them)."""
     mine = os.geteuid()
-    link = os.lstat(path)
-    if stat.S_ISLNK(link.st_mode) and link.st_uid != mine:
-        raise _refuse(what, path, f"a link of uid {link.st_uid}")
+    for part in [*reversed(path.absolute().parents), path.absolute()]:
+        link = os.lstat(part) if os.path.lexists(part) else None
+        if link is not None and stat.S_ISLNK(link.st_mode) and link.st_uid not in (mine, 0):
+            raise _refuse(what, path, f"{part} is a link of uid {link.st_uid}")
+    for folder in Path(os.path.realpath(path)).parents:
+        try:
+            st = os.stat(folder)
+        except FileNotFoundError:  # made by nsprof, next
+            continue
+        if _others_may_write(st) and not st.st_mode & stat.S_ISVTX:
+            mode = f"{stat.S_IMODE(st.st_mode):04o}"
+            raise _refuse(
+                what, path, f"it lies in {folder}, which others may write (mode {mode}, not sticky)"
+            )
+
+
+def _check(what: str, path: Path, want_dir: bool) -> None:
+    _check_way(what, path)
     try:
         st = os.stat(path)
     except FileNotFoundError:  # a link of this user's to nothing yet: the file is made where it leads
         return
-    kind_ok = stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)
-    if not kind_ok:
+    if not (stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)):
         raise NsprofError(f"{what} {path} is not a {'folder' if want_dir else 'file'}")
-    if st.st_uid != mine or st.st_mode & OTHERS_WRITE:
+    mine = os.geteuid()
+    if st.st_uid != mine or _others_may_write(st):
         mode = f"mode {stat.S_IMODE(st.st_mode):04o}"
         raise _refuse(
             what, path, f"uid {st.st_uid}, {mode}" if st.st_uid != mine else f"{mode}: others may write it"
@@ -46,12 +81,14 @@ def _check(what: str, path: Path, want_dir: bool) -> None:
 
 
 def own_folder(folder: Path | str, what: str = "folder") -> Path:
-    """`folder`, made (mode 0700, its missing parents as the umask says) where it is not there yet, once it
-    is this user's own: a folder of this user's that nobody else may write, or a link of this user's to
-    one. Else NsprofError in one line. `what` names it in the message (say "--work-dir")."""
+    """`folder`, made (mode 0700, its missing parents as the umask says; through a link of this user's to
+    nothing yet, where the link leads) where it is not there yet, once it is this user's own: a folder of
+    this user's that nobody else may write. Else NsprofError in one line. `what` names it in the message
+    (say "--work-dir")."""
     folder = Path(folder)
+    _check_way(what, folder)
     try:
-        folder.mkdir(mode=0o700, parents=True)
+        Path(os.path.realpath(folder)).mkdir(mode=0o700, parents=True)
     except FileExistsError:
         pass
     except OSError as exc:
