@@ -62,8 +62,8 @@ COLUMNS: list[str] = list(COLUMN_DTYPES)
 FAILURE_KINDS: dict[str, str] = {
     "timeout": "it ran past --timeout (the bound: timeout_s); measured again under a longer one",
     "crash": "it failed as it ran: it raised, or its worker died under it (illegal address, abort, out of memory)",
-    "compile": "it did not compile, or not within its compile timeout (or the compile step ended without it)",
-    "not_run": "it never ran: the worker did not start, the restarts were spent, its Dask batch failed",
+    "compile": "it did not compile, or not within its compile timeout",
+    "not_run": "it never ran: the worker did not start, the restarts were spent, the compiles stalled before it, its Dask batch failed",
     "lost": "it ran, but what it measured was lost through no fault of its own: a report lost it, or its "
     "worker was killed from outside (SIGKILL, SIGTERM, SIGHUP, SIGINT)",
     "tool": "the profiler or the host could not measure it: counters not permitted, a full disk",

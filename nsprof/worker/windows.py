@@ -56,8 +56,8 @@ WAIT_LINE_S = 1.0  # while waiting for the compile step: one `wait` line per sec
 
 
 def _not_reached(why: str) -> Failure:
-    """A point the compiles never reached (their step died, or stalled first): nothing is known of the
-    config itself, so it is not a compile failure of its own, and a resume compiles it again."""
+    """A point the compiles never reached, their pool or step stalled first: nothing is known of the config
+    itself, so it is not a compile failure of its own, and a resume compiles it again."""
     return Failure(why, "not_run")
 
 
@@ -79,9 +79,11 @@ class _CompileWait:
         return sum(1 for p in self.folder.iterdir() if p.suffix in (".ok", ".fail"))
 
     def wait(self, point: int, status: Status) -> Failure | None:
-        """None when `point` compiled, else why not (kind compile: its own compile failed or ran past
-        its bound; not_run: the step ended or stalled before it). The `wait` lines are progress: the
-        session's bound on a phase without one does not fire while the compiler works."""
+        """None when `point` compiled, or when the step ended without it (it died on another point, or
+        several at once: this one is compiled at its first launch, in its window, where a compile that kills
+        the worker is charged to it alone); else why not (kind compile: its own compile failed or ran past
+        its bound; not_run: the step stalled before it). The `wait` lines are progress: the session's bound
+        on a phase without one does not fire while the compiler works."""
         from nsprof.worker.compile import state
 
         began = time.monotonic()
@@ -91,9 +93,13 @@ class _CompileWait:
             found = state(self.folder, point)
             if found is not None:
                 kind, why = found
-                return (
-                    None if kind == "ok" else Failure(why, "compile") if kind == "fail" else _not_reached(why)
-                )
+                if kind == "lost":  # the step died first: compiled at its first launch, in its own window
+                    print(
+                        f"==NSPROF== config {point}: {why}; compiled in its window",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                return Failure(why, "compile") if kind == "fail" else None
             now = time.monotonic()
             if self.stalled:
                 return _not_reached(
