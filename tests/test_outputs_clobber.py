@@ -65,3 +65,14 @@ def test_an_output_that_is_a_link_loop_is_one_line(files, tmp_path):
     )
     assert done.returncode == 2 and "internal error" not in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_an_output_over_the_source_of_a_module_target_is_refused(files, tmp_path, monkeypatch):
+    # module:space, found on sys.path (PYTHONPATH): its file is the target's source as file.py:space's is
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = files["target"].read_bytes()
+    done = run_nsprof(
+        "tune", "t:space", "--no-store", "--html", files["target"], in_process=True, cwd=tmp_path
+    )
+    assert done.returncode == 2 and "would overwrite the target's source" in done.stderr, done.stderr
+    assert files["target"].read_bytes() == before
