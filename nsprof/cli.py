@@ -52,6 +52,12 @@ def cli() -> None:
     reads the reports into one table of pure kernel durations, each labelled with how it
     was taken.
     """
+    from nsprof.reports.ncu_cells import csv_engine
+    from nsprof.serve_identity import serve_enabled
+
+    # nsprof's settings in the environment, checked before a command starts measuring
+    csv_engine()
+    serve_enabled()
 
 
 cli.command_class = _Command

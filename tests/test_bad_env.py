@@ -17,10 +17,16 @@ def _one_line_naming(done, name: str) -> None:
     assert len(lines) == 1 and name in lines[0], done.stderr
 
 
-def test_an_unknown_csv_engine_is_refused(tmp_path):
+def test_an_unknown_csv_engine_is_refused_before_anything_is_measured(tmp_path):
     report = FIXTURES / "fixture_node_raw.csv"
     done = run_nsprof("analyze", report, env={"NSPROF_CSV_ENGINE": "bogus"}, cwd=tmp_path, in_process=True)
     _one_line_naming(done, "NSPROF_CSV_ENGINE")
+    env = {"NSPROF_CSV_ENGINE": "bogus", "NSPROF_LOCK_DIR": str(tmp_path / "locks")}
+    done = run_nsprof(
+        *PROFILE[:3], "ncu", *PROFILE[4:], "--work-dir", "w", env=env, cwd=tmp_path, standins=True
+    )
+    _one_line_naming(done, "NSPROF_CSV_ENGINE")
+    assert not (tmp_path / "w").exists()  # refused before the session
 
 
 @pytest.mark.parametrize("value", ["bogus", "2"])
