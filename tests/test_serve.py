@@ -641,7 +641,9 @@ def test_a_client_stopped_mid_job_leaves_the_server_serving(tmp_path, server, ow
     gate = tmp_path / "gate"
     proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
     holder = _hold_a_job(tmp_path, "holder")
-    holder.send_signal(signal.SIGTERM)  # acts as Ctrl-C: the client stops at once
+    holder.send_signal(signal.SIGTERM)  # acts as Ctrl-C: the client follows the job on, to keep it...
+    assert "interrupted: following the served job" in holder.stderr.readline()
+    holder.send_signal(signal.SIGTERM)  # ...and a second one stops it at once
     holder.communicate(timeout=60)
     assert holder.returncode == 130
     gate.write_text("")  # the server finishes the abandoned job
