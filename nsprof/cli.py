@@ -35,7 +35,13 @@ class _Command(click.Command):
         _version_option()(self)
 
     def invoke(self, ctx: click.Context):
+        from nsprof.reports.ncu_cells import csv_engine
+        from nsprof.serve_identity import serve_enabled
+
         try:
+            if ctx.info_name != "doctor":  # nsprof's settings in the environment, before a command starts
+                csv_engine()
+                serve_enabled()
             return super().invoke(ctx)
         except OptionError as exc:
             if exc.option:
@@ -52,12 +58,6 @@ def cli() -> None:
     reads the reports into one table of pure kernel durations, each labelled with how it
     was taken.
     """
-    from nsprof.reports.ncu_cells import csv_engine
-    from nsprof.serve_identity import serve_enabled
-
-    # nsprof's settings in the environment, checked before a command starts measuring
-    csv_engine()
-    serve_enabled()
 
 
 cli.command_class = _Command

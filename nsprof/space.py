@@ -338,7 +338,7 @@ def target_fingerprint(spec: str) -> str:
         start = path.resolve()
         search = limit = start.parent
     else:
-        start = _module_file(where)
+        start = module_file(where)
         if start is None:
             return hashlib.sha256(where.encode() + b"\0" + attr.encode()).hexdigest()[:16]
         # a.b.c lives in <search>/a/b/c.py (or .../c/__init__.py); only files of package a count
@@ -352,7 +352,7 @@ def target_fingerprint(spec: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def _module_file(name: str) -> Path | None:
+def module_file(name: str) -> Path | None:
     """The file of module `name`, found as an import finds it but without importing its packages
     (importlib's find_spec would run each parent package's __init__: the target's code, torch with it)."""
     found, path, parts = None, None, name.split(".")

@@ -58,3 +58,9 @@ def test_a_lock_dir_every_user_may_write_without_the_sticky_bit_is_refused(tmp_p
     folder.chmod(0o1777)  # sticky, as /tmp: used
     done = run_nsprof(*PROFILE, env={"NSPROF_LOCK_DIR": str(folder)}, cwd=tmp_path, standins=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("args", [("tune", "--help"), ("tune", "-V"), ("doctor", "--help"), ("--help",)])
+def test_help_and_version_are_shown_whatever_the_environment_says(tmp_path, args):
+    done = run_nsprof(*args, env={"NSPROF_CSV_ENGINE": "bogus", "NSPROF_SERVE": "maybe"}, in_process=True)
+    assert done.returncode == 0, done.stderr

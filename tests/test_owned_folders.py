@@ -112,9 +112,10 @@ def test_a_folder_its_users_own_group_may_write_is_theirs_alone(tmp_path):
     import grp
     import pwd
 
-    me = pwd.getpwuid(os.geteuid()).pw_name
-    if set(grp.getgrgid(os.getegid()).gr_mem) - {me}:
-        pytest.skip("this user's group has other members")
+    me, group = pwd.getpwuid(os.geteuid()), grp.getgrgid(os.getegid())
+    shared = [a.pw_name for a in pwd.getpwall() if a.pw_gid == group.gr_gid and a.pw_name != me.pw_name]
+    if group.gr_name != me.pw_name or set(group.gr_mem) - {me.pw_name} or shared:
+        pytest.skip(f"this user's group {group.gr_name} is not theirs alone")
     folder = tmp_path / "group"
     folder.mkdir()
     folder.chmod(0o775)
@@ -150,3 +151,27 @@ def test_a_link_of_ours_to_nothing_yet_makes_the_folder_where_it_leads(tmp_path)
     done = run_nsprof(*PROFILE, "--work-dir", link, standins=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "there").is_dir() and any((tmp_path / "there").iterdir())
+
+
+@as_root
+def test_a_work_folder_in_a_sticky_folder_of_another_user_is_refused(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, OTHER, OTHER)
+    theirs.chmod(0o1777)  # sticky, but its owner may still rename what lies in it
+    _refused(
+        run_nsprof(*PROFILE, "--work-dir", theirs / "work", standins=True, cwd=tmp_path), theirs / "work"
+    )
+
+
+@as_root
+def test_a_link_of_another_user_behind_a_link_of_ours_is_refused(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    theirs = tmp_path / "theirs"
+    theirs.symlink_to(mine)
+    os.lchown(theirs, OTHER, OTHER)
+    ours = tmp_path / "ours"
+    ours.symlink_to(theirs / "work")
+    _refused(run_nsprof(*PROFILE, "--work-dir", ours, standins=True, cwd=tmp_path), ours)
+    assert not list(mine.iterdir())

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 
 import click
 
@@ -115,20 +114,15 @@ def refuse_clobbering(outputs: dict[str, str | os.PathLike | None], inputs: list
 
 
 def target_source(target: str) -> str:
-    """The source file of TARGET: file.py:space's file, or module:space's as Python would find it on
-    sys.path (looked for, not imported: nsprof's own process imports no target)."""
-    from nsprof.space import split_target
+    """The source file of TARGET: file.py:space's file, or module:space's as the worker's import finds it
+    (looked for, not imported: nsprof's own process imports no target)."""
+    from nsprof.space import module_file, split_target
 
     where = split_target(target)[0]
     if where.endswith(".py") or "/" in where:
         return where
-    parts = where.split(".")
-    for base in sys.path:
-        folder = Path(base or ".").joinpath(*parts[:-1])
-        for candidate in (folder / f"{parts[-1]}.py", folder / parts[-1] / "__init__.py"):
-            if candidate.is_file():
-                return str(candidate)
-    return where
+    found = module_file(where)
+    return str(found) if found is not None else where
 
 
 def check_plot(path: str | None) -> None:

@@ -7,9 +7,12 @@ through. own_folder makes a missing folder mode 0700 and refuses, in one line, o
 user's; check_own_file does the same for a file that is there already (a results store).
 
 "Others may write" counts the group's write bit only where the group is not this user's alone (a user
-private group, as umask 002 systems make: the group of the user's name, with no other member). A folder
-above it that others may write must be sticky (as /tmp is), or they could rename this one away; a link
-on the way there must be this user's or root's.
+private group, as umask 002 systems make: the group of the user's name, with no other member and no
+other account's primary group). A folder above it that others may write must be sticky (as /tmp is) and
+this user's or root's, or they could rename this one away; a link on the way there (and on the way to
+where a link leads) must be this user's or root's. A folder above it that another user owns and only
+they may write is not refused: they could rename this one away too, but a container run as root, in a
+project folder mounted from the host's user, is the common case of it.
 """
 
 from __future__ import annotations
@@ -29,39 +32,56 @@ def _refuse(what: str, path: Path, reason: str) -> NsprofError:
 
 
 def _private_group(st: os.stat_result) -> bool:
-    """Whether the group of `st` is this user's alone: their own group, with no other member."""
+    """Whether the group of `st` is this user's alone: a group of the user's name, this user's own, with no
+    other member and no other account's primary group."""
     import grp
     import pwd
 
     try:
-        me, members = pwd.getpwuid(os.geteuid()).pw_name, grp.getgrgid(st.st_gid).gr_mem
+        me, group = pwd.getpwuid(os.geteuid()), grp.getgrgid(st.st_gid)
     except KeyError:
         return False
-    return st.st_gid == os.getegid() and set(members) <= {me}
+    if st.st_gid != me.pw_gid or group.gr_name != me.pw_name or set(group.gr_mem) - {me.pw_name}:
+        return False
+    return not any(other.pw_gid == st.st_gid and other.pw_name != me.pw_name for other in pwd.getpwall())
 
 
 def _others_may_write(st: os.stat_result) -> bool:
     return bool(st.st_mode & stat.S_IWOTH) or bool(st.st_mode & stat.S_IWGRP) and not _private_group(st)
 
 
-def _check_way(what: str, path: Path) -> None:
-    """The links on the way to `path` (this user's or root's) and the folders above where it leads (sticky
-    where others may write them)."""
+def _links(what: str, given: Path, path: Path, depth: int = 0) -> None:
+    """Every link on the way to `path`, and on the way to where each leads: this user's or root's."""
     mine = os.geteuid()
-    for part in [*reversed(path.absolute().parents), path.absolute()]:
-        link = os.lstat(part) if os.path.lexists(part) else None
-        if link is not None and stat.S_ISLNK(link.st_mode) and link.st_uid not in (mine, 0):
-            raise _refuse(what, path, f"{part} is a link of uid {link.st_uid}")
+    here = Path(path.absolute().anchor)
+    for name in path.absolute().parts[1:]:
+        step = here / name
+        try:
+            st = os.lstat(step)
+        except OSError:  # nothing there yet (made by nsprof), or not to be read: the rest is checked below
+            return
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (mine, 0):
+                raise _refuse(what, given, f"{step} is a link of uid {st.st_uid}")
+            if depth < 40:  # deeper: a loop, which the folder's own check names
+                _links(what, given, here / os.readlink(step), depth + 1)
+            step = Path(os.path.realpath(step))
+        here = step
+
+
+def _check_way(what: str, path: Path) -> None:
+    """The links on the way to `path` (_links), and the folders above where it leads: one that others may
+    write must be sticky and this user's or root's (else they could rename `path` away)."""
+    _links(what, path, path)
     for folder in Path(os.path.realpath(path)).parents:
         try:
             st = os.stat(folder)
         except FileNotFoundError:  # made by nsprof, next
             continue
-        if _others_may_write(st) and not st.st_mode & stat.S_ISVTX:
+        if _others_may_write(st) and (not st.st_mode & stat.S_ISVTX or st.st_uid not in (os.geteuid(), 0)):
             mode = f"{stat.S_IMODE(st.st_mode):04o}"
-            raise _refuse(
-                what, path, f"it lies in {folder}, which others may write (mode {mode}, not sticky)"
-            )
+            why = "not sticky" if not st.st_mode & stat.S_ISVTX else f"a folder of uid {st.st_uid}"
+            raise _refuse(what, path, f"it lies in {folder}, which others may write (mode {mode}, {why})")
 
 
 def _check(what: str, path: Path, want_dir: bool) -> None:
