@@ -116,10 +116,14 @@ def refuse_clobbering(outputs: dict[str, str | os.PathLike | None], inputs: list
 def target_source(target: str) -> str:
     """The source file of TARGET: file.py:space's file, or module:space's as the worker's import finds it
     (looked for, not imported: nsprof's own process imports no target)."""
+    from nsprof.errors import TargetError
     from nsprof.space import module_file, split_target, target_file
 
     where = split_target(target)[0]
-    found = target_file(where) or module_file(where)
+    try:
+        found = target_file(where) or module_file(where)
+    except TargetError:  # no such file: nothing to overwrite (loading the target says so, after the options)
+        return where
     return str(found) if found is not None else where
 
 
