@@ -516,6 +516,16 @@ def _hold_a_job(tmp_path: Path, name: str, env: dict | None = None) -> subproces
     return proc
 
 
+def _abandon(holder: subprocess.Popen) -> None:
+    """Stop a client of _hold_a_job at once, its job running on in the server: SIGTERM acts as Ctrl-C (the
+    client follows the job on, to keep what it measures), and a second one stops it there."""
+    holder.send_signal(signal.SIGTERM)
+    assert "interrupted: following the served job" in holder.stderr.readline()
+    holder.send_signal(signal.SIGTERM)
+    holder.communicate(timeout=60)
+    assert holder.returncode == 130
+
+
 def test_sigterm_ends_the_server_after_the_current_job(tmp_path, server, own_gpu_lock_folder):
     gate = tmp_path / "gate"
     proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
@@ -641,11 +651,7 @@ def test_a_client_stopped_mid_job_leaves_the_server_serving(tmp_path, server, ow
     gate = tmp_path / "gate"
     proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
     holder = _hold_a_job(tmp_path, "holder")
-    holder.send_signal(signal.SIGTERM)  # acts as Ctrl-C: the client follows the job on, to keep it...
-    assert "interrupted: following the served job" in holder.stderr.readline()
-    holder.send_signal(signal.SIGTERM)  # ...and a second one stops it at once
-    holder.communicate(timeout=60)
-    assert holder.returncode == 130
+    _abandon(holder)
     gate.write_text("")  # the server finishes the abandoned job
     after = _client(tmp_path, "after", "--wait")
     assert after.returncode == 0, after.stderr
@@ -797,9 +803,7 @@ def test_a_job_abandoned_by_its_client_never_writes_into_the_next_runs_files(
     gate = tmp_path / "gate"
     proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
     holder = _hold_a_job(tmp_path, "w")  # configs 0, 1, 2; it waits in config 1
-    holder.send_signal(signal.SIGTERM)  # acts as Ctrl-C
-    holder.communicate(timeout=60)
-    assert holder.returncode == 130
+    _abandon(holder)
     again = subprocess.Popen(
         [
             sys.executable,
