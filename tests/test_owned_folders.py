@@ -175,3 +175,16 @@ def test_a_link_of_another_user_behind_a_link_of_ours_is_refused(tmp_path):
     ours.symlink_to(theirs / "work")
     _refused(run_nsprof(*PROFILE, "--work-dir", ours, standins=True, cwd=tmp_path), ours)
     assert not list(mine.iterdir())
+
+
+def test_a_fan_of_links_of_ours_is_walked_in_bounded_time_and_a_path_through_a_file_is_one_line(tmp_path):
+    # each link names the next twice over: walked again at every place it appears, 2^22 walks (hours)
+    for i in range(1, 23):
+        (tmp_path / f"a{i}").symlink_to(f"a{i + 1}/a{i + 1}")
+    (tmp_path / "a23").symlink_to(".")
+    done = run_nsprof(*PROFILE, "--work-dir", tmp_path / "a1" / "w", standins=True, cwd=tmp_path, timeout=60)
+    assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    (tmp_path / "afile").write_text("")
+    done = run_nsprof(*PROFILE, "--work-dir", tmp_path / "afile" / "a" / "b", standins=True, cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1 and "--work-dir" in lines[0], done.stderr

@@ -50,8 +50,14 @@ def _others_may_write(st: os.stat_result) -> bool:
     return bool(st.st_mode & stat.S_IWOTH) or bool(st.st_mode & stat.S_IWGRP) and not _private_group(st)
 
 
-def _links(what: str, given: Path, path: Path, depth: int = 0) -> None:
-    """Every link on the way to `path`, and on the way to where each leads: this user's or root's."""
+MAX_LINKS = 40  # links followed on the way to one path, as the kernel's own limit (ELOOP)
+
+
+def _links(what: str, given: Path, path: Path, followed: list[int] | None = None) -> None:
+    """Every link on the way to `path`, and on the way to where each leads: this user's or root's.
+    `followed` counts the links followed, over the whole walk: past MAX_LINKS, a loop (or a fan of
+    links), which the folder's own check names."""
+    followed = [0] if followed is None else followed
     mine = os.geteuid()
     here = Path(path.absolute().anchor)
     for name in path.absolute().parts[1:]:
@@ -63,8 +69,10 @@ def _links(what: str, given: Path, path: Path, depth: int = 0) -> None:
         if stat.S_ISLNK(st.st_mode):
             if st.st_uid not in (mine, 0):
                 raise _refuse(what, given, f"{step} is a link of uid {st.st_uid}")
-            if depth < 40:  # deeper: a loop, which the folder's own check names
-                _links(what, given, here / os.readlink(step), depth + 1)
+            followed[0] += 1
+            if followed[0] > MAX_LINKS:
+                return
+            _links(what, given, here / os.readlink(step), followed)
             step = Path(os.path.realpath(step))
         here = step
 
@@ -72,12 +80,17 @@ def _links(what: str, given: Path, path: Path, depth: int = 0) -> None:
 def _check_way(what: str, path: Path) -> None:
     """The links on the way to `path` (_links), and the folders above where it leads: one that others may
     write must be sticky and this user's or root's (else they could rename `path` away)."""
-    _links(what, path, path)
+    try:
+        _links(what, path, path)
+    except OSError as exc:  # a link that cannot be read
+        raise NsprofError(f"cannot use {what} {path}: {exc.strerror or exc}") from None
     for folder in Path(os.path.realpath(path)).parents:
         try:
             st = os.stat(folder)
         except FileNotFoundError:  # made by nsprof, next
             continue
+        except OSError as exc:  # a file where a folder should be, a folder that cannot be entered
+            raise NsprofError(f"cannot use {what} {path}: {exc.strerror or exc}: {folder}") from None
         if _others_may_write(st) and (not st.st_mode & stat.S_ISVTX or st.st_uid not in (os.geteuid(), 0)):
             mode = f"{stat.S_IMODE(st.st_mode):04o}"
             why = "not sticky" if not st.st_mode & stat.S_ISVTX else f"a folder of uid {st.st_uid}"
