@@ -1420,3 +1420,32 @@ def test_a_client_interrupted_mid_job_keeps_what_the_job_measured(tmp_path, serv
             db.execute("SELECT config_id, COUNT(*) FROM measurements WHERE error IS NULL GROUP BY 1")
         )
     assert stored == {0: 2, 1: 2, 2: 2}, (stored, err.read_text())
+
+
+def test_an_interrupt_stands_when_the_job_it_followed_on_then_fails_to_start(
+    tmp_path, server, own_gpu_lock_folder
+):
+    # Ctrl-C while the serving worker loads the target; the load then fails: the user's interrupt is how
+    # the run ends (130, the store's run "interrupted"), not the job's error (nothing was measured either way)
+    gate = tmp_path / "gate"
+    broken = tmp_path / "late.py"
+    broken.write_text(
+        "import os, sys, time\n\nimport nsprof.space\n\nif 'nsprof.worker.serving' in sys.modules:\n"
+        f"    while not os.path.exists({str(gate)!r}):\n        time.sleep(0.02)\n"
+        "    raise RuntimeError('cuInit failed (simulated)')\n"
+        "space = nsprof.space.Space(name='b', configs=[{}, {}], build=lambda c: lambda: None, device='cpu')\n"
+    )
+    server("--idle-exit", "120")
+    err = tmp_path / "client.err"
+    command = [sys.executable, str(STANDINS), "profile", f"{broken}:space", "--backend", "nsys", "--mode",
+               "direct", "--reps", "1", "--work-dir", str(tmp_path / "w")]  # fmt: skip
+    with open(err, "w") as stderr:
+        client = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+        status = tmp_path / "w" / "served.status"
+        assert wait_for(
+            lambda: status.exists() and _status(tmp_path, "w").served or client.poll() is not None
+        )
+        client.send_signal(signal.SIGINT)
+        assert wait_for(lambda: "interrupted" in err.read_text() or client.poll() is not None)
+        gate.write_text("")
+        assert client.wait(timeout=120) == 130, err.read_text()

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from nsprof.errors import GpuBusy, ToolFailed
+from nsprof.errors import GpuBusy, NsprofError, ToolFailed
 from nsprof.reports.checks import one_line
 from nsprof.schema import FAILURE_KINDS, Failure
 from nsprof.serve_client import EXIT_WAIT_S, submit
@@ -185,7 +185,12 @@ def run_served(run: SessionRun, state: dict) -> Measured:
     answer, started, interrupted = _submit(run, state, base)
     end = _served_end(answer, began, time.monotonic())
     status = parse_status(read_or_empty(base.with_suffix(".status")))
-    _refuse(state, answer, status, log)
+    try:
+        _refuse(state, answer, status, log)
+    except NsprofError:
+        if interrupted:  # the job measured nothing: the user's interrupt is how the run ends
+            raise KeyboardInterrupt from None
+        raise
     part = _read_served(run, answer, status, base, end) if started else None
     frames, failures, kept_ids = _settle(run, part)
     if interrupted:  # what the job measured is handed over: the interrupt goes on
