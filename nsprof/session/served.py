@@ -80,8 +80,18 @@ def _submit(run: SessionRun, state: dict, base: Path) -> tuple[dict, bool, bool]
     return submit(state, request, status_file, settings, run.notify)
 
 
-def _refuse(state: dict, answer: dict, status: RunStatus, log: Path) -> None:
-    """The job that could not run: the GPU busy with another, a target changed or that does not load."""
+def _refuse(state: dict, answer: dict, status: RunStatus, log: Path, interrupted: bool) -> None:
+    """The job that could not run (the GPU busy with another, a target changed or that does not load)
+    refused; where nsprof was interrupted meanwhile, the interrupt is how the run ends (nothing was measured)."""
+    try:
+        _refused(state, answer, status, log)
+    except NsprofError:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
+
+
+def _refused(state: dict, answer: dict, status: RunStatus, log: Path) -> None:
     if answer.get("busy"):
         raise GpuBusy(
             f"nsprof serve (pid {state['pid']}) is measuring another job on this GPU; wait for it or "
@@ -185,12 +195,7 @@ def run_served(run: SessionRun, state: dict) -> Measured:
     answer, started, interrupted = _submit(run, state, base)
     end = _served_end(answer, began, time.monotonic())
     status = parse_status(read_or_empty(base.with_suffix(".status")))
-    try:
-        _refuse(state, answer, status, log)
-    except NsprofError:
-        if interrupted:  # the job measured nothing: the user's interrupt is how the run ends
-            raise KeyboardInterrupt from None
-        raise
+    _refuse(state, answer, status, log, interrupted)
     part = _read_served(run, answer, status, base, end) if started else None
     frames, failures, kept_ids = _settle(run, part)
     if interrupted:  # what the job measured is handed over: the interrupt goes on
