@@ -98,7 +98,7 @@ def _check_way(what: str, path: Path) -> None:
 
 
 def _check(what: str, path: Path, want_dir: bool) -> None:
-    _check_way(what, path)
+    """The folder or file at `path` itself (the way to it is _check_way's): this user's, nobody else's to write."""
     try:
         st = os.stat(path)
     except FileNotFoundError:  # a link of this user's to nothing yet: the file is made where it leads
@@ -134,4 +134,5 @@ def check_own_file(path: Path | str, what: str = "file") -> None:
     """Refuse (NsprofError, one line) a file at `path` that is not this user's own, as own_folder does a
     folder; nothing where there is none."""
     if os.path.lexists(path):
+        _check_way(what, Path(path))
         _check(what, Path(path), want_dir=False)
