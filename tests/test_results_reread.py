@@ -227,3 +227,20 @@ def test_a_saved_tune_with_a_number_too_large_for_its_column_is_one_line(tuned, 
     assert again.returncode == 2, again.stderr
     lines = again.stderr.strip().splitlines()
     assert len(lines) == 1 and "a saved tune that cannot be read" in lines[0], again.stderr
+
+
+def test_a_saved_tune_whose_ranked_lists_are_empty_is_one_line_and_exit_2(tuned):
+    """A saved tune of a target without shapes that ranks no config (edited, or of a tune that measured
+    nothing) is refused as tune refuses a run that measured nothing: one line naming the file, status 2."""
+    done = run_nsprof("results", "s.sqlite", "--target", "target.py:space", "--json", cwd=tuned)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert "shapes" not in document and [t["truth"] for t in document["truths"]] == ["ncu", "nsys"]
+    document["ranked"] = []
+    for ranking in document["truths"]:
+        ranking["ranked"] = []
+    (tuned / "empty.json").write_text(json.dumps(document))
+    again = run_nsprof("results", "empty.json", in_process=True, cwd=tuned)
+    lines = again.stderr.strip().splitlines()
+    assert again.returncode == 2 and len(lines) == 1 and again.stdout == "", again.stderr
+    assert lines[0].startswith("nsprof: error: empty.json: nothing ranked under ncu: no config was measured")

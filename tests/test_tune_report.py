@@ -352,3 +352,76 @@ def test_a_saved_tune_of_an_unbounded_budget_reads_back(saved_tune, tmp_path):
     done = run_nsprof("results", "t.json", "--json", in_process=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["shapes"][1]["truths"][0]["adaptive"]["budget_s"] is None
+
+
+def _unranked(document: dict, truths: tuple, how: str, shapes: tuple = (0, 1)) -> dict:
+    """`document` with the rankings under `truths` at `shapes` holding nothing ranked: their ranked
+    lists emptied ("empty") or every row made a failure whose reason names its config ("failed")."""
+    edited = json.loads(json.dumps(document))
+    for shape in edited["shapes"]:
+        for ranking in shape["truths"]:
+            if ranking["truth"] not in truths or shape["shape"] not in shapes:
+                continue
+            if how == "empty":
+                ranking["ranked"] = []
+            for row in ranking["ranked"]:
+                row.update({name: None for name in row if name.endswith("_ns") or name == "spread"})
+                row.update(rank=None, vs_best=None, ci_coverage=None, tied_with_best=False)
+                row["error"] = f"build failed: config {row['config_id']} edited"
+    return edited
+
+
+@pytest.mark.parametrize("how", ["empty", "failed"])
+@pytest.mark.parametrize("truths", [("lab",), ("field",), ("lab", "field")])
+def test_a_saved_tune_with_nothing_ranked_under_a_truth_is_one_line_and_exit_2(
+    saved_tune, tmp_path, truths, how
+):
+    """A tune that measures nothing under a truth stops with one line and exit status 2; a saved tune
+    that ranks nothing under one (at any shape) is refused alike, naming the file and the truth."""
+    (tmp_path / "none.json").write_text(json.dumps(_unranked(saved_tune, truths, how)))
+    for more in ([], ["--json"], ["--html", "p.html"]):
+        done = run_nsprof("results", "none.json", *more, in_process=True, cwd=tmp_path)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1, done.stderr
+        assert lines[0].startswith(f"nsprof: error: none.json: nothing ranked under {truths[0]}: "), lines
+        assert "no config was measured" in lines[0] and done.stdout == ""
+        if how == "failed":  # as a tune says it: how many failed, the first one's reason
+            assert "all 3 failed (config 0: build failed: config 0 edited)" in lines[0], lines
+    assert not (tmp_path / "p.html").exists()
+
+
+@pytest.mark.parametrize("how", ["empty", "failed"])
+def test_a_saved_tune_with_one_shape_unranked_shows_the_others_as_tune_does(saved_tune, tmp_path, how):
+    """A shape where nothing was measured leaves a tune standing (exit 0, the other shapes ranked): so
+    does its saved file, the shape said to have nothing measured in every truth's table."""
+    (tmp_path / "part.json").write_text(json.dumps(_unranked(saved_tune, ("lab", "field"), how, (1,))))
+    done = run_nsprof("results", "part.json", in_process=True, cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line[:2] in ("0 ", "1 ")]
+    assert [row[:3] for row in rows if row[1] == "M=1"] == [["0", "M=1", "1"]] * 2  # LAB, FIELD: 1 is best
+    assert [row[-2:] for row in rows if row[1] == "M=16"] == [["nothing", "measured"]] * 2
+
+
+def test_a_tune_with_a_shape_measured_at_no_config_reads_back_as_it_printed(tmp_path):
+    """A live tune whose every config fails at one shape ranks the others and exits 0, with a note naming
+    the shape; `nsprof results` of its --json prints the same and exits the same."""
+    (tmp_path / "target.py").write_text(
+        "import nsprof.space\n"
+        "def build(config, shape):\n"
+        "    if shape['M'] == 16:\n"
+        "        raise RuntimeError('no kernel at M=16')\n"
+        "    return lambda: None\n"
+        "space = nsprof.space.Space(configs=[{'i': 0}, {'i': 1}], shapes=[{'M': 1}, {'M': 16}],\n"
+        "                           build=build, device='cpu')\n"
+    )
+    args = ["tune", "target.py:space", "--truth", "ncu", "--mode", "direct", "--reps", "3", "--budget-s", "0"]
+    args += ["--no-feed-back", "--no-tuner-pick", "--no-store"]
+    table = run_nsprof(*args, "--work-dir", "w1", cwd=tmp_path, standins=True)
+    saved = run_nsprof(*args, "--work-dir", "w2", "--json", cwd=tmp_path, standins=True)
+    assert table.returncode == 0 and saved.returncode == 0, table.stderr + saved.stderr
+    (tmp_path / "tune.json").write_text(saved.stdout)
+    shown = run_nsprof("results", "tune.json", in_process=True, cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout == table.stdout, shown.stderr
+    assert "no config was measured at shape 1 (M=16)" in shown.stdout
+    rows = {line.split()[1]: line.split() for line in shown.stdout.splitlines() if line[:2] in ("0 ", "1 ")}
+    assert rows["M=1"][2] == "0" and rows["M=16"][-2:] == ["nothing", "measured"]  # 1000 + config id ns
