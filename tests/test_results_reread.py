@@ -14,6 +14,7 @@ import json
 import shutil
 import sqlite3
 import statistics
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,75 @@ def test_a_saved_tune_whose_ranked_lists_are_empty_is_one_line_and_exit_2(tuned)
     lines = again.stderr.strip().splitlines()
     assert again.returncode == 2 and len(lines) == 1 and again.stdout == "", again.stderr
     assert lines[0].startswith("nsprof: error: empty.json: nothing ranked under ncu: no config was measured")
+
+
+FAILING = """
+import nsprof.space
+def build(config, shape=None):
+    if shape is not None and shape["M"] != 16:
+        return lambda: None
+    raise RuntimeError(f"no kernel for block {config['block']}")
+space = nsprof.space.Space(configs=[{"block": 16 * (i + 1)} for i in range(%d)],%s
+                           build=build, device="cpu")
+"""
+
+
+def _failing_tune(folder: Path, n_configs: int, shapes: str = "") -> subprocess.CompletedProcess:
+    """A real tune (stand-ins) into folder/s.sqlite of a target whose build fails (at every shape, or at
+    M=16 only when `shapes` gives it shapes)."""
+    folder.mkdir()
+    (folder / "target.py").write_text(FAILING % (n_configs, shapes))
+    return run_nsprof("tune", "target.py:space", *TUNE, "--store", "s.sqlite", cwd=folder, standins=True)
+
+
+def test_a_stored_tune_whose_every_config_failed_is_one_line_and_exit_2(tmp_path):
+    """A tune whose every config fails stops with one line and exit status 2, its failures stored; its
+    re-read from the store is refused alike, naming the store and the target, and the first failure."""
+    tuned = _failing_tune(tmp_path / "t", 3)
+    assert tuned.returncode == 2 and "no config was measured: all 3 failed (config 0: " in tuned.stderr
+    with sqlite3.connect(tmp_path / "t" / "s.sqlite") as db:
+        stored = db.execute(
+            "SELECT DISTINCT config_id, error FROM measurements WHERE backend = 'ncu' ORDER BY config_id"
+        ).fetchall()
+    assert [c for c, _ in stored] == [0, 1, 2] and "no kernel for block 16" in stored[0][1], stored
+    for more in ([], ["--json"], ["--html", "p.html"]):
+        again = run_nsprof(
+            "results", "s.sqlite", "--target", "target.py:space", *more, in_process=True, cwd=tmp_path / "t"
+        )
+        lines = again.stderr.strip().splitlines()
+        assert again.returncode == 2 and len(lines) == 1 and again.stdout == "", again.stderr
+        assert lines[0].startswith(
+            "nsprof: error: results store s.sqlite, target.py:space: nothing ranked under ncu: "
+        )
+        assert (
+            "no config was measured: all 3 failed (config 0: " in lines[0]
+            and "no kernel for block 16" in lines[0]
+        )
+    assert not (tmp_path / "t" / "p.html").exists()
+
+
+def test_a_stored_tune_with_one_shape_measured_at_no_config_still_reads_back(tmp_path):
+    """Every config failing at one shape leaves a tune standing (exit 0): so does its re-read from the
+    store, the other shape ranked as the store's numbers rank it, that shape's rows nothing measured."""
+    tuned = _failing_tune(tmp_path / "t", 2, ' shapes=[{"M": 1}, {"M": 16}],')
+    assert tuned.returncode == 0, tuned.stderr
+    with sqlite3.connect(tmp_path / "t" / "s.sqlite") as db:
+        failed = db.execute(
+            "SELECT DISTINCT backend, config_id FROM measurements WHERE shape = 1 AND error IS NOT NULL"
+        ).fetchall()
+    assert sorted(failed) == [("ncu", 0), ("ncu", 1), ("nsys", 0), ("nsys", 1)], failed
+    again = run_nsprof(
+        "results", "s.sqlite", "--target", "target.py:space", in_process=True, cwd=tmp_path / "t"
+    )
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    rows = [line.split() for line in again.stdout.splitlines() if line[:2] in ("0 ", "1 ")]
+    for backend, row in zip(("ncu", "nsys"), [row for row in rows if row[1] == "M=1"], strict=True):
+        with sqlite3.connect(tmp_path / "t" / "s.sqlite") as db:
+            sums = db.execute(
+                "SELECT config_id, SUM(duration_ns) FROM measurements WHERE backend = ? AND shape = 0 "
+                "AND error IS NULL GROUP BY config_id, rep",
+                (backend,),
+            ).fetchall()
+        medians = {c: statistics.median(t for k, t in sums if k == c) for c in {c for c, _ in sums}}
+        assert row[2] == str(min(medians, key=lambda c: (medians[c], c))), again.stdout
+    assert [row[-2:] for row in rows if row[1] == "M=16"] == [["nothing", "measured"]] * 2, again.stdout

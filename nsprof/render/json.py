@@ -273,8 +273,8 @@ def cross_truth_document(shape) -> dict:
 def load_tune(text: str):
     """The TuneReport of a saved tune (tune_document's JSON). An NsprofError in one line when `text`
     is not JSON, not a tune's document, one cut short or edited past reading, or one with nothing ranked
-    under a truth (_check_ranked)."""
-    from nsprof.analysis.tune_report import TuneReport
+    under a truth (check_ranked)."""
+    from nsprof.analysis.tune_report import TuneReport, check_ranked
     from nsprof.errors import NsprofError
 
     try:
@@ -294,36 +294,10 @@ def load_tune(text: str):
         report = TuneReport(
             document["target"], document["configs"], shapes, document["settings"], document["errors"]
         )
-        _check_ranked(report)
+        check_ranked(report)
         return report
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise NsprofError(f"a saved tune that cannot be read: {type(exc).__name__} {exc}") from None
-
-
-def _check_ranked(report) -> None:
-    """An NsprofError where a saved tune ranks no config under a truth at any shape: a tune stops there
-    (nothing measured), so its file has nothing to show. A shape with nothing ranked among ranked ones
-    stands, as it did in the tune (its table says so)."""
-    from nsprof.errors import NsprofError
-    from nsprof.reports.checks import one_line
-
-    for name in dict.fromkeys(name for shape in report.shapes for name in shape.truths):
-        rankings = [shape.truths[name] for shape in report.shapes if name in shape.truths]
-        if any(ranking.best_config_id is not None for ranking in rankings):
-            continue
-        failed = sorted(
-            (int(config), str(error))
-            for table in (ranking.table for ranking in rankings if "error" in ranking.table)
-            for config, error in zip(table["config_id"], table["error"])
-            if isinstance(error, str) and error
-        )
-        if failed:  # in tune's words (nsprof.profile.check_measured)
-            why = f": all {len(dict(failed))} failed (config {failed[0][0]}: {one_line(failed[0][1], 200)})"
-        elif all(ranking.table.empty for ranking in rankings):
-            why = f" (its ranked list{'s are' if len(rankings) > 1 else ' is'} empty)"
-        else:
-            why = " (no config in it has a rank)"
-        raise NsprofError(f"nothing ranked under {name}: no config was measured{why}")
 
 
 def _shape_of(document: dict):

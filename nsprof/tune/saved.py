@@ -20,7 +20,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from nsprof.analysis.tune_report import ShapeReport, TuneReport
+from nsprof.analysis.tune_report import ShapeReport, TuneReport, check_ranked
 from nsprof.errors import NsprofError
 from nsprof.settings import Truth, TuneSettings
 from nsprof.tune.explain import cross_truth
@@ -153,7 +153,8 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
     """The TuneReport of a stored tune: of `target` (its latest run's settings and fingerprint) or of
     run `run_id`'s tune, ranked from `store` (an open nsprof.store.ResultStore) as tune ranks it:
     per shape, every truth's ranking the store holds and their comparison. An NsprofError in one
-    line when the store holds no such run or nothing under its deploy truth."""
+    line when the store holds no such run, nothing under its deploy truth, or nothing ranked under a
+    truth (check_ranked: every config failed, as the tune that stopped there said)."""
     anchor, of_target = _run(store, target, run_id)
     settings = _settings(anchor)
     per_truth, lacking, configs = {}, [], []
@@ -188,7 +189,12 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
         shown = {**truths, deploy: ranking} if cross is not None else {deploy: ranking}
         shapes.append(ShapeReport(shown, deploy, shape, per_truth[deploy][shape][0], cross))
     record = json.loads(json.dumps(settings.record(), default=str))
-    return TuneReport(_text(anchor.target), configs, shapes, record)
+    report = TuneReport(_text(anchor.target), configs, shapes, record)
+    try:
+        check_ranked(report)
+    except NsprofError as exc:
+        raise NsprofError(f"results store {store.path}, {report.target}: {exc}") from None
+    return report
 
 
 def _merged(configs: list, more: list) -> list:
