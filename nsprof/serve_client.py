@@ -279,10 +279,10 @@ def submit(state: dict, request: dict, status_file: Path, settings, notify) -> t
     interrupted meanwhile). The status file's progress goes to notify as a session's does. A server that
     vanishes, or stops answering past the job's bounds, gives {"ok": False, "fault": "vanished", ...}.
 
-    Ctrl-C (KeyboardInterrupt, SIGTERM) once the job started: the job is followed to its end for
-    INTERRUPT_GRACE_S more, so that what it measured can be kept, as a stopped standalone part's is (the
-    third value True: the caller keeps it, then ends as interrupted); a second one, or the bound, goes
-    through at once."""
+    Ctrl-C (KeyboardInterrupt, SIGTERM) once the job started: the server is asked to stop the job before its
+    next config, and the job is followed to that end for INTERRUPT_GRACE_S more, so that what it measured
+    can be kept, as a stopped standalone part's is (the third value True: the caller keeps it, then ends as
+    interrupted); a second one, or the bound, goes through at once."""
     conn, why = _sent(state, request)
     if conn is None:
         return _vanished(state["pid"], why), False, False
@@ -298,9 +298,11 @@ def submit(state: dict, request: dict, status_file: Path, settings, notify) -> t
                 if not job.started or interrupted is not None:
                     raise
                 interrupted = time.monotonic()
+                with contextlib.suppress(OSError):  # a server gone meanwhile answers nothing either way
+                    conn.send(b'{"op": "stop"}\n')
                 print(
-                    f"nsprof: interrupted: following the served job to its end (at most {INTERRUPT_GRACE_S:g} s) "
-                    "to keep what it measured; interrupt again to stop now",
+                    "nsprof: interrupted: the served job stops after its current config (waiting at most "
+                    f"{INTERRUPT_GRACE_S:g} s) to keep what it measured; interrupt again to stop now",
                     file=sys.stderr,
                     flush=True,
                 )

@@ -1,7 +1,8 @@
 """One job of `nsprof serve`: a job request checked (missing: JOB_FIELDS, PATH_FIELDS), and
 JobRunning, the part of nsprof.serve's server that runs a job: the collection started, the job handed
 to the serving worker (its FIFO), followed in the session's own loop and bounds
-(nsprof.session.supervise.follow), the collection ended and the client answered; a job's fault
+(nsprof.session.supervise.follow; a client that asks to stop it, or goes away, has it stop before its next
+config), the collection ended and the client answered; a job's fault
 (the worker died, a bound passed, the profiler failed) sets the server's fault, which ends it.
 """
 
@@ -87,13 +88,13 @@ class JobRunning:
             if not send_line(conn, {"started": True, "job": self.jobs}):
                 self.note(f"job {self.jobs}: its client is gone; not run")
                 return
-            answer = self._collect(self.jobs, request)
+            answer = self._collect(self.jobs, request, conn)
             if not send_line(conn, answer):
                 self.note(f"job {self.jobs}: its client went away before the answer")
         finally:
             conn.close()
 
-    def _collect(self, n: int, request: dict) -> dict:
+    def _collect(self, n: int, request: dict, conn) -> dict:
         base = Path(request["report_base"])
         self.note(f"job {n}: {request['job']}")
         try:
@@ -117,7 +118,7 @@ class JobRunning:
         while data:  # a line longer than the pipe's atomic size (the client's environment) may go in parts
             data = data[os.write(self.fifo, data) :]
         answer = self._follow(
-            n, Path(request["status"]), float(request["timeout_s"]), float(request["phase_bound_s"])
+            n, Path(request["status"]), float(request["timeout_s"]), float(request["phase_bound_s"]), conn
         )
         try:
             self.driver.serve_stop(self.session, base, self.log)
@@ -137,27 +138,48 @@ class JobRunning:
                 return int(words[2])
         return None
 
-    def _follow(self, n: int, status_file: Path, timeout_s: float, bound_s: float) -> dict:
+    def _follow(self, n: int, status_file: Path, timeout_s: float, bound_s: float, conn) -> dict:
         """Follow job n until the worker says it is over, or a bound or the worker's death ends it (the
-        session's own loop, nsprof.session.supervise.follow); between polls, clients are answered."""
+        session's own loop, nsprof.session.supervise.follow); between polls, clients are answered, and the
+        job's own client's stop taken."""
         from nsprof.session.supervise import follow
+        from nsprof.worker.serving import stop_file
+
+        stop = stop_file(self.dir, n)
 
         def decide(code, status, passed) -> dict | None:
+            self._stop_if_asked(n, conn, stop)
             answer = self._outcome(n, code, status) or self._bound(n, status, passed, timeout_s, bound_s)
             if answer is None:
                 self.answer_waiting(POLL_S)
             return answer
 
-        return follow(status_file, timeout_s, bound_s, lambda: self._job_code(n), decide)
+        try:
+            return follow(status_file, timeout_s, bound_s, lambda: self._job_code(n), decide)
+        finally:
+            stop.unlink(missing_ok=True)
+
+    def _stop_if_asked(self, n: int, conn, stop: Path) -> None:
+        """A client sends nothing while its job runs but its stop (Ctrl-C), and closes the connection when it
+        goes: either way it wants no more of the job, which stops before its next config (the worker checks
+        `stop`), the configs done kept whole in the report."""
+        import select
+
+        if stop.exists() or not select.select([conn], [], [], 0)[0]:
+            return
+        stop.touch()
+        self.note(f"job {n}: its client asked to stop it, or went away: it stops before its next config")
 
     def _outcome(self, n: int, code: int | None, status) -> dict | None:
         """Job n's answer once its end line (`code`) came, or its worker died; None while it runs."""
         from nsprof.host.children import exit_code
-        from nsprof.worker.protocol import EXIT_CONTEXT_LOST
+        from nsprof.worker.protocol import EXIT_CONTEXT_LOST, EXIT_STOPPED
         from nsprof.worker.serving import JOB_ABORTED
 
         if code == 0:
             return {"ok": True}
+        if code == EXIT_STOPPED:
+            return {"ok": True, "stopped": True}
         if code == JOB_ABORTED:
             return {
                 "ok": False,

@@ -520,7 +520,7 @@ def _abandon(holder: subprocess.Popen) -> None:
     """Stop a client of _hold_a_job at once, its job running on in the server: SIGTERM acts as Ctrl-C (the
     client follows the job on, to keep what it measures), and a second one stops it there."""
     holder.send_signal(signal.SIGTERM)
-    assert "interrupted: following the served job" in holder.stderr.readline()
+    assert "interrupted: the served job stops" in holder.stderr.readline()
     holder.send_signal(signal.SIGTERM)
     holder.communicate(timeout=60)
     assert holder.returncode == 130
@@ -1395,31 +1395,49 @@ def test_a_tuner_call_that_finds_the_server_ending_takes_the_gpu_once_the_server
     assert _ended(proc, own_gpu_lock_folder) == 0
 
 
-def test_a_client_interrupted_mid_job_keeps_what_the_job_measured(tmp_path, server, own_gpu_lock_folder):
-    # Ctrl-C (SIGINT) while config 1 of the served job runs: as a standalone session keeps the whole
-    # configs of the part it stops, the client follows the job to its end (within a bound) and keeps
-    # what it measured, then ends as interrupted. Before, config 0 (measured) was dropped.
+# configs: 0 plain, 1 waits for $NSPROF_TEST_GATE, 2 would hold its window for 120 s (a long job's rest)
+HOLD_SOURCE = GATE_SOURCE.replace('for k in ["ok", "gate", "ok"]', 'for k in ["ok", "gate", "hold"]').replace(
+    'if config["kind"] == "gate":',
+    'if config["kind"] == "hold":\n        time.sleep(120)\n    if config["kind"] == "gate":',
+)
+
+
+def test_a_client_interrupted_mid_job_stops_it_and_keeps_what_it_measured(
+    tmp_path, server, own_gpu_lock_folder
+):
+    # Ctrl-C (SIGINT) while config 1 of the served job runs: the client asks the server to stop the job,
+    # the worker stops before its next config (config 2, which would run on for minutes), and the client
+    # keeps the whole configs measured, then ends as interrupted; the server serves on. Before, the
+    # client gave the job 15 s, then dropped everything, and the job ran on in the server.
     import sqlite3
 
-    gate = tmp_path / "gate"
-    server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
+    gate, target = tmp_path / "gate", tmp_path / "hold.py"
+    target.write_text(HOLD_SOURCE)
+    assert '"hold"' in HOLD_SOURCE and "time.sleep(120)" in HOLD_SOURCE
+    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
     err = tmp_path / "client.err"
-    tune = [sys.executable, str(STANDINS), "tune", GATE, "--backend", "nsys", "--mode", "direct", "--reps", "2",
-            "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "w"), "--no-feed-back"]  # fmt: skip
+    tune = [sys.executable, str(STANDINS), "tune", f"{target}:space", "--backend", "nsys", "--mode", "direct",
+            "--reps", "2", "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "w"),
+            "--no-feed-back"]  # fmt: skip
     with open(err, "w") as stderr:
         client = subprocess.Popen(tune, stdout=subprocess.DEVNULL, stderr=stderr)
         assert wait_for(
             lambda: (tmp_path / "w" / "served.status").exists() and 1 in _status(tmp_path, "w").started
         )
         client.send_signal(signal.SIGINT)
-        assert wait_for(lambda: "interrupted" in err.read_text() or client.poll() is not None)
-        gate.write_text("")  # the job goes on to its end
-        assert client.wait(timeout=120) == 130, err.read_text()
+        # the server has taken the stop before config 1 ends
+        assert wait_for(lambda: "asked to stop" in Path(state["log"]).read_text()), err.read_text()
+        gate.write_text("")
+        assert client.wait(timeout=DEADLINE_S) == 130, err.read_text()
     with sqlite3.connect(tmp_path / "s.sqlite") as db:
         stored = dict(
             db.execute("SELECT config_id, COUNT(*) FROM measurements WHERE error IS NULL GROUP BY 1")
         )
-    assert stored == {0: 2, 1: 2, 2: 2}, (stored, err.read_text())
+    assert stored == {0: 2, 1: 2}, (stored, err.read_text())
+    assert 2 not in _status(tmp_path, "w").started
+    after = _client(tmp_path, "after")  # no --wait: the server is free again
+    assert after.returncode == 0, after.stderr
+    assert _status(tmp_path, "after").pid == state["worker_pid"] and proc.poll() is None
 
 
 def test_an_interrupt_stands_when_the_job_it_followed_on_then_fails_to_start(

@@ -122,12 +122,22 @@ class Job:
         return cls(**json.loads(Path(path).read_text()))
 
 
+class JobStopped(BaseException):
+    """A served job's client asked to stop it (Status.stop_file): raised where the next config's window, or
+    the wait for its compiles, would open, so the configs done stay whole and the worker serves on. A
+    BaseException, so that no config's `except Exception` records it as that config's failure."""
+
+
 class Status:
     def __init__(self, path: str) -> None:
         self._handle = open(path, "a", buffering=1, encoding="utf-8")
+        self.stop_file: Path | None = None  # a served job's: once it exists, JobStopped
 
     def write(self, *parts) -> None:
-        """A status line, and the `at` line saying when it was written (one write, one flush)."""
+        """A status line, and the `at` line saying when it was written (one write, one flush); JobStopped
+        instead of a line that would open a window or a compile wait once the stop file exists."""
+        if self.stop_file is not None and parts and parts[0] in ("start", "wait") and self.stop_file.exists():
+            raise JobStopped
         now = time.monotonic()
         line = " ".join(str(p) for p in parts)
         self._handle.write(

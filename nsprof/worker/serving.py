@@ -26,7 +26,8 @@ The worker's own status file, DIR/worker.status (nsprof.worker.protocol.Status l
     fresh <json>               job n is of another target than the last: {"job": n, "target": ...}; this
                                process execs itself, and the fresh image runs job n first (DIR/pending.json)
     job <n> <code>             job n is over: 0 (ended), EXIT_CONTEXT_LOST (the worker exits now),
-                               JOB_ABORTED (the job could not run: its status file says why)
+                               JOB_ABORTED (the job could not run: its status file says why),
+                               EXIT_STOPPED (its client asked to stop it: DIR/stop-<n>, see stop_file)
     stopped                    SIGTERM: it stopped (the current job is cut short) and exits
 DIR/worker.json, written by the server before the launch: {"watch_fd", "watch_inode", "server"}:
 the server's death pipe (nsprof.worker.watch.watch_parent ends the worker when it closes).
@@ -43,7 +44,7 @@ from pathlib import Path
 
 from nsprof.worker.launch import Device
 from nsprof.worker.program import run_job
-from nsprof.worker.protocol import AT_START, EXIT_CONTEXT_LOST, Job, Status
+from nsprof.worker.protocol import AT_START, EXIT_CONTEXT_LOST, EXIT_STOPPED, Job, JobStopped, Status
 from nsprof.worker.watch import Stopped, request_stop, stopped, watch_parent
 
 JOB_ABORTED = 6  # a job that could not run (its target did not load, its files could not be opened)
@@ -51,6 +52,12 @@ JOBS_FIFO = "jobs"
 WORKER_STATUS = "worker.status"
 WORKER_INFO = "worker.json"
 PENDING = "pending.json"  # the job request a fresh image runs first
+
+
+def stop_file(serve_dir: Path, n: int) -> Path:
+    """The file whose existence asks job n to stop before its next config (the server makes it when the
+    job's client is interrupted or gone; the worker checks it as a window or a compile wait opens)."""
+    return serve_dir / f"stop-{n}"
 
 
 def _warm(devices: dict) -> dict | None:
@@ -181,11 +188,12 @@ def _fresh_image(serve_dir: Path, request: dict, place: _Place, watch_fd: int) -
     )
 
 
-def _serve_job(request: dict, devices: dict, place: _Place) -> int:
+def _serve_job(request: dict, devices: dict, place: _Place, serve_dir: Path) -> int:
     status = None
     try:
         job = Job.read(Path(request["job"]))
         status = Status(job.status)
+        status.stop_file = stop_file(serve_dir, request["n"])
         status.write("pid", os.getpid())
         status.write("served", json.dumps({"job": request["n"], "server": request.get("server")}))
         try:
@@ -197,6 +205,9 @@ def _serve_job(request: dict, devices: dict, place: _Place) -> int:
             raise
         _forget_target_modules(job.target, place.folders)
         return run_job(job, status, devices)
+    except JobStopped:  # the configs done stand; the worker serves on
+        status.write("stopped")
+        return EXIT_STOPPED
     except Stopped:
         if status is not None:
             status.write("stopped")
@@ -249,7 +260,7 @@ def serve(serve_dir: Path) -> int:
                     own.close()
                     _fresh_image(serve_dir, request, place, int(info.get("watch_fd", -1)))
                 served = target if target is not None else served
-                code = _serve_job(request, devices, place)
+                code = _serve_job(request, devices, place, serve_dir)
                 own.write("job", request["n"], code)
                 if code == EXIT_CONTEXT_LOST:
                     return code
