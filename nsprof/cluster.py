@@ -275,7 +275,7 @@ class Sharded(Backend):
                 k = futures[future]
                 gather.take(k, _batch_result(distributed, future, batches[k], self.inner, layout), len(ids))
         except BaseException:
-            client.cancel(list(futures))
+            client.cancel(list(futures))  # a batch already running stops its session (cluster_batch)
             raise
         finally:
             try:

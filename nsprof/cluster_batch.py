@@ -1,11 +1,14 @@
 """What runs of nsprof.cluster on a Dask worker: one batch of configs (and the calibration config)
 compiled and measured in one session on the worker's GPU, its progress sent to the client as
-events; and the calibration config's median, which tells how far apart the GPUs measure."""
+events, its session stopped as on Ctrl-C once its task is cancelled; and the calibration config's
+median, which tells how far apart the GPUs measure."""
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
+import threading
 import time
 import uuid
 from dataclasses import replace
@@ -16,6 +19,7 @@ from nsprof.measure import Backend, Request
 from nsprof.schema import Points
 
 LOCK_WAIT_S = 30.0  # a batch re-run on a restarted worker waits this long for the dead one's children
+CANCEL_POLL_S = 0.1  # how often a running batch looks whether its task was cancelled
 
 
 def shard(config_ids: list[int], workers: int, batch_size: int | None = None) -> list[list[int]]:
@@ -73,9 +77,13 @@ def run_batch(
     send(event="start")
     ids = list(batch) + ([calibration] if calibration is not None and calibration not in own else [])
     started = time.monotonic()
+    _batch_imports()  # before the interrupt can come: never a half-imported pandas in this worker
     try:
-        _wait_for_dead_predecessor(backend)
-        result = backend.measure(replace(request, ids=ids), on_progress=progress)
+        with _StopWhenCancelled(worker):
+            _wait_for_dead_predecessor(backend)
+            result = backend.measure(replace(request, ids=ids), on_progress=progress)
+    except KeyboardInterrupt:  # its task was cancelled: nobody reads this result
+        return {**me, "error": "stopped: its task was cancelled", "changed": False}
     except NsprofError as exc:
         send(event="error", detail=str(exc)[:300])
         # a target changed since it was read stays that kind at the client (nsprof.errors.TargetChanged)
@@ -90,6 +98,50 @@ def run_batch(
         "wall_s": time.monotonic() - started,
         "work_dir": str(result.work_dir) if result.work_dir else None,
     }
+
+
+class _StopWhenCancelled:
+    """While a batch measures: once its task is cancelled (the client was interrupted and cancelled
+    it, or the client is gone and nobody wants its result), a KeyboardInterrupt is raised in the
+    batch's thread, where its session stops its profiler and worker as on Ctrl-C and keeps what they
+    measured in its work folder (nsprof.session.supervise). A Dask task that runs on is not stopped
+    by Dask itself, and the interrupt of the client's Ctrl-C reaches only the client."""
+
+    def __init__(self, worker) -> None:
+        self.worker = worker
+        self.key = worker.get_current_task()
+        self.thread = threading.get_ident()
+        self.lock = threading.Lock()
+        self.ended = threading.Event()
+
+    def cancelled(self) -> bool:
+        task = self.worker.state.tasks.get(self.key)
+        return task is None or task.state == "cancelled"
+
+    def _watch(self) -> None:
+        while not self.ended.wait(CANCEL_POLL_S):
+            if self.cancelled():
+                with self.lock:
+                    if not self.ended.is_set():
+                        _async_raise(self.thread, KeyboardInterrupt)
+                return
+
+    def __enter__(self) -> _StopWhenCancelled:
+        threading.Thread(target=self._watch, name=f"nsprof-stop-{self.key}", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self.lock:
+            self.ended.set()
+            _async_raise(self.thread, None)  # one not raised yet never reaches Dask's own code
+
+
+def _async_raise(thread: int, exc: type[BaseException] | None) -> None:
+    """Raise `exc` in the thread `thread` at its next Python instruction (None: take back one not
+    raised yet)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread), None if exc is None else ctypes.py_object(exc)
+    )
 
 
 def _batch_events(worker, topic: str, me: dict, own: set[int]):
