@@ -317,3 +317,6 @@ def test_a_stored_tune_with_one_shape_measured_at_no_config_still_reads_back(tmp
         medians = {c: statistics.median(t for k, t in sums if k == c) for c in {c for c, _ in sums}}
         assert row[2] == str(min(medians, key=lambda c: (medians[c], c))), again.stdout
     assert [row[-2:] for row in rows if row[1] == "M=16"] == [["nothing", "measured"]] * 2, again.stdout
+    # the note the tune gave that shape, once, as tune gave it
+    assert tuned.stdout.count("note: shape 1: no config was measured at shape 1 (M=16)") == 1, tuned.stdout
+    assert again.stdout.count("note: shape 1: no config was measured at shape 1 (M=16)") == 1, again.stdout

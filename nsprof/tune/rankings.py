@@ -94,6 +94,11 @@ def _first_pass(
     return rows, None
 
 
+def unmeasured_shape(shape: int, label: str) -> str:
+    """The note of a shape at which no config was measured (a tune's, and its re-read's)."""
+    return f"no config was measured at shape {shape} ({label})"
+
+
 def _per_shape(space, truth: Truth, settings: TuneSettings, rows, notes, adaptive: dict, first_pass) -> dict:
     """Each shape's ranking of `rows`, {shape: Ranking}: its notes (`notes`: those before and those
     after the adaptive reps' line) and what its adaptive reps did; first_pass: its wall time and phases."""
@@ -114,7 +119,7 @@ def _per_shape(space, truth: Truth, settings: TuneSettings, rows, notes, adaptiv
             *first_pass,
         )
         if shape is not None and result.best_config_id is None:
-            result.notes.append(f"no config was measured at shape {shape} ({space.shape_label(shape)})")
+            result.notes.append(unmeasured_shape(shape, space.shape_label(shape)))
         results[shape] = result
     return results
 

@@ -23,9 +23,10 @@ from pathlib import Path
 from nsprof.analysis.tune_report import ShapeReport, TuneReport, check_ranked
 from nsprof.errors import NsprofError
 from nsprof.settings import Truth, TuneSettings
+from nsprof.space import config_label
 from nsprof.tune.explain import cross_truth
 from nsprof.tune.measure import key_labels
-from nsprof.tune.rankings import rank_rows
+from nsprof.tune.rankings import rank_rows, unmeasured_shape
 from nsprof.tune.stored import stored_rows
 
 __all__ = ["reread"]
@@ -128,7 +129,10 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict) -> tup
     for shape, text in shapes:
         of_shape = rows if shape is None else rows[(rows["shape"] == shape).fillna(False).astype(bool)]
         value = None if shape is None else json.loads(text)
-        results[shape] = (value, rank_rows(configs, truth, settings, of_shape, [note]))
+        ranking = rank_rows(configs, truth, settings, of_shape, [note])
+        if shape is not None and ranking.best_config_id is None:
+            ranking.notes.append(unmeasured_shape(shape, config_label(value)))
+        results[shape] = (value, ranking)
     return configs, results
 
 
