@@ -56,14 +56,18 @@ def trials(document: dict) -> list[dict]:
 
 def run_nsprof(nsprof: list[str], args: list[str], timeout_s: float) -> tuple[dict, str | None]:
     """`nsprof args` from the project root: ({"wall_s"}, its stdout), or ({"error", "wall_s"}, None)
-    when it timed out or failed (the error: its last line on stderr)."""
+    when it timed out or failed (the error: its last line on stderr; a timeout's with "stderr_tail", the
+    last lines it wrote: how far it got)."""
     began = time.monotonic()
     try:
         done = subprocess.run([*nsprof, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr or ""
+        err = err.decode(errors="replace") if isinstance(err, bytes) else err
         return {
             "error": f"timed out after {timeout_s:g} s",
             "wall_s": round(time.monotonic() - began, 1),
+            "stderr_tail": err.replace("\r", "\n").strip().splitlines()[-5:],
         }, None
     wall = round(time.monotonic() - began, 1)
     if done.returncode != 0:

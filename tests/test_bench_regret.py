@@ -136,3 +136,22 @@ def test_a_resumed_suite_keeps_the_spaces_it_holds_and_measures_the_others(tmp_p
     refused = suite(f"{second}:space", "--resume", validate=options.replace("--reps 2", "--reps 3"))
     assert refused.returncode != 0 and "holds a run of other validate options" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and out.read_bytes() == before
+
+
+def test_a_space_past_its_timeout_keeps_the_last_lines_it_wrote(tmp_path):
+    # A space longer than --timeout is recorded failed with how far it got, so that the next call can tell
+    # where its time went.
+    slow = tmp_path / "slow_nsprof.py"
+    slow.write_text(
+        "import sys, time\nprint('compiling 18 configs', file=sys.stderr)\n"
+        "print('nsprof: ncu 3/72', file=sys.stderr, flush=True)\ntime.sleep(600)\n"
+    )
+    out = tmp_path / "regret.json"
+    subprocess.run(
+        [sys.executable, str(SCRIPT), "--spaces", "x.py:space", "--timeout", "3",
+         "--nsprof", f"{sys.executable} {slow}", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    cell = json.loads(out.read_text())["cells"]["x.py:space#0"]
+    assert cell["error"] == "timed out after 3 s"
+    assert cell["stderr_tail"] == ["compiling 18 configs", "nsprof: ncu 3/72"]
