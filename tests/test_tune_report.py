@@ -372,22 +372,36 @@ def _unranked(document: dict, truths: tuple, how: str, shapes: tuple = (0, 1)) -
 
 
 @pytest.mark.parametrize("how", ["empty", "failed"])
-@pytest.mark.parametrize("truths", [("lab",), ("field",), ("lab", "field")])
-def test_a_saved_tune_with_nothing_ranked_under_a_truth_is_one_line_and_exit_2(
-    saved_tune, tmp_path, truths, how
-):
-    """A tune that measures nothing under a truth stops with one line and exit status 2; a saved tune
-    that ranks nothing under one (at any shape) is refused alike, naming the file and the truth."""
-    (tmp_path / "none.json").write_text(json.dumps(_unranked(saved_tune, truths, how)))
+def test_a_saved_tune_with_nothing_ranked_under_any_truth_is_one_line_and_exit_2(saved_tune, tmp_path, how):
+    """A tune that measures nothing stops with one line and exit status 2; a saved tune that ranks nothing
+    under any truth (at any shape) is refused alike, naming the file and the truths."""
+    (tmp_path / "none.json").write_text(json.dumps(_unranked(saved_tune, ("lab", "field"), how)))
     for more in ([], ["--json"], ["--html", "p.html"]):
         done = run_nsprof("results", "none.json", *more, in_process=True, cwd=tmp_path)
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(lines) == 1, done.stderr
-        assert lines[0].startswith(f"nsprof: error: none.json: nothing ranked under {truths[0]}: "), lines
+        assert lines[0].startswith("nsprof: error: none.json: nothing ranked under lab or field: "), lines
         assert "no config was measured" in lines[0] and done.stdout == ""
         if how == "failed":  # as a tune says it: how many failed, the first one's reason
             assert "all 3 failed (config 0: build failed: config 0 edited)" in lines[0], lines
     assert not (tmp_path / "p.html").exists()
+
+
+@pytest.mark.parametrize("how", ["empty", "failed"])
+@pytest.mark.parametrize("empty, ranked", [("lab", "field"), ("field", "lab")])
+def test_a_saved_tune_with_one_truth_unranked_shows_the_other(saved_tune, tmp_path, how, empty, ranked):
+    """A run cut short (Ctrl-C) can leave a truth with nothing ranked beside one that ranks: the file
+    still reads back, the ranked truth's table as it was, the other's rows nothing measured."""
+    (tmp_path / "half.json").write_text(json.dumps(_unranked(saved_tune, (empty,), how)))
+    done = run_nsprof("results", "half.json", in_process=True, cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    tables = done.stdout.split("ranked by ")[1:]
+    by_truth = {table.split()[0].rstrip(","): table for table in tables}
+    rows = {
+        t: [ln.split() for ln in text.splitlines() if ln[:2] in ("0 ", "1 ")] for t, text in by_truth.items()
+    }
+    assert [row[-2:] for row in rows[empty]] == [["nothing", "measured"]] * 2, done.stdout
+    assert all(row[-2:] != ["nothing", "measured"] for row in rows[ranked]), done.stdout
 
 
 @pytest.mark.parametrize("how", ["empty", "failed"])

@@ -94,25 +94,26 @@ class TuneReport:
 
 def check_ranked(report: TuneReport) -> None:
     """An NsprofError where `report`, read again (a saved tune, the results store's), ranks no config
-    under a truth at any shape: a tune stops there (nothing measured), so a report of it has nothing to
-    show. A shape with nothing ranked among ranked ones stands, as it did in the tune (its table says so)."""
+    under any truth at any shape: it has nothing to show (a tune stops there: nothing measured). A truth
+    or a shape with nothing ranked beside ranked ones stands (a run cut short leaves one): its table, and
+    the comparison of the truths, say so."""
     from nsprof.errors import NsprofError
     from nsprof.reports.checks import one_line
 
-    for name in dict.fromkeys(name for shape in report.shapes for name in shape.truths):
-        rankings = [shape.truths[name] for shape in report.shapes if name in shape.truths]
-        if any(ranking.best_config_id is not None for ranking in rankings):
-            continue
-        failed = sorted(
-            (int(config), str(error))
-            for table in (ranking.table for ranking in rankings if "error" in ranking.table)
-            for config, error in zip(table["config_id"], table["error"])
-            if isinstance(error, str) and error
-        )
-        if failed:  # in tune's words (nsprof.profile.check_measured)
-            why = f": all {len(dict(failed))} failed (config {failed[0][0]}: {one_line(failed[0][1], 200)})"
-        elif all(ranking.table.empty for ranking in rankings):
-            why = f" (its ranked list{'s are' if len(rankings) > 1 else ' is'} empty)"
-        else:
-            why = " (no config in it has a rank)"
-        raise NsprofError(f"nothing ranked under {name}: no config was measured{why}")
+    rankings = [ranking for shape in report.shapes for ranking in shape.truths.values()]
+    if not rankings or any(ranking.best_config_id is not None for ranking in rankings):
+        return
+    names = " or ".join(dict.fromkeys(name for shape in report.shapes for name in shape.truths))
+    failed = sorted(
+        (int(config), str(error))
+        for table in (ranking.table for ranking in rankings if "error" in ranking.table)
+        for config, error in zip(table["config_id"], table["error"])
+        if isinstance(error, str) and error
+    )
+    if failed:  # in tune's words (nsprof.profile.check_measured)
+        why = f": all {len(dict(failed))} failed (config {failed[0][0]}: {one_line(failed[0][1], 200)})"
+    elif all(ranking.table.empty for ranking in rankings):
+        why = f" (its ranked list{'s are' if len(rankings) > 1 else ' is'} empty)"
+    else:
+        why = " (no config in it has a rank)"
+    raise NsprofError(f"nothing ranked under {names}: no config was measured{why}")
