@@ -67,6 +67,23 @@ def _choice(words: str) -> click.Choice:
     return click.Choice(words.split())
 
 
+class _Registered(click.Choice):
+    """The ground truths registered when an option is read (nsprof.drivers.registry), then `more`: a
+    driver registered after this module's import is a choice too, and one unregistered is none."""
+
+    def __init__(self, more: tuple = ()) -> None:
+        self.more = tuple(more)
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple:
+        return registry.ground_truths() + self.more
+
+    @choices.setter
+    def choices(self, value) -> None:  # click.Choice's own __init__ sets it
+        pass
+
+
 _OUT = OutPath()
 # The options several commands take: their one definition (where click puts the value, the rest).
 _SHARED = {
@@ -161,7 +178,7 @@ def analyze(files, plot_path, as_json, csv_path, parquet_path, compare, domain, 
 
 @cli.command()
 @click.argument("target")
-@_option("--backend", type=click.Choice(registry.ground_truths()), default="ncu")
+@_option("--backend", type=_Registered(), default="ncu")
 @_option("--mode", type=_choice("direct graph both"), default="both")
 @_option("--reps")
 @_option("--warmup", type=click.IntRange(0), default=3)
@@ -230,7 +247,7 @@ def validate(target, timers, truth, mode, **options) -> None:
 
 @cli.command()
 @click.argument("target")
-@_option("--backend", type=click.Choice(registry.ground_truths() + tuple(TIMER_BACKENDS)), default=None)
+@_option("--backend", type=_Registered(tuple(TIMER_BACKENDS)), default=None)
 @_option("--truth", "truth_list", metavar="LIST", default=None)
 @_option("--deploy", metavar="TRUTH", default=None)
 @_option("--explain/--no-explain", default=True)
@@ -302,7 +319,7 @@ def results(store, store_path, **options) -> None:
 
 
 @cli.command()
-@_option("--backend", type=click.Choice(registry.ground_truths()), default="nsys")
+@_option("--backend", type=_Registered(), default="nsys")
 @_option(
     "--idle-exit",
     "idle_exit_s",
