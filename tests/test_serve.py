@@ -1467,3 +1467,58 @@ def test_an_interrupt_stands_when_the_job_it_followed_on_then_fails_to_start(
         assert wait_for(lambda: "interrupted" in err.read_text() or client.poll() is not None)
         gate.write_text("")
         assert client.wait(timeout=120) == 130, err.read_text()
+
+
+# Compiles that outlast a stopped job: 6 configs compiled in the serving worker's pool, each slow while the
+# file `slow` exists; every build logs how many of the pool's threads are alive in its process.
+COMPILING = """
+import os, threading, time
+from pathlib import Path
+import nsprof.space
+HERE = Path(__file__).parent
+
+def compile(config):
+    if (HERE / "slow").exists():
+        time.sleep(4)
+    with open(HERE / "compiled.log", "a") as f:
+        f.write(f"compile {config['i']} {os.getpid()}\\n")
+
+def build(config):
+    live = sum(t.name == "nsprof-compile" for t in threading.enumerate())
+    with open(HERE / "compiled.log", "a") as f:
+        f.write(f"build {config['i']} {os.getpid()} threads={live}\\n")
+    return lambda: None
+
+space = nsprof.space.Space(name="c", configs=[{"i": i} for i in range(6)], build=build, compile=compile,
+                           device="cpu")
+"""
+
+
+def test_compiles_a_stopped_job_left_running_never_run_beside_the_next_jobs_windows(
+    tmp_path, server, own_gpu_lock_folder
+):
+    # Ctrl-C while the served job's compile pool runs: the job stops, but compiles already under way go on
+    # in their threads. The next job (the same target: no fresh image for another target) runs in a fresh
+    # image all the same, so that no compile of the stopped job runs while its windows do.
+    target = tmp_path / "c.py"
+    target.write_text(COMPILING)
+    (tmp_path / "slow").write_text("")
+    proc, state = server("--idle-exit", "120")
+    err = tmp_path / "client.err"
+    command = [sys.executable, str(STANDINS), "profile", f"{target}:space", "--backend", "nsys", "--mode",
+               "direct", "--reps", "1", "--work-dir", str(tmp_path / "w"), "--json"]  # fmt: skip
+    with open(err, "w") as stderr:
+        client = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+        # the first config compiled alone: the pool's compiles are under way
+        assert wait_for(lambda: (tmp_path / "compiled.log").exists())
+        client.send_signal(signal.SIGINT)
+        assert client.wait(timeout=DEADLINE_S) == 130, err.read_text()
+    (tmp_path / "slow").unlink()
+    after = _client(tmp_path, "after", target=f"{target}:space", configs="0,1,2,3,4,5")
+    assert after.returncode == 0, after.stderr
+    assert _measured(_rows(after)) == {c: 2 for c in range(6)}
+    assert _status(tmp_path, "after").pid == state["worker_pid"] and proc.poll() is None
+    builds = [
+        line.split() for line in (tmp_path / "compiled.log").read_text().splitlines() if "build" in line
+    ]
+    assert len(builds) == 6 and all(words[-1] == "threads=0" for words in builds), builds

@@ -23,8 +23,9 @@ share the warm image: the state its earlier jobs left is that target's own (docs
 The worker's own status file, DIR/worker.status (nsprof.worker.protocol.Status lines):
     pid <pid>                  first (again after each fresh image)
     ready <json>               imports done, ready for jobs: {"watch": ..., "device": ... or null}
-    fresh <json>               job n is of another target than the last: {"job": n, "target": ...}; this
-                               process execs itself, and the fresh image runs job n first (DIR/pending.json)
+    fresh <json>               job n is of another target than the last, or an earlier job's compiles still
+                               run (_compiling): {"job": n, "target": ...}; this process execs itself,
+                               and the fresh image runs job n first (DIR/pending.json)
     job <n> <code>             job n is over: 0 (ended), EXIT_CONTEXT_LOST (the worker exits now),
                                JOB_ABORTED (the job could not run: its status file says why),
                                EXIT_STOPPED (its client asked to stop it: DIR/stop-<n>, see stop_file)
@@ -171,6 +172,16 @@ def _target_place(request: dict) -> str | None:
     return f"{where} in {cwd}"
 
 
+def _compiling() -> bool:
+    """Whether compiles of an earlier job still run in this image (its client stopped it while they ran, or
+    one ran past its bound): they would run beside the next job's windows, so that job gets a fresh image."""
+    import threading
+
+    from nsprof.worker.windows import COMPILE_THREAD
+
+    return any(thread.name == COMPILE_THREAD and thread.is_alive() for thread in threading.enumerate())
+
+
 def _fresh_image(serve_dir: Path, request: dict, place: _Place, watch_fd: int) -> None:
     """Run `request` in a fresh image of this process (see the module's docstring): exec'd with the
     worker's own start folder and environment (the profiler's injection in it), the death pipe kept."""
@@ -255,7 +266,7 @@ def serve(serve_dir: Path) -> int:
                     return 0
                 request = json.loads(line)
                 target = _target_place(request)
-                if served is not None and target is not None and target != served:
+                if served is not None and (target is not None and target != served or _compiling()):
                     own.write("fresh", json.dumps({"job": request["n"], "target": target}))
                     own.close()
                     _fresh_image(serve_dir, request, place, int(info.get("watch_fd", -1)))

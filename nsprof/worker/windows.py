@@ -53,6 +53,7 @@ def config_windows(job: Job, space, device: Device, status: Status):
 
 
 WAIT_LINE_S = 1.0  # while waiting for the compile step: one `wait` line per second (progress)
+COMPILE_THREAD = "nsprof-compile"  # the name of _CompileAhead's threads
 
 
 def _not_reached(why: str) -> Failure:
@@ -171,7 +172,7 @@ class _CompileAhead:
                 self._one(point, on_device)
 
         def start() -> None:
-            threading.Thread(target=drain, name="nsprof-compile", daemon=True).start()
+            threading.Thread(target=drain, name=COMPILE_THREAD, daemon=True).start()
 
         for _ in range(min(threads, len(todo))):
             start()
