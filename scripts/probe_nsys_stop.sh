@@ -31,13 +31,17 @@ variant() {  # name, extra launch options, extra start options
     timeout 60 $NSYS start --session="probe$name" --sample=none --cpuctxsw=none -o "$P/b$b" --force-overwrite=true $sopts \
       > "$P/start$b.log" 2>&1 || { echo "start rc $?"; cat "$P/start$b.log"; }
     timeout 40 python3 $PROBE send --timeout 30 --dir "$P" batch "b$b" 10
-    [ $b = 3 ] && ( sleep 0.5; ps -eo pid,etimes,args --sort=start_time | grep -v -E 'ps -eo|grep' | tail -8 > "$P/during_stop.txt" ) &
+    local spy=""
+    if [ $b = 3 ]; then
+      ( sleep 0.5; ps -eo pid,etimes,args --sort=start_time | grep -v -E 'ps -eo|grep' | tail -8 > "$P/during_stop.txt" ) &
+      spy=$!
+    fi
     local a; a=$(stamp)
     timeout 60 $NSYS stop --session="probe$name" > "$P/stop$b.log" 2>&1; local rc=$?
     local t; t=$(python3 -c "print(f'{$(stamp)-$a:.2f}')")
     times="$times $t(rc$rc)"
+    [ -n "$spy" ] && wait "$spy"
   done
-  wait
   echo "processes 0.5 s into the third stop:"; cat "$P/during_stop.txt"
   ls -la "$P" | grep -E 'b[123]\.' | head -12
   timeout 30 $NSYS shutdown --session="probe$name" --kill sigkill > /dev/null 2>&1

@@ -139,6 +139,13 @@ def test_a_build_that_crashes_or_hangs_is_that_configs_failure(tmp_path):
     assert "SIGABRT" in result.failures[1]
     assert result.failures[3].startswith("timeout")
     assert set(result.failures) == {1, 3}
+    # the aborted worker left every thread's Python stack beside its job: where it died (the target's build)
+    stacks = {path.name: path.read_text() for path in tmp_path.glob("*.stack")}
+    assert list(stacks) == ["part0.job.stack"], sorted(p.name for p in tmp_path.iterdir())
+    assert (
+        "Fatal Python error: Aborted" in stacks["part0.job.stack"]
+        and "faulty_cpu.py" in stacks["part0.job.stack"]
+    )
 
 
 def test_configs_left_when_restarts_run_out_are_failed_rows(tmp_path):

@@ -156,6 +156,9 @@ def read_part(run: SessionRun, base: Path, log: Path, end: RunEnd) -> Part:
     """The status and report of one finished worker run: what it measured whole, what failed."""
     settings, driver = run.settings, run.driver
     part = Part(parse_status(base.with_suffix(".status").read_text(errors="replace")))
+    stacks = base.with_suffix(".job.stack")  # a worker killed from outside leaves it empty: nothing to keep
+    if stacks.exists() and not stacks.stat().st_size:
+        stacks.unlink()
     # the config killed for its timeout, even where the profiler ran the worker again after the kill
     crashed = end.timed_out if end.timed_out is not None else part.status.current
     part.crashed = crashed
