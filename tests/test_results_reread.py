@@ -244,7 +244,9 @@ def test_a_saved_tune_whose_ranked_lists_are_empty_is_one_line_and_exit_2(tuned)
     again = run_nsprof("results", "empty.json", in_process=True, cwd=tuned)
     lines = again.stderr.strip().splitlines()
     assert again.returncode == 2 and len(lines) == 1 and again.stdout == "", again.stderr
-    assert lines[0].startswith("nsprof: error: empty.json: nothing ranked under ncu or nsys: no config was measured")
+    assert lines[0].startswith(
+        "nsprof: error: empty.json: nothing ranked under ncu or nsys: no config was measured"
+    )
 
 
 FAILING = """
