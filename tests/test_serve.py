@@ -1522,3 +1522,6 @@ def test_compiles_a_stopped_job_left_running_never_run_beside_the_next_jobs_wind
         line.split() for line in (tmp_path / "compiled.log").read_text().splitlines() if "build" in line
     ]
     assert len(builds) == 6 and all(words[-1] == "threads=0" for words in builds), builds
+    # whatever the compiles' timing: the job after the stopped one ran in a fresh image
+    own = (Path(state["log"]).parent / "worker.status").read_text().splitlines()
+    assert any(line.startswith('fresh {"job": 2,') for line in own), own

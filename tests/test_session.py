@@ -182,6 +182,7 @@ def test_ctrl_c_kills_the_worker(tmp_path):
     proc.wait(timeout=60)
     time.sleep(0.5)
     assert not _running(worker_pid), "the worker outlived nsprof after Ctrl-C"
+    assert not list(tmp_path.glob("*.stack")), "an empty crash-stack file was left in the work folder"
 
 
 class _DyingProfiler(_LossyDriver):

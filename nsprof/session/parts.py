@@ -156,9 +156,7 @@ def read_part(run: SessionRun, base: Path, log: Path, end: RunEnd) -> Part:
     """The status and report of one finished worker run: what it measured whole, what failed."""
     settings, driver = run.settings, run.driver
     part = Part(parse_status(base.with_suffix(".status").read_text(errors="replace")))
-    stacks = base.with_suffix(".job.stack")  # a worker killed from outside leaves it empty: nothing to keep
-    if stacks.exists() and not stacks.stat().st_size:
-        stacks.unlink()
+    _drop_empty_stacks(base)
     # the config killed for its timeout, even where the profiler ran the worker again after the kill
     crashed = end.timed_out if end.timed_out is not None else part.status.current
     part.crashed = crashed
@@ -225,11 +223,20 @@ def _read_report(part: Part, run: SessionRun, base, log, end: RunEnd, abnormal: 
     return complete, incomplete, lost_reason
 
 
+def _drop_empty_stacks(base: Path) -> None:
+    """The worker's crash-stack file (nsprof.worker.__main__) once it ended: a worker killed from outside
+    (a timeout, Ctrl-C) leaves it empty, with nothing to keep."""
+    stacks = base.with_suffix(".job.stack")
+    if stacks.exists() and not stacks.stat().st_size:
+        stacks.unlink()
+
+
 def _salvage(run: SessionRun, base: Path, log: Path) -> None:
     """After an interrupt: hand over what the interrupted part finished (whole configs only,
     and the failures it recorded). A report that cannot be read loses only this part."""
     driver, settings, points = run.driver, run.settings, run.points
     status = parse_status(base.with_suffix(".status").read_text(errors="replace"))
+    _drop_empty_stacks(base)
     frames = [failure_rows(status.failed, run)] if status.failed else []
     try:
         report = driver.finish(base, log)

@@ -1,5 +1,6 @@
 import atexit
 import faulthandler
+import os
 import sys
 from pathlib import Path
 
@@ -20,9 +21,10 @@ def _keep_native_crash_stacks(argv: list[str]) -> None:
     except OSError:
         return  # no stacks then; the worker itself says what it cannot open
     faulthandler.enable(stack, all_threads=True)
+    pid = os.getpid()
 
     def remove_if_empty() -> None:
-        if stack.tell() == 0:
+        if os.getpid() == pid and stack.tell() == 0:  # not a forked child's exit: the file is its parent's
             path.unlink(missing_ok=True)
 
     atexit.register(remove_if_empty)
