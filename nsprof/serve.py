@@ -20,10 +20,11 @@ environment, the job's), "timeout_s", "phase_bound_s", "wait"}; the server answe
 "wait"; without it {"ok": false, "busy": true}), {"started": true} when the job starts, and at the
 end {"ok": true} or {"ok": false, "fault": "crash"|"timeout"|"stalled"|"tool"|"abort"|"closing",
 "config": id or null, "reason": one line}, a crash's with "kind" too (nsprof.schema.FAILURE_KINDS, as the
-server's driver read it from the log). While its job runs, a client sends {"op": "stop"} (Ctrl-C), or closes
-its connection: the job stops before its next config, answered {"ok": true, "stopped": true}. A client's own GPU work between its jobs (its tuner's pick, the
-feed-back) asks {"op": "lease", "timeout_s", "wait"}: queued as a job is, then {"leased": true}, and no
-job runs until the client closes the connection or timeout_s passed.
+server's driver read it from the log). While its job runs, a client sends {"op": "stop"} (Ctrl-C), or
+closes its connection: the job stops before its next config, answered {"ok": true, "stopped": true}. A
+client's own GPU work between its jobs (its tuner's pick, the feed-back) asks {"op": "lease", "timeout_s",
+"wait"}: queued as a job is, then {"leased": true}, and no job runs until the client closes the connection
+or timeout_s passed.
 
 Faults are kept simple: when a job goes wrong (the worker died, a config ran past its timeout,
 the worker stalled, nsys failed) the server answers, then ends itself (nsys shutdown, its files

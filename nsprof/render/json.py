@@ -273,7 +273,7 @@ def cross_truth_document(shape) -> dict:
 def load_tune(text: str):
     """The TuneReport of a saved tune (tune_document's JSON). An NsprofError in one line when `text`
     is not JSON, not a tune's document, one cut short or edited past reading, or one with nothing ranked
-    under a truth (check_ranked)."""
+    under any truth (check_ranked)."""
     from nsprof.analysis.tune_report import TuneReport, check_ranked
     from nsprof.errors import NsprofError
 

@@ -38,9 +38,9 @@ from nsprof.worker.protocol import RunStatus, parse_status
 def _served_base(work_dir: Path, driver) -> Path:
     """The report base of a served job in `work_dir`: `served`, or `served1`, `served2`... where an earlier
     run's job has that name. A job abandoned by its client (Ctrl-C) runs on in the server to the end of its
-    current config and still writes its status file and report: the name is taken by creating the status file exclusively, so that no two
-    runs share one, and a name under which a report lies (its status file removed) is passed over, so that
-    only this job's collection can be read and no earlier one is lost."""
+    current config and still writes its status file and report: the name is taken by creating the status
+    file exclusively, so that no two runs share one, and a name under which a report lies (its status file
+    removed) is passed over, so that only this job's collection can be read and no earlier one is lost."""
 
     def taken(base: Path) -> list[Path]:
         suffixes = {driver.suffix, ".nsys-rep", ".qdstrm", ".sqlite", ".log", ".job.json"} - {""}

@@ -157,7 +157,7 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
     """The TuneReport of a stored tune: of `target` (its latest run's settings and fingerprint) or of
     run `run_id`'s tune, ranked from `store` (an open nsprof.store.ResultStore) as tune ranks it:
     per shape, every truth's ranking the store holds and their comparison. An NsprofError in one
-    line when the store holds no such run, nothing under its deploy truth, or nothing ranked under a
+    line when the store holds no such run, nothing under its deploy truth, or nothing ranked under any
     truth (check_ranked: every config failed, as the tune that stopped there said)."""
     anchor, of_target = _run(store, target, run_id)
     settings = _settings(anchor)
