@@ -106,6 +106,32 @@ def test_wait_without_timeout_blocks_until_release(holder):
         assert time.monotonic() - began > 0.2
 
 
+def test_a_wait_in_another_thread_can_be_interrupted_from_outside(holder):
+    # A Dask batch waits for its GPU's lock in a worker thread; cancelling it raises KeyboardInterrupt there
+    # asynchronously (nsprof.cluster_batch), which lands only between Python instructions: a wait blocked
+    # in flock itself never saw it, and the cancelled batch kept waiting until the holder let go.
+    import threading
+
+    from nsprof.cluster_batch import _async_raise
+
+    holder()
+    outcome: list[str] = []
+
+    def waiter() -> None:
+        try:
+            with gpu_lock(0, wait=True):
+                outcome.append("locked")
+        except KeyboardInterrupt:
+            outcome.append("interrupted")
+
+    thread = threading.Thread(target=waiter, daemon=True)
+    thread.start()
+    time.sleep(0.5)  # into its wait (the holder keeps the lock for minutes: no race with a release)
+    _async_raise(thread.ident, KeyboardInterrupt)
+    thread.join(60)
+    assert outcome == ["interrupted"], outcome
+
+
 def test_wait_gives_up_after_its_timeout(holder):
     child = holder()
     began = time.monotonic()

@@ -427,9 +427,9 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
 
 
 def _acquire(fd: int, gpu: Gpu, path: Path, *, wait: bool, timeout_s: float | None, device: int) -> None:
-    if wait and timeout_s is None:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # Ctrl-C still interrupts the wait (PEP 475)
-        return
+    if wait and timeout_s is None and threading.current_thread() is threading.main_thread():
+        fcntl.flock(fd, fcntl.LOCK_EX)  # Ctrl-C interrupts it (PEP 475); another thread polls below:
+        return  # an exception raised in it from outside (a cancelled Dask batch) lands between instructions
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         try:
