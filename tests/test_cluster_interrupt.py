@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("distributed")
+pytestmark = pytest.mark.xdist_group("cluster_interrupt")  # one worker: one running cluster for the module
 
 from nsprof.host.children import pid_alive  # noqa: E402
 
@@ -73,25 +74,29 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             proc.wait()
 
 
-@pytest.fixture(params=["--scheduler", "--devices"])
-def cluster(request, tmp_path):
-    """nsprof's options for a cluster of two GPU workers ("GPUs" 0 and 1), its GPU locks this test's
-    own: a running Dask cluster's address, or a LocalCluster of nsprof's own."""
-    env = {
+def _env(folder: Path) -> dict:
+    """The environment of the cluster's processes and of nsprof: the tests' modules importable (the workers
+    unpickle standins' driver), the GPU locks in `folder`."""
+    return {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),  # the workers unpickle standins' driver
-        "NSPROF_LOCK_DIR": str(tmp_path / "locks"),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
+        "NSPROF_LOCK_DIR": str(folder / "locks"),
     }
-    if request.param == "--devices":
-        yield ["--devices", "0,1"], env
-        return
-    info = tmp_path / "scheduler.json"
+
+
+@pytest.fixture(scope="module")
+def running_cluster(tmp_path_factory):
+    """A running Dask cluster of two GPU workers ("GPUs" 0 and 1), as docs/profile.md starts one: (its
+    address, the environment). One for the module: an existing cluster outlives each run, which is the
+    point of these tests (each checks that its worker lives on and takes the next task)."""
+    folder = tmp_path_factory.mktemp("cluster")
+    env, info = _env(folder), folder / "scheduler.json"
     dask = [sys.executable, "-m"]
     procs = [
         subprocess.Popen(
             [*dask, "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0"]
             + ["--no-dashboard", "--scheduler-file", str(info)],
-            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
     ]  # fmt: skip
     try:
@@ -103,14 +108,24 @@ def cluster(request, tmp_path):
                 subprocess.Popen(
                     [*dask, "distributed.cli.dask_worker", address, "--nthreads", "1", "--resources", "GPU=1"]
                     + ["--no-dashboard"],
-                    cwd=tmp_path, env={**env, "CUDA_VISIBLE_DEVICES": gpu},
+                    cwd=folder, env={**env, "CUDA_VISIBLE_DEVICES": gpu},
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 )
             )  # fmt: skip
         _wait_for(lambda: _workers(address) == 2, "both Dask workers")  # one batch each
-        yield ["--scheduler", address], env
+        yield address, env
     finally:
         _stop(procs[::-1])
+
+
+@pytest.fixture(params=["--scheduler", "--devices"])
+def cluster(request, tmp_path):
+    """nsprof's options for a cluster of two GPU workers, and its environment: the running cluster's
+    address, or a LocalCluster of nsprof's own (its GPU locks this test's own)."""
+    if request.param == "--devices":
+        return ["--devices", "0,1"], _env(tmp_path)
+    address, env = request.getfixturevalue("running_cluster")
+    return ["--scheduler", address], env
 
 
 def _workers(address: str) -> int:
