@@ -49,19 +49,17 @@ def check_config_ids(config_ids, n_configs: int) -> list[int]:
 def check_measured(frame) -> None:
     """An NsprofError, in one line, when no row of `frame` is a measurement (every config failed)."""
     from nsprof.errors import NsprofError
-    from nsprof.reports.checks import one_line
+    from nsprof.reports.checks import nothing_measured
 
     if (frame["error"].isna() & frame["duration_ns"].notna()).any():
         return
     failed = frame[frame["error"].notna() & frame["config_id"].notna()].sort_values(
         "config_id", kind="stable"
     )
-    first = (
-        f" (config {int(failed.iloc[0]['config_id'])}: {one_line(str(failed.iloc[0]['error']), 200)})"
-        if len(failed)
-        else ""
-    )
-    raise NsprofError(f"no config was measured: all {failed['config_id'].nunique()} failed{first}")
+    reasons: dict[int, str] = {}
+    for config, error in zip(failed["config_id"], failed["error"]):
+        reasons.setdefault(int(config), str(error))
+    raise NsprofError(nothing_measured(reasons))
 
 
 @dataclass

@@ -98,22 +98,24 @@ def check_ranked(report: TuneReport) -> None:
     or a shape with nothing ranked beside ranked ones stands (a run cut short leaves one): its table, and
     the comparison of the truths, say so."""
     from nsprof.errors import NsprofError
-    from nsprof.reports.checks import one_line
+    from nsprof.reports.checks import nothing_measured
 
     rankings = [ranking for shape in report.shapes for ranking in shape.truths.values()]
     if not rankings or any(ranking.best_config_id is not None for ranking in rankings):
         return
     names = " or ".join(dict.fromkeys(name for shape in report.shapes for name in shape.truths))
-    failed = sorted(
+    failed: dict[int, str] = {}
+    for config, error in sorted(
         (int(config), str(error))
         for table in (ranking.table for ranking in rankings if "error" in ranking.table)
         for config, error in zip(table["config_id"], table["error"])
         if isinstance(error, str) and error
-    )
+    ):
+        failed.setdefault(config, error)
     if failed:  # in tune's words (nsprof.profile.check_measured)
-        why = f": all {len(dict(failed))} failed (config {failed[0][0]}: {one_line(failed[0][1], 200)})"
+        why = nothing_measured(failed)
     elif all(ranking.table.empty for ranking in rankings):
-        why = f" (its ranked list{'s are' if len(rankings) > 1 else ' is'} empty)"
+        why = f"no config was measured (its ranked list{'s are' if len(rankings) > 1 else ' is'} empty)"
     else:
-        why = " (no config in it has a rank)"
-    raise NsprofError(f"nothing ranked under {names}: no config was measured{why}")
+        why = "no config was measured (no config in it has a rank)"
+    raise NsprofError(f"nothing ranked under {names}: {why}")

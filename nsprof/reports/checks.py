@@ -18,6 +18,14 @@ def one_line(text: object, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def nothing_measured(failed: dict[int, str]) -> str:
+    """The one line of a run that measured no config: how many failed, and the first one's reason (`failed`:
+    config id -> reason, the first in id order)."""
+    first = next(iter(failed.items()), None)
+    why = f" (config {first[0]}: {one_line(first[1], 200)})" if first is not None else ""
+    return f"no config was measured: all {len(failed)} failed{why}"
+
+
 def blank_impossible(frame, columns: tuple[str, ...] = MEASURED) -> list[str]:
     """Set negative or infinite measurements to NaN in place; one warning per column touched.
 
