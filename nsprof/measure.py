@@ -38,7 +38,7 @@ class Request:
     differs). plan: adaptive reps (nsprof.analysis.adaptive.Plan: its rounds over `ids`, each
     point's reps numbered from plan.first_rep) instead of a first pass; a ground truth's only.
     compiles: where the target's compile step runs (nsprof.space.Space.compiles; "": it has none):
-    beside each session, or in its worker (nsprof.session.run_session)."""
+    beside each session, or in its worker (nsprof.session.run_session). ahead: see run_session."""
 
     target: str
     ids: tuple[int, ...]
@@ -48,6 +48,8 @@ class Request:
     plan: object | None = None
     compiles: str = ""
     device: int = 0
+    # a ground truth's worker started ahead for this session (nsprof.session.ahead.Ahead), or None
+    ahead: object | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ids", tuple(int(i) for i in self.ids))
@@ -148,6 +150,7 @@ class GroundTruth(Backend):
             n_shapes=request.n_shapes,
             job_extra=extra or None,
             compiles=request.compiles,
+            ahead=request.ahead,
         )
 
 

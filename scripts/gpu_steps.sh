@@ -71,6 +71,8 @@
 #                 the compile pool's cap of 8 threads leaves the H200's 16 cores half idle
 #   moe_ncu_logs  nsprof tune of the MoE space under ncu from a cold Triton cache, its work folder (status lines,
 #                 worker logs; not the reports) kept: whether the worker compiled ahead, and if not, why
+#   ahead         a standalone TileLang tune under ncu, then nsys, its work folder's status files and what runs
+#                 after it: the adaptive sessions' workers started ahead (nsprof.session.ahead), and none left
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
 #                 times, logs; not the reports) comes back: where the session's ends go
 set -u
@@ -119,6 +121,12 @@ for s in "$@"; do
     probe_tc) step probe_tc 400 python3 scripts/probe_triton_compile.py --out "$R/probe_triton_compile.json" ;;
     probe_tc_jobs) for j in 8 16; do step "probe_tc_$j" 300 python3 scripts/probe_triton_compile.py --methods async \
                      --configs 128 --jobs "$j" --out "$R/probe_triton_compile_jobs$j.json"; done ;;
+    ahead) for b in ncu nsys; do step "ahead_$b" 240 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space \
+             --backend $b --mode graph --no-store --no-feed-back --no-tuner-pick --json --work-dir $R/ahead_$b \
+             > $R/ahead_$b.json; rc=\$?; ls -la $R/ahead_$b; for f in $R/ahead_$b/*.status; do echo == \$f; \
+             grep -v '^at ' \$f | head -4; grep -E '^at .* (process|target|device)' \$f; done; \
+             ps -eo pid,etimes,cmd | grep -E 'nsys|ncu|nsprof.worker' | grep -v grep; \
+             rm -f $R/ahead_$b/*.nsys-rep $R/ahead_$b/*.sqlite $R/ahead_$b/*.ncu-rep; exit \$rc"; done ;;
     ends) step ends 200 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space --backend nsys \
             --mode graph --budget-s 0 --no-store --no-feed-back --no-tuner-pick --json --work-dir $R/ends \
             > $R/ends.json; rc=\$?; rm -f $R/ends/*.nsys-rep $R/ends/*.sqlite $R/ends/*.qdstrm; exit \$rc" ;;

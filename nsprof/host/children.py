@@ -131,22 +131,24 @@ class DeathPipe:
                 pass
 
 
-def launch_child(command: list[str], log_handle, pipe: DeathPipe):
+def launch_child(command: list[str], log_handle, pipe: DeathPipe, locks: bool = True):
+    """Start a worker run (the profiler, or the bare worker). Its own process session, so that the whole
+    tree (profiler, worker, their helpers) can be killed as one group and a terminal's Ctrl-C reaches
+    only nsprof, which stops it cleanly. With `locks`, the GPU locks this thread holds go along: the lock
+    stays held while any of them lives. A worker started ahead of its session takes none (nsprof.session.ahead):
+    one it kept would keep the GPU from the session it waits for."""
     import subprocess
 
     from nsprof.host.gpu import child_environ
     from nsprof.host.lock import held_fds
 
-    # Its own process session, so that the whole tree (profiler, worker, their helpers) can be
-    # killed as one group and a terminal's Ctrl-C reaches only nsprof, which stops it cleanly.
-    # The GPU lock's descriptor goes along: the lock is held while any of them lives.
     return subprocess.Popen(
         command,
         stdout=log_handle,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
-        pass_fds=(pipe.read_fd, *held_fds()),
+        pass_fds=(pipe.read_fd, *(held_fds() if locks else ())),
         preexec_fn=dies_with_nsprof(),
         env=child_environ(),
     )

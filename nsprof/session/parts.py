@@ -317,18 +317,25 @@ class _Parts:
         run = self.run
         # part{number}, or the next name no earlier run in a reused work folder has used: its reports
         # are kept, and never read as this run's (the driver's finish takes what lies at the part's path)
-        base = claim_base(
-            run.work_dir, numbered("part", number), ".status", lambda b: _part_files(run.driver, b)
+        ahead = run.ahead if number == 0 else None  # its first run: a worker started ahead, when given
+        base = (
+            ahead.base
+            if ahead is not None
+            else claim_base(
+                run.work_dir, numbered("part", number), ".status", lambda b: _part_files(run.driver, b)
+            )
         )
         status_file = base.with_suffix(".status")
         log = base.with_suffix(".log")
         job = make_job(run, remaining, status_file, watch_fd=pipe.read_fd, watch_inode=pipe.inode)
         job.compile_here = job.compile_here and not self.compile_in_windows
         job_file = job.write(base.with_suffix(".job.json"))
+        if ahead is not None:
+            ahead.handed = True  # its worker takes the job now: this run owns it
         command = run.driver.build_command(run.settings, job_file, base)
         settled = False
         try:
-            end = run_worker(command, log, status_file, job_file, run.settings, run.notify, pipe)
+            end = run_worker(command, log, status_file, job_file, run.settings, run.notify, pipe, ahead)
             refuse_changed(parse_status(status_file.read_text(errors="replace")), log)
             part = read_part(run, base, log, end)
             requeued = self._take(part, end, log)
@@ -417,7 +424,7 @@ def run_parts(run: SessionRun) -> Measured:
     """The session proper: worker runs ("parts") until every config of `run` is measured or failed."""
     session = _Parts(run)
     remaining = list(run.ids)
-    pipe = DeathPipe()
+    pipe = run.ahead.pipe if run.ahead is not None else DeathPipe()  # the one its worker watches
     try:
         number, parts = 0, run.settings.max_restarts + 1
         while remaining and number < parts + (1 if session.compile_in_windows else 0):  # no restart

@@ -38,6 +38,8 @@ class SessionRun:
     notify: Callable[[str, int, object], None] = _no_progress
     # on_rows(frame): the rows that became final, as soon as they are read (see run_session)
     hand_over: Callable[[object], None] = _no_rows
+    # its first worker run's profiler and worker, started ahead (nsprof.session.ahead.Ahead), or None
+    ahead: object | None = None
 
     def only(self, ids) -> SessionRun:
         """This session for these point ids only."""

@@ -48,6 +48,7 @@ def run_session(
     driver: Driver | None = None,
     n_shapes: int = 0,
     compiles: str = "",
+    ahead=None,
 ) -> Measured:
     """Measure `config_ids` (default: all) of `target` under settings.backend (its driver from
     nsprof.drivers.registry, unless `driver` is given).
@@ -65,11 +66,11 @@ def run_session(
     unmeasured is measured here, standalone, once the server has ended.
 
     `compiles`: where the target's compile step runs (Space.compiles). A standalone session runs a
-    "beside" one beside itself (nsprof.session.compile_step); a served worker, its imports paid,
-    compiles each point itself, and so does every worker of a "worker" one. Always before the point's
-    window: one that does not compile is a failure of kind compile, bounded by compile_timeout_s.
-
-    on_rows and the interrupt: see this module's docstring.
+    "beside" one beside itself (nsprof.session.compile_step); a served worker or one started ahead
+    (`ahead`, nsprof.session.ahead.Ahead: a standalone session takes it for its first worker run, in its
+    folder; its owner closes it), its imports paid, compiles each point itself, and so does every worker
+    of a "worker" one. Always before the point's window: one that does not compile is a failure of kind
+    compile, bounded by compile_timeout_s. on_rows and the interrupt: see this module's docstring.
 
     Without settings.work_dir the reports and logs go to a temporary folder, removed after
     a clean run (every config measured) and kept, named in Measured.work_dir or in the
@@ -86,15 +87,25 @@ def run_session(
         **({"notify": on_progress} if on_progress is not None else {}),
         **({"hand_over": on_rows} if on_rows is not None else {}),
     }
-    server, unfit = None, None
+    return _routed(request, compiles, ahead)
+
+
+def _routed(request: dict, compiles: str, ahead) -> Measured:
+    """The session of `request` through a server of the GPU, or standalone (in `ahead`'s worker where it
+    fits), its compile step beside it or in its worker."""
+    settings, driver = request["settings"], request["driver"]
     # An `nsprof serve` of this GPU (it holds the lock): measure through it.
-    if getattr(driver, "serves", False):
-        server, unfit = find_server(driver, settings)
-    if compiles and (server is not None or compiles == "worker"):
-        request["job_extra"] = {**(job_extra or {}), "compile_here": True}
+    server, unfit = find_server(driver, settings) if getattr(driver, "serves", False) else (None, None)
+    if server is None:
+        request["ahead"] = ahead.take(request["target"], settings, driver) if ahead is not None else None
+    # A worker whose imports are paid (a served one, one started ahead) compiles each point itself.
+    here = compiles == "worker" or server is not None or request.get("ahead") is not None
+    if compiles and here:
+        request["job_extra"] = {**(request["job_extra"] or {}), "compile_here": True}
     if server is not None:
         return _in_folder(request, server)
-    return (_compiled_beside if compiles == "beside" else _standalone)(request, settings, driver, unfit)
+    beside = compiles == "beside" and not here
+    return (_compiled_beside if beside else _standalone)(request, settings, driver, unfit)
 
 
 def _compiled_beside(request: dict, settings: ProfileSettings, driver: Driver, unfit) -> Measured:
@@ -139,10 +150,13 @@ def _in_folder(request: dict, server: dict | None) -> Measured:
     """The session of `request` (SessionRun's fields but its folder) in its work folder
     (settings.work_dir, or a temporary one), through the `nsprof serve` of `server` (its state) when
     given."""
-    settings = request["settings"]
-    temporary = settings.work_dir is None
-    work_dir = Path(tempfile.mkdtemp(prefix="nsprof-")) if temporary else Path(settings.work_dir)
-    if not temporary:
+    settings, ahead = request["settings"], request.get("ahead")
+    temporary = settings.work_dir is None if ahead is None else ahead.temporary
+    if ahead is not None:
+        work_dir = ahead.folder  # its worker's files are there already
+    else:
+        work_dir = Path(tempfile.mkdtemp(prefix="nsprof-")) if temporary else Path(settings.work_dir)
+    if not temporary and ahead is None:
         own_folder(work_dir, "--work-dir")
     run = SessionRun(work_dir=work_dir, **request)
     try:

@@ -239,14 +239,17 @@ def run_worker(
     settings: ProfileSettings,
     notify,
     pipe: DeathPipe,
+    ahead=None,
 ) -> RunEnd:
     """Start the profiler (which starts the worker) and follow it to its end; nothing of it is
-    left running on return, nor when an interrupt or an error goes through."""
-    with open(log, "w") as log_handle:
+    left running on return, nor when an interrupt or an error goes through. With `ahead` (an
+    nsprof.session.ahead.Ahead taken for this run; its job is written already), its profiler and
+    worker, launched earlier, are the run's: its start counts from now."""
+    with open(log, "w") if ahead is None else ahead.log_handle as log_handle:
         proc = None
         try:
             launched = time.monotonic()
-            proc = launch_child(command, log_handle, pipe)
+            proc = launch_child(command, log_handle, pipe) if ahead is None else ahead.proc
             follower = _PartFollower(proc, settings, log_handle)
             end = follow(
                 status_file,

@@ -75,6 +75,7 @@ def measure_rows(
     n_shapes: int = 0,
     on_measured: Callable[[Measured], None] | None = None,
     space=None,
+    ahead=None,
 ):
     """Tidy rows for `config_ids` under `truth`: kernels for ground truths (profile_result); for a
     fast timer one row per config, the timer's statistic as rep 0. Failed configs: rows with an error.
@@ -88,7 +89,8 @@ def measure_rows(
     on_measured gets the whole Measured (its phases among the rest).
 
     With `plan` (a ground truth only): one interleaved session of adaptive reps over plan.configs
-    (nsprof.measure.Request.plan) instead of a first pass over config_ids.
+    (nsprof.measure.Request.plan) instead of a first pass over config_ids, in the worker `ahead` started
+    for it (nsprof.session.ahead.Ahead) when one is given.
 
     `space`: the target as tune read it (nsprof.space.load_target), under whose configs the rows are
     stored: every worker checks that it loads the same (Space.as_read), or measures nothing
@@ -97,7 +99,9 @@ def measure_rows(
     expect = space.as_read() if space is not None else None
     compiles = space.compiles if space is not None else ""
     if plan is not None:
-        request = Request(target, plan.configs, n, n_shapes, expect=expect, plan=plan, compiles=compiles)
+        request = Request(
+            target, plan.configs, n, n_shapes, expect=expect, plan=plan, compiles=compiles, ahead=ahead
+        )
         measured = GroundTruth(settings.truth_profile(truth)).measure(
             request, on_progress=on_progress, on_rows=on_rows
         )

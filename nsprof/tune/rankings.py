@@ -46,6 +46,9 @@ def rank_truth(
     runs: list[Measured] = []
     adaptive: dict = {}
     with contextlib.ExitStack() as held:  # a --resume --wait's turn, through the adaptive reps (tune.turn)
+        aheads = _aheads(target, truth, settings, stage)  # importing while the first pass runs
+        if aheads is not None:
+            held.callback(aheads.close)
         rows, stored = _first_pass(target, space, truth, settings, points, clock, notes, runs.append, held)
         first_pass = (clock.elapsed(), _timing(runs[0]) if runs else None)
         if stage is not None and settings.cluster is not None and truth.profiler:
@@ -54,7 +57,7 @@ def rank_truth(
             notes.append(f"no adaptive reps: {stored.missing_tool}")
         elif stage is not None:
             rows, adaptive = _adaptive(
-                target, space, truth, settings, rows, stored, clock.cost(), stage, held
+                target, space, truth, settings, rows, stored, clock.cost(), stage, held, aheads
             )
     # What the first pass's sessions said of how they ran, and the temporary folder a session keeps
     # when a config failed (its logs say why).
@@ -217,12 +220,40 @@ class _FirstPassClock:
         return first_pass_cost(self.elapsed(), self.finished, self.settings.reps, warmup)
 
 
+def _aheads(target: str, truth: Truth, settings: TuneSettings, stage):
+    """The workers started ahead for ground truth `truth`'s adaptive sessions (nsprof.session.ahead), the
+    first now; None where no adaptive session would take one: none asked (no `stage`, --budget-s 0), a fast
+    timer, a cluster, a server that would measure them, a profiler not found (a stored --resume)."""
+    if stage is None or not truth.profiler or settings.cluster is not None or settings.budget_s <= 0:
+        return None
+    if measure.serving_worker(truth, settings) is not None:
+        return None
+    from nsprof.session.ahead import Aheads
+
+    profile = settings.truth_profile(truth)
+    try:
+        driver = registry.get_driver(profile.backend)
+    except NsprofError:  # the first pass's own session says why, where it has anything to measure
+        return None
+    return Aheads(target, profile, driver)
+
+
 def _adaptive(
-    target: str, space, truth: Truth, settings: TuneSettings, rows, stored: Stored | None, cost, stage, held
+    target: str,
+    space,
+    truth: Truth,
+    settings: TuneSettings,
+    rows,
+    stored: Stored | None,
+    cost,
+    stage,
+    held,
+    aheads=None,
 ):
     """Adaptive reps for every shape's contenders (nsprof.adaptive.refine), each session through the
-    results store when there is one. held: the ExitStack a --resume --wait's turn is held in
-    (Stored.turn_before_sessions). Returns the rows and {shape: AdaptiveSummary}."""
+    results store when there is one, in a worker started ahead when `aheads` (nsprof.session.ahead.Aheads)
+    is given. held: the ExitStack a --resume --wait's turn is held in (Stored.turn_before_sessions).
+    Returns the rows and {shape: AdaptiveSummary}."""
     import pandas as pd
 
     from nsprof.adaptive import refine
@@ -231,8 +262,9 @@ def _adaptive(
 
     def session(plan: Plan, number: int):
         progress = stage(f"{truth.name} adaptive {number}", len(plan.configs))
+        ahead = aheads.next() if aheads is not None else None
         if stored is not None:
-            return stored.session(target, truth, n, plan, number, progress, space)
+            return stored.session(target, truth, n, plan, number, progress, space, ahead)
         return measure.measure_rows(
             target,
             n,
@@ -243,6 +275,7 @@ def _adaptive(
             plan=plan,
             n_shapes=layout.n_shapes,
             space=space,
+            ahead=ahead,
         )
 
     def merge(rows, kept):

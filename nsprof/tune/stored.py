@@ -177,9 +177,12 @@ class Stored:
             rows["shape"] = rows["shape_json"].map({text: shape for shape, text in self.shape_jsons.items()})
         return rows
 
-    def session(self, target: str, truth: Truth, n: int, plan: Plan, number: int, on_progress, space=None):
-        """One adaptive session, stored as a run of its own (marked ADAPTIVE_RUN), each point's
-        rows in one transaction as the session hands them over; returns its rows."""
+    def session(
+        self, target: str, truth: Truth, n: int, plan: Plan, number: int, on_progress, space=None, ahead=None
+    ):
+        """One adaptive session (in `ahead`'s worker when given: measure_rows), stored as a run of its own
+        (marked ADAPTIVE_RUN), each point's rows in one transaction as the session hands them over; returns
+        its rows."""
         from nsprof.adaptive import planned_rows
         from nsprof.store import ResultStore
 
@@ -209,6 +212,7 @@ class Stored:
                     plan=plan,
                     n_shapes=self.layout.n_shapes,
                     space=space,
+                    ahead=ahead,
                 ),
             )
 

@@ -7,7 +7,9 @@ with shapes: the job's ids are then (shape, config) point ids) in the "nsprof" d
 range "nsprof", the one ncu's filter names) around the launch and a synchronize. Mode "direct" is the plain
 call; mode "graph" replays a CUDA graph captured once from that call after warm-up.
 
-Progress goes to the job's status file, in the protocol of nsprof.worker.protocol.
+Progress goes to the job's status file, in the protocol of nsprof.worker.protocol. A worker started
+ahead of its job (nsprof.session.ahead: the next session's, while this one runs) imports the target first
+and then waits for the job, so that the session it serves pays no import.
 
 The worker ends by itself when nsprof dies, however it died (SIGKILL included): nsprof holds
 the only write end of a pipe whose read end the worker inherits (through the profiler: ncu and
@@ -32,7 +34,7 @@ import traceback
 from pathlib import Path
 
 from nsprof.worker.launch import Device, config_failed, error_line, measure_rep, warm_and_capture
-from nsprof.worker.protocol import EXIT_CONTEXT_LOST, START_MARKER, Job, Status
+from nsprof.worker.protocol import EXIT_CONTEXT_LOST, START_MARKER, Job, Status, ahead_file
 from nsprof.worker.watch import Stopped, release_if_orphaned, request_stop, stopped, watch_parent
 from nsprof.worker.windows import config_windows
 
@@ -52,7 +54,9 @@ def process_began() -> float | None:
     return began if began <= now else None
 
 
-def run(job: Job) -> int:
+def run(job: Job, job_file: Path | None = None) -> int:
+    """Run `job`; with `job_file`, `job` is the ahead file's (ahead_file): the target is imported first,
+    then the job is waited for at job_file and run (one with no config ends the worker, nothing measured)."""
     status = Status(job.status)
     status.write("pid", os.getpid())
     began = process_began()
@@ -61,7 +65,11 @@ def run(job: Job) -> int:
     status.write("watch", json.dumps(watch_parent(job)))
     signal.signal(signal.SIGTERM, request_stop)
     try:
-        return run_job(job, status)
+        if job_file is None:
+            return run_job(job, status)
+        space = _imported_ahead(job.target, status)
+        job = _wait_for(job_file)
+        return run_job(job, status, space=space) if job.config_ids else 0
     except Stopped:
         return stopped(status)
     finally:
@@ -69,6 +77,28 @@ def run(job: Job) -> int:
         # the kernels it flushes at exit; nsprof kills a worker that takes too long to exit.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         release_if_orphaned(job)
+
+
+def _imported_ahead(target: str, status: Status):
+    """The target's Space, imported before its job comes; None where that failed: the job's own import
+    then fails again and says why, as any worker's does."""
+    from nsprof.space import load_target
+
+    try:
+        space = load_target(target)
+    except Exception:
+        return None
+    status.mark("target")
+    return space
+
+
+def _wait_for(job_file: Path) -> Job:
+    """The job, once nsprof has written it (whole: Job.write); nsprof's death ends the wait (watch_parent)."""
+    import time
+
+    while not job_file.exists():
+        time.sleep(0.005)
+    return Job.read(job_file)
 
 
 def _check_shapes(job: Job, space) -> None:
@@ -96,13 +126,15 @@ def _check_expected(job: Job, space, status: Status) -> None:
         raise TargetChanged(reason)
 
 
-def run_job(job: Job, status: Status, devices: dict | None = None) -> int:
-    """Run `job`; `devices` (kind -> Device): the serving worker's, created once and kept (nsprof.worker.serving)."""
+def run_job(job: Job, status: Status, devices: dict | None = None, space=None) -> int:
+    """Run `job`; `devices` (kind -> Device): the serving worker's, created once and kept (nsprof.worker.serving);
+    `space`: the target imported already (a worker started ahead of its job)."""
     from nsprof.space import load_target
 
     try:
-        space = load_target(job.target)
-        status.mark("target")
+        if space is None:
+            space = load_target(job.target)
+            status.mark("target")
         _check_expected(job, space, status)
         _check_shapes(job, space)
         device = devices.get(space.device) if devices is not None else None
@@ -317,7 +349,10 @@ def main(argv: list[str] | None = None) -> None:
     if len(argv) != 1:
         print("usage: python -m nsprof.worker JOB.json | --serve DIR", file=sys.stderr)
         sys.exit(2)
-    sys.exit(run(Job.read(Path(argv[0]))))
+    job_file = Path(argv[0])
+    if not job_file.exists() and ahead_file(job_file).exists():  # started ahead of its job
+        sys.exit(run(Job.read(ahead_file(job_file)), job_file))
+    sys.exit(run(Job.read(job_file)))
 
 
 if __name__ == "__main__":

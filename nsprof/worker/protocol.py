@@ -1,7 +1,9 @@
 """The worker's protocol, both sides: the job nsprof writes, the status lines the worker writes
 back, their reader, and the command line that starts a worker.
 
-The program the profilers launch is `python -m nsprof.worker JOB.json` (nsprof.worker.program).
+The program the profilers launch is `python -m nsprof.worker JOB.json` (nsprof.worker.program). A worker
+started ahead of its job finds JOB.json missing and ahead_file(JOB.json) there: it imports the target, then
+waits for JOB.json (a job with no config: it exits at once, having measured nothing).
 Progress goes to the job's status file, one flushed line per event, so that nsprof can draw a
 progress bar, enforce per-config timeouts and restart after a crash:
     pid <pid>                  first, before anything else
@@ -114,7 +116,10 @@ class Job:
         return bool(self.flushes) and bool(self.flushes[rep % len(self.flushes)])
 
     def write(self, path: Path) -> Path:
-        path.write_text(json.dumps(asdict(self), indent=1))
+        """Written whole or not at all (a worker started ahead takes the file as soon as it exists)."""
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(json.dumps(asdict(self), indent=1))
+        partial.replace(path)
         return path
 
     @classmethod
@@ -338,6 +343,12 @@ def _merged(runs: list[RunStatus]) -> RunStatus:
     last.done = [c for c in dict.fromkeys(runs[0].done) if c in everywhere and c not in failed]
     last.failed = failed
     return last
+
+
+def ahead_file(job_file: Path) -> Path:
+    """Where a worker started ahead of its job (nsprof.session.ahead) finds what it may do before the job
+    comes: a Job naming the target, the status file and nsprof's death pipe, and no config."""
+    return job_file.with_name(job_file.name + ".ahead")
 
 
 def worker_command(settings, job_file: Path) -> list[str]:

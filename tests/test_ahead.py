@@ -1,0 +1,281 @@
+"""Workers started ahead (nsprof.session.ahead): tune's adaptive sessions run in a worker launched before
+the first pass, which imported the target meanwhile; one never needed ends cleanly and leaves nothing.
+Real worker processes under the stand-in driver (tests/standins.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from test_adaptive import IDENTICAL, _sessions, _settings  # noqa: E402
+
+from nsprof.worker.protocol import EXIT_PARENT_GONE, Job, ahead_file, parse_status  # noqa: E402
+
+SEPARATED = [{"id": 0, "ns": 1000.0}, {"id": 1, "ns": 2000.0}, {"id": 2, "ns": 3000.0}]
+
+
+def _ended() -> None:
+    """Wait for the threads that end the workers started ahead and never taken (Ahead.close)."""
+    for thread in threading.enumerate():
+        if thread.name == "nsprof-ahead-end":
+            thread.join(60)
+            assert not thread.is_alive()
+
+
+def _alive_with(text: str) -> list[int]:
+    """The pids of the processes whose command line holds `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in command:
+                found.append(int(entry.name))
+    return found
+
+
+def test_adaptive_sessions_run_in_workers_started_before_the_first_pass(noisy, tmp_path):
+    from nsprof.tune import tune
+
+    target, log = noisy(IDENTICAL)
+    result = tune(target, _settings(tmp_path, max_reps=8))
+    _ended()
+    adaptive = result.ranking.adaptive
+    assert adaptive.sessions >= 1
+    work = tmp_path / "work"
+    first = parse_status((work / "part0.status").read_text())
+    sessions = [parse_status((work / f"ahead{n}.status").read_text()) for n in range(adaptive.sessions)]
+    for number, session in enumerate(sessions):
+        # its worker began before the first pass's (launched first) and had imported the target before
+        # its job came: the session's phases hold no import
+        assert session.time_of("process") <= first.time_of("process"), number
+        assert session.time_of("target") < session.time_of("device"), number
+        assert session.ended and session.done, number
+    # each session a process of its own, as a close winner's check needs
+    processes = _sessions(log)
+    assert len(processes) == 1 + adaptive.sessions
+    assert len({session.pid for session in sessions} | {first.pid}) == 1 + adaptive.sessions
+    # the one started for a next session that never came is gone, files and process
+    assert not (work / f"ahead{adaptive.sessions}.status").exists()
+    assert not list(work.glob(f"ahead{adaptive.sessions}.*"))
+    assert not _alive_with(str(work))
+
+
+def test_a_worker_started_ahead_and_never_needed_leaves_nothing(noisy, tmp_path):
+    from nsprof.tune import tune
+
+    target, log = noisy(SEPARATED)
+    result = tune(target, _settings(tmp_path))
+    _ended()
+    assert result.ranking.adaptive.sessions == 0 and result.ranking.best_config_id == 0
+    assert len(_sessions(log)) == 1  # the first pass: the worker started ahead launched nothing
+    work = tmp_path / "work"
+    assert sorted(p.name for p in work.iterdir() if p.name.startswith("ahead")) == []
+    assert not _alive_with(str(work))
+
+
+def test_no_worker_is_started_ahead_without_adaptive_reps(noisy, tmp_path, monkeypatch):
+    from nsprof.session import ahead
+    from nsprof.tune import tune
+
+    started = []
+    monkeypatch.setattr(ahead.Ahead, "start", classmethod(lambda cls, *a: started.append(a)))
+    target, _ = noisy(IDENTICAL)
+    tune(target, _settings(tmp_path, budget_s=0))
+    assert started == []
+
+
+def _worker(tmp_path: Path, target: str, pipe_fds: tuple[int, int] | None = None):
+    """A worker started ahead of its job by hand: its job file (absent), status file and process."""
+    job_file = tmp_path / "w.job.json"
+    status = tmp_path / "w.status"
+    read_fd = pipe_fds[0] if pipe_fds else -1
+    inode = os.fstat(read_fd).st_ino if pipe_fds else 0
+    Job(target, [], str(status), watch_fd=read_fd, watch_inode=inode).write(ahead_file(job_file))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nsprof.worker", str(job_file)],
+        pass_fds=(read_fd,) if pipe_fds else (),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    return job_file, status, proc
+
+
+def _target(tmp_path: Path) -> str:
+    (tmp_path / "t.py").write_text(
+        "import nsprof.space\n"
+        "space = nsprof.space.Space(configs=[{'id': 0}], build=lambda c: (lambda: None), device='cpu')\n"
+    )
+    return str(tmp_path / "t.py") + ":space"
+
+
+def _wait_for_mark(status: Path, word: str) -> None:
+    import time
+
+    from nsprof.serve_files import read_or_empty
+
+    deadline = time.monotonic() + 60
+    while word not in read_or_empty(status) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert word in read_or_empty(status)
+
+
+def test_a_worker_started_ahead_given_no_config_exits_without_touching_the_device(tmp_path):
+    job_file, status, proc = _worker(tmp_path, _target(tmp_path))
+    _wait_for_mark(status, " target")
+    Job(_target(tmp_path), [], "").write(job_file)
+    assert proc.wait(60) == 0
+    read = parse_status(status.read_text())
+    assert read.device is None and not read.started and read.time_of("target") is not None
+
+
+def test_a_worker_started_ahead_runs_its_job_once_written(tmp_path):
+    target = _target(tmp_path)
+    job_file, status, proc = _worker(tmp_path, target)
+    _wait_for_mark(status, " target")
+    Job(target, [0], str(status), modes=["direct"], reps=2).write(job_file)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    read = parse_status(status.read_text())
+    assert read.done == [0] and read.ended and read.device == {"uuid": "", "name": "cpu"}
+
+
+def test_a_worker_waiting_for_its_job_ends_when_nsprof_is_gone(tmp_path):
+    read_fd, write_fd = os.pipe()
+    try:
+        job_file, status, proc = _worker(tmp_path, _target(tmp_path), (read_fd, write_fd))
+        _wait_for_mark(status, " target")
+    finally:
+        os.close(read_fd)
+    os.close(write_fd)  # nsprof's end of the death pipe: as if it died
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_PARENT_GONE, out
+    assert not job_file.exists()
+
+
+@pytest.fixture
+def standin(tmp_path, monkeypatch):
+    from standins import StatusDriver
+
+    from nsprof.drivers import registry
+
+    registry.register("standin", StatusDriver)
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path / "locks"))
+    yield StatusDriver.for_session()
+    registry.unregister("standin")
+
+
+def _profile(tmp_path, **kwargs):
+    from nsprof.settings import ProfileSettings
+
+    return ProfileSettings(backend="standin", modes=("direct",), reps=2, work_dir=tmp_path / "work", **kwargs)
+
+
+def test_a_worker_started_ahead_holds_no_gpu_lock_held_meanwhile(tmp_path, standin):
+    """Started while this thread holds the GPU lock (a first pass runs), it must not keep the lock from
+    the session it waits for: flock belongs to the open file, which an inherited descriptor shares."""
+    from nsprof.host.lock import gpu_lock
+    from nsprof.session.ahead import Ahead
+
+    with gpu_lock(0):
+        ahead = Ahead.start(_target(tmp_path), _profile(tmp_path), standin)
+    try:
+        locks = tmp_path / "locks"
+        held = [os.readlink(fd) for fd in Path(f"/proc/{ahead.proc.pid}/fd").iterdir() if fd.exists()]
+        assert not [path for path in held if path.startswith(str(locks))]
+        with gpu_lock(0):  # free again: taken at once
+            pass
+    finally:
+        ahead.close()
+        _ended()
+
+
+def test_a_session_takes_the_worker_started_for_it_and_a_dead_one_is_replaced(tmp_path, standin):
+    from nsprof.session import run_session
+    from nsprof.session.ahead import Ahead
+
+    target = _target(tmp_path)
+    settings = _profile(tmp_path)
+    ahead = Ahead.start(target, settings, standin)
+    measured = run_session(target, 1, settings, driver=standin, ahead=ahead)
+    assert ahead.handed and sorted(measured.frame["config_id"].dropna().unique()) == [0]
+    assert (ahead.base.with_suffix(".status")).exists()  # its run's files are the session's, kept
+    ahead.close()  # the session had it: nothing to end
+
+    dead = Ahead.start(target, settings, standin)
+    dead.proc.kill()
+    dead.proc.wait()
+    measured = run_session(target, 1, settings, driver=standin, ahead=dead)
+    _ended()
+    assert not dead.handed and sorted(measured.frame["config_id"].dropna().unique()) == [0]
+    assert not list((tmp_path / "work").glob(f"{dead.base.name}.*"))  # the dead one's files went
+
+
+def test_a_worker_started_for_other_settings_is_not_taken(tmp_path, standin):
+    from nsprof.session.ahead import Ahead
+
+    target = _target(tmp_path)
+    ahead = Ahead.start(target, _profile(tmp_path), standin)
+    try:
+        other = _profile(tmp_path, python=sys.executable + "-other")
+        assert ahead.take(target, other, standin) is None
+        assert ahead.take(target + "x", _profile(tmp_path), standin) is None
+        assert ahead.take(target, _profile(tmp_path), standin) is ahead
+        assert ahead.take(target, _profile(tmp_path), standin) is None  # once
+    finally:
+        ahead.close()  # taken, but no session ran it: it ends
+        _ended()
+    assert not list((tmp_path / "work").glob(f"{ahead.base.name}.*"))
+
+
+COMPILED_TARGET = """
+import json
+import os
+import nsprof.space
+
+def compile(config):
+    with open({log!r}, "a") as log:
+        log.write(f"{{os.getpid()}} {{config['id']}}\\n")
+
+def build(config):
+    return lambda: None
+
+space = nsprof.space.Space(configs={configs!r}, build=build, compile=compile, device="cpu")
+"""
+
+
+def test_an_adaptive_session_in_a_worker_started_ahead_compiles_there_with_no_compile_step_beside(
+    noisy, tmp_path
+):
+    """The compile step beside a session is a process of its own, whose import (TileLang's, on the H200 6-9 s)
+    the session would wait for: the worker started ahead has its imports paid, and compiles itself."""
+    from nsprof.tune import tune
+
+    noisy(IDENTICAL)  # the stand-in driver, registered
+    compiles = tmp_path / "compiles.log"
+    (tmp_path / "compiled_target.py").write_text(COMPILED_TARGET.format(log=str(compiles), configs=IDENTICAL))
+    result = tune(str(tmp_path / "compiled_target.py") + ":space", _settings(tmp_path, max_reps=8))
+    _ended()
+    assert result.ranking.adaptive.sessions >= 1
+    work = tmp_path / "work"
+    first = json.loads((work / "part0.job.json").read_text())
+    assert first["compiled"] and not first["compile_here"]  # the first pass: its compile step beside it
+    adaptive = json.loads((work / "ahead0.job.json").read_text())
+    assert adaptive["compile_here"] and not adaptive["compiled"]
+    session_pid = parse_status((work / "ahead0.status").read_text()).pid
+    by_pid: dict[int, list[int]] = {}
+    for line in compiles.read_text().splitlines():
+        pid, config = map(int, line.split())
+        by_pid.setdefault(pid, []).append(config)
+    assert sorted(by_pid.pop(session_pid)) == sorted(adaptive["config_ids"])  # compiled in its worker
+    assert sorted(c for configs in by_pid.values() for c in configs) == [0, 1, 2]  # the first pass's step
