@@ -73,6 +73,8 @@
 #                 worker logs; not the reports) kept: whether the worker compiled ahead, and if not, why
 #   ahead         a standalone TileLang tune under ncu, then nsys, its work folder's status files and what runs
 #                 after it: the adaptive sessions' workers started ahead (nsprof.session.ahead), and none left
+#   kept          a standalone TileLang tune under ncu, then nsys, in temporary folders: what a folder kept after
+#                 the run holds (a clean run's is removed)
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
 #                 times, logs; not the reports) comes back: where the session's ends go
 set -u
@@ -127,6 +129,10 @@ for s in "$@"; do
              grep -v '^at ' \$f | head -4; grep -E '^at .* (process|target|device)' \$f; done; \
              ps -eo pid,etimes,cmd | grep -E 'nsys|ncu|nsprof.worker' | grep -v grep; \
              rm -f $R/ahead_$b/*.nsys-rep $R/ahead_$b/*.sqlite $R/ahead_$b/*.ncu-rep; exit \$rc"; done ;;
+    kept) for b in ncu nsys; do step "kept_$b" 150 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space \
+            --backend $b --mode graph --no-store --no-feed-back --no-tuner-pick --json > $R/kept_$b.json; rc=\$?; \
+            for d in \$(grep -o '/tmp/nsprof-[A-Za-z0-9_]*' $R/kept_$b.json | sort -u); do echo == \$d; ls -la \$d; \
+            grep -v '^at ' \$d/*.status | grep -E 'fail|abort' | head; grep -h phases \$d/*.log; done; exit \$rc"; done ;;
     ends) step ends 200 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space --backend nsys \
             --mode graph --budget-s 0 --no-store --no-feed-back --no-tuner-pick --json --work-dir $R/ends \
             > $R/ends.json; rc=\$?; rm -f $R/ends/*.nsys-rep $R/ends/*.sqlite $R/ends/*.qdstrm; exit \$rc" ;;
