@@ -80,6 +80,29 @@ def test_the_cost_model_comes_from_when_the_first_pass_configs_finished():
     assert after.startup_s == cost.startup_s and after.visit_s == pytest.approx((19.0 - 9.0) / 20)
 
 
+def test_sessions_in_workers_started_ahead_cost_the_start_up_less_what_was_done_ahead():
+    # a 9 s start-up of which 6.5 s the worker's import, 0.6 and 0.4 s the profiler's and Python's start,
+    # 0.5 s the wait for a compile step beside the first pass: what is left is a session's start-up
+    cost = rules.Cost(9.0, 0.1)
+    phases = {
+        "tool_start": 0.6,
+        "worker_start": 0.4,
+        "target_import": 6.5,
+        "compile_wait": 0.5,
+        "measure": 3.0,
+    }
+    ahead = rules.started_ahead(cost, phases)
+    assert ahead.startup_s == pytest.approx(1.0) and ahead.visit_s == cost.visit_s
+    assert rules.started_ahead(cost, None) == cost  # no phases recorded (a stored first pass): as it was
+    assert rules.started_ahead(rules.Cost(2.0, 0.1), phases).startup_s == 0.0  # never below nothing
+    # planned as such: the reps left cost more than this start-up, so the session doubles the reps
+    # rather than doing them all (with the first pass's 9 s start-up it would do them all)
+    points, reps, nexts = [0, 1], {0: 5, 1: 5}, {0: 5, 1: 5}
+    plan = rules.plan_session(points, reps, nexts, 40, 100.0, ahead)
+    whole = rules.plan_session(points, reps, nexts, 40, 100.0, cost)
+    assert plan.rounds == 5 and whole.rounds == 35
+
+
 def test_a_failed_config_s_time_is_not_a_visit_s_cost():
     # On the H200, faulty_gpu's [ok, illegal address, hang (20 s timeout), out of memory, ok] under ncu
     # made a round over 2 contenders cost 45 s, so the adaptive session never started: the gaps

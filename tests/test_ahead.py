@@ -279,3 +279,110 @@ def test_an_adaptive_session_in_a_worker_started_ahead_compiles_there_with_no_co
         by_pid.setdefault(pid, []).append(config)
     assert sorted(by_pid.pop(session_pid)) == sorted(adaptive["config_ids"])  # compiled in its worker
     assert sorted(c for configs in by_pid.values() for c in configs) == [0, 1, 2]  # the first pass's step
+
+
+def test_a_worker_started_ahead_is_ended_where_a_server_measures_its_session(tmp_path, standin, monkeypatch):
+    """A server found by the session (after its worker was started ahead) measures it: the worker started
+    for it ends then, rather than with the tune (one more would pile up at every adaptive session)."""
+    from nsprof.session import run as run_module
+    from nsprof.session import run_session
+    from nsprof.session.ahead import Ahead
+    from nsprof.session.parts import run_parts
+
+    monkeypatch.setattr(run_module, "find_server", lambda driver, settings: ({"pid": 1}, None))
+    monkeypatch.setattr(run_module, "run_served", lambda run, server: run_parts(run))
+    monkeypatch.setattr(type(standin), "serves", True)
+    target = _target(tmp_path)
+    ahead = Ahead.start(target, _profile(tmp_path), standin)
+    measured = run_session(target, 1, _profile(tmp_path), driver=standin, ahead=ahead)
+    assert sorted(measured.frame["config_id"].dropna().unique()) == [0]
+    assert not ahead.handed and ahead.taken  # closed at once, not left for its owner
+    _ended()
+    assert ahead.proc.returncode is not None
+    assert not list((tmp_path / "work").glob(f"{ahead.base.name}.*"))
+
+
+SLOW_IMPORT = """
+import time
+import nsprof.space
+time.sleep(3600)
+space = nsprof.space.Space(configs=[{'id': 0}], build=lambda c: (lambda: None), device='cpu')
+"""
+
+
+def test_closing_a_worker_still_importing_stops_it_cleanly(tmp_path, standin):
+    """The worker started for a next session that never comes is often still importing when its owner is
+    done: it is told to stop (SIGTERM: it stops cleanly, its profiler with it), not waited for."""
+    from nsprof.session.ahead import Ahead
+    from nsprof.worker.protocol import EXIT_STOPPED
+
+    (tmp_path / "slow.py").write_text(SLOW_IMPORT)
+    ahead = Ahead.start(str(tmp_path / "slow.py") + ":space", _profile(tmp_path), standin)
+    _wait_for_mark(ahead.base.with_suffix(".status"), "watch")  # importing now
+    ahead.close()
+    _ended()
+    assert ahead.proc.returncode == EXIT_STOPPED  # stopped by its SIGTERM, not killed with its group
+    assert not list((tmp_path / "work").glob("ahead*"))
+
+
+LOCK_SESSION = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from standins import StatusDriver
+from nsprof.drivers import registry
+from nsprof.session import run_session
+from nsprof.session.ahead import Ahead
+from nsprof.settings import ProfileSettings
+
+registry.register("standin", StatusDriver)
+driver = StatusDriver.for_session(profiler_flags=[])
+settings = ProfileSettings(backend="standin", modes=("direct",), reps=2, timeout_s=600, work_dir=Path("wd"))
+ahead = Ahead.start("hangs.py:space", settings, driver)
+run_session("hangs.py:space", 2, settings, driver=driver, ahead=ahead)
+"""
+
+
+def test_a_session_in_a_worker_started_ahead_keeps_the_gpu_lock_while_what_it_started_runs(tmp_path):
+    """nsprof SIGKILLed while the session's worker, started ahead, runs a config that started a helper: the
+    lock stays held until the helper is gone, as for a worker launched with the lock (test_lock_children)."""
+    import signal
+    import time
+
+    from conftest import running
+    from test_lock_children import HANGS
+
+    from nsprof.errors import GpuBusy
+    from nsprof.host.lock import gpu_lock
+
+    (tmp_path / "hangs.py").write_text(HANGS)
+    (tmp_path / "session.py").write_text(LOCK_SESSION.format(tests=str(Path(__file__).parent)))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    nsprof = subprocess.Popen([sys.executable, "session.py"], cwd=tmp_path, env=env)
+    helper = None
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "helper.pid").exists():
+            assert time.monotonic() < deadline and nsprof.poll() is None
+            time.sleep(0.05)
+        helper = int((tmp_path / "helper.pid").read_text())
+        with pytest.raises(GpuBusy):  # the session holds it
+            with gpu_lock(0):
+                pass
+        nsprof.send_signal(signal.SIGKILL)
+        nsprof.wait()
+        # the worker sees nsprof's pipe close and kills what holds the lock; only then is it free
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with gpu_lock(0):
+                    break
+            except GpuBusy:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        assert not running(helper)
+    finally:
+        if nsprof.poll() is None:
+            nsprof.kill()
+        if helper is not None and running(helper):
+            os.kill(helper, signal.SIGKILL)

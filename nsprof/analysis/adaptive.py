@@ -11,7 +11,8 @@ H200) plus `visit_s` per visit (one config's warm-up and one rep). Both come fro
 one after the other is one config's work (build from cache, warm-up, reps), so a visit costs that
 gap scaled by (warmup + 1) / (warmup + reps), an overestimate (the build is in the gap); a failed
 config's gaps are its fault's cost and say nothing of a visit; the start-up is what comes before
-the first config's work and after the last.
+the first config's work and after the last, less what a worker started ahead has done before its
+session (started_ahead).
 
 Rounds per session ("ski rental"): when the rest of the reps up to --max-reps costs no more
 than one more start-up, a session does them all (a second session would cost more than the
@@ -69,6 +70,21 @@ def first_pass_cost(wall_s: float, finished: list[tuple[float, bool]], reps: int
     visit = per_config * (warmup + 1) / max(1, warmup + reps)
     startup = max(0.0, times[0][0] - per_config) + max(0.0, wall_s - times[-1][0])
     return Cost(startup, max(visit, 1e-6))
+
+
+# A first pass's phases (nsprof.worker.phases) that a worker started ahead has done before its session
+# begins: the profiler's start, Python's, the target's import, the wait for a compile step beside it.
+DONE_AHEAD = ("tool_start", "worker_start", "target_import", "compile_wait")
+
+
+def started_ahead(cost: Cost, phases: dict[str, float] | None) -> Cost:
+    """The cost model of sessions whose workers are started ahead (nsprof.session.ahead): the first
+    pass's start-up less what such a worker has done before its session (DONE_AHEAD, from the first
+    pass's `phases`; unchanged where it recorded none)."""
+    if not phases:
+        return cost
+    done = sum(phases.get(name, 0.0) for name in DONE_AHEAD)
+    return Cost(max(cost.startup_s - done, 0.0), cost.visit_s, cost.measured)
 
 
 def updated_cost(cost: Cost, wall_s: float, visits: int) -> Cost:

@@ -131,12 +131,13 @@ class DeathPipe:
                 pass
 
 
-def launch_child(command: list[str], log_handle, pipe: DeathPipe, locks: bool = True):
+def launch_child(command: list[str], log_handle, pipe: DeathPipe, fds: tuple[int, ...] | None = None):
     """Start a worker run (the profiler, or the bare worker). Its own process session, so that the whole
     tree (profiler, worker, their helpers) can be killed as one group and a terminal's Ctrl-C reaches
-    only nsprof, which stops it cleanly. With `locks`, the GPU locks this thread holds go along: the lock
-    stays held while any of them lives. A worker started ahead of its session takes none (nsprof.session.ahead):
-    one it kept would keep the GPU from the session it waits for."""
+    only nsprof, which stops it cleanly. The GPU locks this thread holds go along (the lock stays held
+    while any of them lives), or `fds` instead: a worker started ahead of its session takes none
+    (nsprof.session.ahead: a lock it kept would keep the GPU from the session it waits for) but the
+    socket its session sends them on."""
     import subprocess
 
     from nsprof.host.gpu import child_environ
@@ -148,7 +149,7 @@ def launch_child(command: list[str], log_handle, pipe: DeathPipe, locks: bool = 
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
-        pass_fds=(pipe.read_fd, *(held_fds() if locks else ())),
+        pass_fds=(pipe.read_fd, *(held_fds() if fds is None else fds)),
         preexec_fn=dies_with_nsprof(),
         env=child_environ(),
     )

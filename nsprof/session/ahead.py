@@ -2,20 +2,26 @@
 known, so that the worker's import of the target (torch, the tuner: most of a session's start-up) runs
 while something else does, the session before it among them.
 
-Holds Ahead: start (launch it: its own folder or --work-dir, report base, death pipe and log), take (the
-session that runs next under the same settings makes it its first worker run: nsprof.session.parts) and
-close (one never taken is sent a job with no config, so that it and its profiler end cleanly, and its
-files go).
+Holds Ahead (start: launch it, in its own folder or --work-dir; take: the session that runs next under
+the same command makes it its first worker run, nsprof.session.parts; hand: the GPU locks and the job
+given to it; close: one never handed a job ends and its files go) and Aheads (one started at a time,
+for each next session of one truth).
 
 Tune's adaptive sessions use it (nsprof.tune.rankings): each is a second process, as a check of a close
-winner needs, without a second start-up to wait for. Until its job comes the worker touches no GPU (no
-CUDA call): it holds no GPU lock, and inherits none (nsprof.host.children.launch_child); the session that
-takes it runs under the GPU lock nsprof holds, as every session does.
+winner needs, without a second start-up to wait for. Until its job comes the worker makes no CUDA call
+of nsprof's, holds no GPU lock and inherits none: a lock it kept would keep the GPU from the session it
+waits for. A target whose import itself runs CUDA work runs it there outside the lock, as the compile
+step beside a session does. The session hands it the locks nsprof holds then (their descriptors, over a
+socket it inherited), so that the lock stays held while the worker, or what it starts, lives.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import shutil
+import signal
+import socket
 import tempfile
 import threading
 from pathlib import Path
@@ -24,19 +30,25 @@ from nsprof.drivers.base import Driver
 from nsprof.errors import NsprofError
 from nsprof.host.children import DeathPipe, exit_code, kill_group, launch_child, wait_exit
 from nsprof.host.owned import own_folder
+from nsprof.serve_files import read_or_empty
 from nsprof.session.folders import claim_base, numbered
 from nsprof.settings import ProfileSettings
-from nsprof.worker.protocol import Job, ahead_file
+from nsprof.worker.protocol import Job, ahead_file, parse_status
+
+END_BOUND_S = 30.0  # how long a worker never handed a job gets to end cleanly before its group is killed
 
 
 def _files(driver: Driver, base: Path) -> list[Path]:
-    """The files a worker run with report base `base` may leave (nsprof.session.parts' and the ahead file)."""
+    """The files a worker run with report base `base` may leave, its claim (`.status`) last: once that is
+    gone another run may claim the name."""
     job = base.with_suffix(".job.json")
     return [
         *driver.report_files(base),
-        *(base.with_suffix(s) for s in (".log", ".status", ".exit", ".job.stack")),
+        *(base.with_suffix(s) for s in (".log", ".exit", ".job.stack")),
+        job.with_name(job.name + ".partial"),
         job,
         ahead_file(job),
+        base.with_suffix(".status"),
     ]
 
 
@@ -46,6 +58,33 @@ class Ahead:
     def __init__(self, target: str, settings: ProfileSettings, driver: Driver) -> None:
         self.target, self.settings, self.driver = target, settings, driver
         self.temporary = settings.work_dir is None
+        self.folder: Path | None = None
+        self.base: Path | None = None
+        self.pipe: DeathPipe | None = None
+        self.command: list[str] = []
+        self.proc = None
+        self.log_handle = None
+        self._locks: socket.socket | None = None  # nsprof's end of the socket the locks go over
+        self.taken = False  # by a session (take): no other may have it
+        self.handed = False  # its job written (hand): the session's run owns it from then
+        self._closing = False
+        self._done = False  # its end is through (_end): its descriptors are closed, once
+        self._ended = threading.Lock()
+        self._ender: threading.Thread | None = None
+
+    @classmethod
+    def start(cls, target: str, settings: ProfileSettings, driver: Driver) -> Ahead:
+        """Launch the profiler and its worker, which imports `target` and waits for its job."""
+        ahead = cls(target, settings, driver)
+        try:
+            ahead._launch()
+        except BaseException:
+            ahead.close()
+            raise
+        return ahead
+
+    def _launch(self) -> None:
+        settings, driver = self.settings, self.driver
         self.folder = (
             Path(tempfile.mkdtemp(prefix="nsprof-"))
             if self.temporary
@@ -53,42 +92,35 @@ class Ahead:
         )
         self.base = claim_base(self.folder, numbered("ahead"), ".status", lambda b: _files(driver, b))
         self.pipe = DeathPipe()
-        self.command: list[str] = []
-        self.proc = None
-        self.log_handle = None
-        self._closing = False
-        self.taken = False  # by a session (take): no other may have it
-        self.handed = False  # its job written (nsprof.session.parts): the session's run owns it from then
-
-    @classmethod
-    def start(cls, target: str, settings: ProfileSettings, driver: Driver) -> Ahead:
-        """Launch the profiler and its worker, which imports `target` and waits for its job."""
-        ahead = cls(target, settings, driver)
-        try:
-            status = ahead.base.with_suffix(".status")
-            job_file = ahead.base.with_suffix(".job.json")
-            Job(target, [], str(status), watch_fd=ahead.pipe.read_fd, watch_inode=ahead.pipe.inode).write(
-                ahead_file(job_file)
-            )
-            ahead.command = driver.build_command(settings, job_file, ahead.base)
-            ahead.log_handle = open(ahead.base.with_suffix(".log"), "w")  # noqa: SIM115 - the run's log
-            ahead.proc = launch_child(ahead.command, ahead.log_handle, ahead.pipe, locks=False)
-        except BaseException:
-            ahead.close()
-            raise
-        return ahead
+        self._locks, theirs = socket.socketpair()
+        with theirs:
+            job_file = self.base.with_suffix(".job.json")
+            pipe = self.pipe
+            Job(
+                self.target,
+                [],
+                str(self.base.with_suffix(".status")),
+                watch_fd=pipe.read_fd,
+                watch_inode=pipe.inode,
+                locks_fd=theirs.fileno(),
+            ).write(ahead_file(job_file))
+            self.command = driver.build_command(settings, job_file, self.base)
+            self.log_handle = open(self.base.with_suffix(".log"), "w")  # noqa: SIM115 - the run's log
+            self.proc = launch_child(self.command, self.log_handle, pipe, fds=(theirs.fileno(),))
 
     def take(self, target: str, settings: ProfileSettings, driver: Driver) -> Ahead | None:
         """This worker, for a session of `target` under `settings` and `driver` (once: None after that), if
         it runs the command that session would run, in the same folder, and still runs; one that ended
         meanwhile is closed (the session starts its own)."""
+        if self.taken or self.base is None:
+            return None
         job_file = self.base.with_suffix(".job.json")
         fits = (
             target == self.target
             and settings.work_dir == self.settings.work_dir
             and driver.build_command(settings, job_file, self.base) == self.command
         )
-        if self.taken or not fits:
+        if not fits:
             return None
         self.taken = True
         if self.proc is None or exit_code(self.proc) is not None:
@@ -96,32 +128,98 @@ class Ahead:
             return None
         return self
 
-    def close(self, bound_s: float = 30.0) -> None:
-        """Unless a session's run has it (handed): its job is one with no config, so that the worker exits
-        and its profiler with it, cleanly (a killed nsys can leave its agent behind). A thread that the
-        interpreter waits for at exit waits for that, up to `bound_s` before the group is killed, and
-        removes its files: meanwhile the command goes on. Its owner calls it once it is done with it."""
+    def hand(self, job: Job, held_fds: tuple[int, ...]) -> Path:
+        """Give the worker the GPU locks `held_fds` (this thread's: nsprof.host.lock.held_fds), then its
+        job; the session's run owns it from here. Returns the job file."""
+        if held_fds:  # one message, with or without descriptors: the worker reads one
+            socket.send_fds(self._locks, [b"L"], list(held_fds))
+        else:
+            self._locks.sendall(b"L")
+        job_file = job.write(self.base.with_suffix(".job.json"))
+        self.handed = True
+        self._locks.close()
+        return job_file
+
+    def close(self, bound_s: float = END_BOUND_S) -> None:
+        """Unless a session's run has it (handed): the worker is told to stop (SIGTERM: it stops its import
+        or its wait, cleanly, and its profiler ends with it; a killed nsys can leave its agent behind), and a
+        thread waits for that, up to `bound_s` before the group is killed, and removes its files and its own
+        folder: meanwhile the command goes on, and at its exit whatever is left is waited for (_at_exit).
+        Its owner calls it once it is done with it."""
         if self.handed or self._closing:
             return
         self.taken = self._closing = True
-        job_file = self.base.with_suffix(".job.json")
-        if self.proc is not None and exit_code(self.proc) is None and not job_file.exists():
-            Job(self.target, [], "").write(job_file)
-        threading.Thread(target=self._end, args=(bound_s,), name="nsprof-ahead-end").start()
+        _PENDING.append(self)
+        self._ender = threading.Thread(
+            target=self._end, args=(bound_s,), name="nsprof-ahead-end", daemon=True
+        )
+        self._ender.start()
 
     def _end(self, bound_s: float) -> None:
-        if self.proc is not None and wait_exit(self.proc, bound_s) is None:
-            kill_group(self.proc)
-        if self.log_handle is not None:
-            self.log_handle.close()
-        self.pipe.close()
+        with self._ended:
+            if self._done:
+                return
+            self._done = True
+            if self.proc is not None and exit_code(self.proc) is None:
+                self._stop(bound_s)
+            for handle in (self.log_handle, self._locks):
+                if handle is not None:
+                    handle.close()
+            if self.pipe is not None:
+                self.pipe.close()
+            self._remove()
+            if self in _PENDING:
+                _PENDING.remove(self)
+
+    def _stop(self, bound_s: float) -> None:
+        """SIGTERM to the worker once its pid is known (it wrote its status `pid` line), then its exit, up
+        to `bound_s`; its group killed past that."""
+        status = self.base.with_suffix(".status")
+        told = False
+        for _ in range(int(bound_s / 0.05)):
+            pid = parse_status(read_or_empty(status)).pid if not told else None
+            if pid is not None:
+                told = True
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass  # gone already: its profiler is ending
+            if wait_exit(self.proc, 0.05) is not None:
+                return
+        kill_group(self.proc)
+
+    def _remove(self) -> None:
+        if self.folder is None:
+            return
         if self.temporary:
             shutil.rmtree(self.folder, ignore_errors=True)  # its own folder: nothing else was there
+        elif self.base is not None:
+            for path in _files(self.driver, self.base):
+                path.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """End it now (an interrupt while its end was waited for at exit): its group killed, its files gone."""
+        if self.proc is not None:
+            kill_group(self.proc)
+        self._end(0.0)
+
+
+# Workers closed whose end is not through yet: waited for at the interpreter's exit (_at_exit).
+_PENDING: list[Ahead] = []
+
+
+def _at_exit() -> None:
+    for ahead in list(_PENDING):
+        try:
+            if ahead._ender is not None:
+                ahead._ender.join(END_BOUND_S + 5)
+        except KeyboardInterrupt:  # interrupted again: stop waiting, leave nothing
+            for left in list(_PENDING):
+                left.kill()
             return
-        for path in _files(self.driver, self.base):
-            path.unlink(missing_ok=True)
-        for partial in self.folder.glob(self.base.name + ".*.partial"):
-            partial.unlink(missing_ok=True)
+
+
+atexit.register(_at_exit)
 
 
 class Aheads:

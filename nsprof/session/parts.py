@@ -21,6 +21,7 @@ from pathlib import Path
 from nsprof.drivers.base import Driver, disk_full
 from nsprof.errors import NsprofError, TargetChanged, ToolFailed
 from nsprof.host.children import DeathPipe
+from nsprof.host.lock import held_fds
 from nsprof.reports.checks import one_line
 from nsprof.schema import Failure, Points, failure_frame
 from nsprof.session.folders import claim_base, numbered
@@ -312,27 +313,30 @@ class _Parts:
             self.run.notify("fail", config_id, failure)
         self.settle(not_run)
 
+    def _claim(self, number: int) -> Path:
+        """part{number}, or the next name no earlier run in a reused work folder has used: its reports are
+        kept, and never read as this run's (the driver's finish takes what lies at the part's path)."""
+        run = self.run
+        return claim_base(
+            run.work_dir, numbered("part", number), ".status", lambda b: _part_files(run.driver, b)
+        )
+
     def part(self, number: int, remaining: list[int], pipe: DeathPipe) -> list[int]:
         """Worker run `number`, of the configs `remaining`: the configs left after it (lost ones last)."""
         run = self.run
-        # part{number}, or the next name no earlier run in a reused work folder has used: its reports
-        # are kept, and never read as this run's (the driver's finish takes what lies at the part's path)
         ahead = run.ahead if number == 0 else None  # its first run: a worker started ahead, when given
-        base = (
-            ahead.base
-            if ahead is not None
-            else claim_base(
-                run.work_dir, numbered("part", number), ".status", lambda b: _part_files(run.driver, b)
-            )
-        )
+        base = ahead.base if ahead is not None else self._claim(number)
         status_file = base.with_suffix(".status")
         log = base.with_suffix(".log")
         job = make_job(run, remaining, status_file, watch_fd=pipe.read_fd, watch_inode=pipe.inode)
         job.compile_here = job.compile_here and not self.compile_in_windows
-        job_file = job.write(base.with_suffix(".job.json"))
-        if ahead is not None:
-            ahead.handed = True  # its worker takes the job now: this run owns it
+        job_file = base.with_suffix(".job.json")
         command = run.driver.build_command(run.settings, job_file, base)
+        # the job last: a worker started ahead takes it (with the GPU locks held here) as soon as it is there
+        if ahead is None:
+            job.write(job_file)
+        else:
+            ahead.hand(job, held_fds())
         settled = False
         try:
             end = run_worker(command, log, status_file, job_file, run.settings, run.notify, pipe, ahead)

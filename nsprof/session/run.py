@@ -98,6 +98,8 @@ def _routed(request: dict, compiles: str, ahead) -> Measured:
     server, unfit = find_server(driver, settings) if getattr(driver, "serves", False) else (None, None)
     if server is None:
         request["ahead"] = ahead.take(request["target"], settings, driver) if ahead is not None else None
+    elif ahead is not None:
+        ahead.close()  # the server's worker measures this session: the one started for it ends
     # A worker whose imports are paid (a served one, one started ahead) compiles each point itself.
     here = compiles == "worker" or server is not None or request.get("ahead") is not None
     if compiles and here:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from nsprof.analysis.adaptive import Plan, first_pass_cost
+from nsprof.analysis.adaptive import Plan, first_pass_cost, started_ahead
 from nsprof.analysis.ranking import rank
 from nsprof.analysis.tune_report import Ranking
 from nsprof.drivers import registry
@@ -56,8 +56,11 @@ def rank_truth(
         elif stage is not None and stored is not None and stored.missing_tool:
             notes.append(f"no adaptive reps: {stored.missing_tool}")
         elif stage is not None:
+            cost = clock.cost()
+            if aheads is not None:  # a session's start-up is mostly done ahead
+                cost = started_ahead(cost, (first_pass[1] or {}).get("phases"))
             rows, adaptive = _adaptive(
-                target, space, truth, settings, rows, stored, clock.cost(), stage, held, aheads
+                target, space, truth, settings, rows, stored, cost, stage, held, aheads
             )
     # What the first pass's sessions said of how they ran, and the temporary folder a session keeps
     # when a config failed (its logs say why).

@@ -34,7 +34,7 @@ import traceback
 from pathlib import Path
 
 from nsprof.worker.launch import Device, config_failed, error_line, measure_rep, warm_and_capture
-from nsprof.worker.protocol import EXIT_CONTEXT_LOST, START_MARKER, Job, Status, ahead_file
+from nsprof.worker.protocol import EXIT_CONTEXT_LOST, EXIT_PARENT_GONE, START_MARKER, Job, Status, ahead_file
 from nsprof.worker.watch import Stopped, release_if_orphaned, request_stop, stopped, watch_parent
 from nsprof.worker.windows import config_windows
 
@@ -68,7 +68,8 @@ def run(job: Job, job_file: Path | None = None) -> int:
         if job_file is None:
             return run_job(job, status)
         space = _imported_ahead(job.target, status)
-        job = _wait_for(job_file)
+        locks_fd, job = job.locks_fd, _wait_for(job_file)
+        _locks_handed(locks_fd)
         return run_job(job, status, space=space) if job.config_ids else 0
     except Stopped:
         return stopped(status)
@@ -92,11 +93,33 @@ def _imported_ahead(target: str, status: Status):
     return space
 
 
+def _locks_handed(fd: int) -> None:
+    """The GPU locks nsprof holds, sent with the job (Job.locks_fd): kept open, and inherited by what the
+    worker starts, as a worker launched with them holds them. None came where nsprof holds none."""
+    if fd < 0:
+        return
+    import socket
+
+    with socket.socket(fileno=fd) as channel:
+        channel.settimeout(10.0)  # sent before the job was written: there already
+        try:
+            _, fds, _, _ = socket.recv_fds(channel, 16, 16)
+        except OSError as exc:
+            print(f"==NSPROF== worker got no GPU lock from nsprof: {exc}", file=sys.stderr, flush=True)
+            return
+    for lock in fds:
+        os.set_inheritable(lock, True)
+
+
 def _wait_for(job_file: Path) -> Job:
-    """The job, once nsprof has written it (whole: Job.write); nsprof's death ends the wait (watch_parent)."""
+    """The job, once nsprof has written it (whole: Job.write). nsprof's death ends the wait (watch_parent's
+    thread); so does the parent's (the profiler's), for a worker that watches no pipe."""
     import time
 
+    parent = os.getppid()
     while not job_file.exists():
+        if os.getppid() != parent:
+            os._exit(EXIT_PARENT_GONE)
         time.sleep(0.005)
     return Job.read(job_file)
 
@@ -350,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
         print("usage: python -m nsprof.worker JOB.json | --serve DIR", file=sys.stderr)
         sys.exit(2)
     job_file = Path(argv[0])
-    if not job_file.exists() and ahead_file(job_file).exists():  # started ahead of its job
+    if ahead_file(job_file).exists():  # started ahead of its job (which may be there already)
         sys.exit(run(Job.read(ahead_file(job_file)), job_file))
     sys.exit(run(Job.read(job_file)))
 

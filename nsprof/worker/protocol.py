@@ -2,8 +2,8 @@
 back, their reader, and the command line that starts a worker.
 
 The program the profilers launch is `python -m nsprof.worker JOB.json` (nsprof.worker.program). A worker
-started ahead of its job finds JOB.json missing and ahead_file(JOB.json) there: it imports the target, then
-waits for JOB.json (a job with no config: it exits at once, having measured nothing).
+started ahead of its job finds ahead_file(JOB.json) there: it imports the target, then waits for JOB.json
+(a job with no config: it exits at once, having measured nothing).
 Progress goes to the job's status file, one flushed line per event, so that nsprof can draw a
 progress bar, enforce per-config timeouts and restart after a crash:
     pid <pid>                  first, before anything else
@@ -71,6 +71,10 @@ class Job:
     # for it. -1: nothing to watch (the worker run by hand).
     watch_fd: int = -1
     watch_inode: int = 0
+    # A worker started ahead of its job: the socket on which nsprof sends it the GPU locks it holds (their
+    # descriptors, SCM_RIGHTS) as it hands the job over, so that the lock stays held while the worker, or
+    # what it starts, lives, as a worker launched with them does. -1: none.
+    locks_fd: int = -1
     # Adaptive reps (nsprof.adaptive): the configs built first, then `reps` rounds over them, each
     # round one visit per config in job order (warm-up outside every range, then one rep of each
     # mode). A config's reps are numbered from first_rep[str(id)] (0 where absent), so that its

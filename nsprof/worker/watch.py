@@ -78,7 +78,10 @@ def _kill_run_lock_holders() -> None:
 
 
 def _parent_gone(why: str, nsprof_dead: bool = False) -> None:
-    print(f"==NSPROF== worker exits: {why}", file=sys.stderr, flush=True)
+    try:
+        print(f"==NSPROF== worker exits: {why}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # its log gone with the profiler: it exits all the same
+        pass
     if nsprof_dead:
         _kill_run_lock_holders()
     os._exit(EXIT_PARENT_GONE)
