@@ -386,3 +386,76 @@ def test_a_session_in_a_worker_started_ahead_keeps_the_gpu_lock_while_what_it_st
             nsprof.kill()
         if helper is not None and running(helper):
             os.kill(helper, signal.SIGKILL)
+
+
+def test_a_worker_started_ahead_that_ends_before_its_job_is_replaced_by_one_of_the_session(
+    tmp_path, standin, monkeypatch
+):
+    """Its import crashed, say, after the session took it: the session measures in a worker of its own, and
+    the death pipe it shares with that worker is closed once (a number closed twice may be another file's)."""
+    from nsprof.host.children import kill_group
+    from nsprof.session import run_session
+    from nsprof.session.ahead import Ahead
+
+    target = _target(tmp_path)
+    ahead = Ahead.start(target, _profile(tmp_path), standin)
+    taken = Ahead.take
+
+    def take_then_die(self, *args):
+        got = taken(self, *args)
+        kill_group(self.proc)  # gone between the take and the job
+        return got
+
+    monkeypatch.setattr(Ahead, "take", take_then_die)
+    measured = run_session(target, 1, _profile(tmp_path), driver=standin, ahead=ahead)
+    _ended()
+    assert not ahead.handed and sorted(measured.frame["config_id"].dropna().unique()) == [0]
+    assert not list((tmp_path / "work").glob(f"{ahead.base.name}.*"))
+    read_fd, write_fd = os.pipe()  # numbers the session's pipe had: still this pipe's after every close
+    try:
+        ahead.pipe.close()
+        os.write(write_fd, b"x")
+        assert os.read(read_fd, 1) == b"x"
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_a_worker_started_ahead_under_a_profiler_that_passes_no_descriptor_still_measures(
+    tmp_path, monkeypatch
+):
+    """A profiler that passes the worker no inherited descriptor (the lock channel's number then names
+    nothing, or another file): the worker says so and measures, as a worker launched fresh there does."""
+    from standins import StatusDriver
+
+    from nsprof.drivers import registry
+    from nsprof.session import run_session
+    from nsprof.session.ahead import Ahead
+
+    registry.register("standin", StatusDriver)
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path / "locks"))
+    try:
+        driver = StatusDriver.for_session(profiler_flags=["--close-fds"])
+        target = _target(tmp_path)
+        ahead = Ahead.start(target, _profile(tmp_path), driver)
+        measured = run_session(target, 1, _profile(tmp_path), driver=driver, ahead=ahead)
+        assert ahead.handed and sorted(measured.frame["config_id"].dropna().unique()) == [0]
+        assert "no channel for the GPU lock" in ahead.base.with_suffix(".log").read_text()
+    finally:
+        registry.unregister("standin")
+
+
+def test_a_session_under_application_replay_does_not_take_a_worker_started_ahead(tmp_path, standin):
+    """ncu's application replay (the L2 check's sessions) runs the worker once per pass: the passes after
+    the first would find the job there and no lock to take."""
+    from dataclasses import replace
+
+    from nsprof.session.ahead import Ahead
+
+    target = _target(tmp_path)
+    ahead = Ahead.start(target, _profile(tmp_path), standin)
+    try:
+        assert ahead.take(target, replace(_profile(tmp_path), l2_hit_rate=True), standin) is None
+    finally:
+        ahead.close()
+        _ended()

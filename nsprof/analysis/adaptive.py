@@ -73,8 +73,9 @@ def first_pass_cost(wall_s: float, finished: list[tuple[float, bool]], reps: int
 
 
 # A first pass's phases (nsprof.worker.phases) that a worker started ahead has done before its session
-# begins: the profiler's start, Python's, the target's import, the wait for a compile step beside it.
-DONE_AHEAD = ("tool_start", "worker_start", "target_import", "compile_wait")
+# begins: the profiler's start, Python's, the target's import. (A first pass's compile_wait is summed over
+# its configs, most of it inside their gaps: not taken off.)
+DONE_AHEAD = ("tool_start", "worker_start", "target_import")
 
 
 def started_ahead(cost: Cost, phases: dict[str, float] | None) -> Cost:

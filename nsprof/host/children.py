@@ -6,6 +6,7 @@ interrupt_on_termination, which makes SIGTERM and SIGHUP stop nsprof as Ctrl-C d
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -124,11 +125,12 @@ class DeathPipe:
         self.inode = os.fstat(self.read_fd).st_ino
 
     def close(self) -> None:
-        for fd in (self.read_fd, self._write_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        """Close both ends, once: a descriptor number closed again could be another file's by then."""
+        fds, self.read_fd, self._write_fd = (self.read_fd, self._write_fd), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 def launch_child(command: list[str], log_handle, pipe: DeathPipe, fds: tuple[int, ...] | None = None):

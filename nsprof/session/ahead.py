@@ -18,6 +18,7 @@ socket it inherited), so that the lock stays held while the worker, or what it s
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -34,6 +35,12 @@ from nsprof.serve_files import read_or_empty
 from nsprof.session.folders import claim_base, numbered
 from nsprof.settings import ProfileSettings
 from nsprof.worker.protocol import Job, ahead_file, parse_status
+
+
+class AheadGone(NsprofError):
+    """The worker started ahead ended before it took its job (its import crashed, say): the session
+    starts one of its own."""
+
 
 END_BOUND_S = 30.0  # how long a worker never handed a job gets to end cleanly before its group is killed
 
@@ -67,6 +74,7 @@ class Ahead:
         self._locks: socket.socket | None = None  # nsprof's end of the socket the locks go over
         self.taken = False  # by a session (take): no other may have it
         self.handed = False  # its job written (hand): the session's run owns it from then
+        self.pipe_given = False  # to the session that took it (take), which closes it
         self._closing = False
         self._done = False  # its end is through (_end): its descriptors are closed, once
         self._ended = threading.Lock()
@@ -103,6 +111,7 @@ class Ahead:
                 watch_fd=pipe.read_fd,
                 watch_inode=pipe.inode,
                 locks_fd=theirs.fileno(),
+                locks_inode=os.fstat(theirs.fileno()).st_ino,
             ).write(ahead_file(job_file))
             self.command = driver.build_command(settings, job_file, self.base)
             self.log_handle = open(self.base.with_suffix(".log"), "w")  # noqa: SIM115 - the run's log
@@ -118,6 +127,7 @@ class Ahead:
         fits = (
             target == self.target
             and settings.work_dir == self.settings.work_dir
+            and not settings.l2_hit_rate  # ncu's application replay runs the worker again, with no lock to hand
             and driver.build_command(settings, job_file, self.base) == self.command
         )
         if not fits:
@@ -126,15 +136,20 @@ class Ahead:
         if self.proc is None or exit_code(self.proc) is not None:
             self.close()
             return None
+        self.pipe_given = True  # the session's: its later runs watch it too, and it closes it
         return self
 
     def hand(self, job: Job, held_fds: tuple[int, ...]) -> Path:
         """Give the worker the GPU locks `held_fds` (this thread's: nsprof.host.lock.held_fds), then its
         job; the session's run owns it from here. Returns the job file."""
-        if held_fds:  # one message, with or without descriptors: the worker reads one
-            socket.send_fds(self._locks, [b"L"], list(held_fds))
-        else:
-            self._locks.sendall(b"L")
+        try:
+            if held_fds:  # one message, with or without descriptors: the worker reads one
+                socket.send_fds(self._locks, [b"L"], list(held_fds))
+            else:
+                self._locks.sendall(b"L")
+        except OSError as exc:  # its end closed: the worker is gone
+            self.close()
+            raise AheadGone(f"the worker started ahead ended before its job: {exc}") from None
         job_file = job.write(self.base.with_suffix(".job.json"))
         self.handed = True
         self._locks.close()
@@ -165,7 +180,7 @@ class Ahead:
             for handle in (self.log_handle, self._locks):
                 if handle is not None:
                     handle.close()
-            if self.pipe is not None:
+            if self.pipe is not None and not self.pipe_given:
                 self.pipe.close()
             self._remove()
             if self in _PENDING:
@@ -175,15 +190,15 @@ class Ahead:
         """SIGTERM to the worker once its pid is known (it wrote its status `pid` line), then its exit, up
         to `bound_s`; its group killed past that."""
         status = self.base.with_suffix(".status")
+        job_file = str(self.base.with_suffix(".job.json"))
         told = False
         for _ in range(int(bound_s / 0.05)):
             pid = parse_status(read_or_empty(status)).pid if not told else None
             if pid is not None:
                 told = True
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass  # gone already: its profiler is ending
+                if _runs(pid, job_file):  # this worker, not a process that took its pid since
+                    with contextlib.suppress(ProcessLookupError):  # gone already: its profiler is ending
+                        os.kill(pid, signal.SIGTERM)
             if wait_exit(self.proc, 0.05) is not None:
                 return
         kill_group(self.proc)
@@ -202,6 +217,14 @@ class Ahead:
         if self.proc is not None:
             kill_group(self.proc)
         self._end(0.0)
+
+
+def _runs(pid: int, job_file: str) -> bool:
+    """Whether process `pid` is a worker of `job_file` (its command line names it)."""
+    try:
+        return job_file in Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return False
 
 
 # Workers closed whose end is not through yet: waited for at the interpreter's exit (_at_exit).
@@ -237,6 +260,11 @@ class Aheads:
             return Ahead.start(self.target, self.settings, self.driver)
         except (OSError, NsprofError):
             return None
+
+    @property
+    def ready(self) -> bool:
+        """Whether a worker is started ahead for the next session."""
+        return self.started[-1] is not None
 
     def next(self) -> Ahead | None:
         """The worker started last, for the session about to run; the one after it starts now."""

@@ -24,6 +24,7 @@ from nsprof.host.children import DeathPipe
 from nsprof.host.lock import held_fds
 from nsprof.reports.checks import one_line
 from nsprof.schema import Failure, Points, failure_frame
+from nsprof.session.ahead import AheadGone
 from nsprof.session.folders import claim_base, numbered
 from nsprof.session.request import Measured, SessionRun
 from nsprof.session.supervise import RunEnd, run_worker
@@ -292,6 +293,7 @@ class _Parts:
         self.frames: list = []
         self.retries: dict[int, int] = {}
         self.measured_any = False  # did any part keep a measurement (or, with no profiler, finish a config)?
+        self.ahead_gone = False  # the worker started ahead for its first run ended before it: none is used
         self.compile_in_windows = False  # a worker died compiling ahead: each config's compile in its window
         self.notes: list[str] = []  # what the session has to say (Measured.notes)
         self.device: dict | None = None
@@ -314,8 +316,7 @@ class _Parts:
         self.settle(not_run)
 
     def _claim(self, number: int) -> Path:
-        """part{number}, or the next name no earlier run in a reused work folder has used: its reports are
-        kept, and never read as this run's (the driver's finish takes what lies at the part's path)."""
+        """part{number}, or the next name no earlier run in a reused work folder has used (claim_base)."""
         run = self.run
         return claim_base(
             run.work_dir, numbered("part", number), ".status", lambda b: _part_files(run.driver, b)
@@ -324,7 +325,8 @@ class _Parts:
     def part(self, number: int, remaining: list[int], pipe: DeathPipe) -> list[int]:
         """Worker run `number`, of the configs `remaining`: the configs left after it (lost ones last)."""
         run = self.run
-        ahead = run.ahead if number == 0 else None  # its first run: a worker started ahead, when given
+        # its first run: a worker started ahead, when given (and not found gone: then one of its own)
+        ahead = run.ahead if number == 0 and not self.ahead_gone else None
         base = ahead.base if ahead is not None else self._claim(number)
         status_file = base.with_suffix(".status")
         log = base.with_suffix(".log")
@@ -332,19 +334,22 @@ class _Parts:
         job.compile_here = job.compile_here and not self.compile_in_windows
         job_file = base.with_suffix(".job.json")
         command = run.driver.build_command(run.settings, job_file, base)
-        # the job last: a worker started ahead takes it (with the GPU locks held here) as soon as it is there
         if ahead is None:
             job.write(job_file)
-        else:
-            ahead.hand(job, held_fds())
+        # a worker started ahead takes its job (with the GPU locks held here) once its run follows it
+        hand = (ahead, lambda: ahead.hand(job, held_fds())) if ahead is not None else None
         settled = False
         try:
-            end = run_worker(command, log, status_file, job_file, run.settings, run.notify, pipe, ahead)
+            end = run_worker(command, log, status_file, job_file, run.settings, run.notify, pipe, hand)
             refuse_changed(parse_status(status_file.read_text(errors="replace")), log)
             part = read_part(run, base, log, end)
             requeued = self._take(part, end, log)
             settled = True
             self.settle(part.failures, part.kept)
+        except AheadGone:
+            ahead.close()
+            self.ahead_gone = True
+            return self.part(number, remaining, pipe)  # this run again, in a worker of its own
         except KeyboardInterrupt:
             if not settled:
                 _salvage(run, base, log)

@@ -243,13 +243,16 @@ def run_worker(
 ) -> RunEnd:
     """Start the profiler (which starts the worker) and follow it to its end; nothing of it is
     left running on return, nor when an interrupt or an error goes through. With `ahead` (an
-    nsprof.session.ahead.Ahead taken for this run; its job is written already), its profiler and
-    worker, launched earlier, are the run's: its start counts from now."""
+    nsprof.session.ahead.Ahead taken for this run, and the call that hands it its job), its profiler and
+    worker, launched earlier, are the run's: its start counts from the handing."""
+    ahead, hand = ahead if ahead is not None else (None, None)
     with open(log, "w") if ahead is None else ahead.log_handle as log_handle:
         proc = None
         try:
             launched = time.monotonic()
             proc = launch_child(command, log_handle, pipe) if ahead is None else ahead.proc
+            if hand is not None:
+                hand()  # the run's own from here: whatever goes through stops it (below)
             follower = _PartFollower(proc, settings, log_handle)
             end = follow(
                 status_file,

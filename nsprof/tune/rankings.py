@@ -57,7 +57,7 @@ def rank_truth(
             notes.append(f"no adaptive reps: {stored.missing_tool}")
         elif stage is not None:
             cost = clock.cost()
-            if aheads is not None:  # a session's start-up is mostly done ahead
+            if aheads is not None and aheads.ready:  # a session's start-up is mostly done ahead
                 cost = started_ahead(cost, (first_pass[1] or {}).get("phases"))
             rows, adaptive = _adaptive(
                 target, space, truth, settings, rows, stored, cost, stage, held, aheads

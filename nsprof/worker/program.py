@@ -58,19 +58,23 @@ def run(job: Job, job_file: Path | None = None) -> int:
     """Run `job`; with `job_file`, `job` is the ahead file's (ahead_file): the target is imported first,
     then the job is waited for at job_file and run (one with no config ends the worker, nothing measured)."""
     status = Status(job.status)
-    status.write("pid", os.getpid())
-    began = process_began()
-    if began is not None:
-        status.mark("process", at=began)
-    status.write("watch", json.dumps(watch_parent(job)))
-    signal.signal(signal.SIGTERM, request_stop)
+    parent = os.getppid()
+    locks = _locks_socket(job) if job_file is not None else None  # checked now, before the target runs
+    signal.signal(signal.SIGTERM, request_stop)  # before the pid line: nsprof stops it by that pid
     try:
+        status.write("pid", os.getpid())
+        began = process_began()
+        if began is not None:
+            status.mark("process", at=began)
+        status.write("watch", json.dumps(watch_parent(job)))
         if job_file is None:
             return run_job(job, status)
         space = _imported_ahead(job.target, status)
-        locks_fd, job = job.locks_fd, _wait_for(job_file)
-        _locks_handed(locks_fd)
-        return run_job(job, status, space=space) if job.config_ids else 0
+        job = _wait_for(job_file, parent)
+        if not job.config_ids:
+            return 0
+        _locks_handed(locks)
+        return run_job(job, status, space=space)
     except Stopped:
         return stopped(status)
     finally:
@@ -93,30 +97,53 @@ def _imported_ahead(target: str, status: Status):
     return space
 
 
-def _locks_handed(fd: int) -> None:
-    """The GPU locks nsprof holds, sent with the job (Job.locks_fd): kept open, and inherited by what the
-    worker starts, as a worker launched with them holds them. None came where nsprof holds none."""
-    if fd < 0:
-        return
+def _locks_socket(job: Job):
+    """The socket nsprof sends the GPU locks on (Job.locks_fd), where the descriptor is that socket (its
+    inode: a profiler may not pass it on, and the number then names nothing, or later another file);
+    None otherwise."""
+    import socket
+    import stat
+
+    try:
+        info = os.fstat(job.locks_fd) if job.locks_fd >= 0 else None
+        if info is None or not stat.S_ISSOCK(info.st_mode) or info.st_ino != job.locks_inode:
+            return None
+        return socket.socket(fileno=job.locks_fd)
+    except OSError:
+        return None
+
+
+def _locks_handed(channel) -> None:
+    """The GPU locks nsprof holds, sent on `channel` (_locks_socket) before the job: kept open, and
+    inherited by what the worker starts, as a worker launched with them holds them."""
     import socket
 
-    with socket.socket(fileno=fd) as channel:
+    if channel is None:
+        print(
+            "==NSPROF== worker started ahead: no channel for the GPU lock arrived",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+    with channel:
         channel.settimeout(10.0)  # sent before the job was written: there already
         try:
-            _, fds, _, _ = socket.recv_fds(channel, 16, 16)
+            message, fds, _, _ = socket.recv_fds(channel, 16, 16)
         except OSError as exc:
+            message, fds = b"", []
             print(f"==NSPROF== worker got no GPU lock from nsprof: {exc}", file=sys.stderr, flush=True)
-            return
+    if not message:
+        print("==NSPROF== worker got no word of the GPU lock from nsprof", file=sys.stderr, flush=True)
     for lock in fds:
         os.set_inheritable(lock, True)
 
 
-def _wait_for(job_file: Path) -> Job:
+def _wait_for(job_file: Path, parent: int) -> Job:
     """The job, once nsprof has written it (whole: Job.write). nsprof's death ends the wait (watch_parent's
-    thread); so does the parent's (the profiler's), for a worker that watches no pipe."""
+    thread); so does the parent's (the profiler's, `parent` at the worker's start), for a worker that
+    watches no pipe."""
     import time
 
-    parent = os.getppid()
     while not job_file.exists():
         if os.getppid() != parent:
             os._exit(EXIT_PARENT_GONE)

@@ -75,6 +75,7 @@ class Job:
     # descriptors, SCM_RIGHTS) as it hands the job over, so that the lock stays held while the worker, or
     # what it starts, lives, as a worker launched with them does. -1: none.
     locks_fd: int = -1
+    locks_inode: int = 0  # that socket's inode: a descriptor that names something else is not it
     # Adaptive reps (nsprof.adaptive): the configs built first, then `reps` rounds over them, each
     # round one visit per config in job order (warm-up outside every range, then one rep of each
     # mode). A config's reps are numbered from first_rep[str(id)] (0 where absent), so that its
