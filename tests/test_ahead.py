@@ -130,15 +130,6 @@ def _wait_for_mark(status: Path, word: str) -> None:
     assert word in read_or_empty(status)
 
 
-def test_a_worker_started_ahead_given_no_config_exits_without_touching_the_device(tmp_path):
-    job_file, status, proc = _worker(tmp_path, _target(tmp_path))
-    _wait_for_mark(status, " target")
-    Job(_target(tmp_path), [], "").write(job_file)
-    assert proc.wait(60) == 0
-    read = parse_status(status.read_text())
-    assert read.device is None and not read.started and read.time_of("target") is not None
-
-
 def test_a_worker_started_ahead_runs_its_job_once_written(tmp_path):
     target = _target(tmp_path)
     job_file, status, proc = _worker(tmp_path, target)
@@ -459,3 +450,36 @@ def test_a_session_under_application_replay_does_not_take_a_worker_started_ahead
     finally:
         ahead.close()
         _ended()
+
+
+def test_a_worker_taken_by_a_session_that_never_ran_ends_with_its_pipe_closed(tmp_path, standin):
+    """The session took it but found the GPU busy: nothing ran, so its owner's close ends it whole, death
+    pipe included (the session's runs close that pipe only once they have it)."""
+    from nsprof.errors import GpuBusy
+    from nsprof.host.lock import gpu_lock
+    from nsprof.session import run_session
+    from nsprof.session.ahead import Ahead
+
+    target = _target(tmp_path)
+    ahead = Ahead.start(target, _profile(tmp_path), standin)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with gpu_lock(0):
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(60)
+        with pytest.raises(GpuBusy):
+            run_session(target, 1, _profile(tmp_path), driver=standin, ahead=ahead)
+    finally:
+        release.set()
+        holder.join()
+    assert ahead.taken and not ahead.handed
+    ahead.close()
+    _ended()
+    assert ahead.pipe.read_fd == -1 and ahead.proc.returncode is not None
+    assert not list((tmp_path / "work").glob(f"{ahead.base.name}.*"))

@@ -74,7 +74,7 @@ class Ahead:
         self._locks: socket.socket | None = None  # nsprof's end of the socket the locks go over
         self.taken = False  # by a session (take): no other may have it
         self.handed = False  # its job written (hand): the session's run owns it from then
-        self.pipe_given = False  # to the session that took it (take), which closes it
+        self.pipe_given = False  # to the session's runs (give_pipe), which close it
         self._closing = False
         self._done = False  # its end is through (_end): its descriptors are closed, once
         self._ended = threading.Lock()
@@ -136,8 +136,13 @@ class Ahead:
         if self.proc is None or exit_code(self.proc) is not None:
             self.close()
             return None
-        self.pipe_given = True  # the session's: its later runs watch it too, and it closes it
         return self
+
+    def give_pipe(self) -> DeathPipe:
+        """Its death pipe, for every run of the session that took it (nsprof.session.parts.run_parts),
+        which closes it: not closed here from then on."""
+        self.pipe_given = True
+        return self.pipe
 
     def hand(self, job: Job, held_fds: tuple[int, ...]) -> Path:
         """Give the worker the GPU locks `held_fds` (this thread's: nsprof.host.lock.held_fds), then its

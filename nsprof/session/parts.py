@@ -433,7 +433,7 @@ def run_parts(run: SessionRun) -> Measured:
     """The session proper: worker runs ("parts") until every config of `run` is measured or failed."""
     session = _Parts(run)
     remaining = list(run.ids)
-    pipe = run.ahead.pipe if run.ahead is not None else DeathPipe()  # the one its worker watches
+    pipe = DeathPipe() if run.ahead is None else run.ahead.give_pipe()  # the one its worker watches
     try:
         number, parts = 0, run.settings.max_restarts + 1
         while remaining and number < parts + (1 if session.compile_in_windows else 0):  # no restart

@@ -56,7 +56,7 @@ def process_began() -> float | None:
 
 def run(job: Job, job_file: Path | None = None) -> int:
     """Run `job`; with `job_file`, `job` is the ahead file's (ahead_file): the target is imported first,
-    then the job is waited for at job_file and run (one with no config ends the worker, nothing measured)."""
+    then the job is waited for at job_file, the GPU locks taken from nsprof, and the job run."""
     status = Status(job.status)
     parent = os.getppid()
     locks = _locks_socket(job) if job_file is not None else None  # checked now, before the target runs
@@ -71,8 +71,6 @@ def run(job: Job, job_file: Path | None = None) -> int:
             return run_job(job, status)
         space = _imported_ahead(job.target, status)
         job = _wait_for(job_file, parent)
-        if not job.config_ids:
-            return 0
         _locks_handed(locks)
         return run_job(job, status, space=space)
     except Stopped:

@@ -3,7 +3,7 @@ back, their reader, and the command line that starts a worker.
 
 The program the profilers launch is `python -m nsprof.worker JOB.json` (nsprof.worker.program). A worker
 started ahead of its job finds ahead_file(JOB.json) there: it imports the target, then waits for JOB.json
-(a job with no config: it exits at once, having measured nothing).
+and the GPU locks nsprof sends it (Job.locks_fd); SIGTERM stops it while it waits, as at any time.
 Progress goes to the job's status file, one flushed line per event, so that nsprof can draw a
 progress bar, enforce per-config timeouts and restart after a crash:
     pid <pid>                  first, before anything else
@@ -352,7 +352,7 @@ def _merged(runs: list[RunStatus]) -> RunStatus:
 
 def ahead_file(job_file: Path) -> Path:
     """Where a worker started ahead of its job (nsprof.session.ahead) finds what it may do before the job
-    comes: a Job naming the target, the status file and nsprof's death pipe, and no config."""
+    comes: a Job naming the target, the status file, nsprof's death pipe and the lock channel, no config."""
     return job_file.with_name(job_file.name + ".ahead")
 
 
