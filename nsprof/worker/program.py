@@ -106,6 +106,7 @@ def _locks_socket(job: Job):
         info = os.fstat(job.locks_fd) if job.locks_fd >= 0 else None
         if info is None or not stat.S_ISSOCK(info.st_mode) or info.st_ino != job.locks_inode:
             return None
+        os.set_inheritable(job.locks_fd, False)  # the target's own subprocesses need not hold it
         return socket.socket(fileno=job.locks_fd)
     except OSError:
         return None
