@@ -85,6 +85,7 @@ def profile_result(
     space=None,
     points: list[int] | None = None,
     expect: dict | None = None,
+    ahead=None,
 ) -> ProfileResult:
     """Measure every config (or `config_ids`) of `target` with `backend` (default: the ground truth
     settings.backend names). A target's compile step runs beside each session, or in its served
@@ -99,7 +100,8 @@ def profile_result(
     KeyboardInterrupt goes on.
 
     The worker measures the target only as it was read (`expect`, default measured_as_read(space): the
-    space given or loaded here); one edited since is refused (nsprof.errors.TargetChanged).
+    space given or loaded here); one edited since is refused (nsprof.errors.TargetChanged). `ahead`: a
+    worker started ahead for this session (nsprof.session.ahead.Ahead), where one was.
     """
     from nsprof.space import load_target
 
@@ -109,7 +111,9 @@ def profile_result(
     expect = expect or measured_as_read(space)
     n_configs = len(space.configs)
     wanted, layout = _wanted_points(space, config_ids, points)
-    request = Request(target, wanted, n_configs, layout.n_shapes, expect=expect, compiles=space.compiles)
+    request = Request(
+        target, wanted, n_configs, layout.n_shapes, expect=expect, compiles=space.compiles, ahead=ahead
+    )
     measured = backend.measure(request, on_progress=on_progress, on_rows=on_rows)
     return ProfileResult(
         frame=measured.frame,

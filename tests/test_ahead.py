@@ -483,3 +483,42 @@ def test_a_worker_taken_by_a_session_that_never_ran_ends_with_its_pipe_closed(tm
     _ended()
     assert ahead.pipe.read_fd == -1 and ahead.proc.returncode is not None
     assert not list((tmp_path / "work").glob(f"{ahead.base.name}.*"))
+
+
+def test_a_later_truths_first_pass_and_the_probes_run_in_workers_started_ahead(tmp_path, monkeypatch):
+    """With two truths, the second's first pass (started when tune starts) and each probe of their
+    disagreement (started when the probes are known) run in workers started ahead; the first truth's first
+    pass, which nothing precedes, in one of its own."""
+    from standins import StatusDriver
+    from test_crosstruth import L2_EXPLAINS, TARGET
+    from test_crosstruth import settings as truth_settings
+
+    from nsprof.drivers import registry
+    from nsprof.drivers.ncu import NcuDriver
+    from nsprof.drivers.nsys import NsysDriver
+    from nsprof.tune import tune
+
+    registry.register("lab", type("Lab", (StatusDriver,), {"labels_like": NcuDriver}))
+    registry.register("field", type("Field", (StatusDriver,), {"labels_like": NsysDriver}))
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("FEED_FILE", str(tmp_path / "fed.json"))
+    try:
+        (tmp_path / "t.py").write_text(TARGET.format(ns_at=L2_EXPLAINS))
+        result = tune(
+            f"{tmp_path / 't.py'}:space", truth_settings(tmp_path, truths=("lab", "field"), budget_s=0)
+        )
+        _ended()
+    finally:
+        registry.unregister("lab")
+        registry.unregister("field")
+    (explanation,) = result.shapes[0].cross.explanations
+    assert len(explanation.probes) == 3 and explanation.cause == "cache_control"
+    work = tmp_path / "wd"
+    parts = sorted(work.glob("part*.status"))
+    aheads = [parse_status(path.read_text()) for path in sorted(work.glob("ahead*.status"))]
+    assert [p.name for p in parts] == ["part0.status"]  # the first truth's first pass
+    assert len(aheads) == 1 + 3 and all(a.ended and a.done for a in aheads)  # field's first pass, 3 probes
+    first = parse_status(parts[0].read_text())
+    assert min(a.time_of("process") for a in aheads) <= first.time_of("process")  # field's: before lab's
+    assert all(a.time_of("target") < a.time_of("device") for a in aheads)
+    assert not _alive_with(str(work))

@@ -23,6 +23,7 @@ truth's rankings, adaptive reps), explain (the truths compared); here, tune() an
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import replace
@@ -37,7 +38,7 @@ from nsprof.space import config_label
 from nsprof.tune import measure
 from nsprof.tune.explain import cross_truth
 from nsprof.tune.measure import key_labels, retryable, shape_keys
-from nsprof.tune.rankings import rank_truth
+from nsprof.tune.rankings import rank_truth, worker_ahead
 from nsprof.tune.stored import by_shape, select_stored
 
 __all__ = [
@@ -78,13 +79,24 @@ def tune(
     wanted = list(range(n)) if config_ids is None else config_ids_of(space, config_ids)
     stage = on_stage or (lambda name, count: None)
     points = space.points.all(wanted)
-    with feedback.tuner_children(target, space, settings) as children:  # importing while tune measures
+    with (
+        feedback.tuner_children(target, space, settings) as children,  # importing while tune measures
+        contextlib.ExitStack() as held,
+    ):
+        firsts = _first_passes_ahead(target, settings, held)
         prescreened = {}
         if settings.prescreen:
             points, prescreened = _prescreen(target, space, settings, points, stage)
         per_truth = {
             truth.name: rank_truth(
-                target, space, truth, settings, points, stage(truth.name, len(points)), stage=stage
+                target,
+                space,
+                truth,
+                settings,
+                points,
+                stage(truth.name, len(points)),
+                stage=stage,
+                ahead=firsts.get(truth.name),
             )
             for truth in settings.ranked_truths
         }
@@ -93,6 +105,19 @@ def tune(
         crosses = cross_truth(target, space, rankings, settings, stage) if len(per_truth) > 1 else {}
         sent = by_shape(space, points)
         return _report(target, space, settings, rankings, crosses, prescreened, sent, children)
+
+
+def _first_passes_ahead(target: str, settings: TuneSettings, held: contextlib.ExitStack) -> dict:
+    """A worker started now for each first pass that something else runs before ({truth name: Ahead}): every
+    truth's but the first's, and the first's too after a prescreen; each closed with `held`."""
+    truths = settings.ranked_truths if settings.prescreen else settings.ranked_truths[1:]
+    firsts = {}
+    for truth in truths:
+        ahead = worker_ahead(target, truth, settings)
+        if ahead is not None:
+            held.callback(ahead.close)
+            firsts[truth.name] = ahead
+    return firsts
 
 
 def _report(

@@ -4,13 +4,15 @@ the two differ set as the other has it); CrossTruth holds what it found."""
 
 from __future__ import annotations
 
+import contextlib
+
 from nsprof.analysis import crosstruth
 from nsprof.analysis.crosstruth import CrossTruth
 from nsprof.errors import NsprofError, TargetChanged
 from nsprof.reports.checks import one_line
 from nsprof.settings import Truth, TuneSettings
 from nsprof.tune.measure import truth_labels
-from nsprof.tune.rankings import rank_truth
+from nsprof.tune.rankings import rank_truth, worker_ahead
 
 __all__ = ["cross_truth"]
 
@@ -70,9 +72,27 @@ def _explain(
     }
     layout = space.points
     points = [layout.id(c, shape) for shape, configs in contenders.items() for c in configs]
+    with contextlib.ExitStack() as held:  # a worker started now for each probe, importing meanwhile
+        aheads = {probe.name: worker_ahead(target, probe, settings) for _, probe in variants}
+        for ahead in aheads.values():
+            if ahead is not None:
+                held.callback(ahead.close)
+        goals = {shape: rankings[shape][other.name] for shape in explanations}
+        _probe(target, space, variants, points, explanations, goals, settings, stage, aheads)
+    for explanation in explanations.values():
+        explanation.cause = crosstruth.cause(explanation.probes)
+    return explanations
+
+
+def _probe(target, space, variants, points, explanations, goals, settings, stage, aheads) -> None:
+    """Each probe of `variants` ranked at every shape (in its worker of `aheads` where one was started) and
+    judged into `explanations` against the other truth's ranking there (`goals`: {shape: Ranking})."""
     for changed, probe in variants:
         try:
-            ranked = rank_truth(target, space, probe, settings, points, stage(probe.name, len(points)), [])
+            progress = stage(probe.name, len(points))
+            ranked = rank_truth(
+                target, space, probe, settings, points, progress, [], ahead=aheads.get(probe.name)
+            )
         except TargetChanged:
             raise  # no probe of the target as read can be measured any more
         except NsprofError as exc:  # measured nothing there: say so, keep the others
@@ -84,10 +104,7 @@ def _explain(
                 explanation.reason = one_line(str(exc), 200)
             continue
         for shape, explanation in explanations.items():
-            _judge(explanation, probe, changed, ranked[shape], rankings[shape][other.name], settings.stat)
-    for explanation in explanations.values():
-        explanation.cause = crosstruth.cause(explanation.probes)
-    return explanations
+            _judge(explanation, probe, changed, ranked[shape], goals[shape], settings.stat)
 
 
 def _judge(explanation, probe: Truth, changed: list[str], ranked, goal, stat: str) -> None:

@@ -89,8 +89,8 @@ def measure_rows(
     on_measured gets the whole Measured (its phases among the rest).
 
     With `plan` (a ground truth only): one interleaved session of adaptive reps over plan.configs
-    (nsprof.measure.Request.plan) instead of a first pass over config_ids, in the worker `ahead` started
-    for it (nsprof.session.ahead.Ahead) when one is given.
+    (nsprof.measure.Request.plan) instead of a first pass over config_ids. Either in the worker `ahead`
+    started for it (nsprof.session.ahead.Ahead) when one is given.
 
     `space`: the target as tune read it (nsprof.space.load_target), under whose configs the rows are
     stored: every worker checks that it loads the same (Space.as_read), or measures nothing
@@ -106,7 +106,9 @@ def measure_rows(
             request, on_progress=on_progress, on_rows=on_rows
         )
     elif truth.profiler:
-        measured = _first_pass(target, truth, settings, config_ids, n_shapes, on_progress, on_rows, space)
+        measured = _first_pass(
+            target, truth, settings, config_ids, n_shapes, on_progress, on_rows, space, ahead
+        )
     else:
         request = Request(target, config_ids, n, n_shapes, expect=expect, compiles=compiles)
         measured = _timer_measured(truth, settings, request, on_progress, on_rows)
@@ -135,9 +137,12 @@ def serving_worker(truth: Truth, settings: TuneSettings) -> int | None:
     return pid if isinstance(pid, int) else None
 
 
-def _first_pass(target, truth, settings, config_ids, n_shapes, on_progress, on_rows, space) -> Measured:
-    """A ground truth's first pass over `config_ids` (point ids with `n_shapes`): profile_result,
-    sharded over the cluster's GPUs when the settings give one."""
+def _first_pass(
+    target, truth, settings, config_ids, n_shapes, on_progress, on_rows, space, ahead
+) -> Measured:
+    """A ground truth's first pass over `config_ids` (point ids with `n_shapes`): profile_result (in
+    `ahead`'s worker where one was started for it), sharded over the cluster's GPUs when the settings
+    give one."""
     from nsprof.profile import profile_result
 
     profile_settings = settings.truth_profile(truth)
@@ -149,6 +154,7 @@ def _first_pass(target, truth, settings, config_ids, n_shapes, on_progress, on_r
         on_rows=on_rows,
         space=space,
         backend=sharded(GroundTruth(profile_settings), settings.cluster) if settings.cluster else None,
+        ahead=ahead,
     )
 
 

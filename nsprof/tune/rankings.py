@@ -18,7 +18,7 @@ from nsprof.tune import measure
 from nsprof.tune.measure import key_labels, shape_keys
 from nsprof.tune.stored import Stored, measure_stored
 
-__all__ = ["rank_rows", "rank_truth"]
+__all__ = ["rank_rows", "rank_truth", "worker_ahead"]
 
 
 def rank_truth(
@@ -30,6 +30,7 @@ def rank_truth(
     on_progress,
     notes: list[str] | None = None,
     stage=None,
+    ahead=None,
 ) -> dict:
     """Rank the points `points` of `space` (nsprof.schema.Points: config ids for a target without
     shapes) under one truth (a ground truth, a variant such as ncu@base-warm, or a fast timer),
@@ -40,7 +41,8 @@ def rank_truth(
     Every ranking of a tune goes through here, one truth at a time. With `stage` (the progress
     bars' factory), the contenders left tied after the first pass get adaptive reps (within
     settings.budget_s for this truth: nsprof.adaptive), every shape's in the same sessions;
-    without it (the cross-truth probes), none."""
+    without it (the cross-truth probes), none. `ahead`: a worker started ahead for the first pass
+    (nsprof.session.ahead.Ahead: a later truth's, a probe's), or None."""
     notes = [] if notes is None else notes
     clock = _FirstPassClock(on_progress, settings)
     runs: list[Measured] = []
@@ -49,7 +51,9 @@ def rank_truth(
         aheads = _aheads(target, truth, settings, stage)  # importing while the first pass runs
         if aheads is not None:
             held.callback(aheads.close)
-        rows, stored = _first_pass(target, space, truth, settings, points, clock, notes, runs.append, held)
+        rows, stored = _first_pass(
+            target, space, truth, settings, points, clock, notes, runs.append, held, ahead
+        )
         first_pass = (clock.elapsed(), _timing(runs[0]) if runs else None)
         if stage is not None and settings.cluster is not None and truth.profiler:
             notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
@@ -75,16 +79,16 @@ def rank_truth(
 
 
 def _first_pass(
-    target: str, space, truth: Truth, settings: TuneSettings, points, clock, notes, on_measured, held
+    target: str, space, truth: Truth, settings: TuneSettings, points, clock, notes, on_measured, held, ahead
 ):
     """The first pass's rows, and the store's context for adaptive sessions (None without a store).
     held: the ExitStack a --resume --wait's turn is held in (nsprof.tune.turn); clock: the first
-    pass's, started again once the turn is taken."""
+    pass's, started again once the turn is taken; ahead: a worker started ahead for it, or None."""
     timed = clock.timed
     if settings.use_store:
         return measure_stored(
             target, space, truth, settings, points, timed, notes, on_measured=on_measured,
-            held=held, on_turn=clock.restart,
+            held=held, on_turn=clock.restart, ahead=ahead,
         )  # fmt: skip
     rows = measure.measure_rows(
         target,
@@ -96,6 +100,7 @@ def _first_pass(
         n_shapes=space.points.n_shapes,
         on_measured=on_measured,
         space=space,
+        ahead=ahead,
     )
     return rows, None
 
@@ -223,22 +228,33 @@ class _FirstPassClock:
         return first_pass_cost(self.elapsed(), self.finished, self.settings.reps, warmup)
 
 
-def _aheads(target: str, truth: Truth, settings: TuneSettings, stage):
-    """The workers started ahead for ground truth `truth`'s adaptive sessions (nsprof.session.ahead), the
-    first now; None where no adaptive session would take one: none asked (no `stage`, --budget-s 0), a fast
-    timer, a cluster, a server that would measure them, a profiler not found (a stored --resume)."""
-    if stage is None or not truth.profiler or settings.cluster is not None or settings.budget_s <= 0:
+def worker_ahead(target: str, truth: Truth, settings: TuneSettings, several: bool = False):
+    """A worker started ahead for a session of ground truth `truth` (nsprof.session.ahead): with `several`,
+    the Aheads of its adaptive sessions (the first started now), else one Ahead (a later truth's first pass,
+    a probe's). None where no session would take one: a fast timer, a cluster, a server that would measure
+    it, a profiler not found (a stored --resume), or one that cannot start."""
+    if (
+        not truth.profiler
+        or settings.cluster is not None
+        or measure.serving_worker(truth, settings) is not None
+    ):
         return None
-    if measure.serving_worker(truth, settings) is not None:
-        return None
-    from nsprof.session.ahead import Aheads
+    from nsprof.session.ahead import Ahead, Aheads
 
     profile = settings.truth_profile(truth)
     try:
         driver = registry.get_driver(profile.backend)
-    except NsprofError:  # the first pass's own session says why, where it has anything to measure
+        return Aheads(target, profile, driver) if several else Ahead.start(target, profile, driver)
+    except (OSError, NsprofError):  # the session's own start says why, where it has anything to measure
         return None
-    return Aheads(target, profile, driver)
+
+
+def _aheads(target: str, truth: Truth, settings: TuneSettings, stage):
+    """The workers started ahead for `truth`'s adaptive sessions; None where none is asked (no `stage`,
+    --budget-s 0) or none would be taken (worker_ahead)."""
+    if stage is None or settings.budget_s <= 0:
+        return None
+    return worker_ahead(target, truth, settings, several=True)
 
 
 def _adaptive(

@@ -254,12 +254,14 @@ def measure_stored(
     on_measured: Callable[[Measured], None] | None = None,
     held: contextlib.ExitStack | None = None,
     on_turn: Callable[[], None] | None = None,
+    ahead=None,
 ):
     """measure_rows through the results store: resume per point, one transaction per point, GPU lock.
     Returns the rows to rank (see select_stored) and the Stored context for adaptive sessions. With
     `held`, a --resume --wait's turn (nsprof.tune.turn) is entered there, so that the caller holds it
     through the adaptive reps too; without, for the first pass only. on_turn: called once the turn
-    is taken (the first pass's clock starts again: waiting for another run is none of its time)."""
+    is taken (the first pass's clock starts again: waiting for another run is none of its time). ahead: a
+    worker started ahead for the first pass (measure_rows)."""
     from nsprof.store import ResultStore
 
     group, gpu, missing_tool = _key(target, space, truth, settings)
@@ -286,7 +288,8 @@ def measure_stored(
             if todo and missing_tool is not None:
                 raise missing_tool
             if todo:
-                _first_pass(store, context, target, space, truth, todo, on_progress, on_measured, gpu, notes)
+                first = (truth, todo, on_progress, on_measured, ahead)
+                _first_pass(store, context, target, space, first, gpu, notes)
             else:
                 space.confirm()  # no worker checks the target: the stored rows are ranked under its configs as read
         return context.rows(store), context
@@ -356,12 +359,12 @@ def _to_measure(
     return todo
 
 
-def _first_pass(
-    store, context: Stored, target, space, truth, todo, on_progress, on_measured, gpu, notes
-) -> None:
-    """The first pass over `todo`, stored as a run, each point's rows as soon as they are whole."""
+def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> None:
+    """The first pass (`first`: its truth, the points to do, the progress and Measured callbacks, the
+    worker started ahead for it or None), stored as a run, each point's rows as soon as they are whole."""
     from nsprof.host.gpu import gpu_of
 
+    truth, todo, on_progress, on_measured, ahead = first
     settings = context.settings
     run_id = store.start_run(target=target, settings=settings.record(), gpu_uuid=gpu.uuid, **context.group)
     done: set = set()
@@ -380,6 +383,7 @@ def _first_pass(
             n_shapes=space.points.n_shapes,
             on_measured=on_measured,
             space=space,
+            ahead=ahead,
         )
         context.add(store, run_id, rows, done)  # what was not handed over yet
         return rows
