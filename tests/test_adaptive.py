@@ -94,6 +94,11 @@ def test_sessions_in_workers_started_ahead_cost_the_start_up_less_what_was_done_
     ahead = rules.started_ahead(cost, phases)
     assert ahead.startup_s == pytest.approx(1.5) and ahead.visit_s == cost.visit_s
     assert rules.started_ahead(cost, None) == cost  # no phases recorded (a stored first pass): as it was
+    # a first pass that itself ran in such a worker compiled all its points before its first window
+    # (1.2 s here); a session compiles only its contenders: that wait is no session's start-up
+    compiled = rules.started_ahead(rules.Cost(4.0, 0.1), {"target_import": 0.0, "compile_wait": 1.2}, True)
+    assert compiled.startup_s == pytest.approx(2.8)
+    assert rules.started_ahead(rules.Cost(4.0, 0.1), {"compile_wait": 1.2}).startup_s == 4.0
     assert rules.started_ahead(rules.Cost(2.0, 0.1), phases).startup_s == 0.0  # never below nothing
     # planned as such: the reps left cost more than this start-up, so the session doubles the reps
     # rather than doing them all (with the first pass's 9 s start-up it would do them all)

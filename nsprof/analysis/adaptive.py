@@ -78,13 +78,16 @@ def first_pass_cost(wall_s: float, finished: list[tuple[float, bool]], reps: int
 DONE_AHEAD = ("tool_start", "worker_start", "target_import")
 
 
-def started_ahead(cost: Cost, phases: dict[str, float] | None) -> Cost:
+def started_ahead(cost: Cost, phases: dict[str, float] | None, compiled_in_worker: bool = False) -> Cost:
     """The cost model of sessions whose workers are started ahead (nsprof.session.ahead): the first
     pass's start-up less what such a worker has done before its session (DONE_AHEAD, from the first
-    pass's `phases`; unchanged where it recorded none)."""
+    pass's `phases`; unchanged where it recorded none). With `compiled_in_worker` (the first pass ran in
+    such a worker, which compiled all its points before its first window) its compile_wait too: a
+    session compiles only its contenders."""
     if not phases:
         return cost
     done = sum(phases.get(name, 0.0) for name in DONE_AHEAD)
+    done += phases.get("compile_wait", 0.0) if compiled_in_worker else 0.0
     return Cost(max(cost.startup_s - done, 0.0), cost.visit_s, cost.measured)
 
 

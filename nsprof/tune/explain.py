@@ -72,39 +72,47 @@ def _explain(
     }
     layout = space.points
     points = [layout.id(c, shape) for shape, configs in contenders.items() for c in configs]
-    with contextlib.ExitStack() as held:  # a worker started now for each probe, importing meanwhile
-        aheads = {probe.name: worker_ahead(target, probe, settings) for _, probe in variants}
-        for ahead in aheads.values():
-            if ahead is not None:
-                held.callback(ahead.close)
-        goals = {shape: rankings[shape][other.name] for shape in explanations}
-        _probe(target, space, variants, points, explanations, goals, settings, stage, aheads)
+    goals = {shape: rankings[shape][other.name] for shape in explanations}
+    _probe(target, space, variants, points, explanations, goals, settings, stage)
     for explanation in explanations.values():
         explanation.cause = crosstruth.cause(explanation.probes)
     return explanations
 
 
-def _probe(target, space, variants, points, explanations, goals, settings, stage, aheads) -> None:
-    """Each probe of `variants` ranked at every shape (in its worker of `aheads` where one was started) and
-    judged into `explanations` against the other truth's ranking there (`goals`: {shape: Ranking})."""
-    for changed, probe in variants:
-        try:
-            progress = stage(probe.name, len(points))
-            ranked = rank_truth(
-                target, space, probe, settings, points, progress, [], ahead=aheads.get(probe.name)
-            )
-        except TargetChanged:
-            raise  # no probe of the target as read can be measured any more
-        except NsprofError as exc:  # measured nothing there: say so, keep the others
-            labels = truth_labels(probe, settings)
-            for explanation in explanations.values():
-                explanation.probes.append(
-                    crosstruth.Probe(probe.name, changed, labels, None, [], crosstruth.UNKNOWN)
-                )
-                explanation.reason = one_line(str(exc), 200)
-            continue
-        for shape, explanation in explanations.items():
-            _judge(explanation, probe, changed, ranked[shape], goals[shape], settings.stat)
+def _probe(target, space, variants, points, explanations, goals, settings, stage) -> None:
+    """Each probe of `variants` ranked at every shape and judged into `explanations` against the other
+    truth's ranking there (`goals`: {shape: Ranking}). Each in a worker started ahead: the first's now,
+    each next one's as the probe before it begins, so that it imports while that probe runs."""
+    with contextlib.ExitStack() as held:
+
+        def started(index: int):
+            ahead = worker_ahead(target, variants[index][1], settings) if index < len(variants) else None
+            if ahead is not None:
+                held.callback(ahead.close)  # a no-op once its session took it
+            return ahead
+
+        ahead = started(0)
+        for index, (changed, probe) in enumerate(variants):
+            following = started(index + 1)
+            try:
+                progress = stage(probe.name, len(points))
+                ranked = rank_truth(target, space, probe, settings, points, progress, [], ahead=ahead)
+            except TargetChanged:
+                raise  # no probe of the target as read can be measured any more
+            except NsprofError as exc:  # measured nothing there: say so, keep the others
+                _unmeasured(explanations, probe, changed, settings, exc)
+            else:
+                for shape, explanation in explanations.items():
+                    _judge(explanation, probe, changed, ranked[shape], goals[shape], settings.stat)
+            ahead = following
+
+
+def _unmeasured(explanations: dict, probe: Truth, changed: list[str], settings: TuneSettings, exc) -> None:
+    """A probe that measured nothing: each explanation says so."""
+    labels = truth_labels(probe, settings)
+    for explanation in explanations.values():
+        explanation.probes.append(crosstruth.Probe(probe.name, changed, labels, None, [], crosstruth.UNKNOWN))
+        explanation.reason = one_line(str(exc), 200)
 
 
 def _judge(explanation, probe: Truth, changed: list[str], ranked, goal, stat: str) -> None:

@@ -49,8 +49,9 @@ def rank_truth(
     adaptive: dict = {}
     with contextlib.ExitStack() as held:  # a --resume --wait's turn, through the adaptive reps (tune.turn)
         aheads = _aheads(target, truth, settings, stage)  # importing while the first pass runs
-        if aheads is not None:
-            held.callback(aheads.close)
+        for started in (aheads, ahead):  # ended with this truth's ranking, where no session took one
+            if started is not None:
+                held.callback(started.close)
         rows, stored = _first_pass(
             target, space, truth, settings, points, clock, notes, runs.append, held, ahead
         )
@@ -62,7 +63,8 @@ def rank_truth(
         elif stage is not None:
             cost = clock.cost()
             if aheads is not None and aheads.ready:  # a session's start-up is mostly done ahead
-                cost = started_ahead(cost, (first_pass[1] or {}).get("phases"))
+                in_worker = ahead is not None and ahead.handed  # the first pass compiled in its worker
+                cost = started_ahead(cost, (first_pass[1] or {}).get("phases"), in_worker)
             rows, adaptive = _adaptive(
                 target, space, truth, settings, rows, stored, cost, stage, held, aheads
             )
