@@ -73,6 +73,9 @@
 #                 worker logs; not the reports) kept: whether the worker compiled ahead, and if not, why
 #   ahead         a standalone TileLang tune under ncu, then nsys, its work folder's status files and what runs
 #                 after it: the adaptive sessions' workers started ahead (nsprof.session.ahead), and none left
+#   truths        a TileLang tune under --truth ncu,nsys: nsys's first pass and the probes in workers started
+#                 ahead (their status files' process/target/device times, each run's phases, the workers' own
+#                 lines: "no channel for the GPU lock" would say the lock handover did not arrive)
 #   kept          a standalone TileLang tune under ncu, then nsys, in temporary folders: what a folder kept after
 #                 the run holds (a clean run's is removed)
 #   ends          a standalone TileLang tune under nsys whose work folder (status lines with their
@@ -127,8 +130,14 @@ for s in "$@"; do
              --backend $b --mode graph --no-store --no-feed-back --no-tuner-pick --json --work-dir $R/ahead_$b \
              > $R/ahead_$b.json; rc=\$?; ls -la $R/ahead_$b; for f in $R/ahead_$b/*.status; do echo == \$f; \
              grep -v '^at ' \$f | head -4; grep -E '^at .* (process|target|device)' \$f; done; \
+             grep -h 'NSPROF== worker' $R/ahead_$b/*.log; \
              ps -eo pid,etimes,cmd | grep -E 'nsys|ncu|nsprof.worker' | grep -v grep; \
              rm -f $R/ahead_$b/*.nsys-rep $R/ahead_$b/*.sqlite $R/ahead_$b/*.ncu-rep; exit \$rc"; done ;;
+    truths) step truths 400 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space --truth ncu,nsys \
+              --mode graph --no-store --no-feed-back --no-tuner-pick --json --work-dir $R/truths > $R/truths.json; \
+              rc=\$?; for f in $R/truths/*.status; do echo == \$f; grep -E '^at .* (process|target|device|end)' \$f; \
+              done; grep -h -E 'phases|NSPROF== worker' $R/truths/*.log; \
+              rm -f $R/truths/*.nsys-rep $R/truths/*.sqlite $R/truths/*.ncu-rep; exit \$rc" ;;
     kept) for b in ncu nsys; do step "kept_$b" 150 bash -c "python3 -m nsprof tune examples/autotune_tilelang.py:space \
             --backend $b --mode graph --no-store --no-feed-back --no-tuner-pick --json > $R/kept_$b.json; rc=\$?; \
             for d in \$(grep -o '/tmp/nsprof-[A-Za-z0-9_]*' $R/kept_$b.json | sort -u); do echo == \$d; ls -la \$d; \
