@@ -4,13 +4,7 @@
 #   source .device/setup.sh && bash scripts/probe_nsys_stop.sh OUTDIR
 # For each variant: a worker under `nsys launch`, three start / 10-launch batch / stop rounds, each stop
 # timed, the processes running 0.5 s into the third stop listed, then shutdown; a table last.
-set -u
-OUTDIR=${1:-/tmp/nsprof-stop-probe}
-mkdir -p "$OUTDIR"
-exec > >(tee "$OUTDIR/probe_nsys_stop.log") 2>&1
-NSYS=$(ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | sort -V | tail -1)
-[ -n "$NSYS" ] || NSYS=$(command -v nsys)
-PROBE=scripts/probe_serve_modes.py
+source "$(dirname "$0")/probe_setup.sh" /tmp/nsprof-stop-probe probe_nsys_stop.log "${1:-}"
 echo "== nsys: $NSYS"; $NSYS --version
 echo "== options"
 $NSYS launch --help | grep -i -E -- 'flush|--export|--stats' | head; $NSYS start --help | grep -i -E -- 'flush|--export|--stats' | head

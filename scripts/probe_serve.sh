@@ -2,14 +2,8 @@
 # The probes of docs/serve.md, runnable in one go on the GPU machine, each step bounded by a timeout
 # so that a hung tool cannot eat the call:   source .device/setup.sh && bash scripts/probe_serve.sh OUTDIR
 # Everything printed goes to OUTDIR/probe_serve.log; the reports stay in OUTDIR/p<N>/.
-set -u
-OUTDIR=${1:-/tmp/nsprof-serve-probes}
-mkdir -p "$OUTDIR"
-exec > >(tee "$OUTDIR/probe_serve.log") 2>&1
-NSYS=$(ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | sort -V | tail -1)
-[ -n "$NSYS" ] || NSYS=$(command -v nsys)
+source "$(dirname "$0")/probe_setup.sh" /tmp/nsprof-serve-probes probe_serve.log "${1:-}"
 NCU=$(command -v ncu)
-PROBE=scripts/probe_serve_modes.py
 T=timeout
 echo "== versions"; $NSYS --version; $NCU --version
 echo "== 0. options"

@@ -30,6 +30,7 @@ from pathlib import Path
 from nsprof.drivers.base import Driver
 from nsprof.errors import NsprofError
 from nsprof.host.children import DeathPipe, exit_code, kill_group, launch_child, wait_exit
+from nsprof.host.lock import held_fds
 from nsprof.host.owned import own_folder
 from nsprof.serve_files import read_or_empty
 from nsprof.session.folders import claim_base, numbered
@@ -75,7 +76,6 @@ class Ahead:
         self.taken = False  # by a session (take): no other may have it
         self.handed = False  # its job written (hand): the session's run owns it from then
         self.pipe_given = False  # to the session's runs (give_pipe), which close it
-        self._closing = False
         self._done = False  # its end is through (_end): its descriptors are closed, once
         self._ended = threading.Lock()
         self._ender: threading.Thread | None = None
@@ -144,16 +144,17 @@ class Ahead:
         self.pipe_given = True
         return self.pipe
 
-    def hand(self, job: Job, held_fds: tuple[int, ...]) -> Path:
-        """Give the worker the GPU locks `held_fds` (this thread's: nsprof.host.lock.held_fds), then its
-        job; the session's run owns it from here. Returns the job file."""
+    def hand(self, job: Job) -> Path:
+        """Give the worker the GPU locks this thread holds (nsprof.host.lock.held_fds), then its job; the
+        session's run owns it from here. Returns the job file. AheadGone where the worker is gone (its
+        owner closes it)."""
+        locks = held_fds()
         try:
-            if held_fds:  # one message, with or without descriptors: the worker reads one
-                socket.send_fds(self._locks, [b"L"], list(held_fds))
+            if locks:  # one message, with or without descriptors: the worker reads one
+                socket.send_fds(self._locks, [b"L"], list(locks))
             else:
                 self._locks.sendall(b"L")
         except OSError as exc:  # its end closed: the worker is gone
-            self.close()
             raise AheadGone(f"the worker started ahead ended before its job: {exc}") from None
         job_file = job.write(self.base.with_suffix(".job.json"))
         self.handed = True
@@ -166,9 +167,9 @@ class Ahead:
         thread waits for that, up to `bound_s` before the group is killed, and removes its files and its own
         folder: meanwhile the command goes on, and at its exit whatever is left is waited for (_at_exit).
         Its owner calls it once it is done with it."""
-        if self.handed or self._closing:
+        if self.handed or self._ender is not None:
             return
-        self.taken = self._closing = True
+        self.taken = True
         _PENDING.append(self)
         self._ender = threading.Thread(
             target=self._end, args=(bound_s,), name="nsprof-ahead-end", daemon=True

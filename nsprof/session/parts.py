@@ -21,7 +21,6 @@ from pathlib import Path
 from nsprof.drivers.base import Driver, disk_full
 from nsprof.errors import NsprofError, TargetChanged, ToolFailed
 from nsprof.host.children import DeathPipe
-from nsprof.host.lock import held_fds
 from nsprof.reports.checks import one_line
 from nsprof.schema import Failure, Points, failure_frame
 from nsprof.session.ahead import AheadGone
@@ -334,13 +333,11 @@ class _Parts:
         job.compile_here = job.compile_here and not self.compile_in_windows
         job_file = base.with_suffix(".job.json")
         command = run.driver.build_command(run.settings, job_file, base)
-        if ahead is None:
+        if ahead is None:  # a worker started ahead is handed its job once its run follows it (run_worker)
             job.write(job_file)
-        # a worker started ahead takes its job (with the GPU locks held here) once its run follows it
-        hand = (ahead, lambda: ahead.hand(job, held_fds())) if ahead is not None else None
         settled = False
         try:
-            end = run_worker(command, log, status_file, job_file, run.settings, run.notify, pipe, hand)
+            end = run_worker(command, log, status_file, job_file, run.settings, run.notify, pipe, ahead, job)
             refuse_changed(parse_status(status_file.read_text(errors="replace")), log)
             part = read_part(run, base, log, end)
             requeued = self._take(part, end, log)

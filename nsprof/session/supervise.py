@@ -240,19 +240,19 @@ def run_worker(
     notify,
     pipe: DeathPipe,
     ahead=None,
+    job=None,
 ) -> RunEnd:
     """Start the profiler (which starts the worker) and follow it to its end; nothing of it is
     left running on return, nor when an interrupt or an error goes through. With `ahead` (an
-    nsprof.session.ahead.Ahead taken for this run, and the call that hands it its job), its profiler and
-    worker, launched earlier, are the run's: its start counts from the handing."""
-    ahead, hand = ahead if ahead is not None else (None, None)
+    nsprof.session.ahead.Ahead taken for this run), its profiler and worker, launched earlier, are the
+    run's, handed `job` here: its start counts from the handing."""
     with open(log, "w") if ahead is None else ahead.log_handle as log_handle:
         proc = None
         try:
             launched = time.monotonic()
             proc = launch_child(command, log_handle, pipe) if ahead is None else ahead.proc
-            if hand is not None:
-                hand()  # the run's own from here: whatever goes through stops it (below)
+            if ahead is not None:
+                ahead.hand(job)  # the run's own from here: whatever goes through stops it (below)
             follower = _PartFollower(proc, settings, log_handle)
             end = follow(
                 status_file,
