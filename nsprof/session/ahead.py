@@ -144,10 +144,9 @@ class Ahead:
         self.pipe_given = True
         return self.pipe
 
-    def hand(self, job: Job) -> Path:
+    def hand(self, job: Job) -> None:
         """Give the worker the GPU locks this thread holds (nsprof.host.lock.held_fds), then its job; the
-        session's run owns it from here. Returns the job file. AheadGone where the worker is gone (its
-        owner closes it)."""
+        session's run owns it from here. AheadGone where the worker is gone (its owner closes it)."""
         locks = held_fds()
         try:
             if locks:  # one message, with or without descriptors: the worker reads one
@@ -156,10 +155,9 @@ class Ahead:
                 self._locks.sendall(b"L")
         except OSError as exc:  # its end closed: the worker is gone
             raise AheadGone(f"the worker started ahead ended before its job: {exc}") from None
-        job_file = job.write(self.base.with_suffix(".job.json"))
+        job.write(self.base.with_suffix(".job.json"))
         self.handed = True
         self._locks.close()
-        return job_file
 
     def close(self, bound_s: float = END_BOUND_S) -> None:
         """Unless a session's run has it (handed): the worker is told to stop (SIGTERM: it stops its import
