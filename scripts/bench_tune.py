@@ -105,6 +105,11 @@ def run(name: str, command: list[str], scratch: Path, shared: bool = False) -> d
     else:
         result["picked"] = document["best_config"]
         result["notes"] = document["notes"]
+        # where the whole command's wall went: nsprof's steps, and the rest (output, exit)
+        result["steps_s"] = {
+            **document["steps_s"],
+            "rest": round(wall - sum(document["steps_s"].values()), 3),
+        }
         result["ranked"] = [
             {k: r.get(k) for k in ("rank", "config_id", "config", "value_ns", "error")}
             for r in document["ranked"]
@@ -237,6 +242,9 @@ def warm(picked: dict, args) -> None:
                 f"{kernel:6} {name:30} {row['best_s']:8.1f} {row['median_s']:9.1f} {row['worst_s']:8.1f} "
                 f"{ratio:>10} {row['goal'] or '':>6} {verdict}"
             )
+            if "steps_median_s" in row:
+                where = ", ".join(f"{k} {v:.1f}" for k, v in row["steps_median_s"].items())
+                print(f"{'':6} {'':30} median s by step: {where}")
 
 
 def _summary(rounds: list[dict], kernel: str, goals: dict) -> dict:
@@ -245,9 +253,12 @@ def _summary(rounds: list[dict], kernel: str, goals: dict) -> dict:
     import statistics
 
     walls: dict[str, list[float]] = {}
+    steps: dict[str, dict[str, list[float]]] = {}
     for r in rounds:
         if r["kernel"] == kernel and r["returncode"] == 0:
             walls.setdefault(r["name"], []).append(r["wall_s"])
+            for step, seconds in r.get("steps_s", {}).items():
+                steps.setdefault(r["name"], {}).setdefault(step, []).append(seconds)
     base = statistics.median(walls["tilelang_event"]) if walls.get("tilelang_event") else None
     summary = {}
     for name, values in walls.items():
@@ -263,6 +274,8 @@ def _summary(rounds: list[dict], kernel: str, goals: dict) -> dict:
             "goal": goal,
             "met": None if goal is None or ratio is None else ratio <= goal,
         }
+        if name in steps:
+            summary[name]["steps_median_s"] = {k: statistics.median(v) for k, v in steps[name].items()}
     return summary
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import FIXTURES
@@ -300,7 +301,8 @@ def test_profile_keeps_phases_json(tmp_path):
     assert record["configs"]["0"]["build"] >= 0.3
 
 
-def test_tune_json_says_where_the_first_pass_went(tmp_path):
+def test_tune_json_says_where_the_first_pass_went_and_what_each_step_took(tmp_path):
+    began = time.monotonic()
     done = subprocess.run(
         [
             sys.executable,
@@ -331,6 +333,11 @@ def test_tune_json_says_where_the_first_pass_went(tmp_path):
     assert sum(timing["phases"].values()) <= timing["wall_s"]
     assert timing["configs"]["1"]["measure"] >= 0.5 * 2  # two reps of a 0.5 s launch
     assert document["truths"][0]["first_pass_phases"] == timing
+    # each step of the command, in order, inside the whole process's wall time as seen from here
+    steps = document["steps_s"]
+    assert list(steps) == ["start", "nsys", "pick", "feed_back"]
+    assert min(steps.values()) >= 0 and sum(steps.values()) <= time.monotonic() - began
+    assert steps["nsys"] >= timing["wall_s"], "the truth's step holds its first pass"
 
 
 def test_the_compile_steps_time_goes_into_the_phases_file_or_says_why_not(tmp_path, capsys):

@@ -3,6 +3,8 @@ JSON, the plot and the page (`show`); `truth_list` reads --truth beside --backen
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from nsprof.commands.common import (
@@ -42,6 +44,7 @@ def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, 
     from dataclasses import replace
 
     from nsprof.drivers.registry import get_driver
+    from nsprof.host.children import process_began
     from nsprof.tune import tune as run_tune
 
     one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--json": as_json})
@@ -61,8 +64,11 @@ def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, 
             for truth in settings.ranked_truths:
                 if truth.profiler and not (settings.use_store and settings.resume):
                     get_driver(truth.backend)
+            began = process_began()
+            started = {} if began is None else {"start": round(time.monotonic() - began, 3)}
             with results_only_on_stdout():
-                return run_tune(target, settings, config_ids=ids, on_stage=bars, space=space)
+                report = run_tune(target, settings, config_ids=ids, on_stage=bars, space=space)
+            return replace(report, steps={**started, **report.steps})
 
         return on_target(target, run)
 

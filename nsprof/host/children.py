@@ -1,7 +1,8 @@
 """The child processes nsprof starts (profilers, workers, the compile step, a server's worker)
 and how they end: each in a process session of its own, with the parent-death signal and
 nsprof's death pipe, so that none outlives nsprof however it dies; the kills that make sure; and
-interrupt_on_termination, which makes SIGTERM and SIGHUP stop nsprof as Ctrl-C does.
+interrupt_on_termination, which makes SIGTERM and SIGHUP stop nsprof as Ctrl-C does; and
+process_began, when this process began.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -181,3 +183,16 @@ def interrupt_on_termination() -> None:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) != signal.SIG_IGN:
             signal.signal(signum, interrupt)
+
+
+def process_began() -> float | None:
+    """When this process began, on time.monotonic()'s clock (from /proc/self/stat's start time, in
+    clock ticks of CLOCK_BOOTTIME: to 10 ms); None where that cannot be read."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        hz = os.sysconf("SC_CLK_TCK")
+        boot, now = time.clock_gettime(time.CLOCK_BOOTTIME), time.monotonic()
+    except (OSError, IndexError, ValueError, AttributeError):
+        return None
+    began = now - (boot - ticks / hz)
+    return began if began <= now else None

@@ -135,7 +135,7 @@ _RANKING_KEYS = (
 def tune_document(report) -> str:
     """`nsprof tune --json` (`report`: an nsprof.analysis.tune_report.TuneReport): the first shape's
     findings at the top level (shape_document), the target, its configs, the settings, the errors,
-    and for a target with shapes every shape's in `shapes`. load_tune reads it back."""
+    the steps' wall seconds (`steps_s`), and for a target with shapes every shape's in `shapes`. load_tune reads it back."""
     document = {
         "format": TUNE_FORMAT,
         "target": report.target,
@@ -143,6 +143,7 @@ def tune_document(report) -> str:
         "errors": report.errors,
         "configs": report.configs,
         "settings": report.settings,
+        "steps_s": report.steps,
     }
     if report.shaped:
         document["shapes"] = [shape_document(shaped, report.configs) for shaped in report.shapes]
@@ -292,7 +293,12 @@ def load_tune(text: str):
     try:
         shapes = [_shape_of(shaped) for shaped in document.get("shapes") or [document]]
         report = TuneReport(
-            document["target"], document["configs"], shapes, document["settings"], document["errors"]
+            document["target"],
+            document["configs"],
+            shapes,
+            document["settings"],
+            document["errors"],
+            document.get("steps_s", {}),
         )
         check_ranked(report)
         return report

@@ -224,7 +224,10 @@ def tune_spec():
         }
     )
     document = {"target": TEXT, "configs": LIST, "settings": OBJECT, "errors": ListOf(TEXT)}
-    return _Both(_Shapes(Fields(document, {"shapes": Maybe(ListOf(shape))}), shape), _TruthsNamed())
+    return _Both(
+        _Shapes(Fields(document, {"shapes": Maybe(ListOf(shape)), "steps_s": MapOf(SIZE)}), shape),
+        _TruthsNamed(),
+    )
 
 
 def _ranking_spec() -> Fields:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -84,27 +85,39 @@ def tune(
         contextlib.ExitStack() as held,
     ):
         firsts = _first_passes_ahead(target, settings, held)
-        prescreened = {}
+        prescreened, per_truth, crosses, steps = {}, {}, {}, {}
         if settings.prescreen:
-            points, prescreened = _prescreen(target, space, settings, points, stage)
-        per_truth = {
-            truth.name: rank_truth(
-                target,
-                space,
-                truth,
-                settings,
-                points,
-                stage(truth.name, len(points)),
-                stage=stage,
-                ahead=firsts.get(truth.name),
-            )
-            for truth in settings.ranked_truths
-        }
+            with timed(steps, "prescreen"):
+                points, prescreened = _prescreen(target, space, settings, points, stage)
+        for truth in settings.ranked_truths:
+            with timed(steps, truth.name):
+                per_truth[truth.name] = rank_truth(
+                    target,
+                    space,
+                    truth,
+                    settings,
+                    points,
+                    stage(truth.name, len(points)),
+                    stage=stage,
+                    ahead=firsts.get(truth.name),
+                )
         keys = shape_keys(space)
         rankings = {shape: {truth: per_truth[truth][shape] for truth in per_truth} for shape in keys}
-        crosses = cross_truth(target, space, rankings, settings, stage) if len(per_truth) > 1 else {}
+        if len(per_truth) > 1:
+            with timed(steps, "compare"):
+                crosses = cross_truth(target, space, rankings, settings, stage)
         sent = by_shape(space, points)
-        return _report(target, space, settings, rankings, crosses, prescreened, sent, children)
+        return _report(target, space, settings, rankings, crosses, prescreened, sent, children, steps)
+
+
+@contextlib.contextmanager
+def timed(steps: dict, name: str):
+    """Adds to `steps` ({name: wall seconds}, the report's) what the block took."""
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        steps[name] = round(steps.get(name, 0.0) + time.perf_counter() - began, 3)
 
 
 def _first_passes_ahead(target: str, settings: TuneSettings, held: contextlib.ExitStack) -> dict:
@@ -129,19 +142,23 @@ def _report(
     prescreened: dict,
     sent,
     children,
+    steps: dict,
 ):
     """The TuneReport of `rankings` ({shape: {truth: Ranking}}), after asking the target's tuner what
     it picks and feeding it the deploy truth's rankings: what those steps say goes into the deploy
     ranking's notes (after the ranking's own), what fails into the report's errors. `sent`: each
     shape's configs sent to ground truth ({shape: config ids}, for the prescreen's notes); `children`:
-    the tuner calls' children, started ahead (feedback.tuner_children)."""
+    the tuner calls' children, started ahead (feedback.tuner_children); `steps`: what each step took so
+    far ({name: wall seconds}), the pick's and the feed-back's added."""
     deploy = settings.deploy_truth.name
     deployed = {shape: truths[deploy] for shape, truths in rankings.items()}
     added: dict = {shape: [] for shape in rankings}
     errors: list[str] = []
     # the pick before the feed-back: the tuner's own choice, not the one nsprof hands it
-    picks = feedback.tuner_picks(target, space, deployed, settings, added, errors, children)
-    feedback.feed_back(target, space, deployed, settings, added, errors, children)
+    with timed(steps, "pick"):
+        picks = feedback.tuner_picks(target, space, deployed, settings, added, errors, children)
+    with timed(steps, "feed_back"):
+        feedback.feed_back(target, space, deployed, settings, added, errors, children)
     plain = json.loads(json.dumps({"configs": space.configs, "settings": settings.record()}, default=str))
     shapes = []
     for shape, truths in rankings.items():
@@ -151,7 +168,7 @@ def _report(
         value = None if shape is None else json.loads(json.dumps(space.shapes[shape], default=str))
         found = (crosses.get(shape), prescreened.get(shape), picks.get(shape))
         shapes.append(ShapeReport({**truths, deploy: ranking}, deploy, shape, value, *found))
-    return TuneReport(target, plain["configs"], shapes, plain["settings"], errors)
+    return TuneReport(target, plain["configs"], shapes, plain["settings"], errors, steps)
 
 
 def _prescreen(target: str, space, settings: TuneSettings, points: list[int], stage):

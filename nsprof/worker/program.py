@@ -33,25 +33,11 @@ import sys
 import traceback
 from pathlib import Path
 
+from nsprof.host.children import process_began
 from nsprof.worker.launch import Device, config_failed, error_line, measure_rep, warm_and_capture
 from nsprof.worker.protocol import EXIT_CONTEXT_LOST, EXIT_PARENT_GONE, START_MARKER, Job, Status, ahead_file
 from nsprof.worker.watch import Stopped, release_if_orphaned, request_stop, stopped, watch_parent
 from nsprof.worker.windows import config_windows
-
-
-def process_began() -> float | None:
-    """When this process began, on time.monotonic()'s clock (from /proc/self/stat's start time, in
-    clock ticks of CLOCK_BOOTTIME: to 10 ms); None where that cannot be read."""
-    import time
-
-    try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        hz = os.sysconf("SC_CLK_TCK")
-        boot, now = time.clock_gettime(time.CLOCK_BOOTTIME), time.monotonic()
-    except (OSError, IndexError, ValueError, AttributeError):
-        return None
-    began = now - (boot - ticks / hz)
-    return began if began <= now else None
 
 
 def run(job: Job, job_file: Path | None = None) -> int:
