@@ -412,6 +412,74 @@ def test_a_worker_started_ahead_that_ends_before_its_job_is_replaced_by_one_of_t
         os.close(write_fd)
 
 
+def test_a_dead_worker_started_ahead_in_a_folder_of_its_own_leaves_that_folder_to_the_session(
+    tmp_path, standin, monkeypatch
+):
+    """Without --work-dir the session works in the folder the worker started ahead made. That worker found
+    gone and closed, its end (a thread, which may come late: while the session's own worker runs there)
+    removes its own files, never the folder."""
+    from nsprof.host.children import kill_group
+    from nsprof.session import run_session
+    from nsprof.session.ahead import Ahead
+    from nsprof.settings import ProfileSettings
+
+    settings = ProfileSettings(
+        backend="standin", modes=("direct",), reps=2
+    )  # no work_dir: a folder of its own
+    target = _target(tmp_path)
+    ahead = Ahead.start(target, settings, standin)
+    taken, end = Ahead.take, Ahead._end
+
+    def take_then_die(self, *args):
+        got = taken(self, *args)
+        kill_group(self.proc)
+        return got
+
+    def end_once_the_sessions_worker_runs(self, bound_s):
+        _wait_for_mark(self.folder / "part0.status", "pid")
+        end(self, bound_s)
+
+    monkeypatch.setattr(Ahead, "take", take_then_die)
+    monkeypatch.setattr(Ahead, "_end", end_once_the_sessions_worker_runs)
+    measured = run_session(target, 1, settings, driver=standin, ahead=ahead)
+    _ended()
+    assert sorted(measured.frame["config_id"].dropna().unique()) == [0], measured.failures
+    assert not ahead.folder.exists()  # the session's temporary folder, removed by the session at its end
+
+
+def test_a_worker_started_ahead_dead_while_its_profiler_runs_on_is_replaced(tmp_path, monkeypatch):
+    """The worker died waiting for its job (killed for memory, say) while its profiler still runs (nsys
+    writes its report meanwhile). The profiler holds the worker's end of the locks' socket, so handing the
+    job raises nothing: the session must see that the job was never taken and run it in a worker of its own."""
+    import signal
+
+    from standins import StatusDriver
+
+    from nsprof.drivers import registry
+    from nsprof.host.children import pid_alive
+    from nsprof.session import run_session
+    from nsprof.session.ahead import Ahead
+
+    registry.register("standin", StatusDriver)
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path / "locks"))
+    try:
+        driver = StatusDriver.for_session(profiler_flags=["--exit-delay", "3"])
+        target = _target(tmp_path)
+        ahead = Ahead.start(target, _profile(tmp_path), driver)
+        status = ahead.base.with_suffix(".status")
+        _wait_for_mark(status, " target")
+        pid = parse_status(status.read_text()).pid
+        os.kill(pid, signal.SIGKILL)
+        while pid_alive(pid):  # reaped by its profiler, which goes on for its exit delay
+            threading.Event().wait(0.02)
+        measured = run_session(target, 1, _profile(tmp_path), driver=driver, ahead=ahead)
+        assert sorted(measured.frame["config_id"].dropna().unique()) == [0], measured.failures
+        assert not measured.failures
+    finally:
+        _ended()
+        registry.unregister("standin")
+
+
 def test_a_worker_started_ahead_under_a_profiler_that_passes_no_descriptor_still_measures(
     tmp_path, monkeypatch
 ):

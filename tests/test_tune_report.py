@@ -139,7 +139,13 @@ def test_a_tune_with_two_truths_and_two_shapes_round_trips_through_json(two_by_t
     assert isinstance(again, TuneReport) and tune_document(again) == text
     assert format_tune(again) == format_tune(report)
     assert again.configs == report.configs and again.errors == report.errors == []
-    assert again.steps == report.steps and list(report.steps) == ["lab", "field", "compare", "pick", "feed_back"]
+    assert again.steps == report.steps and list(report.steps) == [
+        "lab",
+        "field",
+        "compare",
+        "pick",
+        "feed_back",
+    ]
     for before, after in zip(report.shapes, again.shapes):
         assert isinstance(after, ShapeReport) and (after.shape, after.shape_value) == (
             before.shape,

@@ -32,10 +32,10 @@ from nsprof.errors import NsprofError
 from nsprof.host.children import DeathPipe, exit_code, kill_group, launch_child, wait_exit
 from nsprof.host.lock import held_fds
 from nsprof.host.owned import own_folder
-from nsprof.serve_files import read_or_empty
 from nsprof.session.folders import claim_base, numbered
+from nsprof.session.supervise import kill_left_worker, worker_pid
 from nsprof.settings import ProfileSettings
-from nsprof.worker.protocol import Job, ahead_file, parse_status
+from nsprof.worker.protocol import Job, ahead_file
 
 
 class AheadGone(NsprofError):
@@ -56,6 +56,7 @@ def _files(driver: Driver, base: Path) -> list[Path]:
         job.with_name(job.name + ".partial"),
         job,
         ahead_file(job),
+        ahead_file(job).with_name(ahead_file(job).name + ".partial"),
         base.with_suffix(".status"),
     ]
 
@@ -74,6 +75,7 @@ class Ahead:
         self.log_handle = None
         self._locks: socket.socket | None = None  # nsprof's end of the socket the locks go over
         self.taken = False  # by a session (take): no other may have it
+        self.in_session = False  # its folder is the taking session's work folder: never removed here
         self.handed = False  # its job written (hand): the session's run owns it from then
         self.pipe_given = False  # to the session's runs (give_pipe), which close it
         self._done = False  # its end is through (_end): its descriptors are closed, once
@@ -136,6 +138,7 @@ class Ahead:
         if self.proc is None or exit_code(self.proc) is not None:
             self.close()
             return None
+        self.in_session = True
         return self
 
     def give_pipe(self) -> DeathPipe:
@@ -179,56 +182,52 @@ class Ahead:
             if self._done:
                 return
             self._done = True
-            if self.proc is not None and exit_code(self.proc) is None:
-                self._stop(bound_s)
-            for handle in (self.log_handle, self._locks):
-                if handle is not None:
-                    handle.close()
-            if self.pipe is not None and not self.pipe_given:
-                self.pipe.close()
-            self._remove()
-            if self in _PENDING:
-                _PENDING.remove(self)
+            try:
+                if self.proc is not None and exit_code(self.proc) is None:
+                    self._stop(bound_s)
+            finally:
+                for handle in (self.log_handle, self._locks):
+                    if handle is not None:
+                        handle.close()
+                if self.pipe is not None and not self.pipe_given:
+                    self.pipe.close()
+                self._remove()
+                if self in _PENDING:
+                    _PENDING.remove(self)
 
     def _stop(self, bound_s: float) -> None:
         """SIGTERM to the worker once its pid is known (it wrote its status `pid` line), then its exit, up
-        to `bound_s`; its group killed past that."""
+        to `bound_s`; past that its group is killed, and the worker if it runs outside that group."""
         status = self.base.with_suffix(".status")
-        job_file = str(self.base.with_suffix(".job.json"))
+        job_file = self.base.with_suffix(".job.json")
         told = False
         for _ in range(int(bound_s / 0.05)):
-            pid = parse_status(read_or_empty(status)).pid if not told else None
+            pid = None if told else worker_pid(status, job_file)
             if pid is not None:
                 told = True
-                if _runs(pid, job_file):  # this worker, not a process that took its pid since
-                    with contextlib.suppress(ProcessLookupError):  # gone already: its profiler is ending
-                        os.kill(pid, signal.SIGTERM)
+                with contextlib.suppress(OSError):  # gone already: its profiler is ending
+                    os.kill(pid, signal.SIGTERM)
             if wait_exit(self.proc, 0.05) is not None:
                 return
         kill_group(self.proc)
+        kill_left_worker(status, job_file)
 
     def _remove(self) -> None:
+        """Its files; its folder too where it made that folder and no session works there."""
         if self.folder is None:
             return
-        if self.temporary:
+        if self.temporary and not self.in_session:
             shutil.rmtree(self.folder, ignore_errors=True)  # its own folder: nothing else was there
         elif self.base is not None:
             for path in _files(self.driver, self.base):
-                path.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):  # one left behind must not keep the others
+                    path.unlink(missing_ok=True)
 
     def kill(self) -> None:
         """End it now (an interrupt while its end was waited for at exit): its group killed, its files gone."""
         if self.proc is not None:
             kill_group(self.proc)
         self._end(0.0)
-
-
-def _runs(pid: int, job_file: str) -> bool:
-    """Whether process `pid` is a worker of `job_file` (its command line names it)."""
-    try:
-        return job_file in Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace")
-    except OSError:
-        return False
 
 
 # Workers closed whose end is not through yet: waited for at the interpreter's exit (_at_exit).

@@ -338,7 +338,10 @@ class _Parts:
         settled = False
         try:
             end = run_worker(command, log, status_file, job_file, run.settings, run.notify, pipe, ahead, job)
-            refuse_changed(parse_status(status_file.read_text(errors="replace")), log)
+            status = parse_status(status_file.read_text(errors="replace"))
+            if ahead is not None and status.time_of("job") is None:  # its profiler outlived it: handed anyway
+                raise AheadGone("the worker started ahead ended before it took its job")
+            refuse_changed(status, log)
             part = read_part(run, base, log, end)
             requeued = self._take(part, end, log)
             settled = True

@@ -213,21 +213,27 @@ def _stop_cleanly(proc, status_file: Path) -> None:
     kill_group(proc)
 
 
-def _kill_left_worker(status_file: Path, job_file: Path) -> None:
-    """Kill this run's worker if it outlived its profiler outside the profiler's process group
-    (a profiler may start its target in a group of its own). Only a process whose command line
-    names this run's job file is killed: the pid may belong to another process by now."""
+def worker_pid(status_file: Path, job_file: Path) -> int | None:
+    """The pid of this run's worker while it runs (its status's `pid`), where that process's command line
+    names this run's job file: the pid may belong to another process by now."""
     try:
         pid = parse_status(status_file.read_text(errors="replace")).pid
     except OSError:
-        return
+        return None
     if not pid_alive(pid):
-        return
+        return None
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
-        return
-    if os.fsencode(str(job_file)) in command:
+        return None
+    return pid if os.fsencode(str(job_file)) in command else None
+
+
+def kill_left_worker(status_file: Path, job_file: Path) -> None:
+    """Kill this run's worker if it outlived its profiler outside the profiler's process group
+    (a profiler may start its target in a group of its own)."""
+    pid = worker_pid(status_file, job_file)
+    if pid is not None:
         kill_pid(pid)
 
 
@@ -286,7 +292,7 @@ def run_worker(
                 # However the run ended (its end, an interrupt, an error): what it left outside its
                 # process group (a worker in a group of its own, nsys's agent holding the GPU lock)
                 # goes too, or it would keep the GPU after nsprof.
-                _kill_left_worker(status_file, job_file)
+                kill_left_worker(status_file, job_file)
                 kill_lock_holders_left(log_handle)
         end.cleaned = time.monotonic()
     return end

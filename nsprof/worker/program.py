@@ -52,12 +52,14 @@ def run(job: Job, job_file: Path | None = None) -> int:
         began = process_began()
         if began is not None:
             status.mark("process", at=began)
-        status.write("watch", json.dumps(watch_parent(job)))
+        watched = watch_parent(job)
+        status.write("watch", json.dumps(watched))
         if job_file is None:
             return run_job(job, status)
         space = _imported_ahead(job.target, status)
-        job = _wait_for(job_file, parent)
+        job = _wait_for(job_file, None if watched["pipe"] else parent)
         _locks_handed(locks)
+        status.mark("job")  # taken: a worker that ends before this line never ran its job
         return run_job(job, status, space=space)
     except Stopped:
         return stopped(status)
@@ -123,14 +125,14 @@ def _locks_handed(channel) -> None:
         os.set_inheritable(lock, True)
 
 
-def _wait_for(job_file: Path, parent: int) -> Job:
+def _wait_for(job_file: Path, parent: int | None) -> Job:
     """The job, once nsprof has written it (whole: Job.write). nsprof's death ends the wait (watch_parent's
     thread); so does the parent's (the profiler's, `parent` at the worker's start), for a worker that
-    watches no pipe."""
+    watches no pipe (`parent` None where it does: a profiler may start it through a short-lived helper)."""
     import time
 
     while not job_file.exists():
-        if os.getppid() != parent:
+        if parent is not None and os.getppid() != parent:
             os._exit(EXIT_PARENT_GONE)
         time.sleep(0.005)
     return Job.read(job_file)
