@@ -156,7 +156,8 @@ class Status:
         self._handle.flush()
 
     def mark(self, *event, at: float | None = None) -> None:
-        """An `at` line alone: when `event` (`process`, `target`, `job`: a worker started ahead took its job, `built <cfg>`) happened (default: now)."""
+        """An `at` line alone: when `event` (`process`, `target`, `job`: a worker started ahead took its
+        job, `built <cfg>`) happened (default: now)."""
         now = time.monotonic() if at is None else at
         self._handle.write(f"at {now:.6f} {' '.join(str(p) for p in event)}\n")
         self._handle.flush()
