@@ -84,14 +84,15 @@ def test_a_worker_started_ahead_and_never_needed_leaves_nothing(noisy, tmp_path)
     assert not _alive_with(str(work))
 
 
-def test_no_worker_is_started_ahead_without_adaptive_reps(noisy, tmp_path, monkeypatch):
+@pytest.mark.parametrize("without", [{"budget_s": 0}, {"max_reps": 5}], ids=["budget 0", "max-reps = reps"])
+def test_no_worker_is_started_ahead_without_adaptive_reps(noisy, tmp_path, monkeypatch, without):
     from nsprof.session import ahead
     from nsprof.tune import tune
 
     started = []
     monkeypatch.setattr(ahead.Ahead, "start", classmethod(lambda cls, *a: started.append(a)))
     target, _ = noisy(IDENTICAL)
-    tune(target, _settings(tmp_path, budget_s=0))
+    tune(target, _settings(tmp_path, **without))
     assert started == []
 
 

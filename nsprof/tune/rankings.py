@@ -252,9 +252,9 @@ def worker_ahead(target: str, truth: Truth, settings: TuneSettings, several: boo
 
 
 def _aheads(target: str, truth: Truth, settings: TuneSettings, stage):
-    """The workers started ahead for `truth`'s adaptive sessions; None where none is asked (no `stage`,
-    --budget-s 0) or none would be taken (worker_ahead)."""
-    if stage is None or settings.budget_s <= 0:
+    """The workers started ahead for `truth`'s adaptive sessions; None where none can run (no `stage`,
+    --budget-s 0, --max-reps no more than --reps) or none would be taken (worker_ahead)."""
+    if stage is None or settings.budget_s <= 0 or settings.adaptive_max_reps <= settings.reps:
         return None
     return worker_ahead(target, truth, settings, several=True)
 
