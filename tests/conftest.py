@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
@@ -108,10 +109,11 @@ def run_nsprof(
     """nsprof's command line run to its end: in a child process `python -m nsprof ARGS`, or with
     `standins` `python tests/standins.py ARGS` (every ncu and nsys session a stand-in: no tool needed).
 
-    in_process: nsprof's main() in this process instead, through click's CliRunner, for options, help
-    and reading reports (no interpreter to start). Keep a child process where the behaviour crosses
-    one: signals, fd 0 and 1 (pipes, FIFOs, terminals), profilers and workers, locks; `timeout` and
-    `standins` need one.
+    in_process: nsprof's main() in this process instead, through click's CliRunner, for options, help,
+    reading reports, and runs whose profilers and workers (children either way) are not what is
+    tested: no interpreter to start. With `standins`, the stand-ins are installed for that run only.
+    Keep nsprof in a child process where the behaviour crosses one: signals, fd 0 and 1 (pipes, FIFOs,
+    terminals), locks held by nsprof, its exit; `timeout` needs one.
 
     program: a Python file run instead (one that runs nsprof's main itself, `standins` or not).
 
@@ -119,8 +121,12 @@ def run_nsprof(
     text unless text=False; the other run_kwargs (input, stdin) go to subprocess.run.
     """
     if in_process:
-        assert not standins, "the stand-in profilers run in a child process"
-        return _run_in_process([str(a) for a in args], env, cwd, **run_kwargs)
+        with (
+            _standins_installed((env or {}).get("NSPROF_STANDIN_TIMERS") == "1")
+            if standins
+            else nullcontext()
+        ):
+            return _run_in_process([str(a) for a in args], env, cwd, **run_kwargs)
     environment = dict(os.environ)
     for name, value in (env or {}).items():
         if value is None:
@@ -139,6 +145,25 @@ def run_nsprof(
     )
 
 
+@contextmanager
+def _standins_installed(timers: bool):
+    """tests/standins.py's drivers as ncu and nsys (and the fast timers' with `timers`), as its command line
+    has them, for one run in this process; the backends as they were after it."""
+    import standins
+
+    from nsprof import truth
+    from nsprof.drivers import registry
+
+    saved = dict(registry._DRIVERS), dict(truth._backends), set(truth._conditioned)
+    standins.install(timers=timers)
+    try:
+        yield
+    finally:
+        for now, before in zip((registry._DRIVERS, truth._backends, truth._conditioned), saved):
+            now.clear()
+            now.update(before)
+
+
 def _run_in_process(args, env, cwd, text: bool = True, input=None) -> subprocess.CompletedProcess:
     """run_nsprof(in_process=True): main() under CliRunner's isolation (its own stdin, stdout, stderr
     and environment), in `cwd`; the signal handlers main() installs are put back after."""
@@ -154,6 +179,8 @@ def _run_in_process(args, env, cwd, text: bool = True, input=None) -> subprocess
     separate = {"mix_stderr": False} if "mix_stderr" in inspect.signature(CliRunner).parameters else {}
     runner = CliRunner(**separate)
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    tempdir = tempfile.tempdir  # gettempdir() read again: a TMPDIR in `env` is this run's, as in a child
+    tempfile.tempdir = None
     here = os.getcwd()
     code = 0
     environment = {name: None if value is None else str(value) for name, value in (env or {}).items()}
@@ -187,6 +214,7 @@ def _run_in_process(args, env, cwd, text: bool = True, input=None) -> subprocess
             out, err = streams[0].getvalue(), streams[1].getvalue()
     finally:
         os.chdir(here)
+        tempfile.tempdir = tempdir
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     if text:

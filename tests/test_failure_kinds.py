@@ -6,25 +6,20 @@ profiler (tests/standins.py), the real worker and the real compile step."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 import textwrap
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, run_nsprof
 
 from nsprof.schema import FAILURE_KINDS, Failure, failure_frame
 from nsprof.store import MeasurementKey, ResultStore, config_json
 from nsprof.tune import retryable
 
-STANDINS = FIXTURES.parent / "standins.py"
 TARGETS = FIXTURES.parent / "targets"
-ROOT = FIXTURES.parents[1]
 
 # faulty_cpu's faults, a config that does not compile and one whose worker is SIGKILLed (from outside,
 # as far as nsprof can tell: the OOM killer, a user).
@@ -69,22 +64,11 @@ SLOW_BUILD = textwrap.dedent("""
 
 
 def nsprof(tmp_path, *args, **more_env):
-    """nsprof's CLI with the stand-in profiler, in a child process."""
+    """nsprof's CLI with the stand-in profiler (its workers in child processes), its temporary folders in
+    tmp_path/tmp."""
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        "TMPDIR": str(tmp_path / "tmp"),
-        **more_env,
-    }
-    return subprocess.run(
-        [sys.executable, str(STANDINS), *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=300,
-    )
+    env = {"TMPDIR": str(tmp_path / "tmp"), **more_env}
+    return run_nsprof(*args, cwd=tmp_path, env=env, standins=True, in_process=True)
 
 
 def test_each_cause_gets_its_kind_where_it_is_known(tmp_path):

@@ -41,7 +41,7 @@ def _run(tmp_path, l2_hits: dict, *more: str):
     configs = [{"i": c, "ns": TRUTH_NS[c], "l2_hit": l2_hits.get(c, COLD)} for c in range(4)]
     (tmp_path / "t.py").write_text(TARGET.format(timer=TIMER_NS, configs=configs))
     env = {"NSPROF_STANDIN_TIMERS": "1"}
-    return run_nsprof(*VALIDATE, *more, cwd=tmp_path, standins=True, env=env)
+    return run_nsprof(*VALIDATE, *more, cwd=tmp_path, standins=True, env=env, in_process=True)
 
 
 def test_the_finalists_hit_rates_are_shown_and_a_flush_that_left_l2_warm_is_named(tmp_path):
@@ -62,7 +62,7 @@ def test_the_finalists_hit_rates_are_shown_and_a_flush_that_left_l2_warm_is_name
         )
         assert row["cold"] == ("NOT cold" if c == 1 else "cold")
     assert "the cold timers (cupti_cold) did NOT measure cold: on config(s) {1}" in ran.stdout
-    shown = run_nsprof("results", "v.json", cwd=tmp_path)
+    shown = run_nsprof("results", "v.json", cwd=tmp_path, in_process=True)
     assert shown.returncode == 0, shown.stderr
     assert "did NOT measure cold: on config(s) {1}" in shown.stdout
 
@@ -75,7 +75,7 @@ def test_a_kernel_that_hits_l2_as_often_unflushed_cannot_tell(tmp_path):
     assert "did NOT" not in ran.stdout and "measured cold: their flush" not in ran.stdout
     saved = json.loads((tmp_path / "v.json").read_text())
     assert {r["cold"] for r in saved["l2_check"]} == {"cannot tell"}
-    shown = run_nsprof("results", "v.json", cwd=tmp_path)  # read back, it says the same
+    shown = run_nsprof("results", "v.json", cwd=tmp_path, in_process=True)  # read back, it says the same
     assert (
         "cannot tell whether cupti_cold measured cold" in shown.stdout
         and "measured cold: their" not in shown.stdout
@@ -227,7 +227,13 @@ def test_each_shape_gets_its_own_finalists_rates(tmp_path):
     configs = [{"i": c, "ns_shapes": [1000.0 + c, 3000.0 - c], "l2_hit": hits[c]} for c in range(3)]
     (tmp_path / "t.py").write_text(SHAPED.format(configs=configs))
     ran = run_nsprof(
-        *VALIDATE, "--save", "v.json", cwd=tmp_path, standins=True, env={"NSPROF_STANDIN_TIMERS": "1"}
+        *VALIDATE,
+        "--save",
+        "v.json",
+        cwd=tmp_path,
+        standins=True,
+        env={"NSPROF_STANDIN_TIMERS": "1"},
+        in_process=True,
     )
     assert ran.returncode == 0, ran.stderr
     for shape in json.loads((tmp_path / "v.json").read_text())["shapes"]:

@@ -36,7 +36,7 @@ def _writable_by_all(tmp_path):
 
 def test_a_work_folder_others_may_write_is_refused_and_nothing_is_written_there(tmp_path):
     folder = _writable_by_all(tmp_path)
-    _refused(run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path), folder)
+    _refused(run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path, in_process=True), folder)
     assert not list(folder.iterdir())
 
 
@@ -45,7 +45,7 @@ def test_a_work_folder_of_another_user_is_refused(tmp_path):
     folder = tmp_path / "theirs"
     folder.mkdir(mode=0o755)
     os.chown(folder, OTHER, OTHER)
-    _refused(run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path), folder)
+    _refused(run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path, in_process=True), folder)
     assert not list(folder.iterdir())
 
 
@@ -56,25 +56,30 @@ def test_a_link_of_another_user_to_a_folder_of_ours_is_refused(tmp_path):
     link = tmp_path / "planted"
     link.symlink_to(mine)
     os.lchown(link, OTHER, OTHER)
-    _refused(run_nsprof(*PROFILE, "--work-dir", link, standins=True, cwd=tmp_path), link)
+    _refused(run_nsprof(*PROFILE, "--work-dir", link, standins=True, cwd=tmp_path, in_process=True), link)
     assert not list(mine.iterdir())
 
 
 def test_a_work_folder_nsprof_makes_is_its_users_alone_and_a_link_of_ours_is_followed(tmp_path):
     folder = tmp_path / "new" / "work"
-    done = run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path)
+    done = run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path, in_process=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert stat.S_IMODE(folder.stat().st_mode) & 0o077 == 0 and any(folder.iterdir())
     link = tmp_path / "link"
     link.symlink_to(folder)
-    done = run_nsprof(*PROFILE, "--work-dir", link, standins=True, cwd=tmp_path)
+    done = run_nsprof(*PROFILE, "--work-dir", link, standins=True, cwd=tmp_path, in_process=True)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_a_tunes_work_folder_others_may_write_is_refused(tmp_path):
     folder = _writable_by_all(tmp_path)
     tune = ("tune", TARGET, "--backend", "nsys", "--mode", "direct", "--reps", "2", "--no-store")
-    _refused(run_nsprof(*tune, "--no-feed-back", "--work-dir", folder, standins=True, cwd=tmp_path), folder)
+    _refused(
+        run_nsprof(
+            *tune, "--no-feed-back", "--work-dir", folder, standins=True, cwd=tmp_path, in_process=True
+        ),
+        folder,
+    )
     assert not list(folder.iterdir())
 
 
@@ -82,7 +87,7 @@ def test_a_store_in_a_folder_others_may_write_is_refused(tmp_path):
     folder = _writable_by_all(tmp_path)
     store = folder / "results.sqlite"
     tune = ("tune", TARGET, "--backend", "nsys", "--mode", "direct", "--reps", "2", "--no-feed-back")
-    _refused(run_nsprof(*tune, "--store", store, standins=True, cwd=tmp_path), folder)
+    _refused(run_nsprof(*tune, "--store", store, standins=True, cwd=tmp_path, in_process=True), folder)
     assert not list(folder.iterdir())
 
 
@@ -94,16 +99,19 @@ def test_a_store_file_of_another_user_is_refused_and_left_as_it_was(tmp_path):
     os.chown(store, OTHER, OTHER)
     before = store.read_bytes()
     tune = ("tune", TARGET, "--backend", "nsys", "--mode", "direct", "--reps", "2", "--no-feed-back")
-    _refused(run_nsprof(*tune, "--store", store, standins=True, cwd=tmp_path), store)
+    _refused(run_nsprof(*tune, "--store", store, standins=True, cwd=tmp_path, in_process=True), store)
     assert store.read_bytes() == before
 
 
 def test_a_work_folder_in_a_folder_others_may_write_is_refused_unless_that_one_is_sticky(tmp_path):
     outer = _writable_by_all(tmp_path)
-    _refused(run_nsprof(*PROFILE, "--work-dir", outer / "work", standins=True, cwd=tmp_path), outer / "work")
+    _refused(
+        run_nsprof(*PROFILE, "--work-dir", outer / "work", standins=True, cwd=tmp_path, in_process=True),
+        outer / "work",
+    )
     assert not list(outer.iterdir())
     outer.chmod(0o1777)  # sticky, as /tmp: nobody else can rename the work folder away
-    done = run_nsprof(*PROFILE, "--work-dir", outer / "work", standins=True, cwd=tmp_path)
+    done = run_nsprof(*PROFILE, "--work-dir", outer / "work", standins=True, cwd=tmp_path, in_process=True)
     assert done.returncode == 0, done.stderr
 
 
@@ -119,7 +127,7 @@ def test_a_folder_its_users_own_group_may_write_is_theirs_alone(tmp_path):
     folder = tmp_path / "group"
     folder.mkdir()
     folder.chmod(0o775)
-    done = run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path)
+    done = run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path, in_process=True)
     assert done.returncode == 0, done.stderr
 
 
@@ -129,7 +137,7 @@ def test_a_folder_another_group_may_write_is_refused(tmp_path):
     folder.mkdir()
     os.chown(folder, os.geteuid(), OTHER)  # a group of other members (or none this machine names)
     folder.chmod(0o775)
-    _refused(run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path), folder)
+    _refused(run_nsprof(*PROFILE, "--work-dir", folder, standins=True, cwd=tmp_path, in_process=True), folder)
 
 
 @as_root
@@ -141,14 +149,15 @@ def test_a_work_folder_reached_through_a_link_of_another_user_is_refused(tmp_pat
     planted.symlink_to(theirs)
     os.lchown(planted, OTHER, OTHER)
     _refused(
-        run_nsprof(*PROFILE, "--work-dir", planted / "work", standins=True, cwd=tmp_path), planted / "work"
+        run_nsprof(*PROFILE, "--work-dir", planted / "work", standins=True, cwd=tmp_path, in_process=True),
+        planted / "work",
     )
 
 
 def test_a_link_of_ours_to_nothing_yet_makes_the_folder_where_it_leads(tmp_path):
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "there")
-    done = run_nsprof(*PROFILE, "--work-dir", link, standins=True, cwd=tmp_path)
+    done = run_nsprof(*PROFILE, "--work-dir", link, standins=True, cwd=tmp_path, in_process=True)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "there").is_dir() and any((tmp_path / "there").iterdir())
 
@@ -160,7 +169,8 @@ def test_a_work_folder_in_a_sticky_folder_of_another_user_is_refused(tmp_path):
     os.chown(theirs, OTHER, OTHER)
     theirs.chmod(0o1777)  # sticky, but its owner may still rename what lies in it
     _refused(
-        run_nsprof(*PROFILE, "--work-dir", theirs / "work", standins=True, cwd=tmp_path), theirs / "work"
+        run_nsprof(*PROFILE, "--work-dir", theirs / "work", standins=True, cwd=tmp_path, in_process=True),
+        theirs / "work",
     )
 
 
@@ -173,7 +183,7 @@ def test_a_link_of_another_user_behind_a_link_of_ours_is_refused(tmp_path):
     os.lchown(theirs, OTHER, OTHER)
     ours = tmp_path / "ours"
     ours.symlink_to(theirs / "work")
-    _refused(run_nsprof(*PROFILE, "--work-dir", ours, standins=True, cwd=tmp_path), ours)
+    _refused(run_nsprof(*PROFILE, "--work-dir", ours, standins=True, cwd=tmp_path, in_process=True), ours)
     assert not list(mine.iterdir())
 
 
@@ -185,6 +195,8 @@ def test_a_fan_of_links_of_ours_is_walked_in_bounded_time_and_a_path_through_a_f
     done = run_nsprof(*PROFILE, "--work-dir", tmp_path / "a1" / "w", standins=True, cwd=tmp_path, timeout=60)
     assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     (tmp_path / "afile").write_text("")
-    done = run_nsprof(*PROFILE, "--work-dir", tmp_path / "afile" / "a" / "b", standins=True, cwd=tmp_path)
+    done = run_nsprof(
+        *PROFILE, "--work-dir", tmp_path / "afile" / "a" / "b", standins=True, cwd=tmp_path, in_process=True
+    )
     lines = done.stderr.strip().splitlines()
     assert done.returncode != 0 and len(lines) == 1 and "--work-dir" in lines[0], done.stderr

@@ -42,7 +42,9 @@ def tuned_once(tmp_path_factory):
     """A store written by a real tune of a 4-config target under ncu and nsys (stand-ins)."""
     folder = tmp_path_factory.mktemp("tuned")
     (folder / "target.py").write_text(TARGET)
-    done = run_nsprof("tune", "target.py:space", *TUNE, "--store", "s.sqlite", cwd=folder, standins=True)
+    done = run_nsprof(
+        "tune", "target.py:space", *TUNE, "--store", "s.sqlite", cwd=folder, standins=True, in_process=True
+    )
     assert done.returncode == 0, done.stderr
     return folder
 
@@ -83,12 +85,14 @@ def test_results_ranks_a_stored_tune_per_truth_and_draws_it_without_a_tool_or_th
     (tuned / "target.py").unlink()
     store = tuned / "s.sqlite"
     args = ["results", str(store), "--target", "target.py:space"]
-    done = run_nsprof(*args, "--plot", "p.png", "--html", "p.html", cwd=tuned, env=no_tools(tuned))
+    done = run_nsprof(
+        *args, "--plot", "p.png", "--html", "p.html", cwd=tuned, env=no_tools(tuned), in_process=True
+    )
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert (tuned / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    as_json = run_nsprof(*args, "--json", cwd=tuned, env=no_tools(tuned))
+    as_json = run_nsprof(*args, "--json", cwd=tuned, env=no_tools(tuned), in_process=True)
     assert as_json.returncode == 0, as_json.stderr
     document = json.loads(as_json.stdout)
     rankings = {truth["truth"]: truth for truth in document["truths"]}
@@ -113,10 +117,12 @@ def test_results_ranks_a_stored_tune_per_truth_and_draws_it_without_a_tool_or_th
 
 def test_results_by_run_id_and_the_runs_list_stay(tuned):
     store = tuned / "s.sqlite"
-    listed = run_nsprof("results", str(store), cwd=tuned, env=no_tools(tuned))
+    listed = run_nsprof("results", str(store), cwd=tuned, env=no_tools(tuned), in_process=True)
     assert listed.returncode == 0, listed.stderr
     assert "target.py:space" in listed.stdout and "nsys" in listed.stdout
-    by_run = run_nsprof("results", str(store), "--run", "2", "--json", cwd=tuned, env=no_tools(tuned))
+    by_run = run_nsprof(
+        "results", str(store), "--run", "2", "--json", cwd=tuned, env=no_tools(tuned), in_process=True
+    )
     assert by_run.returncode == 0, by_run.stderr
     document = json.loads(by_run.stdout)
     assert [t["truth"] for t in document["truths"]] == ["ncu", "nsys"]  # run 2's tune ranked both
@@ -134,7 +140,9 @@ def test_results_by_run_id_and_the_runs_list_stay(tuned):
     ],
 )
 def test_results_bad_selection_is_one_line(tuned, args, words):
-    done = run_nsprof("results", str(tuned / "s.sqlite"), *args, cwd=tuned, env=no_tools(tuned))
+    done = run_nsprof(
+        "results", str(tuned / "s.sqlite"), *args, cwd=tuned, env=no_tools(tuned), in_process=True
+    )
     assert done.returncode != 0
     assert words in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
@@ -142,7 +150,7 @@ def test_results_bad_selection_is_one_line(tuned, args, words):
 
 def test_tune_resume_with_every_config_stored_needs_no_tool(tuned):
     resume = ["tune", "target.py:space", *TUNE, "--store", "s.sqlite", "--resume", "--html", "r.html"]
-    done = run_nsprof(*resume, cwd=tuned, env=no_tools(tuned))
+    done = run_nsprof(*resume, cwd=tuned, env=no_tools(tuned), in_process=True)
     assert done.returncode == 0, done.stderr
     assert "resumed: 4 of 4 configs came from the results store" in done.stdout
     with sqlite3.connect(tuned / "s.sqlite") as db:
@@ -155,7 +163,7 @@ def test_tune_resume_with_a_config_missing_and_no_tool_fails_in_one_line(tuned):
     with sqlite3.connect(tuned / "s.sqlite") as db:
         db.execute("DELETE FROM measurements WHERE backend = 'ncu' AND config_id = 1")
     resume = ["tune", "target.py:space", *TUNE, "--store", "s.sqlite", "--resume"]
-    done = run_nsprof(*resume, cwd=tuned, env=no_tools(tuned))
+    done = run_nsprof(*resume, cwd=tuned, env=no_tools(tuned), in_process=True)
     assert done.returncode != 0
     # one line says why (beside it only the progress bar's label, printed as the stage began)
     said = [line for line in done.stderr.splitlines() if line.startswith("nsprof:")]
@@ -208,7 +216,7 @@ def test_a_resume_with_more_reps_labels_its_ranking_with_the_reps_it_holds(tuned
     tune = [*TUNE[: TUNE.index("--reps")], *TUNE[TUNE.index("--reps") + 2 :]]
     resumed = run_nsprof(
         "tune", "target.py:space", *tune, "--reps", "7", "--resume", "--store", "s.sqlite", "--json",
-        cwd=tuned, standins=True,
+        cwd=tuned, standins=True, in_process=True
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     document = json.loads(resumed.stdout)
@@ -218,7 +226,9 @@ def test_a_resume_with_more_reps_labels_its_ranking_with_the_reps_it_holds(tuned
 
 @pytest.mark.parametrize("field", ["reps", "config_id"])
 def test_a_saved_tune_with_a_number_too_large_for_its_column_is_one_line(tuned, field):
-    done = run_nsprof("results", "s.sqlite", "--target", "target.py:space", "--json", cwd=tuned)
+    done = run_nsprof(
+        "results", "s.sqlite", "--target", "target.py:space", "--json", cwd=tuned, in_process=True
+    )
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     shape = (document.get("shapes") or [document])[0]
@@ -233,7 +243,9 @@ def test_a_saved_tune_with_a_number_too_large_for_its_column_is_one_line(tuned, 
 def test_a_saved_tune_whose_ranked_lists_are_empty_is_one_line_and_exit_2(tuned):
     """A saved tune of a target without shapes that ranks no config (edited, or of a tune that measured
     nothing) is refused as tune refuses a run that measured nothing: one line naming the file, status 2."""
-    done = run_nsprof("results", "s.sqlite", "--target", "target.py:space", "--json", cwd=tuned)
+    done = run_nsprof(
+        "results", "s.sqlite", "--target", "target.py:space", "--json", cwd=tuned, in_process=True
+    )
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert "shapes" not in document and [t["truth"] for t in document["truths"]] == ["ncu", "nsys"]
@@ -265,7 +277,9 @@ def _failing_tune(folder: Path, n_configs: int, shapes: str = "") -> subprocess.
     M=16 only when `shapes` gives it shapes)."""
     folder.mkdir()
     (folder / "target.py").write_text(FAILING % (n_configs, shapes))
-    return run_nsprof("tune", "target.py:space", *TUNE, "--store", "s.sqlite", cwd=folder, standins=True)
+    return run_nsprof(
+        "tune", "target.py:space", *TUNE, "--store", "s.sqlite", cwd=folder, standins=True, in_process=True
+    )
 
 
 def test_a_stored_tune_whose_every_config_failed_is_one_line_and_exit_2(tmp_path):

@@ -55,7 +55,7 @@ VALIDATE = [
 def test_each_shape_is_compared_on_its_own_and_saved_whole(tmp_path):
     (tmp_path / "t.py").write_text(TARGET)
     env = {"NSPROF_STANDIN_TIMERS": "1"}
-    ran = run_nsprof(*VALIDATE, "--save", "v.json", cwd=tmp_path, standins=True, env=env)
+    ran = run_nsprof(*VALIDATE, "--save", "v.json", cwd=tmp_path, standins=True, env=env, in_process=True)
     assert ran.returncode == 0, ran.stderr
     assert "at shape 0 of 2: M=1" in ran.stdout and "at shape 1 of 2: M=16" in ran.stdout
     saved = json.loads((tmp_path / "v.json").read_text())
@@ -91,7 +91,7 @@ def test_a_shape_where_nothing_was_measured_keeps_the_others_and_its_save_is_rea
         )
     )
     env = {"NSPROF_STANDIN_TIMERS": "1"}
-    ran = run_nsprof(*VALIDATE, "--save", "v.json", cwd=tmp_path, standins=True, env=env)
+    ran = run_nsprof(*VALIDATE, "--save", "v.json", cwd=tmp_path, standins=True, env=env, in_process=True)
     saved = json.loads((tmp_path / "v.json").read_text())
     assert [s["per_config"] for s in saved["shapes"]][0] == []
     values = {(r["method"], r["config_id"]): r["value_ns"] for r in saved["shapes"][1]["per_config"]}
