@@ -23,7 +23,15 @@ def test_an_unknown_csv_engine_is_refused_before_anything_is_measured(tmp_path):
     _one_line_naming(done, "NSPROF_CSV_ENGINE")
     env = {"NSPROF_CSV_ENGINE": "bogus", "NSPROF_LOCK_DIR": str(tmp_path / "locks")}
     done = run_nsprof(
-        *PROFILE[:3], "ncu", *PROFILE[4:], "--work-dir", "w", env=env, cwd=tmp_path, standins=True
+        *PROFILE[:3],
+        "ncu",
+        *PROFILE[4:],
+        "--work-dir",
+        "w",
+        env=env,
+        cwd=tmp_path,
+        standins=True,
+        in_process=True,
     )
     _one_line_naming(done, "NSPROF_CSV_ENGINE")
     assert not (tmp_path / "w").exists()  # refused before the session
@@ -32,13 +40,17 @@ def test_an_unknown_csv_engine_is_refused_before_anything_is_measured(tmp_path):
 @pytest.mark.parametrize("value", ["bogus", "2"])
 def test_an_nsprof_serve_that_is_neither_on_nor_off_is_refused(tmp_path, value):
     env = {"NSPROF_SERVE": value, "NSPROF_LOCK_DIR": str(tmp_path / "locks")}
-    _one_line_naming(run_nsprof(*PROFILE, env=env, cwd=tmp_path, standins=True), "NSPROF_SERVE")
+    _one_line_naming(
+        run_nsprof(*PROFILE, env=env, cwd=tmp_path, standins=True, in_process=True), "NSPROF_SERVE"
+    )
 
 
 def test_a_lock_dir_that_is_a_file_is_named(tmp_path):
     (tmp_path / "afile").write_text("")
     env = {"NSPROF_LOCK_DIR": str(tmp_path / "afile")}
-    _one_line_naming(run_nsprof(*PROFILE, env=env, cwd=tmp_path, standins=True), "NSPROF_LOCK_DIR")
+    _one_line_naming(
+        run_nsprof(*PROFILE, env=env, cwd=tmp_path, standins=True, in_process=True), "NSPROF_LOCK_DIR"
+    )
 
 
 def test_a_target_that_names_a_folder_says_so(tmp_path):
@@ -52,11 +64,15 @@ def test_a_lock_dir_every_user_may_write_without_the_sticky_bit_is_refused(tmp_p
     folder = tmp_path / "locks"
     folder.mkdir()
     folder.chmod(0o777)
-    done = run_nsprof(*PROFILE, env={"NSPROF_LOCK_DIR": str(folder)}, cwd=tmp_path, standins=True)
+    done = run_nsprof(
+        *PROFILE, env={"NSPROF_LOCK_DIR": str(folder)}, cwd=tmp_path, standins=True, in_process=True
+    )
     _one_line_naming(done, "NSPROF_LOCK_DIR")
     assert not list(folder.iterdir())
     folder.chmod(0o1777)  # sticky, as /tmp: used
-    done = run_nsprof(*PROFILE, env={"NSPROF_LOCK_DIR": str(folder)}, cwd=tmp_path, standins=True)
+    done = run_nsprof(
+        *PROFILE, env={"NSPROF_LOCK_DIR": str(folder)}, cwd=tmp_path, standins=True, in_process=True
+    )
     assert done.returncode == 0, done.stderr
 
 

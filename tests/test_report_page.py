@@ -362,6 +362,7 @@ def test_tune_plot_and_html_through_the_cli(tmp_path):
         "out/r.html",
         cwd=tmp_path,
         standins=True,
+        in_process=True,
     )
     assert done.returncode == 0, done.stderr
     assert "wrote out/r.png" in done.stderr and "wrote out/r.html" in done.stderr
@@ -404,6 +405,7 @@ def test_validate_html_through_the_cli(tmp_path):
         "v.html",
         cwd=tmp_path,
         standins=True,
+        in_process=True,
     )
     assert done.returncode == 0, done.stderr
     assert "wrote v.html" in done.stderr
@@ -543,17 +545,19 @@ def test_dash_is_standard_output_for_tune_validate_and_results(tmp_path):
         "--store",
         "r.sqlite",
     ]
-    page = run_nsprof(*tune, "--html", "-", cwd=tmp_path, standins=True)
+    page = run_nsprof(*tune, "--html", "-", cwd=tmp_path, standins=True, in_process=True)
     assert page.returncode == 0, page.stderr
     header, *rows = Page(page.stdout).tables["ranked"]
     assert [r[1] for r in rows] == ["1", "0"]
     assert "rank" in page.stderr and "ns=1000.0" in page.stderr  # the ranked table, on stderr
-    png = run_nsprof(*tune, "--plot", "-", cwd=tmp_path, standins=True, text=False)
+    png = run_nsprof(*tune, "--plot", "-", cwd=tmp_path, standins=True, text=False, in_process=True)
     assert png.returncode == 0, png.stderr
     assert png.stdout.startswith(b"\x89PNG\r\n\x1a\n")
     both = run_nsprof(*tune, "--plot", "-", "--json", cwd=tmp_path, in_process=True)  # refused before any run
     assert both.returncode == 2 and "would both write to standard output" in both.stderr
-    exported = run_nsprof("results", "--store", "r.sqlite", "--export", "-", cwd=tmp_path, standins=True)
+    exported = run_nsprof(
+        "results", "--store", "r.sqlite", "--export", "-", cwd=tmp_path, standins=True, in_process=True
+    )
     assert exported.returncode == 0, exported.stderr
     stored = list(csv.DictReader(exported.stdout.splitlines()))
     assert {r["config_id"] for r in stored} == {"0", "1"} and len(
@@ -576,7 +580,7 @@ def test_dash_is_standard_output_for_tune_validate_and_results(tmp_path):
         "--timeout",
         "30",
     ]
-    saved = run_nsprof(*validate, "--save", "-", cwd=tmp_path, standins=True)
+    saved = run_nsprof(*validate, "--save", "-", cwd=tmp_path, standins=True, in_process=True)
     assert saved.returncode == 0, saved.stderr
     assert set(json.loads(saved.stdout)) >= {"agreement", "per_config"}
     assert "ncu" in saved.stderr  # the tables went to stderr

@@ -202,8 +202,8 @@ def test_results_reads_a_saved_tune_json_and_prints_and_draws_it_as_tune_did(two
     )
     args = ["tune", target, "--truth", "ncu,nsys", "--mode", "direct", "--reps", "3", "--budget-s", "0"]
     args += ["--no-feed-back", "--no-tuner-pick", "--no-store"]  # the stand-ins measure alike each time
-    table = run_nsprof(*args, cwd=tmp_path, standins=True)
-    saved = run_nsprof(*args, "--json", cwd=tmp_path, standins=True)
+    table = run_nsprof(*args, cwd=tmp_path, standins=True, in_process=True)
+    saved = run_nsprof(*args, "--json", cwd=tmp_path, standins=True, in_process=True)
     assert table.returncode == 0 and saved.returncode == 0, table.stderr + saved.stderr
     (tmp_path / "tune.json").write_text(saved.stdout)
     (tmp_path / "target.py").unlink()
@@ -211,7 +211,7 @@ def test_results_reads_a_saved_tune_json_and_prints_and_draws_it_as_tune_did(two
     bare.mkdir()
     env = {"PATH": str(bare), "NSPROF_NCU": None, "NSPROF_NSYS": None}
 
-    shown = run_nsprof("results", "tune.json", "--html", "page.html", cwd=tmp_path, env=env)
+    shown = run_nsprof("results", "tune.json", "--html", "page.html", cwd=tmp_path, env=env, in_process=True)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout == table.stdout
     assert "note: config 1 is the winner" in shown.stdout and "cross-truth: ncu and nsys" in shown.stdout
@@ -437,8 +437,8 @@ def test_a_tune_with_a_shape_measured_at_no_config_reads_back_as_it_printed(tmp_
     )
     args = ["tune", "target.py:space", "--truth", "ncu", "--mode", "direct", "--reps", "3", "--budget-s", "0"]
     args += ["--no-feed-back", "--no-tuner-pick", "--no-store"]
-    table = run_nsprof(*args, "--work-dir", "w1", cwd=tmp_path, standins=True)
-    saved = run_nsprof(*args, "--work-dir", "w2", "--json", cwd=tmp_path, standins=True)
+    table = run_nsprof(*args, "--work-dir", "w1", cwd=tmp_path, standins=True, in_process=True)
+    saved = run_nsprof(*args, "--work-dir", "w2", "--json", cwd=tmp_path, standins=True, in_process=True)
     assert table.returncode == 0 and saved.returncode == 0, table.stderr + saved.stderr
     (tmp_path / "tune.json").write_text(saved.stdout)
     shown = run_nsprof("results", "tune.json", in_process=True, cwd=tmp_path)
