@@ -703,15 +703,12 @@ def test_the_time_a_resume_waits_for_its_turn_is_not_its_first_pass_s(noisy, tmp
 
 
 def test_cli_takes_the_adaptive_options(noisy, tmp_path):
-    """The real command line, in a process of its own with the stand-in as nsys (standins.install())."""
-    import os
-    import subprocess
+    """The real command line (in this process, the stand-in as nsys: its workers are children)."""
+    from conftest import run_nsprof
 
     target, _ = noisy(IDENTICAL)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "NSPROF_LOCK_DIR": str(tmp_path)}
-    standin_cli = [
-        sys.executable,
-        str(Path(__file__).parent / "standins.py"),
+    env = {"NSPROF_LOCK_DIR": str(tmp_path)}
+    tune = [
         "tune",
         target,
         "--backend",
@@ -722,19 +719,16 @@ def test_cli_takes_the_adaptive_options(noisy, tmp_path):
         "--no-feed-back",
         "--no-tuner-pick",
     ]
-    bad = subprocess.run(
-        standin_cli + ["--reps", "5", "--max-reps", "3"], capture_output=True, text=True, env=env
-    )
+
+    def cli(*more):
+        return run_nsprof(*tune, *more, env=env, standins=True, in_process=True)
+
+    bad = cli("--reps", "5", "--max-reps", "3")
     assert bad.returncode != 0 and "--max-reps (3) must be at least --reps (5)" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) <= 3  # usage, help hint, the one line
-    wide = subprocess.run(standin_cli + ["--equivalence", "100"], capture_output=True, text=True, env=env)
+    wide = cli("--equivalence", "100")
     assert wide.returncode == 2 and "--equivalence" in wide.stderr and "Traceback" not in wide.stderr
-    done = subprocess.run(
-        standin_cli + ["--json", "--max-reps", "8", "--budget-s", "600", "--work-dir", str(tmp_path / "cli")],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    done = cli("--json", "--max-reps", "8", "--budget-s", "600", "--work-dir", str(tmp_path / "cli"))
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert document["adaptive"]["max_reps"] == 8 and document["adaptive"]["budget_s"] == 600

@@ -11,11 +11,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,10 +25,6 @@ from nsprof.render.json import tune_document
 from nsprof.render.tune_tables import format_ranked
 from nsprof.schema import make_frame
 from nsprof.tune import Ranking
-
-ROOT = Path(__file__).resolve().parents[1]
-STANDINS = Path(__file__).parent / "standins.py"
-
 
 # --------------------------------------------------------------------------- the interval
 
@@ -327,31 +319,18 @@ CPU_TARGET = textwrap.dedent("""
 
 
 def test_cli_tune_json_shows_intervals_tie_set_and_decision(tmp_path):
+    from conftest import run_nsprof
+
     (tmp_path / "noisy.py").write_text(CPU_TARGET)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path / "locks")}
-    base = [
-        sys.executable,
-        str(STANDINS),
-        "tune",
-        "noisy.py:space",
-        "--backend",
-        "ncu",
-        "--mode",
-        "direct",
-        "--no-store",
-        "--timeout",
-        "120",
-        "--budget-s",
-        "0",
-    ]  # the first pass's intervals: no adaptive reps
-    done = subprocess.run(
-        [*base, "--json", "--work-dir", "wd1"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    base = ["tune", "noisy.py:space", "--backend", "ncu", "--mode", "direct", "--no-store"]
+    base += ["--timeout", "120"]
+    base += ["--budget-s", "0"]  # the first pass's intervals: no adaptive reps
+
+    def cli(*more):
+        env = {"NSPROF_LOCK_DIR": str(tmp_path / "locks")}
+        return run_nsprof(*base, *more, cwd=tmp_path, env=env, standins=True, in_process=True)
+
+    done = cli("--json", "--work-dir", "wd1")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["interval"]["method"] == METHOD and doc["interval"]["level"] == 0.95
@@ -364,14 +343,7 @@ def test_cli_tune_json_shows_intervals_tie_set_and_decision(tmp_path):
     assert (rows[0]["ci_low_ns"], rows[0]["ci_high_ns"]) == (1000.0, 1060.0)
     assert [rows[c]["tied_with_best"] for c in range(4)] == [True, False, True, False]
 
-    text = subprocess.run(
-        [*base, "--configs", "1,2,3", "--work-dir", "wd2"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    text = cli("--configs", "1,2,3", "--work-dir", "wd2")
     assert text.returncode == 0, text.stderr
     assert "note: config 2 is the winner: its interval (±2.5%) does not overlap #2's (config 1" in text.stdout
     assert "best: config 2 (name=c,ns_reps=[990, 1000, 1005, 1040, 1010])" in text.stdout

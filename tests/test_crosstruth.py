@@ -30,8 +30,6 @@ from nsprof.drivers.nsys import NsysDriver  # noqa: E402
 from nsprof.errors import NsprofError  # noqa: E402
 from nsprof.settings import TuneSettings  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-
 # Under "base-all" (lab / ncu: clocks locked, caches flushed) config 0 wins; under "none-none"
 # (field / nsys, and lab with both changed) config 1 does. With warm L2 alone ("base-none") the
 # lab already picks 1; with free clocks alone ("none-all") it still picks 0: the L2 state explains it.
@@ -331,12 +329,12 @@ def test_verdict_and_cause_rules():
 # ----------------------------------------------------------------------------- the command line
 
 
-def _cli(tmp_path, *args, ns_at=L2_EXPLAINS, in_process=False):
-    """The stand-ins' CLI in a child process, or with in_process nsprof's own in this one (for options
-    refused before anything is measured)."""
+def _cli(tmp_path, *args, ns_at=L2_EXPLAINS):
+    """nsprof's CLI in this process with the stand-ins as ncu and nsys (their workers and the tuner's
+    child in child processes)."""
     (tmp_path / "t.py").write_text(TARGET.format(ns_at=ns_at))
-    env = {"PYTHONPATH": str(ROOT), "NSPROF_LOCK_DIR": str(tmp_path), "FEED_FILE": str(tmp_path / "fed.json")}
-    return run_nsprof(*args, cwd=tmp_path, env=env, standins=not in_process, in_process=in_process)
+    env = {"NSPROF_LOCK_DIR": str(tmp_path), "FEED_FILE": str(tmp_path / "fed.json")}
+    return run_nsprof(*args, cwd=tmp_path, env=env, standins=True, in_process=True)
 
 
 def test_the_cli_ranks_under_ncu_and_nsys_and_records_the_deploy(tmp_path):
@@ -452,7 +450,7 @@ def test_the_cli_prints_one_table_per_truth_and_a_closing_verdict(tmp_path):
     ],
 )
 def test_bad_truth_and_deploy_values_are_one_line(tmp_path, args, message):
-    done = _cli(tmp_path, "tune", "t.py:space", "--no-store", *args, in_process=True)
+    done = _cli(tmp_path, "tune", "t.py:space", "--no-store", *args)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [done.stderr.strip()] and done.stderr.startswith(message), (
         done.stderr

@@ -14,13 +14,12 @@ under a config whose "ns" is not the row's duration is a row stored under the wr
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import run_nsprof
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -30,9 +29,6 @@ from nsprof.drivers import registry  # noqa: E402
 from nsprof.errors import TargetError  # noqa: E402
 from nsprof.store import ResultStore  # noqa: E402
 from nsprof.tune import TuneSettings, tune  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-STANDINS = Path(__file__).parent / "standins.py"
 
 # {edited}: False in the target nsprof reads, True in its edited copy (which never edits again).
 TARGET = textwrap.dedent("""
@@ -239,11 +235,8 @@ def test_the_command_line_refuses_an_edited_target_in_one_line(tmp_path):
     write_target(
         tmp_path, configs, [*CONFIGS[:2], {"i": 2, "ns": 7000}, {"i": 3, "ns": 8000}], "build", 1, True
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(STANDINS),
+    done = run_nsprof(
+        *(
             "tune",
             "edited.py:space",
             "--backend",
@@ -253,16 +246,11 @@ def test_the_command_line_refuses_an_edited_target_in_one_line(tmp_path):
             "--store",
             "r.sqlite",
             "--resume",
-            "--no-feed-back",
-            "--no-tuner-pick",
-            "--timeout",
-            "60",
-        ],
+        ),
+        *("--no-feed-back", "--no-tuner-pick", "--timeout", "60"),
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        standins=True,
+        in_process=True,
     )
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,8 +21,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from standins import StatusDriver  # noqa: E402
 
 from nsprof.drivers import registry  # noqa: E402
-
-STANDINS = Path(__file__).parent / "standins.py"
 
 # ns per (shape, config): shape 0's best is config 1, shape 1's config 2, shape 2's config 0.
 NS = {0: [3000.0, 1000.0, 2000.0], 1: [900.0, 4000.0, 500.0], 2: [700.0, 800.0, 7000.0]}
@@ -263,30 +260,14 @@ def test_resume_measures_only_the_missing_shape_and_config(shaped, tmp_path):
 
 
 def test_tune_json_and_cli_carry_every_shape(shaped, tmp_path):
-    command = [
-        sys.executable,
-        str(STANDINS),
-        "tune",
-        shaped + ":space",
-        "--backend",
-        "nsys",
-        "--mode",
-        "direct",
-        "--reps",
-        "3",
-        "--store",
-        str(tmp_path / "cli.sqlite"),
-        "--no-tuner-pick",
-        "--no-feed-back",
-        "--json",
-    ]
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    from conftest import run_nsprof
+
+    done = run_nsprof(
+        *("tune", shaped + ":space", "--backend", "nsys", "--mode", "direct", "--reps", "3"),
+        *("--store", tmp_path / "cli.sqlite", "--no-tuner-pick", "--no-feed-back", "--json"),
         cwd=tmp_path,
-        env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        standins=True,
+        in_process=True,
     )
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)

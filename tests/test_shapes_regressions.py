@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_nsprof
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from standins import StatusDriver  # noqa: E402
 
 from nsprof.drivers import registry  # noqa: E402
-
-STANDINS = Path(__file__).parent / "standins.py"
 
 TEMPLATE = """
 import nsprof.space
@@ -62,11 +60,8 @@ def test_two_shapes_with_the_same_json_are_refused_in_one_line(seam, tmp_path):
     # [1, 2] and (1, 2) (or two equal shapes) have one shape_json, the store's key of a shape: their
     # rows would be mixed, so such a shape list is refused before anything is measured
     target = _target(tmp_path, "[[1, 2], (1, 2)]", "[[1000.0, 3000.0], [2000.0, 500.0]]")
-    done = subprocess.run(
-        [sys.executable, str(STANDINS), "tune", target, "--backend", "nsys", "--no-store"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
+    done = run_nsprof(
+        "tune", target, "--backend", "nsys", "--no-store", cwd=tmp_path, standins=True, in_process=True
     )
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
     line = done.stderr.strip().splitlines()[-1]
@@ -163,10 +158,8 @@ def test_a_hook_without_feed_back_shapes_is_a_note_not_a_failure_and_the_phases_
     import json
 
     (tmp_path / "hook.py").write_text(ONE_SHAPE_HOOK)
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(STANDINS),
+    done = run_nsprof(
+        *(
             "tune",
             str(tmp_path / "hook.py") + ":space",
             "--backend",
@@ -175,13 +168,11 @@ def test_a_hook_without_feed_back_shapes_is_a_note_not_a_failure_and_the_phases_
             "direct",
             "--reps",
             "2",
-            "--no-store",
-            "--no-tuner-pick",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
+        ),
+        *("--no-store", "--no-tuner-pick", "--json"),
         cwd=tmp_path,
+        standins=True,
+        in_process=True,
     )
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
