@@ -77,6 +77,12 @@ def _submit(run: SessionRun, state: dict, base: Path) -> tuple[dict, bool, bool]
         "phase_bound_s": settings.phase_bound_s,
         "wait": settings.wait_gpu,
     }
+    if state.get("busy") and settings.wait_gpu:  # a wait of unknown length: say why nothing moves
+        print(
+            f"nsprof: {_by_server(state)} is busy (another job, or a report it writes): this job waits in its queue",
+            file=sys.stderr,
+            flush=True,
+        )
     return submit(state, request, status_file, settings, run.notify)
 
 
