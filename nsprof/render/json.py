@@ -135,7 +135,8 @@ _RANKING_KEYS = (
 def tune_document(report) -> str:
     """`nsprof tune --json` (`report`: an nsprof.analysis.tune_report.TuneReport): the first shape's
     findings at the top level (shape_document), the target, its configs, the settings, the errors,
-    the steps' wall seconds (`steps_s`), and for a target with shapes every shape's in `shapes`. load_tune reads it back."""
+    the steps' wall seconds (`steps_s`), and for a target with shapes every shape's in `shapes`.
+    load_tune reads it back."""
     document = {
         "format": TUNE_FORMAT,
         "target": report.target,

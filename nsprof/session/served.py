@@ -79,7 +79,8 @@ def _submit(run: SessionRun, state: dict, base: Path) -> tuple[dict, bool, bool]
     }
     if state.get("busy") and settings.wait_gpu:  # a wait of unknown length: say why nothing moves
         print(
-            f"nsprof: {_by_server(state)} is busy (another job, or a report it writes): this job waits in its queue",
+            f"nsprof: {_by_server(state)} is busy (another job, or a report it writes): "
+            "this job waits in its queue",
             file=sys.stderr,
             flush=True,
         )
