@@ -113,7 +113,9 @@ def run_nsprof(
     reading reports, and runs whose profilers and workers (children either way) are not what is
     tested: no interpreter to start. With `standins`, the stand-ins are installed for that run only.
     Keep nsprof in a child process where the behaviour crosses one: signals, fd 0 and 1 (pipes, FIFOs,
-    terminals), locks held by nsprof, its exit; `timeout` needs one.
+    terminals: in-process, stdout is only what Python writes), locks held by nsprof, its exit. A run
+    in-process past `timeout` ends this whole test process (faulthandler): xdist reports the test it ran
+    as crashed, instead of a worker hung for good.
 
     program: a Python file run instead (one that runs nsprof's main itself, `standins` or not).
 
@@ -121,12 +123,18 @@ def run_nsprof(
     text unless text=False; the other run_kwargs (input, stdin) go to subprocess.run.
     """
     if in_process:
-        with (
-            _standins_installed((env or {}).get("NSPROF_STANDIN_TIMERS") == "1")
-            if standins
-            else nullcontext()
-        ):
-            return _run_in_process([str(a) for a in args], env, cwd, **run_kwargs)
+        import faulthandler
+
+        faulthandler.dump_traceback_later(timeout, exit=True)
+        try:
+            with (
+                _standins_installed((env or {}).get("NSPROF_STANDIN_TIMERS") == "1")
+                if standins
+                else nullcontext()
+            ):
+                return _run_in_process([str(a) for a in args], env, cwd, **run_kwargs)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
     environment = dict(os.environ)
     for name, value in (env or {}).items():
         if value is None:

@@ -402,6 +402,7 @@ def test_a_worker_started_ahead_that_ends_before_its_job_is_replaced_by_one_of_t
     measured = run_session(target, 1, _profile(tmp_path), driver=standin, ahead=ahead)
     _ended()
     assert not ahead.handed and sorted(measured.frame["config_id"].dropna().unique()) == [0]
+    assert [note.endswith("the session ran in a worker of its own") for note in measured.notes] == [True]
     assert not list((tmp_path / "work").glob(f"{ahead.base.name}.*"))
     read_fd, write_fd = os.pipe()  # numbers the session's pipe had: still this pipe's after every close
     try:
@@ -476,6 +477,9 @@ def test_a_worker_started_ahead_dead_while_its_profiler_runs_on_is_replaced(tmp_
         measured = run_session(target, 1, _profile(tmp_path), driver=driver, ahead=ahead)
         assert sorted(measured.frame["config_id"].dropna().unique()) == [0], measured.failures
         assert not measured.failures
+        assert measured.notes == [
+            "the worker started ahead ended before it took its job: the session ran in a worker of its own"
+        ]
     finally:
         _ended()
         registry.unregister("standin")

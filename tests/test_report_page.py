@@ -545,19 +545,18 @@ def test_dash_is_standard_output_for_tune_validate_and_results(tmp_path):
         "--store",
         "r.sqlite",
     ]
-    page = run_nsprof(*tune, "--html", "-", cwd=tmp_path, standins=True, in_process=True)
+    # fd 1 itself is what is tested: nsprof in a child process, so that anything else written there shows
+    page = run_nsprof(*tune, "--html", "-", cwd=tmp_path, standins=True)
     assert page.returncode == 0, page.stderr
     header, *rows = Page(page.stdout).tables["ranked"]
     assert [r[1] for r in rows] == ["1", "0"]
     assert "rank" in page.stderr and "ns=1000.0" in page.stderr  # the ranked table, on stderr
-    png = run_nsprof(*tune, "--plot", "-", cwd=tmp_path, standins=True, text=False, in_process=True)
+    png = run_nsprof(*tune, "--plot", "-", cwd=tmp_path, standins=True, text=False)
     assert png.returncode == 0, png.stderr
     assert png.stdout.startswith(b"\x89PNG\r\n\x1a\n")
     both = run_nsprof(*tune, "--plot", "-", "--json", cwd=tmp_path, in_process=True)  # refused before any run
     assert both.returncode == 2 and "would both write to standard output" in both.stderr
-    exported = run_nsprof(
-        "results", "--store", "r.sqlite", "--export", "-", cwd=tmp_path, standins=True, in_process=True
-    )
+    exported = run_nsprof("results", "--store", "r.sqlite", "--export", "-", cwd=tmp_path, standins=True)
     assert exported.returncode == 0, exported.stderr
     stored = list(csv.DictReader(exported.stdout.splitlines()))
     assert {r["config_id"] for r in stored} == {"0", "1"} and len(
@@ -580,7 +579,7 @@ def test_dash_is_standard_output_for_tune_validate_and_results(tmp_path):
         "--timeout",
         "30",
     ]
-    saved = run_nsprof(*validate, "--save", "-", cwd=tmp_path, standins=True, in_process=True)
+    saved = run_nsprof(*validate, "--save", "-", cwd=tmp_path, standins=True)
     assert saved.returncode == 0, saved.stderr
     assert set(json.loads(saved.stdout)) >= {"agreement", "per_config"}
     assert "ncu" in saved.stderr  # the tables went to stderr

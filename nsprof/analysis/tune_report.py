@@ -75,8 +75,8 @@ class TuneReport:
     """A tune of `target`: its configs (as JSON values), each shape's findings in order, the settings
     it ran with (TuneSettings.record), the steps after ranking that failed (the tuner's own pick, the
     feed-back: the rankings stand, and the command exits non-zero after printing them), and the wall
-    seconds each step took, in order ({"start": nsprof's start and the target's listing, a truth's
-    name: its first pass and adaptive reps, "prescreen", "compare": the truths compared, "pick",
+    seconds each step took, in order ({"start": nsprof's start and the target's listing, "prescreen",
+    a truth's name: its first pass and adaptive reps, "compare": the truths compared, "pick",
     "feed_back"}; {} where not timed)."""
 
     target: str

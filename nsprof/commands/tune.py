@@ -58,6 +58,8 @@ def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, 
     with clusters(), StageBars() as bars:
         settings = replace(settings, cluster=cluster_settings(devices, scheduler, verbose))
 
+        started: dict = {}  # nsprof's start and the target's listing, up to the first run
+
         def run(space):
             # After the options and the target: a missing tool is one line. A resume may need no tool
             # (the store holding every config): measure_stored decides, before it measures anything.
@@ -65,7 +67,8 @@ def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, 
                 if truth.profiler and not (settings.use_store and settings.resume):
                     get_driver(truth.backend)
             began = process_began()
-            started = {} if began is None else {"start": round(time.monotonic() - began, 3)}
+            if began is not None:  # a run again on the target as it is (on_target) keeps the first's
+                started.setdefault("start", round(time.monotonic() - began, 3))
             with results_only_on_stdout():
                 report = run_tune(target, settings, config_ids=ids, on_stage=bars, space=space)
             return replace(report, steps={**started, **report.steps})

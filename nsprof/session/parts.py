@@ -346,10 +346,11 @@ class _Parts:
             requeued = self._take(part, end, log)
             settled = True
             self.settle(part.failures, part.kept)
-        except AheadGone:
+        except AheadGone as gone:
             ahead.close()
             self.ahead_gone = True
-            return self.part(number, remaining, pipe)  # this run again, in a worker of its own
+            self.notes.append(f"{gone}: the session ran in a worker of its own")
+            return self.part(number, remaining, pipe)  # this run again
         except KeyboardInterrupt:
             if not settled:
                 _salvage(run, base, log)
@@ -413,11 +414,10 @@ class _Parts:
 
         from nsprof.schema import make_frame
 
-        frame = pd.concat(self.frames, ignore_index=True) if self.frames else make_frame([])
         ended_at = time.monotonic()
         self.timing.write(self.run.work_dir / PHASES_FILE, self.started_at, ended_at)
         return Measured(
-            frame=frame,
+            frame=pd.concat(self.frames, ignore_index=True) if self.frames else make_frame([]),
             reports=self.reports,
             failures=self.failures,
             work_dir=self.run.work_dir,
