@@ -32,15 +32,13 @@ import os
 import re
 import signal
 import sqlite3
-import subprocess
-import sys
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, run_nsprof
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -50,7 +48,6 @@ from nsprof.reports.ncu_csv import read_ncu_csv
 from nsprof.reports.nsys.reader import read_nsys_sqlite
 from nsprof.schema import COLUMN_DTYPES, COLUMNS
 
-REPO = Path(__file__).resolve().parent.parent
 CSV_SEEDS = {
     name: (FIXTURES / name).read_bytes()
     for name in ("fixture_node_raw.csv", "fixture_graph_raw.csv", "fixture_node_details.csv")
@@ -857,7 +854,8 @@ def test_ncu_rep_loader_memory_limit_is_named(ncu_report, ncu_rep_dir):
 
 
 def test_cli_reports_mutated_files_in_one_line(tmp_path, ncu_report):
-    """`nsprof analyze` in real child processes: exit status 2, one stderr line, no traceback."""
+    """`nsprof analyze` (in this process; the .ncu-rep reader in its own child): exit status 2, one stderr
+    line, no traceback."""
     raw = CSV_SEEDS["fixture_node_raw.csv"]
     files = {
         "cut.csv": raw[:300],
@@ -875,27 +873,15 @@ def test_cli_reports_mutated_files_in_one_line(tmp_path, ncu_report):
     )
     for name, content in files.items():
         (tmp_path / name).write_bytes(content)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    }
-    names = [*files, "no-kernels.sqlite", "bad-schema.sqlite"]
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, "-m", "nsprof", "analyze", str(tmp_path / name)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
+    for name in [*files, "no-kernels.sqlite", "bad-schema.sqlite"]:
+        done = run_nsprof("analyze", tmp_path / name, in_process=True, timeout=120)
+        assert done.returncode == 2, (name, done.returncode, done.stderr)
+        assert done.stdout == "" and "Traceback" not in done.stderr, (name, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"nsprof: error: {tmp_path / name}:"), (
+            name,
+            done.stderr,
         )
-        for name in names
-    }
-    for name, proc in procs.items():
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 2, (name, proc.returncode, err)
-        assert out == "" and "Traceback" not in err, (name, err)
-        lines = err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"nsprof: error: {tmp_path / name}:"), (name, err)
 
 
 def test_fuzz_case_count():
