@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from click.testing import CliRunner
-from conftest import FIXTURES
+from conftest import FIXTURES, run_nsprof
 
 from nsprof.cli import cli
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _folder(tmp_path: Path, good: int) -> tuple[list[Path], dict[Path, str]]:
@@ -39,17 +34,7 @@ def _folder(tmp_path: Path, good: int) -> tuple[list[Path], dict[Path, str]]:
 
 def test_one_bad_file_among_many_hides_no_good_one(tmp_path):
     files, bad = _folder(tmp_path, good=12)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "nsprof", "analyze", *map(str, files)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    proc = run_nsprof("analyze", *files, in_process=True)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     # Every good report has its table, in the order given; no bad one has one.

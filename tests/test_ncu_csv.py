@@ -340,8 +340,7 @@ def test_rows_without_duration_warn_in_one_line_and_leave_n(tmp_path):
 
 
 def test_analyze_warns_on_stderr_for_rows_without_duration(tmp_path):
-    import subprocess
-    import sys
+    from conftest import run_nsprof
 
     with open(RAW, newline="") as handle:
         rows = list(csv.reader(handle))
@@ -350,9 +349,7 @@ def test_analyze_warns_on_stderr_for_rows_without_duration(tmp_path):
     path = tmp_path / "na.csv"
     with open(path, "w", newline="") as handle:
         csv.writer(handle, quoting=csv.QUOTE_ALL).writerows(rows)
-    result = subprocess.run(
-        [sys.executable, "-m", "nsprof", "analyze", str(path)], capture_output=True, text=True, timeout=120
-    )
+    result = run_nsprof("analyze", path, in_process=True, timeout=120)
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stderr.splitlines() if "no duration" in line]
     assert len(lines) == 1 and "1 of 27" in lines[0]

@@ -158,20 +158,14 @@ def test_truncated_ncu_rep_is_refused_at_every_cut(ncu_rep_dir, tmp_path, name):
 
 
 def test_truncated_ncu_rep_at_2mb_is_one_line_and_no_table(ncu_rep_dir, tmp_path):
-    """The issue's case through the command line: a report cut at 2,000,000 bytes."""
-    import subprocess
-    import sys
+    """A report cut at 2,000,000 bytes, through the command line (in this process; the reader in its child)."""
+    from conftest import run_nsprof
 
     data = (ncu_rep_dir / "fixture_node.ncu-rep").read_bytes()
     for size in (len(data) - 1000, 2_000_000, len(data) // 2):
         path = tmp_path / f"cut{size}.ncu-rep"
         path.write_bytes(data[:size])
-        proc = subprocess.run(
-            [sys.executable, "-m", "nsprof", "analyze", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc = run_nsprof("analyze", path, in_process=True)
         assert proc.returncode == 2, (size, proc.stdout, proc.stderr)
         assert proc.stdout == ""
         lines = proc.stderr.strip().splitlines()
@@ -238,15 +232,9 @@ def test_caller_labels_win_over_the_record(ncu_rep_dir):
     ],
 )
 def test_analyze_says_the_recorded_clock_control(ncu_rep_dir, report, expected):
-    import subprocess
-    import sys
+    from conftest import run_nsprof
 
-    result = subprocess.run(
-        [sys.executable, "-m", "nsprof", "analyze", str(ncu_rep_dir / report)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_nsprof("analyze", ncu_rep_dir / report, in_process=True, timeout=120)
     assert result.returncode == 0, result.stderr
     header = result.stdout.splitlines()[0]
     assert expected in header
@@ -295,15 +283,9 @@ def test_graph_profiling_note_for_a_report_with_only_kernel_rows(ncu_rep_dir):
 
 
 def test_analyze_prints_the_graph_profiling_note_for_kernel_rows(ncu_rep_dir):
-    import subprocess
-    import sys
+    from conftest import run_nsprof
 
-    result = subprocess.run(
-        [sys.executable, "-m", "nsprof", "analyze", str(ncu_rep_dir / "fixture_graph.ncu-rep")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_nsprof("analyze", ncu_rep_dir / "fixture_graph.ncu-rep", in_process=True, timeout=120)
     assert result.returncode == 0, result.stderr
     notes = [line for line in result.stdout.splitlines() if "--graph-profiling graph" in line]
     assert len(notes) == 1 and "'kernel' row(s)" in notes[0] and "'graph' row(s)" in notes[0]
