@@ -69,6 +69,9 @@ def _result_of(document: dict) -> ValidateResult:
             raise ValueError(f"its {key} rows lack {', '.join(missing)}")
         for column in out.columns:
             given = out[column].dropna()
+            if column in ("winner", "winner_against"):  # config ids, None where none: as validate has them
+                out[column] = pd.Series([row.get(column) for row in rows], index=out.index, dtype=object)
+                continue
             if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in given):
                 out[column] = pd.to_numeric(out[column], errors="coerce")
         return out

@@ -557,3 +557,24 @@ def test_plot_without_matplotlib(tmp_path, agree, per_config, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(NsprofError, match=r"pip install 'nsprof\[plot\]'"):
         plot(per_config, agree, TIMERS, TRUTHS, str(tmp_path / "x.png"))
+
+
+def test_a_timer_that_failed_on_the_truths_best_config_has_that_regret_and_is_not_recommended():
+    """cupti measured only configs 8 and 9 (it saw no kernel on the others): its pick, config 8, is 80%
+    slower than the truth's best, config 0, which it never measured. Against the best of every config the
+    truth measured, not only those both measured; and a timer that measured every config goes first."""
+    from nsprof.render.validate_tables import format_verdict
+
+    truth = [1000.0 + 100 * c for c in range(10)]
+    rows = []
+    for c, g in enumerate(truth):
+        rows.append({"config_id": c, "method": "ncu:direct", "value_ns": g})
+        rows.append({"config_id": c, "method": "cupti", "value_ns": g if c >= 8 else float("nan")})
+        rows.append({"config_id": c, "method": "graph_warm", "value_ns": truth[13 - c] if c in (6, 7) else g})
+    table = agreement(pd.DataFrame(rows), ["cupti", "graph_warm"], ["ncu:direct"])
+    cupti = table[table["timer"] == "cupti"].iloc[0]
+    assert (cupti["n"], cupti["timer_pick"], cupti["truth_best"]) == (2, 8, 0)
+    assert cupti["regret"] == pytest.approx(1800.0 / 1000.0 - 1) and not cupti["same_best"]
+    assert not cupti["top_k_hit"]
+    assert recommend(table, {"ncu:direct": 0.97}) == {"ncu:direct": "graph_warm"}
+    assert "graph_warm" in format_verdict(table, {"ncu:direct": 0.97}).splitlines()[0]

@@ -154,3 +154,35 @@ def test_a_saved_run_takes_no_store_option_and_the_refusal_names_it_for_what_it_
         f"nsprof: error: {saved} is a saved run (tune --json, validate --save), not a results store: "
         f"it takes no {option[0]} (nsprof results --help)"
     ), done.stderr
+
+
+NOTHING_UNDER_NCU = """
+import nsprof.space
+NS = [3000.0, 1000.0, 2000.0]
+
+class Launch:
+    def __init__(self, config):
+        self.timer_ns = {"cupti": NS[config["i"]] + 100, "cupti_cold": NS[config["i"]] + 50}
+    def __call__(self):
+        return None
+
+configs = [{"i": i, "ns": NS[i], "ns_at": {"base-all": "nan"}} for i in range(3)]
+space = nsprof.space.Space(configs=configs, build=Launch, device="cpu")
+"""
+
+
+def test_a_truth_that_measured_nothing_leaves_the_others_winner_a_config_id_and_the_save_reads_back(tmp_path):
+    """ncu measures no config (NaN on each), nsys all three: nsys's floor still names its winner as a config id,
+    printed and saved as one, and the save reads back the same."""
+    (tmp_path / "t.py").write_text(NOTHING_UNDER_NCU)
+    validate = ["validate", "t.py:space", "--timers", "cupti", "--no-external", "--truth", "ncu,nsys"]
+    validate += ["--mode", "direct", "--reps", "3", "--timer-reps", "3", "--repeat", "--save", "v.json"]
+    env = {"NSPROF_STANDIN_TIMERS": "1"}
+    ran = run_nsprof(*validate, cwd=tmp_path, standins=True, env=env, in_process=True)
+    assert ran.returncode == 0, ran.stderr
+    assert "config 1.0" not in ran.stdout and "config 1" in ran.stdout, ran.stdout
+    floors = json.loads((tmp_path / "v.json").read_text())["noise_floor"]
+    assert [row["winner"] for row in floors if row["truth"].startswith("nsys")] == [1]
+    again = run_nsprof("results", "v.json", cwd=tmp_path, in_process=True)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == ran.stdout

@@ -115,15 +115,16 @@ def _pair_stats(timer: np.ndarray, truth: np.ndarray, ids: np.ndarray, k: int) -
         out["bias"] = float(np.median(t / g))
     out["kendall_tau"] = kendall_tau_b(t, g)
     out["spearman_rho"] = spearman_rho(t, g)
-    # Picks are made among the common configs only, so timer and truth choose from the same set;
-    # a config the truth failed on would otherwise give an undefined regret. Ties go to the
-    # lower config id (stable sort on id-ordered rows).
+    # The timer picks among the configs both measured (one the truth failed on has no regret); the
+    # truth's best is over every config it measured, so that a timer that failed on it has that regret.
+    # Ties go to the lower config id (stable sort on id-ordered rows).
     by_timer = np.argsort(t, kind="mergesort")
     pick = by_timer[0]
-    best = int(np.argmin(g))
-    truth_min = g[best]
+    measured = np.isfinite(truth)
+    best = int(np.argmin(np.where(measured, truth, np.inf)))
+    truth_min = truth[best]
     out["timer_pick"] = int(cid[pick])
-    out["truth_best"] = int(cid[best])
+    out["truth_best"] = int(ids[best])
     # "Same best" means the timer's pick is *a* truth-best config, so a tie in the truth does not
     # count against the timer (and same_best ⇔ regret == 0 holds exactly).
     out["same_best"] = bool(g[pick] == truth_min)
@@ -257,6 +258,8 @@ def winner_stability(
     same | tied | different | untested). Adds STABILITY_COLUMNS; tie sets are lists, None
     without an interval.
     """
+    import pandas as pd
+
     out = floors.copy()
     cells: dict[str, list] = {c: [] for c in STABILITY_COLUMNS}
     for r in floors.itertuples(index=False):
@@ -274,7 +277,8 @@ def winner_stability(
         cells["tie_set_against"].append(None if b.tie_set is None else list(b.tie_set))
         cells["winners"].append(stability(a, b))
     for column in STABILITY_COLUMNS:
-        out[column] = cells[column] if len(out) else []
+        # object: a config id stays a whole number beside a row with none (None), never 1.0 beside NaN
+        out[column] = pd.Series(cells[column], index=out.index, dtype=object)
     return out
 
 
