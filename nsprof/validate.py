@@ -296,16 +296,35 @@ def _measure(
         rows += truth_rows
         failures.update(truth_failures)
         truths += [truth.method(mode) for mode in settings.modes]
+        lost = ""
         if settings.repeat_truth:
-            again, _ = run_truth(
+            again, again_failed = run_truth(
                 target, truth, settings, work_dir / f"{folder}_b", stage(f"{truth.name} again", n), space
             )
             repeat_rows += again
+            lost = _lost_in_repeat(again_failed, truth_failures)
         for mode in settings.modes:
-            conditions[truth.method(mode)] = describe_truth(
-                truth, settings, [r for r in truth_rows if r["method"] == truth.method(mode)]
-            ) + (", kernel node of a replayed graph" if mode == "graph" else ", direct launch")
+            conditions[truth.method(mode)] = (
+                describe_truth(truth, settings, [r for r in truth_rows if r["method"] == truth.method(mode)])
+                + (", kernel node of a replayed graph" if mode == "graph" else ", direct launch")
+                + lost
+            )
     return rows, failures, truths, repeat_rows, conditions
+
+
+def _lost_in_repeat(again_failed: dict, failed: dict) -> str:
+    """Words for the configs a truth's repeat failed on that its first run measured (left out of its floor,
+    which compares only configs both runs measured); "" where none."""
+    from nsprof.reports.checks import one_line
+
+    lost = {key: why for key, why in again_failed.items() if key not in failed}
+    if not lost:
+        return ""
+    (_, config_id, _), why = next(iter(lost.items()))
+    return (
+        f"; its repeat failed on {len(lost)} config(s) the first run measured, left out of its floor "
+        f"(config {config_id}: {one_line(getattr(why, 'reason', why), 120)})"
+    )
 
 
 def validate(

@@ -288,3 +288,24 @@ def test_the_throttle_check_is_said_when_the_timers_run_on_dask_workers(tmp_path
     assert done.returncode == 0, done.stderr[-2000:]
     words = json.loads((tmp_path / "v.json").read_text())["conditions"]["cupti_interleaved"]
     assert "rounds discarded" in words and "highest of its batch, 1980 MHz" in words, words
+
+
+def test_one_interleaved_method_failing_on_a_config_keeps_the_others_measure_of_it_and_names_itself(
+    target, tmp_path
+):
+    """Config 1 has no cold CUPTI value (its visits raise under cupti_cold_interleaved): cupti_interleaved's
+    rounds of it stand, as a plain timer's would, and the failure names its method."""
+    (tmp_path / "drifting.py").write_text(
+        TARGET.replace(
+            "    def __call__(self):",
+            '        if config["i"] == 1:\n            del self.timer_ns["cupti_cold"]\n\n    def __call__(self):',
+            1,
+        )
+    )
+    document, output = _validate(target, tmp_path, timers=INTERLEAVED)
+    warm, cold = _values(document, "cupti_interleaved"), _values(document, "cupti_cold_interleaved")
+    assert set(warm) == {0, 1} and warm[1]["value_ns"] > warm[0]["value_ns"] > 0  # config 1 is the slower
+    assert cold[0]["value_ns"] > 0 and not cold.get(1, {}).get("value_ns")
+    failures = [f for f in document.get("failures", []) if f["config_id"] == 1]
+    assert [f["method"] for f in failures] == ["cupti_cold_interleaved"], failures
+    assert "interleaved cupti_cold_interleaved" in failures[0]["reason"]

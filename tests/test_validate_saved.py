@@ -186,3 +186,33 @@ def test_a_truth_that_measured_nothing_leaves_the_others_winner_a_config_id_and_
     again = run_nsprof("results", "v.json", cwd=tmp_path, in_process=True)
     assert again.returncode == 0, again.stderr
     assert again.stdout == ran.stdout
+
+
+FAILS_ON_ITS_REPEAT = """
+import os
+import nsprof.space
+
+def build(config):
+    # built by the timers' session, the truth's, then its repeat's: it fails the third time
+    if config["block"] == 128:
+        with open(MARKER, "a") as builds:
+            builds.write("x")
+        if os.path.getsize(MARKER) >= 3:
+            raise RuntimeError("fails in the repeat")
+    return lambda: None
+
+MARKER = {marker!r}
+space = nsprof.space.Space(configs=[{{"block": 32, "ns": 3000.0}}, {{"block": 64, "ns": 1000.0}},
+                                    {{"block": 128, "ns": 2000.0}}], build=build, device="cpu")
+"""
+
+
+def test_a_config_that_fails_only_in_the_truths_repeat_is_said_and_left_out_of_its_floor(tmp_path):
+    (tmp_path / "t.py").write_text(FAILS_ON_ITS_REPEAT.format(marker=str(tmp_path / "builds")))
+    validate = [*VALIDATE[: VALIDATE.index("--no-repeat")], "--repeat", "--save", "v.json"]
+    ran = run_nsprof(*validate, cwd=tmp_path, standins=True, in_process=True)
+    assert ran.returncode == 0, ran.stderr
+    said = [line for line in ran.stdout.splitlines() if "its repeat failed" in line]
+    assert len(said) == 1 and "config 2: build failed: RuntimeError: fails in the repeat" in said[0], ran.stdout
+    floors = json.loads((tmp_path / "v.json").read_text())["noise_floor"]
+    assert [row["n"] for row in floors] == [2]  # the two configs both runs measured

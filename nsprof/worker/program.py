@@ -333,14 +333,12 @@ def _run_timers_interleaved(job: Job, space, device: Device, status: Status) -> 
     its own window, then ROUNDS rounds of one visit per config of the batch, rotated, a "start"
     line opening each visit (--timeout bounds one visit), then the batch's result lines and "done"
     lines: only whole batches count, as only whole sessions of adaptive reps do."""
-    from nsprof.timers.interleave import memory_full, prepare, release
+    from nsprof.timers.interleave import memory_full, release
 
     windows = config_windows(job, space, device, status)
     batch = 0
     while True:
-        built = _built(
-            windows, status, device, lambda launch: {m: prepare(m, launch) for m in job.timers}, memory_full
-        )
+        built = _built(windows, status, device, lambda launch: _samplers(job.timers, launch), memory_full)
         if built is None or not device.healthy():  # a build that lost the context ended the windows
             return EXIT_CONTEXT_LOST
         if not built:
@@ -353,6 +351,30 @@ def _run_timers_interleaved(job: Job, space, device: Device, status: Status) -> 
     return _end(device, status)
 
 
+class _Unprepared:
+    """A method that could not be prepared for a config: its first visit raises why."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def visit(self, reps: int):
+        raise self.exc
+
+
+def _samplers(methods, launch) -> dict:
+    """Each interleaved method's sampler of `launch`; one that failed to prepare fails at its first visit,
+    on its own: the config's other methods are measured."""
+    from nsprof.timers.interleave import prepare
+
+    samplers = {}
+    for method in methods:
+        try:
+            samplers[method] = prepare(method, launch)
+        except Exception as exc:
+            samplers[method] = _Unprepared(exc)
+    return samplers
+
+
 def _timed_batch(job: Job, built: list, batch: int, status: Status, device: Device) -> bool:
     """One batch's rounds and result lines; False when the CUDA context was lost."""
     from nsprof.timers.base import sm_clock_mhz
@@ -360,10 +382,21 @@ def _timed_batch(job: Job, built: list, batch: int, status: Status, device: Devi
 
     rounds = Rounds()
     reps = max(1, job.timer_reps // ROUNDS)
+    errors: dict = {}  # (config, method): why that method failed there (its line says so; the others stand)
 
     def visit(round_index: int, config_id: int, samplers: dict) -> None:
         for method, sampler in samplers.items():
-            rounds.add(config_id, method, sampler.visit(reps), sm_clock_mhz())
+            if (config_id, method) in errors:
+                continue
+            try:
+                rounds.add(config_id, method, sampler.visit(reps), sm_clock_mhz())
+            except Exception as exc:
+                if not device.healthy():
+                    raise
+                traceback.print_exc()
+                errors[config_id, method] = f"{error_line(exc)} (interleaved {method})"
+        if all((config_id, method) in errors for method in samplers):  # nothing of it measured: it failed
+            raise RuntimeError("; ".join(errors[config_id, method] for method in samplers))
 
     failed = _rounds(ROUNDS, built, status, device, visit, rotate=True)
     if failed is None:
@@ -374,7 +407,12 @@ def _timed_batch(job: Job, built: list, batch: int, status: Status, device: Devi
                 continue
             where = dict(zip(("config_id", "shape"), job.points.split(config_id)))
             for method, sampler in samplers.items():
-                line = rounds.line(config_id, method, sampler.conditions)
+                error = errors.get((config_id, method))
+                line = (
+                    {"method": method, "error": error}
+                    if error
+                    else rounds.line(config_id, method, sampler.conditions)
+                )
                 results.write(json.dumps({**where, **line, "batch": batch}) + "\n")
             results.flush()
             status.write("done", config_id)
