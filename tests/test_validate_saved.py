@@ -216,3 +216,16 @@ def test_a_config_that_fails_only_in_the_truths_repeat_is_said_and_left_out_of_i
     assert len(said) == 1 and "config 2: build failed: RuntimeError: fails in the repeat" in said[0], ran.stdout
     floors = json.loads((tmp_path / "v.json").read_text())["noise_floor"]
     assert [row["n"] for row in floors] == [2]  # the two configs both runs measured
+
+
+def test_a_save_holding_a_negative_cold_graph_value_reads_back(tmp_path):
+    """graph_cold takes the flush graph's median off each sample: a kernel shorter than that noise can come out
+    below zero. The save holds what was measured, and reads back."""
+    record = {**json.loads(RECORD.read_text()), "format": "nsprof validate"}
+    row = next(r for r in record["per_config"] if r["value_ns"] is not None)
+    row["value_ns"], row["ci_low_ns"] = -120.0, -300.0
+    (tmp_path / "v.json").write_text(json.dumps(record))
+    done = run_nsprof("results", "v.json", "--json", cwd=tmp_path, in_process=True)
+    assert done.returncode == 0, done.stderr
+    values = [r["value_ns"] for r in json.loads(done.stdout)["per_config"]]
+    assert -120.0 in values
