@@ -70,7 +70,8 @@ def recommend(
     """truth -> the timer that ranks configs most like it: highest τ; a tie (τ within 0.005 of the
     best, or where the truth's floor is given within 1 - floor of the best or within 0.03 of the
     floor) goes to lower regret (against the truth's best of every config it measured), then to a timer
-    that measured as many configs as any of them, then higher τ, then the order timers were listed. Truths no timer could be compared with are left out."""
+    that measured as many configs as any of them, then higher τ, then the order timers were listed.
+    Truths no timer could be compared with are left out."""
     fmap = floor_map(floors)
     out: dict[str, str] = {}
     for truth in dict.fromkeys(agreement_df["truth"]):

@@ -338,7 +338,9 @@ def _run_timers_interleaved(job: Job, space, device: Device, status: Status) -> 
     windows = config_windows(job, space, device, status)
     batch = 0
     while True:
-        built = _built(windows, status, device, lambda launch: _samplers(job.timers, launch), memory_full)
+        built = _built(
+            windows, status, device, lambda launch: _samplers(job.timers, launch, device), memory_full
+        )
         if built is None or not device.healthy():  # a build that lost the context ended the windows
             return EXIT_CONTEXT_LOST
         if not built:
@@ -361,9 +363,10 @@ class _Unprepared:
         raise self.exc
 
 
-def _samplers(methods, launch) -> dict:
+def _samplers(methods, launch, device: Device) -> dict:
     """Each interleaved method's sampler of `launch`; one that failed to prepare fails at its first visit,
-    on its own: the config's other methods are measured."""
+    on its own: the config's other methods are measured. A failure that lost the CUDA context is the
+    config's, at once (_built)."""
     from nsprof.timers.interleave import prepare
 
     samplers = {}
@@ -371,6 +374,8 @@ def _samplers(methods, launch) -> dict:
         try:
             samplers[method] = prepare(method, launch)
         except Exception as exc:
+            if not device.healthy():
+                raise
             samplers[method] = _Unprepared(exc)
     return samplers
 
