@@ -213,7 +213,9 @@ def test_a_config_that_fails_only_in_the_truths_repeat_is_said_and_left_out_of_i
     ran = run_nsprof(*validate, cwd=tmp_path, standins=True, in_process=True)
     assert ran.returncode == 0, ran.stderr
     said = [line for line in ran.stdout.splitlines() if "its repeat failed" in line]
-    assert len(said) == 1 and "config 2: build failed: RuntimeError: fails in the repeat" in said[0], ran.stdout
+    assert len(said) == 1 and "config 2: build failed: RuntimeError: fails in the repeat" in said[0], (
+        ran.stdout
+    )
     floors = json.loads((tmp_path / "v.json").read_text())["noise_floor"]
     assert [row["n"] for row in floors] == [2]  # the two configs both runs measured
 
