@@ -231,3 +231,15 @@ def test_a_save_holding_a_negative_cold_graph_value_reads_back(tmp_path):
     assert done.returncode == 0, done.stderr
     values = [r["value_ns"] for r in json.loads(done.stdout)["per_config"]]
     assert -120.0 in values
+
+
+def test_a_config_every_timer_failed_on_is_said_once_per_timer_not_again_for_the_worker(tmp_path):
+    """No GPU here: event and event_cold fail on each config, each saying why in a line of its own; the worker's
+    own record of the config's failure (every method failed) is not a third line for it."""
+    (tmp_path / "t.py").write_text(TARGET)
+    ran = run_nsprof(*VALIDATE, cwd=tmp_path, standins=True, in_process=True)
+    assert ran.returncode == 0, ran.stderr
+    lines = [line for line in ran.stderr.splitlines() if "failed on config" in line]
+    assert sorted(line.split(":")[1].strip() for line in lines) == sorted(
+        f"{method} failed on config {c}" for method in ("event", "event_cold") for c in range(3)
+    ), ran.stderr
