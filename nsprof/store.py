@@ -30,7 +30,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -277,13 +277,16 @@ class ResultStore:
         retry_failed: bool = False,
         retry_if: Callable[[Failure], bool] | None = None,
         shape_json: str = "",
+        adding_runs: Collection[int] = (),
     ) -> list[int]:
         """The config_ids (in the order given) with nothing stored yet under this key, at the shape
         `shape_json` (nsprof.space.shape_json; "" for a target without shapes).
 
         config_jsons ({config_id: config_json(config)}): a config counts only where its stored rows
         were taken of the same config (an id names another config once the space is edited).
-        Each config is judged by its latest run. A config whose rows there are all failures counts
+        Each config is judged by its latest run but `adding_runs` (sessions that add reps to an earlier
+        run, tune's adaptive sessions: what they lost leaves that run's rows standing). A config whose
+        rows there are all failures counts
         as done, unless retry_failed, or retry_if(failure) is true for one of them (an
         nsprof.schema.Failure: its reason, kind and bound; nsprof.tune.retryable tests the kind).
         Rows of runs that crashed count too: each config's rows were committed whole.
@@ -299,7 +302,11 @@ class ResultStore:
         latest: dict[int, int] = {}
         errors: dict[tuple[int, int], list[Failure | None]] = {}
         for config_id, config_text, run_id, error, kind, bound in rows:
-            if config_jsons is not None and config_jsons.get(config_id) != config_text:
+            if (
+                config_jsons is not None
+                and config_jsons.get(config_id) != config_text
+                or run_id in adding_runs
+            ):
                 continue
             latest[config_id] = max(run_id, latest.get(config_id, run_id))
             # (a kind the store lacks, written past nsprof: the config's own failure, as Failure.of takes it)

@@ -237,3 +237,32 @@ def test_a_tune_that_measured_nothing_is_an_error_and_not_stored_as_ok(tmp_path,
     assert "compile failed: RuntimeError: boom" in message
     with ResultStore(store) as results:
         assert results.runs()["status"].tolist() == ["nothing measured"]
+
+
+def test_a_failure_in_an_adaptive_session_does_not_make_its_measured_config_missing(tmp_path):
+    """An adaptive session adds reps to a first pass: a config it lost (its worker killed) or that crashed
+    there keeps its first pass, and a resume measures it again neither plainly nor with --retry-failed
+    (a run of it would hide the session's reps, and its first pass's)."""
+    from dataclasses import replace
+
+    import nsprof.space
+    from nsprof.tune.stored import ADAPTIVE_RUN, Stored, _to_measure
+
+    space = nsprof.space.Space(configs=[{"i": 0}, {"i": 1}], build=lambda c: lambda: None, device="cpu")
+    group = {"fingerprint": "f", "gpu": "g", "backend": "ncu", "mode": "direct", "clock_control": "base"}
+    group |= {"cache_control": "all", "tool_version": "1"}
+    settings = TuneSettings(backend="ncu", resume=True, store=tmp_path / "s.sqlite")
+    context = Stored(settings, space, dict(group), {None: [0, 1]}, "uuid")
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        first = store.start_run(settings={}, **group)
+        for config_id in (0, 1):
+            store.add(first, context.key(config_id, None), [{"kernel": "k", "rep": 0, "duration_ns": 1.0}])
+        store.finish_run(first)
+        session = store.start_run(settings={ADAPTIVE_RUN: 1}, **group)
+        store.add(
+            session, context.key(0, None), [{"error": "worker killed by SIGKILL", "failure_kind": "lost"}]
+        )
+        store.add(session, context.key(1, None), [{"error": "boom", "failure_kind": "crash"}])
+        store.finish_run(session, "failed")
+        for asked in (settings, replace(settings, retry_failed=True)):
+            assert _to_measure(store, context, asked, context.wanted, [0, 1], []) == []

@@ -342,6 +342,7 @@ def _to_measure(
 ) -> list[int]:
     """The points of a resume the store has nothing for (or a failure worth measuring again: retryable)."""
     layout = context.layout
+    sessions = adaptive_runs(store.runs())  # they add reps: a config they lost keeps its first pass
     todo = [
         layout.id(c, shape)
         for shape, configs in wanted.items()
@@ -352,6 +353,7 @@ def _to_measure(
             retry_failed=settings.retry_failed,
             retry_if=lambda failure: retryable(failure, settings.timeout_s),
             shape_json=context.shape_jsons[shape],
+            adding_runs=sessions,
         )
     ]
     unit = "(shape, config) pairs" if layout.shaped else "configs"
