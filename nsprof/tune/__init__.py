@@ -124,13 +124,8 @@ def _first_passes_ahead(target: str, settings: TuneSettings, held: contextlib.Ex
     """A worker started now for each first pass that something else runs before ({truth name: Ahead}): every
     truth's but the first's, and the first's too after a prescreen; each closed with `held`."""
     truths = settings.ranked_truths if settings.prescreen else settings.ranked_truths[1:]
-    firsts = {}
-    for truth in truths:
-        ahead = worker_ahead(target, truth, settings)
-        if ahead is not None:
-            held.callback(ahead.close)
-            firsts[truth.name] = ahead
-    return firsts
+    firsts = {truth.name: worker_ahead(target, truth, settings, held) for truth in truths}
+    return {name: ahead for name, ahead in firsts.items() if ahead is not None}
 
 
 def _report(

@@ -86,10 +86,7 @@ def _probe(target, space, variants, points, explanations, goals, settings, stage
     with contextlib.ExitStack() as held:
 
         def started(index: int):
-            ahead = worker_ahead(target, variants[index][1], settings) if index < len(variants) else None
-            if ahead is not None:
-                held.callback(ahead.close)  # a no-op once its session took it
-            return ahead
+            return worker_ahead(target, variants[index][1], settings, held) if index < len(variants) else None
 
         ahead = started(0)
         for index, (changed, probe) in enumerate(variants):

@@ -48,10 +48,9 @@ def rank_truth(
     runs: list[Measured] = []
     adaptive: dict = {}
     with contextlib.ExitStack() as held:  # a --resume --wait's turn, through the adaptive reps (tune.turn)
-        aheads = _aheads(target, truth, settings, stage)  # importing while the first pass runs
-        for started in (aheads, ahead):  # ended with this truth's ranking, where no session took one
-            if started is not None:
-                held.callback(started.close)
+        aheads = _aheads(target, truth, settings, stage, held)  # importing while the first pass runs
+        if ahead is not None:  # ended with this truth's ranking, where no session took it
+            held.callback(ahead.close)
         rows, stored = _first_pass(
             target, space, truth, settings, points, clock, notes, runs.append, held, ahead
         )
@@ -230,11 +229,14 @@ class _FirstPassClock:
         return first_pass_cost(self.elapsed(), self.finished, self.settings.reps, warmup)
 
 
-def worker_ahead(target: str, truth: Truth, settings: TuneSettings, several: bool = False):
+def worker_ahead(
+    target: str, truth: Truth, settings: TuneSettings, held: contextlib.ExitStack, several=False
+):
     """A worker started ahead for a session of ground truth `truth` (nsprof.session.ahead): with `several`,
     the Aheads of its adaptive sessions (the first started now), else one Ahead (a later truth's first pass,
-    a probe's). None where no session would take one: a fast timer, a cluster, a server that would measure
-    it, a profiler not found (a stored --resume), or one that cannot start."""
+    a probe's); closed with `held` (a no-op for one a session took). None where no session would take one:
+    a fast timer, a cluster, a server that would measure it, a profiler not found (a stored --resume), or
+    one that cannot start."""
     if (
         not truth.profiler
         or settings.cluster is not None
@@ -246,17 +248,19 @@ def worker_ahead(target: str, truth: Truth, settings: TuneSettings, several: boo
     profile = settings.truth_profile(truth)
     try:
         driver = registry.get_driver(profile.backend)
-        return Aheads(target, profile, driver) if several else Ahead.start(target, profile, driver)
+        started = Aheads(target, profile, driver) if several else Ahead.start(target, profile, driver)
     except (OSError, NsprofError):  # the session's own start says why, where it has anything to measure
         return None
+    held.callback(started.close)
+    return started
 
 
-def _aheads(target: str, truth: Truth, settings: TuneSettings, stage):
-    """The workers started ahead for `truth`'s adaptive sessions; None where none can run (no `stage`,
-    --budget-s 0, --max-reps no more than --reps) or none would be taken (worker_ahead)."""
+def _aheads(target: str, truth: Truth, settings: TuneSettings, stage, held: contextlib.ExitStack):
+    """The workers started ahead for `truth`'s adaptive sessions, closed with `held`; None where none can
+    run (no `stage`, --budget-s 0, --max-reps no more than --reps) or none would be taken (worker_ahead)."""
     if stage is None or settings.budget_s <= 0 or settings.adaptive_max_reps <= settings.reps:
         return None
-    return worker_ahead(target, truth, settings, several=True)
+    return worker_ahead(target, truth, settings, held, several=True)
 
 
 def _adaptive(
