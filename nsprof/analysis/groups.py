@@ -34,9 +34,12 @@ def divide(a: float, b: float) -> float:
     return a / b
 
 
-def group_labels(config_id: list, mode: list, range_: list, shape: list | None) -> list:
+def group_labels(
+    config_id: list, mode: list, range_: list, shape: list | None, where: list | None = None
+) -> list:
     """`group` of each row (add_group): `cfg<id>[.s<shape>].<mode>` where the row has a config
-    (missing where its mode is), else its range, "(no range)" where it has none."""
+    (missing where its mode is), else its range, "(no range)" where it has none; then
+    ` (gpu <d>, pid <p>)` for what of the two varies among the rows (`where`: place_labels)."""
     labels = []
     for i, config in enumerate(config_id):
         if missing(config):
@@ -46,17 +49,39 @@ def group_labels(config_id: list, mode: list, range_: list, shape: list | None) 
         else:
             part = "" if shape is None or missing(shape[i]) else f".s{shape[i]}"
             labels.append(f"cfg{config}{part}.{mode[i]}")
-    return labels
+    if where is None:
+        return labels
+    return [
+        label if label is None or not place else f"{label} ({place})" for label, place in zip(labels, where)
+    ]
+
+
+def place_labels(device: list | None, pid: list | None) -> list | None:
+    """Where each row ran, as group_labels adds it: `gpu <d>` where the rows hold several devices,
+    `pid <p>` where several processes (a median is never pooled across GPUs or processes); None
+    where the rows hold one of each."""
+    varying = [
+        (name, values)
+        for name, values in (("gpu", device), ("pid", pid))
+        if values is not None and len({v for v in values if not missing(v)}) > 1
+    ]
+    if not varying:
+        return None
+    return [
+        ", ".join(f"{name} {'?' if missing(values[i]) else int(values[i])}" for name, values in varying)
+        for i in range(len(varying[0][1]))
+    ]
 
 
 def add_group(frame):
     """A `group` column: `cfg<id>.<mode>` (`cfg<id>.s<shape>.<mode>` for a target's shapes) for
-    nsprof's ranges (reps pooled), else the range."""
+    nsprof's ranges (reps pooled), else the range; with the GPU or process where rows hold several."""
     import pandas as pd
 
     frame = frame.copy()
-    cells = lists(frame, ("config_id", "mode", "range", "shape"))
-    group = group_labels(cells["config_id"], cells["mode"], cells["range"], cells["shape"])
+    cells = lists(frame, ("config_id", "mode", "range", "shape", "device", "pid"))
+    where = place_labels(cells["device"], cells["pid"])
+    group = group_labels(cells["config_id"], cells["mode"], cells["range"], cells["shape"], where)
     frame["group"] = pd.Series(pd.array(group, dtype="string"), index=frame.index)
     return frame
 

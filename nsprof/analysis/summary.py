@@ -19,6 +19,7 @@ from nsprof.analysis.groups import (
     lists,
     median,
     missing,
+    place_labels,
     range_key,
     sample_std,
 )
@@ -62,6 +63,8 @@ _SUMMARY_INPUTS = (
     "clock_hz",
     "clock_control",
     "cache_control",
+    "device",
+    "pid",
 )
 _SUMMARY_TEXT = ("source", "range", "group", "kernel", "kernel_full", "clock_control", "cache_control")
 
@@ -81,7 +84,9 @@ def summarize(frame):
     from nsprof.schema import ListTable
 
     if isinstance(frame, ListTable):
-        stats = _summary_stats({column: frame[column] for column in _SUMMARY_INPUTS})
+        stats = _summary_stats(
+            {column: frame[column] if column in frame else None for column in _SUMMARY_INPUTS}
+        )
         columns = {
             column: [pd.NA if v is None else v for v in values]
             if column in _SUMMARY_TEXT
@@ -116,7 +121,8 @@ def _summary_stats(cells: dict[str, list]) -> dict[str, list]:
     """summarize's columns as lists (None where missing), from the tidy columns `cells` (groups.lists')."""
     # Grouped in plain Python (a report has few rows; pandas' groupby costs more per call than
     # the rows do), with pandas' arithmetic: sample_std, median, group_sums.
-    group = group_labels(cells["config_id"], cells["mode"], cells["range"], cells["shape"])
+    where = place_labels(cells["device"], cells["pid"])
+    group = group_labels(cells["config_id"], cells["mode"], cells["range"], cells["shape"], where)
     kernel = ["?" if missing(k) else k for k in cells["kernel"]]
     full = (
         kernel

@@ -61,6 +61,8 @@ def _check(files, compare, as_json, plot_path, csv_path, parquet_path, by_kernel
     """The options' checks, before any report is read; whether something else takes standard output."""
     if compare and len(files) != 2:
         raise OptionError("--compare takes exactly two report files")
+    if [str(path) for path in files].count("-") > 1:
+        raise OptionError("standard input (-) is named more than once: it can be read only once")
     if compare and by_kernel:
         raise OptionError("--compare compares ranges; leave out --by kernel")
     if compare and as_json:

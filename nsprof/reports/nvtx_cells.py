@@ -16,8 +16,9 @@ from nsprof.schema import DEFAULT_DOMAIN
 
 # One entry of ncu's CSV NVTX cell: domain:range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg.
 # Msg repeats the range name for registered/ASCII messages; the back-reference lets range
-# names contain ':' in that case.
+# names contain ':' in that case; so does an unregistered name, whose two message fields are "none".
 _ENTRY_SAME_MSG = re.compile(r"^(?P<domain>[^:]*):(?P<range>.*):[^:]*:[^:]*:[^:]*:[^:]*:[^:]*:(?P=range)$")
+_ENTRY_NO_MSG = re.compile(r"^(?P<domain>[^:]*):(?P<range>.*):[^:]*:[^:]*:[^:]*:[^:]*:none:none$")
 _ENTRY_ANY = re.compile(r"^(?P<domain>[^:]*):(?P<range>.*?):[^:]*:[^:]*:[^:]*:[^:]*:[^:]*:.*$")
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
 
@@ -46,7 +47,7 @@ class NvtxState:
 
 
 def _split_entry(entry: str) -> tuple[str, str] | None:
-    match = _ENTRY_SAME_MSG.match(entry) or _ENTRY_ANY.match(entry)
+    match = _ENTRY_SAME_MSG.match(entry) or _ENTRY_NO_MSG.match(entry) or _ENTRY_ANY.match(entry)
     if not match:
         return None
     return match["domain"] or DEFAULT_DOMAIN, match["range"]

@@ -33,9 +33,12 @@ def kernel_names(name_id: np.ndarray, full_id: np.ndarray, export: Export) -> di
         distinct, inverse = np.unique(kernel_names[~name_missing], return_inverse=True)
         shortened = np.array([short_kernel_name(s) for s in distinct], dtype=object)
         kernel_names[~name_missing] = shortened[inverse.reshape(-1)]
+    # A name the export lacks is keyed by its id, so that different kernels never pool as one "?".
+    unnamed = full_missing & (full_id != NULL)
+    full_names[unnamed] = [f"? (string id {int(i)})" for i in full_id[unnamed]]
     return {
         "kernel": string_array(kernel_names, name_missing),
-        "kernel_full": string_array(full_names, full_missing),
+        "kernel_full": string_array(full_names, full_missing & ~unnamed),
     }
 
 
