@@ -184,7 +184,8 @@ class _Server(Starting, JobRunning):
         self.queue = []
         if self.proc is not None:
             if self.fifo >= 0 and self.worker_alive():
-                os.write(self.fifo, b"exit\n")
+                with contextlib.suppress(BlockingIOError):  # a FIFO left full: the worker is killed below
+                    os.write(self.fifo, b"exit\n")
                 deadline = time.monotonic() + 10.0
                 while self.worker_alive() and time.monotonic() < deadline:
                     time.sleep(POLL_S)

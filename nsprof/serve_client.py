@@ -217,13 +217,29 @@ def _sent(state: dict, request: dict):
         )  # its peer this user's: the request holds the environment
     except OSError as exc:
         return None, f"could not be reached ({exc})"
+    conn.setblocking(False)
     try:
-        conn.sendall((json.dumps(request) + "\n").encode())
+        _send_while_running(conn, (json.dumps(request) + "\n").encode(), state["pid"])
     except OSError as exc:
         conn.close()
         return None, f"could not be reached ({exc})"
-    conn.setblocking(False)
     return conn, ""
+
+
+def _send_while_running(conn, data: bytes, pid) -> None:
+    """All of `data` on a non-blocking connection, as the server reads it: a request larger than the socket's
+    buffer waits for a server inside a report's stop (bounded there), for SERVE_GRACE_S at most."""
+    import select
+
+    deadline = time.monotonic() + SERVE_GRACE_S
+    while data:
+        if select.select([], [conn], [], POLL_S)[1]:
+            with contextlib.suppress(BlockingIOError):
+                data = data[conn.send(data) :]
+        elif not _running(pid):
+            raise ConnectionError("it ended before it read the request")
+        elif time.monotonic() > deadline:
+            raise TimeoutError(f"it did not take the whole request within {SERVE_GRACE_S:g} s")
 
 
 class _Job:

@@ -8,8 +8,10 @@ config), the collection ended and the client answered; a job's fault
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
 from pathlib import Path
 
 from nsprof.errors import NsprofError
@@ -114,9 +116,7 @@ class JobRunning:
             )
             + "\n"
         )
-        data = line.encode()
-        while data:  # a line longer than the pipe's atomic size (the client's environment) may go in parts
-            data = data[os.write(self.fifo, data) :]
+        self._hand_over(n, line.encode(), float(request["phase_bound_s"]))
         answer = self._follow(
             n, Path(request["status"]), float(request["timeout_s"]), float(request["phase_bound_s"]), conn
         )
@@ -128,6 +128,25 @@ class JobRunning:
                 return {"ok": False, "fault": "tool", "config": None, "reason": str(exc)}
             self.note(f"job {n}: after its fault, {exc}")
         return answer
+
+    def _hand_over(self, n: int, data: bytes, bound_s: float) -> None:
+        """Job n's line into the jobs FIFO, in parts where it is longer than the pipe holds (the client's
+        environment). The server holds the FIFO's read end too, so a worker that died or stopped reading
+        would block a plain write for good: it is written as the pipe takes it, while the worker lives, and
+        a worker that takes none of it for `bound_s` is killed. Either way the job's follow then finds
+        the worker gone and answers."""
+        import select
+
+        from nsprof.host.children import kill_pid
+
+        last = time.monotonic()
+        while data and self.worker_alive():
+            if select.select([], [self.fifo], [], POLL_S)[1]:
+                with contextlib.suppress(BlockingIOError):
+                    data, last = data[os.write(self.fifo, data) :], time.monotonic()
+            elif time.monotonic() - last > bound_s:
+                self.note(f"job {n}: its worker took none of the job for {bound_s:g} s: killed")
+                kill_pid(self.worker_pid)
 
     def _job_code(self, n: int) -> int | None:
         from nsprof.worker.serving import WORKER_STATUS

@@ -42,7 +42,9 @@ class Starting:
         self.note(f"serve command: {' '.join(command)}")
         self.proc = launch_child(command, self.log, pipe)
         ready = self._wait_ready()
-        self.fifo = os.open(self.dir / JOBS_FIFO, os.O_RDWR)
+        self.fifo = os.open(
+            self.dir / JOBS_FIFO, os.O_RDWR | os.O_NONBLOCK
+        )  # written as it takes: _hand_over
         self.listener = listen(self.socket_path)
         self.state = {
             "pid": os.getpid(),
