@@ -76,7 +76,11 @@ def check_folder(folder: Path, *, create: bool = False) -> bool:
         raise NsprofError(
             f"nsprof serve's folder {folder} is not this user's own (a {what} of uid {st.st_uid}, "
             f"mode {stat.S_IMODE(st.st_mode):04o}; it must be a folder of uid {mine}, mode 0700): "
-            "not used; remove it, or set NSPROF_LOCK_DIR"
+            + (
+                "not used; remove it"
+                if st.st_uid == mine
+                else f"not used; ask uid {st.st_uid} or an administrator to remove it"
+            )
         )
     return True
 

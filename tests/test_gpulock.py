@@ -251,3 +251,31 @@ def test_each_threads_session_passes_on_and_sweeps_only_its_own_gpus_lock(tmp_pa
         other.join()
         for pid in orphans.values():
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_relative_lock_folder_is_refused_in_one_line(tmp_path):
+    """Two nsprof started in two folders would each take their own lock (and look for their own server) for
+    one GPU."""
+    from conftest import run_nsprof
+
+    target = f"{Path(__file__).parent / 'targets' / 'faulty_cpu.py'}:space"
+    done = run_nsprof(
+        "profile",
+        target,
+        "--backend",
+        "nsys",
+        "--configs",
+        "0",
+        "--reps",
+        "1",
+        "--work-dir",
+        tmp_path / "w",
+        env={"NSPROF_LOCK_DIR": "locks"},
+        cwd=tmp_path,
+        standins=True,
+        in_process=True,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "NSPROF_LOCK_DIR" in line and "absolute" in line
+    assert not (tmp_path / "locks").exists()

@@ -452,6 +452,8 @@ def test_serve_refuses_a_per_user_folder_that_another_user_made(tmp_path, shared
     assert done.returncode == 2, done.stderr
     line = _one_error_line(done.stderr)
     assert str(folder) in line and f"uid {OTHER}" in line
+    # what to do: the other user or an administrator removes it; another lock folder would split the GPU lock
+    assert f"ask uid {OTHER}" in line and "NSPROF_LOCK_DIR" not in line
     assert sorted(p.name for p in folder.iterdir()) == [], "nothing written into the other user's folder"
 
 

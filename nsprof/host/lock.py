@@ -68,10 +68,12 @@ def _taken_here() -> set[str]:
 
 
 def lock_dir() -> Path:
-    """$NSPROF_LOCK_DIR, else /tmp: one folder for the whole machine (not $TMPDIR, which batch
-    systems set per job, so that two jobs on one node would each think the GPU free)."""
+    """$NSPROF_LOCK_DIR (absolute), else /tmp: one folder for the whole machine (not $TMPDIR, which batch
+    systems set per job: two jobs on one node would each think the GPU free)."""
     override = os.environ.get("NSPROF_LOCK_DIR")
     if override:
+        if not os.path.isabs(override):  # else each working folder would have its own lock for one GPU
+            raise NsprofError(f"NSPROF_LOCK_DIR must be an absolute path, not {override!r}")
         return Path(override)
     return Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
 
@@ -378,11 +380,9 @@ def _command_line() -> str:
 
 @contextlib.contextmanager
 def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = None) -> Iterator[Path]:
-    """Hold CUDA device `device`'s GPU (see which_gpu) for the body; yields the lock file's path.
-
-    Busy: wait=False raises GpuBusy naming the holder; wait=True blocks, up to timeout_s if
-    given (then GpuBusy), and prints nothing.
-    """
+    """Hold CUDA device `device`'s GPU (see which_gpu) for the body; yields the lock file's path. Busy:
+    wait=False raises GpuBusy naming the holder; wait=True blocks, up to timeout_s if given (then GpuBusy),
+    and prints nothing."""
     gpu = which_gpu(device)
     path = lock_path(gpu)
     key = str(path.parent.resolve() / path.name)  # never through a link planted at its name
