@@ -336,3 +336,47 @@ def test_a_stored_tune_with_one_shape_measured_at_no_config_still_reads_back(tmp
     # the note the tune gave that shape, once, as tune gave it
     assert tuned.stdout.count("note: shape 1: no config was measured at shape 1 (M=16)") == 1, tuned.stdout
     assert again.stdout.count("note: shape 1: no config was measured at shape 1 (M=16)") == 1, again.stdout
+
+
+SHAPES_FROM_ENV = """
+import json, os
+import nsprof.space
+configs = [{"i": 0, "ns_shapes": [3000.0, 900.0]}, {"i": 1, "ns_shapes": [1000.0, 4000.0]},
+           {"i": 2, "ns_shapes": [2000.0, 500.0]}]
+space = nsprof.space.Space(configs=configs, shapes=json.loads(os.environ["SHAPES"]),
+                           build=lambda c, s: (lambda: None), device="cpu")
+"""
+
+
+def test_a_reread_ranks_each_shape_by_its_value_when_the_target_reordered_its_shapes(tmp_path):
+    """The same file lists its shapes in another order between two tunes (read from the environment): a
+    shape's index then means another shape in each run. The re-read ranks each shape's own rows, by its
+    value, as the store's latest run of that shape measured them."""
+    (tmp_path / "target.py").write_text(SHAPES_FROM_ENV)
+    for shapes in ('[{"M": 1}, {"M": 16}]', '[{"M": 16}, {"M": 1}]'):
+        done = run_nsprof(
+            "tune", "target.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "3", "--store",
+            "s.sqlite", "--no-tuner-pick", "--no-feed-back", "--budget-s", "0",
+            env={"SHAPES": shapes}, cwd=tmp_path, standins=True, in_process=True,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        rows = db.execute(
+            "SELECT run_id, shape, shape_json, config_id, rep, SUM(duration_ns) FROM measurements "
+            "WHERE error IS NULL GROUP BY run_id, shape_json, config_id, rep"
+        ).fetchall()
+    latest = {text: max(r for r, _, t, *_ in rows if t == text) for text in {t for _, _, t, *_ in rows}}
+    expected = {}
+    for text, run in latest.items():
+        reps: dict[int, list[float]] = {}
+        for _r, shape, _t, config, _rep, total in (r for r in rows if r[0] == run and r[2] == text):
+            reps.setdefault(config, []).append(total)
+            index = shape
+        medians = {c: statistics.median(v) for c, v in reps.items()}
+        expected[index] = (json.loads(text), min(medians, key=lambda c: (medians[c], c)))
+    again = run_nsprof(
+        "results", "s.sqlite", "--target", "target.py:space", "--json", in_process=True, cwd=tmp_path
+    )
+    assert again.returncode == 0, again.stderr
+    got = {s["shape"]: (s["shape_value"], s["best_config_id"]) for s in json.loads(again.stdout)["shapes"]}
+    assert got == expected == {0: ({"M": 16}, 1), 1: ({"M": 1}, 2)}

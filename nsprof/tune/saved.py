@@ -115,25 +115,42 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict) -> tup
     latest = frame.sort_values("run_id", kind="stable").groupby("config_id").tail(1)
     wanted_json = {int(c): str(text) for c, text in zip(latest["config_id"], latest["config_json"])}
     configs = [json.loads(wanted_json[c]) if c in wanted_json else None for c in range(max(wanted_json) + 1)]
-    shapes = sorted(
-        {
-            (None if _missing(shape) else int(shape), str(text))
-            for shape, text in zip(frame["shape"].astype(object), frame["shape_json"])
-        },
-        key=lambda pair: -1 if pair[0] is None else pair[0],
-    )
+    shapes = _shape_indices(frame)
     rows = stored_rows(store, group, wanted_json, {text: list(wanted_json) for _, text in shapes})
     runs = ", ".join(str(int(r)) for r in sorted(set(rows["run_id"])))
     note = f"re-read from the results store {store.path}: runs {runs} (nothing measured)"
     results = {}
     for shape, text in shapes:
-        of_shape = rows if shape is None else rows[(rows["shape"] == shape).fillna(False).astype(bool)]
+        of_shape = rows if shape is None else rows[(rows["shape_json"] == text).fillna(False).astype(bool)]
+        if shape is not None:
+            of_shape = of_shape.assign(shape=shape)
         value = None if shape is None else json.loads(text)
         ranking = rank_rows(configs, truth, settings, of_shape, [note])
         if shape is not None and ranking.best_config_id is None:
             ranking.notes.append(unmeasured_shape(shape, config_label(value)))
         results[shape] = (value, ranking)
     return configs, results
+
+
+def _shape_indices(frame) -> list[tuple[int | None, str]]:
+    """(index, JSON) of each shape the rows hold (None, "" for a target without shapes), by its JSON: a target
+    may list its shapes in another order from run to run. Its index is where the newest run holding it listed
+    it; a shape whose index a newer run gave another shape comes after the others."""
+    newest: dict[str, tuple[int, int | None]] = {}
+    for run_id, shape, text in zip(frame["run_id"], frame["shape"].astype(object), frame["shape_json"]):
+        if str(text) not in newest or int(run_id) > newest[str(text)][0]:
+            newest[str(text)] = (int(run_id), None if _missing(shape) else int(shape))
+    indices: dict[str, int | None] = {}
+    late = []
+    for text in sorted(newest, key=lambda t: -newest[t][0]):  # the newest run's shapes first
+        index = newest[text][1]
+        if index is not None and index in indices.values():
+            late.append(text)
+        else:
+            indices[text] = index
+    following = max((i for i in indices.values() if i is not None), default=-1) + 1
+    indices.update({text: following + k for k, text in enumerate(late)})
+    return sorted(((i, t) for t, i in indices.items()), key=lambda pair: -1 if pair[0] is None else pair[0])
 
 
 def _run(store, target: str | None, run_id: int | None):
