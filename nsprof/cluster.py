@@ -118,18 +118,32 @@ class _Follow:
 
 def _batch_result(distributed, future, batch: list[int], inner: Backend, layout: Points) -> dict:
     """A batch's result, or one that fails each of its configs as not run when the batch
-    itself failed (its workers died, or it raised)."""
-    from nsprof.schema import Failure
-
+    itself failed (its workers died, it raised, or its session failed)."""
     try:
-        return future.result()
+        result = future.result()
     except distributed.client.FutureCancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - the batch's workers died (KilledWorker) or it raised
-        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-        lost = {c: Failure(f"not run: its Dask batch failed ({why})", "not_run") for c in batch}
-        frame = inner.failure_frame(lost, layout)
-        return {"frame": frame, "failures": lost, "device": None, "worker": "?"}
+        return _not_run(batch, f"{type(exc).__name__}: {exc}", inner, layout, "?")
+    if "error" in result and not result.get("changed"):  # its session failed: the other batches go on
+        print(
+            f"nsprof: a batch (configs {batch[0]}..{batch[-1]}) on Dask worker {result['worker']} failed "
+            f"({result['error']}): "
+            "its configs are not run (--resume measures them)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return _not_run(batch, result["error"], inner, layout, result["worker"])
+    return result
+
+
+def _not_run(batch: list[int], error: str, inner: Backend, layout: Points, worker: str) -> dict:
+    """A batch's result that fails each of its configs as not run, for `error`."""
+    from nsprof.schema import Failure
+
+    why = " ".join(error.split())[:300]
+    lost = {c: Failure(f"not run: its Dask batch failed ({why})", "not_run") for c in batch}
+    return {"frame": inner.failure_frame(lost, layout), "failures": lost, "device": None, "worker": worker}
 
 
 class _Gather:
@@ -146,10 +160,9 @@ class _Gather:
     def take(self, k: int, result: dict, n_ids: int) -> None:
         """Batch k's result: its rows handed on, its configs counted."""
         batch = self.batches[k]
-        if "error" in result:
-            raise (TargetChanged if result.get("changed") else NsprofError)(
-                f"batch {k} (configs {batch[0]}..{batch[-1]}) on Dask worker "
-                f"{result['worker']}: {result['error']}"
+        if "error" in result:  # a target changed since it was read: nothing of this run may be ranked
+            raise TargetChanged(
+                f"batch {k} (configs {batch[0]}..{batch[-1]}) on Dask worker {result['worker']}: {result['error']}"
             )
         device = result.get("device") or {}
         self._check_model(k, device)

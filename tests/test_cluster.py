@@ -294,6 +294,36 @@ def test_gpus_of_two_models_are_never_ranked_together(target, tmp_path, client):
     assert cluster_gpu(DEVICES).name == ""  # the stand-in workers again: no nvidia-smi here
 
 
+def test_a_batch_whose_session_fails_leaves_the_other_batches_measured(tmp_path, client):
+    """ "GPU" 1 is broken: the session's worker dies there before its first config (the batch's
+    session raises). The batches measured on GPU 0 are kept, and the broken batches' configs are
+    failures of kind not_run (a resume measures them), not an error that throws every batch away."""
+    from nsprof.cluster import Sharded
+
+    registry.register(BACKEND, StatusDriver)
+    path = tmp_path / "broken_target.py"
+    # the session's worker (python -m nsprof.worker), never the Dask worker itself
+    broken = (
+        "import sys\nif GPU == '1' and getattr(sys.modules['__main__'].__spec__, 'name', '') == "
+        "'nsprof.worker.__main__':\n    os._exit(7)\n"
+    )
+    path.write_text(TARGET.replace("range(1, N)", "range(1, 10)") + broken)
+    try:
+        backend = Sharded(
+            GroundTruth(_settings(tmp_path)), ClusterSettings(devices=(0, 1), batch_size=3, calibrate=False)
+        )
+        measured = backend.measure(Request(f"{path}:space", range(10), 10), on_rows=lambda f: None)
+    finally:
+        registry.unregister(BACKEND)
+    on_gpu0 = {config for config, gpu, _ in _marks(tmp_path) if gpu == "0"}
+    assert on_gpu0 and measured.failures, "batches ran on both GPUs"
+    frame = measured.frame[measured.frame["error"].isna()]
+    assert frame.groupby("config_id").size().to_dict() == {c: 2 for c in sorted(on_gpu0)}
+    assert set(measured.failures) == set(range(10)) - on_gpu0
+    for why in measured.failures.values():
+        assert why.kind == "not_run" and "status 7" in str(why), why
+
+
 def test_a_dask_worker_killed_mid_batch_loses_nothing(target, tmp_path, client, monkeypatch):
     """SIGKILL the Dask worker process running a batch while its session measures: Dask runs the
     batch again (on another worker, or on the Nanny's new one); every config is measured once."""
