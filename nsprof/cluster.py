@@ -223,7 +223,7 @@ class _Gather:
         notes = list(self.notes)
         per_gpu = {who: float(pd.Series(values).median()) for who, values in self.medians.items()}
         if len(per_gpu) > 1:
-            calibration = calibration_note(self.calibration, per_gpu, self.model)
+            calibration = calibration_note(self.calibration, self.layout, per_gpu, self.model)
             print(f"nsprof: {calibration}", file=sys.stderr, flush=True)
             notes.append(calibration)
         devices = self.devices

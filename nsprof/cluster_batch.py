@@ -190,13 +190,14 @@ def calibration_median(frame, point: int, layout: Points) -> float | None:
     return float(per_rep.median())
 
 
-def calibration_note(config_id: int, medians: dict[str, float], model: str) -> str:
-    """How far apart the GPUs' medians of the calibration config are, in one line."""
+def calibration_note(point: int, layout: Points, medians: dict[str, float], model: str) -> str:
+    """How far apart the GPUs' medians of the calibration point are, in one line."""
+    config_id, shape = layout.split(point)
     shown = ", ".join(f"{who} {value / 1e3:.3f} µs" for who, value in sorted(medians.items()))
     low, high = min(medians.values()), max(medians.values())
     spread = (high / low - 1) * 100 if low > 0 else float("nan")
     return (
-        f"calibration: config {config_id} measured on each of {len(medians)} GPUs"
+        f"calibration: config {config_id}{'' if shape is None else f' at shape {shape}'} measured on each of {len(medians)} GPUs"
         + (f" ({model})" if model else "")
         + f": medians {shown}; they differ by {spread:.1f}%"
     )

@@ -257,6 +257,19 @@ def test_a_target_with_shapes_is_spread_over_the_workers_point_by_point(tmp_path
     assert sorted(rows) == [(s, c, 2, ns[s][c]) for s in range(3) for c in range(3)]
 
 
+def test_the_calibration_note_names_the_config_and_shape_of_its_point():
+    """A resume of a target with shapes may calibrate on a point of another shape than the first: the note
+    names its config and shape, never the point id as a config id."""
+    from nsprof.cluster_batch import calibration_note
+    from nsprof.schema import Points
+
+    medians = {"gpu-a": 1000.0, "gpu-b": 1100.0}
+    note = calibration_note(3, Points(n_configs=3, n_shapes=2), medians, "H200")
+    assert note.startswith("calibration: config 0 at shape 1 measured on each of 2 GPUs (H200)"), note
+    assert "differ by 10.0%" in note
+    assert calibration_note(3, Points(n_configs=5), medians, "").startswith("calibration: config 3 measured")
+
+
 def test_gpus_of_two_models_are_never_ranked_together(target, tmp_path, client):
     from nsprof.cluster import Sharded, cluster_gpu
 
