@@ -46,7 +46,7 @@ from nsprof.serve_files import (
 from nsprof.serve_identity import differences, identity, serve_enabled
 
 DEFAULT_IDLE_EXIT_S = 600.0
-PING_TIMEOUT_S = 10.0  # a server answers a ping within one poll, or after one `nsys stop` (3 s)
+PING_TIMEOUT_S = 10.0  # a server answers a ping within one poll, also while `nsys stop` writes a report
 # A client waits this long beyond a job's own bounds (a config's timeout, the phase bound) for the
 # server's answer: the server's own bounds, then `nsys stop` (up to 300 s), come first.
 SERVE_GRACE_S = 600.0
@@ -187,9 +187,8 @@ def find_server(driver, settings) -> tuple[dict | None, str | None]:
     try:
         answer = _ask(str(state["socket"]), {"op": "ping"}, PING_TIMEOUT_S)
     except TimeoutError:
-        # It took the connection but is in a collection's start or stop (`nsys stop` writes a long job's
-        # report before the server answers anyone): busy, and the job request waits in its queue or is
-        # refused as busy; the server's own waits are bounded.
+        # It took the connection but answers nothing (in a collection's start, say): busy, and the job
+        # request waits in its queue or is refused as busy; the server's own waits are bounded.
         return {**state, "busy": True}, None
     except UntrustedPeer as exc:
         _remove_stale(

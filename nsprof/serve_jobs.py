@@ -58,7 +58,6 @@ class JobRunning:
         """A client's own GPU work between its jobs (its tuner's pick, the feed-back: user kernels): no
         job runs until the client closes the connection, or until the lease's bound (timeout_s) passed."""
         import select
-        import time
 
         bound = float(request["timeout_s"])
         self.note(f"lease: the GPU is the client's for {bound:g} s at most")
@@ -121,13 +120,33 @@ class JobRunning:
             n, Path(request["status"]), float(request["timeout_s"]), float(request["phase_bound_s"]), conn
         )
         try:
-            self.driver.serve_stop(self.session, base, self.log)
+            self._answering(lambda: self.driver.serve_stop(self.session, base, self.log))
         except NsprofError as exc:
             if answer.get("ok"):
                 self.fault = f"the profiler could not end a collection: {exc}"
                 return {"ok": False, "fault": "tool", "config": None, "reason": str(exc)}
             self.note(f"job {n}: after its fault, {exc}")
         return answer
+
+    def _answering(self, step) -> None:
+        """step() (the profiler's stop: nsys writes the job's report meanwhile, seconds for a long job), with
+        clients answered as during the job: a ping is told the server is busy at once, not silence."""
+        import threading
+
+        raised: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                step()
+            except BaseException as exc:  # noqa: BLE001 - raised again in the server's own thread
+                raised.append(exc)
+
+        thread = threading.Thread(target=run, name="nsprof-serve-stop", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            self.answer_waiting(POLL_S)
+        if raised:
+            raise raised[0]
 
     def _hand_over(self, n: int, data: bytes, bound_s: float) -> None:
         """Job n's line into the jobs FIFO, in parts where it is longer than the pipe holds (the client's

@@ -1032,9 +1032,9 @@ def test_a_server_of_nsprof_as_it_was_before_an_edit_does_not_fit(tmp_path, own_
 def test_a_client_that_comes_while_the_server_writes_a_report_waits_in_its_queue(
     tmp_path, server, own_gpu_lock_folder
 ):
-    """`nsys stop` writes a long job's report synchronously, and the server answers no ping meanwhile: a client
-    with --wait that comes then must queue for the server (it holds the GPU lock until it idles out), not take
-    the silence for a server that does not fit and wait for the lock."""
+    """`nsys stop` writes a long job's report (seconds): a client with --wait that comes then is told at once
+    that the server is busy and queues for it (it holds the GPU lock until it idles out); it never takes the
+    server for one that does not fit and waits for the lock."""
     stop_gate = tmp_path / "stop-gate"
     # idle exit 20 s: the first client must reach the server before it idles out, on a busy machine too
     proc, state = server("--idle-exit", "20", env={"NSPROF_STANDIN_STOP_GATE": str(stop_gate)})
