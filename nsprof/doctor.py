@@ -158,8 +158,14 @@ def tool_checks() -> list[Check]:
 
 
 def torch_check() -> Check:
+    from nsprof.host.children import DROP_CWD
+
     code, out = _run(
-        [sys.executable, "-c", "import torch; print(torch.__version__, torch.cuda.is_available())"],
+        [
+            sys.executable,
+            "-c",
+            DROP_CWD + "; import torch; print(torch.__version__, torch.cuda.is_available())",
+        ],
         timeout=120,
     )
     if code != 0:

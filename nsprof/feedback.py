@@ -49,7 +49,7 @@ class TunerChild:
         import sys
         import tempfile
 
-        from nsprof.host.children import dies_with_nsprof
+        from nsprof.host.children import dies_with_nsprof, python_module
         from nsprof.host.gpu import child_environ
 
         if name not in TUNER_CALLS:
@@ -64,7 +64,9 @@ class TunerChild:
         self.err = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
         self.args = tempfile.TemporaryFile("w+", encoding="utf-8")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nsprof.feedback", target, name, f"@/proc/self/fd/{self.args.fileno()}"],
+            python_module(
+                sys.executable, "nsprof.feedback", target, name, f"@/proc/self/fd/{self.args.fileno()}"
+            ),
             pass_fds=(self.args.fileno(),),
             stdin=subprocess.PIPE,
             stdout=self.out,

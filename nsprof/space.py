@@ -275,8 +275,7 @@ def raised(exc: BaseException) -> str:
 
 
 def target_file(where: str) -> Path | None:
-    """The file of a target's `where` (split_target) that names one (not a module), once it is a file:
-    else TargetError, in one line."""
+    """The file of a target's `where` (split_target) that names one (not a module): else TargetError."""
     if not (where.endswith(".py") or "/" in where or "\\" in where):
         return None
     path = Path(where)
@@ -288,6 +287,8 @@ def target_file(where: str) -> Path | None:
 
 
 def _load_target(spec: str, where: str, attr: str) -> Space:
+    if os.getcwd() not in sys.path:  # found there as by `python -m`, after nsprof's own (children.DROP_CWD)
+        sys.path.insert(0, os.getcwd())
     path = target_file(where)
     if path is not None:
         module_name = "nsprof_target_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]

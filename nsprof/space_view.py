@@ -138,11 +138,11 @@ def _described(spec: str) -> dict:
     import signal
     import subprocess
 
-    from nsprof.host.children import dies_with_nsprof
+    from nsprof.host.children import dies_with_nsprof, python_module
     from nsprof.host.gpu import child_environ
 
     child = subprocess.Popen(
-        [sys.executable, "-m", "nsprof.space_view", spec],
+        python_module(sys.executable, "nsprof.space_view", spec),
         stdout=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         start_new_session=True,

@@ -48,11 +48,15 @@ def _ncu(
         "--force-overwrite",
         "--export",
         str(report),
-        python,
-        "-m",
-        "nsprof.worker",
-        str(job),
+        *_worker(python, job),
     ]
+
+
+def _worker(python: str, job: Path) -> list[str]:
+    """`python -m nsprof.worker JOB`, with the current folder dropped from sys.path before any import."""
+    code = "import sys; sys.path[:1] == [''] and sys.path.pop(0); import runpy; "
+    code += "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
+    return [python, "-c", code, "nsprof.worker", str(job)]
 
 
 def _nsys(tool: Path, job: Path, report: Path, python: str = sys.executable) -> list[str]:
@@ -71,10 +75,7 @@ def _nsys(tool: Path, job: Path, report: Path, python: str = sys.executable) -> 
         "true",
         "--output",
         str(report),
-        python,
-        "-m",
-        "nsprof.worker",
-        str(job),
+        *_worker(python, job),
     ]
 
 
@@ -137,4 +138,4 @@ def test_the_worker_runs_with_the_settings_python_and_the_paths_given(tmp_path, 
     made = (NcuDriver if driver == "ncu" else NsysDriver)(tool / driver)
     command = made.build_command(ProfileSettings(backend=driver, python=python), job, report)
     assert command == (_ncu if driver == "ncu" else _nsys)(tool, job, report, python=python)
-    assert command[-4:] == [python, "-m", "nsprof.worker", str(job)]
+    assert command[-5:] == _worker(python, job)

@@ -3,7 +3,7 @@ nsys importer, a full disk. Each ends in one clear line and a non-zero exit stat
 
 Real child processes (`python -m nsprof ...`) with stand-in tools: small shell scripts named
 ncu / nsys that print what the real tool prints in that situation and run the worker
-command nsprof hands them (everything from the interpreter before `-m nsprof.worker`), so
+command nsprof hands them (everything from the interpreter before `-c ... nsprof.worker`), so
 the session logic runs for real on the CPU target tests/targets/faulty_cpu.py.
 """
 
@@ -27,7 +27,7 @@ QUICK = ["--mode", "direct", "--configs", "0,2", "--reps", "1", "--warmup", "0",
 # Shell: skip the profiler's own arguments up to the worker command, remembering the report
 # path (ncu --export BASE, nsys --output BASE).
 FIND_WORKER = """out=""
-while [ $# -gt 0 ] && ! { [ "$2" = "-m" ] && [ "$3" = "nsprof.worker" ]; }; do
+while [ $# -gt 0 ] && ! { [ "$2" = "-c" ] && [ "$4" = "nsprof.worker" ]; }; do
   case "$1" in --export|--output) out="$2" ;; esac
   shift
 done
@@ -266,5 +266,5 @@ def test_fake_tools_run_the_real_worker(tmp_path):
     fake_tool(tmp_path / "bin", "ncu", before=f'echo "$@" > {shlex.quote(str(marker))}')
     result = run_nsprof("profile", TARGET, "--backend", "ncu", *QUICK, env=bare_env(tmp_path))
     argv = marker.read_text().split()
-    assert argv[1:3] == ["-m", "nsprof.worker"] and argv[3].endswith(".job.json")
+    assert argv[1] == "-c" and argv[-2:-1] == ["nsprof.worker"] and argv[-1].endswith(".job.json")
     assert "ncu wrote no report: worker exited with status 0" in one_error_line(result, "ncu")

@@ -628,7 +628,7 @@ def test_the_nsys_serve_commands_put_each_option_where_nsys_takes_it(tmp_path):
         "--cuda-graph-trace=node",
         sys.executable,
     ]
-    assert launch[6:] == ["-m", "nsprof.worker", "--serve", str(tmp_path / "dir")]
+    assert launch[6] == "-c" and launch[8:] == ["nsprof.worker", "--serve", str(tmp_path / "dir")]
     assert not any(word.startswith(("--sample", "--cpuctxsw")) for word in launch), (
         "launch refuses them (2025.3.1)"
     )

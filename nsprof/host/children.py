@@ -1,8 +1,8 @@
 """The child processes nsprof starts (profilers, workers, the compile step, a server's worker)
 and how they end: each in a process session of its own, with the parent-death signal and
 nsprof's death pipe, so that none outlives nsprof however it dies; the kills that make sure; and
-interrupt_on_termination, which makes SIGTERM and SIGHUP stop nsprof as Ctrl-C does; and
-process_began, when this process began.
+interrupt_on_termination, which makes SIGTERM and SIGHUP stop nsprof as Ctrl-C does;
+process_began, when this process began; and python_module, the command line of every Python child.
 """
 
 from __future__ import annotations
@@ -15,6 +15,17 @@ import time
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# `python -m` and `-c` put the current folder first on sys.path: a folder another user may write (/tmp)
+# could hold an `nsprof` or a `torch` of theirs, imported as this user. Every Python child nsprof starts
+# drops it before it imports anything; a target's import puts it back, after nsprof's own
+# (nsprof.space.load_target).
+DROP_CWD = "import sys; sys.path[:1] == [''] and sys.path.pop(0)"
+_RUN_MODULE = "; import runpy; runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
+
+
+def python_module(python: str, module: str, *args: str) -> list[str]:
+    """`python -m module args`, without the current folder on sys.path (DROP_CWD)."""
+    return [python, "-c", DROP_CWD + _RUN_MODULE, module, *args]
 
 
 def pid_alive(pid: int | None) -> bool:

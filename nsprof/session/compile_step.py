@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nsprof.host.children import dies_with_nsprof
+from nsprof.host.children import dies_with_nsprof, python_module
 from nsprof.schema import Points
 from nsprof.session.request import Measured
 from nsprof.session.timing import add_to_phases_file
@@ -77,7 +77,7 @@ class CompileAhead:
         log = folder / "compile.log"
         with open(log, "wb") as handle:
             proc = subprocess.Popen(
-                [python or sys.executable, "-m", "nsprof.worker.compile", str(job)],
+                python_module(python or sys.executable, "nsprof.worker.compile", str(job)),
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 env=child_environ(),

@@ -359,7 +359,9 @@ def ahead_file(job_file: Path) -> Path:
 
 def worker_command(settings, job_file: Path) -> list[str]:
     """The command line that runs the worker on `job_file` with settings.python."""
-    return [settings.python, "-m", "nsprof.worker", str(job_file)]
+    from nsprof.host.children import python_module
+
+    return python_module(settings.python, "nsprof.worker", str(job_file))
 
 
 # What a process reads only as it starts (CUDA, the loader, Python, torch's allocator): a served job cannot
@@ -369,4 +371,6 @@ AT_START = ("CUDA_", "LD_", "PYTHON", "PYTORCH_", "TORCH_", "NVIDIA_", "NSYS_", 
 
 def serve_worker_command(settings, serve_dir: Path) -> list[str]:
     """The command line of nsprof serve's long-lived worker (nsprof.worker.serving) with settings.python."""
-    return [settings.python, "-m", "nsprof.worker", "--serve", str(serve_dir)]
+    from nsprof.host.children import python_module
+
+    return python_module(settings.python, "nsprof.worker", "--serve", str(serve_dir))

@@ -126,10 +126,10 @@ def _forget_target_modules(target: str, folders: set[Path]) -> None:
 
 class _Place:
     """Where a job runs: the client's folder (its cwd, which a relative target, a module target and
-    the target's own relative paths are found from, as in a standalone worker started there) and
-    sys.path as it was at the worker's start (no earlier job's target folder on it), with the
-    worker's own start folder (`python -m` puts it first) replaced by the client's, and the client's
-    environment (no variable an earlier job's target set)."""
+    the target's own relative paths are found from, as in a standalone worker started there; the
+    target's import puts it on sys.path) and sys.path as it was at the worker's start (no earlier
+    job's target folder or folder on it), and the client's environment (no variable an earlier job's
+    target set)."""
 
     def __init__(self) -> None:
         self.start_cwd = os.getcwd()
@@ -140,7 +140,7 @@ class _Place:
     def enter(self, cwd: str | None, environ: dict | None) -> None:
         cwd = cwd or self.start_cwd
         os.chdir(cwd)
-        sys.path[:] = [cwd if entry == self.start_cwd else entry for entry in self.path]
+        sys.path[:] = self.path
         # The client's environment, as a standalone worker would inherit it, over the worker's own as it
         # started: that holds what the profiler's injection set (NVTX_INJECTION64_PATH, LD_PRELOAD: read
         # when first used, so never removed), and what a process reads only as it starts
@@ -194,8 +194,12 @@ def _fresh_image(serve_dir: Path, request: dict, place: _Place, watch_fd: int) -
     os.chdir(place.start_cwd)
     sys.stdout.flush()
     sys.stderr.flush()
+    from nsprof.host.children import python_module
+
     os.execve(
-        sys.executable, [sys.executable, "-m", "nsprof.worker", "--serve", str(serve_dir)], place.environ
+        sys.executable,
+        python_module(sys.executable, "nsprof.worker", "--serve", str(serve_dir)),
+        place.environ,
     )
 
 
