@@ -8,7 +8,6 @@ never imported), and without ground truth what still works here and what to inst
 from __future__ import annotations
 
 import platform
-import shutil
 import sys
 from dataclasses import dataclass
 
@@ -107,14 +106,16 @@ def _run(cmd: list[str], timeout: float = 60) -> tuple[int, str]:
     import subprocess
 
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return -1, str(exc)
     return proc.returncode, (proc.stdout + proc.stderr).strip()
 
 
 def gpu_check() -> Check:
-    smi = shutil.which("nvidia-smi")
+    from nsprof.host.tools import on_path
+
+    smi = on_path("nvidia-smi")
     if not smi:
         return Check("GPU", False, "no NVIDIA driver here (nvidia-smi not on PATH)")
     code, out = _run(
@@ -124,6 +125,8 @@ def gpu_check() -> Check:
         return Check("GPU", False, f"nvidia-smi failed: {out.splitlines()[-1] if out else code}")
     lines = out.splitlines()
     first = [p.strip() for p in lines[0].split(",")]
+    if len(first) != 5:
+        return Check("GPU", False, f"nvidia-smi printed an unexpected line: {lines[0][:200]!r}")
     detail = f"{first[0]}, driver {first[1]}, SM clock {first[2]} (max {first[3]}), memory {first[4]}"
     if len(lines) > 1:
         detail += f" (+{len(lines) - 1} more GPU(s))"
@@ -157,6 +160,9 @@ def tool_checks() -> list[Check]:
     return checks
 
 
+_TORCH = "nsprof-torch:"
+
+
 def torch_check() -> Check:
     from nsprof.host.children import DROP_CWD
 
@@ -164,13 +170,14 @@ def torch_check() -> Check:
         [
             sys.executable,
             "-c",
-            DROP_CWD + "; import torch; print(torch.__version__, torch.cuda.is_available())",
+            f"{DROP_CWD}; import torch; print({_TORCH!r}, torch.__version__, torch.cuda.is_available())",
         ],
         timeout=120,
     )
-    if code != 0:
+    said = [line.split() for line in out.splitlines() if line.startswith(_TORCH)]  # not a warning's words
+    if code != 0 or not said or len(said[-1]) != 3:
         return Check("torch", False, "not importable: " + (out.splitlines()[-1] if out else "?"))
-    version, cuda = out.split()[-2:]
+    _, version, cuda = said[-1]
     return Check("torch", cuda == "True", f"{version}, CUDA available: {cuda}")
 
 

@@ -25,17 +25,20 @@ class NsysDriver(ToolDriver):
     @classmethod
     def tool_notes(cls, executable: Path) -> str:
         """Where its QdstrmImporter is, and the shared libraries it lacks (then nsys leaves .qdstrm files)."""
-        import shutil
         import subprocess
 
-        from nsprof.host.tools import find_qdstrm_importer
+        from nsprof.host.tools import find_qdstrm_importer, on_path
 
         importer = find_qdstrm_importer(executable)
         notes = f"QdstrmImporter: {importer or 'not found'}"
-        if importer and shutil.which("ldd"):
+        if importer and on_path("ldd"):
             try:
                 ldd = subprocess.run(
-                    ["ldd", str(importer)], capture_output=True, text=True, timeout=60
+                    [on_path("ldd"), str(importer)],
+                    capture_output=True,
+                    text=True,
+                    errors="replace",
+                    timeout=60,
                 ).stdout
             except (OSError, subprocess.TimeoutExpired):
                 ldd = ""

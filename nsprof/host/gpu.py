@@ -36,10 +36,11 @@ class Gpu:
 @functools.cache
 def _smi_gpus() -> tuple[tuple[int, str, str], ...]:
     """(index, uuid, name) of every GPU nvidia-smi lists; () without nvidia-smi."""
-    import shutil
     import subprocess
 
-    smi = shutil.which("nvidia-smi")
+    from nsprof.host.tools import on_path
+
+    smi = on_path("nvidia-smi")
     if not smi:
         return ()
     try:
@@ -47,6 +48,7 @@ def _smi_gpus() -> tuple[tuple[int, str, str], ...]:
             [smi, "--query-gpu=index,uuid,name", "--format=csv,noheader"],
             capture_output=True,
             text=True,
+            errors="replace",
             timeout=30,
             stdin=subprocess.DEVNULL,
         )

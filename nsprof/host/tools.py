@@ -47,20 +47,33 @@ def _version_key(path: str) -> tuple:
     return tuple(parts)
 
 
+def on_path(name: str) -> str | None:
+    """The absolute path of program `name` on PATH, searched in its absolute folders only: an empty or
+    relative entry (`PATH=/usr/bin:`) stands for the folder nsprof runs in, which another user may write."""
+    folders = [
+        folder for folder in os.environ.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(folder)
+    ]
+    return shutil.which(name, path=os.pathsep.join(folders)) if folders else None
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
 def _search(name: str, env_var: str, patterns: tuple[str, ...]) -> Tool | None:
     explicit = os.environ.get(env_var)
     if explicit:
-        path = Path(explicit)
-        if path.is_file() and os.access(path, os.X_OK):
+        path = Path(explicit).absolute()  # the file checked is the one run, never a PATH search of its name
+        if _executable(path):
             return Tool(name, path, "env")
         raise ToolNotFound(f"{env_var}={explicit} is not an executable file")
-    on_path = shutil.which(name)
-    if on_path:
-        return Tool(name, Path(on_path), "PATH")
+    found = on_path(name)
+    if found:
+        return Tool(name, Path(found), "PATH")
     for pattern in patterns:
         hits = sorted(glob.glob(pattern), key=_version_key, reverse=True)
         for hit in hits:
-            if os.access(hit, os.X_OK):
+            if _executable(Path(hit)):
                 return Tool(name, Path(hit), "install folder")
     return None
 
@@ -86,7 +99,7 @@ def find_qdstrm_importer(nsys: Path) -> Path | None:
     candidates = [target_dir / "QdstrmImporter"]
     candidates += [Path(p) for p in sorted(glob.glob(str(target_dir.parent / "*" / "QdstrmImporter")))]
     for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
+        if _executable(candidate):
             return candidate
     return None
 
@@ -96,7 +109,9 @@ def tool_version(path: Path) -> str:
     import subprocess
 
     try:
-        out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [str(path), "--version"], capture_output=True, text=True, errors="replace", timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     lines = (out.stdout or out.stderr).strip().splitlines()
