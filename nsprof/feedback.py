@@ -254,30 +254,39 @@ def feed_back(
             f"not fed back: {tuner.name} takes the ranking of one shape only (its hook has no feed_back_shapes)"
         )
         return
-    try:
-        if not shaped:
-            stored = {None: _call(children, "feed_back", target, "feed_back", [latencies[None]], settings, n)}
-        elif tuner.feed_back_shapes_apart:  # each shape's key computed in a process of its own
-            stored = {}
-            for shape, by_config in latencies.items():
-                args = [{shape: by_config}]
-                stored.update(
-                    _call(children, ("feed_back", shape), target, "feed_back_shapes", args, settings, n)
-                )
-        else:
-            n_all = n * len(latencies)
-            stored = _call(children, "feed_back", target, "feed_back_shapes", [latencies], settings, n_all)
-    except Exception as exc:
-        errors.append(f"feeding the ranking{'s' * shaped} back to {tuner.name} failed: {_failed(exc)}")
-        return
+    stored = _fed_back(target, tuner, latencies, settings, children, n, shaped, errors)
     labels = rankings[first].labels
     words = crosstruth.condition_words(labels, labels.get("mode"))
     for shape in rankings:
-        line = stored.get(None if shape is None else str(shape)) if isinstance(stored, dict) else None
-        if line is not None:
+        line = stored.get(None if shape is None else str(shape))
+        if isinstance(line, dict):  # that shape failed; the others stand
+            errors.append(f"feeding shape {shape}'s ranking back to {tuner.name} failed: {line.get('error')}")
+        elif line is not None:
             notes[shape].append(
                 f"handed to {tuner.name} for deploy condition {settings.deploy_truth.name} ({words}): {line}"
             )
+
+
+def _fed_back(target, tuner, latencies: dict, settings, children, n: int, shaped: bool, errors: list) -> dict:
+    """The tuner's answers by shape ({None: line} without shapes; JSON's string keys with), from one child
+    process, or one per shape (feed_back_shapes_apart); a call that failed whole is said in `errors`."""
+    calls = (
+        [("feed_back", "feed_back", [latencies[None]], n)]
+        if not shaped
+        else [(("feed_back", s), "feed_back_shapes", [{s: by}], n) for s, by in latencies.items()]
+        if tuner.feed_back_shapes_apart  # each shape's key computed in a process of its own
+        else [("feed_back", "feed_back_shapes", [latencies], n * len(latencies))]
+    )
+    stored: dict = {}
+    for key, name, args, n_configs in calls:
+        what = f"shape {key[1]}'s ranking" if isinstance(key, tuple) else f"the ranking{'s' * shaped}"
+        try:
+            got = _call(children, key, target, name, args, settings, n_configs)
+        except Exception as exc:  # noqa: BLE001 - the user's tuner: the ranking still stands
+            errors.append(f"feeding {what} back to {tuner.name} failed: {_failed(exc)}")
+            continue
+        stored.update({None: got} if not shaped else got if isinstance(got, dict) else {})
+    return stored
 
 
 def _arguments(name: str, args: list) -> list:

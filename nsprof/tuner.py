@@ -7,7 +7,7 @@ A hook does two things, each optional to the tuner behind it:
   tuner's own cache, and say in one line what was written;
 - `feed_back_shapes(latencies_by_shape)`: the same for a Space with shapes, every shape's ranking
   (shape index -> config index -> ms) at once, each stored under the key the tuner itself computes
-  for a call at that shape; {shape index: line}.
+  for a call at that shape; {shape index: line}, or {"error": line} for a shape that failed (each_shape).
 
 The concrete hooks are in nsprof.integrations (Triton, TileLang). A Space carries its hook
 in `Space.tuner`; `tune` runs each call in a fresh child process of its own
@@ -34,6 +34,18 @@ def best_strictly_first(latencies_ms: Mapping[int, float]) -> tuple[int, dict[in
         else float(latency)
         for index, latency in latencies_ms.items()
     }
+
+
+def each_shape(latencies_by_shape: Mapping[int, Mapping[int, float]], feed_one) -> dict[int, str | dict]:
+    """feed_back_shapes' answer: feed_one(shape, latencies_ms) -> one line, for each shape in order. A shape
+    that fails stops none of the others: its answer is {"error": what it raised, in one line}."""
+    answers: dict[int, str | dict] = {}
+    for shape, latencies_ms in sorted(latencies_by_shape.items()):
+        try:
+            answers[int(shape)] = feed_one(int(shape), latencies_ms)
+        except Exception as exc:  # noqa: BLE001 - the user's tuner: whatever it raised, said for its shape
+            answers[int(shape)] = {"error": " ".join(f"{type(exc).__name__}: {exc}".split())[:300]}
+    return answers
 
 
 class TunerHook(ABC):
@@ -75,10 +87,13 @@ class TunerHook(ABC):
         """Whether this hook takes every shape's ranking (it overrides feed_back_shapes)."""
         return type(self).feed_back_shapes is not TunerHook.feed_back_shapes
 
-    def feed_back_shapes(self, latencies_by_shape: Mapping[int, Mapping[int, float]]) -> dict[int, str]:
+    def feed_back_shapes(
+        self, latencies_by_shape: Mapping[int, Mapping[int, float]]
+    ) -> dict[int, str | dict]:
         """For a Space with shapes: each shape's ranking (shape index -> config index -> ms) into the
         tuner's cache under the key the tuner computes for a call at that shape; {shape index: one line
-        on what was written}. A hook over a tuner without per-shape entries does not override it."""
+        on what was written, or {"error": one line} where that shape failed} (each_shape makes it). A
+        hook over a tuner without per-shape entries does not override it."""
         raise NotImplementedError(
             f"{self.name} takes the ranking of one shape only (its hook has no feed_back_shapes)"
         )

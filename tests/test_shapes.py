@@ -459,6 +459,15 @@ def test_triton_space_with_shapes_builds_and_feeds_back_each_shape_on_its_own_in
     }
     assert not space.tuner.feed_back_shapes_apart
 
+    def fails_at_16(autotuned, inputs, grid, latencies_ms):
+        if inputs()[0][1] == 16:
+            raise RuntimeError("pruned away")
+        return "stored"
+
+    monkeypatch.setattr(triton_hook, "feed_back", fails_at_16)
+    lines = space.tuner.feed_back_shapes({0: {0: 0.2, 1: 0.1}, 1: {0: 0.1, 1: 0.3}})
+    assert lines == {0: "stored, key (1, 4096, 'torch.float16')", 1: {"error": "RuntimeError: pruned away"}}
+
 
 def test_tilelang_space_over_call_argument_tuples(monkeypatch):
     from nsprof.errors import NsprofError
@@ -533,6 +542,37 @@ def test_a_tuner_fed_one_shape_at_a_time_gets_each_from_a_fresh_process(shaped, 
     assert len({entry["pid"] for call in calls for entry in call.values()}) == 3  # three fresh processes
     assert [next(iter(call.values()))["best"] for call in calls] == [WINNERS[0], WINNERS[1], WINNERS[2]]
     assert result.errors == []
+
+
+@pytest.mark.parametrize("apart", [True, False], ids=["a process per shape", "one process"])
+def test_a_feed_back_that_fails_at_one_shape_names_it_and_the_other_shapes_are_fed_back(
+    shaped, tmp_path, apart
+):
+    """Shape 1's key cannot be written (a Triton prune that drops nsprof's best there, a cache folder
+    gone): shapes 0 and 2 are still fed back and said so, and the error names shape 1 alone."""
+    from nsprof.tune import tune
+
+    path = Path(shaped)
+    failing = (
+        "from nsprof.tuner import each_shape\n"
+        "def _one(shape, latencies):\n"
+        "    if shape == 1:\n"
+        "        raise RuntimeError('no cache folder for M=16')\n"
+        "    with open(os.environ['SHAPES_FED'], 'a') as handle:\n"
+        "        handle.write(json.dumps({'shape': shape, 'pid': os.getpid()}) + '\\n')\n"
+        "    return f'config {min(latencies, key=latencies.get)} for M={SHAPES[shape][\"M\"]}'\n"
+        "Hook.feed_back_shapes = lambda self, by: each_shape(by, _one)\n"
+        f"Hook.feed_back_shapes_apart = {apart}\n"
+    )
+    path.write_text(path.read_text().replace("\nconfigs = [", "\n" + failing + "\nconfigs = [", 1))
+    result = tune(shaped + ":space", _settings(tmp_path))
+    fed = [json.loads(line) for line in (tmp_path / "fed.json").read_text().splitlines()]
+    assert [entry["shape"] for entry in fed] == [0, 2]  # shape 2 too, after shape 1 failed
+    assert len(result.errors) == 1 and "shape 1" in result.errors[0], result.errors
+    assert "no cache folder for M=16" in result.errors[0]
+    handed = {s.shape: [n for n in s.ranking.notes if n.startswith("handed to")] for s in result.shapes}
+    assert [len(handed[s]) for s in (0, 1, 2)] == [1, 0, 1], handed
+    assert f"config {WINNERS[2]} for M=128" in handed[2][0]
 
 
 # Shapes read from a file beside the target (so not in its source, which is fingerprinted): the same

@@ -54,3 +54,48 @@ def test_a_config_that_compiles_to_the_bests_very_kernel_may_stand_in_the_cache_
     assert written == configs[2]  # TileLang met it first: one kernel, so nsprof's best is what it loads
     (entry,) = Path(tilelang.CACHE_DIR).iterdir()
     assert json.loads((entry / "latency.json").read_text()) == 0.0068
+
+
+def _users_entry(tilelang) -> tuple[Path, dict]:
+    """The user's own tuned entry (TileLang's own benchmark), before nsprof feeds anything back."""
+    tilelang.LATENCY.update({32: 0.3, 64: 0.2, 128: 0.1})
+    tilelang.Autotuned(CONFIGS).compile(1024)
+    (entry,) = Path(tilelang.CACHE_DIR).iterdir()
+    return entry, json.loads((entry / "best_config.json").read_text())
+
+
+def _failing_save(self, key, result):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_save_that_fails_keeps_the_entry_that_was_there_and_says_so(tilelang, monkeypatch):
+    entry, before = _users_entry(tilelang)
+    monkeypatch.setattr(tilelang.AutoTuner, "_save_result_to_disk", _failing_save)
+    with pytest.raises(OSError, match="No space left on device") as raised:
+        tl_hook.feed_back(tilelang.Autotuned(CONFIGS), (1024,), {0: 0.1, 1: 0.2, 2: 0.3})
+    assert json.loads((entry / "best_config.json").read_text()) == before
+    assert sorted(p.name for p in Path(tilelang.CACHE_DIR).iterdir()) == [entry.name]
+    assert "No space left on device" in str(raised.value)
+
+
+def test_an_entry_left_aside_by_a_killed_feed_back_is_put_back(tilelang, monkeypatch):
+    import subprocess
+    import sys
+
+    entry, before = _users_entry(tilelang)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    aside = entry.with_name(f"{entry.name}.nsprof-replaced-{int(gone.stdout)}")
+    entry.rename(aside)  # a feed-back killed at its timeout between its move and TileLang's save
+    monkeypatch.setattr(tilelang.AutoTuner, "_save_result_to_disk", _failing_save)
+    with pytest.raises(OSError):
+        tl_hook.feed_back(tilelang.Autotuned(CONFIGS), (1024,), {0: 0.1, 1: 0.2, 2: 0.3})
+    assert json.loads((entry / "best_config.json").read_text()) == before
+    assert sorted(p.name for p in Path(tilelang.CACHE_DIR).iterdir()) == [entry.name]
+
+
+def test_a_config_with_a_tuple_is_the_one_read_back_from_tilelangs_json(tilelang):
+    configs = [{"block_M": 32, "warp": (2, 2)}, {"block_M": 64, "warp": (2, 2)}]
+    written = tl_hook.feed_back(tilelang.Autotuned(configs), (1024,), {0: 0.2, 1: 0.1})
+    assert written == {"block_M": 64, "warp": [2, 2]}  # as TileLang's own JSON holds it

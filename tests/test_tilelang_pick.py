@@ -68,3 +68,11 @@ def test_a_pick_of_a_space_without_shapes_at_a_shape_is_one_clear_error(tilelang
     hook = tl_hook.TileLangHook(tilelang.Autotuned(CONFIGS), (1,))
     with pytest.raises(NsprofError, match="no shapes"):
         hook.pick_shapes([0])
+
+
+def test_the_pick_names_the_config_tilelang_chose_not_one_whose_keys_it_holds(tilelang):
+    configs = [{"block_M": 64}, {"block_M": 64, "note": "threads 256"}]
+    tilelang.LATENCY.update({64: 0.1})
+    tilelang.ORDER = "reversed"  # equal latencies: TileLang keeps the first it meets, config 1
+    pick = tl_hook.tilelang_pick(tilelang.Autotuned(configs), (1024,))
+    assert pick["config"] == configs[1] and pick["config_id"] == 1

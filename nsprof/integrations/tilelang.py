@@ -42,7 +42,7 @@ from typing import Any
 
 from nsprof.errors import NsprofError
 from nsprof.space import Space
-from nsprof.tuner import TunerHook, best_strictly_first
+from nsprof.tuner import TunerHook, best_strictly_first, each_shape
 
 
 def _configs(autotuned, args: tuple, kwargs: dict) -> list[dict[str, Any]]:
@@ -138,17 +138,18 @@ class TileLangHook(TunerHook):
         written = feed_back(self.autotuned, self.args, latencies_ms, self.kwargs)
         return str(json.loads(json.dumps(written, default=str)))
 
-    def feed_back_shapes(self, latencies_by_shape: Mapping[int, Mapping[int, float]]) -> dict[int, str]:
+    def feed_back_shapes(
+        self, latencies_by_shape: Mapping[int, Mapping[int, float]]
+    ) -> dict[int, str | dict]:
         """Each shape's ranking into TileLang's cache under the key of a call with that shape's arguments."""
         if self.shapes is None:
             raise NsprofError("this Space has no shapes: feed_back takes its one ranking")
-        written = {}
-        for shape, latencies_ms in sorted(latencies_by_shape.items()):
-            entry = feed_back(self.autotuned, self.shapes[int(shape)], latencies_ms, self.kwargs)
-            written[int(shape)] = (
-                f"{json.loads(json.dumps(entry, default=str))} for call {self.shapes[int(shape)]}"
-            )
-        return written
+
+        def one(shape: int, latencies_ms: Mapping[int, float]) -> str:
+            entry = feed_back(self.autotuned, self.shapes[shape], latencies_ms, self.kwargs)
+            return f"{json.loads(json.dumps(entry, default=str))} for call {self.shapes[shape]}"
+
+        return each_shape(latencies_by_shape, one)
 
 
 @contextlib.contextmanager
@@ -221,6 +222,31 @@ def _caches_aside(autotuned, save: Callable | None, keep: bool):
                 per_call.update(run["call"])
 
 
+_ASIDE = ".nsprof-replaced-"  # the entry under a key, moved aside while its new one is written
+
+
+def _put_back_left_aside(path: Path) -> None:
+    """The entries a feed-back that was killed (at its timeout) left aside beside `path`: put back where
+    the key holds no complete entry, else removed."""
+    import glob
+    import os
+    import shutil
+
+    from tilelang.autotuner.param import BEST_CONFIG_PATH
+
+    from nsprof.host.children import pid_alive
+
+    for aside in path.parent.glob(f"{glob.escape(path.name)}{_ASIDE}*"):
+        owner = aside.name.rpartition(_ASIDE)[2]
+        if not owner.isdigit() or pid_alive(int(owner)):
+            continue  # another feed-back's, under way
+        if (path / BEST_CONFIG_PATH).is_file():
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+            os.replace(aside, path)
+
+
 def _entry_replaced(written: dict) -> Callable:
     """A save that makes the disk entry under TileLang's key the new one, and records it in
     `written`. TileLang itself keeps a complete entry it finds there; that is how a second tune's
@@ -236,17 +262,40 @@ def _entry_replaced(written: dict) -> Callable:
 
     def replace(self, key, result):
         path = Path(self.cache_dir) / key
-        aside = path.with_name(f"{path.name}.nsprof-replaced-{os.getpid()}")
+        _put_back_left_aside(path)
+        aside = path.with_name(f"{path.name}{_ASIDE}{os.getpid()}")
         if path.exists():
             os.replace(path, aside)  # readers meanwhile find no entry and tune themselves: never a stale one
         try:
             save(self, key, result)
         finally:
+            if (
+                aside.exists() and not (path / BEST_CONFIG_PATH).is_file()
+            ):  # the save failed: the old one back
+                shutil.rmtree(path, ignore_errors=True)
+                os.replace(aside, path)
             shutil.rmtree(aside, ignore_errors=True)
+        if not (path / BEST_CONFIG_PATH).is_file():
+            raise NsprofError(
+                f"TileLang wrote no complete autotuner cache entry at {path} (the one there before is kept)"
+            )
         written["path"], written["compile_args"] = path, self.compile_args
         written["config"] = json.loads((path / BEST_CONFIG_PATH).read_text())  # what a new process will load
 
     return replace
+
+
+def _matching(configs: list, config: dict) -> list[int]:
+    """The indices of the configs that `config` (TileLang's, perhaps read from its JSON: tuples become
+    lists) is: those equal to it, else those whose every key it holds with the same value."""
+
+    def as_json(value):
+        return json.loads(json.dumps(value, default=str))
+
+    given = as_json(config)
+    listed = [as_json(c) for c in configs]
+    equal = [i for i, c in enumerate(listed) if c == given]
+    return equal or [i for i, c in enumerate(listed) if {k: given.get(k) for k in c} == c]
 
 
 def tilelang_pick(autotuned, args: tuple, kwargs: dict | None = None) -> dict[str, Any]:
@@ -264,7 +313,7 @@ def tilelang_pick(autotuned, args: tuple, kwargs: dict | None = None) -> dict[st
     if not chosen or chosen[0] is None:
         raise NsprofError("TileLang's autotuner ran but kept no choice to read back")
     config = dict(chosen[0])
-    index = next((i for i, c in enumerate(configs) if {k: config.get(k) for k in c} == dict(c)), None)
+    index = next(iter(_matching(configs, config)), None)
     return {
         "tuner": "TileLang's autotuner",
         "timer": "TileLang's own benchmark",
@@ -342,7 +391,7 @@ def feed_back(autotuned, args: tuple, latencies_ms: Mapping[int, float], kwargs:
     best = configs[best_index]
     for written in entries:
         # a config that compiles to the best's very kernel is the best too: TileLang cannot tell them apart
-        chosen = [i for i, c in enumerate(configs) if {k: written["config"].get(k) for k in c} == c]
+        chosen = _matching(configs, written["config"])
         if not any(i == best_index or sources.get(i, "") == sources.get(best_index) for i in chosen):
             raise NsprofError(
                 f"TileLang's cache at {written['path']} holds {written['config']}, not nsprof's best {best}"

@@ -66,7 +66,7 @@ from typing import Any
 from nsprof.errors import NsprofError
 from nsprof.integrations.triton_compile import Warmup
 from nsprof.space import Space
-from nsprof.tuner import TunerHook, best_strictly_first
+from nsprof.tuner import TunerHook, best_strictly_first, each_shape
 
 # Triton.Config fields that are launch options rather than the kernel's constexpr arguments.
 _OPTION_FIELDS = ("num_warps", "num_ctas", "num_stages", "maxnreg")
@@ -222,18 +222,19 @@ class TritonHook(TunerHook):
     def feed_back(self, latencies_ms: Mapping[int, float]) -> str:
         return feed_back(self.autotuned, self.make_inputs, self.grid, latencies_ms)
 
-    def feed_back_shapes(self, latencies_by_shape: Mapping[int, Mapping[int, float]]) -> dict[int, str]:
+    def feed_back_shapes(
+        self, latencies_by_shape: Mapping[int, Mapping[int, float]]
+    ) -> dict[int, str | dict]:
         """Each shape's ranking fed back on that shape's inputs: Triton keys each choice itself."""
         if self.shapes is None:
             raise NsprofError("this Space has no shapes: feed_back takes its one ranking")
-        written = {}
-        for shape, latencies_ms in sorted(latencies_by_shape.items()):
-            value = self.shapes[int(shape)]
-            written[int(shape)] = feed_back(
-                self.autotuned, lambda value=value: self.make_inputs(value), self.grid, latencies_ms
-            )
-            written[int(shape)] += f", key {cache_key(self.autotuned, self.make_inputs(value))}"
-        return written
+
+        def one(shape: int, latencies_ms: Mapping[int, float]) -> str:
+            value = self.shapes[shape]
+            line = feed_back(self.autotuned, lambda: self.make_inputs(value), self.grid, latencies_ms)
+            return f"{line}, key {cache_key(self.autotuned, self.make_inputs(value))}"
+
+        return each_shape(latencies_by_shape, one)
 
 
 def _index_of(configs: list, config) -> int | None:
