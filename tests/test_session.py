@@ -148,6 +148,52 @@ def test_a_build_that_crashes_or_hangs_is_that_configs_failure(tmp_path):
     )
 
 
+TEARDOWN = """
+import os, sys
+import nsprof.space
+
+LIVE = set()
+
+
+class Inputs:  # a config's GPU tensors, held by its launch: freed when the launch goes
+    def __init__(self, c):
+        self.c = c
+        LIVE.add(c)
+
+    def __del__(self):
+        LIVE.discard(self.c)
+        if self.c == 0:  # a free that kills the process (a CUDA error surfacing then)
+            sys.stderr.write("teardown of config 0 crashed\\n")
+            sys.stderr.flush()
+            os._exit(1)
+
+
+def build(config):
+    assert not LIVE, f"config {config['id']} built while the inputs of configs {sorted(LIVE)} live"
+    inputs = Inputs(config["id"])
+    return lambda: inputs.c
+
+
+space = nsprof.space.Space(configs=[{"id": i} for i in range(3)], build=build, device="cpu")
+"""
+
+
+def test_a_configs_teardown_is_inside_its_own_window_not_the_next_ones(tmp_path):
+    """The inputs a config's launch holds are freed in its own window, before the next config is built:
+    a crash while they are freed is that config's, and the next one is measured."""
+    (tmp_path / "teardown.py").write_text(TEARDOWN)
+    settings = ProfileSettings(
+        backend="none", modes=("direct",), reps=2, warmup=0, timeout_s=30, work_dir=tmp_path / "w"
+    )
+    events = []
+    result = run_session(
+        f"{tmp_path / 'teardown.py'}:space", 3, settings, on_progress=lambda e, c, d: events.append((e, c))
+    )
+    assert set(result.failures) == {0}, result.failures
+    assert "teardown of config 0 crashed" in str(result.failures[0])
+    assert sorted(c for e, c in events if e == "done") == [1, 2]
+
+
 def test_configs_left_when_restarts_run_out_are_failed_rows(tmp_path):
     settings = ProfileSettings(
         backend="none", modes=("direct",), reps=1, warmup=0, timeout_s=2, work_dir=tmp_path, max_restarts=1

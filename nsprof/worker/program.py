@@ -202,8 +202,8 @@ def run_job(job: Job, status: Status, devices: dict | None = None, space=None) -
                 return EXIT_CONTEXT_LOST
             continue
         finally:
-            # Drop this config's inputs and graph before the next one is built.
-            launch = replay = None  # noqa: F841
+            # Drop this config's inputs and graph in its own window, before the next one is built.
+            launch = replay = call = None  # noqa: F841
         status.write("done", config_id)
     return _end(device, status)
 

@@ -41,7 +41,7 @@ def config_windows(job: Job, space, device: Device, status: Status):
         status.write("start", config_id)
         print(START_MARKER, config_id, file=sys.stderr, flush=True)
         try:
-            launch = space.build_at(*points.split(config_id))
+            built = [space.build_at(*points.split(config_id))]
         except Exception as exc:
             status.fail(config_id, "build failed: " + error_line(exc), "crash")
             traceback.print_exc()
@@ -49,7 +49,9 @@ def config_windows(job: Job, space, device: Device, status: Status):
                 return
             continue
         status.mark("built", config_id)
-        yield config_id, launch
+        # Handed over, not kept here: once the caller drops it, the config's inputs are freed in its own
+        # window (a crash then is this config's), never while the next config is built.
+        yield config_id, built.pop()
 
 
 WAIT_LINE_S = 1.0  # while waiting for the compile step: one `wait` line per second (progress)
