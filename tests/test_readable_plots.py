@@ -325,3 +325,36 @@ def test_ratio_plot_size_is_bounded(tmp_path):
     assert width <= MAX_PX and height <= MAX_PX, (width, height)
     assert_legends_clear_of_data(fig)
     assert_text_inside(fig)
+
+
+MATH = r"cost $\bad{$"  # not mathtext matplotlib can parse: drawn as it is written
+
+
+def test_a_dollar_in_a_config_or_range_is_drawn_as_written_not_parsed(tmp_path):
+    import shutil
+    import sqlite3
+
+    from conftest import FIXTURES, run_nsprof
+
+    target = tmp_path / "t.py"
+    target.write_text(
+        "import nsprof.space\n"
+        f"configs = [{{'ns': 1000.0, 'tag': {MATH!r}}}, {{'ns': 2000.0, 'tag': 'b'}}]\n"
+        "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
+    )
+    done = run_nsprof(
+        "tune", f"{target}:space", "--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-store",
+        "--no-feed-back", "--no-tuner-pick", "--plot", tmp_path / "t.png", "--html", tmp_path / "t.html",
+        "--work-dir", tmp_path / "w", standins=True, in_process=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "t.png").stat().st_size > 0 and "winner" in done.stdout
+    report = tmp_path / "r.sqlite"
+    shutil.copy(FIXTURES / "fixture.sqlite", report)
+    with sqlite3.connect(report) as con:
+        con.execute("UPDATE StringIds SET value = ? WHERE value = 'torch_push'", (MATH,))
+        con.execute("UPDATE NVTX_EVENTS SET text = ? WHERE text = 'torch_push'", (MATH,))
+    con.close()
+    done = run_nsprof("analyze", report, "--plot", tmp_path / "a.png", in_process=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "a.png").stat().st_size > 0 and MATH in done.stdout

@@ -9,7 +9,14 @@ what is drawn.
 from __future__ import annotations
 
 from nsprof.analysis.groups import NO_RANGE, range_key
-from nsprof.render.plot import log_axis, require_matplotlib, save_figure, scatter_style, series_styles
+from nsprof.render.plot import (
+    log_axis,
+    plain_text,
+    require_matplotlib,
+    save_figure,
+    scatter_style,
+    series_styles,
+)
 from nsprof.render.text import UNIT_LABELS, middle, short
 
 LOG_SPREAD = 10.0  # a log axis once the largest value is this many times the smallest
@@ -95,6 +102,7 @@ def _median_ticks(ax, samples, kernel, row, scale: float, colour) -> None:
         )
 
 
+@plain_text
 def durations_plot(panels, path: str | None, unit: str = "us"):
     """One strip plot per (title, samples) pair (`samples`: analysis.listing.samples' rows): a row
     of points per range, in natural order from the top with "(no range)" last, one point per kernel
@@ -147,6 +155,7 @@ def durations_plot(panels, path: str | None, unit: str = "us"):
     return fig
 
 
+@plain_text
 def ratio_plot(ranges, name_a: str, name_b: str, path: str | None, geomean: float | None = None):
     """The B/A ratio of each shared range (`ranges`: analysis.summary.per_range's rows) as a point
     per range, a row per range in natural order from the top, a line at 1 (equal) and one at the

@@ -94,6 +94,21 @@ def log_axis(ax, which: str) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+def plain_text(draw):
+    """`draw` with matplotlib's mathtext off: text from outside nsprof (a config's values, a range's name)
+    is drawn as it is written; a `$` in it would be parsed, and one that does not parse ends the run."""
+    import functools
+
+    @functools.wraps(draw)
+    def drawn(*args, **kwargs):
+        import matplotlib
+
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return draw(*args, **kwargs)
+
+    return drawn
+
+
 def require_matplotlib() -> None:
     """Raise NsprofError (one line, how to install it) when matplotlib is missing."""
     try:
@@ -117,6 +132,7 @@ def plot_path(path: str, option: str = "--plot"):
     return out
 
 
+@plain_text
 def save_figure(fig, path: str, option: str = "--plot") -> None:
     """Write `fig` to `path` (format from the suffix; "-": PNG on standard output), making its folder."""
     import sys
@@ -130,6 +146,7 @@ def save_figure(fig, path: str, option: str = "--plot") -> None:
     fig.savefig(out, dpi=120)
 
 
+@plain_text
 def png_bytes(fig) -> bytes:
     """`fig` as PNG bytes (for pages that embed it)."""
     import io
@@ -152,6 +169,7 @@ def plot(
     save_figure(agreement_figure(per_config, agreement_df, timers, truths, floors), path)
 
 
+@plain_text
 def agreement_figure(
     per_config: pd.DataFrame,
     agreement_df: pd.DataFrame,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from nsprof.analysis.stats import is_missing
-from nsprof.render.plot import legend_outside, log_axis, require_matplotlib, save_figure, wrapped
+from nsprof.render.plot import legend_outside, log_axis, plain_text, require_matplotlib, save_figure, wrapped
 
 LABEL_WIDTH = 48  # characters of a config's label on the axis
 
@@ -38,6 +38,7 @@ def measured_rows(table):
     return table[ok]
 
 
+@plain_text
 def tune_figure(table, title: str | None = None, configs=None):
     """A matplotlib Figure of the ranked table (`Ranking.table`, nsprof.analysis.ranking.rank's).
     `configs`: the space's configs, so that a config is labelled by the keys that vary across
