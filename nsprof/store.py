@@ -385,11 +385,14 @@ class ResultStore:
                 import pyarrow  # noqa: F401
             except ImportError:
                 raise StoreError("exporting .parquet needs pyarrow: pip install 'nsprof[parquet]'") from None
+        from nsprof.host.owned import written_over
+
         frame = self.frame(**filters)
-        if suffix == ".csv":
-            frame.to_csv(path, index=False)
-        elif suffix == ".json":
-            frame.to_json(path, orient="records", force_ascii=False)
-        else:
-            frame.to_parquet(path, index=False)
+        with written_over(path) as out:
+            if suffix == ".csv":
+                frame.to_csv(out, index=False)
+            elif suffix == ".json":
+                frame.to_json(out, orient="records", force_ascii=False)
+            else:
+                frame.to_parquet(out, index=False)
         return len(frame)

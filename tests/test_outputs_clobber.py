@@ -76,3 +76,28 @@ def test_an_output_over_the_source_of_a_module_target_is_refused(files, tmp_path
     )
     assert done.returncode == 2 and "would overwrite the target's source" in done.stderr, done.stderr
     assert files["target"].read_bytes() == before
+
+
+def test_an_output_whose_name_is_a_link_replaces_the_link_and_never_writes_through_it(tmp_path):
+    """A link planted at an output's name (in a folder others may write) would have nsprof write over the
+    file it points to: the output is written beside it and renamed onto the name, the link replaced."""
+    names = ["p.html", "p.png", "rows.csv", "rows.parquet", "store.csv"]
+    for name in names:
+        (tmp_path / f"victim-{name}").write_text("precious\n")
+        (tmp_path / name).symlink_to(tmp_path / f"victim-{name}")
+    target = FIXTURES.parent / "targets" / "faulty_cpu.py"
+    runs = [
+        ("tune", f"{target}:space", "--backend", "ncu", "--configs", "0,2", "--mode", "direct", "--reps", "1",
+         "--no-feed-back", "--no-tuner-pick", "--store", tmp_path / "s.sqlite", "--work-dir", tmp_path / "w",
+         "--html", tmp_path / "p.html", "--plot", tmp_path / "p.png"),
+        ("analyze", FIXTURES / "fixture.sqlite", "--csv", tmp_path / "rows.csv", "--parquet", tmp_path / "rows.parquet"),
+        ("results", tmp_path / "s.sqlite", "--export", tmp_path / "store.csv"),
+    ]  # fmt: skip
+    for args in runs:
+        done = run_nsprof(*args, standins=True, in_process=True)
+        assert done.returncode == 0, done.stderr
+    for name in names:
+        assert (tmp_path / f"victim-{name}").read_text() == "precious\n", name
+        assert not (tmp_path / name).is_symlink() and (tmp_path / name).stat().st_size > 0, name
+    assert (tmp_path / "p.html").read_text().startswith("<!DOCTYPE html>")
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary file left"

@@ -158,9 +158,15 @@ def _wrote_rows(frame, path: str) -> None:
 
 def write_exports(frame, csv_path: str | None, parquet_path: str | None) -> None:
     """The tidy rows to --csv / --parquet files; `-` is standard output."""
-    if csv_path:
-        frame.to_csv(sys.stdout if csv_path == "-" else csv_path, index=False)
+    from nsprof.host.owned import written_over
+
+    if csv_path == "-":
+        frame.to_csv(sys.stdout, index=False)
         sys.stdout.flush()
+    elif csv_path:
+        with written_over(csv_path) as out:
+            frame.to_csv(out, index=False)
+    if csv_path:
         _wrote_rows(frame, csv_path)
     if parquet_path:
         try:
@@ -171,7 +177,8 @@ def write_exports(frame, csv_path: str | None, parquet_path: str | None) -> None
             frame.to_parquet(sys.stdout.buffer, index=False)
             sys.stdout.buffer.flush()
         else:
-            frame.to_parquet(parquet_path, index=False)
+            with written_over(parquet_path) as out:
+                frame.to_parquet(out, index=False)
         _wrote_rows(frame, parquet_path)
 
 

@@ -82,6 +82,11 @@ def show(target: str, report, *, plot_path, html_path, as_json) -> int:
     from nsprof.render.json import tune_document
     from nsprof.render.tune_tables import format_tune
 
+    # The ranking first: an output file that cannot be written loses nothing of it.
+    if as_json:
+        click.echo(tune_document(report))
+    else:
+        click.echo(format_tune(report), err=plot_path == "-" or html_path == "-")
     if plot_path:
         from nsprof.render.tune_plot import plot_tune
 
@@ -94,10 +99,6 @@ def show(target: str, report, *, plot_path, html_path, as_json) -> int:
         from nsprof.render.html import tune_page
 
         write_html(html_path, lambda: tune_page(report, title=f"nsprof tune {target}"))
-    if as_json:
-        click.echo(tune_document(report))
-    else:
-        click.echo(format_tune(report), err=plot_path == "-" or html_path == "-")
     for error in report.errors:
         click.echo(f"nsprof: {error}", err=True)
     return 1 if report.errors else 0

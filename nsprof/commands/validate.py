@@ -3,8 +3,6 @@ then the tables, the plot, the page and the JSON document (`show`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from nsprof.commands.common import (
@@ -20,6 +18,7 @@ from nsprof.commands.common import (
     wrote,
 )
 from nsprof.errors import NsprofError, OptionError
+from nsprof.host.owned import written_over
 from nsprof.host.redirect import results_only_on_stdout
 from nsprof.validate_saved import saved_about
 
@@ -112,7 +111,8 @@ def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=
     if save_path == "-":
         click.echo(document)
     elif save_path:
-        Path(save_path).write_text(document + "\n")
+        with written_over(save_path) as out:
+            out.write_text(document + "\n")
         click.echo(f"wrote {save_path}", err=True)
     if as_json:
         click.echo(document)

@@ -4,7 +4,8 @@ The worker reads its job file from the work folder, nsprof trusts the status fil
 stop the worker) and reads the report back: a folder another user owns, or may write, would let that
 user run code as this user, have nsprof kill a process of their choosing, or plant links it writes
 through. own_folder makes a missing folder mode 0700 and refuses, in one line, one that is not this
-user's; check_own_file does the same for a file that is there already (a results store).
+user's; check_own_file does the same for a file that is there already (a results store). An output the
+user names is written by written_over: beside its name, then renamed onto it.
 
 "Others may write" counts the group's write bit only where the group is not this user's alone (a user
 private group, as umask 002 systems make: the group of the user's name, with no other member and no
@@ -17,8 +18,11 @@ project folder mounted from the host's user, is the common case of it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from nsprof.errors import NsprofError
@@ -136,3 +140,24 @@ def check_own_file(path: Path | str, what: str = "file") -> None:
     if os.path.lexists(path):
         _check_way(what, Path(path))
         _check(what, Path(path), want_dir=False)
+
+
+@contextlib.contextmanager
+def written_over(path: Path | str) -> Iterator[Path]:
+    """A new file beside `path` (its folder made) for an output to be written to, renamed onto `path` once
+    written: a link planted at the name is replaced, never written through, and a write that fails or is
+    interrupted leaves what was there. The file gets the mode a new file would (the umask's)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(name)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(name, 0o666 & ~umask)
+        os.replace(name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise

@@ -372,10 +372,11 @@ def write_page(text: str, path) -> None:
     import sys
     from pathlib import Path
 
+    from nsprof.host.owned import written_over
+
     if str(path) == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+    with written_over(Path(path)) as out:
+        out.write_text(text, encoding="utf-8")

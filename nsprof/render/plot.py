@@ -101,6 +101,7 @@ def plain_text(draw):
 
     @functools.wraps(draw)
     def drawn(*args, **kwargs):
+        require_matplotlib()
         import matplotlib
 
         with matplotlib.rc_context({"text.parse_math": False}):
@@ -142,8 +143,10 @@ def save_figure(fig, path: str, option: str = "--plot") -> None:
         fig.savefig(sys.stdout.buffer, format="png", dpi=120)
         sys.stdout.buffer.flush()
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    from nsprof.host.owned import written_over
+
+    with written_over(out) as temporary:
+        fig.savefig(temporary, dpi=120)
 
 
 @plain_text
