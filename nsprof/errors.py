@@ -5,10 +5,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+# Control characters shown escaped wherever text from outside nsprof is printed (a config's values, what a
+# target raised, a kernel's name): a terminal would act on them (colours, clearing the screen), and a line
+# break would start a line of its own. Tabs too: they would shift a table's columns.
+CONTROL_ESCAPES = str.maketrans(
+    {
+        **{c: f"\\x{c:02x}" for c in [*range(32), 127, *range(0x80, 0xA0)]},
+        **{c: f"\\u{c:04x}" for c in (0x2028, 0x2029)},
+        **{ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"},
+    }
+)
+
+
+def printable(text: object) -> str:
+    """`text` with its control characters shown escaped (CONTROL_ESCAPES): one line, nothing a terminal acts on."""
+    return str(text).translate(CONTROL_ESCAPES)
+
 
 def error_line(message: object) -> str:
-    """`message` as one line of stderr: line breaks in it (a path is the user's text) shown escaped."""
-    return str(message).replace("\r", "\\r").replace("\n", "\\n")
+    """`message` as one line of stderr (printable)."""
+    return printable(message)
 
 
 class NsprofError(Exception):

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nsprof.errors import TargetError
+from nsprof.errors import TargetError, printable
 from nsprof.tuner import TunerHook
 
 
@@ -216,8 +216,8 @@ def config_label(config: Any) -> str:
         import json
 
         plain = json.loads(json.dumps(config, default=str))
-        return ",".join(f"{k}={v}" for k, v in plain.items())
-    return str(config)
+        return printable(",".join(f"{k}={v}" for k, v in plain.items()))
+    return printable(config)
 
 
 def split_target(spec: str) -> tuple[str, str]:

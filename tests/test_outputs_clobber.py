@@ -101,3 +101,26 @@ def test_an_output_whose_name_is_a_link_replaces_the_link_and_never_writes_throu
         assert not (tmp_path / name).is_symlink() and (tmp_path / name).stat().st_size > 0, name
     assert (tmp_path / "p.html").read_text().startswith("<!DOCTYPE html>")
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary file left"
+
+
+def test_control_characters_from_a_target_never_reach_the_terminal(tmp_path):
+    """A config's value, or what its build raised, printed outside a table's cells (the best line, the notes,
+    the error line): escape sequences shown escaped, and a line break in it never starts a line."""
+    target = tmp_path / "t.py"
+    target.write_text(
+        "import nsprof.space\n"
+        "def build(config):\n"
+        "    if config['i'] == 1:\n"
+        "        raise RuntimeError('boom \\x1b[2J cleared\\nnsprof: forged line')\n"
+        "    return lambda: None\n"
+        "configs = [{'i': 0, 'ns': 1000.0, 'name': 'a\\x1b[31mRED\\x1b[0m\\nbest: forged\\x9b'}, {'i': 1}]\n"
+        "space = nsprof.space.Space(configs=configs, build=build, device='cpu')\n"
+    )
+    done = run_nsprof(
+        "tune", f"{target}:space", "--backend", "ncu", "--mode", "direct", "--reps", "1", "--no-store",
+        "--no-feed-back", "--no-tuner-pick", "--work-dir", tmp_path / "w", standins=True, in_process=True,
+    )  # fmt: skip
+    printed = done.stdout + done.stderr
+    assert "\x1b" not in printed and "\x9b" not in printed, printed
+    assert not [line for line in printed.splitlines() if line.startswith(("best: forged", "nsprof: forged"))]
+    assert "\\x1b[31mRED" in done.stdout and "\\x1b[2J cleared" in printed

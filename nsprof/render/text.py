@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from nsprof.analysis.stats import is_missing
+from nsprof.errors import printable
 
 
 def num(value: Any, fmt: str) -> str:
@@ -161,19 +162,10 @@ def pct(value: Any) -> str:
     return "n/a" if is_missing(value) else f"{value * 100:.1f}%"
 
 
-# A cell is one line of plain text: a line break, tab or other control character in a name (a report
-# edited, an odd demangling) is shown escaped, never passed to the terminal.
-_ESCAPED = str.maketrans(
-    {
-        **{c: f"\\x{c:02x}" for c in [*range(32), 127, 0x85]},
-        **{c: f"\\u{c:04x}" for c in (0x2028, 0x2029)},
-        **{ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"},
-    }
-)
-
-
 def _one_line(rows: list[list[str]]) -> list[list[str]]:
-    return [[cell.translate(_ESCAPED) for cell in row] for row in rows]
+    # A cell is one line of plain text: a line break, tab or other control character in a name (a report
+    # edited, an odd demangling) is shown escaped, never passed to the terminal.
+    return [[printable(cell) for cell in row] for row in rows]
 
 
 def render_table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
@@ -198,7 +190,7 @@ def render_markdown(headers: list[str], rows: list[list[str]], right: set[int] |
     right = right if right is not None else set(range(1, len(headers)))
 
     def cell(value: str) -> str:
-        return value.translate(_ESCAPED).replace("|", "\\|")
+        return printable(value).replace("|", "\\|")
 
     out = [
         "| " + " | ".join(cell(h) for h in headers) + " |",

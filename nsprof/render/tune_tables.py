@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from nsprof.analysis.confidence import LEVEL, METHOD
 from nsprof.analysis.stats import is_missing
+from nsprof.errors import printable
 from nsprof.render.configs import config_cell, config_of, constant_line, split_configs
 from nsprof.render.crosstruth_words import describe_explanation, describe_pair, describe_verdict
 from nsprof.render.text import (
@@ -153,7 +154,7 @@ def ranked_lines(result, configs: Sequence) -> list[str]:
         lines.append(f"best: config {best} ({config_label(config_of(configs, best))})")
         lines.append(f"note: {describe_decision(result)}")
         lines.append(f"note: {describe_interval(result)}")
-    return lines + [f"note: {note}" for note in result.notes]
+    return lines + [f"note: {printable(note)}" for note in result.notes]
 
 
 def tie_state(result) -> str:
@@ -244,7 +245,7 @@ def shapes_lines(report) -> list[str]:
             ]
     intervals = sorted({describe_interval(s.ranking) for s in shapes})
     lines += [f"note: {line}" for line in intervals]
-    lines += [f"note: {note}" for note in _shape_notes(shapes)]
+    lines += [f"note: {printable(note)}" for note in _shape_notes(shapes)]
     lines.append("(--json has every shape's full ranking)")
     return lines
 
