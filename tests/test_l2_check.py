@@ -46,8 +46,10 @@ def _run(tmp_path, l2_hits: dict, *more: str):
 
 def test_the_finalists_hit_rates_are_shown_and_a_flush_that_left_l2_warm_is_named(tmp_path):
     warm_after_flush = {"ncu": 12.0, "flush": 64.0, "none": 81.0}
-    ran = _run(tmp_path, {1: warm_after_flush}, "--save", "v.json")
+    ran = _run(tmp_path, {1: warm_after_flush}, "--save", "v.json", "--html", "v.html")
     assert ran.returncode == 0, ran.stderr
+    page = (tmp_path / "v.html").read_text()  # the page says it too, not only the terminal
+    assert 'id="l2-check"' in page and "did NOT measure cold: on config(s) {1}" in page
     saved = json.loads((tmp_path / "v.json").read_text())
     rows = {r["config_id"]: r for r in saved["l2_check"]}
     # the truth's three fastest (3, 1, 2) and the cold timer's pick (0): every config here

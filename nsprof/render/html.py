@@ -222,6 +222,7 @@ def validate_page(result, title: str = "nsprof validate") -> str:
     """The page of a validate run (`result`: an nsprof.validate.ValidateResult): verdict, agreement,
     the ground truths' floors, the agreement plot, the per-config values, the failures."""
     from nsprof.render.plot import agreement_figure
+    from nsprof.render.validate_tables import format_l2_check
 
     body = [
         "<h2>Verdict</h2>",
@@ -241,6 +242,9 @@ def validate_page(result, title: str = "nsprof validate") -> str:
     conditions = conditions_table(getattr(result, "conditions", None))
     if conditions:
         body += ["<h2>How each number was taken</h2>", conditions]
+    l2 = format_l2_check(getattr(result, "l2_check", None), result.timers)
+    if l2:  # whether "cold" was cold: the timers claiming it, checked under ncu
+        body += ["<h2>L2 check of the cold timers</h2>", f'<pre id="l2-check">{esc(l2)}</pre>']
     body += [
         "<h2>Agreement plot</h2>",
         figure_html(
