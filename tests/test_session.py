@@ -712,3 +712,35 @@ def test_ctrl_c_while_the_worker_exits_lets_it_exit_cleanly(tmp_path, monkeypatc
     assert int((tmp_path / "part0.exit").read_text()) >= 0, "the worker was killed by a signal"
     rows = pd.concat(calls)
     assert sorted(set(rows["config_id"])) == [0, 1, 2, 3]
+
+
+def test_a_config_that_finished_as_its_timeout_kill_landed_is_measured_not_failed(tmp_path):
+    """The follower chose config 0 for its timeout from a status it read just before the kill, and the
+    worker wrote `done 0` and `start 2` in between: config 0 is whole (kept, no failure), and config 2,
+    killed by nsprof after a moment's run, is neither its timeout's nor a crash: it is run again."""
+    import sys
+
+    sys.path.insert(0, str(FIXTURES.parent))
+    from standins import StatusDriver
+
+    from nsprof.schema import Points
+    from nsprof.session.parts import make_job, read_part
+    from nsprof.session.request import SessionRun
+    from nsprof.session.supervise import RunEnd
+
+    settings = ProfileSettings(backend="ncu", modes=("direct",), reps=2, timeout_s=2, work_dir=tmp_path)
+    run = SessionRun(
+        target=TARGET,
+        ids=(0, 2, 4),
+        points=Points(9),
+        settings=settings,
+        driver=StatusDriver(),
+        work_dir=tmp_path,
+    )
+    base = tmp_path / "part0"
+    make_job(run, [0, 2, 4], base.with_suffix(".status")).write(base.with_suffix(".job.json"))
+    base.with_suffix(".status").write_text("pid 1\nstart 0\ndone 0\nstart 2\n")
+    base.with_suffix(".log").write_text("")
+    part = read_part(run, base, base.with_suffix(".log"), RunEnd(returncode=-9, timed_out=0))
+    assert dict(part.failures) == {} and part.crashed is None
+    assert sorted(set(part.kept["config_id"])) == [0]

@@ -1,9 +1,8 @@
 """A standalone session: worker runs ("parts") until every config is measured or failed.
 
-Holds run_parts (the session proper), Part and read_part (what one finished run leaves: its whole
-configs, its failures, what it lost), make_job (the worker's Job, a part's or a served job's),
-failure_rows, refuse_changed, timeout_failure, and complete_configs (which configs a report holds
-whole).
+Holds run_parts (the session proper), Part and read_part (what one finished run leaves: its whole configs,
+its failures, what it lost), make_job (the worker's Job, a part's or a served job's), failure_rows,
+refuse_changed, timeout_failure, and complete_configs (which configs a report holds whole).
 
 When a worker dies (illegal address, abort, out of memory, timeout) its config is recorded as
 failed with the reason, and a new worker starts at the next config. Each run writes its own report
@@ -158,8 +157,10 @@ def read_part(run: SessionRun, base: Path, log: Path, end: RunEnd) -> Part:
     settings, driver = run.settings, run.driver
     part = Part(parse_status(base.with_suffix(".status").read_text(errors="replace")))
     _drop_empty_stacks(base)
-    # the config killed for its timeout, even where the profiler ran the worker again after the kill
-    crashed = end.timed_out if end.timed_out is not None else part.status.current
+    # the timeout's config, even where the profiler ran the worker again; one whose `done` came just before
+    # the kill is whole, and the config the kill cut short is measured again, nobody's failure
+    finished = end.timed_out is not None and end.timed_out in part.status.done
+    crashed = None if finished else end.timed_out if end.timed_out is not None else part.status.current
     part.crashed = crashed
     if crashed is not None:
         part.failures[crashed] = (
