@@ -159,13 +159,12 @@ def read_part(run: SessionRun, base: Path, log: Path, end: RunEnd) -> Part:
     _drop_empty_stacks(base)
     # the timeout's config, even where the profiler ran the worker again; one whose `done` came just before
     # the kill is whole, and the config the kill cut short is measured again, nobody's failure
-    finished = end.timed_out is not None and end.timed_out in part.status.done
-    crashed = None if finished else end.timed_out if end.timed_out is not None else part.status.current
-    part.crashed = crashed
+    timed_out = None if end.timed_out in part.status.done else end.timed_out
+    part.crashed = crashed = part.status.current if end.timed_out is None else timed_out
     if crashed is not None:
         part.failures[crashed] = (
             timeout_failure(settings.timeout_s)
-            if crashed == end.timed_out
+            if crashed == timed_out
             else driver.crash_reason(log, end.returncode)
         )
     # A worker that did not reach its end (crashed, timed out, lost its CUDA context, killed
