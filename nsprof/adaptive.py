@@ -104,11 +104,16 @@ def next_reps(rows, layout=None) -> dict[int, int]:
 
 def planned_rows(frame, plan: Plan, layout=None):
     """The measurement rows of `frame` that `plan` asked for: its points, each with the rep
-    numbers planned for it. Anything else (a failure row, another point, a rep outside the plan)
-    is dropped."""
+    numbers planned for it. Anything else (a failure row, a row without a duration, another point, a rep
+    outside the plan) is dropped."""
     import numpy as np
 
-    ok = frame["error"].isna() & frame["config_id"].notna() & frame["rep"].notna()
+    ok = (
+        frame["error"].isna()
+        & frame["config_id"].notna()
+        & frame["rep"].notna()
+        & frame["duration_ns"].notna()
+    )
     point = _points(frame, layout).astype("Int64").fillna(-1).astype(int).to_numpy()
     rep = frame["rep"].fillna(-1).astype(int).to_numpy()
     wanted = np.zeros(len(frame), dtype=bool)
@@ -313,11 +318,18 @@ class _Refinement:
         self.touched.update(int(p) for p in kept_points["point"].unique())
         errors = frame.loc[frame["error"].notna()]
         errors = errors.assign(point=_points(errors, layout)).dropna(subset=["point"])
-        if not len(errors) and len(kept_points):
+        reps_kept = kept_points.groupby("point")["rep"].nunique()
+        short = [
+            p for p in plan.configs if reps_kept.get(p, 0) < plan.rounds and p not in set(errors["point"])
+        ]
+        if not len(errors) and not short:
             return kept, None
         why = "; ".join(
-            f"{_where(*self.config_of(int(p)))}: {one_line(str(e), 120)}"
-            for p, e in errors.drop_duplicates("point")[["point", "error"]].itertuples(index=False)
+            [
+                f"{_where(*self.config_of(int(p)))}: {one_line(str(e), 120)}"
+                for p, e in errors.drop_duplicates("point")[["point", "error"]].itertuples(index=False)
+            ]
+            + [f"{_where(*self.config_of(int(p)))}: reps without a duration" for p in short]
         )
         note = (
             f"session {number} measured {len(kept_points)} of its {plan.visits} planned reps"

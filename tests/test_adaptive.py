@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -735,3 +736,105 @@ def test_cli_takes_the_adaptive_options(noisy, tmp_path):
     assert (
         document["adaptive"]["stopped"] in ("max_reps", "separated") and document["adaptive"]["sessions"] >= 1
     )
+
+
+# --- refine with a session stand-in on a fake clock: what each session costs is the test's own -------
+
+
+class _Clock:
+    t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _refine(durations, ids, *, budget_s, model: Cost, real: Cost, reps=5, max_reps=200, sessions=50):
+    """refine over a first pass of `reps` reps of `ids` and sessions that cost `real` (start-up, visit) on a
+    fake clock, planned with the cost model `model`: (its rows, its summary, the adaptive time spent)."""
+    from nsprof.adaptive import refine
+
+    settings = TuneSettings(
+        backend="ncu", mode="direct", reps=reps, use_store=False, max_reps=max_reps, budget_s=budget_s,
+        equivalence_pct=0,
+    )  # fmt: skip
+    clock, pids = _Clock(), iter(range(2, 2 + sessions))
+
+    def rows(pairs, pid):
+        return make_frame(
+            [
+                {
+                    "config_id": c,
+                    "mode": "direct",
+                    "rep": r,
+                    "duration_ns": durations(c, r),
+                    "kernel": "k",
+                    "pid": pid,
+                    "source": "ncu",
+                }
+                for c, r in pairs
+            ]  # fmt: skip
+        )
+
+    def measure(plan, number):
+        pid = next(pids)  # StopIteration past `sessions`: a loop that does not end
+        clock.t += real.startup_s + plan.visits * real.visit_s
+        return rows(plan.order(), pid)
+
+    first = rows([(c, r) for c in ids for r in range(reps)], 1)
+    merged, summary = refine(
+        first, settings, measure=measure, merge=lambda a, b: pd.concat([a, b], ignore_index=True), cost=model,
+        clock=clock,
+    )  # fmt: skip
+    return merged, summary[None], clock.t
+
+
+def test_sessions_faster_than_the_start_up_thought_never_make_rounds_free():
+    """The first pass said 10 s of start-up; a session really takes 2 s and 0.5 s a visit. The session
+    came back within the start-up alone: that says the start-up was less, not that visits cost nothing
+    (a visit cost of ~0 planned 190 rounds: 287 s of a 30 s budget)."""
+    noise = np.random.default_rng(1)
+    _, summary, spent = _refine(
+        lambda c, r: 1000 * (1 + 0.03 * noise.standard_normal()), [0, 1, 2],
+        budget_s=30, model=Cost(10.0, 0.25), real=Cost(2.0, 0.5),
+    )  # fmt: skip
+    one_session = 2.0 + 0.5 * 3 * 20  # the dearest session the budget's plan may misjudge by
+    assert spent <= 30 + one_session, (spent, summary.describe())
+
+
+def test_a_contender_whose_reps_come_back_without_a_duration_stops_the_reps_and_is_not_counted():
+    def durations(c, r):
+        return float("nan") if c == 1 and r >= 5 else 1000.0 + c + r % 3
+
+    merged, summary, _ = _refine(
+        durations, [0, 1], budget_s=float("inf"), model=Cost(1.0, 0.01), real=Cost(1.0, 0.01), sessions=20
+    )
+    from nsprof.adaptive import rep_counts
+
+    assert summary.stopped == rules.FAILED, summary.describe()
+    assert merged["duration_ns"].notna().all(), "rows without a duration are not kept as reps"
+    assert f"{sum(rep_counts(merged).values()) - 10} reps" in summary.describe() or summary.sessions == 0
+
+
+def _decided(reps_by_config: dict[int, list[float]], stat: str = "median"):
+    from nsprof.analysis.confidence import decide
+    from nsprof.analysis.ranking import rank
+    from nsprof.profile import config_summary
+
+    rows = [
+        {"config_id": c, "mode": "direct", "rep": r, "duration_ns": float(v), "kernel": "k", "source": "ncu"}
+        for c, values in reps_by_config.items()
+        for r, v in enumerate(values)
+    ]
+    return decide(rank(config_summary(make_frame(rows)), stat), stat)
+
+
+def test_a_config_without_an_interval_is_never_separated_from_the_best():
+    # config 1's one rep sits inside config 0's interval: nothing says config 0 is faster
+    decision = _decided({0: [100, 101, 102, 103, 104, 105], 1: [103]})
+    assert decision.kind != "winner", decision
+
+
+def test_under_min_a_best_whose_median_interval_lies_above_the_seconds_is_no_separated_winner():
+    # config 0's one fast rep makes it the best by min; the medians' intervals say config 1 is faster
+    decision = _decided({0: [90, *range(200, 208)], 1: list(range(100, 109))}, stat="min")
+    assert decision.kind != "winner", decision

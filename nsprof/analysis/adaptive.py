@@ -92,11 +92,20 @@ def started_ahead(cost: Cost, phases: dict[str, float] | None, compiled_in_worke
 
 
 def updated_cost(cost: Cost, wall_s: float, visits: int) -> Cost:
-    """The cost model after a session of `visits` visits that took `wall_s`: the start-up is kept,
-    the visit cost is what the session's wall time says beyond it (never below 0)."""
+    """The cost model after a session of `visits` visits that took `wall_s`: the start-up is kept, the
+    visit cost is what the session's wall time says beyond it. A session that took no longer than the
+    start-up alone says the start-up is less than thought, not that visits cost nothing (planned as free,
+    the next session would take every rep up to --max-reps): the visit cost is kept, the start-up is the
+    rest of the wall (or, where the visits alone fill it, nothing, and the wall is all visits)."""
     if visits <= 0 or wall_s <= 0:
         return cost
-    return Cost(cost.startup_s, max((wall_s - cost.startup_s) / visits, 1e-6), measured=True)
+    beyond = wall_s - cost.startup_s
+    if beyond > 0:
+        return Cost(cost.startup_s, beyond / visits, measured=True)
+    startup = wall_s - visits * cost.visit_s
+    if startup > 0:
+        return Cost(startup, cost.visit_s, measured=True)
+    return Cost(0.0, wall_s / visits, measured=True)
 
 
 def contenders(decision) -> list[int]:

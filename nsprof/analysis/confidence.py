@@ -70,17 +70,19 @@ def median_interval(values: Sequence[float] | np.ndarray, level: float = LEVEL) 
     return Interval(float(a[k - 1]), float(a[n - k]), median_coverage(n, k), k, n)
 
 
-def overlaps(low_a: float, high_a: float, low_b: float, high_b: float) -> bool:
-    """Whether [low_a, high_a] and [low_b, high_b] share a point (False if either is missing)."""
-    if any(v != v for v in (low_a, high_a, low_b, high_b)):
+def not_slower(low: float, best_low: float, best_high: float) -> bool:
+    """Whether a config whose interval starts at `low` cannot be told slower than the best, whose interval
+    is [best_low, best_high]: its interval overlaps the best's, or lies below it (a best by the minimum),
+    or it has none (fewer than 2 reps: nothing excludes it). False where the best has no interval."""
+    if best_low != best_low or best_high != best_high:
         return False
-    return low_a <= high_b and low_b <= high_a
+    return low != low or low <= best_high
 
 
 def tied_with(table, best_row) -> list[bool]:
-    """For each row of `table` (ci_low_ns, ci_high_ns), whether its interval overlaps `best_row`'s."""
+    """For each row of `table` (ci_low_ns), whether it cannot be told slower than `best_row` (not_slower)."""
     lo, hi = float(best_row["ci_low_ns"]), float(best_row["ci_high_ns"])
-    return [overlaps(float(a), float(b), lo, hi) for a, b in zip(table["ci_low_ns"], table["ci_high_ns"])]
+    return [not_slower(float(a), lo, hi) for a in table["ci_low_ns"]]
 
 
 @dataclass
@@ -133,8 +135,8 @@ def decide(ranked, stat: str = "median") -> Decision:
     if len(members) > 1:
         # The rank order is the rule's order: members[0] is the best.
         tied = measured[measured["config_id"].isin(members)]
-        ends = [*tied["ci_low_ns"], *tied["ci_high_ns"]]
-        far = max(abs(float(e) - value) for e in ends)
+        ends = [float(e) for e in (*tied["ci_low_ns"], *tied["ci_high_ns"]) if e == e]
+        far = max((abs(e - value) for e in ends), default=float("nan"))
         spread = far / value if value else float("nan")
         return Decision(
             "tie",
@@ -182,7 +184,7 @@ def pick(rows) -> Pick:
     _, best, low, high = measured[0]
     if low != low or high != high:
         return Pick(best)
-    return Pick(best, tuple(cid for _, cid, lo, hi in measured if cid == best or overlaps(lo, hi, low, high)))
+    return Pick(best, tuple(cid for _, cid, lo, _ in measured if cid == best or not_slower(lo, low, high)))
 
 
 def stability(a: Pick, b: Pick) -> str | None:

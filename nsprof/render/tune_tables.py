@@ -79,7 +79,7 @@ def describe_decision(result) -> str:
         members = ", ".join(str(c) for c in decision.members)
         return (
             f"these {len(decision.members)} configs are indistinguishable here ({half}): {members} "
-            f"(each one's interval overlaps the best's); feeding back {decision.config_id}, "
+            f"(none is told slower: no one's interval lies wholly above the best's); feeding back {decision.config_id}, "
             f"{decision.rule}"
         )
     if decision.second is None:
