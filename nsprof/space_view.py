@@ -9,7 +9,7 @@ so that the next run over the same source reads it without waiting for an import
 - read_target: the SpaceView of a target: the one saved under its source's fingerprint, else one
   described by a child (`python -m nsprof.space_view TARGET`: `main`) and saved.
 
-A saved view is keyed by the target's static fingerprint (nsprof.space.target_fingerprint), its
+A saved view is keyed by the target's static fingerprint (nsprof.space_source.target_fingerprint), its
 place, the Python, PYTHONPATH and nsprof's version. What the fingerprint cannot see (configs read
 from a data file, an environment variable, a tuner hook in a library) can leave a saved view behind
 the target, so a saved view is checked, never trusted: every worker checks what it loads against the
@@ -33,7 +33,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from nsprof.errors import TargetChanged, TargetError
-from nsprof.space import Listing, read_changes, split_target, target_file, target_fingerprint
+from nsprof.space import Listing, read_changes, target_file
+from nsprof.space_source import split_target, target_fingerprint
 
 FORMAT = 3  # of a description: a saved one of another format is read afresh
 KEEP_DAYS = 30  # a saved view nobody read for this long is removed (_prune)

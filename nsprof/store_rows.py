@@ -35,7 +35,7 @@ class MeasurementKey:
     """Everything one config's numbers depend on. Unknown or not-applicable parts are "" (not None)
     so that keys compare equal in SQL."""
 
-    fingerprint: str  # nsprof.space.target_fingerprint(target)
+    fingerprint: str  # nsprof.space_source.target_fingerprint(target)
     config_id: int
     config_json: str  # config_json(space.configs[config_id])
     gpu: str

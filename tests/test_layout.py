@@ -17,6 +17,7 @@ LAYERS = [
     [
         "nsprof.host",
         "nsprof.space",
+        "nsprof.space_source",
         "nsprof.space_view",
         "nsprof.tuner",
         "nsprof.store",

@@ -223,7 +223,7 @@ def test_a_module_target_of_an_editable_install_is_fingerprinted_by_its_files(tm
     # not on sys.path: the fingerprint follows that finder to the files, and imports nothing.
     from importlib.machinery import PathFinder
 
-    from nsprof.space import target_fingerprint
+    from nsprof.space_source import target_fingerprint
 
     package = tmp_path / "elsewhere" / "editable_kernels"
     package.mkdir(parents=True)

@@ -117,7 +117,8 @@ def target_source(target: str) -> str:
     """The source file of TARGET: file.py:space's file, or module:space's as the worker's import finds it
     (looked for, not imported: nsprof's own process imports no target)."""
     from nsprof.errors import TargetError
-    from nsprof.space import module_file, split_target, target_file
+    from nsprof.space import target_file
+    from nsprof.space_source import module_file, split_target
 
     where = split_target(target)[0]
     try:

@@ -300,7 +300,7 @@ def _key(target: str, space, truth: Truth, settings: TuneSettings):
     ToolNotFound of a resume whose tool is not installed (None when it is, or not needed)."""
     from nsprof.cluster import cluster_gpu
     from nsprof.host.gpu import which_gpu
-    from nsprof.space import target_fingerprint
+    from nsprof.space_source import target_fingerprint
 
     tool_version, missing_tool = "", None
     if truth.profiler:

@@ -107,7 +107,7 @@ def _forget_target_modules(target: str, folders: set[Path]) -> None:
     as they are now and never another project's helper of the same name, as a fresh worker would.
     `folders` gains this job's folder."""
     from nsprof.errors import TargetError
-    from nsprof.space import split_target
+    from nsprof.space_source import split_target
 
     try:
         where, _ = split_target(target)
@@ -160,7 +160,7 @@ def _target_place(request: dict) -> str | None:
     attribute of it: one module), or a module target's name and that folder; None where the job cannot
     be read (the job itself then says why)."""
     from nsprof.errors import TargetError
-    from nsprof.space import split_target
+    from nsprof.space_source import split_target
 
     try:
         where, _ = split_target(Job.read(Path(request["job"])).target)
