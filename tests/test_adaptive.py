@@ -838,3 +838,9 @@ def test_under_min_a_best_whose_median_interval_lies_above_the_seconds_is_no_sep
     # config 0's one fast rep makes it the best by min; the medians' intervals say config 1 is faster
     decision = _decided({0: [90, *range(200, 208)], 1: list(range(100, 109))}, stat="min")
     assert decision.kind != "winner", decision
+
+
+def test_a_config_of_one_rep_far_slower_than_the_best_is_no_tie():
+    # config 1's one rep, 10x the best's interval, is slower whatever its interval would be
+    decision = _decided({0: [100, 100.5, 101, 101.5, 102, 102.5], 2: [150] * 6, 1: [1000]})
+    assert decision.kind == "winner" and decision.config_id == 0 and decision.second == 2, decision

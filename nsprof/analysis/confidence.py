@@ -70,19 +70,21 @@ def median_interval(values: Sequence[float] | np.ndarray, level: float = LEVEL) 
     return Interval(float(a[k - 1]), float(a[n - k]), median_coverage(n, k), k, n)
 
 
-def not_slower(low: float, best_low: float, best_high: float) -> bool:
-    """Whether a config whose interval starts at `low` cannot be told slower than the best, whose interval
-    is [best_low, best_high]: its interval overlaps the best's, or lies below it (a best by the minimum),
-    or it has none (fewer than 2 reps: nothing excludes it). False where the best has no interval."""
+def not_slower(low: float, value: float, best_low: float, best_high: float) -> bool:
+    """Whether a config whose interval starts at `low` (its value `value`) cannot be told slower than the
+    best, whose interval is [best_low, best_high]: its interval overlaps the best's, or lies below it (a
+    best by the minimum), or, with too few reps for one, its value lies within the best's reach. False
+    where the best has no interval."""
     if best_low != best_low or best_high != best_high:
         return False
-    return low != low or low <= best_high
+    return (low if low == low else value) <= best_high
 
 
 def tied_with(table, best_row) -> list[bool]:
-    """For each row of `table` (ci_low_ns), whether it cannot be told slower than `best_row` (not_slower)."""
+    """For each row of `table` (ci_low_ns, value_ns), whether it cannot be told slower than `best_row`
+    (not_slower)."""
     lo, hi = float(best_row["ci_low_ns"]), float(best_row["ci_high_ns"])
-    return [not_slower(float(a), lo, hi) for a in table["ci_low_ns"]]
+    return [not_slower(float(a), float(v), lo, hi) for a, v in zip(table["ci_low_ns"], table["value_ns"])]
 
 
 @dataclass
@@ -135,7 +137,7 @@ def decide(ranked, stat: str = "median") -> Decision:
     if len(members) > 1:
         # The rank order is the rule's order: members[0] is the best.
         tied = measured[measured["config_id"].isin(members)]
-        ends = [float(e) for e in (*tied["ci_low_ns"], *tied["ci_high_ns"]) if e == e]
+        ends = [float(e) for e in (*tied["ci_low_ns"], *tied["ci_high_ns"], *tied["value_ns"]) if e == e]
         far = max((abs(e - value) for e in ends), default=float("nan"))
         spread = far / value if value else float("nan")
         return Decision(
@@ -184,7 +186,7 @@ def pick(rows) -> Pick:
     _, best, low, high = measured[0]
     if low != low or high != high:
         return Pick(best)
-    return Pick(best, tuple(cid for _, cid, lo, _ in measured if cid == best or not_slower(lo, low, high)))
+    return Pick(best, tuple(cid for v, cid, lo, _ in measured if cid == best or not_slower(lo, v, low, high)))
 
 
 def stability(a: Pick, b: Pick) -> str | None:
