@@ -259,7 +259,7 @@ def feed_back(
     words = crosstruth.condition_words(labels, labels.get("mode"))
     for shape in rankings:
         line = stored.get(None if shape is None else str(shape))
-        if isinstance(line, dict):  # that shape failed; the others stand
+        if shape is not None and isinstance(line, dict):  # that shape failed (each_shape); the others stand
             errors.append(f"feeding shape {shape}'s ranking back to {tuner.name} failed: {line.get('error')}")
         elif line is not None:
             notes[shape].append(

@@ -281,7 +281,7 @@ def target_file(where: str) -> Path | None:
 
 
 def _load_target(spec: str, where: str, attr: str) -> Space:
-    if os.getcwd() not in sys.path:  # found there as by `python -m`, after nsprof's own (children.DROP_CWD)
+    if os.getcwd() not in sys.path and not getattr(sys.flags, "safe_path", False):  # as `python -m` would
         sys.path.insert(0, os.getcwd())
     path = target_file(where)
     if path is not None:

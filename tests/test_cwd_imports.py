@@ -76,3 +76,19 @@ def test_the_worker_command_drops_the_current_folder_before_any_import(tmp_path)
     assert not marker.exists()
     assert done.returncode == 2 and "usage: python -m nsprof.worker" in done.stderr
     assert os.path.isabs(code[0]) and FIXTURES.exists()
+
+
+def test_a_user_who_asked_python_for_a_safe_path_gets_no_current_folder_back(tmp_path):
+    import subprocess
+
+    if sys.version_info < (3, 11):
+        import pytest
+
+        pytest.skip("PYTHONSAFEPATH is Python 3.11's")
+    (tmp_path / "my_kernels.py").write_text(TARGET)
+    code = "from nsprof.space import load_target\nload_target('my_kernels:space')\n"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )  # fmt: skip
+    assert done.returncode != 0 and "No module named 'my_kernels'" in done.stderr, done.stderr[-500:]

@@ -124,3 +124,25 @@ def test_control_characters_from_a_target_never_reach_the_terminal(tmp_path):
     assert "\x1b" not in printed and "\x9b" not in printed, printed
     assert not [line for line in printed.splitlines() if line.startswith(("best: forged", "nsprof: forged"))]
     assert "\\x1b[31mRED" in done.stdout and "\\x1b[2J cleared" in printed
+
+
+def test_an_output_that_is_a_pipe_is_written_into_and_a_files_mode_is_kept(tmp_path):
+    import os
+    import stat
+    import threading
+
+    fifo = tmp_path / "rows.csv"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    done = run_nsprof("analyze", FIXTURES / "fixture.sqlite", "--csv", fifo, in_process=True)
+    reader.join(timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and got and got[0].startswith(b"file,source,")
+    kept = tmp_path / "kept.csv"
+    kept.write_text("old\n")
+    kept.chmod(0o640)
+    done = run_nsprof("analyze", FIXTURES / "fixture.sqlite", "--csv", kept, in_process=True)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o640 and kept.read_text().startswith("file,source,")

@@ -142,20 +142,41 @@ def check_own_file(path: Path | str, what: str = "file") -> None:
         _check(what, Path(path), want_dir=False)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()  # read once, at import: os.umask is process-wide, and threads create files too
+
+
 @contextlib.contextmanager
 def written_over(path: Path | str) -> Iterator[Path]:
-    """A new file beside `path` (its folder made) for an output to be written to, renamed onto `path` once
-    written: a link planted at the name is replaced, never written through, and a write that fails or is
-    interrupted leaves what was there. The file gets the mode a new file would (the umask's)."""
+    """Where an output the user names is written: a new file beside `path` (its folder made), renamed onto
+    it once written, so that a link planted at the name is replaced, never written through, and a write that
+    fails or is interrupted leaves what was there; a file there keeps its mode (a new one gets the
+    umask's). A pipe or a device at the name (/dev/stdout), or a folder this user cannot write in, is
+    written as it is."""
     path = Path(path)
+    try:
+        real = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        real = None
+    if real is not None and not stat.S_ISREG(real.st_mode):
+        yield path
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    except PermissionError:
+        yield path
+        return
     os.close(fd)
     try:
         yield Path(name)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(name, 0o666 & ~umask)
+        own = os.lstat(path) if real is not None else None
+        os.chmod(name, stat.S_IMODE(own.st_mode) if own and stat.S_ISREG(own.st_mode) else 0o666 & ~_UMASK)
         os.replace(name, path)
     except BaseException:
         with contextlib.suppress(OSError):
