@@ -318,10 +318,8 @@ class _Refinement:
         self.touched.update(int(p) for p in kept_points["point"].unique())
         errors = frame.loc[frame["error"].notna()]
         errors = errors.assign(point=_points(errors, layout)).dropna(subset=["point"])
-        reps_kept = kept_points.groupby("point")["rep"].nunique()
-        short = [
-            p for p in plan.configs if reps_kept.get(p, 0) < plan.rounds and p not in set(errors["point"])
-        ]
+        reps_kept, failed = kept_points.groupby("point")["rep"].nunique(), set(errors["point"])
+        short = [p for p in plan.configs if reps_kept.get(p, 0) < plan.rounds and p not in failed]
         if not len(errors) and not short:
             return kept, None
         why = "; ".join(

@@ -225,26 +225,30 @@ def _caches_aside(autotuned, save: Callable | None, keep: bool):
 _ASIDE = ".nsprof-replaced-"  # the entry under a key, moved aside while its new one is written
 
 
-def _put_back_left_aside(path: Path) -> None:
-    """The entries a feed-back that was killed (at its timeout) left aside beside `path`: put back where
-    the key holds no complete entry, else removed."""
-    import glob
+def _settle(aside: Path, path: Path) -> None:
+    """The entry moved `aside` from `path`: put back where the key holds no complete entry (its new one's
+    save failed, or was killed), else removed."""
     import os
     import shutil
 
     from tilelang.autotuner.param import BEST_CONFIG_PATH
 
+    if aside.exists() and not (path / BEST_CONFIG_PATH).is_file():
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(aside, path)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _put_back_left_aside(path: Path) -> None:
+    """The entries a feed-back that was killed (at its timeout) left aside beside `path`, settled."""
+    import glob
+
     from nsprof.host.children import pid_alive
 
     for aside in path.parent.glob(f"{glob.escape(path.name)}{_ASIDE}*"):
         owner = aside.name.rpartition(_ASIDE)[2]
-        if not owner.isdigit() or pid_alive(int(owner)):
-            continue  # another feed-back's, under way
-        if (path / BEST_CONFIG_PATH).is_file():
-            shutil.rmtree(aside, ignore_errors=True)
-        else:
-            shutil.rmtree(path, ignore_errors=True)
-            os.replace(aside, path)
+        if owner.isdigit() and not pid_alive(int(owner)):  # else another feed-back's, under way
+            _settle(aside, path)
 
 
 def _entry_replaced(written: dict) -> Callable:
@@ -253,7 +257,6 @@ def _entry_replaced(written: dict) -> Callable:
     winner was lost."""
     import json
     import os
-    import shutil
 
     from tilelang.autotuner.param import BEST_CONFIG_PATH
     from tilelang.autotuner.tuner import AutoTuner
@@ -269,12 +272,7 @@ def _entry_replaced(written: dict) -> Callable:
         try:
             save(self, key, result)
         finally:
-            if (
-                aside.exists() and not (path / BEST_CONFIG_PATH).is_file()
-            ):  # the save failed: the old one back
-                shutil.rmtree(path, ignore_errors=True)
-                os.replace(aside, path)
-            shutil.rmtree(aside, ignore_errors=True)
+            _settle(aside, path)
         if not (path / BEST_CONFIG_PATH).is_file():
             raise NsprofError(
                 f"TileLang wrote no complete autotuner cache entry at {path} (the one there before is kept)"
