@@ -34,7 +34,6 @@ import importlib
 import importlib.util
 import json
 import os
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -167,9 +166,6 @@ class Space(Listing):
         return self.compile(self.configs[config_id], self.shapes[shape])
 
 
-# The address in an object's default text (`<X object at 0x7f...>`, `<function f at 0x7f...>`), and only
-# there: a value that merely looks hexadecimal (a seed, a mask) is compared as it is.
-_ADDRESS = re.compile(r"(?<= at )0x[0-9a-fA-F]+(?=>)")
 # What as_read says of a tuner hook (nsprof.tuner.TunerHook): the calls tune decides to make by them.
 TUNER_ABILITIES = (
     "can_pick",
@@ -182,9 +178,9 @@ TUNER_ABILITIES = (
 
 def read_changes(now: dict, read: dict) -> str | None:
     """How a space as it is `now` differs from what nsprof `read` of it (each Space.as_read()), in one
-    line; None when it does not. A config's JSON is compared without the memory addresses that an
-    object's default text holds (`<X object at 0x...>`): they differ in every process. `read` may
-    leave out "compiles" and "tuner": what is left out is not compared."""
+    line; None when it does not (configs and shapes as their canonical JSON, the same in every process:
+    nsprof.store_rows.config_json). `read` may leave out "compiles" and "tuner": what is left out is
+    not compared."""
     for what, word in (("configs", "config"), ("shapes", "shape")):
         was, is_now = read.get(what), now[what]
         if was is None and is_now is None:
@@ -193,7 +189,7 @@ def read_changes(now: dict, read: dict) -> str | None:
             count = "no" if is_now is None else len(is_now)
             return f"it lists {count} {word}s now, not {'none' if was is None else len(was)}"
         for index, (old, new) in enumerate(zip(was, is_now)):
-            if _ADDRESS.sub("0x", old) != _ADDRESS.sub("0x", new):
+            if old != new:
                 return f"{word} {index} is {_cut(new)} now, not {_cut(old)}"
     if read.get("fingerprint") and now["fingerprint"] != read["fingerprint"]:
         return "its source is not the one nsprof read (the target's file, or a module it imports, was edited)"
@@ -214,10 +210,10 @@ def config_label(config: Any) -> str:
     shown as a saved run's JSON holds them (a tuple as a list), so that a run read back labels its
     configs as the live run did."""
     if isinstance(config, dict):
-        import json
+        from nsprof.store_rows import plain
 
-        plain = json.loads(json.dumps(config, default=str))
-        return printable(",".join(f"{k}={v}" for k, v in plain.items()))
+        as_json = json.loads(json.dumps(config, default=plain))
+        return printable(",".join(f"{k}={v}" for k, v in as_json.items()))
     return printable(config)
 
 
@@ -319,5 +315,7 @@ def _load_target(spec: str, where: str, attr: str) -> Space:
 
 
 def shape_json(shape: Any) -> str:
-    """The canonical JSON text of one shape (sorted keys; tuples as lists), as the results store keys it."""
-    return json.dumps(shape, sort_keys=True, separators=(",", ":"), default=str)
+    """The canonical JSON text of one shape, as the results store keys it (nsprof.store_rows.config_json)."""
+    from nsprof.store_rows import config_json
+
+    return config_json(shape)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -25,9 +26,23 @@ _INT_FIELDS = {"config_id", "rep", "graph_node", "shape"}
 _FLOAT_FIELDS = {"duration_ns", "cycles", "clock_hz", "timeout_s"}
 
 
+# The address in an object's default text (`<X object at 0x7f...>`, `<function f at 0x7f...>`), and only
+# there: a value that merely looks hexadecimal (a seed, a mask) is kept as it is.
+_ADDRESS = re.compile(r"(?<= at )0x[0-9a-fA-F]+(?=>)")
+
+
+def plain(value: Any) -> Any:
+    """What JSON holds of a value it has no type for, the same in every process: a set's items in order
+    (a set of str iterates in a per-process order), an object's text without its memory address."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=config_json)
+    return _ADDRESS.sub("0x", str(value))
+
+
 def config_json(config: Any) -> str:
-    """The canonical JSON text of one config (sorted keys), for MeasurementKey.config_json."""
-    return json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    """The canonical JSON text of one config or shape (sorted keys, tuples as lists, sets sorted, no memory
+    address), the same in every process: MeasurementKey.config_json and .shape_json."""
+    return json.dumps(config, sort_keys=True, separators=(",", ":"), default=plain)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,14 +64,14 @@ def no_tools(tmp_path: Path) -> dict:
     return {"PATH": str(bare), "NSPROF_NCU": None, "NSPROF_NSYS": None}
 
 
-def independent_ranking(store: Path, backend: str) -> list[tuple[int, float]]:
+def independent_ranking(store: Path, backend: str, run_id: int | None = None) -> list[tuple[int, float]]:
     """(config_id, median ns) best first, read with sqlite3: each rep's kernels summed, the median
-    over reps."""
+    over reps (of one run's rows, given `run_id`)."""
     with sqlite3.connect(store) as db:
         rows = db.execute(
             "SELECT config_id, rep, SUM(duration_ns) FROM measurements "
-            "WHERE backend = ? AND error IS NULL GROUP BY config_id, rep",
-            (backend,),
+            "WHERE backend = ? AND error IS NULL AND (? IS NULL OR run_id = ?) GROUP BY config_id, rep",
+            (backend, run_id, run_id),
         ).fetchall()
     reps: dict[int, list[float]] = {}
     for config_id, _rep, total in rows:
@@ -126,6 +126,43 @@ def test_results_by_run_id_and_the_runs_list_stay(tuned):
     assert by_run.returncode == 0, by_run.stderr
     document = json.loads(by_run.stdout)
     assert [t["truth"] for t in document["truths"]] == ["ncu", "nsys"]  # run 2's tune ranked both
+
+
+def test_results_by_run_id_ranks_the_other_truth_as_measured_on_that_runs_gpu(tuned):
+    """A later tune on another GPU measured the other truth too: run 1 is still read beside the nsys run
+    of its own GPU, not beside the other GPU's (whose numbers rank the configs the other way)."""
+    store = tuned / "s.sqlite"
+    with sqlite3.connect(store) as db:
+        (nsys_run,) = db.execute("SELECT id FROM runs WHERE backend = 'nsys'").fetchone()
+        columns = [row[1] for row in db.execute("PRAGMA table_info(runs)") if row[1] != "id"]
+        picked = ", ".join("'NVIDIA B200 GPU-other'" if c == "gpu" else "'GPU-other'" if c == "gpu_uuid" else c
+                           for c in columns)  # fmt: skip
+        db.execute(
+            f"INSERT INTO runs ({', '.join(columns)}) SELECT {picked} FROM runs WHERE id = ?", (nsys_run,)
+        )
+        (other_run,) = db.execute("SELECT MAX(id) FROM runs").fetchone()
+        columns = [row[1] for row in db.execute("PRAGMA table_info(measurements)") if row[1] != "id"]
+        new = {
+            "run_id": str(other_run),
+            "gpu": "'NVIDIA B200 GPU-other'",
+            "duration_ns": "100000 - duration_ns",
+        }
+        picked = ", ".join(new.get(c, c) for c in columns)
+        db.execute(
+            f"INSERT INTO measurements ({', '.join(columns)}) SELECT {picked} FROM measurements WHERE run_id = ?",
+            (nsys_run,),
+        )
+    assert (
+        independent_ranking(store, "nsys", other_run)[0][0]
+        != independent_ranking(store, "nsys", nsys_run)[0][0]
+    )
+    by_run = run_nsprof(
+        "results", str(store), "--run", "1", "--json", cwd=tuned, env=no_tools(tuned), in_process=True
+    )
+    assert by_run.returncode == 0, by_run.stderr
+    nsys = next(t for t in json.loads(by_run.stdout)["truths"] if t["truth"] == "nsys")
+    ranked = [(r["config_id"], r["value_ns"]) for r in nsys["ranked"]]
+    assert ranked == [(c, pytest.approx(v)) for c, v in independent_ranking(store, "nsys", nsys_run)]
 
 
 @pytest.mark.parametrize(

@@ -82,7 +82,7 @@ def _settings(run) -> TuneSettings:
 
 def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
     """The key (without config) of `truth`'s rows among `runs` (the target's): the anchor run's when
-    it is one of that truth's, else the latest one's; None when no run is."""
+    it is one of that truth's, else the latest one's on the anchor's GPU; None when no run is."""
     backend = truth.backend if truth.profiler else f"{truth.backend}:{settings.stat}"
     labels = key_labels(truth, settings)
 
@@ -92,7 +92,7 @@ def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
     if of_truth(anchor):
         run = anchor
     else:
-        matching = [run for run in runs.itertuples() if of_truth(run)]
+        matching = [run for run in runs.itertuples() if of_truth(run) and _text(run.gpu) == _text(anchor.gpu)]
         if not matching:
             return None
         run = matching[-1]
