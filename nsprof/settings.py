@@ -32,6 +32,11 @@ MODES = ("direct", "graph")
 STATS = ("median", "min")
 
 
+def phase_bound(timeout_s: float) -> float:
+    """The bound on a phase outside a config's window (a start, the target's import) under --timeout."""
+    return max(timeout_s, MIN_PHASE_S)
+
+
 @dataclass(frozen=True)
 class ProfileSettings:
     """Everything one profiling session needs, passed whole."""
@@ -86,7 +91,7 @@ class ProfileSettings:
         """The bound on each phase outside a config's window: phase_timeout_s when set, else
         timeout_s but at least MIN_PHASE_S, since a healthy start (torch, a compiler's import,
         CUDA init, the profiler's own start-up) takes 10-15 s, longer than a small --timeout."""
-        return self.phase_timeout_s if self.phase_timeout_s is not None else max(self.timeout_s, MIN_PHASE_S)
+        return self.phase_timeout_s if self.phase_timeout_s is not None else phase_bound(self.timeout_s)
 
 
 @dataclass(frozen=True)

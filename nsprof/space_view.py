@@ -52,6 +52,7 @@ class SpaceView(Listing):
     shapes: list[Any] | None
     read: dict = field(repr=False)
     saved: bool = False
+    bound_s: float = 0.0  # how long a child's import of the target may take (read_target)
     # the target described again, once (refreshed): [] until then, [its view or None]
     _fresh: list = field(default_factory=list, compare=False, repr=False)
 
@@ -79,7 +80,7 @@ class SpaceView(Listing):
         if not self.saved:
             return None
         if not self._fresh:
-            fresh = read_target(self.spec, fresh=True)
+            fresh = read_target(self.spec, fresh=True, bound_s=self.bound_s)
             why = read_changes(fresh.read, self.read)
             self._fresh.append(None if why is None else (fresh, why))
         return self._fresh[0]
@@ -97,13 +98,16 @@ class SpaceView(Listing):
 
 def describe(space) -> dict:
     """What nsprof's process needs of a loaded Space, as JSON values (SpaceView's fields)."""
-    plain = json.loads(json.dumps({"configs": space.configs, "shapes": space.shapes}, default=str))
-    return {"format": FORMAT, "name": space.name, **plain, "read": space.as_read()}
+    from nsprof.store_rows import plain
+
+    values = json.loads(json.dumps({"configs": space.configs, "shapes": space.shapes}, default=plain))
+    return {"format": FORMAT, "name": space.name, **values, "read": space.as_read()}
 
 
-def read_target(spec: str, fresh: bool = False) -> SpaceView:
+def read_target(spec: str, bound_s: float, fresh: bool = False) -> SpaceView:
     """TARGET's SpaceView: the saved one for its source as it is now, else (or with `fresh`) one a
-    child described, saved for the next run. A target that does not load: its one line (TargetError)."""
+    child described (its import bounded by `bound_s`), saved for the next run. A target that does not
+    load: its one line (TargetError)."""
     from nsprof import __version__
 
     where, attr = split_target(spec)
@@ -118,23 +122,24 @@ def read_target(spec: str, fresh: bool = False) -> SpaceView:
     path = _saved_path(hashlib.sha256(key.encode()).hexdigest()[:32])
     saved = _read_saved(path) if path is not None and not fresh else None
     if saved is not None and saved.get("format") == FORMAT and saved["read"]["fingerprint"] == fingerprint:
-        return _view(spec, saved, saved=True)
-    doc = _described(spec)
+        return _view(spec, saved, bound_s, saved=True)
+    doc = _described(spec, bound_s)
     # The child fingerprints after its import: another fingerprint means the source changed meanwhile;
     # that description is used, never saved under the source fingerprinted before.
     if path is not None and doc["read"]["fingerprint"] == fingerprint:
         _save(path, doc)
-    return _view(spec, doc)
+    return _view(spec, doc, bound_s)
 
 
-def _view(spec: str, doc: dict, saved: bool = False) -> SpaceView:
-    return SpaceView(spec, doc["name"], doc["configs"], doc["shapes"], doc["read"], saved)
+def _view(spec: str, doc: dict, bound_s: float, saved: bool = False) -> SpaceView:
+    return SpaceView(spec, doc["name"], doc["configs"], doc["shapes"], doc["read"], saved, bound_s)
 
 
-def _described(spec: str) -> dict:
+def _described(spec: str, bound_s: float) -> dict:
     """The description of TARGET by a child that imports it (what the target prints goes to nsprof's
-    standard error), or its one line of error (TargetError). The child is a process group of its own:
-    Ctrl-C is nsprof's to handle, and nothing the target's import started outlives the child."""
+    standard error), or its one line of error (TargetError), also where it takes longer than `bound_s`.
+    The child is a process group of its own: Ctrl-C is nsprof's to handle, and nothing the target's
+    import started outlives the child."""
     import contextlib
     import signal
     import subprocess
@@ -151,7 +156,11 @@ def _described(spec: str) -> dict:
         env=child_environ(),  # a target whose import touches CUDA sees the worker's GPU
     )
     try:
-        out, _ = child.communicate()
+        out, _ = child.communicate(timeout=bound_s)
+    except subprocess.TimeoutExpired:
+        raise TargetError(
+            f"importing {spec} took longer than {bound_s:g} s: it hangs, or needs a longer --timeout"
+        ) from None
     finally:
         with contextlib.suppress(ProcessLookupError):  # the group is gone already
             os.killpg(child.pid, signal.SIGKILL)  # what the import left running; the child if nsprof stops

@@ -16,6 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from conftest import STANDINS
 
 from nsprof.space_view import KEEP_DAYS
@@ -200,6 +201,22 @@ def test_a_target_that_ends_its_importing_process_is_one_line(tmp_path):
     assert done.returncode != 0 and "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "t.py:space" in lines[0] and "exit status 3" in lines[0], done.stderr
+
+
+def test_a_target_whose_import_hangs_is_one_line_after_the_bound_and_leaves_no_process(tmp_path, monkeypatch):
+    from nsprof.errors import TargetError
+    from nsprof.space_view import read_target
+
+    (tmp_path / "t.py").write_text(
+        "import os, time\nopen('pid', 'w').write(str(os.getpid()))\ntime.sleep(3600)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TargetError, match=r"importing t\.py:space took longer than 2 s") as raised:
+        read_target("t.py:space", bound_s=2)
+    assert "\n" not in str(raised.value)
+    pid = int((tmp_path / "pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
 
 
 def test_a_module_target_in_a_package_is_read_without_running_the_package(tmp_path):

@@ -13,15 +13,17 @@ import click
 from nsprof.errors import NsprofError, OptionError
 
 
-def on_target(target: str, run):
-    """run(TARGET's SpaceView), read without importing it here (nsprof.space_view.read_target). A run
+def on_target(target: str, run, timeout_s: float):
+    """run(TARGET's SpaceView), read without importing it here (nsprof.space_view.read_target, its
+    import bounded as a worker's start is under `timeout_s`: nsprof.settings.phase_bound). A run
     refused on a saved view found behind the target (TargetChanged: a data file, an environment
     variable, a library the source does not show) runs once more on the target as it is, saying so."""
     from nsprof.errors import TargetChanged
+    from nsprof.settings import phase_bound
     from nsprof.space_view import read_target
 
     say_device_order()
-    view = read_target(target)
+    view = read_target(target, phase_bound(timeout_s))
     try:
         return run(view)
     except TargetChanged:

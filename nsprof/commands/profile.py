@@ -75,7 +75,7 @@ def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler
         # a point id for a target with shapes: (config id, shape)
         return result, [(*space.points.split(point), detail) for point, detail in failures]
 
-    return on_target(target, run)
+    return on_target(target, run, settings.timeout_s)
 
 
 def show(target: str, settings, result, failures, *, as_json, csv_path) -> None:

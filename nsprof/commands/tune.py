@@ -73,7 +73,7 @@ def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, 
                 report = run_tune(target, settings, config_ids=ids, on_stage=bars, space=space)
             return replace(report, steps={**started, **report.steps})
 
-        return on_target(target, run)
+        return on_target(target, run, settings.timeout_s)
 
 
 def show(target: str, report, *, plot_path, html_path, as_json) -> int:

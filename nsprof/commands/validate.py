@@ -71,7 +71,7 @@ def validate(target: str, settings, *, devices, scheduler, verbose):
             with results_only_on_stdout():
                 return run_validate(target, clustered, on_stage=bars, space=space)
 
-    return on_target(target, run)
+    return on_target(target, run, settings.timeout_s)
 
 
 def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=False) -> None:
