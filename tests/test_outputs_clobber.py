@@ -146,3 +146,22 @@ def test_an_output_that_is_a_pipe_is_written_into_and_a_files_mode_is_kept(tmp_p
     done = run_nsprof("analyze", FIXTURES / "fixture.sqlite", "--csv", kept, in_process=True)
     assert done.returncode == 0, done.stderr
     assert stat.S_IMODE(kept.stat().st_mode) == 0o640 and kept.read_text().startswith("file,source,")
+
+
+def test_a_reports_or_targets_name_is_printed_escaped(tmp_path):
+    """A file name is text from outside too: a line break or an escape in it never starts a line or
+    reaches the terminal (analyze's and --compare's headers, profile's)."""
+    named = tmp_path / "a\x1b[31mb\nforged.csv"
+    shutil.copy(FIXTURES / "fixture_node_raw.csv", named)
+    for args in ((named,), (named, named, "--compare")):
+        done = run_nsprof("analyze", *args, in_process=True)
+        assert done.returncode == 0, done.stderr
+        assert "\nforged.csv" not in done.stdout and "\\nforged.csv" in done.stdout, done.stdout
+    target = tmp_path / "t\x1b[2Jx\nforged.py"
+    target.write_text(
+        "import nsprof.space\nspace = nsprof.space.Space(configs=[{'ns': 1000.0}], build=lambda c: (lambda: None), device='cpu')\n"
+    )
+    done = run_nsprof("profile", f"{target}:space", "--backend", "ncu", "--mode", "direct", "--reps", "1",
+                      cwd=tmp_path, standins=True, in_process=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "\nforged.py" not in done.stdout and "\\nforged.py" in done.stdout, done.stdout

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import click
 
 from nsprof.commands.common import one_on_stdout, refuse_clobbering, write_exports, wrote
-from nsprof.errors import NsprofError, OptionError, error_line
+from nsprof.errors import NsprofError, OptionError, error_line, printable
 
 EXIT_UNREADABLE = 2  # some report could not be read (the others were still shown)
 COMPARE_COLUMNS = [
@@ -190,7 +190,7 @@ def _echo_tables(tables, format_table, view: View) -> None:
     from nsprof.render.notes import describe_report, summary_notes
 
     for path, frame, table in tables:
-        click.echo(f"{path}  ({describe_report(frame)})")
+        click.echo(f"{printable(path)}  ({describe_report(frame)})")
         if view.style == "markdown":
             click.echo("")
         click.echo(format_table(table, view.timeunit, view.width, view.names, view.style))
@@ -282,13 +282,19 @@ def _compare_table(files, frames, joined, view: View) -> None:
     from nsprof.render.notes import compare_note, describe_report
 
     a, b = frames
-    click.echo(f"A: {files[0]}  ({describe_report(a)})")
-    click.echo(f"B: {files[1]}  ({describe_report(b)})")
+    click.echo(f"A: {printable(files[0])}  ({describe_report(a)})")
+    click.echo(f"B: {printable(files[1])}  ({describe_report(b)})")
     if view.style == "markdown":
         click.echo("")
     click.echo(
         format_compare(
-            joined, files[0].name, files[1].name, view.timeunit, view.width, view.names, view.style
+            joined,
+            printable(files[0].name),
+            printable(files[1].name),
+            view.timeunit,
+            view.width,
+            view.names,
+            view.style,
         )
     )
     note = compare_note(joined)

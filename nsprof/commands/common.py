@@ -160,29 +160,57 @@ def _wrote_rows(frame, path: str) -> None:
 
 
 def write_exports(frame, csv_path: str | None, parquet_path: str | None) -> None:
-    """The tidy rows to --csv / --parquet files; `-` is standard output."""
+    """The tidy rows to --csv / --parquet files; `-` is standard output. An output that cannot be written
+    is one line that names it, and the rows are kept in a file of this user's that the line names."""
+    for path, write in ((csv_path, _write_csv), (parquet_path, _write_parquet)):
+        if not path:
+            continue
+        try:
+            write(frame, path)
+        except OSError as exc:
+            raise NsprofError(f"writing {path} failed: {exc.strerror or exc}; {_kept(frame)}") from None
+        except NsprofError as exc:
+            raise NsprofError(f"{exc}; {_kept(frame)}") from None
+        _wrote_rows(frame, path)
+
+
+def _write_csv(frame, path: str) -> None:
     from nsprof.host.owned import written_over
 
-    if csv_path == "-":
+    if path == "-":
         frame.to_csv(sys.stdout, index=False)
         sys.stdout.flush()
-    elif csv_path:
-        with written_over(csv_path) as out:
+        return
+    with written_over(path) as out:
+        frame.to_csv(out, index=False)
+
+
+def _write_parquet(frame, path: str) -> None:
+    from nsprof.host.owned import written_over
+
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise NsprofError("--parquet needs pyarrow: pip install 'nsprof[parquet]'") from None
+    if path == "-":
+        frame.to_parquet(sys.stdout.buffer, index=False)
+        sys.stdout.buffer.flush()
+        return
+    with written_over(path) as out:
+        frame.to_parquet(out, index=False)
+
+
+def _kept(frame) -> str:
+    """The rows written to a new file of this user's (mode 0600) in the temporary folder: where they are."""
+    import tempfile
+
+    fd, name = tempfile.mkstemp(prefix="nsprof-rows-", suffix=".csv")
+    try:
+        with os.fdopen(fd, "w") as out:
             frame.to_csv(out, index=False)
-    if csv_path:
-        _wrote_rows(frame, csv_path)
-    if parquet_path:
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise NsprofError("--parquet needs pyarrow: pip install 'nsprof[parquet]'") from None
-        if parquet_path == "-":
-            frame.to_parquet(sys.stdout.buffer, index=False)
-            sys.stdout.buffer.flush()
-        else:
-            with written_over(parquet_path) as out:
-                frame.to_parquet(out, index=False)
-        _wrote_rows(frame, parquet_path)
+    except OSError as exc:
+        return f"keeping the rows in {name} failed too ({exc.strerror or exc})"
+    return f"the rows are in {name}"
 
 
 class StageBars:

@@ -17,7 +17,7 @@ from nsprof.commands.common import (
     target_source,
     write_exports,
 )
-from nsprof.errors import NsprofError, OptionError, TargetChanged
+from nsprof.errors import NsprofError, OptionError, TargetChanged, printable
 from nsprof.host.redirect import results_only_on_stdout
 
 
@@ -80,29 +80,33 @@ def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler
 
 def show(target: str, settings, result, failures, *, as_json, csv_path) -> None:
     """The failures, the rows to --csv/--json or the per-config summary; an error when every config failed."""
-    from nsprof.profile import check_measured, config_summary
+    from nsprof.profile import check_measured
     from nsprof.render.json import write_rows
-    from nsprof.render.run_tables import format_config_summary
 
     for config_id, shape, detail in failures:
         where = "" if shape is None else f" at shape {shape}"
         click.echo(f"nsprof: config {config_id}{where} failed: {detail}", err=True)
     frame = result.frame
-    write_exports(frame, csv_path, None)
     if as_json:
         write_rows(frame, sys.stdout)
-        check_measured(frame)
-        return
+    else:
+        _print_table(target, settings, result, to_stderr=csv_path == "-")
+    write_exports(frame, csv_path, None)  # after the table: an output that fails loses none of it
+    check_measured(frame)  # every config failed: the table says why, and the exit status too
+
+
+def _print_table(target: str, settings, result, *, to_stderr: bool) -> None:
+    from nsprof.profile import config_summary
+    from nsprof.render.run_tables import format_config_summary
+
     labels = result.labels
-    to_stderr = csv_path == "-"  # standard output carries the rows
     kept = "temporary reports removed (pass --work-dir to keep them)"
     if result.work_dir:  # and this run's own reports: a reused --work-dir holds earlier runs' too
         names = ", ".join(Path(report).name for report in result.reports)
         kept = f"reports kept in {result.work_dir}" + (f": {names}" if names else "")
     click.echo(
-        f"{target}: {settings.backend}, clock control {labels['clock_control']}, cache control "
+        f"{printable(target)}: {settings.backend}, clock control {labels['clock_control']}, cache control "
         f"{labels['cache_control']}, {result.wall_s:.1f} s wall; {kept}",
         err=to_stderr,
     )
-    click.echo(format_config_summary(config_summary(frame, result.configs)), err=to_stderr)
-    check_measured(frame)  # every config failed: the table above says why, and the exit status too
+    click.echo(format_config_summary(config_summary(result.frame, result.configs)), err=to_stderr)

@@ -5,7 +5,8 @@ stop the worker) and reads the report back: a folder another user owns, or may w
 user run code as this user, have nsprof kill a process of their choosing, or plant links it writes
 through. own_folder makes a missing folder mode 0700 and refuses, in one line, one that is not this
 user's; check_own_file does the same for a file that is there already (a results store). An output the
-user names is written by written_over: beside its name, then renamed onto it.
+user names is written by written_over: beside its name, then renamed onto it (a FIFO there: once
+something reads it, within READER_WAIT_S).
 
 "Others may write" counts the group's write bit only where the group is not this user's alone (a user
 private group, as umask 002 systems make: the group of the user's name, with no other member and no
@@ -19,9 +20,11 @@ project folder mounted from the host's user, is the common case of it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,6 +152,22 @@ def _umask() -> int:
 
 
 _UMASK = _umask()  # read once, at import: os.umask is process-wide, and threads create files too
+READER_WAIT_S = 60.0  # how long an output that is a FIFO waits for something to open it for reading
+
+
+def _reader_came(path: Path) -> int:
+    """The FIFO at `path` opened for writing once something opened it for reading: held while the caller
+    writes through the path, whose own open then does not wait for good. NsprofError after READER_WAIT_S."""
+    deadline = time.monotonic() + READER_WAIT_S
+    while True:
+        try:
+            return os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: no reader yet
+                raise
+        if time.monotonic() > deadline:
+            raise NsprofError(f"{path}: nothing opened it for reading within {READER_WAIT_S:g} s (a FIFO)")
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager
@@ -157,14 +176,19 @@ def written_over(path: Path | str) -> Iterator[Path]:
     it once written, so that a link planted at the name is replaced, never written through, and a write that
     fails or is interrupted leaves what was there; a file there keeps its mode (a new one gets the
     umask's). A pipe or a device at the name (/dev/stdout), or a folder this user cannot write in, is
-    written as it is."""
+    written as it is; a FIFO once something reads it (_reader_came)."""
     path = Path(path)
     try:
         real = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         real = None
     if real is not None and not stat.S_ISREG(real.st_mode):
-        yield path
+        held = _reader_came(path) if stat.S_ISFIFO(real.st_mode) else None
+        try:
+            yield path
+        finally:
+            if held is not None:
+                os.close(held)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
