@@ -417,3 +417,14 @@ def test_a_reread_ranks_each_shape_by_its_value_when_the_target_reordered_its_sh
     assert again.returncode == 0, again.stderr
     got = {s["shape"]: (s["shape_value"], s["best_config_id"]) for s in json.loads(again.stdout)["shapes"]}
     assert got == expected == {0: ({"M": 16}, 1), 1: ({"M": 1}, 2)}
+
+
+@pytest.mark.parametrize("more", [(), ("--export", "out.csv")])
+def test_results_of_an_empty_file_is_one_line_and_leaves_it_empty(tmp_path, more):
+    empty = tmp_path / "empty.csv"
+    empty.touch()
+    done = run_nsprof("results", str(empty), *more, cwd=tmp_path, in_process=True)
+    assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "empty" in done.stderr and "not a results store" in done.stderr, done.stderr
+    assert empty.stat().st_size == 0 and not (tmp_path / "out.csv").exists()
+

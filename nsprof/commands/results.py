@@ -57,6 +57,9 @@ def results(
     path = store_path or DEFAULT_PATH
     if not Path(path).exists():
         raise NsprofError(f"no results store at {path} (nsprof tune writes one)")
+    if Path(path).is_file() and Path(path).stat().st_size == 0 and not Path(f"{path}-wal").exists():
+        # reading would make it one: a file the user named by mistake is left as it is
+        raise NsprofError(f"{path} is empty: not a results store (nsprof tune writes one)")
     if target is not None or run_id is not None:
         return _ranked(path, target, run_id, plot_path=plot_path, html_path=html_path, as_json=as_json)
     return _listed(path, export_path)
