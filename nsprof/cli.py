@@ -264,7 +264,7 @@ def validate(target, timers, truth, mode, **options) -> None:
     metavar="PCT",
 )
 @_option("--prescreen", type=click.Choice(list(TIMER_BACKENDS)), default=None)
-@_option("--top", "prescreen_top", type=click.IntRange(1), default=4)
+@_option("--top", "prescreen_top", type=click.IntRange(1), default=None)
 @_option("--timeout")
 @_option("--work-dir")
 @_option("--store")

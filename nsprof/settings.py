@@ -32,6 +32,9 @@ MODES = ("direct", "graph")
 STATS = ("median", "min")
 
 
+PRESCREEN_TOP = 4  # how many configs a prescreen hands to the ground truth, unless --top says
+
+
 def phase_bound(timeout_s: float) -> float:
     """The bound on a phase outside a config's window (a start, the target's import) under --timeout."""
     return max(timeout_s, MIN_PHASE_S)
@@ -113,7 +116,7 @@ class ClusterSettings:
         _check(
             [
                 (
-                    bool(self.devices) != bool(self.scheduler),
+                    bool(self.devices) != (self.scheduler is not None),
                     "give either --devices or --scheduler, not both",
                 ),
                 (
@@ -122,7 +125,7 @@ class ClusterSettings:
                 ),
                 (len(set(self.devices)) == len(self.devices), "--devices names a GPU twice"),
                 (
-                    not self.scheduler or "://" in self.scheduler,
+                    self.scheduler is None or "://" in self.scheduler,
                     f"--scheduler takes an address such as tcp://host:8786, not {self.scheduler!r}",
                 ),
                 (self.batch_size is None or self.batch_size >= 1, "batch size must be at least 1"),
@@ -146,7 +149,7 @@ class TuneSettings:
     reps: int = 5
     timer_reps: int = 100
     prescreen: str | None = None  # a fast timer backend name
-    prescreen_top: int = 4
+    prescreen_top: int | None = None  # given, it needs prescreen; None: PRESCREEN_TOP
     timeout_s: float = 120.0
     work_dir: Path | None = None
     store: Path | None = None  # results store; None: .nsprof/results.sqlite
@@ -181,6 +184,10 @@ class TuneSettings:
         _check(
             [
                 (self.use_store or not self.resume, "--resume needs the results store (drop --no-store)"),
+                (
+                    self.use_store or self.store is None,
+                    "--store names a results store and --no-store keeps none: give one",
+                ),
                 (self.resume or not self.retry_failed, "--retry-failed goes with --resume"),
                 (
                     self.max_reps is None or self.max_reps >= self.reps,
@@ -225,7 +232,11 @@ class TuneSettings:
                     self.prescreen is None or self.prescreen in TIMER_BACKENDS,
                     f"--prescreen takes a fast timer: {', '.join(TIMER_BACKENDS)}",
                 ),
-                (self.prescreen_top >= 1, "--top must be at least 1"),
+                (self.prescreen_top is None or self.prescreen_top >= 1, "--top must be at least 1"),
+                (
+                    self.prescreen is not None or self.prescreen_top is None,
+                    "--top N goes with --prescreen (the fast timer that picks the N for the ground truth)",
+                ),
                 (self.budget_s >= 0, "--budget-s must be 0 (no adaptive reps) or more"),
                 (
                     0 <= self.equivalence_pct < 100,

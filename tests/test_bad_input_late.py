@@ -46,6 +46,10 @@ def _refused(ran, *words) -> str:
         (["validate", "t.py:space", "--save", "afile/x.json"], ["afile"]),
         (["tune", "t.py:space", "--html", "afile/sub/x.html"], ["afile"]),
         (["tune", "t.py:space", "--plot", "afile/x.png"], ["afile"]),
+        (["tune", "t.py:space", "--store", "r.sqlite", "--no-store"], ["--store", "--no-store"]),
+        (["tune", "t.py:space", "--top", "3"], ["--top", "--prescreen"]),
+        (["profile", "t.py:space", "--scheduler", ""], ["--scheduler", "address"]),
+        (["tune", "t.py:space", "--scheduler", " "], ["--scheduler", "address"]),
     ],
 )
 def test_refused_in_one_line_before_anything_is_measured(target, args, words):

@@ -427,4 +427,3 @@ def test_results_of_an_empty_file_is_one_line_and_leaves_it_empty(tmp_path, more
     assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "empty" in done.stderr and "not a results store" in done.stderr, done.stderr
     assert empty.stat().st_size == 0 and not (tmp_path / "out.csv").exists()
-

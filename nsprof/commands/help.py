@@ -62,7 +62,7 @@ HELP = {
     "tune --budget-s": "Adaptive reps: wall seconds their interleaved sessions may take, per truth (0: none; inf: no limit).",
     "tune --equivalence": "Adaptive reps: a tie whose configs all lie within ± this % of the best (or one step of the tool's clock, where that is wider) is practically equivalent and gets no more reps; a first-pass winner closer than this to its rival is checked in a second process (0: off).",
     "tune --prescreen": "Rank all configs with this fast timer first; measure only the best --top.",
-    "tune --top": "How many prescreened configs go to ground truth.",
+    "tune --top": "How many prescreened configs go to ground truth (with --prescreen; 4 unless given).",
     "tune --no-store": "Keep no results store.",
     "tune --resume": "Measure only configs the store has no result for (same key).",
     "tune --retry-failed": "With --resume, measure failed configs again too (failures that say nothing about the config, such as a timeout shorter than today's, are retried anyway).",

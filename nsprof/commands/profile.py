@@ -48,18 +48,20 @@ def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler
         raise OptionError("--json and --csv - both write to standard output: choose one")
     refuse_clobbering({"--csv": csv_path}, [("the target's source", target_source(target))])
 
-    def run(space):
-        truth = GroundTruth(settings)  # a missing tool is one line before any work starts
-        checked = ids
-        if ids is not None:
-            try:
-                checked = config_ids_of(space, ids)
-            except TargetChanged:
-                raise  # a saved view behind the target: on_target reads it again
-            except NsprofError as exc:
-                raise OptionError(str(exc), option="--configs") from None
-        with clusters(), StageBars(width=0) as bars:
-            backend = sharded(truth, cluster_settings(devices, scheduler, verbose))
+    with clusters(), StageBars(width=0) as bars:
+        cluster = cluster_settings(devices, scheduler, verbose)  # its options: one line before any work
+
+        def run(space):
+            truth = GroundTruth(settings)  # a missing tool is one line before any work starts
+            checked = ids
+            if ids is not None:
+                try:
+                    checked = config_ids_of(space, ids)
+                except TargetChanged:
+                    raise  # a saved view behind the target: on_target reads it again
+                except NsprofError as exc:
+                    raise OptionError(str(exc), option="--configs") from None
+            backend = sharded(truth, cluster)
             n = (len(checked) if checked is not None else len(space.configs)) * max(1, space.n_shapes)
             update, failures = bars(settings.backend, n), []
 
@@ -72,10 +74,10 @@ def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler
                 result = profile_result(
                     target, settings, config_ids=checked, on_progress=progress, backend=backend, space=space
                 )
-        # a point id for a target with shapes: (config id, shape)
-        return result, [(*space.points.split(point), detail) for point, detail in failures]
+            # a point id for a target with shapes: (config id, shape)
+            return result, [(*space.points.split(point), detail) for point, detail in failures]
 
-    return on_target(target, run, settings.timeout_s)
+        return on_target(target, run, settings.timeout_s)
 
 
 def show(target: str, settings, result, failures, *, as_json, csv_path) -> None:

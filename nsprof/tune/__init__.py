@@ -34,7 +34,7 @@ from nsprof.analysis.crosstruth import CrossTruth
 from nsprof.analysis.ranking import rank
 from nsprof.analysis.tune_report import Ranking, ShapeReport, TuneReport
 from nsprof.errors import NsprofError
-from nsprof.settings import TIMER_BACKENDS, TuneSettings
+from nsprof.settings import PRESCREEN_TOP, TIMER_BACKENDS, TuneSettings
 from nsprof.space import config_label
 from nsprof.tune import measure
 from nsprof.tune.explain import cross_truth
@@ -188,7 +188,7 @@ def _prescreen(target: str, space, settings: TuneSettings, points: list[int], st
     for shape in shape_keys(space):
         table = rank(config_summary(of_shape(rows, shape)), settings.stat)
         table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
-        top = table[table["error"].isna()]["config_id"].head(settings.prescreen_top)
+        top = table[table["error"].isna()]["config_id"].head(settings.prescreen_top or PRESCREEN_TOP)
         kept += [layout.id(int(c), shape) for c in top]
         tables[shape] = table
     if not kept:
