@@ -228,7 +228,7 @@ def check_schema(db: sqlite3.Connection, path: Path) -> None:
 def _schema_problem(path: Path, row: tuple | None) -> str | None:
     """Why a file whose meta table gave `row` for schema_version (None: no such row or
     table) is not a store this nsprof may open; None when it is."""
-    if row is None or not str(row[0]).isdigit():
+    if row is None or not (str(row[0]).isascii() and str(row[0]).isdigit()):  # int() takes '²' too
         return f"{path} is an SQLite file but not an nsprof results store; move it away or pass another store path"
     version = int(row[0])
     if version > SCHEMA_VERSION:

@@ -427,3 +427,24 @@ def test_results_of_an_empty_file_is_one_line_and_leaves_it_empty(tmp_path, more
     assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "empty" in done.stderr and "not a results store" in done.stderr, done.stderr
     assert empty.stat().st_size == 0 and not (tmp_path / "out.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "UPDATE measurements SET config_json = '{bad' WHERE config_id = 0",
+        "UPDATE measurements SET config_id = -1 WHERE config_id = 2",
+        """UPDATE runs SET settings_json = '{"truths": 5}'""",
+        """UPDATE runs SET settings_json = '{"reps": "x"}'""",
+        "UPDATE meta SET value = '\u00b2' WHERE key = 'schema_version'",
+    ],
+)
+def test_a_store_edited_by_hand_is_one_line_when_read_back(tuned, edit):
+    store = tuned / "s.sqlite"
+    with sqlite3.connect(store) as db:
+        db.execute(edit)
+    done = run_nsprof("results", str(store), "--target", "target.py:space", cwd=tuned, in_process=True)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1, done.stderr
+    assert "internal error" not in lines[0] and str(store) in lines[0], lines[0]
+

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from nsprof.analysis.tune_report import ShapeReport, TuneReport, check_ranked
-from nsprof.errors import NsprofError
+from nsprof.errors import NsprofError, StoreError
 from nsprof.settings import Truth, TuneSettings
 from nsprof.space import config_label
 from nsprof.tune.explain import cross_truth
@@ -57,9 +57,10 @@ def _text(value) -> str:
     return "" if _missing(value) else str(value)
 
 
-def _settings(run) -> TuneSettings:
+def _settings(run, store) -> TuneSettings:
     """The TuneSettings a stored run's tune ranked with, as far as ranking needs them; a run without
-    recorded settings: its own backend and mode, the defaults for the rest."""
+    recorded settings: its own backend and mode, the defaults for the rest. Settings no tune records
+    (edited by hand): StoreError, one line."""
     try:
         record = json.loads(_text(run.settings_json) or "{}")
     except ValueError:
@@ -70,13 +71,23 @@ def _settings(run) -> TuneSettings:
     given.setdefault("mode", _text(run.mode) or "graph")
     if stat:
         given.setdefault("stat", stat)
-    given["truths"] = tuple(given.get("truths", ()))
-    return TuneSettings(
-        backend=str(record.get("backend") or backend),
-        **given,
-        explain=False,  # the winners are compared; no probe is measured again
-        feed_back=False,
-        tuner_pick=False,
+    try:
+        given["truths"] = tuple(given.get("truths", ()))
+        return TuneSettings(
+            backend=str(record.get("backend") or backend),
+            **given,
+            explain=False,  # the winners are compared; no probe is measured again
+            feed_back=False,
+            tuner_pick=False,
+        )
+    except (TypeError, ValueError, NsprofError) as exc:
+        raise _edited(store, f"run {run.id}'s settings {_text(run.settings_json)[:60]!r} ({exc})") from None
+
+
+def _edited(store, what: str) -> StoreError:
+    return StoreError(
+        f"the results store {store.path} holds {what}: it was damaged or edited by hand "
+        "(export what it holds with sqlite3)"
     )
 
 
@@ -114,7 +125,14 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict) -> tup
         return [], {}
     latest = frame.sort_values("run_id", kind="stable").groupby("config_id").tail(1)
     wanted_json = {int(c): str(text) for c, text in zip(latest["config_id"], latest["config_json"])}
-    configs = [json.loads(wanted_json[c]) if c in wanted_json else None for c in range(max(wanted_json) + 1)]
+    configs = [None] * (max(wanted_json) + 1)
+    for config_id, text in wanted_json.items():
+        try:
+            if config_id < 0:
+                raise ValueError("a negative id")
+            configs[config_id] = json.loads(text)
+        except ValueError:
+            raise _edited(store, f"config {config_id} as {text[:60]!r}") from None
     shapes = _shape_indices(frame)
     rows = stored_rows(store, group, wanted_json, {text: list(wanted_json) for _, text in shapes})
     runs = ", ".join(str(int(r)) for r in sorted(set(rows["run_id"])))
@@ -177,7 +195,7 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
     line when the store holds no such run, nothing under its deploy truth, or nothing ranked under any
     truth (check_ranked: every config failed, as the tune that stopped there said)."""
     anchor, of_target = _run(store, target, run_id)
-    settings = _settings(anchor)
+    settings = _settings(anchor, store)
     per_truth, lacking, configs = {}, [], []
     for truth in settings.ranked_truths:
         group = _group(of_target, truth, settings, anchor)
