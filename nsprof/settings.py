@@ -197,29 +197,7 @@ class TuneSettings:
             OptionError,
         )
         truths = ground_truths()
-        deploy = Truth.parse(self.deploy) if self.deploy else None
-        if self.truths or deploy:
-            given = tuple(Truth.parse(t) for t in self.truths) or (
-                (Truth(self.backend),) if self.backend in truths else ()
-            )
-            if not given:
-                raise NsprofError(
-                    f"--deploy {deploy.name} needs ground truths (--truth), not the fast timer {self.backend}"
-                )
-            for truth in given:
-                truth.check_ground_truth()
-            names = [t.name for t in given]
-            if len(set(names)) != len(names):
-                raise NsprofError(f"--truth names a truth twice: {','.join(names)}")
-            deploy = deploy or given[0]
-            if deploy not in given:
-                deploy.check_ground_truth()
-                raise NsprofError(
-                    f"--deploy {deploy.name} is not one of the truths ranked ({','.join(names)}): add it to --truth"
-                )
-            object.__setattr__(self, "truths", given)
-            object.__setattr__(self, "deploy", deploy)
-            object.__setattr__(self, "backend", deploy.backend)
+        self._parse_truths(truths)
         _check(
             [
                 (
@@ -245,6 +223,32 @@ class TuneSettings:
             ]
         )
         self.profile  # noqa: B018 - built once, so that its own checks run now
+
+    def _parse_truths(self, truths: tuple[str, ...]) -> None:
+        """--truth and --deploy as Truths, checked: the deploy truth one of them, its backend the tune's."""
+        deploy = Truth.parse(self.deploy) if self.deploy else None
+        if self.truths or deploy:
+            given = tuple(Truth.parse(t) for t in self.truths) or (
+                (Truth(self.backend),) if self.backend in truths else ()
+            )
+            if not given:
+                raise NsprofError(
+                    f"--deploy {deploy.name} needs ground truths (--truth), not the fast timer {self.backend}"
+                )
+            for truth in given:
+                truth.check_ground_truth()
+            names = [t.name for t in given]
+            if len(set(names)) != len(names):
+                raise NsprofError(f"--truth names a truth twice: {','.join(names)}")
+            deploy = deploy or given[0]
+            if deploy not in given:
+                deploy.check_ground_truth()
+                raise NsprofError(
+                    f"--deploy {deploy.name} is not one of the truths ranked ({','.join(names)}): add it to --truth"
+                )
+            object.__setattr__(self, "truths", given)
+            object.__setattr__(self, "deploy", deploy)
+            object.__setattr__(self, "backend", deploy.backend)
 
     @property
     def ground_truth(self) -> bool:

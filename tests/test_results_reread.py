@@ -447,4 +447,3 @@ def test_a_store_edited_by_hand_is_one_line_when_read_back(tuned, edit):
     lines = done.stderr.strip().splitlines()
     assert done.returncode != 0 and len(lines) == 1, done.stderr
     assert "internal error" not in lines[0] and str(store) in lines[0], lines[0]
-
