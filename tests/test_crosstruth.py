@@ -194,6 +194,26 @@ def test_when_the_clocks_explain_it_the_verdict_says_the_clocks(truths, tmp_path
     assert explanation.cause == "clock_control"
 
 
+# Only the two conditions together flip the lab's pick: the lab at free clocks and warm L2 is the other truth.
+BOTH_EXPLAIN = {
+    0: {"base-all": 1000, "base-none": 1000, "none-all": 1000, "none-none": 640},
+    1: {"base-all": 1100, "base-none": 1100, "none-all": 1100, "none-none": 560},
+}
+
+
+def test_two_truths_of_one_tool_apart_in_both_conditions_are_explained_by_both(truths, tmp_path):
+    """The probe with every condition changed is the other truth itself: not measured again, and its pick
+    counts (it was left out, and the cause read "neither")."""
+    from nsprof.tune import tune
+
+    result = tune(truths(BOTH_EXPLAIN), settings(tmp_path, truths=("lab", "lab@free-warm"), feed_back=False))
+    (explanation,) = result.shapes[0].cross.explanations
+    probes = {p.truth: p.winner for p in explanation.probes}
+    warm, free = lab_ns(BOTH_EXPLAIN, "base-none"), lab_ns(BOTH_EXPLAIN, "none-all")
+    assert probes == {"lab@base-warm": best_of(warm), "lab@free-cold": best_of(free), "lab@free-warm": 1}
+    assert explanation.cause == "both"
+
+
 def test_agreeing_truths_are_said_so_and_a_one_sided_tie_is_a_disagreement(truths, tmp_path):
     from nsprof.render.tune_tables import format_tune
     from nsprof.tune import tune
@@ -318,6 +338,18 @@ def test_verdict_and_cause_rules():
         == "neither"
     )
     assert crosstruth.cause([probe(cache, "unknown")]) == "not measured"
+    # A condition whose probe measured nothing (or cannot tell: untested) might explain it alone: neither
+    # "both" nor "neither" can be said then.
+    for unknown in ("unknown", "untested"):
+        assert crosstruth.cause([probe(cache, unknown), probe(clock, "disagree"), probe(both, "agree")]) == (
+            "not measured"
+        )
+        assert crosstruth.cause(
+            [probe(cache, "disagree"), probe(clock, unknown), probe(both, "disagree")]
+        ) == ("not measured")
+    assert crosstruth.cause([probe(cache, "unknown"), probe(clock, "agree"), probe(both, "agree")]) == (
+        "clock_control"
+    )
     from nsprof.settings import Truth
 
     assert Truth.parse("ncu@free-warm") == Truth("ncu", "free", "warm") and Truth.parse(

@@ -188,8 +188,8 @@ CAUSES = ("cache_control", "clock_control", "either", "both", "neither", "not pr
 
 
 def matches(probe: Probe) -> bool | None:
-    """Whether the probe picks the target's winner (None: it measured nothing)."""
-    if probe.verdict == UNKNOWN:
+    """Whether the probe picks the target's winner (None: it measured nothing, or cannot tell: untested)."""
+    if probe.verdict in (UNKNOWN, UNTESTED):
         return None
     return probe.verdict in (AGREE, TIED)
 
@@ -197,17 +197,20 @@ def matches(probe: Probe) -> bool | None:
 def cause(probes: list[Probe]) -> str:
     """Which condition explains a disagreement, from the probes (each with its `changed` conditions):
     one condition alone (its name), either one alone (`either`), only the two together (`both`),
-    none (`neither`), or `not measured` when the probes measured nothing."""
+    none (`neither`), or `not measured` when the probes measured nothing, or where a condition whose
+    probe could not tell might explain it alone (no `both` or `neither` can be said then)."""
     single = {p.changed[0]: matches(p) for p in probes if len(p.changed) == 1}
     together = [matches(p) for p in probes if len(p.changed) > 1]
-    if not probes or all(m is None for m in [*single.values(), *together]):
-        return "not measured"
     alone = [c for c, m in single.items() if m]
     if len(alone) > 1:
         return "either"
     if len(alone) == 1:
         return alone[0]
-    return "both" if any(together) else "neither"
+    if not probes or None in single.values():
+        return "not measured"
+    if any(together):
+        return "both"
+    return "not measured" if None in together else "neither"
 
 
 # ncu with --clock-control none once read µs kernels 35-80x too long on an H200. A probe whose

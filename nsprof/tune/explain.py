@@ -21,8 +21,9 @@ def _probes(
     probed: Truth, other: Truth, results: dict, settings: TuneSettings
 ) -> list[tuple[list[str], Truth]] | None:
     """The truths that measure like `probed` with each condition in which it differs from `other`
-    set as `other` has it (one at a time, then all together): [(conditions changed, truth)];
-    None when `probed`'s driver cannot change one of them (nsys: neither clocks nor caches)."""
+    set as `other` has it (one at a time, then all together: that may be `other` itself):
+    [(conditions changed, truth)]; None when `probed`'s driver cannot change one of them (nsys:
+    neither clocks nor caches)."""
     labels, goal = results[probed.name].labels, results[other.name].labels
     conditions = crosstruth.differing(labels, goal)
     subsets = [[c] for c in conditions] + ([list(conditions)] if len(conditions) > 1 else [])
@@ -30,8 +31,6 @@ def _probes(
     for changed in subsets:
         wanted = {**labels, **{c: goal[c] for c in changed}}
         probe = Truth.of_labels(probed.backend, wanted)
-        if probe == other:  # every condition changed: that is the other truth itself, not a probe
-            continue
         got = truth_labels(probe, settings)
         if any(got.get(c) != wanted.get(c) for c in crosstruth.CONDITIONS):
             return None
@@ -73,7 +72,12 @@ def _explain(
     layout = space.points
     points = [layout.id(c, shape) for shape, configs in contenders.items() for c in configs]
     goals = {shape: rankings[shape][other.name] for shape in explanations}
-    _probe(target, space, variants, points, explanations, goals, settings, stage)
+    _probe(
+        target, space, [v for v in variants if v[1] != other], points, explanations, goals, settings, stage
+    )
+    for changed, _ in (v for v in variants if v[1] == other):  # every condition changed: the other truth
+        for shape, explanation in explanations.items():  # itself, measured already
+            _judge(explanation, other, changed, goals[shape], goals[shape], settings.stat)
     for explanation in explanations.values():
         explanation.cause = crosstruth.cause(explanation.probes)
     return explanations
