@@ -76,7 +76,9 @@ def timer_groups(names: list[str]) -> list[list[str]]:
     groups = [
         [n for n in own if kind(n) == k] for k in ((False, False), (False, True), (True, False), (True, True))
     ]
-    return [group for group in (*groups, [n for n in names if n in EXTERNAL]) if group]
+    external = [n for n in names if n in EXTERNAL]
+    profiled = [n for n in external if n == "tilelang_cupti"]  # torch.profiler: a CUPTI client
+    return [group for group in (*groups, [n for n in external if n not in profiled], profiled) if group]
 
 
 def run_timers(

@@ -201,6 +201,13 @@ def test_interleaved_and_plain_timers_never_share_a_worker():
         ["cupti_cold_interleaved"],
         ["triton_do_bench"],
     ]
+    # TileLang's cupti backend is torch.profiler, a CUPTI client: never in the process of other timers
+    external = ["tilelang_event", "tilelang_cupti", "tilelang_cudagraph", "triton_do_bench"]
+    assert timer_groups(["event", *external]) == [
+        ["event"],
+        ["tilelang_event", "tilelang_cudagraph", "triton_do_bench"],
+        ["tilelang_cupti"],
+    ]
 
 
 def test_the_interleaved_family_names_every_interleaved_timer_and_its_l2_state():

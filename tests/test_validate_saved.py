@@ -243,3 +243,33 @@ def test_a_config_every_timer_failed_on_is_said_once_per_timer_not_again_for_the
     assert sorted(line.split(":")[1].strip() for line in lines) == sorted(
         f"{method} failed on config {c}" for method in ("event", "event_cold") for c in range(3)
     ), ran.stderr
+
+
+def test_a_validate_that_measured_nothing_is_an_error_and_so_is_its_save_read_back(tmp_path):
+    (tmp_path / "t.py").write_text(
+        "import nsprof.space\n"
+        "def build(config):\n"
+        "    raise RuntimeError('nope')\n"
+        "space = nsprof.space.Space(configs=[{'ns': 1000.0}, {'ns': 2000.0}], build=build, device='cpu')\n"
+    )
+    validate = [
+        "validate",
+        "t.py:space",
+        "--timers",
+        "event",
+        "--no-external",
+        "--truth",
+        "ncu",
+        "--mode",
+        "direct",
+    ]
+    validate += ["--no-repeat", "--reps", "2", "--timer-reps", "3", "--save", "v.json"]
+    ran = run_nsprof(
+        *validate, cwd=tmp_path, standins=True, env={"NSPROF_STANDIN_TIMERS": "1"}, in_process=True
+    )
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    last = ran.stderr.strip().splitlines()[-1]
+    assert "no config was measured: all 2 failed" in last and "nope" in last, ran.stderr
+    again = run_nsprof("results", "v.json", cwd=tmp_path, in_process=True)
+    assert again.returncode == 2, again.stderr
+    assert again.stderr.strip().splitlines()[-1].endswith(last.removeprefix("nsprof: error: ")), again.stderr

@@ -121,6 +121,21 @@ def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=
             "\n\n".join(_tables(r, len(results)) for r in results),
             err="-" in (plot_path, html_path, save_path),
         )
+    _check_measured(results)
+
+
+def _check_measured(results) -> None:
+    """An NsprofError, in one line, when no timer and no truth measured any config at any shape."""
+    from nsprof.reports.checks import nothing_measured
+
+    if any(r.per_config is not None and r.per_config["value_ns"].notna().any() for r in results):
+        return
+    reasons: dict[int, str] = {}
+    for result in results:
+        for (_, config_id), reason in sorted(result.failures.items(), key=str):
+            if isinstance(config_id, int):
+                reasons.setdefault(config_id, reason)
+    raise NsprofError(nothing_measured(dict(sorted(reasons.items()))))
 
 
 def _first_of(results) -> str:
