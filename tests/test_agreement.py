@@ -578,3 +578,29 @@ def test_a_timer_that_failed_on_the_truths_best_config_has_that_regret_and_is_no
     assert not cupti["top_k_hit"]
     assert recommend(table, {"ncu:direct": 0.97}) == {"ncu:direct": "graph_warm"}
     assert "graph_warm" in format_verdict(table, {"ncu:direct": 0.97}).splitlines()[0]
+
+
+def test_a_timer_as_good_as_the_truths_own_repeatability_is_not_called_unreliable():
+    """Below the weak-τ line, but within FLOOR_MARGIN of a noisy truth's own floor: the recommended timer is
+    as reliable as the truth itself, and the line must not say that no timer is (another one names τ 0.87)."""
+    from nsprof.analysis.agreement import agreement
+    from nsprof.analysis.stats import kendall_tau_b
+    from nsprof.render.validate_tables import format_verdict
+
+    truth = [100, 101, 200, 300, 400, 500]
+    near = [102, 100, 200, 300, 400, 500]  # only the first two swapped: τ 0.87, a 1% regret
+    coarse = [50, 101, 300, 500, 400, 200]  # the best first, the rest shuffled: τ 0.47, no regret
+    assert 0.45 < kendall_tau_b(coarse, truth) < 0.5 < kendall_tau_b(near, truth)
+    rows = [
+        {"config_id": i, "method": method, "value_ns": float(values[i])}
+        for i in range(6)
+        for method, values in (("ncu:direct", truth), ("near", near), ("coarse", coarse))
+    ]
+    floors = pd.DataFrame(
+        [{"truth": "ncu:direct", "against": "repeat", "n": 6, "kendall_tau": 0.5, "median_rel_change": 0.1,
+          "max_rel_change": 0.2}]
+    )  # fmt: skip
+    line = format_verdict(agreement(pd.DataFrame(rows), ["near", "coarse"], ["ncu:direct"]), floors)
+    assert "no timer ranks configs reliably" not in line, line
+    assert line.startswith("vs ncu:direct: coarse tracks best by regret"), line
+    assert "near rank them reliably" in line, line

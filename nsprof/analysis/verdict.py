@@ -99,7 +99,8 @@ class Verdict:
 
     `timer` is the recommended timer (None: no timer could be compared with this truth), with
     its τ and regret; `floor` the truth's own floor τ where given, measured `against` a repeated
-    run ("repeat") or a sibling mode; `near_floor` every timer within FLOOR_MARGIN of that floor.
+    run ("repeat") or a sibling mode; `near_floor` every timer within FLOOR_MARGIN of that floor;
+    `ranks_well` every timer with τ ≥ WEAK_TAU (regret may pick another within the truth's noise).
     """
 
     truth: str
@@ -109,6 +110,7 @@ class Verdict:
     floor: float | None = None
     against: str = "repeat"
     near_floor: tuple[str, ...] = ()
+    ranks_well: tuple[str, ...] = ()
 
     @property
     def reliable(self) -> bool:
@@ -141,6 +143,11 @@ def verdicts(
                 if not is_missing(r.kendall_tau) and r.kendall_tau >= floor - FLOOR_MARGIN
             )
         )
+        well = tuple(
+            str(r.timer)
+            for r in rows.itertuples()
+            if not is_missing(r.kendall_tau) and r.kendall_tau >= WEAK_TAU
+        )
         out.append(
             Verdict(
                 truth,
@@ -150,6 +157,7 @@ def verdicts(
                 floor,
                 against.get(truth, "repeat"),
                 near,
+                well,
             )
         )
     return out

@@ -228,11 +228,15 @@ def format_verdict(
         if v.timer is None:
             lines.append(f"vs {v.truth}: no timer could be compared (fewer than 2 configs measured by both).")
             continue
-        head = (
-            f"vs {v.truth}: {v.timer} tracks best"
-            if v.reliable
-            else f"vs {v.truth}: no timer ranks configs reliably; best is {v.timer}"
-        )
+        if v.reliable:
+            head = f"vs {v.truth}: {v.timer} tracks best"
+        elif v.ranks_well:  # regret picked it within the truth's own noise
+            head = (
+                f"vs {v.truth}: {v.timer} tracks best by regret, though it ranks configs weakly "
+                f"({', '.join(v.ranks_well)} rank them reliably)"
+            )
+        else:
+            head = f"vs {v.truth}: no timer ranks configs reliably; best is {v.timer}"
         stats = f"τ {v.kendall_tau:.2f}, regret {pct(v.regret)}"
         if v.floor is None:
             lines.append(f"{head} ({stats}).")
