@@ -638,6 +638,44 @@ def test_adaptive_reps_are_stored_and_resume_measures_nothing_again(noisy, tmp_p
     assert set(fresh.ranking.table["reps"]) == {5}
 
 
+def test_a_resumed_first_pass_is_labelled_with_the_reps_it_holds_beside_the_adaptive_ones(noisy, tmp_path):
+    from nsprof.tune import tune
+
+    close = [{**SEPARABLE[0], "seed": 7}, {**SEPARABLE[0], "id": 1, "seed": 7}, SEPARABLE[2]]  # 0 and 1 alike
+    target, _ = noisy(close)
+    store = tmp_path / "results.sqlite"
+    tune(target, _settings(tmp_path, use_store=True, store=store, reps=3, budget_s=0))
+    resumed = tune(target, _settings(tmp_path, use_store=True, store=store, resume=True, max_reps=8))
+    adaptive = resumed.ranking.adaptive
+    assert adaptive.sessions >= 1 and 2 not in adaptive.reps_per_config
+    assert resumed.ranking.table.set_index("config_id").loc[2, "reps"] == 3  # stored, not measured again
+    assert "median of 3 reps, the contenders' up to" in resumed.ranking.label, resumed.ranking.label
+
+
+def test_shapes_whose_reps_differ_are_each_labelled_with_their_own(noisy, tmp_path):
+    """Shape 0's configs tie and get adaptive reps, shape 1's are apart and get none: the per-shape table
+    does not label shape 1 with shape 0's reps."""
+    from nsprof.render.tune_tables import format_tune
+    from nsprof.tune import tune
+
+    noisy([])  # the driver and the lock folder; the target is this test's own
+    ns = [[1000, 1000, 1000], [1000, 2000, 3000]]
+    configs = [
+        {"i": c, "ns_shapes": [ns[s][c] for s in range(2)], "ns_sigma": 0.03, "seed": 7} for c in range(3)
+    ]
+    (tmp_path / "shaped.py").write_text(
+        "import nsprof.space\n"
+        f"space = nsprof.space.Space(configs={configs!r}, shapes=[{{'M': 1}}, {{'M': 2}}],\n"
+        "                            build=lambda c, s: (lambda: None), device='cpu')\n"
+    )
+    result = tune(f"{tmp_path / 'shaped.py'}:space", _settings(tmp_path, max_reps=10))
+    first, second = result.shapes
+    assert first.ranking.adaptive.reps and not second.ranking.adaptive.reps
+    text = format_tune(result)
+    assert first.ranking.label != second.ranking.label and "(adaptive)" not in second.ranking.label
+    assert f"shape 0: {first.ranking.label}" in text and f"shape 1: {second.ranking.label}" in text, text
+
+
 @pytest.mark.parametrize("max_reps", [5, 7])  # no rep to add; less than the first pass's 5 to add
 def test_a_close_winner_that_max_reps_leaves_unchecked_is_said_so(noisy, tmp_path, max_reps):
     from nsprof.tune import tune

@@ -200,8 +200,12 @@ def format_shapes(shapes, configs: Sequence, truth: str | None = None) -> str:
                 tie_state(result),
             ]
         )
-    label = (shapes[0].truths[truth] if truth else shapes[0].ranking).label
-    lines = [f"ranked by {label}, per shape", *constant_line(constant)]
+    labels = [(shaped.truths[truth] if truth else shaped.ranking).label for shaped in shapes]
+    if len(set(labels)) == 1:
+        lines = [f"ranked by {labels[0]}, per shape"]
+    else:  # adaptive reps at some shapes only: each its own
+        lines = ["ranked per shape by:", *(f"  shape {s.shape}: {label}" for s, label in zip(shapes, labels))]
+    lines += constant_line(constant)
     return "\n".join([*lines, render_table(headers, rows, right={0, 2, 4, 5, 6})])
 
 

@@ -168,11 +168,12 @@ def rank_rows(
     summary = config_summary(rows)
     if truth.profiler:
         conditions = registry.driver_class(truth.backend).conditions(settings.truth_profile(truth))
-        reps = (
-            _reps_held(summary, settings.reps)
-            if adaptive is None or not adaptive.reps
-            else f"{settings.reps} reps, the contenders' up to {max(adaptive.reps_per_config.values())} (adaptive)"
-        )
+        if adaptive is None or not adaptive.reps:
+            reps = _reps_held(summary, settings.reps)
+        else:  # the first pass's reps, as the configs not measured again hold them (a resume's stored ones)
+            others = summary[~summary["config_id"].astype(int).isin(list(adaptive.reps_per_config))]
+            first = _reps_held(others, settings.reps) if not others.empty else f"{settings.reps} reps"
+            reps = f"{first}, the contenders' up to {max(adaptive.reps_per_config.values())} (adaptive)"
         label = f"{truth.name}, mode {settings.mode}, {settings.stat} of {reps}" + (
             f", {conditions}" if conditions else ""
         )
