@@ -498,6 +498,8 @@ def test_a_worker_that_hangs_at_exit_loses_nothing(tmp_path, monkeypatch, profil
     result = run_session(PHASES + ":healthy", 4, settings)
     assert result.failures == {}
     assert len(list(tmp_path.glob("part*.status"))) == 1  # nothing to measure again
+    # the wait is said (a thread the target left running stalled every session by the bound, silently)
+    assert any("did not exit within 3 s" in note for note in result.notes), result.notes
     if profiled:
         measured = result.frame[result.frame["error"].isna()]
         assert measured.groupby("config_id").size().to_dict() == {
@@ -589,7 +591,7 @@ def test_a_rep_with_a_missing_kernel_is_not_a_measurement(tmp_path, monkeypatch)
 
 def test_complete_configs_needs_every_rep_to_have_its_kernels():
     from nsprof.schema import make_frame
-    from nsprof.session.parts import complete_configs
+    from nsprof.session.reading import complete_configs
 
     settings = ProfileSettings(backend="ncu", modes=("direct", "graph"), reps=3)
     rows = []
@@ -724,7 +726,8 @@ def test_a_config_that_finished_as_its_timeout_kill_landed_is_measured_not_faile
     from standins import StatusDriver
 
     from nsprof.schema import Points
-    from nsprof.session.parts import make_job, read_part
+    from nsprof.session.parts import make_job
+    from nsprof.session.reading import read_part
     from nsprof.session.request import SessionRun
     from nsprof.session.supervise import RunEnd
 

@@ -20,15 +20,8 @@ from nsprof.schema import FAILURE_KINDS, Failure
 from nsprof.serve_client import EXIT_WAIT_S, submit
 from nsprof.serve_files import read_or_empty
 from nsprof.session.folders import claim_base, numbered
-from nsprof.session.parts import (
-    Part,
-    failure_rows,
-    make_job,
-    read_part,
-    refuse_changed,
-    run_parts,
-    timeout_failure,
-)
+from nsprof.session.parts import failure_rows, make_job, refuse_changed, run_parts
+from nsprof.session.reading import Part, read_part, timeout_failure
 from nsprof.session.request import Measured, SessionRun
 from nsprof.session.supervise import RunEnd
 from nsprof.session.timing import PHASES_FILE, Timing, runs_in_phases_file
@@ -187,7 +180,7 @@ def _standalone(run: SessionRun) -> Measured:
 
 def run_served(run: SessionRun, state: dict) -> Measured:
     """The session `run` through the `nsprof serve` of `state` (nsprof.serve_client.find_server): one job
-    of its worker, read as a part is read (nsprof.session.parts.read_part); what a fault there left
+    of its worker, read as a part is read (nsprof.session.reading.read_part); what a fault there left
     unmeasured (whole configs only count) is measured standalone (run_parts), under the GPU lock once
     the server has released it."""
     import pandas as pd

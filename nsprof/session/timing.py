@@ -71,7 +71,7 @@ class Timing:
         self.configs: dict[int, dict[str, float]] = {}
 
     def add(self, part, end, log: Path) -> None:
-        """One worker run's phases: `part` (nsprof.session.parts.Part) as read after `end`
+        """One worker run's phases: `part` (nsprof.session.reading.Part) as read after `end`
         (nsprof.session.supervise.RunEnd); the line they make goes to the run's `log`."""
         phases, configs = run_phases(part.status, end.launched, end.worker_gone, end.exited)
         phases.update(cleanup=max(0.0, end.cleaned - end.exited), export=part.export_s, parse=part.parse_s)
