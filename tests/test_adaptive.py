@@ -882,3 +882,17 @@ def test_a_config_of_one_rep_far_slower_than_the_best_is_no_tie():
     # config 1's one rep, 10x the best's interval, is slower whatever its interval would be
     decision = _decided({0: [100, 100.5, 101, 101.5, 102, 102.5], 2: [150] * 6, 1: [1000]})
     assert decision.kind == "winner" and decision.config_id == 0 and decision.second == 2, decision
+
+
+def test_an_untested_best_says_that_the_best_lacks_the_reps():
+    """The decision is untested when the best has no interval: the words name it, not every config (a
+    resume's stored best of one rep, beside configs of five)."""
+    from types import SimpleNamespace
+
+    from nsprof.analysis.confidence import Decision
+    from nsprof.render.tune_tables import describe_decision
+
+    words = describe_decision(SimpleNamespace(decision=Decision("untested", 0, [0], rule=""), stat="median"))
+    assert words.startswith("config 0 has the lowest median") and "it has fewer than 2 reps" in words, words
+    summary = rules.AdaptiveSummary(stopped=rules.UNTESTED, max_reps=20, budget_s=30.0)
+    assert "the best has fewer than 2 reps" in summary.describe()

@@ -281,7 +281,7 @@ class AdaptiveSummary:
             MAX_REPS: f"every contender reached --max-reps {self.max_reps}",
             BUDGET: f"the budget (--budget-s {self.budget_s:g}) cannot pay another session",
             OFF: "off (--budget-s 0)",
-            UNTESTED: "no interval to separate (fewer than 2 reps)",
+            UNTESTED: "no interval to separate (the best has fewer than 2 reps)",
             FAST_TIMER: "not done for a fast timer (one number per config)",
             FAILED: "an adaptive session failed",
             EQUIVALENT: f"every contender lies within ±{self.equivalence:.1%} of the best (--equivalence)",

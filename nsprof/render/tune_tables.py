@@ -72,7 +72,7 @@ def describe_decision(result) -> str:
     if decision.kind == "untested":
         return (
             f"config {decision.config_id} has the lowest {stat}, untested against the noise: "
-            "there are too few reps per config for an interval"
+            "it has fewer than 2 reps, so no interval"
         )
     half = f"±{decision.half_width * 100:.1f}%"
     if decision.kind == "tie":
