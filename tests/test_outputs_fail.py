@@ -55,3 +55,13 @@ def test_a_csv_fifo_that_nothing_reads_is_given_up_on_and_the_rows_kept(tmp_path
         *PROFILE, "--csv", "rows.csv", cwd=tmp_path, standins=True, in_process=True, timeout=120
     )
     _failed_with_the_rows_kept(done, "rows.csv", "nothing opened it for reading")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_a_page_that_cannot_be_written_names_it(tmp_path):
+    (tmp_path / "t.py").write_text(TARGET)
+    tune = ("tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-tuner-pick")
+    done = run_nsprof(*tune, "--html", "/dev/full", cwd=tmp_path, standins=True, in_process=True)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and "/dev/full" in lines[-1] and "No space left" in lines[-1], done.stderr
+    assert "best: config 1" in done.stdout  # the ranking came first; the store holds the rows

@@ -185,7 +185,8 @@ def written_over(path: Path | str) -> Iterator[Path]:
     if real is not None and not stat.S_ISREG(real.st_mode):
         held = _reader_came(path) if stat.S_ISFIFO(real.st_mode) else None
         try:
-            yield path
+            with _named(path):
+                yield path
         finally:
             if held is not None:
                 os.close(held)
@@ -194,15 +195,30 @@ def written_over(path: Path | str) -> Iterator[Path]:
     try:
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
     except PermissionError:
-        yield path
+        with _named(path):
+            yield path
         return
     os.close(fd)
     try:
-        yield Path(name)
-        own = os.lstat(path) if real is not None else None
-        os.chmod(name, stat.S_IMODE(own.st_mode) if own and stat.S_ISREG(own.st_mode) else 0o666 & ~_UMASK)
-        os.replace(name, path)
+        with _named(path):
+            yield Path(name)
+            own = os.lstat(path) if real is not None else None
+            os.chmod(
+                name, stat.S_IMODE(own.st_mode) if own and stat.S_ISREG(own.st_mode) else 0o666 & ~_UMASK
+            )
+            os.replace(name, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(name)
         raise
+
+
+@contextlib.contextmanager
+def _named(path: Path) -> Iterator[None]:
+    """A write that fails names the output the user gave (not the file beside it), in one line."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise  # a reader that left: nsprof's exit for a closed output, not an error
+    except OSError as exc:
+        raise NsprofError(f"writing {path} failed: {exc.strerror or exc}") from None
