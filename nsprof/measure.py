@@ -266,6 +266,15 @@ class FastTimers(Backend):
         def point_of(row: dict) -> int:
             return points.id(row["config_id"], row.get("shape"))
 
+        def whole(rows: list[dict], failed) -> list[dict]:
+            """The rows of points with a line of every method, and not failed: a config its worker died
+            or was stopped in, part-way through its methods, is no measurement."""
+            methods: dict[int, set] = {}
+            for row in rows:
+                methods.setdefault(point_of(row), set()).add(row.get("method"))
+            done = {p for p, seen in methods.items() if seen >= set(self.methods) and p not in failed}
+            return [row for row in rows if point_of(row) in done]
+
         def progress(event: str, point: int, detail: str) -> None:
             # The worker wrote a config's rows before its "done" line: hand them over now, so that a
             # SIGKILLed nsprof has stored every config its worker finished (but the one in flight).
@@ -291,9 +300,11 @@ class FastTimers(Backend):
             )
         except KeyboardInterrupt:
             if on_rows is not None:
-                on_rows(self.frame([row for row in _written(results) if point_of(row) not in handed], {}))
+                on_rows(
+                    self.frame(whole([r for r in _written(results) if point_of(r) not in handed], handed), {})
+                )
             raise
-        written = _written(results)
+        written = whole(_written(results), session.failures)
         throttle = [throttle_note(m, written) for m in self.methods] if self.interleave else []
         return Measured(
             frame=self.frame(written, session.failures, points),

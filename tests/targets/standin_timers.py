@@ -7,7 +7,8 @@ touches the GPU is replaced:
 - nsprof.timers.specs.run_method (plain timers): a method "measures" the value the config's
   launch carries for it (`launch.timer_ns[method]`), as a GPU timer would have;
 - nsprof.timers.interleave.prepare (interleaved timers): the same value per sample;
-- a launch with `dies` set ends the worker process at its first sample, as a lost CUDA context does;
+- a launch with `dies` set ends the worker process at its first sample (of that method, where `dies`
+  names one), as a lost CUDA context does (with NSPROF_TEST_DIES=hang it hangs there instead);
 - with `launch.drift` set, every sample drifts, as a warming card's would: sample number t of
   the process (counted over all configs and methods) reads value × (1 + drift × t);
 - nsprof.timers.interleave.memory_full: with NSPROF_TEST_BATCH=N the GPU is "full" after every
@@ -19,6 +20,7 @@ touches the GPU is replaced:
 import os
 import statistics
 import sys
+import time
 
 import nsprof.timers.base as base
 import nsprof.timers.interleave as interleave
@@ -37,7 +39,10 @@ def memory_full():
 
 
 def _samples(fn, name, reps):
-    if getattr(fn, "dies", False):  # the process dies measuring it, as on a lost CUDA context
+    dies = getattr(fn, "dies", False)  # True, or the one method it dies measuring
+    if dies is True or dies == name:  # the process dies measuring it, as on a lost CUDA context
+        if os.environ.get("NSPROF_TEST_DIES") == "hang":  # or hangs there, until its timeout
+            time.sleep(3600)
         os._exit(3)
     value = float(fn.timer_ns[name.removesuffix("_interleaved")])
     drift = float(getattr(fn, "drift", 0.0))
