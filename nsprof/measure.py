@@ -267,13 +267,13 @@ class FastTimers(Backend):
             return points.id(row["config_id"], row.get("shape"))
 
         def whole(rows: list[dict], failed) -> list[dict]:
-            """The rows of points with a line of every method, and not failed: a config its worker died
-            or was stopped in, part-way through its methods, is no measurement."""
+            """The rows of points with a line of every method, and not failed, and every method's failure: a
+            config its worker died or was stopped in, part-way through its methods, is no measurement."""
             methods: dict[int, set] = {}
             for row in rows:
                 methods.setdefault(point_of(row), set()).add(row.get("method"))
             done = {p for p, seen in methods.items() if seen >= set(self.methods) and p not in failed}
-            return [row for row in rows if point_of(row) in done]
+            return [row for row in rows if row.get("error") or point_of(row) in done]
 
         def progress(event: str, point: int, detail: str) -> None:
             # The worker wrote a config's rows before its "done" line: hand them over now, so that a

@@ -200,3 +200,58 @@ def test_a_fan_of_links_of_ours_is_walked_in_bounded_time_and_a_path_through_a_f
     )
     lines = done.stderr.strip().splitlines()
     assert done.returncode != 0 and len(lines) == 1 and "--work-dir" in lines[0], done.stderr
+
+
+@as_root
+def test_a_link_of_another_user_planted_while_the_folder_is_made_is_refused(tmp_path, monkeypatch):
+    """The race: nothing at the name when it is checked, another user's link there by the time it is made
+    (mkdir follows it, or finds it): refused, never used through the link."""
+    import nsprof.host.owned as owned
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o777)
+    os.chown(theirs, OTHER, OTHER)
+    folder = tmp_path / "wd"
+    checks = []
+    real_check_way = owned._check_way
+
+    def planting(what, path):
+        real_check_way(what, path)
+        if not checks:
+            folder.symlink_to(theirs / "sub")
+            os.lchown(folder, OTHER, OTHER)
+        checks.append(path)
+
+    monkeypatch.setattr(owned, "_check_way", planting)
+    with pytest.raises(owned.NsprofError, match="not this user's own"):
+        owned.own_folder(folder, "--work-dir")
+
+
+@as_root
+@pytest.mark.parametrize("planted", ["fifo", "link to a fifo"])
+def test_an_output_at_another_users_fifo_or_link_replaces_it_and_is_never_written_through(tmp_path, planted):
+    import threading
+
+    from nsprof.host.owned import written_over
+
+    fifo = tmp_path / "their.fifo"
+    os.mkfifo(fifo)
+    os.chown(fifo, OTHER, OTHER)
+    name = fifo if planted == "fifo" else tmp_path / "out.csv"
+    if planted != "fifo":
+        name.symlink_to(fifo)
+        os.lchown(name, OTHER, OTHER)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    if (
+        planted != "fifo"
+    ):  # their reader behind their link (a FIFO at the name itself is replaced, reader or not)
+        reader.start()
+    with written_over(name) as out:
+        out.write_text("rows\n")
+    assert stat.S_ISREG(os.lstat(name).st_mode) and name.read_text() == "rows\n"
+    if planted != "fifo":
+        with open(fifo, "wb"):  # let their reader go: it read nothing of ours
+            pass
+        reader.join(timeout=30)
+        assert got == [b""]

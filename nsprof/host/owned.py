@@ -105,10 +105,13 @@ def _check_way(what: str, path: Path) -> None:
 
 
 def _check(what: str, path: Path, want_dir: bool) -> None:
-    """The folder or file at `path` itself (the way to it is _check_way's): this user's, nobody else's to write."""
+    """The folder or file at `path` itself (the way to it is _check_way's): this user's, nobody else's to write;
+    a folder there (made now, if it was not)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:  # a link of this user's to nothing yet: the file is made where it leads
+        if want_dir:
+            raise NsprofError(f"cannot create {what} {path}: it is a link to nothing") from None
         return
     if not (stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)):
         raise NsprofError(f"{what} {path} is not a {'folder' if want_dir else 'file'}")
@@ -133,6 +136,7 @@ def own_folder(folder: Path | str, what: str = "folder") -> Path:
         pass
     except OSError as exc:
         raise NsprofError(f"cannot create {what} {folder}: {exc.strerror or exc}") from None
+    _check_way(what, folder)  # again: another user's link planted at the name since the first look
     _check(what, folder, want_dir=True)
     return folder
 
@@ -178,12 +182,10 @@ def written_over(path: Path | str) -> Iterator[Path]:
     umask's). A pipe or a device at the name (/dev/stdout), or a folder this user cannot write in, is
     written as it is; a FIFO once something reads it (_reader_came)."""
     path = Path(path)
-    try:
-        real = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        real = None
-    if real is not None and not stat.S_ISREG(real.st_mode):
-        held = _reader_came(path) if stat.S_ISFIFO(real.st_mode) else None
+    real = os.lstat(path) if os.path.lexists(path) else None
+    through = _written_through(path)
+    if through is not None:
+        held = _reader_came(path) if stat.S_ISFIFO(through.st_mode) else None
         try:
             with _named(path):
                 yield path
@@ -194,7 +196,9 @@ def written_over(path: Path | str) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
-    except PermissionError:
+    except PermissionError:  # a folder this user cannot write in: its file there, if it is no one else's way
+        if real is not None and stat.S_ISLNK(real.st_mode) and real.st_uid not in (os.geteuid(), 0):
+            raise _refuse("output", path, f"a link of uid {real.st_uid}") from None
         with _named(path):
             yield path
         return
@@ -211,6 +215,21 @@ def written_over(path: Path | str) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             os.unlink(name)
         raise
+
+
+def _written_through(path: Path) -> os.stat_result | None:
+    """What an output at `path` is written into as it is: a pipe or a device (a FIFO, /dev/stdout, /dev/null)
+    this user or root made, reached through links of this user's or root's alone; never a block device. None
+    where the output is a file of its own, written beside and renamed onto the name (another user's FIFO, or
+    link, is replaced: never written through)."""
+    try:
+        _links("output", path, path)
+        st = os.stat(path)
+    except (OSError, NsprofError):
+        return None
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        return None
+    return st if st.st_uid in (os.geteuid(), 0) else None
 
 
 @contextlib.contextmanager
