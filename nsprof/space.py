@@ -277,9 +277,11 @@ def target_file(where: str) -> Path | None:
 
 
 def _load_target(spec: str, where: str, attr: str) -> Space:
-    if os.getcwd() not in sys.path and not getattr(sys.flags, "safe_path", False):  # as `python -m` would
-        sys.path.insert(0, os.getcwd())
     path = target_file(where)
+    if path is None and os.getcwd() not in sys.path and not getattr(sys.flags, "safe_path", False):
+        # a module target is found from the current folder, as `python -m` finds it; a file target imports as
+        # `python file.py` does, from its own folder: the current one may be another user's to write (/tmp)
+        sys.path.insert(0, os.getcwd())
     if path is not None:
         module_name = "nsprof_target_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
         spec_obj = importlib.util.spec_from_file_location(module_name, path)

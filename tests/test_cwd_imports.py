@@ -54,6 +54,24 @@ def test_a_planted_nsprof_in_the_current_folder_is_never_imported_and_a_module_t
         assert "winner" in done.stdout or "best" in done.stdout, done.stdout
 
 
+def test_a_target_file_elsewhere_never_imports_a_module_planted_in_the_current_folder(tmp_path):
+    """A file target imports as `python file.py` would: its own folder first, not the current one, where
+    another user's `numpy.py` would run as this user in place of the one the target asked for."""
+    shared, mine = tmp_path / "shared", tmp_path / "mine"
+    shared.mkdir()
+    mine.mkdir()
+    marker = tmp_path / "planted-code-ran"
+    (shared / "plantedmod.py").write_text(PLANT.format(marker=str(marker)))
+    (mine / "kernels.py").write_text("try:\n    import plantedmod\nexcept ImportError:\n    pass\n" + TARGET)
+    done = run_nsprof(
+        "tune", str(mine / "kernels.py") + ":space", "--backend", "nsys", "--mode", "direct", "--reps", "1",
+        "--no-tuner-pick", "--no-feed-back", "--no-store", "--work-dir", tmp_path / "w", cwd=shared, standins=True,
+        in_process=True,
+    )  # fmt: skip
+    assert not marker.exists(), marker.read_text()
+    assert done.returncode == 0, done.stderr
+
+
 def test_doctor_checks_the_installed_torch_not_one_in_the_current_folder(tmp_path, monkeypatch):
     from nsprof.doctor import torch_check
 
