@@ -154,6 +154,11 @@ class GroundTruth(Backend):
         )
 
 
+def _point(points, row: dict) -> int:
+    """The point id of a timer's result line."""
+    return points.id(row["config_id"], row.get("shape"))
+
+
 def _written(results: Path) -> list[dict]:
     """The timer worker's result rows so far."""
     # whole lines only: the worker may be writing the next one
@@ -263,24 +268,12 @@ class FastTimers(Backend):
 
         handed: set[int] = set()  # the points whose rows on_rows has had
 
-        def point_of(row: dict) -> int:
-            return points.id(row["config_id"], row.get("shape"))
-
-        def whole(rows: list[dict], failed) -> list[dict]:
-            """The rows of points with a line of every method, and not failed, and every method's failure: a
-            config its worker died or was stopped in, part-way through its methods, is no measurement."""
-            methods: dict[int, set] = {}
-            for row in rows:
-                methods.setdefault(point_of(row), set()).add(row.get("method"))
-            done = {p for p, seen in methods.items() if seen >= set(self.methods) and p not in failed}
-            return [row for row in rows if row.get("error") or point_of(row) in done]
-
         def progress(event: str, point: int, detail: str) -> None:
             # The worker wrote a config's rows before its "done" line: hand them over now, so that a
             # SIGKILLed nsprof has stored every config its worker finished (but the one in flight).
             if event == "done" and on_rows is not None and point not in handed:
                 handed.add(point)
-                rows = [row for row in _written(results) if point_of(row) == point]
+                rows = [row for row in _written(results) if _point(points, row) == point]
                 if rows:
                     on_rows(self.frame(rows, {}))
             if on_progress is not None:
@@ -300,11 +293,10 @@ class FastTimers(Backend):
             )
         except KeyboardInterrupt:
             if on_rows is not None:
-                on_rows(
-                    self.frame(whole([r for r in _written(results) if point_of(r) not in handed], handed), {})
-                )
+                left = [row for row in _written(results) if _point(points, row) not in handed]
+                on_rows(self.frame(self._whole(left, handed, points), {}))
             raise
-        written = whole(_written(results), session.failures)
+        written = self._whole(_written(results), session.failures, points)
         throttle = [throttle_note(m, written) for m in self.methods] if self.interleave else []
         return Measured(
             frame=self.frame(written, session.failures, points),
@@ -316,6 +308,15 @@ class FastTimers(Backend):
             phases=session.phases,
             config_phases=session.config_phases,
         )
+
+    def _whole(self, rows: list[dict], failed, points) -> list[dict]:
+        """The rows of points with a line of every method, and not failed, and every method's failure: a
+        config its worker died or was stopped in, part-way through its methods, is no measurement."""
+        methods: dict[int, set] = {}
+        for row in rows:
+            methods.setdefault(_point(points, row), set()).add(row.get("method"))
+        done = {p for p, seen in methods.items() if seen >= set(self.methods) and p not in failed}
+        return [row for row in rows if row.get("error") or _point(points, row) in done]
 
     def _job(self, request: Request, results: Path) -> dict:
         """The worker's job: time every config with the methods, writing rows to `results`."""

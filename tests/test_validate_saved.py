@@ -252,21 +252,8 @@ def test_a_validate_that_measured_nothing_is_an_error_and_so_is_its_save_read_ba
         "    raise RuntimeError('nope')\n"
         "space = nsprof.space.Space(configs=[{'ns': 1000.0}, {'ns': 2000.0}], build=build, device='cpu')\n"
     )
-    validate = [
-        "validate",
-        "t.py:space",
-        "--timers",
-        "event",
-        "--no-external",
-        "--truth",
-        "ncu",
-        "--mode",
-        "direct",
-    ]
-    validate += ["--no-repeat", "--reps", "2", "--timer-reps", "3", "--save", "v.json"]
-    ran = run_nsprof(
-        *validate, cwd=tmp_path, standins=True, env={"NSPROF_STANDIN_TIMERS": "1"}, in_process=True
-    )
+    timers = {"NSPROF_STANDIN_TIMERS": "1"}
+    ran = run_nsprof(*VALIDATE, "--save", "v.json", cwd=tmp_path, standins=True, env=timers, in_process=True)
     assert ran.returncode == 2, ran.stdout + ran.stderr
     last = ran.stderr.strip().splitlines()[-1]
     assert "no config was measured: all 2 failed" in last and "nope" in last, ran.stderr

@@ -167,6 +167,8 @@ def write_exports(frame, csv_path: str | None, parquet_path: str | None) -> None
             continue
         try:
             write(frame, path)
+        except BrokenPipeError:
+            raise  # standard output's reader left (| head): nsprof's quiet exit, not a failure
         except OSError as exc:
             raise NsprofError(f"writing {path} failed: {exc.strerror or exc}; {_kept(frame)}") from None
         except NsprofError as exc:

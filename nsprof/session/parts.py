@@ -180,11 +180,6 @@ class _Parts:
                 raise AheadGone("the worker started ahead ended before it took its job")
             refuse_changed(status, log)
             part = read_part(run, base, log, end)
-            if end.stalled == "exit" and not part.lost:
-                self._say(
-                    f"the worker did not exit within {run.settings.phase_bound_s:g} s of its last config (a thread "
-                    "the target left running, or an exit handler?) and was stopped; nothing measured was lost"
-                )
             requeued = self._take(part, end, log)
             settled = True
             self.settle(part.failures, part.kept)
@@ -230,6 +225,11 @@ class _Parts:
     def _take(self, part: Part, end: RunEnd, log: Path) -> list[int]:
         """Take in a part read: its times, device, report, and what it lost; the configs to measure again."""
         run, status = self.run, part.status
+        if end.stalled == "exit" and not part.lost:
+            self._say(
+                f"the worker did not exit within {run.settings.phase_bound_s:g} s of its last config (a thread "
+                "the target left running, or an exit handler?) and was stopped; nothing measured was lost"
+            )
         self.timing.add(part, end, log)
         self.device = self.device or status.device
         if part.crashed is not None:

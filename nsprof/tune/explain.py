@@ -72,14 +72,11 @@ def _explain(
     layout = space.points
     points = [layout.id(c, shape) for shape, configs in contenders.items() for c in configs]
     goals = {shape: rankings[shape][other.name] for shape in explanations}
-    _probe(
-        target, space, [v for v in variants if v[1] != other], points, explanations, goals, settings, stage
-    )
-    for changed, _ in (v for v in variants if v[1] == other):  # every condition changed: the other truth
-        for shape, explanation in explanations.items():  # itself, measured already
-            _judge(explanation, other, changed, goals[shape], goals[shape], settings.stat)
+    # every condition changed may be the other truth itself: not measured again, it picks its own winner
+    measured = [v for v in variants if v[1] != other]
+    _probe(target, space, measured, points, explanations, goals, settings, stage)
     for explanation in explanations.values():
-        explanation.cause = crosstruth.cause(explanation.probes)
+        explanation.cause = crosstruth.cause(explanation.probes, len(measured) < len(variants))
     return explanations
 
 
