@@ -85,6 +85,24 @@ def test_second_acquirer_fails_fast_naming_the_holder(holder):
         assert path.name == "nsprof-gpu1.lock"
 
 
+def test_a_lock_file_moved_away_by_its_maker_under_a_holder_is_still_busy(holder, lock_dir):
+    """The lock file's maker (another user, in a sticky /tmp) may rename it while nsprof holds it: a new file
+    at the name is not a free GPU while the holder still holds the old one, with or without --wait."""
+    child = holder()
+    lock_path(0).rename(lock_dir / "moved-away")
+    with pytest.raises(GpuBusy) as caught:
+        with gpu_lock(0):
+            pytest.fail("took the GPU while the holder of the moved lock file holds it")
+    assert caught.value.holder["pid"] == child.pid, caught.value.holder
+    with pytest.raises(GpuBusy):
+        with gpu_lock(0, wait=True, timeout_s=0.5):
+            pytest.fail("took the GPU while the holder of the moved lock file holds it")
+    child.kill()
+    child.wait(timeout=30)
+    with gpu_lock(0):  # its holder gone, the GPU is free
+        pass
+
+
 def test_wait_takes_the_lock_once_the_holder_lets_go(holder, capfd):
     child = holder(hold_s=1.0)
     began = time.monotonic()
@@ -212,7 +230,8 @@ def test_each_threads_session_passes_on_and_sweeps_only_its_own_gpus_lock(tmp_pa
     import subprocess
     import threading
 
-    from nsprof.host.lock import gpu_lock, held_fds, orphaned_holders
+    from nsprof.host.lock import gpu_lock, held_fds
+    from nsprof.host.lock_holders import orphaned_holders
 
     ready, release = threading.Barrier(2), threading.Event()
     seen: dict[int, tuple] = {}
@@ -245,7 +264,7 @@ def test_each_threads_session_passes_on_and_sweeps_only_its_own_gpus_lock(tmp_pa
             assert len(mine) == 1 and len(seen[1]) == 1 and mine != seen[1]
             orphans[0] = orphan_holding(mine)
             # This thread's sweep sees its own session's orphan, not the other thread's.
-            assert [pid for pid, _ in orphaned_holders()] == [orphans[0]]
+            assert [pid for pid, _ in orphaned_holders(held_fds())] == [orphans[0]]
     finally:
         release.set()
         other.join()

@@ -173,9 +173,10 @@ def launch_child(command: list[str], log_handle, pipe: DeathPipe, fds: tuple[int
 def kill_lock_holders_left(log_handle) -> None:
     """Kill what a dead profiler left holding the GPU lock outside its process group (nsys's
     helpers inherit the lock's descriptor): the next run, or the next nsprof, needs the GPU."""
-    from nsprof.host.lock import orphaned_holders
+    from nsprof.host.lock import held_fds
+    from nsprof.host.lock_holders import orphaned_holders
 
-    for pid, command in orphaned_holders():
+    for pid, command in orphaned_holders(held_fds()):
         note(log_handle, f"killed pid {pid}, left holding the GPU lock by this run: {command[:200]}")
         kill_pid(pid)
 

@@ -25,6 +25,10 @@ On a machine that several users share (docs/trust.md), the lock folder is writab
   temporary file (tempfile.mkstemp: O_EXCL, a name nobody can guess) renamed onto it, so never
   through a link. A record is believed only from a file its holder's uid owns, naming the pid
   the kernel names, and printed with its control characters escaped.
+- the record names the file its holder locked (device, inode): a lock file moved away under its
+  holder (its maker may rename it in a sticky folder) leaves the GPU busy for whoever finds a new
+  file at the name free, while the kernel still names that holder (_moved_away).
+Who else holds a lock, from /proc, is nsprof.host.lock_holders'.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from typing import Any
 
 from nsprof.errors import GpuBusy, NsprofError
 from nsprof.host.gpu import Gpu, which_gpu
+from nsprof.host.lock_holders import command_of
 
 _POLL_S = 0.05
 # Lock files this process holds (path -> descriptor): a second gpu_lock on the same GPU would wait
@@ -90,91 +95,6 @@ def held_fds() -> tuple[int, ...]:
     mine = _taken_here()
     with _held_lock:
         return tuple(fd for key, fd in _held.items() if key in mine and fd >= 0)
-
-
-def _flock_holders(files: set[tuple[int, int]]) -> tuple[list[int], dict[int, int]]:
-    """The processes other than this one with a descriptor of the open file that holds the flock
-    on one of `files` ((st_dev, st_ino) pairs): its /proc fdinfo shows the lock, so another nsprof
-    that merely waits on the same lock file is never one. Also every process's parent."""
-    me = os.getpid()
-    parent_of: dict[int, int] = {}
-    holders = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        pid = int(proc.name)
-        try:
-            parent_of[pid] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            entries = [] if pid == me else list((proc / "fd").iterdir())
-        except (OSError, IndexError, ValueError):
-            continue  # gone, or another user's
-        for entry in entries:
-            try:
-                st = entry.stat()
-                if (st.st_dev, st.st_ino) in files and "FLOCK" in (proc / "fdinfo" / entry.name).read_text():
-                    holders.append(pid)
-                    break
-            except OSError:
-                continue
-    return holders, parent_of
-
-
-def _descends_from_me(pid: int, parent_of: dict[int, int]) -> bool:
-    me, seen = os.getpid(), set()
-    while pid > 1 and pid not in seen:
-        seen.add(pid)
-        pid = parent_of.get(pid, 0)
-        if pid == me:
-            return True
-    return False
-
-
-def _command_of(pid: int) -> str:
-    try:
-        return (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-        )
-    except OSError:
-        return ""
-
-
-def orphaned_holders() -> list[tuple[int, str]]:
-    """(pid, command line) of the processes that hold one of this thread's GPU locks (held_fds)
-    through an inherited descriptor but are no longer this process's descendants: what a killed
-    profiler left behind (nsys starts an agent of its own, which escapes the profiler's process
-    group). Another thread's lock, and its session's children, are left alone."""
-    if not Path("/proc/self/fdinfo").is_dir():
-        return []
-    files = set()
-    for fd in held_fds():
-        with contextlib.suppress(OSError):
-            st = os.fstat(fd)
-            files.add((st.st_dev, st.st_ino))
-    if not files:
-        return []
-    holders, parent_of = _flock_holders(files)
-    return [(pid, _command_of(pid)) for pid in holders if not _descends_from_me(pid, parent_of)]
-
-
-def inherited_lock_holders() -> list[tuple[int, str]]:
-    """For a process that inherited an nsprof GPU lock (the worker): (pid, command line) of every
-    other process that holds it. Once nsprof is gone, all of them are of its run (the profiler,
-    nsys's agent): nobody else can hold an exclusive flock that this process holds."""
-    fd_dir = Path("/proc/self/fd")
-    if not fd_dir.is_dir():
-        return []
-    files = set()
-    for entry in fd_dir.iterdir():
-        with contextlib.suppress(OSError):
-            if (
-                os.readlink(entry).rsplit("/", 1)[-1].startswith("nsprof-")
-                and "FLOCK" in (Path("/proc/self/fdinfo") / entry.name).read_text()
-            ):
-                st = entry.stat()
-                files.add((st.st_dev, st.st_ino))
-    if not files:
-        return []
-    return [(pid, _command_of(pid)) for pid in _flock_holders(files)[0]]
 
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -265,7 +185,12 @@ def _clear_record(lock: Path) -> None:
 def _kernel_holder(fd: int) -> int | None:
     """The pid that holds the flock on the open file of `fd`, as the kernel lists it (/proc/locks)."""
     st = os.fstat(fd)
-    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return _flock_pid(st.st_dev, st.st_ino)
+
+
+def _flock_pid(dev: int, ino: int) -> int | None:
+    """The pid that holds an flock on the file (dev, ino), as /proc/locks lists it; None: nobody."""
+    where = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
     try:
         lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
@@ -322,10 +247,27 @@ def holder_record(lock: Path, fd: int | None = None) -> dict[str, Any] | None:
     uid = _uid_of(pid)
     record = _read_record(lock, os.geteuid() if uid is None else uid)
     if not record or record.get("pid") != pid:
-        record = {"pid": pid, "command": _command_of(pid)}
+        record = {"pid": pid, "command": command_of(pid)}
     if uid is not None:
         record["uid"] = uid
     return record
+
+
+def _moved_away(path: Path, fd: int) -> dict[str, Any] | None:
+    """The record of a holder that still holds an earlier lock file of this name, moved away (renamed by its
+    maker, who may be another user, in a sticky folder) or deleted: the GPU is not free, though the file now
+    at the name is. Believed as holder_record believes one: a file of the holder's uid, naming the pid the
+    kernel names as the holder of the file it locked."""
+    st = os.fstat(fd)
+    for record_file in path.parent.glob(f"{path.name}.*.holder"):
+        uid = record_file.name[len(path.name) + 1 : -len(".holder")]
+        record = _read_record(path, int(uid)) if uid.isdigit() else None
+        held = record.get("lock") if record else None
+        if not (isinstance(held, list) and len(held) == 2 and all(isinstance(n, int) for n in held)):
+            continue
+        if held != [st.st_dev, st.st_ino] and _flock_pid(*held) == record.get("pid"):
+            return {**record, "uid": int(uid)}
+    return None
 
 
 def shown(text: str) -> str:
@@ -410,6 +352,7 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
                 "started_unix": time.time(),
                 "started": datetime.now().astimezone().isoformat(timespec="seconds"),
                 "gpu": dataclasses.asdict(gpu),
+                "lock": [os.fstat(fd).st_dev, os.fstat(fd).st_ino],  # the file held (_moved_away)
             },
         )
         try:
@@ -429,17 +372,23 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
 def _acquire(fd: int, gpu: Gpu, path: Path, *, wait: bool, timeout_s: float | None, device: int) -> None:
     if wait and timeout_s is None and threading.current_thread() is threading.main_thread():
         fcntl.flock(fd, fcntl.LOCK_EX)  # Ctrl-C interrupts it (PEP 475); another thread polls below:
-        return  # an exception raised in it from outside (a cancelled Dask batch) lands between instructions
+        if _moved_away(path, fd) is None:  # an exception raised in it from outside (a cancelled Dask batch)
+            return  # lands between instructions
+        fcntl.flock(fd, fcntl.LOCK_UN)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
+        moved = None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
+            moved = _moved_away(path, fd)
+            if moved is None:
+                return
+            fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise
         if not wait or (deadline is not None and time.monotonic() >= deadline):
-            holder = holder_record(path, fd)
+            holder = moved or holder_record(path, fd)
             advice = "wait for it or pass --wait" if not wait else f"still busy after {timeout_s:g} s"
             raise GpuBusy(
                 f"{gpu} is being profiled by {_describe(holder)}; {advice}",

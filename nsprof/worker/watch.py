@@ -63,7 +63,7 @@ def _kill_run_lock_holders() -> None:
     """nsprof is dead: what else of its run holds its GPU lock (the profiler, nsys's agent, which
     no signal of nsprof's reaches) goes too, so that the GPU is free once this worker is gone.
     (Only then: while nsprof lives, it is one of the holders.)"""
-    from nsprof.host.lock import inherited_lock_holders
+    from nsprof.host.lock_holders import inherited_lock_holders
 
     for pid, command in inherited_lock_holders():
         print(
