@@ -228,8 +228,7 @@ def test_a_link_of_another_user_planted_while_the_folder_is_made_is_refused(tmp_
 
 
 @as_root
-@pytest.mark.parametrize("planted", ["fifo", "link to a fifo"])
-def test_an_output_at_another_users_fifo_or_link_replaces_it_and_is_never_written_through(tmp_path, planted):
+def test_an_output_at_another_users_link_replaces_it_and_is_never_written_through(tmp_path):
     import threading
 
     from nsprof.host.owned import written_over
@@ -237,21 +236,54 @@ def test_an_output_at_another_users_fifo_or_link_replaces_it_and_is_never_writte
     fifo = tmp_path / "their.fifo"
     os.mkfifo(fifo)
     os.chown(fifo, OTHER, OTHER)
-    name = fifo if planted == "fifo" else tmp_path / "out.csv"
-    if planted != "fifo":
-        name.symlink_to(fifo)
-        os.lchown(name, OTHER, OTHER)
+    name = tmp_path / "out.csv"
+    name.symlink_to(fifo)
+    os.lchown(name, OTHER, OTHER)
     got: list[bytes] = []
     reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
-    if (
-        planted != "fifo"
-    ):  # their reader behind their link (a FIFO at the name itself is replaced, reader or not)
-        reader.start()
+    reader.start()  # their reader: it must get nothing
     with written_over(name) as out:
         out.write_text("rows\n")
     assert stat.S_ISREG(os.lstat(name).st_mode) and name.read_text() == "rows\n"
-    if planted != "fifo":
-        with open(fifo, "wb"):  # let their reader go: it read nothing of ours
-            pass
-        reader.join(timeout=30)
-        assert got == [b""]
+    with open(fifo, "wb"):  # let their reader go: it read nothing of ours
+        pass
+    reader.join(timeout=30)
+    assert got == [b""]
+
+
+@as_root
+def test_another_users_fifo_in_a_folder_others_may_write_is_refused_and_a_pipe_only_they_could_not_plant_is_written(
+    tmp_path,
+):
+    """/tmp holds another user's FIFO at the name: one line, nothing written, nothing replaced. Root's own
+    /dev/stdout leads to a pipe or terminal of the user who ran sudo: written through, as asked, in a folder
+    no other user could have put it in (here: a link of ours to their FIFO in a folder of ours)."""
+    import threading
+
+    from nsprof.errors import NsprofError
+    from nsprof.host.owned import written_over
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    planted = shared / "rows.csv"
+    os.mkfifo(planted)
+    os.chown(planted, OTHER, OTHER)
+    with pytest.raises(NsprofError, match="FIFO of uid 54321 in a folder others may write"):
+        with written_over(planted) as out:
+            out.write_text("rows\n")
+    assert stat.S_ISFIFO(os.lstat(planted).st_mode)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o755)
+    theirs = private / "pipe"
+    os.mkfifo(theirs)
+    os.chown(theirs, OTHER, OTHER)
+    stdout = tmp_path / "stdout"
+    stdout.symlink_to(theirs)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(theirs.read_bytes()), daemon=True)
+    reader.start()
+    with written_over(stdout) as out:
+        out.write_text("rows\n")
+    reader.join(timeout=30)
+    assert got == [b"rows\n"] and stdout.is_symlink()

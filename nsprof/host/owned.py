@@ -179,8 +179,8 @@ def written_over(path: Path | str) -> Iterator[Path]:
     """Where an output the user names is written: a new file beside `path` (its folder made), renamed onto
     it once written, so that a link planted at the name is replaced, never written through, and a write that
     fails or is interrupted leaves what was there; a file there keeps its mode (a new one gets the
-    umask's). A pipe or a device at the name (/dev/stdout), or a folder this user cannot write in, is
-    written as it is; a FIFO once something reads it (_reader_came)."""
+    umask's). A pipe or a device at the name (/dev/stdout: _written_through), or a folder this user cannot
+    write in, is written as it is; a FIFO once something reads it (_reader_came)."""
     path = Path(path)
     real = os.lstat(path) if os.path.lexists(path) else None
     through = _written_through(path)
@@ -197,8 +197,8 @@ def written_over(path: Path | str) -> Iterator[Path]:
     try:
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
     except PermissionError:  # a folder this user cannot write in: its file there, if it is no one else's way
-        if real is not None and stat.S_ISLNK(real.st_mode) and real.st_uid not in (os.geteuid(), 0):
-            raise _refuse("output", path, f"a link of uid {real.st_uid}") from None
+        with contextlib.suppress(OSError):
+            _links("output", path, path)  # another user's link on the way: refused, in one line
         with _named(path):
             yield path
         return
@@ -218,18 +218,31 @@ def written_over(path: Path | str) -> Iterator[Path]:
 
 
 def _written_through(path: Path) -> os.stat_result | None:
-    """What an output at `path` is written into as it is: a pipe or a device (a FIFO, /dev/stdout, /dev/null)
-    this user or root made, reached through links of this user's or root's alone; never a block device. None
-    where the output is a file of its own, written beside and renamed onto the name (another user's FIFO, or
-    link, is replaced: never written through)."""
+    """What an output at `path` is written into as it is: a pipe or a device (a FIFO, /dev/stdout, a terminal,
+    /dev/null) reached through links of this user's or root's alone, made by this user or root or lying where
+    no other user could have put it (a folder others may not write: /proc/self/fd, /dev/pts). None where the
+    output is a file of its own, written beside and renamed onto the name: nothing there, a file, or another
+    user's link on the way (replaced, never written through). Another user's pipe or device in a folder
+    others may write, or a block device: NsprofError, one line."""
     try:
         _links("output", path, path)
         st = os.stat(path)
     except (OSError, NsprofError):
         return None
-    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
         return None
-    return st if st.st_uid in (os.geteuid(), 0) else None
+    if stat.S_ISBLK(st.st_mode):
+        raise NsprofError(f"the output {path} is a block device: nsprof writes no output onto a disk")
+    if st.st_uid in (os.geteuid(), 0):
+        return st
+    try:
+        planted = _others_may_write(os.stat(Path(os.path.realpath(path)).parent))
+    except OSError:
+        planted = True
+    if not planted:
+        return st
+    kind = "FIFO" if stat.S_ISFIFO(st.st_mode) else "device"
+    raise _refuse("output", path, f"a {kind} of uid {st.st_uid} in a folder others may write")
 
 
 @contextlib.contextmanager
