@@ -350,6 +350,9 @@ def test_verdict_and_cause_rules():
     assert crosstruth.cause([probe(cache, "unknown"), probe(clock, "agree"), probe(both, "agree")]) == (
         "clock_control"
     )
+    # the change that is the other truth itself (not measured again) explains it, alone or with the other
+    assert crosstruth.cause([], other=cache) == "cache_control"
+    assert crosstruth.cause([probe(cache, "disagree"), probe(clock, "disagree")], other=both) == "both"
     from nsprof.settings import Truth
 
     assert Truth.parse("ncu@free-warm") == Truth("ncu", "free", "warm") and Truth.parse(

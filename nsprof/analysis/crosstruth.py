@@ -194,14 +194,18 @@ def matches(probe: Probe) -> bool | None:
     return probe.verdict in (AGREE, TIED)
 
 
-def cause(probes: list[Probe], other_is_both: bool = False) -> str:
-    """Which condition explains a disagreement, from the probes (each with its `changed` conditions; with
-    `other_is_both`, every condition changed is the other truth itself, which picks its own winner):
+def cause(probes: list[Probe], other: list[str] | None = None) -> str:
+    """Which condition explains a disagreement, from the probes (each with its `changed` conditions; `other`:
+    the conditions whose change is the other truth itself, not measured again: it picks its own winner):
     one condition alone (its name), either one alone (`either`), only the two together (`both`),
     none (`neither`), or `not measured` when the probes measured nothing, or where a condition whose
     probe could not tell might explain it alone (no `both` or `neither` can be said then)."""
     single = {p.changed[0]: matches(p) for p in probes if len(p.changed) == 1}
-    together = [matches(p) for p in probes if len(p.changed) > 1] + ([True] if other_is_both else [])
+    together = [matches(p) for p in probes if len(p.changed) > 1]
+    if other and len(other) == 1:
+        single[other[0]] = True
+    elif other:
+        together.append(True)
     alone = [c for c, m in single.items() if m]
     if len(alone) > 1:
         return "either"

@@ -76,7 +76,9 @@ def _explain(
     measured = [v for v in variants if v[1] != other]
     _probe(target, space, measured, points, explanations, goals, settings, stage)
     for explanation in explanations.values():
-        explanation.cause = crosstruth.cause(explanation.probes, len(measured) < len(variants))
+        explanation.cause = crosstruth.cause(
+            explanation.probes, next((c for c, t in variants if t == other), None)
+        )
     return explanations
 
 
