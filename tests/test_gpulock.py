@@ -85,9 +85,13 @@ def test_second_acquirer_fails_fast_naming_the_holder(holder):
         assert path.name == "nsprof-gpu1.lock"
 
 
-def test_a_lock_file_moved_away_by_its_maker_under_a_holder_is_still_busy(holder, lock_dir):
+@pytest.mark.parametrize("squatted", [False, True], ids=["", "its record's name squatted"])
+def test_a_lock_file_moved_away_by_its_maker_under_a_holder_is_still_busy(holder, lock_dir, squatted):
     """The lock file's maker (another user, in a sticky /tmp) may rename it while nsprof holds it: a new file
-    at the name is not a free GPU while the holder still holds the old one, with or without --wait."""
+    at the name is not a free GPU while the holder still holds the old one, with or without --wait; also
+    where something at the name of the holder's record (another user's) kept it from being written there."""
+    if squatted:
+        record_path(lock_path(0), os.geteuid()).mkdir(parents=True)
     child = holder()
     lock_path(0).rename(lock_dir / "moved-away")
     with pytest.raises(GpuBusy) as caught:

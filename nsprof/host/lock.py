@@ -157,28 +157,33 @@ def record_path(lock: Path, uid: int) -> Path:
     return lock.with_name(f"{lock.name}.{uid}.holder")
 
 
-def _write_record(lock: Path, record: dict[str, Any]) -> None:
-    """This user's holder record of `lock`: a fresh temporary file (O_EXCL) renamed onto its name, so that
-    nothing is written through a link planted there. Where it cannot be (a file of another user's at the
-    name), there is none: the busy message then names the holder from /proc."""
+def _write_record(lock: Path, record: dict[str, Any]) -> Path | None:
+    """This user's holder record of `lock`, where it is kept: a fresh temporary file (O_EXCL) renamed onto its
+    name, so that nothing is written through a link planted there. Where something of another user's at the
+    name keeps it from there, the temporary file itself (a name nobody can guess) is the record; the busy
+    message then names the holder from /proc, and _moved_away still finds it."""
     try:
         fd, temporary = tempfile.mkstemp(prefix=f".{lock.name}.", suffix=".tmp", dir=lock.parent)
     except OSError:
-        return
+        return None
     try:
         with os.fdopen(fd, "w") as out:
             out.write(json.dumps(record))
             os.fchmod(out.fileno(), 0o644)
-        os.replace(temporary, record_path(lock, os.geteuid()))
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        return None
+    try:
+        os.replace(temporary, record_path(lock, os.geteuid()))
+    except OSError:
+        return Path(temporary)
+    return record_path(lock, os.geteuid())
 
 
-def _clear_record(lock: Path) -> None:
-    path = record_path(lock, os.geteuid())
+def _clear_record(path: Path | None) -> None:
     with contextlib.suppress(OSError):
-        if os.lstat(path).st_uid == os.geteuid():  # this user's, not a file another user put at its name
+        if path is not None and os.lstat(path).st_uid == os.geteuid():  # not a file another user put there
             os.unlink(path)
 
 
@@ -209,10 +214,10 @@ def _uid_of(pid: int) -> int | None:
         return None
 
 
-def _read_record(lock: Path, uid: int) -> dict[str, Any] | None:
-    """The record in `uid`'s holder file of `lock`, if that file is a regular file of that uid's."""
+def _read_record(lock: Path, uid: int, file: Path | None = None) -> dict[str, Any] | None:
+    """The record in `uid`'s holder file of `lock` (or in `file`), if that file is a regular file of that uid's."""
     try:
-        fd = os.open(record_path(lock, uid), _OPEN_FLAGS)
+        fd = os.open(file or record_path(lock, uid), _OPEN_FLAGS)
     except OSError:
         return None
     try:
@@ -256,17 +261,21 @@ def holder_record(lock: Path, fd: int | None = None) -> dict[str, Any] | None:
 def _moved_away(path: Path, fd: int) -> dict[str, Any] | None:
     """The record of a holder that still holds an earlier lock file of this name, moved away (renamed by its
     maker, who may be another user, in a sticky folder) or deleted: the GPU is not free, though the file now
-    at the name is. Believed as holder_record believes one: a file of the holder's uid, naming the pid the
-    kernel names as the holder of the file it locked."""
+    at the name is. Every record beside the lock (_write_record's, at its name or kept as its temporary
+    file) is read; one is believed where the kernel names its pid, a process of the file's owner, as the
+    holder of the file it locked."""
     st = os.fstat(fd)
-    for record_file in path.parent.glob(f"{path.name}.*.holder"):
-        uid = record_file.name[len(path.name) + 1 : -len(".holder")]
-        record = _read_record(path, int(uid)) if uid.isdigit() else None
-        held = record.get("lock") if record else None
+    for file in [*path.parent.glob(f"{path.name}.*.holder"), *path.parent.glob(f".{path.name}.*.tmp")]:
+        try:
+            owner = os.lstat(file).st_uid
+        except OSError:
+            continue
+        record = _read_record(path, owner, file) or {}
+        held, pid = record.get("lock"), record.get("pid")
         if not (isinstance(held, list) and len(held) == 2 and all(isinstance(n, int) for n in held)):
             continue
-        if held != [st.st_dev, st.st_ino] and _flock_pid(*held) == record.get("pid"):
-            return {**record, "uid": int(uid)}
+        if held != [st.st_dev, st.st_ino] and _flock_pid(*held) == pid and _uid_of(pid) == owner:
+            return {**record, "uid": owner}
     return None
 
 
@@ -344,7 +353,7 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
         with _held_lock:
             _held[key] = fd
         _taken_here().add(key)
-        _write_record(
+        record = _write_record(
             path,
             {
                 "pid": os.getpid(),
@@ -360,7 +369,7 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
         finally:
             # Removed before unlocking so that it never names a process that is gone (a killed holder's
             # record stays, but the kernel then names another pid, or none, and it is not believed).
-            _clear_record(path)
+            _clear_record(record)
     finally:
         _taken_here().discard(key)
         with _held_lock:
