@@ -276,6 +276,17 @@ def target_file(where: str) -> Path | None:
     return path
 
 
+def _not_from_here(exc: Exception) -> str:
+    """What to do where a file target failed to import a module that lies in the current folder."""
+    top = (getattr(exc, "name", None) or "").partition(".")[0] if isinstance(exc, ModuleNotFoundError) else ""
+    if not top or not (Path(top).is_dir() or Path(f"{top}.py").is_file()):
+        return ""
+    return (
+        f" ({top} is in the current folder, which python does not import from for a target file: "
+        "PYTHONPATH=. if that folder is yours, or name the target as a module)"
+    )
+
+
 def _load_target(spec: str, where: str, attr: str) -> Space:
     path = target_file(where)
     if path is None and os.getcwd() not in sys.path and not getattr(sys.flags, "safe_path", False):
@@ -294,7 +305,7 @@ def _load_target(spec: str, where: str, attr: str) -> Space:
             spec_obj.loader.exec_module(module)
         except Exception as exc:  # a BaseException stays one (a Ctrl-C, sys.exit(), a worker's stop):
             # the describing child names them in one line (space_view.main)
-            raise TargetError(f"importing {where} failed: {raised(exc)}") from exc
+            raise TargetError(f"importing {where} failed: {raised(exc)}{_not_from_here(exc)}") from exc
     else:
         try:
             module = importlib.import_module(where)

@@ -72,6 +72,18 @@ def test_a_target_file_elsewhere_never_imports_a_module_planted_in_the_current_f
     assert done.returncode == 0, done.stderr
 
 
+def test_a_file_target_that_needs_a_package_of_the_current_folder_says_how_to_get_it(tmp_path):
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "t.py").write_text("import mypkg\n" + TARGET)
+    done = run_nsprof("tune", "examples/t.py:space", "--backend", "nsys", "--no-store", cwd=tmp_path, standins=True,
+                      in_process=True)  # fmt: skip
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1, done.stderr
+    assert "No module named 'mypkg'" in lines[0] and "PYTHONPATH=." in lines[0], lines[0]
+
+
 def test_doctor_checks_the_installed_torch_not_one_in_the_current_folder(tmp_path, monkeypatch):
     from nsprof.doctor import torch_check
 
