@@ -107,6 +107,42 @@ def test_a_lock_file_moved_away_by_its_maker_under_a_holder_is_still_busy(holder
         pass
 
 
+def test_a_moved_lock_held_by_a_killed_holders_child_is_still_busy(tmp_path, lock_dir):
+    """The kernel names the pid that took the flock even after it died, while a child it passed the lock
+    to (a profiler) still holds it: moving the file away frees nothing then either."""
+    script = tmp_path / "holds_through_a_child.py"
+    script.write_text(
+        textwrap.dedent("""
+        import subprocess, sys, time
+        from nsprof.host.lock import gpu_lock, held_fds
+        with gpu_lock(0):
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], pass_fds=held_fds())
+            print(child.pid, flush=True)
+            time.sleep(120)
+    """)
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    child_pid = int(parent.stdout.readline())
+    try:
+        parent.kill()
+        parent.wait(timeout=30)
+        lock_path(0).rename(lock_dir / "moved-away")
+        with pytest.raises(GpuBusy):
+            with gpu_lock(0):
+                pytest.fail("took the GPU while the killed holder's child holds the moved lock file")
+    finally:
+        os.kill(child_pid, signal.SIGKILL)
+
+
+def test_a_planted_record_of_impossible_numbers_is_ignored(lock_dir):
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    record_path(lock_path(0), os.geteuid()).write_text('{"pid": 1, "lock": [1180591620717411303424, 5]}')
+    (lock_dir / f".{lock_path(0).name}.planted.tmp").write_text('{"pid": 1, "lock": [-1, 5]}')
+    with gpu_lock(0):
+        pass
+
+
 def test_wait_takes_the_lock_once_the_holder_lets_go(holder, capfd):
     child = holder(hold_s=1.0)
     began = time.monotonic()

@@ -228,9 +228,8 @@ def test_a_link_of_another_user_planted_while_the_folder_is_made_is_refused(tmp_
 
 
 @as_root
-def test_an_output_at_another_users_link_replaces_it_and_is_never_written_through(tmp_path):
-    import threading
-
+def test_an_output_at_another_users_link_is_refused_and_never_written_through(tmp_path):
+    from nsprof.errors import NsprofError
     from nsprof.host.owned import written_over
 
     fifo = tmp_path / "their.fifo"
@@ -239,16 +238,10 @@ def test_an_output_at_another_users_link_replaces_it_and_is_never_written_throug
     name = tmp_path / "out.csv"
     name.symlink_to(fifo)
     os.lchown(name, OTHER, OTHER)
-    got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
-    reader.start()  # their reader: it must get nothing
-    with written_over(name) as out:
-        out.write_text("rows\n")
-    assert stat.S_ISREG(os.lstat(name).st_mode) and name.read_text() == "rows\n"
-    with open(fifo, "wb"):  # let their reader go: it read nothing of ours
-        pass
-    reader.join(timeout=30)
-    assert got == [b""]
+    with pytest.raises(NsprofError, match="is a link of uid 54321"):
+        with written_over(name) as out:
+            out.write_text("rows\n")
+    assert name.is_symlink() and stat.S_ISFIFO(os.stat(name).st_mode)  # left as it was, nothing written
 
 
 @as_root
@@ -287,3 +280,20 @@ def test_another_users_fifo_in_a_folder_others_may_write_is_refused_and_a_pipe_o
         out.write_text("rows\n")
     reader.join(timeout=30)
     assert got == [b"rows\n"] and stdout.is_symlink()
+
+
+@as_root
+def test_an_output_through_another_users_folder_link_is_refused_and_nothing_is_written_there(tmp_path):
+    from nsprof.errors import NsprofError
+    from nsprof.host.owned import written_over
+
+    drop = tmp_path / "their-drop"
+    drop.mkdir(mode=0o777)
+    os.chown(drop, OTHER, OTHER)
+    link = tmp_path / "out"
+    link.symlink_to(drop)
+    os.lchown(link, OTHER, OTHER)
+    with pytest.raises(NsprofError, match="not this user's own"):
+        with written_over(link / "results.csv") as out:
+            out.write_text("rows\n")
+    assert not list(drop.iterdir())

@@ -157,11 +157,9 @@ def record_path(lock: Path, uid: int) -> Path:
     return lock.with_name(f"{lock.name}.{uid}.holder")
 
 
-def _write_record(lock: Path, record: dict[str, Any]) -> Path | None:
-    """This user's holder record of `lock`, where it is kept: a fresh temporary file (O_EXCL) renamed onto its
-    name, so that nothing is written through a link planted there. Where something of another user's at the
-    name keeps it from there, the temporary file itself (a name nobody can guess) is the record; the busy
-    message then names the holder from /proc, and _moved_away still finds it."""
+def _kept_record(lock: Path, record: dict[str, Any]) -> Path | None:
+    """`record` in a fresh file beside `lock` (tempfile.mkstemp: O_EXCL, a name nobody can guess, mode 0644):
+    where it is; None where it cannot be written."""
     try:
         fd, temporary = tempfile.mkstemp(prefix=f".{lock.name}.", suffix=".tmp", dir=lock.parent)
     except OSError:
@@ -174,10 +172,20 @@ def _write_record(lock: Path, record: dict[str, Any]) -> Path | None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         return None
+    return Path(temporary)
+
+
+def _write_record(lock: Path, record: dict[str, Any]) -> Path | None:
+    """This user's holder record of `lock`, where it is kept: a _kept_record file renamed onto its name, so that
+    nothing is written through a link planted there; where something of another user's keeps it from that
+    name, the file itself (the busy message then names the holder from /proc)."""
+    kept = _kept_record(lock, record)
+    if kept is None:
+        return None
     try:
-        os.replace(temporary, record_path(lock, os.geteuid()))
+        os.replace(kept, record_path(lock, os.geteuid()))
     except OSError:
-        return Path(temporary)
+        return kept
     return record_path(lock, os.geteuid())
 
 
@@ -261,9 +269,9 @@ def holder_record(lock: Path, fd: int | None = None) -> dict[str, Any] | None:
 def _moved_away(path: Path, fd: int) -> dict[str, Any] | None:
     """The record of a holder that still holds an earlier lock file of this name, moved away (renamed by its
     maker, who may be another user, in a sticky folder) or deleted: the GPU is not free, though the file now
-    at the name is. Every record beside the lock (_write_record's, at its name or kept as its temporary
-    file) is read; one is believed where the kernel names its pid, a process of the file's owner, as the
-    holder of the file it locked."""
+    at the name is. Every record beside the lock is read (_write_record's, at its name or kept as its own
+    file, and the claim each contender keeps from before its flock: gpu_lock); one is believed where the
+    kernel names its pid as the holder of the file it locked (a false one can only say what is true)."""
     st = os.fstat(fd)
     for file in [*path.parent.glob(f"{path.name}.*.holder"), *path.parent.glob(f".{path.name}.*.tmp")]:
         try:
@@ -272,9 +280,12 @@ def _moved_away(path: Path, fd: int) -> dict[str, Any] | None:
             continue
         record = _read_record(path, owner, file) or {}
         held, pid = record.get("lock"), record.get("pid")
-        if not (isinstance(held, list) and len(held) == 2 and all(isinstance(n, int) for n in held)):
+        if not (
+            isinstance(held, list) and len(held) == 2 and all(type(n) is int and 0 <= n < 2**63 for n in held)
+        ):
             continue
-        if held != [st.st_dev, st.st_ino] and _flock_pid(*held) == pid and _uid_of(pid) == owner:
+        # the kernel's word, even for a pid that died while a child it passed the lock to holds it on
+        if held != [st.st_dev, st.st_ino] and _flock_pid(*held) == pid:
             return {**record, "uid": owner}
     return None
 
@@ -346,36 +357,38 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
                 holder={"pid": os.getpid()},
             )
         _held[key] = -1
-    fd = -1
+    fd, claim = -1, None
     try:
         fd = open_lock_file(path)
+        record = {
+            "pid": os.getpid(),
+            "command": _command_line(),
+            "started_unix": time.time(),
+            "started": datetime.now().astimezone().isoformat(timespec="seconds"),
+            "gpu": dataclasses.asdict(gpu),
+            "lock": [os.fstat(fd).st_dev, os.fstat(fd).st_ino],  # the file locked (_moved_away)
+        }
+        # Claimed before the flock: of two contenders on two files of this name (one moved away), the one
+        # that takes its flock second sees the other's claim (_moved_away).
+        claim = _kept_record(path, record)
         _acquire(fd, gpu, path, wait=wait, timeout_s=timeout_s, device=device)
         with _held_lock:
             _held[key] = fd
         _taken_here().add(key)
-        record = _write_record(
-            path,
-            {
-                "pid": os.getpid(),
-                "command": _command_line(),
-                "started_unix": time.time(),
-                "started": datetime.now().astimezone().isoformat(timespec="seconds"),
-                "gpu": dataclasses.asdict(gpu),
-                "lock": [os.fstat(fd).st_dev, os.fstat(fd).st_ino],  # the file held (_moved_away)
-            },
-        )
+        written = _write_record(path, record)
         try:
             yield path
         finally:
             # Removed before unlocking so that it never names a process that is gone (a killed holder's
             # record stays, but the kernel then names another pid, or none, and it is not believed).
-            _clear_record(record)
+            _clear_record(written)
     finally:
         _taken_here().discard(key)
         with _held_lock:
             _held.pop(key, None)
         if fd >= 0:
             os.close(fd)  # closing this process's descriptor releases the flock (once no child has one)
+        _clear_record(claim)  # after: never a moment held without it
 
 
 def _acquire(fd: int, gpu: Gpu, path: Path, *, wait: bool, timeout_s: float | None, device: int) -> None:

@@ -177,11 +177,13 @@ def _reader_came(path: Path) -> int:
 @contextlib.contextmanager
 def written_over(path: Path | str) -> Iterator[Path]:
     """Where an output the user names is written: a new file beside `path` (its folder made), renamed onto
-    it once written, so that a link planted at the name is replaced, never written through, and a write that
+    it once written, so that a link at the name is replaced, never written through (another user's link on
+    the way, or a folder they may write and rename in, is refused in one line: _check_way), and a write that
     fails or is interrupted leaves what was there; a file there keeps its mode (a new one gets the
     umask's). A pipe or a device at the name (/dev/stdout: _written_through), or a folder this user cannot
     write in, is written as it is; a FIFO once something reads it (_reader_came)."""
     path = Path(path)
+    _check_way("output", path)  # another user's link on the way, or a folder they may write and rename in
     real = os.lstat(path) if os.path.lexists(path) else None
     through = _written_through(path)
     if through is not None:
