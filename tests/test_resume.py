@@ -266,3 +266,41 @@ def test_a_failure_in_an_adaptive_session_does_not_make_its_measured_config_miss
         store.finish_run(session, "failed")
         for asked in (settings, replace(settings, retry_failed=True)):
             assert _to_measure(store, context, asked, context.wanted, [0, 1], []) == []
+
+
+def test_a_resume_finds_the_rows_a_run_moved_to_the_gpu_its_worker_named(tmp_path, monkeypatch):
+    """Without nvidia-smi (or with another device order) nsprof's guess of the GPU is not the worker's: the
+    rows are stored under the worker's GPU, and a resume looks there too, instead of measuring all again."""
+    from nsprof.store import config_json
+
+    configs = [{"ns": 1000}, {"ns": 2000}, {"ns": 3000}]
+    (tmp_path / "t.py").write_text(
+        "from nsprof.space import Space\n"
+        f"space = Space(name='t', configs={configs!r}, build=lambda c: (lambda: None), device='cpu')\n"
+    )
+    calls: list[list[int]] = []
+
+    def stand_in(target, n, truth, settings, config_ids, on_progress, on_device=None, **unused):
+        calls.append(list(config_ids))
+        if on_device is not None:
+            on_device({"uuid": "GPU-its-own", "name": "NVIDIA H200"})  # the worker's word
+        return make_frame(
+            [{"source": truth.name, "config_id": c, "mode": settings.mode, "rep": r, "kernel": "k",
+              "duration_ns": float(configs[c]["ns"])} for c in config_ids for r in range(3)]
+        )  # fmt: skip
+
+    monkeypatch.setattr("nsprof.tune.measure.measure_rows", stand_in)
+    monkeypatch.setattr("nsprof.host.tools.find_ncu", lambda required=True: type("T", (), {"path": "ncu"})())
+    monkeypatch.setattr("nsprof.host.tools.tool_version", lambda path: "Version 2025.3.1.0")
+    monkeypatch.setattr("nsprof.host.gpu._smi_gpus", lambda: ())  # no nvidia-smi: no UUID to key by
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    store = tmp_path / "r.sqlite"
+    settings = TuneSettings(backend="ncu", mode="direct", store=store, resume=True, budget_s=0)
+    first = tune_module.tune(f"{tmp_path / 't.py'}:space", settings)
+    assert calls == [[0, 1, 2]] and first.ranking.best_config_id == 0
+    again = tune_module.tune(f"{tmp_path / 't.py'}:space", settings)
+    assert calls == [[0, 1, 2]], calls  # nothing measured again
+    assert any("resumed: 3 of 3 configs came from the results store" in n for n in again.ranking.notes)
+    with ResultStore(store) as results:
+        assert set(results.frame()["gpu"]) == {"NVIDIA H200 GPU-its-own"}
+        assert {config_json(c) for c in configs} == set(results.frame()["config_json"])
