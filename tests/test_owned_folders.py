@@ -27,6 +27,26 @@ def _refused(done, path) -> None:
     assert len(lines) == 1 and "not this user's own" in lines[0] and str(path) in lines[0], done.stderr
 
 
+def _theirs(folder, name: str, mode: int = 0o755, link: str | None = None):
+    """A folder of another uid's, and (given `link`) a link of theirs to it beside it: (folder, link)."""
+    made = folder / name
+    made.mkdir(mode=mode)
+    made.chmod(mode)
+    os.chown(made, OTHER, OTHER)
+    if link is None:
+        return made, None
+    (folder / link).symlink_to(made)
+    os.lchown(folder / link, OTHER, OTHER)
+    return made, folder / link
+
+
+def _their_fifo(path):
+    """A FIFO of another uid's at `path`."""
+    os.mkfifo(path)
+    os.chown(path, OTHER, OTHER)
+    return path
+
+
 def _writable_by_all(tmp_path):
     folder = tmp_path / "open"
     folder.mkdir()
@@ -142,12 +162,7 @@ def test_a_folder_another_group_may_write_is_refused(tmp_path):
 
 @as_root
 def test_a_work_folder_reached_through_a_link_of_another_user_is_refused(tmp_path):
-    theirs = tmp_path / "theirs"
-    theirs.mkdir(mode=0o755)
-    os.chown(theirs, OTHER, OTHER)
-    planted = tmp_path / "planted"
-    planted.symlink_to(theirs)
-    os.lchown(planted, OTHER, OTHER)
+    _, planted = _theirs(tmp_path, "theirs", link="planted")
     _refused(
         run_nsprof(*PROFILE, "--work-dir", planted / "work", standins=True, cwd=tmp_path, in_process=True),
         planted / "work",
@@ -232,9 +247,7 @@ def test_an_output_at_another_users_link_is_refused_and_never_written_through(tm
     from nsprof.errors import NsprofError
     from nsprof.host.owned import written_over
 
-    fifo = tmp_path / "their.fifo"
-    os.mkfifo(fifo)
-    os.chown(fifo, OTHER, OTHER)
+    fifo = _their_fifo(tmp_path / "their.fifo")
     name = tmp_path / "out.csv"
     name.symlink_to(fifo)
     os.lchown(name, OTHER, OTHER)
@@ -259,18 +272,14 @@ def test_another_users_fifo_in_a_folder_others_may_write_is_refused_and_a_pipe_o
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o1777)
-    planted = shared / "rows.csv"
-    os.mkfifo(planted)
-    os.chown(planted, OTHER, OTHER)
+    planted = _their_fifo(shared / "rows.csv")
     with pytest.raises(NsprofError, match="FIFO of uid 54321 in a folder others may write"):
         with written_over(planted) as out:
             out.write_text("rows\n")
     assert stat.S_ISFIFO(os.lstat(planted).st_mode)
     private = tmp_path / "private"
     private.mkdir(mode=0o755)
-    theirs = private / "pipe"
-    os.mkfifo(theirs)
-    os.chown(theirs, OTHER, OTHER)
+    theirs = _their_fifo(private / "pipe")
     stdout = tmp_path / "stdout"
     stdout.symlink_to(theirs)
     got: list[bytes] = []
@@ -287,12 +296,7 @@ def test_an_output_through_another_users_folder_link_is_refused_and_nothing_is_w
     from nsprof.errors import NsprofError
     from nsprof.host.owned import written_over
 
-    drop = tmp_path / "their-drop"
-    drop.mkdir(mode=0o777)
-    os.chown(drop, OTHER, OTHER)
-    link = tmp_path / "out"
-    link.symlink_to(drop)
-    os.lchown(link, OTHER, OTHER)
+    drop, link = _theirs(tmp_path, "their-drop", 0o777, link="out")
     with pytest.raises(NsprofError, match="not this user's own"):
         with written_over(link / "results.csv") as out:
             out.write_text("rows\n")
