@@ -268,10 +268,14 @@ def measure_stored(
     wanted = by_shape(space, points)
     context = Stored(settings, space, group, wanted, gpu.uuid)
     with ResultStore(settings.store) as store:
+        if (
+            settings.resume and settings.cluster is None
+        ):  # a run asked for this GPU and its worker named another
+            group["gpu"] = (
+                store.moved_gpu(gpu.asked, **{k: v for k, v in group.items() if k != "gpu"}) or group["gpu"]
+            )
         if missing_tool is not None:
             _key_without_the_tool(store, context, truth, missing_tool, notes)
-        if settings.resume and settings.cluster is None:
-            _resume_where_moved(store, group, gpu)
         noted = len(notes)
         todo = (
             _to_measure(store, context, settings, wanted, points, notes) if settings.resume else list(points)
@@ -324,13 +328,6 @@ def _key(target: str, space, truth: Truth, settings: TuneSettings):
         **key_labels(truth, settings),
     }
     return group, gpu, missing_tool
-
-
-def _resume_where_moved(store, group: dict, gpu) -> None:
-    """Key a resume by the GPU that the latest run asking for this one moved its rows to (its worker named
-    another: no nvidia-smi, another device order), where one did."""
-    others = {name: value for name, value in group.items() if name != "gpu"}
-    group["gpu"] = store.moved_gpu(gpu.asked, **others) or group["gpu"]
 
 
 def _key_without_the_tool(store, context: Stored, truth: Truth, missing_tool, notes: list[str]) -> None:
