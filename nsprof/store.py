@@ -218,27 +218,12 @@ class ResultStore:
             with self._lock:
                 rescue(self, now)
 
-    def relabel_gpu(self, run_id: int, gpu: str, gpu_uuid: str, asked: str) -> None:
-        """Key a run's rows by the GPU its worker says it measured on, the GPU nsprof `asked` for kept
-        (moved_gpu), in one transaction."""
+    def relabel_gpu(self, run_id: int, gpu: str, gpu_uuid: str) -> None:
+        """Key a run's rows by the GPU its worker says it measured on (one transaction)."""
         run_id = self.renumbered.get(int(run_id), int(run_id))
         with self._lock, self._errors(f"relabelling run {run_id}"), self._transaction() as db:
             db.execute("UPDATE measurements SET gpu = ? WHERE run_id = ?", (gpu, int(run_id)))
-            db.execute(
-                "UPDATE runs SET gpu = ?, gpu_uuid = ?, asked_gpu = ? WHERE id = ?",
-                (gpu, gpu_uuid, asked, int(run_id)),
-            )
-
-    def moved_gpu(self, asked: str, **group: str) -> str | None:
-        """The GPU that the latest run of `group` (its labels but the GPU) that asked for GPU `asked` was
-        moved to (relabel_gpu), None where none was."""
-        where = " AND ".join(f"{name} = ?" for name in group)
-        with self._lock, self._errors("reading"):
-            row = self._db.execute(
-                f"SELECT gpu FROM runs WHERE asked_gpu = ? AND {where} ORDER BY id DESC LIMIT 1",
-                (asked, *group.values()),
-            ).fetchone()
-        return None if row is None else str(row[0])
+            db.execute("UPDATE runs SET gpu = ?, gpu_uuid = ? WHERE id = ?", (gpu, gpu_uuid, int(run_id)))
 
     # -- measurements ----------------------------------------------------------------------
 

@@ -61,7 +61,6 @@ RUN_COLUMNS = (
     "settings_json",
     "finished_at",
     "status",
-    "asked_gpu",
 )
 # What start_run(**labels) accepts: the labels among a run's columns, settings as JSON; the rest
 # of a run's columns nsprof fills in itself.
@@ -77,8 +76,7 @@ CREATE TABLE runs (
     nsprof_version TEXT NOT NULL,
     settings_json TEXT,
     finished_at TEXT,  -- NULL while running, and forever after a crash
-    status TEXT NOT NULL DEFAULT 'running',
-    asked_gpu TEXT  -- the GPU nsprof asked for (a Gpu's `asked`), where the worker named another: gpu
+    status TEXT NOT NULL DEFAULT 'running'
 );
 CREATE TABLE measurements (
     id INTEGER PRIMARY KEY,
@@ -243,8 +241,8 @@ def _schema_problem(path: Path, row: tuple | None) -> str | None:
     return None
 
 
-def _columns(db: sqlite3.Connection, table: str = "measurements") -> set[str]:
-    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+def _columns(db: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in db.execute("PRAGMA table_info(measurements)")}
 
 
 def _add_shape_columns(db: sqlite3.Connection) -> None:
@@ -261,15 +259,13 @@ def _add_shape_columns(db: sqlite3.Connection) -> None:
 
 
 def _add_pid_column(db: sqlite3.Connection) -> None:
-    """A store from before pids gets the column (every old row: no pid), and one from before runs kept the
-    GPU asked for gets that (NULL: not known). Additive, as shapes were: an older nsprof of this schema
-    version still reads and writes the store, its rows without them."""
-    for table, column, kind in (("measurements", "pid", "INTEGER"), ("runs", "asked_gpu", "TEXT")):
-        if column in _columns(db, table):
-            continue
-        with transaction(db):
-            if column not in _columns(db, table):  # another process may have added it meanwhile
-                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    """A store from before pids gets the column (every old row: no pid). Additive, as shapes were:
+    an older nsprof of this schema version still reads and writes the store, its rows without a pid."""
+    if "pid" in _columns(db):
+        return
+    with transaction(db):
+        if "pid" not in _columns(db):  # another process may have added it meanwhile
+            db.execute("ALTER TABLE measurements ADD COLUMN pid INTEGER")
 
 
 def _migrate_to_kinds(db: sqlite3.Connection) -> None:

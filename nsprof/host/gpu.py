@@ -27,15 +27,6 @@ class Gpu:
         """What results measured on it are keyed by: "NVIDIA H200 GPU-8f6c…" ("" when unknown)."""
         return " ".join(part for part in (self.name, self.uuid) if part)
 
-    @property
-    def asked(self) -> str:
-        """The GPU as nsprof asks for it, before a worker names the one it got: its key, CUDA index and host
-        (with no nvidia-smi to read the UUID from, the index and the host tell GPUs apart; a store copied to
-        another host never resumes under this one's GPUs)."""
-        import socket
-
-        return f"{self.key}#{self.index}@{socket.gethostname()}"
-
     def __str__(self) -> str:
         what = f"GPU {self.index}" if self.index is not None else "GPU"
         detail = ", ".join(part for part in (self.name, self.uuid) if part)

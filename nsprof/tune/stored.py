@@ -268,12 +268,6 @@ def measure_stored(
     wanted = by_shape(space, points)
     context = Stored(settings, space, group, wanted, gpu.uuid)
     with ResultStore(settings.store) as store:
-        if (
-            settings.resume and settings.cluster is None
-        ):  # a run asked for this GPU and its worker named another
-            group["gpu"] = (
-                store.moved_gpu(gpu.asked, **{k: v for k, v in group.items() if k != "gpu"}) or group["gpu"]
-            )
         if missing_tool is not None:
             _key_without_the_tool(store, context, truth, missing_tool, notes)
         noted = len(notes)
@@ -403,6 +397,6 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
     if settings.cluster is None and ran_on is not None and ran_on.uuid != gpu.uuid:
         # The worker measured on another GPU than nvidia-smi's numbering suggested
         # (CUDA_DEVICE_ORDER): its own word is the key.
-        store.relabel_gpu(run_id, ran_on.key, ran_on.uuid, gpu.asked)
+        store.relabel_gpu(run_id, ran_on.key, ran_on.uuid)
         notes.append(f"measured on {ran_on.key}, not {gpu.key or 'the GPU nvidia-smi names'}: stored as such")
         context.group["gpu"] = ran_on.key
