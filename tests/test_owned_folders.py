@@ -301,3 +301,27 @@ def test_an_output_through_another_users_folder_link_is_refused_and_nothing_is_w
         with written_over(link / "results.csv") as out:
             out.write_text("rows\n")
     assert not list(drop.iterdir())
+
+
+@as_root
+def test_an_output_in_a_folder_only_its_owners_private_group_may_write_is_written(tmp_path, monkeypatch):
+    """A container run as root, in a project folder mounted from the host's user with umask 002 (mode 0775,
+    the group that user's own): nobody but its owner may write it, so an output there is written."""
+    import grp
+    import pwd
+
+    from nsprof.host.owned import written_over
+
+    host = pwd.struct_passwd(("host", "x", OTHER, OTHER, "", "/home/host", "/bin/sh"))
+    real_getpwuid, real_getgrgid, real_getpwall = pwd.getpwuid, grp.getgrgid, pwd.getpwall
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: host if uid == OTHER else real_getpwuid(uid))
+    monkeypatch.setattr(pwd, "getpwall", lambda: [p for p in real_getpwall() if p.pw_gid != OTHER] + [host])
+    monkeypatch.setattr(
+        grp,
+        "getgrgid",
+        lambda gid: grp.struct_group(("host", "x", OTHER, [])) if gid == OTHER else real_getgrgid(gid),
+    )
+    project, _ = _theirs(tmp_path, "project", 0o775)
+    with written_over(project / "r.html") as out:
+        out.write_text("page\n")
+    assert (project / "r.html").read_text() == "page\n"

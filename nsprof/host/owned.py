@@ -8,8 +8,8 @@ user's; check_own_file does the same for a file that is there already (a results
 user names is written by written_over: beside its name, then renamed onto it (a FIFO there: once
 something reads it, within READER_WAIT_S).
 
-"Others may write" counts the group's write bit only where the group is not this user's alone (a user
-private group, as umask 002 systems make: the group of the user's name, with no other member and no
+"Others may write" counts the group's write bit only where the group is not the owner's alone (a user
+private group, as umask 002 systems make: the group of the owner's name, with no other member and no
 other account's primary group). A folder above it that others may write must be sticky (as /tmp is) and
 this user's or root's, or they could rename this one away; a link on the way there (and on the way to
 where a link leads) must be this user's or root's. A folder above it that another user owns and only
@@ -39,18 +39,18 @@ def _refuse(what: str, path: Path, reason: str) -> NsprofError:
 
 
 def _private_group(st: os.stat_result) -> bool:
-    """Whether the group of `st` is this user's alone: a group of the user's name, this user's own, with no
-    other member and no other account's primary group."""
+    """Whether the group of `st` is its owner's alone: a group of the owner's name, the owner's own, with no
+    other member and no other account's primary group (for this user's own files: this user's alone)."""
     import grp
     import pwd
 
     try:
-        me, group = pwd.getpwuid(os.geteuid()), grp.getgrgid(st.st_gid)
+        owner, group = pwd.getpwuid(st.st_uid), grp.getgrgid(st.st_gid)
     except KeyError:
         return False
-    if st.st_gid != me.pw_gid or group.gr_name != me.pw_name or set(group.gr_mem) - {me.pw_name}:
+    if st.st_gid != owner.pw_gid or group.gr_name != owner.pw_name or set(group.gr_mem) - {owner.pw_name}:
         return False
-    return not any(other.pw_gid == st.st_gid and other.pw_name != me.pw_name for other in pwd.getpwall())
+    return not any(other.pw_gid == st.st_gid and other.pw_name != owner.pw_name for other in pwd.getpwall())
 
 
 def _others_may_write(st: os.stat_result) -> bool:
