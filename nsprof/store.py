@@ -356,6 +356,13 @@ class ResultStore:
             {name: self._column(name, column, dtypes[name]) for name, column in zip(columns, values)}
         )
 
+    def edited(self, what: str) -> StoreError:
+        """The one line for a store that holds `what`, which nsprof never writes."""
+        return StoreError(
+            f"the results store {self.path} holds {what}: it was damaged or edited by hand "
+            "(export what it holds with sqlite3)"
+        )
+
     def _column(self, name: str, values: tuple, dtype: str):
         """One column as its dtype; a value that cannot be one (a store edited by hand): StoreError, one line."""
         import pandas as pd
@@ -368,10 +375,7 @@ class ResultStore:
                     pd.Series([value], dtype=dtype)
                 except (TypeError, ValueError):
                     shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:59] + "…"
-                    raise StoreError(
-                        f"the results store {self.path} holds {shown} in column {name}, which holds {dtype} "
-                        "values: it was damaged or edited by hand (export what it holds with sqlite3)"
-                    ) from None
+                    raise self.edited(f"{shown} in column {name}, which holds {dtype} values") from None
             raise
 
     def export(self, path: str | Path, **filters: Any) -> int:

@@ -25,9 +25,10 @@ On a machine that several users share (docs/trust.md), the lock folder is writab
   temporary file (tempfile.mkstemp: O_EXCL, a name nobody can guess) renamed onto it, so never
   through a link. A record is believed only from a file its holder's uid owns, naming the pid
   the kernel names, and printed with its control characters escaped.
-- the record names the file its holder locked (device, inode): a lock file moved away under its
-  holder (its maker may rename it in a sticky folder) leaves the GPU busy for whoever finds a new
-  file at the name free, while the kernel still names that holder (_moved_away).
+- each contender keeps a claim beside the lock from before its flock (_kept_record), and the holder's
+  record too names the file locked (device, inode): a lock file moved away under its holder (its maker
+  may rename it in a sticky folder) leaves the GPU busy for whoever finds a new file at the name free,
+  while the kernel still names that holder (_moved_away).
 Who else holds a lock, from /proc, is nsprof.host.lock_holders'.
 """
 
@@ -198,21 +199,25 @@ def _clear_record(path: Path | None) -> None:
 def _kernel_holder(fd: int) -> int | None:
     """The pid that holds the flock on the open file of `fd`, as the kernel lists it (/proc/locks)."""
     st = os.fstat(fd)
-    return _flock_pid(st.st_dev, st.st_ino)
+    return _flocks().get(_where(st.st_dev, st.st_ino))
 
 
-def _flock_pid(dev: int, ino: int) -> int | None:
-    """The pid that holds an flock on the file (dev, ino), as /proc/locks lists it; None: nobody."""
-    where = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+def _where(dev: int, ino: int) -> str:
+    return f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+
+
+def _flocks() -> dict[str, int]:
+    """{file as /proc/locks names it (device:inode): the pid that holds an flock on it}; {} unread."""
     try:
         lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
-        return None
+        return {}
+    held = {}
     for line in lines:
         words = line.split()
-        if len(words) >= 6 and words[1] == "FLOCK" and words[5] == where and words[4].isdigit():
-            return int(words[4]) or None  # 0: a process this pid namespace does not see
-    return None
+        if len(words) >= 6 and words[1] == "FLOCK" and words[4].isdigit() and int(words[4]):
+            held.setdefault(words[5], int(words[4]))  # pid 0: a process this pid namespace does not see
+    return held
 
 
 def _uid_of(pid: int) -> int | None:
@@ -272,7 +277,7 @@ def _moved_away(path: Path, fd: int) -> dict[str, Any] | None:
     at the name is. Every record beside the lock is read (_write_record's, at its name or kept as its own
     file, and the claim each contender keeps from before its flock: gpu_lock); one is believed where the
     kernel names its pid as the holder of the file it locked (a false one can only say what is true)."""
-    st = os.fstat(fd)
+    st, held_now = os.fstat(fd), _flocks()
     for file in [*path.parent.glob(f"{path.name}.*.holder"), *path.parent.glob(f".{path.name}.*.tmp")]:
         try:
             owner = os.lstat(file).st_uid
@@ -285,7 +290,7 @@ def _moved_away(path: Path, fd: int) -> dict[str, Any] | None:
         ):
             continue
         # the kernel's word, even for a pid that died while a child it passed the lock to holds it on
-        if held != [st.st_dev, st.st_ino] and _flock_pid(*held) == pid:
+        if held != [st.st_dev, st.st_ino] and held_now.get(_where(*held)) == pid:
             return {**record, "uid": owner}
     return None
 
@@ -360,13 +365,14 @@ def gpu_lock(device: int = 0, *, wait: bool = False, timeout_s: float | None = N
     fd, claim = -1, None
     try:
         fd = open_lock_file(path)
+        locked = os.fstat(fd)
         record = {
             "pid": os.getpid(),
             "command": _command_line(),
             "started_unix": time.time(),
             "started": datetime.now().astimezone().isoformat(timespec="seconds"),
             "gpu": dataclasses.asdict(gpu),
-            "lock": [os.fstat(fd).st_dev, os.fstat(fd).st_ino],  # the file locked (_moved_away)
+            "lock": [locked.st_dev, locked.st_ino],  # the file locked (_moved_away)
         }
         # Claimed before the flock: of two contenders on two files of this name (one moved away), the one
         # that takes its flock second sees the other's claim (_moved_away).

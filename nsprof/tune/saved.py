@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from nsprof.analysis.tune_report import ShapeReport, TuneReport, check_ranked
-from nsprof.errors import NsprofError, StoreError
+from nsprof.errors import NsprofError
 from nsprof.settings import Truth, TuneSettings
 from nsprof.space import config_label
 from nsprof.tune.explain import cross_truth
@@ -81,14 +81,7 @@ def _settings(run, store) -> TuneSettings:
             tuner_pick=False,
         )
     except (TypeError, ValueError, NsprofError) as exc:
-        raise _edited(store, f"run {run.id}'s settings {_text(run.settings_json)[:60]!r} ({exc})") from None
-
-
-def _edited(store, what: str) -> StoreError:
-    return StoreError(
-        f"the results store {store.path} holds {what}: it was damaged or edited by hand "
-        "(export what it holds with sqlite3)"
-    )
+        raise store.edited(f"run {run.id}'s settings {_text(run.settings_json)[:60]!r} ({exc})") from None
 
 
 def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
@@ -132,7 +125,7 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict) -> tup
                 raise ValueError("a negative id")
             configs[config_id] = json.loads(text)
         except ValueError:
-            raise _edited(store, f"config {config_id} as {text[:60]!r}") from None
+            raise store.edited(f"config {config_id} as {text[:60]!r}") from None
     shapes = _shape_indices(frame)
     rows = stored_rows(store, group, wanted_json, {text: list(wanted_json) for _, text in shapes})
     runs = ", ".join(str(int(r)) for r in sorted(set(rows["run_id"])))
