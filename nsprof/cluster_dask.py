@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 import time
 
@@ -21,6 +22,7 @@ _clients: dict[
     ClusterSettings, tuple[object, object | None]
 ] = {}  # settings -> (Client, LocalCluster or None)
 _clients_lock = threading.Lock()
+_scratch: list[str] = []  # the local clusters' private scratch folders, removed by close()
 
 
 def load_dask():
@@ -86,9 +88,12 @@ def _start_local(distributed, devices: tuple[int, ...]):
     Every local user can reach 127.0.0.1, and a Dask scheduler runs what any client sends it: the
     cluster speaks mutual TLS with credentials made when it starts (Security.temporary), which only
     this process and its workers hold, and its HTTP servers, which cannot be left out, serve nothing
-    but an empty sitemap (docs/trust.md)."""
+    but an empty sitemap (docs/trust.md). Its scratch folder, which the scheduler (in this process) and
+    the workers put first on sys.path, is a private one of its own: Dask's default,
+    $TMPDIR/dask-scratch-space, is taken as it is when another user made it first."""
     import copy
     import logging
+    import tempfile
 
     import dask
 
@@ -98,8 +103,13 @@ def _start_local(distributed, devices: tuple[int, ...]):
         raise NsprofError(
             "--devices needs the cryptography package for its cluster's TLS: pip install 'nsprof[dask]'"
         ) from None
-    with dask.config.set({"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}):
+    scratch = tempfile.mkdtemp(prefix="nsprof-dask-")
+    _scratch.append(scratch)
+    private = {"temporary-directory": scratch}
+    routes = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+    with dask.config.set({**routes, **private}):
         cluster = distributed.LocalCluster(
+            local_directory=scratch,
             n_workers=0,
             processes=True,
             threads_per_worker=1,
@@ -146,6 +156,18 @@ def close() -> None:
                     thing.close()
                 except Exception:  # noqa: BLE001 - closing at exit: nothing left to tell
                     pass
+    _remove_scratch()
+
+
+def _remove_scratch() -> None:
+    """The closed clusters' scratch folders, and their places on sys.path (a removed folder's name could be
+    made again by anyone)."""
+    import shutil
+
+    while _scratch:
+        folder = _scratch.pop()
+        sys.path[:] = [entry for entry in sys.path if not entry.startswith(folder)]
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 atexit.register(close)

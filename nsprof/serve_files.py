@@ -58,12 +58,20 @@ def check_folder(folder: Path, *, create: bool = False) -> bool:
     link), of this user, that nobody else may enter. A folder at its name that is not is refused in one line
     (NsprofError): another user may have made it first, in a folder that all can write."""
     if create:
+        from nsprof.host.owned import check_shared_folder
+
         folder.parent.mkdir(parents=True, exist_ok=True)
-        try:
+        check_shared_folder("the GPU lock's folder (NSPROF_LOCK_DIR, else /tmp)", folder.parent)
+        with contextlib.suppress(FileExistsError):
             os.mkdir(folder, 0o700)
-            os.chmod(folder, 0o700)  # the umask may have taken the owner's bits
-        except FileExistsError:
-            pass
+            # the umask may have taken the owner's bits; by its descriptor, never through a link put there
+            # since (a link is refused below)
+            with contextlib.suppress(OSError):
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    os.fchmod(fd, 0o700)
+                finally:
+                    os.close(fd)
     try:
         st = os.lstat(folder)
     except FileNotFoundError:

@@ -124,3 +124,38 @@ def test_a_worker_its_nanny_starts_again_serves_no_http_page_either(local_cluste
         time.sleep(0.2)
     (after,) = _worker_http_ports(client)
     assert _answered(after) == []
+
+
+def test_the_cluster_takes_no_module_from_a_scratch_folder_someone_made_in_the_shared_tmp(
+    tmp_path, monkeypatch
+):
+    """Dask's scheduler and workers put their scratch folder first on sys.path, and by default that is
+    $TMPDIR/dask-scratch-space, taken as it is when another user made it first: her modules there ran in
+    nsprof's own process (the scheduler runs in it) and in its workers. The cluster keeps its scratch in a
+    private folder of its own, removed when it closes."""
+    import importlib.util
+    import tempfile
+
+    from nsprof import cluster, cluster_dask
+    from nsprof.settings import ClusterSettings
+
+    shared = tmp_path / "tmp"
+    planted = shared / "dask-scratch-space"
+    planted.mkdir(parents=True)
+    (planted / "nsprof_planted_probe.py").write_text("")
+    monkeypatch.setenv("TMPDIR", str(shared))
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(tmp_path))
+
+    def found() -> bool:
+        return importlib.util.find_spec("nsprof_planted_probe") is not None
+
+    client = cluster.connect(ClusterSettings(devices=(0,)))
+    try:
+        assert not found(), "nsprof's own process imports from the planted folder"
+        assert not client.run_on_scheduler(found)
+        assert not any(client.run(found).values()), "a worker imports from the planted folder"
+    finally:
+        cluster_dask.close()
+    assert sorted(p.name for p in shared.iterdir()) == ["dask-scratch-space"], "its own folder is removed"
+    assert sorted(p.name for p in planted.iterdir()) == ["nsprof_planted_probe.py"]

@@ -338,3 +338,27 @@ def test_a_relative_lock_folder_is_refused_in_one_line(tmp_path):
     (line,) = done.stderr.strip().splitlines()
     assert "NSPROF_LOCK_DIR" in line and "absolute" in line
     assert not (tmp_path / "locks").exists()
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775], ids=["open to all", "open to a shared group"])
+def test_a_lock_folder_others_may_write_must_be_sticky(tmp_path, monkeypatch, mode):
+    """Without the sticky bit, anyone who may write the folder may rename the lock file away while it is
+    held; a group-writable folder counts where its group is not its owner's alone."""
+    import grp
+
+    folder = tmp_path / "locks"
+    folder.mkdir()
+    folder.chmod(mode)
+    if mode == 0o775:
+        shared = next((g for g in grp.getgrall() if g.gr_name != "root" and g.gr_gid != os.getegid()), None)
+        if shared is None:
+            pytest.skip("no group other than this user's own here")
+        os.chown(folder, -1, shared.gr_gid)
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(folder))
+    with pytest.raises(NsprofError, match="not sticky") as caught:
+        with gpu_lock(0):
+            pytest.fail("took a lock in a folder others may rename it out of")
+    assert str(folder) in str(caught.value)
+    folder.chmod(mode | 0o1000)
+    with gpu_lock(0):  # sticky: fine
+        pass

@@ -22,6 +22,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -632,3 +633,50 @@ def test_two_users_share_one_gpu(tmp_path, shared, other_user, maker):
     assert sorted({row["config_id"] for row in json.loads(out) if row["error"] is None}) == [0]
     with gpu_lock(0, wait=True, timeout_s=WAIT_S):  # and the API takes it, now free
         pass
+
+
+@pytest.mark.parametrize("mode", [0o1777, 0o755], ids=["sticky, open to all", "her own"])
+def test_a_lock_folder_another_user_made_is_refused_in_one_line(
+    tmp_path, shared, other_user, monkeypatch, mode
+):
+    """NSPROF_LOCK_DIR names a folder not made yet, and the other user makes it first: a folder's owner may
+    remove any file in it, sticky or not, so she could delete the lock, its claims and its record while root
+    holds it, and the next nsprof would take the GPU beside the holder. Such a folder is refused, named."""
+    folder = shared / "nsprof-locks"
+
+    def make(me):
+        folder.mkdir()
+        folder.chmod(mode)
+        me.say({"made": 1})
+
+    assert other_user(make).read() == {"made": 1}
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(folder))
+    with pytest.raises(NsprofError, match=f"uid {OTHER}") as caught:
+        with gpu_lock(0):
+            pytest.fail("took a lock in a folder another user owns")
+    assert str(folder) in str(caught.value) and "\n" not in str(caught.value)
+    assert list(folder.iterdir()) == [], "nothing of root's is left in her folder"
+    done = _profile(tmp_path, "run", backend="ncu", timeout_s=WAIT_S)  # the CLI, with the env of the test
+    assert done.returncode == 2, done.stderr
+    assert str(folder) in _one_error_line(done.stderr)
+
+
+def test_an_output_over_another_users_file_takes_none_of_its_mode(tmp_path, shared, other_user):
+    """The other user leaves a setuid, world-writable file at the name of root's --csv: root's rows took its
+    mode (-rwsrwsrwx root), and she could then rewrite root's measurements. Root's output gets the umask's
+    mode, as a new file does."""
+    out = shared / "res.csv"
+
+    def plant(me):
+        out.write_text("x\n")
+        out.chmod(0o6777)
+        me.say({"planted": 1})
+
+    assert other_user(plant).read() == {"planted": 1}
+    done = _profile(tmp_path, "run", "--csv", str(out))
+    assert done.returncode == 0, done.stderr
+    st = out.stat()
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert st.st_uid == 0 and "config_id" in out.read_text()
+    assert stat.S_IMODE(st.st_mode) == 0o666 & ~umask, oct(st.st_mode)

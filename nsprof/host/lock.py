@@ -55,6 +55,7 @@ from typing import Any
 from nsprof.errors import GpuBusy, NsprofError
 from nsprof.host.gpu import Gpu, which_gpu
 from nsprof.host.lock_holders import command_of
+from nsprof.host.owned import check_shared_folder
 
 _POLL_S = 0.05
 # Lock files this process holds (path -> descriptor): a second gpu_lock on the same GPU would wait
@@ -120,12 +121,7 @@ def open_lock_file(path: Path) -> int:
             f"the GPU lock's folder {path.parent} (NSPROF_LOCK_DIR, else /tmp) cannot be used: "
             f"{exc.strerror or exc}; set NSPROF_LOCK_DIR to a folder"
         ) from None
-    mode = os.stat(path.parent).st_mode
-    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:  # others could rename the lock file away
-        raise NsprofError(
-            f"the GPU lock's folder {path.parent} (NSPROF_LOCK_DIR) is writable by every user but not "
-            "sticky: another user could move the lock away; use a sticky folder (chmod +t, as /tmp) or another"
-        )
+    check_shared_folder("the GPU lock's folder (NSPROF_LOCK_DIR, else /tmp)", path.parent)
     while True:
         try:
             fd = os.open(path, _OPEN_FLAGS)

@@ -104,6 +104,28 @@ def _check_way(what: str, path: Path) -> None:
             raise _refuse(what, path, f"it lies in {folder}, which others may write (mode {mode}, {why})")
 
 
+def check_shared_folder(what: str, folder: Path) -> None:
+    """A folder that every user of the machine shares (the GPU lock's): the way to it as _check_way says, it
+    and every folder above where it leads root's or this user's (a folder's owner may remove or rename any
+    file in it, sticky or not), and sticky where others may write it. Else NsprofError, one line."""
+    _check_way(what, folder)
+    real = Path(os.path.realpath(folder))
+    for each in (real, *real.parents):
+        st = os.stat(each)
+        if st.st_uid not in (os.geteuid(), 0):
+            where = "it is" if each == real else f"it lies in {each},"
+            raise NsprofError(
+                f"cannot use {what} {folder}: {where} a folder of uid {st.st_uid}, who could remove what "
+                "nsprof keeps there while it is in use; use a folder of root's (as /tmp) or your own"
+            )
+    st = os.stat(real)
+    if _others_may_write(st) and not st.st_mode & stat.S_ISVTX:
+        raise NsprofError(
+            f"cannot use {what} {folder}: others may write it and it is not sticky, so another user could "
+            "move what nsprof keeps there away; use a sticky folder (chmod +t, as /tmp) or another"
+        )
+
+
 def _check(what: str, path: Path, want_dir: bool) -> None:
     """The folder or file at `path` itself (the way to it is _check_way's): this user's, nobody else's to write;
     a folder there (made now, if it was not)."""
@@ -179,9 +201,10 @@ def written_over(path: Path | str) -> Iterator[Path]:
     """Where an output the user names is written: a new file beside `path` (its folder made), renamed onto
     it once written, so that a link at the name is replaced, never written through (another user's link on
     the way, or a folder they may write and rename in, is refused in one line: _check_way), and a write that
-    fails or is interrupted leaves what was there; a file there keeps its mode (a new one gets the
-    umask's). A pipe or a device at the name (/dev/stdout: _written_through), or a folder this user cannot
-    write in, is written as it is; a FIFO once something reads it (_reader_came)."""
+    fails or is interrupted leaves what was there; a file of this user's there keeps its permissions (a new
+    one, or one replacing another user's, gets the umask's: _kept_mode). A pipe or a device at the name
+    (/dev/stdout: _written_through), or a folder this user cannot write in, is written as it is; a FIFO once
+    something reads it (_reader_came)."""
     path = Path(path)
     _check_way("output", path)  # another user's link on the way, or a folder they may write and rename in
     real = os.lstat(path) if os.path.lexists(path) else None
@@ -208,15 +231,25 @@ def written_over(path: Path | str) -> Iterator[Path]:
     try:
         with _named(path):
             yield Path(name)
-            own = os.lstat(path) if real is not None else None
-            os.chmod(
-                name, stat.S_IMODE(own.st_mode) if own and stat.S_ISREG(own.st_mode) else 0o666 & ~_UMASK
-            )
+            os.chmod(name, _kept_mode(path) if real is not None else 0o666 & ~_UMASK)
             os.replace(name, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(name)
         raise
+
+
+def _kept_mode(path: Path) -> int:
+    """The mode an output replacing the file at `path` takes: that file's permissions where it is this user's
+    own (never its setuid, setgid or sticky bit), else the umask's, as a new file's: another user's file
+    there must not make this user's rows hers to rewrite."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:  # removed while the output was written
+        return 0o666 & ~_UMASK
+    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+        return stat.S_IMODE(st.st_mode) & 0o777
+    return 0o666 & ~_UMASK
 
 
 def _written_through(path: Path) -> os.stat_result | None:
