@@ -95,8 +95,10 @@ def _beside(store, happened: str, why: str) -> StoreError:
 
 
 def _in_the_temporary_folder(store, happened: str, where: str, exc: Exception) -> StoreError:
-    """What the run wrote, copied to a new file of the temporary folder; the error that says where."""
-    target = new_file(Path(tempfile.gettempdir()), store.path.name)
+    """What the run wrote, copied to a new file in a folder of this user's alone in the temporary folder
+    (beside a file of /tmp itself, another user who saw its name could plant a journal that sqlite3 would
+    roll back into it); the error that says where."""
+    target = new_file(Path(tempfile.mkdtemp(prefix="nsprof-rescued-")), store.path.name)
     copy_to(store.connection, target)
     return StoreError(
         f"results store {store.path} was {happened} while nsprof wrote to it, and this run could not be "

@@ -223,3 +223,37 @@ def test_a_store_written_again_but_held_by_its_writer_is_not_said_to_be_replaced
     assert len(beside) == 1 and str(beside[0]) in words
     assert _runs_by_gpu(beside[0])["ours"] == ("running", 3)
     assert _runs_by_gpu(path) == {"a": ("running", 0), "theirs": ("running", 0)}  # theirs left alone
+
+
+def test_a_store_whose_folder_went_away_is_rescued_into_a_private_folder(tmp_path, monkeypatch):
+    """Its folder removed, the run's rows go to the temporary folder: into a folder of this user's alone, not
+    a file of /tmp itself, where another user who saw its name could plant a hot journal beside it
+    (sqlite3 rolls one back into the file it opens)."""
+    import shutil
+    import stat
+    import tempfile
+
+    from nsprof.errors import StoreError
+
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    folder = tmp_path / "project"
+    folder.mkdir()
+    with ResultStore(folder / "results.sqlite") as store:
+        run_id = store.start_run(gpu="g")
+        key = MeasurementKey(config_id=0, config_json=config_json({"a": 1}), gpu="g", **GROUP)
+        store.add(run_id, key, [{"rep": 0, "kernel": "k", "duration_ns": 100.0}])
+        shutil.rmtree(folder)
+        try:
+            store.finish_run(run_id, "ok")
+        except StoreError as exc:
+            said = str(exc)
+        else:
+            raise AssertionError("the store's folder is gone: the run cannot end there")
+    (rescued,) = [p for p in shared.rglob("*.sqlite")]
+    assert str(rescued) in said
+    assert rescued.parent != shared and rescued.parent.parent == shared
+    st = os.stat(rescued.parent)
+    assert st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o700
+    assert _measurements(rescued) == 1
