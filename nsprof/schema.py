@@ -187,12 +187,12 @@ class Points:
             raise ValueError(f"point {point} is not in {self}")
         return config_id, shape
 
-    def all(self, config_ids=None, shapes=None) -> list[int]:
-        """Point ids, shape by shape: `config_ids` (default all) at each of `shapes` (default all)."""
+    def all(self, config_ids=None) -> list[int]:
+        """Point ids, shape by shape: `config_ids` (default all) at each shape."""
         configs = range(self.n_configs) if config_ids is None else config_ids
         if not self.shaped:
             return [int(c) for c in configs]
-        return [self.id(c, s) for s in (range(self.n_shapes) if shapes is None else shapes) for c in configs]
+        return [self.id(c, s) for s in range(self.n_shapes) for c in configs]
 
     def of_frame(self, frame):
         """Each row's point id (<NA> where the row has no config), from its config_id and shape;

@@ -39,13 +39,13 @@ class UntrustedPeer(OSError):
     """A socket whose listening process is another user's: nothing is sent to it."""
 
 
-def serve_paths(device: int = 0) -> tuple[Path, Path]:
-    """(state file, socket) of this user's server of CUDA device `device`'s GPU, in this user's folder beside
+def serve_paths() -> tuple[Path, Path]:
+    """(state file, socket) of this user's server of CUDA device 0's GPU, in this user's folder beside
     the GPU's lock: one per user (`nsprof-serve-<uid>`), mode 0700 (check_folder)."""
     from nsprof.host.gpu import which_gpu
     from nsprof.host.lock import lock_path
 
-    lock = lock_path(which_gpu(device))
+    lock = lock_path(which_gpu(0))
     folder = lock.parent / f"nsprof-serve-{os.geteuid()}"
     # A GPU's UUID alone is 40 characters: the socket is named by a digest of the lock's name, so that its
     # path mostly fits a Unix socket's address (else unix_address goes through its folder).

@@ -92,29 +92,25 @@ def _start_environment() -> dict[str, str]:
     return {os.fsdecode(name): os.fsdecode(value) for name, _, value in pairs}
 
 
-def environment(environ=None) -> dict[str, str]:
+def environment() -> dict[str, str]:
     """The environment a served worker measures in, as {name: a digest of its value} (no values in the
     state file): the server's worker runs in the server's environment, not the client's, so every
     variable that a target, Python, CUDA or the profiler may read must be the same (CUDA_VISIBLE_DEVICES,
     PYTHONPATH, LD_LIBRARY_PATH, the target's own); only a terminal session's variables may differ.
     Default: this process's environment as it started (_start_environment)."""
-    if environ is None:
-        # What a process reads only as it starts (CUDA, the loader, Python, torch's allocator) is what a
-        # served job cannot be given: those as a worker started now would get them, less what a target's
-        # import here set (the CLI loads it; the worker's own import sets it again: TileLang's PYTHONPATH);
-        # the rest as this process started, since a served job gets this process's environment as it is
-        # now (the request's "environ").
-        from nsprof.space import environ_before_targets
-
-        environ = {
-            name: value for name, value in _start_environment().items() if not name.startswith(AT_START)
-        }
-        environ.update(
-            {name: value for name, value in environ_before_targets().items() if name.startswith(AT_START)}
-        )
+    # What a process reads only as it starts (CUDA, the loader, Python, torch's allocator) is what a
+    # served job cannot be given: those as a worker started now would get them, less what a target's
+    # import here set (the CLI loads it; the worker's own import sets it again: TileLang's PYTHONPATH);
+    # the rest as this process started, since a served job gets this process's environment as it is
+    # now (the request's "environ").
     from nsprof.host.gpu import PCI_ORDER
+    from nsprof.space import environ_before_targets
 
-    environ = {**environ, "CUDA_DEVICE_ORDER": PCI_ORDER}  # every worker's (host.gpu.child_environ)
+    environ = {name: value for name, value in _start_environment().items() if not name.startswith(AT_START)}
+    environ.update(
+        {name: value for name, value in environ_before_targets().items() if name.startswith(AT_START)}
+    )
+    environ["CUDA_DEVICE_ORDER"] = PCI_ORDER  # every worker's (host.gpu.child_environ)
     return {
         name: hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
         for name, value in sorted(environ.items())

@@ -18,10 +18,8 @@ from nsprof.truth import (  # noqa: F401 - the truth names callers take from the
     TIMER_BACKENDS,
     TRUTH_VARIANTS,
     Truth,
-    add_backend,
     backends,
     ground_truths,
-    remove_backend,
 )
 
 CLOCK_CONTROLS = ("base", "none")

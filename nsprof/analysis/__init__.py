@@ -10,9 +10,3 @@
 It imports only nsprof.errors, schema, settings, space and its own modules; nsprof.render
 words and draws what it computes. Importing it is cheap (pandas loads on first use).
 """
-
-from __future__ import annotations
-
-from nsprof.analysis.summary import compare, summarize
-
-__all__ = ["compare", "summarize"]

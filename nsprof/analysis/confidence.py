@@ -52,20 +52,18 @@ def median_coverage(n: int, k: int) -> float:
     return 1.0 - 2.0 * below
 
 
-def median_interval(values: Sequence[float] | np.ndarray, level: float = LEVEL) -> Interval:
-    """The order-statistic interval for the median of `values` (NaNs dropped) at `level`, or
+def median_interval(values: Sequence[float] | np.ndarray) -> Interval:
+    """The order-statistic interval for the median of `values` (NaNs dropped) at LEVEL, or
     [min, max] at its own, lower coverage when there are too few values to reach it."""
     import numpy as np
 
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), not {level}")
     a = np.sort(np.asarray(values, dtype=float).ravel())
     a = a[~np.isnan(a)]
     n = int(a.size)
     if n < 2:
         return Interval(float("nan"), float("nan"), float("nan"), 0, n)
     k = 1
-    while k + 1 <= (n + 1) // 2 and median_coverage(n, k + 1) >= level:
+    while k + 1 <= (n + 1) // 2 and median_coverage(n, k + 1) >= LEVEL:
         k += 1
     return Interval(float(a[k - 1]), float(a[n - k]), median_coverage(n, k), k, n)
 

@@ -71,9 +71,7 @@ def _kernel_cells(
     return labels, [n is not None for n in number]
 
 
-def kernel_labels(
-    summary, width: int | None = NAME_WIDTH, by: tuple[str, ...] = ("source",), names: str = "short"
-) -> list[str]:
+def kernel_labels(summary, width: int | None = NAME_WIDTH, names: str = "short") -> list[str]:
     """The kernel cell of each summary row: the short name (`names="demangled"`: the full one),
     numbered ` #1`, ` #2`, ... where kernels of one `by` group (a report) share a short name.
     A kernel's number is its full name's, counted in the order the rows come, so that it is the
@@ -81,7 +79,7 @@ def kernel_labels(
     names). Within `width`, a long name is cut so that what tells it from the names it shares
     a short name with (or that would cut alike) stays (render.text.apart); kernels that would
     still print alike are numbered the same way."""
-    return _kernel_cells(summary, width, by, names)[0]
+    return _kernel_cells(summary, width, ("source",), names)[0]
 
 
 def shares_short_names(summary, width: int | None = NAME_WIDTH, names: str = "short") -> bool:

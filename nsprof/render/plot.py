@@ -59,16 +59,15 @@ def scatter_style(style: tuple[str, str]) -> dict:
     return {"color": colour, "marker": marker}
 
 
-def legend_outside(fig, handles=None, labels=None, loc: str = "outside right upper", **kwargs):
+def legend_outside(fig, loc: str = "outside right upper", **kwargs):
     """A figure legend outside every axes (right of them unless `loc` says otherwise; constrained
     layout makes room for it), so it never covers a point; one entry per label of the axes."""
-    if handles is None:
-        handles, labels = [], []
-        for ax in fig.axes:
-            for h, label in zip(*ax.get_legend_handles_labels()):
-                if label not in labels:
-                    handles.append(h)
-                    labels.append(label)
+    handles, labels = [], []
+    for ax in fig.axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(h)
+                labels.append(label)
     if not handles:
         return None
     return fig.legend(handles, labels, loc=loc, fontsize="small", **kwargs)

@@ -30,29 +30,24 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from nsprof import feedback
-from nsprof.analysis.crosstruth import CrossTruth
 from nsprof.analysis.ranking import rank
 from nsprof.analysis.tune_report import Ranking, ShapeReport, TuneReport
 from nsprof.errors import NsprofError
-from nsprof.settings import PRESCREEN_TOP, TIMER_BACKENDS, TuneSettings
+from nsprof.settings import PRESCREEN_TOP, TuneSettings
 from nsprof.space import config_label
 from nsprof.tune import measure
 from nsprof.tune.explain import cross_truth
-from nsprof.tune.measure import key_labels, retryable, shape_keys
+from nsprof.tune.measure import retryable, shape_keys
 from nsprof.tune.rankings import rank_truth, worker_ahead
-from nsprof.tune.stored import by_shape, select_stored
+from nsprof.tune.stored import by_shape
 
 __all__ = [
-    "TIMER_BACKENDS",
-    "CrossTruth",
     "Ranking",
     "ShapeReport",
     "TuneReport",
     "TuneSettings",
-    "key_labels",
     "rank_truth",
     "retryable",
-    "select_stored",
     "tune",
 ]
 

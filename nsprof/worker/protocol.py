@@ -196,10 +196,9 @@ class RunStatus:
     # where the file holds several runs (parse_status), the last one as it wrote it: `current` is its
     run: RunStatus | None = None
 
-    def time_of(self, word: str, arg: str | None = None, last: bool = False) -> float | None:
-        """When the first (or last) `word` [`arg`] line or mark was written; None if never."""
-        found = [t for t, w, a in self.times if w == word and (arg is None or a == arg)]
-        return (found[-1] if last else found[0]) if found else None
+    def time_of(self, word: str) -> float | None:
+        """When the first `word` line or mark was written; None if never."""
+        return next((t for t, w, _ in self.times if w == word), None)
 
     @property
     def current(self) -> int | None:
