@@ -45,11 +45,11 @@ def _figure(rows: list[int]):
     return fig, axes, heights
 
 
-def _log_if_spread(ax, values, which: str = "x") -> None:
+def _log_if_spread(ax, values) -> None:
     """A log axis (log_axis), when the values spread more than LOG_SPREAD×."""
     positive = [v for v in values if v == v and v > 0]
     if positive and max(positive) > LOG_SPREAD * min(positive):
-        log_axis(ax, which)
+        log_axis(ax, "x")
 
 
 def _range_rows(ax, names: list[str], height_in: float) -> str:

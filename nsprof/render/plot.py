@@ -117,7 +117,7 @@ def require_matplotlib() -> None:
         raise NsprofError("--plot needs matplotlib: pip install 'nsprof[plot]'") from None
 
 
-def plot_path(path: str, option: str = "--plot"):
+def plot_path(path: str):
     """`path` as a Path, after checking its suffix names a format savefig writes ("-" stays "-":
     PNG on standard output)."""
     from pathlib import Path
@@ -127,17 +127,17 @@ def plot_path(path: str, option: str = "--plot"):
     out = Path(path)
     if out.suffix.lower() not in PLOT_SUFFIXES:
         raise NsprofError(
-            f"{option}: {out.name}: use a .png, .svg or .pdf file name, or - for PNG on standard output"
+            f"--plot: {out.name}: use a .png, .svg or .pdf file name, or - for PNG on standard output"
         )
     return out
 
 
 @plain_text
-def save_figure(fig, path: str, option: str = "--plot") -> None:
+def save_figure(fig, path: str) -> None:
     """Write `fig` to `path` (format from the suffix; "-": PNG on standard output), making its folder."""
     import sys
 
-    out = plot_path(path, option)
+    out = plot_path(path)
     if out == "-":
         fig.savefig(sys.stdout.buffer, format="png", dpi=120)
         sys.stdout.buffer.flush()
