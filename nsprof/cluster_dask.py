@@ -93,7 +93,6 @@ def _start_local(distributed, devices: tuple[int, ...]):
     $TMPDIR/dask-scratch-space, is taken as it is when another user made it first."""
     import copy
     import logging
-    import tempfile
 
     import dask
 
@@ -103,11 +102,9 @@ def _start_local(distributed, devices: tuple[int, ...]):
         raise NsprofError(
             "--devices needs the cryptography package for its cluster's TLS: pip install 'nsprof[dask]'"
         ) from None
-    scratch = tempfile.mkdtemp(prefix="nsprof-dask-")
-    _scratch.append(scratch)
-    private = {"temporary-directory": scratch}
+    scratch = _new_scratch()
     routes = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
-    with dask.config.set({**routes, **private}):
+    with dask.config.set({**routes, "temporary-directory": scratch}):
         cluster = distributed.LocalCluster(
             local_directory=scratch,
             n_workers=0,
@@ -157,6 +154,15 @@ def close() -> None:
                 except Exception:  # noqa: BLE001 - closing at exit: nothing left to tell
                     pass
     _remove_scratch()
+
+
+def _new_scratch() -> str:
+    """A private scratch folder (mkdtemp, mode 0700) for a local cluster, removed by close()."""
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="nsprof-dask-")
+    _scratch.append(scratch)
+    return scratch
 
 
 def _remove_scratch() -> None:
