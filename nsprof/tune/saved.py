@@ -31,6 +31,7 @@ from nsprof.tune.stored import stored_rows
 
 __all__ = ["reread"]
 
+MAX_CONFIG_ID = 10_000_000  # a config id past it is no index of a space a store could have measured
 # The settings a tune records (TuneSettings.record) that decide how its numbers are ranked and labelled.
 _RANKING_SETTINGS = ("mode", "stat", "reps", "timer_reps", "max_reps", "truths", "deploy")
 
@@ -118,14 +119,12 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict) -> tup
         return [], {}
     latest = frame.sort_values("run_id", kind="stable").groupby("config_id").tail(1)
     wanted_json = {int(c): str(text) for c, text in zip(latest["config_id"], latest["config_json"])}
+    if min(wanted_json) < 0 or max(wanted_json) > MAX_CONFIG_ID:  # a list of that many would not fit
+        odd = min(wanted_json) if min(wanted_json) < 0 else max(wanted_json)
+        raise store.edited(f"config id {odd}")
     configs = [None] * (max(wanted_json) + 1)
     for config_id, text in wanted_json.items():
-        try:
-            if config_id < 0:
-                raise ValueError("a negative id")
-            configs[config_id] = json.loads(text)
-        except ValueError:
-            raise store.edited(f"config {config_id} as {text[:60]!r}") from None
+        configs[config_id] = _loaded(store, f"config {config_id}", text)
     shapes = _shape_indices(frame)
     rows = stored_rows(store, group, wanted_json, {text: list(wanted_json) for _, text in shapes})
     runs = ", ".join(str(int(r)) for r in sorted(set(rows["run_id"])))
@@ -135,12 +134,20 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict) -> tup
         of_shape = rows if shape is None else rows[(rows["shape_json"] == text).fillna(False).astype(bool)]
         if shape is not None:
             of_shape = of_shape.assign(shape=shape)
-        value = None if shape is None else json.loads(text)
+        value = None if shape is None else _loaded(store, f"shape {shape}", text)
         ranking = rank_rows(configs, truth, settings, of_shape, [note])
         if shape is not None and ranking.best_config_id is None:
             ranking.notes.append(unmeasured_shape(shape, config_label(value)))
         results[shape] = (value, ranking)
     return configs, results
+
+
+def _loaded(store, what: str, text: str):
+    """The JSON `text` of `what` the store holds; a store that holds no JSON there was edited by hand."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise store.edited(f"{what} as {text[:60]!r}") from None
 
 
 def _shape_indices(frame) -> list[tuple[int | None, str]]:
