@@ -26,7 +26,7 @@ def _parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def _start(tmp_path: Path, spec: dict) -> subprocess.Popen:
+def _start(tmp_path: Path, spec: dict, env: dict | None = None) -> subprocess.Popen:
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec))
     return subprocess.Popen(
@@ -34,6 +34,7 @@ def _start(tmp_path: Path, spec: dict) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 
@@ -152,3 +153,44 @@ def test_nsprof_profile_stopped_by_sigterm_says_one_line_and_leaves_nothing_runn
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == "nsprof: aborted", err
     assert not _running(worker) and not _running(profiler)
+
+
+@pytest.mark.parametrize("output", ["table", "--csv", "--json"])
+def test_nsprof_profile_stopped_by_sigterm_still_writes_every_config_it_finished(tmp_path, output):
+    """`profile` stopped mid-run handed its finished configs to nobody: no table, no --csv, no --json, only
+    "nsprof: aborted", and its temporary folder, reports and all, left unnamed. The finished configs are
+    written as a finished run's are, said to be a part, and the interrupt still ends nsprof (exit 130)."""
+    import csv
+    import os
+
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    options = {"table": [], "--csv": ["--csv", str(tmp_path / "rows.csv")], "--json": ["--json"]}[output]
+    argv = ["profile", INTERRUPTIBLE, "--backend", "nsys", "--mode", "direct", "--reps", "2", "--warmup", "0"]
+    spec = {"driver": {"lossy": True, "profiler_flags": []}, "argv": [*argv, "--timeout", "600", *options]}
+    proc = _start(tmp_path, spec, env={**os.environ, "TMPDIR": str(temporary)})
+    reached = wait_for(lambda: any(temporary.glob("*/part0.status")) or proc.poll() is not None)
+    assert reached and proc.poll() is None, proc.communicate()
+    (status_file,) = temporary.glob("*/part0.status")
+    _wait_until_measuring(proc, status_file)
+    done = sorted(parse_status(status_file.read_text()).done)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "nsprof: aborted", err
+    assert "interrupted" in err, err
+    if output == "--csv":
+        with open(tmp_path / "rows.csv", newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        measured = {int(row["config_id"]) for row in rows if not row["error"]}
+    elif output == "--json":
+        measured = {row["config_id"] for row in json.loads(out) if row["error"] is None}
+    else:
+        measured = {
+            int(line.split()[0])
+            for line in out.splitlines()
+            if line.split()[:1] in ([str(c)] for c in range(10))
+        }
+    assert set(done) <= measured and {0, 1} <= measured, (done, measured, out)
+    left = [folder for folder in temporary.iterdir() if folder.name.startswith("nsprof-")]
+    assert all(str(folder) in err for folder in left), (left, err)  # a folder kept is named

@@ -4,6 +4,7 @@ print the tidy rows or the per-config summary (`show`)."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -38,15 +39,27 @@ def warn(settings) -> None:
 
 def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler, verbose):
     """Measure TARGET's configs (`ids`, or all) with ProfileSettings `settings`: the ProfileResult
-    and the failures as (config id, shape or None, reason)."""
-    from nsprof.cluster import sharded
-    from nsprof.measure import GroundTruth
-    from nsprof.profile import config_ids_of, profile_result
-
+    and the failures as (config id, shape or None, reason). Interrupted (Ctrl-C, SIGTERM, SIGHUP), the
+    configs it finished are shown and written as a whole run's would be, then the interrupt goes on."""
     warn(settings)
     if as_json and csv_path == "-":
         raise OptionError("--json and --csv - both write to standard output: choose one")
     refuse_clobbering({"--csv": csv_path}, [("the target's source", target_source(target))])
+
+    interrupted: list = []  # (ProfileResult of the finished configs, failures), once interrupted
+    try:
+        return _measured(target, settings, ids, devices, scheduler, verbose, interrupted)
+    except KeyboardInterrupt:
+        if interrupted:
+            _show_interrupted(target, settings, *interrupted[0], as_json=as_json, csv_path=csv_path)
+        raise
+
+
+def _measured(target: str, settings, ids, devices, scheduler, verbose, interrupted: list):
+    """profile's measurement; on an interrupt, what it finished put in `interrupted` first."""
+    from nsprof.cluster import sharded
+    from nsprof.measure import GroundTruth
+    from nsprof.profile import config_ids_of, profile_result
 
     with clusters(), StageBars(width=0) as bars:
         cluster = cluster_settings(devices, scheduler, verbose)  # its options: one line before any work
@@ -70,17 +83,58 @@ def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler
                 if event == "fail":
                     failures.append((config_id, detail))
 
-            with results_only_on_stdout():
-                result = profile_result(
-                    target, settings, config_ids=checked, on_progress=progress, backend=backend, space=space
+            finished, started = [], time.monotonic()
+            try:
+                with results_only_on_stdout():
+                    result = profile_result(
+                        target,
+                        settings,
+                        config_ids=checked,
+                        on_progress=progress,
+                        on_rows=finished.append,
+                        backend=backend,
+                        space=space,
+                    )
+            except KeyboardInterrupt:
+                part = _finished(target, backend, space, finished, time.monotonic() - started)
+                interrupted.append(
+                    (part, [(*space.points.split(point), detail) for point, detail in failures])
                 )
+                raise
             # a point id for a target with shapes: (config id, shape)
             return result, [(*space.points.split(point), detail) for point, detail in failures]
 
         return on_target(target, run, settings.timeout_s)
 
 
-def show(target: str, settings, result, failures, *, as_json, csv_path) -> None:
+def _finished(target: str, backend, space, frames: list, wall_s: float):
+    """The ProfileResult of the configs an interrupted run finished (the rows on_rows got)."""
+    import pandas as pd
+
+    from nsprof.profile import ProfileResult
+    from nsprof.schema import make_frame
+
+    frame = pd.concat(frames, ignore_index=True) if frames else make_frame([])
+    return ProfileResult(
+        frame=frame,
+        target=target,
+        backend=backend.name,
+        configs=space.configs,
+        labels=backend.labels,
+        wall_s=wall_s,
+    )
+
+
+def _show_interrupted(target: str, settings, result, failures, *, as_json, csv_path) -> None:
+    """What an interrupted run finished, shown and written as a whole run's would be, and said to be a part."""
+    measured = result.frame[result.frame["error"].isna()]["config_id"].nunique()
+    click.echo(
+        f"nsprof: interrupted: the {measured} configs measured before it follow; the rest were not", err=True
+    )
+    show(target, settings, result, failures, as_json=as_json, csv_path=csv_path, whole=False)
+
+
+def show(target: str, settings, result, failures, *, as_json, csv_path, whole: bool = True) -> None:
     """The failures, the rows to --csv/--json or the per-config summary; an error when every config failed."""
     from nsprof.profile import check_measured
     from nsprof.render.json import write_rows
@@ -92,18 +146,21 @@ def show(target: str, settings, result, failures, *, as_json, csv_path) -> None:
     if as_json:
         write_rows(frame, sys.stdout)
     else:
-        _print_table(target, settings, result, to_stderr=csv_path == "-")
+        _print_table(target, settings, result, to_stderr=csv_path == "-", whole=whole)
     write_exports(frame, csv_path, None)  # after the table: an output that fails loses none of it
-    check_measured(frame)  # every config failed: the table says why, and the exit status too
+    if whole:
+        check_measured(frame)  # every config failed: the table says why, and the exit status too
 
 
-def _print_table(target: str, settings, result, *, to_stderr: bool) -> None:
+def _print_table(target: str, settings, result, *, to_stderr: bool, whole: bool) -> None:
     from nsprof.profile import config_summary
     from nsprof.render.run_tables import format_config_summary
 
     labels = result.labels
     kept = "temporary reports removed (pass --work-dir to keep them)"
-    if result.work_dir:  # and this run's own reports: a reused --work-dir holds earlier runs' too
+    if not whole:
+        kept = "interrupted: the configs it finished"
+    elif result.work_dir:  # and this run's own reports: a reused --work-dir holds earlier runs' too
         names = ", ".join(Path(report).name for report in result.reports)
         kept = f"reports kept in {result.work_dir}" + (f": {names}" if names else "")
     click.echo(

@@ -168,6 +168,10 @@ def _in_folder(request: dict, server: dict | None) -> Measured:
         if temporary:
             raise kept_in(exc, work_dir) from exc
         raise
+    except KeyboardInterrupt:  # its rows went through on_rows; its reports stay, named
+        if temporary:
+            print(f"nsprof: interrupted: reports and logs kept in {work_dir}", file=sys.stderr, flush=True)
+        raise
     if temporary and not result.failures:
         import shutil
 
