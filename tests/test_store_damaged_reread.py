@@ -65,3 +65,26 @@ def test_a_damaged_store_is_one_line_naming_what_it_holds(tmp_path, edit, named)
     (line,) = done.stderr.strip().splitlines()
     assert "internal error" not in line and "damaged or edited by hand" in line and named in line, line
     assert "s.sqlite" in line
+
+
+UNSORTED = textwrap.dedent("""
+    from nsprof.space import Space
+    configs = [{"block_N": 32 * (i + 1), "block_K": 64, "opts": {"z": 1, "a": 2}, "ns": 1000 + 100 * i}
+               for i in range(3)]
+    space = Space(configs=configs, build=lambda c: (lambda: None), device="cpu")
+""")
+
+
+def test_a_reread_labels_its_configs_as_the_tune_did(tmp_path):
+    """The store keeps a config as canonical JSON (its keys sorted): a tune labelled its configs in the
+    target's key order (block_N=32,block_K=64) and `results` the store's (block_K=64,block_N=32), so the
+    two outputs of one run differed wherever a config was named. Every label is the canonical one."""
+    live = _tuned(tmp_path, UNSORTED)
+    done = run_nsprof(
+        "results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True
+    )
+    assert done.returncode == 0, done.stderr
+    again = json.loads(done.stdout)
+    labels = [row["config"] for row in live["ranked"]]
+    assert labels == [row["config"] for row in again["ranked"]]
+    assert labels[0].startswith("block_K=64,block_N=") and "opts={'a': 2, 'z': 1}" in labels[0], labels
