@@ -42,6 +42,15 @@ def _refused(ran, *words) -> str:
         (["validate", "t.py:space", "--mode", "direct,direct"], ["--mode", "direct"]),
         (["validate", "t.py:space", "--timers", ""], ["--timers"]),
         (["validate", "t.py:space", "--timers", ","], ["--timers"]),
+        # an empty item in a comma list is a slip, refused everywhere (some lists dropped it silently)
+        (["profile", "t.py:space", "--configs", "0,,1"], ["--configs", "'0,,1'"]),
+        (["tune", "t.py:space", "--configs", "0,"], ["--configs", "'0,'"]),
+        (["profile", "t.py:space", "--devices", "0,,1"], ["--devices", "'0,,1'"]),
+        (["validate", "t.py:space", "--mode", ",direct"], ["--mode", "',direct'"]),
+        (["validate", "t.py:space", "--truth", "ncu,,nsys"], ["--truth", "'ncu,,nsys'"]),
+        (["tune", "t.py:space", "--truth", "nsys,"], ["--truth", "'nsys,'"]),
+        # a truth named twice: refused as a repeated timer or mode is (validate dropped it silently)
+        (["validate", "t.py:space", "--truth", "ncu,ncu"], ["--truth", "ncu more than once"]),
         (["profile", "t.py:space", "--csv", "afile/x.csv"], ["afile"]),
         (["validate", "t.py:space", "--save", "afile/x.json"], ["afile"]),
         (["tune", "t.py:space", "--html", "afile/sub/x.html"], ["afile"]),

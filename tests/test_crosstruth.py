@@ -457,7 +457,11 @@ def test_the_cli_prints_one_table_per_truth_and_a_closing_verdict(tmp_path):
             ["--truth", "ncu,graph"],
             "nsprof: error: --truth takes ground truths (ncu, nsys); graph is a fast timer",
         ),
-        (["--truth", "ncu,,nsys"], "nsprof: error: --truth takes ground truths separated by commas"),
+        (
+            ["--truth", "ncu,,nsys"],
+            "nsprof: error: Invalid value for --truth: --truth takes one or more names",
+        ),
+        (["--truth", "ncu,nsys,ncu"], "nsprof: error: Invalid value for --truth: names ncu more than once"),
         (
             ["--truth", "nsys@base-warm"],
             "nsprof: error: truth 'nsys@base-warm': nsys cannot set clocks or caches, so it takes no "

@@ -23,6 +23,15 @@ def regex_option(ctx, param, value: str | None) -> str | None:
     return value
 
 
+def _items(value: str) -> list[str]:
+    """The items of a comma-separated list; ValueError where one is empty (`1,,2`, `ncu,`: a slip that
+    would otherwise measure less than asked, silently)."""
+    items = [item.strip() for item in value.split(",")]
+    if not all(items):
+        raise ValueError(value)
+    return items
+
+
 def once_each(option: str, items: list) -> None:
     """A list option names each item once: a config or mode named twice would be measured twice."""
     twice = list(dict.fromkeys(i for i in items if items.count(i) > 1))
@@ -37,11 +46,9 @@ def ints(option: str, message: str, once: bool = False):
         if value is None:
             return None
         try:
-            ids = [int(x) for x in value.split(",") if x.strip()]
+            ids = [int(x) for x in _items(value)]
         except ValueError:
-            raise click.BadParameter(message, param_hint=option) from None
-        if not ids:
-            raise click.BadParameter(message, param_hint=option)
+            raise click.BadParameter(f"{message} (not {value!r})", param_hint=option) from None
         if once:
             once_each(option, ids)
         return ids
@@ -55,12 +62,12 @@ def words(option: str):
     def parse(ctx, param, value: str | None) -> str | None:
         if value is None:
             return None
-        words = [w.strip() for w in value.split(",") if w.strip()]
-        if not words:
+        try:
+            once_each(option, _items(value))
+        except ValueError:
             raise click.BadParameter(
-                f"{option} takes one or more names separated by commas", param_hint=option
-            )
-        once_each(option, words)
+                f"{option} takes one or more names separated by commas (not {value!r})", param_hint=option
+            ) from None
         return value
 
     return parse

@@ -15,6 +15,7 @@ from nsprof.commands.common import (
     on_target,
     one_on_stdout,
     refuse_clobbering,
+    split,
     target_source,
     write_html,
     wrote,
@@ -27,9 +28,7 @@ def truth_list(truths: str | None, backend: str | None) -> tuple[str, ...]:
     """--truth's names; --backend beside it only where it says the same (one truth, that backend)."""
     if truths is None:
         return ()
-    names = tuple(name.strip() for name in truths.split(","))
-    if not all(names):
-        raise NsprofError(f"--truth takes ground truths separated by commas, e.g. ncu,nsys (not {truths!r})")
+    names = split(truths)  # none empty, each once: the option's callback
     if backend is not None and names != (backend,):
         raise NsprofError(
             f"--backend {backend} and --truth {','.join(names)} contradict: --truth names every truth "
