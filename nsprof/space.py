@@ -206,13 +206,13 @@ def _cut(text: str, limit: int = 160) -> str:
 
 
 def config_label(config: Any) -> str:
-    """`k=v,k=v` for a dict config (the form every nsprof table shows), str() otherwise. Keys and values
-    are shown as a saved run's canonical JSON holds them (keys sorted, a tuple as a list), so that a run
-    read back labels its configs as the live run did."""
+    """`k=v,k=v` for a dict config (the form every nsprof table shows), str() otherwise. Values are
+    shown as a saved run's JSON holds them (a tuple as a list), so that a run read back labels its
+    configs as the live run did."""
     if isinstance(config, dict):
-        from nsprof.store_rows import config_json
+        from nsprof.store_rows import plain
 
-        as_json = json.loads(config_json(config))
+        as_json = json.loads(json.dumps(config, default=plain))
         return printable(",".join(f"{k}={v}" for k, v in as_json.items()))
     return printable(config)
 

@@ -45,6 +45,25 @@ def config_json(config: Any) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"), default=plain)
 
 
+def key_order(values) -> list[str]:
+    """The keys of the dicts among `values` in the order the target first gave them: what a run records so
+    that configs and shapes read back from their canonical JSON (keys sorted) are shown as it showed them."""
+    order: dict[str, None] = {}
+    for value in values:
+        if isinstance(value, dict):
+            order.update(dict.fromkeys(str(key) for key in value))
+    return list(order)
+
+
+def in_order(value, order: list[str]):
+    """`value` (a config or shape read back from its JSON) with its keys in `order` (key_order's), the others
+    after them as they were; anything but a dict as it is."""
+    if not isinstance(value, dict) or not order:
+        return value
+    rank = {key: i for i, key in enumerate(order)}
+    return dict(sorted(value.items(), key=lambda item: rank.get(item[0], len(rank))))
+
+
 @dataclasses.dataclass(frozen=True)
 class MeasurementKey:
     """Everything one config's numbers depend on. Unknown or not-applicable parts are "" (not None)

@@ -69,22 +69,26 @@ def test_a_damaged_store_is_one_line_naming_what_it_holds(tmp_path, edit, named)
 
 UNSORTED = textwrap.dedent("""
     from nsprof.space import Space
-    configs = [{"block_N": 32 * (i + 1), "block_K": 64, "opts": {"z": 1, "a": 2}, "ns": 1000 + 100 * i}
-               for i in range(3)]
-    space = Space(configs=configs, build=lambda c: (lambda: None), device="cpu")
+    configs = [{"block_N": 32 * (i + 1), "block_K": 64, "ns": 1000 + 100 * i} for i in range(3)]
+    shapes = [{"N": 64, "M": m} for m in (1, 16)]
+    space = Space(configs=configs, shapes=shapes, build=lambda c, s: (lambda: None), device="cpu")
 """)
 
 
-def test_a_reread_labels_its_configs_as_the_tune_did(tmp_path):
-    """The store keeps a config as canonical JSON (its keys sorted): a tune labelled its configs in the
-    target's key order (block_N=32,block_K=64) and `results` the store's (block_K=64,block_N=32), so the
-    two outputs of one run differed wherever a config was named. Every label is the canonical one."""
+def test_a_reread_labels_its_configs_and_shapes_as_the_tune_did(tmp_path):
+    """The store keeps a config or shape as canonical JSON (its keys sorted): a tune labelled its configs in
+    the target's key order (block_N=32,block_K=64) and `results` in the store's (block_K=64,block_N=32), so
+    two outputs of one run differed wherever a config or shape was named. A re-read keeps the run's order."""
     live = _tuned(tmp_path, UNSORTED)
-    done = run_nsprof(
-        "results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True
-    )
+    done = run_nsprof("results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True)
     assert done.returncode == 0, done.stderr
     again = json.loads(done.stdout)
-    labels = [row["config"] for row in live["ranked"]]
-    assert labels == [row["config"] for row in again["ranked"]]
-    assert labels[0].startswith("block_K=64,block_N=") and "opts={'a': 2, 'z': 1}" in labels[0], labels
+
+    def labels(report):
+        return [
+            (list(shape["shape_value"]), list(shape["best_config"]), [row["config"] for row in shape["ranked"]])
+            for shape in report["shapes"]
+        ]
+
+    assert labels(again) == labels(live)
+    assert labels(live)[0][0] == ["N", "M"] and labels(live)[0][2][0].startswith("block_N="), labels(live)

@@ -24,6 +24,7 @@ from nsprof.analysis.tune_report import ShapeReport, TuneReport, check_ranked
 from nsprof.errors import NsprofError
 from nsprof.settings import Truth, TuneSettings
 from nsprof.space import config_label
+from nsprof.store_rows import in_order
 from nsprof.tune.explain import cross_truth
 from nsprof.tune.measure import key_labels
 from nsprof.tune.rankings import rank_rows, unmeasured_shape
@@ -58,15 +59,20 @@ def _text(value) -> str:
     return "" if _missing(value) else str(value)
 
 
+def _record(run) -> dict:
+    """What a stored run recorded of its settings (settings_json); {} where it holds nothing readable."""
+    try:
+        record = json.loads(_text(run.settings_json) or "{}")
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def _settings(run, store) -> TuneSettings:
     """The TuneSettings a stored run's tune ranked with, as far as ranking needs them; a run without
     recorded settings: its own backend and mode, the defaults for the rest. Settings no tune records
     (edited by hand): StoreError, one line."""
-    try:
-        record = json.loads(_text(run.settings_json) or "{}")
-    except ValueError:
-        record = {}
-    record = record if isinstance(record, dict) else {}
+    record = _record(run)
     backend, _, stat = _text(run.backend).partition(":")  # a fast timer is stored as timer:stat
     given = {name: record[name] for name in _RANKING_SETTINGS if record.get(name) not in (None, "", [])}
     given.setdefault("mode", _text(run.mode) or "graph")
@@ -83,6 +89,16 @@ def _settings(run, store) -> TuneSettings:
         )
     except (TypeError, ValueError, NsprofError) as exc:
         raise store.edited(f"run {run.id}'s settings {_text(run.settings_json)[:60]!r} ({exc})") from None
+
+
+def _key_orders(run) -> dict[str, list[str]]:
+    """The order of the keys of the configs and shapes of a stored run's target (recorded since labels kept
+    it; an older run's, or one edited by hand: the store's sorted order)."""
+    record, orders = _record(run), {}
+    for name in ("config_keys", "shape_keys"):
+        keys = record.get(name)
+        orders[name] = [str(k) for k in keys] if isinstance(keys, list) else []
+    return orders
 
 
 def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
@@ -110,10 +126,10 @@ def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
     }
 
 
-def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict) -> tuple[list, dict]:
-    """The configs (their stored JSON; None for an id it holds none of) and {shape: (shape's value,
-    Ranking)} of what `store` holds under `group`: every config it holds, as its latest run stored
-    it, ranked at each shape it holds (None: a target without shapes)."""
+def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders: dict) -> tuple[list, dict]:
+    """The configs (their stored JSON, keys in the run's order: `orders`; None for an id it holds none of)
+    and {shape: (shape's value, Ranking)} of what `store` holds under `group`: every config it holds, as its
+    latest run stored it, ranked at each shape it holds (None: a target without shapes)."""
     frame = store.frame(**group)
     if frame.empty:
         return [], {}
@@ -124,7 +140,7 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict) -> tup
         raise store.edited(f"config id {odd}")
     configs = [None] * (max(wanted_json) + 1)
     for config_id, text in wanted_json.items():
-        configs[config_id] = _loaded(store, f"config {config_id}", text)
+        configs[config_id] = in_order(_loaded(store, f"config {config_id}", text), orders["config_keys"])
     shapes = _shape_indices(frame)
     rows = stored_rows(store, group, wanted_json, {text: list(wanted_json) for _, text in shapes})
     runs = ", ".join(str(int(r)) for r in sorted(set(rows["run_id"])))
@@ -134,7 +150,9 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict) -> tup
         of_shape = rows if shape is None else rows[(rows["shape_json"] == text).fillna(False).astype(bool)]
         if shape is not None:
             of_shape = of_shape.assign(shape=shape)
-        value = None if shape is None else _loaded(store, f"shape {shape}", text)
+        value = (
+            None if shape is None else in_order(_loaded(store, f"shape {shape}", text), orders["shape_keys"])
+        )
         ranking = rank_rows(configs, truth, settings, of_shape, [note])
         if shape is not None and ranking.best_config_id is None:
             ranking.notes.append(unmeasured_shape(shape, config_label(value)))
@@ -195,11 +213,11 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
     line when the store holds no such run, nothing under its deploy truth, or nothing ranked under any
     truth (check_ranked: every config failed, as the tune that stopped there said)."""
     anchor, of_target = _run(store, target, run_id)
-    settings = _settings(anchor, store)
+    settings, orders = _settings(anchor, store), _key_orders(anchor)
     per_truth, lacking, configs = {}, [], []
     for truth in settings.ranked_truths:
         group = _group(of_target, truth, settings, anchor)
-        known, ranked = ([], {}) if group is None else _rank_group(store, truth, settings, group)
+        known, ranked = ([], {}) if group is None else _rank_group(store, truth, settings, group, orders)
         if ranked:
             per_truth[truth.name] = ranked
             configs = _merged(configs, known)

@@ -13,6 +13,7 @@ from nsprof.analysis.adaptive import Plan
 from nsprof.errors import StoreError, TargetChanged, ToolNotFound, error_line
 from nsprof.measure import GroundTruth, Measured
 from nsprof.settings import Truth, TuneSettings
+from nsprof.store_rows import key_order
 from nsprof.tune import measure
 from nsprof.tune.measure import key_labels, retryable, shape_keys
 from nsprof.tune.turn import resume_turn, takes_turns
@@ -368,7 +369,12 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
 
     truth, todo, on_progress, on_measured, ahead = first
     settings = context.settings
-    run_id = store.start_run(target=target, settings=settings.record(), gpu_uuid=gpu.uuid, **context.group)
+    record = {
+        **settings.record(),
+        "config_keys": key_order(space.configs),
+        "shape_keys": key_order(space.shapes or []),
+    }
+    run_id = store.start_run(target=target, settings=record, gpu_uuid=gpu.uuid, **context.group)
     done: set = set()
     devices: list[dict | None] = []
 
