@@ -5,6 +5,7 @@ NsprofError becomes one line on stderr and exit status 2; an OptionError a usage
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -374,7 +375,8 @@ def main(args: list[str] | None = None) -> None:
         click.echo(error_line(f"nsprof: error: {exc}"), err=True)
         sys.exit(EXIT_ERROR)
     except click.exceptions.Abort:
-        click.echo("nsprof: aborted", err=True)
+        with contextlib.suppress(OSError):  # a terminal gone with its SIGHUP: the exit status says it
+            click.echo("nsprof: aborted", err=True)
         sys.exit(130)
     except click.UsageError as exc:
         hint = f" (nsprof {exc.ctx.info_name} --help)" if exc.ctx is not None and exc.ctx.parent else ""
@@ -386,9 +388,13 @@ def main(args: list[str] | None = None) -> None:
     except BrokenPipeError:
         exit_for_closed_stdout()
     except OSError as exc:
-        click.echo(
-            error_line(f"nsprof: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")), err=True
-        )
+        if isinstance(exc.__context__, KeyboardInterrupt):  # click's newline on Ctrl-C, to a terminal gone
+            sys.exit(130)
+        with contextlib.suppress(OSError):  # stderr itself gone: the exit status says it
+            click.echo(
+                error_line(f"nsprof: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")),
+                err=True,
+            )
         sys.exit(EXIT_ERROR)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
         if os.environ.get("NSPROF_DEBUG"):

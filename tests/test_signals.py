@@ -4,7 +4,10 @@ real signals. Nothing may outlive nsprof, and SIGTERM/SIGHUP keep what was measu
 
 from __future__ import annotations
 
+import csv
 import json
+import os
+import pty
 import signal
 import subprocess
 import sys
@@ -194,3 +197,72 @@ def test_nsprof_profile_stopped_by_sigterm_still_writes_every_config_it_finished
     assert set(done) <= measured and {0, 1} <= measured, (done, measured, out)
     left = [folder for folder in temporary.iterdir() if folder.name.startswith("nsprof-")]
     assert all(str(folder) in err for folder in left), (left, err)  # a folder kept is named
+
+
+def test_sighup_from_a_closed_terminal_still_writes_the_csv(tmp_path):
+    """SIGHUP is what a closed terminal sends: the terminal is gone, so the table cannot be printed
+    (EIO), but --csv is a file and should hold the configs finished before the hang-up."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    out_csv = tmp_path / "rows.csv"
+    argv = ["profile", INTERRUPTIBLE, "--backend", "nsys", "--mode", "direct", "--reps", "2", "--warmup", "0"]
+    spec = {
+        "driver": {"lossy": True, "profiler_flags": []},
+        "argv": [*argv, "--timeout", "600", "--csv", str(out_csv)],
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, str(TARGETS / "run_nsprof.py"), str(tmp_path / "spec.json")],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        env={**os.environ, "TMPDIR": str(temporary)},
+    )
+    os.close(slave)
+    reached = wait_for(lambda: any(temporary.glob("*/part0.status")) or proc.poll() is not None)
+    assert reached and proc.poll() is None
+    (status_file,) = temporary.glob("*/part0.status")
+    _wait_until_measuring(proc, status_file)
+    done = sorted(parse_status(status_file.read_text()).done)
+    os.close(master)  # the terminal closes
+    proc.send_signal(signal.SIGHUP)
+    proc.wait(timeout=120)
+    assert out_csv.exists(), f"no --csv written (exit {proc.returncode})"
+    with open(out_csv, newline="") as handle:
+        measured = {int(r["config_id"]) for r in csv.DictReader(handle) if not r["error"]}
+    assert set(done) <= measured
+    assert proc.returncode == 130
+
+
+def test_an_interrupt_before_any_config_finished_keeps_the_csv_already_there(tmp_path):
+    """Ctrl-C/SIGTERM before any config was finished (here: the only config asked for hangs; the same for
+    a --wait on a busy GPU, a slow import) replaced the user's existing --csv with a header-only file: the
+    interrupted path writes "what it finished", which is nothing. Before the change the file stayed."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    out_csv = tmp_path / "rows.csv"
+    out_csv.write_text("config_id,error\n0,\n1,\n")  # last run's rows
+    before = out_csv.read_text()
+    argv = ["profile", HANGING, "--backend", "nsys", "--mode", "direct", "--reps", "2", "--warmup", "0"]
+    spec = {
+        "driver": {"lossy": True, "profiler_flags": []},
+        "argv": [*argv, "--configs", "2", "--timeout", "600", "--csv", str(out_csv)],
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    proc = subprocess.Popen(
+        [sys.executable, str(TARGETS / "run_nsprof.py"), str(tmp_path / "spec.json")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(temporary)},
+    )
+    reached = wait_for(lambda: any(temporary.glob("*/part0.status")) or proc.poll() is not None)
+    assert reached and proc.poll() is None, proc.communicate()
+    (status_file,) = temporary.glob("*/part0.status")
+    _wait_until_measuring(proc, status_file, config_id=2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert out_csv.read_text() == before, (out_csv.read_text(), err)

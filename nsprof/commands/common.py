@@ -4,6 +4,7 @@ the progress bars, which one output takes standard output, the --csv/--parquet e
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from contextlib import contextmanager
@@ -239,8 +240,9 @@ class StageBars:
 
     def close(self) -> None:
         if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-            self._bar = None
+            bar, self._bar = self._bar, None
+            with contextlib.suppress(OSError):  # a terminal gone (its SIGHUP): the bar takes nothing with it
+                bar.__exit__(None, None, None)
 
     def __enter__(self):
         return self

@@ -3,6 +3,7 @@ print the tidy rows or the per-config summary (`show`)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -126,16 +127,33 @@ def _finished(target: str, backend, space, frames: list, wall_s: float):
 
 
 def _show_interrupted(target: str, settings, result, failures, *, as_json, csv_path) -> None:
-    """What an interrupted run finished, shown and written as a whole run's would be, and said to be a part."""
-    measured = result.frame[result.frame["error"].isna()]["config_id"].nunique()
-    click.echo(
-        f"nsprof: interrupted: the {measured} configs measured before it follow; the rest were not", err=True
-    )
-    show(target, settings, result, failures, as_json=as_json, csv_path=csv_path, whole=False)
+    """What an interrupted run finished, written and shown as a whole run's would be (the files first: the
+    terminal a SIGHUP came from may be gone), and said to be a part; nothing written where nothing finished
+    (an earlier run's --csv stays). An output that fails is said in one line: the interrupt goes on."""
+    frame = result.frame
+    done = frame[frame["error"].isna() & frame["config_id"].notna()]
+    shaped = "shape" in done and done["shape"].notna().any()
+    n = len(done.drop_duplicates(["config_id", "shape"] if shaped else ["config_id"]))
+    try:
+        if frame.empty:
+            click.echo("nsprof: interrupted before any config finished: nothing to show or write", err=True)
+            return
+        write_exports(frame, csv_path, None)
+        unit = "(shape, config) pairs" if shaped else "configs"
+        click.echo(
+            f"nsprof: interrupted: the {n} {unit} measured before it follow; the rest were not", err=True
+        )
+        show(target, settings, result, failures, as_json=as_json, csv_path=None, whole=False)
+    except NsprofError as exc:  # an output that cannot be written: said, and the interrupt goes on
+        with contextlib.suppress(OSError):
+            click.echo(f"nsprof: error: {exc}", err=True)
+    except OSError:  # the terminal is gone (SIGHUP): the files are written
+        pass
 
 
 def show(target: str, settings, result, failures, *, as_json, csv_path, whole: bool = True) -> None:
-    """The failures, the rows to --csv/--json or the per-config summary; an error when every config failed."""
+    """The failures, the rows to --csv/--json or the per-config summary; an error when every config failed
+    (`whole`: a run that ended, not an interrupted one's part)."""
     from nsprof.profile import check_measured
     from nsprof.render.json import write_rows
 

@@ -170,7 +170,10 @@ def _in_folder(request: dict, server: dict | None) -> Measured:
         raise
     except KeyboardInterrupt:  # its rows went through on_rows; its reports stay, named
         if temporary:
-            print(f"nsprof: interrupted: reports and logs kept in {work_dir}", file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError):  # a terminal gone with its SIGHUP: the interrupt goes on
+                print(
+                    f"nsprof: interrupted: reports and logs kept in {work_dir}", file=sys.stderr, flush=True
+                )
         raise
     if temporary and not result.failures:
         import shutil
