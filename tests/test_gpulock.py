@@ -362,3 +362,46 @@ def test_a_lock_folder_others_may_write_must_be_sticky(tmp_path, monkeypatch, mo
     folder.chmod(mode | 0o1000)
     with gpu_lock(0):  # sticky: fine
         pass
+
+
+USERNS_PROBE = (
+    "import sys\nsys.path.insert(0, sys.argv[1])\nfrom nsprof.host import lock\n"
+    "try:\n"
+    "    lock.open_lock_file(lock.lock_path(0)); print('opened')\n"
+    "except Exception as exc:\n"
+    "    print(type(exc).__name__, exc)\n"
+)
+
+
+def test_the_default_lock_folder_is_usable_in_an_unprivileged_user_namespace():
+    """In a rootless container (an unprivileged user namespace), the host's root shows as the overflow uid
+    (65534): /tmp, and / itself, are "a folder of uid 65534", and the lock folder's owner check refused every
+    lock folder there. The overflow uid stands for root there (a process of the namespace cannot be it)."""
+    import shutil
+    import tempfile
+
+    python = "/usr/bin/python3"  # readable by another uid (this test's may lie under a home of mode 0700)
+    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv")):
+        pytest.skip("needs root (to drop to another uid) and util-linux's unshare and setpriv")
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"no {python}")
+    copy = Path(tempfile.mkdtemp(prefix="nsprof-userns-", dir="/tmp"))
+    try:
+        copy.chmod(0o755)
+        shutil.copytree(Path(__file__).resolve().parents[1] / "nsprof", copy / "nsprof")
+        for path in [copy, *copy.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        command = ["setpriv", "--reuid=54321", "--regid=54321", "--clear-groups", "unshare", "--user"]
+        command += ["--map-current-user", "env", "-u", "NSPROF_LOCK_DIR", "HOME=/tmp"]
+        done = subprocess.run(
+            [*command, python, "-c", USERNS_PROBE, str(copy)],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            timeout=60,
+        )
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+    if "unshare" in done.stderr or "setpriv" in done.stderr:
+        pytest.skip(f"no unprivileged user namespace here: {done.stderr.strip()[:200]}")
+    assert done.stdout.strip() == "opened", done.stdout + done.stderr

@@ -38,6 +38,28 @@ def _refuse(what: str, path: Path, reason: str) -> NsprofError:
     )
 
 
+def _overflow_uid() -> int | None:
+    """The uid that stands for every uid not mapped into this process's user namespace (the host's root
+    among them: a rootless container's /), where this process is in one; None in the initial namespace."""
+    try:
+        if Path("/proc/self/uid_map").read_text().split() == ["0", "0", "4294967295"]:
+            return None
+        return int(Path("/proc/sys/kernel/overflowuid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+_TRUSTED = {0, _overflow_uid()} - {None}  # root's folders, as this process sees them: read once, at import
+
+
+def trusted(uid: int, folder: bool = False) -> bool:
+    """Whether a file of `uid` is this user's or root's, whom nsprof trusts with its way. With `folder`, a
+    folder's owner: in a user namespace root shows as the overflow uid (a rootless container's / and /tmp),
+    which no process of the namespace can be. Not a link's or a FIFO's, which the overflow uid's other
+    users (the host's, in a folder the container shares) could have planted."""
+    return uid in (os.geteuid(), 0) or folder and uid in _TRUSTED
+
+
 def _private_group(st: os.stat_result) -> bool:
     """Whether the group of `st` is its owner's alone: a group of the owner's name, the owner's own, with no
     other member and no other account's primary group (for this user's own files: this user's alone)."""
@@ -65,7 +87,6 @@ def _links(what: str, given: Path, path: Path, followed: list[int] | None = None
     `followed` counts the links followed, over the whole walk: past MAX_LINKS, a loop (or a fan of
     links), which the folder's own check names."""
     followed = [0] if followed is None else followed
-    mine = os.geteuid()
     here = Path(path.absolute().anchor)
     for name in path.absolute().parts[1:]:
         step = here / name
@@ -74,7 +95,7 @@ def _links(what: str, given: Path, path: Path, followed: list[int] | None = None
         except OSError:  # nothing there yet (made by nsprof), or not to be read: the rest is checked below
             return
         if stat.S_ISLNK(st.st_mode):
-            if st.st_uid not in (mine, 0):
+            if not trusted(st.st_uid):
                 raise _refuse(what, given, f"{step} is a link of uid {st.st_uid}")
             followed[0] += 1
             if followed[0] > MAX_LINKS:
@@ -98,7 +119,7 @@ def _check_way(what: str, path: Path) -> None:
             continue
         except OSError as exc:  # a file where a folder should be, a folder that cannot be entered
             raise NsprofError(f"cannot use {what} {path}: {exc.strerror or exc}: {folder}") from None
-        if _others_may_write(st) and (not st.st_mode & stat.S_ISVTX or st.st_uid not in (os.geteuid(), 0)):
+        if _others_may_write(st) and (not st.st_mode & stat.S_ISVTX or not trusted(st.st_uid, folder=True)):
             mode = f"{stat.S_IMODE(st.st_mode):04o}"
             why = "not sticky" if not st.st_mode & stat.S_ISVTX else f"a folder of uid {st.st_uid}"
             raise _refuse(what, path, f"it lies in {folder}, which others may write (mode {mode}, {why})")
@@ -112,7 +133,7 @@ def check_shared_folder(what: str, folder: Path) -> None:
     real = Path(os.path.realpath(folder))
     for each in (real, *real.parents):
         st = os.stat(each)
-        if st.st_uid not in (os.geteuid(), 0):
+        if not trusted(st.st_uid, folder=True):
             where = "it is" if each == real else f"it lies in {each},"
             raise NsprofError(
                 f"cannot use {what} {folder}: {where} a folder of uid {st.st_uid}, who could remove what "
@@ -268,7 +289,7 @@ def _written_through(path: Path) -> os.stat_result | None:
         return None
     if stat.S_ISBLK(st.st_mode):
         raise NsprofError(f"the output {path} is a block device: nsprof writes no output onto a disk")
-    if st.st_uid in (os.geteuid(), 0):
+    if trusted(st.st_uid):
         return st
     try:
         planted = _others_may_write(os.stat(Path(os.path.realpath(path)).parent))
