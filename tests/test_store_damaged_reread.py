@@ -80,13 +80,19 @@ def test_a_reread_labels_its_configs_and_shapes_as_the_tune_did(tmp_path):
     the target's key order (block_N=32,block_K=64) and `results` in the store's (block_K=64,block_N=32), so
     two outputs of one run differed wherever a config or shape was named. A re-read keeps the run's order."""
     live = _tuned(tmp_path, UNSORTED)
-    done = run_nsprof("results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True)
+    done = run_nsprof(
+        "results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True
+    )
     assert done.returncode == 0, done.stderr
     again = json.loads(done.stdout)
 
     def labels(report):
         return [
-            (list(shape["shape_value"]), list(shape["best_config"]), [row["config"] for row in shape["ranked"]])
+            (
+                list(shape["shape_value"]),
+                list(shape["best_config"]),
+                [row["config"] for row in shape["ranked"]],
+            )
             for shape in report["shapes"]
         ]
 
