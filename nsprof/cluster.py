@@ -52,6 +52,8 @@ from nsprof.schema import Points
 from nsprof.session import Measured
 from nsprof.settings import ClusterSettings
 
+STOP_WAIT_S = 30.0  # how long an interrupted run waits for its running batches' finished rows
+
 # Where callers find them, though they live in cluster_dask.
 __all__ = ["Sharded", "close", "cluster_gpu", "connect", "sharded", "worker_gpus"]
 
@@ -114,6 +116,33 @@ class _Follow:
             self.say(f"{where}: batch {batch} failed: {message.get('detail', '')}")
         elif kind == "end":
             self.say(f"{where}: batch {batch} measured")
+        elif kind == "stopped":
+            self.say(f"{where}: batch {batch} stopped")
+
+
+def _stop(distributed, client, futures: dict, gather: _Gather, topic: str, batches, n_ids: int) -> None:
+    """An interrupted run's batches: asked to stop (the Dask Event named `topic`), each one's result waited
+    for (STOP_WAIT_S at most; a second Ctrl-C stops waiting) and taken, a stopped one's as what it finished
+    (its session stopped as on Ctrl-C, cluster_batch); then whatever is left is cancelled."""
+    left = {future: k for future, k in futures.items() if k not in gather.taken}
+    try:
+        if left:
+            distributed.Event(topic, client=client).set()
+            print(
+                f"nsprof: interrupted: waiting for {len(left)} batches to stop and hand over what they "
+                f"finished (at most {STOP_WAIT_S:g} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            distributed.wait(list(left), timeout=STOP_WAIT_S)
+    except (KeyboardInterrupt, TimeoutError, OSError):
+        pass  # what came back is taken; the rest stays in its sessions' reports
+    finally:
+        for future, k in left.items():
+            if future.status == "finished":
+                result = _batch_result(distributed, future, batches[k], gather.inner, gather.layout)
+                (gather.take_stopped if result.get("stopped") else gather.take)(k, result, n_ids)
+        client.cancel(list(futures))
 
 
 def _batch_result(distributed, future, batch: list[int], inner: Backend, layout: Points) -> dict:
@@ -156,9 +185,21 @@ class _Gather:
         self.frames, self.failures, self.devices, self.medians = [], {}, {}, {}
         self.model = ""
         self.notes: list[str] = []  # the batches' own (an interleaved timer's throttle check), in order
+        self.taken: set[int] = set()  # the batches whose rows were handed on
+
+    def take_stopped(self, k: int, result: dict, n_ids: int) -> None:
+        """What batch k finished before it was stopped: handed on as a part (its other configs neither
+        measured nor failed)."""
+        self.taken.add(k)
+        frame = result["frame"]
+        if len(frame):
+            self.frames.append(frame)
+            if self.on_rows is not None:
+                self.on_rows(frame)
 
     def take(self, k: int, result: dict, n_ids: int) -> None:
         """Batch k's result: its rows handed on, its configs counted."""
+        self.taken.add(k)
         batch = self.batches[k]
         if "error" in result:  # a target changed since it was read: nothing of this run may be ranked
             raise TargetChanged(
@@ -288,7 +329,7 @@ class Sharded(Backend):
                 k = futures[future]
                 gather.take(k, _batch_result(distributed, future, batches[k], self.inner, layout), len(ids))
         except BaseException:
-            client.cancel(list(futures))  # a batch already running stops its session (cluster_batch)
+            _stop(distributed, client, futures, gather, topic, batches, len(ids))
             raise
         finally:
             try:

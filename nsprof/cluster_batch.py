@@ -60,7 +60,10 @@ def run_batch(
     """On a Dask worker: compile and measure one batch (and the calibration config) in one session on
     this worker's GPU, holding its lock; progress goes to the client as events on `topic`. `request`:
     the run's, whose target, layout and expectations the batch shares (the target is not imported
-    here: the session's worker does that). The batch's ids are point ids (nsprof.schema.Points)."""
+    here: the session's worker does that). The batch's ids are point ids (nsprof.schema.Points).
+
+    Stopped (the client, interrupted, set the Dask Event named after `topic`; or its task was cancelled), its
+    session stops as on Ctrl-C, and the result holds what it finished, with "stopped" set."""
     from distributed import get_worker
 
     worker = get_worker()
@@ -78,12 +81,14 @@ def run_batch(
     ids = list(batch) + ([calibration] if calibration is not None and calibration not in own else [])
     started = time.monotonic()
     _batch_imports()  # before the interrupt can come: never a half-imported pandas in this worker
+    finished: list = []  # the frames of the configs the session made final, as it goes
     try:
-        with _StopWhenCancelled(worker):
+        with _StopWhenCancelled(worker, topic):
             _wait_for_dead_predecessor(backend)
-            result = backend.measure(replace(request, ids=ids), on_progress=progress)
-    except KeyboardInterrupt:  # its task was cancelled: nobody reads this result
-        return {**me, "error": "stopped: its task was cancelled", "changed": False}
+            result = backend.measure(replace(request, ids=ids), on_progress=progress, on_rows=finished.append)
+    except KeyboardInterrupt:  # stopped: what it finished goes to the client, which waits for it
+        send(event="stopped")
+        return {**me, "stopped": True, "frame": _own_frame(finished, own, request.points)}
     except NsprofError as exc:
         send(event="error", detail=str(exc)[:300])
         # a target changed since it was read stays that kind at the client (nsprof.errors.TargetChanged)
@@ -100,15 +105,30 @@ def run_batch(
     }
 
 
-class _StopWhenCancelled:
-    """While a batch measures: once its task is cancelled (the client was interrupted and cancelled
-    it, or the client is gone and nobody wants its result), a KeyboardInterrupt is raised in the
-    batch's thread, where its session stops its profiler and worker as on Ctrl-C and keeps what they
-    measured in its work folder (nsprof.session.supervise). A Dask task that runs on is not stopped
-    by Dask itself, and the interrupt of the client's Ctrl-C reaches only the client."""
+def _own_frame(frames: list, own: set[int], layout: Points):
+    """The rows of a batch's own points among `frames` (an empty tidy frame for none)."""
+    import pandas as pd
 
-    def __init__(self, worker) -> None:
+    from nsprof.schema import make_frame
+
+    if not frames:
+        return make_frame([])
+    frame = pd.concat(frames, ignore_index=True)
+    return frame[layout.of_frame(frame).isin(own).fillna(False).astype(bool)]
+
+
+class _StopWhenCancelled:
+    """While a batch measures: once the client asks its batches to stop (interrupted, it sets the Dask Event
+    named `stop`, and waits for their results) or its task is cancelled (the client is gone and nobody wants
+    its result), a KeyboardInterrupt is raised in the batch's thread, where its session stops its profiler
+    and worker as on Ctrl-C and hands over what they finished (nsprof.session.supervise). A Dask task that
+    runs on is not stopped by Dask itself, and the interrupt of the client's Ctrl-C reaches only the client."""
+
+    def __init__(self, worker, stop: str) -> None:
+        from distributed import Event, get_client
+
         self.worker = worker
+        self.stop = Event(stop, client=get_client())  # the worker's client, named: the watch thread asks it
         self.key = worker.get_current_task()
         self.thread = threading.get_ident()
         self.lock = threading.Lock()
@@ -118,9 +138,15 @@ class _StopWhenCancelled:
         task = self.worker.state.tasks.get(self.key)
         return task is None or task.state == "cancelled"
 
+    def _stopped(self) -> bool:
+        try:
+            return self.stop.is_set()
+        except Exception:  # noqa: BLE001 - the scheduler gone: the cancelled task says it instead
+            return False
+
     def _watch(self) -> None:
         while not self.ended.wait(CANCEL_POLL_S):
-            if self.cancelled():
+            if self.cancelled() or self._stopped():
                 with self.lock:
                     if not self.ended.is_set():
                         _async_raise(self.thread, KeyboardInterrupt)

@@ -128,6 +128,13 @@ def cluster(request, tmp_path):
     return ["--scheduler", address], env
 
 
+def _done(status: Path) -> set[int]:
+    """The configs a session's worker finished, by its status file (none while there is none)."""
+    from nsprof.worker.protocol import parse_status
+
+    return set(parse_status(status.read_text()).done) if status.exists() else set()
+
+
 def _workers(address: str) -> int:
     import distributed
 
@@ -202,12 +209,15 @@ def test_ctrl_c_stops_the_batch_running_on_a_dask_worker(tmp_path, cluster, stop
     client.send_signal(signal.SIGINT)
     _, stderr = client.communicate(timeout=120)
     assert client.returncode == 130, (client.returncode, stderr)
-    assert stderr.strip().splitlines() == ["nsprof: aborted"], stderr
+    assert stderr.strip().splitlines()[-1] == "nsprof: aborted", stderr
+    assert "Traceback" not in stderr
     _batch_stopped(tmp_path, cluster, worker, dask_worker)
     with sqlite3.connect(tmp_path / "r.sqlite") as db:
         stored = {c for (c,) in db.execute("SELECT DISTINCT config_id FROM measurements")}
         (status,) = db.execute("SELECT status FROM runs").fetchone()
-    assert stored == set(range(5)) and status == "interrupted"  # batch 0's rows kept
+    # batch 0's rows kept, and what batch 1 finished before it was stopped (configs 5 and 6): it hands them
+    # over as it stops, as a session stopped on the command line does
+    assert stored == set(range(7)) and status == "interrupted"
 
 
 @pytest.mark.parametrize("cluster", ["--scheduler"], indirect=True)
@@ -216,3 +226,34 @@ def test_a_batch_whose_nsprof_was_killed_stops_too(tmp_path, cluster, stopping):
     client.kill()  # SIGKILL: nothing of nsprof's own cancels the batch
     client.communicate(timeout=120)
     _batch_stopped(tmp_path, cluster, worker, dask_worker)
+
+
+def test_profile_interrupted_on_a_cluster_shows_what_a_running_batch_finished(tmp_path, cluster):
+    """`profile` on two GPU workers: batch 0 (configs 0..4) is back, batch 1 measured 5 and 6 and hangs in 7.
+    Interrupted, it shows every config measured (0..6): the running batch hands over what it finished as it
+    stops (they were in its session's reports only)."""
+    options, env = cluster
+    (tmp_path / "stoppable.py").write_text(TARGET)
+    client = subprocess.Popen(
+        [sys.executable, "-c", CLI, str(TESTS), "profile", "stoppable.py:space", "--backend", "ncu"]
+        + ["--mode", "direct", "--reps", "1", "--warmup", "0", "--timeout", "600", "--json", *options]
+        + ["--work-dir", str(tmp_path / "wd"), "--verbose"],
+        cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    worker = None
+    try:
+        mark = _wait_for(lambda: next(tmp_path.glob("running.*"), None), "config 7 to run", 300)
+        worker = int(mark.name.split(".")[1])
+        _wait_for(lambda: set(range(5)) <= _done(tmp_path / "wd" / "batch0" / "part0.status"), "batch 0", 300)
+        client.send_signal(signal.SIGINT)  # batch 0 back or not: what it measured is shown either way
+        out, err = client.communicate(timeout=120)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.communicate()
+        if worker is not None and pid_alive(worker):
+            os.kill(worker, signal.SIGKILL)
+    assert client.returncode == 130 and "Traceback" not in err, err
+    measured = {row["config_id"] for row in json.loads(out) if row["error"] is None}
+    assert measured == set(range(7)), (measured, err)
