@@ -138,11 +138,22 @@ def _stop(distributed, client, futures: dict, gather: _Gather, topic: str, batch
     except (KeyboardInterrupt, TimeoutError, OSError):
         pass  # what came back is taken; the rest stays in its sessions' reports
     finally:
+        late = 0
         for future, k in left.items():
             if future.status == "finished":
                 result = _batch_result(distributed, future, batches[k], gather.inner, gather.layout)
                 (gather.take_stopped if result.get("stopped") else gather.take)(k, result, n_ids)
+            else:
+                late += (
+                    k in gather.follow.attempts
+                )  # started: what it finished stays in its session's reports
         client.cancel(list(futures))
+        if late:
+            print(
+                f"nsprof: {late} batches did not stop in time: what they finished is in their sessions' reports",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _batch_result(distributed, future, batch: list[int], inner: Backend, layout: Points) -> dict:

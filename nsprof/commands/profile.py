@@ -52,10 +52,7 @@ def profile(target: str, settings, ids, *, as_json, csv_path, devices, scheduler
         return _measured(target, settings, ids, devices, scheduler, verbose, interrupted)
     except KeyboardInterrupt:
         if interrupted:
-            cluster = devices is not None or scheduler is not None
-            _show_interrupted(
-                target, settings, *interrupted[0], as_json=as_json, csv_path=csv_path, cluster=cluster
-            )
+            _show_interrupted(target, settings, *interrupted[0], as_json=as_json, csv_path=csv_path)
         raise
 
 
@@ -129,7 +126,7 @@ def _finished(target: str, backend, space, frames: list, wall_s: float):
     )
 
 
-def _show_interrupted(target: str, settings, result, failures, *, as_json, csv_path, cluster: bool) -> None:
+def _show_interrupted(target: str, settings, result, failures, *, as_json, csv_path) -> None:
     """What an interrupted run finished, written and shown as a whole run's would be (the files first: the
     terminal a SIGHUP came from may be gone), and said to be a part; nothing written where nothing finished
     (an earlier run's --csv stays). An output that fails is said in one line: the interrupt goes on."""
@@ -143,10 +140,9 @@ def _show_interrupted(target: str, settings, result, failures, *, as_json, csv_p
             return
         write_exports(frame, csv_path, None)
         unit = "(shape, config) pairs" if shaped else "configs"
-        rest = "the rest were not"
-        if cluster:  # a batch still running was cancelled: what it finished is in its session's report only
-            rest = "those a batch still running on the cluster finished are in its session's reports only"
-        click.echo(f"nsprof: interrupted: the {n} {unit} measured before it follow; {rest}", err=True)
+        click.echo(
+            f"nsprof: interrupted: the {n} {unit} measured before it follow; the rest were not", err=True
+        )
         show(target, settings, result, failures, as_json=as_json, csv_path=None, whole=False)
     except NsprofError as exc:  # an output that cannot be written: said, and the interrupt goes on
         with contextlib.suppress(OSError):
