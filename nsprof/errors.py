@@ -11,7 +11,10 @@ from typing import Any
 CONTROL_ESCAPES = str.maketrans(
     {
         **{c: f"\\x{c:02x}" for c in [*range(32), 127, *range(0x80, 0xA0)]},
-        **{c: f"\\u{c:04x}" for c in (0x2028, 0x2029)},
+        # line separators, and the marks and overrides that reorder the rest of a line (U+202E, say)
+        **{
+            c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, *range(0x2028, 0x202F), *range(0x2066, 0x206A))
+        },
         **{ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"},
     }
 )

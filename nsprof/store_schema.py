@@ -216,7 +216,7 @@ def check_schema(db: sqlite3.Connection, path: Path) -> None:
     row = None
     if "meta" in tables:
         row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    problem = _schema_problem(path, row)
+    problem = _schema_problem(path, row) or _foreign_objects(db, path, tables)
     if problem:
         raise StoreError(problem)
     _add_shape_columns(db)
@@ -239,6 +239,17 @@ def _schema_problem(path: Path, row: tuple | None) -> str | None:
     if version < 1:
         return f"results store {path} has an invalid schema version {version}"
     return None
+
+
+def _foreign_objects(db: sqlite3.Connection, path: Path, tables: set[str]) -> str | None:
+    """Why a store holding what nsprof never makes (a view, a trigger, or one of its tables missing, a view
+    in its place, say) is not opened: a view's query may never end, a trigger acts on every row written."""
+    made = db.execute("SELECT type, name FROM sqlite_master WHERE type IN ('view', 'trigger')").fetchone()
+    missing = sorted({"runs", "measurements"} - tables)
+    if made is None and not missing:
+        return None
+    what = f"a {made[0]} {made[1]}" if made is not None else f"no table {missing[0]}"
+    return f"results store {path} holds {what}, which nsprof never makes: it was edited by hand; move it away"
 
 
 def _columns(db: sqlite3.Connection) -> set[str]:

@@ -11,6 +11,8 @@ import click
 
 from nsprof.errors import NsprofError, OptionError
 
+MAX_SAVED_BYTES = 1 << 30  # a saved run past it is none nsprof wrote (the largest it writes are tens of MB)
+
 
 def results(
     store: Path | None,
@@ -109,12 +111,7 @@ def _saved(path: Path, *, plot_path, html_path, as_json) -> int:
 
     one_on_stdout(**{"--plot -": plot_path == "-", "--html -": html_path == "-", "--json": as_json})
     check_plot(plot_path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise NsprofError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise NsprofError(f"cannot read {path}: not UTF-8 text (not a run nsprof saved)") from None
+    text = _saved_text(path)
     outputs = {"plot_path": plot_path, "html_path": html_path, "as_json": as_json}
     try:
         validate = _saved_validate(text)
@@ -132,6 +129,36 @@ def _saved(path: Path, *, plot_path, html_path, as_json) -> int:
     return show(report.target, report, **outputs)
 
 
+def _saved_text(path: Path) -> str:
+    """The text of a saved run: a regular file (a FIFO or a device, /dev/zero say, is no saved run, and
+    reading one would wait or grow for good) of at most MAX_SAVED_BYTES, as UTF-8."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise NsprofError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NsprofError(f"cannot read {path}: not a regular file (a saved run is a file nsprof wrote)")
+        if st.st_size > MAX_SAVED_BYTES:
+            raise NsprofError(
+                f"cannot read {path}: larger than {MAX_SAVED_BYTES} bytes: not a run nsprof saved"
+            )
+        try:
+            data = handle.read(MAX_SAVED_BYTES + 1)
+        except OSError as exc:
+            raise NsprofError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_SAVED_BYTES:  # grown since its size was read
+        raise NsprofError(f"cannot read {path}: larger than {MAX_SAVED_BYTES} bytes: not a run nsprof saved")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NsprofError(f"cannot read {path}: not UTF-8 text (not a run nsprof saved)") from None
+
+
 def _saved_validate(text: str):
     """(target, a ValidateResult per shape) when `text` is validate --save's JSON (or an older nsprof's, which
     has its tables and no format), else None."""
@@ -141,7 +168,7 @@ def _saved_validate(text: str):
 
     try:
         document = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None  # load_tune says what is wrong with it
     older = {"agreement", "per_config", "noise_floor", "verdict"}
     if isinstance(document, dict) and (

@@ -281,7 +281,7 @@ def load_tune(text: str):
 
     try:
         document = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past what json reads
         raise NsprofError(f"not JSON ({exc})") from None
     if not isinstance(document, dict) or document.get("format") != TUNE_FORMAT:
         raise NsprofError("not a saved tune (nsprof tune --json writes one)")

@@ -174,14 +174,19 @@ class Table:
                 self.columns.get(name, ANY).check(row[name], _at(at, name))
 
 
+# The column types a saved run's tables have (nsprof.render.json.frame_records writes them as pandas names them).
+WRITTEN_DTYPES = frozenset(
+    {"int64", "Int64", "float64", "Float64", "bool", "boolean", "object", "str", "string"}
+)
+
+
 def _dtype_kind(dtype: str, where: str) -> tuple[Kind, bool]:
     """(the spec of a value of pandas dtype `dtype`, whether it holds missing values)."""
     import pandas as pd
 
-    try:
-        parsed = pd.api.types.pandas_dtype(dtype)
-    except (TypeError, ValueError):
-        raise Unreadable(f"{_its(where)} is {_shown(dtype)}, not a column type") from None
+    if not isinstance(dtype, str) or dtype not in WRITTEN_DTYPES:  # pandas takes "S2000000000": 2 GB a value
+        raise Unreadable(f"{_its(where)} is {_shown(dtype)}, not a column type nsprof writes")
+    parsed = pd.api.types.pandas_dtype(dtype)
     whole = Kind("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool))
     if pd.api.types.is_bool_dtype(parsed):
         return FLAG, isinstance(parsed, pd.api.extensions.ExtensionDtype)

@@ -9,6 +9,7 @@ there) and ``globalTid = globalPid | tid``, so ``pid = (globalPid >> 24) & 0xFFF
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import struct
 from collections.abc import Callable, Iterator, Sequence
@@ -79,12 +80,32 @@ def _is_lock_error(exc: sqlite3.Error) -> bool:
 def connect(path: Path) -> sqlite3.Connection:
     # Read-only through a URI: as_uri() percent-encodes spaces, quotes, '?', '#' and
     # non-ASCII characters, so any file name works, and the report is never written to.
-    uri = path.resolve().as_uri() + "?mode=ro"
+    uri = path.resolve().as_uri() + ("?mode=ro&immutable=1" if _immutable(path) else "?mode=ro")
     conn = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S)
     # A corrupt file can hold invalid UTF-8 anywhere (even in table names); decoding with
     # replacement keeps that a readable value instead of a UnicodeDecodeError.
     conn.text_factory = _decode_text
     return conn
+
+
+def _immutable(path: Path) -> bool:
+    """Whether to open the report immutable: nothing beside it (-wal, -shm, -journal) opened, made or written,
+    and no lock taken or seen. With mode=ro alone SQLite opens a WAL report's -shm read-write and, as root,
+    hands -wal and -shm to the report's owner: another user's links there took root's files. So a report
+    in WAL mode, or one that another user could make so (theirs, or in a folder they may write and swap it
+    in, without the sticky bit), is read immutable (its WAL, if any, unread); this user's own export, which
+    nsys writes with a rollback journal, is opened plainly, so that a writer's lock is seen and named."""
+    import stat
+
+    try:
+        st, folder = path.stat(), path.resolve().parent.stat()
+        with open(path, "rb") as handle:
+            header = handle.read(20)
+    except OSError:
+        return True
+    swappable = folder.st_mode & 0o022 and not folder.st_mode & stat.S_ISVTX
+    wal = header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
+    return st.st_uid != os.geteuid() or bool(swappable) or wal
 
 
 def _decode_text(data: bytes) -> str:
