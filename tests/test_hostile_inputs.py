@@ -143,3 +143,33 @@ def test_bidirectional_overrides_from_outside_are_shown_escaped():
     for c in ["\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069"]:
         shown = printable(f"gemm{c}kernel")
         assert c not in shown and f"\\u{ord(c):04x}" in shown
+
+
+def test_a_report_another_user_could_change_is_read_from_a_copy_of_ones_own(tmp_path):
+    """Parsers open a report several times (a sniff, the parse, an ncu report's command-line scan through a
+    mapping): another user who swapped hers for a FIFO meanwhile hung `analyze`, and one who truncated it
+    under the mapping killed it (SIGBUS). A report of another user's, or in a folder others may write
+    without the sticky bit, is read once into a private copy; this user's own in its own folder as it is."""
+    from nsprof.reports.inputs import local_copy
+
+    own = tmp_path / "own.sqlite"
+    shutil.copy(FIXTURES / "fixture.sqlite", own)
+    with local_copy(own) as local:
+        assert local == own
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a file of another uid")
+    hers = tmp_path / "hers.sqlite"
+    shutil.copy(FIXTURES / "fixture.sqlite", hers)
+    os.chown(hers, OTHER, OTHER)
+    open_folder = tmp_path / "open"
+    open_folder.mkdir()
+    open_folder.chmod(0o777)
+    mine_there = open_folder / "mine.sqlite"
+    shutil.copy(FIXTURES / "fixture.sqlite", mine_there)
+    for path in (hers, mine_there):
+        with local_copy(path) as local:
+            assert local != path and local.name == path.name and local.read_bytes() == path.read_bytes()
+            assert stat.S_IMODE(local.parent.stat().st_mode) == 0o700
+        assert not local.exists()
+    done = run_nsprof("analyze", str(hers), in_process=True)
+    assert done.returncode == 0 and str(hers) in done.stdout + done.stderr, done.stderr

@@ -54,8 +54,9 @@ def env_number(name: str, default: float) -> float:
 
 @contextlib.contextmanager
 def local_copy(path: str | os.PathLike) -> Iterator[Path]:
-    """A path parsers may read as often as they like: `path` itself when it is a regular file,
-    else a temporary copy of its bytes (removed on exit).
+    """A path parsers may read as often as they like: `path` itself when it is a regular file only this
+    user can change, else a temporary copy of its bytes (removed on exit): a stream's, or the file's as
+    one descriptor read it, where another user could change it meanwhile (_others_could_change).
 
     Raises ReportError (one line, naming the input as given) when the input is missing, a
     folder, a terminal, larger than the bound, or sends no data for the wait.
@@ -66,9 +67,13 @@ def local_copy(path: str | os.PathLike) -> Iterator[Path]:
             raise ReportError(f"{STDIN_LABEL} is a terminal; pipe a report into `-` or name a file")
         fd, owned, copy_name = 0, False, "stdin"
     else:
-        mode = stat_report(path).st_mode
-        if stat.S_ISREG(mode):
+        info = stat_report(path)
+        if stat.S_ISREG(info.st_mode) and not _others_could_change(Path(path), info):
             yield Path(path)
+            return
+        if stat.S_ISREG(info.st_mode):  # read once, from one descriptor, into a copy nobody else can touch
+            with tempfile.TemporaryDirectory(prefix="nsprof-input-") as folder:
+                yield _copied(path, Path(folder) / (Path(text).name or "input"))
             return
         try:
             # O_NONBLOCK: opening a FIFO for reading otherwise blocks until a writer opens it.
@@ -84,6 +89,39 @@ def local_copy(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if owned:
             os.close(fd)
+
+
+def _others_could_change(path: Path, info: os.stat_result) -> bool:
+    """Whether another user could change the file at `path` while parsers read it (and read it again):
+    theirs, or in a folder they may write without the sticky bit (swapped for a FIFO that hangs the next
+    open, truncated under a mapping that then faults, a report of another kind)."""
+    if info.st_uid != os.geteuid():
+        return True
+    try:
+        folder = os.stat(Path(os.path.realpath(path)).parent).st_mode
+    except OSError:
+        return True
+    return bool(folder & 0o022) and not folder & stat.S_ISVTX
+
+
+def _copied(path, copy: Path) -> Path:
+    """`copy`, holding the bytes of the regular file at `path` as one descriptor read them."""
+    import shutil
+
+    shown = shown_name(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO swapped in: no wait
+    except OSError as exc:
+        raise ReportError(f"{shown}: cannot open ({(exc.strerror or str(exc)).lower()})") from None
+    with os.fdopen(fd, "rb") as source:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ReportError(f"{shown}: no longer a regular file (changed while nsprof opened it)")
+        try:
+            with open(copy, "wb") as out:
+                shutil.copyfileobj(source, out, _CHUNK_BYTES)
+        except OSError as exc:
+            raise ReportError(f"{shown}: cannot read ({(exc.strerror or str(exc)).lower()})") from None
+    return copy
 
 
 def _copy_stream(fd: int, copy: Path, shown: str, *, nonblocking: bool) -> None:
