@@ -28,6 +28,7 @@ the run's notes say how far apart the GPUs' medians of it are.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -139,15 +140,21 @@ def _stop(distributed, client, futures: dict, gather: _Gather, topic: str, batch
         pass  # what came back is taken; the rest stays in its sessions' reports
     finally:
         late = 0
-        for future, k in left.items():
-            if future.status == "finished":
-                result = _batch_result(distributed, future, batches[k], gather.inner, gather.layout)
-                (gather.take_stopped if result.get("stopped") else gather.take)(k, result, n_ids)
-            else:
-                late += (
-                    k in gather.follow.attempts
-                )  # started: what it finished stays in its session's reports
-        client.cancel(list(futures))
+        try:
+            for future, k in left.items():
+                if future.status != "finished":
+                    late += k in gather.follow.attempts  # started: what it finished is in its reports only
+                    continue
+                try:
+                    result = _batch_result(distributed, future, batches[k], gather.inner, gather.layout)
+                    (gather.take_stopped if result.get("stopped") else gather.take)(k, result, n_ids)
+                except NsprofError as exc:  # its target changed, another GPU model: the interrupt goes on
+                    print(f"nsprof: batch {k} not taken: {exc}", file=sys.stderr, flush=True)
+        finally:
+            client.cancel(list(futures))
+            if left:  # a long-lived scheduler keeps a set Event for good
+                with contextlib.suppress(Exception):
+                    distributed.Event(topic, client=client).clear()
         if late:
             print(
                 f"nsprof: {late} batches did not stop in time: what they finished is in their sessions' reports",
@@ -339,8 +346,13 @@ class Sharded(Backend):
             for future in distributed.as_completed(list(futures)):
                 k = futures[future]
                 gather.take(k, _batch_result(distributed, future, batches[k], self.inner, layout), len(ids))
-        except BaseException:
+        except KeyboardInterrupt:
             _stop(distributed, client, futures, gather, topic, batches, len(ids))
+            raise
+        except (
+            BaseException
+        ):  # a run that failed (its target changed, another GPU model): nothing to wait for
+            client.cancel(list(futures))
             raise
         finally:
             try:

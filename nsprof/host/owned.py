@@ -147,6 +147,21 @@ def check_shared_folder(what: str, folder: Path) -> None:
         )
 
 
+def others_could_change(path: Path, st: os.stat_result | None = None) -> bool:
+    """Whether another user could change the file at `path`, or put another in its place, between two opens
+    of it: a file not this user's, reached through a link of another user's, or in a folder (where it
+    leads) of another user's or that others may write without the sticky bit. `st`: its os.stat."""
+    try:
+        st = os.stat(path) if st is None else st
+        _links("file", Path(path), Path(path))
+        folder = os.stat(Path(os.path.realpath(path)).parent)
+    except (OSError, NsprofError):
+        return True
+    if st.st_uid != os.geteuid() or not trusted(folder.st_uid, folder=True):
+        return True
+    return _others_may_write(folder) and not folder.st_mode & stat.S_ISVTX
+
+
 def _check(what: str, path: Path, want_dir: bool) -> None:
     """The folder or file at `path` itself (the way to it is _check_way's): this user's, nobody else's to write;
     a folder there (made now, if it was not)."""

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from nsprof.errors import ReportError
+from nsprof.host.owned import others_could_change
 from nsprof.reports.checks import stat_report
 
 STDIN = "-"
@@ -56,7 +57,7 @@ def env_number(name: str, default: float) -> float:
 def local_copy(path: str | os.PathLike) -> Iterator[Path]:
     """A path parsers may read as often as they like: `path` itself when it is a regular file only this
     user can change, else a temporary copy of its bytes (removed on exit): a stream's, or the file's as
-    one descriptor read it, where another user could change it meanwhile (_others_could_change).
+    one descriptor read it, where another user could change it meanwhile (others_could_change).
 
     Raises ReportError (one line, naming the input as given) when the input is missing, a
     folder, a terminal, larger than the bound, or sends no data for the wait.
@@ -68,7 +69,7 @@ def local_copy(path: str | os.PathLike) -> Iterator[Path]:
         fd, owned, copy_name = 0, False, "stdin"
     else:
         info = stat_report(path)
-        if stat.S_ISREG(info.st_mode) and not _others_could_change(Path(path), info):
+        if stat.S_ISREG(info.st_mode) and not others_could_change(Path(path), info):
             yield Path(path)
             return
         if stat.S_ISREG(info.st_mode):  # read once, from one descriptor, into a copy nobody else can touch
@@ -91,34 +92,29 @@ def local_copy(path: str | os.PathLike) -> Iterator[Path]:
             os.close(fd)
 
 
-def _others_could_change(path: Path, info: os.stat_result) -> bool:
-    """Whether another user could change the file at `path` while parsers read it (and read it again):
-    theirs, or in a folder they may write without the sticky bit (swapped for a FIFO that hangs the next
-    open, truncated under a mapping that then faults, a report of another kind)."""
-    if info.st_uid != os.geteuid():
-        return True
-    try:
-        folder = os.stat(Path(os.path.realpath(path)).parent).st_mode
-    except OSError:
-        return True
-    return bool(folder & 0o022) and not folder & stat.S_ISVTX
-
-
 def _copied(path, copy: Path) -> Path:
     """`copy`, holding the bytes of the regular file at `path` as one descriptor read them."""
-    import shutil
-
     shown = shown_name(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO swapped in: no wait
     except OSError as exc:
         raise ReportError(f"{shown}: cannot open ({(exc.strerror or str(exc)).lower()})") from None
     with os.fdopen(fd, "rb") as source:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise ReportError(f"{shown}: no longer a regular file (changed while nsprof opened it)")
+        limit = int(env_number(MAX_STREAM_BYTES_ENV, MAX_STREAM_BYTES))
+        if info.st_size > limit:
+            raise ReportError(
+                f"{shown}: {info.st_size} bytes, more than the {limit} nsprof copies of a file another user "
+                f"could change; copy it to a folder of your own first ({MAX_STREAM_BYTES_ENV} sets the bound)"
+            )
         try:
             with open(copy, "wb") as out:
-                shutil.copyfileobj(source, out, _CHUNK_BYTES)
+                for chunk in iter(lambda: source.read(_CHUNK_BYTES), b""):
+                    if out.tell() + len(chunk) > info.st_size:
+                        raise ReportError(f"{shown}: grew while nsprof read it (another user writes it?)")
+                    out.write(chunk)
         except OSError as exc:
             raise ReportError(f"{shown}: cannot read ({(exc.strerror or str(exc)).lower()})") from None
     return copy

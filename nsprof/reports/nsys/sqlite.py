@@ -9,7 +9,6 @@ there) and ``globalTid = globalPid | tid``, so ``pid = (globalPid >> 24) & 0xFFF
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import struct
 from collections.abc import Callable, Iterator, Sequence
@@ -92,20 +91,18 @@ def _immutable(path: Path) -> bool:
     """Whether to open the report immutable: nothing beside it (-wal, -shm, -journal) opened, made or written,
     and no lock taken or seen. With mode=ro alone SQLite opens a WAL report's -shm read-write and, as root,
     hands -wal and -shm to the report's owner: another user's links there took root's files. So a report
-    in WAL mode, or one that another user could make so (theirs, or in a folder they may write and swap it
-    in, without the sticky bit), is read immutable (its WAL, if any, unread); this user's own export, which
-    nsys writes with a rollback journal, is opened plainly, so that a writer's lock is seen and named."""
-    import stat
+    in WAL mode, or one another user could make so (host.owned.others_could_change), is read immutable (its
+    WAL, if any, unread); this user's own export, which nsys writes with a rollback journal, is opened
+    plainly, so that a writer's lock is seen and named."""
+    from nsprof.host.owned import others_could_change
 
     try:
-        st, folder = path.stat(), path.resolve().parent.stat()
         with open(path, "rb") as handle:
             header = handle.read(20)
     except OSError:
         return True
-    swappable = folder.st_mode & 0o022 and not folder.st_mode & stat.S_ISVTX
     wal = header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
-    return st.st_uid != os.geteuid() or bool(swappable) or wal
+    return wal or others_could_change(path)
 
 
 def _decode_text(data: bytes) -> str:
