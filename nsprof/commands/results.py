@@ -132,31 +132,21 @@ def _saved(path: Path, *, plot_path, html_path, as_json) -> int:
 def _saved_text(path: Path) -> str:
     """The text of a saved run: a regular file (a FIFO or a device, /dev/zero say, is no saved run, and
     reading one would wait or grow for good) of at most MAX_SAVED_BYTES, as UTF-8."""
-    import os
-    import stat
+    from nsprof.reports.inputs import open_regular
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        handle, _ = open_regular(path, MAX_SAVED_BYTES)
+        with handle:
+            data = handle.read(MAX_SAVED_BYTES + 1)
+        if len(data) > MAX_SAVED_BYTES:  # grown since its size was read
+            raise ValueError(f"more than {MAX_SAVED_BYTES} bytes")
+        return data.decode("utf-8")
     except OSError as exc:
         raise NsprofError(f"cannot read {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NsprofError(f"cannot read {path}: not a regular file (a saved run is a file nsprof wrote)")
-        if st.st_size > MAX_SAVED_BYTES:
-            raise NsprofError(
-                f"cannot read {path}: larger than {MAX_SAVED_BYTES} bytes: not a run nsprof saved"
-            )
-        try:
-            data = handle.read(MAX_SAVED_BYTES + 1)
-        except OSError as exc:
-            raise NsprofError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_SAVED_BYTES:  # grown since its size was read
-        raise NsprofError(f"cannot read {path}: larger than {MAX_SAVED_BYTES} bytes: not a run nsprof saved")
-    try:
-        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise NsprofError(f"cannot read {path}: not UTF-8 text (not a run nsprof saved)") from None
+    except ValueError as exc:
+        raise NsprofError(f"cannot read {path}: {exc} (not a run nsprof saved)") from None
 
 
 def _saved_validate(text: str):

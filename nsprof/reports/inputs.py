@@ -16,6 +16,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from nsprof.errors import ReportError
 from nsprof.host.owned import others_could_change
@@ -92,31 +93,39 @@ def local_copy(path: str | os.PathLike) -> Iterator[Path]:
             os.close(fd)
 
 
+def open_regular(path, limit: int) -> tuple[BinaryIO, int]:
+    """(the regular file at `path` opened for reading, its size). ValueError, saying why, for anything else
+    (a FIFO is not waited for: O_NONBLOCK) or a file of more than `limit` bytes; OSError where it cannot be
+    opened."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    info = os.fstat(fd)
+    why = "not a regular file" if not stat.S_ISREG(info.st_mode) else ""
+    why = why or (f"{info.st_size} bytes, more than {limit}" if info.st_size > limit else "")
+    if why:
+        os.close(fd)
+        raise ValueError(why)
+    return os.fdopen(fd, "rb"), info.st_size
+
+
 def _copied(path, copy: Path) -> Path:
-    """`copy`, holding the bytes of the regular file at `path` as one descriptor read them."""
+    """`copy`, holding the bytes of the regular file at `path` as one descriptor read them (within the
+    stream bound: another user's file may be huge, or grow)."""
     shown = shown_name(path)
+    limit = int(env_number(MAX_STREAM_BYTES_ENV, MAX_STREAM_BYTES))
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO swapped in: no wait
+        source, size = open_regular(path, limit)
+        with source, open(copy, "wb") as out:
+            for chunk in iter(lambda: source.read(_CHUNK_BYTES), b""):
+                if out.tell() + len(chunk) > size:
+                    raise ValueError("it grew while nsprof read it (another user writes it?)")
+                out.write(chunk)
     except OSError as exc:
-        raise ReportError(f"{shown}: cannot open ({(exc.strerror or str(exc)).lower()})") from None
-    with os.fdopen(fd, "rb") as source:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ReportError(f"{shown}: no longer a regular file (changed while nsprof opened it)")
-        limit = int(env_number(MAX_STREAM_BYTES_ENV, MAX_STREAM_BYTES))
-        if info.st_size > limit:
-            raise ReportError(
-                f"{shown}: {info.st_size} bytes, more than the {limit} nsprof copies of a file another user "
-                f"could change; copy it to a folder of your own first ({MAX_STREAM_BYTES_ENV} sets the bound)"
-            )
-        try:
-            with open(copy, "wb") as out:
-                for chunk in iter(lambda: source.read(_CHUNK_BYTES), b""):
-                    if out.tell() + len(chunk) > info.st_size:
-                        raise ReportError(f"{shown}: grew while nsprof read it (another user writes it?)")
-                    out.write(chunk)
-        except OSError as exc:
-            raise ReportError(f"{shown}: cannot read ({(exc.strerror or str(exc)).lower()})") from None
+        raise ReportError(f"{shown}: cannot read ({(exc.strerror or str(exc)).lower()})") from None
+    except ValueError as exc:  # changed since it was looked at, or too large to copy
+        raise ReportError(
+            f"{shown}: cannot read a copy of a file another user could change: {exc} "
+            f"({MAX_STREAM_BYTES_ENV} sets the bound; or copy it to a folder of your own first)"
+        ) from None
     return copy
 
 
