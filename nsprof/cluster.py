@@ -147,7 +147,10 @@ def _stop(distributed, client, futures: dict, gather: _Gather, topic: str, batch
                     continue
                 try:
                     result = _batch_result(distributed, future, batches[k], gather.inner, gather.layout)
-                    (gather.take_stopped if result.get("stopped") else gather.take)(k, result, n_ids)
+                    if result.get("stopped"):
+                        gather.take_stopped(k, result)
+                    else:
+                        gather.take(k, result, n_ids)
                 except NsprofError as exc:  # its target changed, another GPU model: the interrupt goes on
                     print(f"nsprof: batch {k} not taken: {exc}", file=sys.stderr, flush=True)
         finally:
@@ -205,7 +208,7 @@ class _Gather:
         self.notes: list[str] = []  # the batches' own (an interleaved timer's throttle check), in order
         self.taken: set[int] = set()  # the batches whose rows were handed on
 
-    def take_stopped(self, k: int, result: dict, n_ids: int) -> None:
+    def take_stopped(self, k: int, result: dict) -> None:
         """What batch k finished before it was stopped: handed on as a part (its other configs neither
         measured nor failed)."""
         self.taken.add(k)

@@ -45,23 +45,36 @@ def config_json(config: Any) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"), default=plain)
 
 
-def key_order(values) -> list[str]:
-    """The keys of the dicts among `values` in the order the target first gave them: what a run records so
-    that configs and shapes read back from their canonical JSON (keys sorted) are shown as it showed them."""
-    order: dict[str, None] = {}
+def key_order(values) -> list:
+    """The keys of the dicts among `values`, and of the dicts inside them, in the order the target first gave
+    them, as [[key, its values' key order], ...] (lists: a run's settings are stored with sorted keys): what
+    a run records, so that configs and shapes read back from their canonical JSON (keys sorted) are shown as
+    it showed them (in_order)."""
+    tree: dict = {}
     for value in values:
-        if isinstance(value, dict):
-            order.update(dict.fromkeys(str(key) for key in value))
-    return list(order)
+        _grown(tree, value)
+    return _pairs(tree)
 
 
-def in_order(value, order: list[str]):
-    """`value` (a config or shape read back from its JSON) with its keys in `order` (key_order's), the others
-    after them as they were; anything but a dict as it is."""
-    if not isinstance(value, dict) or not order:
+def _grown(tree: dict, value) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _grown(tree.setdefault(str(key), {}), inner)
+
+
+def _pairs(tree: dict) -> list:
+    return [[key, _pairs(inner)] for key, inner in tree.items()]
+
+
+def in_order(value, order):
+    """`value` (a config or shape read back from its JSON) with its dicts' keys in `order` (key_order's), keys
+    it does not name after them as they were; anything but a dict, or an order that is none, as it is."""
+    if not isinstance(value, dict) or not isinstance(order, list):
         return value
-    rank = {key: i for i, key in enumerate(order)}
-    return dict(sorted(value.items(), key=lambda item: rank.get(item[0], len(rank))))
+    inner = {pair[0]: pair[1] for pair in order if isinstance(pair, list) and len(pair) == 2}
+    rank = {key: i for i, key in enumerate(inner)}
+    ordered = sorted(value.items(), key=lambda item: rank.get(item[0], len(rank)))
+    return {key: in_order(item, inner.get(key)) for key, item in ordered}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -405,3 +405,20 @@ def test_the_default_lock_folder_is_usable_in_an_unprivileged_user_namespace():
     if "unshare" in done.stderr or "setpriv" in done.stderr:
         pytest.skip(f"no unprivileged user namespace here: {done.stderr.strip()[:200]}")
     assert done.stdout.strip() == "opened", done.stdout + done.stderr
+
+
+def test_the_overflow_uid_is_trusted_only_where_no_process_of_the_namespace_can_have_it(monkeypatch):
+    """In a rootless container mapped as `0 1000 1` + `1 100000 65536` (podman's default), uid 65534 is mapped:
+    the container's own `nobody`, whose folders are no root's. The overflow uid counts as root's only where
+    no uid of the namespace maps to it (a 1777 lock folder of that `nobody` was taken as root's)."""
+    from pathlib import Path
+
+    from nsprof.host import owned
+
+    files = {
+        "/proc/self/uid_map": "         0       1000          1\n         1     100000      65536\n",
+        "/proc/sys/kernel/overflowuid": "65534\n",
+    }
+    real = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: files.get(str(self)) or real(self, *a, **k))
+    assert owned._overflow_uid() is None

@@ -98,3 +98,87 @@ def test_a_reread_labels_its_configs_and_shapes_as_the_tune_did(tmp_path):
 
     assert labels(again) == labels(live)
     assert labels(live)[0][0] == ["N", "M"] and labels(live)[0][2][0].startswith("block_N="), labels(live)
+
+
+# configs close enough that the first pass leaves a tie: tune's adaptive reps (on by default) run
+TIED_UNSORTED = textwrap.dedent("""
+    from nsprof.space import Space
+    configs = [{"block_N": 32 * (i + 1), "block_K": 64, "ns": 1000 + i, "ns_sigma": 0.01, "seed": i}
+               for i in range(3)]
+    shapes = [{"N": 64, "M": m} for m in (1, 16)]
+    space = Space(configs=configs, shapes=shapes, build=lambda c, s: (lambda: None), device="cpu")
+""")
+
+
+def test_a_reread_after_adaptive_reps_keeps_the_tunes_key_order(tmp_path):
+    """tune's adaptive sessions are runs of their own, which record no key order; `results --target` anchors
+    on the target's latest run, an adaptive one: the key order is the newest first pass's."""
+    (tmp_path / "t.py").write_text(TIED_UNSORTED)
+    common = (
+        "--backend",
+        "ncu",
+        "--mode",
+        "direct",
+        "--store",
+        "s.sqlite",
+        "--no-feed-back",
+        "--no-tuner-pick",
+    )
+    live = run_nsprof("tune", "t.py:space", *common, "--json", cwd=tmp_path, standins=True, in_process=True)
+    assert live.returncode == 0, live.stderr
+    assert "adaptive reps: 0 reps" not in live.stdout  # the adaptive sessions did run
+    again = run_nsprof(
+        "results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True
+    )
+    assert again.returncode == 0, again.stderr
+
+    def shapes(text):
+        return [list(shape["shape_value"]) for shape in json.loads(text)["shapes"]]
+
+    assert shapes(live.stdout) == [["N", "M"], ["N", "M"]]
+    assert shapes(again.stdout) == shapes(live.stdout)
+
+
+NESTED = textwrap.dedent("""
+    from nsprof.space import Space
+    configs = [{"kw": {"num_warps": 4 * (i + 1), "BLOCK": 64}, "ns": 1000 + 300 * i} for i in range(3)]
+    space = Space(configs=configs, build=lambda c: (lambda: None), device="cpu")
+""")
+
+
+def test_a_reread_labels_a_config_holding_a_dict_as_the_tune_did(tmp_path):
+    """A dict inside a config keeps its keys' order too (the store's canonical JSON sorted them: the tune's
+    kw={'num_warps': 4, 'BLOCK': 64} read back as kw={'BLOCK': 64, 'num_warps': 4})."""
+    (tmp_path / "t.py").write_text(NESTED)
+    common = (
+        "--backend",
+        "ncu",
+        "--mode",
+        "direct",
+        "--store",
+        "s.sqlite",
+        "--no-feed-back",
+        "--no-tuner-pick",
+    )
+    live = run_nsprof(
+        "tune",
+        "t.py:space",
+        *common,
+        "--budget-s",
+        "0",
+        "--json",
+        cwd=tmp_path,
+        standins=True,
+        in_process=True,
+    )
+    assert live.returncode == 0, live.stderr
+    again = run_nsprof(
+        "results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True
+    )
+    assert again.returncode == 0, again.stderr
+
+    def labels(text):
+        return [row["config"] for row in json.loads(text)["ranked"]]
+
+    assert labels(live.stdout)[0].startswith("kw={'num_warps': 4"), labels(live.stdout)
+    assert labels(again.stdout) == labels(live.stdout)

@@ -140,9 +140,9 @@ def _show_interrupted(target: str, settings, result, failures, *, as_json, csv_p
             return
         write_exports(frame, csv_path, None)
         unit = "(shape, config) pairs" if shaped else "configs"
-        click.echo(
-            f"nsprof: interrupted: the {n} {unit} measured before it follow; the rest were not", err=True
-        )
+        what = f"the {n} {unit} measured before it" if n else f"no {unit} measured before it"
+        failed = " and those that failed" if frame["error"].notna().any() else ""
+        click.echo(f"nsprof: interrupted: {what}{failed} follow; the rest were not run", err=True)
         show(target, settings, result, failures, as_json=as_json, csv_path=None, whole=False)
     except NsprofError as exc:  # an output that cannot be written: said, and the interrupt goes on
         with contextlib.suppress(OSError):

@@ -102,6 +102,7 @@ def held_fds() -> tuple[int, ...]:
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 LOCK_MODE = 0o644  # every user can open (and flock) it; only its maker could write it, and nobody does
 RECORD_LIMIT = 65536
+LOCK_FOLDER = "the GPU lock's folder (NSPROF_LOCK_DIR, else /tmp)"  # as messages name it
 
 
 def _owner(path: Path) -> str:
@@ -121,7 +122,7 @@ def open_lock_file(path: Path) -> int:
             f"the GPU lock's folder {path.parent} (NSPROF_LOCK_DIR, else /tmp) cannot be used: "
             f"{exc.strerror or exc}; set NSPROF_LOCK_DIR to a folder"
         ) from None
-    check_shared_folder("the GPU lock's folder (NSPROF_LOCK_DIR, else /tmp)", path.parent)
+    check_shared_folder(LOCK_FOLDER, path.parent)
     while True:
         try:
             fd = os.open(path, _OPEN_FLAGS)

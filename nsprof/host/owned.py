@@ -40,11 +40,18 @@ def _refuse(what: str, path: Path, reason: str) -> NsprofError:
 
 def _overflow_uid() -> int | None:
     """The uid that stands for every uid not mapped into this process's user namespace (the host's root
-    among them: a rootless container's /), where this process is in one; None in the initial namespace."""
+    among them: a rootless container's /), where this process is in one and that uid is mapped to no uid
+    of it (a namespace that maps it has a `nobody` of its own, whose folders are no root's); else None."""
     try:
-        if Path("/proc/self/uid_map").read_text().split() == ["0", "0", "4294967295"]:
+        ranges = [
+            line.split() for line in Path("/proc/self/uid_map").read_text().splitlines() if line.strip()
+        ]
+        if ranges == [["0", "0", "4294967295"]]:  # the initial namespace
             return None
-        return int(Path("/proc/sys/kernel/overflowuid").read_text())
+        overflow = int(Path("/proc/sys/kernel/overflowuid").read_text())
+        if any(int(inside) <= overflow < int(inside) + int(count) for inside, _, count in ranges):
+            return None
+        return overflow
     except (OSError, ValueError):
         return None
 

@@ -32,6 +32,7 @@ from nsprof.tune.stored import stored_rows
 
 __all__ = ["reread"]
 
+ORDERS = ("config_keys", "shape_keys")  # what a first pass records of its target's key order
 MAX_CONFIG_ID = 10_000_000  # a config id past it is no index of a space a store could have measured
 # The settings a tune records (TuneSettings.record) that decide how its numbers are ranked and labelled.
 _RANKING_SETTINGS = ("mode", "stat", "reps", "timer_reps", "max_reps", "truths", "deploy")
@@ -91,14 +92,15 @@ def _settings(run, store) -> TuneSettings:
         raise store.edited(f"run {run.id}'s settings {_text(run.settings_json)[:60]!r} ({exc})") from None
 
 
-def _key_orders(run) -> dict[str, list[str]]:
-    """The order of the keys of the configs and shapes of a stored run's target (recorded since labels kept
-    it; an older run's, or one edited by hand: the store's sorted order)."""
-    record, orders = _record(run), {}
-    for name in ("config_keys", "shape_keys"):
-        keys = record.get(name)
-        orders[name] = [str(k) for k in keys] if isinstance(keys, list) else []
-    return orders
+def _key_orders(runs) -> dict[str, list]:
+    """The key order (store_rows.key_order's) of the configs and shapes of the target's runs (`runs`, one
+    fingerprint's): the newest first pass's that recorded it (an adaptive session's run records none); none
+    for a store that holds none (its keys then come in the store's sorted order)."""
+    for run in sorted(runs.itertuples(), key=lambda r: -int(r.id)):
+        record = _record(run)
+        if isinstance(record.get("config_keys"), list):
+            return {name: record.get(name) for name in ORDERS}
+    return dict.fromkeys(ORDERS)
 
 
 def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
@@ -213,7 +215,7 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
     line when the store holds no such run, nothing under its deploy truth, or nothing ranked under any
     truth (check_ranked: every config failed, as the tune that stopped there said)."""
     anchor, of_target = _run(store, target, run_id)
-    settings, orders = _settings(anchor, store), _key_orders(anchor)
+    settings, orders = _settings(anchor, store), _key_orders(of_target)
     per_truth, lacking, configs = {}, [], []
     for truth in settings.ranked_truths:
         group = _group(of_target, truth, settings, anchor)
