@@ -422,3 +422,18 @@ def test_the_overflow_uid_is_trusted_only_where_no_process_of_the_namespace_can_
     real = Path.read_text
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: files.get(str(self)) or real(self, *a, **k))
     assert owned._overflow_uid() is None
+
+
+def test_no_lock_folder_is_made_inside_a_folder_the_lock_could_not_use(tmp_path, monkeypatch):
+    """NSPROF_LOCK_DIR pointing into another user's folder is refused, and root left its own folders behind
+    there first (mkdir -p before the check)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a folder of another uid")
+    hers = tmp_path / "hers"
+    hers.mkdir()
+    os.chown(hers, 54321, 54321)
+    monkeypatch.setenv("NSPROF_LOCK_DIR", str(hers / "locks" / "deeper"))
+    with pytest.raises(NsprofError, match="uid 54321"):
+        with gpu_lock(0):
+            pytest.fail("took a lock in a folder of another user's")
+    assert list(hers.iterdir()) == []

@@ -115,6 +115,9 @@ def _owner(path: Path) -> str:
 def open_lock_file(path: Path) -> int:
     """A read-only descriptor of the lock file, created (O_EXCL, LOCK_MODE) if there is none. A link, or
     anything but a regular file, at its name is refused (NsprofError): never followed, never written."""
+    made = next((folder for folder in path.parents if os.path.lexists(folder)), None)
+    if made is not None and made != path.parent:  # nothing made inside a folder the lock could not use
+        check_shared_folder(LOCK_FOLDER, made)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file at its name, say
