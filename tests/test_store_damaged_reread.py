@@ -19,25 +19,20 @@ SHAPED = textwrap.dedent("""
 """)
 
 
-def _tuned(tmp_path, target=SHAPED):
+def _tuned(tmp_path, target=SHAPED, adaptive=False) -> dict:
+    """A real tune of `target` into s.sqlite (with or without adaptive reps): its --json."""
     (tmp_path / "t.py").write_text(target)
+    options = ["--backend", "ncu", "--mode", "direct", "--store", "s.sqlite", "--json", "--no-feed-back"]
+    options += ["--no-tuner-pick", *([] if adaptive else ["--budget-s", "0"])]
+    done = run_nsprof("tune", "t.py:space", *options, cwd=tmp_path, standins=True, in_process=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _reread(tmp_path) -> dict:
+    """`results s.sqlite --target t.py:space --json`."""
     done = run_nsprof(
-        "tune",
-        "t.py:space",
-        "--backend",
-        "ncu",
-        "--mode",
-        "direct",
-        "--store",
-        "s.sqlite",
-        "--json",
-        "--no-feed-back",
-        "--no-tuner-pick",
-        "--budget-s",
-        "0",
-        cwd=tmp_path,
-        standins=True,
-        in_process=True,
+        "results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -80,11 +75,7 @@ def test_a_reread_labels_its_configs_and_shapes_as_the_tune_did(tmp_path):
     the target's key order (block_N=32,block_K=64) and `results` in the store's (block_K=64,block_N=32), so
     two outputs of one run differed wherever a config or shape was named. A re-read keeps the run's order."""
     live = _tuned(tmp_path, UNSORTED)
-    done = run_nsprof(
-        "results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True
-    )
-    assert done.returncode == 0, done.stderr
-    again = json.loads(done.stdout)
+    again = _reread(tmp_path)
 
     def labels(report):
         return [
@@ -113,30 +104,14 @@ TIED_UNSORTED = textwrap.dedent("""
 def test_a_reread_after_adaptive_reps_keeps_the_tunes_key_order(tmp_path):
     """tune's adaptive sessions are runs of their own, which record no key order; `results --target` anchors
     on the target's latest run, an adaptive one: the key order is the newest first pass's."""
-    (tmp_path / "t.py").write_text(TIED_UNSORTED)
-    common = (
-        "--backend",
-        "ncu",
-        "--mode",
-        "direct",
-        "--store",
-        "s.sqlite",
-        "--no-feed-back",
-        "--no-tuner-pick",
-    )
-    live = run_nsprof("tune", "t.py:space", *common, "--json", cwd=tmp_path, standins=True, in_process=True)
-    assert live.returncode == 0, live.stderr
-    assert "adaptive reps: 0 reps" not in live.stdout  # the adaptive sessions did run
-    again = run_nsprof(
-        "results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True
-    )
-    assert again.returncode == 0, again.stderr
+    live = _tuned(tmp_path, TIED_UNSORTED, adaptive=True)
+    assert any(shape["adaptive"]["sessions"] for shape in live["shapes"])  # the adaptive sessions did run
 
-    def shapes(text):
-        return [list(shape["shape_value"]) for shape in json.loads(text)["shapes"]]
+    def shapes(report):
+        return [list(shape["shape_value"]) for shape in report["shapes"]]
 
-    assert shapes(live.stdout) == [["N", "M"], ["N", "M"]]
-    assert shapes(again.stdout) == shapes(live.stdout)
+    assert shapes(live) == [["N", "M"], ["N", "M"]]
+    assert shapes(_reread(tmp_path)) == shapes(live)
 
 
 NESTED = textwrap.dedent("""
@@ -149,36 +124,7 @@ NESTED = textwrap.dedent("""
 def test_a_reread_labels_a_config_holding_a_dict_as_the_tune_did(tmp_path):
     """A dict inside a config keeps its keys' order too (the store's canonical JSON sorted them: the tune's
     kw={'num_warps': 4, 'BLOCK': 64} read back as kw={'BLOCK': 64, 'num_warps': 4})."""
-    (tmp_path / "t.py").write_text(NESTED)
-    common = (
-        "--backend",
-        "ncu",
-        "--mode",
-        "direct",
-        "--store",
-        "s.sqlite",
-        "--no-feed-back",
-        "--no-tuner-pick",
-    )
-    live = run_nsprof(
-        "tune",
-        "t.py:space",
-        *common,
-        "--budget-s",
-        "0",
-        "--json",
-        cwd=tmp_path,
-        standins=True,
-        in_process=True,
-    )
-    assert live.returncode == 0, live.stderr
-    again = run_nsprof(
-        "results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True
-    )
-    assert again.returncode == 0, again.stderr
-
-    def labels(text):
-        return [row["config"] for row in json.loads(text)["ranked"]]
-
-    assert labels(live.stdout)[0].startswith("kw={'num_warps': 4"), labels(live.stdout)
-    assert labels(again.stdout) == labels(live.stdout)
+    live = _tuned(tmp_path, NESTED)
+    labels = [row["config"] for row in live["ranked"]]
+    assert labels[0].startswith("kw={'num_warps': 4"), labels
+    assert [row["config"] for row in _reread(tmp_path)["ranked"]] == labels
