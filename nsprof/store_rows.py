@@ -45,6 +45,16 @@ def config_json(config: Any) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"), default=plain)
 
 
+def settings_of(text) -> dict:
+    """A stored run's settings (its settings_json): {} for none, or for text that is no JSON object (a store
+    edited by hand, nested past what json reads)."""
+    try:
+        settings = json.loads(text) if isinstance(text, str) else None
+    except (ValueError, RecursionError):
+        return {}
+    return settings if isinstance(settings, dict) else {}
+
+
 def key_order(values) -> list:
     """The keys of the dicts among `values`, and of the dicts inside them, in the order the target first gave
     them, as [[key, its values' key order], ...] (lists: a run's settings are stored with sorted keys): what
@@ -71,7 +81,11 @@ def in_order(value, order):
     it does not name after them as they were; anything but a dict, or an order that is none, as it is."""
     if not isinstance(value, dict) or not isinstance(order, list):
         return value
-    inner = {pair[0]: pair[1] for pair in order if isinstance(pair, list) and len(pair) == 2}
+    inner = {
+        pair[0]: pair[1]
+        for pair in order
+        if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
+    }
     rank = {key: i for i, key in enumerate(inner)}
     ordered = sorted(value.items(), key=lambda item: rank.get(item[0], len(rank)))
     return {key: in_order(item, inner.get(key)) for key, item in ordered}

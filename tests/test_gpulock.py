@@ -15,7 +15,7 @@ import pytest
 
 from nsprof.errors import GpuBusy, NsprofError
 from nsprof.host.gpu import Gpu, which_gpu
-from nsprof.host.lock import gpu_lock, holder_record, lock_path, record_path
+from nsprof.host.lock import gpu_lock, holder_record, lock_path, open_lock_file, record_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -437,3 +437,23 @@ def test_no_lock_folder_is_made_inside_a_folder_the_lock_could_not_use(tmp_path,
         with gpu_lock(0):
             pytest.fail("took a lock in a folder of another user's")
     assert list(hers.iterdir()) == []
+
+
+def test_a_dangling_link_above_the_lock_folder_is_one_line(tmp_path):
+    """A link to nothing above NSPROF_LOCK_DIR: one line, as a file there is."""
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(NsprofError):
+        open_lock_file(tmp_path / "gone" / "locks" / "nsprof-gpu-0.lock")
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o666])
+def test_a_file_above_the_lock_folder_is_still_not_a_directory(tmp_path, mode):
+    """A file where a folder of NSPROF_LOCK_DIR should be: the one line it was ('Not a directory'), never a
+    message that calls the file a folder (others may write it / a folder of uid N)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    os.chmod(blocker, mode)
+    if os.geteuid() == 0:
+        os.chown(blocker, 54321, 54321)
+    with pytest.raises(NsprofError, match="Not a directory"):
+        open_lock_file(blocker / "locks" / "nsprof-gpu-0.lock")

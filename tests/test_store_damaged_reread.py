@@ -128,3 +128,66 @@ def test_a_reread_labels_a_config_holding_a_dict_as_the_tune_did(tmp_path):
     labels = [row["config"] for row in live["ranked"]]
     assert labels[0].startswith("kw={'num_warps': 4"), labels
     assert [row["config"] for row in _reread(tmp_path)["ranked"]] == labels
+
+
+# A run's recorded key order edited by hand: ignored, never an internal error.
+
+
+def _set_keys(store, config_keys_sql_json: str) -> None:
+    with sqlite3.connect(store) as db:
+        (settings,) = db.execute("SELECT settings_json FROM runs ORDER BY id DESC LIMIT 1").fetchone()
+        record = json.loads(settings)
+        record["config_keys"] = "@@"
+        text = json.dumps(record, sort_keys=True).replace('"@@"', config_keys_sql_json)
+        db.execute("UPDATE runs SET settings_json = ?", (text,))
+
+
+@pytest.mark.parametrize("keys", ['[[["a"], []]]', '[[{"a": 1}, []]]'], ids=["list key", "dict key"])
+def test_a_hand_edited_config_keys_with_an_unhashable_key_is_no_internal_error(tmp_path, keys):
+    _tuned(tmp_path, UNSORTED)
+    _set_keys(tmp_path / "s.sqlite", keys)
+    done = run_nsprof("results", "s.sqlite", "--target", "t.py:space", cwd=tmp_path, in_process=True)
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode in (0, 2), done.stderr
+
+
+@pytest.mark.parametrize(
+    "keys",
+    ["[1]", '[["a"]]', "[[1, 2]]", '"x"', "null", '[["block_N", 5]]', "[" * 5000 + "]" * 5000],
+    ids=["ints", "short pair", "int pair", "text", "null", "odd inner", "deep"],
+)
+def test_other_malformed_config_keys_are_ignored(tmp_path, keys):
+    _tuned(tmp_path, UNSORTED)
+    _set_keys(tmp_path / "s.sqlite", keys)
+    done = run_nsprof("results", "s.sqlite", "--target", "t.py:space", cwd=tmp_path, in_process=True)
+    assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "configs",
+    [
+        '[{2: "b", 1: "a"}, {2: "c", 1: "d"}]',
+        '[{"x": {"q": 1, "p": 2}}, {"x": 3}]',
+    ],
+    ids=["int keys", "dict then int"],
+)
+def test_odd_configs_reread_as_labelled(tmp_path, configs):
+    target = textwrap.dedent(f"""
+        from nsprof.space import Space
+        configs = {configs}
+        space = Space(configs=configs, build=lambda c: (lambda: None), device="cpu")
+    """)
+    live = _tuned(tmp_path, target)
+    done = run_nsprof(
+        "results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True
+    )
+    assert done.returncode == 0, done.stderr
+    labels = lambda r: sorted(row["config"] for row in r["ranked"])  # noqa: E731
+    assert labels(json.loads(done.stdout)) == labels(live)
+
+
+def test_a_deep_settings_json_lists_in_one_line(tmp_path):
+    _tuned(tmp_path, UNSORTED)
+    _set_keys(tmp_path / "s.sqlite", "[" * 5000 + "]" * 5000)
+    done = run_nsprof("results", "s.sqlite", cwd=tmp_path, in_process=True)
+    assert "internal error" not in done.stderr, done.stderr

@@ -116,7 +116,7 @@ def open_lock_file(path: Path) -> int:
     """A read-only descriptor of the lock file, created (O_EXCL, LOCK_MODE) if there is none. A link, or
     anything but a regular file, at its name is refused (NsprofError): never followed, never written."""
     made = next((folder for folder in path.parents if os.path.lexists(folder)), None)
-    if made is not None and made != path.parent:  # nothing made inside a folder the lock could not use
+    if made is not None and made != path.parent and os.path.isdir(made):  # nothing made in a folder refused
         check_shared_folder(LOCK_FOLDER, made)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -101,12 +101,9 @@ def format_runs(runs, counts) -> str:
 def run_deploy(settings_json) -> str:
     """The deploy condition a run's tune recorded in its settings ("" for runs from before
     cross-truth tuning, or of other commands)."""
-    import json
 
     if is_missing(settings_json) or not settings_json:
         return ""
-    try:
-        settings = json.loads(str(settings_json))
-    except ValueError:
-        return ""
-    return str(settings.get("deploy") or "") if isinstance(settings, dict) else ""
+    from nsprof.store_rows import settings_of
+
+    return str(settings_of(str(settings_json)).get("deploy") or "")

@@ -24,7 +24,7 @@ from nsprof.analysis.tune_report import ShapeReport, TuneReport, check_ranked
 from nsprof.errors import NsprofError
 from nsprof.settings import Truth, TuneSettings
 from nsprof.space import config_label
-from nsprof.store_rows import in_order
+from nsprof.store_rows import in_order, settings_of
 from nsprof.tune.explain import cross_truth
 from nsprof.tune.measure import key_labels
 from nsprof.tune.rankings import rank_rows, unmeasured_shape
@@ -62,11 +62,7 @@ def _text(value) -> str:
 
 def _record(run) -> dict:
     """What a stored run recorded of its settings (settings_json); {} where it holds nothing readable."""
-    try:
-        record = json.loads(_text(run.settings_json) or "{}")
-    except ValueError:
-        return {}
-    return record if isinstance(record, dict) else {}
+    return settings_of(_text(run.settings_json) or "{}")
 
 
 def _settings(run, store) -> TuneSettings:

@@ -5,7 +5,6 @@ rank read back, adaptive sessions as runs of their own), select_stored (which st
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from collections.abc import Callable
 
@@ -13,7 +12,7 @@ from nsprof.analysis.adaptive import Plan
 from nsprof.errors import StoreError, TargetChanged, ToolNotFound, error_line
 from nsprof.measure import GroundTruth, Measured
 from nsprof.settings import Truth, TuneSettings
-from nsprof.store_rows import key_order
+from nsprof.store_rows import key_order, settings_of
 from nsprof.tune import measure
 from nsprof.tune.measure import key_labels, retryable, shape_keys
 from nsprof.tune.turn import resume_turn, takes_turns
@@ -53,18 +52,7 @@ def select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int]):
 
 def adaptive_runs(runs) -> set[int]:
     """The ids of the stored runs (store.runs()) that are sessions of adaptive reps."""
-    return {
-        int(i) for i, text in zip(runs["id"], runs["settings_json"]) if ADAPTIVE_RUN in _settings_of(text)
-    }
-
-
-def _settings_of(text) -> dict:
-    """A stored run's settings ({} for none, or for text that is not a JSON object)."""
-    try:
-        settings = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        return {}
-    return settings if isinstance(settings, dict) else {}
+    return {int(i) for i, text in zip(runs["id"], runs["settings_json"]) if ADAPTIVE_RUN in settings_of(text)}
 
 
 def stored_rows(store, group: dict, wanted_json: dict[int, str], shapes: dict[str, list[int]]):
