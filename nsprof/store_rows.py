@@ -66,6 +66,30 @@ def key_order(values) -> list:
     return _pairs(tree)
 
 
+def key_orders(values) -> dict:
+    """Each value's own key order (key_order's), for a run to record beside the merged one where they
+    differ: {"orders": the distinct orders, "of": each value's index among them}; {} where all agree."""
+    seen: dict[str, int] = {}  # an order's JSON -> its index
+    orders, of = [], []
+    for value in values:
+        order = key_order([value])
+        index = seen.setdefault(json.dumps(order), len(orders))
+        if index == len(orders):
+            orders.append(order)
+        of.append(index)
+    return {"orders": orders, "of": of} if len(orders) > 1 else {}
+
+
+def own_order(recorded: dict, index: int, merged):
+    """Value `index`'s own key order from key_orders' record; `merged` where it holds none for it."""
+    orders, of = recorded.get("orders"), recorded.get("of")
+    if isinstance(orders, list) and isinstance(of, list) and 0 <= index < len(of):
+        at = of[index]
+        if isinstance(at, int) and 0 <= at < len(orders):
+            return orders[at]
+    return merged
+
+
 def _grown(tree: dict, value) -> None:
     if isinstance(value, dict):
         for key, inner in value.items():

@@ -191,3 +191,38 @@ def test_a_deep_settings_json_lists_in_one_line(tmp_path):
     _set_keys(tmp_path / "s.sqlite", "[" * 5000 + "]" * 5000)
     done = run_nsprof("results", "s.sqlite", cwd=tmp_path, in_process=True)
     assert "internal error" not in done.stderr, done.stderr
+
+
+DIFFERING = textwrap.dedent("""
+    from nsprof.space import Space
+    configs = [{"b": 1, "ns": 1000}, {"a": 2, "b": 2, "ns": 1300}, {"ns": 1600, "b": 3}]
+    space = Space(configs=configs, build=lambda c: (lambda: None), device="cpu")
+""")
+
+
+def test_configs_whose_keys_differ_in_order_read_back_each_in_its_own(tmp_path):
+    """One order merged over every config ({b, ns}, then {a, b, ns}) read the second back as b=2,ns=1300,a=2:
+    each config keeps its own."""
+    live = _tuned(tmp_path, DIFFERING)
+    labels = sorted(row["config"] for row in live["ranked"])
+    assert "a=2,b=2,ns=1300" in labels and "ns=1600,b=3" in labels, labels
+    assert sorted(row["config"] for row in _reread(tmp_path)["ranked"]) == labels
+
+
+def test_a_reread_of_an_earlier_run_takes_that_runs_key_order(tmp_path):
+    """`results --run N` labels configs in the order run N recorded, not a newer run's of the same target."""
+    live = _tuned(tmp_path, UNSORTED)
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        columns = [row[1] for row in db.execute("PRAGMA table_info(runs)") if row[1] != "id"]
+        (settings,) = db.execute("SELECT settings_json FROM runs WHERE id = 1").fetchone()
+        record = json.loads(settings)
+        record["config_keys"] = record["config_keys"][::-1]  # a later run that recorded another order
+        db.execute(
+            f"INSERT INTO runs ({', '.join(columns)}) SELECT {', '.join(columns)} FROM runs WHERE id = 1"
+        )
+        db.execute("UPDATE runs SET settings_json = ? WHERE id = 2", (json.dumps(record, sort_keys=True),))
+    done = run_nsprof("results", "s.sqlite", "--run", "1", "--json", cwd=tmp_path, in_process=True)
+    assert done.returncode == 0, done.stderr
+    first = [row["config"] for row in json.loads(done.stdout)["ranked"]]
+    assert first == [row["config"] for row in live["ranked"]]
+    assert [row["config"] for row in _reread(tmp_path)["ranked"]] != first  # run 2, the newest: its order

@@ -24,7 +24,7 @@ from nsprof.analysis.tune_report import ShapeReport, TuneReport, check_ranked
 from nsprof.errors import NsprofError
 from nsprof.settings import Truth, TuneSettings
 from nsprof.space import config_label
-from nsprof.store_rows import in_order, settings_of
+from nsprof.store_rows import in_order, own_order, settings_of
 from nsprof.tune.explain import cross_truth
 from nsprof.tune.measure import key_labels
 from nsprof.tune.rankings import rank_rows, unmeasured_shape
@@ -32,7 +32,7 @@ from nsprof.tune.stored import stored_rows
 
 __all__ = ["reread"]
 
-ORDERS = ("config_keys", "shape_keys")  # what a first pass records of its target's key order
+ORDERS = ("config_keys", "config_key_orders", "shape_keys")  # a first pass's record of its target's key order
 MAX_CONFIG_ID = 10_000_000  # a config id past it is no index of a space a store could have measured
 # The settings a tune records (TuneSettings.record) that decide how its numbers are ranked and labelled.
 _RANKING_SETTINGS = ("mode", "stat", "reps", "timer_reps", "max_reps", "truths", "deploy")
@@ -88,15 +88,19 @@ def _settings(run, store) -> TuneSettings:
         raise store.edited(f"run {run.id}'s settings {_text(run.settings_json)[:60]!r} ({exc})") from None
 
 
-def _key_orders(runs) -> dict[str, list]:
-    """The key order (store_rows.key_order's) of the configs and shapes of the target's runs (`runs`, one
-    fingerprint's): the newest first pass's that recorded it (an adaptive session's run records none); none
-    for a store that holds none (its keys then come in the store's sorted order)."""
-    for run in sorted(runs.itertuples(), key=lambda r: -int(r.id)):
+def _key_orders(runs, anchor) -> dict:
+    """The key order (store_rows.key_order's, and key_orders' where configs differ) of the configs and shapes
+    of the target's runs (`runs`, one fingerprint's): the newest first pass's that recorded it up to the
+    `anchor` run (after it only where none did; an adaptive session's run records none); none for a store
+    that holds none (its keys then come in the store's sorted order)."""
+    for run in sorted(runs.itertuples(), key=lambda r: (int(r.id) > int(anchor.id), -int(r.id))):
         record = _record(run)
         if isinstance(record.get("config_keys"), list):
-            return {name: record.get(name) for name in ORDERS}
-    return dict.fromkeys(ORDERS)
+            orders = {name: record.get(name) for name in ORDERS}
+            if not isinstance(orders["config_key_orders"], dict):
+                orders["config_key_orders"] = {}
+            return orders
+    return {**dict.fromkeys(ORDERS), "config_key_orders": {}}
 
 
 def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
@@ -138,7 +142,8 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders
         raise store.edited(f"config id {odd}")
     configs = [None] * (max(wanted_json) + 1)
     for config_id, text in wanted_json.items():
-        configs[config_id] = in_order(_loaded(store, f"config {config_id}", text), orders["config_keys"])
+        order = own_order(orders["config_key_orders"], config_id, orders["config_keys"])
+        configs[config_id] = in_order(_loaded(store, f"config {config_id}", text), order)
     shapes = _shape_indices(frame)
     rows = stored_rows(store, group, wanted_json, {text: list(wanted_json) for _, text in shapes})
     runs = ", ".join(str(int(r)) for r in sorted(set(rows["run_id"])))
@@ -211,7 +216,7 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
     line when the store holds no such run, nothing under its deploy truth, or nothing ranked under any
     truth (check_ranked: every config failed, as the tune that stopped there said)."""
     anchor, of_target = _run(store, target, run_id)
-    settings, orders = _settings(anchor, store), _key_orders(of_target)
+    settings, orders = _settings(anchor, store), _key_orders(of_target, anchor)
     per_truth, lacking, configs = {}, [], []
     for truth in settings.ranked_truths:
         group = _group(of_target, truth, settings, anchor)

@@ -12,7 +12,7 @@ from nsprof.analysis.adaptive import Plan
 from nsprof.errors import StoreError, TargetChanged, ToolNotFound, error_line
 from nsprof.measure import GroundTruth, Measured
 from nsprof.settings import Truth, TuneSettings
-from nsprof.store_rows import key_order, settings_of
+from nsprof.store_rows import key_order, key_orders, settings_of
 from nsprof.tune import measure
 from nsprof.tune.measure import key_labels, retryable, shape_keys
 from nsprof.tune.turn import resume_turn, takes_turns
@@ -360,6 +360,7 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
     record = {
         **settings.record(),
         "config_keys": key_order(space.configs),
+        "config_key_orders": key_orders(space.configs),
         "shape_keys": key_order(space.shapes or []),
     }
     run_id = store.start_run(target=target, settings=record, gpu_uuid=gpu.uuid, **context.group)
