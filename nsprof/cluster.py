@@ -352,10 +352,8 @@ class Sharded(Backend):
         except KeyboardInterrupt:
             _stop(distributed, client, futures, gather, topic, batches, len(ids))
             raise
-        except (
-            BaseException
-        ):  # a run that failed (its target changed, another GPU model): nothing to wait for
-            client.cancel(list(futures))
+        except BaseException:
+            client.cancel(list(futures))  # a run that failed (its target changed, say): nothing to wait for
             raise
         finally:
             try:

@@ -67,8 +67,8 @@ def key_order(values) -> list:
 
 
 def key_orders(values) -> dict:
-    """Each value's own key order (key_order's), for a run to record beside the merged one where they
-    differ: {"orders": the distinct orders, "of": each value's index among them}; {} where all agree."""
+    """Each value's own key order (key_order's), as a run records it: {"orders": the distinct orders, "of":
+    each value's index among them}, "of" left out where all agree."""
     seen: dict[str, int] = {}  # an order's JSON -> its index
     orders, of = [], []
     for value in values:
@@ -77,17 +77,17 @@ def key_orders(values) -> dict:
         if index == len(orders):
             orders.append(order)
         of.append(index)
-    return {"orders": orders, "of": of} if len(orders) > 1 else {}
+    return {"orders": orders, "of": of} if len(orders) > 1 else {"orders": orders}
 
 
-def own_order(recorded: dict, index: int, merged):
-    """Value `index`'s own key order from key_orders' record; `merged` where it holds none for it."""
-    orders, of = recorded.get("orders"), recorded.get("of")
+def own_order(recorded: dict, index: int):
+    """Value `index`'s own key order from key_orders' record; None where it holds none for it."""
+    orders, of = recorded.get("orders"), recorded.get("of", [0] * (index + 1))
     if isinstance(orders, list) and isinstance(of, list) and 0 <= index < len(of):
         at = of[index]
         if isinstance(at, int) and 0 <= at < len(orders):
             return orders[at]
-    return merged
+    return None
 
 
 def _grown(tree: dict, value) -> None:

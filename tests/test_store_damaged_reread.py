@@ -137,7 +137,7 @@ def _set_keys(store, config_keys_sql_json: str) -> None:
     with sqlite3.connect(store) as db:
         (settings,) = db.execute("SELECT settings_json FROM runs ORDER BY id DESC LIMIT 1").fetchone()
         record = json.loads(settings)
-        record["config_keys"] = "@@"
+        record["config_key_orders"] = {"orders": ["@@"]}  # every config's order
         text = json.dumps(record, sort_keys=True).replace('"@@"', config_keys_sql_json)
         db.execute("UPDATE runs SET settings_json = ?", (text,))
 
@@ -216,7 +216,8 @@ def test_a_reread_of_an_earlier_run_takes_that_runs_key_order(tmp_path):
         columns = [row[1] for row in db.execute("PRAGMA table_info(runs)") if row[1] != "id"]
         (settings,) = db.execute("SELECT settings_json FROM runs WHERE id = 1").fetchone()
         record = json.loads(settings)
-        record["config_keys"] = record["config_keys"][::-1]  # a later run that recorded another order
+        orders = record["config_key_orders"]["orders"]
+        orders[0] = orders[0][::-1]  # a later run that recorded another order
         db.execute(
             f"INSERT INTO runs ({', '.join(columns)}) SELECT {', '.join(columns)} FROM runs WHERE id = 1"
         )

@@ -122,8 +122,7 @@ def open_lock_file(path: Path) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file at its name, say
         raise NsprofError(
-            f"the GPU lock's folder {path.parent} (NSPROF_LOCK_DIR, else /tmp) cannot be used: "
-            f"{exc.strerror or exc}; set NSPROF_LOCK_DIR to a folder"
+            f"cannot use {LOCK_FOLDER} {path.parent}: {exc.strerror or exc}; set NSPROF_LOCK_DIR to a folder"
         ) from None
     check_shared_folder(LOCK_FOLDER, path.parent)
     while True:

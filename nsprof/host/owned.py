@@ -250,7 +250,6 @@ def written_over(path: Path | str) -> Iterator[Path]:
     something reads it (_reader_came)."""
     path = Path(path)
     _check_way("output", path)  # another user's link on the way, or a folder they may write and rename in
-    real = os.lstat(path) if os.path.lexists(path) else None
     through = _written_through(path)
     if through is not None:
         held = _reader_came(path) if stat.S_ISFIFO(through.st_mode) else None
@@ -274,7 +273,7 @@ def written_over(path: Path | str) -> Iterator[Path]:
     try:
         with _named(path):
             yield Path(name)
-            os.chmod(name, _kept_mode(path) if real is not None else 0o666 & ~_UMASK)
+            os.chmod(name, _kept_mode(path))
             os.replace(name, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -288,7 +287,7 @@ def _kept_mode(path: Path) -> int:
     there must not make this user's rows hers to rewrite."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:  # removed while the output was written
+    except FileNotFoundError:  # a new output (or one removed while it was written)
         return 0o666 & ~_UMASK
     if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
         return stat.S_IMODE(st.st_mode) & 0o777

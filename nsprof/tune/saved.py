@@ -32,7 +32,6 @@ from nsprof.tune.stored import stored_rows
 
 __all__ = ["reread"]
 
-ORDERS = ("config_keys", "config_key_orders", "shape_keys")  # a first pass's record of its target's key order
 MAX_CONFIG_ID = 10_000_000  # a config id past it is no index of a space a store could have measured
 # The settings a tune records (TuneSettings.record) that decide how its numbers are ranked and labelled.
 _RANKING_SETTINGS = ("mode", "stat", "reps", "timer_reps", "max_reps", "truths", "deploy")
@@ -89,18 +88,15 @@ def _settings(run, store) -> TuneSettings:
 
 
 def _key_orders(runs, anchor) -> dict:
-    """The key order (store_rows.key_order's, and key_orders' where configs differ) of the configs and shapes
-    of the target's runs (`runs`, one fingerprint's): the newest first pass's that recorded it up to the
-    `anchor` run (after it only where none did; an adaptive session's run records none); none for a store
-    that holds none (its keys then come in the store's sorted order)."""
+    """The key orders (store_rows.key_orders' of the configs, key_order's of the shapes) of the target's runs
+    (`runs`, one fingerprint's): the newest first pass's that recorded them up to the `anchor` run (after it
+    only where none did; an adaptive session's run records none); none for a store that holds none (its
+    keys then come in the store's sorted order)."""
     for run in sorted(runs.itertuples(), key=lambda r: (int(r.id) > int(anchor.id), -int(r.id))):
         record = _record(run)
-        if isinstance(record.get("config_keys"), list):
-            orders = {name: record.get(name) for name in ORDERS}
-            if not isinstance(orders["config_key_orders"], dict):
-                orders["config_key_orders"] = {}
-            return orders
-    return {**dict.fromkeys(ORDERS), "config_key_orders": {}}
+        if isinstance(record.get("config_key_orders"), dict):
+            return {"config_key_orders": record["config_key_orders"], "shape_keys": record.get("shape_keys")}
+    return {"config_key_orders": {}, "shape_keys": None}
 
 
 def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
@@ -142,7 +138,7 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders
         raise store.edited(f"config id {odd}")
     configs = [None] * (max(wanted_json) + 1)
     for config_id, text in wanted_json.items():
-        order = own_order(orders["config_key_orders"], config_id, orders["config_keys"])
+        order = own_order(orders["config_key_orders"], config_id)
         configs[config_id] = in_order(_loaded(store, f"config {config_id}", text), order)
     shapes = _shape_indices(frame)
     rows = stored_rows(store, group, wanted_json, {text: list(wanted_json) for _, text in shapes})

@@ -359,7 +359,6 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
     settings = context.settings
     record = {
         **settings.record(),
-        "config_keys": key_order(space.configs),
         "config_key_orders": key_orders(space.configs),
         "shape_keys": key_order(space.shapes or []),
     }
