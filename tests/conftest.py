@@ -52,6 +52,11 @@ def pytest_configure(config):
     os.environ["XDG_CACHE_HOME"] = os.path.join(config._nsprof_tmp, "cache")
     # a machine's own CUDA_DEVICE_ORDER would add nsprof's line about it to output the tests read
     os.environ.pop("CUDA_DEVICE_ORDER", None)
+    # Bytecode is written and read again, even where the machine sets PYTHONDONTWRITEBYTECODE: the suite
+    # starts about 1,500 Python processes, each of which would compile nsprof's modules from source, and
+    # each xdist worker would rewrite every test module's asserts again (together about a fifth of its CPU).
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
     # A suite started as a background job of a script (`pytest ... &`) inherits SIGINT ignored, and
     # so would every nsprof a test starts and then Ctrl-Cs: it would ignore the Ctrl-C, as a Python
     # started so does, and the test hang. As in an interactive run: a KeyboardInterrupt here, and

@@ -9,6 +9,7 @@ Measurements come from a stand-in for the profiler (tune.measure_rows replaced) 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 import uuid
@@ -101,9 +102,11 @@ def test_editing_an_imported_module_invalidates_what_it_built(tmp_path, measured
     assert first.ranking.best_config_id == 0
     # The user makes config 0 a slow one, in the helper module only; a new process imports it afresh.
     edited = [{"ns": 9000}, *configs[1:]]
-    (tmp_path / f"{helper}.py").write_text(
-        f"CONFIGS = {edited!r}\n\ndef build(config):\n    return lambda: None\n"
-    )
+    module = tmp_path / f"{helper}.py"
+    module.write_text(f"CONFIGS = {edited!r}\n\ndef build(config):\n    return lambda: None\n")
+    # an edit seconds later, as a user's: one within the second its bytecode was written, of the same
+    # size, would be read from that bytecode by Python itself
+    os.utime(module, (module.stat().st_atime, module.stat().st_mtime + 2))
     sys.modules.pop(helper, None)
     _truth(edited)
     resumed = tune_module.tune(target, TuneSettings(backend="ncu", store=store, resume=True))
