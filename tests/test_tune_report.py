@@ -71,6 +71,14 @@ def _two_by_two_in(folder: Path):
         registry.unregister("field")
 
 
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """The TuneReport of a tune of two truths at two shapes, made once for the tests that only read it."""
+    folder = tmp_path_factory.mktemp("tuned")
+    with _two_by_two_in(folder) as target:
+        return _tuned(target, folder)
+
+
 @pytest.fixture
 def two_by_two(tmp_path):
     """A target of 3 configs at 2 shapes, and the stand-in truths lab and field registered."""
@@ -120,14 +128,14 @@ def _objects(root) -> list:
     return seen
 
 
-def test_a_tune_with_two_truths_and_two_shapes_round_trips_through_json(two_by_two, tmp_path):
+def test_a_tune_with_two_truths_and_two_shapes_round_trips_through_json(tuned):
     import pandas as pd
 
     from nsprof.analysis.tune_report import Ranking, ShapeReport, TuneReport
     from nsprof.render.json import load_tune, tune_document
     from nsprof.render.tune_tables import format_tune
 
-    report = _tuned(two_by_two, tmp_path)
+    report = tuned
     assert [s.shape for s in report.shapes] == [0, 1] and [list(s.truths) for s in report.shapes] == [
         ["lab", "field"]
     ] * 2
@@ -163,12 +171,12 @@ def test_a_tune_with_two_truths_and_two_shapes_round_trips_through_json(two_by_t
                 pd.testing.assert_frame_equal(q.table, p.table)
 
 
-def test_a_tune_saved_before_the_clock_step_was_recorded_loads(two_by_two, tmp_path):
+def test_a_tune_saved_before_the_clock_step_was_recorded_loads(saved_tune):
     """A saved tune of an earlier nsprof, whose adaptive summaries lack clock_step_ns, loads and reads
     as one whose step was not read (1 ns)."""
-    from nsprof.render.json import load_tune, tune_document
+    from nsprof.render.json import load_tune
 
-    document = json.loads(tune_document(_tuned(two_by_two, tmp_path)))
+    document = json.loads(json.dumps(saved_tune))
     summaries = [
         truth["adaptive"] for shape in document["shapes"] for truth in shape["truths"] if truth["adaptive"]
     ]
@@ -181,11 +189,10 @@ def test_a_tune_saved_before_the_clock_step_was_recorded_loads(two_by_two, tmp_p
     assert loaded == [32] + [1] * (len(summaries) - 1)
 
 
-def test_no_object_of_a_report_is_reached_from_itself(two_by_two, tmp_path):
+def test_no_object_of_a_report_is_reached_from_itself(tuned):
     from nsprof.analysis.tune_report import Ranking, ShapeReport
 
-    report = _tuned(two_by_two, tmp_path)
-    reached = _objects(report)  # raises on a cycle
+    reached = _objects(tuned)  # raises on a cycle
     assert sum(isinstance(o, ShapeReport) for o in reached) == 2
     assert sum(isinstance(o, Ranking) for o in reached) == 4
 
@@ -242,10 +249,8 @@ def test_a_json_that_is_not_a_saved_tune_is_one_line_and_exit_2(tmp_path, conten
     assert done.stdout == ""
 
 
-def test_a_truncated_tune_json_is_one_line_and_exit_2(two_by_two, tmp_path):
-    from nsprof.render.json import tune_document
-
-    text = tune_document(_tuned(two_by_two, tmp_path))
+def test_a_truncated_tune_json_is_one_line_and_exit_2(saved_tune, tmp_path):
+    text = json.dumps(saved_tune)
     (tmp_path / "cut.json").write_text(text[: len(text) // 2])
     done = run_nsprof("results", "cut.json", "--json", in_process=True, cwd=tmp_path)
     lines = done.stderr.strip().splitlines()
@@ -253,10 +258,8 @@ def test_a_truncated_tune_json_is_one_line_and_exit_2(two_by_two, tmp_path):
 
 
 @pytest.mark.parametrize("edit", ["deploy", "no truths", "configs", "settings", "errors"])
-def test_a_saved_tune_edited_past_reading_is_one_line_and_exit_2(two_by_two, tmp_path, edit):
-    from nsprof.render.json import tune_document
-
-    document = json.loads(tune_document(_tuned(two_by_two, tmp_path)))
+def test_a_saved_tune_edited_past_reading_is_one_line_and_exit_2(saved_tune, tmp_path, edit):
+    document = json.loads(json.dumps(saved_tune))
     if edit in ("configs", "settings", "errors"):
         document[edit] = 5  # not the list, dict, list it was
     for shape in document["shapes"]:
@@ -272,14 +275,12 @@ def test_a_saved_tune_edited_past_reading_is_one_line_and_exit_2(two_by_two, tmp
 
 
 @pytest.fixture(scope="module")
-def saved_tune(tmp_path_factory) -> dict:
-    """tune --json's document of a tune of two truths at two shapes (shape 1's holds an explanation with
-    probes and adaptive summaries), made once for the edits below."""
+def saved_tune(tuned) -> dict:
+    """tune --json's document of `tuned` (shape 1's holds an explanation with probes and adaptive
+    summaries), for the edits below (each edits a copy: _edited)."""
     from nsprof.render.json import tune_document
 
-    folder = tmp_path_factory.mktemp("saved")
-    with _two_by_two_in(folder) as target:
-        return json.loads(tune_document(_tuned(target, folder)))
+    return json.loads(tune_document(tuned))
 
 
 # Each a field of a saved tune edited by hand to a value of the wrong kind (each of these once gave
