@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from standins import StatusDriver  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("tune_report")  # one worker: the module's one tune (`tuned`) made once
+
 from nsprof.drivers import registry  # noqa: E402
 from nsprof.drivers.ncu import NcuDriver  # noqa: E402
 from nsprof.drivers.nsys import NsysDriver  # noqa: E402
