@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("distributed")
+pytestmark = pytest.mark.xdist_group(
+    "cluster"
+)  # one worker: the module's LocalCluster (`client`) started once
 
 sys.path.insert(0, str(Path(__file__).parent))  # the workers import standins (spawn passes sys.path on)
 

@@ -33,6 +33,7 @@ configs = [{{"block": 16 * (i + 1), "ns_reps": ns, "ns_at": {{"none-none": NSYS_
            for i, ns in enumerate(NCU_REPS)]
 space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device="cpu")
 """
+pytestmark = pytest.mark.xdist_group("results_reread")  # one worker: its one tune (`tuned_once`) made once
 TUNE = ["--truth", "ncu,nsys", "--no-explain", "--mode", "direct", "--reps", "3", "--budget-s", "0"]
 TUNE += ["--no-feed-back", "--no-tuner-pick"]
 
