@@ -47,7 +47,7 @@ from nsprof.cluster_dask import (
     one_model,
     worker_gpus,
 )
-from nsprof.errors import NsprofError, TargetChanged
+from nsprof.errors import NsprofError, TargetChanged, printable
 from nsprof.measure import Backend, OnRows, Progress, Request
 from nsprof.schema import Points
 from nsprof.session import Measured
@@ -152,7 +152,7 @@ def _stop(distributed, client, futures: dict, gather: _Gather, topic: str, batch
                     else:
                         gather.take(k, result, n_ids)
                 except NsprofError as exc:  # its target changed, another GPU model: the interrupt goes on
-                    print(f"nsprof: batch {k} not taken: {exc}", file=sys.stderr, flush=True)
+                    print(f"nsprof: batch {k} not taken: {printable(exc)}", file=sys.stderr, flush=True)
         finally:
             client.cancel(list(futures))
             if left:  # a long-lived scheduler keeps a set Event for good

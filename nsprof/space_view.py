@@ -132,6 +132,15 @@ def read_target(spec: str, bound_s: float, fresh: bool = False) -> SpaceView:
 
 
 def _view(spec: str, doc: dict, bound_s: float, saved: bool = False) -> SpaceView:
+    for kind, values in (("config", doc["configs"]), ("shape", doc["shapes"] or [])):
+        for i, value in enumerate(values):
+            try:
+                json.dumps(value, ensure_ascii=False).encode()
+            except UnicodeEncodeError:  # a lone surrogate: no table, store or output could write it
+                raise TargetError(
+                    f"{spec}: {kind} {i} holds text that is not valid Unicode (a lone surrogate, "
+                    f"{json.dumps(value)[:120]}): no table or file could hold it"
+                ) from None
     return SpaceView(spec, doc["name"], doc["configs"], doc["shapes"], doc["read"], saved, bound_s)
 
 

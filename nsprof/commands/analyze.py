@@ -106,7 +106,7 @@ def _read(files, domain, as_rows: bool, launches: bool = False):
             )
             continue
         for warning in frame.attrs.get("warnings", []):
-            click.echo(f"nsprof: warning: {shown_name(path)}: {warning}", err=True)
+            click.echo(f"nsprof: warning: {shown_name(path)}: {printable(warning)}", err=True)
         if not as_rows:
             frame.insert(0, "file", str(path))
         frames.append(frame)

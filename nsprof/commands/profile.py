@@ -159,7 +159,7 @@ def show(target: str, settings, result, failures, *, as_json, csv_path, whole: b
 
     for config_id, shape, detail in failures:
         where = "" if shape is None else f" at shape {shape}"
-        click.echo(f"nsprof: config {config_id}{where} failed: {detail}", err=True)
+        click.echo(f"nsprof: config {config_id}{where} failed: {printable(detail)}", err=True)
     frame = result.frame
     if as_json:
         write_rows(frame, sys.stdout)

@@ -20,7 +20,7 @@ from nsprof.commands.common import (
     write_html,
     wrote,
 )
-from nsprof.errors import NsprofError
+from nsprof.errors import NsprofError, printable
 from nsprof.host.redirect import results_only_on_stdout
 
 
@@ -92,12 +92,14 @@ def show(target: str, report, *, plot_path, html_path, as_json) -> int:
         first = report.shapes[0]
         at = f" at shape {first.shape} (of {len(report.shapes)}; --json has all)" if report.shaped else ""
         ranking = first.ranking
-        plot_tune(ranking.table, plot_path, f"{target}: ranked by {ranking.label}{at}", report.configs)
+        plot_tune(
+            ranking.table, plot_path, printable(f"{target}: ranked by {ranking.label}{at}"), report.configs
+        )
         wrote(plot_path)
     if html_path:
         from nsprof.render.html import tune_page
 
         write_html(html_path, lambda: tune_page(report, title=f"nsprof tune {target}"))
     for error in report.errors:
-        click.echo(f"nsprof: {error}", err=True)
+        click.echo(f"nsprof: {printable(error)}", err=True)
     return 1 if report.errors else 0

@@ -17,7 +17,7 @@ from nsprof.commands.common import (
     write_html,
     wrote,
 )
-from nsprof.errors import NsprofError, OptionError
+from nsprof.errors import NsprofError, OptionError, printable
 from nsprof.host.owned import written_over
 from nsprof.host.redirect import results_only_on_stdout
 from nsprof.validate_saved import saved_about
@@ -84,7 +84,7 @@ def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=
     for result in results:
         at = "" if result.shape is None else f" at shape {result.shape}"
         for (method, config_id), reason in sorted(result.failures.items(), key=str):
-            click.echo(f"nsprof: {method} failed on config {config_id}{at}: {reason}", err=True)
+            click.echo(f"nsprof: {method} failed on config {config_id}{at}: {printable(reason)}", err=True)
     first = results[0]
     title = f"nsprof validate {target}" + _first_of(results)
     if plot_path:

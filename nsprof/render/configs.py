@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nsprof.analysis.stats import is_missing
+from nsprof.errors import printable
 from nsprof.space import config_label
 
 
@@ -26,15 +27,17 @@ def split_configs(configs: Sequence) -> tuple[dict, list | None]:
 
 def constant_line(constant: dict) -> list[str]:
     """The line above a table whose config cells leave out the keys all configs share."""
-    return [f"all configs: {', '.join(f'{k}={v}' for k, v in constant.items())}"] if constant else []
+    return (
+        [printable(f"all configs: {', '.join(f'{k}={v}' for k, v in constant.items())}")] if constant else []
+    )
 
 
 def config_cell(config, label, varying: list | None) -> str:
     """A config's cell, never cut: the keys that vary across the space (`varying`: split_configs),
     else its label (the table's `config`) whole."""
     if varying is None or not isinstance(config, dict) or label != config_label(config):
-        return "-" if is_missing(label) else str(label)
-    return ",".join(f"{k}={config[k]}" for k in varying if k in config) or "-"
+        return "-" if is_missing(label) else printable(label)
+    return printable(",".join(f"{k}={config[k]}" for k in varying if k in config)) or "-"
 
 
 def config_of(configs: Sequence | None, config_id):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from nsprof.analysis.stats import is_missing
 from nsprof.analysis.summary import far_apart
+from nsprof.errors import printable
 from nsprof.render.analyze_tables import NAME_WIDTH, shares_short_names
 from nsprof.schema import column_list
 
@@ -53,7 +54,7 @@ def describe_report(frame) -> str:
         notes.append(_label(frame, "cache_control", "--cache-control", "all"))
     else:
         notes.append("nsys: CUPTI kernel trace at the run's own clocks and cache state")
-    return ", ".join(notes)
+    return printable(", ".join(notes))  # the labels are the report's own text
 
 
 def graph_profiling_note(frame) -> str | None:

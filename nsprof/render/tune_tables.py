@@ -135,7 +135,7 @@ def format_ranked(result, configs: Sequence) -> str:
             ]
         )
     table = render_table(headers, rows, right={0, 1, 3, 4, 5, 6, 7, 8, 9})
-    lines = [f"ranked by {result.label}", *constant_line(constant), table]
+    lines = [printable(f"ranked by {result.label}"), *constant_line(constant), table]
     return "\n".join(lines + ranked_lines(result, configs))
 
 
@@ -202,7 +202,7 @@ def format_shapes(shapes, configs: Sequence, truth: str | None = None) -> str:
         )
     labels = [(shaped.truths[truth] if truth else shaped.ranking).label for shaped in shapes]
     if len(set(labels)) == 1:
-        lines = [f"ranked by {labels[0]}, per shape"]
+        lines = [printable(f"ranked by {labels[0]}, per shape")]
     else:  # adaptive reps at some shapes only: each its own
         lines = ["ranked per shape by:", *(f"  shape {s.shape}: {label}" for s, label in zip(shapes, labels))]
     lines += constant_line(constant)

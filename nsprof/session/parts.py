@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from nsprof.drivers.base import Driver
-from nsprof.errors import NsprofError, TargetChanged, ToolFailed
+from nsprof.errors import NsprofError, TargetChanged, ToolFailed, printable
 from nsprof.host.children import DeathPipe
 from nsprof.reports.checks import one_line
 from nsprof.schema import Failure, failure_frame
@@ -220,7 +220,7 @@ class _Parts:
     def _say(self, note: str) -> None:
         """A note of the session's (Measured.notes), said on stderr now too."""
         self.notes.append(note)
-        print(f"nsprof: {note}", file=sys.stderr, flush=True)
+        print(f"nsprof: {printable(note)}", file=sys.stderr, flush=True)  # it may quote the target
 
     def _take(self, part: Part, end: RunEnd, log: Path) -> list[int]:
         """Take in a part read: its times, device, report, and what it lost; the configs to measure again."""
