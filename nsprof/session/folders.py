@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -58,12 +59,19 @@ def kept_in(exc: NsprofError, folder: Path) -> NsprofError:
     return noted
 
 
+def say_kept_on_interrupt(folder: Path) -> None:
+    """The line naming a temporary folder kept because its command was interrupted (what it measured is
+    in its reports)."""
+    with contextlib.suppress(OSError):  # a terminal gone with its SIGHUP: the interrupt goes on
+        print(f"nsprof: interrupted: reports and logs kept in {folder}", file=sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
 def work_folder(given: Path | None, prefix: str) -> Iterator[Path]:
     """The folder a command's sessions put their reports and logs in: `given` (--work-dir: kept), or
     a temporary one (prefix `prefix`) that is removed when the body ends, unless it ends in an
-    NsprofError with something in the folder, whose message then names the folder kept (as a
-    session's own temporary folder)."""
+    NsprofError or an interrupt with something in the folder, which then names the folder kept (as a
+    session's own temporary folder does)."""
     if given is not None:
         yield own_folder(given, "--work-dir")
         return
@@ -75,7 +83,13 @@ def work_folder(given: Path | None, prefix: str) -> Iterator[Path]:
             folder.rmdir()
             raise
         raise kept_in(exc, folder) from exc
-    except BaseException:  # Ctrl-C, SIGTERM, an internal error: nothing there is named to the user
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: what was measured stays, named
+        if any(folder.iterdir()):
+            say_kept_on_interrupt(folder)
+        else:
+            folder.rmdir()
+        raise
+    except BaseException:  # an internal error: nothing there is named to the user
         shutil.rmtree(folder, ignore_errors=True)
         raise
     shutil.rmtree(folder, ignore_errors=True)

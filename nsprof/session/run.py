@@ -30,7 +30,7 @@ from nsprof.host.owned import own_folder
 from nsprof.schema import Points
 from nsprof.serve_client import Unfit, find_server
 from nsprof.session.compile_step import CompileAhead
-from nsprof.session.folders import kept_in
+from nsprof.session.folders import kept_in, say_kept_on_interrupt
 from nsprof.session.parts import run_parts
 from nsprof.session.request import Measured, SessionRun
 from nsprof.session.served import run_served
@@ -170,10 +170,7 @@ def _in_folder(request: dict, server: dict | None) -> Measured:
         raise
     except KeyboardInterrupt:  # its rows went through on_rows; its reports stay, named
         if temporary:
-            with contextlib.suppress(OSError):  # a terminal gone with its SIGHUP: the interrupt goes on
-                print(
-                    f"nsprof: interrupted: reports and logs kept in {work_dir}", file=sys.stderr, flush=True
-                )
+            say_kept_on_interrupt(work_dir)
         raise
     if temporary and not result.failures:
         import shutil

@@ -1,0 +1,129 @@
+"""Interrupts (SIGINT, SIGTERM, SIGHUP) of validate and tune through real child processes (tests/standins.py:
+stand-in profilers; NSPROF_STANDIN_TIMERS=1: stand-in fast timers) and real signals: what was measured is
+kept and named, and a ranking re-read from a run cut short says so."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STANDINS = Path(__file__).parent / "standins.py"
+
+# configs 0-6 finish, config 7 hangs (nsprof is stopped while it runs), 8 and 9 are never reached
+HANGS_AT_7 = textwrap.dedent("""
+    import time
+    from nsprof.space import Space
+
+    def build(config):
+        def launch():
+            if config["ns"] == 0:
+                time.sleep(3600)
+        return launch
+
+    configs = [{"ns": 1000 + 100 * i} for i in range(7)] + [{"ns": 0}, {"ns": 5000}, {"ns": 6000}]
+    space = Space(name="stoppable", configs=configs, build=build, device="cpu")
+""")
+
+# fast timers (standin_timers.py) measure timer_ns; the truth's session hangs at config 4
+VALIDATE_TARGET = textwrap.dedent("""
+    import sys, time
+    import nsprof.space
+
+    class Launch:
+        def __init__(self, config):
+            self.config = config
+            self.timer_ns = {"event": config["ns"] * 1.1}
+
+        def __call__(self):
+            if self.config.get("hang") and "standin_timers" not in " ".join(sys.argv):
+                time.sleep(3600)  # only in the truth's worker, not the timers'
+
+    configs = [{"i": i, "ns": 1000.0 + 200 * i} for i in range(4)] + [{"i": 4, "ns": 2000.0, "hang": True}]
+    space = nsprof.space.Space(configs=configs, build=Launch, device="cpu")
+""")
+
+
+def _wait_for(predicate, what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def _started(folder: Path, point: int, skip: str = "\0") -> bool:
+    return any(
+        f"start {point}\n" in status.read_text()
+        for status in folder.rglob("*.status")
+        if skip not in str(status)
+    )
+
+
+def _start(tmp_path: Path, args: list[str], env: dict | None = None) -> subprocess.Popen:
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, str(STANDINS), *args],
+        cwd=tmp_path,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"])
+def test_validate_stopped_keeps_the_reports_it_measured(tmp_path, signum):
+    """`validate` stopped while its truth measures (the timers done, 4 of 5 truth configs measured): its
+    temporary folder, with every report in it, is kept and named, as profile's and tune's are (it was
+    removed), and it exits 130."""
+    (tmp_path / "v.py").write_text(VALIDATE_TARGET)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    args = (
+        "validate v.py:space --timers event --no-external --truth ncu --mode direct --reps 2 "
+        "--timer-reps 3 --no-repeat --timeout 600"
+    )
+    proc = _start(tmp_path, args.split(), {"NSPROF_STANDIN_TIMERS": "1", "TMPDIR": str(temporary)})
+    _wait_for(lambda: _started(temporary, 4, skip="timers") or proc.poll() is not None, "ncu at config 4")
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "Traceback" not in err, err
+    kept = [path for path in temporary.rglob("*.status") if "timers" not in str(path)]
+    assert kept, f"the truth's reports of configs 0-3 were removed; stderr: {err!r}"
+    [named] = [line.split("kept in ", 1)[1] for line in err.splitlines() if "kept in " in line]
+    assert all(path.is_relative_to(named) for path in kept), err
+
+
+def test_results_of_an_interrupted_tune_say_it_was_cut_short(tmp_path):
+    """After a tune stopped at config 7 (of 10), `nsprof results --target` ranks the 7 stored configs: it
+    says the run was interrupted and how many configs it holds, so that the ranking is not read as whole."""
+    (tmp_path / "stoppable.py").write_text(HANGS_AT_7)
+    args = "tune stoppable.py:space --backend ncu --mode direct --store r.sqlite --work-dir wd --timeout 600"
+    proc = _start(tmp_path, args.split())
+    _wait_for(lambda: _started(tmp_path / "wd", 7) or proc.poll() is not None, "config 7 to start")
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    shown = subprocess.run(
+        [sys.executable, "-m", "nsprof", "results", "r.sqlite", "--target", "stoppable.py:space"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "best: config 0" in shown.stdout
+    assert "interrupt" in shown.stdout + shown.stderr or "cut short" in shown.stdout + shown.stderr, (
+        shown.stdout
+    )
