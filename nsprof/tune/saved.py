@@ -124,6 +124,22 @@ def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
     }
 
 
+def _cut_short(store, ids: list[int]) -> list[str]:
+    """The note where the newest of the runs `ids` ended before measuring all it was asked (interrupted, or
+    still "running": killed, or running now), whose configs the ranking may then lack; none once a later
+    run (a --resume) finished."""
+    runs = store.runs()
+    newest = runs[runs["id"] == max(ids)]
+    status = None if newest.empty else newest["status"].iloc[0]
+    if status not in ("interrupted", "running"):
+        return []
+    how = "was interrupted" if status == "interrupted" else "never finished (killed, or running now)"
+    return [
+        f"run {max(ids)} {how}: a config it never reached is not in this ranking (tune --resume "
+        "measures what is missing)"
+    ]
+
+
 def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders: dict) -> tuple[list, dict]:
     """The configs (their stored JSON, keys in the run's order: `orders`; None for an id it holds none of)
     and {shape: (shape's value, Ranking)} of what `store` holds under `group`: every config it holds, as its
@@ -142,8 +158,12 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders
         configs[config_id] = in_order(_loaded(store, f"config {config_id}", text), order)
     shapes = _shape_indices(frame)
     rows = stored_rows(store, group, wanted_json, {text: list(wanted_json) for _, text in shapes})
-    runs = ", ".join(str(int(r)) for r in sorted(set(rows["run_id"])))
-    note = f"re-read from the results store {store.path}: runs {runs} (nothing measured)"
+    ids = sorted({int(r) for r in rows["run_id"]})
+    runs = ", ".join(map(str, ids))
+    notes = [
+        f"re-read from the results store {store.path}: runs {runs} (nothing measured now)",
+        *_cut_short(store, ids),
+    ]
     results = {}
     for shape, text in shapes:
         of_shape = rows if shape is None else rows[(rows["shape_json"] == text).fillna(False).astype(bool)]
@@ -152,7 +172,7 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders
         value = (
             None if shape is None else in_order(_loaded(store, f"shape {shape}", text), orders["shape_keys"])
         )
-        ranking = rank_rows(configs, truth, settings, of_shape, [note])
+        ranking = rank_rows(configs, truth, settings, of_shape, list(notes))
         if shape is not None and ranking.best_config_id is None:
             ranking.notes.append(unmeasured_shape(shape, config_label(value)))
         results[shape] = (value, ranking)
