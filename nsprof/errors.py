@@ -64,6 +64,15 @@ class TargetChanged(TargetError):
     was measured. Never a config's failure, nor a session's that a run may go on without."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """An interrupt (Ctrl-C, SIGTERM, SIGHUP) that carries what was ranked before it (`part`): a tune
+    without a results store shows it, since nothing else holds it."""
+
+    def __init__(self, part: Any) -> None:
+        super().__init__()
+        self.part = part
+
+
 class StoreError(NsprofError):
     """The results store cannot be opened, is not nsprof's, is from a newer nsprof, or a write failed."""
 

@@ -4,6 +4,7 @@ kept and named, and a ranking re-read from a run cut short says so."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -77,6 +78,62 @@ def _start(tmp_path: Path, args: list[str], env: dict | None = None) -> subproce
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_tune_without_a_store_stopped_shows_the_configs_it_measured(tmp_path, signum):
+    """`tune --no-store` stopped after 7 of 10 configs were measured: no store holds them, so the ranking
+    of those 7 is shown (--json), said to be a part, and it exits 130, as `profile` shows its part (it
+    printed only "aborted")."""
+    (tmp_path / "stoppable.py").write_text(HANGS_AT_7)
+    args = "tune stoppable.py:space --backend ncu --mode direct --no-store --work-dir wd --timeout 600 --json"
+    proc = _start(tmp_path, args.split())
+    _wait_for(lambda: _started(tmp_path / "wd", 7) or proc.poll() is not None, "config 7 to start")
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "Traceback" not in err, err
+    assert "interrupted" in err, f"not said to be a part: {err!r}"
+    assert out.strip(), f"the 7 configs measured before the interrupt are shown nowhere; stderr: {err!r}"
+    shown = json.loads(out)
+    assert [row["config_id"] for row in shown["ranked"]] == list(range(7)), shown["ranked"]
+    assert shown["best_config_id"] == 0
+    assert any(
+        note.startswith("interrupted: ranked from the configs measured before it") for note in shown["notes"]
+    )
+
+
+def test_tune_without_a_store_stopped_in_its_second_truth_keeps_the_first_truths_ranking(tmp_path):
+    """--truth ncu,nsys --no-store, stopped while nsys's first pass runs: ncu's complete ranking (8 configs)
+    and nsys's part (7) are both shown."""
+    target = HANGS_AT_7.replace(
+        'if config["ns"] == 0:',
+        'if config["ns"] == 0 and os.environ.get("HANG") and __import__("os").path.exists("hang"):',
+    ).replace("import time", "import os, time")
+    (tmp_path / "stoppable.py").write_text(target.replace(' and os.environ.get("HANG")', ""))
+    # config 7 hangs only once the file "hang" exists: created when ncu's first pass is over
+    args = (
+        "tune stoppable.py:space --truth ncu,nsys --mode direct --no-store --work-dir wd --timeout 600 "
+        "--configs 0,1,2,3,4,5,6,7 --json"
+    )
+    proc = _start(tmp_path, args.split())
+    first = tmp_path / "wd" / "part0.status"
+    _wait_for(
+        lambda: (first.exists() and "end" in first.read_text()) or proc.poll() is not None, "ncu's pass"
+    )
+    (tmp_path / "hang").touch()
+    _wait_for(lambda: _started(tmp_path / "wd", 7, skip="part0") or proc.poll() is not None, "nsys at 7")
+    if proc.poll() is not None:
+        pytest.skip("nsys's first pass ran before the hang was armed")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "Traceback" not in err, err
+    assert out.strip(), f"ncu's complete ranking and nsys's 7 configs are shown nowhere: {err!r}"
+    truths = {truth["truth"]: truth for truth in json.loads(out)["truths"]}
+    assert sorted(row["config_id"] for row in truths["ncu"]["ranked"]) == list(range(8))
+    assert sorted(row["config_id"] for row in truths["nsys"]["ranked"]) == list(range(7))
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"])

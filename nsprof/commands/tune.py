@@ -3,6 +3,7 @@ JSON, the plot and the page (`show`); `truth_list` reads --truth beside --backen
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import click
@@ -20,7 +21,7 @@ from nsprof.commands.common import (
     write_html,
     wrote,
 )
-from nsprof.errors import NsprofError, printable
+from nsprof.errors import Interrupted, NsprofError, printable
 from nsprof.host.redirect import results_only_on_stdout
 
 
@@ -54,25 +55,45 @@ def tune(target: str, settings, ids, *, plot_path, html_path, as_json, devices, 
         inputs.append(("the results store", settings.store or DEFAULT_PATH))
     refuse_clobbering({"--plot": plot_path, "--html": html_path}, inputs)
     check_plot(plot_path)  # one line before any work
-    with clusters(), StageBars() as bars:
-        settings = replace(settings, cluster=cluster_settings(devices, scheduler, verbose))
+    try:
+        with clusters(), StageBars() as bars:
+            settings = replace(settings, cluster=cluster_settings(devices, scheduler, verbose))
 
-        started: dict = {}  # nsprof's start and the target's listing, up to the first run
+            started: dict = {}  # nsprof's start and the target's listing, up to the first run
 
-        def run(space):
-            # After the options and the target: a missing tool is one line. A resume may need no tool
-            # (the store holding every config): measure_stored decides, before it measures anything.
-            for truth in settings.ranked_truths:
-                if truth.profiler and not (settings.use_store and settings.resume):
-                    get_driver(truth.backend)
-            began = process_began()
-            if began is not None:  # a run again on the target as it is (on_target) keeps the first's
-                started.setdefault("start", round(time.monotonic() - began, 3))
-            with results_only_on_stdout():
-                report = run_tune(target, settings, config_ids=ids, on_stage=bars, space=space)
-            return replace(report, steps={**started, **report.steps})
+            def run(space):
+                # After the options and the target: a missing tool is one line. A resume may need no tool
+                # (the store holding every config): measure_stored decides, before it measures anything.
+                for truth in settings.ranked_truths:
+                    if truth.profiler and not (settings.use_store and settings.resume):
+                        get_driver(truth.backend)
+                began = process_began()
+                if began is not None:  # a run again on the target as it is (on_target) keeps the first's
+                    started.setdefault("start", round(time.monotonic() - began, 3))
+                with results_only_on_stdout():
+                    report = run_tune(target, settings, config_ids=ids, on_stage=bars, space=space)
+                return replace(report, steps={**started, **report.steps})
 
-        return on_target(target, run, settings.timeout_s)
+            return on_target(target, run, settings.timeout_s)
+    except Interrupted as part:  # no results store holds what was ranked: it is shown
+        _show_part(target, part.part, plot_path=plot_path, html_path=html_path, as_json=as_json)
+        raise
+
+
+def _show_part(target: str, report, **outputs) -> None:
+    """The rankings of an interrupted tune without a results store, said to be a part; an output that
+    fails is said in one line, and the interrupt goes on."""
+    try:
+        click.echo(
+            "nsprof: interrupted: the rankings of what was measured before it follow (nothing fed back)",
+            err=True,
+        )
+        show(target, report, **outputs)
+    except NsprofError as exc:
+        with contextlib.suppress(OSError):
+            click.echo(f"nsprof: error: {exc}", err=True)
+    except OSError:  # the terminal is gone (SIGHUP): the reports stay in the folder named
+        pass
 
 
 def show(target: str, report, *, plot_path, html_path, as_json) -> int:

@@ -32,7 +32,7 @@ from dataclasses import replace
 from nsprof import feedback
 from nsprof.analysis.ranking import rank
 from nsprof.analysis.tune_report import Ranking, ShapeReport, TuneReport
-from nsprof.errors import NsprofError
+from nsprof.errors import Interrupted, NsprofError
 from nsprof.settings import PRESCREEN_TOP, TuneSettings
 from nsprof.space import config_label
 from nsprof.tune import measure
@@ -80,11 +80,32 @@ def tune(
         contextlib.ExitStack() as held,
     ):
         firsts = _first_passes_ahead(target, settings, held)
-        prescreened, per_truth, crosses, steps = {}, {}, {}, {}
+        prescreened, crosses, steps = {}, {}, {}
         if settings.prescreen:
             with timed(steps, "prescreen"):
                 points, prescreened = _prescreen(target, space, settings, points, stage)
-        for truth in settings.ranked_truths:
+        per_truth = _per_truth(target, space, settings, points, stage, firsts, steps)
+        keys = shape_keys(space)
+        rankings = {shape: {truth: per_truth[truth][shape] for truth in per_truth} for shape in keys}
+        try:
+            if len(per_truth) > 1:
+                with timed(steps, "compare"):
+                    crosses = cross_truth(target, space, rankings, settings, stage)
+            sent = by_shape(space, points)
+            return _report(target, space, settings, rankings, crosses, prescreened, sent, children, steps)
+        except KeyboardInterrupt:  # every truth ranked: without a store, shown as they are
+            if settings.use_store:
+                raise
+            raise Interrupted(_partial(target, space, settings, per_truth, steps)) from None
+
+
+def _per_truth(target: str, space, settings: TuneSettings, points, stage, firsts: dict, steps: dict) -> dict:
+    """Every truth's rankings, {truth: {shape: Ranking}}, one truth after another (rank_truth). Without a
+    store, an interrupt carries the TuneReport of those ranked before it and the part of the one it
+    stopped (Interrupted)."""
+    per_truth: dict = {}
+    for truth in settings.ranked_truths:
+        try:
             with timed(steps, truth.name):
                 per_truth[truth.name] = rank_truth(
                     target,
@@ -96,13 +117,35 @@ def tune(
                     stage=stage,
                     ahead=firsts.get(truth.name),
                 )
-        keys = shape_keys(space)
-        rankings = {shape: {truth: per_truth[truth][shape] for truth in per_truth} for shape in keys}
-        if len(per_truth) > 1:
-            with timed(steps, "compare"):
-                crosses = cross_truth(target, space, rankings, settings, stage)
-        sent = by_shape(space, points)
-        return _report(target, space, settings, rankings, crosses, prescreened, sent, children, steps)
+        except Interrupted as part:  # without a store: the part of the truth it stopped
+            per_truth[truth.name] = part.part
+            raise Interrupted(_partial(target, space, settings, per_truth, steps)) from None
+    return per_truth
+
+
+def _partial(target: str, space, settings: TuneSettings, per_truth: dict, steps: dict) -> TuneReport:
+    """The TuneReport of the truths ranked (or part-ranked) before an interrupt ({truth: {shape: Ranking}}):
+    no comparison, no pick, nothing fed back; the deploy truth's ranking where it has one."""
+    deploy = settings.deploy_truth.name if settings.deploy_truth.name in per_truth else next(iter(per_truth))
+    shapes = [
+        ShapeReport({name: rankings[shape] for name, rankings in per_truth.items()}, deploy, shape, value)
+        for shape, value in _shape_values(space)
+    ]
+    return TuneReport(target, *_plain(space, settings, shapes), [], steps)
+
+
+def _plain(space, settings: TuneSettings, shapes: list) -> tuple:
+    """A TuneReport's configs, shapes and settings, as JSON values (as a saved report gives them back)."""
+    plain = json.loads(json.dumps({"configs": space.configs, "settings": settings.record()}, default=str))
+    return plain["configs"], shapes, plain["settings"]
+
+
+def _shape_values(space) -> list[tuple]:
+    """(shape, its value as a JSON value; None for a target without shapes) for every shape."""
+    return [
+        (shape, None if shape is None else json.loads(json.dumps(space.shapes[shape], default=str)))
+        for shape in shape_keys(space)
+    ]
 
 
 @contextlib.contextmanager
@@ -149,16 +192,14 @@ def _report(
         picks = feedback.tuner_picks(target, space, deployed, settings, added, errors, children)
     with timed(steps, "feed_back"):
         feedback.feed_back(target, space, deployed, settings, added, errors, children)
-    plain = json.loads(json.dumps({"configs": space.configs, "settings": settings.record()}, default=str))
     shapes = []
-    for shape, truths in rankings.items():
+    for shape, value in _shape_values(space):
+        truths = rankings[shape]
         added[shape] += _prescreen_notes(truths[deploy], prescreened.get(shape), sent.get(shape, []))
         ranking = replace(truths[deploy], notes=[*truths[deploy].notes, *added[shape]])
-        # JSON values, as a saved report gives them back
-        value = None if shape is None else json.loads(json.dumps(space.shapes[shape], default=str))
         found = (crosses.get(shape), prescreened.get(shape), picks.get(shape))
         shapes.append(ShapeReport({**truths, deploy: ranking}, deploy, shape, value, *found))
-    return TuneReport(target, plain["configs"], shapes, plain["settings"], errors, steps)
+    return TuneReport(target, *_plain(space, settings, shapes), errors, steps)
 
 
 def _prescreen(target: str, space, settings: TuneSettings, points: list[int], stage):

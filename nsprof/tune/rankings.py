@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import time
+from types import SimpleNamespace
 
 from nsprof.analysis.adaptive import Plan, first_pass_cost, started_ahead
 from nsprof.analysis.ranking import rank
 from nsprof.analysis.tune_report import Ranking
 from nsprof.drivers import registry
-from nsprof.errors import NsprofError
+from nsprof.errors import Interrupted, NsprofError
 from nsprof.measure import Measured
 from nsprof.settings import Truth, TuneSettings
 from nsprof.space import config_label
@@ -46,14 +47,77 @@ def rank_truth(
     notes = [] if notes is None else notes
     clock = _FirstPassClock(on_progress, settings)
     runs: list[Measured] = []
+    # without a store, the first pass's rows as they come (`whole` once it ended): an interrupt's part
+    finished = SimpleNamespace(frames=[], whole=False)
+    try:
+        rows, adaptive, first_pass = _measured(
+            target, space, truth, settings, points, clock, notes, runs, stage, ahead, finished
+        )
+    except KeyboardInterrupt:
+        if settings.use_store or not finished.frames:  # the store holds what was measured
+            raise
+        raise Interrupted(_part(space, truth, settings, finished, notes)) from None
+    # What the first pass's sessions said of how they ran, and the temporary folder a session keeps
+    # when a config failed (its logs say why).
+    kept = [m.work_dir for m in runs if settings.work_dir is None and m.work_dir is not None]
+    kept_notes = [note for m in runs for note in m.notes] + [
+        f"the reports and logs of a run with failed configs are kept in {folder}" for folder in kept
+    ]
+    results = _per_shape(space, truth, settings, rows, (notes, kept_notes), adaptive, first_pass)
+    if all(result.best_config_id is None for result in results.values()):
+        _nothing_measured(rows, kept)
+    return results
+
+
+def _part(space, truth: Truth, settings: TuneSettings, finished, notes: list[str]) -> dict:
+    """{shape: Ranking} of the rows an interrupted truth finished (`finished.frames`: its first pass's,
+    `whole` once that pass ended: the adaptive reps were interrupted), each said to be a part."""
+    import pandas as pd
+
+    said = (
+        "interrupted during the adaptive reps: ranked from the first pass alone"
+        if finished.whole
+        else "interrupted: ranked from the configs measured before it; the rest were not measured"
+    )
+    rows = pd.concat(finished.frames, ignore_index=True)
+    return _per_shape(space, truth, settings, rows, ([*notes, said], []), {}, (None, None))
+
+
+def _measured(
+    target: str,
+    space,
+    truth: Truth,
+    settings: TuneSettings,
+    points,
+    clock,
+    notes,
+    runs,
+    stage,
+    ahead,
+    finished,
+):
+    """rank_truth's measurements: the rows of the first pass and of the adaptive reps, the adaptive
+    summaries, and the first pass's (wall time, timing). `finished.frames` gets the first pass's rows as
+    they come, without a store (all of them, `whole`, once it ended)."""
     adaptive: dict = {}
     with contextlib.ExitStack() as held:  # a --resume --wait's turn, through the adaptive reps (tune.turn)
         aheads = _aheads(target, truth, settings, stage, held)  # importing while the first pass runs
         if ahead is not None:  # ended with this truth's ranking, where no session took it
             held.callback(ahead.close)
         rows, stored = _first_pass(
-            target, space, truth, settings, points, clock, notes, runs.append, held, ahead
+            target,
+            space,
+            truth,
+            settings,
+            points,
+            clock,
+            notes,
+            runs.append,
+            held,
+            ahead,
+            finished.frames.append,
         )
+        finished.frames, finished.whole = [rows], True
         first_pass = (clock.elapsed(), _timing(runs[0]) if runs else None)
         if stage is not None and settings.cluster is not None and truth.profiler:
             notes.append("no adaptive reps: they are not spread over a cluster yet (--devices, --scheduler)")
@@ -67,20 +131,21 @@ def rank_truth(
             rows, adaptive = _adaptive(
                 target, space, truth, settings, rows, stored, cost, stage, held, aheads
             )
-    # What the first pass's sessions said of how they ran, and the temporary folder a session keeps
-    # when a config failed (its logs say why).
-    kept = [m.work_dir for m in runs if settings.work_dir is None and m.work_dir is not None]
-    kept_notes = [note for m in runs for note in m.notes] + [
-        f"the reports and logs of a run with failed configs are kept in {folder}" for folder in kept
-    ]
-    results = _per_shape(space, truth, settings, rows, (notes, kept_notes), adaptive, first_pass)
-    if all(result.best_config_id is None for result in results.values()):
-        _nothing_measured(rows, kept)
-    return results
+    return rows, adaptive, first_pass
 
 
 def _first_pass(
-    target: str, space, truth: Truth, settings: TuneSettings, points, clock, notes, on_measured, held, ahead
+    target: str,
+    space,
+    truth: Truth,
+    settings: TuneSettings,
+    points,
+    clock,
+    notes,
+    on_measured,
+    held,
+    ahead,
+    on_rows,
 ):
     """The first pass's rows, and the store's context for adaptive sessions (None without a store).
     held: the ExitStack a --resume --wait's turn is held in (nsprof.tune.turn); clock: the first
@@ -98,6 +163,7 @@ def _first_pass(
         settings,
         points,
         timed,
+        on_rows=on_rows,
         n_shapes=space.points.n_shapes,
         on_measured=on_measured,
         space=space,
