@@ -184,3 +184,39 @@ def test_results_of_an_interrupted_tune_say_it_was_cut_short(tmp_path):
     assert "interrupt" in shown.stdout + shown.stderr or "cut short" in shown.stdout + shown.stderr, (
         shown.stdout
     )
+
+
+PICK_HANGS = textwrap.dedent("""
+    import pathlib, time
+    from nsprof.space import Space
+    from nsprof.tuner import TunerHook
+
+    class Hook(TunerHook):
+        can_pick = True
+
+        def pick(self):
+            (pathlib.Path(__file__).parent / "picking").touch()
+            time.sleep(3600)
+
+        def feed_back(self, latencies_ms):
+            raise AssertionError("a part is never fed back")
+
+    space = Space(name="p", configs=[{"ns": 3000}, {"ns": 1000}, {"ns": 2000}], build=lambda c: (lambda: None),
+                  device="cpu", tuner=Hook())
+""")
+
+
+def test_tune_without_a_store_stopped_in_the_tuners_pick_shows_its_whole_ranking(tmp_path):
+    """Every config measured and ranked, then the tuner's own pick hangs and the user stops it: the whole
+    ranking is shown (nothing fed back), exit 130."""
+    (tmp_path / "p.py").write_text(PICK_HANGS)
+    args = "tune p.py:space --backend ncu --mode direct --reps 2 --budget-s 0 --no-store --json"
+    proc = _start(tmp_path, args.split())
+    _wait_for(lambda: (tmp_path / "picking").exists() or proc.poll() is not None, "the tuner's pick")
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, (proc.returncode, err)
+    shown = json.loads(out)
+    assert [row["config_id"] for row in shown["ranked"]] == [1, 2, 0] and shown["best_config_id"] == 1
+    assert not any(note.startswith("interrupted") for note in shown["notes"]), shown["notes"]
