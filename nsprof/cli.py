@@ -385,10 +385,11 @@ def main(args: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except BrokenPipeError:
-        exit_for_closed_stdout()
     except OSError as exc:
-        if isinstance(exc.__context__, KeyboardInterrupt):  # click's newline on Ctrl-C, to a terminal gone
+        interrupted = isinstance(exc.__context__, KeyboardInterrupt)  # click's newline on Ctrl-C, output gone
+        if isinstance(exc, BrokenPipeError):
+            exit_for_closed_stdout(130 if interrupted else 0)
+        if interrupted:
             sys.exit(130)
         with contextlib.suppress(OSError):  # stderr itself gone: the exit status says it
             click.echo(

@@ -203,3 +203,32 @@ def test_a_config_value_that_is_not_unicode_is_one_line_before_anything_is_measu
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert "config 1" in lines[0] and "not valid Unicode" in lines[0], lines
     assert not list((tmp_path / "w").glob("*.status")), "a session ran"
+
+
+def test_a_saved_tunes_per_shape_labels_are_printed_escaped(tmp_path):
+    """format_shapes prints one `ranked by` line when every shape's label is the same (now printable()),
+    but `  shape N: {label}` lines when they differ, still raw: a saved run's label reaches the terminal
+    with its escapes and its line break starts a forged line."""
+    (tmp_path / "t.py").write_text(
+        "import nsprof.space\n"
+        "space = nsprof.space.Space(configs=[{'ns': 2000.0}, {'ns': 1000.0}], shapes=[{'m': 1}, {'m': 2}],\n"
+        "                           build=lambda c, s: (lambda: None), device='cpu')\n"
+    )
+    done = run_nsprof(
+        "tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-store",
+        "--no-feed-back", "--no-tuner-pick", "--json", cwd=tmp_path, standins=True, in_process=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    shapes = document["shapes"] if "shapes" in document else None
+    assert shapes, list(document)
+    shapes[0]["truths"][0]["label"] = "ncu \x1b]8;;http://evil.example/\x07x\x1b]8;;\x07\nforged: line"
+    (tmp_path / "edited.json").write_text(json.dumps(document))
+    shown = run_nsprof("results", "edited.json", cwd=tmp_path, in_process=True)
+    printed = shown.stdout + shown.stderr
+    assert "ranked per shape by" in printed, printed
+    assert "\x1b" not in printed and "\x07" not in printed, repr(printed[:600])
+    assert not [line for line in printed.splitlines() if line.startswith("forged")], printed
+
+
+# --------------------------------------------------------------------------- results: the cut-short note

@@ -220,3 +220,120 @@ def test_tune_without_a_store_stopped_in_the_tuners_pick_shows_its_whole_ranking
     shown = json.loads(out)
     assert [row["config_id"] for row in shown["ranked"]] == [1, 2, 0] and shown["best_config_id"] == 1
     assert not any(note.startswith("interrupted") for note in shown["notes"]), shown["notes"]
+
+
+# config 0 hangs in nsys's first pass only (its worker, started ahead, reads ahead0.job.json)
+NSYS_HANGS_AT_0 = textwrap.dedent("""
+    import sys, time
+    import nsprof.space
+
+    class Launch:
+        def __init__(self, config):
+            self.config = config
+
+        def __call__(self):
+            if self.config["i"] == 0 and "ahead0" in " ".join(sys.argv):
+                time.sleep(3600)
+
+    configs = [{"i": i, "ns": 1000.0 + 200 * i} for i in range(4)]
+    space = nsprof.space.Space(configs=configs, build=Launch, device="cpu")
+""")
+
+
+def test_tune_no_store_stopped_before_the_second_truth_measured_anything_keeps_the_first(tmp_path):
+    """--truth ncu,nsys --no-store, stopped while nsys's first config runs (nothing of nsys finished):
+    ncu's complete ranking must still be shown and the exit status 130. rank_truth raises a plain
+    KeyboardInterrupt when its truth finished no row, which _per_truth (except Interrupted) lets through:
+    ncu's ranking is lost and only "aborted" is printed."""
+    (tmp_path / "h.py").write_text(NSYS_HANGS_AT_0)
+    args = (
+        "tune h.py:space --truth ncu,nsys --mode direct --no-store --work-dir wd --budget-s 0 "
+        "--timeout 600 --json"
+    )
+    proc = _start(tmp_path, args.split())
+    status = tmp_path / "wd" / "ahead0.status"
+    _wait_for(
+        lambda: (status.exists() and "start 0\n" in status.read_text()) or proc.poll() is not None,
+        "nsys at config 0",
+    )
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert out.strip(), f"ncu's complete ranking is shown nowhere; stderr: {err!r}"
+    shown = json.loads(out)
+    truths = {truth["truth"]: truth for truth in shown["truths"]}
+    assert sorted(row["config_id"] for row in truths["ncu"]["ranked"]) == [0, 1, 2, 3]
+
+
+# --------------------------------------------------------------------------- results: per-shape labels
+
+
+def test_results_say_nothing_is_missing_when_an_interrupted_rerun_sits_over_a_whole_run(tmp_path):
+    """A whole tune (run 1, all 10 configs), then a tune of the same target again stopped at config 7
+    (run 2): `results --target` ranks all 10 (0-6 from run 2, 7-9 from run 1), yet the note says "run 2
+    was interrupted: a config it never reached is not in this ranking": every config is in it."""
+    import os
+    import subprocess
+    import sys
+
+    from test_interrupted_commands import HANGS_AT_7, ROOT
+
+    (tmp_path / "s.py").write_text(
+        HANGS_AT_7.replace(
+            'if config["ns"] == 0:', 'if config["ns"] == 0 and __import__("os").path.exists("hang"):'
+        )
+    )
+    args = "tune s.py:space --backend ncu --mode direct --store r.sqlite --timeout 600 --budget-s 0"
+    whole = _start(tmp_path, [*args.split(), "--work-dir", "wd1"])
+    _, err = whole.communicate(timeout=180)
+    assert whole.returncode == 0, err
+    (tmp_path / "hang").touch()
+    proc = _start(tmp_path, [*args.split(), "--work-dir", "wd2"])
+    _wait_for(lambda: _started(tmp_path / "wd2", 7) or proc.poll() is not None, "config 7 to start")
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    shown = subprocess.run(
+        [sys.executable, "-m", "nsprof", "results", "r.sqlite", "--target", "s.py:space", "--json"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    document = json.loads(shown.stdout)
+    assert sorted(row["config_id"] for row in document["ranked"]) == list(range(10))
+    wrong = [note for note in document["notes"] if "never reached is not in this ranking" in note]
+    assert not wrong, wrong
+
+
+# --------------------------------------------------------------------------- tune --no-store interrupted
+
+
+def test_the_plot_of_an_interrupted_tune_says_it_is_a_part(tmp_path):
+    """`tune --no-store --plot p.svg` stopped after 7 of 10 configs: the plot is written from the part,
+    but nothing in it says so (its title is the whole run's `ranked by ...`): read later, it passes for
+    the ranking of all 10 configs."""
+    (tmp_path / "stoppable.py").write_text(HANGS_AT_7)
+    args = "tune stoppable.py:space --backend ncu --mode direct --no-store --work-dir wd --timeout 600 --plot p.svg"
+    proc = _start(tmp_path, args.split())
+    _wait_for(lambda: _started(tmp_path / "wd", 7) or proc.poll() is not None, "config 7 to start")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    svg = (tmp_path / "p.svg").read_text()
+    assert "interrupted" in svg or "part" in svg, "the plot of 7 of 10 configs does not say it is a part"
+
+
+def test_tune_no_store_hung_up_with_its_pipes_gone_exits_130(tmp_path):
+    """`nsprof tune --no-store ... 2>&1 | tee log` and the terminal closed: tee goes, then nsprof gets SIGHUP.
+    Writing the part to the closed pipe (EPIPE) is swallowed, but click's newline on the interrupt
+    raises BrokenPipeError, which cli.main takes for `| head` (exit_for_closed_stdout): exit status 0, an
+    interrupted run read as a success."""
+    (tmp_path / "stoppable.py").write_text(HANGS_AT_7)
+    args = "tune stoppable.py:space --backend ncu --mode direct --no-store --work-dir wd --timeout 600 --json"
+    proc = _start(tmp_path, args.split())
+    _wait_for(lambda: _started(tmp_path / "wd", 7) or proc.poll() is not None, "config 7 to start")
+    assert proc.poll() is None
+    proc.stdout.close()
+    proc.stderr.close()
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(timeout=120) == 130

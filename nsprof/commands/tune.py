@@ -88,7 +88,7 @@ def _show_part(target: str, report, **outputs) -> None:
             "nsprof: interrupted: the rankings of what was measured before it follow (nothing fed back)",
             err=True,
         )
-        show(target, report, **outputs)
+        show(target, report, **outputs, part=True)
     except NsprofError as exc:
         with contextlib.suppress(OSError):
             click.echo(f"nsprof: error: {exc}", err=True)
@@ -96,9 +96,9 @@ def _show_part(target: str, report, **outputs) -> None:
         pass
 
 
-def show(target: str, report, *, plot_path, html_path, as_json) -> int:
-    """Print the report (an nsprof.analysis.tune_report.TuneReport); the exit status: 1 when some
-    step failed."""
+def show(target: str, report, *, plot_path, html_path, as_json, part: bool = False) -> int:
+    """Print the report (an nsprof.analysis.tune_report.TuneReport; `part`: an interrupted run's, which
+    its plot's title says); the exit status: 1 when some step failed."""
     from nsprof.render.json import tune_document
     from nsprof.render.tune_tables import format_tune
 
@@ -112,6 +112,7 @@ def show(target: str, report, *, plot_path, html_path, as_json) -> int:
 
         first = report.shapes[0]
         at = f" at shape {first.shape} (of {len(report.shapes)}; --json has all)" if report.shaped else ""
+        at += " (interrupted: a part)" if part else ""
         ranking = first.ranking
         plot_tune(
             ranking.table, plot_path, printable(f"{target}: ranked by {ranking.label}{at}"), report.configs

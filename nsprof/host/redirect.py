@@ -46,10 +46,10 @@ def results_only_on_stdout() -> contextlib.AbstractContextManager[None]:
     return redirected({1: 2})
 
 
-def exit_for_closed_stdout() -> None:
-    """The reader of stdout went away (`nsprof analyze ... | head -1`): that is not an error.
-    As the Python docs advise, point stdout at devnull so that the flush at exit cannot fail
-    again (which would print "Exception ignored" and exit 120), then exit 0."""
+def exit_for_closed_stdout(code: int = 0) -> None:
+    """The reader of stdout went away (`nsprof analyze ... | head -1`): that is not an error (`code`
+    0; 130 where an interrupt came first). As the Python docs advise, point stdout at devnull so that
+    the flush at exit cannot fail again (which would print "Exception ignored" and exit 120)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
-    sys.exit(0)
+    sys.exit(code)

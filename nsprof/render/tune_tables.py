@@ -204,7 +204,10 @@ def format_shapes(shapes, configs: Sequence, truth: str | None = None) -> str:
     if len(set(labels)) == 1:
         lines = [printable(f"ranked by {labels[0]}, per shape")]
     else:  # adaptive reps at some shapes only: each its own
-        lines = ["ranked per shape by:", *(f"  shape {s.shape}: {label}" for s, label in zip(shapes, labels))]
+        lines = [
+            "ranked per shape by:",
+            *(printable(f"  shape {s.shape}: {label}") for s, label in zip(shapes, labels)),
+        ]
     lines += constant_line(constant)
     return "\n".join([*lines, render_table(headers, rows, right={0, 2, 4, 5, 6})])
 

@@ -120,6 +120,10 @@ def _per_truth(target: str, space, settings: TuneSettings, points, stage, firsts
         except Interrupted as part:  # without a store: the part of the truth it stopped
             per_truth[truth.name] = part.part
             raise Interrupted(_partial(target, space, settings, per_truth, steps)) from None
+        except KeyboardInterrupt:  # before the truth measured anything: those ranked before it
+            if settings.use_store or not per_truth:
+                raise
+            raise Interrupted(_partial(target, space, settings, per_truth, steps)) from None
     return per_truth
 
 

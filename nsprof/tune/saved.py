@@ -126,16 +126,21 @@ def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
 
 def _cut_short(store, ids: list[int]) -> list[str]:
     """The note where the newest of the runs `ids` ended before measuring all it was asked (interrupted, or
-    still "running": killed, or running now), whose configs the ranking may then lack; none once a later
-    run (a --resume) finished."""
+    still "running": killed, or running now): the configs it did not reach come from the earlier runs that
+    finished, if any, else the ranking may lack them; none once a later run (a --resume) finished."""
     runs = store.runs()
-    newest = runs[runs["id"] == max(ids)]
-    status = None if newest.empty else newest["status"].iloc[0]
-    if status not in ("interrupted", "running"):
+    status = dict(zip(runs["id"].astype(int), runs["status"]))
+    newest = max(ids)
+    if status.get(newest) not in ("interrupted", "running"):
         return []
-    how = "was interrupted" if status == "interrupted" else "never finished (killed, or running now)"
+    how = "was interrupted" if status[newest] == "interrupted" else "never finished (killed, or running now)"
+    whole = [str(run) for run in ids if run != newest and status.get(run) == "ok"]
+    if whole:
+        return [
+            f"run {newest} {how}: the configs it did not reach are ranked as run {', '.join(whole)} measured them"
+        ]
     return [
-        f"run {max(ids)} {how}: a config it never reached is not in this ranking (tune --resume "
+        f"run {newest} {how}: a config it never reached is not in this ranking (tune --resume "
         "measures what is missing)"
     ]
 
