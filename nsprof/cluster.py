@@ -74,8 +74,9 @@ class _Follow:
         self.lock = threading.Lock()
 
     def say(self, text: str) -> None:
-        if self.verbose:
-            print(f"nsprof: {text}", file=sys.stderr, flush=True)
+        if self.verbose:  # it names what a worker said: a build's error, a worker's name
+            with self.lock:  # one line at a time from the event thread and the main one
+                print(f"nsprof: {printable(text)}", file=sys.stderr, flush=True)
 
     def count(self, event: str, config_id: int, detail: str = "") -> None:
         with self.lock:
@@ -177,9 +178,10 @@ def _batch_result(distributed, future, batch: list[int], inner: Backend, layout:
         return _not_run(batch, f"{type(exc).__name__}: {exc}", inner, layout, "?")
     if "error" in result and not result.get("changed"):  # its session failed: the other batches go on
         print(
-            f"nsprof: a batch (configs {batch[0]}..{batch[-1]}) on Dask worker {result['worker']} failed "
-            f"({result['error']}): "
-            "its configs are not run (--resume measures them)",
+            printable(
+                f"nsprof: a batch (configs {batch[0]}..{batch[-1]}) on Dask worker {result['worker']} failed "
+                f"({result['error']}): its configs are not run (--resume measures them)"
+            ),
             file=sys.stderr,
             flush=True,
         )
@@ -286,7 +288,7 @@ class _Gather:
         per_gpu = {who: float(pd.Series(values).median()) for who, values in self.medians.items()}
         if len(per_gpu) > 1:
             calibration = calibration_note(self.calibration, self.layout, per_gpu, self.model)
-            print(f"nsprof: {calibration}", file=sys.stderr, flush=True)
+            print(f"nsprof: {printable(calibration)}", file=sys.stderr, flush=True)  # the workers' GPU names
             notes.append(calibration)
         devices = self.devices
         combined = (

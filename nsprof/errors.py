@@ -16,6 +16,8 @@ CONTROL_ESCAPES = str.maketrans(
             c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, *range(0x2028, 0x202F), *range(0x2066, 0x206A))
         },
         **{ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"},
+        # lone surrogates (text from a store or a saved run): no encoding writes them, stdout's would raise
+        **{c: f"\\u{c:04x}" for c in range(0xD800, 0xE000)},
     }
 )
 

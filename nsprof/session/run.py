@@ -25,7 +25,7 @@ from pathlib import Path
 
 from nsprof.drivers import registry
 from nsprof.drivers.base import Driver
-from nsprof.errors import GpuBusy, NsprofError
+from nsprof.errors import GpuBusy, NsprofError, printable
 from nsprof.host.owned import own_folder
 from nsprof.schema import Points
 from nsprof.serve_client import Unfit, find_server
@@ -132,7 +132,7 @@ def _standalone(request: dict, settings: ProfileSettings, driver: Driver, unfit)
     never = isinstance(unfit, Unfit)  # find_server: a server of this GPU, which holds its lock
     if never and settings.wait_gpu:
         # The server that holds the GPU never fits this run: said, and waited for only until it ends.
-        print(f"nsprof: {unfit.waiting()}", file=sys.stderr, flush=True)
+        print(f"nsprof: {printable(unfit.waiting())}", file=sys.stderr, flush=True)  # the server's own words
     try:
         with (
             gpu_lock(0, wait=settings.wait_gpu, timeout_s=unfit.wait_bound_s if never else None)
