@@ -29,6 +29,12 @@ def _forged(text: str) -> list[str]:
     ]
 
 
+def _tune(tmp_path, *more: str):
+    """`tune t.py:space` of the target in tmp_path, quick, with no store, stand-ins, in-process."""
+    quick = ["--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-store"]
+    return run_nsprof("tune", "t.py:space", *quick, *more, cwd=tmp_path, standins=True, in_process=True)
+
+
 # --------------------------------------------------------------------------- terminal
 
 
@@ -39,10 +45,7 @@ def _saved_tune(tmp_path, *, configs=None):
         f"space = nsprof.space.Space(configs={configs or [{'ns': 2000.0}, {'ns': 1000.0}]!r},\n"
         "                           build=lambda c: (lambda: None), device='cpu')\n"
     )
-    done = run_nsprof(
-        "tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-store",
-        "--no-feed-back", "--no-tuner-pick", "--json", cwd=tmp_path, standins=True, in_process=True,
-    )  # fmt: skip
+    done = _tune(tmp_path, "--no-feed-back", "--no-tuner-pick", "--json")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -81,10 +84,7 @@ def test_a_tuners_name_in_tunes_error_line_is_printed_escaped(tmp_path):
     failed: ...` line, printed as it is (commands/tune.py show): the target's tuner name reaches the
     terminal with its escapes, and its line break starts a forged `nsprof:` line."""
     (tmp_path / "t.py").write_text(TUNER_TARGET.format(hostile=HOSTILE))
-    done = run_nsprof(
-        "tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-store",
-        "--no-tuner-pick", cwd=tmp_path, standins=True, in_process=True,
-    )  # fmt: skip
+    done = _tune(tmp_path, "--no-tuner-pick")
     assert "feeding the ranking back to mytuner" in done.stderr, done.stderr
     assert not _raw_controls(done.stderr), repr(done.stderr)
     assert not _forged(done.stderr), done.stderr
@@ -125,10 +125,7 @@ def test_the_all_configs_line_escapes_a_value_every_config_shares(tmp_path):
         "space = nsprof.space.Space(configs=[{'ns': 2000.0, 'c': C}, {'ns': 1000.0, 'c': C}],\n"
         "                           build=lambda c: (lambda: None), device='cpu')\n"
     )
-    done = run_nsprof(
-        "tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-store",
-        "--no-feed-back", "--no-tuner-pick", cwd=tmp_path, standins=True, in_process=True,
-    )  # fmt: skip
+    done = _tune(tmp_path, "--no-feed-back", "--no-tuner-pick")
     assert done.returncode == 0, done.stderr
     assert "all configs: c=k" in done.stdout, done.stdout
     assert not _raw_controls(done.stdout), repr(done.stdout)
@@ -175,10 +172,7 @@ def test_an_svg_plot_stays_well_formed_xml_with_a_control_character_in_a_config(
         "space = nsprof.space.Space(configs=[{'ns': 2000.0, 'k': 1, 'c': 'a\\x1b[31mred'}, {'ns': 1000.0, 'k': 1, 'c': 'b\\x07'}],\n"
         "                           build=lambda c: (lambda: None), device='cpu')\n"
     )
-    done = run_nsprof(
-        "tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-store",
-        "--no-feed-back", "--no-tuner-pick", "--plot", "r.svg", cwd=tmp_path, standins=True, in_process=True,
-    )  # fmt: skip
+    done = _tune(tmp_path, "--no-feed-back", "--no-tuner-pick", "--plot", "r.svg")
     assert done.returncode == 0, done.stderr
     xml.dom.minidom.parseString((tmp_path / "r.svg").read_bytes())  # raises ExpatError on main
 
@@ -195,10 +189,7 @@ def test_a_config_value_that_is_not_unicode_is_one_line_before_anything_is_measu
         "space = nsprof.space.Space(configs=[{'ns': 2000.0, 's': 'b'}, {'ns': 1000.0, 's': 'a\\ud800'}],\n"
         "                           build=lambda c: (lambda: None), device='cpu')\n"
     )
-    done = run_nsprof(
-        "tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-store",
-        "--no-feed-back", "--no-tuner-pick", "--work-dir", "w", cwd=tmp_path, standins=True, in_process=True,
-    )  # fmt: skip
+    done = _tune(tmp_path, "--no-feed-back", "--no-tuner-pick", "--work-dir", "w")
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert "config 1" in lines[0] and "not valid Unicode" in lines[0], lines
@@ -214,10 +205,7 @@ def test_a_saved_tunes_per_shape_labels_are_printed_escaped(tmp_path):
         "space = nsprof.space.Space(configs=[{'ns': 2000.0}, {'ns': 1000.0}], shapes=[{'m': 1}, {'m': 2}],\n"
         "                           build=lambda c, s: (lambda: None), device='cpu')\n"
     )
-    done = run_nsprof(
-        "tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "2", "--no-store",
-        "--no-feed-back", "--no-tuner-pick", "--json", cwd=tmp_path, standins=True, in_process=True,
-    )  # fmt: skip
+    done = _tune(tmp_path, "--no-feed-back", "--no-tuner-pick", "--json")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     shapes = document["shapes"] if "shapes" in document else None
