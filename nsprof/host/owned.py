@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import stat
 import tempfile
@@ -56,7 +57,10 @@ def _overflow_uid() -> int | None:
         return None
 
 
-_TRUSTED = {0, _overflow_uid()} - {None}  # root's folders, as this process sees them: read once, at import
+@functools.cache
+def _root_folder_uids() -> frozenset[int]:
+    """The uids of root's folders, as this process sees them (read once, when first asked)."""
+    return frozenset({0, _overflow_uid()} - {None})
 
 
 def trusted(uid: int, folder: bool = False) -> bool:
@@ -64,7 +68,7 @@ def trusted(uid: int, folder: bool = False) -> bool:
     folder's owner: in a user namespace root shows as the overflow uid (a rootless container's / and /tmp),
     which no process of the namespace can be. Not a link's or a FIFO's, which the overflow uid's other
     users (the host's, in a folder the container shares) could have planted."""
-    return uid in (os.geteuid(), 0) or folder and uid in _TRUSTED
+    return uid in (os.geteuid(), 0) or folder and uid in _root_folder_uids()
 
 
 def _private_group(st: os.stat_result) -> bool:
