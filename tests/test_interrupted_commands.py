@@ -10,11 +10,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 from test_interrupt_store import TARGET as HANGS_AT_7  # configs 0-6 finish, 7 hangs, 8 and 9 never run
+from test_interrupt_store import _wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDINS = Path(__file__).parent / "standins.py"
@@ -37,14 +37,6 @@ VALIDATE_TARGET = textwrap.dedent("""
     configs = [{"i": i, "ns": 1000.0 + 200 * i} for i in range(4)] + [{"i": 4, "ns": 2000.0, "hang": True}]
     space = nsprof.space.Space(configs=configs, build=Launch, device="cpu")
 """)
-
-
-def _wait_for(predicate, what: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
 
 
 def _started(folder: Path, point: int, skip: str = "\0") -> bool:
