@@ -193,7 +193,7 @@ def test_table_and_json_show_the_interval_and_the_tie():
     assert "tie" not in third
     assert (
         "note: these 2 configs are indistinguishable here (±4.3%): 15, 13 (none is told slower: no one's "
-        "interval lies wholly above the best's); feeding back 15, the lowest median, then the lower config id"
+        "interval lies wholly above the best's); the pick is 15, by the lowest median, then the lower config id"
     ) in lines
     assert any(line.startswith(f"note: intervals: {METHOD}, 95% asked, 93.8% achieved") for line in lines)
 

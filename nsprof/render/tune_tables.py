@@ -64,7 +64,8 @@ def describe_interval(result) -> str:
 
 
 def describe_decision(result) -> str:
-    """One sentence: the winner, the tie and which member is fed back, or why neither can be said."""
+    """One sentence: the winner, the tie and which member is picked, or why neither can be said (a pick
+    is fed back only where the notes say so: not for a truth other than --deploy, nor with --no-feed-back)."""
     decision = result.decision
     stat = result.stat
     if decision.config_id is None:
@@ -79,8 +80,8 @@ def describe_decision(result) -> str:
         members = ", ".join(str(c) for c in decision.members)
         return (
             f"these {len(decision.members)} configs are indistinguishable here ({half}): {members} "
-            f"(none is told slower: no one's interval lies wholly above the best's); feeding back {decision.config_id}, "
-            f"{decision.rule}"
+            f"(none is told slower: no one's interval lies wholly above the best's); the pick is "
+            f"{decision.config_id}, by {decision.rule}"
         )
     if decision.second is None:
         return f"config {decision.config_id} is the only config measured"
