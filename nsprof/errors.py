@@ -5,21 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+# What a terminal acts on beyond the C0 controls: DEL and C1 (a C1 CSI starts an escape sequence), the
+# line separators, and the marks and overrides that reorder the rest of a line (U+202E, say).
+ACTIVE = (127, *range(0x80, 0xA0), 0x061C, 0x200E, 0x200F, *range(0x2028, 0x202F), *range(0x2066, 0x206A))
+# lone surrogates (text from a store or a saved run): no encoding writes them, stdout's would raise
+SURROGATES = range(0xD800, 0xE000)
 # Control characters shown escaped wherever text from outside nsprof is printed (a config's values, what a
 # target raised, a kernel's name): a terminal would act on them (colours, clearing the screen), and a line
 # break would start a line of its own. Tabs too: they would shift a table's columns.
 CONTROL_ESCAPES = str.maketrans(
     {
-        **{c: f"\\x{c:02x}" for c in [*range(32), 127, *range(0x80, 0xA0)]},
-        # line separators, and the marks and overrides that reorder the rest of a line (U+202E, say)
-        **{
-            c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, *range(0x2028, 0x202F), *range(0x2066, 0x206A))
-        },
+        **{c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in (*range(32), *ACTIVE, *SURROGATES)},
         **{ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"},
-        # lone surrogates (text from a store or a saved run): no encoding writes them, stdout's would raise
-        **{c: f"\\u{c:04x}" for c in range(0xD800, 0xE000)},
     }
 )
+# The same inside JSON text, as JSON's own escapes: they occur only in its strings, where a reader
+# takes "\\u202e" for the very character (json.dumps escapes C0 itself).
+JSON_ESCAPES = str.maketrans({c: f"\\u{c:04x}" for c in (*ACTIVE, *SURROGATES)})
 
 
 def printable(text: object) -> str:

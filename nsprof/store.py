@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from nsprof.errors import StoreError
+from nsprof.errors import JSON_ESCAPES, StoreError
 from nsprof.host.owned import check_own_file, own_folder
 from nsprof.schema import FAILURE_KINDS, Failure
 from nsprof.store_rescue import file_identity, rescue
@@ -395,8 +395,9 @@ class ResultStore:
         with written_over(path) as out:
             if suffix == ".csv":
                 frame.to_csv(out, index=False)
-            elif suffix == ".json":
-                frame.to_json(out, orient="records", force_ascii=False)
+            elif suffix == ".json":  # as json_text writes it: what a terminal acts on, escaped
+                text = frame.to_json(orient="records", force_ascii=False).translate(JSON_ESCAPES)
+                Path(out).write_text(text, encoding="utf-8")
             else:
                 frame.to_parquet(out, index=False)
         return len(frame)

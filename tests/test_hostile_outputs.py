@@ -220,3 +220,36 @@ def test_a_saved_tunes_per_shape_labels_are_printed_escaped(tmp_path):
 
 
 # --------------------------------------------------------------------------- results: the cut-short note
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def _hostile_kernel_report(tmp_path):
+    """The nsys fixture with its GEMM kernel renamed to hold a bidi override, a C1 CSI and a DEL."""
+    report = tmp_path / "h.sqlite"
+    shutil.copy(FIXTURES / "fixture.sqlite", report)
+    name = "gemm\u202e\x9b2J\x7f\u2028x"
+    with sqlite3.connect(report) as db:
+        db.execute("UPDATE StringIds SET value = ? WHERE value = 'gemm_kernel'", (name,))
+    return report, name
+
+
+@pytest.mark.parametrize(
+    "args", [["--json"], ["--format", "json"], ["--compare"]], ids=["json", "format", "compare"]
+)
+def test_json_output_escapes_what_a_terminal_acts_on_and_reads_back_the_same_name(tmp_path, args):
+    """JSON is read by programs but printed to terminals too: a kernel's name reaches stdout with
+    ensure_ascii off, so a bidi override, a C1 control or a line separator went out raw. Inside a JSON
+    string each may be written as its \\u escape: a JSON reader gets the very same name back."""
+    report, name = _hostile_kernel_report(tmp_path)
+    if args == ["--compare"]:
+        args = ["--compare", "--format", "json"]
+        files = [report, report]
+    else:
+        files = [report]
+    done = run_nsprof("analyze", *files, *args, in_process=True)
+    assert done.returncode == 0, done.stderr
+    raw = [c for c in ("\u202e", "\x9b", "\x7f", "\u2028") if c in done.stdout]
+    assert not raw, raw
+    assert name in json.dumps(json.loads(done.stdout), ensure_ascii=False)

@@ -690,6 +690,13 @@ def test_export_by_suffix(store, tmp_path):
     with pytest.raises(StoreError, match=r"\.csv, \.json or \.parquet"):
         store.export(tmp_path / "all.xlsx")
 
+    # a reason holding what a terminal acts on is written escaped, and read back the same
+    store.add(run_id, key_for(2), failure(2, "crashed \u202e\x9b2J"))
+    store.export(tmp_path / "bad.json", error="crashed \u202e\x9b2J")
+    text = (tmp_path / "bad.json").read_text(encoding="utf-8")
+    assert "\u202e" not in text and "\x9b" not in text and "ünïcode" not in text
+    assert json.loads(text)[0]["error"] == "crashed \u202e\x9b2J"
+
 
 # The schema of version 2 as nsprof wrote it before each measurement kept its worker's pid.
 _BEFORE_PIDS = """

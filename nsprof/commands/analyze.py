@@ -205,7 +205,7 @@ def _by_kernel(files, frames, view: View) -> None:
 
     from nsprof.analysis.kernels import KERNEL_COLUMNS, kernel_order, kernel_summary
     from nsprof.render.analyze_tables import format_kernels
-    from nsprof.render.json import records
+    from nsprof.render.json import json_text, records
 
     tables = []
     for path, frame in zip(files, frames):
@@ -218,9 +218,7 @@ def _by_kernel(files, frames, view: View) -> None:
     if view.style in ("csv", "json"):
         rows = [{"file": str(path), **row} for path, _, table in tables for row in records(table)]
         if view.style == "json":
-            import json
-
-            click.echo(json.dumps(rows, indent=2, ensure_ascii=False, allow_nan=False))
+            click.echo(json_text(rows))
         else:
             pd.DataFrame(rows, columns=["file", *KERNEL_COLUMNS]).to_csv(sys.stdout, index=False)
         return
@@ -230,13 +228,11 @@ def _by_kernel(files, frames, view: View) -> None:
 def _summary_records(summaries, style: str) -> None:
     import pandas as pd
 
-    from nsprof.render.json import summary_records
+    from nsprof.render.json import json_text, summary_records
 
     rows = summary_records([(path, summary) for path, _, summary in summaries])
     if style == "json":
-        import json
-
-        click.echo(json.dumps(rows, indent=2, ensure_ascii=False, allow_nan=False))
+        click.echo(json_text(rows))
     else:
         columns = ["file", *(c for c in summaries[0][2].columns if c != "group")]
         pd.DataFrame(rows, columns=columns).to_csv(sys.stdout, index=False)

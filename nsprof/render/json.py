@@ -1,7 +1,8 @@
 """The JSON documents nsprof writes: the tidy rows (analyze, profile), validate's agreement
 document and tune's ranked document.
 
-NaN/NA become null (JSON has no NaN); numpy scalars become plain numbers.
+NaN/NA become null (JSON has no NaN); numpy scalars become plain numbers. Text is written as it is,
+but for what a terminal would act on (json_text: its JSON escapes, the same string to a reader).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from nsprof.analysis.agreement import floor_map
 from nsprof.analysis.stats import is_missing
+from nsprof.errors import JSON_ESCAPES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -20,6 +22,12 @@ if TYPE_CHECKING:
 # Rows per JSON chunk: --json on a 1M-kernel report writes ~0.5 GB; one to_json string of it
 # (plus its encoded copy) tripled the peak memory.
 JSON_CHUNK_ROWS = 20_000
+
+
+def json_text(value: Any, indent: int | None = 2) -> str:
+    """`value` as JSON text, non-ASCII as it is, but for what a terminal acts on (errors.JSON_ESCAPES);
+    NaN is refused: it would make invalid JSON."""
+    return json.dumps(value, indent=indent, ensure_ascii=False, allow_nan=False).translate(JSON_ESCAPES)
 
 
 def write_rows(frame, out: TextIO) -> None:
@@ -30,7 +38,7 @@ def write_rows(frame, out: TextIO) -> None:
     out.write("[")
     for begin in range(0, len(frame), JSON_CHUNK_ROWS):
         chunk = frame.iloc[begin : begin + JSON_CHUNK_ROWS].to_json(orient="records", force_ascii=False)
-        out.write(("," if begin else "") + chunk[1:-1])
+        out.write(("," if begin else "") + chunk[1:-1].translate(JSON_ESCAPES))
     out.write("]\n")
     out.flush()
 
@@ -73,8 +81,7 @@ def validate_document(shapes: list[dict]) -> str:
     target without shapes; with shapes, the first shape's at the top level and every shape's in
     `shapes` (each with its `shape` and `shape_value`). NaN -> null."""
     doc = shapes[0] if len(shapes) == 1 and "shape" not in shapes[0] else {**shapes[0], "shapes": shapes}
-    # allow_nan=False: a NaN that slipped through would make invalid JSON; fail here instead
-    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)
+    return json_text(doc)
 
 
 def agreement_record(
@@ -388,4 +395,4 @@ def compare_document(joined, file_a: str, file_b: str) -> str:
         "per_range": records(per_range(joined)),
         "overall": jsonable(compare_overall(joined)),
     }
-    return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
+    return json_text(document)
