@@ -32,7 +32,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from nsprof.errors import TargetChanged, TargetError
+from nsprof.errors import NsprofError, TargetChanged, TargetError
 from nsprof.space import Listing, read_changes, target_file
 from nsprof.space_source import split_target, target_fingerprint
 
@@ -189,18 +189,16 @@ def _described(spec: str, bound_s: float) -> dict:
 
 
 def _saved_path(name: str) -> Path | None:
-    """Where this user's saved view `name` is: in a folder of this user's own that nobody else may write
-    ($XDG_CACHE_HOME/nsprof/targets, else ~/.cache/...); None (nothing saved or read) where there is none."""
+    """Where this user's saved view `name` is: in a folder of this user's own that nobody else may write or
+    move away ($XDG_CACHE_HOME/nsprof/targets, else ~/.cache/...: owned.kept_folder); None (nothing saved
+    or read) where there is none."""
+    from nsprof.host.owned import kept_folder
+
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = Path(base) / "nsprof" / "targets"
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.lstat(folder)
-    except OSError:
+    try:  # no one else may rename it, or a folder above it, away: it is written and pruned by name
+        return kept_folder(Path(base) / "nsprof" / "targets", "the saved targets' folder") / f"{name}.json"
+    except NsprofError:
         return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        return None
-    return folder / f"{name}.json"
 
 
 def _read_saved(path: Path) -> dict | None:

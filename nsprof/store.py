@@ -396,8 +396,7 @@ class ResultStore:
             if suffix == ".csv":
                 frame.to_csv(out, index=False)
             elif suffix == ".json":  # as json_text writes it: what a terminal acts on, escaped
-                text = frame.to_json(orient="records", force_ascii=False).translate(JSON_ESCAPES)
-                Path(out).write_text(text, encoding="utf-8")
+                out.write(frame.to_json(orient="records", force_ascii=False).translate(JSON_ESCAPES).encode())
             else:
                 frame.to_parquet(out, index=False)
         return len(frame)

@@ -253,7 +253,7 @@ def test_an_output_at_another_users_link_is_refused_and_never_written_through(tm
     os.lchown(name, OTHER, OTHER)
     with pytest.raises(NsprofError, match="is a link of uid 54321"):
         with written_over(name) as out:
-            out.write_text("rows\n")
+            out.write(b"rows\n")
     assert name.is_symlink() and stat.S_ISFIFO(os.stat(name).st_mode)  # left as it was, nothing written
 
 
@@ -275,7 +275,7 @@ def test_another_users_fifo_in_a_folder_others_may_write_is_refused_and_a_pipe_o
     planted = _their_fifo(shared / "rows.csv")
     with pytest.raises(NsprofError, match="FIFO of uid 54321 in a folder others may write"):
         with written_over(planted) as out:
-            out.write_text("rows\n")
+            out.write(b"rows\n")
     assert stat.S_ISFIFO(os.lstat(planted).st_mode)
     private = tmp_path / "private"
     private.mkdir(mode=0o755)
@@ -286,7 +286,7 @@ def test_another_users_fifo_in_a_folder_others_may_write_is_refused_and_a_pipe_o
     reader = threading.Thread(target=lambda: got.append(theirs.read_bytes()), daemon=True)
     reader.start()
     with written_over(stdout) as out:
-        out.write_text("rows\n")
+        out.write(b"rows\n")
     reader.join(timeout=30)
     assert got == [b"rows\n"] and stdout.is_symlink()
 
@@ -299,7 +299,7 @@ def test_an_output_through_another_users_folder_link_is_refused_and_nothing_is_w
     drop, link = _theirs(tmp_path, "their-drop", 0o777, link="out")
     with pytest.raises(NsprofError, match="not this user's own"):
         with written_over(link / "results.csv") as out:
-            out.write_text("rows\n")
+            out.write(b"rows\n")
     assert not list(drop.iterdir())
 
 
@@ -323,5 +323,5 @@ def test_an_output_in_a_folder_only_its_owners_private_group_may_write_is_writte
     )
     project, _ = _theirs(tmp_path, "project", 0o775)
     with written_over(project / "r.html") as out:
-        out.write_text("page\n")
+        out.write(b"page\n")
     assert (project / "r.html").read_text() == "page\n"

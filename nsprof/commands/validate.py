@@ -112,7 +112,7 @@ def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=
         click.echo(document)
     elif save_path:
         with written_over(save_path) as out:
-            out.write_text(document + "\n")
+            out.write((document + "\n").encode("utf-8"))
         click.echo(f"wrote {save_path}", err=True)
     if as_json:
         click.echo(document)

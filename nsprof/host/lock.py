@@ -275,7 +275,9 @@ def _moved_away(path: Path, fd: int) -> dict[str, Any] | None:
     maker, who may be another user, in a sticky folder) or deleted: the GPU is not free, though the file now
     at the name is. Every record beside the lock is read (_write_record's, at its name or kept as its own
     file, and the claim each contender keeps from before its flock: gpu_lock); one is believed where the
-    kernel names its pid as the holder of the file it locked (a false one can only say what is true)."""
+    kernel names its pid as the holder of the file it locked. Whether that file ever was the lock, nothing
+    tells: another user's record naming a file she holds locked keeps the GPU busy while she holds it, as
+    taking the lock itself would (any user may take it), no more; its command is hers to word."""
     st, held_now = os.fstat(fd), _flocks()
     for file in [*path.parent.glob(f"{path.name}.*.holder"), *path.parent.glob(f".{path.name}.*.tmp")]:
         try:

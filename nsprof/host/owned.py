@@ -5,8 +5,9 @@ stop the worker) and reads the report back: a folder another user owns, or may w
 user run code as this user, have nsprof kill a process of their choosing, or plant links it writes
 through. own_folder makes a missing folder mode 0700 and refuses, in one line, one that is not this
 user's; check_own_file does the same for a file that is there already (a results store). An output the
-user names is written by written_over: beside its name, then renamed onto it (a FIFO there: once
-something reads it, within READER_WAIT_S).
+user names is written by written_over: into a file it makes beside the name and holds open, then renamed
+onto it (a FIFO there: once something reads it, within READER_WAIT_S). kept_folder is own_folder for what
+nsprof keeps of its own accord (a cache), where no other user's folder lies on the way.
 
 "Others may write" counts the group's write bit only where the group is not the owner's alone (a user
 private group, as umask 002 systems make: the group of the owner's name, with no other member and no
@@ -28,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from nsprof.errors import NsprofError
 
@@ -141,21 +143,42 @@ def check_shared_folder(what: str, folder: Path) -> None:
     and every folder above where it leads root's or this user's (a folder's owner may remove or rename any
     file in it, sticky or not), and sticky where others may write it. Else NsprofError, one line."""
     _check_way(what, folder)
+    _check_owners(what, folder)
+    st = os.stat(os.path.realpath(folder))
+    if _others_may_write(st) and not st.st_mode & stat.S_ISVTX:
+        raise NsprofError(
+            f"cannot use {what} {folder}: others may write it and it is not sticky, so another user could "
+            "move what nsprof keeps there away; use a sticky folder (chmod +t, as /tmp) or another"
+        )
+
+
+def _check_owners(what: str, folder: Path) -> None:
+    """Every folder there from where `folder` leads up to /: root's or this user's (a folder's owner may
+    remove or rename any file in it, sticky or not). Else NsprofError, one line."""
     real = Path(os.path.realpath(folder))
     for each in (real, *real.parents):
-        st = os.stat(each)
+        try:
+            st = os.stat(each)
+        except FileNotFoundError:  # made by nsprof, next
+            continue
         if not trusted(st.st_uid, folder=True):
             where = "it is" if each == real else f"it lies in {each},"
             raise NsprofError(
                 f"cannot use {what} {folder}: {where} a folder of uid {st.st_uid}, who could remove what "
                 "nsprof keeps there while it is in use; use a folder of root's (as /tmp) or your own"
             )
-    st = os.stat(real)
-    if _others_may_write(st) and not st.st_mode & stat.S_ISVTX:
-        raise NsprofError(
-            f"cannot use {what} {folder}: others may write it and it is not sticky, so another user could "
-            "move what nsprof keeps there away; use a sticky folder (chmod +t, as /tmp) or another"
-        )
+
+
+def kept_folder(folder: Path | str, what: str) -> Path:
+    """A folder nsprof keeps files in of its own accord (saved target views), as own_folder makes it, where
+    no one else can rename it or a folder above it away between two uses: every folder on the way root's
+    or this user's (_check_owners), checked before anything is made. Else NsprofError, one line."""
+    folder = Path(folder)
+    _check_way(what, folder)
+    _check_owners(what, folder)
+    own_folder(folder, what)
+    _check_owners(what, folder)  # again: a folder of another user's put on the way since the first look
+    return folder
 
 
 def others_could_change(path: Path, st: os.stat_result | None = None) -> bool:
@@ -244,25 +267,29 @@ def _reader_came(path: Path) -> int:
 
 
 @contextlib.contextmanager
-def written_over(path: Path | str) -> Iterator[Path]:
-    """Where an output the user names is written: a new file beside `path` (its folder made), renamed onto
-    it once written, so that a link at the name is replaced, never written through (another user's link on
-    the way, or a folder they may write and rename in, is refused in one line: _check_way), and a write that
-    fails or is interrupted leaves what was there; a file of this user's there keeps its permissions (a new
-    one, or one replacing another user's, gets the umask's: _kept_mode). A pipe or a device at the name
+def written_over(path: Path | str) -> Iterator[BinaryIO]:
+    """An output the user names, as a binary file open for writing: a new file beside `path` (its folder
+    made), renamed onto it once written, so that a link at the name is replaced, never written through
+    (another user's link on the way, or a folder they may write and rename in, is refused in one line:
+    _check_way), and a write that fails or is interrupted leaves what was there; a file of this user's there
+    keeps its permissions (a new one, or one replacing another user's, gets the umask's: _kept_mode). What
+    is written goes into the file opened here, whatever its name comes to lead to meanwhile (a folder of
+    another user's, which is not refused, is hers to rename in). A pipe or a device at the name
     (/dev/stdout: _written_through), or a folder this user cannot write in, is written as it is; a FIFO once
     something reads it (_reader_came)."""
     path = Path(path)
     _check_way("output", path)  # another user's link on the way, or a folder they may write and rename in
     through = _written_through(path)
     if through is not None:
-        held = _reader_came(path) if stat.S_ISFIFO(through.st_mode) else None
-        try:
-            with _named(path):
-                yield path
-        finally:
-            if held is not None:
-                os.close(held)
+        with _named(path):
+            fd = (
+                _reader_came(path)
+                if stat.S_ISFIFO(through.st_mode)
+                else os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            )
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "wb") as out:
+                yield out
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -271,18 +298,33 @@ def written_over(path: Path | str) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             _links("output", path, path)  # another user's link on the way: refused, in one line
         with _named(path):
-            yield path
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            with os.fdopen(fd, "wb") as out:
+                yield out
         return
-    os.close(fd)
     try:
-        with _named(path):
-            yield Path(name)
-            os.chmod(name, _kept_mode(path))
+        with _named(path), os.fdopen(fd, "wb") as out:
+            yield out
+            out.flush()
+            os.fchmod(fd, _kept_mode(path))
             os.replace(name, path)
+            _check_renamed(path, os.fstat(fd))
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(name)
         raise
+
+
+def _check_renamed(path: Path, written: os.stat_result) -> None:
+    """NsprofError, one line, where the name `path` does not lead to the file just written and renamed onto
+    it: the owner of its folder put another file at the temporary name meanwhile."""
+    st = os.lstat(path)
+    if (st.st_dev, st.st_ino) != (written.st_dev, written.st_ino):
+        owner = os.stat(path.parent).st_uid
+        raise NsprofError(
+            f"writing {path} failed: the folder's owner (uid {owner}) replaced the file while it was written; "
+            "write it into a folder of your own"
+        )
 
 
 def _kept_mode(path: Path) -> int:

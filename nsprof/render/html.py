@@ -383,4 +383,4 @@ def write_page(text: str, path) -> None:
         sys.stdout.flush()
         return
     with written_over(Path(path)) as out:
-        out.write_text(text, encoding="utf-8")
+        out.write(text.encode("utf-8"))

@@ -144,8 +144,8 @@ def save_figure(fig, path: str) -> None:
         return
     from nsprof.host.owned import written_over
 
-    with written_over(out) as temporary:
-        fig.savefig(temporary, dpi=120)
+    with written_over(out) as file:
+        fig.savefig(file, format=out.suffix.lower()[1:], dpi=120)
 
 
 @plain_text
