@@ -197,7 +197,7 @@ def _saved_path(name: str) -> Path | None:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     try:  # no one else may rename it, or a folder above it, away: it is written and pruned by name
         return kept_folder(Path(base) / "nsprof" / "targets", "the saved targets' folder") / f"{name}.json"
-    except NsprofError:
+    except (NsprofError, OSError):  # nothing saved or read: the command goes on without
         return None
 
 

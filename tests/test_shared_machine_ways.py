@@ -1,5 +1,6 @@
-"""Another local user's folder on the way to what nsprof writes: an output named in a folder of hers, and
-$XDG_CACHE_HOME (the saved target views) in a folder she may write. She is a real second user
+"""The ways to what nsprof writes: an output named in a folder of another user's, $XDG_CACHE_HOME (the saved
+target views) in a folder she may write or one nsprof cannot use, and an output that is a standard stream
+(/dev/stdout, root's link, never replaced by a file). She is a real second user
 (tests/test_shared_machine.py's OtherUser: a forked child of uid OTHER), root the victim.
 """
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -15,8 +17,13 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from conftest import FIXTURES, run_nsprof, wait_for
 from test_shared_machine import OTHER, WAIT_S, other_user, shared  # noqa: F401 - fixtures
+
+import nsprof.host.owned  # noqa: F401 - imported here: the other user's child cannot read this Python's files
+import nsprof.render.html  # noqa: F401
+import nsprof.space_view  # noqa: F401
 
 REPORT = FIXTURES / "fixture_node_raw.csv"  # an ncu CSV that `nsprof analyze` reads in a moment
 
@@ -160,3 +167,107 @@ def test_saved_views_are_never_written_or_pruned_through_a_folder_another_user_m
     assert sorted(p.name for p in data.iterdir()) == [kept.name], "root saved a view into its own folder"
     made = [p.name for p in xdg.iterdir() if p.lstat().st_uid == 0]
     assert made == [], f"root keeps its saved views in a folder she may write: {made}"
+
+
+TARGET = FIXTURES.parent / "targets" / "faulty_cpu.py"
+
+
+# --- the saved target views: a cache folder nsprof cannot use is no error ------------------------------------
+
+
+def test_a_cache_folder_that_is_a_file_on_the_way_saves_no_views_and_tune_still_runs(tmp_path):
+    """$XDG_CACHE_HOME/nsprof is a file: no saved views, but the tune runs (it did before kept_folder,
+    whose _check_owners stats the folder and lets only FileNotFoundError pass)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "nsprof").write_text("not a folder\n")
+    done = run_nsprof(
+        "tune", f"{TARGET}:space", "--backend", "ncu", "--configs", "0,2", "--mode", "direct", "--reps", "1",
+        "--no-feed-back", "--no-tuner-pick", "--no-store", "--work-dir", tmp_path / "w",
+        env={"XDG_CACHE_HOME": str(cache)}, standins=True, in_process=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def _saved_path_as_the_user(me, home: str) -> None:
+    os.environ.pop("XDG_CACHE_HOME", None)
+    os.environ["HOME"] = home
+    from nsprof.space_view import _saved_path
+
+    path = _saved_path("x")
+    me.say({"path": None if path is None else str(path)})
+
+
+def test_a_cache_folder_this_user_cannot_enter_saves_no_views(tmp_path, shared, other_user):  # noqa: F811
+    """~/.cache/nsprof made by root once (sudo keeping HOME, root's umask 077): the user cannot enter it.
+    nsprof saves and reads no views there, and goes on; kept_folder raised PermissionError instead (every
+    command that reads a target then ends in 'nsprof: error: Permission denied: ...')."""
+    home = shared / "home"
+    (home / ".cache" / "nsprof" / "targets").mkdir(parents=True)
+    for folder in (home, home / ".cache"):
+        os.chown(folder, OTHER, OTHER)
+    (home / ".cache" / "nsprof").chmod(0o700)  # root's
+    assert other_user(_saved_path_as_the_user, str(home)).read() == {"path": None}
+
+
+# --- an output at /dev/stdout, standard output a file -------------------------------------------------------
+
+
+def _page_to_dev_stdout(me, into: str) -> None:
+    from nsprof.render.html import write_page
+
+    fd = os.open(into, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.close(fd)
+    write_page("<p>page</p>\n", "/dev/stdout")
+    me.say({"wrote": True})
+
+
+def test_an_output_at_dev_stdout_of_a_user_who_cannot_write_dev_goes_to_the_file_stdout_is(
+    shared,  # noqa: F811
+    other_user,  # noqa: F811
+):
+    """`nsprof ... --html /dev/stdout > page.html` as a user other than root: /dev is not hers to write
+    in, so the output is written as it is, through /dev/stdout (root's link) into her file. The open
+    of that fallback now has O_NOFOLLOW, and fails: 'Too many levels of symbolic links'."""
+    page = shared / "page.html"
+    assert other_user(_page_to_dev_stdout, str(page)).read() == {"wrote": True}
+    assert page.read_text() == "<p>page</p>\n"
+
+
+DEV_STDOUT = """
+set -e
+mount --bind /dev "$REAL"
+mount -t tmpfs none /dev
+for name in null zero full random urandom tty; do ln -s "$REAL/$name" /dev/$name; done
+ln -s /proc/self/fd /dev/fd
+ln -s /proc/self/fd/0 /dev/stdin
+ln -s /proc/self/fd/1 /dev/stdout
+ln -s /proc/self/fd/2 /dev/stderr
+"$PYTHON" -m nsprof analyze "$REPORT" --csv /dev/stdout > "$ROWS" 2> "$ERR" || true
+if [ -L /dev/stdout ]; then echo "a link still"; else ls -l /dev/stdout; fi
+"""
+
+
+def test_root_writing_an_output_at_dev_stdout_into_a_file_never_replaces_dev_stdout(tmp_path):
+    """`nsprof analyze r --csv /dev/stdout > rows.csv` as root (a container's user): /dev/stdout leads to
+    a regular file, so written_over writes a file beside it in /dev and renames it onto /dev/stdout:
+    the machine's /dev/stdout becomes a regular file holding the rows, and rows.csv gets the table. Run
+    in a mount namespace of its own, with a /dev of its own (the machine's is never touched)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare: a /dev of the test's own")
+    real = tmp_path / "realdev"
+    real.mkdir()
+    env = {
+        **os.environ,
+        "REAL": str(real),
+        "PYTHON": sys.executable,
+        "REPORT": str(FIXTURES / "fixture.sqlite"),
+        "ROWS": str(tmp_path / "rows.csv"),
+        "ERR": str(tmp_path / "err"),
+    }
+    done = subprocess.run(["unshare", "-m", "sh", "-c", DEV_STDOUT], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"no mount namespace here: {done.stderr.strip()}")
+    assert done.stdout.strip() == "a link still", done.stdout
+    assert (tmp_path / "rows.csv").read_text().startswith("file,source,"), (tmp_path / "err").read_text()

@@ -4,6 +4,7 @@ before anything is measured. regex_option, once_each, ints (CONFIG_IDS, DEVICES)
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import click
@@ -73,6 +74,14 @@ def words(option: str):
     return parse
 
 
+def _is_standard_output(value: str) -> bool:
+    """Whether `value` names the file standard output is open on (/dev/stdout, /proc/self/fd/1)."""
+    try:
+        return os.path.samefile(value, "/proc/self/fd/1")
+    except (OSError, ValueError):
+        return False
+
+
 class OutPath(click.Path):
     """An output file: not a folder, and under a folder that exists or can be made (no file on the
     way), checked before anything is measured."""
@@ -82,6 +91,8 @@ class OutPath(click.Path):
 
     def convert(self, value, param, ctx):
         value = super().convert(value, param, ctx)
+        if value != "-" and _is_standard_output(value):
+            return "-"  # /dev/stdout, say: standard output, as "-" (the tables then go to stderr)
         if value != "-":
             folder = Path(value).absolute().parent
             while not folder.exists() and folder != folder.parent:

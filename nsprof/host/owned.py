@@ -161,6 +161,8 @@ def _check_owners(what: str, folder: Path) -> None:
             st = os.stat(each)
         except FileNotFoundError:  # made by nsprof, next
             continue
+        except OSError as exc:  # a file where a folder should be, a folder that cannot be entered
+            raise NsprofError(f"cannot use {what} {folder}: {exc.strerror or exc}: {each}") from None
         if not trusted(st.st_uid, folder=True):
             where = "it is" if each == real else f"it lies in {each},"
             raise NsprofError(
@@ -279,6 +281,11 @@ def written_over(path: Path | str) -> Iterator[BinaryIO]:
     something reads it (_reader_came)."""
     path = Path(path)
     _check_way("output", path)  # another user's link on the way, or a folder they may write and rename in
+    standard = _standard_stream(path)
+    if standard is not None:  # /dev/stderr, say, in a file: written where the stream is, never replaced
+        with _named(path), os.fdopen(os.dup(standard), "wb") as out:
+            yield out
+        return
     through = _written_through(path)
     if through is not None:
         with _named(path):
@@ -297,10 +304,8 @@ def written_over(path: Path | str) -> Iterator[BinaryIO]:
     except PermissionError:  # a folder this user cannot write in: its file there, if it is no one else's way
         with contextlib.suppress(OSError):
             _links("output", path, path)  # another user's link on the way: refused, in one line
-        with _named(path):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-            with os.fdopen(fd, "wb") as out:
-                yield out
+        with _named(path), os.fdopen(_opened_as_it_is(path), "wb") as out:
+            yield out
         return
     try:
         with _named(path), os.fdopen(fd, "wb") as out:
@@ -313,6 +318,42 @@ def written_over(path: Path | str) -> Iterator[BinaryIO]:
         with contextlib.suppress(OSError):
             os.unlink(name)
         raise
+
+
+def _standard_stream(path: Path) -> int | None:
+    """1 or 2 where `path` names the file this process's standard output or error is open on (/dev/stdout,
+    /dev/stderr, the file a shell redirected it to): written through that stream, at its place, and never
+    replaced by a new file (root would replace /dev/stdout, a link, with a file for the whole machine)."""
+    import sys
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
+        try:
+            std = os.fstat(fd)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (std.st_dev, std.st_ino):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                stream.flush()  # what was printed before comes first
+            return fd
+    return None
+
+
+def _opened_as_it_is(path: Path) -> int:
+    """The file at `path`, in a folder this user cannot write in, opened for writing as it is; a link at
+    the name only where _links finds every link on the way this user's or root's (checked again now that
+    one is there: another user may own the folder and put hers there since the first look)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    _links("output", path, path)
+    return os.open(path, flags, 0o666)
 
 
 def _check_renamed(path: Path, written: os.stat_result) -> None:
