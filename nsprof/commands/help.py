@@ -38,7 +38,7 @@ HELP = {
     "profile --clock-control": "ncu: lock clocks to base (default) or leave them free.",
     "profile --cache-control": "ncu: flush caches before each replay (all) or not.",
     "profile --graph-profiling": "ncu: profile graph kernel nodes one by one, or whole graphs (not per-kernel!).",
-    "profile --work-dir": "Keep reports and logs here (default: a temporary folder, named at the end).",
+    "profile --work-dir": "Keep reports and logs here (default: a temporary folder, removed at the end unless the run failed or was interrupted: then kept and named).",
     "profile --csv": "Write the tidy rows to a CSV file (- for standard output, the table then goes to stderr).",
     "validate --timers": "Fast timers: families event, cupti, graph (warm and cold L2 each), interleaved (graph and cupti, warm and cold, the configs measured round-robin in rounds) or exact names (event, event_cold, cupti, cupti_cold, graph_warm, graph_cold, graph_warm_interleaved, graph_cold_interleaved, cupti_interleaved, cupti_cold_interleaved).",
     "validate --external": "Also TileLang's and Triton's own timers, where installed.",
