@@ -316,3 +316,13 @@ def test_one_interleaved_method_failing_on_a_config_keeps_the_others_measure_of_
     failures = [f for f in document.get("failures", []) if f["config_id"] == 1]
     assert [f["method"] for f in failures] == ["cupti_cold_interleaved"], failures
     assert "interleaved cupti_cold_interleaved" in failures[0]["reason"]
+
+
+def test_the_warm_event_and_cupti_timers_can_be_asked_alone(target, tmp_path):
+    """`event` and `cupti` are families (each with its cold twin): `event_warm` and `cupti_warm` name the
+    warm one alone, measured and shown under its own name."""
+    from nsprof.timers.specs import expand
+
+    assert expand(["event_warm", "cupti_warm", "cupti"]) == ["event", "cupti", "cupti_cold"]
+    document, _ = _validate(target, tmp_path, timers="cupti_warm")
+    assert {r["method"] for r in document["per_config"]} == {"cupti", "standin:direct"}  # and the truth

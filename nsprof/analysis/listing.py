@@ -60,7 +60,7 @@ def order(summary, by: str = "range", top: int | None = None, reverse: bool = Fa
     """A summary sorted: `range` natural range order ("(no range)" last), kernels of a range in
     order of appearance; `median`, `total`, `count` largest first; `name` by kernel name. With
     `reverse`, each key the other way (`median` then puts the fastest first), equal keys still
-    in order of appearance and the rows without a value (NaN, "(no range)") still last. Then
+    in order of appearance and the rows without a value still last (NaN; "(no range)" by range). Then
     the first `top` rows of each source. A DataFrame (index 0, 1, ...) for a DataFrame, a
     ListTable for a ListTable."""
     if by not in SORTS:

@@ -26,6 +26,8 @@ FAMILIES = {
     "graph": ["graph_warm", "graph_cold"],
     "interleaved": list(INTERLEAVED),
 }
+# The warm event and CUPTI timers alone: their own names are their families'
+WARM_ALONE = {"event_warm": "event", "cupti_warm": "cupti"}
 EXTERNAL = ("tilelang_event", "tilelang_cupti", "tilelang_cudagraph", "triton_do_bench", "triton_cudagraph")
 # The tuners' own timers' L2 state (docs/timers.md): TileLang's event and cupti backends and
 # triton.testing.do_bench flush L2 before each call; the CUDA-graph ones never do.
@@ -65,10 +67,11 @@ def conditions(name: str) -> str:
 
 
 def expand(names: list[str]) -> list[str]:
-    """`event,cupti,graph` -> every variant of each family; exact names pass through."""
+    """`event,cupti,graph` -> every variant of each family; exact names pass through (event_warm and
+    cupti_warm: the warm one alone, named event and cupti)."""
     out: list[str] = []
     for name in names:
-        for item in FAMILIES.get(name, [name]):
+        for item in FAMILIES.get(name, [WARM_ALONE.get(name, name)]):
             if item not in OWN and item not in INTERLEAVED and item not in EXTERNAL:
                 raise ValueError(f"unknown timer {item!r}")
             if item not in out:
