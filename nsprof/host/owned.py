@@ -118,6 +118,19 @@ def _links(what: str, given: Path, path: Path, followed: list[int] | None = None
         here = step
 
 
+def _folders_there(what: str, path: Path, folders) -> Iterator[tuple[Path, os.stat_result]]:
+    """Each of `folders` that is there, with its os.stat (one not there yet is made by nsprof, next); one
+    that cannot be looked at (a file where a folder should be, a folder that cannot be entered):
+    NsprofError naming `path`, one line."""
+    for folder in folders:
+        try:
+            yield folder, os.stat(folder)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise NsprofError(f"cannot use {what} {path}: {exc.strerror or exc}: {folder}") from None
+
+
 def _check_way(what: str, path: Path) -> None:
     """The links on the way to `path` (_links), and the folders above where it leads: one that others may
     write must be sticky and this user's or root's (else they could rename `path` away)."""
@@ -125,13 +138,7 @@ def _check_way(what: str, path: Path) -> None:
         _links(what, path, path)
     except OSError as exc:  # a link that cannot be read
         raise NsprofError(f"cannot use {what} {path}: {exc.strerror or exc}") from None
-    for folder in Path(os.path.realpath(path)).parents:
-        try:
-            st = os.stat(folder)
-        except FileNotFoundError:  # made by nsprof, next
-            continue
-        except OSError as exc:  # a file where a folder should be, a folder that cannot be entered
-            raise NsprofError(f"cannot use {what} {path}: {exc.strerror or exc}: {folder}") from None
+    for folder, st in _folders_there(what, path, Path(os.path.realpath(path)).parents):
         if _others_may_write(st) and (not st.st_mode & stat.S_ISVTX or not trusted(st.st_uid, folder=True)):
             mode = f"{stat.S_IMODE(st.st_mode):04o}"
             why = "not sticky" if not st.st_mode & stat.S_ISVTX else f"a folder of uid {st.st_uid}"
@@ -156,13 +163,7 @@ def _check_owners(what: str, folder: Path) -> None:
     """Every folder there from where `folder` leads up to /: root's or this user's (a folder's owner may
     remove or rename any file in it, sticky or not). Else NsprofError, one line."""
     real = Path(os.path.realpath(folder))
-    for each in (real, *real.parents):
-        try:
-            st = os.stat(each)
-        except FileNotFoundError:  # made by nsprof, next
-            continue
-        except OSError as exc:  # a file where a folder should be, a folder that cannot be entered
-            raise NsprofError(f"cannot use {what} {folder}: {exc.strerror or exc}: {each}") from None
+    for each, st in _folders_there(what, folder, (real, *real.parents)):
         if not trusted(st.st_uid, folder=True):
             where = "it is" if each == real else f"it lies in {each},"
             raise NsprofError(
