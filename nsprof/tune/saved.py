@@ -28,13 +28,20 @@ from nsprof.store_rows import in_order, own_order, settings_of
 from nsprof.tune.explain import cross_truth
 from nsprof.tune.measure import key_labels
 from nsprof.tune.rankings import rank_rows, unmeasured_shape
-from nsprof.tune.stored import stored_rows
+from nsprof.tune.stored import adaptive_runs, stored_rows
 
 __all__ = ["reread"]
 
 MAX_CONFIG_ID = 10_000_000  # a config id past it is no index of a space a store could have measured
 # The settings a tune records (TuneSettings.record) that decide how its numbers are ranked and labelled.
 _RANKING_SETTINGS = ("mode", "stat", "reps", "timer_reps", "max_reps", "truths", "deploy")
+_RUN_KEY = (
+    "backend",
+    "gpu",
+    "mode",
+    "clock_control",
+    "cache_control",
+)  # a run's key, but for its tool version
 
 
 def same_target(stored: str, asked: str) -> bool:
@@ -89,14 +96,21 @@ def _settings(run, store) -> TuneSettings:
 
 def _key_orders(runs, anchor) -> dict:
     """The key orders (store_rows.key_orders' of the configs, key_order's of the shapes) of the target's runs
-    (`runs`, one fingerprint's): the newest first pass's that recorded them up to the `anchor` run (after it
-    only where none did; an adaptive session's run records none); none for a store that holds none (its
-    keys then come in the store's sorted order)."""
+    (`runs`, one fingerprint's), and how many configs and which shapes (their JSON) the target listed: the
+    newest first pass's that recorded them up to the `anchor` run (after it only where none did; an adaptive
+    session's run records none); none for a store that holds none (its keys then come in the store's sorted
+    order, and every config and shape it holds is ranked)."""
     for run in sorted(runs.itertuples(), key=lambda r: (int(r.id) > int(anchor.id), -int(r.id))):
         record = _record(run)
         if isinstance(record.get("config_key_orders"), dict):
-            return {"config_key_orders": record["config_key_orders"], "shape_keys": record.get("shape_keys")}
-    return {"config_key_orders": {}, "shape_keys": None}
+            n, shapes = record.get("n_configs"), record.get("shape_jsons")
+            return {
+                "config_key_orders": record["config_key_orders"],
+                "shape_keys": record.get("shape_keys"),
+                "n_configs": n if type(n) is int and n >= 0 else None,
+                "shape_jsons": shapes if isinstance(shapes, list) else None,
+            }
+    return {"config_key_orders": {}, "shape_keys": None, "n_configs": None, "shape_jsons": None}
 
 
 def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
@@ -116,6 +130,7 @@ def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
             return None
         run = matching[-1]
     return {
+        "run_id": [int(r) for r in runs["id"]],
         "fingerprint": _text(run.fingerprint),
         "gpu": _text(run.gpu),
         "backend": backend,
@@ -148,15 +163,20 @@ def _cut_short(store, ids: list[int]) -> list[str]:
 def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders: dict) -> tuple[list, dict]:
     """The configs (their stored JSON, keys in the run's order: `orders`; None for an id it holds none of)
     and {shape: (shape's value, Ranking)} of what `store` holds under `group`: every config it holds, as its
-    latest run stored it, ranked at each shape it holds (None: a target without shapes)."""
+    latest run stored it, ranked at each shape it holds (None: a target without shapes): only of the
+    configs and shapes the target listed then (`orders`: n_configs and shape_jsons, where recorded)."""
     frame = store.frame(**group)
+    if frame.empty:
+        return [], {}
+    _check_written_by_nsprof(store, frame)
+    if orders["n_configs"] is not None:
+        frame = frame[frame["config_id"] < orders["n_configs"]]
+    if orders["shape_jsons"] is not None:
+        frame = frame[frame["shape_json"].fillna("").isin(orders["shape_jsons"])]
     if frame.empty:
         return [], {}
     latest = frame.sort_values("run_id", kind="stable").groupby("config_id").tail(1)
     wanted_json = {int(c): str(text) for c, text in zip(latest["config_id"], latest["config_json"])}
-    if min(wanted_json) < 0 or max(wanted_json) > MAX_CONFIG_ID:  # a list of that many would not fit
-        odd = min(wanted_json) if min(wanted_json) < 0 else max(wanted_json)
-        raise store.edited(f"config id {odd}")
     configs = [None] * (max(wanted_json) + 1)
     for config_id, text in wanted_json.items():
         order = own_order(orders["config_key_orders"], config_id)
@@ -182,6 +202,16 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders
             ranking.notes.append(unmeasured_shape(shape, config_label(value)))
         results[shape] = (value, ranking)
     return configs, results
+
+
+def _check_written_by_nsprof(store, frame) -> None:
+    """A store edited by hand, in one line (store.edited): a config id no list could hold, a shape that is
+    no JSON."""
+    ids = [int(c) for c in frame["config_id"]]
+    if min(ids) < 0 or max(ids) > MAX_CONFIG_ID:  # a list of that many would not fit
+        raise store.edited(f"config id {min(ids) if min(ids) < 0 else max(ids)}")
+    for text in set(frame["shape_json"].dropna()) - {""}:
+        _loaded(store, "shape", str(text))
 
 
 def _loaded(store, what: str, text: str):
@@ -214,7 +244,9 @@ def _shape_indices(frame) -> list[tuple[int | None, str]]:
 
 
 def _run(store, target: str | None, run_id: int | None):
-    """The run a re-read starts from: run `run_id`, or `target`'s latest; and the runs of its target."""
+    """The run a re-read starts from: run `run_id`, or `target`'s latest; and the runs of its target: of its
+    source (fingerprint) and its file (another copy of the same source is another target), up to it (a
+    later tune of it is not this one's)."""
     runs = store.runs()
     if run_id is not None:
         chosen = runs[runs["id"] == int(run_id)]
@@ -227,7 +259,22 @@ def _run(store, target: str | None, run_id: int | None):
                 f"results store {store.path} has no run of target {target} (nsprof results lists the runs)"
             )
     anchor = next(chosen.tail(1).itertuples())
-    return anchor, runs[(runs["fingerprint"].fillna("") == _text(anchor.fingerprint)).astype(bool)]
+    target = [
+        _text(run.fingerprint) == _text(anchor.fingerprint)
+        and same_target(_text(run.target), _text(anchor.target))
+        for run in runs.itertuples()
+    ]
+    of_target = runs[target]
+    # the next first pass under the anchor's own key starts a later tune: its rows are not this one's
+    adaptive = adaptive_runs(runs)
+    later = [
+        int(run.id)
+        for run in of_target.itertuples()
+        if int(run.id) > int(anchor.id)
+        and int(run.id) not in adaptive
+        and all(_text(getattr(run, k)) == _text(getattr(anchor, k)) for k in _RUN_KEY)
+    ]
+    return anchor, of_target[of_target["id"] < min(later)] if later else of_target
 
 
 def reread(store, *, target: str | None = None, run_id: int | None = None) -> TuneReport:

@@ -357,10 +357,12 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
 
     truth, todo, on_progress, on_measured, ahead = first
     settings = context.settings
-    record = {
+    record = {  # with what the target listed: a re-read ranks those configs and shapes, no stale one
         **settings.record(),
         "config_key_orders": key_orders(space.configs),
         "shape_keys": key_order(space.shapes or []),
+        "n_configs": len(space.configs),
+        "shape_jsons": sorted(set(context.shape_jsons.values())),
     }
     run_id = store.start_run(target=target, settings=record, gpu_uuid=gpu.uuid, **context.group)
     done: set = set()

@@ -1,0 +1,82 @@
+"""`nsprof results` ranks a stored tune from that tune's own rows: of run N and the runs before it, of the
+target's own file (not another copy whose source fingerprint is the same), and of the configs and shapes its
+latest tune listed (real nsprof runs under the stand-in profilers, tests/standins.py)."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_nsprof
+
+TUNE = ["--backend", "ncu", "--mode", "direct", "--no-explain", "--budget-s", "0"]
+TUNE += ["--no-feed-back", "--no-tuner-pick", "--store", "s.sqlite"]
+
+
+def _ranked(done) -> list[tuple[int, float]]:
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    return [(r["config_id"], r["value_ns"]) for r in document["ranked"]]
+
+
+def test_results_by_run_ranks_that_runs_rows_not_a_later_runs(tmp_path):
+    """`results --run 1` ranks "the stored tune of this run": a later tune of the same target under the
+    same key (run 2, here with more reps, whose extra reps measure config 0 slower) must not replace
+    run 1's numbers."""
+    (tmp_path / "target.py").write_text(
+        "import nsprof.space\n"
+        "configs = [{'b': 0, 'ns_reps': [1000, 1000, 1000, 9000, 9000, 9000]}, {'b': 1, 'ns': 3000}]\n"
+        "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
+    )
+    first = run_nsprof("tune", "target.py:space", *TUNE, "--reps", "3", "--json", cwd=tmp_path, standins=True)
+    assert _ranked(first) == [(0, 1000.0), (1, 3000.0)]
+    second = run_nsprof(
+        "tune", "target.py:space", *TUNE, "--reps", "6", "--json", cwd=tmp_path, standins=True
+    )
+    assert _ranked(second) == [(1, 3000.0), (0, 5000.0)]
+    again = run_nsprof("results", "s.sqlite", "--run", "1", "--json", cwd=tmp_path)
+    assert _ranked(again) == [(0, 1000.0), (1, 3000.0)], json.loads(again.stdout)["notes"]
+
+
+DATA_TARGET = """
+import json, os
+import nsprof.space
+with open(os.path.join(os.path.dirname(__file__), "configs.json")) as file:
+    configs = json.load(file)
+space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device="cpu")
+"""
+
+
+def test_results_of_a_target_never_ranks_another_targets_rows(tmp_path):
+    """Two projects whose target files are the same text (their configs read from a data file beside
+    each, as the nsprof.space_view docstring allows) share a source fingerprint; `results --target a`
+    must rank a's configs as a's tune measured them, never b's."""
+    for name, configs in (("a", [{"b": 1, "ns": 1000}, {"b": 2, "ns": 2000}]),
+                          ("b", [{"b": 7, "ns": 5000}, {"b": 8, "ns": 500}])):  # fmt: skip
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "t.py").write_text(DATA_TARGET)
+        (tmp_path / name / "configs.json").write_text(json.dumps(configs))
+    a = run_nsprof("tune", "a/t.py:space", *TUNE, "--reps", "3", "--json", cwd=tmp_path, standins=True)
+    assert _ranked(a) == [(0, 1000.0), (1, 2000.0)]
+    b = run_nsprof("tune", "b/t.py:space", *TUNE, "--reps", "3", "--json", cwd=tmp_path, standins=True)
+    assert _ranked(b) == [(1, 500.0), (0, 5000.0)]
+    again = run_nsprof("results", "s.sqlite", "--target", "a/t.py:space", "--json", cwd=tmp_path)
+    assert _ranked(again) == [(0, 1000.0), (1, 2000.0)], json.loads(again.stdout)["notes"]
+
+
+def test_results_of_a_target_ranks_no_config_its_latest_tune_no_longer_lists(tmp_path):
+    """A target's configs read from a data file (its source fingerprint unchanged by an edit of it): the
+    user drops config 2 and replaces config 1, and `tune --resume` ranks the two configs the target lists
+    (config 0 best). `results --target` ranks "the target's latest stored tune again": it must not name
+    as the winner a config that tune no longer lists (a stale config 2, measured under the old file)."""
+    (tmp_path / "t.py").write_text(DATA_TARGET)
+    data = tmp_path / "configs.json"
+    data.write_text(json.dumps([{"b": 1, "ns": 2000}, {"b": 2, "ns": 3000}, {"b": 3, "ns": 500}]))
+    first = run_nsprof("tune", "t.py:space", *TUNE, "--reps", "3", "--json", cwd=tmp_path, standins=True)
+    assert _ranked(first)[0] == (2, 500.0)
+    data.write_text(json.dumps([{"b": 1, "ns": 2000}, {"b": 4, "ns": 2500}]))
+    resumed = run_nsprof(
+        "tune", "t.py:space", *TUNE, "--reps", "3", "--resume", "--json", cwd=tmp_path, standins=True
+    )
+    assert _ranked(resumed) == [(0, 2000.0), (1, 2500.0)]
+    again = run_nsprof("results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path)
+    assert _ranked(again) == [(0, 2000.0), (1, 2500.0)], json.loads(again.stdout)["notes"]
