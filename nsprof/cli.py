@@ -15,9 +15,10 @@ import click
 from nsprof import __version__
 from nsprof.commands.common import split
 from nsprof.commands.help import HELP
-from nsprof.commands.option_types import CONFIG_IDS, DEVICES, OutPath, not_nan, regex_option, words
+from nsprof.commands.option_types import CONFIG_IDS, DEVICES, Named, OutPath, not_nan, regex_option, words
 from nsprof.drivers import registry
 from nsprof.errors import NsprofError, OptionError, error_line
+from nsprof.host.children import MAX_WAIT_S
 from nsprof.host.redirect import exit_for_closed_stdout
 from nsprof.settings import TIMER_BACKENDS, ProfileSettings, TuneSettings, ValidateSettings
 
@@ -89,11 +90,14 @@ _OUT = OutPath()
 # The options several commands take: their one definition (where click puts the value, the rest).
 _SHARED = {
     "--wait": (None, {"is_flag": True}),
-    "--timeout": ("timeout_s", {"type": click.FloatRange(min=1), "default": 120}),
+    "--timeout": (
+        "timeout_s",
+        {"type": click.FloatRange(1, MAX_WAIT_S), "default": 120, "callback": not_nan},
+    ),
     "--reps": (None, {"type": click.IntRange(1), "default": 5}),
-    "--work-dir": (None, {"type": click.Path(file_okay=False, path_type=Path), "default": None}),
+    "--work-dir": (None, {"type": Named(file_okay=False, path_type=Path), "default": None}),
     "--configs": ("ids", {"default": None, "callback": CONFIG_IDS}),
-    "--store": ("store_path", {"type": click.Path(dir_okay=False, path_type=Path), "default": None}),
+    "--store": ("store_path", {"type": Named(dir_okay=False, path_type=Path), "default": None}),
     "--json": ("as_json", {"is_flag": True}),
     "--csv": ("csv_path", {"type": _OUT}),
     "--plot": ("plot_path", {"type": _OUT}),
@@ -140,7 +144,7 @@ _CLUSTER = ("devices", "scheduler", "verbose")
 
 
 @cli.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=Named(path_type=Path))
 @_option("--kernel", "kernel_re", metavar="REGEX", callback=regex_option)
 @_option("--range", "range_re", metavar="REGEX", callback=regex_option)
 @_option("--sort", "sort_by", type=_choice("range median total count name"), default="range")
@@ -151,7 +155,7 @@ _CLUSTER = ("devices", "scheduler", "verbose")
 @_option("--names", type=_choice("short demangled"), default="short")
 @_option("--wide", is_flag=True)
 @_option("--format", "style", type=_choice("table csv json markdown"), default="table")
-@_option("--plot", type=None, metavar="FILE", default=None)
+@_option("--plot", metavar="FILE", default=None)
 @_option("--json")
 @_option("--csv")
 @_option("--parquet", "parquet_path", type=_OUT)
@@ -303,7 +307,7 @@ def tune(target, backend, truth_list, deploy, store_path, no_store, ids, **optio
 
 
 @cli.command()
-@click.argument("store", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("store", required=False, type=Named(dir_okay=False, path_type=Path))
 @_option("--store")
 @_option("--export", "export_path", type=_OUT, default=None)
 @_option("--target", metavar="TARGET", default=None)
@@ -324,7 +328,7 @@ def results(store, store_path, **options) -> None:
 @_option(
     "--idle-exit",
     "idle_exit_s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=click.FloatRange(0, MAX_WAIT_S, min_open=True),
     default=600,
     metavar="SECONDS",
     callback=not_nan,
@@ -362,6 +366,10 @@ def main(args: list[str] | None = None) -> None:
     # timeout, Slurm and systemd stop nsprof with SIGTERM, a closed terminal with SIGHUP: act as
     # on Ctrl-C (children stopped, what was measured kept), not die leaving the children running.
     interrupt_on_termination()
+    # started with standard output or error closed (`>&-`): Python has None there; what would go there goes
+    # nowhere (a file that now opens at fd 1 or 2 is /dev/null, not a report or a store)
+    sys.stdout = sys.stdout or open(os.devnull, "w")  # noqa: SIM115 - for the process's life
+    sys.stderr = sys.stderr or open(os.devnull, "w")  # noqa: SIM115
     try:
         code = cli.main(args=args, prog_name="nsprof", standalone_mode=False)
         sys.stdout.flush()  # inside the try: a closed pipe shows on the last flush too

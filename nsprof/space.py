@@ -99,14 +99,11 @@ class Space(Listing):
     compile_in_worker: bool = False
 
     def __post_init__(self) -> None:
+        self.configs = self._listed("configs", self.configs)
         if not self.configs:
             raise TargetError(f"space {self.name!r} has no configs")
         if self.shapes is not None:
-            if isinstance(self.shapes, (str, bytes, dict)) or not hasattr(self.shapes, "__len__"):
-                raise TargetError(
-                    f"space {self.name!r}: shapes must be a list, not {type(self.shapes).__name__}"
-                )
-            self.shapes = list(self.shapes)
+            self.shapes = self._listed("shapes", self.shapes)
             if not self.shapes:
                 raise TargetError(
                     f"space {self.name!r}: shapes is an empty list (leave it out for no shapes)"
@@ -121,6 +118,13 @@ class Space(Listing):
                     )
         if self.device not in ("cuda", "cpu"):
             raise TargetError(f"space {self.name!r}: device must be 'cuda' or 'cpu'")
+
+    def _listed(self, what: str, values) -> list:
+        """`values` as a list: a sequence (a list, a tuple), not a generator, a dict or a string, which would
+        be taken one item (or key, or character) at a time, each measured as a config of its own."""
+        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
+            raise TargetError(f"space {self.name!r}: {what} must be a list, not {type(values).__name__}")
+        return list(values)
 
     @property
     def compiles(self) -> str:

@@ -73,6 +73,8 @@ def _result_of(document: dict) -> ValidateResult:
                 out[column] = pd.Series([row.get(column) for row in rows], index=out.index, dtype=object)
                 continue
             if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in given):
+                if any(isinstance(v, int) and abs(v) >= 2**1024 for v in given):
+                    raise ValueError(f"its {key} rows' {column} holds a number past a float's range")
                 out[column] = pd.to_numeric(out[column], errors="coerce")
         return out
 

@@ -1,5 +1,5 @@
 """The command line's option types and callbacks (nsprof.cli): each turns bad input into one usage line
-before anything is measured. regex_option, once_each, ints (CONFIG_IDS, DEVICES), words, OutPath, not_nan."""
+before anything is measured. regex_option, once_each, ints (CONFIG_IDS, DEVICES), words, Named, OutPath, not_nan."""
 
 from __future__ import annotations
 
@@ -82,7 +82,22 @@ def _is_standard_output(value: str) -> bool:
         return False
 
 
-class OutPath(click.Path):
+class Named(click.Path):
+    """A path that names something: an empty one is refused (click takes "" for the current folder, and an
+    output option of "" was dropped with no word)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value:
+            self.fail(
+                "an empty name: name a file or folder"
+                + (", or - for standard output" if self.allow_dash else ""),
+                param,
+                ctx,
+            )
+        return super().convert(value, param, ctx)
+
+
+class OutPath(Named):
     """An output file: not a folder, and under a folder that exists or can be made (no file on the
     way), checked before anything is measured."""
 

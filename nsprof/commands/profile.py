@@ -161,11 +161,13 @@ def show(target: str, settings, result, failures, *, as_json, csv_path, whole: b
         where = "" if shape is None else f" at shape {shape}"
         click.echo(f"nsprof: config {config_id}{where} failed: {printable(detail)}", err=True)
     frame = result.frame
-    if as_json:
-        write_rows(frame, sys.stdout)
-    else:
-        _print_table(target, settings, result, to_stderr=csv_path == "-", whole=whole)
-    write_exports(frame, csv_path, None)  # after the table: an output that fails loses none of it
+    try:
+        write_exports(frame, csv_path, None)  # first: a standard output that fails loses none of it
+    finally:  # and a file that cannot be written loses none of the table
+        if as_json:
+            write_rows(frame, sys.stdout)
+        else:
+            _print_table(target, settings, result, to_stderr=csv_path == "-", whole=whole)
     if whole:
         check_measured(frame)  # every config failed: the table says why, and the exit status too
 

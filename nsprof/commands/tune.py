@@ -102,11 +102,20 @@ def show(target: str, report, *, plot_path, html_path, as_json, part: bool = Fal
     from nsprof.render.json import tune_document
     from nsprof.render.tune_tables import format_tune
 
-    # The ranking first: an output file that cannot be written loses nothing of it.
-    if as_json:
-        click.echo(tune_document(report))
-    else:
-        click.echo(format_tune(report), err=plot_path == "-" or html_path == "-")
+    try:  # the files first: a standard output that fails loses none of them
+        _write_files(target, report, plot_path, html_path, part)
+    finally:  # and a file that cannot be written loses nothing of the ranking
+        if as_json:
+            click.echo(tune_document(report))
+        else:
+            click.echo(format_tune(report), err=plot_path == "-" or html_path == "-")
+    for error in report.errors:
+        click.echo(f"nsprof: {printable(error)}", err=True)
+    return 1 if report.errors else 0
+
+
+def _write_files(target: str, report, plot_path, html_path, part: bool) -> None:
+    """--plot and --html of the report."""
     if plot_path:
         from nsprof.render.tune_plot import plot_tune
 
@@ -122,6 +131,3 @@ def show(target: str, report, *, plot_path, html_path, as_json, part: bool = Fal
         from nsprof.render.html import tune_page
 
         write_html(html_path, lambda: tune_page(report, title=f"nsprof tune {target}"))
-    for error in report.errors:
-        click.echo(f"nsprof: {printable(error)}", err=True)
-    return 1 if report.errors else 0

@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# The longest time bound nsprof takes (--timeout, --idle-exit, NSPROF_*_TIMEOUT_S): a wait of more overflows
+# poll()'s milliseconds (an int: 24.8 days)
+MAX_WAIT_S = 1_000_000
 # `python -m` and `-c` put the current folder first on sys.path: a folder another user may write (/tmp)
 # could hold an `nsprof` or a `torch` of theirs, imported as this user. Every Python child nsprof starts
 # drops it before it imports anything; a target's import puts it back, after nsprof's own

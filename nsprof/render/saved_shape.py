@@ -66,7 +66,16 @@ COUNT = Kind(
 RANK = Kind(
     "a whole number of 1 or more", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1
 )
-NUMBER = Kind("a finite number", lambda value: _is_number(value) and math.isfinite(value))
+
+
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past a float's range (JSON's integers have no bound)
+        return False
+
+
+NUMBER = Kind("a finite number", lambda value: _is_number(value) and _finite(value))
 SIZE = Kind("a finite number of 0 or more", lambda value: NUMBER.test(value) and value >= 0)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from nsprof.errors import ReportError
+from nsprof.host.children import MAX_WAIT_S
 from nsprof.host.owned import others_could_change
 from nsprof.reports.checks import stat_report
 
@@ -49,8 +50,8 @@ def env_number(name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise ReportError(f"{name}={raw} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ReportError(f"{name}={raw} must be a positive finite number")
+    if not math.isfinite(value) or value <= 0 or value > MAX_WAIT_S:
+        raise ReportError(f"{name}={raw} must be a positive number of at most {MAX_WAIT_S}")
     return value
 
 

@@ -1,0 +1,250 @@
+"""Bad input that once got past nsprof's rule (one clear line on stderr, a non-zero exit, never a traceback
+or an internal error, nothing measured lost): configs that are no list, a tuner name JSON cannot hold, huge
+integers in a saved run, time bounds past what a wait can take, a closed or failing standard output, and an
+empty path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import FIXTURES, STANDINS, run_nsprof
+
+PLAIN = (
+    "import nsprof.space\n"
+    "space = nsprof.space.Space(configs=[{'i': 0}, {'i': 1}], build=lambda c: (lambda: None), device='cpu')\n"
+)
+QUICK = ["--backend", "nsys", "--mode", "direct", "--reps", "2"]
+
+
+def _one_line(done) -> str:
+    text = done.stderr.strip()
+    assert done.returncode != 0, (done.returncode, done.stdout[-2000:], text[-2000:])
+    assert "Traceback" not in text and "internal error" not in text, text[-3000:]
+    assert len(text.splitlines()) == 1, text[-3000:]
+    return text
+
+
+# ---------------------------------------------------------------- 1. a Space whose configs are no list
+
+CONFIGS_NOT_A_LIST = """
+import nsprof.space
+
+def build(config):
+    open({marker!r}, "a").write("built\\n")
+    return lambda: None
+
+space = nsprof.space.Space(configs={configs}, build=build, device="cpu")
+"""
+
+
+@pytest.mark.parametrize(
+    "configs",
+    [
+        '({"i": i} for i in range(2))',  # a generator: measured as the 34 characters of its repr
+        '{"a": {"i": 1}, "b": {"i": 2}}',  # a dict: built by key 0, 1, then an internal error (KeyError: 0)
+    ],
+    ids=["generator", "dict"],
+)
+def test_configs_that_are_not_a_list_are_refused_in_one_line_before_anything_is_built(tmp_path, configs):
+    marker = tmp_path / "built"
+    (tmp_path / "t.py").write_text(CONFIGS_NOT_A_LIST.format(marker=str(marker), configs=configs))
+    done = run_nsprof("profile", "t.py:space", *QUICK, cwd=tmp_path, standins=True, in_process=True)
+    line = _one_line(done)
+    assert "configs" in line, line
+    assert not marker.exists(), "a config was built from configs that are not a list"
+
+
+# ---------------------------------------------------------------- 2. a tuner hook whose name is no text
+
+TUNER_NAME_BYTES = """
+import nsprof.space
+from nsprof.tuner import TunerHook
+
+class Hook(TunerHook):
+    name = b"my-tuner"
+    def feed_back(self, latencies_ms):
+        return "ok"
+
+space = nsprof.space.Space(configs=[{"i": 0}, {"i": 1}], build=lambda c: (lambda: None), device="cpu",
+                           tuner=Hook())
+"""
+
+
+def test_a_tuner_hook_whose_name_json_cannot_hold_is_one_line_without_a_traceback(tmp_path):
+    # The describing child (nsprof.space_view.main) dumps as_read() outside its try: its traceback
+    # reaches nsprof's stderr. A real child process: that child writes to fd 2 itself.
+    (tmp_path / "t.py").write_text(TUNER_NAME_BYTES)
+    done = run_nsprof("profile", "t.py:space", *QUICK, cwd=tmp_path, standins=True, timeout=120)
+    _one_line(done)
+
+
+# ---------------------------------------------------------------- 3. a saved run holding a huge integer
+
+BIG = (
+    "@@an integer of 401 digits@@"  # written in place of this text (json.dumps of a 401-digit int is refused)
+)
+
+
+def _saved_tune(tmp_path) -> dict:
+    (tmp_path / "t.py").write_text(PLAIN)
+    done = run_nsprof(
+        "tune", "t.py:space", *QUICK, "--no-store", "--json", cwd=tmp_path, standins=True, in_process=True
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_results_of_a_saved_tune_holding_an_integer_past_float_range_is_one_line(tmp_path):
+    saved = _saved_tune(tmp_path)
+    saved["truths"][0]["first_pass_wall_s"] = BIG  # render/saved_shape.py NUMBER: math.isfinite raises
+    (tmp_path / "big.json").write_text(json.dumps(saved).replace(json.dumps(BIG), "1" + "0" * 400))
+    done = run_nsprof("results", "big.json", cwd=tmp_path, in_process=True)
+    _one_line(done)
+
+
+VALIDATE_TARGET = """
+import nsprof.space
+NS = [3000.0, 1000.0, 2000.0]
+
+class Launch:
+    def __init__(self, config):
+        self.timer_ns = {"cupti": NS[config["i"]] + 100}
+    def __call__(self):
+        return None
+
+space = nsprof.space.Space(configs=[{"i": i, "ns": NS[i]} for i in range(3)], build=Launch, device="cpu")
+"""
+
+
+def test_results_of_a_saved_validate_holding_an_integer_past_float_range_is_one_line(tmp_path):
+    (tmp_path / "t.py").write_text(VALIDATE_TARGET)
+    args = ["validate", "t.py:space", "--timers", "cupti", "--no-external", "--truth", "nsys"]
+    args += ["--mode", "direct", "--reps", "3", "--timer-reps", "3", "--save", "v.json"]
+    env = {"NSPROF_STANDIN_TIMERS": "1"}
+    done = run_nsprof(*args, cwd=tmp_path, standins=True, env=env, in_process=True)
+    assert done.returncode == 0, done.stderr
+    saved = json.loads((tmp_path / "v.json").read_text())
+    saved["agreement"][0]["n"] = BIG  # validate_saved.py table(): pd.to_numeric raises OverflowError
+    (tmp_path / "big.json").write_text(json.dumps(saved).replace(json.dumps(BIG), "1" + "0" * 400))
+    _one_line(run_nsprof("results", "big.json", cwd=tmp_path, in_process=True))
+
+
+# ---------------------------------------------------------------- 4. a long bound overflows a wait
+
+
+@pytest.mark.parametrize("timeout", ["3000000", "inf"])  # 35 days: past poll()'s C int of milliseconds
+def test_a_long_timeout_is_taken_or_refused_never_an_internal_error(tmp_path, timeout):
+    # click's FloatRange(min=1) lets both through; the describing child's communicate(timeout=...) overflows
+    (tmp_path / "t.py").write_text(PLAIN + f"# {timeout}\n")  # a source no saved view has
+    done = run_nsprof(
+        "profile", "t.py:space", *QUICK, "--timeout", timeout, cwd=tmp_path, standins=True, in_process=True
+    )
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    if done.returncode != 0:
+        _one_line(done)
+
+
+def test_a_long_nsys_export_bound_from_the_environment_is_no_internal_error(tmp_path):
+    nsys = tmp_path / "nsys"
+    nsys.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--version" ]; then echo "NVIDIA Nsight Systems version 2024.5.1"; exit 0; fi\n'
+        'out=""\nwhile [ $# -gt 0 ]; do case "$1" in -o) out="$2";; esac; shift; done\n'
+        f'cp {FIXTURES / "fixture.sqlite"} "$out"\n'
+    )
+    nsys.chmod(0o755)
+    (tmp_path / "r.nsys-rep").write_bytes(b"NVIDIA Tegra Profiler Report\0stand-in")
+    env = {"NSPROF_NSYS": str(nsys), "NSPROF_CONVERT_TIMEOUT_S": "3000000"}  # env_number: finite, so taken
+    done = run_nsprof("analyze", "r.nsys-rep", cwd=tmp_path, env=env, in_process=True)
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    if done.returncode != 0:
+        _one_line(done)
+
+
+# ---------------------------------------------------------------- 5. standard output closed
+
+
+@pytest.mark.parametrize(
+    "args", [["--version"], ["analyze", str(FIXTURES / "fixture.sqlite")]], ids=["version", "analyze"]
+)
+def test_a_closed_standard_output_is_no_internal_error(tmp_path, args):
+    # fd 1 closed at start: Python's sys.stdout is None, and cli.main's sys.stdout.flush() raises
+    done = subprocess.run(
+        ["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "nsprof", *args],
+        capture_output=False,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+# ---------------------------------------------------------------- 6. a stdout that fails loses the files
+
+
+def _standins(args, cwd, stdout) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(STANDINS), *args], stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=cwd,
+        timeout=180,
+    )  # fmt: skip
+
+
+def _closed_pipe():
+    read, write = os.pipe()
+    os.close(read)
+    return write
+
+
+@pytest.mark.parametrize("stdout", ["full", "closed pipe"])
+@pytest.mark.parametrize(
+    "command, output",
+    [
+        (["profile", "t.py:space", *QUICK, "--csv"], "rows.csv"),
+        (["tune", "t.py:space", *QUICK, "--no-store", "--html"], "page.html"),
+    ],
+    ids=["profile --csv", "tune --html"],
+)
+def test_a_standard_output_that_fails_still_writes_the_output_files_asked_for(
+    tmp_path, stdout, command, output
+):
+    # profile.show / tune.show write stdout first: its OSError skips write_exports / the page, and with the
+    # temporary reports removed (profile) or no store (tune), what was measured is gone
+    (tmp_path / "t.py").write_text(PLAIN)
+    if stdout == "full":
+        with open("/dev/full", "w") as full:
+            done = _standins([*command, output], tmp_path, full)
+    else:
+        fd = _closed_pipe()
+        try:
+            done = _standins([*command, output], tmp_path, fd)
+        finally:
+            os.close(fd)
+    assert (tmp_path / output).exists(), (done.returncode, done.stderr)
+
+
+# ---------------------------------------------------------------- 7. an empty path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["profile", "t.py:space", *QUICK, "--csv", ""],
+        ["tune", "t.py:space", *QUICK, "--no-store", "--html", ""],
+        ["tune", "t.py:space", *QUICK, "--no-store", "--plot", ""],
+        ["profile", "t.py:space", *QUICK, "--work-dir", ""],
+        ["analyze", str(FIXTURES / "fixture.sqlite"), "--csv", ""],
+    ],
+    ids=["profile --csv", "tune --html", "tune --plot", "profile --work-dir", "analyze --csv"],
+)
+def test_an_empty_path_is_refused_not_silently_dropped_or_taken_as_the_current_folder(tmp_path, args):
+    (tmp_path / "t.py").write_text(PLAIN)
+    before = set(os.listdir(tmp_path))
+    done = run_nsprof(*args, cwd=tmp_path, standins=True, in_process=True)
+    assert done.returncode != 0, (done.stdout[-1500:], done.stderr[-1500:])  # exit 0, nothing written
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert set(os.listdir(tmp_path)) == before  # --work-dir '': part0.* and phases.json in the cwd
