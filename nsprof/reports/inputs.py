@@ -41,8 +41,9 @@ def shown_name(path: str | os.PathLike) -> str:
     return STDIN_LABEL if text == STDIN else text
 
 
-def env_number(name: str, default: float) -> float:
-    """$name as a positive number, `default` where it is unset or empty; ReportError (one line) otherwise."""
+def env_number(name: str, default: float, most: float = math.inf) -> float:
+    """$name as a positive number of at most `most`, `default` where it is unset or empty; ReportError (one
+    line) otherwise."""
     raw = os.environ.get(name)
     if not raw:
         return default
@@ -50,8 +51,10 @@ def env_number(name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise ReportError(f"{name}={raw} is not a number") from None
-    if not math.isfinite(value) or value <= 0 or value > MAX_WAIT_S:
-        raise ReportError(f"{name}={raw} must be a positive number of at most {MAX_WAIT_S}")
+    if not math.isfinite(value) or value <= 0:
+        raise ReportError(f"{name}={raw} must be a positive finite number")
+    if value > most:
+        raise ReportError(f"{name}={raw} must be at most {most:g}")
     return value
 
 
@@ -138,7 +141,7 @@ def _copy_stream(fd: int, copy: Path, shown: str, *, nonblocking: bool) -> None:
     from nsprof.reports.signatures import HEADER_SCAN_BYTES
 
     limit = int(env_number(MAX_STREAM_BYTES_ENV, MAX_STREAM_BYTES))
-    wait_s = env_number(STREAM_WAIT_ENV, STREAM_WAIT_S)
+    wait_s = env_number(STREAM_WAIT_ENV, STREAM_WAIT_S, MAX_WAIT_S)
     poller = select.poll()
     # POLLIN: data. POLLHUP: every writer has closed; on Linux a FIFO reports it only for
     # writers that opened after this reader did, so when poll stays silent, a non-blocking

@@ -20,6 +20,7 @@ import stat
 from pathlib import Path
 
 from nsprof.errors import ReportError, ToolFailed
+from nsprof.host.children import MAX_WAIT_S
 from nsprof.reports.checks import stat_report
 from nsprof.reports.inputs import env_number
 
@@ -33,14 +34,14 @@ CONVERT_TIMEOUT_ENV = "NSPROF_CONVERT_TIMEOUT_S"
 
 def conversion_bound_s(path: str | os.PathLike) -> float:
     """How long QdstrmImporter or `nsys export` may take to convert `path` (see CONVERT_BASE_S)."""
-    fixed = env_number(CONVERT_TIMEOUT_ENV, 0.0)
+    fixed = env_number(CONVERT_TIMEOUT_ENV, 0.0, MAX_WAIT_S)
     if fixed:
         return fixed
     try:
         size = os.stat(path).st_size
     except OSError:
         size = 0
-    return CONVERT_BASE_S + CONVERT_S_PER_MB * size / 1e6
+    return min(CONVERT_BASE_S + CONVERT_S_PER_MB * size / 1e6, MAX_WAIT_S)
 
 
 def _bound_words(bound_s: float, path: Path) -> str:
