@@ -359,6 +359,19 @@ def doctor(no_run) -> None:
     _exit(doctor_command.doctor(run_kernels=not no_run))
 
 
+def _null_for_closed_streams() -> None:
+    """Started with standard input, output or error closed (`>&-`): Python has None there. /dev/null takes
+    that descriptor (else the next file opened would, a report or the store), and what would go there goes
+    nowhere."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        if getattr(sys, name) is None:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115 - for the process's life
+
+
 def main(args: list[str] | None = None) -> None:
     """nsprof's command line on `args` (sys.argv[1:] when None): errors as one line and an exit status."""
     from nsprof.host.children import interrupt_on_termination
@@ -366,10 +379,7 @@ def main(args: list[str] | None = None) -> None:
     # timeout, Slurm and systemd stop nsprof with SIGTERM, a closed terminal with SIGHUP: act as
     # on Ctrl-C (children stopped, what was measured kept), not die leaving the children running.
     interrupt_on_termination()
-    # started with standard output or error closed (`>&-`): Python has None there; what would go there goes
-    # nowhere (a file that now opens at fd 1 or 2 is /dev/null, not a report or a store)
-    sys.stdout = sys.stdout or open(os.devnull, "w")  # noqa: SIM115 - for the process's life
-    sys.stderr = sys.stderr or open(os.devnull, "w")  # noqa: SIM115
+    _null_for_closed_streams()
     try:
         code = cli.main(args=args, prog_name="nsprof", standalone_mode=False)
         sys.stdout.flush()  # inside the try: a closed pipe shows on the last flush too

@@ -120,9 +120,12 @@ class Space(Listing):
             raise TargetError(f"space {self.name!r}: device must be 'cuda' or 'cpu'")
 
     def _listed(self, what: str, values) -> list:
-        """`values` as a list: a sequence (a list, a tuple), not a generator, a dict or a string, which would
-        be taken one item (or key, or character) at a time, each measured as a config of its own."""
-        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
+        """`values` as a list: a sequence (a list, a tuple, an array), not a generator, a set, a dict or a
+        string."""
+        from collections.abc import Mapping, Set
+
+        # a set's order is its hashes', another in the worker; a mapping, a string: one key or letter a config
+        if isinstance(values, (str, bytes, bytearray, Mapping, Set)) or not hasattr(values, "__len__"):
             raise TargetError(f"space {self.name!r}: {what} must be a list, not {type(values).__name__}")
         return list(values)
 

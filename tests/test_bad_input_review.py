@@ -248,3 +248,39 @@ def test_an_empty_path_is_refused_not_silently_dropped_or_taken_as_the_current_f
     assert done.returncode != 0, (done.stdout[-1500:], done.stderr[-1500:])  # exit 0, nothing written
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert set(os.listdir(tmp_path)) == before  # --work-dir '': part0.* and phases.json in the cwd
+
+
+def test_standard_input_and_output_closed_at_start_is_no_error(tmp_path):
+    """`<&- >&-`: cli.main's open(os.devnull) for sys.stdout takes fd 0, fd 1 stays closed, and the target's
+    redirect (host/redirect.redirected: os.dup(1)) fails: 'nsprof: error: Bad file descriptor', exit 2
+    (`>&-` alone exits 0)."""
+    (tmp_path / "t.py").write_text(PLAIN)
+    done = subprocess.run(
+        ["sh", "-c", 'exec "$@" <&- >&-', "sh", sys.executable, str(STANDINS),
+         "profile", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "1"],
+        stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Bad file descriptor" not in done.stderr, done.stderr[-2000:]
+
+
+def test_a_set_of_configs_is_refused_as_no_list():
+    """A set has a length, so Space._listed takes it, in an order its hash gives: another process (the worker)
+    lists a set of strings in another order ('the target changed since nsprof read it')."""
+    from nsprof.errors import TargetError
+    from nsprof.space import Space
+
+    with pytest.raises(TargetError, match="configs must be a list"):
+        Space(configs={"alpha", "beta"}, build=lambda c: None, device="cpu")
+
+
+def test_tune_writes_its_html_page_when_its_plot_cannot_be_written(tmp_path):
+    """tune.show writes the files asked for first so that none is lost, but _write_files stops at a --plot that
+    cannot be written and never writes --html (and with --no-store what was measured is gone)."""
+    (tmp_path / "t.py").write_text(PLAIN)
+    done = run_nsprof(
+        "tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--no-explain", "--budget-s", "0", "--no-feed-back", "--no-tuner-pick", "--reps", "3", "--no-store",
+        "--plot", "/proc/nsprof-review.png", "--html", "page.html", cwd=tmp_path, standins=True,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert (tmp_path / "page.html").exists(), done.stderr[-2000:]

@@ -80,3 +80,64 @@ def test_results_of_a_target_ranks_no_config_its_latest_tune_no_longer_lists(tmp
     assert _ranked(resumed) == [(0, 2000.0), (1, 2500.0)]
     again = run_nsprof("results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path)
     assert _ranked(again) == [(0, 2000.0), (1, 2500.0)], json.loads(again.stdout)["notes"]
+
+
+TWO_TUNE = [
+    "--mode",
+    "direct",
+    "--no-explain",
+    "--budget-s",
+    "0",
+    "--no-feed-back",
+    "--no-tuner-pick",
+    "--json",
+]
+
+
+def _truths(done) -> dict:
+    assert done.returncode == 0, done.stderr
+    return {t["truth"]: [(r["config_id"], r["value_ns"], r["reps"]) for r in t["ranked"]]
+            for t in json.loads(done.stdout)["truths"]}  # fmt: skip
+
+
+PLAIN = (
+    "import nsprof.space\n"
+    "configs = [{'b': 0, 'ns': 1000}, {'b': 1, 'ns': 2000}]\n"
+    "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
+)
+
+
+def test_results_by_run_of_a_two_truth_tunes_second_truth_ranks_that_tunes_first_truth(tmp_path):
+    """`results --run 2` (tune 1's nsys run) must rank tune 1's ncu rows, not those of tune 2 (run 3): _run cuts
+    the runs only before the next first pass under the anchor's own key (nsys), after tune 2's ncu run."""
+    (tmp_path / "target.py").write_text(
+        "import nsprof.space\n"
+        "configs = [{'b': 0, 'ns_reps': [1000, 1000, 1000, 9000, 9000, 9000], 'ns_at': {'none-none': 500}},\n"
+        "           {'b': 1, 'ns': 3000, 'ns_at': {'none-none': 2000}}]\n"
+        "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
+    )
+    two = ["--truth", "ncu,nsys", "--deploy", "ncu", *TWO_TUNE, "--store", "s.sqlite"]
+    first = run_nsprof("tune", "target.py:space", *two, "--reps", "3", cwd=tmp_path, standins=True)
+    assert _ranked(first) == [(0, 1000.0), (1, 3000.0)]
+    second = run_nsprof("tune", "target.py:space", *two, "--reps", "6", cwd=tmp_path, standins=True)
+    assert _ranked(second) == [(1, 3000.0), (0, 5000.0)]
+    again = run_nsprof("results", "s.sqlite", "--run", "2", "--json", cwd=tmp_path)  # run 2: tune 1's nsys
+    assert _truths(again)["ncu"] == [(0, 1000.0, 3), (1, 3000.0, 3)], json.loads(again.stdout)["notes"]
+
+
+def test_results_of_a_resume_by_absolute_path_from_elsewhere_keeps_the_runs_it_resumed(tmp_path):
+    """A tune of `t.py:space` (config 0) from its folder, resumed as /abs/t.py:space from another folder (config
+    1): the resume ranks both. same_target resolves the stored relative `t.py` from results' own cwd, so run 1
+    is taken for another target's and its config dropped (3398083 ranked both)."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "else").mkdir()
+    (tmp_path / "proj" / "t.py").write_text(PLAIN)
+    store = str(tmp_path / "s.sqlite")
+    opts = ["--backend", "ncu", *TWO_TUNE, "--reps", "3", "--store", store]
+    part = run_nsprof("tune", "t.py:space", *opts, "--configs", "0", cwd=tmp_path / "proj", standins=True)
+    assert _ranked(part) == [(0, 1000.0)]
+    target = f"{tmp_path / 'proj' / 't.py'}:space"
+    resumed = run_nsprof("tune", target, *opts, "--resume", cwd=tmp_path / "else", standins=True)
+    assert _ranked(resumed) == [(0, 1000.0), (1, 2000.0)]
+    again = run_nsprof("results", store, "--run", "2", "--json", cwd=tmp_path / "else")
+    assert _ranked(again) == [(0, 1000.0), (1, 2000.0)], json.loads(again.stdout)["notes"]

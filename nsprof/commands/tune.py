@@ -115,7 +115,18 @@ def show(target: str, report, *, plot_path, html_path, as_json, part: bool = Fal
 
 
 def _write_files(target: str, report, plot_path, html_path, part: bool) -> None:
-    """--plot and --html of the report."""
+    """--plot and --html of the report: each written, whichever fails (then the first failure, raised)."""
+    failed = []
+    for write in (_write_plot, _write_page):
+        try:
+            write(target, report, plot_path, html_path, part)
+        except NsprofError as exc:
+            failed.append(exc)
+    if failed:
+        raise failed[0]
+
+
+def _write_plot(target: str, report, plot_path, html_path, part: bool) -> None:
     if plot_path:
         from nsprof.render.tune_plot import plot_tune
 
@@ -127,6 +138,9 @@ def _write_files(target: str, report, plot_path, html_path, part: bool) -> None:
             ranking.table, plot_path, printable(f"{target}: ranked by {ranking.label}{at}"), report.configs
         )
         wrote(plot_path)
+
+
+def _write_page(target: str, report, plot_path, html_path, part: bool) -> None:
     if html_path:
         from nsprof.render.html import tune_page
 

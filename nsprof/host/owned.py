@@ -308,6 +308,8 @@ def written_over(path: Path | str) -> Iterator[BinaryIO]:
         with _named(path), os.fdopen(_opened_as_it_is(path), "wb") as out:
             yield out
         return
+    except OSError as exc:  # /proc, say: named as the user gave it, not as the file beside it
+        raise NsprofError(f"writing {path} failed: {exc.strerror or exc}") from None
     try:
         with _named(path), os.fdopen(fd, "wb") as out:
             yield out

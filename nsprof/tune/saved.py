@@ -28,7 +28,7 @@ from nsprof.store_rows import in_order, own_order, settings_of
 from nsprof.tune.explain import cross_truth
 from nsprof.tune.measure import key_labels
 from nsprof.tune.rankings import rank_rows, unmeasured_shape
-from nsprof.tune.stored import adaptive_runs, stored_rows
+from nsprof.tune.stored import TARGET_PLACE, adaptive_runs, stored_rows
 
 __all__ = ["reread"]
 
@@ -113,15 +113,21 @@ def _key_orders(runs, anchor) -> dict:
     return {"config_key_orders": {}, "shape_keys": None, "n_configs": None, "shape_jsons": None}
 
 
+def _of_truth(truth: Truth, settings: TuneSettings):
+    """Whether a stored run is one of `truth`'s (its backend and labels)."""
+    backend = truth.backend if truth.profiler else f"{truth.backend}:{settings.stat}"
+    labels = key_labels(truth, settings)
+    return lambda run: (
+        _text(run.backend) == backend and all(_text(getattr(run, k)) == v for k, v in labels.items())
+    )
+
+
 def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
     """The key (without config) of `truth`'s rows among `runs` (the target's): the anchor run's when
     it is one of that truth's, else the latest one's on the anchor's GPU; None when no run is."""
     backend = truth.backend if truth.profiler else f"{truth.backend}:{settings.stat}"
     labels = key_labels(truth, settings)
-
-    def of_truth(run) -> bool:
-        return _text(run.backend) == backend and all(_text(getattr(run, k)) == v for k, v in labels.items())
-
+    of_truth = _of_truth(truth, settings)
     if of_truth(anchor):
         run = anchor
     else:
@@ -259,22 +265,27 @@ def _run(store, target: str | None, run_id: int | None):
                 f"results store {store.path} has no run of target {target} (nsprof results lists the runs)"
             )
     anchor = next(chosen.tail(1).itertuples())
-    target = [
-        _text(run.fingerprint) == _text(anchor.fingerprint)
-        and same_target(_text(run.target), _text(anchor.target))
-        for run in runs.itertuples()
-    ]
-    of_target = runs[target]
-    # the next first pass under the anchor's own key starts a later tune: its rows are not this one's
+    place = _record(anchor).get(TARGET_PLACE)
+
+    def mine(run) -> bool:  # where both runs recorded their target's file (resolved), the same file
+        other = _record(run).get(TARGET_PLACE)
+        return _text(run.fingerprint) == _text(anchor.fingerprint) and (
+            not place or not other or other == place
+        )
+
+    return anchor, runs[[mine(run) for run in runs.itertuples()]]
+
+
+def _this_tune(runs, anchor, settings: TuneSettings):
+    """`runs` (the target's) but those of a later tune than the anchor run's: a tune starts with its first
+    truth's first pass (an adaptive session's run is none), so the next one after the anchor's tune began
+    starts another, whose rows are not this one's."""
+    opens = _of_truth(settings.ranked_truths[0], settings)
     adaptive = adaptive_runs(runs)
-    later = [
-        int(run.id)
-        for run in of_target.itertuples()
-        if int(run.id) > int(anchor.id)
-        and int(run.id) not in adaptive
-        and all(_text(getattr(run, k)) == _text(getattr(anchor, k)) for k in _RUN_KEY)
-    ]
-    return anchor, of_target[of_target["id"] < min(later)] if later else of_target
+    firsts = [int(run.id) for run in runs.itertuples() if int(run.id) not in adaptive and opens(run)]
+    began = max((i for i in firsts if i <= int(anchor.id)), default=int(anchor.id))
+    later = [i for i in firsts if i > began]
+    return runs[runs["id"] < min(later)] if later else runs
 
 
 def reread(store, *, target: str | None = None, run_id: int | None = None) -> TuneReport:
@@ -284,7 +295,9 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
     line when the store holds no such run, nothing under its deploy truth, or nothing ranked under any
     truth (check_ranked: every config failed, as the tune that stopped there said)."""
     anchor, of_target = _run(store, target, run_id)
-    settings, orders = _settings(anchor, store), _key_orders(of_target, anchor)
+    settings = _settings(anchor, store)
+    of_target = _this_tune(of_target, anchor, settings)
+    orders = _key_orders(of_target, anchor)
     per_truth, lacking, configs = {}, [], []
     for truth in settings.ranked_truths:
         group = _group(of_target, truth, settings, anchor)

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 
 from nsprof.analysis.adaptive import Plan
-from nsprof.errors import StoreError, TargetChanged, ToolNotFound, error_line
+from nsprof.errors import NsprofError, StoreError, TargetChanged, ToolNotFound, error_line
 from nsprof.measure import GroundTruth, Measured
 from nsprof.settings import Truth, TuneSettings
 from nsprof.store_rows import key_order, key_orders, settings_of
@@ -48,6 +48,23 @@ def select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int]):
     stored = stored[keep.fillna(False).astype(bool)]
     latest_rep = stored.groupby(["config_id", "mode", "rep"], dropna=False)["run_id"].transform("max")
     return stored[stored["run_id"] == latest_rep]
+
+
+TARGET_PLACE = "target_place"  # a run's record of its target's file, resolved: the same from any folder
+
+
+def target_place(target: str) -> str:
+    """Where `target` is, written the same from any folder: its file resolved, then its Space's name (a
+    module's target as given)."""
+    from nsprof.space import target_file
+    from nsprof.space_source import split_target
+
+    where, name = split_target(target)
+    try:
+        file = target_file(where)
+    except NsprofError:
+        file = None
+    return f"{file.resolve()}:{name}" if file is not None else target
 
 
 def adaptive_runs(runs) -> set[int]:
@@ -178,6 +195,7 @@ class Stored:
         with ResultStore(self.settings.store) as store:
             labels = {
                 **self.settings.record(),
+                TARGET_PLACE: target_place(target),
                 ADAPTIVE_RUN: number,
                 "configs": list(plan.configs),
                 "rounds": plan.rounds,
@@ -359,6 +377,7 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
     settings = context.settings
     record = {  # with what the target listed: a re-read ranks those configs and shapes, no stale one
         **settings.record(),
+        TARGET_PLACE: target_place(target),
         "config_key_orders": key_orders(space.configs),
         "shape_keys": key_order(space.shapes or []),
         "n_configs": len(space.configs),
