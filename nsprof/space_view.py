@@ -194,7 +194,9 @@ def _saved_path(name: str) -> Path | None:
     or read) where there is none."""
     from nsprof.host.owned import kept_folder
 
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # unset, or relative: ignored, as the XDG spec says
+        base = os.path.join(os.path.expanduser("~"), ".cache")
     try:  # no one else may rename it, or a folder above it, away: it is written and pruned by name
         return kept_folder(Path(base) / "nsprof" / "targets", "the saved targets' folder") / f"{name}.json"
     except (NsprofError, OSError):  # nothing saved or read: the command goes on without

@@ -284,3 +284,26 @@ def test_tune_writes_its_html_page_when_its_plot_cannot_be_written(tmp_path):
     )  # fmt: skip
     assert done.returncode != 0
     assert (tmp_path / "page.html").exists(), done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("option", ["--csv", "--plot", "--parquet"])
+def test_an_output_name_ending_in_a_slash_is_refused_not_written_as_a_file(tmp_path, option):
+    """`--csv out/` (no such folder yet) named a folder; the output was written as a file called `out`."""
+    done = run_nsprof(
+        "analyze", str(FIXTURES / "fixture.sqlite"), option, "out/", cwd=tmp_path, in_process=True
+    )
+    assert done.returncode == 2 and "names a folder" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
+    """The XDG spec: a relative $XDG_CACHE_HOME is invalid and ignored; nsprof made its saved views under the
+    folder it ran in instead."""
+    from nsprof import space_view
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", "rel-cache")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    path = space_view._saved_path("x")
+    assert not (tmp_path / "rel-cache").exists()
+    assert path is not None and path.is_relative_to(tmp_path / "home" / ".cache"), path
