@@ -122,10 +122,12 @@ class Space(Listing):
     def _listed(self, what: str, values) -> list:
         """`values` as a list: a sequence (a list, a tuple, an array), not a generator, a set, a dict or a
         string."""
-        from collections.abc import Mapping, Set
+        from collections.abc import Mapping
 
         # a set's order is its hashes', another in the worker; a mapping, a string: one key or letter a config
-        if isinstance(values, (str, bytes, bytearray, Mapping, Set)) or not hasattr(values, "__len__"):
+        if isinstance(values, (str, bytes, bytearray, Mapping, set, frozenset)) or not hasattr(
+            values, "__len__"
+        ):
             raise TargetError(f"space {self.name!r}: {what} must be a list, not {type(values).__name__}")
         return list(values)
 

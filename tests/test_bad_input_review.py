@@ -307,3 +307,50 @@ def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
     path = space_view._saved_path("x")
     assert not (tmp_path / "rel-cache").exists()
     assert path is not None and path.is_relative_to(tmp_path / "home" / ".cache"), path
+
+
+def test_validate_writes_its_page_save_and_json_when_its_plot_cannot_be_written(tmp_path):
+    """The tune fix (_write_files: each file tried) was not made in commands/validate.py show(): a --plot that
+    fails (/proc) raises before --html, --save and the --json document, so the whole measurement is lost
+    (a miss, not a regression: 4fa26d3 fails too)."""
+    (tmp_path / "t.py").write_text(VALIDATE_TARGET)
+    args = [
+        "validate",
+        "t.py:space",
+        "--timers",
+        "cupti",
+        "--no-external",
+        "--truth",
+        "nsys",
+        "--mode",
+        "direct",
+    ]
+    args += ["--reps", "3", "--timer-reps", "3", "--plot", "/proc/nsprof-review.png", "--html", "page.html"]
+    args += ["--save", "v.json", "--json"]
+    done = run_nsprof(*args, cwd=tmp_path, standins=True, env={"NSPROF_STANDIN_TIMERS": "1"})
+    assert done.returncode != 0 and "/proc/nsprof-review.png" in done.stderr, done.stderr
+    assert (tmp_path / "page.html").exists(), done.stderr[-2000:]
+    assert (tmp_path / "v.json").exists(), done.stderr[-2000:]
+    assert done.stdout.strip(), done.stderr[-2000:]
+
+
+def test_an_output_name_ending_in_slash_dot_is_refused_not_written_as_a_file(tmp_path):
+    """OutPath refuses `out/` but not `out/.`, which names the same folder: Path("out/.") is "out", and
+    analyze writes a file called `out` (exit 0)."""
+    from conftest import FIXTURES
+
+    done = run_nsprof(
+        "analyze", str(FIXTURES / "fixture.sqlite"), "--csv", "out/.", cwd=tmp_path, in_process=True
+    )
+    assert not (tmp_path / "out").is_file(), done.stderr
+    assert done.returncode == 2, done.stderr
+
+
+def test_the_keys_of_a_dict_are_taken_as_shapes_in_their_order():
+    """_listed now refuses every collections.abc.Set to keep hash order out, but a dict's keys view is a Set
+    listed in insertion order, the same in the worker: shapes=table.keys() worked on 4fa26d3 and is refused."""
+    from nsprof.space import Space
+
+    table = {(1, 64): "small", (16, 64): "big"}
+    space = Space(configs=[{"b": 1}], shapes=table.keys(), build=lambda c, s: lambda: None, device="cpu")
+    assert space.shapes == [(1, 64), (16, 64)]

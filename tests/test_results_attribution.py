@@ -5,6 +5,7 @@ latest tune listed (real nsprof runs under the stand-in profilers, tests/standin
 from __future__ import annotations
 
 import json
+import sqlite3
 
 from conftest import run_nsprof
 
@@ -141,3 +142,82 @@ def test_results_of_a_resume_by_absolute_path_from_elsewhere_keeps_the_runs_it_r
     assert _ranked(resumed) == [(0, 1000.0), (1, 2000.0)]
     again = run_nsprof("results", store, "--run", "2", "--json", cwd=tmp_path / "else")
     assert _ranked(again) == [(0, 1000.0), (1, 2000.0)], json.loads(again.stdout)["notes"]
+
+
+B3_OPTS = ["--mode", "direct", "--no-explain", "--budget-s", "0", "--no-feed-back", "--no-tuner-pick"]
+B3_OPTS += ["--reps", "3", "--json", "--store", "s.sqlite"]
+
+
+def _truth_values(done) -> dict:
+    assert done.returncode == 0, done.stderr
+    return {t["truth"]: [(r["config_id"], r["value_ns"]) for r in t["ranked"]]
+            for t in json.loads(done.stdout)["truths"]}  # fmt: skip
+
+
+def test_results_run_of_a_two_truth_tune_ignores_a_later_tune_under_its_second_truth_only(tmp_path):
+    """Tune 1: --truth ncu,nsys (runs 1 ncu, 2 nsys). The data file changes (same fingerprint) and tune 2 is
+    --backend nsys alone (run 3). `results --run 2` is tune 1's: its nsys ranking must be run 2's numbers.
+    _this_tune only cuts at the next first pass of the *anchor tune's* first truth (ncu): tune 2 has none, so
+    run 3's nsys rows replace run 2's (4fa26d3 cut at the next run under the anchor's own key: passes)."""
+    (tmp_path / "t.py").write_text(DATA_TARGET)
+    data = tmp_path / "configs.json"
+    data.write_text(json.dumps([{"b": 0, "ns": 1000, "ns_at": {"none-none": 500}},
+                                {"b": 1, "ns": 3000, "ns_at": {"none-none": 2000}}]))  # fmt: skip
+    two = ["--truth", "ncu,nsys", "--deploy", "ncu"]
+    first = run_nsprof("tune", "t.py:space", *two, *B3_OPTS, cwd=tmp_path, standins=True)
+    assert _truth_values(first)["nsys"] == [(0, 500.0), (1, 2000.0)]
+    data.write_text(json.dumps([{"b": 0, "ns": 1000, "ns_at": {"none-none": 4000}},
+                                {"b": 1, "ns": 3000, "ns_at": {"none-none": 100}}]))  # fmt: skip
+    second = run_nsprof("tune", "t.py:space", "--backend", "nsys", *B3_OPTS, cwd=tmp_path, standins=True)
+    assert _ranked(second) == [(1, 100.0), (0, 4000.0)]
+    again = run_nsprof("results", "s.sqlite", "--run", "2", "--json", cwd=tmp_path)
+    assert _truth_values(again)["nsys"] == [(0, 500.0), (1, 2000.0)], json.loads(again.stdout)["notes"]
+
+
+def _as_older_nsprof_wrote(store, run_id: int) -> None:
+    """Run `run_id` as an nsprof before target_place wrote it (its settings without that key)."""
+    with sqlite3.connect(store) as db:
+        (text,) = db.execute("SELECT settings_json FROM runs WHERE id = ?", (run_id,)).fetchone()
+        settings = json.loads(text)
+        assert settings.pop("target_place")
+        db.execute("UPDATE runs SET settings_json = ? WHERE id = ?", (json.dumps(settings), run_id))
+
+
+def test_results_of_a_target_never_ranks_an_older_nsprofs_run_of_another_copy(tmp_path):
+    """a/t.py and b/t.py: the same text (configs from a data file beside each), one source fingerprint. b was
+    tuned by an older nsprof (run 1, no target_place); a by this one, config 0 only (run 2). `results --target
+    a/t.py:space` must not rank b's config 1: _run keeps any run of the fingerprint where either side lacks
+    target_place, without falling back to the target text as 4fa26d3's same_target did (passes there)."""
+    for name, configs in (("a", [{"b": 1, "ns": 1000}, {"b": 2, "ns": 2000}]),
+                          ("b", [{"b": 7, "ns": 5000}, {"b": 8, "ns": 500}])):  # fmt: skip
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "t.py").write_text(DATA_TARGET)
+        (tmp_path / name / "configs.json").write_text(json.dumps(configs))
+    b = run_nsprof("tune", "b/t.py:space", "--backend", "ncu", *B3_OPTS, cwd=tmp_path, standins=True)
+    assert _ranked(b) == [(1, 500.0), (0, 5000.0)]
+    if "target_place" in (tmp_path / "s.sqlite").read_bytes().decode("latin-1"):
+        _as_older_nsprof_wrote(tmp_path / "s.sqlite", 1)
+    a = run_nsprof(
+        "tune", "a/t.py:space", "--backend", "ncu", "--configs", "0", *B3_OPTS, cwd=tmp_path, standins=True
+    )
+    assert _ranked(a) == [(0, 1000.0)]
+    again = run_nsprof("results", "s.sqlite", "--target", "a/t.py:space", "--json", cwd=tmp_path)
+    assert _ranked(again) == [(0, 1000.0)], json.loads(again.stdout)["notes"]
+
+
+def test_results_by_target_from_another_folder_finds_the_runs_by_their_recorded_place(tmp_path):
+    """A tune of `t.py:space` from its folder records target_place /abs/proj/t.py:space; `results STORE
+    --target /abs/proj/t.py:space` from another folder names that very file, yet _run picks the anchor by
+    same_target on the stored text only ("t.py" resolved from results' cwd): "has no run of target"
+    (a miss, not a regression: 4fa26d3 fails too)."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "else").mkdir()
+    (tmp_path / "proj" / "t.py").write_text(PLAIN)
+    store = str(tmp_path / "s.sqlite")
+    opts = [o if o != "s.sqlite" else store for o in B3_OPTS]
+    done = run_nsprof("tune", "t.py:space", "--backend", "ncu", *opts, cwd=tmp_path / "proj", standins=True)
+    assert _ranked(done) == [(0, 1000.0), (1, 2000.0)]
+    target = f"{tmp_path / 'proj' / 't.py'}:space"
+    again = run_nsprof("results", store, "--target", target, "--json", cwd=tmp_path / "else")
+    assert again.returncode == 0, again.stderr
+    assert _ranked(again) == [(0, 1000.0), (1, 2000.0)]

@@ -160,6 +160,19 @@ def _wrote_rows(frame, path: str) -> None:
     click.echo(f"wrote {len(frame)} rows to {'standard output' if path == '-' else path}", err=True)
 
 
+def each_written(*writes) -> None:
+    """Each of `writes` (callables that write an output file) called whichever fails, then the first
+    failure (one line) raised: one output that cannot be written costs no other."""
+    failed = []
+    for write in writes:
+        try:
+            write()
+        except NsprofError as exc:
+            failed.append(exc)
+    if failed:
+        raise failed[0]
+
+
 def write_exports(frame, csv_path: str | None, parquet_path: str | None) -> None:
     """The tidy rows to --csv / --parquet files; `-` is standard output. An output that cannot be written
     is one line that names it, and the rows are kept in a file of this user's that the line names."""

@@ -105,9 +105,8 @@ class OutPath(Named):
         super().__init__(dir_okay=False, allow_dash=True)
 
     def convert(self, value, param, ctx):
-        if isinstance(value, str) and value.endswith(
-            "/"
-        ):  # Path("out/") is "out": a file where a folder was meant
+        # Path("out/") and Path("out/.") are "out": a file where a folder was meant
+        if isinstance(value, str) and value != "-" and os.path.basename(value) in ("", ".", ".."):
             self.fail(f"{value} names a folder: name a file in it", param, ctx)
         value = super().convert(value, param, ctx)
         if value != "-" and _is_standard_output(value):

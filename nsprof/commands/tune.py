@@ -13,6 +13,7 @@ from nsprof.commands.common import (
     check_plot,
     cluster_settings,
     clusters,
+    each_written,
     on_target,
     one_on_stdout,
     refuse_clobbering,
@@ -115,18 +116,13 @@ def show(target: str, report, *, plot_path, html_path, as_json, part: bool = Fal
 
 
 def _write_files(target: str, report, plot_path, html_path, part: bool) -> None:
-    """--plot and --html of the report: each written, whichever fails (then the first failure, raised)."""
-    failed = []
-    for write in (_write_plot, _write_page):
-        try:
-            write(target, report, plot_path, html_path, part)
-        except NsprofError as exc:
-            failed.append(exc)
-    if failed:
-        raise failed[0]
+    """--plot and --html of the report, each written whichever fails (common.each_written)."""
+    each_written(
+        lambda: _write_plot(target, report, plot_path, part), lambda: _write_page(target, report, html_path)
+    )
 
 
-def _write_plot(target: str, report, plot_path, html_path, part: bool) -> None:
+def _write_plot(target: str, report, plot_path, part: bool) -> None:
     if plot_path:
         from nsprof.render.tune_plot import plot_tune
 
@@ -140,7 +136,7 @@ def _write_plot(target: str, report, plot_path, html_path, part: bool) -> None:
         wrote(plot_path)
 
 
-def _write_page(target: str, report, plot_path, html_path, part: bool) -> None:
+def _write_page(target: str, report, html_path) -> None:
     if html_path:
         from nsprof.render.html import tune_page
 

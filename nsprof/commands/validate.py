@@ -10,6 +10,7 @@ from nsprof.commands.common import (
     check_plot,
     cluster_settings,
     clusters,
+    each_written,
     on_target,
     one_on_stdout,
     refuse_clobbering,
@@ -87,11 +88,6 @@ def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=
             click.echo(f"nsprof: {method} failed on config {config_id}{at}: {printable(reason)}", err=True)
     first = results[0]
     title = f"nsprof validate {target}" + _first_of(results)
-    if plot_path:
-        plot(first.per_config, first.agreement, first.timers, first.truths, plot_path, floors=first.floors)
-        wrote(plot_path)
-    if html_path:
-        write_html(html_path, lambda: validate_page(first, title=title))
     document = validate_document(
         [
             agreement_record(
@@ -108,19 +104,34 @@ def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=
             for r in results
         ]
     )
-    if save_path == "-":
-        click.echo(document)
-    elif save_path:
-        with written_over(save_path) as out:
-            out.write((document + "\n").encode("utf-8"))
-        click.echo(f"wrote {save_path}", err=True)
-    if as_json:
-        click.echo(document)
-    else:
-        click.echo(
-            "\n\n".join(_tables(r, len(results)) for r in results),
-            err="-" in (plot_path, html_path, save_path),
-        )
+
+    def draw() -> None:
+        if plot_path:
+            plot(
+                first.per_config, first.agreement, first.timers, first.truths, plot_path, floors=first.floors
+            )
+            wrote(plot_path)
+
+    def page() -> None:
+        if html_path:
+            write_html(html_path, lambda: validate_page(first, title=title))
+
+    def save() -> None:
+        if save_path and save_path != "-":
+            with written_over(save_path) as out:
+                out.write((document + "\n").encode("utf-8"))
+            click.echo(f"wrote {save_path}", err=True)
+
+    try:  # the files first: a standard output that fails loses none of them
+        each_written(draw, page, save)
+    finally:  # and a file that cannot be written loses nothing of the tables
+        if save_path == "-" or as_json:
+            click.echo(document)
+        if not as_json:
+            click.echo(
+                "\n\n".join(_tables(r, len(results)) for r in results),
+                err="-" in (plot_path, html_path, save_path),
+            )
     _check_measured(results)
 
 

@@ -28,7 +28,7 @@ from nsprof.store_rows import in_order, own_order, settings_of
 from nsprof.tune.explain import cross_truth
 from nsprof.tune.measure import key_labels
 from nsprof.tune.rankings import rank_rows, unmeasured_shape
-from nsprof.tune.stored import TARGET_PLACE, adaptive_runs, stored_rows
+from nsprof.tune.stored import TARGET_PLACE, adaptive_runs, stored_rows, target_place
 
 __all__ = ["reread"]
 
@@ -259,33 +259,56 @@ def _run(store, target: str | None, run_id: int | None):
         if chosen.empty:
             raise NsprofError(f"results store {store.path} has no run {run_id} (nsprof results lists them)")
     else:
-        chosen = runs[[same_target(_text(t), str(target)) for t in runs["target"]]]
+        chosen = runs[[_same_place(run, str(target)) for run in runs.itertuples()]]
+        if chosen.empty:  # a project moved since: its runs recorded the old place, and its text is the same
+            chosen = runs[[same_target(_text(t), str(target)) for t in runs["target"]]]
         if chosen.empty:
             raise NsprofError(
                 f"results store {store.path} has no run of target {target} (nsprof results lists the runs)"
             )
     anchor = next(chosen.tail(1).itertuples())
-    place = _record(anchor).get(TARGET_PLACE)
 
-    def mine(run) -> bool:  # where both runs recorded their target's file (resolved), the same file
-        other = _record(run).get(TARGET_PLACE)
-        return _text(run.fingerprint) == _text(anchor.fingerprint) and (
-            not place or not other or other == place
+    def mine(run) -> bool:
+        return _text(run.fingerprint) == _text(anchor.fingerprint) and _same_place(
+            run, _text(anchor.target), anchor
         )
 
     return anchor, runs[[mine(run) for run in runs.itertuples()]]
 
 
+def _same_place(run, target: str, anchor=None) -> bool:
+    """Whether stored `run` is of `target`: by the target file each recorded, resolved, where both did (of
+    `anchor`'s record, or of `target` resolved from here, where its file is); else by the target's text
+    (same_target)."""
+    other = _record(run).get(TARGET_PLACE)
+    place = _record(anchor).get(TARGET_PLACE) if anchor is not None else target_place(target)
+    if other and place:
+        return other == place
+    return same_target(_text(run.target), target)
+
+
 def _this_tune(runs, anchor, settings: TuneSettings):
-    """`runs` (the target's) but those of a later tune than the anchor run's: a tune starts with its first
-    truth's first pass (an adaptive session's run is none), so the next one after the anchor's tune began
-    starts another, whose rows are not this one's."""
-    opens = _of_truth(settings.ranked_truths[0], settings)
+    """`runs` (the target's) but those of a later tune than the anchor run's. A tune makes at most one first
+    pass (a run not of adaptive reps) per truth it ranks: the first one after the anchor under a truth this
+    tune does not rank, or under one whose first pass came already since the tune began, is another
+    tune's, and its rows and those after it are not this one's."""
+    truths = [_of_truth(truth, settings) for truth in settings.ranked_truths]
     adaptive = adaptive_runs(runs)
-    firsts = [int(run.id) for run in runs.itertuples() if int(run.id) not in adaptive and opens(run)]
-    began = max((i for i in firsts if i <= int(anchor.id)), default=int(anchor.id))
-    later = [i for i in firsts if i > began]
-    return runs[runs["id"] < min(later)] if later else runs
+
+    def truth_of(run) -> int | None:  # the index of the ranked truth whose first pass `run` is
+        return None if int(run.id) in adaptive else next((i for i, of in enumerate(truths) if of(run)), -1)
+
+    firsts = [(int(run.id), truth_of(run)) for run in runs.itertuples() if truth_of(run) is not None]
+    seen: set = set()
+    for _, truth in reversed([f for f in firsts if f[0] <= int(anchor.id)]):  # back to the tune's start
+        if truth == -1 or truth in seen:
+            break
+        seen.add(truth)
+    for run_id, truth in (f for f in firsts if f[0] > int(anchor.id)):
+        if truth == -1 or truth in seen:
+            return runs[runs["id"] < run_id]
+        seen.add(truth)
+    return runs
 
 
 def reread(store, *, target: str | None = None, run_id: int | None = None) -> TuneReport:

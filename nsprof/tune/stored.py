@@ -53,9 +53,9 @@ def select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int]):
 TARGET_PLACE = "target_place"  # a run's record of its target's file, resolved: the same from any folder
 
 
-def target_place(target: str) -> str:
-    """Where `target` is, written the same from any folder: its file resolved, then its Space's name (a
-    module's target as given)."""
+def target_place(target: str) -> str | None:
+    """Where `target` is, written the same from any folder: its file resolved, then its Space's name; None
+    for a module's target, or a file not there."""
     from nsprof.space import target_file
     from nsprof.space_source import split_target
 
@@ -64,7 +64,7 @@ def target_place(target: str) -> str:
         file = target_file(where)
     except NsprofError:
         file = None
-    return f"{file.resolve()}:{name}" if file is not None else target
+    return f"{file.resolve()}:{name}" if file is not None else None
 
 
 def adaptive_runs(runs) -> set[int]:
@@ -195,7 +195,7 @@ class Stored:
         with ResultStore(self.settings.store) as store:
             labels = {
                 **self.settings.record(),
-                TARGET_PLACE: target_place(target),
+                TARGET_PLACE: target_place(target) or target,
                 ADAPTIVE_RUN: number,
                 "configs": list(plan.configs),
                 "rounds": plan.rounds,
@@ -377,7 +377,7 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
     settings = context.settings
     record = {  # with what the target listed: a re-read ranks those configs and shapes, no stale one
         **settings.record(),
-        TARGET_PLACE: target_place(target),
+        TARGET_PLACE: target_place(target) or target,
         "config_key_orders": key_orders(space.configs),
         "shape_keys": key_order(space.shapes or []),
         "n_configs": len(space.configs),
