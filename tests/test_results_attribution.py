@@ -221,3 +221,84 @@ def test_results_by_target_from_another_folder_finds_the_runs_by_their_recorded_
     again = run_nsprof("results", store, "--target", target, "--json", cwd=tmp_path / "else")
     assert again.returncode == 0, again.stderr
     assert _ranked(again) == [(0, 1000.0), (1, 2000.0)]
+
+
+def _truths_reps(done) -> dict:
+    assert done.returncode == 0, done.stderr
+    return {t["truth"]: [(r["config_id"], r["value_ns"], r["reps"]) for r in t["ranked"]]
+            for t in json.loads(done.stdout)["truths"]}  # fmt: skip
+
+
+PLAIN_TWO = (
+    "import nsprof.space\n"
+    "configs = [{'b': 0, 'ns': 1000, 'ns_at': {'none-none': 500}}, {'b': 1, 'ns': 3000, 'ns_at': {'none-none': 2000}}]\n"
+    "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
+)
+B4_TWO = ["--truth", "ncu,nsys", "--deploy", "ncu", "--mode", "direct", "--no-explain", "--budget-s", "0"]
+B4_TWO += ["--no-feed-back", "--no-tuner-pick", "--json", "--store", "s.sqlite"]
+
+
+def test_results_run_of_a_second_two_truth_tunes_first_run_ranks_that_tunes_second_truth(tmp_path):
+    """Tune 1 --truth ncu,nsys --reps 3 (runs 1 ncu, 2 nsys); tune 2, the same with --reps 6 (runs 3 ncu,
+    4 nsys). `results --run 3` is tune 2's: its nsys ranking is run 4's (6 reps). _this_tune's walk back
+    from run 3 collects run 2 (tune 1's nsys) as if it were tune 2's, so run 4 is cut as a second nsys
+    first pass and tune 1's nsys rows (3 reps) are ranked; `results --run 4` ranks 6 reps."""
+    (tmp_path / "target.py").write_text(PLAIN_TWO)
+    first = run_nsprof("tune", "target.py:space", *B4_TWO, "--reps", "3", cwd=tmp_path, standins=True)
+    assert _truths_reps(first)["nsys"] == [(0, 500.0, 3), (1, 2000.0, 3)]
+    second = run_nsprof("tune", "target.py:space", *B4_TWO, "--reps", "6", cwd=tmp_path, standins=True)
+    assert _truths_reps(second)["nsys"] == [(0, 500.0, 6), (1, 2000.0, 6)]
+    listed = run_nsprof("results", "s.sqlite", cwd=tmp_path).stdout
+    assert [line.split()[3] for line in listed.splitlines()[2:]] == ["ncu", "nsys", "ncu", "nsys"], listed
+    four = run_nsprof("results", "s.sqlite", "--run", "4", "--json", cwd=tmp_path)
+    assert _truths_reps(four)["nsys"] == [(0, 500.0, 6), (1, 2000.0, 6)]
+    three = run_nsprof("results", "s.sqlite", "--run", "3", "--json", cwd=tmp_path)
+    assert _truths_reps(three)["nsys"] == [(0, 500.0, 6), (1, 2000.0, 6)], json.loads(three.stdout)["truths"][
+        1
+    ]["notes"]
+
+
+def test_results_run_of_a_resumes_first_truth_ranks_the_resumes_second_truth(tmp_path):
+    """Tune 1 --truth ncu,nsys --configs 0 (runs 1 ncu, 2 nsys); tune 2 the same with --resume over both
+    configs (runs 3 ncu, 4 nsys: config 1 each). `results --run 3` is tune 2's: both truths rank both
+    configs. The walk back from run 3 takes run 2 as tune 2's nsys first pass and cuts run 4: the nsys
+    ranking lacks config 1."""
+    (tmp_path / "target.py").write_text(PLAIN_TWO)
+    part = run_nsprof(
+        "tune", "target.py:space", *B4_TWO, "--reps", "3", "--configs", "0", cwd=tmp_path, standins=True
+    )
+    assert _truths_reps(part)["nsys"] == [(0, 500.0, 3)]
+    whole = run_nsprof(
+        "tune", "target.py:space", *B4_TWO, "--reps", "3", "--resume", cwd=tmp_path, standins=True
+    )
+    assert _truths_reps(whole)["nsys"] == [(0, 500.0, 3), (1, 2000.0, 3)]
+    listed = run_nsprof("results", "s.sqlite", cwd=tmp_path).stdout
+    assert [line.split()[3] for line in listed.splitlines()[2:]] == ["ncu", "nsys", "ncu", "nsys"], listed
+    three = run_nsprof("results", "s.sqlite", "--run", "3", "--json", cwd=tmp_path)
+    assert _truths_reps(three)["nsys"] == [(0, 500.0, 3), (1, 2000.0, 3)], json.loads(three.stdout)["notes"]
+
+
+def test_results_target_of_a_moved_project_never_falls_back_to_another_projects_runs(tmp_path):
+    """a/t.py and b/t.py (different sources, so fingerprints) each tuned from its own folder as `t.py:space`
+    (b last); a is then moved to c. `results --target t.py:space` from c: no run recorded c's place, so _run
+    falls back to the target text alone and takes b's latest run, ranking another project's configs for
+    c/t.py (the fallback checks no fingerprint)."""
+    store = str(tmp_path / "s.sqlite")
+    opts = ["--backend", "ncu", *[o if o != "s.sqlite" else store for o in B3_OPTS]]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "t.py").write_text(
+        "import nsprof.space\nconfigs = [{'b': 0, 'ns': 1000}, {'b': 1, 'ns': 2000}]\n"
+        "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
+    )
+    (tmp_path / "b" / "t.py").write_text(
+        "import nsprof.space\nconfigs = [{'b': 7, 'ns': 9000}, {'b': 8, 'ns': 100}, {'b': 9, 'ns': 50}]\n"
+        "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
+    )
+    for name in ("a", "b"):
+        done = run_nsprof("tune", "t.py:space", *opts, cwd=tmp_path / name, standins=True)
+        assert done.returncode == 0, done.stderr
+    (tmp_path / "a").rename(tmp_path / "c")
+    again = run_nsprof("results", store, "--target", "t.py:space", "--json", cwd=tmp_path / "c")
+    ranked = [] if again.returncode else [r["config_id"] for r in json.loads(again.stdout)["ranked"]]
+    assert ranked in ([], [0, 1]), again.stdout[-1500:]

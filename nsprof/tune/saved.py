@@ -260,8 +260,8 @@ def _run(store, target: str | None, run_id: int | None):
             raise NsprofError(f"results store {store.path} has no run {run_id} (nsprof results lists them)")
     else:
         chosen = runs[[_same_place(run, str(target)) for run in runs.itertuples()]]
-        if chosen.empty:  # a project moved since: its runs recorded the old place, and its text is the same
-            chosen = runs[[same_target(_text(t), str(target)) for t in runs["target"]]]
+        if chosen.empty:  # a project moved since: its runs recorded the old place; the same text and source
+            chosen = runs[[_moved(run, str(target)) for run in runs.itertuples()]]
         if chosen.empty:
             raise NsprofError(
                 f"results store {store.path} has no run of target {target} (nsprof results lists the runs)"
@@ -274,6 +274,19 @@ def _run(store, target: str | None, run_id: int | None):
         )
 
     return anchor, runs[[mine(run) for run in runs.itertuples()]]
+
+
+def _moved(run, target: str) -> bool:
+    """Whether stored `run` may be of `target` moved since: the target's text the same and, where its file
+    is here, its source's fingerprint."""
+    from nsprof.space_source import target_fingerprint
+
+    if not same_target(_text(run.target), target):
+        return False
+    try:
+        return _text(run.fingerprint) == target_fingerprint(target)
+    except (NsprofError, OSError):  # its file is not here: the text alone
+        return True
 
 
 def _same_place(run, target: str, anchor=None) -> bool:
@@ -299,15 +312,18 @@ def _this_tune(runs, anchor, settings: TuneSettings):
         return None if int(run.id) in adaptive else next((i for i, of in enumerate(truths) if of(run)), -1)
 
     firsts = [(int(run.id), truth_of(run)) for run in runs.itertuples() if truth_of(run) is not None]
-    seen: set = set()
-    for _, truth in reversed([f for f in firsts if f[0] <= int(anchor.id)]):  # back to the tune's start
-        if truth == -1 or truth in seen:
+    # a tune's first passes come in its truths' order: back to where that order breaks is where it began
+    seen, began = set(), None
+    for _, truth in reversed([f for f in firsts if f[0] <= int(anchor.id)]):
+        if truth == -1 or (began is not None and truth >= began):
             break
         seen.add(truth)
+        began = truth
+    last = max(seen, default=-1)
     for run_id, truth in (f for f in firsts if f[0] > int(anchor.id)):
-        if truth == -1 or truth in seen:
+        if truth == -1 or truth <= last:
             return runs[runs["id"] < run_id]
-        seen.add(truth)
+        last = truth
     return runs
 
 
