@@ -262,23 +262,16 @@ def main(argv: list[str] | None = None) -> int:
     (spec,) = argv if argv is not None else sys.argv[1:]
     out = os.dup(1)
     os.dup2(2, 1)
-    try:
-        described = describe(load_target(spec))
+    try:  # dumped here too: a Space holding what JSON cannot (a tuner's bytes name) is its one line as well
+        text = json.dumps(describe(load_target(spec)))
     except TargetError as exc:
-        doc = {"error": str(exc)}
+        text = json.dumps({"error": str(exc)})
     except BaseException as exc:  # the target's own code raised: its one line, not a traceback
         # sys.exit() and KeyboardInterrupt too: this child is a session of its own (_described), so no
         # Ctrl-C of the user's reaches it, and nsprof ends it with SIGKILL, which raises nothing
-        doc = {"error": f"loading {spec} failed: {raised(exc)}"}
-    else:
-        try:
-            text = json.dumps(described)
-        except (TypeError, ValueError) as exc:  # a tuner hook's name, say, that JSON cannot hold
-            doc = {"error": f"{spec}: its Space holds what nsprof cannot record ({exc})"}
-        else:
-            doc = None
+        text = json.dumps({"error": f"loading {spec} failed: {raised(exc)}"})
     with os.fdopen(out, "w") as file:
-        file.write(text if doc is None else json.dumps(doc))
+        file.write(text)
     return 0
 
 

@@ -1,7 +1,7 @@
-"""Bad input that once got past nsprof's rule (one clear line on stderr, a non-zero exit, never a traceback
-or an internal error, nothing measured lost): configs that are no list, a tuner name JSON cannot hold, huge
-integers in a saved run, time bounds past what a wait can take, a closed or failing standard output, and an
-empty path."""
+"""Bad input of kinds the other bad-input tests do not cover keeps nsprof's rule (one clear line on stderr, a
+non-zero exit, never a traceback or an internal error, nothing measured lost): configs that are no list, a
+tuner name JSON cannot hold, huge integers in a saved run, time bounds past what a wait can take, closed or
+failing standard streams, output files that cannot be written, and empty or folder-like output names."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _one_line(done) -> str:
     return text
 
 
-# ---------------------------------------------------------------- 1. a Space whose configs are no list
+# ---------------------------------------------------------------- a Space whose configs are no list
 
 CONFIGS_NOT_A_LIST = """
 import nsprof.space
@@ -58,7 +58,25 @@ def test_configs_that_are_not_a_list_are_refused_in_one_line_before_anything_is_
     assert not marker.exists(), "a config was built from configs that are not a list"
 
 
-# ---------------------------------------------------------------- 2. a tuner hook whose name is no text
+def test_a_set_of_configs_is_refused_as_no_list():
+    """A set lists its items in its hashes' order, another in another process (the worker): refused."""
+    from nsprof.errors import TargetError
+    from nsprof.space import Space
+
+    with pytest.raises(TargetError, match="configs must be a list"):
+        Space(configs={"alpha", "beta"}, build=lambda c: None, device="cpu")
+
+
+def test_the_keys_of_a_dict_are_taken_as_shapes_in_their_order():
+    """A dict's keys view lists in insertion order, the same in the worker: taken as shapes (unlike a set)."""
+    from nsprof.space import Space
+
+    table = {(1, 64): "small", (16, 64): "big"}
+    space = Space(configs=[{"b": 1}], shapes=table.keys(), build=lambda c, s: lambda: None, device="cpu")
+    assert space.shapes == [(1, 64), (16, 64)]
+
+
+# ---------------------------------------------------------------- a tuner hook whose name is no text
 
 TUNER_NAME_BYTES = """
 import nsprof.space
@@ -75,14 +93,14 @@ space = nsprof.space.Space(configs=[{"i": 0}, {"i": 1}], build=lambda c: (lambda
 
 
 def test_a_tuner_hook_whose_name_json_cannot_hold_is_one_line_without_a_traceback(tmp_path):
-    # The describing child (nsprof.space_view.main) dumps as_read() outside its try: its traceback
-    # reaches nsprof's stderr. A real child process: that child writes to fd 2 itself.
+    # A real child process: the child that describes the target (nsprof.space_view.main) writes to fd 2
+    # itself, where a traceback would show.
     (tmp_path / "t.py").write_text(TUNER_NAME_BYTES)
     done = run_nsprof("profile", "t.py:space", *QUICK, cwd=tmp_path, standins=True, timeout=120)
     _one_line(done)
 
 
-# ---------------------------------------------------------------- 3. a saved run holding a huge integer
+# ---------------------------------------------------------------- a saved run holding a huge integer
 
 BIG = (
     "@@an integer of 401 digits@@"  # written in place of this text (json.dumps of a 401-digit int is refused)
@@ -118,14 +136,24 @@ class Launch:
 
 space = nsprof.space.Space(configs=[{"i": i, "ns": NS[i]} for i in range(3)], build=Launch, device="cpu")
 """
+VALIDATE = [
+    "validate",
+    "t.py:space",
+    "--timers",
+    "cupti",
+    "--no-external",
+    "--truth",
+    "nsys",
+    "--mode",
+    "direct",
+]
+VALIDATE += ["--reps", "3", "--timer-reps", "3"]
+TIMERS = {"NSPROF_STANDIN_TIMERS": "1"}  # the stand-in fast timers
 
 
 def test_results_of_a_saved_validate_holding_an_integer_past_float_range_is_one_line(tmp_path):
     (tmp_path / "t.py").write_text(VALIDATE_TARGET)
-    args = ["validate", "t.py:space", "--timers", "cupti", "--no-external", "--truth", "nsys"]
-    args += ["--mode", "direct", "--reps", "3", "--timer-reps", "3", "--save", "v.json"]
-    env = {"NSPROF_STANDIN_TIMERS": "1"}
-    done = run_nsprof(*args, cwd=tmp_path, standins=True, env=env, in_process=True)
+    done = run_nsprof(*VALIDATE, "--save", "v.json", cwd=tmp_path, standins=True, env=TIMERS, in_process=True)
     assert done.returncode == 0, done.stderr
     saved = json.loads((tmp_path / "v.json").read_text())
     saved["agreement"][0]["n"] = BIG  # validate_saved.py table(): pd.to_numeric raises OverflowError
@@ -133,7 +161,7 @@ def test_results_of_a_saved_validate_holding_an_integer_past_float_range_is_one_
     _one_line(run_nsprof("results", "big.json", cwd=tmp_path, in_process=True))
 
 
-# ---------------------------------------------------------------- 4. a long bound overflows a wait
+# ---------------------------------------------------------------- time bounds past what a wait can take
 
 
 @pytest.mark.parametrize("timeout", ["3000000", "inf"])  # 35 days: past poll()'s C int of milliseconds
@@ -158,14 +186,14 @@ def test_a_long_nsys_export_bound_from_the_environment_is_no_internal_error(tmp_
     )
     nsys.chmod(0o755)
     (tmp_path / "r.nsys-rep").write_bytes(b"NVIDIA Tegra Profiler Report\0stand-in")
-    env = {"NSPROF_NSYS": str(nsys), "NSPROF_CONVERT_TIMEOUT_S": "3000000"}  # env_number: finite, so taken
+    env = {"NSPROF_NSYS": str(nsys), "NSPROF_CONVERT_TIMEOUT_S": "3000000"}  # past MAX_WAIT_S
     done = run_nsprof("analyze", "r.nsys-rep", cwd=tmp_path, env=env, in_process=True)
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
     if done.returncode != 0:
         _one_line(done)
 
 
-# ---------------------------------------------------------------- 5. standard output closed
+# ---------------------------------------------------------------- standard streams closed
 
 
 @pytest.mark.parametrize(
@@ -184,7 +212,20 @@ def test_a_closed_standard_output_is_no_internal_error(tmp_path, args):
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
-# ---------------------------------------------------------------- 6. a stdout that fails loses the files
+def test_standard_input_and_output_closed_at_start_is_no_error(tmp_path):
+    """`<&- >&-`: each closed descriptor gets /dev/null at its own number (the target's redirect duplicates
+    fd 1), and the profile runs."""
+    (tmp_path / "t.py").write_text(PLAIN)
+    done = subprocess.run(
+        ["sh", "-c", 'exec "$@" <&- >&-', "sh", sys.executable, str(STANDINS),
+         "profile", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "1"],
+        stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Bad file descriptor" not in done.stderr, done.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- outputs that cannot be written
 
 
 def _standins(args, cwd, stdout) -> subprocess.CompletedProcess:
@@ -212,8 +253,8 @@ def _closed_pipe():
 def test_a_standard_output_that_fails_still_writes_the_output_files_asked_for(
     tmp_path, stdout, command, output
 ):
-    # profile.show / tune.show write stdout first: its OSError skips write_exports / the page, and with the
-    # temporary reports removed (profile) or no store (tune), what was measured is gone
+    # the files are written before standard output: with the temporary reports removed (profile) or no
+    # store (tune), they hold what was measured
     (tmp_path / "t.py").write_text(PLAIN)
     if stdout == "full":
         with open("/dev/full", "w") as full:
@@ -227,7 +268,40 @@ def test_a_standard_output_that_fails_still_writes_the_output_files_asked_for(
     assert (tmp_path / output).exists(), (done.returncode, done.stderr)
 
 
-# ---------------------------------------------------------------- 7. an empty path
+def test_tune_writes_its_html_page_when_its_plot_cannot_be_written(tmp_path):
+    """A --plot that cannot be written costs no other output: --html is written (with --no-store it holds
+    what was measured), and the exit status says the plot failed."""
+    (tmp_path / "t.py").write_text(PLAIN)
+    done = run_nsprof(
+        "tune", "t.py:space", *QUICK, "--budget-s", "0", "--no-store", "--plot", "/proc/nsprof-review.png", "--html", "page.html",
+        cwd=tmp_path, standins=True,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert (tmp_path / "page.html").exists(), done.stderr[-2000:]
+
+
+def test_validate_writes_its_page_save_and_json_when_its_plot_cannot_be_written(tmp_path):
+    """A --plot that cannot be written (/proc) costs no other output: --html, --save and the --json document
+    are all written, and the error names the plot as given."""
+    (tmp_path / "t.py").write_text(VALIDATE_TARGET)
+    args = [
+        *VALIDATE,
+        "--plot",
+        "/proc/nsprof-review.png",
+        "--html",
+        "page.html",
+        "--save",
+        "v.json",
+        "--json",
+    ]
+    done = run_nsprof(*args, cwd=tmp_path, standins=True, env=TIMERS)
+    assert done.returncode != 0 and "/proc/nsprof-review.png" in done.stderr, done.stderr
+    assert (tmp_path / "page.html").exists(), done.stderr[-2000:]
+    assert (tmp_path / "v.json").exists(), done.stderr[-2000:]
+    assert done.stdout.strip(), done.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- empty and folder-like output names
 
 
 @pytest.mark.parametrize(
@@ -235,7 +309,7 @@ def test_a_standard_output_that_fails_still_writes_the_output_files_asked_for(
     [
         ["profile", "t.py:space", *QUICK, "--csv", ""],
         ["tune", "t.py:space", *QUICK, "--no-store", "--html", ""],
-        ["tune", "t.py:space", *QUICK, "--no-store", "--plot", ""],
+        ["tune", "t.py:space", *QUICK, "--budget-s", "0", "--no-store", "--plot", ""],
         ["profile", "t.py:space", *QUICK, "--work-dir", ""],
         ["analyze", str(FIXTURES / "fixture.sqlite"), "--csv", ""],
     ],
@@ -250,45 +324,9 @@ def test_an_empty_path_is_refused_not_silently_dropped_or_taken_as_the_current_f
     assert set(os.listdir(tmp_path)) == before  # --work-dir '': part0.* and phases.json in the cwd
 
 
-def test_standard_input_and_output_closed_at_start_is_no_error(tmp_path):
-    """`<&- >&-`: cli.main's open(os.devnull) for sys.stdout takes fd 0, fd 1 stays closed, and the target's
-    redirect (host/redirect.redirected: os.dup(1)) fails: 'nsprof: error: Bad file descriptor', exit 2
-    (`>&-` alone exits 0)."""
-    (tmp_path / "t.py").write_text(PLAIN)
-    done = subprocess.run(
-        ["sh", "-c", 'exec "$@" <&- >&-', "sh", sys.executable, str(STANDINS),
-         "profile", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "1"],
-        stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=180,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "Bad file descriptor" not in done.stderr, done.stderr[-2000:]
-
-
-def test_a_set_of_configs_is_refused_as_no_list():
-    """A set has a length, so Space._listed takes it, in an order its hash gives: another process (the worker)
-    lists a set of strings in another order ('the target changed since nsprof read it')."""
-    from nsprof.errors import TargetError
-    from nsprof.space import Space
-
-    with pytest.raises(TargetError, match="configs must be a list"):
-        Space(configs={"alpha", "beta"}, build=lambda c: None, device="cpu")
-
-
-def test_tune_writes_its_html_page_when_its_plot_cannot_be_written(tmp_path):
-    """tune.show writes the files asked for first so that none is lost, but _write_files stops at a --plot that
-    cannot be written and never writes --html (and with --no-store what was measured is gone)."""
-    (tmp_path / "t.py").write_text(PLAIN)
-    done = run_nsprof(
-        "tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--no-explain", "--budget-s", "0", "--no-feed-back", "--no-tuner-pick", "--reps", "3", "--no-store",
-        "--plot", "/proc/nsprof-review.png", "--html", "page.html", cwd=tmp_path, standins=True,
-    )  # fmt: skip
-    assert done.returncode != 0
-    assert (tmp_path / "page.html").exists(), done.stderr[-2000:]
-
-
 @pytest.mark.parametrize("option", ["--csv", "--plot", "--parquet"])
 def test_an_output_name_ending_in_a_slash_is_refused_not_written_as_a_file(tmp_path, option):
-    """`--csv out/` (no such folder yet) named a folder; the output was written as a file called `out`."""
+    """`--csv out/` (no such folder yet) names a folder: refused, no file called `out` written."""
     done = run_nsprof(
         "analyze", str(FIXTURES / "fixture.sqlite"), option, "out/", cwd=tmp_path, in_process=True
     )
@@ -297,8 +335,7 @@ def test_an_output_name_ending_in_a_slash_is_refused_not_written_as_a_file(tmp_p
 
 
 def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
-    """The XDG spec: a relative $XDG_CACHE_HOME is invalid and ignored; nsprof made its saved views under the
-    folder it ran in instead."""
+    """The XDG spec: a relative $XDG_CACHE_HOME is invalid and ignored (saved views go under ~/.cache)."""
     from nsprof import space_view
 
     monkeypatch.chdir(tmp_path)
@@ -309,48 +346,10 @@ def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
     assert path is not None and path.is_relative_to(tmp_path / "home" / ".cache"), path
 
 
-def test_validate_writes_its_page_save_and_json_when_its_plot_cannot_be_written(tmp_path):
-    """The tune fix (_write_files: each file tried) was not made in commands/validate.py show(): a --plot that
-    fails (/proc) raises before --html, --save and the --json document, so the whole measurement is lost
-    (a miss, not a regression: 4fa26d3 fails too)."""
-    (tmp_path / "t.py").write_text(VALIDATE_TARGET)
-    args = [
-        "validate",
-        "t.py:space",
-        "--timers",
-        "cupti",
-        "--no-external",
-        "--truth",
-        "nsys",
-        "--mode",
-        "direct",
-    ]
-    args += ["--reps", "3", "--timer-reps", "3", "--plot", "/proc/nsprof-review.png", "--html", "page.html"]
-    args += ["--save", "v.json", "--json"]
-    done = run_nsprof(*args, cwd=tmp_path, standins=True, env={"NSPROF_STANDIN_TIMERS": "1"})
-    assert done.returncode != 0 and "/proc/nsprof-review.png" in done.stderr, done.stderr
-    assert (tmp_path / "page.html").exists(), done.stderr[-2000:]
-    assert (tmp_path / "v.json").exists(), done.stderr[-2000:]
-    assert done.stdout.strip(), done.stderr[-2000:]
-
-
 def test_an_output_name_ending_in_slash_dot_is_refused_not_written_as_a_file(tmp_path):
-    """OutPath refuses `out/` but not `out/.`, which names the same folder: Path("out/.") is "out", and
-    analyze writes a file called `out` (exit 0)."""
-    from conftest import FIXTURES
-
+    """`out/.` names the folder `out/` does (Path("out/.") is "out"): refused too."""
     done = run_nsprof(
         "analyze", str(FIXTURES / "fixture.sqlite"), "--csv", "out/.", cwd=tmp_path, in_process=True
     )
     assert not (tmp_path / "out").is_file(), done.stderr
     assert done.returncode == 2, done.stderr
-
-
-def test_the_keys_of_a_dict_are_taken_as_shapes_in_their_order():
-    """_listed now refuses every collections.abc.Set to keep hash order out, but a dict's keys view is a Set
-    listed in insertion order, the same in the worker: shapes=table.keys() worked on 4fa26d3 and is refused."""
-    from nsprof.space import Space
-
-    table = {(1, 64): "small", (16, 64): "big"}
-    space = Space(configs=[{"b": 1}], shapes=table.keys(), build=lambda c, s: lambda: None, device="cpu")
-    assert space.shapes == [(1, 64), (16, 64)]

@@ -9,14 +9,27 @@ import sqlite3
 
 from conftest import run_nsprof
 
-TUNE = ["--backend", "ncu", "--mode", "direct", "--no-explain", "--budget-s", "0"]
-TUNE += ["--no-feed-back", "--no-tuner-pick", "--store", "s.sqlite"]
+QUICK = ["--mode", "direct", "--no-explain", "--budget-s", "0", "--no-feed-back", "--no-tuner-pick"]
+TUNE = ["--backend", "ncu", *QUICK, "--store", "s.sqlite"]
+STORED = [*QUICK, "--reps", "3", "--json", "--store", "s.sqlite"]
+TWO_TRUTHS = ["--truth", "ncu,nsys", "--deploy", "ncu", *QUICK, "--json", "--store", "s.sqlite"]
 
 
 def _ranked(done) -> list[tuple[int, float]]:
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     return [(r["config_id"], r["value_ns"]) for r in document["ranked"]]
+
+
+def _truths(done) -> dict:
+    """{truth: [(config id, value ns, reps)]} of a tune's --json, best first."""
+    assert done.returncode == 0, done.stderr
+    return {t["truth"]: [(r["config_id"], r["value_ns"], r["reps"]) for r in t["ranked"]]
+            for t in json.loads(done.stdout)["truths"]}  # fmt: skip
+
+
+def _truth_values(done) -> dict:
+    return {truth: [(c, v) for c, v, _ in rows] for truth, rows in _truths(done).items()}
 
 
 def test_results_by_run_ranks_that_runs_rows_not_a_later_runs(tmp_path):
@@ -83,24 +96,6 @@ def test_results_of_a_target_ranks_no_config_its_latest_tune_no_longer_lists(tmp
     assert _ranked(again) == [(0, 2000.0), (1, 2500.0)], json.loads(again.stdout)["notes"]
 
 
-TWO_TUNE = [
-    "--mode",
-    "direct",
-    "--no-explain",
-    "--budget-s",
-    "0",
-    "--no-feed-back",
-    "--no-tuner-pick",
-    "--json",
-]
-
-
-def _truths(done) -> dict:
-    assert done.returncode == 0, done.stderr
-    return {t["truth"]: [(r["config_id"], r["value_ns"], r["reps"]) for r in t["ranked"]]
-            for t in json.loads(done.stdout)["truths"]}  # fmt: skip
-
-
 PLAIN = (
     "import nsprof.space\n"
     "configs = [{'b': 0, 'ns': 1000}, {'b': 1, 'ns': 2000}]\n"
@@ -109,18 +104,16 @@ PLAIN = (
 
 
 def test_results_by_run_of_a_two_truth_tunes_second_truth_ranks_that_tunes_first_truth(tmp_path):
-    """`results --run 2` (tune 1's nsys run) must rank tune 1's ncu rows, not those of tune 2 (run 3): _run cuts
-    the runs only before the next first pass under the anchor's own key (nsys), after tune 2's ncu run."""
+    """`results --run 2` (tune 1's nsys run) ranks tune 1's ncu rows, not those of tune 2 (run 3)."""
     (tmp_path / "target.py").write_text(
         "import nsprof.space\n"
         "configs = [{'b': 0, 'ns_reps': [1000, 1000, 1000, 9000, 9000, 9000], 'ns_at': {'none-none': 500}},\n"
         "           {'b': 1, 'ns': 3000, 'ns_at': {'none-none': 2000}}]\n"
         "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
     )
-    two = ["--truth", "ncu,nsys", "--deploy", "ncu", *TWO_TUNE, "--store", "s.sqlite"]
-    first = run_nsprof("tune", "target.py:space", *two, "--reps", "3", cwd=tmp_path, standins=True)
+    first = run_nsprof("tune", "target.py:space", *TWO_TRUTHS, "--reps", "3", cwd=tmp_path, standins=True)
     assert _ranked(first) == [(0, 1000.0), (1, 3000.0)]
-    second = run_nsprof("tune", "target.py:space", *two, "--reps", "6", cwd=tmp_path, standins=True)
+    second = run_nsprof("tune", "target.py:space", *TWO_TRUTHS, "--reps", "6", cwd=tmp_path, standins=True)
     assert _ranked(second) == [(1, 3000.0), (0, 5000.0)]
     again = run_nsprof("results", "s.sqlite", "--run", "2", "--json", cwd=tmp_path)  # run 2: tune 1's nsys
     assert _truths(again)["ncu"] == [(0, 1000.0, 3), (1, 3000.0, 3)], json.loads(again.stdout)["notes"]
@@ -128,13 +121,12 @@ def test_results_by_run_of_a_two_truth_tunes_second_truth_ranks_that_tunes_first
 
 def test_results_of_a_resume_by_absolute_path_from_elsewhere_keeps_the_runs_it_resumed(tmp_path):
     """A tune of `t.py:space` (config 0) from its folder, resumed as /abs/t.py:space from another folder (config
-    1): the resume ranks both. same_target resolves the stored relative `t.py` from results' own cwd, so run 1
-    is taken for another target's and its config dropped (3398083 ranked both)."""
+    1): one target (each run recorded the same file), so `results --run 2` from there ranks both configs."""
     (tmp_path / "proj").mkdir()
     (tmp_path / "else").mkdir()
     (tmp_path / "proj" / "t.py").write_text(PLAIN)
     store = str(tmp_path / "s.sqlite")
-    opts = ["--backend", "ncu", *TWO_TUNE, "--reps", "3", "--store", store]
+    opts = ["--backend", "ncu", *QUICK, "--json", "--reps", "3", "--store", store]
     part = run_nsprof("tune", "t.py:space", *opts, "--configs", "0", cwd=tmp_path / "proj", standins=True)
     assert _ranked(part) == [(0, 1000.0)]
     target = f"{tmp_path / 'proj' / 't.py'}:space"
@@ -144,31 +136,19 @@ def test_results_of_a_resume_by_absolute_path_from_elsewhere_keeps_the_runs_it_r
     assert _ranked(again) == [(0, 1000.0), (1, 2000.0)], json.loads(again.stdout)["notes"]
 
 
-B3_OPTS = ["--mode", "direct", "--no-explain", "--budget-s", "0", "--no-feed-back", "--no-tuner-pick"]
-B3_OPTS += ["--reps", "3", "--json", "--store", "s.sqlite"]
-
-
-def _truth_values(done) -> dict:
-    assert done.returncode == 0, done.stderr
-    return {t["truth"]: [(r["config_id"], r["value_ns"]) for r in t["ranked"]]
-            for t in json.loads(done.stdout)["truths"]}  # fmt: skip
-
-
 def test_results_run_of_a_two_truth_tune_ignores_a_later_tune_under_its_second_truth_only(tmp_path):
     """Tune 1: --truth ncu,nsys (runs 1 ncu, 2 nsys). The data file changes (same fingerprint) and tune 2 is
-    --backend nsys alone (run 3). `results --run 2` is tune 1's: its nsys ranking must be run 2's numbers.
-    _this_tune only cuts at the next first pass of the *anchor tune's* first truth (ncu): tune 2 has none, so
-    run 3's nsys rows replace run 2's (4fa26d3 cut at the next run under the anchor's own key: passes)."""
+    --backend nsys alone (run 3). `results --run 2` is tune 1's: its nsys ranking is run 2's numbers, a second
+    nsys first pass being another tune's."""
     (tmp_path / "t.py").write_text(DATA_TARGET)
     data = tmp_path / "configs.json"
     data.write_text(json.dumps([{"b": 0, "ns": 1000, "ns_at": {"none-none": 500}},
                                 {"b": 1, "ns": 3000, "ns_at": {"none-none": 2000}}]))  # fmt: skip
-    two = ["--truth", "ncu,nsys", "--deploy", "ncu"]
-    first = run_nsprof("tune", "t.py:space", *two, *B3_OPTS, cwd=tmp_path, standins=True)
+    first = run_nsprof("tune", "t.py:space", *TWO_TRUTHS, "--reps", "3", cwd=tmp_path, standins=True)
     assert _truth_values(first)["nsys"] == [(0, 500.0), (1, 2000.0)]
     data.write_text(json.dumps([{"b": 0, "ns": 1000, "ns_at": {"none-none": 4000}},
                                 {"b": 1, "ns": 3000, "ns_at": {"none-none": 100}}]))  # fmt: skip
-    second = run_nsprof("tune", "t.py:space", "--backend", "nsys", *B3_OPTS, cwd=tmp_path, standins=True)
+    second = run_nsprof("tune", "t.py:space", "--backend", "nsys", *STORED, cwd=tmp_path, standins=True)
     assert _ranked(second) == [(1, 100.0), (0, 4000.0)]
     again = run_nsprof("results", "s.sqlite", "--run", "2", "--json", cwd=tmp_path)
     assert _truth_values(again)["nsys"] == [(0, 500.0), (1, 2000.0)], json.loads(again.stdout)["notes"]
@@ -186,19 +166,18 @@ def _as_older_nsprof_wrote(store, run_id: int) -> None:
 def test_results_of_a_target_never_ranks_an_older_nsprofs_run_of_another_copy(tmp_path):
     """a/t.py and b/t.py: the same text (configs from a data file beside each), one source fingerprint. b was
     tuned by an older nsprof (run 1, no target_place); a by this one, config 0 only (run 2). `results --target
-    a/t.py:space` must not rank b's config 1: _run keeps any run of the fingerprint where either side lacks
-    target_place, without falling back to the target text as 4fa26d3's same_target did (passes there)."""
+    a/t.py:space` ranks no config of b's: a run without a recorded place is matched by the target's text."""
     for name, configs in (("a", [{"b": 1, "ns": 1000}, {"b": 2, "ns": 2000}]),
                           ("b", [{"b": 7, "ns": 5000}, {"b": 8, "ns": 500}])):  # fmt: skip
         (tmp_path / name).mkdir()
         (tmp_path / name / "t.py").write_text(DATA_TARGET)
         (tmp_path / name / "configs.json").write_text(json.dumps(configs))
-    b = run_nsprof("tune", "b/t.py:space", "--backend", "ncu", *B3_OPTS, cwd=tmp_path, standins=True)
+    b = run_nsprof("tune", "b/t.py:space", "--backend", "ncu", *STORED, cwd=tmp_path, standins=True)
     assert _ranked(b) == [(1, 500.0), (0, 5000.0)]
     if "target_place" in (tmp_path / "s.sqlite").read_bytes().decode("latin-1"):
         _as_older_nsprof_wrote(tmp_path / "s.sqlite", 1)
     a = run_nsprof(
-        "tune", "a/t.py:space", "--backend", "ncu", "--configs", "0", *B3_OPTS, cwd=tmp_path, standins=True
+        "tune", "a/t.py:space", "--backend", "ncu", "--configs", "0", *STORED, cwd=tmp_path, standins=True
     )
     assert _ranked(a) == [(0, 1000.0)]
     again = run_nsprof("results", "s.sqlite", "--target", "a/t.py:space", "--json", cwd=tmp_path)
@@ -206,15 +185,13 @@ def test_results_of_a_target_never_ranks_an_older_nsprofs_run_of_another_copy(tm
 
 
 def test_results_by_target_from_another_folder_finds_the_runs_by_their_recorded_place(tmp_path):
-    """A tune of `t.py:space` from its folder records target_place /abs/proj/t.py:space; `results STORE
-    --target /abs/proj/t.py:space` from another folder names that very file, yet _run picks the anchor by
-    same_target on the stored text only ("t.py" resolved from results' cwd): "has no run of target"
-    (a miss, not a regression: 4fa26d3 fails too)."""
+    """A tune of `t.py:space` from its folder records target_place /abs/proj/t.py:space: `results STORE
+    --target /abs/proj/t.py:space` from another folder names that very file, and finds its runs."""
     (tmp_path / "proj").mkdir()
     (tmp_path / "else").mkdir()
     (tmp_path / "proj" / "t.py").write_text(PLAIN)
     store = str(tmp_path / "s.sqlite")
-    opts = [o if o != "s.sqlite" else store for o in B3_OPTS]
+    opts = [o if o != "s.sqlite" else store for o in STORED]
     done = run_nsprof("tune", "t.py:space", "--backend", "ncu", *opts, cwd=tmp_path / "proj", standins=True)
     assert _ranked(done) == [(0, 1000.0), (1, 2000.0)]
     target = f"{tmp_path / 'proj' / 't.py'}:space"
@@ -223,68 +200,57 @@ def test_results_by_target_from_another_folder_finds_the_runs_by_their_recorded_
     assert _ranked(again) == [(0, 1000.0), (1, 2000.0)]
 
 
-def _truths_reps(done) -> dict:
-    assert done.returncode == 0, done.stderr
-    return {t["truth"]: [(r["config_id"], r["value_ns"], r["reps"]) for r in t["ranked"]]
-            for t in json.loads(done.stdout)["truths"]}  # fmt: skip
-
-
 PLAIN_TWO = (
     "import nsprof.space\n"
     "configs = [{'b': 0, 'ns': 1000, 'ns_at': {'none-none': 500}}, {'b': 1, 'ns': 3000, 'ns_at': {'none-none': 2000}}]\n"
     "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
 )
-B4_TWO = ["--truth", "ncu,nsys", "--deploy", "ncu", "--mode", "direct", "--no-explain", "--budget-s", "0"]
-B4_TWO += ["--no-feed-back", "--no-tuner-pick", "--json", "--store", "s.sqlite"]
 
 
 def test_results_run_of_a_second_two_truth_tunes_first_run_ranks_that_tunes_second_truth(tmp_path):
     """Tune 1 --truth ncu,nsys --reps 3 (runs 1 ncu, 2 nsys); tune 2, the same with --reps 6 (runs 3 ncu,
-    4 nsys). `results --run 3` is tune 2's: its nsys ranking is run 4's (6 reps). _this_tune's walk back
-    from run 3 collects run 2 (tune 1's nsys) as if it were tune 2's, so run 4 is cut as a second nsys
-    first pass and tune 1's nsys rows (3 reps) are ranked; `results --run 4` ranks 6 reps."""
+    4 nsys). `results --run 3` and `--run 4` are tune 2's: its nsys ranking is run 4's (6 reps), not tune 1's
+    run 2 (3 reps)."""
     (tmp_path / "target.py").write_text(PLAIN_TWO)
-    first = run_nsprof("tune", "target.py:space", *B4_TWO, "--reps", "3", cwd=tmp_path, standins=True)
-    assert _truths_reps(first)["nsys"] == [(0, 500.0, 3), (1, 2000.0, 3)]
-    second = run_nsprof("tune", "target.py:space", *B4_TWO, "--reps", "6", cwd=tmp_path, standins=True)
-    assert _truths_reps(second)["nsys"] == [(0, 500.0, 6), (1, 2000.0, 6)]
+    first = run_nsprof("tune", "target.py:space", *TWO_TRUTHS, "--reps", "3", cwd=tmp_path, standins=True)
+    assert _truths(first)["nsys"] == [(0, 500.0, 3), (1, 2000.0, 3)]
+    second = run_nsprof("tune", "target.py:space", *TWO_TRUTHS, "--reps", "6", cwd=tmp_path, standins=True)
+    assert _truths(second)["nsys"] == [(0, 500.0, 6), (1, 2000.0, 6)]
     listed = run_nsprof("results", "s.sqlite", cwd=tmp_path).stdout
     assert [line.split()[3] for line in listed.splitlines()[2:]] == ["ncu", "nsys", "ncu", "nsys"], listed
     four = run_nsprof("results", "s.sqlite", "--run", "4", "--json", cwd=tmp_path)
-    assert _truths_reps(four)["nsys"] == [(0, 500.0, 6), (1, 2000.0, 6)]
+    assert _truths(four)["nsys"] == [(0, 500.0, 6), (1, 2000.0, 6)]
     three = run_nsprof("results", "s.sqlite", "--run", "3", "--json", cwd=tmp_path)
-    assert _truths_reps(three)["nsys"] == [(0, 500.0, 6), (1, 2000.0, 6)], json.loads(three.stdout)["truths"][
-        1
-    ]["notes"]
+    assert _truths(three)["nsys"] == [(0, 500.0, 6), (1, 2000.0, 6)], json.loads(three.stdout)["truths"][1][
+        "notes"
+    ]
 
 
 def test_results_run_of_a_resumes_first_truth_ranks_the_resumes_second_truth(tmp_path):
     """Tune 1 --truth ncu,nsys --configs 0 (runs 1 ncu, 2 nsys); tune 2 the same with --resume over both
     configs (runs 3 ncu, 4 nsys: config 1 each). `results --run 3` is tune 2's: both truths rank both
-    configs. The walk back from run 3 takes run 2 as tune 2's nsys first pass and cuts run 4: the nsys
-    ranking lacks config 1."""
+    configs (run 4 is tune 2's nsys first pass, run 2 tune 1's)."""
     (tmp_path / "target.py").write_text(PLAIN_TWO)
     part = run_nsprof(
-        "tune", "target.py:space", *B4_TWO, "--reps", "3", "--configs", "0", cwd=tmp_path, standins=True
+        "tune", "target.py:space", *TWO_TRUTHS, "--reps", "3", "--configs", "0", cwd=tmp_path, standins=True
     )
-    assert _truths_reps(part)["nsys"] == [(0, 500.0, 3)]
+    assert _truths(part)["nsys"] == [(0, 500.0, 3)]
     whole = run_nsprof(
-        "tune", "target.py:space", *B4_TWO, "--reps", "3", "--resume", cwd=tmp_path, standins=True
+        "tune", "target.py:space", *TWO_TRUTHS, "--reps", "3", "--resume", cwd=tmp_path, standins=True
     )
-    assert _truths_reps(whole)["nsys"] == [(0, 500.0, 3), (1, 2000.0, 3)]
+    assert _truths(whole)["nsys"] == [(0, 500.0, 3), (1, 2000.0, 3)]
     listed = run_nsprof("results", "s.sqlite", cwd=tmp_path).stdout
     assert [line.split()[3] for line in listed.splitlines()[2:]] == ["ncu", "nsys", "ncu", "nsys"], listed
     three = run_nsprof("results", "s.sqlite", "--run", "3", "--json", cwd=tmp_path)
-    assert _truths_reps(three)["nsys"] == [(0, 500.0, 3), (1, 2000.0, 3)], json.loads(three.stdout)["notes"]
+    assert _truths(three)["nsys"] == [(0, 500.0, 3), (1, 2000.0, 3)], json.loads(three.stdout)["notes"]
 
 
 def test_results_target_of_a_moved_project_never_falls_back_to_another_projects_runs(tmp_path):
     """a/t.py and b/t.py (different sources, so fingerprints) each tuned from its own folder as `t.py:space`
-    (b last); a is then moved to c. `results --target t.py:space` from c: no run recorded c's place, so _run
-    falls back to the target text alone and takes b's latest run, ranking another project's configs for
-    c/t.py (the fallback checks no fingerprint)."""
+    (b last); a is then moved to c. `results --target t.py:space` from c ranks c's own configs (found by
+    the target's text and its source's fingerprint) or none, never b's."""
     store = str(tmp_path / "s.sqlite")
-    opts = ["--backend", "ncu", *[o if o != "s.sqlite" else store for o in B3_OPTS]]
+    opts = ["--backend", "ncu", *[o if o != "s.sqlite" else store for o in STORED]]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     (tmp_path / "a" / "t.py").write_text(

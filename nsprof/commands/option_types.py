@@ -84,7 +84,7 @@ def _is_standard_output(value: str) -> bool:
 
 class Named(click.Path):
     """A path that names something: an empty one is refused (click takes "" for the current folder, and an
-    output option of "" was dropped with no word)."""
+    output option of "" would be skipped as one not given)."""
 
     def convert(self, value, param, ctx):
         if isinstance(value, str) and not value:

@@ -103,8 +103,11 @@ def show(target: str, report, *, plot_path, html_path, as_json, part: bool = Fal
     from nsprof.render.json import tune_document
     from nsprof.render.tune_tables import format_tune
 
-    try:  # the files first: a standard output that fails loses none of them
-        _write_files(target, report, plot_path, html_path, part)
+    try:  # the files first, each whichever fails: a standard output that fails loses none of them
+        each_written(
+            lambda: _write_plot(target, report, plot_path, part),
+            lambda: _write_page(target, report, html_path),
+        )
     finally:  # and a file that cannot be written loses nothing of the ranking
         if as_json:
             click.echo(tune_document(report))
@@ -113,13 +116,6 @@ def show(target: str, report, *, plot_path, html_path, as_json, part: bool = Fal
     for error in report.errors:
         click.echo(f"nsprof: {printable(error)}", err=True)
     return 1 if report.errors else 0
-
-
-def _write_files(target: str, report, plot_path, html_path, part: bool) -> None:
-    """--plot and --html of the report, each written whichever fails (common.each_written)."""
-    each_written(
-        lambda: _write_plot(target, report, plot_path, part), lambda: _write_page(target, report, html_path)
-    )
 
 
 def _write_plot(target: str, report, plot_path, part: bool) -> None:

@@ -35,13 +35,6 @@ __all__ = ["reread"]
 MAX_CONFIG_ID = 10_000_000  # a config id past it is no index of a space a store could have measured
 # The settings a tune records (TuneSettings.record) that decide how its numbers are ranked and labelled.
 _RANKING_SETTINGS = ("mode", "stat", "reps", "timer_reps", "max_reps", "truths", "deploy")
-_RUN_KEY = (
-    "backend",
-    "gpu",
-    "mode",
-    "clock_control",
-    "cache_control",
-)  # a run's key, but for its tool version
 
 
 def same_target(stored: str, asked: str) -> bool:
@@ -251,8 +244,7 @@ def _shape_indices(frame) -> list[tuple[int | None, str]]:
 
 def _run(store, target: str | None, run_id: int | None):
     """The run a re-read starts from: run `run_id`, or `target`'s latest; and the runs of its target: of its
-    source (fingerprint) and its file (another copy of the same source is another target), up to it (a
-    later tune of it is not this one's)."""
+    source (fingerprint) and its file (another copy of the same source is another target)."""
     runs = store.runs()
     if run_id is not None:
         chosen = runs[runs["id"] == int(run_id)]
@@ -301,29 +293,23 @@ def _same_place(run, target: str, anchor=None) -> bool:
 
 
 def _this_tune(runs, anchor, settings: TuneSettings):
-    """`runs` (the target's) but those of a later tune than the anchor run's. A tune makes at most one first
-    pass (a run not of adaptive reps) per truth it ranks: the first one after the anchor under a truth this
-    tune does not rank, or under one whose first pass came already since the tune began, is another
+    """`runs` (the target's) but those of a later tune than the anchor run's. A tune makes its first passes
+    (runs not of adaptive reps) in the order of the truths it ranks, one each: after the anchor, the first
+    one under a truth it does not rank, or under one not after the previous first pass's, is another
     tune's, and its rows and those after it are not this one's."""
     truths = [_of_truth(truth, settings) for truth in settings.ranked_truths]
     adaptive = adaptive_runs(runs)
 
-    def truth_of(run) -> int | None:  # the index of the ranked truth whose first pass `run` is
+    def truth_of(run) -> int | None:  # the index of the ranked truth whose first pass `run` is (-1: none)
         return None if int(run.id) in adaptive else next((i for i, of in enumerate(truths) if of(run)), -1)
 
     firsts = [(int(run.id), truth_of(run)) for run in runs.itertuples() if truth_of(run) is not None]
-    # a tune's first passes come in its truths' order: back to where that order breaks is where it began
-    seen, began = set(), None
-    for _, truth in reversed([f for f in firsts if f[0] <= int(anchor.id)]):
-        if truth == -1 or (began is not None and truth >= began):
-            break
-        seen.add(truth)
-        began = truth
-    last = max(seen, default=-1)
-    for run_id, truth in (f for f in firsts if f[0] > int(anchor.id)):
-        if truth == -1 or truth <= last:
-            return runs[runs["id"] < run_id]
-        last = truth
+    last = next((truth for run_id, truth in reversed(firsts) if run_id <= int(anchor.id)), -1)
+    for run_id, truth in firsts:
+        if run_id > int(anchor.id):
+            if truth == -1 or truth <= last:
+                return runs[runs["id"] < run_id]
+            last = truth
     return runs
 
 
