@@ -9,6 +9,11 @@ as examples/autotune_tilelang.py's `@tilelang.autotune` matmul over the same sha
 (nsprof.integrations.tilelang.autotune_shapes): each shape's winner goes into TileLang's
 autotuner cache under the key TileLang computes for that call, so `matmul(M, 4096, 4096)` in
 any process then returns nsprof's winner for that M without benchmarking.
+
+`regret` is the regret suite's part of it (scripts/bench_regret.py): three shapes (M = 1, 128,
+1024) and the 16 configs with block_K 128 or 256, the close contenders; the whole space's 128
+points take one `nsprof validate` (two runs of each truth, every timer) longer than a lent GPU's
+10-minute call.
 """
 
 from __future__ import annotations
@@ -31,6 +36,15 @@ def build_at(config: dict, shape):
 
 space = Space(
     name="gemm_shapes_tilelang", configs=CONFIGS, shapes=SHAPES, build=build_at, compile=compile_config
+)
+
+
+regret = Space(
+    name="gemm_shapes_tilelang_regret",
+    configs=[c for c in CONFIGS if c["block_K"] >= 128],
+    shapes=[s for s in SHAPES if s[0] != 16],
+    build=build_at,
+    compile=compile_config,
 )
 
 

@@ -48,12 +48,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_aa import ROOT, run_nsprof  # noqa: E402
 
 SPACES = ",".join(
-    f"examples/{name}:space"
+    f"examples/{name}" if ":" in name else f"examples/{name}:space"
     for name in (
         "seed_gemm.py",
         "softmax_triton.py",
         "matmul_shapes_triton.py",
-        "gemm_shapes_tilelang.py",
+        "gemm_shapes_tilelang.py:regret",
         "add_triton.py",
         "reduce_triton.py",
         "rmsnorm_triton.py",
