@@ -144,6 +144,32 @@ def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
 
+def _pick(c: dict, truth: str) -> str:
+    """The recommended timer's figures in one cell against `truth`: name, regret, τ / the truth's floor."""
+    info = c["truths"][truth]
+    row = next((r for r in c["timers"] if r["truth"] == truth and r["timer"] == info["recommended"]), None)
+    if row is None:
+        return "none recommended"
+    tau, floor = row["kendall_tau"], info["floor_tau"]
+    return (
+        f"`{row['timer']}`: {_pct(row['regret'])}%, τ {'-' if tau is None else f'{tau:.2f}'}"
+        f" / {'-' if floor is None else f'{floor:.2f}'}"
+    )
+
+
+def print_cells(cells: dict) -> None:
+    """Per cell (space#shape), validate's recommended timer against each truth: its regret, τ / floor."""
+    truths = sorted({t for c in cells.values() for t in c.get("truths", {})})
+    print("| cell | " + " | ".join(f"against {t}" for t in truths) + " |")
+    print("|---|" + "---|" * len(truths))
+    for key, c in cells.items():
+        space = Path(key.rpartition(":")[0]).stem + "#" + key.rpartition("#")[2]
+        if "error" in c:
+            print(f"| {space} | " + " | ".join(f"failed: {c['error']}" for _ in truths) + " |")
+            continue
+        print(f"| {space} | " + " | ".join(_pick(c, t) if t in c["truths"] else "-" for t in truths) + " |")
+
+
 def print_table(result: dict) -> None:
     print("| truth | timer | cells | regret % mean | p95 | max |\n|---|---|---|---|---|---|")
     for truth, entry in result.items():
@@ -261,6 +287,7 @@ def main() -> None:
                 record["cells"][f"{spec}#{shape}"] = {**result, "date": time.strftime("%Y-%m-%d")}
             _write(args.out, record)
     _write(args.out, record)  # also when every space was kept: the summary over them all
+    print_cells(record["cells"])
     print_table(record["summary"])
     failed = sum("error" in c for c in record["cells"].values())
     print(f"cells: {len(record['cells'])}, of which {failed} failed (their figures are missing above)")

@@ -60,6 +60,10 @@ def test_each_shape_is_a_cell_and_a_timer_picking_a_slower_config_has_that_regre
         assert recommended["cells"] == 2 and recommended["at_floor"] == 2
         assert {p["timer"] for p in recommended["picks"]} <= {"cupti", "cupti_cold"}
         assert recommended["max"] == pytest.approx(0.0)
+    # the per-cell table: one row per shape, each truth's recommended timer with its regret
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| t#")]
+    assert [row.split(" | ")[0] for row in rows] == ["| t#0", "| t#1"], done.stdout
+    assert all(row.count("%, τ") == 2 for row in rows), rows
     lines = done.stdout.strip().splitlines()
     assert lines[-3].startswith("goal (ncu): ") and lines[-2].startswith("goal (nsys): ")
     assert all(line.endswith("in 2 of 2 cells: met") for line in lines[-3:-1])
