@@ -4,6 +4,7 @@ in a child process with a stand-in profiler (tests/standins.py)."""
 from __future__ import annotations
 
 import csv
+import json
 import textwrap
 
 import pytest
@@ -110,3 +111,28 @@ def test_profile_csv_dash_is_standard_output(tmp_path, own_tmp):
         in_process=True,  # refused before any run
     )
     assert both.returncode == 2 and "both write to standard output" in both.stderr
+
+
+def test_validate_whose_every_timer_failed_exits_non_zero_after_writing_what_it_measured(tmp_path, own_tmp):
+    """A validate in which no fast timer measured two configs a truth measured compared nothing: after
+    its tables and its save (the truths' numbers are kept), one line says so and the exit status is 2."""
+    (tmp_path / "bare.py").write_text(
+        textwrap.dedent("""
+        from nsprof.space import Space
+
+        space = Space(name="bare", configs=[{"ns": 1500}, {"ns": 2500}], build=lambda config: (lambda: None),
+                      device="cpu")
+    """)
+    )  # launches with no value for the stand-in timers: each timer fails on each config
+    options = ["--timers", "cupti", "--no-external", "--truth", "nsys", "--mode", "direct", "--reps", "2"]
+    result = run_nsprof(
+        "validate", "bare.py:space", *options, "--timer-reps", "2", "--save", tmp_path / "v.json",
+        cwd=tmp_path, env={**own_tmp, "NSPROF_STANDIN_TIMERS": "1"}, standins=True, in_process=True,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("nsprof: error: no fast timer could be compared with a truth: "), result.stderr
+    assert "(first failure: cupti on config 0: AttributeError" in last, last
+    saved = json.loads((tmp_path / "v.json").read_text())
+    truth = [(r["config_id"], r["value_ns"]) for r in saved["per_config"] if r["method"] == "nsys:direct"]
+    assert truth == [(0, 1500.0), (1, 2500.0)]

@@ -136,17 +136,29 @@ def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=
 
 
 def _check_measured(results) -> None:
-    """An NsprofError, in one line, when no timer and no truth measured any config at any shape."""
+    """An NsprofError, in one line, when no timer and no truth measured any config at any shape, or when
+    no fast timer measured two configs a truth measured: nothing was compared."""
     from nsprof.reports.checks import nothing_measured
 
-    if any(r.per_config is not None and r.per_config["value_ns"].notna().any() for r in results):
+    if not any(r.per_config is not None and r.per_config["value_ns"].notna().any() for r in results):
+        reasons: dict[int, str] = {}
+        for result in results:
+            for (_, config_id), reason in sorted(result.failures.items(), key=str):
+                if isinstance(config_id, int):
+                    reasons.setdefault(config_id, reason)
+        raise NsprofError(nothing_measured(dict(sorted(reasons.items()))))
+    if any(r.agreement is not None and (r.agreement["n"] >= 2).any() for r in results):
         return
-    reasons: dict[int, str] = {}
-    for result in results:
-        for (_, config_id), reason in sorted(result.failures.items(), key=str):
-            if isinstance(config_id, int):
-                reasons.setdefault(config_id, reason)
-    raise NsprofError(nothing_measured(dict(sorted(reasons.items()))))
+    failed = [
+        f"{method} on config {config_id}: {reason}"
+        for r in results
+        for (method, config_id), reason in sorted(r.failures.items(), key=str)
+        if method in r.timers
+    ]
+    raise NsprofError(
+        "no fast timer could be compared with a truth: none measured 2 of the configs a truth measured"
+        + (f" (first failure: {printable(failed[0])})" if failed else "")
+    )
 
 
 def _first_of(results) -> str:
