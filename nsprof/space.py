@@ -102,6 +102,16 @@ class Space(Listing):
         self.configs = self._listed("configs", self.configs)
         if not self.configs:
             raise TargetError(f"space {self.name!r} has no configs")
+        from nsprof.store import config_json
+
+        for index, config in enumerate(self.configs):  # stored and matched by its canonical JSON
+            try:
+                config_json(config)
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise TargetError(
+                    f"space {self.name!r}: config {index} has no JSON form ({exc}): its keys must be strings, "
+                    "or numbers of one kind, at every level"
+                ) from None
         if self.shapes is not None:
             self.shapes = self._listed("shapes", self.shapes)
             if not self.shapes:

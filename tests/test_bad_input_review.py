@@ -58,6 +58,26 @@ def test_configs_that_are_not_a_list_are_refused_in_one_line_before_anything_is_
     assert not marker.exists(), "a config was built from configs that are not a list"
 
 
+@pytest.mark.parametrize(
+    "configs",
+    [
+        '[{"a": 1, 2: 3}, {"a": 2, 2: 4}]',  # keys of two kinds: no order for the config's JSON
+        '[{"tile": {64: 2, "x": 1}}, {"tile": {128: 2}}]',  # the same, inside a config
+        "[{(1, 2): 3}, {(2, 1): 3}]",  # a key JSON has no form for
+    ],
+    ids=["mixed", "nested", "tuple"],
+)
+def test_a_config_with_no_json_form_is_refused_in_one_line_naming_the_config(tmp_path, configs):
+    """A config is stored and matched by its canonical JSON (sorted keys): one whose keys cannot be sorted
+    or written is refused before anything is built, naming the config (keys that are all numbers work)."""
+    marker = tmp_path / "built"
+    (tmp_path / "t.py").write_text(CONFIGS_NOT_A_LIST.format(marker=str(marker), configs=configs))
+    done = run_nsprof("profile", "t.py:space", *QUICK, cwd=tmp_path, standins=True, in_process=True)
+    line = _one_line(done)
+    assert "config 0 has no JSON form" in line, line
+    assert not marker.exists(), "a config was built"
+
+
 def test_a_set_of_configs_is_refused_as_no_list():
     """A set lists its items in its hashes' order, another in another process (the worker): refused."""
     from nsprof.errors import TargetError
