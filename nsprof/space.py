@@ -102,7 +102,7 @@ class Space(Listing):
         self.configs = self._listed("configs", self.configs)
         if not self.configs:
             raise TargetError(f"space {self.name!r} has no configs")
-        from nsprof.store import config_json
+        from nsprof.store_rows import config_json
 
         for index, config in enumerate(self.configs):  # stored and matched by its canonical JSON
             try:
