@@ -247,7 +247,7 @@ def validate(target, timers, truth, mode, **options) -> None:
     cluster = _take(options, *_CLUSTER)
     settings = ValidateSettings(timers=split(timers), truths=split(truth), modes=split(mode), **options)
     validate_command.check(target, settings, **outputs)
-    validate_command.show(target, validate_command.validate(target, settings, **cluster), **outputs)
+    validate_command.validate(target, settings, outputs=outputs, **cluster)
 
 
 @cli.command()

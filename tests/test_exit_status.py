@@ -131,8 +131,12 @@ def test_validate_whose_every_timer_failed_exits_non_zero_after_writing_what_it_
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("nsprof: error: no fast timer could be compared with a truth: "), result.stderr
-    assert "(first failure: cupti on config 0: AttributeError" in last, last
+    assert last.startswith(
+        "nsprof: error: nothing compared: no fast timer measured 2 of the configs a truth measured "
+        "(first failure: cupti on config 0: AttributeError"
+    ), result.stderr
+    kept = list((tmp_path / "tmp").iterdir())  # the reports and the workers' logs, kept and named
+    assert len(kept) == 1 and f"kept in {kept[0]}" in last, (kept, last)
     saved = json.loads((tmp_path / "v.json").read_text())
     truth = [(r["config_id"], r["value_ns"]) for r in saved["per_config"] if r["method"] == "nsys:direct"]
     assert truth == [(0, 1500.0), (1, 2500.0)]

@@ -260,6 +260,8 @@ def test_a_validate_that_measured_nothing_is_an_error_and_so_is_its_save_read_ba
     assert ran.returncode == 2, ran.stdout + ran.stderr
     last = ran.stderr.strip().splitlines()[-1]
     assert "no config was measured: all 2 failed" in last and "nope" in last, ran.stderr
+    said, _, kept = last.partition(" (reports and logs kept in ")  # the run's logs kept and named
+    assert kept, last
     again = run_nsprof("results", "v.json", cwd=tmp_path, in_process=True)
     assert again.returncode == 2, again.stderr
-    assert again.stderr.strip().splitlines()[-1].endswith(last.removeprefix("nsprof: error: ")), again.stderr
+    assert again.stderr.strip().splitlines()[-1].endswith(said.removeprefix("nsprof: error: ")), again.stderr

@@ -57,22 +57,28 @@ def check(target: str, settings, *, plot_path, html_path, save_path, as_json) ->
             raise OptionError(str(exc), option="--l2-check") from None
 
 
-def validate(target: str, settings, *, devices, scheduler, verbose):
-    """The ValidateResult of TARGET under `settings`, after every check that needs no GPU."""
+def validate(target: str, settings, *, devices, scheduler, verbose, outputs) -> None:
+    """TARGET measured under `settings`, then shown (`show`), in one work folder: a temporary one is removed
+    after, unless the run fails (nothing measured, no timer compared), which keeps it and names it (its
+    reports and the workers' logs say why). Every check that needs no GPU comes first."""
     from dataclasses import replace
 
     from nsprof.drivers.registry import get_driver
+    from nsprof.session.folders import work_folder
     from nsprof.validate import validate as run_validate
 
     def run(space):
         for backend in dict.fromkeys(t.backend for t in settings.truths):
             get_driver(backend)  # a missing tool is one line, before any work
         with clusters(), StageBars() as bars:
-            clustered = replace(settings, cluster=cluster_settings(devices, scheduler, verbose))
+            clustered = replace(
+                settings, cluster=cluster_settings(devices, scheduler, verbose), work_dir=folder
+            )
             with results_only_on_stdout():
                 return run_validate(target, clustered, on_stage=bars, space=space)
 
-    return on_target(target, run, settings.timeout_s)
+    with work_folder(settings.work_dir, "nsprof-validate-") as folder:
+        show(target, on_target(target, run, settings.timeout_s), **outputs)
 
 
 def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=False) -> None:
@@ -137,7 +143,8 @@ def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=
 
 def _check_measured(results) -> None:
     """An NsprofError, in one line, when no timer and no truth measured any config at any shape, or when
-    no fast timer measured two configs a truth measured: nothing was compared."""
+    nothing was compared: no truth, or no fast timer, measured 2 of the configs (1 of a space of one) that
+    the other measured, at any shape. The line gives the first failure of the side that measured too few."""
     from nsprof.reports.checks import nothing_measured
 
     if not any(r.per_config is not None and r.per_config["value_ns"].notna().any() for r in results):
@@ -147,18 +154,38 @@ def _check_measured(results) -> None:
                 if isinstance(config_id, int):
                     reasons.setdefault(config_id, reason)
         raise NsprofError(nothing_measured(dict(sorted(reasons.items()))))
-    if any(r.agreement is not None and (r.agreement["n"] >= 2).any() for r in results):
+    least = min(2, len(results[0].configs))
+    if any(r.agreement is not None and (r.agreement["n"] >= least).any() for r in results):
         return
-    failed = [
-        f"{method} on config {config_id}: {reason}"
-        for r in results
-        for (method, config_id), reason in sorted(r.failures.items(), key=str)
-        if method in r.timers
-    ]
+    if any(_truth_measured(r) >= least for r in results):
+        what, truth_side = f"no fast timer measured {least} of the configs a truth measured", False
+    else:
+        what, truth_side = f"no ground truth measured {least} of the configs", True
+    first = next(_failures(results, truth_side), None)
     raise NsprofError(
-        "no fast timer could be compared with a truth: none measured 2 of the configs a truth measured"
-        + (f" (first failure: {printable(failed[0])})" if failed else "")
+        f"nothing compared: {what}" + (f" (first failure: {printable(first)})" if first else "")
     )
+
+
+def _truth_measured(result) -> int:
+    """The most configs one truth measured in `result`."""
+    rows = result.per_config
+    if rows is None:
+        return 0
+    measured = rows[rows["method"].isin(result.truths) & rows["value_ns"].notna()]
+    return int(measured.groupby("method")["config_id"].nunique().max()) if len(measured) else 0
+
+
+def _failures(results, truth_side: bool):
+    """Each failure of the truths' sessions (`truth_side`) or of the fast timers', shape by shape, config
+    by config: "METHOD on config N[ at shape S]: REASON"."""
+    tools = {truth.split(":", 1)[0] for r in results for truth in r.truths}
+    for r in results:
+        at = "" if r.shape is None else f" at shape {r.shape}"
+        keyed = sorted(r.failures.items(), key=lambda kv: (str(type(kv[0][1])), kv[0][1], kv[0][0]))
+        for (method, config_id), reason in keyed:
+            if (method in tools or method in r.truths) == truth_side:
+                yield f"{method} on config {config_id}{at}: {reason}"
 
 
 def _first_of(results) -> str:

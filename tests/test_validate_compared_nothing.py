@@ -1,0 +1,89 @@
+"""A validate that compared nothing (no truth, or no fast timer, measured 2 of the configs the other
+measured) ends, after its tables, in one line naming the side that measured too few and its first
+failure, keeps its reports and logs and names them, and exits 2; a space of one config measured whole
+compared its one config and exits 0. In-process, stand-in profilers and timers."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from conftest import run_nsprof
+
+
+@pytest.fixture
+def own_tmp(tmp_path) -> dict[str, str]:
+    (tmp_path / "tmp").mkdir()
+    return {"TMPDIR": str(tmp_path / "tmp")}
+
+
+# A target whose sessions are told apart by their job file's folder (timers0, nsys_a, ncu_b, ...):
+# FAIL (a regex of those folder names) makes the build fail there; TIMERS_RUN_FAILS makes every
+# stand-in timer fail at its run (no timer_ns).
+TARGET = textwrap.dedent("""
+    import os, re, sys
+    import nsprof.space
+
+    FAIL = os.environ.get("FAIL", "")
+    N = int(os.environ.get("NCONF", "3"))
+    SESSION = os.path.basename(os.path.dirname(sys.argv[1])) if len(sys.argv) > 1 else ""
+
+    class Launch:
+        def __init__(self, config):
+            if FAIL and re.fullmatch(FAIL, SESSION):
+                raise RuntimeError(f"fails in {SESSION}")
+            self.timer_ns = dict.fromkeys(("cupti", "cupti_cold"), config["ns"] + 10)
+
+        def __call__(self):
+            return None
+
+    configs = [{"i": c, "ns": 1000.0 * (c + 1)} for c in range(N)]
+    space = nsprof.space.Space(configs=configs, build=Launch, device="cpu")
+""")
+VALIDATE = ["validate", "t.py:space", "--timers", "cupti", "--no-external", "--truth", "nsys", "--mode",
+            "direct", "--reps", "2", "--timer-reps", "2", "--no-repeat"]  # fmt: skip
+
+
+def _run(tmp_path, own_tmp, **env):
+    (tmp_path / "t.py").write_text(TARGET)
+    return run_nsprof(
+        *VALIDATE, cwd=tmp_path, env={**own_tmp, "NSPROF_STANDIN_TIMERS": "1", **env}, standins=True,
+        in_process=True,
+    )  # fmt: skip
+
+
+def test_a_timer_session_whose_builds_failed_names_its_failure(tmp_path, own_tmp):
+    """The fast timers' session fails every build (recorded under the method "timers", as a compile
+    failure, a crashed worker or an interleaved timer's failure is): the line gives that failure."""
+    ran = _run(tmp_path, own_tmp, FAIL="timers0")
+    assert ran.returncode == 2, ran.stderr
+    assert "timers failed on config 0: build failed: RuntimeError: fails in timers0" in ran.stderr
+    last = ran.stderr.strip().splitlines()[-1]
+    assert "first failure" in last and "fails in timers0" in last, last
+
+
+def test_a_truth_that_failed_everywhere_is_named_not_the_timers(tmp_path, own_tmp):
+    """Every timer measured every config and the truth failed on all of them: the line names the truth's
+    side and its failure."""
+    ran = _run(tmp_path, own_tmp, FAIL="nsys_.")
+    assert ran.returncode == 2, ran.stderr
+    last = ran.stderr.strip().splitlines()[-1]
+    assert "nothing compared: no ground truth measured 2 of the configs" in last, last
+    assert "(first failure: nsys on config 0: build failed: RuntimeError: fails in nsys_a)" in last, last
+
+
+def test_a_one_config_space_measured_whole_does_not_fail_after_the_whole_run(tmp_path, own_tmp):
+    """A space of one config measured by every timer and the truth (n = 1: its bias compared): exit 0."""
+    ran = _run(tmp_path, own_tmp, NCONF="1")
+    assert "cupti       nsys:direct  1" in ran.stdout, ran.stdout  # compared: n = 1, bias shown
+    assert ran.returncode == 0, ran.stderr
+
+
+def test_a_run_that_compared_nothing_keeps_and_names_its_logs_folder(tmp_path, own_tmp):
+    """The temporary folder, with the workers' logs that explain the failures (only each reason's first
+    line is printed), is kept and named, as profile's and tune's are when they measured nothing."""
+    ran = _run(tmp_path, own_tmp, FAIL="timers0")
+    assert ran.returncode == 2, ran.stderr
+    kept = list((tmp_path / "tmp").iterdir())
+    assert len(kept) == 1, kept
+    assert f"kept in {kept[0]}" in ran.stderr, ran.stderr
