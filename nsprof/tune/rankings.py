@@ -194,7 +194,8 @@ def _per_shape(space, truth: Truth, settings: TuneSettings, rows, notes, adaptiv
             of_shape(rows, shape),
             [*before, *said, *after],
             summary,
-            *first_pass,
+            first_pass[0],
+            _phases_at(first_pass[1], space.points, shape),
         )
         if shape is not None and result.best_config_id is None:
             result.notes.append(unmeasured_shape(shape, space.shape_label(shape)))
@@ -214,6 +215,19 @@ def _nothing_measured(rows, kept: list) -> None:
         from nsprof.session import kept_in
 
         raise kept_in(exc, kept[0]) from None
+
+
+def _phases_at(phases: dict | None, layout, shape: int | None) -> dict | None:
+    """The first pass's phases, its per-point build and measure times ("configs") those of `shape`'s points,
+    keyed by their config id."""
+    if phases is None or shape is None or "configs" not in phases:
+        return phases
+    configs = {}
+    for point, times in phases["configs"].items():
+        config_id, at = layout.split(int(point))
+        if at == shape:
+            configs[str(config_id)] = times
+    return {**phases, "configs": configs}
 
 
 def rank_rows(

@@ -100,10 +100,20 @@ def _key_orders(runs, anchor) -> dict:
             return {
                 "config_key_orders": record["config_key_orders"],
                 "shape_keys": record.get("shape_keys"),
+                "listed_configs": _texts(record.get("listed_configs")),
+                "listed_shapes": _texts(record.get("listed_shapes")),
+                # what a run recorded before the lists: how many configs, which shapes (sorted)
                 "n_configs": n if type(n) is int and n >= 0 else None,
                 "shape_jsons": shapes if isinstance(shapes, list) else None,
             }
-    return {"config_key_orders": {}, "shape_keys": None, "n_configs": None, "shape_jsons": None}
+    return dict.fromkeys(
+        ("shape_keys", "listed_configs", "listed_shapes", "n_configs", "shape_jsons"), None
+    ) | {"config_key_orders": {}}
+
+
+def _texts(value) -> list[str] | None:
+    """`value` where it is a list of strings (a run's listed configs or shapes), else None."""
+    return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
 
 
 def _of_truth(truth: Truth, settings: TuneSettings):
@@ -168,10 +178,16 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders
     if frame.empty:
         return [], {}
     _check_written_by_nsprof(store, frame)
-    if orders["n_configs"] is not None:
+    listed = orders["listed_configs"]
+    if listed is not None:  # rows of the config each id named then, not of one it named before
+        frame = frame[
+            [c < len(listed) and listed[c] == t for c, t in zip(frame["config_id"], frame["config_json"])]
+        ]
+    elif orders["n_configs"] is not None:
         frame = frame[frame["config_id"] < orders["n_configs"]]
-    if orders["shape_jsons"] is not None:
-        frame = frame[frame["shape_json"].fillna("").isin(orders["shape_jsons"])]
+    shapes_listed = orders["listed_shapes"] or orders["shape_jsons"]
+    if shapes_listed is not None:
+        frame = frame[frame["shape_json"].fillna("").isin(shapes_listed)]
     if frame.empty:
         return [], {}
     latest = frame.sort_values("run_id", kind="stable").groupby("config_id").tail(1)
@@ -180,7 +196,7 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders
     for config_id, text in wanted_json.items():
         order = own_order(orders["config_key_orders"], config_id)
         configs[config_id] = in_order(_loaded(store, f"config {config_id}", text), order)
-    shapes = _shape_indices(frame)
+    shapes = _shape_indices(frame, orders["listed_shapes"])
     rows = stored_rows(store, group, wanted_json, {text: list(wanted_json) for _, text in shapes})
     ids = sorted({int(r) for r in rows["run_id"]})
     runs = ", ".join(map(str, ids))
@@ -204,13 +220,15 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders
 
 
 def _check_written_by_nsprof(store, frame) -> None:
-    """A store edited by hand, in one line (store.edited): a config id no list could hold, a shape that is
-    no JSON."""
+    """A store edited by hand, in one line (store.edited): a config id no list could hold, a shape or a config
+    that is no JSON."""
     ids = [int(c) for c in frame["config_id"]]
     if min(ids) < 0 or max(ids) > MAX_CONFIG_ID:  # a list of that many would not fit
         raise store.edited(f"config id {min(ids) if min(ids) < 0 else max(ids)}")
     for text in set(frame["shape_json"].dropna()) - {""}:
         _loaded(store, "shape", str(text))
+    for text, config_id in frame.groupby("config_json", sort=False)["config_id"].first().items():
+        _loaded(store, f"config {config_id}", str(text))
 
 
 def _loaded(store, what: str, text: str):
@@ -221,10 +239,16 @@ def _loaded(store, what: str, text: str):
         raise store.edited(f"{what} as {text[:60]!r}") from None
 
 
-def _shape_indices(frame) -> list[tuple[int | None, str]]:
+def _shape_indices(frame, listed: list[str] | None) -> list[tuple[int | None, str]]:
     """(index, JSON) of each shape the rows hold (None, "" for a target without shapes), by its JSON: a target
-    may list its shapes in another order from run to run. Its index is where the newest run holding it listed
-    it; a shape whose index a newer run gave another shape comes after the others."""
+    may list its shapes in another order from run to run. Its index is its place in `listed` (the shapes the
+    re-read's run listed, in order) where recorded; else where the newest run holding it listed it, a shape
+    whose index a newer run gave another shape after the others."""
+    held = set(map(str, frame["shape_json"].fillna("")))
+    if listed is not None and held <= set(listed):
+        if listed == [""]:
+            return [(None, "")]
+        return [(index, text) for index, text in enumerate(listed) if text in held]
     newest: dict[str, tuple[int, int | None]] = {}
     for run_id, shape, text in zip(frame["run_id"], frame["shape"].astype(object), frame["shape_json"]):
         if str(text) not in newest or int(run_id) > newest[str(text)][0]:
