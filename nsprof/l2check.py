@@ -25,6 +25,8 @@ from pathlib import Path
 
 from nsprof.analysis.l2 import CONDITIONS
 
+METHOD_PREFIX = "L2 check ("  # a check session's failures are METHOD_PREFIX + "<session>)"
+
 CHECK_REPS = 3  # reps per condition
 
 
@@ -51,7 +53,7 @@ def run_check(target: str, space, points: list[int], profile, stage, cluster=Non
     rows, failures, layout = [], {}, space.points
     for name, settings, condition in sessions:
         settings = replace(settings, work_dir=Path(profile.work_dir) / f"l2_{name}")
-        method = f"L2 check ({name})"
+        method = f"{METHOD_PREFIX}{name})"
         try:
             backend = sharded(GroundTruth(settings), cluster) if cluster else None
             progress = stage(method, len(points))

@@ -120,7 +120,14 @@ class Space(Listing):
                 )
             seen: dict[str, int] = {}
             for index, shape in enumerate(self.shapes):  # the store keys a shape by its JSON
-                first = seen.setdefault(shape_json(shape), index)
+                try:
+                    text = shape_json(shape)
+                except (TypeError, ValueError, RecursionError) as exc:
+                    raise TargetError(
+                        f"space {self.name!r}: shape {index} has no JSON form ({exc}): its keys must be "
+                        "strings, or numbers of one kind, at every level"
+                    ) from None
+                first = seen.setdefault(text, index)
                 if first != index:
                     raise TargetError(
                         f"space {self.name!r}: shapes {first} and {index} are the same shape "

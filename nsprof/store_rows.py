@@ -45,6 +45,13 @@ def config_json(config: Any) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"), default=plain)
 
 
+def json_digest(text: str) -> str:
+    """A short digest of a config's canonical JSON (config_json), as a run records the configs it listed."""
+    import hashlib
+
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
 def settings_of(text) -> dict:
     """A stored run's settings (its settings_json): {} for none, or for text that is no JSON object (a store
     edited by hand, nested past what json reads)."""

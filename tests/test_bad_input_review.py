@@ -78,6 +78,14 @@ def test_a_config_with_no_json_form_is_refused_in_one_line_naming_the_config(tmp
     assert not marker.exists(), "a config was built"
 
 
+def test_a_shape_with_no_json_form_is_refused_in_one_line_naming_the_shape():
+    from nsprof.errors import TargetError
+    from nsprof.space import Space
+
+    with pytest.raises(TargetError, match=r"shape 1 has no JSON form \('<' not supported"):
+        Space(configs=[{"b": 1}], shapes=[{"N": 2}, {1: 16, "N": 2}], build=lambda c, s: None, device="cpu")
+
+
 def test_a_set_of_configs_is_refused_as_no_list():
     """A set lists its items in its hashes' order, another in another process (the worker): refused."""
     from nsprof.errors import TargetError

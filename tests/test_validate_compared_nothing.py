@@ -87,3 +87,90 @@ def test_a_run_that_compared_nothing_keeps_and_names_its_logs_folder(tmp_path, o
     kept = list((tmp_path / "tmp").iterdir())
     assert len(kept) == 1, kept
     assert f"kept in {kept[0]}" in ran.stderr, ran.stderr
+
+
+VALIDATE_CUPTI = ["--timers", "cupti", "--no-external", "--truth", "nsys", "--mode", "direct", "--reps", "2",
+                  "--timer-reps", "2", "--no-repeat"]  # fmt: skip
+
+
+@pytest.fixture
+def timers_tmp(tmp_path) -> dict[str, str]:
+    (tmp_path / "tmp").mkdir()
+    return {"TMPDIR": str(tmp_path / "tmp"), "NSPROF_STANDIN_TIMERS": "1"}
+
+
+# The timers' session and the nsys session measure every config; while nsys's worker imports the target
+# (after the timers ran), the --save folder SABOTAGE is replaced by a link to /proc/1, so that the save
+# fails at its write (an NsprofError "writing ... failed"), as a full disk or a folder gone would.
+SABOTAGED = textwrap.dedent("""
+    import os, shutil, sys
+    import nsprof.space
+
+    SESSION = os.path.basename(os.path.dirname(sys.argv[1])) if len(sys.argv) > 1 else ""
+    SAB = os.environ.get("SABOTAGE")
+    if SAB and SESSION.startswith("nsys") and os.path.isdir(SAB) and not os.path.islink(SAB):
+        shutil.rmtree(SAB)
+        os.symlink("/proc/1", SAB)
+
+    class Launch:
+        def __init__(self, config):
+            self.timer_ns = dict.fromkeys(("cupti", "cupti_cold"), config["ns"] + 10)
+
+        def __call__(self):
+            return None
+
+    space = nsprof.space.Space(configs=[{"i": c, "ns": 1000.0 * (c + 1)} for c in range(3)], build=Launch,
+                               device="cpu")
+""")
+
+
+def test_a_save_that_cannot_be_written_keeps_no_reports_folder(tmp_path, timers_tmp):
+    """A validate that measured and compared every config but whose --save could not be written: the
+    error names the file, and the temporary folder is removed (it is kept only when nothing was measured
+    or compared)."""
+    (tmp_path / "t.py").write_text(SABOTAGED)
+    (tmp_path / "out").mkdir()
+    ran = run_nsprof(
+        "validate", "t.py:space", *VALIDATE_CUPTI, "--save", "out/x.json", cwd=tmp_path,
+        env={**timers_tmp, "SABOTAGE": str(tmp_path / "out")}, standins=True,
+    )  # fmt: skip
+    assert ran.returncode == 2, ran.stderr
+    assert "writing out/x.json failed" in ran.stderr, ran.stderr
+    assert "kept in" not in ran.stderr, ran.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+L2_FAILS = textwrap.dedent("""
+    import os, sys
+    import nsprof.space
+
+    SESSION = os.path.basename(os.path.dirname(sys.argv[1])) if len(sys.argv) > 1 else ""
+
+    class Launch:
+        def __init__(self, config):
+            if SESSION.startswith("timers") and config["i"] > 0:
+                raise RuntimeError(f"timer build fails for config {config['i']}")
+            if SESSION.startswith("l2_"):
+                raise RuntimeError(f"L2 session fails in {SESSION}")
+            self.timer_ns = dict.fromkeys(("cupti", "cupti_cold"), config["ns"] + 10)
+
+        def __call__(self):
+            return None
+
+    space = nsprof.space.Space(configs=[{"i": c, "ns": 1000.0 * (c + 1)} for c in range(3)], build=Launch,
+                               device="cpu")
+""")
+
+
+def test_nothing_compared_names_a_timer_failure_not_an_l2_check_one(tmp_path, timers_tmp):
+    """The timers measured config 0 only (builds of 1 and 2 fail); --l2-check's ncu sessions fail too: the
+    line gives the fast timers' failure, not the L2 check's."""
+    (tmp_path / "t.py").write_text(L2_FAILS)
+    ran = run_nsprof(
+        "validate", "t.py:space", *VALIDATE_CUPTI, "--l2-check", cwd=tmp_path, env=timers_tmp, standins=True,
+        in_process=True,
+    )  # fmt: skip
+    assert ran.returncode == 2, ran.stderr
+    last = ran.stderr.strip().splitlines()[-1]
+    assert "nothing compared: no fast timer measured 2" in last, last
+    assert "first failure: timers on config 1: build failed: RuntimeError: timer build fails" in last, last

@@ -57,10 +57,19 @@ def check(target: str, settings, *, plot_path, html_path, save_path, as_json) ->
             raise OptionError(str(exc), option="--l2-check") from None
 
 
+class NothingCompared(NsprofError):
+    """A validate run that measured or compared nothing; its ValidateResults (`results`) are shown first."""
+
+    def __init__(self, message: str, results=None) -> None:
+        super().__init__(message)
+        self.results = results
+
+
 def validate(target: str, settings, *, devices, scheduler, verbose, outputs) -> None:
-    """TARGET measured under `settings`, then shown (`show`), in one work folder: a temporary one is removed
-    after, unless the run fails (nothing measured, no timer compared), which keeps it and names it (its
-    reports and the workers' logs say why). Every check that needs no GPU comes first."""
+    """TARGET measured under `settings`, then shown (`show`). Its work folder, a temporary one unless
+    --work-dir, is removed when the run ends, unless it measured or compared nothing, which keeps it and
+    names it (its reports and the workers' logs say why) after the tables. Every check that needs no GPU
+    comes first."""
     from dataclasses import replace
 
     from nsprof.drivers.registry import get_driver
@@ -70,18 +79,23 @@ def validate(target: str, settings, *, devices, scheduler, verbose, outputs) -> 
     def run(space):
         for backend in dict.fromkeys(t.backend for t in settings.truths):
             get_driver(backend)  # a missing tool is one line, before any work
-        with clusters(), StageBars() as bars:
+        with work_folder(settings.work_dir, "nsprof-validate-") as folder, clusters(), StageBars() as bars:
             clustered = replace(
                 settings, cluster=cluster_settings(devices, scheduler, verbose), work_dir=folder
             )
             with results_only_on_stdout():
-                return run_validate(target, clustered, on_stage=bars, space=space)
+                results = run_validate(target, clustered, on_stage=bars, space=space)
+            _check_measured(results)
+        return results
 
-    with work_folder(settings.work_dir, "nsprof-validate-") as folder:
-        show(target, on_target(target, run, settings.timeout_s), **outputs)
+    try:
+        results, failed = on_target(target, run, settings.timeout_s), None
+    except NothingCompared as exc:  # the folder kept and named in it
+        results, failed = exc.results, exc
+    show(target, results, **outputs, failed=failed)
 
 
-def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=False) -> None:
+def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=False, failed=None) -> None:
     """Prints and draws the ValidateResults of a run or of validate --save's JSON, one per shape: every
     shape's tables and JSON, the plot and the page of the first shape."""
     from nsprof.render.html import validate_page
@@ -138,6 +152,8 @@ def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=
                 "\n\n".join(_tables(r, len(results)) for r in results),
                 err="-" in (plot_path, html_path, save_path),
             )
+    if failed is not None:
+        raise failed
     _check_measured(results)
 
 
@@ -153,7 +169,7 @@ def _check_measured(results) -> None:
             for (_, config_id), reason in sorted(result.failures.items(), key=str):
                 if isinstance(config_id, int):
                     reasons.setdefault(config_id, reason)
-        raise NsprofError(nothing_measured(dict(sorted(reasons.items()))))
+        raise NothingCompared(nothing_measured(dict(sorted(reasons.items()))), results)
     least = min(2, len(results[0].configs))
     if any(r.agreement is not None and (r.agreement["n"] >= least).any() for r in results):
         return
@@ -162,8 +178,8 @@ def _check_measured(results) -> None:
     else:
         what, truth_side = f"no ground truth measured {least} of the configs", True
     first = next(_failures(results, truth_side), None)
-    raise NsprofError(
-        f"nothing compared: {what}" + (f" (first failure: {printable(first)})" if first else "")
+    raise NothingCompared(
+        f"nothing compared: {what}" + (f" (first failure: {printable(first)})" if first else ""), results
     )
 
 
@@ -179,11 +195,15 @@ def _truth_measured(result) -> int:
 def _failures(results, truth_side: bool):
     """Each failure of the truths' sessions (`truth_side`) or of the fast timers', shape by shape, config
     by config: "METHOD on config N[ at shape S]: REASON"."""
+    from nsprof.l2check import METHOD_PREFIX
+
     tools = {truth.split(":", 1)[0] for r in results for truth in r.truths}
     for r in results:
         at = "" if r.shape is None else f" at shape {r.shape}"
         keyed = sorted(r.failures.items(), key=lambda kv: (str(type(kv[0][1])), kv[0][1], kv[0][0]))
         for (method, config_id), reason in keyed:
+            if method.startswith(METHOD_PREFIX):  # the L2 check's sessions: neither side
+                continue
             if (method in tools or method in r.truths) == truth_side:
                 yield f"{method} on config {config_id}{at}: {reason}"
 

@@ -19,17 +19,21 @@ def split_configs(configs: Sequence) -> tuple[dict, list | None]:
     shown whole)."""
     if len(configs) < 2 or not all(isinstance(c, dict) for c in configs):
         return {}, None
-    from nsprof.store_rows import config_json  # 1, 1.0 and True are three values here, as in the store
-
     keys = list(dict.fromkeys(k for c in configs for k in c))
-    first = {k: config_json(v) for k, v in configs[0].items()}
-    constant = {
-        k: configs[0][k]
-        for k in keys
-        if k in first and all(k in c and config_json(c[k]) == first[k] for c in configs)
-    }
+    constant = {k: configs[0][k] for k in keys if all(k in c and _same(c[k], configs[0][k]) for c in configs)}
     varying = [k for k in keys if k not in constant]
     return (constant, varying) if constant and varying else ({}, None)
+
+
+def _same(a, b) -> bool:
+    """Whether two config values are one value as the store keys them (1, 1.0 and True are three)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (dict, list, tuple)):
+        from nsprof.store_rows import config_json
+
+        return config_json(a) == config_json(b)
+    return a == b
 
 
 def constant_line(constant: dict) -> list[str]:

@@ -24,7 +24,7 @@ from nsprof.analysis.tune_report import ShapeReport, TuneReport, check_ranked
 from nsprof.errors import NsprofError
 from nsprof.settings import Truth, TuneSettings
 from nsprof.space import config_label
-from nsprof.store_rows import in_order, own_order, settings_of
+from nsprof.store_rows import in_order, json_digest, own_order, settings_of
 from nsprof.tune.explain import cross_truth
 from nsprof.tune.measure import key_labels
 from nsprof.tune.rankings import rank_rows, unmeasured_shape
@@ -180,8 +180,12 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders
     _check_written_by_nsprof(store, frame)
     listed = orders["listed_configs"]
     if listed is not None:  # rows of the config each id named then, not of one it named before
+        digests = {text: json_digest(str(text)) for text in set(frame["config_json"])}
         frame = frame[
-            [c < len(listed) and listed[c] == t for c, t in zip(frame["config_id"], frame["config_json"])]
+            [
+                c < len(listed) and listed[c] == digests[t]
+                for c, t in zip(frame["config_id"], frame["config_json"])
+            ]
         ]
     elif orders["n_configs"] is not None:
         frame = frame[frame["config_id"] < orders["n_configs"]]

@@ -12,7 +12,7 @@ from nsprof.analysis.adaptive import Plan
 from nsprof.errors import NsprofError, StoreError, TargetChanged, ToolNotFound, error_line
 from nsprof.measure import GroundTruth, Measured
 from nsprof.settings import Truth, TuneSettings
-from nsprof.store_rows import config_json, key_order, key_orders, settings_of
+from nsprof.store_rows import config_json, json_digest, key_order, key_orders, settings_of
 from nsprof.tune import measure
 from nsprof.tune.measure import key_labels, retryable, shape_keys
 from nsprof.tune.turn import resume_turn, takes_turns
@@ -380,10 +380,12 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
         TARGET_PLACE: target_place(target) or target,
         "config_key_orders": key_orders(space.configs),
         "shape_keys": key_order(space.shapes or []),
-        # every config's JSON by id and every shape's in the target's order: a re-read ranks no config an id
-        # named before and numbers each shape as this run did
-        "listed_configs": [config_json(c) for c in space.configs],
+        # every config's JSON (its digest) by id and every shape's in the target's order: a re-read ranks no
+        # config an id named before and numbers each shape as this run did; the counts for older readers
+        "listed_configs": [json_digest(config_json(c)) for c in space.configs],
         "listed_shapes": list(context.shape_jsons.values()),
+        "n_configs": len(space.configs),
+        "shape_jsons": sorted(set(context.shape_jsons.values())),
     }
     run_id = store.start_run(target=target, settings=record, gpu_uuid=gpu.uuid, **context.group)
     done: set = set()
