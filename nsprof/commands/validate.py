@@ -99,7 +99,6 @@ def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=
     """Prints and draws the ValidateResults of a run or of validate --save's JSON, one per shape: every
     shape's tables and JSON, the plot and the page of the first shape."""
     from nsprof.render.html import validate_page
-    from nsprof.render.json import agreement_record, validate_document
     from nsprof.render.plot import plot
 
     for result in results:
@@ -108,22 +107,7 @@ def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=
             click.echo(f"nsprof: {method} failed on config {config_id}{at}: {printable(reason)}", err=True)
     first = results[0]
     title = f"nsprof validate {target}" + _first_of(results)
-    document = validate_document(
-        [
-            agreement_record(
-                r.agreement,
-                r.per_config,
-                r.floors,
-                r.verdict,
-                matched=r.matched,
-                conditions=r.conditions,
-                repeat=r.repeat,
-                l2_check=r.l2_check,
-                about=saved_about(target, r),
-            )
-            for r in results
-        ]
-    )
+    document = _document(target, results)
 
     def draw() -> None:
         if plot_path:
@@ -155,6 +139,28 @@ def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=
     if failed is not None:
         raise failed
     _check_measured(results)
+
+
+def _document(target: str, results) -> str:
+    """The JSON document of a run's ValidateResults (--json, --save), every shape's."""
+    from nsprof.render.json import agreement_record, validate_document
+
+    return validate_document(
+        [
+            agreement_record(
+                r.agreement,
+                r.per_config,
+                r.floors,
+                r.verdict,
+                matched=r.matched,
+                conditions=r.conditions,
+                repeat=r.repeat,
+                l2_check=r.l2_check,
+                about=saved_about(target, r),
+            )
+            for r in results
+        ]
+    )
 
 
 def _check_measured(results) -> None:
