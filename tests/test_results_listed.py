@@ -105,3 +105,15 @@ def test_configs_that_differ_only_by_1_vs_true_are_not_shown_as_one(tmp_path):
     done = run_nsprof("tune", "t.py:space", *args, cwd=tmp_path, standins=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "all configs: flag=1" not in done.stdout, done.stdout
+
+
+def test_the_all_configs_line_takes_values_as_the_store_keys_them():
+    """One value where the store keys one (a NaN every config shares; a tuple and a list of the same items),
+    two where it keys two (0.0 and -0.0; 1 and True)."""
+    from nsprof.render.configs import split_configs
+
+    nan = float("nan")
+    assert list(split_configs([{"a": nan, "b": 1}, {"a": nan, "b": 2}])[0]) == ["a"]
+    assert split_configs([{"a": (1, 2), "b": 1}, {"a": [1, 2], "b": 2}])[0] == {"a": (1, 2)}
+    assert split_configs([{"a": 0.0, "b": 1}, {"a": -0.0, "b": 2}]) == ({}, None)
+    assert split_configs([{"a": 1, "b": 1}, {"a": True, "b": 2}]) == ({}, None)

@@ -385,3 +385,17 @@ def test_every_process_that_runs_the_target_numbers_the_gpus_as_nvidia_smi_does(
         ran
     )
     assert {r["order"] for r in records} == {"PCI_BUS_ID"}, records
+
+
+def test_a_validate_run_again_on_the_changed_target_leaves_no_folder_of_the_refused_run(tmp_path):
+    """The configs turned around since the view was saved: the refused run's work folder goes with it."""
+    (tmp_path / "t.py").write_text(TARGET)
+    (tmp_path / "tmp").mkdir()
+    args = ["validate", "t.py:space", "--timers", "event", "--no-external", "--no-repeat", "--truth", "ncu",
+            "--mode", "direct", "--reps", "2"]  # fmt: skip
+    env = {"NSPROF_STANDIN_TIMERS": "1", "TMPDIR": str(tmp_path / "tmp")}
+    nsprof(tmp_path, *args, **env)  # saves the view
+    (tmp_path / "configs.json").write_text(json.dumps([{"ns": 1000}, {"ns": 2000}, {"ns": 3000}]))
+    _, done = nsprof(tmp_path, *args, **env)
+    assert done.returncode == 0 and "running again" in done.stderr, done.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -174,3 +174,28 @@ def test_nothing_compared_names_a_timer_failure_not_an_l2_check_one(tmp_path, ti
     last = ran.stderr.strip().splitlines()[-1]
     assert "nothing compared: no fast timer measured 2" in last, last
     assert "first failure: timers on config 1: build failed: RuntimeError: timer build fails" in last, last
+
+
+NOTHING_COMPARED_SABOTAGED = SABOTAGED.replace(
+    "        self.timer_ns =",
+    "        if SESSION.startswith('timers') and config['i'] > 0:\n"
+    "            raise RuntimeError('timer build fails')\n"
+    "        self.timer_ns =",
+)
+
+
+def test_nothing_compared_with_an_unwritable_save_still_says_so_and_names_the_folder(tmp_path, timers_tmp):
+    """The timers measured one config, and the --save cannot be written: both failures are said, the run's
+    with the folder it keeps."""
+    (tmp_path / "t.py").write_text(NOTHING_COMPARED_SABOTAGED)
+    (tmp_path / "out").mkdir()
+    ran = run_nsprof(
+        "validate", "t.py:space", *VALIDATE_CUPTI, "--save", "out/x.json", cwd=tmp_path,
+        env={**timers_tmp, "SABOTAGE": str(tmp_path / "out")}, standins=True,
+    )  # fmt: skip
+    assert ran.returncode == 2, ran.stderr
+    kept = list((tmp_path / "tmp").iterdir())
+    assert len(kept) == 1, kept
+    said = [line for line in ran.stderr.splitlines() if "nothing compared: no fast timer measured 2" in line]
+    assert len(said) == 1 and f"kept in {kept[0]}" in said[0], ran.stderr
+    assert "writing out/x.json failed" in ran.stderr.strip().splitlines()[-1], ran.stderr

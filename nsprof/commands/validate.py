@@ -92,7 +92,12 @@ def validate(target: str, settings, *, devices, scheduler, verbose, outputs) -> 
         results, failed = on_target(target, run, settings.timeout_s), None
     except NothingCompared as exc:  # the folder kept and named in it
         results, failed = exc.results, exc
-    show(target, results, **outputs, failed=failed)
+    try:
+        show(target, results, **outputs, failed=failed)
+    except BaseException as exc:
+        if failed is not None and exc is not failed:  # an output that failed, Ctrl-C: the run's failure too
+            click.echo(f"nsprof: {failed}", err=True)
+        raise
 
 
 def show(target: str, results, *, plot_path, html_path, save_path=None, as_json=False, failed=None) -> None:

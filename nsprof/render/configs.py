@@ -26,14 +26,16 @@ def split_configs(configs: Sequence) -> tuple[dict, list | None]:
 
 
 def _same(a, b) -> bool:
-    """Whether two config values are one value as the store keys them (1, 1.0 and True are three)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, (dict, list, tuple)):
-        from nsprof.store_rows import config_json
+    """Whether two config values are one value as the store keys them (their canonical JSON): 1, 1.0 and
+    True are three, a tuple and a list of the same items one; scalars compared without JSON."""
+    if type(a) in _SCALARS and type(b) in _SCALARS:
+        return type(a) is type(b) and (repr(a) == repr(b) if type(a) is float else a == b)
+    from nsprof.store_rows import config_json
 
-        return config_json(a) == config_json(b)
-    return a == b
+    return config_json(a) == config_json(b)
+
+
+_SCALARS = (str, int, float, bool, type(None))
 
 
 def constant_line(constant: dict) -> list[str]:

@@ -100,14 +100,14 @@ def _key_orders(runs, anchor) -> dict:
             return {
                 "config_key_orders": record["config_key_orders"],
                 "shape_keys": record.get("shape_keys"),
-                "listed_configs": _texts(record.get("listed_configs")),
+                "listed_config_digests": _texts(record.get("listed_config_digests")),
                 "listed_shapes": _texts(record.get("listed_shapes")),
                 # what a run recorded before the lists: how many configs, which shapes (sorted)
                 "n_configs": n if type(n) is int and n >= 0 else None,
                 "shape_jsons": shapes if isinstance(shapes, list) else None,
             }
     return dict.fromkeys(
-        ("shape_keys", "listed_configs", "listed_shapes", "n_configs", "shape_jsons"), None
+        ("shape_keys", "listed_config_digests", "listed_shapes", "n_configs", "shape_jsons"), None
     ) | {"config_key_orders": {}}
 
 
@@ -178,7 +178,7 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders
     if frame.empty:
         return [], {}
     _check_written_by_nsprof(store, frame)
-    listed = orders["listed_configs"]
+    listed = orders["listed_config_digests"]
     if listed is not None:  # rows of the config each id named then, not of one it named before
         digests = {text: json_digest(str(text)) for text in set(frame["config_json"])}
         frame = frame[

@@ -382,7 +382,7 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
         "shape_keys": key_order(space.shapes or []),
         # every config's JSON (its digest) by id and every shape's in the target's order: a re-read ranks no
         # config an id named before and numbers each shape as this run did; the counts for older readers
-        "listed_configs": [json_digest(config_json(c)) for c in space.configs],
+        "listed_config_digests": [json_digest(config_json(c)) for c in space.configs],
         "listed_shapes": list(context.shape_jsons.values()),
         "n_configs": len(space.configs),
         "shape_jsons": sorted(set(context.shape_jsons.values())),
