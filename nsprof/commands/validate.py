@@ -67,9 +67,9 @@ class NothingCompared(NsprofError):
 
 def validate(target: str, settings, *, devices, scheduler, verbose, outputs) -> None:
     """TARGET measured under `settings`, then shown (`show`). Its work folder, a temporary one unless
-    --work-dir, is removed when the run ends, unless it measured or compared nothing, which keeps it and
-    names it (its reports and the workers' logs say why) after the tables. Every check that needs no GPU
-    comes first."""
+    --work-dir, is removed when the run ends (a run again on a changed target included), unless it measured
+    or compared nothing, which keeps it and names it (its reports and the workers' logs say why) after the
+    tables. Every check that needs no GPU comes first."""
     from dataclasses import replace
 
     from nsprof.drivers.registry import get_driver
@@ -79,17 +79,17 @@ def validate(target: str, settings, *, devices, scheduler, verbose, outputs) -> 
     def run(space):
         for backend in dict.fromkeys(t.backend for t in settings.truths):
             get_driver(backend)  # a missing tool is one line, before any work
-        with work_folder(settings.work_dir, "nsprof-validate-") as folder, clusters(), StageBars() as bars:
+        with clusters(), StageBars() as bars:
             clustered = replace(
                 settings, cluster=cluster_settings(devices, scheduler, verbose), work_dir=folder
             )
             with results_only_on_stdout():
-                results = run_validate(target, clustered, on_stage=bars, space=space)
-            _check_measured(results)
-        return results
+                return run_validate(target, clustered, on_stage=bars, space=space)
 
     try:
-        results, failed = on_target(target, run, settings.timeout_s), None
+        with work_folder(settings.work_dir, "nsprof-validate-") as folder:
+            results, failed = on_target(target, run, settings.timeout_s), None
+            _check_measured(results)
     except NothingCompared as exc:  # the folder kept and named in it
         results, failed = exc.results, exc
     try:

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from nsprof.errors import NsprofError, TargetChanged, ToolFailed
+from nsprof.errors import NsprofError, ToolFailed
 from nsprof.host.owned import own_folder
 
 CLAIMS = 10000  # the names claim_base tries in one folder
@@ -78,9 +78,6 @@ def work_folder(given: Path | None, prefix: str) -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         yield folder
-    except TargetChanged:  # refused on a saved view: the run goes again on the target as it is, elsewhere
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
     except NsprofError as exc:
         if not any(folder.iterdir()):  # nothing ran there (the GPU was busy, say): nothing to keep
             folder.rmdir()
