@@ -140,26 +140,15 @@ def test_a_save_that_cannot_be_written_keeps_no_reports_folder(tmp_path, timers_
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
-L2_FAILS = textwrap.dedent("""
-    import os, sys
-    import nsprof.space
-
-    SESSION = os.path.basename(os.path.dirname(sys.argv[1])) if len(sys.argv) > 1 else ""
-
-    class Launch:
-        def __init__(self, config):
-            if SESSION.startswith("timers") and config["i"] > 0:
-                raise RuntimeError(f"timer build fails for config {config['i']}")
-            if SESSION.startswith("l2_"):
-                raise RuntimeError(f"L2 session fails in {SESSION}")
-            self.timer_ns = dict.fromkeys(("cupti", "cupti_cold"), config["ns"] + 10)
-
-        def __call__(self):
-            return None
-
-    space = nsprof.space.Space(configs=[{"i": c, "ns": 1000.0 * (c + 1)} for c in range(3)], build=Launch,
-                               device="cpu")
-""")
+# The timers' builds fail for configs past 0, and so do the L2 check's sessions.
+L2_FAILS = SABOTAGED.replace(
+    "        self.timer_ns =",
+    "        if SESSION.startswith('timers') and config['i'] > 0:\n"
+    "            raise RuntimeError(f\"timer build fails for config {config['i']}\")\n"
+    "        if SESSION.startswith('l2_'):\n"
+    "            raise RuntimeError(f'L2 session fails in {SESSION}')\n"
+    "        self.timer_ns =",
+)
 
 
 def test_nothing_compared_names_a_timer_failure_not_an_l2_check_one(tmp_path, timers_tmp):
