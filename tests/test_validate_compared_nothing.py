@@ -1,14 +1,20 @@
 """A validate that compared nothing (no truth, or no fast timer, measured 2 of the configs the other
 measured) ends, after its tables, in one line naming the side that measured too few and its first
 failure, keeps its reports and logs and names them, and exits 2; a space of one config measured whole
-compared its one config and exits 0. In-process, stand-in profilers and timers."""
+compared its one config and exits 0. Stand-in profilers and timers; nsprof in-process unless the case
+crosses a process (a reader gone from standard output), and no --work-dir made for a target that does not
+load."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
-from conftest import run_nsprof
+from conftest import STANDINS, run_nsprof
 
 
 @pytest.fixture
@@ -188,3 +194,53 @@ def test_nothing_compared_with_an_unwritable_save_still_says_so_and_names_the_fo
     said = [line for line in ran.stderr.splitlines() if "nothing compared: no fast timer measured 2" in line]
     assert len(said) == 1 and f"kept in {kept[0]}" in said[0], ran.stderr
     assert "writing out/x.json failed" in ran.stderr.strip().splitlines()[-1], ran.stderr
+
+
+ARGS_CUPTI_NSYS = ["--timers", "cupti", "--no-external", "--truth", "nsys", "--mode", "direct", "--reps", "2",
+                   "--timer-reps", "2", "--no-repeat"]  # fmt: skip
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_target_that_does_not_load_makes_no_work_dir(tmp_path):
+    """A target that does not load: no --work-dir is made (as profile and tune make none)."""
+    (tmp_path / "bad.py").write_text("raise SystemExit('bad')\n")
+    ran = run_nsprof("validate", "bad.py:space", *ARGS_CUPTI_NSYS, "--work-dir", "wd", cwd=tmp_path, standins=True,
+                     env={"NSPROF_STANDIN_TIMERS": "1", "TMPDIR": str(tmp_path)})  # fmt: skip
+    assert ran.returncode == 2 and "loading bad.py:space failed" in ran.stderr, ran.stderr
+    assert not (tmp_path / "wd").exists()
+
+
+TRUTH_FAILS = textwrap.dedent("""
+    import os, sys
+    import nsprof.space
+    SESSION = os.path.basename(os.path.dirname(sys.argv[1])) if len(sys.argv) > 1 else ""
+    class Launch:
+        def __init__(self, config):
+            if SESSION.startswith("nsys"):
+                raise RuntimeError("truth build fails")
+            self.timer_ns = dict.fromkeys(("cupti", "cupti_cold"), config["ns"] + 10)
+        def __call__(self):
+            return None
+    space = nsprof.space.Space(configs=[{"ns": 1000.0 * (c + 1)} for c in range(3)], build=Launch, device="cpu")
+""")
+
+
+def test_nothing_compared_with_its_reader_gone_still_exits_2(tmp_path):
+    """`validate ... --json | true` (or `| head`) of a run that compared nothing: the failure line is said,
+    the folder kept, and the exit status is 2 (the failure, not a closed standard output's quiet exit)."""
+    (tmp_path / "t.py").write_text(TRUTH_FAILS)
+    (tmp_path / "tmp").mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "NSPROF_STANDIN_TIMERS": "1",
+        "TMPDIR": str(tmp_path / "tmp"),
+    }
+    proc = subprocess.Popen([sys.executable, str(STANDINS), "validate", "t.py:space", *ARGS_CUPTI_NSYS, "--json"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc.stdout.close()  # the reader left before the document came
+    err = proc.stderr.read()
+    proc.wait(timeout=300)
+    assert "nothing compared: no ground truth measured 2" in err, err
+    assert len(list((tmp_path / "tmp").iterdir())) == 1  # kept, as said
+    assert proc.returncode == 2, (proc.returncode, err)

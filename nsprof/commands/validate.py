@@ -3,6 +3,8 @@ then the tables, the plot, the page and the JSON document (`show`)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from nsprof.commands.common import (
@@ -77,17 +79,20 @@ def validate(target: str, settings, *, devices, scheduler, verbose, outputs) -> 
     from nsprof.validate import validate as run_validate
 
     def run(space):
+        if not folder:  # made once the target is read, one for a run again on a changed target
+            folder.append(stack.enter_context(work_folder(settings.work_dir, "nsprof-validate-")))
         for backend in dict.fromkeys(t.backend for t in settings.truths):
             get_driver(backend)  # a missing tool is one line, before any work
         with clusters(), StageBars() as bars:
             clustered = replace(
-                settings, cluster=cluster_settings(devices, scheduler, verbose), work_dir=folder
+                settings, cluster=cluster_settings(devices, scheduler, verbose), work_dir=folder[0]
             )
             with results_only_on_stdout():
                 return run_validate(target, clustered, on_stage=bars, space=space)
 
+    folder: list = []
     try:
-        with work_folder(settings.work_dir, "nsprof-validate-") as folder:
+        with contextlib.ExitStack() as stack:
             results, failed = on_target(target, run, settings.timeout_s), None
             _check_measured(results)
     except NothingCompared as exc:  # the folder kept and named in it
@@ -95,8 +100,11 @@ def validate(target: str, settings, *, devices, scheduler, verbose, outputs) -> 
     try:
         show(target, results, **outputs, failed=failed)
     except BaseException as exc:
-        if failed is not None and exc is not failed:  # an output that failed, Ctrl-C: the run's failure too
-            click.echo(f"nsprof: {failed}", err=True)
+        if failed is None or exc is failed:
+            raise
+        if isinstance(exc, OSError):  # standard output closed (| head): the run's failure is the exit
+            raise failed from None
+        click.echo(f"nsprof: {failed}", err=True)  # an output that failed, Ctrl-C: the run's failure too
         raise
 
 
