@@ -130,16 +130,21 @@ SABOTAGED = textwrap.dedent("""
 """)
 
 
+def _save_sabotaged(tmp_path, env: dict, target: str):
+    """validate of `target` (one of the SABOTAGED texts) with a --save whose folder is swapped mid-run."""
+    (tmp_path / "t.py").write_text(target)
+    (tmp_path / "out").mkdir()
+    return run_nsprof(
+        "validate", "t.py:space", *VALIDATE_CUPTI, "--save", "out/x.json", cwd=tmp_path,
+        env={**env, "SABOTAGE": str(tmp_path / "out")}, standins=True,
+    )  # fmt: skip
+
+
 def test_a_save_that_cannot_be_written_keeps_no_reports_folder(tmp_path, timers_tmp):
     """A validate that measured and compared every config but whose --save could not be written: the
     error names the file, and the temporary folder is removed (it is kept only when nothing was measured
     or compared)."""
-    (tmp_path / "t.py").write_text(SABOTAGED)
-    (tmp_path / "out").mkdir()
-    ran = run_nsprof(
-        "validate", "t.py:space", *VALIDATE_CUPTI, "--save", "out/x.json", cwd=tmp_path,
-        env={**timers_tmp, "SABOTAGE": str(tmp_path / "out")}, standins=True,
-    )  # fmt: skip
+    ran = _save_sabotaged(tmp_path, timers_tmp, SABOTAGED)
     assert ran.returncode == 2, ran.stderr
     assert "writing out/x.json failed" in ran.stderr, ran.stderr
     assert "kept in" not in ran.stderr, ran.stderr
@@ -182,12 +187,7 @@ NOTHING_COMPARED_SABOTAGED = SABOTAGED.replace(
 def test_nothing_compared_with_an_unwritable_save_still_says_so_and_names_the_folder(tmp_path, timers_tmp):
     """The timers measured one config, and the --save cannot be written: both failures are said, the run's
     with the folder it keeps."""
-    (tmp_path / "t.py").write_text(NOTHING_COMPARED_SABOTAGED)
-    (tmp_path / "out").mkdir()
-    ran = run_nsprof(
-        "validate", "t.py:space", *VALIDATE_CUPTI, "--save", "out/x.json", cwd=tmp_path,
-        env={**timers_tmp, "SABOTAGE": str(tmp_path / "out")}, standins=True,
-    )  # fmt: skip
+    ran = _save_sabotaged(tmp_path, timers_tmp, NOTHING_COMPARED_SABOTAGED)
     assert ran.returncode == 2, ran.stderr
     kept = list((tmp_path / "tmp").iterdir())
     assert len(kept) == 1, kept
