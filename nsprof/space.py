@@ -102,16 +102,8 @@ class Space(Listing):
         self.configs = self._listed("configs", self.configs)
         if not self.configs:
             raise TargetError(f"space {self.name!r} has no configs")
-        from nsprof.store_rows import config_json
-
         for index, config in enumerate(self.configs):  # stored and matched by its canonical JSON
-            try:
-                config_json(config)
-            except (TypeError, ValueError, RecursionError) as exc:
-                raise TargetError(
-                    f"space {self.name!r}: config {index} has no JSON form ({exc}): its keys must be strings, "
-                    "or numbers of one kind, at every level"
-                ) from None
+            self._json("config", index, config)
         if self.shapes is not None:
             self.shapes = self._listed("shapes", self.shapes)
             if not self.shapes:
@@ -120,21 +112,27 @@ class Space(Listing):
                 )
             seen: dict[str, int] = {}
             for index, shape in enumerate(self.shapes):  # the store keys a shape by its JSON
-                try:
-                    text = shape_json(shape)
-                except (TypeError, ValueError, RecursionError) as exc:
-                    raise TargetError(
-                        f"space {self.name!r}: shape {index} has no JSON form ({exc}): its keys must be "
-                        "strings, or numbers of one kind, at every level"
-                    ) from None
+                text = self._json("shape", index, shape)
                 first = seen.setdefault(text, index)
                 if first != index:
                     raise TargetError(
-                        f"space {self.name!r}: shapes {first} and {index} are the same shape "
-                        f"({shape_json(shape)}); list each once"
+                        f"space {self.name!r}: shapes {first} and {index} are the same shape ({text}); list each once"
                     )
         if self.device not in ("cuda", "cpu"):
             raise TargetError(f"space {self.name!r}: device must be 'cuda' or 'cpu'")
+
+    def _json(self, what: str, index: int, value) -> str:
+        """The canonical JSON of config or shape `index` (store_rows.config_json), or one line saying it has
+        none."""
+        from nsprof.store_rows import config_json
+
+        try:
+            return config_json(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise TargetError(
+                f"space {self.name!r}: {what} {index} has no JSON form ({exc}): its keys must be strings, "
+                "or numbers of one kind, at every level"
+            ) from None
 
     def _listed(self, what: str, values) -> list:
         """`values` as a list: a sequence (a list, a tuple, an array), not a generator, a set, a dict or a

@@ -49,7 +49,7 @@ def json_digest(text: str) -> str:
     """A short digest of a config's canonical JSON (config_json), as a run records the configs it listed."""
     import hashlib
 
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def settings_of(text) -> dict:

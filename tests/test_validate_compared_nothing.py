@@ -11,10 +11,9 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
-from conftest import STANDINS, run_nsprof
+from conftest import REPO, STANDINS, run_nsprof
 
 
 @pytest.fixture
@@ -46,8 +45,9 @@ TARGET = textwrap.dedent("""
     configs = [{"i": c, "ns": 1000.0 * (c + 1)} for c in range(N)]
     space = nsprof.space.Space(configs=configs, build=Launch, device="cpu")
 """)
-VALIDATE = ["validate", "t.py:space", "--timers", "cupti", "--no-external", "--truth", "nsys", "--mode",
-            "direct", "--reps", "2", "--timer-reps", "2", "--no-repeat"]  # fmt: skip
+OPTIONS = ["--timers", "cupti", "--no-external", "--truth", "nsys", "--mode", "direct", "--reps", "2",
+           "--timer-reps", "2", "--no-repeat"]  # fmt: skip
+VALIDATE = ["validate", "t.py:space", *OPTIONS]
 
 
 def _run(tmp_path, own_tmp, **env):
@@ -95,14 +95,9 @@ def test_a_run_that_compared_nothing_keeps_and_names_its_logs_folder(tmp_path, o
     assert f"kept in {kept[0]}" in ran.stderr, ran.stderr
 
 
-VALIDATE_CUPTI = ["--timers", "cupti", "--no-external", "--truth", "nsys", "--mode", "direct", "--reps", "2",
-                  "--timer-reps", "2", "--no-repeat"]  # fmt: skip
-
-
 @pytest.fixture
-def timers_tmp(tmp_path) -> dict[str, str]:
-    (tmp_path / "tmp").mkdir()
-    return {"TMPDIR": str(tmp_path / "tmp"), "NSPROF_STANDIN_TIMERS": "1"}
+def timers_tmp(own_tmp) -> dict[str, str]:
+    return {**own_tmp, "NSPROF_STANDIN_TIMERS": "1"}
 
 
 # The timers' session and the nsys session measure every config; while nsys's worker imports the target
@@ -135,7 +130,7 @@ def _save_sabotaged(tmp_path, env: dict, target: str):
     (tmp_path / "t.py").write_text(target)
     (tmp_path / "out").mkdir()
     return run_nsprof(
-        "validate", "t.py:space", *VALIDATE_CUPTI, "--save", "out/x.json", cwd=tmp_path,
+        "validate", "t.py:space", *OPTIONS, "--save", "out/x.json", cwd=tmp_path,
         env={**env, "SABOTAGE": str(tmp_path / "out")}, standins=True,
     )  # fmt: skip
 
@@ -167,7 +162,7 @@ def test_nothing_compared_names_a_timer_failure_not_an_l2_check_one(tmp_path, ti
     line gives the fast timers' failure, not the L2 check's."""
     (tmp_path / "t.py").write_text(L2_FAILS)
     ran = run_nsprof(
-        "validate", "t.py:space", *VALIDATE_CUPTI, "--l2-check", cwd=tmp_path, env=timers_tmp, standins=True,
+        "validate", "t.py:space", *OPTIONS, "--l2-check", cwd=tmp_path, env=timers_tmp, standins=True,
         in_process=True,
     )  # fmt: skip
     assert ran.returncode == 2, ran.stderr
@@ -196,15 +191,10 @@ def test_nothing_compared_with_an_unwritable_save_still_says_so_and_names_the_fo
     assert "writing out/x.json failed" in ran.stderr.strip().splitlines()[-1], ran.stderr
 
 
-ARGS_CUPTI_NSYS = ["--timers", "cupti", "--no-external", "--truth", "nsys", "--mode", "direct", "--reps", "2",
-                   "--timer-reps", "2", "--no-repeat"]  # fmt: skip
-ROOT = Path(__file__).resolve().parents[1]
-
-
 def test_a_target_that_does_not_load_makes_no_work_dir(tmp_path):
     """A target that does not load: no --work-dir is made (as profile and tune make none)."""
     (tmp_path / "bad.py").write_text("raise SystemExit('bad')\n")
-    ran = run_nsprof("validate", "bad.py:space", *ARGS_CUPTI_NSYS, "--work-dir", "wd", cwd=tmp_path, standins=True,
+    ran = run_nsprof("validate", "bad.py:space", *OPTIONS, "--work-dir", "wd", cwd=tmp_path, standins=True,
                      env={"NSPROF_STANDIN_TIMERS": "1", "TMPDIR": str(tmp_path)})  # fmt: skip
     assert ran.returncode == 2 and "loading bad.py:space failed" in ran.stderr, ran.stderr
     assert not (tmp_path / "wd").exists()
@@ -232,11 +222,11 @@ def test_nothing_compared_with_its_reader_gone_still_exits_2(tmp_path):
     (tmp_path / "tmp").mkdir()
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(REPO),
         "NSPROF_STANDIN_TIMERS": "1",
         "TMPDIR": str(tmp_path / "tmp"),
     }
-    proc = subprocess.Popen([sys.executable, str(STANDINS), "validate", "t.py:space", *ARGS_CUPTI_NSYS, "--json"],
+    proc = subprocess.Popen([sys.executable, str(STANDINS), "validate", "t.py:space", *OPTIONS, "--json"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     proc.stdout.close()  # the reader left before the document came
     err = proc.stderr.read()

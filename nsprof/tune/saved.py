@@ -89,10 +89,10 @@ def _settings(run, store) -> TuneSettings:
 
 def _key_orders(runs, anchor) -> dict:
     """The key orders (store_rows.key_orders' of the configs, key_order's of the shapes) of the target's runs
-    (`runs`, one fingerprint's), and how many configs and which shapes (their JSON) the target listed: the
-    newest first pass's that recorded them up to the `anchor` run (after it only where none did; an adaptive
-    session's run records none); none for a store that holds none (its keys then come in the store's sorted
-    order, and every config and shape it holds is ranked)."""
+    (`runs`, one fingerprint's), and the configs (their JSON's digests, by id) and shapes (their JSON, in
+    order) the target listed: the newest first pass's that recorded them up to the `anchor` run (after it
+    only where none did; an adaptive session's run records none); none for a store that holds none (its keys
+    then come in the store's sorted order, and every config and shape it holds is ranked)."""
     for run in sorted(runs.itertuples(), key=lambda r: (int(r.id) > int(anchor.id), -int(r.id))):
         record = _record(run)
         if isinstance(record.get("config_key_orders"), dict):
@@ -116,10 +116,16 @@ def _texts(value) -> list[str] | None:
     return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
 
 
+def _truth_key(truth: Truth, settings: TuneSettings) -> tuple[str, dict]:
+    """The backend and labels `truth`'s stored runs carry."""
+    return (truth.backend if truth.profiler else f"{truth.backend}:{settings.stat}"), key_labels(
+        truth, settings
+    )
+
+
 def _of_truth(truth: Truth, settings: TuneSettings):
     """Whether a stored run is one of `truth`'s (its backend and labels)."""
-    backend = truth.backend if truth.profiler else f"{truth.backend}:{settings.stat}"
-    labels = key_labels(truth, settings)
+    backend, labels = _truth_key(truth, settings)
     return lambda run: (
         _text(run.backend) == backend and all(_text(getattr(run, k)) == v for k, v in labels.items())
     )
@@ -128,8 +134,7 @@ def _of_truth(truth: Truth, settings: TuneSettings):
 def _group(runs, truth: Truth, settings: TuneSettings, anchor) -> dict | None:
     """The key (without config) of `truth`'s rows among `runs` (the target's): the anchor run's when
     it is one of that truth's, else the latest one's on the anchor's GPU; None when no run is."""
-    backend = truth.backend if truth.profiler else f"{truth.backend}:{settings.stat}"
-    labels = key_labels(truth, settings)
+    backend, labels = _truth_key(truth, settings)
     of_truth = _of_truth(truth, settings)
     if of_truth(anchor):
         run = anchor
@@ -173,7 +178,7 @@ def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders
     """The configs (their stored JSON, keys in the run's order: `orders`; None for an id it holds none of)
     and {shape: (shape's value, Ranking)} of what `store` holds under `group`: every config it holds, as its
     latest run stored it, ranked at each shape it holds (None: a target without shapes): only of the
-    configs and shapes the target listed then (`orders`: n_configs and shape_jsons, where recorded)."""
+    configs and shapes the target listed then (`orders`, where recorded)."""
     frame = store.frame(**group)
     if frame.empty:
         return [], {}

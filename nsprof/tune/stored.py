@@ -375,13 +375,13 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
 
     truth, todo, on_progress, on_measured, ahead = first
     settings = context.settings
-    record = {  # with what the target listed: a re-read ranks those configs and shapes, no stale one
+    record = {
         **settings.record(),
         TARGET_PLACE: target_place(target) or target,
         "config_key_orders": key_orders(space.configs),
         "shape_keys": key_order(space.shapes or []),
-        # every config's JSON (its digest) by id and every shape's in the target's order: a re-read ranks no
-        # config an id named before and numbers each shape as this run did; the counts for older readers
+        # what the target listed, every config's JSON (its digest) by id and every shape's in order: a re-read
+        # ranks no config an id named before and numbers each shape as this run did; the counts for older readers
         "listed_config_digests": [json_digest(config_json(c)) for c in space.configs],
         "listed_shapes": list(context.shape_jsons.values()),
         "n_configs": len(space.configs),
