@@ -30,7 +30,8 @@ HANGS = textwrap.dedent("""
     def build(config):
         def launch():
             helper = subprocess.Popen(["sleep", "60"], close_fds=False)
-            pathlib.Path("helper.pid").write_text(str(helper.pid))
+            pathlib.Path("helper.pid.part").write_text(str(helper.pid))
+            pathlib.Path("helper.pid.part").rename("helper.pid")  # whole once it is there
             time.sleep(3600)
         return launch if config["hang"] else (lambda: None)
 
