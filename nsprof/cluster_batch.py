@@ -8,9 +8,11 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -83,7 +85,7 @@ def run_batch(
     _batch_imports()  # before the interrupt can come: never a half-imported pandas in this worker
     finished: list = []  # the frames of the configs the session made final, as it goes
     try:
-        with _StopWhenCancelled(worker, topic):
+        with _StopWhenCancelled(_stop_asked(worker, topic)):
             _wait_for_dead_predecessor(backend)
             result = backend.measure(replace(request, ids=ids), on_progress=progress, on_rows=finished.append)
     except KeyboardInterrupt:  # stopped: what it finished goes to the client, which waits for it
@@ -118,48 +120,91 @@ def _own_frame(frames: list, own: set[int], layout: Points):
 
 
 class _StopWhenCancelled:
-    """While a batch measures: once the client asks its batches to stop (interrupted, it sets the Dask Event
-    named `stop`, and waits for their results) or its task is cancelled (the client is gone and nobody wants
-    its result), a KeyboardInterrupt is raised in the batch's thread, where its session stops its profiler
-    and worker as on Ctrl-C and hands over what they finished (nsprof.session.supervise). A Dask task that
-    runs on is not stopped by Dask itself, and the interrupt of the client's Ctrl-C reaches only the client."""
+    """While a batch measures: once `should_stop()` (nsprof.cluster_batch._stop_asked) says so, a
+    KeyboardInterrupt is raised in the batch's thread, where its session stops its profiler and worker as
+    on Ctrl-C and hands over what they finished (nsprof.session.supervise). A Dask task that runs on is not
+    stopped by Dask itself, and the interrupt of the client's Ctrl-C reaches only the client."""
 
-    def __init__(self, worker, stop: str) -> None:
-        from distributed import Event, get_client
-
-        self.worker = worker
-        self.stop = Event(stop, client=get_client())  # the worker's client, named: the watch thread asks it
-        self.key = worker.get_current_task()
+    def __init__(self, should_stop: Callable[[], bool]) -> None:
+        self.should_stop = should_stop
         self.thread = threading.get_ident()
         self.lock = threading.Lock()
         self.ended = threading.Event()
-
-    def cancelled(self) -> bool:
-        task = self.worker.state.tasks.get(self.key)
-        return task is None or task.state == "cancelled"
-
-    def _stopped(self) -> bool:
-        try:
-            return self.stop.is_set()
-        except Exception:  # noqa: BLE001 - the scheduler gone: the cancelled task says it instead
-            return False
+        self.raised = False
+        self.dropped_once = threading.Event()
 
     def _watch(self) -> None:
-        while not self.ended.wait(CANCEL_POLL_S):
-            if self.cancelled() or self._stopped():
-                with self.lock:
-                    if not self.ended.is_set():
-                        _async_raise(self.thread, KeyboardInterrupt)
+        while not self.should_stop():
+            if self.ended.wait(CANCEL_POLL_S):
                 return
+        while True:
+            with self.lock:
+                if self.ended.is_set():
+                    return
+                self.dropped_once.clear()
+                self.raised = True
+                _async_raise(self.thread, KeyboardInterrupt)
+            while not self.dropped_once.wait(CANCEL_POLL_S):
+                if self.ended.is_set():
+                    return
+            self.ended.wait(CANCEL_POLL_S)  # raised again once the batch's thread is out of the hook
+
+    def dropped(self, unraisable) -> bool:
+        """Whether `unraisable` is this stop, dropped where Python cannot raise it (a garbage collector's
+        callback, a __del__): then the watch raises it again, to land in the batch's own code."""
+        if not (self.raised and issubclass(unraisable.exc_type, KeyboardInterrupt)) or self.ended.is_set():
+            return False
+        self.dropped_once.set()
+        return True
 
     def __enter__(self) -> _StopWhenCancelled:
-        threading.Thread(target=self._watch, name=f"nsprof-stop-{self.key}", daemon=True).start()
+        if sys.unraisablehook is not _unraisable:
+            _unraisable.previous = sys.unraisablehook
+            sys.unraisablehook = _unraisable
+        _STOPPING[self.thread] = self
+        threading.Thread(target=self._watch, name=f"nsprof-stop-{self.thread}", daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:
         with self.lock:
             self.ended.set()
             _async_raise(self.thread, None)  # one not raised yet never reaches Dask's own code
+        _STOPPING.pop(self.thread, None)
+
+
+_STOPPING: dict[int, _StopWhenCancelled] = {}  # thread id -> the stop watching the batch running there
+
+
+def _unraisable(unraisable) -> None:
+    """sys.unraisablehook while batches run here: a batch's stop, dropped, is raised again and not printed;
+    anything else goes to the hook there was."""
+    stop = _STOPPING.get(threading.get_ident())
+    if stop is None or not stop.dropped(unraisable):
+        _unraisable.previous(unraisable)
+
+
+_unraisable.previous = sys.unraisablehook
+
+
+def _stop_asked(worker, stop: str) -> Callable[[], bool]:
+    """Whether a batch on `worker` is to stop: the client, interrupted, set the Dask Event named `stop` (and
+    waits for the batches' results), or the batch's task was cancelled (the client is gone and nobody wants
+    its result)."""
+    from distributed import Event, get_client
+
+    event = Event(stop, client=get_client())  # the worker's client, named: the watch thread asks it
+    key = worker.get_current_task()
+
+    def asked() -> bool:
+        task = worker.state.tasks.get(key)
+        if task is None or task.state == "cancelled":
+            return True
+        try:
+            return event.is_set()
+        except Exception:  # noqa: BLE001 - the scheduler gone: the cancelled task says it instead
+            return False
+
+    return asked
 
 
 def _async_raise(thread: int, exc: type[BaseException] | None) -> None:

@@ -118,3 +118,46 @@ def test_a_run_that_failed_is_not_said_to_be_interrupted_nor_waits(monkeypatch, 
     err = capsys.readouterr().err
     assert "interrupted" not in err, err
     assert not waited, f"waited {waited} s for batches of a run that is thrown away"
+
+
+def test_a_stop_that_lands_in_a_gc_callback_is_raised_again_in_the_batch_and_not_printed():
+    """A batch asked to stop gets a KeyboardInterrupt raised in its thread at its next Python instruction.
+    Where that instruction is in a garbage collector's callback (Dask's worker registers one), Python prints
+    the exception as "ignored" and drops it: the batch would measure on, and the user would see a traceback.
+    The stop is raised again, silently, until it reaches the batch's own code."""
+    import gc
+    import sys
+    import threading
+
+    from nsprof.cluster_batch import _StopWhenCancelled
+
+    stop, inside, outcome, printed = threading.Event(), threading.Event(), [], []
+    batch_thread: list[threading.Thread] = []
+
+    def callback(phase, info):
+        if phase == "start" and threading.current_thread() in batch_thread and not inside.is_set():
+            inside.set()
+            while True:  # the stop lands in here, the batch's first Python instructions after it is asked
+                pass
+
+    def batch():
+        try:
+            with _StopWhenCancelled(stop.is_set):
+                gc.collect()  # into the callback, where it spins until the stop is raised there
+                while True:
+                    stop.wait(0.01)
+        except KeyboardInterrupt:
+            outcome.append("stopped")
+
+    previous_hook, sys.unraisablehook = sys.unraisablehook, printed.append
+    gc.callbacks.append(callback)
+    try:
+        batch_thread.append(threading.Thread(target=batch, daemon=True))
+        batch_thread[0].start()
+        assert inside.wait(60)
+        stop.set()
+        batch_thread[0].join(60)
+    finally:
+        gc.callbacks.remove(callback)
+        sys.unraisablehook = previous_hook
+    assert outcome == ["stopped"] and not printed, (outcome, [p.exc_type for p in printed])

@@ -1162,22 +1162,23 @@ def test_a_client_waits_for_room_in_a_full_accept_queue_within_its_timeout(tmp_p
     import socket
     import threading
 
-    from nsprof.serve_files import connect
+    from nsprof.serve_files import connect, unix_address
 
     path = str(tmp_path / "s.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(1)
     waiting = []
-    while True:  # fill the queue: a connect that finds no room fails without blocking
-        other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        other.setblocking(False)
-        try:
-            other.connect(path)
-        except BlockingIOError:
-            other.close()
-            break
-        waiting.append(other)
+    with unix_address(Path(path)) as address:  # $TMPDIR may be deeper than a socket's address holds
+        listener.bind(address)
+        listener.listen(1)
+        while True:  # fill the queue: a connect that finds no room fails without blocking
+            other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            other.setblocking(False)
+            try:
+                other.connect(address)
+            except BlockingIOError:
+                other.close()
+                break
+            waiting.append(other)
     accepted = []
     server = threading.Timer(0.2, lambda: accepted.extend(listener.accept() for _ in waiting))
     server.start()
@@ -1200,11 +1201,13 @@ def test_a_lease_granted_in_the_same_read_as_its_queued_answer_is_taken(tmp_path
     import threading
 
     import nsprof.serve_client as client
+    from nsprof.serve_files import unix_address
 
     monkeypatch.setattr(client, "SERVE_GRACE_S", 5.0)
     path = str(tmp_path / "s.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    with unix_address(Path(path)) as address:  # $TMPDIR may be deeper than a socket's address holds
+        listener.bind(address)
     listener.listen(1)
     closed = []
 
