@@ -17,19 +17,19 @@ class Device:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        import nvtx
-
-        self._nvtx = nvtx
-        if kind == "cuda":
+        if kind == "cuda":  # a CPU's plain calls launch no kernel for a profiler's ranges to attribute
+            import nvtx
             import torch
 
-            self._torch = torch
+            self._nvtx, self._torch = nvtx, torch
 
     def push(self, name: str) -> None:
-        self._nvtx.push_range(name, domain=NSPROF_DOMAIN)
+        if self.kind == "cuda":
+            self._nvtx.push_range(name, domain=NSPROF_DOMAIN)
 
     def pop(self) -> None:
-        self._nvtx.pop_range(domain=NSPROF_DOMAIN)
+        if self.kind == "cuda":
+            self._nvtx.pop_range(domain=NSPROF_DOMAIN)
 
     def sync(self) -> None:
         if self.kind == "cuda":
