@@ -83,7 +83,7 @@ class Space(Listing):
     name: str = "space"
     compile: Callable[..., Any] | None = None
     # "cuda": launches are asynchronous on the current CUDA stream (torch); "cpu": plain
-    # Python calls (used by nsprof's own tests of the worker's fault handling).
+    # Python calls, with no NVTX ranges (used by nsprof's own tests of the worker's fault handling).
     device: str = "cuda"
     # The autotuner behind these configs: its own pick, and the feed-back of nsprof's ranking.
     tuner: TunerHook | None = None
