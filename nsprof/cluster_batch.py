@@ -123,7 +123,11 @@ class _StopWhenCancelled:
     """While a batch measures: once `should_stop()` (nsprof.cluster_batch._stop_asked) says so, a
     KeyboardInterrupt is raised in the batch's thread, where its session stops its profiler and worker as
     on Ctrl-C and hands over what they finished (nsprof.session.supervise). A Dask task that runs on is not
-    stopped by Dask itself, and the interrupt of the client's Ctrl-C reaches only the client."""
+    stopped by Dask itself, and the interrupt of the client's Ctrl-C reaches only the client.
+
+    Python drops an exception raised where it cannot propagate (a garbage collector's callback, which
+    Dask's worker registers; a __del__) and prints it as "ignored": this stop, dropped there, is not printed
+    and is raised again (_unraisable)."""
 
     def __init__(self, should_stop: Callable[[], bool]) -> None:
         self.should_stop = should_stop
@@ -134,9 +138,11 @@ class _StopWhenCancelled:
         self.dropped_once = threading.Event()
 
     def _watch(self) -> None:
-        while not self.should_stop():
-            if self.ended.wait(CANCEL_POLL_S):
-                return
+        while not self.ended.wait(CANCEL_POLL_S):
+            if self.should_stop():
+                break
+        else:
+            return
         while True:
             with self.lock:
                 if self.ended.is_set():
@@ -147,43 +153,73 @@ class _StopWhenCancelled:
             while not self.dropped_once.wait(CANCEL_POLL_S):
                 if self.ended.is_set():
                     return
-            self.ended.wait(CANCEL_POLL_S)  # raised again once the batch's thread is out of the hook
+            # raised again a moment later, by when the batch's thread has left the hook that saw it dropped
+            if self.ended.wait(CANCEL_POLL_S):
+                return
 
     def dropped(self, unraisable) -> bool:
-        """Whether `unraisable` is this stop, dropped where Python cannot raise it (a garbage collector's
-        callback, a __del__): then the watch raises it again, to land in the batch's own code."""
+        """Whether `unraisable` is this stop, dropped: then the watch raises it again."""
         if not (self.raised and issubclass(unraisable.exc_type, KeyboardInterrupt)) or self.ended.is_set():
             return False
         self.dropped_once.set()
         return True
 
     def __enter__(self) -> _StopWhenCancelled:
-        if sys.unraisablehook is not _unraisable:
-            _unraisable.previous = sys.unraisablehook
-            sys.unraisablehook = _unraisable
-        _STOPPING[self.thread] = self
-        threading.Thread(target=self._watch, name=f"nsprof-stop-{self.thread}", daemon=True).start()
+        with _HOOK_LOCK:
+            if not _unraisable.installed:  # once: a hook set over it since may call it in turn
+                _unraisable.previous, sys.unraisablehook = sys.unraisablehook, _unraisable
+                _unraisable.installed = True
+            _STOPPING[self.thread] = self
+        try:
+            threading.Thread(target=self._watch, name=f"nsprof-stop-{self.thread}", daemon=True).start()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
         with self.lock:
             self.ended.set()
-            _async_raise(self.thread, None)  # one not raised yet never reaches Dask's own code
-        _STOPPING.pop(self.thread, None)
+            if self.raised:  # one not raised yet never reaches Dask's own code
+                _async_raise(self.thread, None)
+        with _HOOK_LOCK:
+            if _STOPPING.get(self.thread) is self:
+                del _STOPPING[self.thread]
+            if not _STOPPING and sys.unraisablehook is _unraisable:
+                sys.unraisablehook, _unraisable.installed = _unraisable.previous, False
 
 
+_HOOK_LOCK = threading.Lock()
 _STOPPING: dict[int, _StopWhenCancelled] = {}  # thread id -> the stop watching the batch running there
+_IN_HOOK = threading.local()
 
 
 def _unraisable(unraisable) -> None:
-    """sys.unraisablehook while batches run here: a batch's stop, dropped, is raised again and not printed;
-    anything else goes to the hook there was."""
+    """sys.unraisablehook while batches run here (and after, where another hook was set over it): a batch's
+    stop, dropped, is raised again and not printed; anything else goes to the hook there was (Python's own
+    where that hook calls back into this one)."""
     stop = _STOPPING.get(threading.get_ident())
-    if stop is None or not stop.dropped(unraisable):
+    if stop is not None and stop.dropped(unraisable):
+        return
+    if getattr(_IN_HOOK, "on", False):
+        sys.__unraisablehook__(unraisable)
+        return
+    _IN_HOOK.on = True
+    try:
         _unraisable.previous(unraisable)
+    finally:
+        _IN_HOOK.on = False
 
 
-_unraisable.previous = sys.unraisablehook
+_unraisable.previous, _unraisable.installed = sys.unraisablehook, False
+
+
+def _async_raise(thread: int, exc: type[BaseException] | None) -> None:
+    """Raise `exc` in the thread `thread` at its next Python instruction (None: take back one not
+    raised yet)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread), None if exc is None else ctypes.py_object(exc)
+    )
 
 
 def _stop_asked(worker, stop: str) -> Callable[[], bool]:
@@ -205,14 +241,6 @@ def _stop_asked(worker, stop: str) -> Callable[[], bool]:
             return False
 
     return asked
-
-
-def _async_raise(thread: int, exc: type[BaseException] | None) -> None:
-    """Raise `exc` in the thread `thread` at its next Python instruction (None: take back one not
-    raised yet)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread), None if exc is None else ctypes.py_object(exc)
-    )
 
 
 def _batch_events(worker, topic: str, me: dict, own: set[int]):

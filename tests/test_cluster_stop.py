@@ -128,36 +128,177 @@ def test_a_stop_that_lands_in_a_gc_callback_is_raised_again_in_the_batch_and_not
     import gc
     import sys
     import threading
+    import time
 
     from nsprof.cluster_batch import _StopWhenCancelled
 
-    stop, inside, outcome, printed = threading.Event(), threading.Event(), [], []
-    batch_thread: list[threading.Thread] = []
+    stop, armed, inside, outcome, printed = (threading.Event(), threading.Event(), threading.Event(), [], [])
+    deadline = time.monotonic() + 60  # a bound for the loops below, should the stop never come
 
     def callback(phase, info):
-        if phase == "start" and threading.current_thread() in batch_thread and not inside.is_set():
+        if phase == "start" and armed.is_set() and not inside.is_set():
             inside.set()
-            while True:  # the stop lands in here, the batch's first Python instructions after it is asked
+            while time.monotonic() < deadline:  # the stop lands in here: the batch's next instructions
                 pass
 
     def batch():
         try:
             with _StopWhenCancelled(stop.is_set):
+                armed.set()
                 gc.collect()  # into the callback, where it spins until the stop is raised there
-                while True:
-                    stop.wait(0.01)
+                while time.monotonic() < deadline:
+                    time.sleep(0.01)
         except KeyboardInterrupt:
             outcome.append("stopped")
 
     previous_hook, sys.unraisablehook = sys.unraisablehook, printed.append
     gc.callbacks.append(callback)
     try:
-        batch_thread.append(threading.Thread(target=batch, daemon=True))
-        batch_thread[0].start()
+        thread = threading.Thread(target=batch, daemon=True)
+        thread.start()
         assert inside.wait(60)
         stop.set()
-        batch_thread[0].join(60)
+        thread.join(120)
     finally:
         gc.callbacks.remove(callback)
         sys.unraisablehook = previous_hook
     assert outcome == ["stopped"] and not printed, (outcome, [p.exc_type for p in printed])
+
+
+class _RaisesInDel:
+    def __del__(self):
+        raise ValueError("unrelated")
+
+
+def _unraisable_hook_kept(test):
+    """Run `test(printed)` with sys.unraisablehook = printed.append, and put the hook there was back."""
+    import sys
+
+    outer, printed = sys.unraisablehook, []
+    sys.unraisablehook = printed.append
+    try:
+        test(printed)
+    finally:
+        sys.unraisablehook = outer
+
+
+def test_a_stop_asked_before_the_batch_enters_still_ends_its_watch_and_its_hook():
+    """The client interrupted while the batch was still starting: the stop comes in the batch's body, and
+    once the batch is out, no watch is left running and no hook of its stays installed."""
+    import sys
+    import threading
+    import time
+
+    from nsprof import cluster_batch
+
+    def test(printed):
+        caught = []
+
+        def batch():
+            try:
+                with cluster_batch._StopWhenCancelled(lambda: True):
+                    for _ in range(3000):  # a raise lands between two sleeps
+                        time.sleep(0.01)
+            except KeyboardInterrupt:
+                caught.append(True)
+
+        thread = threading.Thread(target=batch)
+        thread.start()
+        thread.join(60)
+        watch = [w for w in threading.enumerate() if w.name == f"nsprof-stop-{thread.ident}"]
+        for w in watch:
+            w.join(10)
+        assert caught and not any(w.is_alive() for w in watch)
+        assert thread.ident not in cluster_batch._STOPPING and sys.unraisablehook == printed.append
+
+    _unraisable_hook_kept(test)
+
+
+def test_other_unraisable_exceptions_reach_the_hook_there_was_whatever_hooks_came_between_batches():
+    """A library's hook that calls the one it found, installed between batches, and a hook swapped in and
+    back around a batch: an unrelated exception Python cannot raise reaches the hook there was, once."""
+    import sys
+
+    from nsprof.cluster_batch import _StopWhenCancelled
+
+    def test(printed):
+        with _StopWhenCancelled(lambda: False):
+            found = sys.unraisablehook
+            sys.unraisablehook = lambda unraisable: found(unraisable)  # a library's, over nsprof's
+        with _StopWhenCancelled(lambda: False):
+            pass
+        _RaisesInDel()
+        sys.unraisablehook, temporary = printed.append, []
+        saved, sys.unraisablehook = sys.unraisablehook, temporary.append
+        with _StopWhenCancelled(lambda: False):
+            pass
+        sys.unraisablehook = saved
+        _RaisesInDel()
+        assert [u.exc_type for u in printed] == [ValueError, ValueError] and not temporary
+
+    _unraisable_hook_kept(test)
+
+
+def test_two_batches_entering_at_once_chain_the_hook_once(monkeypatch):
+    """Two batches in two threads of one worker enter together (a thread switch forced between one's look
+    at the hook and its setting it): an unrelated exception Python cannot raise reaches the hook there was."""
+    import sys
+    import threading
+
+    from nsprof import cluster_batch
+
+    first_in, second_looked = threading.Event(), threading.Event()
+
+    class Sys:
+        paused = False
+
+        @property
+        def unraisablehook(self):
+            value = sys.unraisablehook
+            if threading.current_thread().name == "second" and not Sys.paused:
+                Sys.paused = True
+                second_looked.set()
+                first_in.wait(2)  # a thread switch here (the other batch enters, unless it must wait)
+            return value
+
+        @unraisablehook.setter
+        def unraisablehook(self, hook):
+            sys.unraisablehook = hook
+
+    def first():
+        second_looked.wait(10)
+        with cluster_batch._StopWhenCancelled(lambda: False):
+            first_in.set()
+
+    def second():
+        with cluster_batch._StopWhenCancelled(lambda: False):
+            pass
+
+    def test(printed):
+        monkeypatch.setattr(cluster_batch, "sys", Sys())
+        threads = [threading.Thread(target=first), threading.Thread(target=second, name="second")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        monkeypatch.undo()
+        _RaisesInDel()
+        assert [u.exc_type for u in printed] == [ValueError]
+
+    _unraisable_hook_kept(test)
+
+
+def test_a_batch_that_ended_unstopped_leaves_a_traced_thread_running():
+    """Taking back a stop never raised (PyThreadState_SetAsyncExc with NULL) leaves Python 3.11's
+    interrupt check set: a thread under a trace function (coverage, a debugger) then hangs at its next call.
+    A batch that was never asked to stop takes nothing back."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom nsprof import cluster_batch\n"
+        "with cluster_batch._StopWhenCancelled(lambda: False): pass\n"
+        "def f(): pass\nsys.settrace(lambda *a: None)\nf()\nprint('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "ok\n", done.stderr
