@@ -84,8 +84,9 @@ def run_batch(
     started = time.monotonic()
     _batch_imports()  # before the interrupt can come: never a half-imported pandas in this worker
     finished: list = []  # the frames of the configs the session made final, as it goes
+    stop = _StopWhenCancelled(_stop_asked(worker, topic))
     try:
-        with _StopWhenCancelled(_stop_asked(worker, topic)):
+        with stop:
             _wait_for_dead_predecessor(backend)
             result = backend.measure(replace(request, ids=ids), on_progress=progress, on_rows=finished.append)
     except KeyboardInterrupt:  # stopped: what it finished goes to the client, which waits for it
@@ -95,6 +96,8 @@ def run_batch(
         send(event="error", detail=str(exc)[:300])
         # a target changed since it was read stays that kind at the client (nsprof.errors.TargetChanged)
         return {**me, "error": f"{type(exc).__name__}: {exc}", "changed": isinstance(exc, TargetChanged)}
+    finally:
+        stop.close()  # again where the stop landed in __exit__ itself
     send(event="end")
     return {
         **me,
@@ -127,7 +130,8 @@ class _StopWhenCancelled:
 
     Python drops an exception raised where it cannot propagate (a garbage collector's callback, which
     Dask's worker registers; a __del__) and prints it as "ignored": this stop, dropped there, is not printed
-    and is raised again (_unraisable)."""
+    and is raised again (_hook_over). close() may be called again: a stop that lands in __exit__ itself
+    skips it."""
 
     def __init__(self, should_stop: Callable[[], bool]) -> None:
         self.should_stop = should_stop
@@ -157,69 +161,70 @@ class _StopWhenCancelled:
             if self.ended.wait(CANCEL_POLL_S):
                 return
 
-    def dropped(self, unraisable) -> bool:
-        """Whether `unraisable` is this stop, dropped: then the watch raises it again."""
-        if not (self.raised and issubclass(unraisable.exc_type, KeyboardInterrupt)) or self.ended.is_set():
+    def dropped(self) -> bool:
+        """A KeyboardInterrupt was dropped in this batch's thread: if it may be this stop, the watch raises
+        it again."""
+        if not self.raised or self.ended.is_set():
             return False
         self.dropped_once.set()
         return True
 
     def __enter__(self) -> _StopWhenCancelled:
         with _HOOK_LOCK:
-            if not _unraisable.installed:  # once: a hook set over it since may call it in turn
-                _unraisable.previous, sys.unraisablehook = sys.unraisablehook, _unraisable
-                _unraisable.installed = True
+            if not getattr(sys.unraisablehook, "nsprof_stops", False):
+                sys.unraisablehook = _hook_over(sys.unraisablehook)
             _STOPPING[self.thread] = self
         try:
             threading.Thread(target=self._watch, name=f"nsprof-stop-{self.thread}", daemon=True).start()
         except BaseException:
-            self.__exit__()
+            self.close()
             raise
         return self
 
     def __exit__(self, *exc) -> None:
-        with self.lock:
-            self.ended.set()
-            if self.raised:  # one not raised yet never reaches Dask's own code
-                _async_raise(self.thread, None)
+        self.close()
+
+    def close(self) -> None:
+        """No stop from now on; the hook put back once no batch runs here."""
+        while not self.ended.is_set():
+            try:
+                with self.lock:
+                    self.ended.set()
+            except KeyboardInterrupt:  # this stop, raised just before: taken, and the batch ends anyway
+                continue
         with _HOOK_LOCK:
             if _STOPPING.get(self.thread) is self:
                 del _STOPPING[self.thread]
-            if not _STOPPING and sys.unraisablehook is _unraisable:
-                sys.unraisablehook, _unraisable.installed = _unraisable.previous, False
+            if not _STOPPING and getattr(sys.unraisablehook, "nsprof_stops", False):
+                sys.unraisablehook = sys.unraisablehook.previous
 
 
 _HOOK_LOCK = threading.Lock()
 _STOPPING: dict[int, _StopWhenCancelled] = {}  # thread id -> the stop watching the batch running there
-_IN_HOOK = threading.local()
 
 
-def _unraisable(unraisable) -> None:
-    """sys.unraisablehook while batches run here (and after, where another hook was set over it): a batch's
-    stop, dropped, is raised again and not printed; anything else goes to the hook there was (Python's own
-    where that hook calls back into this one)."""
-    stop = _STOPPING.get(threading.get_ident())
-    if stop is not None and stop.dropped(unraisable):
-        return
-    if getattr(_IN_HOOK, "on", False):
-        sys.__unraisablehook__(unraisable)
-        return
-    _IN_HOOK.on = True
-    try:
-        _unraisable.previous(unraisable)
-    finally:
-        _IN_HOOK.on = False
+def _hook_over(previous: Callable) -> Callable:
+    """A sys.unraisablehook for while batches run here, over `previous`: a KeyboardInterrupt dropped in a
+    batch's thread (where it may land in `previous` too) is that batch's stop, raised again and not
+    printed; anything else goes to `previous`."""
+
+    def hook(unraisable) -> None:
+        stop = _STOPPING.get(threading.get_ident())
+        if stop is not None and issubclass(unraisable.exc_type, KeyboardInterrupt) and stop.dropped():
+            return
+        try:
+            previous(unraisable)
+        except KeyboardInterrupt:
+            if stop is None or not stop.dropped():
+                raise
+
+    hook.nsprof_stops, hook.previous = True, previous
+    return hook
 
 
-_unraisable.previous, _unraisable.installed = sys.unraisablehook, False
-
-
-def _async_raise(thread: int, exc: type[BaseException] | None) -> None:
-    """Raise `exc` in the thread `thread` at its next Python instruction (None: take back one not
-    raised yet)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread), None if exc is None else ctypes.py_object(exc)
-    )
+def _async_raise(thread: int, exc: type[BaseException]) -> None:
+    """Raise `exc` in the thread `thread` at its next Python instruction."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(exc))
 
 
 def _stop_asked(worker, stop: str) -> Callable[[], bool]:

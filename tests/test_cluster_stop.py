@@ -125,44 +125,7 @@ def test_a_stop_that_lands_in_a_gc_callback_is_raised_again_in_the_batch_and_not
     Where that instruction is in a garbage collector's callback (Dask's worker registers one), Python prints
     the exception as "ignored" and drops it: the batch would measure on, and the user would see a traceback.
     The stop is raised again, silently, until it reaches the batch's own code."""
-    import gc
-    import sys
-    import threading
-    import time
-
-    from nsprof.cluster_batch import _StopWhenCancelled
-
-    stop, armed, inside, outcome, printed = (threading.Event(), threading.Event(), threading.Event(), [], [])
-    deadline = time.monotonic() + 60  # a bound for the loops below, should the stop never come
-
-    def callback(phase, info):
-        if phase == "start" and armed.is_set() and not inside.is_set():
-            inside.set()
-            while time.monotonic() < deadline:  # the stop lands in here: the batch's next instructions
-                pass
-
-    def batch():
-        try:
-            with _StopWhenCancelled(stop.is_set):
-                armed.set()
-                gc.collect()  # into the callback, where it spins until the stop is raised there
-                while time.monotonic() < deadline:
-                    time.sleep(0.01)
-        except KeyboardInterrupt:
-            outcome.append("stopped")
-
-    previous_hook, sys.unraisablehook = sys.unraisablehook, printed.append
-    gc.callbacks.append(callback)
-    try:
-        thread = threading.Thread(target=batch, daemon=True)
-        thread.start()
-        assert inside.wait(60)
-        stop.set()
-        thread.join(120)
-    finally:
-        gc.callbacks.remove(callback)
-        sys.unraisablehook = previous_hook
-    assert outcome == ["stopped"] and not printed, (outcome, [p.exc_type for p in printed])
+    assert _stop_dropped_in_gc_callback() == (["stopped"], [])
 
 
 class _RaisesInDel:
@@ -302,3 +265,155 @@ def test_a_batch_that_ended_unstopped_leaves_a_traced_thread_running():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout == "ok\n", done.stderr
+
+
+def _stop_dropped_in_gc_callback() -> tuple[list[str], list]:
+    """A batch whose stop lands in a gc callback, with sys.unraisablehook as it is: (what the batch did, the
+    types of what reached that hook)."""
+    import gc
+    import sys
+    import threading
+    import time
+
+    from nsprof.cluster_batch import _StopWhenCancelled
+
+    stop, armed, inside, outcome, printed = (threading.Event(), threading.Event(), threading.Event(), [], [])
+    deadline = time.monotonic() + 60  # a bound for the loops below, should the stop never come
+
+    def callback(phase, info):
+        if phase == "start" and armed.is_set() and not inside.is_set():
+            inside.set()
+            while time.monotonic() < deadline:  # the stop lands in here: the batch's next instructions
+                pass
+
+    def batch():
+        try:
+            with _StopWhenCancelled(stop.is_set):
+                armed.set()
+                gc.collect()  # into the callback, where it spins until the stop is raised there
+                while time.monotonic() < deadline:
+                    time.sleep(0.01)
+            outcome.append("ran on")
+        except KeyboardInterrupt:
+            outcome.append("stopped")
+
+    previous_hook, sys.unraisablehook = sys.unraisablehook, printed.append
+    gc.callbacks.append(callback)
+    try:
+        thread = threading.Thread(target=batch, daemon=True)
+        thread.start()
+        assert inside.wait(60)
+        stop.set()
+        thread.join(120)
+    finally:
+        gc.callbacks.remove(callback)
+        sys.unraisablehook = previous_hook
+    return outcome, [p.exc_type for p in printed]
+
+
+def test_a_dropped_stop_is_raised_again_after_a_hook_set_over_nsprofs_was_replaced_outright():
+    """A library sets a hook over nsprof's during a batch, and later the hook is replaced outright (a test
+    harness, a library putting an older one back): a later batch's dropped stop is still raised again."""
+    import sys
+
+    from nsprof.cluster_batch import _StopWhenCancelled
+
+    def test(printed):
+        with _StopWhenCancelled(lambda: False):
+            found = sys.unraisablehook
+            sys.unraisablehook = lambda unraisable: found(unraisable)
+        sys.unraisablehook = printed.append
+        assert _stop_dropped_in_gc_callback() == (["stopped"], [])
+
+    _unraisable_hook_kept(test)
+
+
+def test_a_stopped_batch_leaves_a_traced_thread_running():
+    """A batch that was stopped, in a thread: the process's other threads run on under a trace function."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, threading, time\nfrom nsprof import cluster_batch\n"
+        "def batch():\n"
+        "    try:\n"
+        "        with cluster_batch._StopWhenCancelled(lambda: True):\n"
+        "            for _ in range(1000): time.sleep(0.01)\n"
+        "    except KeyboardInterrupt: print('stopped')\n"
+        "t = threading.Thread(target=batch); t.start(); t.join()\n"
+        "def f(): pass\nsys.settrace(lambda *a: None)\nf()\nprint('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "stopped\nok\n", done.stderr
+
+
+def test_a_stop_that_lands_in_exit_itself_is_ended_by_closing_again():
+    """The stop raised as the body ends in a C call that raises (a session's error, say): it is delivered at
+    __exit__'s first instruction, which then does nothing. Closed again, as run_batch does, the watch ends
+    and the hook is put back."""
+    import queue
+    import sys
+    import threading
+
+    from nsprof import cluster_batch
+
+    def test(printed):
+        seen = {}
+
+        def batch():
+            stop = seen["stop"] = cluster_batch._StopWhenCancelled(lambda: True)
+            try:
+                with stop:
+                    queue.SimpleQueue().get(timeout=1)  # Empty, raised from C: the stop waits until __exit__
+            except (KeyboardInterrupt, queue.Empty) as exc:
+                seen["exc"] = type(exc)
+            finally:
+                stop.close()
+
+        thread = threading.Thread(target=batch)
+        thread.start()
+        thread.join(60)
+        watch = [w for w in threading.enumerate() if w.name == f"nsprof-stop-{thread.ident}"]
+        for w in watch:
+            w.join(10)
+        assert seen["stop"].ended.is_set() and not any(w.is_alive() for w in watch), seen
+        assert thread.ident not in cluster_batch._STOPPING and sys.unraisablehook == printed.append
+
+    _unraisable_hook_kept(test)
+
+
+def test_a_stop_that_lands_in_the_hook_there_was_is_raised_again():
+    """The batch's thread runs the unraisable hook there was (slowly: logging an unrelated exception, say)
+    when its stop comes: the stop, raised in that hook, is raised again in the batch's own code."""
+    import sys
+    import threading
+    import time
+
+    from nsprof.cluster_batch import _StopWhenCancelled
+
+    outcome = []
+
+    def slow_hook(unraisable):
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            pass
+
+    def batch():
+        try:
+            with _StopWhenCancelled(lambda: True):
+                _RaisesInDel()
+                end = time.monotonic() + 60
+                while time.monotonic() < end:
+                    time.sleep(0.01)
+            outcome.append("ran on")
+        except KeyboardInterrupt:
+            outcome.append("stopped")
+
+    def test(printed):
+        sys.unraisablehook = slow_hook
+        thread = threading.Thread(target=batch)
+        thread.start()
+        thread.join(120)
+
+    _unraisable_hook_kept(test)
+    assert outcome == ["stopped"]
