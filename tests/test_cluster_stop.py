@@ -145,11 +145,27 @@ def _unraisable_hook_kept(test):
         sys.unraisablehook = outer
 
 
+def _run_to_its_end(batch, printed) -> None:
+    """Run `batch` in a thread of its own to its end: then no watch of its runs on, no stop of its is
+    registered, and the hook is the one there was (`printed.append`)."""
+    import sys
+    import threading
+
+    from nsprof import cluster_batch
+
+    thread = threading.Thread(target=batch)
+    thread.start()
+    thread.join(60)
+    watch = [w for w in threading.enumerate() if w.name == f"nsprof-stop-{thread.ident}"]
+    for w in watch:
+        w.join(10)
+    assert not any(w.is_alive() for w in watch)
+    assert thread.ident not in cluster_batch._STOPPING and sys.unraisablehook == printed.append
+
+
 def test_a_stop_asked_before_the_batch_enters_still_ends_its_watch_and_its_hook():
     """The client interrupted while the batch was still starting: the stop comes in the batch's body, and
     once the batch is out, no watch is left running and no hook of its stays installed."""
-    import sys
-    import threading
     import time
 
     from nsprof import cluster_batch
@@ -165,14 +181,8 @@ def test_a_stop_asked_before_the_batch_enters_still_ends_its_watch_and_its_hook(
             except KeyboardInterrupt:
                 caught.append(True)
 
-        thread = threading.Thread(target=batch)
-        thread.start()
-        thread.join(60)
-        watch = [w for w in threading.enumerate() if w.name == f"nsprof-stop-{thread.ident}"]
-        for w in watch:
-            w.join(10)
-        assert caught and not any(w.is_alive() for w in watch)
-        assert thread.ident not in cluster_batch._STOPPING and sys.unraisablehook == printed.append
+        _run_to_its_end(batch, printed)
+        assert caught
 
     _unraisable_hook_kept(test)
 
@@ -352,8 +362,6 @@ def test_a_stop_that_lands_in_exit_itself_is_ended_by_closing_again():
     __exit__'s first instruction, which then does nothing. Closed again, as run_batch does, the watch ends
     and the hook is put back."""
     import queue
-    import sys
-    import threading
 
     from nsprof import cluster_batch
 
@@ -370,14 +378,8 @@ def test_a_stop_that_lands_in_exit_itself_is_ended_by_closing_again():
             finally:
                 stop.close()
 
-        thread = threading.Thread(target=batch)
-        thread.start()
-        thread.join(60)
-        watch = [w for w in threading.enumerate() if w.name == f"nsprof-stop-{thread.ident}"]
-        for w in watch:
-            w.join(10)
-        assert seen["stop"].ended.is_set() and not any(w.is_alive() for w in watch), seen
-        assert thread.ident not in cluster_batch._STOPPING and sys.unraisablehook == printed.append
+        _run_to_its_end(batch, printed)
+        assert seen["stop"].ended.is_set(), seen
 
     _unraisable_hook_kept(test)
 
