@@ -22,6 +22,9 @@ from nsprof.schema import Points
 
 LOCK_WAIT_S = 30.0  # a batch re-run on a restarted worker waits this long for the dead one's children
 CANCEL_POLL_S = 0.1  # how often a running batch looks whether its task was cancelled
+# a stop not seen to end its batch by then is raised again: the client no longer waits for that batch
+# (nsprof.cluster.STOP_WAIT_S), and a second interrupt of its handover costs nothing
+RESTOP_S = 30.0
 
 
 def shard(config_ids: list[int], workers: int, batch_size: int | None = None) -> list[list[int]]:
@@ -130,8 +133,8 @@ class _StopWhenCancelled:
 
     Python drops an exception raised where it cannot propagate (a garbage collector's callback, which
     Dask's worker registers; a __del__) and prints it as "ignored": this stop, dropped there, is not printed
-    and is raised again (_hook_over). close() may be called again: a stop that lands in __exit__ itself
-    skips it."""
+    and is raised again (_hook_over); one lost where no hook sees it is raised again after RESTOP_S.
+    close() may be called again: a stop that lands in __exit__ itself skips it."""
 
     def __init__(self, should_stop: Callable[[], bool]) -> None:
         self.should_stop = should_stop
@@ -154,9 +157,12 @@ class _StopWhenCancelled:
                 self.dropped_once.clear()
                 self.raised = True
                 _async_raise(self.thread, KeyboardInterrupt)
+            unseen_until = time.monotonic() + RESTOP_S
             while not self.dropped_once.wait(CANCEL_POLL_S):
                 if self.ended.is_set():
                     return
+                if time.monotonic() >= unseen_until:  # lost where no hook saw it (or slow to hand over)
+                    break
             # raised again a moment later, by when the batch's thread has left the hook that saw it dropped
             if self.ended.wait(CANCEL_POLL_S):
                 return

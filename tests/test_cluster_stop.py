@@ -419,3 +419,43 @@ def test_a_stop_that_lands_in_the_hook_there_was_is_raised_again():
 
     _unraisable_hook_kept(test)
     assert outcome == ["stopped"]
+
+
+class _RaisesFromC:
+    def __del__(self):
+        import queue
+
+        queue.SimpleQueue().get(timeout=1)  # Empty, raised from C: a stop raised meanwhile stays pending
+
+
+def test_a_stop_lost_where_no_hook_sees_it_is_raised_again_once_the_client_stopped_waiting(monkeypatch):
+    """The stop pending as Python enters nsprof's own hook (for an unrelated exception it drops in the
+    batch's thread) lands at the hook's first instruction: Python reports that through its default hook and
+    drops it, unseen. A stop not seen to end its batch is raised again once the client no longer waits for
+    the batch (RESTOP_S), so that the batch does not hold its GPU to the end of its configs."""
+    import threading
+    import time
+
+    from nsprof import cluster_batch
+
+    monkeypatch.setattr(cluster_batch, "RESTOP_S", 0.5)
+    outcome = []
+
+    def batch():
+        try:
+            with cluster_batch._StopWhenCancelled(lambda: True):
+                _RaisesFromC()
+                end = time.monotonic() + 60
+                while time.monotonic() < end:
+                    time.sleep(0.01)
+            outcome.append("ran on")
+        except KeyboardInterrupt:
+            outcome.append("stopped")
+
+    def test(printed):
+        thread = threading.Thread(target=batch)
+        thread.start()
+        thread.join(120)
+
+    _unraisable_hook_kept(test)
+    assert outcome == ["stopped"]
