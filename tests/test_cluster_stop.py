@@ -384,9 +384,9 @@ def test_a_stop_that_lands_in_exit_itself_is_ended_by_closing_again():
     _unraisable_hook_kept(test)
 
 
-def test_a_stop_that_lands_in_the_hook_there_was_is_raised_again():
-    """The batch's thread runs the unraisable hook there was (slowly: logging an unrelated exception, say)
-    when its stop comes: the stop, raised in that hook, is raised again in the batch's own code."""
+def _stopped_after(dropping, hook=None) -> list[str]:
+    """A batch stopped at once that first drops an exception in its thread (`dropping()` makes an object whose
+    __del__ raises), with sys.unraisablehook `hook` (None: as it is): what the batch did."""
     import sys
     import threading
     import time
@@ -395,15 +395,10 @@ def test_a_stop_that_lands_in_the_hook_there_was_is_raised_again():
 
     outcome = []
 
-    def slow_hook(unraisable):
-        end = time.monotonic() + 0.5
-        while time.monotonic() < end:
-            pass
-
     def batch():
         try:
             with _StopWhenCancelled(lambda: True):
-                _RaisesInDel()
+                dropping()
                 end = time.monotonic() + 60
                 while time.monotonic() < end:
                     time.sleep(0.01)
@@ -412,13 +407,27 @@ def test_a_stop_that_lands_in_the_hook_there_was_is_raised_again():
             outcome.append("stopped")
 
     def test(printed):
-        sys.unraisablehook = slow_hook
+        if hook is not None:
+            sys.unraisablehook = hook
         thread = threading.Thread(target=batch)
         thread.start()
         thread.join(120)
 
     _unraisable_hook_kept(test)
-    assert outcome == ["stopped"]
+    return outcome
+
+
+def test_a_stop_that_lands_in_the_hook_there_was_is_raised_again():
+    """The batch's thread runs the unraisable hook there was (slowly: logging an unrelated exception, say)
+    when its stop comes: the stop, raised in that hook, is raised again in the batch's own code."""
+    import time
+
+    def slow_hook(unraisable):
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            pass
+
+    assert _stopped_after(_RaisesInDel, slow_hook) == ["stopped"]
 
 
 class _RaisesFromC:
@@ -433,29 +442,7 @@ def test_a_stop_lost_where_no_hook_sees_it_is_raised_again_once_the_client_stopp
     batch's thread) lands at the hook's first instruction: Python reports that through its default hook and
     drops it, unseen. A stop not seen to end its batch is raised again once the client no longer waits for
     the batch (RESTOP_S), so that the batch does not hold its GPU to the end of its configs."""
-    import threading
-    import time
-
     from nsprof import cluster_batch
 
     monkeypatch.setattr(cluster_batch, "RESTOP_S", 0.5)
-    outcome = []
-
-    def batch():
-        try:
-            with cluster_batch._StopWhenCancelled(lambda: True):
-                _RaisesFromC()
-                end = time.monotonic() + 60
-                while time.monotonic() < end:
-                    time.sleep(0.01)
-            outcome.append("ran on")
-        except KeyboardInterrupt:
-            outcome.append("stopped")
-
-    def test(printed):
-        thread = threading.Thread(target=batch)
-        thread.start()
-        thread.join(120)
-
-    _unraisable_hook_kept(test)
-    assert outcome == ["stopped"]
+    assert _stopped_after(_RaisesFromC) == ["stopped"]
