@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from functools import partial
 
 from conftest import run_nsprof
+
+_nsprof = partial(run_nsprof, in_process=True)  # nothing here crosses a process: no interpreter to start
 
 QUICK = ["--mode", "direct", "--no-explain", "--budget-s", "0", "--no-feed-back", "--no-tuner-pick"]
 TUNE = ["--backend", "ncu", *QUICK, "--store", "s.sqlite"]
@@ -41,31 +44,11 @@ def test_results_by_run_ranks_that_runs_rows_not_a_later_runs(tmp_path):
         "configs = [{'b': 0, 'ns_reps': [1000, 1000, 1000, 9000, 9000, 9000]}, {'b': 1, 'ns': 3000}]\n"
         "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
     )
-    first = run_nsprof(
-        "tune",
-        "target.py:space",
-        *TUNE,
-        "--reps",
-        "3",
-        "--json",
-        cwd=tmp_path,
-        standins=True,
-        in_process=True,
-    )
+    first = _nsprof("tune", "target.py:space", *TUNE, "--reps", "3", "--json", cwd=tmp_path, standins=True)
     assert _ranked(first) == [(0, 1000.0), (1, 3000.0)]
-    second = run_nsprof(
-        "tune",
-        "target.py:space",
-        *TUNE,
-        "--reps",
-        "6",
-        "--json",
-        cwd=tmp_path,
-        standins=True,
-        in_process=True,
-    )
+    second = _nsprof("tune", "target.py:space", *TUNE, "--reps", "6", "--json", cwd=tmp_path, standins=True)
     assert _ranked(second) == [(1, 3000.0), (0, 5000.0)]
-    again = run_nsprof("results", "s.sqlite", "--run", "1", "--json", cwd=tmp_path, in_process=True)
+    again = _nsprof("results", "s.sqlite", "--run", "1", "--json", cwd=tmp_path)
     assert _ranked(again) == [(0, 1000.0), (1, 3000.0)], json.loads(again.stdout)["notes"]
 
 
@@ -87,17 +70,11 @@ def test_results_of_a_target_never_ranks_another_targets_rows(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "t.py").write_text(DATA_TARGET)
         (tmp_path / name / "configs.json").write_text(json.dumps(configs))
-    a = run_nsprof(
-        "tune", "a/t.py:space", *TUNE, "--reps", "3", "--json", cwd=tmp_path, standins=True, in_process=True
-    )
+    a = _nsprof("tune", "a/t.py:space", *TUNE, "--reps", "3", "--json", cwd=tmp_path, standins=True)
     assert _ranked(a) == [(0, 1000.0), (1, 2000.0)]
-    b = run_nsprof(
-        "tune", "b/t.py:space", *TUNE, "--reps", "3", "--json", cwd=tmp_path, standins=True, in_process=True
-    )
+    b = _nsprof("tune", "b/t.py:space", *TUNE, "--reps", "3", "--json", cwd=tmp_path, standins=True)
     assert _ranked(b) == [(1, 500.0), (0, 5000.0)]
-    again = run_nsprof(
-        "results", "s.sqlite", "--target", "a/t.py:space", "--json", cwd=tmp_path, in_process=True
-    )
+    again = _nsprof("results", "s.sqlite", "--target", "a/t.py:space", "--json", cwd=tmp_path)
     assert _ranked(again) == [(0, 1000.0), (1, 2000.0)], json.loads(again.stdout)["notes"]
 
 
@@ -109,27 +86,14 @@ def test_results_of_a_target_ranks_no_config_its_latest_tune_no_longer_lists(tmp
     (tmp_path / "t.py").write_text(DATA_TARGET)
     data = tmp_path / "configs.json"
     data.write_text(json.dumps([{"b": 1, "ns": 2000}, {"b": 2, "ns": 3000}, {"b": 3, "ns": 500}]))
-    first = run_nsprof(
-        "tune", "t.py:space", *TUNE, "--reps", "3", "--json", cwd=tmp_path, standins=True, in_process=True
-    )
+    first = _nsprof("tune", "t.py:space", *TUNE, "--reps", "3", "--json", cwd=tmp_path, standins=True)
     assert _ranked(first)[0] == (2, 500.0)
     data.write_text(json.dumps([{"b": 1, "ns": 2000}, {"b": 4, "ns": 2500}]))
-    resumed = run_nsprof(
-        "tune",
-        "t.py:space",
-        *TUNE,
-        "--reps",
-        "3",
-        "--resume",
-        "--json",
-        cwd=tmp_path,
-        standins=True,
-        in_process=True,
+    resumed = _nsprof(
+        "tune", "t.py:space", *TUNE, "--reps", "3", "--resume", "--json", cwd=tmp_path, standins=True
     )
     assert _ranked(resumed) == [(0, 2000.0), (1, 2500.0)]
-    again = run_nsprof(
-        "results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True
-    )
+    again = _nsprof("results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path)
     assert _ranked(again) == [(0, 2000.0), (1, 2500.0)], json.loads(again.stdout)["notes"]
 
 
@@ -148,17 +112,11 @@ def test_results_by_run_of_a_two_truth_tunes_second_truth_ranks_that_tunes_first
         "           {'b': 1, 'ns': 3000, 'ns_at': {'none-none': 2000}}]\n"
         "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
     )
-    first = run_nsprof(
-        "tune", "target.py:space", *TWO_TRUTHS, "--reps", "3", cwd=tmp_path, standins=True, in_process=True
-    )
+    first = _nsprof("tune", "target.py:space", *TWO_TRUTHS, "--reps", "3", cwd=tmp_path, standins=True)
     assert _ranked(first) == [(0, 1000.0), (1, 3000.0)]
-    second = run_nsprof(
-        "tune", "target.py:space", *TWO_TRUTHS, "--reps", "6", cwd=tmp_path, standins=True, in_process=True
-    )
+    second = _nsprof("tune", "target.py:space", *TWO_TRUTHS, "--reps", "6", cwd=tmp_path, standins=True)
     assert _ranked(second) == [(1, 3000.0), (0, 5000.0)]
-    again = run_nsprof(
-        "results", "s.sqlite", "--run", "2", "--json", cwd=tmp_path, in_process=True
-    )  # run 2: tune 1's nsys
+    again = _nsprof("results", "s.sqlite", "--run", "2", "--json", cwd=tmp_path)  # run 2: tune 1's nsys
     assert _truths(again)["ncu"] == [(0, 1000.0, 3), (1, 3000.0, 3)], json.loads(again.stdout)["notes"]
 
 
@@ -170,16 +128,12 @@ def test_results_of_a_resume_by_absolute_path_from_elsewhere_keeps_the_runs_it_r
     (tmp_path / "proj" / "t.py").write_text(PLAIN)
     store = str(tmp_path / "s.sqlite")
     opts = ["--backend", "ncu", *QUICK, "--json", "--reps", "3", "--store", store]
-    part = run_nsprof(
-        "tune", "t.py:space", *opts, "--configs", "0", cwd=tmp_path / "proj", standins=True, in_process=True
-    )
+    part = _nsprof("tune", "t.py:space", *opts, "--configs", "0", cwd=tmp_path / "proj", standins=True)
     assert _ranked(part) == [(0, 1000.0)]
     target = f"{tmp_path / 'proj' / 't.py'}:space"
-    resumed = run_nsprof(
-        "tune", target, *opts, "--resume", cwd=tmp_path / "else", standins=True, in_process=True
-    )
+    resumed = _nsprof("tune", target, *opts, "--resume", cwd=tmp_path / "else", standins=True)
     assert _ranked(resumed) == [(0, 1000.0), (1, 2000.0)]
-    again = run_nsprof("results", store, "--run", "2", "--json", cwd=tmp_path / "else", in_process=True)
+    again = _nsprof("results", store, "--run", "2", "--json", cwd=tmp_path / "else")
     assert _ranked(again) == [(0, 1000.0), (1, 2000.0)], json.loads(again.stdout)["notes"]
 
 
@@ -191,17 +145,13 @@ def test_results_run_of_a_two_truth_tune_ignores_a_later_tune_under_its_second_t
     data = tmp_path / "configs.json"
     data.write_text(json.dumps([{"b": 0, "ns": 1000, "ns_at": {"none-none": 500}},
                                 {"b": 1, "ns": 3000, "ns_at": {"none-none": 2000}}]))  # fmt: skip
-    first = run_nsprof(
-        "tune", "t.py:space", *TWO_TRUTHS, "--reps", "3", cwd=tmp_path, standins=True, in_process=True
-    )
+    first = _nsprof("tune", "t.py:space", *TWO_TRUTHS, "--reps", "3", cwd=tmp_path, standins=True)
     assert _truth_values(first)["nsys"] == [(0, 500.0), (1, 2000.0)]
     data.write_text(json.dumps([{"b": 0, "ns": 1000, "ns_at": {"none-none": 4000}},
                                 {"b": 1, "ns": 3000, "ns_at": {"none-none": 100}}]))  # fmt: skip
-    second = run_nsprof(
-        "tune", "t.py:space", "--backend", "nsys", *STORED, cwd=tmp_path, standins=True, in_process=True
-    )
+    second = _nsprof("tune", "t.py:space", "--backend", "nsys", *STORED, cwd=tmp_path, standins=True)
     assert _ranked(second) == [(1, 100.0), (0, 4000.0)]
-    again = run_nsprof("results", "s.sqlite", "--run", "2", "--json", cwd=tmp_path, in_process=True)
+    again = _nsprof("results", "s.sqlite", "--run", "2", "--json", cwd=tmp_path)
     assert _truth_values(again)["nsys"] == [(0, 500.0), (1, 2000.0)], json.loads(again.stdout)["notes"]
 
 
@@ -223,28 +173,15 @@ def test_results_of_a_target_never_ranks_an_older_nsprofs_run_of_another_copy(tm
         (tmp_path / name).mkdir()
         (tmp_path / name / "t.py").write_text(DATA_TARGET)
         (tmp_path / name / "configs.json").write_text(json.dumps(configs))
-    b = run_nsprof(
-        "tune", "b/t.py:space", "--backend", "ncu", *STORED, cwd=tmp_path, standins=True, in_process=True
-    )
+    b = _nsprof("tune", "b/t.py:space", "--backend", "ncu", *STORED, cwd=tmp_path, standins=True)
     assert _ranked(b) == [(1, 500.0), (0, 5000.0)]
     if "target_place" in (tmp_path / "s.sqlite").read_bytes().decode("latin-1"):
         _as_older_nsprof_wrote(tmp_path / "s.sqlite", 1)
-    a = run_nsprof(
-        "tune",
-        "a/t.py:space",
-        "--backend",
-        "ncu",
-        "--configs",
-        "0",
-        *STORED,
-        cwd=tmp_path,
-        standins=True,
-        in_process=True,
+    a = _nsprof(
+        "tune", "a/t.py:space", "--backend", "ncu", "--configs", "0", *STORED, cwd=tmp_path, standins=True
     )
     assert _ranked(a) == [(0, 1000.0)]
-    again = run_nsprof(
-        "results", "s.sqlite", "--target", "a/t.py:space", "--json", cwd=tmp_path, in_process=True
-    )
+    again = _nsprof("results", "s.sqlite", "--target", "a/t.py:space", "--json", cwd=tmp_path)
     assert _ranked(again) == [(0, 1000.0)], json.loads(again.stdout)["notes"]
 
 
@@ -256,12 +193,10 @@ def test_results_by_target_from_another_folder_finds_the_runs_by_their_recorded_
     (tmp_path / "proj" / "t.py").write_text(PLAIN)
     store = str(tmp_path / "s.sqlite")
     opts = [o if o != "s.sqlite" else store for o in STORED]
-    done = run_nsprof(
-        "tune", "t.py:space", "--backend", "ncu", *opts, cwd=tmp_path / "proj", standins=True, in_process=True
-    )
+    done = _nsprof("tune", "t.py:space", "--backend", "ncu", *opts, cwd=tmp_path / "proj", standins=True)
     assert _ranked(done) == [(0, 1000.0), (1, 2000.0)]
     target = f"{tmp_path / 'proj' / 't.py'}:space"
-    again = run_nsprof("results", store, "--target", target, "--json", cwd=tmp_path / "else", in_process=True)
+    again = _nsprof("results", store, "--target", target, "--json", cwd=tmp_path / "else")
     assert again.returncode == 0, again.stderr
     assert _ranked(again) == [(0, 1000.0), (1, 2000.0)]
 
@@ -278,19 +213,15 @@ def test_results_run_of_a_second_two_truth_tunes_first_run_ranks_that_tunes_seco
     4 nsys). `results --run 3` and `--run 4` are tune 2's: its nsys ranking is run 4's (6 reps), not tune 1's
     run 2 (3 reps)."""
     (tmp_path / "target.py").write_text(PLAIN_TWO)
-    first = run_nsprof(
-        "tune", "target.py:space", *TWO_TRUTHS, "--reps", "3", cwd=tmp_path, standins=True, in_process=True
-    )
+    first = _nsprof("tune", "target.py:space", *TWO_TRUTHS, "--reps", "3", cwd=tmp_path, standins=True)
     assert _truths(first)["nsys"] == [(0, 500.0, 3), (1, 2000.0, 3)]
-    second = run_nsprof(
-        "tune", "target.py:space", *TWO_TRUTHS, "--reps", "6", cwd=tmp_path, standins=True, in_process=True
-    )
+    second = _nsprof("tune", "target.py:space", *TWO_TRUTHS, "--reps", "6", cwd=tmp_path, standins=True)
     assert _truths(second)["nsys"] == [(0, 500.0, 6), (1, 2000.0, 6)]
-    listed = run_nsprof("results", "s.sqlite", cwd=tmp_path, in_process=True).stdout
+    listed = _nsprof("results", "s.sqlite", cwd=tmp_path).stdout
     assert [line.split()[3] for line in listed.splitlines()[2:]] == ["ncu", "nsys", "ncu", "nsys"], listed
-    four = run_nsprof("results", "s.sqlite", "--run", "4", "--json", cwd=tmp_path, in_process=True)
+    four = _nsprof("results", "s.sqlite", "--run", "4", "--json", cwd=tmp_path)
     assert _truths(four)["nsys"] == [(0, 500.0, 6), (1, 2000.0, 6)]
-    three = run_nsprof("results", "s.sqlite", "--run", "3", "--json", cwd=tmp_path, in_process=True)
+    three = _nsprof("results", "s.sqlite", "--run", "3", "--json", cwd=tmp_path)
     assert _truths(three)["nsys"] == [(0, 500.0, 6), (1, 2000.0, 6)], json.loads(three.stdout)["truths"][1][
         "notes"
     ]
@@ -301,34 +232,17 @@ def test_results_run_of_a_resumes_first_truth_ranks_the_resumes_second_truth(tmp
     configs (runs 3 ncu, 4 nsys: config 1 each). `results --run 3` is tune 2's: both truths rank both
     configs (run 4 is tune 2's nsys first pass, run 2 tune 1's)."""
     (tmp_path / "target.py").write_text(PLAIN_TWO)
-    part = run_nsprof(
-        "tune",
-        "target.py:space",
-        *TWO_TRUTHS,
-        "--reps",
-        "3",
-        "--configs",
-        "0",
-        cwd=tmp_path,
-        standins=True,
-        in_process=True,
+    part = _nsprof(
+        "tune", "target.py:space", *TWO_TRUTHS, "--reps", "3", "--configs", "0", cwd=tmp_path, standins=True
     )
     assert _truths(part)["nsys"] == [(0, 500.0, 3)]
-    whole = run_nsprof(
-        "tune",
-        "target.py:space",
-        *TWO_TRUTHS,
-        "--reps",
-        "3",
-        "--resume",
-        cwd=tmp_path,
-        standins=True,
-        in_process=True,
+    whole = _nsprof(
+        "tune", "target.py:space", *TWO_TRUTHS, "--reps", "3", "--resume", cwd=tmp_path, standins=True
     )
     assert _truths(whole)["nsys"] == [(0, 500.0, 3), (1, 2000.0, 3)]
-    listed = run_nsprof("results", "s.sqlite", cwd=tmp_path, in_process=True).stdout
+    listed = _nsprof("results", "s.sqlite", cwd=tmp_path).stdout
     assert [line.split()[3] for line in listed.splitlines()[2:]] == ["ncu", "nsys", "ncu", "nsys"], listed
-    three = run_nsprof("results", "s.sqlite", "--run", "3", "--json", cwd=tmp_path, in_process=True)
+    three = _nsprof("results", "s.sqlite", "--run", "3", "--json", cwd=tmp_path)
     assert _truths(three)["nsys"] == [(0, 500.0, 3), (1, 2000.0, 3)], json.loads(three.stdout)["notes"]
 
 
@@ -349,11 +263,9 @@ def test_results_target_of_a_moved_project_never_falls_back_to_another_projects_
         "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
     )
     for name in ("a", "b"):
-        done = run_nsprof("tune", "t.py:space", *opts, cwd=tmp_path / name, standins=True, in_process=True)
+        done = _nsprof("tune", "t.py:space", *opts, cwd=tmp_path / name, standins=True)
         assert done.returncode == 0, done.stderr
     (tmp_path / "a").rename(tmp_path / "c")
-    again = run_nsprof(
-        "results", store, "--target", "t.py:space", "--json", cwd=tmp_path / "c", in_process=True
-    )
+    again = _nsprof("results", store, "--target", "t.py:space", "--json", cwd=tmp_path / "c")
     ranked = [] if again.returncode else [r["config_id"] for r in json.loads(again.stdout)["ranked"]]
     assert ranked in ([], [0, 1]), again.stdout[-1500:]

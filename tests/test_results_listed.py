@@ -7,8 +7,11 @@ tables' "all configs" line tells 1, 1.0 and True apart. Real nsprof runs under t
 from __future__ import annotations
 
 import json
+from functools import partial
 
 from conftest import run_nsprof
+
+_nsprof = partial(run_nsprof, in_process=True)  # nothing here crosses a process: no interpreter to start
 
 TUNE = ["--backend", "ncu", "--mode", "direct", "--reps", "3", "--budget-s", "0", "--no-explain"]
 TUNE += ["--no-feed-back", "--no-tuner-pick", "--store", "s.sqlite", "--json"]
@@ -47,17 +50,13 @@ def test_results_numbers_each_shape_as_the_resumed_tune_did(tmp_path):
     (tmp_path / "t.py").write_text(TARGET)
     configs = [{"i": 0, "ns_shapes": [1000, 2000, 3000]}, {"i": 1, "ns_shapes": [2000, 1000, 500]}]
     _write(tmp_path, configs, [{"M": 1}, {"M": 16}])
-    first = run_nsprof("tune", "t.py:space", *TUNE, cwd=tmp_path, standins=True, in_process=True)
+    first = _nsprof("tune", "t.py:space", *TUNE, cwd=tmp_path, standins=True)
     assert _by_index(first) == {0: ({"M": 1}, 0, 1000.0), 1: ({"M": 16}, 1, 1000.0)}
     _write(tmp_path, configs, [{"M": 16}, {"M": 1}, {"M": 128}])
-    resumed = run_nsprof(
-        "tune", "t.py:space", *TUNE, "--resume", cwd=tmp_path, standins=True, in_process=True
-    )
+    resumed = _nsprof("tune", "t.py:space", *TUNE, "--resume", cwd=tmp_path, standins=True)
     expected = {0: ({"M": 16}, 1, 1000.0), 1: ({"M": 1}, 0, 1000.0), 2: ({"M": 128}, 1, 500.0)}
     assert _by_index(resumed) == expected
-    again = run_nsprof(
-        "results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True
-    )
+    again = _nsprof("results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path)
     assert _by_index(again) == expected
 
 
@@ -70,16 +69,12 @@ def test_results_never_ranks_a_replaced_configs_old_numbers(tmp_path):
     shapes = [{"M": 1}, {"M": 16}]
     configs = [{"i": 0, "ns_shapes": [1000, 2000]}, {"i": 1, "ns_shapes": [2000, 3000]}]
     _write(tmp_path, [*configs, {"i": 2, "ns_shapes": [3000, 1000]}], shapes)
-    first = run_nsprof("tune", "t.py:space", *TUNE, cwd=tmp_path, standins=True, in_process=True)
+    first = _nsprof("tune", "t.py:space", *TUNE, cwd=tmp_path, standins=True)
     assert _by_index(first)[1] == ({"M": 16}, 2, 1000.0)
     _write(tmp_path, [*configs, {"i": 7, "ns_shapes": [9000, 9000]}], shapes)
-    subset = run_nsprof(
-        "tune", "t.py:space", *TUNE, "--configs", "0,1", cwd=tmp_path, standins=True, in_process=True
-    )
+    subset = _nsprof("tune", "t.py:space", *TUNE, "--configs", "0,1", cwd=tmp_path, standins=True)
     assert _by_index(subset) == {0: ({"M": 1}, 0, 1000.0), 1: ({"M": 16}, 0, 2000.0)}
-    again = run_nsprof(
-        "results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path, in_process=True
-    )
+    again = _nsprof("results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path)
     document = json.loads(again.stdout)
     labels = {r["config"] for s in document["shapes"] for r in s["ranked"]}
     assert not any(label.startswith("i=2,") for label in labels), labels
@@ -92,7 +87,7 @@ def test_first_pass_phases_are_keyed_by_config_not_by_point(tmp_path):
     (tmp_path / "t.py").write_text(TARGET)
     configs = [{"i": 0, "ns_shapes": [1000, 2000, 3000]}, {"i": 1, "ns_shapes": [2000, 1000, 500]}]
     _write(tmp_path, configs, [{"M": 1}, {"M": 16}, {"M": 128}])
-    done = run_nsprof("tune", "t.py:space", *TUNE, cwd=tmp_path, standins=True, in_process=True)
+    done = _nsprof("tune", "t.py:space", *TUNE, cwd=tmp_path, standins=True)
     assert done.returncode == 0, done.stderr[-3000:]
     for shape in json.loads(done.stdout)["shapes"]:
         keys = set(shape["first_pass_phases"]["configs"])
@@ -110,7 +105,7 @@ def test_configs_that_differ_only_by_1_vs_true_are_not_shown_as_one(tmp_path):
     ]
     _write(tmp_path, configs, [{"M": 1}, {"M": 16}])
     args = [a for a in TUNE if a != "--json"]
-    done = run_nsprof("tune", "t.py:space", *args, cwd=tmp_path, standins=True, in_process=True)
+    done = _nsprof("tune", "t.py:space", *args, cwd=tmp_path, standins=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "all configs: flag=1" not in done.stdout, done.stdout
 
