@@ -177,6 +177,9 @@ class TuneSettings:
     # A tie whose members all lie within ±equivalence_pct % of the best is practically equivalent:
     # no adaptive reps are spent separating it (0: off).
     equivalence_pct: float = 1.0
+    # Which call of nsprof.tune.tune stored a run (set there, one per call; not recorded with the settings):
+    # a re-read tells a tune's runs from a later tune's that stored no first pass before its adaptive reps.
+    tune_id: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         _check(
@@ -278,6 +281,7 @@ class TuneSettings:
         from dataclasses import asdict
 
         record = asdict(self)
+        del record["tune_id"]
         record["truths"] = [t.name for t in self.truths]
         record["deploy"] = self.deploy.name if self.deploy else ""
         return record

@@ -95,7 +95,9 @@ class Truth:
         """`tool` or `tool@clock-l2` (clock: base | free; l2: cold | warm), the condition only for a
         tool that controls clocks and caches (an NsprofError in one line for any other backend or
         fast timer). `tool@base-cold` is the same condition as the plain `tool` (ncu's defaults in
-        nsprof) and is named so. A Truth is checked so too, by its name."""
+        nsprof) and is named so. A Truth is checked so too, by its name; anything else is a TypeError."""
+        if not isinstance(spec, (str, Truth)):
+            raise TypeError(f"truth {spec!r} is no name of a truth")
         spec = (spec.name if isinstance(spec, Truth) else spec).strip()
         backend, at, condition = spec.partition("@")
         if not at:

@@ -49,8 +49,11 @@ def _edit(store: Path, sql: str) -> None:
         ("UPDATE measurements SET shape_json = '[' WHERE config_id = 1", "shape"),  # was: JSONDecodeError
         ("UPDATE measurements SET config_id = 1099511627776 WHERE config_id = 0", "config id 1099511627776"),
         ("UPDATE measurements SET config_id = -3 WHERE config_id = 0", "config id -3"),
+        ("UPDATE runs SET settings_json = json_set(settings_json, '$.truths', json('[1]'))", "settings"),
+        ("UPDATE runs SET settings_json = json_set(settings_json, '$.truths', json('[[1]]'))", "settings"),
     ],
-    ids=["shape JSON", "huge config id", "negative config id"],  # a huge id was a MemoryError
+    # a huge id was a MemoryError; a truth that is no text an AttributeError
+    ids=["shape JSON", "huge config id", "negative config id", "truth a number", "truth a list"],
 )
 def test_a_damaged_store_is_one_line_naming_what_it_holds(tmp_path, edit, named):
     _tuned(tmp_path)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -69,7 +70,7 @@ def tune(
     from nsprof.profile import config_ids_of
     from nsprof.space import load_target
 
-    settings = settings or TuneSettings()
+    settings = replace(settings or TuneSettings(), tune_id=secrets.token_hex(8))
     space = space or load_target(target)
     n = len(space.configs)
     wanted = list(range(n)) if config_ids is None else config_ids_of(space, config_ids)

@@ -28,7 +28,7 @@ from nsprof.store_rows import in_order, json_digest, own_order, settings_of
 from nsprof.tune.explain import cross_truth
 from nsprof.tune.measure import key_labels
 from nsprof.tune.rankings import rank_rows, unmeasured_shape
-from nsprof.tune.stored import TARGET_PLACE, adaptive_runs, stored_rows, target_place
+from nsprof.tune.stored import TARGET_PLACE, TUNE_ID, adaptive_runs, stored_rows, target_place
 
 __all__ = ["reread"]
 
@@ -326,10 +326,20 @@ def _same_place(run, target: str, anchor=None) -> bool:
 
 
 def _this_tune(runs, anchor, settings: TuneSettings):
-    """`runs` (the target's) but those of a later tune than the anchor run's. A tune makes its first passes
-    (runs not of adaptive reps) in the order of the truths it ranks, one each: after the anchor, the first
-    one under a truth it does not rank, or under one not after the previous first pass's, is another
-    tune's, and its rows and those after it are not this one's."""
+    """`runs` (the target's) but those of a later tune than the anchor run's: from the first run after the
+    anchor that another call of tune stored (TUNE_ID; a resume that found nothing missing stores adaptive reps
+    alone), and, for runs that do not say, by order: a tune makes its first passes (runs not of adaptive
+    reps) in the order of the truths it ranks, one each, so after the anchor, the first one under a truth it
+    does not rank, or under one not after the previous first pass's, is another tune's, and its rows and
+    those after it are not this one's."""
+    tune_id = _record(anchor).get(TUNE_ID)
+    if tune_id is not None:
+        later = [
+            r.id
+            for r in runs.itertuples()
+            if r.id > anchor.id and _record(r).get(TUNE_ID, tune_id) != tune_id
+        ]
+        runs = runs[runs["id"] < later[0]] if later else runs
     truths = [_of_truth(truth, settings) for truth in settings.ranked_truths]
     adaptive = adaptive_runs(runs)
 

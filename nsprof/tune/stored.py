@@ -19,6 +19,7 @@ from nsprof.tune.turn import resume_turn, takes_turns
 
 __all__ = [
     "ADAPTIVE_RUN",
+    "TUNE_ID",
     "Stored",
     "adaptive_runs",
     "by_shape",
@@ -30,6 +31,7 @@ __all__ = [
 
 
 ADAPTIVE_RUN = "adaptive_session"  # the key in a stored run's settings that marks a session of adaptive reps
+TUNE_ID = "tune_id"  # the key in a stored run's settings naming the call of tune that stored it
 
 
 def select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int]):
@@ -65,6 +67,11 @@ def target_place(target: str) -> str | None:
     except NsprofError:
         file = None
     return f"{file.resolve()}:{name}" if file is not None else None
+
+
+def _labels_of(settings: TuneSettings) -> dict:
+    """What a stored run records of the tune that stored it: its settings, and which call of tune it was."""
+    return {**settings.record(), **({TUNE_ID: settings.tune_id} if settings.tune_id else {})}
 
 
 def adaptive_runs(runs) -> set[int]:
@@ -194,7 +201,7 @@ class Stored:
 
         with ResultStore(self.settings.store) as store:
             labels = {
-                **self.settings.record(),
+                **_labels_of(self.settings),
                 TARGET_PLACE: target_place(target) or target,
                 ADAPTIVE_RUN: number,
                 "configs": list(plan.configs),
@@ -376,7 +383,7 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
     truth, todo, on_progress, on_measured, ahead = first
     settings = context.settings
     record = {
-        **settings.record(),
+        **_labels_of(settings),
         TARGET_PLACE: target_place(target) or target,
         "config_key_orders": key_orders(space.configs),
         "shape_keys": key_order(space.shapes or []),
