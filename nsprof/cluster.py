@@ -52,6 +52,7 @@ from nsprof.measure import Backend, OnRows, Progress, Request
 from nsprof.schema import Points
 from nsprof.session import Measured
 from nsprof.settings import ClusterSettings
+from nsprof.timers.interleave import throttle_note
 
 STOP_WAIT_S = 30.0  # how long an interrupted run waits for its running batches' finished rows
 
@@ -207,7 +208,8 @@ class _Gather:
         self.follow, self.count, self.on_rows = follow, count, on_rows
         self.frames, self.failures, self.devices, self.medians = [], {}, {}, {}
         self.model = ""
-        self.notes: list[str] = []  # the batches' own (an interleaved timer's throttle check), in order
+        self.notes: list[str] = []  # the batches' own, in order
+        self.throttle: list[dict] = []  # every batch's throttle counts (nsprof.timers.interleave), said once
         self.taken: set[int] = set()  # the batches whose rows were handed on
 
     def take_stopped(self, k: int, result: dict) -> None:
@@ -232,7 +234,10 @@ class _Gather:
         self._check_model(k, device)
         own = self._own_rows(batch, result, device)
         self.failures.update({c: why for c, why in result.get("failures", {}).items() if c in set(batch)})
-        self.notes += [note for note in result.get("notes", []) if note not in self.notes]
+        counts = result.get("throttle_counts", [])
+        checks = {throttle_note(method, counts) for method in _methods(counts)}  # said once for all batches
+        self.notes += [note for note in result.get("notes", []) if note not in self.notes and note not in checks]
+        self.throttle += counts
         for config_id in batch:
             self.count(self.follow, config_id, self.failures)
         self.frames.append(own)
@@ -284,7 +289,7 @@ class _Gather:
 
         from nsprof.schema import make_frame
 
-        notes = list(self.notes)
+        notes = [*self.notes, *(throttle_note(method, self.throttle) for method in _methods(self.throttle))]
         per_gpu = {who: float(pd.Series(values).median()) for who, values in self.medians.items()}
         if len(per_gpu) > 1:
             calibration = calibration_note(self.calibration, self.layout, per_gpu, self.model)
@@ -301,7 +306,13 @@ class _Gather:
             device={"uuid": combined.uuid, "name": combined.name} if combined else None,
             wall_s=time.monotonic() - started,
             notes=notes,
+            throttle_counts=self.throttle,
         )
+
+
+def _methods(counts: list[dict]) -> list[str]:
+    """The methods of throttle counts, in order."""
+    return list(dict.fromkeys(x["method"] for x in counts if "method" in x))
 
 
 class Sharded(Backend):

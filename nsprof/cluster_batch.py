@@ -107,6 +107,7 @@ def run_batch(
         "frame": result.frame,
         "failures": dict(result.failures),
         "notes": list(result.notes),
+        "throttle_counts": list(result.throttle_counts),
         "device": result.device,
         "wall_s": time.monotonic() - started,
         "work_dir": str(result.work_dir) if result.work_dir else None,

@@ -257,7 +257,7 @@ class FastTimers(Backend):
         from nsprof.host.owned import own_folder
         from nsprof.session import run_session
         from nsprof.session.folders import claim_base, numbered
-        from nsprof.timers.interleave import throttle_note
+        from nsprof.timers.interleave import throttle_counts, throttle_note
 
         if request.plan is not None:
             raise NsprofError("adaptive reps are a ground truth's: a fast timer gives one number per config")
@@ -297,11 +297,13 @@ class FastTimers(Backend):
                 on_rows(self.frame(self._whole(left, handed, points), {}))
             raise
         written = self._whole(_written(results), session.failures, points)
-        throttle = [throttle_note(m, written) for m in self.methods] if self.interleave else []
+        counts = throttle_counts(written) if self.interleave else []
+        throttle = [throttle_note(m, counts) for m in self.methods] if self.interleave else []
         return Measured(
             frame=self.frame(written, session.failures, points),
             failures=session.failures,
             notes=[*session.notes, *throttle],  # the session's own (how it ran), then the throttle checks
+            throttle_counts=counts,
             device=session.device,
             work_dir=work_dir,
             wall_s=session.wall_s,

@@ -326,3 +326,87 @@ def test_the_warm_event_and_cupti_timers_can_be_asked_alone(target, tmp_path):
     assert expand(["event_warm", "cupti_warm", "cupti"]) == ["event", "cupti", "cupti_cold"]
     document, _ = _validate(target, tmp_path, timers="cupti_warm")
     assert {r["method"] for r in document["per_config"]} == {"cupti", "standin:direct"}  # and the truth
+
+
+FOUR_DIES = """
+import nsprof.space
+
+
+class Launch:
+    def __init__(self, config):
+        self.timer_ns = {"cupti": config["ns"]}
+        self.dies = config.get("dies", False)
+
+    def __call__(self):
+        return None
+
+
+space = nsprof.space.Space(
+    configs=[{"ns": 1000.0}, {"ns": 1100.0}, {"ns": 1200.0}, {"ns": 1300.0, "dies": True}], build=Launch, device="cpu"
+)
+"""
+
+
+def test_a_restarted_worker_does_not_lose_the_count_of_batches(target, tmp_path, monkeypatch):
+    # the GPU is "full" after 2 configs: batch {0, 1}; batch {2, 3}, where config 3 kills the worker; the
+    # restarted worker measures config 2 in a batch of its own, which it numbers 1 again
+    monkeypatch.setenv("NSPROF_TEST_BATCH", "2")
+    (tmp_path / "four.py").write_text(FOUR_DIES)
+    document, _ = _validate(str(tmp_path / "four.py") + ":space", tmp_path, timers="cupti_interleaved")
+    assert set(_values(document, "cupti_interleaved")) >= {0, 1, 2}
+    words = document["conditions"]["cupti_interleaved"]
+    assert "in 2 batches of configs that fit in the GPU's memory together" in words, words
+
+
+def test_the_throttle_rule_names_each_batchs_own_highest_clock(target, tmp_path, monkeypatch):
+    # batch {0, 1} (20 clock reads) at 1980 MHz, batch {2} (10 reads) at 1400 MHz: each batch's rounds are
+    # checked against its own highest clock, and the note names both
+    monkeypatch.setenv("NSPROF_TEST_BATCH", "2")
+    monkeypatch.setenv("NSPROF_TEST_CLOCKS", ",".join(["1980"] * 20 + ["1400"] * 10))
+    (tmp_path / "three.py").write_text(THREE)
+    document, _ = _validate(str(tmp_path / "three.py") + ":space", tmp_path, timers="cupti_interleaved")
+    assert _values(document, "cupti_interleaved")[2]["clock_hz"] == 1400e6  # config 2's rounds kept
+    words = document["conditions"]["cupti_interleaved"]
+    assert "0 of 30 rounds in 2 batches" in words, words
+    assert "the highest of its batch: 1980 MHz in 1 batch, 1400 MHz in 1 (NVML)" in words, words
+
+
+FIVE = """
+import nsprof.space
+
+
+class Launch:
+    def __init__(self, config):
+        self.timer_ns = {"cupti": config["ns"]}
+
+    def __call__(self):
+        return None
+
+
+space = nsprof.space.Space(configs=[{"ns": 1000.0 + 100 * i} for i in range(5)], build=Launch, device="cpu")
+"""
+
+
+def test_the_throttle_check_of_timers_on_two_gpus_counts_every_batchs_rounds_once(tmp_path):
+    # --devices 0,1: configs 0-2 on one Dask worker, 3-4 and the calibration config 0 on the other; the two
+    # batches' checks read alike, and the run's one line counts both: 6 configs' rounds
+    import os
+    import re
+    import subprocess
+
+    (tmp_path / "t.py").write_text(FIVE)
+    program = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); import standins; standins.install(timers=True); "
+        "from nsprof.cli import main; sys.argv[0] = 'nsprof'; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(Path(__file__).parent), "validate", "t.py:space",
+         "--timers", "cupti_interleaved", "--no-external", "--truth", "nsys", "--mode", "direct", "--reps", "1",
+         "--no-repeat", "--timer-reps", str(ROUNDS), "--devices", "0,1", "--save", "v.json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "NSPROF_TEST_CLOCKS": "1980", "NSPROF_LOCK_DIR": str(tmp_path / "locks")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    words = json.loads((tmp_path / "v.json").read_text())["conditions"]["cupti_interleaved"]
+    assert re.findall(r"(\d+) of (\d+) rounds", words) == [("0", str(6 * ROUNDS))], words
+    assert "in 2 batches" in words, words

@@ -64,6 +64,9 @@ class Measured:
     notes: list[str] = field(
         default_factory=list
     )  # what the run has to say about its numbers (nsprof.cluster)
+    # an interleaved timer's throttle check, per result line (nsprof.timers.interleave.throttle_counts): its
+    # notes say it, and a run over several GPUs says it once for all of them
+    throttle_counts: list[dict] = field(default_factory=list)
     # Where wall_s went, in seconds, summed over the worker runs: the phases seen, in order
     # (nsprof.worker.phases.run_phases: tool_start ... tool_exit, then the session's own
     # cleanup, export and parse; see nsprof.session.timing.PHASES). They sum to at most wall_s;

@@ -16,12 +16,13 @@ MEMORY_FRACTION of the GPU's memory; each batch is interleaved on its own.
 
 Holds: ROUNDS, THROTTLE_FRACTION, MEMORY_FRACTION, memory_full, release, prepare (a config's Sampler for
 one method: its graph captured once), Rounds (the round values of every config and method of a
-batch, and each one's result line), throttle_note.
+batch, and each one's result line), throttle_counts and throttle_note.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -139,17 +140,36 @@ class Rounds:
         }
 
 
-def throttle_note(method: str, lines: list[dict]) -> str:
-    """What the throttle check did for one method over its result lines, in one line."""
-    lines = [x for x in lines if x.get("method") == method]
-    rounds = sum(len(x.get("rounds_ns", [])) + x.get("throttled", 0) for x in lines)
+def throttle_counts(lines: list[dict]) -> list[dict]:
+    """What the throttle check counted in each result line (its rounds, those discarded, its batch's highest
+    clock and which batch), without the rounds' values: what throttle_note says, for the lines of one run or of
+    several (the batches of a run on several GPUs)."""
+    keys = ("method", "throttled", "peak_clock_mhz", "batch", "worker_pid")
+    return [
+        {**{k: x[k] for k in keys if k in x}, "rounds": len(x.get("rounds_ns", [])) + x.get("throttled", 0)}
+        for x in lines
+    ]
+
+
+def throttle_note(method: str, counts: list[dict]) -> str:
+    """What the throttle check did for one method over the run's throttle_counts, in one line."""
+    lines = [x for x in counts if x.get("method") == method]
+    rounds = sum(x["rounds"] for x in lines)
     throttled = sum(x.get("throttled", 0) for x in lines)
-    peaks = [x["peak_clock_mhz"] for x in lines if x.get("peak_clock_mhz")]
-    batches = max((x.get("batch", 1) for x in lines), default=1)
-    split = f" in {batches} batches of configs that fit in the GPU's memory together" if batches > 1 else ""
-    if not peaks:
+    # each batch's highest clock, the batch being one worker process's (a restarted worker numbers from 1)
+    peaks = {(x.get("worker_pid"), x.get("batch", 1)): x.get("peak_clock_mhz") for x in lines}
+    split = (
+        f" in {len(peaks)} batches of configs that fit in the GPU's memory together" if len(peaks) > 1 else ""
+    )
+    counts = Counter(peak for peak in peaks.values() if peak)
+    if not counts:
         return f"{method}: {rounds} rounds{split}; no SM clock read (NVML missing or failing), throttling not checked"
+    if len(counts) == 1:
+        highest = f", {next(iter(counts)):.0f} MHz"
+    else:  # each batch's rounds were checked against its own
+        each = [f"{peak:.0f} MHz in {n}" for peak, n in sorted(counts.items(), reverse=True)]
+        highest = f": {each[0]} batch{'es' if counts[max(counts)] > 1 else ''}, {', '.join(each[1:])}"
     return (
         f"{method}: {throttled} of {rounds} rounds{split} discarded, taken while the SM clock was below "
-        f"{THROTTLE_FRACTION:.0%} of the highest of its batch, {max(peaks):.0f} MHz (NVML)"
+        f"{THROTTLE_FRACTION:.0%} of the highest of its batch{highest} (NVML)"
     )

@@ -418,7 +418,8 @@ def _timed_batch(job: Job, built: list, batch: int, status: Status, device: Devi
                     if error
                     else rounds.line(config_id, method, sampler.conditions)
                 )
-                results.write(json.dumps({**where, **line, "batch": batch}) + "\n")
+                # a restarted worker numbers its batches from 1 again: a batch is its process's
+                results.write(json.dumps({**where, **line, "batch": batch, "worker_pid": os.getpid()}) + "\n")
             results.flush()
             status.write("done", config_id)
     return True
