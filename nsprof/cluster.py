@@ -236,7 +236,9 @@ class _Gather:
         self.failures.update({c: why for c, why in result.get("failures", {}).items() if c in set(batch)})
         counts = result.get("throttle_counts", [])
         checks = {throttle_note(method, counts) for method in _methods(counts)}  # said once for all batches
-        self.notes += [note for note in result.get("notes", []) if note not in self.notes and note not in checks]
+        self.notes += [
+            note for note in result.get("notes", []) if note not in self.notes and note not in checks
+        ]
         self.throttle += counts
         for config_id in batch:
             self.count(self.follow, config_id, self.failures)

@@ -161,14 +161,14 @@ def throttle_note(method: str, counts: list[dict]) -> str:
     split = (
         f" in {len(peaks)} batches of configs that fit in the GPU's memory together" if len(peaks) > 1 else ""
     )
-    counts = Counter(peak for peak in peaks.values() if peak)
-    if not counts:
+    seen = Counter(peak for peak in peaks.values() if peak)  # each highest clock: in how many batches
+    if not seen:
         return f"{method}: {rounds} rounds{split}; no SM clock read (NVML missing or failing), throttling not checked"
-    if len(counts) == 1:
-        highest = f", {next(iter(counts)):.0f} MHz"
+    if len(seen) == 1:
+        highest = f", {next(iter(seen)):.0f} MHz"
     else:  # each batch's rounds were checked against its own
-        each = [f"{peak:.0f} MHz in {n}" for peak, n in sorted(counts.items(), reverse=True)]
-        highest = f": {each[0]} batch{'es' if counts[max(counts)] > 1 else ''}, {', '.join(each[1:])}"
+        each = [f"{peak:.0f} MHz in {n}" for peak, n in sorted(seen.items(), reverse=True)]
+        highest = f": {each[0]} batch{'es' if seen[max(seen)] > 1 else ''}, {', '.join(each[1:])}"
     return (
         f"{method}: {throttled} of {rounds} rounds{split} discarded, taken while the SM clock was below "
         f"{THROTTLE_FRACTION:.0%} of the highest of its batch{highest} (NVML)"
