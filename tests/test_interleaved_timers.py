@@ -274,13 +274,13 @@ def test_a_compile_wait_after_an_unfinished_interleaved_config_is_no_time_of_tha
     assert bounds.passed(text, status, now=16.5) == "timeout"  # config 1's own window still bounded
 
 
-def test_the_throttle_check_is_said_when_the_timers_run_on_dask_workers(tmp_path):
-    # --devices: the timers' worker runs under a Dask worker of nsprof's own LocalCluster (a child
-    # nsprof, the stand-in timers installed there); what its throttle check did comes back with it.
+def _validate_on_dask(tmp_path: Path, target: str, devices: str, clocks: str) -> str:
+    """validate's words for cupti_interleaved, its timers on Dask workers of nsprof's own LocalCluster (a child
+    nsprof, the stand-in timers installed there; the SM clocks read `clocks`)."""
     import os
     import subprocess
 
-    (tmp_path / "t.py").write_text(TARGET)
+    (tmp_path / "t.py").write_text(target)
     program = (
         "import sys; sys.path.insert(0, sys.argv.pop(1)); import standins; standins.install(timers=True); "
         "from nsprof.cli import main; sys.argv[0] = 'nsprof'; main()"
@@ -288,12 +288,17 @@ def test_the_throttle_check_is_said_when_the_timers_run_on_dask_workers(tmp_path
     done = subprocess.run(
         [sys.executable, "-c", program, str(Path(__file__).parent), "validate", "t.py:space",
          "--timers", "cupti_interleaved", "--no-external", "--truth", "nsys", "--mode", "direct", "--reps", "1",
-         "--no-repeat", "--timer-reps", str(ROUNDS), "--devices", "0", "--save", "v.json"],
+         "--no-repeat", "--timer-reps", str(ROUNDS), "--devices", devices, "--save", "v.json"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "NSPROF_TEST_CLOCKS": "1980,1980,1000", "NSPROF_LOCK_DIR": str(tmp_path / "locks")},
+        env={**os.environ, "NSPROF_TEST_CLOCKS": clocks, "NSPROF_LOCK_DIR": str(tmp_path / "locks")},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    words = json.loads((tmp_path / "v.json").read_text())["conditions"]["cupti_interleaved"]
+    return json.loads((tmp_path / "v.json").read_text())["conditions"]["cupti_interleaved"]
+
+
+def test_the_throttle_check_is_said_when_the_timers_run_on_dask_workers(tmp_path):
+    # --devices: the timers' worker runs under a Dask worker; what its throttle check did comes back with it
+    words = _validate_on_dask(tmp_path, TARGET, "0", "1980,1980,1000")
     assert "rounds discarded" in words and "highest of its batch, 1980 MHz" in words, words
 
 
@@ -390,23 +395,8 @@ space = nsprof.space.Space(configs=[{"ns": 1000.0 + 100 * i} for i in range(5)],
 def test_the_throttle_check_of_timers_on_two_gpus_counts_every_batchs_rounds_once(tmp_path):
     # --devices 0,1: configs 0-2 on one Dask worker, 3-4 and the calibration config 0 on the other; the two
     # batches' checks read alike, and the run's one line counts both: 6 configs' rounds
-    import os
     import re
-    import subprocess
 
-    (tmp_path / "t.py").write_text(FIVE)
-    program = (
-        "import sys; sys.path.insert(0, sys.argv.pop(1)); import standins; standins.install(timers=True); "
-        "from nsprof.cli import main; sys.argv[0] = 'nsprof'; main()"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", program, str(Path(__file__).parent), "validate", "t.py:space",
-         "--timers", "cupti_interleaved", "--no-external", "--truth", "nsys", "--mode", "direct", "--reps", "1",
-         "--no-repeat", "--timer-reps", str(ROUNDS), "--devices", "0,1", "--save", "v.json"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "NSPROF_TEST_CLOCKS": "1980", "NSPROF_LOCK_DIR": str(tmp_path / "locks")},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    words = json.loads((tmp_path / "v.json").read_text())["conditions"]["cupti_interleaved"]
+    words = _validate_on_dask(tmp_path, FIVE, "0,1", "1980")
     assert re.findall(r"(\d+) of (\d+) rounds", words) == [("0", str(6 * ROUNDS))], words
     assert "in 2 batches" in words, words
