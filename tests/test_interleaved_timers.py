@@ -400,3 +400,33 @@ def test_the_throttle_check_of_timers_on_two_gpus_counts_every_batchs_rounds_onc
     words = _validate_on_dask(tmp_path, FIVE, "0,1", "1980")
     assert re.findall(r"(\d+) of (\d+) rounds", words) == [("0", str(6 * ROUNDS))], words
     assert "in 2 batches" in words, words
+
+
+ONE_METHOD_FAILS = """
+import nsprof.space
+
+
+class Launch:
+    def __init__(self, config):
+        self.timer_ns = dict(config["t"])
+
+    def __call__(self):
+        return None
+
+
+space = nsprof.space.Space(
+    configs=[{"t": {"cupti": 1000.0, "cupti_cold": 2000.0}}, {"t": {"cupti": 1100.0}}], build=Launch, device="cpu"
+)
+"""
+
+
+def test_a_methods_error_line_does_not_erase_its_batchs_highest_clock(target, tmp_path, monkeypatch):
+    # config 1 has no cold CUPTI value: its cupti_cold_interleaved method fails (an error line, the batch's last)
+    monkeypatch.setenv("NSPROF_TEST_CLOCKS", "1980,1980,1000")
+    (tmp_path / "fails.py").write_text(ONE_METHOD_FAILS)
+    document, _ = _validate(
+        str(tmp_path / "fails.py") + ":space", tmp_path, timers="cupti_interleaved,cupti_cold_interleaved"
+    )
+    words = document["conditions"]["cupti_cold_interleaved"]
+    # config 0's cold rounds were checked against the batch's 1980 MHz: the clock was read
+    assert "no SM clock read" not in words and "1980 MHz" in words, words

@@ -291,3 +291,59 @@ def test_results_by_run_leaves_out_the_adaptive_reps_of_a_later_resume_that_meas
     # the target's latest tune is the resume: its adaptive reps are in it
     latest = _nsprof("results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path)
     assert _truths(latest)["ncu"] == _truths(later)["ncu"]
+
+
+RESUMED = (
+    "import nsprof.space\n"
+    "configs = [{'b': 0, 'ns_reps': [1000, 1100, 900] + [5000] * 30},\n"
+    "           {'b': 1, 'ns_reps': [1000, 1050, 950] + [1000] * 30}, {'b': 2, 'ns': 9000}]\n"
+    "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
+)
+RESUMED_TUNE = ["--mode", "direct", "--no-explain", "--no-feed-back", "--no-tuner-pick", "--store", "s.sqlite",
+                "--json", "--reps", "3"]  # fmt: skip
+
+
+def _stored_runs(tmp_path) -> list[tuple]:
+    """(id, backend, tune_id, adaptive session number) of every stored run."""
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        return db.execute(
+            "SELECT id, backend, json_extract(settings_json, '$.tune_id'), "
+            "json_extract(settings_json, '$.adaptive_session') FROM runs ORDER BY id"
+        ).fetchall()
+
+
+def test_results_by_run_of_a_resumes_run_keeps_that_resumes_own_later_first_pass(tmp_path):
+    (tmp_path / "t.py").write_text(RESUMED)
+    tune = ["tune", "t.py:space", *RESUMED_TUNE]
+    _nsprof(*tune, "--truth", "ncu", "--budget-s", "0", cwd=tmp_path, standins=True)  # run 1
+    _nsprof(
+        *tune, "--truth", "nsys", "--configs", "0,1", "--budget-s", "0", cwd=tmp_path, standins=True
+    )  # run 2
+    # the resume: ncu has every config (its adaptive reps: run 3), nsys lacks config 2 (its first pass: run 4)
+    resumed = _nsprof(*tune, "--truth", "ncu,nsys", "--deploy", "ncu", "--budget-s", "600", "--resume",
+                      cwd=tmp_path, standins=True)  # fmt: skip
+    runs = _stored_runs(tmp_path)
+    assert runs[2][1] == "ncu" and runs[2][3] is not None and runs[3][1] == "nsys" and runs[3][3] is None, (
+        runs
+    )
+    assert runs[2][2] == runs[3][2], runs  # one call of tune stored both
+    again = _nsprof("results", "s.sqlite", "--run", "3", "--json", cwd=tmp_path)
+    assert _truths(again)["nsys"] == _truths(resumed)["nsys"], (runs, json.loads(again.stdout)["notes"])
+
+
+def test_results_by_run_of_a_run_stored_before_tune_ids_leaves_out_a_later_resumes_adaptive_reps(tmp_path):
+    # run 1 as an nsprof that recorded no tune_id stored it; then a resume by this one
+    (tmp_path / "t.py").write_text(RESUMED)
+    tune = ["tune", "t.py:space", "--backend", "ncu", *RESUMED_TUNE]
+    first = _nsprof(*tune, "--budget-s", "0", cwd=tmp_path, standins=True)
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        db.execute("UPDATE runs SET settings_json = json_remove(settings_json, '$.tune_id')")
+    later = _nsprof(*tune, "--budget-s", "600", "--resume", cwd=tmp_path, standins=True)
+    assert (
+        _truths(later)["ncu"][0][0] == 1
+    )  # its adaptive reps (a run of their own, with a tune_id) turned the order
+    again = _nsprof("results", "s.sqlite", "--run", "1", "--json", cwd=tmp_path)
+    assert _truths(again)["ncu"] == _truths(first)["ncu"], (
+        _stored_runs(tmp_path),
+        json.loads(again.stdout)["notes"],
+    )

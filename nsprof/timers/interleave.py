@@ -156,8 +156,12 @@ def throttle_note(method: str, counts: list[dict]) -> str:
     lines = [x for x in counts if x.get("method") == method]
     rounds = sum(x["rounds"] for x in lines)
     throttled = sum(x.get("throttled", 0) for x in lines)
-    # each batch's highest clock, the batch being one worker process's (a restarted worker numbers from 1)
-    peaks = {(x.get("worker_pid"), x.get("batch", 1)): x.get("peak_clock_mhz") for x in lines}
+    # each batch's highest clock, the batch being one worker process's (a restarted worker numbers from 1);
+    # a method's error line in it carries none
+    peaks: dict = {}
+    for x in lines:
+        batch = (x.get("worker_pid"), x.get("batch", 1))
+        peaks[batch] = max(peaks.get(batch) or 0.0, x.get("peak_clock_mhz") or 0.0)
     split = (
         f" in {len(peaks)} batches of configs that fit in the GPU's memory together" if len(peaks) > 1 else ""
     )

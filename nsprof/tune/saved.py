@@ -326,20 +326,18 @@ def _same_place(run, target: str, anchor=None) -> bool:
 
 
 def _this_tune(runs, anchor, settings: TuneSettings):
-    """`runs` (the target's) but those of a later tune than the anchor run's: from the first run after the
-    anchor that another call of tune stored (TUNE_ID; a resume that found nothing missing stores adaptive reps
-    alone), and, for runs that do not say, by order: a tune makes its first passes (runs not of adaptive
-    reps) in the order of the truths it ranks, one each, so after the anchor, the first one under a truth it
-    does not rank, or under one not after the previous first pass's, is another tune's, and its rows and
-    those after it are not this one's."""
+    """`runs` (the target's) but those of a later tune than the anchor run's. A run records which call of tune
+    stored it (TUNE_ID): the tune ends at the first later run another call stored (a resume that found nothing
+    missing stores adaptive reps alone). Within one call, and for runs of an nsprof that recorded no call, by
+    order: a tune makes its first passes (runs not of adaptive reps) in the order of the truths it ranks, one
+    each, so after the anchor, the first one under a truth it does not rank (an explaining probe's), or under
+    one not after the previous first pass of the anchor's call, is another tune's, and its rows and those
+    after it are not this one's."""
     tune_id = _record(anchor).get(TUNE_ID)
-    if tune_id is not None:
-        later = [
-            r.id
-            for r in runs.itertuples()
-            if r.id > anchor.id and _record(r).get(TUNE_ID, tune_id) != tune_id
-        ]
-        runs = runs[runs["id"] < later[0]] if later else runs
+    calls = {int(r.id): _record(r).get(TUNE_ID) for r in runs.itertuples()}
+    # a later run stored by another call (for an anchor that recorded none: by any call that did)
+    later = [i for i, call in calls.items() if i > int(anchor.id) and call != tune_id]
+    runs = runs[runs["id"] < later[0]] if later else runs
     truths = [_of_truth(truth, settings) for truth in settings.ranked_truths]
     adaptive = adaptive_runs(runs)
 
@@ -347,9 +345,10 @@ def _this_tune(runs, anchor, settings: TuneSettings):
         return None if int(run.id) in adaptive else next((i for i, of in enumerate(truths) if of(run)), -1)
 
     firsts = [(int(run.id), truth_of(run)) for run in runs.itertuples() if truth_of(run) is not None]
-    last = next((truth for run_id, truth in reversed(firsts) if run_id <= int(anchor.id)), -1)
+    anchor_id = int(anchor.id)
+    last = next((t for i, t in reversed(firsts) if i <= anchor_id and calls[i] == tune_id), -1)
     for run_id, truth in firsts:
-        if run_id > int(anchor.id):
+        if run_id > anchor_id:
             if truth == -1 or truth <= last:
                 return runs[runs["id"] < run_id]
             last = truth
