@@ -145,22 +145,33 @@ def test_clocks_locked_low_are_no_throttling(target, tmp_path, monkeypatch):
     assert set(_values(document, "cupti_interleaved")) == {0, 1}
 
 
-THREE = """
+# A space of CPU configs for the stand-in timers (tests/targets/standin_timers.py): a config's "ns" is its
+# CUPTI value (or "t" its values by timer), "dies" ends the worker, "drift" makes every sample drift.
+CPU_SPACE = """
 import nsprof.space
 
 
 class Launch:
-    drift = 0.01
-
     def __init__(self, config):
-        self.timer_ns = {"cupti": config["ns"]}
+        self.timer_ns = dict(config.get("t") or {"cupti": config["ns"]})
+        self.dies = config.get("dies", False)
+        self.drift = config.get("drift", 0.0)
 
     def __call__(self):
         return None
 
 
-space = nsprof.space.Space(configs=[{"ns": 1000.0}, {"ns": 1100.0}, {"ns": 1200.0}], build=Launch, device="cpu")
+space = nsprof.space.Space(configs=CONFIGS, build=Launch, device="cpu")
 """
+
+
+def _cpu_space(configs: str) -> str:
+    return CPU_SPACE.replace("CONFIGS", configs)
+
+
+THREE = _cpu_space(
+    '[{"ns": 1000.0, "drift": 0.01}, {"ns": 1100.0, "drift": 0.01}, {"ns": 1200.0, "drift": 0.01}]'
+)
 
 
 def test_configs_that_do_not_fit_in_memory_together_are_interleaved_batch_after_batch(
@@ -333,23 +344,7 @@ def test_the_warm_event_and_cupti_timers_can_be_asked_alone(target, tmp_path):
     assert {r["method"] for r in document["per_config"]} == {"cupti", "standin:direct"}  # and the truth
 
 
-FOUR_DIES = """
-import nsprof.space
-
-
-class Launch:
-    def __init__(self, config):
-        self.timer_ns = {"cupti": config["ns"]}
-        self.dies = config.get("dies", False)
-
-    def __call__(self):
-        return None
-
-
-space = nsprof.space.Space(
-    configs=[{"ns": 1000.0}, {"ns": 1100.0}, {"ns": 1200.0}, {"ns": 1300.0, "dies": True}], build=Launch, device="cpu"
-)
-"""
+FOUR_DIES = _cpu_space('[{"ns": 1000.0}, {"ns": 1100.0}, {"ns": 1200.0}, {"ns": 1300.0, "dies": True}]')
 
 
 def test_a_restarted_worker_does_not_lose_the_count_of_batches(target, tmp_path, monkeypatch):
@@ -376,20 +371,7 @@ def test_the_throttle_rule_names_each_batchs_own_highest_clock(target, tmp_path,
     assert "the highest of its batch: 1980 MHz in 1 batch, 1400 MHz in 1 (NVML)" in words, words
 
 
-FIVE = """
-import nsprof.space
-
-
-class Launch:
-    def __init__(self, config):
-        self.timer_ns = {"cupti": config["ns"]}
-
-    def __call__(self):
-        return None
-
-
-space = nsprof.space.Space(configs=[{"ns": 1000.0 + 100 * i} for i in range(5)], build=Launch, device="cpu")
-"""
+FIVE = _cpu_space('[{"ns": 1000.0 + 100 * i} for i in range(5)]')
 
 
 def test_the_throttle_check_of_timers_on_two_gpus_counts_every_batchs_rounds_once(tmp_path):
@@ -402,22 +384,7 @@ def test_the_throttle_check_of_timers_on_two_gpus_counts_every_batchs_rounds_onc
     assert "in 2 batches" in words, words
 
 
-ONE_METHOD_FAILS = """
-import nsprof.space
-
-
-class Launch:
-    def __init__(self, config):
-        self.timer_ns = dict(config["t"])
-
-    def __call__(self):
-        return None
-
-
-space = nsprof.space.Space(
-    configs=[{"t": {"cupti": 1000.0, "cupti_cold": 2000.0}}, {"t": {"cupti": 1100.0}}], build=Launch, device="cpu"
-)
-"""
+ONE_METHOD_FAILS = _cpu_space('[{"t": {"cupti": 1000.0, "cupti_cold": 2000.0}}, {"t": {"cupti": 1100.0}}]')
 
 
 def test_a_methods_error_line_does_not_erase_its_batchs_highest_clock(target, tmp_path, monkeypatch):

@@ -271,17 +271,21 @@ def test_results_target_of_a_moved_project_never_falls_back_to_another_projects_
     assert ranked in ([], [0, 1]), again.stdout[-1500:]
 
 
+RESUMED = (
+    "import nsprof.space\n"
+    "configs = [{'b': 0, 'ns_reps': [1000, 1100, 900] + [5000] * 30},\n"
+    "           {'b': 1, 'ns_reps': [1000, 1050, 950] + [1000] * 30}, {'b': 2, 'ns': 9000}]\n"
+    "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
+)
+RESUMED_TUNE = ["--mode", "direct", "--no-explain", "--no-feed-back", "--no-tuner-pick", "--store", "s.sqlite",
+                "--json", "--reps", "3"]  # fmt: skip
+
+
 def test_results_by_run_leaves_out_the_adaptive_reps_of_a_later_resume_that_measured_nothing_first(tmp_path):
     """A later `tune --resume` that finds every config stored stores no first pass, but its adaptive reps are
     a run of their own: they are that resume's, and `results --run 1` ranks tune 1 as it ranked itself."""
-    (tmp_path / "t.py").write_text(
-        "import nsprof.space\n"
-        "configs = [{'b': 0, 'ns_reps': [1000, 1100, 900] + [5000] * 30},\n"
-        "           {'b': 1, 'ns_reps': [1000, 1050, 950] + [1000] * 30}, {'b': 2, 'ns': 9000}]\n"
-        "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
-    )
-    quick = ["--mode", "direct", "--no-explain", "--no-feed-back", "--no-tuner-pick"]
-    tune = ["tune", "t.py:space", "--backend", "ncu", *quick, "--store", "s.sqlite", "--json", "--reps", "3"]
+    (tmp_path / "t.py").write_text(RESUMED)
+    tune = ["tune", "t.py:space", "--backend", "ncu", *RESUMED_TUNE]
     first = _nsprof(*tune, "--budget-s", "0", cwd=tmp_path, standins=True)
     assert [(c, v) for c, v, _ in _truths(first)["ncu"]] == [(0, 1000.0), (1, 1000.0), (2, 9000.0)]
     later = _nsprof(*tune, "--budget-s", "600", "--resume", cwd=tmp_path, standins=True)
@@ -291,16 +295,6 @@ def test_results_by_run_leaves_out_the_adaptive_reps_of_a_later_resume_that_meas
     # the target's latest tune is the resume: its adaptive reps are in it
     latest = _nsprof("results", "s.sqlite", "--target", "t.py:space", "--json", cwd=tmp_path)
     assert _truths(latest)["ncu"] == _truths(later)["ncu"]
-
-
-RESUMED = (
-    "import nsprof.space\n"
-    "configs = [{'b': 0, 'ns_reps': [1000, 1100, 900] + [5000] * 30},\n"
-    "           {'b': 1, 'ns_reps': [1000, 1050, 950] + [1000] * 30}, {'b': 2, 'ns': 9000}]\n"
-    "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
-)
-RESUMED_TUNE = ["--mode", "direct", "--no-explain", "--no-feed-back", "--no-tuner-pick", "--store", "s.sqlite",
-                "--json", "--reps", "3"]  # fmt: skip
 
 
 def _stored_runs(tmp_path) -> list[tuple]:
