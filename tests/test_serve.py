@@ -193,6 +193,9 @@ def test_a_second_client_is_measured_by_the_same_served_worker(tmp_path, server,
         assert f"measured by nsprof serve (pid {state['pid']}" in (first if run == "first" else second).stderr
     assert _running(state["worker_pid"])
     assert not _lock_is_free(), "the server holds the GPU lock between jobs"
+    maps = Path(f"/proc/{state['pid']}/maps").read_text()
+    assert "nsprof" in maps or "python" in maps  # the server's own map, read while it runs
+    assert "pandas" not in maps, "the server follows jobs and reads no report: it never loads pandas"
     proc.send_signal(signal.SIGTERM)
     assert _ended(proc, own_gpu_lock_folder) == 0
     assert wait_for(lambda: not _running(state["worker_pid"]))

@@ -56,7 +56,6 @@ def follow(
     the follower's result, or None to go on (after a wait of its own). check comes before the read:
     the status read once a run has ended is the whole of it.
     """
-    import_for_reading()
     progress = Progress(notify)
     bounds = Bounds(timeout_s, bound_s, time.monotonic())
     while True:
@@ -260,6 +259,7 @@ def run_worker(
             if ahead is not None:
                 ahead.hand(job)  # the run's own from here: whatever goes through stops it (below)
             follower = _PartFollower(proc, settings, log_handle)
+            import_for_reading()  # while the worker starts
             end = follow(
                 status_file,
                 settings.timeout_s,
