@@ -40,6 +40,7 @@ from nsprof.host.owned import check_own_file, own_folder
 from nsprof.schema import FAILURE_KINDS, Failure
 from nsprof.store_rescue import file_identity, rescue
 from nsprof.store_rows import (
+    FLOAT_FIELDS,
     MeasurementKey,
     config_json,
     filter_sql,
@@ -365,18 +366,29 @@ class ResultStore:
 
     def _column(self, name: str, values: tuple, dtype: str):
         """One column as its dtype; a value that cannot be one (a store edited by hand): StoreError, one line."""
+        import math
+
         import pandas as pd
 
+        def shown(value) -> str:
+            return repr(value) if len(repr(value)) <= 60 else repr(value)[:59] + "…"
+
         try:
-            return pd.Series(list(values), dtype=dtype)
+            column = pd.Series(list(values), dtype=dtype)
         except (TypeError, ValueError):
             for value in values:
                 try:
                     pd.Series([value], dtype=dtype)
                 except (TypeError, ValueError):
-                    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:59] + "…"
-                    raise self.edited(f"{shown} in column {name}, which holds {dtype} values") from None
+                    raise self.edited(
+                        f"{shown(value)} in column {name}, which holds {dtype} values"
+                    ) from None
             raise
+        if name in FLOAT_FIELDS:  # a time, a count, a clock or a timeout: an infinite one would be ranked
+            for value in values:
+                if value is not None and not math.isfinite(value):
+                    raise self.edited(f"{shown(value)} in column {name}, which holds finite numbers")
+        return column
 
     def export(self, path: str | Path, **filters: Any) -> int:
         """Write frame(**filters) to .csv, .json (an array of records) or .parquet; returns the row count."""

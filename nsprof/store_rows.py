@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import numbers
 import re
 import sys
@@ -23,7 +24,7 @@ from nsprof.store_schema import (
 )
 
 _INT_FIELDS = {"config_id", "rep", "graph_node", "shape"}
-_FLOAT_FIELDS = {"duration_ns", "cycles", "clock_hz", "timeout_s"}
+FLOAT_FIELDS = {"duration_ns", "cycles", "clock_hz", "timeout_s"}
 
 
 # The address in an object's default text (`<X object at 0x7f...>`, `<function f at 0x7f...>`), and only
@@ -225,7 +226,9 @@ def row_values(row: Mapping[str, Any], key: MeasurementKey) -> tuple:
             values.append(None)
         elif name in _INT_FIELDS:
             values.append(int(value))
-        elif name in _FLOAT_FIELDS:
+        elif name in FLOAT_FIELDS:
+            if not math.isfinite(float(value)):
+                raise ValueError(f"config {key.config_id}: {name}={float(value)!r} is not a finite number")
             values.append(float(value))
         else:
             values.append(str(value))

@@ -51,9 +51,20 @@ def _edit(store: Path, sql: str) -> None:
         ("UPDATE measurements SET config_id = -3 WHERE config_id = 0", "config id -3"),
         ("UPDATE runs SET settings_json = json_set(settings_json, '$.truths', json('[1]'))", "settings"),
         ("UPDATE runs SET settings_json = json_set(settings_json, '$.truths', json('[[1]]'))", "settings"),
+        ("UPDATE measurements SET duration_ns = 9e999 WHERE config_id = 1", "inf in column duration_ns"),
+        ("UPDATE measurements SET clock_hz = -9e999 WHERE config_id = 1", "-inf in column clock_hz"),
     ],
-    # a huge id was a MemoryError; a truth that is no text an AttributeError
-    ids=["shape JSON", "huge config id", "negative config id", "truth a number", "truth a list"],
+    # a huge id was a MemoryError; a truth that is no text an AttributeError; an infinite duration was
+    # ranked (numpy's warnings printed)
+    ids=[
+        "shape JSON",
+        "huge config id",
+        "negative config id",
+        "truth a number",
+        "truth a list",
+        "inf duration",
+        "-inf clock",
+    ],
 )
 def test_a_damaged_store_is_one_line_naming_what_it_holds(tmp_path, edit, named):
     _tuned(tmp_path)
