@@ -260,14 +260,8 @@ def run_worker(
                 ahead.hand(job)  # the run's own from here: whatever goes through stops it (below)
             follower = _PartFollower(proc, settings, log_handle)
             import_for_reading()  # while the worker starts
-            end = follow(
-                status_file,
-                settings.timeout_s,
-                settings.phase_bound_s,
-                follower.check,
-                follower.decide,
-                notify,
-            )
+            timeout_s, bound_s = settings.timeout_s, settings.phase_bound_s
+            end = follow(status_file, timeout_s, bound_s, follower.check, follower.decide, notify)
             end.launched = launched
         except KeyboardInterrupt:
             if proc is not None:
