@@ -174,7 +174,8 @@ def find_server(driver, settings) -> tuple[dict | None, str | None]:
     if not isinstance(pid, int) or not _running(pid):
         _remove_stale(state_path, state)
         return None, None
-    theirs, mine = state.get("identity") or {}, identity(driver, settings)
+    theirs, mine = state.get("identity"), identity(driver, settings)
+    theirs = theirs if isinstance(theirs, dict) else {}  # edited by hand: fits nothing
     differ = differences(theirs, mine)
     size = len(json.dumps(dict(os.environ)))  # a job's request carries it
     if size > LINE_LIMIT - REQUEST_ROOM:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -312,7 +313,9 @@ class ResultStore:
             latest[config_id] = max(run_id, latest.get(config_id, run_id))
             # (a kind the store lacks, written past nsprof: the config's own failure, as Failure.of takes it)
             failure = (
-                None if error is None else Failure(error, kind if kind in FAILURE_KINDS else "crash", bound)
+                None
+                if error is None
+                else Failure(error, kind if kind in FAILURE_KINDS else "crash", self._bound(bound))
             )
             errors.setdefault((config_id, run_id), []).append(failure)
 
@@ -325,6 +328,16 @@ class ResultStore:
             return not (retry_failed or (retry_if is not None and any(retry_if(r) for r in reasons)))
 
         return [int(c) for c in config_ids if not done(int(c))]
+
+    def _bound(self, value) -> float | None:
+        """A failure's timeout_s as stored; one that is no finite number (edited by hand): StoreError."""
+        try:
+            bound = None if value is None else float(value)
+        except (TypeError, ValueError):
+            bound = math.inf
+        if bound is not None and not math.isfinite(bound):
+            raise self.edited(f"{value!r} in column timeout_s, which holds finite numbers")
+        return bound
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -366,8 +379,6 @@ class ResultStore:
 
     def _column(self, name: str, values: tuple, dtype: str):
         """One column as its dtype; a value that cannot be one (a store edited by hand): StoreError, one line."""
-        import math
-
         import pandas as pd
 
         def shown(value) -> str:
@@ -385,8 +396,8 @@ class ResultStore:
                     ) from None
             raise
         if name in FLOAT_FIELDS:  # a time, a count, a clock or a timeout: an infinite one would be ranked
-            for value in values:
-                if value is not None and not math.isfinite(value):
+            for value, number in zip(values, column):
+                if math.isinf(number):  # the value as read: SQLite may hold it as text ('inf')
                     raise self.edited(f"{shown(value)} in column {name}, which holds finite numbers")
         return column
 

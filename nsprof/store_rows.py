@@ -201,6 +201,13 @@ def _missing(value: Any) -> bool:
     return pandas is not None and pandas.api.types.is_scalar(value) and bool(pandas.isna(value))
 
 
+def _finite(key: MeasurementKey, name: str, value: Any) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"config {key.config_id}: {name}={number!r} is not a finite number")
+    return number
+
+
 def row_values(row: Mapping[str, Any], key: MeasurementKey) -> tuple:
     for name in ("config_id", "mode", "clock_control", "cache_control"):
         value = row.get(name)
@@ -227,9 +234,7 @@ def row_values(row: Mapping[str, Any], key: MeasurementKey) -> tuple:
         elif name in _INT_FIELDS:
             values.append(int(value))
         elif name in FLOAT_FIELDS:
-            if not math.isfinite(float(value)):
-                raise ValueError(f"config {key.config_id}: {name}={float(value)!r} is not a finite number")
-            values.append(float(value))
+            values.append(_finite(key, name, value))
         else:
             values.append(str(value))
     duration, error = values[ROW_FIELDS.index("duration_ns")], values[ROW_FIELDS.index("error")]
@@ -241,7 +246,10 @@ def row_values(row: Mapping[str, Any], key: MeasurementKey) -> tuple:
     kind, bound = row.get("failure_kind"), row.get("timeout_s")
     if _missing(kind) and isinstance(row.get("error"), Failure):
         kind, bound = row["error"].kind, row["error"].timeout_s
-    kind, bound = None if _missing(kind) else str(kind), None if _missing(bound) else float(bound)
+    kind, bound = (
+        None if _missing(kind) else str(kind),
+        None if _missing(bound) else _finite(key, "timeout_s", bound),
+    )
     if error is None and (kind is not None or bound is not None):
         raise ValueError(
             f"config {key.config_id}: a measurement has no failure_kind or timeout_s "

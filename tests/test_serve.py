@@ -1531,3 +1531,21 @@ def test_compiles_a_stopped_job_left_running_never_run_beside_the_next_jobs_wind
     # whatever the compiles' timing: the job after the stopped one ran in a fresh image
     own = (Path(state["log"]).parent / "worker.status").read_text().splitlines()
     assert any(line.startswith('fresh {"job": 2,') for line in own), own
+
+
+@pytest.mark.parametrize("identity", ['"x"', "[1]"], ids=["text", "list"])
+def test_a_state_whose_identity_is_no_object_is_a_server_not_used(tmp_path, own_gpu_lock_folder, identity):
+    """The state file is this user's own and names a live pid; its identity edited into no object was an
+    AttributeError in every profile and tune. The server is not used: the run measures on its own."""
+    _make_serve_folder(lock_dir())
+    state = _state_file(lock_dir())
+    state.write_text(
+        f'{{"pid": {os.getpid()}, "socket": "{state.parent}/x.serve.sock", "identity": {identity}}}'
+    )
+    state.chmod(0o600)
+    done = run_nsprof(
+        "profile", HEALTHY, "--backend", "nsys", "--mode", "direct", "--configs", "0", "--json",
+        cwd=tmp_path, standins=True, in_process=True,
+    )  # fmt: skip
+    assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr
+    assert "measured by nsprof serve" not in done.stderr and _measured(_rows(done)) == {0: 5}  # 5 reps

@@ -229,6 +229,13 @@ def test_add_refuses_rows_that_do_not_fit_the_key_and_writes_none_of_them(store)
         store.add(run_id, key_for(1), [{"duration_ns": 3.0, "error": "both"}])
     with pytest.raises(ValueError, match="duration_ns=inf is not a finite number"):
         store.add(run_id, key_for(1), rows(1) + [{"rep": 9, "kernel": "k", "duration_ns": float("inf")}])
+    timed_out = {
+        "error": "timeout: still running after inf s",
+        "failure_kind": "timeout",
+        "timeout_s": math.inf,
+    }
+    with pytest.raises(ValueError, match="timeout_s=inf is not a finite number"):
+        store.add(run_id, key_for(1), [timed_out])
     with pytest.raises(ValueError, match="no rows"):
         store.add(run_id, key_for(1), [])
     with pytest.raises(ValueError, match="no run 42"):

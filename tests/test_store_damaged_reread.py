@@ -241,3 +241,74 @@ def test_a_reread_of_an_earlier_run_takes_that_runs_key_order(tmp_path):
     first = [row["config"] for row in json.loads(done.stdout)["ranked"]]
     assert first == [row["config"] for row in live["ranked"]]
     assert [row["config"] for row in _reread(tmp_path)["ranked"]] != first  # run 2, the newest: its order
+
+
+RESUME = ["--backend", "ncu", "--mode", "direct", "--store", "s.sqlite", "--no-feed-back", "--no-tuner-pick"]
+READERS = [
+    ("results", "s.sqlite", "--target", "t.py:space"),
+    ("results", "s.sqlite"),
+    ("results", "s.sqlite", "--export", "out.csv"),
+    ("tune", "t.py:space", *RESUME, "--budget-s", "0", "--resume"),
+]
+
+
+@pytest.mark.parametrize(
+    "column, text", [("duration_ns", "inf"), ("cycles", "-Infinity"), ("clock_hz", "nan")], ids=str
+)
+def test_a_number_stored_as_text_is_the_damaged_store_line_in_every_reader(tmp_path, column, text):
+    """SQLite keeps 'inf' (or 'nan') written into a REAL column as text, which pandas reads as a float: the
+    finite check asked math.isfinite of the text (an internal error). An infinite value is the one damaged-store
+    line; 'nan' reads as an empty value, as it did before there was a check."""
+    _tuned(tmp_path)
+    _edit(tmp_path / "s.sqlite", f"UPDATE measurements SET {column} = '{text}' WHERE config_id = 1")
+    for command in READERS:
+        done = run_nsprof(*command, cwd=tmp_path, standins=True, in_process=True)
+        assert "internal error" not in done.stderr and "Traceback" not in done.stderr, (command, done.stderr)
+        if text != "nan":
+            assert done.returncode == 2 and "damaged or edited by hand" in done.stderr, (command, done.stderr)
+        else:
+            assert done.returncode == 0, (command, done.stderr)
+
+
+def test_a_failures_timeout_that_is_no_number_is_the_damaged_store_line_on_resume(tmp_path):
+    """ResultStore.missing read each failure's timeout_s with float(): text there was a ValueError."""
+    _tuned(tmp_path)
+    _edit(
+        tmp_path / "s.sqlite",
+        "UPDATE measurements SET duration_ns = NULL, error = 'timeout: still running after 1 s', "
+        "failure_kind = 'timeout', timeout_s = 'abc' WHERE config_id = 1",
+    )
+    done = run_nsprof(*READERS[-1], cwd=tmp_path, standins=True, in_process=True)
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2 and "damaged or edited by hand" in done.stderr, done.stderr
+
+
+ZERO_WINNER = textwrap.dedent("""
+    from nsprof.space import Space
+    configs = [{"id": i, "ns_shapes": [0 if i == 1 else 1000 + i, 2000 + i]} for i in range(3)]
+    space = Space(configs=configs, shapes=[{"M": 1}, {"M": 16}], build=lambda c, s: (lambda: None), device="cpu")
+""")
+
+
+ZERO_WINNER_UNSHAPED = textwrap.dedent("""
+    from nsprof.space import Space
+    configs = [{"id": i, "ns": 0 if i == 1 else 1000 + i} for i in range(3)]
+    space = Space(configs=configs, build=lambda c: (lambda: None), device="cpu")
+""")
+
+
+def test_a_shape_won_in_zero_ns_prints_its_table(tmp_path):
+    """A report can say 0 ns (nothing blanks it): the tune table divided the runner-up's time by it."""
+    (tmp_path / "t.py").write_text(ZERO_WINNER)
+    done = run_nsprof(
+        "tune", "t.py:space", *RESUME, "--budget-s", "0", cwd=tmp_path, standins=True, in_process=True
+    )
+    assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr
+    first = next(line for line in done.stdout.splitlines() if line.startswith("0  M=1"))
+    words = first.split()
+    assert words[2] == "1" and words[-2:] == ["-", "winner"], first  # config 1 (0 ns) wins, by no ratio
+    (tmp_path / "t.py").write_text(ZERO_WINNER_UNSHAPED)
+    done = run_nsprof(
+        "tune", "t.py:space", *RESUME, "--budget-s", "0", cwd=tmp_path, standins=True, in_process=True
+    )
+    assert done.returncode == 0 and "inf%" not in done.stdout, done.stdout  # without shapes: the same

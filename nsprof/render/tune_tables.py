@@ -10,6 +10,7 @@ measures or prints.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from nsprof.analysis.confidence import LEVEL, METHOD
@@ -130,7 +131,7 @@ def format_ranked(result, configs: Sequence) -> str:
                 num(getattr(r, "spread", float("nan")) * 100, ".1f"),
                 num(getattr(r, "median_cycles", float("nan")), ",.0f"),
                 num(getattr(r, "median_clock_hz", float("nan")) / 1e9, ".3f"),
-                "-" if r.vs_best != r.vs_best else f"+{r.vs_best * 100:.1f}%",
+                f"+{r.vs_best * 100:.1f}%" if math.isfinite(r.vs_best) else "-",  # none behind a 0 ns best
                 tie_cell(tie, getattr(r, "tied_with_best", False)),
                 text(r.error, 50),
             ]
@@ -188,7 +189,9 @@ def format_shapes(shapes, configs: Sequence, truth: str | None = None) -> str:
             others = measured[measured["config_id"] != best]
             if len(others):
                 second = str(int(others.iloc[0]["config_id"]))
-                behind = f"+{(float(others.iloc[0]['value_ns']) / float(measured.iloc[0]['value_ns']) - 1) * 100:.1f}%"
+                first = float(measured.iloc[0]["value_ns"])
+                if first > 0:  # a report's 0 ns winner leaves no ratio to show
+                    behind = f"+{(float(others.iloc[0]['value_ns']) / first - 1) * 100:.1f}%"
         rows.append(
             [
                 str(shaped.shape),
