@@ -341,3 +341,33 @@ def test_results_by_run_of_a_run_stored_before_tune_ids_leaves_out_a_later_resum
         _stored_runs(tmp_path),
         json.loads(again.stdout)["notes"],
     )
+
+
+SUBSET = (
+    "import nsprof.space\n"
+    "configs = [{'b': 0, 'ns': 2000}, {'b': 1, 'ns': 3000}, {'b': 2, 'ns': 1000}]\n"
+    "space = nsprof.space.Space(configs=configs, build=lambda c: (lambda: None), device='cpu')\n"
+)
+
+
+def test_a_reread_of_a_tune_of_some_configs_ranks_only_those_it_measured(tmp_path):
+    """Tune 1 measures configs 0, 1, 2 (config 2 best); tune 2, no --resume, only 0 and 1 (`--configs 0,1`; a
+    --prescreen that sends config 2 on nowhere does the same) and names config 0. `results --run 2` re-ranks tune
+    2: config 2, which it never ranked, is not in it (its numbers are tune 1's); a --resume of configs 0 and 1
+    ranks those two too, from the rows before it."""
+    (tmp_path / "target.py").write_text(SUBSET)
+    first = _nsprof("tune", "target.py:space", *TUNE, "--reps", "3", "--json", cwd=tmp_path, standins=True)
+    assert _ranked(first)[0] == (2, 1000.0)
+    some = ["--reps", "3", "--configs", "0,1", "--json"]
+    subset = _nsprof("tune", "target.py:space", *TUNE, *some, cwd=tmp_path, standins=True)
+    assert _ranked(subset) == [(0, 2000.0), (1, 3000.0)]
+    for again in (
+        _nsprof("results", "s.sqlite", "--run", "2", "--json", cwd=tmp_path),
+        _nsprof("results", "s.sqlite", "--target", "target.py:space", "--json", cwd=tmp_path),
+    ):
+        assert _ranked(again) == [(0, 2000.0), (1, 3000.0)], json.loads(again.stdout)["notes"]
+    assert _ranked(_nsprof("results", "s.sqlite", "--run", "1", "--json", cwd=tmp_path))[0] == (2, 1000.0)
+    resumed = _nsprof("tune", "target.py:space", *TUNE, *some, "--resume", cwd=tmp_path, standins=True)
+    assert _ranked(resumed) == [(0, 2000.0), (1, 3000.0)]
+    again = _nsprof("results", "s.sqlite", "--target", "target.py:space", "--json", cwd=tmp_path)
+    assert _ranked(again) == [(0, 2000.0), (1, 3000.0)]

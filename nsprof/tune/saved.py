@@ -28,7 +28,7 @@ from nsprof.store_rows import in_order, json_digest, own_order, settings_of
 from nsprof.tune.explain import cross_truth
 from nsprof.tune.measure import key_labels
 from nsprof.tune.rankings import rank_rows, unmeasured_shape
-from nsprof.tune.stored import TARGET_PLACE, TUNE_ID, adaptive_runs, stored_rows, target_place
+from nsprof.tune.stored import RANKED_POINTS, TARGET_PLACE, TUNE_ID, adaptive_runs, stored_rows, target_place
 
 __all__ = ["reread"]
 
@@ -174,15 +174,40 @@ def _cut_short(store, ids: list[int]) -> list[str]:
     ]
 
 
-def _rank_group(store, truth: Truth, settings: TuneSettings, group: dict, orders: dict) -> tuple[list, dict]:
+def _ranked_points(runs, truth: Truth, settings: TuneSettings, anchor) -> set | None:
+    """The (config id, shape JSON) points the tune ranked under `truth`, as its first pass under it recorded
+    them (`runs`: the tune's): the anchor's call's, else the newest up to the `anchor` run; None where none
+    did (a resume that found every point stored, an nsprof that recorded none)."""
+    of_truth, adaptive, call = _of_truth(truth, settings), adaptive_runs(runs), _record(anchor).get(TUNE_ID)
+
+    def preferred(run) -> tuple:
+        return (_record(run).get(TUNE_ID) != call, int(run.id) > int(anchor.id), -int(run.id))
+
+    for run in sorted(runs.itertuples(), key=preferred):
+        ranked = _record(run).get(RANKED_POINTS)
+        if of_truth(run) and int(run.id) not in adaptive and isinstance(ranked, list):
+            try:
+                return {(int(c), str(shape)) for shape, ids in ranked for c in ids}
+            except (TypeError, ValueError):
+                raise ValueError(f"run {run.id}'s {RANKED_POINTS} {str(ranked)[:60]!r}") from None
+    return None
+
+
+def _rank_group(
+    store, truth: Truth, settings: TuneSettings, group: dict, orders: dict, ranked: set | None
+) -> tuple[list, dict]:
     """The configs (their stored JSON, keys in the run's order: `orders`; None for an id it holds none of)
     and {shape: (shape's value, Ranking)} of what `store` holds under `group`: every config it holds, as its
     latest run stored it, ranked at each shape it holds (None: a target without shapes): only of the
-    configs and shapes the target listed then (`orders`, where recorded)."""
+    configs and shapes the target listed then (`orders`, where recorded), and of the points the tune ranked
+    (`ranked`, where recorded: a tune of some configs ranks those alone)."""
     frame = store.frame(**group)
     if frame.empty:
         return [], {}
     _check_written_by_nsprof(store, frame)
+    if ranked is not None:
+        points = zip(frame["config_id"], frame["shape_json"].fillna(""))
+        frame = frame[[(int(c), str(shape)) in ranked for c, shape in points]]
     listed = orders["listed_config_digests"]
     if listed is not None:  # rows of the config each id named then, not of one it named before
         digests = {text: json_digest(str(text)) for text in set(frame["config_json"])}
@@ -368,7 +393,13 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
     per_truth, lacking, configs = {}, [], []
     for truth in settings.ranked_truths:
         group = _group(of_target, truth, settings, anchor)
-        known, ranked = ([], {}) if group is None else _rank_group(store, truth, settings, group, orders)
+        try:
+            points = _ranked_points(of_target, truth, settings, anchor)
+        except ValueError as exc:
+            raise store.edited(str(exc)) from None
+        known, ranked = (
+            ([], {}) if group is None else _rank_group(store, truth, settings, group, orders, points)
+        )
         if ranked:
             per_truth[truth.name] = ranked
             configs = _merged(configs, known)

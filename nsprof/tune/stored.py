@@ -19,6 +19,7 @@ from nsprof.tune.turn import resume_turn, takes_turns
 
 __all__ = [
     "ADAPTIVE_RUN",
+    "RANKED_POINTS",
     "TUNE_ID",
     "Stored",
     "adaptive_runs",
@@ -32,6 +33,7 @@ __all__ = [
 
 ADAPTIVE_RUN = "adaptive_session"  # the key in a stored run's settings that marks a session of adaptive reps
 TUNE_ID = "tune_id"  # the key in a stored run's settings naming the call of tune that stored it
+RANKED_POINTS = "ranked_points"  # the key in a first pass's settings: [[shape JSON, [config ids]], ...]
 
 
 def select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int]):
@@ -391,6 +393,8 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
         # ranks no config an id named before and numbers each shape as this run did; the counts for older readers
         "listed_config_digests": [json_digest(config_json(c)) for c in space.configs],
         "listed_shapes": list(context.shape_jsons.values()),
+        # the configs this tune ranks at each shape (JSON), stored now or before (a --resume): what a re-read ranks
+        RANKED_POINTS: [[context.shape_jsons[shape], ids] for shape, ids in context.wanted.items()],
         "n_configs": len(space.configs),
         "shape_jsons": sorted(set(context.shape_jsons.values())),
     }
