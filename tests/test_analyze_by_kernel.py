@@ -269,3 +269,39 @@ def test_a_kernel_name_with_a_newline_stays_on_its_row(tmp_path, form):
     assert not any(line.startswith("second line") for line in lines), done.stdout
     [row] = [line for line in lines if "second line" in line]
     assert "\\nsecond line" in row and row.split()[0] in ("nsys", "|")
+
+
+def _one_line_or_none(done) -> None:
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode in (0, 2) and len(done.stderr.strip().splitlines()) <= 1, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("column", "cell"),
+    [
+        ("launch__registers_per_thread", "1e400"),
+        ("launch__registers_per_thread", "nan"),
+        ("launch__registers_per_thread", "1e300"),
+        ("launch__shared_mem_per_block_static", "inf"),
+        ("ID", "1.0"),
+    ],
+    ids=["registers-overflow", "registers-nan", "registers-huge", "smem-inf", "id-not-integer"],
+)
+def test_by_kernel_of_an_ncu_csv_with_an_odd_launch_cell_is_no_internal_error(tmp_path, column, cell):
+    """An edited or damaged cell that the plain summary reads was an OverflowError or ValueError here."""
+    import shutil
+
+    with RAW.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    rows[2][rows[0].index(column)] = cell  # the first kernel's row (row 1: units)
+    report = tmp_path / "r.csv"
+    with report.open("w", newline="") as handle:
+        csv.writer(handle, quoting=csv.QUOTE_ALL).writerows(rows)
+    assert run_nsprof("analyze", report, in_process=True).returncode == 0
+    _one_line_or_none(run_nsprof("analyze", report, "--by", "kernel", in_process=True))
+    shutil.copy(SQLITE, tmp_path / "r.sqlite")  # and an nsys export's launch cells
+    with sqlite3.connect(tmp_path / "r.sqlite") as db:
+        cells = {"1e400": "9e999", "nan": "'abc'", "1e300": "1e300", "inf": "X'00ff'", "1.0": "'1.5'"}
+        db.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridX = {cells[cell]}, registersPerThread = {cells[cell]}")
+    assert run_nsprof("analyze", tmp_path / "r.sqlite", in_process=True).returncode == 0
+    _one_line_or_none(run_nsprof("analyze", tmp_path / "r.sqlite", "--by", "kernel", in_process=True))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from pathlib import Path
 from typing import NamedTuple
 
@@ -55,18 +56,25 @@ def read_launch_configs(path: Path, kind: str) -> dict[tuple, LaunchConfig]:
 def ncu_rep_launch(metrics: dict) -> LaunchConfig:
     """The launch configuration of one .ncu-rep result from its metrics {name: value}."""
 
-    def whole(name: str) -> int | None:
-        value = metrics.get(name)
-        return None if value is None or value != value else round(value)
-
-    grid, block = (_triple(*(whole(name) for name in _DIMS[i : i + 3])) for i in (0, 3))
-    return LaunchConfig(grid, block, *(whole(name) for name in _RAW_METRICS))
+    grid, block = (_triple(*(metrics.get(name) for name in _DIMS[i : i + 3])) for i in (0, 3))
+    return LaunchConfig(grid, block, *(_whole(metrics.get(name)) for name in _RAW_METRICS))
 
 
-def _triple(x, y, z) -> str | None:
+def _whole(value, scale: float = 1) -> int | None:
+    """A cell (times `scale`) as a whole number; None where it holds none a report could (blank, text,
+    infinite, past 64 bits: a report damaged or edited)."""
+    try:
+        number = float(value) * scale
+    except (TypeError, ValueError):
+        return None
+    return round(number) if math.isfinite(number) and abs(number) < 2**63 else None
+
+
+def _triple(*values) -> str | None:
+    x, y, z = (_whole(value) for value in values)
     if x is None or y is None or z is None:
         return None
-    return f"({int(x)}, {int(y)}, {int(z)})"
+    return f"({x}, {y}, {z})"
 
 
 def _nsys(path: Path) -> dict[tuple, LaunchConfig]:
@@ -82,7 +90,9 @@ def _nsys(path: Path) -> dict[tuple, LaunchConfig]:
     finally:
         conn.close()
     return {
-        (corr, start): LaunchConfig(_triple(gx, gy, gz), _triple(bx, by, bz), regs, static, dynamic)
+        (corr, start): LaunchConfig(
+            _triple(gx, gy, gz), _triple(bx, by, bz), *map(_whole, (regs, static, dynamic))
+        )
         for corr, start, gx, gy, gz, bx, by, bz, regs, static, dynamic in rows
     }
 
@@ -97,12 +107,7 @@ def _number(text: str | None, unit: str | None = None) -> int | None:
     if text.count(",") == 1 and "." not in text:  # a decimal comma
         text = text.replace(",", ".")
     text = text.replace(",", "")
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    scale = _SIZES.get((unit or "byte").strip().lower().split("/")[0], 1)  # "Kbyte/block"
-    return round(value * scale)
+    return _whole(text, _SIZES.get((unit or "byte").strip().lower().split("/")[0], 1))  # "Kbyte/block"
 
 
 def _ncu_csv(path: Path) -> dict[tuple, LaunchConfig]:
@@ -120,7 +125,10 @@ def _ncu_csv(path: Path) -> dict[tuple, LaunchConfig]:
             units = {key: value for key, value in row.items() if key}
             continue
         numbers = {field: _number(row.get(column), units.get(column)) for field, column in _RAW.items()}
-        out[(int(row["ID"]), None)] = LaunchConfig(
+        launch = _whole(row["ID"])
+        if launch is None:
+            continue
+        out[(launch, None)] = LaunchConfig(
             _size(row.get("Grid Size")), _size(row.get("Block Size")), **numbers
         )
     return out
@@ -131,10 +139,7 @@ def _size(cell: str | None) -> str | None:
     if not cell or not cell.strip():
         return None
     parts = [part.strip() for part in cell.strip().strip("()").split(",")]
-    try:
-        return _triple(*(int(part) for part in parts))
-    except (TypeError, ValueError):
-        return cell.strip()
+    return _triple(*parts) if len(parts) == 3 and None not in map(_whole, parts) else cell.strip()
 
 
 def _ncu_details(reader) -> dict[tuple, LaunchConfig]:
@@ -142,9 +147,8 @@ def _ncu_details(reader) -> dict[tuple, LaunchConfig]:
     found: dict[int, dict] = {}
     names = {metric: field for field, metric in _DETAILS.items()}
     for row in reader:
-        try:
-            launch = int(row["ID"])
-        except (KeyError, TypeError, ValueError):
+        launch = _whole(row.get("ID"))
+        if launch is None:
             continue
         entry = found.setdefault(
             launch, {"grid": _size(row.get("Grid Size")), "block": _size(row.get("Block Size"))}
