@@ -302,6 +302,8 @@ def test_by_kernel_of_an_ncu_csv_with_an_odd_launch_cell_is_no_internal_error(tm
     shutil.copy(SQLITE, tmp_path / "r.sqlite")  # and an nsys export's launch cells
     with sqlite3.connect(tmp_path / "r.sqlite") as db:
         cells = {"1e400": "9e999", "nan": "'abc'", "1e300": "1e300", "inf": "X'00ff'", "1.0": "'1.5'"}
-        db.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridX = {cells[cell]}, registersPerThread = {cells[cell]}")
+        db.execute(
+            f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridX = {cells[cell]}, registersPerThread = {cells[cell]}"
+        )
     assert run_nsprof("analyze", tmp_path / "r.sqlite", in_process=True).returncode == 0
     _one_line_or_none(run_nsprof("analyze", tmp_path / "r.sqlite", "--by", "kernel", in_process=True))

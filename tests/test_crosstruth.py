@@ -497,6 +497,14 @@ def test_bad_truth_and_deploy_values_are_one_line(tmp_path, args, message):
     assert not (tmp_path / "fed.json").exists()
 
 
+def test_a_backend_and_a_truth_naming_the_same_condition_do_not_contradict(tmp_path):
+    """Plain ncu is ncu@base-cold (nsprof's defaults): --backend ncu beside --truth ncu@base-cold says the same."""
+    done = _cli(tmp_path, "tune", "t.py:space", "--no-store", "--backend", "ncu", "--truth", "ncu@base-cold",
+                "--mode", "direct", "--budget-s", "0", "--no-explain")  # fmt: skip
+    assert done.returncode == 0 and "contradict" not in done.stderr, done.stderr
+    assert done.stdout.startswith("ranked by ncu, mode direct"), done.stdout
+
+
 def test_a_probe_far_above_the_other_truth_is_flagged(truths, tmp_path):
     """On the H200, ncu with free clocks once read µs kernels 35-80x too long; such a probe is flagged."""
     from nsprof.render.tune_tables import format_tune

@@ -53,7 +53,10 @@ def _edit(store: Path, sql: str) -> None:
         ("UPDATE runs SET settings_json = json_set(settings_json, '$.truths', json('[[1]]'))", "settings"),
         ("UPDATE measurements SET duration_ns = 9e999 WHERE config_id = 1", "inf in column duration_ns"),
         ("UPDATE measurements SET clock_hz = -9e999 WHERE config_id = 1", "-inf in column clock_hz"),
-        ("UPDATE runs SET settings_json = json_set(settings_json, '$.ranked_points', json('[[1]]'))", "ranked"),
+        (
+            "UPDATE runs SET settings_json = json_set(settings_json, '$.ranked_points', json('[[1]]'))",
+            "ranked",
+        ),
     ],
     # a huge id was a MemoryError; a truth that is no text an AttributeError; an infinite duration was
     # ranked (numpy's warnings printed)

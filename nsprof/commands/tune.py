@@ -24,6 +24,7 @@ from nsprof.commands.common import (
 )
 from nsprof.errors import Interrupted, NsprofError, printable
 from nsprof.host.redirect import results_only_on_stdout
+from nsprof.truth import Truth
 
 
 def truth_list(truths: str | None, backend: str | None) -> tuple[str, ...]:
@@ -31,7 +32,9 @@ def truth_list(truths: str | None, backend: str | None) -> tuple[str, ...]:
     if truths is None:
         return ()
     names = split(truths)  # none empty, each once: the option's callback
-    if backend is not None and names != (backend,):
+    if backend is not None and [Truth.parse(n) for n in names] != [
+        Truth.parse(backend)
+    ]:  # ncu is ncu@base-cold
         raise NsprofError(
             f"--backend {backend} and --truth {','.join(names)} contradict: --truth names every truth "
             "to rank; drop --backend"
