@@ -397,3 +397,12 @@ def test_a_methods_error_line_does_not_erase_its_batchs_highest_clock(target, tm
     words = document["conditions"]["cupti_cold_interleaved"]
     # config 0's cold rounds were checked against the batch's 1980 MHz: the clock was read
     assert "no SM clock read" not in words and "1980 MHz" in words, words
+
+
+def test_a_clock_read_as_zero_is_no_clock_read(target, tmp_path, monkeypatch):
+    """NVML gives 0 MHz where it reads no clock: one line said both "SM clock median 0.00 GHz" and "no SM clock
+    read"; a 0 MHz read is no read, in the median as in the throttle check."""
+    monkeypatch.setenv("NSPROF_TEST_CLOCKS", "0")
+    document, _ = _validate(target, tmp_path, timers="cupti_interleaved")
+    words = document["conditions"]["cupti_interleaved"]
+    assert "no SM clock read" in words and "GHz" not in words, words

@@ -105,10 +105,9 @@ class Rounds:
 
     def add(self, config_id: int, method: str, samples_ns: list[float], clock_mhz: float | None) -> None:
         valid = [s for s in samples_ns if s == s]
+        clock = clock_mhz if clock_mhz and clock_mhz > 0 else None  # NVML's 0 MHz: no clock read
         if valid:
-            self.taken.setdefault((config_id, method), []).append(
-                (float(statistics.median(valid)), clock_mhz)
-            )
+            self.taken.setdefault((config_id, method), []).append((float(statistics.median(valid)), clock))
 
     @property
     def peak_mhz(self) -> float | None:
