@@ -253,3 +253,24 @@ def test_json_output_escapes_what_a_terminal_acts_on_and_reads_back_the_same_nam
     raw = [c for c in ("\u202e", "\x9b", "\x7f", "\u2028") if c in done.stdout]
     assert not raw, raw
     assert name in json.dumps(json.loads(done.stdout), ensure_ascii=False)
+
+
+@pytest.mark.parametrize("compare", [False, True], ids=["durations", "compare"])
+def test_a_plot_of_a_hostile_name_lets_no_control_character_reach_stderr(tmp_path, compare):
+    """A kernel's (or a file's) name drawn as it is: matplotlib warned of each glyph it lacks, the raw ESC or
+    BEL in its warning. Every text of a figure is drawn with its control characters shown escaped."""
+    pytest.importorskip("matplotlib")
+    report = tmp_path / "h.sqlite"
+    shutil.copy(FIXTURES / "fixture.sqlite", report)
+    with sqlite3.connect(report) as db:
+        db.execute(
+            "UPDATE StringIds SET value = ? WHERE value = 'gemm_kernel'", ("gemm\x1b]0;pwn\x07\x1b[2J",)
+        )
+    args = [report]
+    if compare:
+        named = tmp_path / "a\x1b[31m.sqlite"
+        shutil.copy(report, named)
+        args = ["--compare", named, FIXTURES / "fixture.sqlite"]
+    done = run_nsprof("analyze", *args, "--plot", tmp_path / "p.png", in_process=True)
+    assert done.returncode == 0, done.stderr
+    assert not _raw_controls(done.stderr) and (tmp_path / "p.png").stat().st_size > 0, done.stderr

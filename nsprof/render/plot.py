@@ -133,10 +133,23 @@ def plot_path(path: str):
 
 
 @plain_text
+def _shown(fig) -> None:
+    """Every text of `fig` with its control characters shown escaped, as on a terminal (a newline stays one):
+    a name from a report may hold an ESC, which matplotlib would name raw in a missing glyph's warning."""
+    from matplotlib.text import Text
+
+    from nsprof.errors import CONTROL_ESCAPES
+
+    escapes = {c: e for c, e in CONTROL_ESCAPES.items() if c != ord("\n")}
+    for text in fig.findobj(Text):
+        text.set_text(text.get_text().translate(escapes))
+
+
 def save_figure(fig, path: str) -> None:
     """Write `fig` to `path` (format from the suffix; "-": PNG on standard output), making its folder."""
     import sys
 
+    _shown(fig)
     out = plot_path(path)
     if out == "-":
         fig.savefig(sys.stdout.buffer, format="png", dpi=120)
@@ -153,6 +166,7 @@ def png_bytes(fig) -> bytes:
     """`fig` as PNG bytes (for pages that embed it)."""
     import io
 
+    _shown(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     return buffer.getvalue()
