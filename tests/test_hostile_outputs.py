@@ -274,3 +274,31 @@ def test_a_plot_of_a_hostile_name_lets_no_control_character_reach_stderr(tmp_pat
     done = run_nsprof("analyze", *args, "--plot", tmp_path / "p.png", in_process=True)
     assert done.returncode == 0, done.stderr
     assert not _raw_controls(done.stderr) and (tmp_path / "p.png").stat().st_size > 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--format", "csv"],
+        ["--csv", "-"],
+        ["--by", "kernel", "--format", "csv"],
+        ["--compare", "--format", "csv"],
+    ],
+    ids=["format-csv", "rows-csv", "by-kernel-csv", "compare-csv"],
+)
+def test_csv_on_standard_output_shows_control_characters_escaped(tmp_path, args):
+    """CSV printed to standard output reaches a terminal as the tables do: a name's control characters shown
+    escaped (a CSV file, --csv FILE, holds the name as the report has it)."""
+    report, name = _hostile_kernel_report(tmp_path)
+    files = [report, FIXTURES / "fixture.sqlite"] if "--compare" in args else [report]
+    options = [a for a in args if a != "--compare"]
+    done = run_nsprof(
+        "analyze", *(["--compare"] if "--compare" in args else []), *files, *options, in_process=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert not _raw_controls(done.stdout) and "\x7f" not in done.stdout, done.stdout[:300]
+    assert "gemm\\u202e\\x9b2J\\x7f\\u2028x" in done.stdout, done.stdout[:300]
+    if options == ["--csv", "-"]:
+        return
+    done = run_nsprof("analyze", *files, "--csv", tmp_path / "rows.csv", in_process=True)
+    assert name in (tmp_path / "rows.csv").read_text(), "a file holds the name as it is"

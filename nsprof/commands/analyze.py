@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import click
 
-from nsprof.commands.common import one_on_stdout, refuse_clobbering, write_exports, wrote
+from nsprof.commands.common import csv_on_stdout, one_on_stdout, refuse_clobbering, write_exports, wrote
 from nsprof.errors import NsprofError, OptionError, error_line, printable
 
 EXIT_UNREADABLE = 2  # some report could not be read (the others were still shown)
@@ -220,7 +220,7 @@ def _by_kernel(files, frames, view: View) -> None:
         if view.style == "json":
             click.echo(json_text(rows))
         else:
-            pd.DataFrame(rows, columns=["file", *KERNEL_COLUMNS]).to_csv(sys.stdout, index=False)
+            csv_on_stdout(pd.DataFrame(rows, columns=["file", *KERNEL_COLUMNS]))
         return
     _echo_tables(tables, format_kernels, view)
 
@@ -235,7 +235,7 @@ def _summary_records(summaries, style: str) -> None:
         click.echo(json_text(rows))
     else:
         columns = ["file", *(c for c in summaries[0][2].columns if c != "group")]
-        pd.DataFrame(rows, columns=columns).to_csv(sys.stdout, index=False)
+        csv_on_stdout(pd.DataFrame(rows, columns=columns))
 
 
 def _compare(files, frames, view: View, plot_path, printed: bool) -> None:
@@ -268,7 +268,7 @@ def _compare(files, frames, view: View, plot_path, printed: bool) -> None:
         shown = joined.drop(columns=["source", "total_ns", "median_ns", "count"])
         click.echo(compare_document(shown, files[0], files[1]))
     elif view.style == "csv":
-        joined[COMPARE_COLUMNS].to_csv(sys.stdout, index=False)
+        csv_on_stdout(joined[COMPARE_COLUMNS])
     else:
         _compare_table(files, frames, joined, view)
 

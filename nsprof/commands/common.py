@@ -190,12 +190,22 @@ def write_exports(frame, csv_path: str | None, parquet_path: str | None) -> None
         _wrote_rows(frame, path)
 
 
+def csv_on_stdout(frame) -> None:
+    """`frame` as CSV on standard output, which a terminal shows: each text cell as the tables show it, its
+    control characters escaped (printable); a CSV file holds the text as it is."""
+    from nsprof.errors import printable
+
+    frame.map(lambda value: printable(value) if isinstance(value, str) else value).to_csv(
+        sys.stdout, index=False
+    )
+    sys.stdout.flush()
+
+
 def _write_csv(frame, path: str) -> None:
     from nsprof.host.owned import written_over
 
     if path == "-":
-        frame.to_csv(sys.stdout, index=False)
-        sys.stdout.flush()
+        csv_on_stdout(frame)
         return
     with written_over(path) as out:
         frame.to_csv(out, index=False)

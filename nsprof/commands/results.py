@@ -4,7 +4,6 @@ validate run saved by validate --save (a .json STORE): no GPU, no profiler, the 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -69,12 +68,13 @@ def results(
 
 def _listed(path, export_path: str | None) -> int:
     """The runs of the store at `path` listed, or its measurements exported (--export)."""
+    from nsprof.commands.common import csv_on_stdout
     from nsprof.store import ResultStore
 
     with ResultStore(path) as store:
         if export_path == "-":
             frame = store.frame()
-            frame.to_csv(sys.stdout, index=False)
+            csv_on_stdout(frame)
             click.echo(f"wrote {len(frame)} measurements to standard output (CSV)", err=True)
             return 0
         if export_path:
