@@ -509,3 +509,27 @@ def test_a_bounded_search_leaves_the_callers_own_timer_alone():
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert 0 < left <= 60.0 and not fired
+
+
+def test_compare_as_json_or_csv_says_how_each_side_was_taken(ncu_rep_dir):
+    """--compare's table says how each side ran (ncu at base clocks, L2 flushed; nsys at the card's own): its
+    JSON and CSV said nothing of it, beside ratios of numbers taken two ways."""
+    a, b = ncu_rep_dir / "fixture_node.ncu-rep", SQLITE
+    heads = ok("--compare", a, b).stdout.splitlines()[:2]
+    taken = [re.fullmatch(r"[AB]: .*  \((.*)\)", line).group(1) for line in heads]
+    assert "base" in taken[0] and "nsys" in taken[1], taken
+    document = json.loads(ok("--compare", a, b, "--format", "json").stdout)
+    assert [document["a_taken"], document["b_taken"]] == taken
+    rows = list(csv.DictReader(io.StringIO(ok("--compare", a, b, "--format", "csv").stdout)))
+    assert rows and all([r["taken_a"], r["taken_b"]] == taken for r in rows)
+
+
+def test_by_kernel_as_json_or_csv_carries_the_reports_conditions_as_the_summary_does(ncu_rep_dir):
+    report = ncu_rep_dir / "fixture_node.ncu-rep"
+    summary = json.loads(ok(report, "--format", "json").stdout)
+    conditions = {(r["clock_control"], r["cache_control"]) for r in summary}
+    assert conditions == {("base", "all")}, conditions
+    rows = json.loads(ok(report, "--by", "kernel", "--format", "json").stdout)
+    assert rows and {(r.get("clock_control"), r.get("cache_control")) for r in rows} == conditions
+    rows = list(csv.DictReader(io.StringIO(ok(report, "--by", "kernel", "--format", "csv").stdout)))
+    assert rows and {(r.get("clock_control"), r.get("cache_control")) for r in rows} == conditions

@@ -23,6 +23,8 @@ KERNEL_COLUMNS = [
     "min_ns",
     "max_ns",
     "std_ns",
+    "clock_control",  # how the report's rows were taken (its own record: ncu's --clock-control, "none" for nsys)
+    "cache_control",
 ]
 
 
@@ -60,6 +62,7 @@ def kernel_summary(frame, configs: dict | None = None, range_re: str | None = No
     fulls = [_value(v) for v in frame["kernel_full"].tolist()]
     ranges = [_value(v) or NO_RANGE for v in frame["range"].tolist()]
     launches = _launches(frame, configs)
+    taken = list(zip(frame["clock_control"].tolist(), frame["cache_control"].tolist()))
     whole: dict = {}
     groups: dict[tuple, list[float]] = {}
     names: dict[tuple, tuple] = {}
@@ -72,7 +75,7 @@ def kernel_summary(frame, configs: dict | None = None, range_re: str | None = No
             continue
         key = (sources[i], fulls[i] or kernels[i], launches[i])
         groups.setdefault(key, []).append(duration)
-        names.setdefault(key, (kernels[i], fulls[i]))
+        names.setdefault(key, (kernels[i], fulls[i], *map(_value, taken[i])))
     rows = [_row(key, names[key], values, whole[key[0]]) for key, values in groups.items()]
     return _typed(rows)
 
@@ -84,7 +87,7 @@ def _typed(rows: list[dict]):
     table = pd.DataFrame(rows, columns=KERNEL_COLUMNS)
     for column in ("registers", "static_smem", "dynamic_smem", "count"):
         table[column] = pd.array([_value(v) for v in table[column].tolist()], dtype="Int64")
-    for column in ("source", "kernel", "kernel_full", "grid", "block"):
+    for column in ("source", "kernel", "kernel_full", "grid", "block", "clock_control", "cache_control"):
         table[column] = pd.array([_value(v) for v in table[column].tolist()], dtype="string")
     return table
 
@@ -105,6 +108,8 @@ def _row(key: tuple, names: tuple, values: list[float], whole: float) -> dict:
         "min_ns": float(min(values)),
         "max_ns": float(max(values)),
         "std_ns": sample_std(values),
+        "clock_control": names[2],
+        "cache_control": names[3],
     }
 
 

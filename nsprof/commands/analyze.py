@@ -262,24 +262,26 @@ def _compare(files, frames, view: View, plot_path, printed: bool) -> None:
         wrote(plot_path)
     if not printed:
         return
+    from nsprof.render.notes import describe_report
+
+    taken = (describe_report(frames[0]), describe_report(frames[1]))  # how each side's numbers were taken
     if view.style == "json":
         from nsprof.render.json import compare_document
 
         shown = joined.drop(columns=["source", "total_ns", "median_ns", "count"])
-        click.echo(compare_document(shown, files[0], files[1]))
+        click.echo(compare_document(shown, files[0], files[1], taken))
     elif view.style == "csv":
-        csv_on_stdout(joined[COMPARE_COLUMNS])
+        csv_on_stdout(joined[COMPARE_COLUMNS].assign(taken_a=taken[0], taken_b=taken[1]))
     else:
-        _compare_table(files, frames, joined, view)
+        _compare_table(files, taken, joined, view)
 
 
-def _compare_table(files, frames, joined, view: View) -> None:
+def _compare_table(files, taken: tuple[str, str], joined, view: View) -> None:
     from nsprof.render.analyze_tables import format_compare
-    from nsprof.render.notes import compare_note, describe_report
+    from nsprof.render.notes import compare_note
 
-    a, b = frames
-    click.echo(f"A: {printable(files[0])}  ({describe_report(a)})")
-    click.echo(f"B: {printable(files[1])}  ({describe_report(b)})")
+    click.echo(f"A: {printable(files[0])}  ({taken[0]})")
+    click.echo(f"B: {printable(files[1])}  ({taken[1]})")
     if view.style == "markdown":
         click.echo("")
     click.echo(

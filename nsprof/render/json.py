@@ -380,15 +380,18 @@ def summary_records(summaries) -> list[dict[str, Any]]:
     return out
 
 
-def compare_document(joined, file_a: str, file_b: str) -> str:
-    """analyze --compare --format json: the files, the joined rows (durations in ns), the ranges
-    on one side only, the per-range ratios and the closing numbers (analysis.summary's)."""
+def compare_document(joined, file_a: str, file_b: str, taken: tuple[str, str]) -> str:
+    """analyze --compare --format json: the files and how each was taken (`taken`: describe_report's), the
+    joined rows (durations in ns), the ranges on one side only, the per-range ratios and the closing numbers
+    (analysis.summary's)."""
     from nsprof.analysis.summary import compare_overall, one_side_ranges, per_range
 
     only_a, only_b = one_side_ranges(joined)
     document = {
         "a": str(file_a),
         "b": str(file_b),
+        "a_taken": taken[0],
+        "b_taken": taken[1],
         "rows": records(joined.drop(columns=["group"], errors="ignore")),
         "only_in_a": only_a,
         "only_in_b": only_b,
