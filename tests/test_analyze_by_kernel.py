@@ -307,3 +307,21 @@ def test_by_kernel_of_an_ncu_csv_with_an_odd_launch_cell_is_no_internal_error(tm
         )
     assert run_nsprof("analyze", tmp_path / "r.sqlite", in_process=True).returncode == 0
     _one_line_or_none(run_nsprof("analyze", tmp_path / "r.sqlite", "--by", "kernel", in_process=True))
+
+
+def test_a_row_the_summary_drops_for_its_fractional_id_gives_no_other_kernel_its_launch_cells(tmp_path):
+    """The summary reads no row whose ID is not a whole number: a damaged copy of launch 0's row, ID "0.4", must
+    not stand in for launch 0's own launch cells under --by kernel."""
+    with RAW.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    header = rows[0]
+    damaged = list(rows[2])
+    damaged[header.index("ID")] = "0.4"
+    damaged[header.index("launch__registers_per_thread")] = "99"
+    rows.append(damaged)
+    report = tmp_path / "r.csv"
+    with report.open("w", newline="") as handle:
+        csv.writer(handle, quoting=csv.QUOTE_ALL).writerows(rows)
+    done = run_nsprof("analyze", report, "--by", "kernel", "--format", "json", in_process=True)
+    assert done.returncode == 0, done.stderr
+    assert 99 not in [row["registers"] for row in json.loads(done.stdout)], done.stdout

@@ -545,3 +545,27 @@ def test_results_reads_runs_recorded_before_the_deploy_field(tmp_path):
     assert SCHEMA_VERSION == 2  # made 2 by failure kinds: the deploy field needed no change
     rows = format_runs(runs, {}).splitlines()[2:]
     assert [row.split()[-1] for row in rows] == ["running", "running", "nsys"]
+
+
+# Three truths: ncu picks 0, nsys 1, ncu@base-warm 2; explaining ncu against nsys probes ncu@base-warm (the third
+# truth itself) with the contenders 0 and 1 alone.
+THREE_WINNERS = {
+    0: {"base-all": 1000, "base-none": 900, "none-all": 700, "none-none": 640},
+    1: {"base-all": 1100, "base-none": 800, "none-all": 760, "none-none": 560},
+    2: {"base-all": 1300, "base-none": 500, "none-all": 900, "none-none": 850},
+}
+
+
+def test_results_of_a_tune_whose_probes_measured_a_ranked_truth_again_ranks_as_the_tune_did(tmp_path):
+    """A probe under a truth the tune also ranks stores the contenders alone: its points are not the tune's."""
+    args = ("--truth", "ncu,nsys,ncu@base-warm", "--mode", "direct", "--reps", "3", "--store", "r.sqlite",
+            "--work-dir", "wd", "--no-tuner-pick", "--no-feed-back", "--json")  # fmt: skip
+    done = _cli(tmp_path, "tune", "t.py:space", *args, ns_at=THREE_WINNERS)
+    assert done.returncode == 0, done.stderr
+    tuned = {t["truth"]: t["best_config_id"] for t in json.loads(done.stdout)["truths"]}
+    assert tuned == {"ncu": 0, "nsys": 1, "ncu@base-warm": 2}
+    again = _cli(tmp_path, "results", "r.sqlite", "--target", "t.py:space", "--json", ns_at=THREE_WINNERS)
+    assert again.returncode == 0, again.stderr
+    doc = json.loads(again.stdout)
+    assert {t["truth"]: t["best_config_id"] for t in doc["truths"]} == tuned
+    assert [len(t["ranked"]) for t in doc["truths"]] == [3, 3, 3]

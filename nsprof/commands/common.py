@@ -195,9 +195,13 @@ def csv_on_stdout(frame) -> None:
     control characters escaped (printable); a CSV file holds the text as it is."""
     from nsprof.errors import printable
 
-    frame.map(lambda value: printable(value) if isinstance(value, str) else value).to_csv(
-        sys.stdout, index=False
-    )
+    def shown(value):
+        return printable(value) if isinstance(value, str) else value
+
+    texts = {
+        column: frame[column].map(shown) for column in frame.columns if frame[column].dtype.kind in "OSUT"
+    }
+    frame.assign(**texts).to_csv(sys.stdout, index=False)  # Series.map: DataFrame.map is pandas 2.1's
     sys.stdout.flush()
 
 

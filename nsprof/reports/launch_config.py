@@ -9,10 +9,11 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from pathlib import Path
 from typing import NamedTuple
 
-from nsprof.reports.ncu_cells import GROUP_CHARS
+from nsprof.reports.ncu_cells import GROUP_CHARS, ID_PATTERN
 
 _RAW = {
     "registers": "launch__registers_per_thread",
@@ -70,6 +71,12 @@ def _whole(value, scale: float = 1) -> int | None:
     return round(number) if math.isfinite(number) and abs(number) < 2**63 else None
 
 
+def _launch_id(cell) -> int | None:
+    """An ncu CSV row's ID, where it is one the summary reads too (ID_PATTERN); else None."""
+    text = (cell or "").strip()
+    return int(text) if re.fullmatch(ID_PATTERN, text) else None
+
+
 def _triple(*values) -> str | None:
     x, y, z = (_whole(value) for value in values)
     if x is None or y is None or z is None:
@@ -125,7 +132,7 @@ def _ncu_csv(path: Path) -> dict[tuple, LaunchConfig]:
             units = {key: value for key, value in row.items() if key}
             continue
         numbers = {field: _number(row.get(column), units.get(column)) for field, column in _RAW.items()}
-        launch = _whole(row["ID"])
+        launch = _launch_id(row["ID"])
         if launch is None:
             continue
         out[(launch, None)] = LaunchConfig(
@@ -139,7 +146,8 @@ def _size(cell: str | None) -> str | None:
     if not cell or not cell.strip():
         return None
     parts = [part.strip() for part in cell.strip().strip("()").split(",")]
-    return _triple(*parts) if len(parts) == 3 and None not in map(_whole, parts) else cell.strip()
+    whole = len(parts) == 3 and all(re.fullmatch(ID_PATTERN, part) for part in parts)
+    return _triple(*parts) if whole else cell.strip()  # as written where it holds no three whole numbers
 
 
 def _ncu_details(reader) -> dict[tuple, LaunchConfig]:
@@ -147,7 +155,7 @@ def _ncu_details(reader) -> dict[tuple, LaunchConfig]:
     found: dict[int, dict] = {}
     names = {metric: field for field, metric in _DETAILS.items()}
     for row in reader:
-        launch = _whole(row.get("ID"))
+        launch = _launch_id(row.get("ID"))
         if launch is None:
             continue
         entry = found.setdefault(

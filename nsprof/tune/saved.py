@@ -176,12 +176,15 @@ def _cut_short(store, ids: list[int]) -> list[str]:
 
 def _ranked_points(runs, truth: Truth, settings: TuneSettings, anchor) -> set | None:
     """The (config id, shape JSON) points the tune ranked under `truth`, as its first pass under it recorded
-    them (`runs`: the tune's): the anchor's call's, else the newest up to the `anchor` run; None where none
-    did (a resume that found every point stored, an nsprof that recorded none)."""
+    them (`runs`: the tune's): the anchor's call's (its oldest under `truth`: an explaining probe under a truth
+    the tune ranks comes after it, with the contenders alone), else the newest up to the `anchor` run; None
+    where none did (an nsprof that recorded none)."""
     of_truth, adaptive, call = _of_truth(truth, settings), adaptive_runs(runs), _record(anchor).get(TUNE_ID)
 
     def preferred(run) -> tuple:
-        return (_record(run).get(TUNE_ID) != call, int(run.id) > int(anchor.id), -int(run.id))
+        if call is not None and _record(run).get(TUNE_ID) == call:
+            return (0, int(run.id))
+        return (1, int(run.id) > int(anchor.id), -int(run.id))
 
     for run in sorted(runs.itertuples(), key=preferred):
         ranked = _record(run).get(RANKED_POINTS)
