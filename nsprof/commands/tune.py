@@ -32,9 +32,8 @@ def truth_list(truths: str | None, backend: str | None) -> tuple[str, ...]:
     if truths is None:
         return ()
     names = split(truths)  # none empty, each once: the option's callback
-    if backend is not None and [Truth.parse(n) for n in names] != [
-        Truth.parse(backend)
-    ]:  # ncu is ncu@base-cold
+    asked = [Truth.parse(name) for name in names]  # as parsed: ncu is ncu@base-cold
+    if backend is not None and asked != [Truth.parse(backend)]:
         raise NsprofError(
             f"--backend {backend} and --truth {','.join(names)} contradict: --truth names every truth "
             "to rank; drop --backend"

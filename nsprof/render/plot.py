@@ -132,7 +132,6 @@ def plot_path(path: str):
     return out
 
 
-@plain_text
 def _shown(fig) -> None:
     """Every text of `fig` with its control characters shown escaped, as on a terminal (a newline stays one):
     a name from a report may hold an ESC, which matplotlib would name raw in a missing glyph's warning."""
@@ -145,6 +144,7 @@ def _shown(fig) -> None:
         text.set_text(text.get_text().translate(escapes))
 
 
+@plain_text
 def save_figure(fig, path: str) -> None:
     """Write `fig` to `path` (format from the suffix; "-": PNG on standard output), making its folder."""
     import sys
