@@ -569,3 +569,23 @@ def test_results_of_a_tune_whose_probes_measured_a_ranked_truth_again_ranks_as_t
     doc = json.loads(again.stdout)
     assert {t["truth"]: t["best_config_id"] for t in doc["truths"]} == tuned
     assert [len(t["ranked"]) for t in doc["truths"]] == [3, 3, 3]
+
+
+def test_results_of_a_resume_that_measured_one_truth_alone_ranks_the_configs_it_asked_under_each(tmp_path):
+    """An earlier tune ranked configs 0-2 under ncu; a resume of 0 and 1 under ncu and nsys stores an nsys run
+    alone (ncu's points were stored): its re-read ranks 0 and 1 under both, as it did."""
+    args = ("--mode", "direct", "--reps", "3", "--store", "r.sqlite", "--work-dir", "wd", "--no-tuner-pick",
+            "--no-feed-back", "--budget-s", "0", "--json")  # fmt: skip
+    done = _cli(tmp_path, "tune", "t.py:space", "--truth", "ncu", *args, ns_at=THREE_WINNERS)
+    assert done.returncode == 0, done.stderr
+    done = _cli(tmp_path, "tune", "t.py:space", "--truth", "ncu,nsys", "--configs", "0,1", "--resume", *args,
+                ns_at=THREE_WINNERS)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    tuned = {
+        t["truth"]: sorted(r["config_id"] for r in t["ranked"]) for t in json.loads(done.stdout)["truths"]
+    }
+    assert tuned == {"ncu": [0, 1], "nsys": [0, 1]}
+    again = _cli(tmp_path, "results", "r.sqlite", "--target", "t.py:space", "--json", ns_at=THREE_WINNERS)
+    assert again.returncode == 0, again.stderr
+    doc = json.loads(again.stdout)
+    assert {t["truth"]: sorted(r["config_id"] for r in t["ranked"]) for t in doc["truths"]} == tuned

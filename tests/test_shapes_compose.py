@@ -272,3 +272,54 @@ def test_a_work_folder_whose_name_is_the_adaptive_sessions_mark_keeps_every_meas
     for ranked in result.shapes:
         measured = ranked.ranking.table[ranked.ranking.table["error"].isna()]
         assert sorted(set(measured["config_id"])) == list(range(len(NOISY))), ranked.shape
+
+
+def _ranked_at(report) -> dict:
+    """{shape: {truth: sorted ids of the configs measured in its ranking}} of a TuneReport."""
+    return {
+        s.shape: {
+            t: sorted(int(c) for c in r.table[r.table["error"].isna()]["config_id"])
+            for t, r in s.truths.items()
+        }
+        for s in report.shapes
+    }
+
+
+def test_a_reread_of_a_prescreened_tune_ranks_at_each_shape_the_configs_sent_there(make_target, tmp_path):
+    """After a full tune, a --prescreen that sends each shape its own best: the re-read ranked at every shape
+    each config sent to any shape (and named other winners)."""
+    from nsprof.store import ResultStore
+    from nsprof.tune import tune
+    from nsprof.tune.saved import reread
+
+    timer = {0: [1.0, 2.0, 9.0], 1: [9.0, 2.0, 1.0], 2: [1.0, 9.0, 2.0]}
+    configs = [
+        {"i": c, "ns_shapes": [NS[1][c]] * 3, "timer_ns": [timer[s][c] for s in range(3)]} for c in range(3)
+    ]
+    target, _ = make_target(configs)
+    tune(target, _settings(tmp_path, budget_s=0))
+    tuned = tune(target, _settings(tmp_path, budget_s=0, prescreen="cupti", prescreen_top=1))
+    assert _ranked_at(tuned) == {0: {"noisy": [0]}, 1: {"noisy": [2]}, 2: {"noisy": [0]}}
+    with ResultStore(tmp_path / "results.sqlite") as store:
+        again = reread(store, target=target)
+    assert _ranked_at(again) == _ranked_at(tuned)
+
+
+def test_a_reread_of_a_resume_that_stored_adaptive_reps_alone_ranks_the_configs_it_asked(
+    make_target, tmp_path
+):
+    """A resume of configs 0 and 1 that found them stored stores its adaptive session alone: the re-read ranks
+    the configs that call asked (its session's run records them), not the earlier tune's three."""
+    from nsprof.store import ResultStore
+    from nsprof.tune import tune
+    from nsprof.tune.saved import reread
+
+    target, _ = make_target(NOISY)
+    tune(target, _settings(tmp_path, budget_s=0))
+    tuned = tune(target, _settings(tmp_path, resume=True), config_ids=[0, 1])
+    assert _ranked_at(tuned) == {s: {"noisy": [0, 1]} for s in range(3)}
+    with sqlite3.connect(tmp_path / "results.sqlite") as db:
+        assert db.execute("SELECT count(*) FROM runs").fetchone() == (2,)  # the resume's adaptive session
+    with ResultStore(tmp_path / "results.sqlite") as store:
+        again = reread(store, target=target)
+    assert _ranked_at(again) == _ranked_at(tuned)

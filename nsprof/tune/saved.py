@@ -175,25 +175,26 @@ def _cut_short(store, ids: list[int]) -> list[str]:
 
 
 def _ranked_points(runs, truth: Truth, settings: TuneSettings, anchor) -> set | None:
-    """The (config id, shape JSON) points the tune ranked under `truth`, as its first pass under it recorded
-    them (`runs`: the tune's): the anchor's call's (its oldest under `truth`: an explaining probe under a truth
-    the tune ranks comes after it, with the contenders alone), else the newest up to the `anchor` run; None
-    where none did (an nsprof that recorded none)."""
-    of_truth, adaptive, call = _of_truth(truth, settings), adaptive_runs(runs), _record(anchor).get(TUNE_ID)
-
-    def preferred(run) -> tuple:
-        if call is not None and _record(run).get(TUNE_ID) == call:
-            return (0, int(run.id))
-        return (1, int(run.id) > int(anchor.id), -int(run.id))
-
-    for run in sorted(runs.itertuples(), key=preferred):
-        ranked = _record(run).get(RANKED_POINTS)
-        if of_truth(run) and int(run.id) not in adaptive and isinstance(ranked, list):
-            try:
-                return {(int(c), str(shape)) for shape, ids in ranked for c in ids}
-            except (TypeError, ValueError):
-                raise ValueError(f"run {run.id}'s {RANKED_POINTS} {str(ranked)[:60]!r}") from None
-    return None
+    """The (config id, shape JSON) points the tune ranked, as its runs recorded them (`runs`: the tune's): the
+    oldest run of the anchor's call that did (a call ranks the same points under every truth; its explaining
+    probes, the contenders alone, come last), else `truth`'s newest first pass up to the `anchor` run that did;
+    None where none did (an nsprof that recorded none)."""
+    call = _record(anchor).get(TUNE_ID)
+    recorded = [run for run in runs.itertuples() if isinstance(_record(run).get(RANKED_POINTS), list)]
+    own = [run for run in recorded if call is not None and _record(run).get(TUNE_ID) == call]
+    if own:
+        run = min(own, key=lambda r: int(r.id))
+    else:
+        of_truth, adaptive = _of_truth(truth, settings), adaptive_runs(runs)
+        earlier = [r for r in recorded if of_truth(r) and int(r.id) not in adaptive]
+        if not earlier:
+            return None
+        run = min(earlier, key=lambda r: (int(r.id) > int(anchor.id), -int(r.id)))
+    ranked = _record(run)[RANKED_POINTS]
+    try:
+        return {(int(c), str(shape)) for shape, ids in ranked for c in ids}
+    except (TypeError, ValueError):
+        raise ValueError(f"run {run.id}'s {RANKED_POINTS} {str(ranked)[:60]!r}") from None
 
 
 def _rank_group(
@@ -234,7 +235,8 @@ def _rank_group(
         order = own_order(orders["config_key_orders"], config_id)
         configs[config_id] = in_order(_loaded(store, f"config {config_id}", text), order)
     shapes = _shape_indices(frame, orders["listed_shapes"])
-    rows = stored_rows(store, group, wanted_json, {text: list(wanted_json) for _, text in shapes})
+    at = {text: [c for c in wanted_json if ranked is None or (c, text) in ranked] for _, text in shapes}
+    rows = stored_rows(store, group, wanted_json, at)  # each shape's configs its tune ranked
     ids = sorted({int(r) for r in rows["run_id"]})
     runs = ", ".join(map(str, ids))
     notes = [

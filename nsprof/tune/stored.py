@@ -33,7 +33,7 @@ __all__ = [
 
 ADAPTIVE_RUN = "adaptive_session"  # the key in a stored run's settings that marks a session of adaptive reps
 TUNE_ID = "tune_id"  # the key in a stored run's settings naming the call of tune that stored it
-RANKED_POINTS = "ranked_points"  # the key in a first pass's settings: [[shape JSON, [config ids]], ...]
+RANKED_POINTS = "ranked_points"  # the key in a tune's runs' settings: [[shape JSON, [config ids]], ...]
 
 
 def select_stored(stored, wanted_json: dict[int, str], adaptive_runs: set[int]):
@@ -156,6 +156,11 @@ class Stored:
             shape: "" if shape is None else shape_json(space.shapes[shape]) for shape in shape_keys(space)
         }
 
+    def ranked_points(self) -> list:
+        """The configs this tune ranks at each shape (its JSON), stored now or before (a --resume): what a
+        re-read of the tune ranks (RANKED_POINTS in each of its runs' settings)."""
+        return [[self.shape_jsons[shape], ids] for shape, ids in self.wanted.items()]
+
     def key(self, config_id: int, shape: int | None):
         from nsprof.store import MeasurementKey
 
@@ -206,6 +211,7 @@ class Stored:
                 **_labels_of(self.settings),
                 TARGET_PLACE: target_place(target) or target,
                 ADAPTIVE_RUN: number,
+                RANKED_POINTS: self.ranked_points(),
                 "configs": list(plan.configs),
                 "rounds": plan.rounds,
             }
@@ -393,8 +399,7 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
         # ranks no config an id named before and numbers each shape as this run did; the counts for older readers
         "listed_config_digests": [json_digest(config_json(c)) for c in space.configs],
         "listed_shapes": list(context.shape_jsons.values()),
-        # the configs this tune ranks at each shape (JSON), stored now or before (a --resume): what a re-read ranks
-        RANKED_POINTS: [[context.shape_jsons[shape], ids] for shape, ids in context.wanted.items()],
+        RANKED_POINTS: context.ranked_points(),
         "n_configs": len(space.configs),
         "shape_jsons": sorted(set(context.shape_jsons.values())),
     }
