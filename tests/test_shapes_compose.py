@@ -242,8 +242,11 @@ def test_a_prescreened_tune_ranks_at_each_shape_only_the_configs_sent_there_what
 ):
     """The store holds every (shape, config) from an earlier full tune; a prescreened tune sends each
     shape its own top config, and ranks each shape on those alone (a stored row of a config sent to
-    another shape only is not this run's)."""
+    another shape only is not this run's); and so does its re-read (which ranked at every shape each config
+    sent to any shape, and named other winners)."""
+    from nsprof.store import ResultStore
     from nsprof.tune import tune
+    from nsprof.tune.saved import reread
 
     timer = {0: [1.0, 2.0, 9.0], 1: [9.0, 2.0, 1.0], 2: [1.0, 9.0, 2.0]}
     configs = [
@@ -257,6 +260,8 @@ def test_a_prescreened_tune_ranks_at_each_shape_only_the_configs_sent_there_what
         measured = ranked.ranking.table[ranked.ranking.table["error"].isna()]
         assert sorted(measured["config_id"]) == sent[ranked.shape], ranked.shape
         assert ranked.ranking.best_config_id == sent[ranked.shape][0]
+    with ResultStore(tmp_path / "results.sqlite") as store:
+        assert _ranked_at(reread(store, target=target)) == _ranked_at(result)
 
 
 def test_a_work_folder_whose_name_is_the_adaptive_sessions_mark_keeps_every_measurement(
@@ -283,26 +288,6 @@ def _ranked_at(report) -> dict:
         }
         for s in report.shapes
     }
-
-
-def test_a_reread_of_a_prescreened_tune_ranks_at_each_shape_the_configs_sent_there(make_target, tmp_path):
-    """After a full tune, a --prescreen that sends each shape its own best: the re-read ranked at every shape
-    each config sent to any shape (and named other winners)."""
-    from nsprof.store import ResultStore
-    from nsprof.tune import tune
-    from nsprof.tune.saved import reread
-
-    timer = {0: [1.0, 2.0, 9.0], 1: [9.0, 2.0, 1.0], 2: [1.0, 9.0, 2.0]}
-    configs = [
-        {"i": c, "ns_shapes": [NS[1][c]] * 3, "timer_ns": [timer[s][c] for s in range(3)]} for c in range(3)
-    ]
-    target, _ = make_target(configs)
-    tune(target, _settings(tmp_path, budget_s=0))
-    tuned = tune(target, _settings(tmp_path, budget_s=0, prescreen="cupti", prescreen_top=1))
-    assert _ranked_at(tuned) == {0: {"noisy": [0]}, 1: {"noisy": [2]}, 2: {"noisy": [0]}}
-    with ResultStore(tmp_path / "results.sqlite") as store:
-        again = reread(store, target=target)
-    assert _ranked_at(again) == _ranked_at(tuned)
 
 
 def test_a_reread_of_a_resume_that_stored_adaptive_reps_alone_ranks_the_configs_it_asked(
