@@ -180,6 +180,9 @@ class TuneSettings:
     # Which call of nsprof.tune.tune stored a run (set there, one per call; not recorded with the settings):
     # a re-read tells a tune's runs from a later tune's that stored no first pass before its adaptive reps.
     tune_id: str = field(default="", compare=False)
+    # Whether what is measured with these settings is the tune's own ranking (False: an explaining probe's, of
+    # the contenders alone): its stored runs then record the points the tune ranks (not with the settings).
+    ranks: bool = field(default=True, compare=False)
 
     def __post_init__(self) -> None:
         _check(
@@ -281,7 +284,7 @@ class TuneSettings:
         from dataclasses import asdict
 
         record = asdict(self)
-        del record["tune_id"]
+        del record["tune_id"], record["ranks"]
         record["truths"] = [t.name for t in self.truths]
         record["deploy"] = self.deploy.name if self.deploy else ""
         return record

@@ -589,3 +589,31 @@ def test_results_of_a_resume_that_measured_one_truth_alone_ranks_the_configs_it_
     assert again.returncode == 0, again.stderr
     doc = json.loads(again.stdout)
     assert {t["truth"]: sorted(r["config_id"] for r in t["ranked"]) for t in doc["truths"]} == tuned
+
+
+@pytest.mark.parametrize("truths", ["ncu,nsys", "ncu,nsys,ncu@base-warm"])
+def test_results_of_a_resume_whose_only_runs_are_its_explaining_probes_ranks_as_it_did(tmp_path, truths):
+    """A tune without --explain, then its --resume with it: every point is stored, so the resume stores its
+    probes' runs alone (the contenders 0 and 1), which are no ranking of the tune's: the re-read ranks 0-2 and
+    names the winners the resume named."""
+    args = ("--truth", truths, "--mode", "direct", "--reps", "3", "--store", "r.sqlite", "--work-dir", "wd",
+            "--no-tuner-pick", "--no-feed-back", "--budget-s", "0", "--json")  # fmt: skip
+    done = _cli(tmp_path, "tune", "t.py:space", *args, "--no-explain", ns_at=THREE_WINNERS)
+    assert done.returncode == 0, done.stderr
+    done = _cli(tmp_path, "tune", "t.py:space", *args, "--resume", ns_at=THREE_WINNERS)
+    assert done.returncode == 0, done.stderr
+
+    def ranked(doc) -> dict:
+        return {
+            t["truth"]: (t["best_config_id"], sorted(r["config_id"] for r in t["ranked"]))
+            for t in doc["truths"]
+        }
+
+    tuned = ranked(json.loads(done.stdout))
+    assert all(ids == [0, 1, 2] for _, ids in tuned.values()), tuned
+    with sqlite3.connect(tmp_path / "r.sqlite") as db:
+        (runs,) = db.execute("SELECT count(*) FROM runs").fetchone()
+    assert runs > len(truths.split(",")), "the resume stored its probes' runs"
+    again = _cli(tmp_path, "results", "r.sqlite", "--target", "t.py:space", "--json", ns_at=THREE_WINNERS)
+    assert again.returncode == 0, again.stderr
+    assert ranked(json.loads(again.stdout)) == tuned

@@ -5,6 +5,7 @@ the two differ set as the other has it); CrossTruth holds what it found."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 
 from nsprof.analysis import crosstruth
 from nsprof.analysis.crosstruth import CrossTruth
@@ -96,7 +97,8 @@ def _probe(target, space, variants, points, explanations, goals, settings, stage
             following = started(index + 1)
             try:
                 progress = stage(probe.name, len(points))
-                ranked = rank_truth(target, space, probe, settings, points, progress, [], ahead=ahead)
+                probing = replace(settings, ranks=False)  # its runs record no points of the tune's
+                ranked = rank_truth(target, space, probe, probing, points, progress, [], ahead=ahead)
             except TargetChanged:
                 raise  # no probe of the target as read can be measured any more
             except NsprofError as exc:  # measured nothing there: say so, keep the others

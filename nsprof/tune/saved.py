@@ -177,8 +177,8 @@ def _cut_short(store, ids: list[int]) -> list[str]:
 def _ranked_points(runs, truth: Truth, settings: TuneSettings, anchor) -> set | None:
     """The (config id, shape JSON) points the tune ranked, as its runs recorded them (`runs`: the tune's): the
     oldest run of the anchor's call that did (a call ranks the same points under every truth; its explaining
-    probes, the contenders alone, come last), else `truth`'s newest first pass up to the `anchor` run that did;
-    None where none did (an nsprof that recorded none)."""
+    probes record none), else `truth`'s newest first pass up to the `anchor` run that did; None where none did
+    (an nsprof that recorded none)."""
     call = _record(anchor).get(TUNE_ID)
     recorded = [run for run in runs.itertuples() if isinstance(_record(run).get(RANKED_POINTS), list)]
     own = [run for run in recorded if call is not None and _record(run).get(TUNE_ID) == call]

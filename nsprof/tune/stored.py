@@ -156,10 +156,12 @@ class Stored:
             shape: "" if shape is None else shape_json(space.shapes[shape]) for shape in shape_keys(space)
         }
 
-    def ranked_points(self) -> list:
+    def ranked_points(self) -> dict:
         """The configs this tune ranks at each shape (its JSON), stored now or before (a --resume): what a
-        re-read of the tune ranks (RANKED_POINTS in each of its runs' settings)."""
-        return [[self.shape_jsons[shape], ids] for shape, ids in self.wanted.items()]
+        re-read of the tune ranks, as RANKED_POINTS in each of its runs' settings; none for an explaining
+        probe's (settings.ranks false: the contenders alone)."""
+        points = [[self.shape_jsons[shape], ids] for shape, ids in self.wanted.items()]
+        return {RANKED_POINTS: points} if self.settings.ranks else {}
 
     def key(self, config_id: int, shape: int | None):
         from nsprof.store import MeasurementKey
@@ -211,7 +213,7 @@ class Stored:
                 **_labels_of(self.settings),
                 TARGET_PLACE: target_place(target) or target,
                 ADAPTIVE_RUN: number,
-                RANKED_POINTS: self.ranked_points(),
+                **self.ranked_points(),
                 "configs": list(plan.configs),
                 "rounds": plan.rounds,
             }
@@ -399,7 +401,7 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
         # ranks no config an id named before and numbers each shape as this run did; the counts for older readers
         "listed_config_digests": [json_digest(config_json(c)) for c in space.configs],
         "listed_shapes": list(context.shape_jsons.values()),
-        RANKED_POINTS: context.ranked_points(),
+        **context.ranked_points(),
         "n_configs": len(space.configs),
         "shape_jsons": sorted(set(context.shape_jsons.values())),
     }
