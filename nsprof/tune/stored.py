@@ -71,11 +71,6 @@ def target_place(target: str) -> str | None:
     return f"{file.resolve()}:{name}" if file is not None else None
 
 
-def _labels_of(settings: TuneSettings) -> dict:
-    """What a stored run records of the tune that stored it: its settings, and which call of tune it was."""
-    return {**settings.record(), **({TUNE_ID: settings.tune_id} if settings.tune_id else {})}
-
-
 def adaptive_runs(runs) -> set[int]:
     """The ids of the stored runs (store.runs()) that are sessions of adaptive reps."""
     return {int(i) for i, text in zip(runs["id"], runs["settings_json"]) if ADAPTIVE_RUN in settings_of(text)}
@@ -156,12 +151,19 @@ class Stored:
             shape: "" if shape is None else shape_json(space.shapes[shape]) for shape in shape_keys(space)
         }
 
-    def ranked_points(self) -> dict:
-        """The configs this tune ranks at each shape (its JSON), stored now or before (a --resume): what a
-        re-read of the tune ranks, as RANKED_POINTS in each of its runs' settings; none for an explaining
-        probe's (settings.ranks false: the contenders alone)."""
+    def run_labels(self, target: str) -> dict:
+        """What each run this tune stores records of it: its settings, the target's place, which call of tune it
+        was (TUNE_ID), and the configs it ranks at each shape (its JSON), stored now or before (a --resume),
+        which a re-read of the tune ranks (RANKED_POINTS; none for an explaining probe's run: settings.ranks
+        false, the contenders alone)."""
+        settings = self.settings
         points = [[self.shape_jsons[shape], ids] for shape, ids in self.wanted.items()]
-        return {RANKED_POINTS: points} if self.settings.ranks else {}
+        return {
+            **settings.record(),
+            TARGET_PLACE: target_place(target) or target,
+            **({TUNE_ID: settings.tune_id} if settings.tune_id else {}),
+            **({RANKED_POINTS: points} if settings.ranks else {}),
+        }
 
     def key(self, config_id: int, shape: int | None):
         from nsprof.store import MeasurementKey
@@ -210,10 +212,8 @@ class Stored:
 
         with ResultStore(self.settings.store) as store:
             labels = {
-                **_labels_of(self.settings),
-                TARGET_PLACE: target_place(target) or target,
+                **self.run_labels(target),
                 ADAPTIVE_RUN: number,
-                **self.ranked_points(),
                 "configs": list(plan.configs),
                 "rounds": plan.rounds,
             }
@@ -393,15 +393,13 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
     truth, todo, on_progress, on_measured, ahead = first
     settings = context.settings
     record = {
-        **_labels_of(settings),
-        TARGET_PLACE: target_place(target) or target,
+        **context.run_labels(target),
         "config_key_orders": key_orders(space.configs),
         "shape_keys": key_order(space.shapes or []),
         # what the target listed, every config's JSON (its digest) by id and every shape's in order: a re-read
         # ranks no config an id named before and numbers each shape as this run did; the counts for older readers
         "listed_config_digests": [json_digest(config_json(c)) for c in space.configs],
         "listed_shapes": list(context.shape_jsons.values()),
-        **context.ranked_points(),
         "n_configs": len(space.configs),
         "shape_jsons": sorted(set(context.shape_jsons.values())),
     }
