@@ -71,15 +71,18 @@ def test_faults_leave_the_store_consistent_and_resume_measures_nothing_twice(bac
 
 
 @pytest.mark.parametrize("backend", ["ncu", "nsys"])
-def test_a_profiler_killed_mid_way_costs_one_config(backend, tmp_path):
-    """SIGKILL the ncu/nsys process while config 2 of [ok, ok, ok, ok] runs: nothing else lost."""
+def test_a_profiler_killed_mid_way_costs_one_config(backend, tmp_path, monkeypatch):
+    """SIGKILL the ncu/nsys process while config 2 of [ok, ok, held, ok] runs: nothing else lost."""
     import threading
 
-    from targets.faulty_gpu import kill_profiler_at
+    from targets.faulty_gpu import RELEASE_ENV, kill_profiler_at
 
-    target = str(FIXTURES.parent / "targets" / "faulty_gpu.py") + ":healthy"
+    target = str(FIXTURES.parent / "targets" / "faulty_gpu.py") + ":held"
+    release = tmp_path / "released"  # config 2's build waits for it: the kill lands in config 2's window
+    monkeypatch.setenv(RELEASE_ENV, str(release))
     killed = []
-    thread = threading.Thread(target=kill_profiler_at, args=(tmp_path, backend, 2, killed), daemon=True)
+    args = (tmp_path, backend, 2, killed, release)
+    thread = threading.Thread(target=kill_profiler_at, args=args, daemon=True)
     thread.start()
     result = profile_result(
         target, ProfileSettings(backend=backend, reps=20, warmup=1, timeout_s=60, work_dir=tmp_path)

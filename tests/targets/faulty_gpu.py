@@ -27,6 +27,22 @@ def _kernels():
     return oob_store, spin
 
 
+RELEASE_ENV = "NSPROF_TEST_RELEASE"  # the file whose existence lets a "held" config's build go on
+
+
+def _held_until_released() -> None:
+    """Block a build until the file named by $NSPROF_TEST_RELEASE exists (at most 120 s): a config that is
+    surely still in its window when the test acts on its "start" line."""
+    import os
+    import time
+    from pathlib import Path
+
+    release = Path(os.environ[RELEASE_ENV])
+    deadline = time.monotonic() + 120
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def build(config):
     import torch
 
@@ -34,7 +50,9 @@ def build(config):
     x = torch.randn(1 << 20, device="cuda")
     y = torch.randn(1 << 20, device="cuda")
     out = torch.empty_like(x)
-    if kind == "ok":
+    if kind == "held":
+        _held_until_released()
+    if kind in ("ok", "held"):
         return lambda: torch.add(x, y, out=out)
     oob_store, spin = _kernels()
     if kind == "illegal_address":
@@ -55,8 +73,16 @@ space = nsprof.space.Space(
     build=build,
 )
 
-# Four healthy configs: the profiler-killed test needs nothing else to go wrong.
+# Four healthy configs.
 healthy = nsprof.space.Space(name="healthy_gpu", configs=[{"kind": "ok"}] * 4, build=build)
+
+# Four healthy configs, config 2 held in its build until the profiler-killed test has killed the profiler:
+# the kill lands in config 2's window, never in a later one.
+held = nsprof.space.Space(
+    name="held_gpu",
+    configs=[{"kind": "ok"}, {"kind": "ok"}, {"kind": "held"}, {"kind": "ok"}],
+    build=build,
+)
 
 
 # Fault injection from outside: kill the profiler process of a running session.
@@ -83,8 +109,9 @@ def profiler_pids(work_dir, tool: str) -> list[int]:
     return pids
 
 
-def kill_profiler_at(work_dir, tool: str, config_id: int, killed: list[int]) -> None:
-    """SIGKILL the session's profiler once its first worker starts `config_id` (for a thread)."""
+def kill_profiler_at(work_dir, tool: str, config_id: int, killed: list[int], release) -> None:
+    """SIGKILL the session's profiler once its first worker starts `config_id`, then create `release`
+    (which lets a held config's build go on) (for a thread)."""
     import os
     import signal
     import time
@@ -97,5 +124,6 @@ def kill_profiler_at(work_dir, tool: str, config_id: int, killed: list[int]) -> 
             for pid in profiler_pids(work_dir, tool):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
+            Path(release).touch()
             return
         time.sleep(0.05)
