@@ -58,11 +58,9 @@ def check_folder(folder: Path, *, create: bool = False) -> bool:
     link), of this user, that nobody else may enter. A folder at its name that is not is refused in one line
     (NsprofError): another user may have made it first, in a folder that all can write."""
     if create:
-        from nsprof.host.lock import LOCK_FOLDER
-        from nsprof.host.owned import check_shared_folder
+        from nsprof.host.lock import made_lock_folder
 
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        check_shared_folder(LOCK_FOLDER, folder.parent)
+        made_lock_folder(folder.parent)
         with contextlib.suppress(FileExistsError):
             os.mkdir(folder, 0o700)
             # the umask may have taken the owner's bits; by its descriptor, never through a link put there

@@ -325,3 +325,15 @@ def test_an_output_in_a_folder_only_its_owners_private_group_may_write_is_writte
     with written_over(project / "r.html") as out:
         out.write(b"page\n")
     assert (project / "r.html").read_text() == "page\n"
+
+
+def test_an_output_under_a_file_is_one_line(tmp_path):
+    """An output whose folder's name is taken by a file: NsprofError, one line, never an OSError."""
+    from nsprof.errors import NsprofError
+    from nsprof.host.owned import written_over
+
+    (tmp_path / "taken").write_text("a file\n")
+    with pytest.raises(NsprofError, match="taken/rows.csv failed: File exists"):
+        with written_over(tmp_path / "taken" / "rows.csv") as out:
+            out.write(b"x")
+    assert (tmp_path / "taken").read_text() == "a file\n"

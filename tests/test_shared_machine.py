@@ -680,3 +680,66 @@ def test_an_output_over_another_users_file_takes_none_of_its_mode(tmp_path, shar
     os.umask(umask)
     assert st.st_uid == 0 and "config_id" in out.read_text()
     assert stat.S_IMODE(st.st_mode) == 0o666 & ~umask, oct(st.st_mode)
+
+
+def test_serve_makes_no_folder_through_a_link_planted_above_the_lock_folder(tmp_path, shared, other_user):
+    """NSPROF_LOCK_DIR names a folder not made yet, <shared>/x/locks, and the other user has planted
+    <shared>/x -> a private folder of this user's: `nsprof serve` refuses in one line and makes nothing where
+    her link leads (the first folder there is checked before anything is made in it)."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    link = shared / "x"
+
+    def plant(me):
+        os.symlink(private, link)
+        me.say({"planted": 1})
+
+    assert other_user(plant).read() == {"planted": 1}
+    env = {**_client_env(tmp_path), "NSPROF_LOCK_DIR": str(link / "locks")}
+    done = subprocess.run(
+        [sys.executable, str(STANDINS), "serve", "--backend", "nsys", "--idle-exit", "5"],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"uid {OTHER}" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert list(private.iterdir()) == [], "a folder was made where her link leads"
+
+
+def test_an_output_folder_linked_after_the_check_is_refused_not_written_through(
+    tmp_path, shared, other_user, monkeypatch
+):
+    """An output <shared>/new/rows.csv whose folder is not there yet: the other user who plants
+    <shared>/new -> a folder of this user's just after the way was checked (stood in for: she plants it at
+    the next call, _standard_stream) has the output refused, never written over this user's file there."""
+    import nsprof.host.owned as owned
+
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    precious = private / "rows.csv"
+    precious.write_text("precious\n")
+    link = shared / "new"
+
+    def plant(me):
+        me.say({"ready": 1})
+        me.hear()
+        os.symlink(private, link)
+        me.say({"planted": 1})
+
+    attacker = other_user(plant)
+    assert attacker.read() == {"ready": 1}
+    original = owned._standard_stream
+
+    def race(path):
+        attacker.tell("go")
+        assert attacker.read() == {"planted": 1}
+        return original(path)
+
+    monkeypatch.setattr(owned, "_standard_stream", race)
+    with pytest.raises(NsprofError, match=f"uid {OTHER}"):
+        with owned.written_over(link / "rows.csv") as out:
+            out.write(b"config_id\n0\n")
+    assert precious.read_text() == "precious\n"
+    assert sorted(p.name for p in private.iterdir()) == ["rows.csv"]  # no temporary file left there

@@ -112,19 +112,26 @@ def _owner(path: Path) -> str:
         return "an unknown owner"
 
 
+def made_lock_folder(folder: Path) -> None:
+    """The GPU lock's folder made (its missing parents too) and checked as check_shared_folder says; the first
+    folder already there on the way checked before anything is made in it, so that nothing is made where
+    another user's link leads. Else NsprofError, one line."""
+    there = next((each for each in (folder, *folder.parents) if os.path.lexists(each)), None)
+    if there is not None and there != folder and os.path.isdir(there):
+        check_shared_folder(LOCK_FOLDER, there)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file at its name, say
+        raise NsprofError(
+            f"cannot use {LOCK_FOLDER} {folder}: {exc.strerror or exc}; set NSPROF_LOCK_DIR to a folder"
+        ) from None
+    check_shared_folder(LOCK_FOLDER, folder)
+
+
 def open_lock_file(path: Path) -> int:
     """A read-only descriptor of the lock file, created (O_EXCL, LOCK_MODE) if there is none. A link, or
     anything but a regular file, at its name is refused (NsprofError): never followed, never written."""
-    made = next((folder for folder in path.parents if os.path.lexists(folder)), None)
-    if made is not None and made != path.parent and os.path.isdir(made):  # nothing made in a folder refused
-        check_shared_folder(LOCK_FOLDER, made)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # a file at its name, say
-        raise NsprofError(
-            f"cannot use {LOCK_FOLDER} {path.parent}: {exc.strerror or exc}; set NSPROF_LOCK_DIR to a folder"
-        ) from None
-    check_shared_folder(LOCK_FOLDER, path.parent)
+    made_lock_folder(path.parent)
     while True:
         try:
             fd = os.open(path, _OPEN_FLAGS)

@@ -299,7 +299,11 @@ def written_over(path: Path | str) -> Iterator[BinaryIO]:
             with os.fdopen(fd, "wb") as out:
                 yield out
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file, or a link to nothing, at a folder's name
+        raise NsprofError(f"writing {path} failed: {exc.strerror or exc}") from None
+    _check_way("output", path)  # again: another user's link planted at a folder's name since the first look
     try:
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
     except PermissionError:  # a folder this user cannot write in: its file there, if it is no one else's way
