@@ -14,6 +14,7 @@ import os
 import random
 import sqlite3
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -308,3 +309,32 @@ def test_a_reread_of_a_resume_that_stored_adaptive_reps_alone_ranks_the_configs_
     with ResultStore(tmp_path / "results.sqlite") as store:
         again = reread(store, target=target)
     assert _ranked_at(again) == _ranked_at(tuned)
+
+
+def test_a_prescreens_measurements_are_stored_and_its_resume_measures_nothing_again(make_target, tmp_path):
+    """The prescreen's fast-timer rows go to the results store as they are measured, as the ground truth's
+    do: a --resume of a prescreened tune that stored everything launches no config again (it ran the whole
+    prescreen again), sends the same configs on, and ranks as the tune did; its re-read ranks the ground truth
+    alone, on the configs sent (the prescreen's run ranks nothing)."""
+    from nsprof.store import ResultStore
+    from nsprof.tune import tune
+    from nsprof.tune.saved import reread
+
+    timer = {0: [1.0, 2.0, 9.0], 1: [9.0, 2.0, 1.0], 2: [1.0, 9.0, 2.0]}
+    configs = [
+        {"i": c, "ns_shapes": [NS[1][c]] * 3, "timer_ns": [timer[s][c] for s in range(3)]} for c in range(3)
+    ]
+    target, log = make_target(configs)
+    settings = _settings(tmp_path, budget_s=0, prescreen="cupti", prescreen_top=2)
+    first = tune(target, settings)
+    with sqlite3.connect(tmp_path / "results.sqlite") as db:
+        timed = set(db.execute("SELECT shape_json, config_id FROM measurements WHERE backend LIKE 'cupti%'"))
+    assert len(timed) == 9  # every (shape, config) the prescreen measured
+    launched = log.read_text()
+    again = tune(target, replace(settings, resume=True))
+    assert log.read_text() == launched  # nothing launched again
+    assert _ranked_at(again) == _ranked_at(first)
+    for a, b in zip(first.shapes, again.shapes):
+        assert list(a.prescreen["config_id"]) == list(b.prescreen["config_id"])
+    with ResultStore(tmp_path / "results.sqlite") as store:
+        assert _ranked_at(reread(store, target=target)) == _ranked_at(first)

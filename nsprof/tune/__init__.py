@@ -81,7 +81,7 @@ def tune(
         contextlib.ExitStack() as held,
     ):
         firsts = _first_passes_ahead(target, settings, held)
-        prescreened, crosses, steps = {}, {}, {}
+        prescreened, crosses, steps = ({}, []), {}, {}
         if settings.prescreen:
             with timed(steps, "prescreen"):
                 points, prescreened = _prescreen(target, space, settings, points, stage)
@@ -177,7 +177,7 @@ def _report(
     settings: TuneSettings,
     rankings: dict,
     crosses: dict,
-    prescreened: dict,
+    prescreened: tuple[dict, list[str]],
     sent,
     children,
     steps: dict,
@@ -200,9 +200,9 @@ def _report(
     shapes = []
     for shape, value in _shape_values(space):
         truths = rankings[shape]
-        added[shape] += _prescreen_notes(truths[deploy], prescreened.get(shape), sent.get(shape, []))
+        added[shape] += _prescreen_notes(truths[deploy], prescreened, shape, sent.get(shape, []))
         ranking = replace(truths[deploy], notes=[*truths[deploy].notes, *added[shape]])
-        found = (crosses.get(shape), prescreened.get(shape), picks.get(shape))
+        found = (crosses.get(shape), prescreened[0].get(shape), picks.get(shape))
         shapes.append(ShapeReport({**truths, deploy: ranking}, deploy, shape, value, *found))
     return TuneReport(target, *_plain(space, settings, shapes), errors, steps)
 
@@ -210,21 +210,33 @@ def _report(
 def _prescreen(target: str, space, settings: TuneSettings, points: list[int], stage):
     """The fast timer settings.prescreen over `points`, ranked at each shape: the best
     settings.prescreen_top of each shape's measured configs go on to the ground truth.
-    Returns those points and each shape's ranked table, {shape: table}."""
+    Returns those points, and each shape's ranked table ({shape: table}) with what the prescreen's
+    measurement said (a resume's "resumed: ..."). Through the results store where the tune uses one, as a
+    ground truth's first pass: each config kept as it is measured, and a resume measures none again; its
+    run ranks nothing of the tune's (a re-read ranks the points the ground truth's runs record)."""
     from nsprof.adaptive import of_shape
     from nsprof.profile import config_summary
+    from nsprof.tune.stored import measure_stored
 
-    layout = space.points
-    rows = measure.measure_rows(
-        target,
-        len(space.configs),
+    layout, truth, progress, said = (
+        space.points,
         settings.prescreen_truth,
-        settings,
-        points,
         stage(settings.prescreen, len(points)),
-        n_shapes=layout.n_shapes,
-        space=space,
+        [],
     )
+    if settings.use_store:
+        rows, _ = measure_stored(target, space, truth, replace(settings, ranks=False), points, progress, said)
+    else:
+        rows = measure.measure_rows(
+            target,
+            len(space.configs),
+            truth,
+            settings,
+            points,
+            progress,
+            n_shapes=layout.n_shapes,
+            space=space,
+        )
     tables, kept = {}, []
     for shape in shape_keys(space):
         table = rank(config_summary(of_shape(rows, shape)), settings.stat)
@@ -234,16 +246,20 @@ def _prescreen(target: str, space, settings: TuneSettings, points: list[int], st
         tables[shape] = table
     if not kept:
         raise NsprofError(f"the prescreen timer {settings.prescreen} measured no config")
-    return kept, tables
+    return kept, (tables, [f"prescreen: {note}" for note in said])
 
 
-def _prescreen_notes(ranking: Ranking, prescreen, sent: list[int]) -> list[str]:
-    """Where the ground-truth winner stood in its shape's prescreen (`sent`: the configs it sent on)."""
+def _prescreen_notes(
+    ranking: Ranking, prescreened: tuple[dict, list[str]], shape, sent: list[int]
+) -> list[str]:
+    """What the prescreen said (`prescreened`: its tables by shape and its notes) and where the ground-truth
+    winner stood in `shape`'s prescreen (`sent`: the configs it sent on)."""
+    tables, said = prescreened
     best = ranking.best_config_id
-    if prescreen is None or best is None:
+    if tables.get(shape) is None or best is None:
         return []
     position = sent.index(best) + 1
-    notes = [f"the ground-truth winner was #{position} of the prescreen's top {len(sent)}"]
+    notes = [*said, f"the ground-truth winner was #{position} of the prescreen's top {len(sent)}"]
     if position == len(sent):
         notes.append(
             "it was the last one sent to ground truth: a better config may lie outside the "
