@@ -36,10 +36,9 @@ from nsprof.analysis.tune_report import Ranking, ShapeReport, TuneReport
 from nsprof.errors import Interrupted, NsprofError
 from nsprof.settings import PRESCREEN_TOP, TuneSettings
 from nsprof.space import config_label
-from nsprof.tune import measure
 from nsprof.tune.explain import cross_truth
 from nsprof.tune.measure import retryable, shape_keys
-from nsprof.tune.rankings import rank_truth, worker_ahead
+from nsprof.tune.rankings import measure_first_pass, rank_truth, worker_ahead
 from nsprof.tune.stored import by_shape
 
 __all__ = [
@@ -216,33 +215,16 @@ def _prescreen(target: str, space, settings: TuneSettings, points: list[int], st
     run ranks nothing of the tune's (a re-read ranks the points the ground truth's runs record)."""
     from nsprof.adaptive import of_shape
     from nsprof.profile import config_summary
-    from nsprof.tune.stored import measure_stored
 
-    layout, truth, progress, said = (
-        space.points,
-        settings.prescreen_truth,
-        stage(settings.prescreen, len(points)),
-        [],
-    )
-    if settings.use_store:
-        rows, _ = measure_stored(target, space, truth, replace(settings, ranks=False), points, progress, said)
-    else:
-        rows = measure.measure_rows(
-            target,
-            len(space.configs),
-            truth,
-            settings,
-            points,
-            progress,
-            n_shapes=layout.n_shapes,
-            space=space,
-        )
+    progress, said = stage(settings.prescreen, len(points)), []
+    unranked = replace(settings, ranks=False)
+    rows, _ = measure_first_pass(target, space, settings.prescreen_truth, unranked, points, progress, said)
     tables, kept = {}, []
     for shape in shape_keys(space):
         table = rank(config_summary(of_shape(rows, shape)), settings.stat)
         table.insert(2, "config", [config_label(space.configs[int(c)]) for c in table["config_id"]])
         top = table[table["error"].isna()]["config_id"].head(settings.prescreen_top or PRESCREEN_TOP)
-        kept += [layout.id(int(c), shape) for c in top]
+        kept += [space.points.id(int(c), shape) for c in top]
         tables[shape] = table
     if not kept:
         raise NsprofError(f"the prescreen timer {settings.prescreen} measured no config")

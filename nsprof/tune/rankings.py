@@ -104,19 +104,10 @@ def _measured(
         aheads = _aheads(target, truth, settings, stage, held)  # importing while the first pass runs
         if ahead is not None:  # ended with this truth's ranking, where no session took it
             held.callback(ahead.close)
-        rows, stored = _first_pass(
-            target,
-            space,
-            truth,
-            settings,
-            points,
-            clock,
-            notes,
-            runs.append,
-            held,
-            ahead,
-            finished.frames.append,
-        )
+        rows, stored = measure_first_pass(
+            target, space, truth, settings, points, clock.timed, notes, on_measured=runs.append, held=held,
+            on_turn=clock.restart, ahead=ahead, on_rows=finished.frames.append,
+        )  # fmt: skip
         finished.frames, finished.whole = [rows], True
         first_pass = (clock.elapsed(), _timing(runs[0]) if runs else None)
         if stage is not None and settings.cluster is not None and truth.profiler:
@@ -134,27 +125,30 @@ def _measured(
     return rows, adaptive, first_pass
 
 
-def _first_pass(
+def measure_first_pass(
     target: str,
     space,
     truth: Truth,
     settings: TuneSettings,
     points,
-    clock,
+    on_progress,
     notes,
-    on_measured,
-    held,
-    ahead,
-    on_rows,
+    *,
+    on_measured=None,
+    ahead=None,
+    held=None,
+    on_turn=None,
+    on_rows=None,
 ):
-    """The first pass's rows, and the store's context for adaptive sessions (None without a store).
-    held: the ExitStack a --resume --wait's turn is held in (nsprof.tune.turn); clock: the first
-    pass's, started again once the turn is taken; ahead: a worker started ahead for it, or None."""
-    timed = clock.timed
+    """The first pass's rows under `truth`, through the results store unless settings.use_store is off, and
+    the store's context for adaptive sessions (None without a store). on_measured: each session's Measured;
+    ahead: a worker started ahead for it, or None; with a store, held (the ExitStack a --resume --wait's turn
+    is held in: nsprof.tune.turn) and on_turn (called once the turn is taken); without, on_rows (the rows as
+    they come)."""
     if settings.use_store:
         return measure_stored(
-            target, space, truth, settings, points, timed, notes, on_measured=on_measured,
-            held=held, on_turn=clock.restart, ahead=ahead,
+            target, space, truth, settings, points, on_progress, notes, on_measured=on_measured,
+            held=held, on_turn=on_turn, ahead=ahead,
         )  # fmt: skip
     rows = measure.measure_rows(
         target,
@@ -162,7 +156,7 @@ def _first_pass(
         truth,
         settings,
         points,
-        timed,
+        on_progress,
         on_rows=on_rows,
         n_shapes=space.points.n_shapes,
         on_measured=on_measured,
