@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from nsprof import __version__
-from nsprof.commands.common import split
+from nsprof.commands.common import check_completion, split
 from nsprof.commands.help import HELP
 from nsprof.commands.option_types import CONFIG_IDS, DEVICES, Named, OutPath, not_nan, regex_option, words
 from nsprof.drivers import registry
@@ -381,6 +381,7 @@ def main(args: list[str] | None = None) -> None:
     interrupt_on_termination()
     _null_for_closed_streams()
     try:
+        check_completion()
         code = cli.main(args=args, prog_name="nsprof", standalone_mode=False)
         sys.stdout.flush()  # inside the try: a closed pipe shows on the last flush too
     except SystemExit:

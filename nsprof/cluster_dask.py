@@ -12,6 +12,7 @@ import time
 
 from nsprof.errors import NsprofError
 from nsprof.host.gpu import Gpu
+from nsprof.reports.checks import one_line
 from nsprof.settings import ClusterSettings
 
 GPU_RESOURCE = "GPU"
@@ -66,8 +67,8 @@ def _warm(client) -> None:
 def _connect_existing(distributed, address: str):
     try:
         client = distributed.Client(address, timeout=CONNECT_TIMEOUT_S)
-    except (OSError, TimeoutError) as exc:
-        raise NsprofError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+    except (OSError, TimeoutError, ValueError) as exc:  # ValueError: an address Dask cannot parse
+        raise NsprofError(f"cannot reach the Dask scheduler at {address}: {one_line(exc)}") from None
     deadline = time.monotonic() + START_TIMEOUT_S
     while not gpu_workers(client):
         if time.monotonic() > deadline:

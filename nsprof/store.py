@@ -31,6 +31,7 @@ import math
 import os
 import sqlite3
 import threading
+import warnings
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -384,12 +385,17 @@ class ResultStore:
         def shown(value) -> str:
             return repr(value) if len(repr(value)) <= 60 else repr(value)[:59] + "…"
 
+        def as_dtype(some: list):
+            with warnings.catch_warnings():  # numpy's cast warning comes before pandas' refusal of the value
+                warnings.simplefilter("ignore", RuntimeWarning)
+                return pd.Series(some, dtype=dtype)
+
         try:
-            column = pd.Series(list(values), dtype=dtype)
+            column = as_dtype(list(values))
         except (TypeError, ValueError):
             for value in values:
                 try:
-                    pd.Series([value], dtype=dtype)
+                    as_dtype([value])
                 except (TypeError, ValueError):
                     raise self.edited(
                         f"{shown(value)} in column {name}, which holds {dtype} values"

@@ -1,6 +1,6 @@
 """What several commands share: the target read (on_target), the Dask cluster of --devices/--scheduler,
-the progress bars, which one output takes standard output, the --csv/--parquet exports, the
---html page and the --plot file's checks."""
+the progress bars, which one output takes standard output, the --csv/--parquet exports, the --html page and
+the --plot file's checks, and the check of a shell-completion request."""
 
 from __future__ import annotations
 
@@ -276,3 +276,29 @@ class StageBars:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+COMPLETE_VAR = "_NSPROF_COMPLETE"  # click's shell completion (docs/options.md)
+
+
+def check_completion() -> None:
+    """Refuse in one line (NsprofError) a shell-completion request in $_NSPROF_COMPLETE that click would
+    answer with a traceback or a silent exit: SHELL_source or SHELL_complete, SHELL one click knows, and for
+    _complete the COMP_WORDS and COMP_CWORD its completion script sets (COMP_CWORD a number but for fish)."""
+    from click.shell_completion import get_completion_class
+
+    instruction = os.environ.get(COMPLETE_VAR)
+    if not instruction:
+        return
+    shell, _, what = instruction.partition("_")
+    if get_completion_class(shell) is None or what not in ("source", "complete"):
+        raise NsprofError(
+            f"{COMPLETE_VAR}={instruction}: not a completion request; use bash_source, zsh_source or fish_source"
+        )
+    words, word = os.environ.get("COMP_WORDS"), os.environ.get("COMP_CWORD")
+    if what == "complete" and (words is None or word is None):
+        raise NsprofError(
+            f"{COMPLETE_VAR}={instruction} needs COMP_WORDS and COMP_CWORD, as its script sets them"
+        )
+    if what == "complete" and shell != "fish" and not word.strip().isdigit():
+        raise NsprofError(f"{COMPLETE_VAR}={instruction}: COMP_CWORD={word} is not a word's index")

@@ -211,11 +211,11 @@ def _rank_group(
     _check_written_by_nsprof(store, frame)
     if ranked is not None:
         points = zip(frame["config_id"], frame["shape_json"].fillna(""))
-        frame = frame[[(int(c), str(shape)) in ranked for c, shape in points]]
+        frame = frame.loc[[(int(c), str(shape)) in ranked for c, shape in points]]  # loc: [] is no rows
     listed = orders["listed_config_digests"]
     if listed is not None:  # rows of the config each id named then, not of one it named before
         digests = {text: json_digest(str(text)) for text in set(frame["config_json"])}
-        frame = frame[
+        frame = frame.loc[
             [
                 c < len(listed) and listed[c] == digests[t]
                 for c, t in zip(frame["config_id"], frame["config_json"])
@@ -413,7 +413,8 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
     deploy = settings.deploy_truth.name
     if deploy not in per_truth:
         raise NsprofError(
-            f"results store {store.path} holds no measurement of {_text(anchor.target)} under {deploy}"
+            f"results store {store.path} holds no measurement of {_text(anchor.target)} under {deploy} by the "
+            f"tune of run {anchor.id} ({_text(anchor.status)}); `nsprof results` lists the runs"
         )
     rankings = {
         shape: {name: ranked[shape][1] for name, ranked in per_truth.items() if shape in ranked}
