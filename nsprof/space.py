@@ -296,7 +296,8 @@ def target_file(where: str) -> Path | None:
     if path.is_dir():
         raise TargetError(f"target file {where} is a folder: name a Python file in it (file.py:space)")
     if not path.is_file():
-        raise TargetError(f"target file {where} does not exist")
+        what = "is not a regular file" if path.exists() else "does not exist"  # a device, a pipe: no source
+        raise TargetError(f"target file {where} {what}")
     return path
 
 

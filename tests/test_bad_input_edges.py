@@ -178,3 +178,12 @@ def test_a_bad_completion_variable_is_one_line(env):
     done = run_nsprof(env=env)
     line = _one_line(done)
     assert line.startswith("nsprof: error:"), line
+
+
+# 6 ------------------------------------------------------------ a target "file" that is a device
+
+
+def test_a_target_file_that_is_a_device_is_named_as_such(tmp_path):
+    """/dev/null exists: "does not exist" sent the user looking for the wrong mistake."""
+    line = _one_line(run_nsprof("profile", "/dev/null:space", cwd=tmp_path, in_process=True))
+    assert line == "nsprof: error: target file /dev/null is not a regular file", line
