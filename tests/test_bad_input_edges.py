@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import STANDINS, run_nsprof, wait_for
+from conftest import FIXTURES, STANDINS, run_nsprof, wait_for
 
 PLAIN = (
     "import nsprof.space\n"
@@ -187,3 +187,11 @@ def test_a_target_file_that_is_a_device_is_named_as_such(tmp_path):
     """/dev/null exists: "does not exist" sent the user looking for the wrong mistake."""
     line = _one_line(run_nsprof("profile", "/dev/null:space", cwd=tmp_path, in_process=True))
     assert line == "nsprof: error: target file /dev/null is not a regular file", line
+
+
+def test_a_bad_plot_name_is_named_as_given():
+    """--plot /dev/full: the line named it "full", as if it were a file here."""
+    line = _one_line(
+        run_nsprof("analyze", FIXTURES / "fixture.sqlite", "--plot", "/dev/full", in_process=True)
+    )
+    assert line.startswith("nsprof: error: --plot: /dev/full: use a .png, .svg or .pdf file name"), line

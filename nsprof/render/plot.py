@@ -127,7 +127,7 @@ def plot_path(path: str):
     out = Path(path)
     if out.suffix.lower() not in PLOT_SUFFIXES:
         raise NsprofError(
-            f"--plot: {out.name}: use a .png, .svg or .pdf file name, or - for PNG on standard output"
+            f"--plot: {path}: use a .png, .svg or .pdf file name, or - for PNG on standard output"
         )
     return out
 
