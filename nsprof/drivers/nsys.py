@@ -49,7 +49,7 @@ class NsysDriver(ToolDriver):
 
     @classmethod
     def conditions(cls, settings: ProfileSettings) -> str:
-        return "CUPTI kernel trace at the run's own clocks"
+        return "CUPTI kernel trace at the card's own clocks, caches not flushed (warm L2)"
 
     def build_command(self, settings: ProfileSettings, job_file: Path, report_base: Path) -> list[str]:
         # CUDA + NVTX trace only: with default CPU sampling one small run wrote a 2.2 GB

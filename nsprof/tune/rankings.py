@@ -15,6 +15,7 @@ from nsprof.errors import Interrupted, NsprofError
 from nsprof.measure import Measured
 from nsprof.settings import Truth, TuneSettings
 from nsprof.space import config_label
+from nsprof.timers.specs import conditions as timer_conditions
 from nsprof.tune import measure
 from nsprof.tune.measure import key_labels, shape_keys
 from nsprof.tune.stored import Stored, measure_stored
@@ -252,7 +253,10 @@ def rank_rows(
             f", {conditions}" if conditions else ""
         )
     else:
-        label = f"fast timer {truth.timer}, {settings.stat} of {settings.timer_reps} samples"
+        how = timer_conditions(
+            {"graph": "graph_warm"}.get(truth.timer, truth.timer)
+        )  # its L2, its launch path
+        label = f"fast timer {truth.timer}, {settings.stat} of {settings.timer_reps} samples, {how}"
     table = rank(summary, settings.stat)
     table.insert(2, "config", [config_label(configs[int(c)]) for c in table["config_id"]])
     return Ranking(

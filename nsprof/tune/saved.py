@@ -433,7 +433,10 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
         cross = crosses.get(shape)
         shown = {**truths, deploy: ranking} if cross is not None else {deploy: ranking}
         shapes.append(ShapeReport(shown, deploy, shape, per_truth[deploy][shape][0], cross))
-    record = json.loads(json.dumps(settings.record(), default=str))
+    # the settings as the tune recorded them (its --budget-s, --prescreen, ...), where it did: those it ranked
+    # with, and the defaults for what an older nsprof recorded none of
+    ranked_with = json.loads(json.dumps(settings.record(), default=str))
+    record = {**ranked_with, **{k: v for k, v in _record(anchor).items() if k in ranked_with}}
     report = TuneReport(_text(anchor.target), configs, shapes, record)
     try:
         check_ranked(report)
