@@ -111,6 +111,9 @@ class JobRunning:
                     "server": os.getpid(),
                     "cwd": request["cwd"],
                     "environ": request["environ"],
+                    # what the server's environment holds and the client's no longer does (it removed it
+                    # after it started): not the job's, as in a worker the client started itself
+                    "unset": sorted(name for name in os.environ if name not in request["environ"]),
                 }
             )
             + "\n"

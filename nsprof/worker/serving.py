@@ -105,7 +105,7 @@ def _forget_target_modules(target: str, folders: set[Path]) -> None:
     """Drop the modules imported from the folder of this job's target or of any earlier job's (not
     nsprof's own, nor installed packages below it: _installed), so that a job sees its target's helpers
     as they are now and never another project's helper of the same name, as a fresh worker would.
-    `folders` gains this job's folder."""
+    `folders` gains this job's folder (a module target's: the client's, entered already)."""
     from nsprof.errors import TargetError
     from nsprof.space_source import split_target
 
@@ -115,7 +115,10 @@ def _forget_target_modules(target: str, folders: set[Path]) -> None:
         return  # load_target says so next, in the job's abort line
     if not (where.endswith(".py") or "/" in where):
         if not where.startswith("nsprof"):
-            sys.modules.pop(where, None)  # a module target: imported again (its own helpers are not)
+            sys.modules.pop(where, None)  # a module target: imported again (an installed one too)
+        folders.add(
+            Path(os.getcwd()).resolve()
+        )  # the client's folder it is found from, its helpers beside it
     else:
         folders.add(Path(where).resolve().parent)
     for name, module in list(sys.modules.items()):
@@ -137,7 +140,7 @@ class _Place:
         self.environ = dict(os.environ)  # as the server (and nsys) gave it: a target's own changes undone
         self.folders: set[Path] = set()  # the folders of every target served so far
 
-    def enter(self, cwd: str | None, environ: dict | None) -> None:
+    def enter(self, cwd: str | None, environ: dict | None, unset: list[str]) -> None:
         cwd = cwd or self.start_cwd
         os.chdir(cwd)
         sys.path[:] = self.path
@@ -145,9 +148,12 @@ class _Place:
         # started: that holds what the profiler's injection set (NVTX_INJECTION64_PATH, LD_PRELOAD: read
         # when first used, so never removed), and what a process reads only as it starts
         # (protocol.AT_START: equal to the client's, or it would not be served) stays as it is. A
-        # variable an earlier job's target added goes.
+        # variable an earlier job's target added goes, and one the client removed after it started.
         wanted = dict(self.environ)
         wanted.update({k: v for k, v in (environ or {}).items() if not k.startswith(AT_START)})
+        for name in unset:  # the server's the client lacks (the profiler's injection is not the server's)
+            if not name.startswith(AT_START):
+                wanted.pop(name, None)
         for name in [name for name in os.environ if name not in wanted]:
             del os.environ[name]
         for name, value in wanted.items():
@@ -212,7 +218,7 @@ def _serve_job(request: dict, devices: dict, place: _Place, serve_dir: Path) -> 
         status.write("pid", os.getpid())
         status.write("served", json.dumps({"job": request["n"], "server": request.get("server")}))
         try:
-            place.enter(request.get("cwd"), request.get("environ"))
+            place.enter(request.get("cwd"), request.get("environ"), request.get("unset") or [])
         except OSError as exc:
             status.write(
                 "abort", json.dumps(f"the client's folder {request.get('cwd')} cannot be entered: {exc}")
