@@ -73,3 +73,23 @@ def test_tune_labels_say_the_l2_state_for_every_backend(tmp_path):
     assert labels["cupti"].endswith(
         "median of 100 samples, in-process, the card's own clocks, L2 warm, direct launch"
     )
+
+
+def test_tune_page_labels_the_prescreen_table_with_its_timer(tmp_path):
+    """tune --prescreen cupti --html: the page's "Prescreen" table is labelled with the timer that took it,
+    and how (it was a bare table of numbers)."""
+    import html as html_module
+    import re
+
+    (tmp_path / "t.py").write_text(TIMED)
+    tune = ["tune", "t.py:space", "--backend", "ncu", "--mode", "direct", "--reps", "3", "--budget-s", "0"]
+    tune += ["--no-feed-back", "--no-tuner-pick", "--prescreen", "cupti", "--top", "2", "--html", "p.html"]
+    done = run_nsprof(
+        *tune, "--no-store", cwd=tmp_path, standins=True, in_process=True, env={"NSPROF_STANDIN_TIMERS": "1"}
+    )
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "p.html").read_text()
+    section = page[page.index("<h2>Prescreen</h2>") :]
+    text = html_module.unescape(re.sub(r"<[^>]+>", " ", section))
+    assert "0.950" in text  # config 0's cupti value is in the table...
+    assert "fast timer cupti, median of 100 samples, in-process, the card's own clocks, L2 warm" in text, text

@@ -23,6 +23,7 @@ from nsprof.render.configs import config_name, constant_line, split_configs
 from nsprof.render.text import num, us, yes_no
 from nsprof.render.tune_tables import cross_lines, ranked_lines, shapes_lines, tie_cell
 from nsprof.render.validate_tables import MATCHED_HEADERS, describe_winners, matched_rows
+from nsprof.timers.specs import fast_timer_label
 
 NO_MATPLOTLIB = "plot left out: matplotlib is not installed (pip install 'nsprof[plot]')"
 
@@ -367,7 +368,9 @@ def tune_page(report, title: str = "nsprof tune") -> str:
             ]
         body += ["<h2>Across the truths</h2>", _decision_lines(cross_lines(first), "cross-truth")]
     if first.prescreen is not None:
-        body += ["<h2>Prescreen</h2>", ranked_table(first.prescreen, "prescreen")]
+        taken = report.settings  # the prescreen's timer, as the tune recorded it
+        label = fast_timer_label(str(taken.get("prescreen")), str(taken.get("stat")), taken.get("timer_reps"))
+        body += ["<h2>Prescreen</h2>", f"<p>{esc(label)}</p>", ranked_table(first.prescreen, "prescreen")]
     return page(title, body)
 
 

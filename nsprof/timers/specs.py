@@ -66,6 +66,13 @@ def conditions(name: str) -> str:
     return f"{tool}, the card's own clocks, {cache}, {launch}"
 
 
+def fast_timer_label(timer: str, stat: str, samples) -> str:
+    """How a fast timer of tune (--backend, --prescreen: cupti, graph, event and their _cold variants) took a
+    ranking's numbers, in words: its statistic of how many samples, its L2 state and launch path."""
+    how = conditions({"graph": "graph_warm"}.get(timer, timer))
+    return f"fast timer {timer}, {stat} of {samples} samples, {how}"
+
+
 def expand(names: list[str]) -> list[str]:
     """`event,cupti,graph` -> every variant of each family; exact names pass through (event_warm and
     cupti_warm: the warm one alone, named event and cupti)."""

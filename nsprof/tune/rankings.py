@@ -15,7 +15,7 @@ from nsprof.errors import Interrupted, NsprofError
 from nsprof.measure import Measured
 from nsprof.settings import Truth, TuneSettings
 from nsprof.space import config_label
-from nsprof.timers.specs import conditions as timer_conditions
+from nsprof.timers.specs import fast_timer_label
 from nsprof.tune import measure
 from nsprof.tune.measure import key_labels, shape_keys
 from nsprof.tune.stored import Stored, measure_stored
@@ -253,10 +253,7 @@ def rank_rows(
             f", {conditions}" if conditions else ""
         )
     else:
-        how = timer_conditions(
-            {"graph": "graph_warm"}.get(truth.timer, truth.timer)
-        )  # its L2, its launch path
-        label = f"fast timer {truth.timer}, {settings.stat} of {settings.timer_reps} samples, {how}"
+        label = fast_timer_label(truth.timer, settings.stat, settings.timer_reps)
     table = rank(summary, settings.stat)
     table.insert(2, "config", [config_label(configs[int(c)]) for c in table["config_id"]])
     return Ranking(
