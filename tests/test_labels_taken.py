@@ -7,6 +7,38 @@ import json
 
 from conftest import run_nsprof
 
+# Two shapes, two truths: under nsys (clocks free, L2 warm: "none-none") the configs are far apart, so
+# nsys needs no adaptive reps; under ncu configs 0 and 1 lie within noise, so ncu's adaptive reps run.
+SHAPED = """
+import nsprof.space
+SHAPES = [{"M": 1}, {"M": 16}]
+configs = [{"i": c, "ns_shapes": [[1000, 1005, 3000][c]] * 2, "ns_sigma": 0.05,
+            "ns_shapes_at": {"none-none": [[500, 900, 1500][c]] * 2}} for c in range(3)]
+space = nsprof.space.Space(configs=configs, shapes=SHAPES, build=lambda c, s: (lambda: None), device="cpu")
+"""
+SHAPED_TUNE = ["tune", "t.py:space", "--truth", "nsys,ncu", "--no-explain", "--mode", "direct", "--reps", "3"]
+SHAPED_TUNE += ["--no-feed-back", "--no-tuner-pick", "--budget-s", "60", "--store", "s.sqlite"]
+
+
+def test_shaped_tune_notes_do_not_speak_for_a_truth_they_were_not_taken_under(tmp_path):
+    """tune of a target with shapes under --truth nsys,ncu: each truth's notes are printed named (the
+    deploy truth's alone were printed, as if for every truth: ncu's adaptive reps went unsaid)."""
+    for folder in ("json", "text"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "t.py").write_text(SHAPED)
+    as_json = run_nsprof(*SHAPED_TUNE, "--json", cwd=tmp_path / "json", standins=True, in_process=True)
+    printed = run_nsprof(*SHAPED_TUNE, cwd=tmp_path / "text", standins=True, in_process=True)
+    assert as_json.returncode == 0 and printed.returncode == 0, as_json.stderr + printed.stderr
+    report = json.loads(as_json.stdout)
+    ncu = [t for t in report["shapes"][1]["truths"] if t["truth"] == "ncu"][0]
+    assert "(adaptive)" in ncu["label"] and "interleaved session" in ncu["notes"][-1], ncu
+    out = printed.stdout
+    assert "the contenders' up to 12 (adaptive)" in out, out  # the ncu table's label says so
+    assert "note: adaptive reps: none needed (the first pass separated the best)" not in out, out
+    assert "note: nsys: adaptive reps: none needed (the first pass separated the best)" in out, out
+    assert "note: ncu: " in out and "interleaved session" in out, out
+
+
 CLOSE = """
 import nsprof.space
 R = [[1000, 1030, 980], [1010, 1040, 990], [3000, 3000, 3000]]

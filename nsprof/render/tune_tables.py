@@ -216,9 +216,10 @@ def format_shapes(shapes, configs: Sequence, truth: str | None = None) -> str:
     return "\n".join([*lines, render_table(headers, rows, right={0, 2, 4, 5, 6})])
 
 
-def _shape_notes(shapes) -> list[str]:
-    """The notes of every shape's ranking: a note all shapes share once, the others per shape."""
-    notes = [shaped.ranking.notes for shaped in shapes]
+def _shape_notes(shapes, rankings) -> list[str]:
+    """The notes of one truth's rankings (`rankings`, of `shapes` in order): a note all shapes share once, the
+    others per shape."""
+    notes = [ranking.notes for ranking in rankings]
     every = [note for note in notes[0] if all(note in n for n in notes)]
     lines = list(every)
     for shaped, of_shape in zip(shapes, notes):
@@ -242,7 +243,8 @@ def format_tune_shapes(report) -> str:
 
 def shapes_lines(report) -> list[str]:
     """The lines format_tune_shapes prints under its tables: per shape how the truths' winners
-    compare (with several), the intervals, the notes."""
+    compare (with several), the intervals and the notes (with several truths, what all say once, the rest
+    named by the truth that says it)."""
     shapes = report.shapes
     lines = []
     if len(_truths_shown(report)) > 1:
@@ -254,11 +256,21 @@ def shapes_lines(report) -> list[str]:
                 f"cross-truth, shape {shaped.shape}: {describe_explanation(e)}"
                 for e in shaped.cross.explanations
             ]
-    intervals = sorted({describe_interval(s.ranking) for s in shapes})
-    lines += [f"note: {line}" for line in intervals]
-    lines += [f"note: {printable(note)}" for note in _shape_notes(shapes)]
+    said = {truth: _truth_notes(shapes, truth) for truth in _truths_shown(report)}
+    every = [line for line in next(iter(said.values())) if all(line in other for other in said.values())]
+    lines += [f"note: {printable(line)}" for line in every]  # what every truth says, once
+    for truth, of_truth in said.items():  # the rest named by the truth that says it
+        lines += [f"note: {truth}: {printable(line)}" for line in of_truth if line not in every]
     lines.append("(--json has every shape's full ranking)")
     return lines
+
+
+def _truth_notes(shapes, truth) -> list[str]:
+    """One truth's intervals and notes over the shapes that ranked under it (None: the deploy truth)."""
+    of_truth = [(s, s.ranking if truth is None else s.truths.get(truth)) for s in shapes]
+    of_truth = [(s, ranking) for s, ranking in of_truth if ranking is not None]
+    intervals = sorted({describe_interval(ranking) for _, ranking in of_truth})
+    return intervals + _shape_notes([s for s, _ in of_truth], [ranking for _, ranking in of_truth])
 
 
 def format_tune(report) -> str:
