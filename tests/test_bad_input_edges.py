@@ -11,20 +11,13 @@ import sys
 
 import pytest
 from conftest import FIXTURES, STANDINS, run_nsprof, wait_for
+from test_bad_input_review import _one_line
 
 PLAIN = (
     "import nsprof.space\n"
     "space = nsprof.space.Space(configs=[{'ns': 1000.0 + i, 'i': i} for i in range(4)],\n"
     "                           build=lambda c: (lambda: None), device='cpu')\n"
 )
-
-
-def _one_line(done) -> str:
-    text = done.stderr.strip()
-    assert done.returncode != 0, (done.returncode, done.stdout[-2000:], text[-2000:])
-    assert "Traceback" not in text and "internal error" not in text, text[-3000:]
-    assert len(text.splitlines()) == 1, text[-3000:]
-    return text
 
 
 # 1 ------------------------------------------------------------ --budget-s past what a float division holds

@@ -433,8 +433,7 @@ def reread(store, *, target: str | None = None, run_id: int | None = None) -> Tu
         cross = crosses.get(shape)
         shown = {**truths, deploy: ranking} if cross is not None else {deploy: ranking}
         shapes.append(ShapeReport(shown, deploy, shape, per_truth[deploy][shape][0], cross))
-    # the settings as the tune recorded them (its --budget-s, --prescreen, ...), where it did: those it ranked
-    # with, and the defaults for what an older nsprof recorded none of
+    # the settings as the tune recorded them (--budget-s, --prescreen...), the defaults for what it did not
     ranked_with = json.loads(json.dumps(settings.record(), default=str))
     record = {**ranked_with, **{k: v for k, v in _record(anchor).items() if k in ranked_with}}
     report = TuneReport(_text(anchor.target), configs, shapes, record)
