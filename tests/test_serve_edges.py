@@ -1,12 +1,16 @@
-"""nsprof serve at its edges: a module target's helpers, the client's environment (real processes: the
-stand-in server of tests/test_serve.py)."""
+"""nsprof serve at its edges: a module target's helpers, the client's environment, a resume waiting behind
+another run's served job (real processes: the stand-in server of tests/test_serve.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
+from conftest import wait_for
 from test_serve import (  # noqa: F401  (server: the fixture)
     STANDINS,
     _client,
@@ -94,5 +98,69 @@ def test_a_variable_the_client_unset_after_it_started_is_not_the_served_jobs(
     assert _status(tmp_path, "served").pid == state["worker_pid"], "served"
     errors = [row["error"] for row in _rows(served) if row["error"]]
     assert not errors and _measured(_rows(served)) == {0: 2, 1: 2}, errors
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+GATE = str(Path(__file__).parent / "targets" / "serve_gate.py") + ":space"
+
+
+def _tune(tmp_path: Path, name: str, *more: str) -> subprocess.Popen:
+    command = [sys.executable, str(STANDINS), "tune", GATE, "--backend", "nsys", "--mode", "direct",
+               "--reps", "1", "--budget-s", "0", "--no-feed-back",
+               "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / name), *more]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_resume_wait_behind_another_runs_served_job_does_not_measure_its_points_again(
+    tmp_path,
+    server,  # noqa: F811 (the fixture imported above)
+    own_gpu_lock_folder,
+):
+    """docs/tune.md: "With --wait, a --resume that finds another nsprof run on the GPU decides what is
+    missing only once that run has ended, so that what it stored is not measured twice". Through
+    `nsprof serve` the other run is a job of the server (which holds the GPU lock): the resume waits for
+    that run to store its first pass (it decided at once, queued behind that job, and measured every config
+    that job stored again)."""
+    import sqlite3
+
+    gate = tmp_path / "gate"
+    proc, state = server("--idle-exit", "120", env={"NSPROF_TEST_GATE": str(gate)})
+    first = _tune(tmp_path, "first")
+    second = None
+    try:
+        assert wait_for(
+            lambda: (
+                (tmp_path / "first" / "served.status").exists()
+                and 1 in _status(tmp_path, "first").started
+                or first.poll() is not None
+            )
+        )
+        second = _tune(tmp_path, "second", "--resume", "--wait")
+        said = ""
+        for line in second.stderr:  # it decided, and queued behind the first run's job
+            said += line
+            if "waits in its queue" in line or "waiting" in line:
+                break
+        gate.write_text("")
+        _, err1 = first.communicate(timeout=120)
+        _, err2 = second.communicate(timeout=120)
+    finally:
+        gate.write_text("")
+        for child in (first, second):
+            if child is not None and child.poll() is None:
+                child.kill()
+                child.wait()
+    assert first.returncode == 0, err1
+    assert second.returncode == 0, said + err2
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        stored = dict(
+            db.execute("SELECT config_id, COUNT(*) FROM measurements WHERE error IS NULL GROUP BY 1")
+        )
+    second_job = tmp_path / "second" / "served.status"
+    again = _status(tmp_path, "second").done if second_job.exists() else []
+    assert stored == {0: 1, 1: 1, 2: 1} and not again, (
+        f"the resume measured again what the served run stored: {stored}, its job did {again}; {said}"
+    )
     proc.send_signal(signal.SIGTERM)
     assert _ended(proc, own_gpu_lock_folder) == 0

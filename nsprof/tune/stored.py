@@ -15,7 +15,7 @@ from nsprof.settings import Truth, TuneSettings
 from nsprof.store_rows import config_json, json_digest, key_order, key_orders, settings_of
 from nsprof.tune import measure
 from nsprof.tune.measure import key_labels, retryable, shape_keys
-from nsprof.tune.turn import resume_turn, takes_turns
+from nsprof.tune.turn import resume_turn, storing_first_pass, takes_turns
 
 __all__ = [
     "ADAPTIVE_RUN",
@@ -425,7 +425,9 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
         context.add(store, run_id, rows, done)  # what was not handed over yet
         return rows
 
-    _recorded(store, run_id, first_pass)
+    # a --resume --wait behind this run's served job waits for its rows (nsprof.tune.turn)
+    with contextlib.nullcontext() if settings.cluster is not None else storing_first_pass(gpu):
+        _recorded(store, run_id, first_pass)
     ran_on = gpu_of(devices[0] if devices else None)
     # A cluster's key names every worker's GPU (nsprof.cluster.cluster_gpu), while a run's
     # batches may have used only some of them: that is no reason to relabel.

@@ -9,7 +9,9 @@ Two waits, in this order (the only order any run takes them, so none waits on an
    decides again after the first has stored what it measured, its adaptive reps too;
 2. the GPU's lock itself, when another nsprof run (not an `nsprof serve`, through which this run
    then measures) holds it: waited for and let go at once, so that what that run stored counts;
-   each session takes it again as it always does.
+   each session takes it again as it always does. Where an `nsprof serve` holds it, the runs that
+   measure through it hold instead, each from its first pass's start to its last row stored, a shared
+   lock beside the GPU's (storing_first_pass): waited for (exclusive) and let go at once the same way.
 A resume that finds nothing missing takes its turn only before its first adaptive session
 (nsprof.tune.stored.Stored.turn_before_sessions), and decides again if it waited: two such resumes
 would otherwise add the same reps of the same configs. One with no session to run waits behind no one.
@@ -24,7 +26,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-__all__ = ["resume_turn", "takes_turns"]
+__all__ = ["resume_turn", "storing_first_pass", "takes_turns"]
 
 
 def takes_turns(settings) -> bool:
@@ -55,9 +57,27 @@ def resume_turn() -> Iterator[bool]:
         os.close(fd)  # releases the turn
 
 
+@contextlib.contextmanager
+def storing_first_pass(gpu) -> Iterator[None]:
+    """Held (shared) by a first pass on `gpu` (an nsprof.host.gpu.Gpu) from its start to its last row stored:
+    what a --resume --wait waits for where an `nsprof serve` holds the GPU (_waited_for_served_runs)."""
+    from nsprof.host.lock import lock_path, open_lock_file
+
+    fd = open_lock_file(_stored_path(lock_path(gpu)))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # a resume holds it exclusively only for the instant after its wait
+        yield
+    finally:
+        os.close(fd)
+
+
+def _stored_path(gpu_lock_path):
+    return gpu_lock_path.with_name(f"{gpu_lock_path.name}.storing")
+
+
 def _waited_for_the_gpu() -> bool:
-    """Whether another nsprof run held this GPU (not an `nsprof serve`) and was waited for, since it
-    may have been storing the very points this run would measure."""
+    """Whether another nsprof run held this GPU and was waited for (where an `nsprof serve` holds it: a
+    run measuring through it), since it may have been storing the very points this run would measure."""
     from nsprof.errors import GpuBusy
     from nsprof.host.lock import gpu_lock
     from nsprof.serve_client import holding_server
@@ -67,13 +87,37 @@ def _waited_for_the_gpu() -> bool:
             return False
     except GpuBusy as exc:
         holder = (exc.holder or {}).get("pid")
-        if holder == os.getpid() or holding_server(holder) is not None:
+        if holder == os.getpid():
             return False
+        if holding_server(holder) is not None:
+            return _waited_for_served_runs(holder)
     _say(
         f"waiting for the nsprof run on this GPU{f' (pid {holder})' if holder else ''} to end before deciding what is missing"
     )
     with gpu_lock(0, wait=True):
         return True
+
+
+def _waited_for_served_runs(server: int) -> bool:
+    """Whether a run measuring through the `nsprof serve` (pid `server`) that holds this GPU was storing a
+    first pass (storing_first_pass), and was waited for."""
+    from nsprof.host.gpu import which_gpu
+    from nsprof.host.lock import lock_path, open_lock_file
+
+    fd = open_lock_file(_stored_path(lock_path(which_gpu(0))))
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            _say(
+                f"waiting for the nsprof run measuring through nsprof serve (pid {server}) on this GPU to "
+                "store what it measured before deciding what is missing"
+            )
+            fcntl.flock(fd, fcntl.LOCK_EX)  # Ctrl-C still interrupts the wait (PEP 475)
+            return True
+    finally:
+        os.close(fd)
 
 
 def _say(words: str) -> None:
