@@ -80,6 +80,11 @@ SESSION_VARIABLES = frozenset(
 SESSION_PREFIXES = ("VSCODE_", "KITTY_", "ITERM_", "KONSOLE_", "GNOME_TERMINAL_", "VTE_")
 
 
+def session_variable(name: str) -> bool:
+    """Whether variable `name` is a terminal session's, which may differ between a server and its clients."""
+    return name in SESSION_VARIABLES or name.startswith(SESSION_PREFIXES)
+
+
 def _start_environment() -> dict[str, str]:
     """This process's environment as it started (Linux: /proc/self/environ), before a target imported
     here (the CLI loads it) set variables of its own, which its import in a worker sets again; else
@@ -114,7 +119,7 @@ def environment() -> dict[str, str]:
     return {
         name: hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
         for name, value in sorted(environ.items())
-        if name not in SESSION_VARIABLES and not name.startswith(SESSION_PREFIXES)
+        if not session_variable(name)
     }
 
 

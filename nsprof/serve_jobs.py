@@ -17,6 +17,7 @@ from pathlib import Path
 from nsprof.errors import NsprofError
 from nsprof.serve_client import POLL_S
 from nsprof.serve_files import read_or_empty, send_line
+from nsprof.serve_identity import session_variable
 
 JOB_FIELDS = {
     "job": str,
@@ -112,8 +113,13 @@ class JobRunning:
                     "cwd": request["cwd"],
                     "environ": request["environ"],
                     # what the server's environment holds and the client's no longer does (it removed it
-                    # after it started): not the job's, as in a worker the client started itself
-                    "unset": sorted(name for name in os.environ if name not in request["environ"]),
+                    # after it started): not the job's, as in a worker the client started itself; a
+                    # terminal session's (TMPDIR...), which may differ anyway, stays the server's
+                    "unset": sorted(
+                        name
+                        for name in os.environ
+                        if name not in request["environ"] and not session_variable(name)
+                    ),
                 }
             )
             + "\n"

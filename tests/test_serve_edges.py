@@ -3,6 +3,7 @@ another run's served job (real processes: the stand-in server of tests/test_serv
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -162,5 +163,46 @@ def test_a_resume_wait_behind_another_runs_served_job_does_not_measure_its_point
     assert stored == {0: 1, 1: 1, 2: 1} and not again, (
         f"the resume measured again what the served run stored: {stored}, its job did {again}; {said}"
     )
+    proc.send_signal(signal.SIGTERM)
+    assert _ended(proc, own_gpu_lock_folder) == 0
+
+
+def _runs_stored(store: Path) -> int:
+    import sqlite3
+
+    if not store.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(store)) as db:
+        try:
+            return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        except sqlite3.OperationalError:  # its tables not made yet
+            return 0
+
+
+def test_a_served_resume_wait_is_not_held_by_a_run_the_server_cannot_take(
+    tmp_path,
+    server,  # noqa: F811 (the fixture imported above)
+    own_gpu_lock_folder,
+):
+    """A run the nsys server cannot take (ncu, --wait) waits for the GPU the server holds, and stores nothing
+    until the server ends: a served `--resume --wait` does not wait for it (it waited, as if for a run
+    measuring through the server, for the server's whole life)."""
+    proc, state = server("--idle-exit", "120")
+    other = _tune(tmp_path, "other", "--backend", "ncu", "--wait")
+    resume = None
+    try:
+        assert wait_for(lambda: _runs_stored(tmp_path / "s.sqlite") == 1), (
+            "the ncu run never began its first pass"
+        )
+        resume = _tune(tmp_path, "resume", "--backend", "nsys", "--resume", "--wait")
+        _, err = resume.communicate(timeout=120)
+    finally:
+        for child in (other, resume):
+            if child is not None and child.poll() is None:
+                child.kill()
+                child.wait()
+    assert resume.returncode == 0, err
+    assert "measuring through nsprof serve" not in err, err
+    assert f"measured by nsprof serve (pid {state['pid']}" in err, err
     proc.send_signal(signal.SIGTERM)
     assert _ended(proc, own_gpu_lock_folder) == 0

@@ -240,7 +240,9 @@ def plan_session(
         raise ValueError(f"a check of {confirm} reps does not fit under max_reps ({max_reps})")
     rounds = confirm or (left if left * round_s <= cost.startup_s else min(left, max(1, have)))
     # rounds the budget pays: all of them for free visits, or a budget past counting (--budget-s inf, 1e308)
-    paid = math.inf if round_s <= 0 else (budget_left_s - cost.startup_s) / round_s
+    paid = (
+        math.inf if round_s <= 0 or math.isinf(budget_left_s) else (budget_left_s - cost.startup_s) / round_s
+    )
     affordable = left if paid >= left else math.floor(paid)
     if affordable < max(1, confirm):  # a check of fewer reps than the one process's is none: not started
         return None

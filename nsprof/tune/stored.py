@@ -425,8 +425,10 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
         context.add(store, run_id, rows, done)  # what was not handed over yet
         return rows
 
-    # a --resume --wait behind this run's served job waits for its rows (nsprof.tune.turn)
-    with contextlib.nullcontext() if settings.cluster is not None else storing_first_pass(gpu):
+    # a --resume --wait behind this run's job in an nsprof serve waits for its rows (nsprof.tune.turn); not a
+    # run the server cannot take, which waits for the GPU itself
+    served = measure.serving_worker(truth, settings) is not None
+    with storing_first_pass(gpu) if served else contextlib.nullcontext():
         _recorded(store, run_id, first_pass)
     ran_on = gpu_of(devices[0] if devices else None)
     # A cluster's key names every worker's GPU (nsprof.cluster.cluster_gpu), while a run's
