@@ -127,8 +127,8 @@ def serving_worker(truth: Truth, settings: TuneSettings) -> int | None:
         return None
     from nsprof.serve_client import find_server
 
-    profile = settings.truth_profile(truth)
     try:
+        profile = settings.truth_profile(truth)
         driver = registry.get_driver(profile.backend)
     except NsprofError:  # no tool here (a fully stored --resume): no server either; the session says why
         return None

@@ -427,7 +427,7 @@ def _first_pass(store, context: Stored, target, space, first, gpu, notes) -> Non
 
     # a --resume --wait behind this run's job in an nsprof serve waits for its rows (nsprof.tune.turn); not a
     # run the server cannot take, which waits for the GPU itself
-    served = measure.serving_worker(truth, settings) is not None
+    served = truth.profiler and measure.serving_worker(truth, settings) is not None  # servers run profilers
     with storing_first_pass(gpu) if served else contextlib.nullcontext():
         _recorded(store, run_id, first_pass)
     ran_on = gpu_of(devices[0] if devices else None)
