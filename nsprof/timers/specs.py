@@ -69,7 +69,9 @@ def conditions(name: str) -> str:
 def fast_timer_label(timer: str, stat: str, samples) -> str:
     """How a fast timer of tune (--backend, --prescreen: cupti, graph, event and their _cold variants) took a
     ranking's numbers, in words: its statistic of how many samples, its L2 state and launch path."""
-    how = conditions({"graph": "graph_warm"}.get(timer, timer))
+    from nsprof.truth import TIMER_BACKENDS
+
+    how = conditions(TIMER_BACKENDS.get(timer, timer))  # tune's name (graph) or the method's (graph_warm)
     return f"fast timer {timer}, {stat} of {samples} samples, {how}"
 
 

@@ -40,10 +40,9 @@ def resume_turn() -> Iterator[bool]:
     """Hold this GPU's resume turn for the body; yields whether another run was waited for (the
     turn, or the GPU), so that what is missing must be decided again."""
     from nsprof.host.gpu import which_gpu
-    from nsprof.host.lock import lock_path, open_lock_file
 
-    path = lock_path(which_gpu(0))  # the GPU that gpu_lock(0) holds: CUDA_VISIBLE_DEVICES's first
-    fd = open_lock_file(path.with_name(f"{path.name}.resume"))
+    # the GPU that gpu_lock(0) holds: CUDA_VISIBLE_DEVICES's first
+    fd = _beside_gpu_lock(which_gpu(0), "resume")
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -61,9 +60,7 @@ def resume_turn() -> Iterator[bool]:
 def storing_first_pass(gpu) -> Iterator[None]:
     """Held (shared) by a first pass on `gpu` (an nsprof.host.gpu.Gpu) from its start to its last row stored:
     what a --resume --wait waits for where an `nsprof serve` holds the GPU (_waited_for_served_runs)."""
-    from nsprof.host.lock import lock_path, open_lock_file
-
-    fd = open_lock_file(_stored_path(lock_path(gpu)))
+    fd = _beside_gpu_lock(gpu, "storing")
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)  # a resume holds it exclusively only for the instant after its wait
         yield
@@ -71,8 +68,12 @@ def storing_first_pass(gpu) -> Iterator[None]:
         os.close(fd)
 
 
-def _stored_path(gpu_lock_path):
-    return gpu_lock_path.with_name(f"{gpu_lock_path.name}.storing")
+def _beside_gpu_lock(gpu, suffix: str) -> int:
+    """A descriptor of the lock file `suffix` beside `gpu`'s lock (made and opened as safely)."""
+    from nsprof.host.lock import lock_path, open_lock_file
+
+    path = lock_path(gpu)
+    return open_lock_file(path.with_name(f"{path.name}.{suffix}"))
 
 
 def _waited_for_the_gpu() -> bool:
@@ -102,9 +103,8 @@ def _waited_for_served_runs(server: int) -> bool:
     """Whether a run measuring through the `nsprof serve` (pid `server`) that holds this GPU was storing a
     first pass (storing_first_pass), and was waited for."""
     from nsprof.host.gpu import which_gpu
-    from nsprof.host.lock import lock_path, open_lock_file
 
-    fd = open_lock_file(_stored_path(lock_path(which_gpu(0))))
+    fd = _beside_gpu_lock(which_gpu(0), "storing")
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
